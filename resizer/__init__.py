@@ -1,0 +1,87 @@
+"""Sizing policy core of workload-resizer.
+
+Pure functions shared by the admission webhook and the reconciler: Kubernetes quantity
+arithmetic, the annotation contract, ConfigMap configuration and per-pod policy
+resolution, pod eligibility and QoS class, baseline ("original") values, and the
+resize plan (desired = clamp(original x baselinePerf / nodePerf, bounds)) with its
+``pods/resize`` patch. No I/O, logging or Kubernetes client: pods are plain dicts in
+the JSON shape the API server uses.
+"""
+
+from resizer.annotations import (
+    APPLIED_AT,
+    APPLIED_INSTANCE_TYPE,
+    PREFIX,
+    SKIP,
+    is_controller_owned_key,
+    original_key,
+)
+from resizer.config import (
+    COMPUTE_CLASS_SELECTOR,
+    Bounds,
+    ConfigError,
+    NodeProfile,
+    Policy,
+    ResizerConfig,
+    load_config,
+    resolve_policy,
+)
+from resizer.eligibility import Eligibility, eligibility
+from resizer.originals import (
+    ContainerOriginals,
+    OriginalsError,
+    ResourceOriginal,
+    missing_original_annotations,
+    originals_from_spec_annotations,
+    read_originals,
+)
+from resizer.plan import ResizePlan, ResourceChange, desired_quantity, plan_resize
+from resizer.qos import pod_qos_class
+from resizer.quantity import (
+    QuantityError,
+    coerce_quantity,
+    format_cpu,
+    format_memory,
+    parse_quantity,
+    round_half_away,
+    to_bytes,
+    to_millicores,
+)
+
+__all__ = [
+    "APPLIED_AT",
+    "APPLIED_INSTANCE_TYPE",
+    "COMPUTE_CLASS_SELECTOR",
+    "PREFIX",
+    "SKIP",
+    "Bounds",
+    "ConfigError",
+    "ContainerOriginals",
+    "Eligibility",
+    "NodeProfile",
+    "OriginalsError",
+    "Policy",
+    "QuantityError",
+    "ResizePlan",
+    "ResizerConfig",
+    "ResourceChange",
+    "ResourceOriginal",
+    "coerce_quantity",
+    "desired_quantity",
+    "eligibility",
+    "format_cpu",
+    "format_memory",
+    "is_controller_owned_key",
+    "load_config",
+    "missing_original_annotations",
+    "original_key",
+    "originals_from_spec_annotations",
+    "parse_quantity",
+    "plan_resize",
+    "pod_qos_class",
+    "read_originals",
+    "resolve_policy",
+    "round_half_away",
+    "to_bytes",
+    "to_millicores",
+]

@@ -1,0 +1,495 @@
+"""The ``config.yaml`` of the workload-resizer ConfigMap, and policy resolution per pod.
+
+Merge semantics of a policy block (an override, a ``podAnnotations``/``podLabels``
+value or a ``computeClasses`` entry) over the global settings:
+
+* a field the block leaves out falls back to the global value;
+* ``nodeTypes`` is overlaid entry by entry: a block entry replaces the global entry of
+  the same name, every other global entry is inherited;
+* ``bounds`` is overlaid per resource and per side: a block that sets only
+  ``bounds.cpu.min`` keeps the global ``bounds.cpu.max`` and the global memory bounds.
+
+Precedence when several blocks could apply to a pod: the first override (in list
+order) whose ``match`` fully holds, then ``podAnnotations``, then ``podLabels``, then
+``computeClasses``, then the global settings. Within ``podAnnotations`` and
+``podLabels`` the pod's matching keys are tried in lexicographic order of the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, TypeVar
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
+
+__all__ = [
+    "COMPUTE_CLASS_SELECTOR",
+    "Bounds",
+    "BoundsSpec",
+    "ConfigError",
+    "GlobalBounds",
+    "NodeProfile",
+    "NodeTypeSpec",
+    "Override",
+    "OverrideMatch",
+    "Policy",
+    "PolicyBlock",
+    "RequiredResourceBounds",
+    "ResizerConfig",
+    "ResourceBounds",
+    "load_config",
+    "resolve_policy",
+]
+
+COMPUTE_CLASS_SELECTOR = "cloud.google.com/compute-class"
+
+Resource = Literal["cpu", "memory"]
+_RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
+# Perf values are ratios of machine capability; anything outside this range is a typo
+# (and a huge exponent would make the exact Fraction arithmetic explode).
+_PERF_MAX_ADJUSTED_EXPONENT = 18
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; ``errors`` holds ``(field path, message)`` pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(f"{path}: {message}" for path, message in self.errors))
+
+
+def _perf(value: object) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal, Fraction)):
+        raise ValueError(f"must be a number, got {value!r}")
+    perf = value if isinstance(value, Fraction) else _exact_decimal(value)
+    if perf <= 0:
+        raise ValueError(f"must be greater than 0, got {value!r}")
+    return perf
+
+
+def _exact_decimal(value: int | float | str | Decimal) -> Fraction:
+    """Exact value of the decimal text, so 1.25 is exactly 5/4 rather than a binary float."""
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise ValueError(f"must be a number, got {value!r}") from None
+    if not number.is_finite():
+        raise ValueError(f"must be finite, got {value!r}")
+    if number and abs(number.adjusted()) > _PERF_MAX_ADJUSTED_EXPONENT:
+        raise ValueError(f"must be between 1e-18 and 1e18, got {value!r}")
+    return Fraction(number)
+
+
+def _non_negative_quantity(value: object) -> Fraction:
+    if isinstance(value, Fraction):
+        quantity = value
+    else:
+        try:
+            quantity = coerce_quantity(value)  # type: ignore[arg-type]
+        except QuantityError as error:
+            raise ValueError(str(error)) from None
+    if quantity < 0:
+        raise ValueError(f"must not be negative, got {value!r}")
+    return quantity
+
+
+Perf = Annotated[Fraction, PlainValidator(_perf)]
+NonNegativeQuantity = Annotated[Fraction, PlainValidator(_non_negative_quantity)]
+
+
+@dataclass(frozen=True)
+class NodeProfile:
+    name: str
+    cpu_perf: Fraction
+    mem_perf: Fraction
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Inclusive bounds in whole millicores (cpu) or bytes (memory)."""
+
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The fully merged settings that apply to one pod."""
+
+    rule: str
+    baseline_node_type: str
+    node_types: Mapping[str, NodeProfile]
+    cpu_bounds: Bounds
+    memory_bounds: Bounds
+
+
+@dataclass(frozen=True)
+class _PolicyTable:
+    overrides: tuple[tuple[OverrideMatch, Policy], ...]
+    pod_annotations: tuple[tuple[str, Mapping[str, Policy]], ...]
+    pod_labels: tuple[tuple[str, Mapping[str, Policy]], ...]
+    compute_classes: Mapping[str, Policy]
+    default: Policy
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeTypeSpec(_Strict):
+    """Performance of one machine family relative to the others (higher = faster)."""
+
+    cpuPerf: Perf
+    memPerf: Perf
+
+
+class ResourceBounds(_Strict):
+    """Bounds of one resource in a policy block; each side optional (falls back to global)."""
+
+    min: NonNegativeQuantity | None = None
+    max: NonNegativeQuantity | None = None
+
+
+class RequiredResourceBounds(_Strict):
+    """Global bounds of one resource; both sides required."""
+
+    min: NonNegativeQuantity
+    max: NonNegativeQuantity
+
+
+class BoundsSpec(_Strict):
+    cpu: ResourceBounds | None = None
+    memory: ResourceBounds | None = None
+
+
+class GlobalBounds(_Strict):
+    cpu: RequiredResourceBounds
+    memory: RequiredResourceBounds
+
+
+class PolicyBlock(_Strict):
+    """Settings for the pods a block applies to, merged over the global settings as the
+    module docstring describes (missing fields fall back; nodeTypes and bounds overlay)."""
+
+    baselineNodeType: str | None = None
+    nodeTypes: dict[str, NodeTypeSpec] | None = None
+    bounds: BoundsSpec | None = None
+
+
+class OverrideMatch(_Strict):
+    """Criteria of an override; all given criteria must hold (AND)."""
+
+    computeClass: str | None = None
+    podLabel: dict[str, str] | None = None
+    podAnnotation: dict[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _has_a_criterion(self) -> OverrideMatch:
+        if self.computeClass is None and not self.podLabel and not self.podAnnotation:
+            raise ValueError("needs at least one of computeClass, podLabel, podAnnotation")
+        return self
+
+    def holds(self, labels: Mapping[str, str], annotations: Mapping[str, str], compute_class: str | None) -> bool:
+        return (
+            (self.computeClass is None or self.computeClass == compute_class)
+            and _includes(labels, self.podLabel)
+            and _includes(annotations, self.podAnnotation)
+        )
+
+
+class Override(PolicyBlock):
+    """A named policy block applied to the pods its ``match`` selects."""
+
+    name: str
+    match: OverrideMatch
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, name: str) -> str:
+        if not name.strip():
+            raise ValueError("must not be empty")
+        return name
+
+
+class ResizerConfig(_Strict):
+    """Validated configuration. Obtain it with :func:`load_config`."""
+
+    baselineNodeType: str
+    nodeTypes: dict[str, NodeTypeSpec]
+    bounds: GlobalBounds
+    overrides: list[Override] = Field(default_factory=list)
+    podAnnotations: dict[str, dict[str, PolicyBlock]] = Field(default_factory=dict)
+    podLabels: dict[str, dict[str, PolicyBlock]] = Field(default_factory=dict)
+    computeClasses: dict[str, PolicyBlock] = Field(default_factory=dict)
+
+    _policies: _PolicyTable | None = PrivateAttr(default=None)
+
+
+def load_config(text: str) -> ResizerConfig:
+    """Parse and validate ``config.yaml``; raise :class:`ConfigError` listing every problem.
+
+    Structural problems (types, unknown fields, bad quantities or perf values) are all
+    reported, and so are the cross-field ones (baseline not among the effective node
+    types, min > max on the effective bounds, duplicate override names) for every part
+    of the document that is itself structurally valid.
+    """
+    document = _parse_yaml(text)
+    config: ResizerConfig | None = None
+    errors: list[tuple[str, str]] = []
+    try:
+        config = ResizerConfig.model_validate(document)
+    except ValidationError as error:
+        errors = [(_path(detail["loc"]), _message(detail)) for detail in error.errors()]
+    errors += _semantic_errors(config if config is not None else _valid_parts(document))
+    if errors or config is None:
+        raise ConfigError(errors)
+    config._policies = _compile(config)
+    return config
+
+
+def resolve_policy(config: ResizerConfig, pod: Mapping[str, Any]) -> Policy:
+    """The policy for a pod, by the precedence described in the module docstring."""
+    table = _policy_table(config)
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    compute_class = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(COMPUTE_CLASS_SELECTOR)
+    for match, policy in table.overrides:
+        if match.holds(labels, annotations, compute_class):
+            return policy
+    for source, by_key in ((annotations, table.pod_annotations), (labels, table.pod_labels)):
+        for key, by_value in by_key:
+            value = source.get(key)
+            if value is not None and value in by_value:
+                return by_value[value]
+    if compute_class is not None and compute_class in table.compute_classes:
+        return table.compute_classes[compute_class]
+    return table.default
+
+
+def _policy_table(config: ResizerConfig) -> _PolicyTable:
+    if config._policies is None:  # built directly rather than through load_config
+        errors = _semantic_errors(config)
+        if errors:
+            raise ConfigError(errors)
+        config._policies = _compile(config)
+    return config._policies
+
+
+def _parse_yaml(text: str) -> dict[str, Any]:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError([("(root)", f"invalid YAML: {error}")]) from None
+    if not isinstance(document, dict):
+        raise ConfigError([("(root)", f"must be a mapping, got {type(document).__name__}")])
+    return document
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path or "(root)"
+
+
+def _message(detail: Mapping[str, Any]) -> str:
+    if detail["type"] == "extra_forbidden":
+        return "unknown field"
+    if detail["type"] == "missing":
+        return "field required"
+    return str(detail["msg"]).removeprefix("Value error, ")
+
+
+_T = TypeVar("_T")
+
+
+def _valid_or_none(adapter: TypeAdapter[_T], value: object) -> _T | None:
+    try:
+        return adapter.validate_python(value)
+    except ValidationError:
+        return None
+
+
+_STR: TypeAdapter[str] = TypeAdapter(str)
+_NODE_TYPES: TypeAdapter[dict[str, NodeTypeSpec]] = TypeAdapter(dict[str, NodeTypeSpec])
+_GLOBAL_BOUNDS: TypeAdapter[GlobalBounds] = TypeAdapter(GlobalBounds)
+_OVERRIDE: TypeAdapter[Override] = TypeAdapter(Override)
+_BLOCK: TypeAdapter[PolicyBlock] = TypeAdapter(PolicyBlock)
+
+
+def _valid_parts(document: Mapping[str, Any]) -> ResizerConfig:
+    """An unvalidated config holding only the parts of ``document`` that are valid on
+    their own (others are None), so cross-field checks can still run on them."""
+
+    def mapping(value: object) -> dict[Any, Any]:
+        return value if isinstance(value, dict) else {}
+
+    def blocks(section: str) -> dict[Any, Any]:
+        return {
+            key: {value: _valid_or_none(_BLOCK, raw) for value, raw in mapping(by_value).items()}
+            for key, by_value in mapping(document.get(section)).items()
+        }
+
+    overrides = document.get("overrides")
+    return ResizerConfig.model_construct(
+        baselineNodeType=_valid_or_none(_STR, document.get("baselineNodeType")),
+        nodeTypes=_valid_or_none(_NODE_TYPES, document.get("nodeTypes")),
+        bounds=_valid_or_none(_GLOBAL_BOUNDS, document.get("bounds")),
+        overrides=[_valid_or_none(_OVERRIDE, raw) for raw in (overrides if isinstance(overrides, list) else [])],
+        podAnnotations=blocks("podAnnotations"),
+        podLabels=blocks("podLabels"),
+        computeClasses={
+            name: _valid_or_none(_BLOCK, raw) for name, raw in mapping(document.get("computeClasses")).items()
+        },
+    )
+
+
+def _blocks(config: ResizerConfig) -> Iterator[tuple[str, PolicyBlock]]:
+    """Every non-global block with its config path; invalid (None) parts are skipped."""
+    for index, override in enumerate(config.overrides):
+        if override is not None:
+            yield f"overrides[{index}]", override
+    for section in ("podAnnotations", "podLabels"):
+        for key, by_value in getattr(config, section).items():
+            for value, block in by_value.items():
+                if block is not None:
+                    yield f"{section}.{key}.{value}", block
+    for name, block in config.computeClasses.items():
+        if block is not None:
+            yield f"computeClasses.{name}", block
+
+
+def _semantic_errors(config: ResizerConfig) -> list[tuple[str, str]]:
+    errors = _override_name_errors(config.overrides)
+    node_types, bounds, baseline = config.nodeTypes, config.bounds, config.baselineNodeType
+    if node_types is not None and baseline is not None and baseline not in node_types:
+        errors.append(("baselineNodeType", _not_a_node_type(baseline, node_types)))
+    if bounds is not None:
+        errors += _bounds_errors("bounds", config, None)
+    if node_types is None or bounds is None:
+        return errors  # blocks cannot be merged onto a broken global part
+    for path, block in _blocks(config):
+        effective_types = _effective_node_types(config, block)
+        if block.baselineNodeType is not None and block.baselineNodeType not in effective_types:
+            errors.append((f"{path}.baselineNodeType", _not_a_node_type(block.baselineNodeType, effective_types)))
+        errors += _bounds_errors(f"{path}.bounds", config, block)
+    return errors
+
+
+def _override_name_errors(overrides: list[Override]) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
+    first_index: dict[str, int] = {}
+    for index, override in enumerate(overrides):
+        if override is None:
+            continue
+        first = first_index.setdefault(override.name, index)
+        if first != index:
+            message = f"duplicate override name {override.name!r} (first used by overrides[{first}])"
+            errors.append((f"overrides[{index}].name", message))
+    return errors
+
+
+def _not_a_node_type(name: str, node_types: Mapping[str, object]) -> str:
+    return f"{name!r} is not one of the node types ({', '.join(sorted(node_types)) or 'none'})"
+
+
+def _bounds_errors(path: str, config: ResizerConfig, block: PolicyBlock | None) -> list[tuple[str, str]]:
+    """min > max on the effective bounds, reported only where the block sets bounds
+    (an inherited global problem is reported once, at ``bounds``)."""
+    errors = []
+    for resource in _RESOURCES:
+        if block is not None and _block_resource_bounds(block, resource) is None:
+            continue
+        low, high = _effective_bounds(config, block, resource)
+        if low > high:
+            errors.append(
+                (f"{path}.{resource}", f"min ({_decimal_text(low)}) is greater than max ({_decimal_text(high)})")
+            )
+    return errors
+
+
+def _decimal_text(value: Fraction) -> str:
+    return format(Decimal(value.numerator) / Decimal(value.denominator), "f")
+
+
+def _block_resource_bounds(block: PolicyBlock, resource: Resource) -> ResourceBounds | None:
+    return getattr(block.bounds, resource) if block.bounds is not None else None
+
+
+def _effective_bounds(
+    config: ResizerConfig, block: PolicyBlock | None, resource: Resource
+) -> tuple[Fraction, Fraction]:
+    global_bounds: RequiredResourceBounds = getattr(config.bounds, resource)
+    own = _block_resource_bounds(block, resource) if block is not None else None
+    low = own.min if own is not None and own.min is not None else global_bounds.min
+    high = own.max if own is not None and own.max is not None else global_bounds.max
+    return low, high
+
+
+def _effective_node_types(config: ResizerConfig, block: PolicyBlock | None) -> dict[str, NodeTypeSpec]:
+    overlay = block.nodeTypes if block is not None and block.nodeTypes is not None else {}
+    return {**config.nodeTypes, **overlay}
+
+
+def _compile(config: ResizerConfig) -> _PolicyTable:
+    def by_value(rule_kind: str, key: str, blocks: Mapping[str, PolicyBlock]) -> Mapping[str, Policy]:
+        return MappingProxyType(
+            {value: _policy(config, f"{rule_kind}:{key}={value}", block) for value, block in blocks.items()}
+        )
+
+    return _PolicyTable(
+        overrides=tuple(
+            (override.match, _policy(config, f"override:{override.name}", override)) for override in config.overrides
+        ),
+        pod_annotations=tuple(
+            (key, by_value("podAnnotation", key, config.podAnnotations[key])) for key in sorted(config.podAnnotations)
+        ),
+        pod_labels=tuple((key, by_value("podLabel", key, config.podLabels[key])) for key in sorted(config.podLabels)),
+        compute_classes=MappingProxyType(
+            {name: _policy(config, f"computeClass:{name}", block) for name, block in config.computeClasses.items()}
+        ),
+        default=_policy(config, "global", None),
+    )
+
+
+def _policy(config: ResizerConfig, rule: str, block: PolicyBlock | None) -> Policy:
+    node_types = _effective_node_types(config, block)
+    cpu_min, cpu_max = _effective_bounds(config, block, "cpu")
+    memory_min, memory_max = _effective_bounds(config, block, "memory")
+    baseline = (
+        block.baselineNodeType if block is not None and block.baselineNodeType is not None else config.baselineNodeType
+    )
+    return Policy(
+        rule=rule,
+        baseline_node_type=baseline,
+        node_types=MappingProxyType(
+            {name: NodeProfile(name, spec.cpuPerf, spec.memPerf) for name, spec in node_types.items()}
+        ),
+        cpu_bounds=Bounds(to_millicores(cpu_min), to_millicores(cpu_max)),
+        memory_bounds=Bounds(to_bytes(memory_min), to_bytes(memory_max)),
+    )
+
+
+def _includes(actual: Mapping[str, str], required: Mapping[str, str] | None) -> bool:
+    return all(actual.get(key) == value for key, value in (required or {}).items())

@@ -1,0 +1,72 @@
+"""Which pods workload-resizer may touch at all."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from resizer.annotations import MIRROR_POD, SKIP
+
+__all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "eligibility"]
+
+# Controller kind -> API group. The group is checked too, so a custom resource that
+# happens to be called "Job" (e.g. batch.volcano.sh) is not mistaken for a batch/v1 Job.
+SUPPORTED_CONTROLLERS: Mapping[str, str] = {
+    "ReplicaSet": "apps",
+    "StatefulSet": "apps",
+    "DaemonSet": "apps",
+    "Job": "batch",
+}
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """Whether a pod may be resized, and a stable machine-readable reason."""
+
+    eligible: bool
+    reason: str
+    owner_kind: str | None = None
+    owner_name: str | None = None
+
+
+def eligibility(pod: Mapping[str, Any]) -> Eligibility:
+    """Classify a pod; reasons are checked in this order:
+
+    ``MirrorPod`` (mirror/static pod: ``kubernetes.io/config.mirror`` annotation or a
+    Node controller), ``SkipAnnotation`` (``workload-resizer.io/skip: "true"``, any case),
+    ``NoController`` (no ownerReference with ``controller: true``),
+    ``UnsupportedOwnerKind`` (controller is not an apps ReplicaSet/StatefulSet/DaemonSet
+    or a batch Job), otherwise ``Eligible``.
+    """
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    owner = _controller_reference(metadata)
+    owner_kind = owner.get("kind") if owner else None
+    owner_name = owner.get("name") if owner else None
+
+    def verdict(reason: str) -> Eligibility:
+        return Eligibility(reason == "Eligible", reason, owner_kind, owner_name)
+
+    if MIRROR_POD in annotations or owner_kind == "Node":
+        return verdict("MirrorPod")
+    if str(annotations.get(SKIP, "")).lower() == "true":
+        return verdict("SkipAnnotation")
+    if owner is None:
+        return verdict("NoController")
+    if not _is_supported_controller(owner):
+        return verdict("UnsupportedOwnerKind")
+    return verdict("Eligible")
+
+
+def _controller_reference(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    references: list[Mapping[str, Any]] = metadata.get("ownerReferences") or []
+    return next((reference for reference in references if reference.get("controller") is True), None)
+
+
+def _is_supported_controller(reference: Mapping[str, Any]) -> bool:
+    expected_group = SUPPORTED_CONTROLLERS.get(reference.get("kind") or "")
+    api_version = reference.get("apiVersion")
+    if expected_group is None or not isinstance(api_version, str):
+        return False
+    return api_version.rpartition("/")[0] == expected_group

@@ -1,0 +1,284 @@
+"""Desired resources of a pod on a given node type, and the ``pods/resize`` patch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+from resizer.config import Bounds, NodeProfile, Policy
+from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals
+from resizer.qos import QoSClass, pod_qos_class
+from resizer.quantity import coerce_quantity, format_cpu, format_memory, round_half_away, to_bytes, to_millicores
+
+__all__ = ["Clamp", "Outcome", "ResizePlan", "ResourceChange", "desired_quantity", "plan_resize"]
+
+Resource = Literal["cpu", "memory"]
+Clamp = Literal["min", "max"]
+Outcome = Literal["Resize", "AlreadyAligned", "UnknownNodeType", "QoSChange", "NothingToSize"]
+
+RESTART_CONTAINER_POLICY = "RestartContainerPolicy"
+_RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
+_TO_UNITS: Mapping[Resource, Callable[[Fraction], int]] = {"cpu": to_millicores, "memory": to_bytes}
+_FORMAT: Mapping[Resource, Callable[[int], str]] = {"cpu": format_cpu, "memory": format_memory}
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    """One resource of one container: baseline, target and what the spec holds now.
+
+    Amounts are whole millicores (cpu) or bytes (memory); None means not set.
+    """
+
+    container: str
+    resource: Resource
+    original_request: int
+    desired_request: int
+    current_request: int | None
+    original_limit: int | None
+    desired_limit: int | None
+    current_limit: int | None
+    clamped: Clamp | None = None
+    skipped: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        """True when the spec differs from the target, so the resource must be patched."""
+        if self.skipped is not None:
+            return False
+        limit_differs = self.desired_limit is not None and self.desired_limit != self.current_limit
+        return self.desired_request != self.current_request or limit_differs
+
+    def describe(self) -> str:
+        """E.g. ``cpu 1 -> 800m (limit 1 -> 800m, clamped to min)``."""
+        text = f"{self.resource} {self._show(self.current_request)}"
+        if self.skipped is not None:
+            return f"{text} (skipped: {self.skipped})"
+        text += f" -> {self._show(self.desired_request)}"
+        details = []
+        if self.desired_limit is not None:
+            details.append(f"limit {self._show(self.current_limit)} -> {self._show(self.desired_limit)}")
+        if self.clamped is not None:
+            details.append(f"clamped to {self.clamped}")
+        return f"{text} ({', '.join(details)})" if details else text
+
+    def _show(self, amount: int | None) -> str:
+        return "unset" if amount is None else _FORMAT[self.resource](amount)
+
+
+@dataclass(frozen=True)
+class ResizePlan:
+    """What to do with a pod on ``node_type``; ``patch`` is the ``pods/resize`` body.
+
+    ``outcome`` is ``Resize`` (non-empty patch), ``AlreadyAligned`` (spec already equals
+    the target), ``UnknownNodeType``, ``QoSChange`` (target would change the QoS class,
+    so nothing is patched) or ``NothingToSize`` (no container has a sizable resource).
+    """
+
+    node_type: str
+    baseline_node_type: str
+    rule: str
+    outcome: Outcome
+    changes: tuple[ResourceChange, ...] = ()
+    patch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def clamped(self) -> bool:
+        return any(change.clamped is not None for change in self.changes)
+
+    @property
+    def changed(self) -> tuple[ResourceChange, ...]:
+        return tuple(change for change in self.changes if change.changed)
+
+    def summary(self) -> str:
+        """One line for an Event, e.g. ``app: cpu 1 -> 800m (limit 1 -> 800m), memory 1Gi -> 1Gi``."""
+        if self.outcome == "UnknownNodeType":
+            return f"node type {self.node_type!r} is not in the configuration"
+        if self.outcome == "NothingToSize" and not self.changes:
+            return "no container has a cpu or memory request to size"
+        text = "; ".join(
+            f"{container}: {', '.join(change.describe() for change in changes)}"
+            for container, changes in _by_container(self.changes).items()
+        )
+        return f"would change the QoS class: {text}" if self.outcome == "QoSChange" else text
+
+
+def desired_quantity(original: int, ratio: Fraction, bounds: Bounds) -> tuple[int, Clamp | None]:
+    """``original x ratio`` rounded half away from zero, clamped to ``bounds``; also
+    returns which bound clamped, if any."""
+    scaled = round_half_away(original * ratio)
+    if scaled < bounds.min:
+        return bounds.min, "min"
+    if scaled > bounds.max:
+        return bounds.max, "max"
+    return scaled, None
+
+
+def plan_resize(
+    pod: Mapping[str, Any],
+    policy: Policy,
+    node_type: str,
+    resize_restart_containers: bool = False,
+) -> ResizePlan:
+    """Plan the resize of ``spec.containers`` for a pod bound to a ``node_type`` node.
+
+    Per resource with a baseline request: request = clamp(original x baselinePerf /
+    nodePerf, bounds). A baseline limit equal to the baseline request follows the
+    request exactly (keeps the Guaranteed shape); any other limit is scaled, unclamped,
+    and never left below the request. Resources whose ``resizePolicy`` is
+    ``RestartContainer`` are left alone unless ``resize_restart_containers``.
+    Raises :class:`resizer.originals.OriginalsError` on a corrupt baseline annotation.
+    """
+
+    def plan(
+        outcome: Outcome, changes: tuple[ResourceChange, ...] = (), patch: dict[str, Any] | None = None
+    ) -> ResizePlan:
+        return ResizePlan(node_type, policy.baseline_node_type, policy.rule, outcome, changes, patch or {})
+
+    node = policy.node_types.get(node_type)
+    if node is None:
+        return plan("UnknownNodeType")
+    ratios = _ratios(policy.node_types[policy.baseline_node_type], node)
+    bounds: dict[Resource, Bounds] = {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds}
+    changes = tuple(_changes(pod, read_originals(pod), ratios, bounds, resize_restart_containers))
+    if all(change.skipped is not None for change in changes):
+        return plan("NothingToSize", changes)
+    if pod_qos_class(_resized_spec(pod, changes)) != _current_qos(pod):
+        return plan("QoSChange", changes)
+    patch = _patch(changes)
+    return plan("Resize" if patch else "AlreadyAligned", changes, patch)
+
+
+def _ratios(baseline: NodeProfile, node: NodeProfile) -> dict[Resource, Fraction]:
+    return {"cpu": baseline.cpu_perf / node.cpu_perf, "memory": baseline.mem_perf / node.mem_perf}
+
+
+def _changes(
+    pod: Mapping[str, Any],
+    originals: Mapping[str, ContainerOriginals],
+    ratios: Mapping[Resource, Fraction],
+    bounds: Mapping[Resource, Bounds],
+    resize_restart_containers: bool,
+) -> Iterator[ResourceChange]:
+    for container in _containers(pod):
+        restart_resources = set() if resize_restart_containers else _restart_resources(container)
+        container_originals = originals[container["name"]]
+        for resource in _RESOURCES:
+            change = _resource_change(
+                container,
+                resource,
+                container_originals.of(resource),
+                ratios[resource],
+                bounds[resource],
+                resource in restart_resources,
+            )
+            if change is not None:
+                yield change
+
+
+def _resource_change(
+    container: Mapping[str, Any],
+    resource: Resource,
+    original: ResourceOriginal,
+    ratio: Fraction,
+    bounds: Bounds,
+    skip: bool,
+) -> ResourceChange | None:
+    to_units = _TO_UNITS[resource]
+    original_request = to_units(original.request) if original.request is not None else 0
+    if original_request <= 0:
+        return None  # nothing to scale; a zero request is left alone like a missing one
+    original_limit = to_units(original.limit) if original.limit is not None else None
+    current_request, current_limit = (_current(container, kind, resource) for kind in ("requests", "limits"))
+    if skip:
+        return ResourceChange(
+            container["name"],
+            resource,
+            original_request=original_request,
+            desired_request=original_request if current_request is None else current_request,
+            current_request=current_request,
+            original_limit=original_limit,
+            desired_limit=current_limit,
+            current_limit=current_limit,
+            skipped=RESTART_CONTAINER_POLICY,
+        )
+    desired_request, clamped = desired_quantity(original_request, ratio, bounds)
+    return ResourceChange(
+        container["name"],
+        resource,
+        original_request=original_request,
+        desired_request=desired_request,
+        current_request=current_request,
+        original_limit=original_limit,
+        desired_limit=_desired_limit(original, original_limit, desired_request, ratio),
+        current_limit=current_limit,
+        clamped=clamped,
+    )
+
+
+def _desired_limit(
+    original: ResourceOriginal, original_limit: int | None, desired_request: int, ratio: Fraction
+) -> int | None:
+    if original_limit is None:
+        return None
+    if original.limit == original.request:
+        return desired_request  # exactly, so a Guaranteed container stays Guaranteed
+    return max(round_half_away(original_limit * ratio), desired_request)
+
+
+def _current(container: Mapping[str, Any], kind: str, resource: Resource) -> int | None:
+    value = ((container.get("resources") or {}).get(kind) or {}).get(resource)
+    return None if value is None else _TO_UNITS[resource](coerce_quantity(value))
+
+
+def _restart_resources(container: Mapping[str, Any]) -> set[str]:
+    return {
+        entry.get("resourceName")
+        for entry in container.get("resizePolicy") or []
+        if entry.get("restartPolicy") == "RestartContainer"
+    }
+
+
+def _current_qos(pod: Mapping[str, Any]) -> QoSClass:
+    recorded = (pod.get("status") or {}).get("qosClass")
+    return recorded if recorded else pod_qos_class(pod.get("spec") or {})
+
+
+def _resized_spec(pod: Mapping[str, Any], changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
+    """The pod spec as it would be with every (non-skipped) target applied."""
+    targets = _by_container(tuple(change for change in changes if change.skipped is None))
+    containers = []
+    for container in _containers(pod):
+        resources = {kind: dict(values or {}) for kind, values in (container.get("resources") or {}).items()}
+        for change in targets.get(container["name"], ()):
+            for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
+                if amount is not None:
+                    resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
+        containers.append({**container, "resources": resources})
+    return {**(pod.get("spec") or {}), "containers": containers}
+
+
+def _patch(changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
+    """Strategic merge patch for ``pods/resize``: only containers and resources that
+    differ from the spec; request and limit of a changed resource are sent together."""
+    containers = []
+    for container, container_changes in _by_container(tuple(c for c in changes if c.changed)).items():
+        resources: dict[str, dict[str, str]] = {}
+        for change in container_changes:
+            resources.setdefault("requests", {})[change.resource] = _FORMAT[change.resource](change.desired_request)
+            if change.desired_limit is not None:
+                resources.setdefault("limits", {})[change.resource] = _FORMAT[change.resource](change.desired_limit)
+        containers.append({"name": container, "resources": resources})
+    return {"spec": {"containers": containers}} if containers else {}
+
+
+def _by_container(changes: tuple[ResourceChange, ...]) -> dict[str, list[ResourceChange]]:
+    grouped: dict[str, list[ResourceChange]] = {}
+    for change in changes:
+        grouped.setdefault(change.container, []).append(change)
+    return grouped
+
+
+def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((pod.get("spec") or {}).get("containers") or [])

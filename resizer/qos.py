@@ -1,0 +1,60 @@
+"""Pod QoS class, computed exactly as Kubernetes' ``ComputePodQOS`` does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any, Literal
+
+from resizer.quantity import coerce_quantity
+
+__all__ = ["QoSClass", "pod_qos_class"]
+
+QoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
+
+_QOS_RESOURCES = ("cpu", "memory")
+
+
+def pod_qos_class(pod_spec: Mapping[str, Any]) -> QoSClass:
+    """QoS class of a pod spec (k8s.io/kubernetes pkg/apis/core/helper/qos).
+
+    Only cpu and memory quantities greater than zero count. Requests and limits are
+    summed per resource over containers and init containers; Guaranteed needs every
+    container to set both cpu and memory limits and the summed requests to equal the
+    summed limits for every resource. Pod-level ``spec.resources``, when it sets cpu or
+    memory, replaces the containers (as with the PodLevelResources feature).
+    """
+    pod_resources = pod_spec.get("resources") or {}
+    if _positive(pod_resources.get("requests")) or _positive(pod_resources.get("limits")):
+        holders: Iterable[Mapping[str, Any]] = [pod_resources]
+    else:
+        containers = [*(pod_spec.get("containers") or []), *(pod_spec.get("initContainers") or [])]
+        holders = [container.get("resources") or {} for container in containers]
+    return _classify(holders)
+
+
+def _classify(holders: Iterable[Mapping[str, Any]]) -> QoSClass:
+    requests: dict[str, Fraction] = {}
+    limits: dict[str, Fraction] = {}
+    every_holder_limits_both = True
+    for resources in holders:
+        _accumulate(requests, _positive(resources.get("requests")))
+        holder_limits = _positive(resources.get("limits"))
+        _accumulate(limits, holder_limits)
+        if not set(_QOS_RESOURCES) <= holder_limits.keys():
+            every_holder_limits_both = False
+    if not requests and not limits:
+        return "BestEffort"
+    if every_holder_limits_both and requests == limits:
+        return "Guaranteed"
+    return "Burstable"
+
+
+def _positive(resource_list: Mapping[str, Any] | None) -> dict[str, Fraction]:
+    values = {name: coerce_quantity(value) for name, value in (resource_list or {}).items() if name in _QOS_RESOURCES}
+    return {name: value for name, value in values.items() if value > 0}
+
+
+def _accumulate(totals: dict[str, Fraction], additions: Mapping[str, Fraction]) -> None:
+    for name, value in additions.items():
+        totals[name] = totals.get(name, Fraction(0)) + value

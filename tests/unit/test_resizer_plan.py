@@ -1,0 +1,286 @@
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from resizer.config import Bounds, load_config, resolve_policy
+from resizer.originals import OriginalsError, originals_from_spec_annotations
+from resizer.plan import ResizePlan, ResourceChange, desired_quantity, plan_resize
+from resizer.qos import pod_qos_class
+
+from .test_resizer_support import (
+    SAMPLE_CONFIG,
+    GiB,
+    apply_resize_patch,
+    container,
+    guaranteed,
+    make_pod,
+    policy,
+    sample_config,
+    with_annotations,
+)
+
+# The sample plus node types for the design's edge cases, inserted before `bounds:`.
+EXTRA_NODES_CONFIG = SAMPLE_CONFIG.replace(
+    "bounds:",
+    "  slow: { cpuPerf: 0.5, memPerf: 1.0 }\n"
+    "  huge: { cpuPerf: 100.0, memPerf: 1.0 }\n"
+    "  bigmem: { cpuPerf: 1.0, memPerf: 2.0 }\n"
+    "  tinymem: { cpuPerf: 1.0, memPerf: 0.01 }\n"
+    "bounds:",
+)
+
+
+def plan_on(pod: dict[str, Any], node_type: str, **options: Any) -> ResizePlan:
+    config = load_config(EXTRA_NODES_CONFIG)
+    return plan_resize(pod, resolve_policy(config, pod), node_type, **options)
+
+
+def patch_of(*containers: tuple[str, dict[str, str], dict[str, str] | None]) -> dict[str, Any]:
+    entries = []
+    for name, requests, limits in containers:
+        resources: dict[str, Any] = {"requests": requests}
+        if limits:
+            resources["limits"] = limits
+        entries.append({"name": name, "resources": resources})
+    return {"spec": {"containers": entries}}
+
+
+# --- desired_quantity ----------------------------------------------------------------
+
+
+def test_desired_quantity_scales_exactly() -> None:
+    assert desired_quantity(1000, Fraction(4, 5), Bounds(50, 16_000)) == (800, None)
+
+
+def test_desired_quantity_rounds_half_away_from_zero() -> None:
+    assert desired_quantity(5, Fraction(1, 2), Bounds(0, 100)) == (3, None)
+    assert desired_quantity(3, Fraction(1, 2), Bounds(0, 100)) == (2, None)
+
+
+def test_desired_quantity_clamps_and_names_the_bound() -> None:
+    assert desired_quantity(10, Fraction(1), Bounds(50, 16_000)) == (50, "min")
+    assert desired_quantity(20_000, Fraction(1), Bounds(50, 16_000)) == (16_000, "max")
+    assert desired_quantity(50, Fraction(1), Bounds(50, 16_000)) == (50, None)
+
+
+# --- the design's examples -----------------------------------------------------------
+
+
+def test_guaranteed_pod_on_n4_shrinks_cpu_request_and_limit_to_exactly_800m() -> None:
+    pod = make_pod(guaranteed())
+    plan = plan_on(pod, "n4")
+    assert plan.outcome == "Resize"
+    assert plan.patch == patch_of(("app", {"cpu": "800m"}, {"cpu": "800m"}))
+    cpu = plan.changes[0]
+    assert (cpu.original_request, cpu.desired_request, cpu.current_request) == (1000, 800, 1000)
+    assert (cpu.original_limit, cpu.desired_limit, cpu.current_limit) == (1000, 800, 1000)
+    assert pod_qos_class(apply_resize_patch(pod, plan.patch)["spec"]) == "Guaranteed"
+
+
+def test_node_half_as_fast_doubles_the_request_to_2_cpus() -> None:
+    plan = plan_on(make_pod(container("app", {"cpu": "1000m"})), "slow")
+    assert plan.patch == patch_of(("app", {"cpu": "2"}, None))
+
+
+def test_node_100_times_faster_is_clamped_to_the_minimum() -> None:
+    plan = plan_on(make_pod(container("app", {"cpu": "1000m"})), "huge")
+    assert plan.patch == patch_of(("app", {"cpu": "50m"}, None))
+    assert plan.changes[0].clamped == "min"
+    assert plan.clamped
+
+
+def test_burstable_request_and_limit_scale_independently() -> None:
+    pod = make_pod(container("app", {"cpu": "500m", "memory": "1Gi"}, {"cpu": "2"}))
+    plan = plan_on(pod, "n4")
+    assert plan.patch == patch_of(("app", {"cpu": "400m"}, {"cpu": "1600m"}))
+    assert pod_qos_class(apply_resize_patch(pod, plan.patch)["spec"]) == "Burstable"
+
+
+def test_c3_scales_by_one_over_1_3_and_rounds_to_769m() -> None:
+    plan = plan_on(make_pod(guaranteed()), "c3")
+    assert plan.patch == patch_of(("app", {"cpu": "769m"}, {"cpu": "769m"}))
+
+
+def test_baseline_node_is_already_aligned() -> None:
+    plan = plan_on(make_pod(guaranteed()), "n2d")
+    assert (plan.outcome, plan.patch, plan.changed) == ("AlreadyAligned", {}, ())
+    assert len(plan.changes) == 2
+
+
+def test_plan_records_node_type_baseline_and_rule() -> None:
+    plan = plan_on(make_pod(guaranteed()), "n4")
+    assert (plan.node_type, plan.baseline_node_type, plan.rule) == ("n4", "n2d", "global")
+
+
+def test_multi_container_pod_patches_only_containers_that_change() -> None:
+    pod = make_pod(
+        guaranteed("app"),
+        container("metrics", {"cpu": "250m", "memory": "128Mi"}),
+        container("logs", {"memory": "64Mi"}),
+        container("tiny", {"cpu": "40m"}),
+    )
+    plan = plan_on(pod, "n4")
+    assert plan.outcome == "Resize"
+    assert plan.patch == patch_of(
+        ("app", {"cpu": "800m"}, {"cpu": "800m"}),
+        ("metrics", {"cpu": "200m"}, None),
+        ("tiny", {"cpu": "50m"}, None),
+    )
+    assert [(c.container, c.resource) for c in plan.changed] == [("app", "cpu"), ("metrics", "cpu"), ("tiny", "cpu")]
+
+
+def test_pod_without_requests_has_nothing_to_size() -> None:
+    plan = plan_on(make_pod(container("app"), container("side", {"ephemeral-storage": "1Gi"})), "n4")
+    assert (plan.outcome, plan.changes, plan.patch) == ("NothingToSize", (), {})
+    assert plan.summary() == "no container has a cpu or memory request to size"
+
+
+def test_zero_requests_are_left_alone() -> None:
+    plan = plan_on(make_pod(container("app", {"cpu": "0", "memory": "1Gi"})), "bigmem")
+    assert plan.patch == patch_of(("app", {"memory": "512Mi"}, None))
+
+
+def test_unknown_node_type() -> None:
+    plan = plan_on(make_pod(guaranteed()), "t2a")
+    assert (plan.outcome, plan.changes, plan.patch) == ("UnknownNodeType", (), {})
+    assert plan.summary() == "node type 't2a' is not in the configuration"
+
+
+# --- resize policy -------------------------------------------------------------------
+
+
+def test_restart_container_resources_are_skipped_with_a_reason() -> None:
+    pod = make_pod(container("app", {"cpu": "1", "memory": "1Gi"}, restart_on=("cpu",)))
+    plan = plan_resize(pod, policy({"n2d": (1, 1), "m4": ("1.25", 2)}), "m4")
+    assert plan.patch == patch_of(("app", {"memory": "512Mi"}, None))
+    cpu = next(change for change in plan.changes if change.resource == "cpu")
+    assert (cpu.skipped, cpu.desired_request, cpu.changed) == ("RestartContainerPolicy", 1000, False)
+
+
+def test_pod_whose_only_sizable_resource_needs_a_restart_has_nothing_to_size() -> None:
+    pod = make_pod(container("app", {"cpu": "1"}, restart_on=("cpu",)))
+    plan = plan_on(pod, "n4")
+    assert (plan.outcome, plan.patch) == ("NothingToSize", {})
+    assert plan.summary() == "app: cpu 1 (skipped: RestartContainerPolicy)"
+
+
+def test_restart_container_resources_are_resized_when_allowed() -> None:
+    pod = make_pod(container("app", {"cpu": "1"}, restart_on=("cpu",)))
+    plan = plan_on(pod, "n4", resize_restart_containers=True)
+    assert plan.patch == patch_of(("app", {"cpu": "800m"}, None))
+
+
+# --- QoS preservation ----------------------------------------------------------------
+
+
+def test_clamping_that_would_make_a_burstable_pod_guaranteed_is_refused() -> None:
+    pod = make_pod(container("app", {"cpu": "3m", "memory": "1Gi"}, {"cpu": "4m", "memory": "1Gi"}))
+    plan = plan_on(pod, "n4")
+    assert (plan.outcome, plan.patch) == ("QoSChange", {})
+    assert plan.changes[0].desired_request == plan.changes[0].desired_limit == 50
+    assert plan.summary().startswith("would change the QoS class: app: cpu 3m -> 50m")
+
+
+def test_rounding_that_would_make_a_burstable_pod_guaranteed_is_refused() -> None:
+    pod = make_pod(container("app", {"cpu": "3m", "memory": "1Gi"}, {"cpu": "4m", "memory": "1Gi"}))
+    plan = plan_resize(pod, policy({"n2d": (1, 1), "x4": (4, 1)}, cpu_bounds=(1, 16_000)), "x4")
+    assert (plan.outcome, plan.patch) == ("QoSChange", {})
+
+
+def test_recorded_qos_class_in_status_is_what_must_be_preserved() -> None:
+    pod = make_pod(guaranteed(), qos_class="Burstable")
+    assert plan_on(pod, "n4").outcome == "QoSChange"
+
+
+def test_a_limit_is_never_scaled_below_its_request() -> None:
+    pod = make_pod(container("app", {"cpu": "1", "memory": "1Gi"}, {"cpu": "1200m"}))
+    plan = plan_on(pod, "huge")
+    assert plan.patch == patch_of(("app", {"cpu": "50m"}, {"cpu": "50m"}))
+
+
+def test_limits_are_not_clamped_by_bounds() -> None:
+    pod = make_pod(container("app", {"cpu": "10", "memory": "1Gi"}, {"cpu": "12"}))
+    plan = plan_on(pod, "slow")
+    assert plan.patch == patch_of(("app", {"cpu": "16"}, {"cpu": "24"}))
+    assert plan.changes[0].clamped == "max"
+
+
+# --- memory --------------------------------------------------------------------------
+
+
+def test_memory_scales_by_mem_perf() -> None:
+    plan = plan_on(make_pod(guaranteed()), "bigmem")
+    assert plan.patch == patch_of(("app", {"memory": "512Mi"}, {"memory": "512Mi"}))
+
+
+def test_memory_is_clamped_to_the_maximum() -> None:
+    plan = plan_on(make_pod(container("app", {"memory": "1Gi"})), "tinymem")
+    assert plan.patch == patch_of(("app", {"memory": "32Gi"}, None))
+    assert plan.changes[0].clamped == "max"
+    assert plan.changes[0].desired_request == 32 * GiB
+
+
+# --- originals and current values ----------------------------------------------------
+
+
+def test_current_values_are_compared_by_value() -> None:
+    pod = make_pod(
+        container("app", {"cpu": "0.8", "memory": "1024Mi"}, {"cpu": "800m", "memory": "1Gi"}),
+        annotations={
+            "workload-resizer.io/original-cpu.app": "1",
+            "workload-resizer.io/original-cpu-limit.app": "1000m",
+        },
+    )
+    assert plan_on(pod, "n4").outcome == "AlreadyAligned"
+
+
+def test_already_resized_pod_is_rescaled_from_its_originals_not_its_spec() -> None:
+    original = make_pod(guaranteed())
+    resized = apply_resize_patch(original, plan_on(original, "n4").patch)
+    moved = with_annotations(resized, originals_from_spec_annotations(original))
+    plan = plan_on(moved, "c3")
+    assert plan.patch == patch_of(("app", {"cpu": "769m"}, {"cpu": "769m"}))
+    assert plan.changes[0].current_request == 800
+
+
+def test_corrupt_original_annotation_fails_the_plan() -> None:
+    pod = make_pod(guaranteed(), annotations={"workload-resizer.io/original-cpu.app": "a lot"})
+    with pytest.raises(OriginalsError):
+        plan_on(pod, "n4")
+
+
+def test_init_containers_are_not_resized() -> None:
+    pod = make_pod(guaranteed(), init_containers=[guaranteed("init")])
+    plan = plan_on(pod, "n4")
+    assert [entry["name"] for entry in plan.patch["spec"]["containers"]] == ["app"]
+
+
+# --- summary -------------------------------------------------------------------------
+
+
+def test_summary_describes_each_resource() -> None:
+    pod = make_pod(container("app", {"cpu": "1", "memory": "1Gi"}, {"cpu": "1"}))
+    assert plan_on(pod, "n4").summary() == "app: cpu 1 -> 800m (limit 1 -> 800m), memory 1Gi -> 1Gi"
+
+
+def test_summary_mentions_clamping_and_separates_containers() -> None:
+    pod = make_pod(container("app", {"cpu": "1"}), container("side", {"cpu": "100m"}))
+    assert (
+        plan_on(pod, "huge").summary() == "app: cpu 1 -> 50m (clamped to min); side: cpu 100m -> 50m (clamped to min)"
+    )
+
+
+def test_resource_change_reports_whether_it_changes_the_spec() -> None:
+    unchanged = ResourceChange("app", "cpu", 1000, 800, 800, 1000, 800, 800)
+    limit_only = ResourceChange("app", "cpu", 1000, 800, 800, 1000, 800, 1000)
+    assert not unchanged.changed
+    assert limit_only.changed
+
+
+def test_sample_config_plans_via_resolve_policy() -> None:
+    config = sample_config()
+    pod = make_pod(guaranteed())
+    assert plan_resize(pod, resolve_policy(config, pod), "n4").outcome == "Resize"
