@@ -1,0 +1,16 @@
+"""`python -m reconciler --help`"""
+from __future__ import annotations
+
+import sys
+
+from reconciler import options
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options.parse(argv)
+    from reconciler.run import main as run   # heavy imports only after --help/parse errors
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

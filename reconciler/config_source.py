@@ -1,0 +1,114 @@
+"""The sizing config from its ConfigMap: watched, polled, validated, last good kept.
+
+A missing or invalid ConfigMap never crashes the reconciler and is never used:
+the last valid config stays in force, the validation error is logged with its
+field path, a Warning Event `InvalidConfig` is recorded on the ConfigMap, and
+the `workload_resizer_config_valid` metric and /readyz say so.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from reconciler import metrics
+from reconciler.events import EventRecorder, object_reference
+from reconciler.informer import Informer
+from reconciler.kube import ApiError, KubeClient
+from resizer import ConfigError, ResizerConfig, load_config
+
+log = logging.getLogger("reconciler.config")
+
+CONFIG_KEY = "config.yaml"
+
+
+class ConfigSource:
+    def __init__(self, client: KubeClient, recorder: EventRecorder, namespace: str, name: str,
+                 refresh_interval: float, on_change: Callable[[], None], idle_timeout: float = 90.0) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.config: ResizerConfig | None = None     # the config in force (last good)
+        self.valid = False                           # whether the latest content is valid
+        self.error: str | None = None
+        self._client = client
+        self._recorder = recorder
+        self._refresh = refresh_interval
+        self._on_change = on_change
+        self._last_digest: str | None = None
+        self._good_digest: str | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+        self.informer = Informer(
+            client, "configmaps", f"/api/v1/namespaces/{namespace}/configmaps", slim=lambda cm: cm,
+            handler=self._on_event, params={"fieldSelector": f"metadata.name={name}"}, idle_timeout=idle_timeout)
+
+    @property
+    def ready(self) -> bool:
+        return self.config is not None
+
+    async def run(self) -> None:
+        await asyncio.gather(self.informer.run(), self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self._refresh)
+            try:
+                cm = await self._client.get(f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}")
+            except ApiError as err:
+                if err.status == 404:
+                    await self.apply(None)
+                else:
+                    log.warning("config poll failed", extra={"error": str(err)})
+                continue
+            except OSError as err:
+                log.warning("config poll failed", extra={"error": repr(err)})
+                continue
+            await self.apply(cm)
+
+    def _on_event(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        task = asyncio.get_running_loop().create_task(self.apply(None if kind == "DELETED" else obj))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def apply(self, configmap: dict[str, Any] | None) -> None:
+        text = ((configmap or {}).get("data") or {}).get(CONFIG_KEY)
+        digest = "missing" if configmap is None else hashlib.sha256((text or "").encode()).hexdigest()
+        if digest == self._last_digest:
+            return
+        self._last_digest = digest
+        if configmap is None or text is None:
+            problem = (f"ConfigMap {self.namespace}/{self.name} not found" if configmap is None
+                       else f"ConfigMap {self.namespace}/{self.name} has no key {CONFIG_KEY}")
+            await self._reject(configmap, problem, [("(root)", problem)])
+            return
+        try:
+            config = load_config(text)
+        except ConfigError as err:
+            await self._reject(configmap, str(err), err.errors)
+            return
+        self.valid, self.error = True, None
+        metrics.CONFIG_VALID.set(1)
+        if digest == self._good_digest:
+            return
+        self.config, self._good_digest = config, digest
+        metrics.CONFIG_LOADED.set(1)
+        metrics.CONFIG_RELOADS.inc()
+        log.info("config loaded", extra={"configmap": f"{self.namespace}/{self.name}",
+                                         "resourceVersion": configmap["metadata"].get("resourceVersion"),
+                                         "baselineNodeType": config.baselineNodeType,
+                                         "nodeTypes": sorted(config.nodeTypes)})
+        self._on_change()
+
+    async def _reject(self, configmap: dict[str, Any] | None, problem: str,
+                      errors: list[tuple[str, str]]) -> None:
+        self.valid, self.error = False, problem
+        metrics.CONFIG_VALID.set(0)
+        metrics.CONFIG_ERRORS.inc()
+        keeping = "keeping the last good config" if self.config is not None else "no valid config yet"
+        log.error("invalid config, " + keeping, extra={
+            "configmap": f"{self.namespace}/{self.name}",
+            "errors": [{"field": path, "error": message} for path, message in errors]})
+        if configmap is not None:
+            await self._recorder.emit(object_reference(configmap, "ConfigMap"), "Warning", "InvalidConfig",
+                                      f"{problem}; {keeping}")

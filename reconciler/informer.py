@@ -1,0 +1,124 @@
+"""List + watch into a local cache, like client-go's reflector and informer.
+
+Lists in pages, then watches from the list's resourceVersion with bookmarks,
+resumes from the last seen resourceVersion when a stream ends, re-lists on
+410 Gone, and treats a silent connection (no event or bookmark for
+`idle_timeout`) as dead. Objects are reduced by `slim` before they are cached,
+so the cache holds only the fields the reconciler reads.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from reconciler import metrics
+from reconciler.kube import ApiError, KubeClient, WatchExpired
+
+log = logging.getLogger("reconciler.informer")
+
+Obj = dict[str, Any]
+Handler = Callable[[str, Obj, Obj | None], None]   # (ADDED|MODIFIED|DELETED, new, old)
+
+
+def object_key(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+
+class Informer:
+    def __init__(self, client: KubeClient, resource: str, path: str, slim: Callable[[Obj], Obj],
+                 handler: Handler, params: dict[str, Any] | None = None, page_size: int = 500,
+                 idle_timeout: float = 90.0, server_timeout: tuple[int, int] = (240, 360)) -> None:
+        self.resource = resource
+        self.store: dict[str, Obj] = {}
+        self.synced = asyncio.Event()
+        self._client = client
+        self._path = path
+        self._slim = slim
+        self._handler = handler
+        self._params = params or {}
+        self._page_size = page_size
+        self._idle_timeout = idle_timeout
+        self._server_timeout = server_timeout
+        self._resource_version = ""
+
+    async def run(self) -> None:
+        backoff = 0.5
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                await self._watch()
+                backoff = 0.5
+            except WatchExpired:
+                metrics.WATCH_RESTARTS.labels(self.resource, "expired").inc()
+                log.info("watch expired, re-listing", extra={"resource": self.resource})
+                need_list = True
+            except (httpx.HTTPError, ApiError, OSError, ValueError) as err:
+                cause = "timeout" if isinstance(err, httpx.TimeoutException) else "error"
+                metrics.WATCH_RESTARTS.labels(self.resource, cause).inc()
+                log.warning("watch interrupted, resuming", extra={
+                    "resource": self.resource, "error": repr(err), "resourceVersion": self._resource_version})
+                if isinstance(err, ApiError) and err.status == 410:
+                    need_list = True
+                await asyncio.sleep(backoff + random.random() * backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    async def _list(self) -> None:
+        fresh: dict[str, Obj] = {}
+        params = {**self._params, "limit": str(self._page_size)}
+        while True:
+            page = await self._client.get(self._path, **params)
+            for item in page.get("items") or []:
+                obj = self._slim(item)
+                fresh[object_key(obj)] = obj
+            cont = page.get("metadata", {}).get("continue")
+            if not cont:
+                self._resource_version = page["metadata"]["resourceVersion"]
+                break
+            params["continue"] = cont
+        old_store, self.store = self.store, fresh
+        for key, obj in fresh.items():
+            old = old_store.get(key)
+            if old is None:
+                self._handler("ADDED", obj, None)
+            elif old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                self._handler("MODIFIED", obj, old)
+        for key, old in old_store.items():
+            if key not in fresh:
+                self._handler("DELETED", old, old)
+        metrics.CACHED_OBJECTS.labels(self.resource).set(len(self.store))
+        self.synced.set()
+        log.info("listed", extra={"resource": self.resource, "count": len(fresh),
+                                  "resourceVersion": self._resource_version})
+
+    async def _watch(self) -> None:
+        server_timeout = random.randint(*self._server_timeout)
+        async for event in self._client.watch(self._path, self._resource_version, self._params,
+                                              server_timeout, self._idle_timeout):
+            kind = event.get("type")
+            raw = event.get("object") or {}
+            rv = raw.get("metadata", {}).get("resourceVersion")
+            if kind == "BOOKMARK":
+                if rv:
+                    self._resource_version = rv
+                continue
+            obj = self._slim(raw)
+            key = object_key(obj)
+            if kind in ("ADDED", "MODIFIED"):
+                old = self.store.get(key)
+                self.store[key] = obj
+                self._handler("MODIFIED" if old is not None else "ADDED", obj, old)
+            elif kind == "DELETED":
+                old = self.store.pop(key, None)
+                self._handler("DELETED", obj, old)
+            if rv:
+                self._resource_version = rv
+            metrics.CACHED_OBJECTS.labels(self.resource).set(len(self.store))

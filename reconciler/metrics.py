@@ -1,0 +1,52 @@
+"""Prometheus metrics of the reconciler, named like controller-runtime's."""
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+CONTROLLER = "pod-resizer"
+
+RECONCILE_TOTAL = Counter(
+    "controller_runtime_reconcile_total", "Total number of reconciliations per controller and result.",
+    ["controller", "result"])
+RECONCILE_ERRORS = Counter(
+    "controller_runtime_reconcile_errors_total", "Total number of reconciliation errors per controller.",
+    ["controller"])
+RECONCILE_TIME = Histogram(
+    "controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller.",
+    ["controller"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+ACTIVE_WORKERS = Gauge(
+    "controller_runtime_active_workers", "Number of currently used workers per controller.", ["controller"])
+MAX_WORKERS = Gauge(
+    "controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent reconciles per controller.",
+    ["controller"])
+
+QUEUE_DEPTH = Gauge("workqueue_depth", "Current depth of workqueue.", ["name"])
+QUEUE_ADDS = Counter("workqueue_adds_total", "Total number of adds handled by workqueue.", ["name"])
+QUEUE_RETRIES = Counter("workqueue_retries_total", "Total number of retries handled by workqueue.", ["name"])
+QUEUE_LATENCY = Histogram(
+    "workqueue_queue_duration_seconds", "How long an item stays in workqueue before being requested.",
+    ["name"], buckets=(0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300))
+QUEUE_WORK = Histogram(
+    "workqueue_work_duration_seconds", "How long processing an item from workqueue takes.",
+    ["name"], buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60))
+
+API_REQUESTS = Counter(
+    "rest_client_requests_total", "Number of HTTP requests to the apiserver, by method, resource and code.",
+    ["method", "resource", "code"])
+
+OUTCOMES = Counter(
+    "workload_resizer_outcomes_total", "Decisions per outcome (the Event reasons).", ["reason"])
+CONFIG_VALID = Gauge(
+    "workload_resizer_config_valid", "1 if the latest ConfigMap content is valid, 0 if it is not.")
+CONFIG_LOADED = Gauge(
+    "workload_resizer_config_loaded", "1 once a valid config is in use (possibly the last good one).")
+CONFIG_ERRORS = Counter(
+    "workload_resizer_config_errors_total", "ConfigMap contents rejected by validation, or missing.")
+CONFIG_RELOADS = Counter(
+    "workload_resizer_config_reloads_total", "Valid config versions taken into use.")
+LEADER = Gauge(
+    "leader_election_master_status", "1 if this instance is the leader of the named lease.", ["name"])
+WATCH_RESTARTS = Counter(
+    "workload_resizer_watch_restarts_total", "Watch streams restarted, by resource and cause.", ["resource", "cause"])
+CACHED_OBJECTS = Gauge(
+    "workload_resizer_cached_objects", "Objects held in the reconciler's caches.", ["resource"])

@@ -1,0 +1,101 @@
+"""Command-line flags of `python -m reconciler`, named like the Go ecosystem's."""
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import uuid
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(text: str) -> float:
+    """Seconds from a Go-style duration (`30s`, `1m30s`, `500ms`) or a plain number of seconds."""
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 30s, 1m, 500ms)") from None
+        value = sum(float(n) * _UNITS[u] for n, u in parts)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"duration {text!r} must not be negative")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m reconciler",
+        description="workload-resizer reconciler: resizes bound pods in place (pods/resize) for the "
+                    "machine family of their node, from the originals stamped at admission.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    api = p.add_argument_group("Kubernetes API")
+    api.add_argument("--kubeconfig", default=None,
+                     help="path to a kubeconfig; default: in-cluster config, then $KUBECONFIG / ~/.kube/config")
+    api.add_argument("--kube-api-qps", type=float, default=100.0, help="client-side sustained requests per second")
+    api.add_argument("--kube-api-burst", type=positive_int, default=200, help="client-side request burst")
+    api.add_argument("--watch-idle-timeout", type=duration, default=90.0,
+                     help="restart a watch that delivered nothing (not even a bookmark) for this long")
+
+    sizing = p.add_argument_group("sizing")
+    sizing.add_argument("--node-type-label", default="cloud.google.com/machine-family",
+                        help="node label whose value names the node type in the config's nodeTypes")
+    sizing.add_argument("--config-namespace", default="workload-resizer-system",
+                        help="namespace of the config ConfigMap")
+    sizing.add_argument("--config-name", default="workload-resizer-config",
+                        help="name of the config ConfigMap (key config.yaml)")
+    sizing.add_argument("--config-refresh-interval", type=duration, default=30.0,
+                        help="also re-read the ConfigMap this often, besides watching it")
+    sizing.add_argument("--resize-restart-containers", action="store_true",
+                        help="also resize resources whose resizePolicy is RestartContainer (restarts them)")
+    sizing.add_argument("--dry-run", action="store_true",
+                        help="decide, log and record WouldResize events, but patch nothing")
+
+    work = p.add_argument_group("work")
+    work.add_argument("--concurrency", type=positive_int, default=8, help="pods reconciled at the same time")
+
+    election = p.add_argument_group("leader election")
+    election.add_argument("--leader-elect", action="store_true",
+                          help="elect a leader on a Lease; only the leader watches and writes")
+    election.add_argument("--leader-election-namespace", default=None,
+                          help="namespace of the Lease (default: --config-namespace)")
+    election.add_argument("--leader-election-id", default="workload-resizer-reconciler", help="name of the Lease")
+    election.add_argument("--leader-election-identity", default=None,
+                          help="this instance's identity in the Lease (default: hostname_random)")
+    election.add_argument("--leader-election-lease-duration", type=duration, default=15.0,
+                          help="how long a lease is valid without renewal")
+    election.add_argument("--leader-election-renew-deadline", type=duration, default=10.0,
+                          help="the leader gives up (and exits) if it cannot renew for this long")
+    election.add_argument("--leader-election-retry-period", type=duration, default=2.0,
+                          help="interval between acquire/renew attempts")
+
+    ops = p.add_argument_group("operations")
+    ops.add_argument("--metrics-bind-address", default=":8080",
+                     help="address for Prometheus /metrics ('0' disables)")
+    ops.add_argument("--health-probe-bind-address", default=":8081",
+                     help="address for /healthz and /readyz ('0' disables)")
+    ops.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    ops.add_argument("--log-format", default="json", choices=["json", "text"])
+    ops.add_argument("--shutdown-timeout", type=duration, default=20.0,
+                     help="on SIGTERM, wait this long for in-flight reconciles")
+    return p
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if args.leader_election_namespace is None:
+        args.leader_election_namespace = args.config_namespace
+    if args.leader_election_identity is None:
+        args.leader_election_identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
+        build_parser().error("--leader-election-renew-deadline must be shorter than the lease duration")
+    return args

@@ -1,0 +1,208 @@
+"""Wiring: credentials, caches, leader election, workers, probes, shutdown."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from typing import Any
+
+import httpx
+
+from ops.jsonlog import configure_logging
+from reconciler import http, metrics
+from reconciler.config_source import ConfigSource
+from reconciler.controller import Options, PodResizer
+from reconciler.events import EventRecorder
+from reconciler.kube import ApiError, KubeClient, load_credentials
+from reconciler.leader import LeaderElector, LeadershipLost
+from reconciler.workqueue import WorkQueue
+
+log = logging.getLogger("reconciler")
+
+
+class Reconciler:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        creds = load_credentials(args.kubeconfig)
+        self.client = KubeClient(creds, qps=args.kube_api_qps, burst=args.kube_api_burst,
+                                 max_connections=args.concurrency + 8)
+        self.recorder = EventRecorder(self.client)
+        self.queue = WorkQueue("pod-resizer")
+        self.config = ConfigSource(self.client, self.recorder, args.config_namespace, args.config_name,
+                                   args.config_refresh_interval, on_change=self._config_changed,
+                                   idle_timeout=args.watch_idle_timeout)
+        self.resizer = PodResizer(
+            self.client, self.recorder, self.config, self.queue,
+            Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
+                    resize_restart_containers=args.resize_restart_containers),
+            idle_timeout=args.watch_idle_timeout)
+        self.elector = LeaderElector(
+            self.client, args.leader_election_namespace, args.leader_election_id,
+            args.leader_election_identity, args.leader_election_lease_duration,
+            args.leader_election_renew_deadline, args.leader_election_retry_period) if args.leader_elect else None
+        self.stop = asyncio.Event()
+        self.active = False
+
+    def _config_changed(self) -> None:
+        self.resizer.on_config_change()
+
+    # ---- probes
+
+    def checks(self) -> dict[str, http.Check]:
+        def config() -> tuple[bool, str]:
+            if not self.active:
+                return True, "standby (not leader)"
+            if self.config.config is None:
+                return False, f"no valid config: {self.config.error or 'not loaded yet'}"
+            if not self.config.valid:
+                return True, f"latest config invalid, using last good: {self.config.error}"
+            return True, "valid"
+
+        def caches() -> tuple[bool, str]:
+            if not self.active:
+                return True, "standby (not leader)"
+            synced = self.resizer.pods.synced.is_set() and self.resizer.nodes.synced.is_set()
+            return synced, "synced" if synced else "syncing"
+
+        return {"config": config, "caches": caches}
+
+    # ---- main loop
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        servers = await self._start_http()
+        code = 0
+        try:
+            code = await self._lead_and_work()
+        finally:
+            for server in servers:
+                server.should_exit = True
+            await self.client.close()
+        return code
+
+    async def _lead_and_work(self) -> int:
+        if self.elector is not None:
+            acquired = asyncio.create_task(self.elector.acquire())
+            stopped = asyncio.create_task(self.stop.wait())
+            await asyncio.wait({acquired, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not acquired.done():
+                acquired.cancel()
+                log.info("stopped before becoming leader")
+                return 0
+            stopped.cancel()
+        self.active = True
+        background = [asyncio.create_task(c, name=n) for n, c in (
+            ("config", self.config.run()), ("nodes", self.resizer.nodes.run()),
+            ("pods", self.resizer.pods.run()))]
+        if self.elector is not None:
+            background.append(asyncio.create_task(self.elector.hold(), name="lease"))
+        workers: list[asyncio.Task[None]] = []
+        stopped = asyncio.create_task(self.stop.wait())
+        try:
+            synced = asyncio.create_task(self._wait_synced())
+            done, _ = await asyncio.wait({stopped, synced, *background}, return_when=asyncio.FIRST_COMPLETED)
+            if synced in done:
+                log.info("caches synced; starting workers", extra={"workers": self.args.concurrency})
+                metrics.MAX_WORKERS.labels(metrics.CONTROLLER).set(self.args.concurrency)
+                workers = [asyncio.create_task(self._worker(i)) for i in range(self.args.concurrency)]
+                done, _ = await asyncio.wait({stopped, *background}, return_when=asyncio.FIRST_COMPLETED)
+            synced.cancel()
+            return self._exit_code(done, stopped)
+        finally:
+            await self._shutdown(workers, background, stopped)
+
+    def _exit_code(self, done: set[asyncio.Task[Any]], stopped: asyncio.Task[Any]) -> int:
+        if stopped in done:
+            log.info("shutting down (signal)")
+            return 0
+        for task in done:
+            err = task.exception() if not task.cancelled() else None
+            if isinstance(err, LeadershipLost):
+                log.error("leadership lost; stopping all work", extra={"error": str(err)})
+            else:
+                log.error("background task ended unexpectedly", extra={"task": task.get_name(),
+                                                                       "error": repr(err)})
+        return 1
+
+    async def _wait_synced(self) -> None:
+        await self.resizer.nodes.synced.wait()
+        await self.resizer.pods.synced.wait()
+
+    async def _shutdown(self, workers: list[asyncio.Task[None]], background: list[asyncio.Task[Any]],
+                        stopped: asyncio.Task[Any]) -> None:
+        await self.queue.shutdown()
+        if workers:
+            _, pending = await asyncio.wait(workers, timeout=self.args.shutdown_timeout)
+            for task in pending:
+                task.cancel()
+        for task in [*background, stopped]:
+            task.cancel()
+        await asyncio.gather(*background, stopped, return_exceptions=True)
+        if self.elector is not None:
+            await self.elector.release()
+        self.active = False
+
+    async def _worker(self, index: int) -> None:
+        while (key := await self.queue.get()) is not None:
+            started = time.monotonic()
+            metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
+            try:
+                result = await self.resizer.reconcile(key)
+            except (ApiError, httpx.HTTPError, OSError) as err:
+                delay = self.queue.add_rate_limited(key)
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
+                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+                level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
+                log.log(level, "reconcile failed; will retry", extra={"pod": key, "error": str(err) or repr(err),
+                                                                      "retryIn": round(delay, 2)})
+            except Exception:
+                delay = self.queue.add_rate_limited(key)
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
+                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+                log.exception("reconcile crashed; will retry", extra={"pod": key, "retryIn": round(delay, 2)})
+            else:
+                if result.requeue_after is not None:
+                    self.queue.add_after(key, result.requeue_after)
+                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "requeue_after").inc()
+                else:
+                    self.queue.forget(key)
+                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
+            finally:
+                elapsed = time.monotonic() - started
+                metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(elapsed)
+                metrics.QUEUE_WORK.labels(self.queue.name).observe(elapsed)
+                metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
+                self.queue.done(key)
+
+    async def _start_http(self) -> list[Any]:
+        app = http.build_app(self.checks())
+        addresses = {a for a in (self.args.metrics_bind_address, self.args.health_probe_bind_address) if a != "0"}
+        servers = []
+        for address in sorted(addresses):
+            server = http.build_server(app, address)
+            servers.append(server)
+            asyncio.create_task(server.serve(), name=f"http {address}")
+        return servers
+
+
+def main(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
+    logging.getLogger("httpx").setLevel(logging.WARNING)        # one line per API call is noise
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    try:
+        import uvloop
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+
+    async def _run() -> int:
+        return await Reconciler(args).run()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        return runner(_run())
+    return 130

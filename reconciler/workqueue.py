@@ -1,0 +1,118 @@
+"""A work queue with client-go semantics, for asyncio.
+
+- An item is queued at most once, however often it is added.
+- An item being processed is never handed to a second worker; if it is added
+  meanwhile it is marked dirty and re-queued when the first worker is done.
+- Per-item exponential backoff for retries (`add_rate_limited`), reset by `forget`.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+from reconciler import metrics
+
+
+class WorkQueue:
+    def __init__(self, name: str, base_delay: float = 0.5, max_delay: float = 300.0) -> None:
+        self.name = name
+        self._queue: deque[str] = deque()
+        self._queued: dict[str, float] = {}       # item -> time it was queued
+        self._processing: set[str] = set()
+        self._dirty: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._delayed: dict[str, asyncio.TimerHandle] = {}
+        self._base = base_delay
+        self._max = max_delay
+        self._wakeup = asyncio.Condition()
+        self._shutting_down = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, item: str) -> None:
+        if self._shutting_down:
+            return
+        metrics.QUEUE_ADDS.labels(self.name).inc()
+        if item in self._processing:
+            self._dirty.add(item)
+            return
+        if item in self._queued:
+            return
+        self._queued[item] = time.monotonic()
+        self._queue.append(item)
+        metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+        asyncio.get_running_loop().create_task(self._notify())
+
+    def add_after(self, item: str, delay: float) -> None:
+        if delay <= 0:
+            self.add(item)
+            return
+        existing = self._delayed.get(item)
+        if existing is not None and existing.when() <= asyncio.get_running_loop().time() + delay:
+            return
+        if existing is not None:
+            existing.cancel()
+        self._delayed[item] = asyncio.get_running_loop().call_later(delay, self._fire_delayed, item)
+
+    def _fire_delayed(self, item: str) -> None:
+        self._delayed.pop(item, None)
+        self.add(item)
+
+    def add_rate_limited(self, item: str) -> float:
+        failures = self._failures.get(item, 0)
+        self._failures[item] = failures + 1
+        delay = min(self._base * (2 ** failures), self._max)
+        metrics.QUEUE_RETRIES.labels(self.name).inc()
+        self.add_after(item, delay)
+        return delay
+
+    def forget(self, item: str) -> None:
+        self._failures.pop(item, None)
+
+    def num_requeues(self, item: str) -> int:
+        return self._failures.get(item, 0)
+
+    async def _notify(self) -> None:
+        async with self._wakeup:
+            self._wakeup.notify()
+
+    async def get(self) -> str | None:
+        """Next item, or None once the queue is shut down."""
+        async with self._wakeup:
+            while not self._queue and not self._shutting_down:
+                await self._wakeup.wait()
+            if not self._queue:
+                return None
+            item = self._queue.popleft()
+        queued_at = self._queued.pop(item)
+        metrics.QUEUE_LATENCY.labels(self.name).observe(time.monotonic() - queued_at)
+        metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+        self._processing.add(item)
+        return item
+
+    def done(self, item: str) -> None:
+        self._processing.discard(item)
+        if item in self._dirty:
+            self._dirty.discard(item)
+            self.add(item)
+
+    def drop(self, item: str) -> None:
+        """Forget everything about an item (its object was deleted)."""
+        self._failures.pop(item, None)
+        timer = self._delayed.pop(item, None)
+        if timer is not None:
+            timer.cancel()
+
+    async def shutdown(self) -> None:
+        self._shutting_down = True
+        for timer in self._delayed.values():
+            timer.cancel()
+        self._delayed.clear()
+        async with self._wakeup:
+            self._wakeup.notify_all()
+
+    @property
+    def idle(self) -> bool:
+        return not self._queue and not self._processing and not self._delayed

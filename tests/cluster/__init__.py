@@ -1,0 +1,1 @@
+"""Tests against the real local control plane from hack/cluster."""

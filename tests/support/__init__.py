@@ -1,0 +1,1 @@
+"""Helpers shared by the cluster tests, benchmarks and demo (never product code)."""

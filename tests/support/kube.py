@@ -1,0 +1,198 @@
+"""A small synchronous Kubernetes API client for tests, benchmarks and the demo.
+
+Deliberately independent of the product's own API client, so tests do not
+check our code with our code. Raw JSON in and out; paths are explicit.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import yaml
+
+T = TypeVar("T")
+
+PATCH_TYPES = {
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "json": "application/json-patch+json",
+}
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        self.status = status
+        self.body = body
+        self.reason = body.get("reason", "")
+        super().__init__(f"HTTP {status}: {body.get('message', body)}")
+
+
+def _materialise(data: str, suffix: str, directory: Path) -> str:
+    path = directory / suffix
+    path.write_bytes(base64.b64decode(data))
+    path.chmod(0o600)
+    return str(path)
+
+
+class Kube:
+    """Admin access to one cluster, from a kubeconfig with embedded client certs or a token."""
+
+    def __init__(self, kubeconfig: str | Path, token: str | None = None) -> None:
+        self.kubeconfig = str(kubeconfig)
+        config = yaml.safe_load(Path(kubeconfig).read_text())
+        context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
+        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+        self._tmp = Path(tempfile.mkdtemp(prefix="kube-test-"))
+        self.server = cluster["server"]
+        self.ca_file = _materialise(cluster["certificate-authority-data"], "ca.crt", self._tmp)
+        headers = {"Accept": "application/json"}
+        cert = None
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        elif "token" in user:
+            headers["Authorization"] = f"Bearer {user['token']}"
+        else:
+            cert = (_materialise(user["client-certificate-data"], "tls.crt", self._tmp),
+                    _materialise(user["client-key-data"], "tls.key", self._tmp))
+        self.http = httpx.Client(base_url=self.server, verify=self.ca_file, cert=cert,
+                                 headers=headers, timeout=30)
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                params: dict[str, Any] | None = None) -> dict[str, Any]:
+        content = json.dumps(body).encode() if body is not None else None
+        resp = self.http.request(method, path, content=content, params=params,
+                                 headers={"Content-Type": content_type} if content is not None else None)
+        payload = resp.json() if resp.content else {}
+        if resp.status_code >= 300:
+            raise ApiError(resp.status_code, payload)
+        return payload
+
+    def get(self, path: str, **params: Any) -> dict[str, Any]:
+        return self.request("GET", path, params=params or None)
+
+    def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", path, obj)
+
+    def patch(self, path: str, patch: Any, kind: str = "merge") -> dict[str, Any]:
+        return self.request("PATCH", path, patch, content_type=PATCH_TYPES[kind])
+
+    def delete(self, path: str, missing_ok: bool = True, **params: Any) -> dict[str, Any]:
+        try:
+            return self.request("DELETE", path, params=params or None)
+        except ApiError as err:
+            if missing_ok and err.status == 404:
+                return {}
+            raise
+
+    def apply_yaml(self, text: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Create (or replace by merge patch) every document, as a tiny `kubectl apply`."""
+        created = []
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                created.append(self.apply(doc, namespace))
+        return created
+
+    def apply(self, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        collection = collection_path(obj, namespace)
+        try:
+            return self.create(collection, obj)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+            return self.patch(f"{collection}/{obj['metadata']['name']}", obj, "merge")
+
+    # ---- pods and events
+
+    def pods(self, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        params = {"labelSelector": selector} if selector else {}
+        return self.get(f"/api/v1/namespaces/{namespace}/pods", **params)["items"]
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    def events_for(self, namespace: str, name: str, kind: str = "Pod") -> list[dict[str, Any]]:
+        selector = f"involvedObject.name={name},involvedObject.kind={kind}"
+        return self.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector=selector)["items"]
+
+    def resize(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/resize", patch, "strategic")
+
+
+def collection_path(obj: dict[str, Any], namespace: str | None) -> str:
+    api_version = obj["apiVersion"]
+    plural = PLURALS[obj["kind"]]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    ns = obj.get("metadata", {}).get("namespace", namespace)
+    if plural in CLUSTER_SCOPED:
+        return f"{base}/{plural}"
+    return f"{base}/namespaces/{ns}/{plural}"
+
+
+PLURALS = {
+    "Namespace": "namespaces", "Node": "nodes", "Pod": "pods", "ConfigMap": "configmaps",
+    "Secret": "secrets", "Service": "services", "ServiceAccount": "serviceaccounts",
+    "Deployment": "deployments", "ReplicaSet": "replicasets", "StatefulSet": "statefulsets",
+    "DaemonSet": "daemonsets", "Job": "jobs", "Role": "roles", "RoleBinding": "rolebindings",
+    "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "PodDisruptionBudget": "poddisruptionbudgets", "Lease": "leases", "LimitRange": "limitranges",
+    "ResourceQuota": "resourcequotas",
+}
+CLUSTER_SCOPED = {"namespaces", "nodes", "clusterroles", "clusterrolebindings",
+                  "mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60, interval: float = 0.25) -> T:
+    """Poll check() until it returns something truthy; fail with `what` after timeout."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+        except ApiError as err:      # e.g. a 404 while an object is being created
+            last_error, result = err, None
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
+                         + (f" (last error: {last_error})" if last_error else ""))
+
+
+def deployment(name: str, replicas: int, containers: list[dict[str, Any]],
+               node_selector: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+               labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Deployment manifest whose pods carry app=<name>."""
+    pod_labels = {"app": name, **(labels or {})}
+    spec: dict[str, Any] = {"containers": containers, "terminationGracePeriodSeconds": 0}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": pod_labels, "annotations": annotations or {}}, "spec": spec},
+        },
+    }
+
+
+def container(name: str, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None,
+              resize_policy: dict[str, str] | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    c: dict[str, Any] = {"name": name, "image": "registry.k8s.io/pause:3.10", "resources": resources}
+    if resize_policy:
+        c["resizePolicy"] = [{"resourceName": r, "restartPolicy": p} for r, p in resize_policy.items()]
+    return c
