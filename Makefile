@@ -1,0 +1,43 @@
+# workload-resizer: the two commands are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PYTEST := $(PY) -m pytest
+
+.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo bench clean
+
+all: test
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+## All tests: unit tests, then the cluster tests against hack/cluster (brought up if needed).
+test: venv
+	$(PYTEST) tests
+
+unit-test: venv
+	$(PYTEST) tests/unit
+
+cluster-test: venv
+	$(PYTEST) tests/cluster
+
+## The control-plane suite against Kubernetes 1.35 (first GA of in-place resize), in its own state dir.
+test-1.35: venv
+	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) tests/cluster/test_control_plane.py tests/cluster/test_resize_plans.py
+
+cluster-up:
+	hack/cluster up
+
+cluster-down:
+	hack/cluster down
+
+demo: venv
+	$(PY) hack/demo.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
