@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo bench clean
+.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down bench clean
 
 all: test
 
@@ -38,6 +38,9 @@ cluster-down:
 
 demo: venv
 	$(PY) hack/demo.py
+
+demo-down: venv
+	$(PY) hack/demo.py down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

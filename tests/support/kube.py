@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import tempfile
 import time
 from collections.abc import Callable
@@ -53,16 +54,15 @@ class Kube:
         self.server = cluster["server"]
         self.ca_file = _materialise(cluster["certificate-authority-data"], "ca.crt", self._tmp)
         headers = {"Accept": "application/json"}
-        cert = None
+        tls = ssl.create_default_context(cafile=self.ca_file)
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         elif "token" in user:
             headers["Authorization"] = f"Bearer {user['token']}"
         else:
-            cert = (_materialise(user["client-certificate-data"], "tls.crt", self._tmp),
-                    _materialise(user["client-key-data"], "tls.key", self._tmp))
-        self.http = httpx.Client(base_url=self.server, verify=self.ca_file, cert=cert,
-                                 headers=headers, timeout=30)
+            tls.load_cert_chain(_materialise(user["client-certificate-data"], "tls.crt", self._tmp),
+                                _materialise(user["client-key-data"], "tls.key", self._tmp))
+        self.http = httpx.Client(base_url=self.server, verify=tls, headers=headers, timeout=30)
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 params: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""`make demo`: the main job of workload-resizer on a local control plane.
+
+Brings up hack/cluster with n2d, n4 and c3 KWOK nodes, starts the webhook (with
+generated certificates, registered with the apiserver) and the reconciler,
+applies the sample config and a Deployment spread across the machine families,
+waits until every pod is aligned, and prints a before/after table and the
+pods' Events.
+
+    hack/demo.py          run the demo (leaves everything running to look around)
+    hack/demo.py down     stop the webhook and reconciler and the cluster
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from resizer import APPLIED_INSTANCE_TYPE, original_key, parse_quantity  # noqa: E402
+from tests.support.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
+
+STATE = Path(os.environ.get("WR_CLUSTER_DIR", REPO / ".cluster"))
+DEMO = STATE / "demo"
+SYSTEM_NS = "workload-resizer-system"
+DEMO_NS = "demo"
+FAMILY_LABEL = "cloud.google.com/machine-family"
+NODES = [("n2d-node-1", "n2d"), ("n2d-node-2", "n2d"), ("n4-node-1", "n4"), ("n4-node-2", "n4"),
+         ("c3-node-1", "c3"), ("c3-node-2", "c3")]
+SAMPLE_CONFIG = """\
+baselineNodeType: n2d
+nodeTypes:
+  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
+  n4: { cpuPerf: 1.25, memPerf: 1.0 }
+  c3: { cpuPerf: 1.30, memPerf: 1.0 }
+bounds:
+  cpu: { min: "50m", max: "16" }
+  memory: { min: "64Mi", max: "32Gi" }
+"""
+
+
+def say(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+def cluster_up() -> dict[str, str]:
+    say("starting the local control plane (hack/cluster up; the first run builds Kubernetes from Go modules)")
+    proc = subprocess.run([str(REPO / "hack" / "cluster"), "up"], stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit("hack/cluster up failed")
+    return dict(line.removeprefix("export ").split("=", 1) for line in proc.stdout.splitlines()
+                if line.startswith("export "))
+
+
+def add_nodes(kube: Kube) -> None:
+    say("adding KWOK nodes: " + ", ".join(f"{n} ({f})" for n, f in NODES))
+    for name, family in NODES:   # add-node also (re)labels an existing node
+        subprocess.run([str(REPO / "hack" / "cluster"), "add-node", name, "--family", family,
+                        "--cpu", "16", "--memory", "64Gi", "--label", "workload-resizer.io/demo=true"],
+                       check=True, stdout=subprocess.DEVNULL)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(name: str, argv: list[str]) -> None:
+    stop(name)
+    log = open(DEMO / f"{name}.log", "ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    (DEMO / f"{name}.pid").write_text(str(proc.pid))
+
+
+def stop(name: str) -> None:
+    pid_file = DEMO / f"{name}.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text())
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        cmdline = b""
+    module = {"webhook": b"app", "reconciler": b"reconciler"}[name]
+    if b"\0-m\0" + module + b"\0" in cmdline:      # still our process, not a recycled pid
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.1)
+    pid_file.unlink()
+
+
+def start_webhook(kube: Kube) -> None:
+    certs = DEMO / "certs"
+    say("generating webhook certificates (python -m certs) and starting the webhook on 127.0.0.1")
+    subprocess.run([sys.executable, "-m", "certs", "--out-dir", str(certs), "--ip", "127.0.0.1",
+                    "--ca-bundle-file", str(certs / "ca.b64")], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    port = free_port()
+    start("webhook", [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
+                      "--tls-cert-file", str(certs / "tls.crt"), "--tls-key-file", str(certs / "tls.key")])
+    import httpx
+    wait_for("webhook ready", lambda: _ready(httpx, f"https://127.0.0.1:{port}/readyz", str(certs / "ca.crt")),
+             timeout=30)
+    rendered = subprocess.run(
+        [sys.executable, "webhook-config/render.py", "webhook-config/local-url.yaml",
+         f"WEBHOOK_URL=https://127.0.0.1:{port}/mutate", f"CA_BUNDLE={(certs / 'ca.b64').read_text().strip()}"],
+        check=True, cwd=REPO, capture_output=True, text=True).stdout
+    kube.delete("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/workload-resizer")
+    kube.apply_yaml(rendered)
+
+
+def _ready(httpx_module, url: str, ca: str) -> bool:
+    try:
+        return httpx_module.get(url, verify=ca, timeout=2).status_code == 200
+    except httpx_module.HTTPError:
+        return False
+
+
+def start_reconciler(kubeconfig: str) -> None:
+    say("starting the reconciler (python -m reconciler)")
+    start("reconciler", [sys.executable, "-m", "reconciler", f"--kubeconfig={kubeconfig}",
+                         f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                         f"--health-probe-bind-address=127.0.0.1:{free_port()}"])
+
+
+def apply_config(kube: Kube) -> None:
+    say(f"applying the sample config (ConfigMap {SYSTEM_NS}/workload-resizer-config)")
+    for ns in (SYSTEM_NS, DEMO_NS):
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "workload-resizer-config", "namespace": SYSTEM_NS},
+                "data": {"config.yaml": SAMPLE_CONFIG}})
+    wait_for("default service account in demo", lambda: kube.get(
+        f"/api/v1/namespaces/{DEMO_NS}/serviceaccounts/default"), timeout=30)
+
+
+def apply_workload(kube: Kube) -> None:
+    say("creating Deployment demo/web: 6 replicas of 1 CPU / 1Gi (Guaranteed), spread across n2d, n4 and c3")
+    kube.delete(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments/web")
+    wait_for("old demo pods gone", lambda: not kube.pods(DEMO_NS, "app=web"), timeout=60)
+    manifest = deployment("web", 6, [container("app", requests={"cpu": "1", "memory": "1Gi"},
+                                               limits={"cpu": "1", "memory": "1Gi"})],
+                          node_selector={"workload-resizer.io/demo": "true"})
+    manifest["spec"]["template"]["spec"]["topologySpreadConstraints"] = [{
+        "maxSkew": 1, "topologyKey": FAMILY_LABEL, "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}}}]
+    kube.create(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments", manifest)
+
+
+def wait_aligned(kube: Kube) -> list[dict]:
+    say("waiting for the scheduler to bind the pods and the reconciler to resize them")
+
+    def aligned() -> list[dict] | None:
+        pods = kube.pods(DEMO_NS, "app=web")
+        done = [p for p in pods if APPLIED_INSTANCE_TYPE in (p["metadata"].get("annotations") or {})]
+        return pods if len(pods) == 6 and len(done) == 6 else None
+
+    return wait_for("6 aligned pods", aligned, timeout=120, interval=0.5)
+
+
+def show(kube: Kube, pods: list[dict]) -> None:
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"].get(FAMILY_LABEL)
+             for n in kube.get("/api/v1/nodes")["items"]}
+    rows = [("POD", "NODE", "TYPE", "CPU original -> now", "MEMORY original -> now", "LIMIT cpu", "QOS")]
+    for pod in sorted(pods, key=lambda p: (nodes.get(p["spec"]["nodeName"]) or "", p["metadata"]["name"])):
+        ann = pod["metadata"]["annotations"]
+        res = pod["spec"]["containers"][0]["resources"]
+        rows.append((pod["metadata"]["name"], pod["spec"]["nodeName"], nodes.get(pod["spec"]["nodeName"]) or "-",
+                     f"{ann.get(original_key('app', 'cpu', 'request'))} -> {res['requests']['cpu']}",
+                     f"{ann.get(original_key('app', 'memory', 'request'))} -> {res['requests']['memory']}",
+                     res.get("limits", {}).get("cpu", "-"), pod["status"].get("qosClass", "")))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    print()
+    for row in rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)))
+    print()
+    say("Events of the pods (as `kubectl describe pod` shows them)")
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        for event in kube.events_for(DEMO_NS, pod["metadata"]["name"]):
+            if event.get("source", {}).get("component") == "workload-resizer":
+                print(f"  {pod['metadata']['name']:28} {event['type']:8} {event['reason']:15} {event['message']}")
+
+
+def down() -> None:
+    for name in ("reconciler", "webhook"):
+        stop(name)
+    subprocess.run([str(REPO / "hack" / "cluster"), "down"], check=False)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["down"]:
+        down()
+        return 0
+    exports = cluster_up()
+    kubeconfig = exports["KUBECONFIG"]
+    DEMO.mkdir(parents=True, exist_ok=True)
+    kube = Kube(kubeconfig)
+    add_nodes(kube)
+    apply_config(kube)
+    start_webhook(kube)
+    start_reconciler(kubeconfig)
+    apply_workload(kube)
+    pods = wait_aligned(kube)
+    show(kube, pods)
+    print(f"""
+Look around (webhook and reconciler keep running; logs in {DEMO}):
+  export PATH={exports['PATH'].split(':', 1)[0]}:$PATH KUBECONFIG={kubeconfig}
+  kubectl -n {DEMO_NS} get pods -o wide
+  kubectl -n {DEMO_NS} describe pod <name>
+  kubectl -n {DEMO_NS} scale deployment web --replicas=12
+  tail -f {DEMO}/reconciler.log
+Stop everything:
+  make demo-down""")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
