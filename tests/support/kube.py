@@ -62,6 +62,7 @@ class Kube:
         else:
             tls.load_cert_chain(_materialise(user["client-certificate-data"], "tls.crt", self._tmp),
                                 _materialise(user["client-key-data"], "tls.key", self._tmp))
+        self.tls = tls
         self.http = httpx.Client(base_url=self.server, verify=tls, headers=headers, timeout=30)
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",

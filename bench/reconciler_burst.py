@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Burst benchmark of the reconciler against the real local control plane.
+
+A Deployment scaled to N replicas (default 1,000) across n2d/n4/c3 KWOK nodes, with
+the webhook registered (so originals are stamped at admission) and the reconciler
+running. Prints:
+
+- time from the first binding to the last applied annotation, and resizes/s;
+- time the scheduler took to bind them all (a floor we cannot beat);
+- API requests per pod by verb and resource, from the reconciler's own metrics
+  (target: <= 3 writes per webhook-stamped pod, no per-pod node GET);
+- the reconciler's peak RSS;
+- the ceiling: how long the apiserver takes to accept N bare pods/resize patches
+  sent by a minimal async client (same run, same pods).
+
+    .venv/bin/python bench/reconciler_burst.py [--replicas 1000] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from resizer import APPLIED_INSTANCE_TYPE  # noqa: E402
+from tests.support.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
+from tests.support.processes import (  # noqa: E402
+    Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active)
+
+NAMESPACE = "bench-burst"
+BENCH_LABEL = "workload-resizer.io/bench"
+CONFIG = """\
+baselineNodeType: n2d
+nodeTypes:
+  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
+  n4: { cpuPerf: 1.25, memPerf: 1.0 }
+  c3: { cpuPerf: 1.30, memPerf: 1.0 }
+bounds:
+  cpu: { min: "10m", max: "16" }
+  memory: { min: "16Mi", max: "32Gi" }
+"""
+
+
+def cluster_up() -> str:
+    proc = subprocess.run([str(REPO / "hack" / "cluster"), "up"], stdout=subprocess.PIPE, text=True, check=True)
+    return next(line.split("=", 1)[1] for line in proc.stdout.splitlines() if line.startswith("export KUBECONFIG="))
+
+
+class PodTimeline:
+    """Watches the namespace and records when each pod was first bound and first aligned."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.bound: dict[str, float] = {}
+        self.applied: dict[str, float] = {}
+        self._kube = kube
+        self._namespace = namespace
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        rv = self._kube.get(f"/api/v1/namespaces/{self._namespace}/pods")["metadata"]["resourceVersion"]
+        self._rv = rv
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            params = {"watch": "1", "resourceVersion": self._rv, "timeoutSeconds": "60",
+                      "allowWatchBookmarks": "true"}
+            try:
+                with self._kube.http.stream("GET", f"/api/v1/namespaces/{self._namespace}/pods",
+                                            params=params, timeout=httpx.Timeout(30, read=90)) as resp:
+                    for line in resp.iter_lines():
+                        if self._stop.is_set():
+                            return
+                        if line:
+                            self._record(orjson.loads(line))
+            except httpx.HTTPError:
+                time.sleep(0.2)
+
+    def _record(self, event: dict) -> None:
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        if meta.get("resourceVersion"):
+            self._rv = meta["resourceVersion"]
+        if event.get("type") not in ("ADDED", "MODIFIED"):
+            return
+        now = time.monotonic()
+        name = meta["name"]
+        if obj.get("spec", {}).get("nodeName"):
+            self.bound.setdefault(name, now)
+        if APPLIED_INSTANCE_TYPE in (meta.get("annotations") or {}):
+            self.applied.setdefault(name, now)
+
+
+def setup(kube: Kube, nodes_per_family: int) -> list[str]:
+    kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
+    wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=120)
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    kube.create(f"/api/v1/namespaces/{NAMESPACE}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "workload-resizer-config"},
+        "data": {"config.yaml": CONFIG}})
+    nodes = []
+    for family in ("n2d", "n4", "c3"):
+        for i in range(nodes_per_family):
+            name = f"burst-{family}-{i}"
+            subprocess.run([str(REPO / "hack" / "cluster"), "add-node", name, "--family", family, "--cpu", "64",
+                            "--memory", "256Gi", "--pods", "1000", "--label", f"{BENCH_LABEL}=burst"],
+                           check=True, stdout=subprocess.DEVNULL)
+            nodes.append(name)
+    wait_for("default service account", lambda: kube.get(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"), timeout=30)
+    return nodes
+
+
+def _gone(kube: Kube, path: str) -> bool:
+    try:
+        kube.get(path)
+    except ApiError as err:
+        return err.status == 404
+    return False
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def bare_resize_ceiling(kube: Kube, pods: list[dict], concurrency: int) -> float:
+    """Seconds the apiserver needs to accept one pods/resize patch per pod from a minimal client."""
+    async with httpx.AsyncClient(base_url=kube.server, verify=kube.tls, headers=dict(kube.http.headers),
+                                 limits=httpx.Limits(max_connections=concurrency)) as client:
+        queue: asyncio.Queue[dict] = asyncio.Queue()
+        for pod in pods:
+            queue.put_nowait(pod)
+
+        async def worker() -> None:
+            while not queue.empty():
+                pod = queue.get_nowait()
+                cpu = pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+                new = "71m" if cpu != "71m" else "72m"
+                body = orjson.dumps({"spec": {"containers": [{"name": "app", "resources": {
+                    "requests": {"cpu": new}, "limits": {"cpu": new}}}]}})
+                resp = await client.patch(
+                    f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}/resize", content=body,
+                    headers={"Content-Type": "application/strategic-merge-patch+json"})
+                if resp.status_code >= 300:
+                    raise RuntimeError(f"bare resize failed: {resp.status_code} {resp.text[:200]}")
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replicas", type=int, default=1000)
+    parser.add_argument("--nodes-per-family", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=16, help="reconciler --concurrency")
+    parser.add_argument("--qps", type=float, default=500, help="reconciler --kube-api-qps")
+    parser.add_argument("--burst", type=int, default=1000, help="reconciler --kube-api-burst")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--keep", action="store_true", help="leave the namespace and nodes in place")
+    args = parser.parse_args()
+
+    kubeconfig = cluster_up()
+    kube = Kube(kubeconfig)
+    nodes = setup(kube, args.nodes_per_family)
+    webhook = Webhook("--log-level=warning")
+    webhook.wait_ready()
+    hook_name = register_webhook(kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench",
+                                 namespaces=[NAMESPACE])
+    wait_webhook_active(kube, NAMESPACE)
+    reconciler = Reconciler(kubeconfig, f"--config-namespace={NAMESPACE}", f"--concurrency={args.concurrency}",
+                            f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}", "--log-level=warning")
+    timeline = PodTimeline(kube, NAMESPACE)
+    try:
+        reconciler.wait_ready()
+        timeline.start()
+        manifest = deployment("burst", args.replicas, [container(
+            "app", requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "100m", "memory": "128Mi"})],
+            node_selector={BENCH_LABEL: "burst"})
+        created = time.monotonic()
+        kube.create(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", manifest)
+        wait_for(f"{args.replicas} aligned pods", lambda: len(timeline.applied) >= args.replicas,
+                 timeout=args.timeout, interval=0.5)
+        timeline.stop()
+        first_bound = min(timeline.bound.values())
+        last_bound = max(timeline.bound.values())
+        last_applied = max(timeline.applied.values())
+        align_seconds = last_applied - first_bound
+        n = args.replicas
+        requests = _requests_by_verb(reconciler)
+        writes = sum(v for (m, _), v in requests.items() if m in ("PATCH", "POST", "PUT", "DELETE"))
+        figures = {
+            "replicas": n, "nodes": len(nodes),
+            "create_to_last_aligned_s": round(last_applied - created, 2),
+            "first_bound_to_last_aligned_s": round(align_seconds, 2),
+            "first_bound_to_last_bound_s": round(last_bound - first_bound, 2),
+            "resizes_per_s": round(n / align_seconds, 1),
+            "requests_per_pod": {f"{m} {r}": round(v / n, 3) for (m, r), v in sorted(requests.items())},
+            "writes_per_pod": round(writes / n, 3),
+            "node_gets_per_pod": round(requests.get(("GET", "nodes"), 0) / n, 4),
+            "reconciler_peak_rss_mb": round(peak_rss_mb(reconciler.proc.pid), 1),
+        }
+        pods = kube.pods(NAMESPACE, "app=burst")
+        figures["bare_resize_ceiling_s"] = round(asyncio.run(bare_resize_ceiling(kube, pods, 32)), 2)
+        figures["align_vs_ceiling"] = round(align_seconds / figures["bare_resize_ceiling_s"], 2)
+        _print(figures)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2))
+        return 0
+    finally:
+        timeline.stop()
+        reconciler.terminate()
+        webhook.terminate()
+        unregister_webhook(kube, hook_name)
+        if not args.keep:
+            kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
+            for node in nodes:
+                kube.delete(f"/api/v1/nodes/{node}")
+
+
+def _requests_by_verb(reconciler: Reconciler) -> dict[tuple[str, str], float]:
+    totals: dict[tuple[str, str], float] = {}
+    for line in reconciler.metrics().splitlines():
+        if not line.startswith("rest_client_requests_total{"):
+            continue
+        labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
+        key = (labels["method"].strip('"'), labels["resource"].strip('"'))
+        totals[key] = totals.get(key, 0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+def _print(figures: dict) -> None:
+    print(f"\nreconciler burst: {figures['replicas']} pods on {figures['nodes']} KWOK nodes "
+          f"(n2d/n4/c3), machine: {os.cpu_count()} cores")
+    for key, value in figures.items():
+        if key == "requests_per_pod":
+            print("  API requests per pod (reconciler):")
+            for name, per_pod in value.items():
+                print(f"    {name:28} {per_pod}")
+        else:
+            print(f"  {key:34} {value}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
