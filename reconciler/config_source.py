@@ -30,6 +30,7 @@ class ConfigSource:
         self.namespace = namespace
         self.name = name
         self.config: ResizerConfig | None = None     # the config in force (last good)
+        self.generation = 0                          # bumped whenever a new config takes force
         self.valid = False                           # whether the latest content is valid
         self.error: str | None = None
         self._client = client
@@ -92,6 +93,7 @@ class ConfigSource:
         if digest == self._good_digest:
             return
         self.config, self._good_digest = config, digest
+        self.generation += 1
         metrics.CONFIG_LOADED.set(1)
         metrics.CONFIG_RELOADS.inc()
         log.info("config loaded", extra={"configmap": f"{self.namespace}/{self.name}",

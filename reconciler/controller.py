@@ -124,14 +124,15 @@ class PodResizer:
     def _needs_work(self, pod: dict[str, Any]) -> bool:
         if not _live_and_bound(pod) or not eligibility(pod).eligible:
             return False
-        node_type = self._cached_node_type(pod["spec"]["nodeName"])
+        node = self.nodes.store.get(pod["spec"]["nodeName"])
+        if node is None:
+            return True     # a node we have not seen yet: reconcile looks it up
+        node_type = node["metadata"]["labels"].get(self._options.node_type_label)
+        if node_type is None:
+            return False    # untyped node: nothing to do until it is labelled (_on_node)
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE),
                 self._finished.get(pod["metadata"].get("uid") or ""))
-        return node_type is None or node_type not in done
-
-    def _cached_node_type(self, node_name: str) -> str | None:
-        node = self.nodes.store.get(node_name)
-        return None if node is None else node["metadata"]["labels"].get(self._options.node_type_label)
+        return node_type not in done
 
     async def _node_type(self, node_name: str) -> tuple[bool, str | None]:
         """(node exists, its type label). A cache miss (node created a moment ago) is a GET."""
@@ -163,7 +164,7 @@ class PodResizer:
         config = self._config.config
         if config is None:
             return Result(requeue_after=5.0)
-        signature = (node_type, id(config), status_fingerprint(pod), _our_annotations(pod))
+        signature = _situation(pod, node_type, self._config.generation)
         if self._decided.get(uid) == signature:
             return DONE
         return await self._decide(pod, node_type, signature)
@@ -200,6 +201,10 @@ class PodResizer:
         if missing:
             pod = await self._stamp_originals(pod, missing)
             self._fault("originals")
+            # The stamp changed the annotations the signature covers: a terminal decision
+            # below must be keyed on the pod as it is now, or the watch event of our own
+            # write looks like a new situation and the pod is decided (and reported) again.
+            signature = _situation(pod, node_type, self._config.generation)
             plan = plan_resize(pod, resolve_policy(policy_config, pod), node_type,
                                self._options.resize_restart_containers)
         # Step 2: the resize itself, only if something changes.
@@ -284,8 +289,10 @@ def _live_and_bound(pod: dict[str, Any]) -> bool:
         and pod["status"].get("phase") not in TERMINAL_PHASES
 
 
-def _our_annotations(pod: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in pod["metadata"]["annotations"].items() if k.startswith(PREFIX)))
+def _situation(pod: dict[str, Any], node_type: str, config_generation: int) -> tuple[Any, ...]:
+    """What a terminal decision depended on; the same situation is not decided twice."""
+    ours = tuple(sorted((k, v) for k, v in pod["metadata"]["annotations"].items() if k.startswith(PREFIX)))
+    return node_type, config_generation, status_fingerprint(pod), ours
 
 
 def _pod_path(pod: dict[str, Any], subresource: str | None = None) -> str:

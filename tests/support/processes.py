@@ -107,3 +107,157 @@ class Reconciler(Process):
                 return
             time.sleep(0.2)
         raise AssertionError(f"reconciler not ready after {timeout}s:\n{self.logs()[-3000:]}")
+
+
+def _sum_samples(text: str, name: str, labels: dict[str, str]) -> float:
+    """Sum of the Prometheus samples of `name` in `text` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        series, _, value = line.rpartition(" ")
+        if series.split("{", 1)[0] != name:
+            continue
+        if all(f'{k}="{v}"' in series for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+# ---------------------------------------------------------------- the admission webhook
+
+WEBHOOK_CONFIG_DIR = REPO / "webhook-config"
+MUTATING_WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+class WebhookCerts:
+    """A CA and a serving certificate for 127.0.0.1, made by `python -m certs`."""
+
+    def __init__(self, directory: str | Path | None = None, ip: str = "127.0.0.1") -> None:
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="webhook-certs-"))
+        bundle_file = self.directory / "ca.b64"
+        subprocess.run([sys.executable, "-m", "certs", "--out-dir", str(self.directory), "--ip", ip,
+                        "--ca-bundle-file", str(bundle_file)], cwd=REPO, check=True, capture_output=True,
+                       text=True, timeout=60)
+        self.ca_bundle = bundle_file.read_text().strip()
+        self.ca_file = str(self.directory / "ca.crt")
+        self.cert_file = str(self.directory / "tls.crt")
+        self.key_file = str(self.directory / "tls.key")
+
+
+class Webhook(Process):
+    """`python -m app` on 127.0.0.1:<free port>, serving https://127.0.0.1:<port>/mutate."""
+
+    def __init__(self, *flags: str, certs: WebhookCerts | None = None, port: int | None = None,
+                 env: dict[str, str] | None = None, name: str = "webhook") -> None:
+        self.certs = certs or WebhookCerts()
+        self.port = port or free_port()
+        argv = [sys.executable, "-m", "app", "--bind-address=127.0.0.1", f"--port={self.port}",
+                f"--tls-cert-file={self.certs.cert_file}", f"--tls-key-file={self.certs.key_file}",
+                "--log-flush-interval=0", *flags]
+        super().__init__(name, argv, env)
+
+    @property
+    def base_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The admission endpoint, as the MutatingWebhookConfiguration names it."""
+        return f"{self.base_url}/mutate"
+
+    def _get(self, path: str) -> httpx.Response:
+        import ssl
+
+        context = ssl.create_default_context(cafile=self.certs.ca_file)
+        return httpx.get(f"{self.base_url}{path}", verify=context, timeout=5)
+
+    def metrics(self) -> str:
+        return self._get("/metrics").text
+
+    def metric(self, name: str, **labels: str) -> float:
+        return _sum_samples(self.metrics(), name, labels)
+
+    def ready(self) -> bool:
+        try:
+            return self._get("/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive:
+                raise AssertionError(f"webhook exited early:\n{self.logs()[-3000:]}")
+            if self.ready():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"webhook not ready after {timeout}s:\n{self.logs()[-3000:]}")
+
+
+def render_webhook_configuration(url: str, ca_bundle: str,
+                                 template: str | Path = WEBHOOK_CONFIG_DIR / "local-url.yaml") -> dict:
+    """webhook-config/local-url.yaml rendered by webhook-config/render.py, as the docs say to."""
+    import yaml
+
+    proc = subprocess.run([sys.executable, str(WEBHOOK_CONFIG_DIR / "render.py"), str(template),
+                           f"WEBHOOK_URL={url}", f"CA_BUNDLE={ca_bundle}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    if proc.returncode != 0:
+        raise AssertionError(f"render.py failed (exit {proc.returncode}): {proc.stderr}")
+    return yaml.safe_load(proc.stdout)
+
+
+def register_webhook(kube, url: str, ca_bundle: str, name: str | None = None,
+                     namespaces: list[str] | None = None) -> str:
+    """Create the MutatingWebhookConfiguration for a webhook at `url`; return its name.
+
+    `name` replaces the template's `workload-resizer` (so a test does not clobber
+    someone else's registration); `namespaces` limits the webhook to those
+    namespaces (so it does not stamp other tests' pods). Undo with
+    unregister_webhook(kube, name).
+    """
+    config = render_webhook_configuration(url, ca_bundle)
+    if name:
+        config["metadata"]["name"] = name
+    if namespaces is not None:
+        for hook in config["webhooks"]:
+            hook["namespaceSelector"] = {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}]}
+    name = config["metadata"]["name"]
+    kube.delete(f"{MUTATING_WEBHOOKS}/{name}")
+    kube.create(MUTATING_WEBHOOKS, config)
+    return name
+
+
+def unregister_webhook(kube, name: str = "workload-resizer") -> None:
+    kube.delete(f"{MUTATING_WEBHOOKS}/{name}")
+
+
+def webhook_probe_pod(namespace: str) -> dict:
+    """A pod the webhook stamps (controlled by a ReplicaSet), for dry-run admission probes."""
+    import uuid
+
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "webhook-probe-", "namespace": namespace, "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "webhook-probe", "uid": str(uuid.uuid4()),
+            "controller": True}]},
+        "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10",
+                                 "resources": {"requests": {"cpu": "100m"}}}]},
+    }
+
+
+def wait_webhook_active(kube, namespace: str, timeout: float = 30) -> None:
+    """Wait until the apiserver calls the webhook for pods in `namespace`.
+
+    Creates a probe pod with dryRun=All (nothing is stored) until the answer
+    carries the original-* annotation the webhook stamps.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pod = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", webhook_probe_pod(namespace),
+                           params={"dryRun": "All"})
+        if "workload-resizer.io/original-cpu.probe" in (pod["metadata"].get("annotations") or {}):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"the apiserver did not call the webhook for namespace {namespace} within {timeout}s")
