@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from resizer import APPLIED_INSTANCE_TYPE, original_key, parse_quantity  # noqa: E402
-from tests.support.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
+from resizer import APPLIED_INSTANCE_TYPE, SAMPLE_CONFIG, original_key  # noqa: E402
+from tests.support.kube import Kube, container, deployment, wait_for  # noqa: E402
 
 STATE = Path(os.environ.get("WR_CLUSTER_DIR", REPO / ".cluster"))
 DEMO = STATE / "demo"
@@ -33,16 +33,6 @@ DEMO_NS = "demo"
 FAMILY_LABEL = "cloud.google.com/machine-family"
 NODES = [("n2d-node-1", "n2d"), ("n2d-node-2", "n2d"), ("n4-node-1", "n4"), ("n4-node-2", "n4"),
          ("c3-node-1", "c3"), ("c3-node-2", "c3")]
-SAMPLE_CONFIG = """\
-baselineNodeType: n2d
-nodeTypes:
-  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
-  n4: { cpuPerf: 1.25, memPerf: 1.0 }
-  c3: { cpuPerf: 1.30, memPerf: 1.0 }
-bounds:
-  cpu: { min: "50m", max: "16" }
-  memory: { min: "64Mi", max: "32Gi" }
-"""
 
 
 def say(text: str) -> None:

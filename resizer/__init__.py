@@ -23,6 +23,7 @@ from resizer.config import (
     NodeProfile,
     Policy,
     ResizerConfig,
+    SAMPLE_CONFIG,
     load_config,
     resolve_policy,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "QuantityError",
     "ResizePlan",
     "ResizerConfig",
+    "SAMPLE_CONFIG",
     "ResourceChange",
     "ResourceOriginal",
     "coerce_quantity",

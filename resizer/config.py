@@ -39,6 +39,18 @@ from pydantic import (
 
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 
+SAMPLE_CONFIG = """\
+baselineNodeType: n2d
+nodeTypes:
+  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
+  n4:  { cpuPerf: 1.25, memPerf: 1.0 }
+  c3:  { cpuPerf: 1.30, memPerf: 1.0 }
+bounds:
+  cpu:    { min: "50m",  max: "16" }
+  memory: { min: "64Mi", max: "32Gi" }
+"""
+"""The design's sample ``config.yaml``: the chart's default and the demo's config."""
+
 __all__ = [
     "COMPUTE_CLASS_SELECTOR",
     "Bounds",

@@ -8,18 +8,8 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from resizer import Bounds, NodeProfile, Policy, ResizerConfig, load_config
+from resizer import SAMPLE_CONFIG, Bounds, NodeProfile, Policy, ResizerConfig, load_config
 
-SAMPLE_CONFIG = """\
-baselineNodeType: n2d
-nodeTypes:
-  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
-  n4:  { cpuPerf: 1.25, memPerf: 1.0 }
-  c3:  { cpuPerf: 1.30, memPerf: 1.0 }
-bounds:
-  cpu:    { min: "50m",  max: "16" }
-  memory: { min: "64Mi", max: "32Gi" }
-"""
 
 GiB = 1024**3
 MiB = 1024**2
