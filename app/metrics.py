@@ -1,0 +1,62 @@
+"""Prometheus metrics of the webhook, on a registry of their own.
+
+A registry per :class:`Metrics` instance (instead of prometheus_client's global
+one) keeps tests independent and lets several apps live in one process; the
+process/platform/GC collectors are registered on it so ``/metrics`` still shows
+the usual ``process_*`` series.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+# Webhook calls take well under a millisecond; the apiserver gives up at
+# timeoutSeconds (3 s in webhook-config/).
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+REQUEST_RESULTS = ("patched", "skipped", "error", "rejected")
+RELOAD_RESULTS = ("success", "error")
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None, process_metrics: bool = True) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        if process_metrics:
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+        self.requests = Counter(
+            "workload_resizer_webhook_requests_total",
+            "Admission requests by result: patched (pod stamped), skipped (allowed unchanged), "
+            "error (our bug; allowed unchanged), rejected (malformed request, HTTP 4xx).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "workload_resizer_webhook_request_duration_seconds",
+            "Time from the request reaching the webhook handler to the response being sent.",
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.cert_reloads = Counter(
+            "workload_resizer_webhook_cert_reloads_total",
+            "Serving-certificate loads by result (success, error = bad pair kept out).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.cert_not_after = Gauge(
+            "workload_resizer_webhook_cert_not_after_timestamp_seconds",
+            "Expiry (notAfter, Unix time) of the serving certificate in use.",
+            registry=self.registry,
+        )
+        # Children resolved once: .labels() is a dict lookup under a lock.
+        self.by_result = {r: self.requests.labels(r) for r in REQUEST_RESULTS}
+        self.reloads_by_result = {r: self.cert_reloads.labels(r) for r in RELOAD_RESULTS}

@@ -1,0 +1,286 @@
+"""AdmissionReview in, AdmissionReview out: the webhook's decision, free of I/O.
+
+``handle_review(body)`` returns ``(status_code, response_bytes, record)``:
+
+* 200 with an ``admission.k8s.io/v1`` AdmissionReview echoing the request uid,
+  always ``allowed: true``; for an eligible pod CREATE it carries a base64
+  JSONPatch that sets every ``workload-resizer.io/original-*`` annotation the
+  shared core (:mod:`resizer`) computes from the spec and removes any other
+  controller-owned annotation (``original-*`` / ``applied-*``) the client sent:
+  a copied manifest must not carry stale state and a tenant must not pick its
+  own baseline.
+* 400 (413 for a body over the limit, checked by the caller) with a JSON
+  ``{"error": ...}`` body when the request is not a usable AdmissionReview.
+
+Which pods are eligible and what the originals are is decided by the shared
+core only (``resizer.eligibility`` / ``resizer.originals_from_spec_annotations``
+/ ``resizer.is_controller_owned_key``); this module only turns that into a
+patch. Any unexpected exception while deciding is caught: the pod is allowed
+unchanged (the webhook must never block pod creation because of our bug) and
+the record says ``reason: InternalError`` so the caller logs and counts it.
+
+``record`` is a dict of log fields: ``uid``, ``pod`` (name, else generateName),
+``namespace``, ``owner`` (``Kind/name`` of the controller, or empty),
+``decision`` (``patched``/``skipped``; ``rejected`` for 4xx), ``reason``,
+``originals`` (the annotations the pod ends up with, empty unless eligible) and,
+on errors, ``error``/``stack``; the caller adds ``duration_ms``.
+"""
+
+from __future__ import annotations
+
+import base64
+import traceback
+from typing import Any
+
+import orjson
+
+import resizer
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+
+# Decisions (the ``decision`` log field); metrics map InternalError to "error".
+PATCHED = "patched"
+SKIPPED = "skipped"
+REJECTED = "rejected"
+
+REASON_INTERNAL_ERROR = "InternalError"
+
+_NO_ORIGINALS: dict[str, str] = {}  # shared, never mutated
+
+_JSON = orjson.loads
+_DUMPS = orjson.dumps
+_b64 = base64.b64encode
+
+
+# -- memo of the core's originals ---------------------------------------------------
+# resizer.originals_from_spec_annotations parses and canonicalises every quantity
+# exactly (Fractions): ~10 us per value, ~100 us for a 2-container pod, most of a
+# request's CPU. Its result depends only on each spec container's name and
+# resources (its contract: "the spec as it is now"; tests/unit/test_webhook_review.py
+# checks that varying anything else leaves it unchanged), and replicas of one
+# workload share those, so the result is memoised on exactly that projection.
+# The rules stay in the core: a miss calls it, a hit returns what it returned.
+_ORIGINALS_CACHE_MAX = 2048  # entries; bounded memory: at most ~2048 x 4 KiB of keys
+_ORIGINALS_KEY_MAX = 4096  # bytes of key; bigger pods are not memoised
+_originals_cache: dict[bytes, dict[str, str]] = {}
+
+
+def originals_of(pod: dict[str, Any]) -> dict[str, str]:
+    """``resizer.originals_from_spec_annotations(pod)``, memoised. Treat the result as read-only."""
+    try:
+        containers = pod["spec"]["containers"]
+        key = _DUMPS([(c["name"], c.get("resources")) for c in containers])
+    except Exception:  # odd shapes: let the core decide (and raise) uncached
+        return resizer.originals_from_spec_annotations(pod)
+    hit = _originals_cache.get(key)
+    if hit is not None:
+        return hit
+    result = resizer.originals_from_spec_annotations(pod)
+    if len(key) > _ORIGINALS_KEY_MAX:  # unusually many containers: not worth the memory
+        return result
+    if len(_originals_cache) >= _ORIGINALS_CACHE_MAX:
+        _originals_cache.clear()
+    _originals_cache[key] = result
+    return result
+
+
+def json_pointer_escape(key: str) -> str:
+    """RFC 6901 escaping of one reference token: ``~`` -> ``~0``, ``/`` -> ``~1``."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+_ANNOTATIONS_PATH = "/metadata/annotations"
+_path_cache: dict[str, str] = {}
+
+
+def annotation_path(key: str) -> str:
+    """JSON pointer of ``metadata.annotations[key]`` (memoised: the same keys recur)."""
+    path = _path_cache.get(key)
+    if path is None:
+        path = _ANNOTATIONS_PATH + "/" + json_pointer_escape(key)
+        if len(_path_cache) >= 8192:
+            _path_cache.clear()
+        _path_cache[key] = path
+    return path
+
+
+def _error(status: int, message: str, uid: str = "") -> tuple[int, bytes, dict[str, Any]]:
+    record: dict[str, Any] = {"decision": REJECTED, "reason": "BadRequest", "error": message}
+    if uid:
+        record["uid"] = uid
+    return status, _DUMPS({"error": message, "code": status}), record
+
+
+def too_large(limit: int) -> tuple[int, bytes, dict[str, Any]]:
+    """The 413 answer for a body over ``limit`` bytes (used by the HTTP layer)."""
+    status, body, record = _error(413, f"request body exceeds the {limit}-byte limit")
+    record["reason"] = "TooLarge"
+    return status, body, record
+
+
+def _allowed(uid: str, patch_b64: str | None = None) -> bytes:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch_b64 is not None:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = patch_b64
+    return _DUMPS({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+
+
+def _encode(ops: list[dict[str, Any]]) -> str:
+    return _b64(_DUMPS(ops)).decode("ascii")
+
+
+# The common case, a pod straight from its controller (no controller-owned
+# annotation yet), gets the same patch as every replica of its workload: all
+# ``add``s, plus creating the map when absent. That encoded patch is memoised on
+# the (memoised, hence shared) originals dict; the entry holds the dict, so its
+# id cannot be reused while the entry exists.
+_FRESH_CACHE_MAX = 2048
+_fresh_patch_cache: dict[tuple[int, bool], tuple[dict[str, str], str]] = {}
+
+
+def fresh_patch(originals: dict[str, str], create_map: bool) -> str:
+    """Base64 JSONPatch stamping ``originals`` on a pod with no controller-owned annotation."""
+    key = (id(originals), create_map)
+    hit = _fresh_patch_cache.get(key)
+    if hit is not None and hit[0] is originals:
+        return hit[1]
+    encoded = _encode(build_patch(None if create_map else {}, originals))
+    if len(_fresh_patch_cache) >= _FRESH_CACHE_MAX:
+        _fresh_patch_cache.clear()
+    _fresh_patch_cache[key] = (originals, encoded)
+    return encoded
+
+
+def build_patch(annotations: Any, originals: dict[str, str]) -> list[dict[str, Any]]:
+    """JSONPatch ops turning ``annotations`` into one whose controller-owned keys are exactly ``originals``.
+
+    ``annotations`` is the pod's ``metadata.annotations`` (None when absent).
+    Keys already holding the wanted value produce no op, so a reinvocation on a
+    stamped pod yields an empty list. ``add`` on an existing member replaces it.
+    """
+    ops: list[dict[str, Any]] = []
+    if not isinstance(annotations, dict):
+        if not originals:
+            return ops
+        # Absent (or null) map: create it, then add into it.
+        ops.append({"op": "add", "path": _ANNOTATIONS_PATH, "value": {}})
+        annotations = {}
+    else:
+        owned = resizer.is_controller_owned_key
+        for key in annotations:
+            if key not in originals and owned(key):
+                ops.append({"op": "remove", "path": annotation_path(key)})
+    get = annotations.get
+    for key, value in originals.items():
+        if get(key) != value:
+            ops.append({"op": "add", "path": annotation_path(key), "value": value})
+    return ops
+
+
+def _is_pod(request: dict[str, Any]) -> bool:
+    resource = request.get("resource")
+    if isinstance(resource, dict):
+        return (
+            resource.get("resource") == "pods"
+            and not resource.get("group")
+            and not request.get("subResource")
+        )
+    kind = request.get("kind")
+    return isinstance(kind, dict) and kind.get("kind") == "Pod" and not kind.get("group")
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def handle_review(body: bytes) -> tuple[int, bytes, dict[str, Any]]:
+    """Decide on one AdmissionReview; never raises."""
+    try:
+        review = _JSON(body)
+    except Exception as exc:  # orjson.JSONDecodeError, and anything odd about the input
+        return _error(400, f"body is not valid JSON: {exc}")
+    if not isinstance(review, dict):
+        return _error(400, f"AdmissionReview must be a JSON object, got {type(review).__name__}")
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
+        return _error(
+            400,
+            f"expected apiVersion {API_VERSION!r} and kind {KIND!r}, "
+            f"got {str(review.get('apiVersion'))[:100]!r} and {str(review.get('kind'))[:100]!r}",
+        )
+    request = review.get("request")
+    if not isinstance(request, dict):
+        return _error(400, "AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return _error(400, "AdmissionReview request has no uid")
+    operation = request.get("operation")
+    obj = request.get("object")
+    if operation == "CREATE" and not isinstance(obj, dict):
+        return _error(400, "CREATE AdmissionReview request has no object", uid)
+
+    # Every decision line has the same fields, whatever the outcome.
+    record: dict[str, Any] = {
+        "uid": uid, "pod": "", "namespace": "", "owner": "",
+        "decision": SKIPPED, "reason": "", "originals": _NO_ORIGINALS,
+    }
+    try:
+        status, out = _decide(request, operation, obj, uid, record)
+    except Exception as exc:  # our bug: allow the pod unchanged, log and count it
+        record["decision"] = SKIPPED
+        record["reason"] = REASON_INTERNAL_ERROR
+        record["error"] = repr(exc)
+        record["stack"] = traceback.format_exc()
+        record["originals"] = _NO_ORIGINALS
+        try:
+            return 200, _allowed(uid), record
+        except Exception:  # uid that cannot be echoed (e.g. lone surrogates)
+            return _error(400, "AdmissionReview request uid cannot be echoed", "")
+    return status, out, record
+
+
+def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any]) -> tuple[int, bytes]:
+    if operation != "CREATE" or not _is_pod(request):
+        record["decision"] = SKIPPED
+        record["reason"] = "NotPodCreate"
+        record["namespace"] = _str(request.get("namespace"))
+        record["pod"] = _str(request.get("name"))
+        return 200, _allowed(uid)
+
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        # The apiserver always sends metadata; without it no owner and no
+        # annotations map could be patched, so there is nothing to do.
+        record["decision"] = SKIPPED
+        record["reason"] = "NoMetadata"
+        record["namespace"] = _str(request.get("namespace"))
+        record["pod"] = _str(request.get("name"))
+        return 200, _allowed(uid)
+    record["pod"] = _str(metadata.get("name")) or _str(metadata.get("generateName")) or _str(request.get("name"))
+    record["namespace"] = _str(request.get("namespace")) or _str(metadata.get("namespace"))
+
+    verdict = resizer.eligibility(obj)
+    owner_kind = verdict.owner_kind
+    if owner_kind:
+        record["owner"] = f"{owner_kind}/{verdict.owner_name or ''}"
+    if not verdict.eligible:
+        record["decision"] = SKIPPED
+        record["reason"] = verdict.reason
+        return 200, _allowed(uid)
+
+    originals = originals_of(obj)
+    record["originals"] = originals
+    annotations = metadata.get("annotations")
+    if originals and (not isinstance(annotations, dict) or not any(map(resizer.is_controller_owned_key, annotations))):
+        patch = fresh_patch(originals, not isinstance(annotations, dict))
+    else:
+        ops = build_patch(annotations, originals)
+        if not ops:
+            record["decision"] = SKIPPED
+            record["reason"] = "AlreadyStamped" if originals else "NothingToStamp"
+            return 200, _allowed(uid)
+        patch = _encode(ops)
+    record["decision"] = PATCHED
+    record["reason"] = verdict.reason
+    return 200, _allowed(uid, patch)

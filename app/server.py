@@ -1,0 +1,200 @@
+"""The webhook's ASGI application and the uvicorn runner.
+
+``POST /mutate`` is served by :class:`MutateApp`, a raw ASGI app placed in
+front of FastAPI; everything else (``/healthz``, ``/readyz``, ``/metrics`` and
+the lifespan events) is passed to FastAPI.
+
+Why not a FastAPI route for ``/mutate``: it is the only hot path (the apiserver
+calls it synchronously for every pod CREATE in the cluster, within
+``timeoutSeconds``) and a FastAPI route costs several times the work of the
+decision itself — routing, a Request object, dependency resolution, a
+Response object, and middleware layers. Here a request is: read the body in
+chunks up to ``--max-request-bytes`` (413 beyond, without buffering the rest),
+``orjson`` in and out (``app.review.handle_review``), two ``send`` calls with
+precomputed headers, one counter, one histogram observation and one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.metrics import Metrics
+from app.review import REASON_INTERNAL_ERROR, REJECTED, handle_review, too_large
+from ops.jsonlog import log_fields
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+decision_log = logging.getLogger("workload_resizer.webhook")
+
+MUTATE_PATH = "/mutate"
+DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+_JSON_HEADER = (b"content-type", b"application/json")
+_CLOSE_HEADER = (b"connection", b"close")
+_perf = time.perf_counter
+
+
+class MutateApp:
+    """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
+
+    __slots__ = ("fallback", "max_request_bytes", "metrics", "_by_result", "_observe", "_content_lengths")
+
+    def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+        self.fallback = fallback
+        self.metrics = metrics
+        self.max_request_bytes = max_request_bytes
+        self._by_result = metrics.by_result
+        self._observe = metrics.duration.observe
+        # Cache of content-length header values -> bytes, most responses share a few sizes.
+        self._content_lengths: dict[int, bytes] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == MUTATE_PATH:
+            try:
+                await self.mutate(scope, receive, send)
+            except Exception:  # a bug here must not turn into uvicorn's 500
+                self._by_result["error"].inc()
+                decision_log.exception("webhook request failed")
+                try:  # if no response went out yet, the apiserver gets a 400 and (failurePolicy Ignore) admits
+                    await self._respond(send, 400, b'{"error":"internal error","code":400}', close=True)
+                except Exception:
+                    pass
+        else:
+            await self.fallback(scope, receive, send)
+
+    async def mutate(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start = _perf()
+        if scope["method"] != "POST":
+            await self._respond(send, 405, b'{"error":"use POST","code":405}', extra=((b"allow", b"POST"),))
+            self._account(start, 405, {"decision": REJECTED, "reason": "MethodNotAllowed"})
+            return
+
+        limit = self.max_request_bytes
+        declared = -1
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -2
+                break
+        if declared == -2:
+            status, payload, record = 400, b'{"error":"invalid content-length","code":400}', {
+                "decision": REJECTED, "reason": "BadRequest", "error": "invalid content-length"}
+            await self._respond(send, status, payload, close=True)
+            self._account(start, status, record)
+            return
+        if declared > limit:
+            status, payload, record = too_large(limit)
+            await self._respond(send, status, payload, close=True)
+            self._account(start, status, record)
+            return
+
+        message = await receive()
+        body = message.get("body", b"")
+        if message.get("more_body", False):
+            chunks = [body]
+            size = len(body)
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":  # client went away
+                    return
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    status, payload, record = too_large(limit)
+                    await self._respond(send, status, payload, close=True)
+                    self._account(start, status, record)
+                    return
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+        elif message["type"] != "http.request":
+            return
+        elif len(body) > limit:
+            status, payload, record = too_large(limit)
+            await self._respond(send, status, payload, close=True)
+            self._account(start, status, record)
+            return
+
+        status, payload, record = handle_review(body)
+        await self._respond(send, status, payload)
+        self._account(start, status, record)
+
+    async def _respond(self, send: Send, status: int, payload: bytes, close: bool = False, extra: tuple = ()) -> None:
+        n = len(payload)
+        length = self._content_lengths.get(n)
+        if length is None:
+            length = str(n).encode()
+            if len(self._content_lengths) < 4096:
+                self._content_lengths[n] = length
+        headers = [_JSON_HEADER, (b"content-length", length)]
+        if close:
+            headers.append(_CLOSE_HEADER)
+        if extra:
+            headers.extend(extra)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    def _account(self, start: float, status: int, record: dict[str, Any]) -> None:
+        elapsed = _perf() - start
+        self._observe(elapsed)
+        record["duration_ms"] = round(elapsed * 1000.0, 3)
+        if status != 200:
+            self._by_result["rejected"].inc()
+            log_fields(decision_log, logging.WARNING, "admission review rejected", record)
+        elif record.get("reason") == REASON_INTERNAL_ERROR:
+            self._by_result["error"].inc()
+            log_fields(decision_log, logging.ERROR, "admission decision", record)
+        else:
+            self._by_result[record["decision"]].inc()
+            log_fields(decision_log, logging.INFO, "admission decision", record)
+
+
+def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None) -> FastAPI:
+    api = FastAPI(
+        title="workload-resizer webhook",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+    )
+
+    @api.get("/healthz")
+    async def healthz() -> Response:
+        """The process is alive and its event loop answers."""
+        return Response(b"ok", media_type="text/plain")
+
+    @api.get("/readyz")
+    async def readyz() -> Response:
+        """Ready once a serving certificate is loaded."""
+        if is_ready():
+            return Response(b"ok", media_type="text/plain")
+        return JSONResponse({"ready": False, "reason": "no serving certificate loaded"}, status_code=503)
+
+    @api.get("/metrics")
+    async def prom() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return api
+
+
+def create_app(
+    metrics: Metrics | None = None,
+    is_ready: Callable[[], bool] = lambda: True,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    lifespan: Any = None,
+) -> MutateApp:
+    """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints."""
+    metrics = metrics if metrics is not None else Metrics()
+    return MutateApp(create_fastapi_app(metrics, is_ready, lifespan), metrics, max_request_bytes)

@@ -1,0 +1,3 @@
+module workload-resizer.io/bench/gowebhook
+
+go 1.23

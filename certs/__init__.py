@@ -1,0 +1,203 @@
+"""Self-signed CA and serving certificates for the webhook (``python -m certs``).
+
+For development, tests and benchmarks, and for clusters without cert-manager:
+generate a CA, issue a serving certificate for the webhook Service's DNS names
+(and any extra DNS names / IPs), write ``ca.crt``, ``tls.crt`` and ``tls.key``,
+and hand out the base64 ``caBundle`` for the MutatingWebhookConfiguration.
+Keys are ECDSA P-256.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+import os
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+__all__ = [
+    "Issued",
+    "service_dns_names",
+    "generate_ca",
+    "issue_serving_cert",
+    "load_ca",
+    "write_pair",
+    "ca_bundle",
+    "pem_cert",
+    "pem_key",
+]
+
+_CLOCK_SKEW = dt.timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Issued:
+    cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+
+def service_dns_names(service: str, namespace: str, cluster_domain: str = "cluster.local") -> list[str]:
+    """The names the apiserver may use for a Service: ``svc``, ``svc.ns``, ``svc.ns.svc``, ``svc.ns.svc.<domain>``."""
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.{cluster_domain}",
+    ]
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _validity(days: float, not_before: dt.datetime | None) -> tuple[dt.datetime, dt.datetime]:
+    start = (not_before or dt.datetime.now(dt.timezone.utc)) - _CLOCK_SKEW
+    return start, start + _CLOCK_SKEW + dt.timedelta(days=days)
+
+
+def generate_ca(common_name: str = "workload-resizer-webhook-ca", days: float = 3650,
+                not_before: dt.datetime | None = None) -> Issued:
+    key = _new_key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    start, end = _validity(days, not_before)
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(ski, critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return Issued(cert, key)
+
+
+def issue_serving_cert(
+    ca: Issued,
+    dns_names: Sequence[str] = (),
+    ips: Sequence[str] = (),
+    days: float = 365,
+    common_name: str | None = None,
+    not_before: dt.datetime | None = None,
+) -> Issued:
+    """A TLS server certificate signed by ``ca`` with the given SANs (at least one)."""
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    if not sans:
+        raise ValueError("a serving certificate needs at least one DNS name or IP address")
+    key = _new_key()
+    cn = common_name or (dns_names[0] if dns_names else ips[0])
+    start, end = _validity(days, not_before)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn[:64])]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
+    return Issued(cert, key)
+
+
+def pem_cert(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def ca_bundle(ca_cert: x509.Certificate | bytes) -> str:
+    """Base64 of the CA PEM: the ``caBundle`` field of a webhook clientConfig."""
+    pem = ca_cert if isinstance(ca_cert, bytes) else pem_cert(ca_cert)
+    return base64.b64encode(pem).decode("ascii")
+
+
+def load_ca(cert_path: str, key_path: str) -> Issued:
+    with open(cert_path, "rb") as f:
+        cert = x509.load_pem_x509_certificate(f.read())
+    with open(key_path, "rb") as f:
+        key = serialization.load_pem_private_key(f.read(), password=None)
+    if cert.public_key().public_numbers() != key.public_key().public_numbers():
+        raise ValueError(f"{key_path} is not the key of {cert_path}")
+    return Issued(cert, key)  # type: ignore[arg-type]
+
+
+def _write(path: str, data: bytes, mode: int) -> None:
+    """Write atomically (temp file + rename) with ``mode`` from the start."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_pair(out_dir: str, serving: Issued, ca: Issued | None = None,
+               ca_key_file: bool = False) -> dict[str, str]:
+    """Write ``tls.crt`` (cert, then nothing else), ``tls.key`` (0600) and ``ca.crt`` into ``out_dir``.
+
+    With ``ca_key_file`` also ``ca.key`` (0600), to issue more certificates later.
+    Returns the written paths by name.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"tls.crt": os.path.join(out_dir, "tls.crt"), "tls.key": os.path.join(out_dir, "tls.key")}
+    _write(paths["tls.crt"], pem_cert(serving.cert), 0o644)
+    _write(paths["tls.key"], pem_key(serving.key), 0o600)
+    if ca is not None:
+        paths["ca.crt"] = os.path.join(out_dir, "ca.crt")
+        _write(paths["ca.crt"], pem_cert(ca.cert), 0o644)
+        if ca_key_file:
+            paths["ca.key"] = os.path.join(out_dir, "ca.key")
+            _write(paths["ca.key"], pem_key(ca.key), 0o600)
+    return paths
+
+
+def dedupe(items: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in items:
+        if item:
+            seen.setdefault(item, None)
+    return list(seen)

@@ -1,0 +1,1 @@
+"""Operational helpers shared by the webhook (app/) and the reconciler."""

@@ -1,0 +1,308 @@
+"""One-line-per-record logging shared by the webhook and the reconciler.
+
+``configure_logging(level, fmt)`` installs a single handler on the root logger
+that writes either one JSON object per line (``fmt="json"``, the default in
+the binaries) or a human-readable ``key=value`` line (``fmt="text"``).
+
+Structured fields are passed the standard way, ``log.info("msg", extra={...})``;
+every ``extra`` key is merged into the JSON object. Each JSON line carries
+``ts`` (RFC 3339, UTC, milliseconds), ``level``, ``logger``, ``msg`` and, when an
+exception is attached, ``error`` and ``stack``.
+
+Hot paths (the webhook logs one line per admission decision) can use
+:func:`log_fields`, which skips the standard library's caller lookup and the
+``extra`` collision checks but still goes through the logger's level, filters
+and handlers, so the output is identical; and ``flush_interval`` batches the
+writes of info/debug lines (:class:`BatchingStreamHandler`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from typing import IO, Any, Mapping
+
+import orjson
+
+__all__ = ["BatchingStreamHandler", "JSONFormatter", "TextFormatter", "configure_logging", "flush_logging", "log_fields", "LEVELS"]
+
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+# ``color_message`` is uvicorn's ANSI-coloured duplicate of ``msg``.
+_STANDARD_ATTRS = frozenset(
+    vars(logging.LogRecord("x", logging.INFO, "", 0, "", None, None)).keys()
+) | {"message", "asctime", "taskName", "color_message"}
+
+_LEVEL_NAMES = {
+    logging.DEBUG: "debug",
+    logging.INFO: "info",
+    logging.WARNING: "warning",
+    logging.ERROR: "error",
+    logging.CRITICAL: "critical",
+}
+
+
+def _level_name(levelno: int) -> str:
+    return _LEVEL_NAMES.get(levelno) or logging.getLevelName(levelno).lower()
+
+
+_ts_cache: tuple[int, str] = (-1, "")  # (second, formatted prefix), replaced as one object
+
+
+def _rfc3339(created: float) -> str:
+    """``2024-05-01T12:00:00.123Z``; the seconds part is cached (cheap at high rates)."""
+    global _ts_cache
+    sec = int(created)
+    cached_sec, prefix = _ts_cache
+    if sec != cached_sec:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+        _ts_cache = (sec, prefix)
+    return "%s.%03dZ" % (prefix, int((created - sec) * 1000))
+
+
+def _default(obj: Any) -> Any:
+    """orjson fallback for values it cannot serialise natively."""
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
+    if isinstance(obj, BaseException):
+        return repr(obj)
+    return str(obj)
+
+
+_ORJSON_OPTS = orjson.OPT_NON_STR_KEYS
+
+
+class JSONFormatter(logging.Formatter):
+    """Formats a record as one compact JSON object (no trailing newline)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.msg if not record.args else record.getMessage()
+        if not isinstance(msg, str):
+            msg = str(msg)
+        out: dict[str, Any] = {
+            "ts": _rfc3339(record.created),
+            "level": _level_name(record.levelno),
+            "logger": record.name,
+            "msg": msg,
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD_ATTRS and key not in out:
+                out[key] = value
+        if record.exc_info and record.exc_info[0] is not None:
+            out["error"] = repr(record.exc_info[1])
+            out["stack"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["stack"] = record.exc_text
+        if record.stack_info:
+            out["stack_info"] = record.stack_info
+        try:
+            return orjson.dumps(out, default=_default, option=_ORJSON_OPTS).decode()
+        except (TypeError, orjson.JSONEncodeError):
+            # Never lose a line because a field is odd (e.g. a >64-bit int).
+            safe = {}
+            for k, v in out.items():
+                try:
+                    orjson.dumps(v, default=_default, option=_ORJSON_OPTS)
+                    safe[k] = v
+                except (TypeError, orjson.JSONEncodeError):
+                    safe[k] = repr(v)
+            return orjson.dumps(safe, default=_default, option=_ORJSON_OPTS).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """``ts LEVEL logger msg key=value ...`` for humans at a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = [
+            _rfc3339(record.created),
+            _level_name(record.levelno).upper(),
+            record.name,
+            record.getMessage(),
+        ]
+        for key, value in record.__dict__.items():
+            if key in _STANDARD_ATTRS:
+                continue
+            if isinstance(value, str):
+                text = value if value and " " not in value and "=" not in value and '"' not in value else orjson.dumps(value).decode()
+            else:
+                try:
+                    text = orjson.dumps(value, default=_default, option=_ORJSON_OPTS).decode()
+                except (TypeError, orjson.JSONEncodeError):
+                    text = repr(value)
+            parts.append(f"{key}={text}")
+        line = " ".join(parts)
+        if record.exc_info and record.exc_info[0] is not None:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class BatchingStreamHandler(logging.StreamHandler):
+    """A StreamHandler that does not flush after every record.
+
+    Lines go into the stream's buffer and reach the file descriptor when the
+    buffer fills, every ``flush_interval`` seconds (a daemon thread), at once for
+    WARNING and above, and on :func:`flush_logging` / interpreter exit. Trades
+    up to ``flush_interval`` of lines on a hard kill (SIGKILL, OOM) for one
+    ``write`` per batch instead of per line, which matters at thousands of lines
+    a second.
+    """
+
+    def __init__(self, stream: IO[str], flush_interval: float) -> None:
+        super().__init__(stream)
+        self.flush_interval = flush_interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._flusher, name="log-flusher", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.stream.write(self.format(record) + self.terminator)
+            if record.levelno >= logging.WARNING:
+                self.flush()
+        except RecursionError:  # pragma: no cover - as logging.StreamHandler
+            raise
+        except Exception:
+            self.handleError(record)
+
+    def _flusher(self) -> None:
+        while not self._stop.wait(self.flush_interval):
+            try:
+                self.flush()
+            except Exception:  # pragma: no cover - stream gone at shutdown
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            self.flush()
+        except ValueError:  # the stream was closed under us
+            pass
+        finally:
+            super().close()
+
+
+def flush_logging() -> None:
+    """Flush every handler of the root logger (call before exiting on a signal)."""
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:  # pragma: no cover
+            pass
+
+
+def configure_logging(
+    level: str = "info",
+    fmt: str = "json",
+    stream: IO[str] | None = None,
+    flush_interval: float = 0.0,
+) -> logging.Handler:
+    """Route all logging through one handler writing one line per record.
+
+    ``level`` is a name from :data:`LEVELS` (case-insensitive); ``fmt`` is
+    ``"json"`` or ``"text"``. Lines go to ``stream`` (default: standard error).
+    With ``flush_interval`` > 0 (seconds) lines below WARNING are written in
+    batches at most that old (:class:`BatchingStreamHandler`); otherwise every
+    line is flushed at once. Replaces handlers previously installed on the root
+    logger (so calling it twice does not double every line) and routes uvicorn's
+    own loggers through it as well. Returns the handler.
+    """
+    try:
+        levelno = LEVELS[level.lower()]
+    except KeyError:
+        raise ValueError(f"unknown log level {level!r}; expected one of {sorted(LEVELS)}") from None
+    if fmt == "json":
+        formatter: logging.Formatter = JSONFormatter()
+    elif fmt == "text":
+        formatter = TextFormatter()
+    else:
+        raise ValueError(f"unknown log format {fmt!r}; expected 'json' or 'text'")
+
+    # Fields we never print; skipping them makes every LogRecord cheaper.
+    logging.logMultiprocessing = False
+    logging.logProcesses = False
+    logging.logThreads = False
+
+    handler: logging.StreamHandler
+    if flush_interval > 0:
+        if stream is None:
+            # stderr is line-buffered (a write per line); use a block-buffered
+            # duplicate of its file descriptor instead.
+            stream = open(os.dup(sys.stderr.fileno()), "w", buffering=1 << 16, encoding="utf-8",
+                          errors="backslashreplace")
+        handler = BatchingStreamHandler(stream, flush_interval)
+    else:
+        handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+        if isinstance(old, BatchingStreamHandler):
+            old.close()
+    root.addHandler(handler)
+    root.setLevel(levelno)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        lg = logging.getLogger(name)
+        lg.handlers.clear()
+        lg.propagate = True
+        lg.setLevel(logging.NOTSET)
+    return handler
+
+
+_templates: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def _template(name: str, level: int) -> dict[str, Any]:
+    """The attributes of a LogRecord for (logger, level) that do not change between calls."""
+    key = (name, level)
+    tpl = _templates.get(key)
+    if tpl is None:
+        tpl = dict(vars(logging.LogRecord(name, level, "", 0, "", None, None)))
+        for attr in ("created", "msecs", "relativeCreated"):
+            tpl.pop(attr, None)
+        _templates[key] = tpl
+    return tpl
+
+
+_LogRecord = logging.LogRecord
+_time = time.time
+
+
+def log_fields(logger: logging.Logger, level: int, msg: str, fields: Mapping[str, Any]) -> None:
+    """Cheap equivalent of ``logger.log(level, msg, extra=fields)`` for hot paths.
+
+    Builds the LogRecord from a cached template instead of running
+    ``LogRecord.__init__`` and skips the caller lookup (``findCaller`` walks the
+    stack) and the per-key ``extra`` collision checks; the record still goes
+    through the logger's level, filters and handlers, with the same attributes
+    (``pathname``/``lineno``/``funcName`` empty, as with ``logging._srcfile = None``).
+    Fields that would shadow a standard LogRecord attribute are prefixed with
+    ``field_`` instead of raising.
+    """
+    if not logger.isEnabledFor(level):
+        return
+    record = _LogRecord.__new__(_LogRecord)
+    d = record.__dict__
+    d.update(_template(logger.name, level))
+    now = _time()
+    d["created"] = now
+    d["msecs"] = (now - int(now)) * 1000.0
+    d["relativeCreated"] = (now - logging._startTime) * 1000.0
+    d["msg"] = msg
+    for key, value in fields.items():
+        if key in _STANDARD_ATTRS:
+            key = "field_" + key
+        d[key] = value
+    logger.handle(record)

@@ -1,0 +1,60 @@
+"""python -m app: flags and their parsing."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.__main__ import build_parser, parse_duration, parse_size
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("10s", 10), ("500ms", 0.5), ("1m30s", 90), ("2h", 7200),
+                                               ("1.5s", 1.5), ("0", 0), ("3", 3), ("250us", 0.00025)])
+def test_durations_parse_go_style(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["s", "10 s", "-1s", "1d", "ms10", "abc", ""])
+def test_bad_durations_are_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(("text", "size"), [("3MiB", 3 << 20), ("3Mi", 3 << 20), ("512KiB", 512 << 10),
+                                            ("4194304", 4194304), ("3MB", 3_000_000), ("1 GiB", 1 << 30)])
+def test_sizes_parse(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "0", "3XB", "-1", "lots"])
+def test_bad_sizes_are_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size(text)
+
+
+def test_defaults():
+    args = build_parser().parse_args(["--tls-cert-file", "c", "--tls-key-file", "k"])
+    assert args.bind_address == "0.0.0.0" and args.port == 8443 and args.tls_min_version == "1.2"
+    assert args.cert_reload_interval == 10 and args.max_request_bytes == 4 << 20
+    assert args.log_format == "json" and args.log_level == "info" and args.log_flush_interval == 0.1
+    assert args.http_keep_alive_timeout == 120 and args.shutdown_timeout == 20
+
+
+def test_help_documents_every_flag():
+    r = subprocess.run([sys.executable, "-m", "app", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0
+    for flag in ("--bind-address", "--port", "--tls-cert-file", "--tls-key-file", "--tls-min-version",
+                 "--cert-reload-interval", "--max-request-bytes", "--log-level", "--log-format",
+                 "--http-keep-alive-timeout", "--shutdown-timeout", "--log-flush-interval"):
+        assert flag in r.stdout
+
+
+def test_certificate_flags_are_required():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([])

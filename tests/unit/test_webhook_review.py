@@ -1,0 +1,405 @@
+"""app.review.handle_review: one AdmissionReview scenario per test."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+import orjson
+import pytest
+
+import resizer
+from app import review as review_mod
+from app.review import annotation_path, build_patch, handle_review, json_pointer_escape, originals_of
+
+ORIG = "workload-resizer.io/original-"
+APPLIED = "workload-resizer.io/applied-"
+
+
+# -- builders ---------------------------------------------------------------------------
+def container(name: str = "app", requests: dict | None = None, limits: dict | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests is not None:
+        resources["requests"] = requests
+    if limits is not None:
+        resources["limits"] = limits
+    return {"name": name, "image": "example.com/app:1", "resources": resources}
+
+
+def pod(
+    containers: list[dict] | None = None,
+    annotations: dict[str, str] | None = None,
+    owner: dict | None | str = "rs",
+    name: str = "",
+    generate_name: str = "web-7d9f-",
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": "shop"}
+    if name:
+        meta["name"] = name
+    if generate_name:
+        meta["generateName"] = generate_name
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if owner == "rs":
+        owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "u1", "controller": True}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    if containers is None:
+        containers = [container("app", {"cpu": "500m", "memory": "256Mi"}, {"cpu": "1", "memory": "512Mi"})]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": containers}}
+
+
+def review(obj: Any, operation: str = "CREATE", uid: str = "uid-1", resource: str = "pods", **extra: Any) -> dict[str, Any]:
+    req = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": resource},
+        "namespace": "shop",
+        "operation": operation,
+        "object": obj,
+    }
+    req.update(extra)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+
+
+def call(r: Any) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    status, body, record = handle_review(orjson.dumps(r))
+    return status, orjson.loads(body), record
+
+
+def patch_of(resp: dict[str, Any]) -> list[dict[str, Any]] | None:
+    r = resp["response"]
+    if "patch" not in r:
+        assert "patchType" not in r
+        return None
+    assert r["patchType"] == "JSONPatch"
+    return orjson.loads(base64.b64decode(r["patch"]))
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """Minimal RFC 6902 add/remove on objects, strict like the apiserver's."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        tokens = [_unescape(t) for t in op["path"].split("/")[1:]]
+        parent = doc
+        for t in tokens[:-1]:
+            parent = parent[t]  # KeyError = patch would fail in the apiserver
+        last = tokens[-1]
+        if op["op"] == "add":
+            parent[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            del parent[last]
+        else:  # pragma: no cover
+            raise AssertionError(op)
+    return doc
+
+
+def mutated(p: dict[str, Any]) -> dict[str, Any]:
+    status, resp, _ = call(review(p))
+    assert status == 200
+    ops = patch_of(resp)
+    return apply_patch(p, ops) if ops else p
+
+
+def owned(annotations: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (annotations or {}).items() if resizer.is_controller_owned_key(k)}
+
+
+# -- eligible pods ----------------------------------------------------------------------
+def test_eligible_pod_without_annotations_gets_map_and_every_original():
+    p = pod()
+    status, resp, record = call(review(p))
+    assert status == 200
+    assert resp["apiVersion"] == "admission.k8s.io/v1" and resp["kind"] == "AdmissionReview"
+    assert resp["response"]["uid"] == "uid-1" and resp["response"]["allowed"] is True
+    ops = patch_of(resp)
+    assert ops[0] == {"op": "add", "path": "/metadata/annotations", "value": {}}
+    after = apply_patch(p, ops)
+    assert after["metadata"]["annotations"] == resizer.originals_from_spec_annotations(p)
+    assert record["decision"] == "patched" and record["reason"] == "Eligible"
+    assert record["owner"] == "ReplicaSet/web-7d9f" and record["pod"] == "web-7d9f-" and record["namespace"] == "shop"
+    assert record["originals"] == resizer.originals_from_spec_annotations(p)
+
+
+def test_eligible_pod_keeps_unrelated_annotations():
+    p = pod(annotations={"prometheus.io/scrape": "true", "workload-resizer.io/skip": "false"})
+    after = mutated(p)
+    ann = after["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true" and ann["workload-resizer.io/skip"] == "false"
+    assert owned(ann) == resizer.originals_from_spec_annotations(p)
+
+
+def test_existing_annotation_map_is_not_recreated():
+    ops = patch_of(call(review(pod(annotations={"a": "b"})))[1])
+    assert all(op["path"] != "/metadata/annotations" for op in ops)
+
+
+def test_null_annotation_map_is_created():
+    p = pod()
+    p["metadata"]["annotations"] = None
+    ops = patch_of(call(review(p))[1])
+    assert ops[0] == {"op": "add", "path": "/metadata/annotations", "value": {}}
+
+
+def test_forged_original_annotations_are_overwritten_from_the_spec():
+    want = resizer.originals_from_spec_annotations(pod())
+    forged = {k: "999" for k in want}
+    after = mutated(pod(annotations=dict(forged)))
+    assert owned(after["metadata"]["annotations"]) == want
+
+
+def test_stale_original_and_applied_annotations_are_removed():
+    stale = {
+        ORIG + "cpu.gone": "2",
+        ORIG + "memory-limit.gone": "1Gi",
+        APPLIED + "instance-type": "n4",
+        APPLIED + "at": "2024-01-01T00:00:00Z",
+        "keep.me/too": "yes",
+    }
+    p = pod(annotations=stale)
+    status, resp, record = call(review(p))
+    ops = patch_of(resp)
+    removed = {op["path"] for op in ops if op["op"] == "remove"}
+    assert removed == {annotation_path(k) for k in stale if k != "keep.me/too"}
+    after = apply_patch(p, ops)
+    assert owned(after["metadata"]["annotations"]) == resizer.originals_from_spec_annotations(p)
+    assert after["metadata"]["annotations"]["keep.me/too"] == "yes"
+    assert record["decision"] == "patched"
+
+
+def test_pod_without_resources_only_loses_forged_keys():
+    p = pod(containers=[container("app")], annotations={APPLIED + "instance-type": "c3"})
+    after = mutated(p)
+    assert owned(after["metadata"]["annotations"]) == {}
+
+
+def test_pod_without_resources_or_annotations_needs_no_patch():
+    status, resp, record = call(review(pod(containers=[container("app")])))
+    assert patch_of(resp) is None
+    assert record["decision"] == "skipped" and record["reason"] == "NothingToStamp"
+
+
+def test_reinvocation_on_stamped_pod_yields_no_patch():
+    once = mutated(pod())
+    status, resp, record = call(review(once))
+    assert status == 200 and resp["response"]["allowed"] is True
+    assert patch_of(resp) is None
+    assert record["decision"] == "skipped" and record["reason"] == "AlreadyStamped"
+
+
+def test_reinvocation_after_sidecar_injection_adds_only_the_sidecar():
+    once = mutated(pod())
+    once["spec"]["containers"].append(container("sidecar", {"cpu": "100m"}))
+    ops = patch_of(call(review(once))[1])
+    assert ops and all(op["op"] == "add" and "sidecar" in op["path"] for op in ops)
+    assert owned(apply_patch(once, ops)["metadata"]["annotations"]) == resizer.originals_from_spec_annotations(once)
+
+
+def test_many_containers_are_all_stamped():
+    cs = [container(f"c{i}", {"cpu": f"{i + 1}m", "memory": f"{i + 1}Mi"}) for i in range(1000)]
+    p = pod(containers=cs)
+    after = mutated(p)
+    assert owned(after["metadata"]["annotations"]) == resizer.originals_from_spec_annotations(p)
+    assert len(owned(after["metadata"]["annotations"])) == 2000
+
+
+# -- pods left alone --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("p", "reason"),
+    [
+        (pod(owner=None), "NoController"),
+        (pod(annotations={"workload-resizer.io/skip": "true", ORIG + "cpu.app": "9"}), "SkipAnnotation"),
+        (pod(annotations={"kubernetes.io/config.mirror": "abc"}), "MirrorPod"),
+        (pod(owner={"apiVersion": "v1", "kind": "ReplicationController", "name": "rc", "controller": True}),
+         "UnsupportedOwnerKind"),
+    ],
+    ids=["bare-pod", "skip-annotation", "mirror-pod", "unsupported-owner"],
+)
+def test_ineligible_pod_is_allowed_untouched(p, reason):
+    status, resp, record = call(review(p))
+    assert status == 200 and resp["response"] == {"uid": "uid-1", "allowed": True}
+    assert record["decision"] == "skipped" and record["reason"] == reason == resizer.eligibility(p).reason
+
+
+def test_bare_pod_with_forged_annotations_is_untouched():
+    p = pod(owner=None, annotations={ORIG + "cpu.app": "1"})
+    status, resp, _ = call(review(p))
+    assert patch_of(resp) is None
+
+
+@pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT"])
+def test_non_create_operation_is_allowed_without_patch(operation):
+    obj = None if operation == "DELETE" else pod()
+    status, resp, record = call(review(obj, operation=operation))
+    assert status == 200 and resp["response"] == {"uid": "uid-1", "allowed": True}
+    assert record["reason"] == "NotPodCreate"
+
+
+def test_non_pod_resource_is_allowed_without_patch():
+    status, resp, record = call(review({"metadata": {"name": "x"}}, resource="configmaps"))
+    assert status == 200 and patch_of(resp) is None and record["reason"] == "NotPodCreate"
+
+
+def test_pod_subresource_is_allowed_without_patch():
+    status, resp, _ = call(review(pod(), subResource="ephemeralcontainers"))
+    assert status == 200 and patch_of(resp) is None
+
+
+def test_pod_without_metadata_is_allowed_without_patch():
+    p = pod()
+    del p["metadata"]
+    status, resp, record = call(review(p))
+    assert status == 200 and patch_of(resp) is None and record["reason"] == "NoMetadata"
+
+
+def test_pod_name_is_preferred_over_generate_name_in_record():
+    _, _, record = call(review(pod(name="web-0", generate_name="web-")))
+    assert record["pod"] == "web-0"
+
+
+# -- malformed requests -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not json",
+        b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {',
+        b"[]",
+        b"42",
+        b'"AdmissionReview"',
+        b"null",
+        b"\xff\xfe\x00garbage",
+    ],
+    ids=["empty", "text", "truncated", "array", "number", "string", "null", "binary"],
+)
+def test_body_that_is_not_a_json_object_is_400(body):
+    status, out, record = handle_review(body)
+    assert status == 400
+    assert "error" in orjson.loads(out)
+    assert record["decision"] == "rejected"
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda r: r.update(apiVersion="admission.k8s.io/v1beta1"),
+        lambda r: r.update(kind="AdmissionRequest"),
+        lambda r: r.pop("apiVersion"),
+        lambda r: r.pop("request"),
+        lambda r: r.update(request="x"),
+        lambda r: r["request"].pop("uid"),
+        lambda r: r["request"].update(uid=""),
+        lambda r: r["request"].update(uid=7),
+        lambda r: r["request"].pop("object"),
+        lambda r: r["request"].update(object=[1, 2]),
+    ],
+    ids=["v1beta1", "wrong-kind", "no-apiversion", "no-request", "request-not-object", "no-uid", "empty-uid",
+         "uid-not-string", "create-without-object", "object-not-object"],
+)
+def test_review_missing_required_parts_is_400(mutate):
+    r = review(pod())
+    mutate(r)
+    status, out, _ = handle_review(orjson.dumps(r))
+    assert status == 400
+    assert orjson.loads(out)["code"] == 400
+
+
+def test_bug_in_mutation_logic_still_allows_without_patch(monkeypatch):
+    def boom(_pod):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(resizer, "eligibility", boom)
+    status, resp, record = call(review(pod()))
+    assert status == 200 and resp["response"] == {"uid": "uid-1", "allowed": True}
+    assert record["reason"] == "InternalError" and "simulated bug" in record["error"] and "stack" in record
+
+
+def test_invalid_quantity_from_the_spec_still_allows_without_patch():
+    status, resp, record = call(review(pod(containers=[container("app", {"cpu": "lots"})])))
+    assert status == 200 and resp["response"] == {"uid": "uid-1", "allowed": True}
+    assert record["reason"] == "InternalError"
+
+
+# -- JSON pointer escaping --------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("key", "token"),
+    [("a/b", "a~1b"), ("a~b", "a~0b"), ("~/", "~0~1"), ("~1", "~01"), ("plain", "plain"), ("", "")],
+)
+def test_json_pointer_escape(key, token):
+    assert json_pointer_escape(key) == token
+
+
+def test_stale_key_with_tilde_and_slashes_is_removed_by_escaped_path():
+    key = ORIG + "cpu.we~ird/x"
+    p = pod(annotations={key: "1", "a~b/c": "keep"})
+    ops = patch_of(call(review(p))[1])
+    assert {"op": "remove", "path": "/metadata/annotations/workload-resizer.io~1original-cpu.we~0ird~1x"} in ops
+    after = apply_patch(p, ops)
+    assert key not in after["metadata"]["annotations"] and after["metadata"]["annotations"]["a~b/c"] == "keep"
+
+
+def test_build_patch_with_nothing_to_do_is_empty():
+    assert build_patch(None, {}) == []
+    assert build_patch({"x": "y"}, {}) == []
+    assert build_patch({"k": "v"}, {"k": "v"}) == []
+
+
+# -- the originals memo -----------------------------------------------------------------
+def test_originals_memo_matches_core_when_only_unkeyed_fields_differ():
+    """The memo keys on containers' names and resources only: anything else in the pod
+    (metadata, other container fields, volumes, init containers, ...) must not change the
+    core's answer. If the core starts reading more of the pod, this fails: widen the key."""
+    base = pod(containers=[container("app", {"cpu": "500m", "memory": "1Gi"}, {"cpu": "1"}),
+                           container("side", {"memory": "64Mi"})])
+    variant = copy.deepcopy(base)
+    variant["metadata"].update(name="other", labels={"a": "b"},
+                               annotations={ORIG + "cpu.app": "7", "workload-resizer.io/skip": "true"})
+    variant["spec"]["initContainers"] = [container("init", {"cpu": "2"}, {"cpu": "2"})]
+    variant["spec"]["volumes"] = [{"name": "kube-api-access-abcde"}]
+    variant["spec"]["nodeName"] = "node-1"
+    variant["spec"]["containers"][0].update(image="other:2", env=[{"name": "A", "value": "1"}])
+    variant["status"] = {"qosClass": "Burstable"}
+    review_mod._originals_cache.clear()
+    assert resizer.originals_from_spec_annotations(variant) == resizer.originals_from_spec_annotations(base)
+    assert originals_of(base) == resizer.originals_from_spec_annotations(base)
+    assert originals_of(variant) is originals_of(base)  # served from the memo
+
+
+def test_originals_memo_misses_when_resources_differ():
+    review_mod._originals_cache.clear()
+    a = pod(containers=[container("app", {"cpu": "500m"})])
+    b = pod(containers=[container("app", {"cpu": "250m"})])
+    assert originals_of(a) != originals_of(b)
+    assert originals_of(b) == resizer.originals_from_spec_annotations(b)
+
+
+def test_originals_memo_skips_very_large_pods():
+    review_mod._originals_cache.clear()
+    big = pod(containers=[container(f"c{i}", {"cpu": "1m"}) for i in range(200)])
+    assert originals_of(big) == resizer.originals_from_spec_annotations(big)
+    assert review_mod._originals_cache == {}
+
+
+def test_fresh_patch_memo_equals_the_generic_patch():
+    from app.review import fresh_patch
+
+    review_mod._fresh_patch_cache.clear()
+    originals = resizer.originals_from_spec_annotations(pod())
+    for create_map in (True, False):
+        want = build_patch(None if create_map else {"a": "b"}, originals)
+        got = orjson.loads(base64.b64decode(fresh_patch(originals, create_map)))
+        assert got == want
+        assert fresh_patch(originals, create_map) is fresh_patch(originals, create_map)
+
+
+def test_second_replica_gets_the_same_patch_as_the_first():
+    first = patch_of(call(review(pod(generate_name="web-7d9f-")))[1])
+    second = patch_of(call(review(pod(generate_name="web-7d9f-", annotations={"x": "y"}), uid="uid-2"))[1])
+    third = patch_of(call(review(pod(generate_name="web-7d9f-"), uid="uid-3"))[1])
+    assert first == third and first[0]["path"] == "/metadata/annotations"
+    assert second == first[1:]
