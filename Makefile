@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down bench clean
+.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down helm chart-lint image bench clean
 
 all: test
 
@@ -41,6 +41,16 @@ demo: venv
 
 demo-down: venv
 	$(PY) hack/demo.py down
+
+helm:
+	hack/tools build helm
+
+chart-lint:
+	$$(hack/tools build helm) lint --strict chart
+
+## Where a Docker engine exists (CI proves the image's install steps without one: tests/unit/test_dockerfile.py).
+image:
+	docker build -t workload-resizer:dev .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

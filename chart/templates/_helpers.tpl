@@ -1,0 +1,131 @@
+{{/*
+Base name of every object: fullnameOverride, else the chart name (workload-resizer).
+Truncated so that "<fullname>-reconciler" stays a valid 63-character DNS label.
+*/}}
+{{- define "wr.fullname" -}}
+{{- default .Chart.Name .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "wr.webhookName" -}}{{ include "wr.fullname" . }}-webhook{{- end -}}
+{{- define "wr.reconcilerName" -}}{{ include "wr.fullname" . }}-reconciler{{- end -}}
+{{- define "wr.tlsSecretName" -}}{{ include "wr.fullname" . }}-webhook-tls{{- end -}}
+
+{{- define "wr.configName" -}}
+{{- default (printf "%s-config" (include "wr.fullname" .)) .Values.config.name -}}
+{{- end -}}
+
+{{- define "wr.leaseName" -}}
+{{- default (include "wr.reconcilerName" .) .Values.reconciler.leaderElection.id -}}
+{{- end -}}
+
+{{- define "wr.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+{{- end -}}
+
+{{- define "wr.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: workload-resizer
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "ctx" $ "component" "webhook") */}}
+{{- define "wr.selectorLabels" -}}
+app.kubernetes.io/name: {{ .ctx.Chart.Name }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "wr.componentLabels" -}}
+{{ include "wr.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Default affinity: prefer one replica per node. (dict "ctx" $ "component" "webhook") */}}
+{{- define "wr.defaultAffinity" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "wr.selectorLabels" . | nindent 12 }}
+{{- end -}}
+
+{{/* DNS names of the webhook Service. */}}
+{{- define "wr.webhookDNSNames" -}}
+{{- $svc := include "wr.webhookName" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson -}}
+{{- end -}}
+
+{{/*
+tls.mode=helm: the CA and serving certificate, as a dict (ca.crt, tls.crt, tls.key),
+generated once per render (cached in .Values so the Secret and the webhook
+configuration agree) and taken over from the existing Secret on upgrade.
+*/}}
+{{- define "wr.helmTLS" -}}
+{{- if not (hasKey .Values "__wrGeneratedTLS") -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "wr.tlsSecretName" .) -}}
+{{- $data := dict -}}
+{{- if and $existing (hasKey ($existing.data | default dict) "ca.crt") (hasKey $existing.data "tls.crt") (hasKey $existing.data "tls.key") -}}
+{{- $data = dict "ca.crt" (index $existing.data "ca.crt" | b64dec) "tls.crt" (index $existing.data "tls.crt" | b64dec) "tls.key" (index $existing.data "tls.key" | b64dec) -}}
+{{- else -}}
+{{- $days := int .Values.tls.helm.validityDays -}}
+{{- $ca := genCA (printf "%s-ca" (include "wr.fullname" .)) $days -}}
+{{- $names := include "wr.webhookDNSNames" . | fromJsonArray -}}
+{{- $cert := genSignedCert (printf "%s.%s.svc" (include "wr.webhookName" .) .Release.Namespace) nil $names $days $ca -}}
+{{- $data = dict "ca.crt" $ca.Cert "tls.crt" $cert.Cert "tls.key" $cert.Key -}}
+{{- end -}}
+{{- $_ := set .Values "__wrGeneratedTLS" $data -}}
+{{- end -}}
+{{- toJson (get .Values "__wrGeneratedTLS") -}}
+{{- end -}}
+
+{{/* base64 caBundle for the webhook configuration; empty in certManager mode. */}}
+{{- define "wr.caBundle" -}}
+{{- if eq .Values.tls.mode "provided" -}}
+{{- .Values.tls.provided.caBundle | b64enc -}}
+{{- else if eq .Values.tls.mode "helm" -}}
+{{- index (include "wr.helmTLS" . | fromJson) "ca.crt" | b64enc -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level settings shared by both Deployments: (dict "ctx" $ "component" "webhook" "v" .Values.webhook) */}}
+{{- define "wr.podScheduling" -}}
+{{- with .v.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with .v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+{{- if .v.affinity }}
+  {{- toYaml .v.affinity | nindent 2 }}
+{{- else }}
+  {{- include "wr.defaultAffinity" . | nindent 2 }}
+{{- end }}
+{{- with .v.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .ctx.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,754 @@
+"""The Helm chart (chart/): lint, render, schema, the real apiserver, and its RBAC for real.
+
+helm is the pinned one from `hack/tools build helm` (built once, minutes the first time,
+then cached in ~/.cache/workload-resizer). Nothing here installs a webhook configuration
+or a workload into the shared cluster: the rendered objects are checked with server-side
+dry-run (?dryRun=All&fieldValidation=Strict); only the RBAC objects (ServiceAccounts,
+Roles, bindings) and the ConfigMap are created, in a test namespace, and then exercised
+as the reconciler's and the webhook's ServiceAccounts with TokenRequest tokens.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.__main__ import build_parser as webhook_parser
+from reconciler.options import build_parser as reconciler_parser
+from reconciler.options import parse as reconciler_parse
+from resizer.config import load_config
+from tests.support.chart import (CERT_MANAGER_KINDS, ensure_helm, find, find_all, lint, render,
+                                 template)
+from tests.support.kube import ApiError, Kube, collection_path, wait_for
+from tests.support.processes import Webhook
+from tests.support.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "workload-resizer-system"
+CERT_MANAGER_RUN = REPO / "hack" / "certmanager" / "run"
+
+# The first test of a fresh machine builds helm (a few minutes on 2 cores).
+pytestmark = pytest.mark.timeout(1200)
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    return ensure_helm()
+
+
+def provided_certs(namespace: str, service: str = "workload-resizer-webhook") -> dict[str, str]:
+    out = Path(tempfile.mkdtemp(prefix="chart-certs-"))
+    subprocess.run([sys.executable, "-m", "certs", "--out-dir", str(out), "--service", service,
+                    "--namespace", namespace, "--ca-bundle-file", str(out / "ca.b64")],
+                   cwd=REPO, check=True, capture_output=True, text=True, timeout=60)
+    return {"caBundle": (out / "ca.crt").read_text(), "cert": (out / "tls.crt").read_text(),
+            "key": (out / "tls.key").read_text()}
+
+
+CUSTOM = {
+    "fullnameOverride": "resizer",
+    "image": {"repository": "registry.example/workload-resizer", "tag": "1.2.3", "pullPolicy": "Always"},
+    "config": {"name": "sizing", "baselineNodeType": "n4",
+               "nodeTypes": {"n4": {"cpuPerf": 1.25, "memPerf": 1}, "e2": {"cpuPerf": "0.8", "memPerf": "0.9"}},
+               "bounds": {"cpu": {"min": "100m", "max": "8"}, "memory": {"min": "128Mi", "max": "16Gi"}},
+               "overrides": [{"name": "batch", "match": {"podLabel": {"tier": "batch"}},
+                              "bounds": {"cpu": {"min": "10m"}}}],
+               "computeClasses": {"Performance": {"baselineNodeType": "e2"}}},
+    "tls": {"mode": "helm", "helm": {"validityDays": 30}},
+    "webhook": {"replicas": 3, "port": 9443, "tlsMinVersion": "1.3", "certReloadInterval": "1m",
+                "maxRequestBytes": "8MiB", "httpKeepAliveTimeout": "100s", "shutdownTimeout": "5s",
+                "logLevel": "debug", "logFormat": "text", "logFlushInterval": "0",
+                "extraArgs": ["--log-level=warning"], "failurePolicy": "Fail", "timeoutSeconds": 5,
+                "excludeNamespaces": ["monitoring"], "priorityClassName": "system-cluster-critical",
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra",
+                                 "effect": "NoSchedule"}],
+                "podDisruptionBudget": {"enabled": True, "minAvailable": "50%"},
+                "podAnnotations": {"prometheus.io/scrape": "true"}},
+    "reconciler": {"replicas": 1, "dryRun": True, "resizeRestartContainers": True,
+                   "nodeTypeLabel": "node.kubernetes.io/instance-type", "configRefreshInterval": "1m30s",
+                   "concurrency": 16, "kubeApiQps": 50.5, "kubeApiBurst": 1000000, "watchIdleTimeout": "2m",
+                   "metricsPort": 9090, "probePort": 9091, "logLevel": "warning", "logFormat": "text",
+                   "shutdownTimeout": "30s",
+                   "leaderElection": {"enabled": True, "id": "resizer-lock", "leaseDuration": "30s",
+                                      "renewDeadline": "20s", "retryPeriod": "5s"},
+                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                       "nodeSelectorTerms": [{"matchExpressions": [
+                           {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}},
+                   "podDisruptionBudget": {"enabled": False},
+                   "extraArgs": ["--kubeconfig=/etc/kube/config"]},
+}
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "provided": {"tls": {"mode": "provided"}},          # certificates made per namespace: values_for()
+    "helm": {"tls": {"mode": "helm"}},
+    "custom": CUSTOM,
+    "dry-run": {"reconciler": {"dryRun": True}},
+    "no-leader-election": {"reconciler": {"leaderElection": {"enabled": False}, "replicas": 1}},
+    "existing-issuer": {"tls": {"certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}}}},
+}
+
+
+def values_for(variant: str, namespace: str = NS) -> dict[str, Any]:
+    values = dict(VARIANTS[variant])
+    if variant == "provided":
+        values["tls"] = {"mode": "provided", "provided": provided_certs(namespace)}
+    return values
+
+
+def container(doc: dict[str, Any]) -> dict[str, Any]:
+    (c,) = doc["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def flags(args: list[str]) -> set[str]:
+    return {a.split("=", 1)[0] for a in args if a.startswith("--")}
+
+
+def parser_flags(parser) -> set[str]:
+    return {o for a in parser._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+
+
+# --------------------------------------------------------------------------- lint and render
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_helm_lint(helm: str, variant: str) -> None:
+    proc = lint(helm, values=values_for(variant))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[ERROR]" not in proc.stdout and "[WARNING]" not in proc.stdout, proc.stdout
+
+
+def test_default_render(helm: str) -> None:
+    docs = render(helm, namespace=NS)
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in docs)
+    assert kinds == sorted([
+        ("ServiceAccount", "workload-resizer-webhook"), ("ServiceAccount", "workload-resizer-reconciler"),
+        ("ConfigMap", "workload-resizer-config"),
+        ("ClusterRole", "workload-resizer-reconciler"), ("ClusterRoleBinding", "workload-resizer-reconciler"),
+        ("Role", "workload-resizer-reconciler"), ("RoleBinding", "workload-resizer-reconciler"),
+        ("Service", "workload-resizer-webhook"),
+        ("Deployment", "workload-resizer-webhook"), ("Deployment", "workload-resizer-reconciler"),
+        ("PodDisruptionBudget", "workload-resizer-webhook"), ("PodDisruptionBudget", "workload-resizer-reconciler"),
+        ("MutatingWebhookConfiguration", "workload-resizer"),
+        ("Issuer", "workload-resizer-selfsigned"), ("Certificate", "workload-resizer-ca"),
+        ("Issuer", "workload-resizer-ca"), ("Certificate", "workload-resizer-webhook"),
+    ])
+    for doc in docs:
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"):
+            assert doc["metadata"]["namespace"] == NS, doc["metadata"]
+
+    # The config: the design's sample, accepted by the reconciler's own parser.
+    cm = find(docs, "ConfigMap")
+    config = load_config(cm["data"]["config.yaml"])
+    assert yaml.safe_load(cm["data"]["config.yaml"]) == {
+        "baselineNodeType": "n2d",
+        "nodeTypes": {"n2d": {"cpuPerf": 1, "memPerf": 1}, "n4": {"cpuPerf": 1.25, "memPerf": 1},
+                      "c3": {"cpuPerf": 1.3, "memPerf": 1}},
+        "bounds": {"cpu": {"min": "50m", "max": "16"}, "memory": {"min": "64Mi", "max": "32Gi"}}}
+    assert config.baselineNodeType == "n2d"
+
+    # The webhook: 2 replicas, PDB minAvailable 1, preferred anti-affinity on hostname, Service 443 -> 8443.
+    webhook = find(docs, "Deployment", "workload-resizer-webhook")
+    assert webhook["spec"]["replicas"] == 2
+    assert find(docs, "PodDisruptionBudget", "workload-resizer-webhook")["spec"]["minAvailable"] == 1
+    pod = webhook["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == webhook["spec"]["selector"]["matchLabels"]
+    assert pod["automountServiceAccountToken"] is False
+    assert find(docs, "ServiceAccount", "workload-resizer-webhook")["automountServiceAccountToken"] is False
+    service = find(docs, "Service")
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == 443 and port["targetPort"] == "https"
+    assert service["spec"]["selector"] == webhook["spec"]["selector"]["matchLabels"]
+    (cport,) = container(webhook)["ports"]
+    assert cport == {"name": "https", "containerPort": 8443, "protocol": "TCP"}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container(webhook)[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
+    mounts = {m["mountPath"]: m for m in container(webhook)["volumeMounts"]}
+    tls_volume = next(v for v in pod["volumes"] if v["name"] == mounts["/etc/workload-resizer/tls"]["name"])
+    assert tls_volume["secret"]["secretName"] == "workload-resizer-webhook-tls"
+
+    # The reconciler: 2 replicas, leader election, probes on the probe port.
+    reconciler = find(docs, "Deployment", "workload-resizer-reconciler")
+    assert reconciler["spec"]["replicas"] == 2
+    args = container(reconciler)["args"]
+    assert args[0] == "reconciler" and "--leader-elect" in args
+    assert "--config-name=workload-resizer-config" in args and f"--config-namespace={NS}" in args
+    ports = {p["name"]: p["containerPort"] for p in container(reconciler)["ports"]}
+    assert ports == {"http-metrics": 8080, "http-probes": 8081}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container(reconciler)[probe]["httpGet"] == {"path": path, "port": "http-probes"}
+    assert reconciler["spec"]["template"]["spec"]["serviceAccountName"] == "workload-resizer-reconciler"
+
+    # Hardened pods, skipped by the resizer, with resources.
+    for deployment in (webhook, reconciler):
+        spec = deployment["spec"]["template"]["spec"]
+        assert deployment["spec"]["template"]["metadata"]["annotations"]["workload-resizer.io/skip"] == "true"
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] == 65532
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        sc = container(deployment)["securityContext"]
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 65532
+        assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        resources = container(deployment)["resources"]
+        assert resources["requests"]["cpu"] and resources["requests"]["memory"] and resources["limits"]["memory"]
+        assert container(deployment)["image"] == "workload-resizer:0.1.0"
+        assert "priorityClassName" not in spec
+
+
+def test_webhook_configuration_matches_webhook_config_dir(helm: str) -> None:
+    """Default values in workload-resizer-system render the same webhook as
+    webhook-config/cert-manager.yaml (the chart's labels aside)."""
+    docs = render(helm, namespace=NS)
+    chart_mwc = find(docs, "MutatingWebhookConfiguration")
+    reference = yaml.safe_load((REPO / "webhook-config" / "cert-manager.yaml").read_text())
+    assert chart_mwc["metadata"]["name"] == reference["metadata"]["name"] == "workload-resizer"
+    assert chart_mwc["metadata"]["annotations"] == reference["metadata"]["annotations"]
+    assert chart_mwc["webhooks"] == reference["webhooks"]
+    (webhook,) = chart_mwc["webhooks"]
+    assert webhook["failurePolicy"] == "Ignore" and webhook["timeoutSeconds"] == 3
+
+
+def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
+    """The rendered args parse with the programs' own parsers, and every flag is rendered from
+    the structured values (except those that make no sense in a pod)."""
+    not_from_values = {"--kubeconfig", "--leader-election-identity"}
+    for values in ({}, CUSTOM):
+        docs = render(helm, namespace=NS, values=values)
+        webhook = [d for d in find_all(docs, "Deployment") if d["metadata"]["name"].endswith("-webhook")][0]
+        reconciler = [d for d in find_all(docs, "Deployment") if d["metadata"]["name"].endswith("-reconciler")][0]
+        wargs, rargs = container(webhook)["args"], container(reconciler)["args"]
+        assert wargs[0] == "app" and rargs[0] == "reconciler"
+        webhook_parser().parse_args(wargs[1:])
+        parsed = reconciler_parse(rargs[1:])
+        if values is CUSTOM:
+            assert parsed.dry_run and parsed.resize_restart_containers and parsed.kube_api_burst == 1000000
+            assert parsed.config_name == "sizing" and parsed.leader_election_id == "resizer-lock"
+            assert parsed.kubeconfig == "/etc/kube/config"          # extraArgs come last
+            assert wargs[-1] == "--log-level=warning"
+            assert parser_flags(reconciler_parser()) - flags(rargs) == {"--leader-election-identity"}
+            assert parser_flags(webhook_parser()) - flags(wargs) == set()
+        else:
+            assert parser_flags(reconciler_parser()) - flags(rargs) == \
+                not_from_values | {"--dry-run", "--resize-restart-containers"}
+            assert parser_flags(webhook_parser()) - flags(wargs) == set()
+
+
+def test_custom_values(helm: str) -> None:
+    docs = render(helm, namespace="other", values=CUSTOM)
+    webhook = find(docs, "Deployment", "resizer-webhook")
+    reconciler = find(docs, "Deployment", "resizer-reconciler")
+    assert webhook["spec"]["replicas"] == 3 and reconciler["spec"]["replicas"] == 1
+    assert container(webhook)["image"] == "registry.example/workload-resizer:1.2.3"
+    assert container(webhook)["imagePullPolicy"] == "Always"
+    assert container(webhook)["ports"][0]["containerPort"] == 9443
+    spec = webhook["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert spec["tolerations"][0]["key"] == "dedicated"
+    assert webhook["spec"]["template"]["metadata"]["annotations"] == {
+        "workload-resizer.io/skip": "true", "prometheus.io/scrape": "true"}
+    assert reconciler["spec"]["template"]["spec"]["affinity"] == CUSTOM["reconciler"]["affinity"]
+    assert find(docs, "PodDisruptionBudget", "resizer-webhook")["spec"]["minAvailable"] == "50%"
+    assert not [d for d in find_all(docs, "PodDisruptionBudget") if d["metadata"]["name"] == "resizer-reconciler"]
+    cm = find(docs, "ConfigMap", "sizing")
+    config = load_config(cm["data"]["config.yaml"])
+    assert [o.name for o in config.overrides] == ["batch"]
+    assert set(config.nodeTypes) == {"n4", "e2"}          # replaces the sample, no leftovers
+    assert yaml.safe_load(cm["data"]["config.yaml"])["bounds"] == CUSTOM["config"]["bounds"]
+    role = find(docs, "Role", "resizer-reconciler")
+    assert role["rules"][0]["resourceNames"] == ["sizing"]
+    assert role["rules"][-1]["resourceNames"] == ["resizer-lock"]
+    mwc = find(docs, "MutatingWebhookConfiguration", "resizer")
+    (hook,) = mwc["webhooks"]
+    assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] == 5
+    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "other", "monitoring"]
+    assert hook["clientConfig"]["service"] == {"name": "resizer-webhook", "namespace": "other",
+                                               "path": "/mutate", "port": 443}
+
+
+def test_config_values(helm: str) -> None:
+    """Bounds are overlaid on the defaults side by side; nodeTypes replace the sample;
+    a baseline outside nodeTypes fails the render."""
+    docs = render(helm, set_values=["config.bounds.cpu.max=8", "config.baselineNodeType=x",
+                                    "config.nodeTypes.x.cpuPerf=2", "config.nodeTypes.x.memPerf=1"])
+    text = find(docs, "ConfigMap")["data"]["config.yaml"]
+    assert yaml.safe_load(text) == {
+        "baselineNodeType": "x", "nodeTypes": {"x": {"cpuPerf": 2, "memPerf": 1}},
+        "bounds": {"cpu": {"min": "50m", "max": 8}, "memory": {"min": "64Mi", "max": "32Gi"}}}
+    load_config(text)
+    proc = template(helm, set_values=["config.nodeTypes.x.cpuPerf=2", "config.nodeTypes.x.memPerf=1"], check=False)
+    assert proc.returncode != 0 and 'config.baselineNodeType "n2d" is not one of config.nodeTypes (x)' in proc.stderr
+    docs = render(helm, set_values=["config.create=false"])
+    assert not find_all(docs, "ConfigMap")
+    assert "--config-name=workload-resizer-config" in container(find(docs, "Deployment",
+                                                                      "workload-resizer-reconciler"))["args"]
+
+
+def test_release_namespace(helm: str) -> None:
+    docs = render(helm, namespace="platform-addons", release="wr")
+    for doc in docs:
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"):
+            assert doc["metadata"]["namespace"] == "platform-addons"
+    mwc = find(docs, "MutatingWebhookConfiguration")
+    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+        "platform-addons/workload-resizer-webhook"
+    (hook,) = mwc["webhooks"]
+    assert hook["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "platform-addons"]}]
+    assert hook["clientConfig"]["service"]["namespace"] == "platform-addons"
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        (subject,) = find(docs, kind)["subjects"]
+        assert subject == {"kind": "ServiceAccount", "name": "workload-resizer-reconciler",
+                           "namespace": "platform-addons"}
+    cert = find(docs, "Certificate", "workload-resizer-webhook")
+    assert "workload-resizer-webhook.platform-addons.svc" in cert["spec"]["dnsNames"]
+    args = container(find(docs, "Deployment", "workload-resizer-reconciler"))["args"]
+    assert "--config-namespace=platform-addons" in args and "--leader-election-namespace=platform-addons" in args
+
+
+def test_cert_manager_objects(helm: str) -> None:
+    docs = render(helm, namespace=NS)
+    selfsigned = find(docs, "Issuer", "workload-resizer-selfsigned")
+    assert selfsigned["spec"] == {"selfSigned": {}}
+    ca = find(docs, "Certificate", "workload-resizer-ca")
+    assert ca["spec"]["isCA"] is True and ca["spec"]["issuerRef"]["name"] == "workload-resizer-selfsigned"
+    ca_issuer = find(docs, "Issuer", "workload-resizer-ca")
+    assert ca_issuer["spec"] == {"ca": {"secretName": ca["spec"]["secretName"]}}
+    serving = find(docs, "Certificate", "workload-resizer-webhook")
+    assert serving["spec"]["issuerRef"] == {"name": "workload-resizer-ca", "kind": "Issuer",
+                                            "group": "cert-manager.io"}
+    assert serving["spec"]["secretName"] == "workload-resizer-webhook-tls"
+    assert set(serving["spec"]["dnsNames"]) == {
+        "workload-resizer-webhook", f"workload-resizer-webhook.{NS}", f"workload-resizer-webhook.{NS}.svc",
+        f"workload-resizer-webhook.{NS}.svc.cluster.local"}
+    assert "server auth" in serving["spec"]["usages"]
+    for doc in docs:
+        if doc["kind"] in CERT_MANAGER_KINDS:
+            assert doc["apiVersion"] == "cert-manager.io/v1"
+    assert not find_all(docs, "Secret")            # cert-manager writes it
+    # An existing issuer replaces the chart's own CA chain.
+    docs = render(helm, namespace=NS, values=VARIANTS["existing-issuer"])
+    assert [d["metadata"]["name"] for d in docs if d["kind"] in CERT_MANAGER_KINDS] == ["workload-resizer-webhook"]
+    assert find(docs, "Certificate")["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
+
+
+def test_tls_mode_provided(helm: str) -> None:
+    certs = provided_certs(NS)
+    docs = render(helm, namespace=NS, values={"tls": {"mode": "provided", "provided": certs}})
+    assert not [d for d in docs if d["kind"] in CERT_MANAGER_KINDS]
+    secret = find(docs, "Secret", "workload-resizer-webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert base64.b64decode(secret["data"]["tls.crt"]).decode() == certs["cert"]
+    assert base64.b64decode(secret["data"]["tls.key"]).decode() == certs["key"]
+    mwc = find(docs, "MutatingWebhookConfiguration")
+    assert "annotations" not in mwc["metadata"]
+    assert base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"]).decode() == certs["caBundle"]
+
+
+def test_tls_mode_helm_serves_with_the_real_webhook(helm: str) -> None:
+    """The certificate Helm generates is valid for the Service's DNS name under the caBundle
+    the chart puts into the webhook configuration, and the real webhook serves with it."""
+    docs = render(helm, namespace="other", values={"tls": {"mode": "helm"}})
+    assert not [d for d in docs if d["kind"] in CERT_MANAGER_KINDS]
+    secret = find(docs, "Secret", "workload-resizer-webhook-tls")
+    mwc = find(docs, "MutatingWebhookConfiguration")
+    ca_bundle = base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"])
+    assert ca_bundle == base64.b64decode(secret["data"]["ca.crt"])
+    directory = Path(tempfile.mkdtemp(prefix="chart-helm-tls-"))
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
+
+    class Certs:
+        ca_file = str(directory / "ca.crt")
+        cert_file = str(directory / "tls.crt")
+        key_file = str(directory / "tls.key")
+
+    webhook = Webhook(certs=Certs())        # type: ignore[arg-type]
+    try:
+        context = ssl.create_default_context(cafile=Certs.ca_file)
+        for name in ("workload-resizer-webhook.other.svc", "workload-resizer-webhook.other.svc.cluster.local"):
+            # Connect to 127.0.0.1, verify the certificate for the Service's DNS name.
+            wait_for(f"webhook /readyz over TLS as {name}", lambda: _readyz_over_tls(webhook, context, name))
+    finally:
+        webhook.close()
+
+
+def _readyz_over_tls(webhook: Webhook, context: ssl.SSLContext, server_name: str) -> bool:
+    if not webhook.alive:
+        raise AssertionError(f"webhook exited:\n{webhook.logs()[-3000:]}")
+    try:
+        with socket.create_connection(("127.0.0.1", webhook.port), timeout=5) as raw, \
+                context.wrap_socket(raw, server_hostname=server_name) as tls:
+            tls.sendall(f"GET /readyz HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n\r\n".encode())
+            return tls.recv(64).startswith(b"HTTP/1.1 200")
+    except ssl.SSLCertVerificationError as err:
+        raise AssertionError(f"the chart's certificate does not verify as {server_name}: {err}") from None
+    except OSError:             # not listening yet
+        return False
+
+
+def test_tls_mode_helm_keeps_the_certificate_on_upgrade(cluster, helm: str, namespace: str) -> None:
+    """On upgrade (lookup against the live cluster) the chart reuses the Secret it made at
+    install instead of minting a new CA, so the caBundle and the serving certificate agree."""
+    pem = provided_certs(namespace)
+    data = {"ca.crt": pem["caBundle"], "tls.crt": pem["cert"], "tls.key": pem["key"]}
+    cluster.kube.create(f"/api/v1/namespaces/{namespace}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "workload-resizer-webhook-tls"},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
+    docs = render(helm, namespace=namespace, values={"tls": {"mode": "helm"}},
+                  extra=["--dry-run=server", "--kubeconfig", cluster.kubeconfig])
+    secret = find(docs, "Secret", "workload-resizer-webhook-tls")
+    assert {k: base64.b64decode(v).decode() for k, v in secret["data"].items()} == data
+    ca_bundle = find(docs, "MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["caBundle"]
+    assert base64.b64decode(ca_bundle).decode() == pem["caBundle"]
+
+
+@pytest.mark.parametrize("bad, where", [
+    (["webhook.replica=3"], "additional properties 'replica'"),                 # typo'd key
+    (["reconciler.concurency=3"], "additional properties 'concurency'"),
+    (["tls.mod=helm"], "additional properties 'mod'"),
+    (["unknownTopLevel=1"], "additional properties 'unknownTopLevel'"),
+    (["config.nodeTypes.n4.cpuPref=1"], "additional properties 'cpuPref'"),
+    (["reconciler.concurrency=lots"], "/reconciler/concurrency"),                # wrong type
+    (["webhook.replicas=two"], "/webhook/replicas"),
+    (["reconciler.dryRun=maybe"], "/reconciler/dryRun"),
+    (["reconciler.leaderElection.leaseDuration=15"], "/reconciler/leaderElection/leaseDuration"),
+    (["tls.mode=selfsigned"], "/tls/mode"),                                      # not an allowed value
+    (["tls.mode=provided"], "/tls/provided"),                                    # provided without certs
+    (["webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
+    (["webhook.logLevel=verbose"], "/webhook/logLevel"),
+    (["webhook.port=70000"], "/webhook/port"),
+    (["config.nodeTypes.n4.cpuPerf=-1"], "/config/nodeTypes/n4/cpuPerf"),
+    (["config.bounds.cpu.min=lots"], "/config/bounds/cpu/min"),
+    (["image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+    (["reconciler.extraArgs[0]=dry-run"], "/reconciler/extraArgs/0"),
+])
+def test_schema_rejects_bad_values(helm: str, bad: list[str], where: str) -> None:
+    proc = template(helm, set_values=bad, check=False)
+    assert proc.returncode != 0, f"--set {bad} was accepted"
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert where in proc.stderr, proc.stderr
+
+
+def test_kube_version_requirement(helm: str) -> None:
+    proc = template(helm, extra=["--kube-version", "1.34.0"], check=False)
+    assert proc.returncode != 0 and "kubeVersion" in proc.stderr
+    template(helm, extra=["--kube-version", "1.35.0"])
+
+
+def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
+    docs = render(helm, namespace=NS)
+    assert [d["metadata"]["name"] for d in find_all(docs, "ClusterRole")] == ["workload-resizer-reconciler"]
+    assert find(docs, "ClusterRole")["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    assert [d["metadata"]["name"] for d in find_all(docs, "Role")] == ["workload-resizer-reconciler"]
+    assert find(docs, "Role")["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["workload-resizer-config"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": ["workload-resizer-reconciler"], "verbs": ["get", "update"]},
+    ]
+    # Bound to the reconciler only; the webhook's ServiceAccount has no binding at all.
+    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        binding = find(docs, kind)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
+                                      "name": "workload-resizer-reconciler"}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "workload-resizer-reconciler",
+                                        "namespace": NS}]
+    # Without leader election, no Lease rights.
+    docs = render(helm, namespace=NS, values=VARIANTS["no-leader-election"])
+    assert all("leases" not in r["resources"] for r in find(docs, "Role")["rules"])
+    # (and with one replica, no PodDisruptionBudget that would block node drains)
+    assert [d["metadata"]["name"] for d in find_all(docs, "PodDisruptionBudget")] == ["workload-resizer-webhook"]
+    assert "--leader-elect" not in container(find(docs, "Deployment", "workload-resizer-reconciler"))["args"]
+
+
+# --------------------------------------------------------------------------- the real apiserver
+
+
+def _cert_manager_installed(kube: Kube) -> bool:
+    try:
+        resources = kube.get("/apis/cert-manager.io/v1")["resources"]
+    except (ApiError, ValueError):      # ValueError: a plain-text "404 page not found"
+        return False
+    return {"issuers", "certificates"} <= {r["name"] for r in resources}
+
+
+CERT_MANAGER_PLURALS = {"Issuer": "issuers", "Certificate": "certificates"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_server_side_dry_run(cluster, helm: str, namespace: str, variant: str) -> None:
+    """Every rendered object is accepted by the real apiserver (strict field validation,
+    dryRun=All: nothing is persisted). cert-manager objects only where its CRDs are installed."""
+    values = values_for(variant, namespace)
+    values["fullnameOverride"] = chart_names(namespace)["fullname"]     # no clash with a real install
+    docs = render(helm, namespace=namespace, values=values)
+    with_cert_manager = _cert_manager_installed(cluster.kube)
+    checked = []
+    for doc in docs:
+        if doc["kind"] in CERT_MANAGER_KINDS:
+            if not with_cert_manager:
+                continue
+            path = f"/apis/cert-manager.io/v1/namespaces/{namespace}/{CERT_MANAGER_PLURALS[doc['kind']]}"
+        else:
+            path = collection_path(doc, namespace)
+        try:
+            created = cluster.kube.request("POST", path, doc, params={"dryRun": "All", "fieldValidation": "Strict"})
+        except ValueError:          # plain-text 404: cert-manager's CRDs went away meanwhile
+            assert doc["kind"] in CERT_MANAGER_KINDS and not _cert_manager_installed(cluster.kube)
+            continue
+        except ApiError as err:
+            if doc["kind"] in CERT_MANAGER_KINDS and err.status == 404 and not _cert_manager_installed(cluster.kube):
+                continue
+            raise AssertionError(f"{doc['kind']} {doc['metadata']['name']} rejected: {err}") from None
+        assert created["metadata"]["name"] == doc["metadata"]["name"]
+        checked.append(doc["kind"])
+    assert {"Deployment", "Service", "MutatingWebhookConfiguration", "ClusterRole", "Role",
+            "ConfigMap", "ServiceAccount"} <= set(checked)
+    # Nothing was persisted.
+    assert not cluster.kube.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")["items"]
+
+
+# --------------------------------------------------------------------------- RBAC for real
+
+
+def can(kube: Kube, verb: str, resource: str, namespace: str | None = None, name: str | None = None,
+        group: str = "", subresource: str | None = None) -> bool:
+    attrs: dict[str, Any] = {"verb": verb, "resource": resource, "group": group}
+    for key, value in (("namespace", namespace), ("name", name), ("subresource", subresource)):
+        if value:
+            attrs[key] = value
+    review = kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": attrs}})
+    return bool(review["status"]["allowed"])
+
+
+def status(kube: Kube, method: str, path: str, body: Any = None, content_type: str = "application/json",
+           **params: Any) -> int:
+    """HTTP status of a real request as kube's identity (watches are cut short by timeoutSeconds)."""
+    with kube.http.stream(method, path, params=params or None,
+                          content=json.dumps(body).encode() if body is not None else None,
+                          headers={"Content-Type": content_type} if body is not None else None) as resp:
+        return resp.status_code
+
+
+@pytest.fixture
+def rbac(cluster, helm: str, namespace: str):
+    tokens = install_rbac(cluster.kube, helm, namespace)
+    yield tokens
+    uninstall_rbac(cluster.kube, namespace)
+
+
+def test_reconciler_identity_can_do_its_job_and_nothing_more(cluster, rbac, namespace: str) -> None:
+    names = chart_names(namespace)
+    me = Kube(kubeconfig_for_token(cluster, rbac["reconciler"]))
+    review = me.create("/apis/authentication.k8s.io/v1/selfsubjectreviews", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    assert review["status"]["userInfo"]["username"] == \
+        f"system:serviceaccount:{namespace}:{names['reconciler']}"
+
+    cm, lease = names["config"], names["lease"]
+    leases = "coordination.k8s.io"
+    allowed = [
+        ("list", "pods", None), ("watch", "pods", None), ("get", "pods", "default"), ("patch", "pods", "default"),
+        ("list", "nodes", None), ("watch", "nodes", None), ("get", "nodes", None),
+        ("create", "events", "default"), ("patch", "events", "default"), ("create", "events", namespace),
+    ]
+    for verb, resource, ns in allowed:
+        assert can(me, verb, resource, ns), f"reconciler may not {verb} {resource} in {ns}"
+    assert can(me, "patch", "pods", "default", subresource="resize")
+    assert can(me, "get", "configmaps", namespace, name=cm)
+    assert can(me, "list", "configmaps", namespace, name=cm)
+    assert can(me, "watch", "configmaps", namespace, name=cm)
+    assert can(me, "create", "leases", namespace, group=leases)
+    assert can(me, "get", "leases", namespace, name=lease, group=leases)
+    assert can(me, "update", "leases", namespace, name=lease, group=leases)
+
+    forbidden = [
+        dict(verb="delete", resource="pods", namespace="default"),
+        dict(verb="create", resource="pods", namespace="default"),
+        dict(verb="update", resource="pods", namespace="default"),
+        dict(verb="patch", resource="pods", namespace="default", subresource="status"),
+        dict(verb="create", resource="pods", namespace="default", subresource="eviction"),
+        dict(verb="get", resource="secrets", namespace=namespace),
+        dict(verb="list", resource="secrets", namespace="kube-system"),
+        dict(verb="list", resource="configmaps", namespace=namespace),
+        dict(verb="list", resource="configmaps", namespace="default"),
+        dict(verb="get", resource="configmaps", namespace="default", name=cm),
+        dict(verb="get", resource="configmaps", namespace=namespace, name="other"),
+        dict(verb="update", resource="configmaps", namespace=namespace, name=cm),
+        dict(verb="patch", resource="configmaps", namespace=namespace, name=cm),
+        dict(verb="patch", resource="nodes"),
+        dict(verb="update", resource="nodes"),
+        dict(verb="delete", resource="events", namespace="default"),
+        dict(verb="list", resource="events", namespace="default"),
+        dict(verb="get", resource="leases", namespace=namespace, name="other", group=leases),
+        dict(verb="update", resource="leases", namespace=namespace, name="other", group=leases),
+        dict(verb="delete", resource="leases", namespace=namespace, name=lease, group=leases),
+        dict(verb="list", resource="leases", namespace=namespace, group=leases),
+        dict(verb="create", resource="leases", namespace="default", group=leases),
+        dict(verb="list", resource="deployments", namespace="default", group="apps"),
+        dict(verb="create", resource="serviceaccounts", namespace=namespace, subresource="token"),
+    ]
+    for attrs in forbidden:
+        assert not can(me, **attrs), f"reconciler may {attrs}"
+
+    # Real requests, as the reconciler makes them.
+    assert status(me, "GET", "/api/v1/pods", fieldSelector="spec.nodeName!=", limit=10) == 200
+    assert status(me, "GET", "/api/v1/pods", watch="true", timeoutSeconds=1, fieldSelector="spec.nodeName!=") == 200
+    assert status(me, "GET", "/api/v1/nodes", limit=10) == 200
+    assert status(me, "GET", "/api/v1/nodes", watch="true", timeoutSeconds=1) == 200
+    cm_path = f"/api/v1/namespaces/{namespace}/configmaps"
+    assert status(me, "GET", f"{cm_path}/{cm}") == 200
+    # list and watch of the one ConfigMap are authorized by resourceNames through the
+    # single-name field selector, exactly as reconciler/config_source.py watches it.
+    assert status(me, "GET", cm_path, fieldSelector=f"metadata.name={cm}") == 200
+    assert status(me, "GET", cm_path, fieldSelector=f"metadata.name={cm}", watch="true", timeoutSeconds=1) == 200
+    assert status(me, "GET", cm_path) == 403
+    assert status(me, "GET", cm_path, fieldSelector="metadata.name=other") == 403
+    assert status(me, "GET", "/api/v1/namespaces/default/configmaps", fieldSelector=f"metadata.name={cm}") == 403
+    # pods/resize: authorized (404: no such pod), while deleting a pod is not (403).
+    assert status(me, "PATCH", "/api/v1/namespaces/default/pods/no-such-pod/resize", {"spec": {}},
+                  "application/strategic-merge-patch+json") == 404
+    assert status(me, "DELETE", "/api/v1/namespaces/default/pods/no-such-pod") == 403
+    assert status(me, "PATCH", "/api/v1/nodes/no-such-node", {"metadata": {}}, "application/merge-patch+json") == 403
+    assert status(me, "GET", f"/api/v1/namespaces/{namespace}/secrets") == 403
+    # Its events and its Lease.
+    event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "rbac-check", "namespace": namespace},
+             "involvedObject": {"kind": "ConfigMap", "name": cm, "namespace": namespace, "apiVersion": "v1"},
+             "type": "Warning", "reason": "InvalidConfig", "message": "rbac check",
+             "source": {"component": "workload-resizer"}}
+    me.create(f"/api/v1/namespaces/{namespace}/events", event)
+    me.patch(f"/api/v1/namespaces/{namespace}/events/rbac-check", {"count": 2})
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    me.create(lease_path, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                           "metadata": {"name": lease}, "spec": {"holderIdentity": "rbac-check"}})
+    current = me.get(f"{lease_path}/{lease}")
+    current["spec"]["holderIdentity"] = "rbac-check-2"
+    assert me.request("PUT", f"{lease_path}/{lease}", current)["spec"]["holderIdentity"] == "rbac-check-2"
+    assert status(me, "DELETE", f"{lease_path}/{lease}") == 403
+
+
+def test_webhook_identity_has_no_api_permissions(cluster, rbac, namespace: str) -> None:
+    names = chart_names(namespace)
+    me = Kube(kubeconfig_for_token(cluster, rbac["webhook"]))
+    for attrs in (dict(verb="get", resource="pods", namespace=namespace),
+                  dict(verb="list", resource="pods"),
+                  dict(verb="get", resource="configmaps", namespace=namespace, name=names["config"]),
+                  dict(verb="get", resource="secrets", namespace=namespace),
+                  dict(verb="create", resource="events", namespace=namespace),
+                  dict(verb="get", resource="nodes")):
+        assert not can(me, **attrs), f"webhook may {attrs}"
+    rules = me.create("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": namespace}})["status"]["resourceRules"]
+    # Only what every authenticated user has (self reviews), nothing from the chart.
+    granted = {(g, r) for rule in rules for g in rule.get("apiGroups", []) for r in rule.get("resources", [])}
+    assert granted <= {("authorization.k8s.io", "selfsubjectaccessreviews"),
+                       ("authorization.k8s.io", "selfsubjectrulesreviews"),
+                       ("authentication.k8s.io", "selfsubjectreviews")}, granted
+
+
+def test_rbac_helper_objects_are_owned_by_the_namespace(cluster, rbac, namespace: str) -> None:
+    names = chart_names(namespace)
+    for plural in ("clusterroles", "clusterrolebindings"):
+        obj = cluster.kube.get(f"/apis/rbac.authorization.k8s.io/v1/{plural}/{names['reconciler']}")
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert owner["kind"] == "Namespace" and owner["name"] == namespace
+    cm = cluster.kube.get(f"/api/v1/namespaces/{namespace}/configmaps/{names['config']}")
+    load_config(cm["data"]["config.yaml"])
+
+
+# --------------------------------------------------------------------------- cert-manager for real
+
+
+def test_cert_manager_mode_issues_and_injects(cluster, helm: str, namespace: str) -> None:
+    """With cert-manager running (hack/certmanager/run install, done here if needed), the
+    default TLS mode really works: the self-signed CA chain issues the serving certificate
+    into the Secret the webhook mounts, the CA injector fills the webhook configuration's
+    caBundle, and the real webhook serves with that Secret, verifiable as the Service's DNS
+    name. The webhook configuration is created with a namespaceSelector that matches no
+    namespace, so it never intercepts anything in the shared cluster."""
+    kube = cluster.kube
+    if not _cert_manager_installed(kube) and CERT_MANAGER_RUN.exists():
+        # Idempotent, and left running like the cluster (as tests/cluster/test_certmanager.py does).
+        proc = subprocess.run([str(CERT_MANAGER_RUN), "install"], stdout=subprocess.PIPE, stderr=sys.stderr,
+                              text=True)
+        assert proc.returncode == 0, f"hack/certmanager/run install failed (exit {proc.returncode})"
+    if not _cert_manager_installed(kube):
+        pytest.skip("cert-manager is not installed (hack/certmanager/run install)")
+    names = chart_names(namespace)
+    docs = render(helm, namespace=namespace, values={"fullnameOverride": names["fullname"]})
+    issuers = f"/apis/cert-manager.io/v1/namespaces/{namespace}/issuers"
+    certificates = f"/apis/cert-manager.io/v1/namespaces/{namespace}/certificates"
+    for doc in docs:
+        if doc["kind"] in CERT_MANAGER_KINDS:
+            kube.create(issuers if doc["kind"] == "Issuer" else certificates, doc)
+
+    def ready(path: str) -> bool:
+        conditions = kube.get(path).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    try:
+        wait_for("the self-signed Issuer Ready", lambda: ready(f"{issuers}/{names['fullname']}-selfsigned"), timeout=20)
+    except AssertionError:
+        pytest.skip("cert-manager's CRDs are installed but its controller does not run")
+    wait_for("the serving Certificate Ready", lambda: ready(f"{certificates}/{names['webhook']}"), timeout=90)
+    secret = kube.get(f"/api/v1/namespaces/{namespace}/secrets/{names['fullname']}-webhook-tls")
+    assert {"tls.crt", "tls.key", "ca.crt"} <= set(secret["data"])
+
+    mwc = find(docs, "MutatingWebhookConfiguration")
+    ns_obj = kube.get(f"/api/v1/namespaces/{namespace}")
+    mwc["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Namespace", "name": namespace,
+                                           "uid": ns_obj["metadata"]["uid"]}]
+    mwc["webhooks"][0]["namespaceSelector"]["matchLabels"] = {"workload-resizer.io/test-never-matches": namespace}
+    path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{mwc['metadata']['name']}"
+    kube.create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mwc)
+    try:
+        injected = wait_for("the CA injected into the webhook configuration", lambda: kube.get(path)["webhooks"][0]
+                            .get("clientConfig", {}).get("caBundle"), timeout=60)
+        assert base64.b64decode(injected) == base64.b64decode(secret["data"]["ca.crt"])
+    finally:
+        kube.delete(path)
+
+    directory = Path(tempfile.mkdtemp(prefix="chart-cm-tls-"))
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
+
+    class Certs:
+        ca_file = str(directory / "ca.crt")
+        cert_file = str(directory / "tls.crt")
+        key_file = str(directory / "tls.key")
+
+    webhook = Webhook(certs=Certs())        # type: ignore[arg-type]
+    try:
+        context = ssl.create_default_context(cafile=Certs.ca_file)
+        server_name = f"{names['webhook']}.{namespace}.svc"
+        wait_for(f"webhook /readyz over TLS as {server_name}", lambda: _readyz_over_tls(webhook, context, server_name))
+    finally:
+        webhook.close()
