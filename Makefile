@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down helm chart-lint image bench clean
+.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down helm chart-lint image certmanager-build certmanager-up bench clean
 
 all: test
 
@@ -44,6 +44,12 @@ demo-down: venv
 
 helm:
 	hack/tools build helm
+
+certmanager-build:
+	hack/certmanager/run build
+
+certmanager-up: cluster-up
+	hack/certmanager/run install
 
 chart-lint:
 	$$(hack/tools build helm) lint --strict chart
