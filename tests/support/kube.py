@@ -50,18 +50,20 @@ class Kube:
         context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
         cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
         user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
-        self._tmp = Path(tempfile.mkdtemp(prefix="kube-test-"))
         self.server = cluster["server"]
-        self.ca_file = _materialise(cluster["certificate-authority-data"], "ca.crt", self._tmp)
         headers = {"Accept": "application/json"}
-        tls = ssl.create_default_context(cafile=self.ca_file)
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
-        elif "token" in user:
-            headers["Authorization"] = f"Bearer {user['token']}"
-        else:
-            tls.load_cert_chain(_materialise(user["client-certificate-data"], "tls.crt", self._tmp),
-                                _materialise(user["client-key-data"], "tls.key", self._tmp))
+        # The SSLContext reads the PEM files at once; the key material is not left on disk.
+        with tempfile.TemporaryDirectory(prefix="kube-test-") as tmp:
+            directory = Path(tmp)
+            tls = ssl.create_default_context(
+                cafile=_materialise(cluster["certificate-authority-data"], "ca.crt", directory))
+            if token is not None:
+                headers["Authorization"] = f"Bearer {token}"
+            elif "token" in user:
+                headers["Authorization"] = f"Bearer {user['token']}"
+            else:
+                tls.load_cert_chain(_materialise(user["client-certificate-data"], "tls.crt", directory),
+                                    _materialise(user["client-key-data"], "tls.key", directory))
         self.tls = tls
         self.http = httpx.Client(base_url=self.server, verify=tls, headers=headers, timeout=30)
 
