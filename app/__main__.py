@@ -9,39 +9,15 @@ import re
 import sys
 from typing import Sequence
 
+from ops.flags import duration as parse_duration
+
 log = logging.getLogger("workload_resizer.webhook")
 
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _SIZE_UNITS = {
     "": 1, "b": 1,
     "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
     "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
 }
-
-
-def parse_duration(text: str) -> float:
-    """Go-style duration (``10s``, ``500ms``, ``1m30s``; a bare number is seconds) -> seconds."""
-    s = text.strip()
-    try:
-        return _non_negative(float(s))
-    except ValueError:
-        pass
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 500ms, 1m)")
-    return total
-
-
-def _non_negative(v: float) -> float:
-    if v < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return v
 
 
 def parse_size(text: str) -> int:

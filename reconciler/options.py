@@ -2,28 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 import socket
 import uuid
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def duration(text: str) -> float:
-    """Seconds from a Go-style duration (`30s`, `1m30s`, `500ms`) or a plain number of seconds."""
-    text = text.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        parts = _DURATION.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 30s, 1m, 500ms)") from None
-        value = sum(float(n) * _UNITS[u] for n, u in parts)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"duration {text!r} must not be negative")
-    return value
-
+from ops.flags import duration
 
 def positive_int(text: str) -> int:
     value = int(text)

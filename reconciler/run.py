@@ -109,8 +109,10 @@ class Reconciler:
             if synced in done:
                 log.info("caches synced; starting workers", extra={"workers": self.args.concurrency})
                 metrics.MAX_WORKERS.labels(metrics.CONTROLLER).set(self.args.concurrency)
-                workers = [asyncio.create_task(self._worker(i)) for i in range(self.args.concurrency)]
-                done, _ = await asyncio.wait({stopped, *background}, return_when=asyncio.FIRST_COMPLETED)
+                workers = [asyncio.create_task(self._worker(), name=f"worker-{i}")
+                           for i in range(self.args.concurrency)]
+                # A worker only ends by crashing: that must stop the process, not go unnoticed.
+                done, _ = await asyncio.wait({stopped, *background, *workers}, return_when=asyncio.FIRST_COMPLETED)
             synced.cancel()
             return self._exit_code(done, stopped)
         finally:
@@ -147,7 +149,7 @@ class Reconciler:
             await self.elector.release()
         self.active = False
 
-    async def _worker(self, index: int) -> None:
+    async def _worker(self) -> None:
         while (key := await self.queue.get()) is not None:
             started = time.monotonic()
             metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()

@@ -63,7 +63,7 @@ class WorkQueue:
     def add_rate_limited(self, item: str) -> float:
         failures = self._failures.get(item, 0)
         self._failures[item] = failures + 1
-        delay = min(self._base * (2 ** failures), self._max)
+        delay = min(self._base * (2 ** min(failures, 64)), self._max)   # 2**1024 overflows a float
         metrics.QUEUE_RETRIES.labels(self.name).inc()
         self.add_after(item, delay)
         return delay

@@ -1,0 +1,167 @@
+"""reconciler.controller helpers: the audit record of a decision and the situation key."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from reconciler.controller import _decision_record, _live_and_bound, _pod_path, _situation
+from reconciler.slim import slim_pod
+from resizer import SAMPLE_CONFIG, load_config, plan_resize, resolve_policy
+
+CONFIG = load_config(SAMPLE_CONFIG)     # n2d baseline; n4 cpuPerf 1.25; bounds cpu 50m..16, memory 64Mi..32Gi
+MiB = 1024 ** 2
+
+
+def _pod(containers: list[dict[str, Any]], annotations: dict[str, str] | None = None,
+         statuses: list[dict[str, Any]] | None = None, phase: str = "Running") -> dict[str, Any]:
+    full = {
+        "metadata": {"name": "web-1", "namespace": "shop", "uid": "uid-1", "resourceVersion": "5",
+                     "annotations": annotations or {},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                                          "controller": True}]},
+        "spec": {"nodeName": "node-1", "containers": containers},
+        "status": {"phase": phase, "containerStatuses": statuses if statuses is not None else [
+            {"name": c["name"], "state": {"running": {}}, "resources": c.get("resources")} for c in containers]},
+    }
+    return slim_pod(full)
+
+
+def _container(name: str, requests: dict[str, str], limits: dict[str, str] | None = None,
+               restart: tuple[str, ...] = ()) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "resources": {"requests": requests}}
+    if limits:
+        container["resources"]["limits"] = limits
+    if restart:
+        container["resizePolicy"] = [{"resourceName": r, "restartPolicy": "RestartContainer"} for r in restart]
+    return container
+
+
+def _plan(pod: dict[str, Any], node_type: str = "n4"):
+    return plan_resize(pod, resolve_policy(CONFIG, pod), node_type)
+
+
+# ------------------------------------------------------------------ _decision_record
+
+
+def test_decision_record_without_a_plan_names_pod_node_outcome_and_mode():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    assert _decision_record(pod, None, "ResizeFailed", False) == {
+        "pod": "web-1", "namespace": "shop", "node": "node-1", "outcome": "ResizeFailed", "dryRun": False}
+
+
+def test_decision_record_with_a_plan_lists_each_change_in_whole_units():
+    pod = _pod([_container("app", {"cpu": "1", "memory": "512Mi"})])
+    record = _decision_record(pod, _plan(pod), "Resized", True)
+    assert (record["nodeType"], record["baseline"], record["rule"], record["dryRun"]) == ("n4", "n2d", "global", True)
+    assert record["changes"] == [
+        {"container": "app", "resource": "cpu", "original": 1000, "desired": 800, "current": 1000,
+         "unit": "millicores"},
+        {"container": "app", "resource": "memory", "original": 512 * MiB, "desired": 512 * MiB,
+         "current": 512 * MiB, "unit": "bytes"},
+    ]
+
+
+def test_decision_record_includes_limits_only_for_resources_that_have_one():
+    pod = _pod([_container("app", {"cpu": "1", "memory": "512Mi"}, limits={"cpu": "2"})])
+    cpu, memory = _decision_record(pod, _plan(pod), "Resized", False)["changes"]
+    assert (cpu["originalLimit"], cpu["desiredLimit"]) == (2000, 1600)
+    assert "originalLimit" not in memory and "desiredLimit" not in memory
+
+
+def test_decision_record_marks_a_clamped_change():
+    pod = _pod([_container("app", {"cpu": "60m"})])
+    [cpu] = _decision_record(pod, _plan(pod), "BoundsClamped", False)["changes"]
+    assert cpu["desired"] == 50 and cpu["clamped"] == "min"
+
+
+def test_decision_record_marks_a_skipped_change_and_omits_unset_flags():
+    pod = _pod([_container("app", {"cpu": "1", "memory": "1Gi"}, restart=("memory",))])
+    cpu, memory = _decision_record(pod, _plan(pod), "Resized", False)["changes"]
+    assert memory["skipped"] == "RestartContainerPolicy"
+    assert "skipped" not in cpu and "clamped" not in cpu
+
+
+def test_decision_record_of_an_unknown_node_type_has_no_changes():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    record = _decision_record(pod, _plan(pod, "z9"), "UnknownNodeType", False)
+    assert record["nodeType"] == "z9" and record["changes"] == []
+
+
+# ------------------------------------------------------------------ _situation
+
+
+def test_the_same_pod_in_the_same_circumstances_is_the_same_situation():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    assert _situation(pod, "n4", 3) == _situation(copy.deepcopy(pod), "n4", 3)
+
+
+def test_another_node_type_is_another_situation():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    assert _situation(pod, "n4", 3) != _situation(pod, "c3", 3)
+
+
+def test_a_new_config_generation_is_another_situation():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    assert _situation(pod, "n4", 3) != _situation(pod, "n4", 4)
+
+
+def test_a_container_that_starts_reporting_resources_is_another_situation():
+    """A ResizeUnsupported decision is retried once the kubelet reports resources."""
+    containers = [_container("app", {"cpu": "1"})]
+    silent = _pod(containers, statuses=[{"name": "app", "state": {"running": {}}}])
+    reporting = _pod(containers)
+    assert _situation(silent, "n4", 1) != _situation(reporting, "n4", 1)
+
+
+def test_a_change_to_our_annotations_is_another_situation():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    stamped = _pod([_container("app", {"cpu": "1"})], annotations={"workload-resizer.io/original-cpu.app": "1"})
+    assert _situation(pod, "n4", 1) != _situation(stamped, "n4", 1)
+
+
+def test_foreign_annotations_and_spec_churn_are_the_same_situation():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    other = _pod([_container("app", {"cpu": "1"})], annotations={"deployment.kubernetes.io/revision": "7"})
+    other["metadata"]["resourceVersion"] = "99"
+    assert _situation(pod, "n4", 1) == _situation(other, "n4", 1)
+
+
+def test_annotation_order_does_not_change_the_situation():
+    first = _pod([_container("app", {"cpu": "1"})], annotations={
+        "workload-resizer.io/original-cpu.app": "1", "workload-resizer.io/original-memory.app": "1Gi"})
+    second = _pod([_container("app", {"cpu": "1"})], annotations={
+        "workload-resizer.io/original-memory.app": "1Gi", "workload-resizer.io/original-cpu.app": "1"})
+    assert _situation(first, "n4", 1) == _situation(second, "n4", 1)
+
+
+def test_a_situation_is_hashable():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    assert hash(_situation(pod, "n4", 1)) == hash(_situation(copy.deepcopy(pod), "n4", 1))
+
+
+# ------------------------------------------------------------------ small helpers
+
+
+@pytest.mark.parametrize(("subresource", "path"), [
+    (None, "/api/v1/namespaces/shop/pods/web-1"),
+    ("resize", "/api/v1/namespaces/shop/pods/web-1/resize"),
+])
+def test_pod_path(subresource, path):
+    assert _pod_path(_pod([]), subresource) == path
+
+
+def test_a_running_bound_pod_is_live():
+    assert _live_and_bound(_pod([_container("app", {"cpu": "1"})]))
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_finished_pod_is_not_live(phase):
+    assert not _live_and_bound(_pod([_container("app", {"cpu": "1"})], phase=phase))
+
+
+def test_an_unbound_pod_is_not_live():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    pod["spec"]["nodeName"] = None
+    assert not _live_and_bound(pod)

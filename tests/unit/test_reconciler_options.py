@@ -1,0 +1,113 @@
+"""reconciler.options: Go-style durations and command-line validation."""
+from __future__ import annotations
+
+import argparse
+import socket
+
+import pytest
+
+from reconciler.options import duration, parse, positive_int
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("1m30s", 90.0),
+    ("500ms", 0.5),
+    ("30", 30.0),
+    ("30s", 30.0),
+    ("2.5", 2.5),
+    ("1.5s", 1.5),
+    ("1h", 3600.0),
+    ("1h2m3s", 3723.0),
+    ("1s500ms", 1.5),
+    ("0", 0.0),
+    ("0s", 0.0),
+    (" 2m ", 120.0),
+])
+def test_duration_parses_go_style_and_plain_seconds(text, seconds):
+    assert duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", " ", "abc", "s", "1x", "1m30", "m1", "1 m", "1m 30s", "-1s", "-5",
+                                  "1d", "30sec"])
+def test_duration_rejects_malformed_or_negative_text(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        duration(text)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "infinity", "-nan", "1e999"])
+def test_duration_rejects_non_finite_values(text):
+    """float() accepts these, a Go duration does not; an infinite or NaN timeout is never meant."""
+    with pytest.raises(argparse.ArgumentTypeError):
+        duration(text)
+
+
+def test_positive_int_accepts_one():
+    assert positive_int("1") == 1
+
+
+@pytest.mark.parametrize("text", ["0", "-3"])
+def test_positive_int_rejects_less_than_one(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        positive_int(text)
+
+
+def test_duration_flags_are_parsed_into_seconds():
+    args = parse(["--watch-idle-timeout", "1m30s", "--config-refresh-interval", "500ms",
+                  "--shutdown-timeout", "45"])
+    assert (args.watch_idle_timeout, args.config_refresh_interval, args.shutdown_timeout) == (90.0, 0.5, 45.0)
+
+
+def test_lease_namespace_defaults_to_the_config_namespace():
+    args = parse(["--config-namespace", "resizer"])
+    assert args.leader_election_namespace == "resizer"
+
+
+def test_explicit_lease_namespace_is_kept():
+    args = parse(["--config-namespace", "resizer", "--leader-election-namespace", "leases"])
+    assert args.leader_election_namespace == "leases"
+
+
+def test_default_identity_is_hostname_with_a_random_suffix():
+    first, second = parse([]).leader_election_identity, parse([]).leader_election_identity
+    assert first.startswith(socket.gethostname() + "_")
+    assert first != second
+
+
+def test_renew_deadline_must_be_shorter_than_the_lease_duration(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse(["--leader-election-lease-duration", "10s", "--leader-election-renew-deadline", "10s"])
+    assert exc.value.code == 2
+    assert "renew-deadline" in capsys.readouterr().err
+
+
+def test_renew_deadline_shorter_than_the_lease_duration_is_accepted():
+    args = parse(["--leader-election-lease-duration", "1m", "--leader-election-renew-deadline", "40s"])
+    assert (args.leader_election_lease_duration, args.leader_election_renew_deadline) == (60.0, 40.0)
+
+
+def test_a_malformed_duration_flag_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse(["--watch-idle-timeout", "soon"])
+    assert exc.value.code == 2
+    assert "invalid duration" in capsys.readouterr().err
+
+
+def test_zero_concurrency_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit):
+        parse(["--concurrency", "0"])
+    assert "--concurrency" in capsys.readouterr().err
+
+
+def test_defaults_describe_a_usable_configuration():
+    args = parse([])
+    assert args.leader_election_renew_deadline < args.leader_election_lease_duration
+    assert args.kube_api_qps > 0 and args.kube_api_burst >= 1 and args.concurrency >= 1
+    assert not args.dry_run and not args.leader_elect
+
+
+def test_a_nan_lease_duration_is_a_usage_error_not_a_crash_at_election_time(capsys):
+    """NaN slips past `renew deadline >= lease duration` and would only blow up in
+    int(lease_duration) when the Lease is written."""
+    with pytest.raises(SystemExit):
+        parse(["--leader-election-lease-duration", "nan"])
+    assert "invalid duration" in capsys.readouterr().err
