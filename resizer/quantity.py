@@ -7,6 +7,8 @@ write is stored unchanged. All arithmetic is exact (``fractions.Fraction``).
 
 from __future__ import annotations
 
+import functools
+
 import math
 import re
 from fractions import Fraction
@@ -54,6 +56,13 @@ def parse_quantity(text: str) -> Fraction:
     """
     if not isinstance(text, str):
         raise QuantityError(f"quantity must be a string, got {text!r}")
+    return _parse(text)
+
+
+# A cluster uses few distinct quantity strings, and the webhook and reconciler parse
+# them for every pod: memoise the exact parse (pure; errors are not cached).
+@functools.lru_cache(maxsize=8192)
+def _parse(text: str) -> Fraction:
     if not text:
         raise QuantityError("invalid quantity '': empty")
     shape = _SHAPE.fullmatch(text)
