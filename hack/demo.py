@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from resizer import APPLIED_INSTANCE_TYPE, SAMPLE_CONFIG, original_key  # noqa: E402
 from tests.support.kube import Kube, container, deployment, wait_for  # noqa: E402
+from tests.support.processes import Reconciler, Webhook, WebhookCerts, register_webhook  # noqa: E402
 
 STATE = Path(os.environ.get("WR_CLUSTER_DIR", REPO / ".cluster"))
 DEMO = STATE / "demo"
@@ -56,20 +56,25 @@ def add_nodes(kube: Kube) -> None:
                        check=True, stdout=subprocess.DEVNULL)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_webhook(kube: Kube) -> None:
+    say("generating webhook certificates (python -m certs) and starting the webhook on 127.0.0.1")
+    stop("webhook")
+    webhook = Webhook(certs=WebhookCerts(DEMO / "certs"), log_path=DEMO / "webhook.log")
+    (DEMO / "webhook.pid").write_text(str(webhook.proc.pid))
+    webhook.wait_ready()
+    register_webhook(kube, webhook.url, webhook.certs.ca_bundle)
 
 
-def start(name: str, argv: list[str]) -> None:
-    stop(name)
-    log = open(DEMO / f"{name}.log", "ab")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
-    (DEMO / f"{name}.pid").write_text(str(proc.pid))
+def start_reconciler(kubeconfig: str) -> None:
+    say("starting the reconciler (python -m reconciler)")
+    stop("reconciler")
+    reconciler = Reconciler(kubeconfig, log_path=DEMO / "reconciler.log")
+    (DEMO / "reconciler.pid").write_text(str(reconciler.proc.pid))
+    reconciler.wait_ready()
 
 
 def stop(name: str) -> None:
+    """Stop a process an earlier demo left running (checking the pid is still ours)."""
     pid_file = DEMO / f"{name}.pid"
     if not pid_file.exists():
         return
@@ -86,39 +91,6 @@ def stop(name: str) -> None:
                 break
             time.sleep(0.1)
     pid_file.unlink()
-
-
-def start_webhook(kube: Kube) -> None:
-    certs = DEMO / "certs"
-    say("generating webhook certificates (python -m certs) and starting the webhook on 127.0.0.1")
-    subprocess.run([sys.executable, "-m", "certs", "--out-dir", str(certs), "--ip", "127.0.0.1",
-                    "--ca-bundle-file", str(certs / "ca.b64")], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-    port = free_port()
-    start("webhook", [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
-                      "--tls-cert-file", str(certs / "tls.crt"), "--tls-key-file", str(certs / "tls.key")])
-    import httpx
-    wait_for("webhook ready", lambda: _ready(httpx, f"https://127.0.0.1:{port}/readyz", str(certs / "ca.crt")),
-             timeout=30)
-    rendered = subprocess.run(
-        [sys.executable, "webhook-config/render.py", "webhook-config/local-url.yaml",
-         f"WEBHOOK_URL=https://127.0.0.1:{port}/mutate", f"CA_BUNDLE={(certs / 'ca.b64').read_text().strip()}"],
-        check=True, cwd=REPO, capture_output=True, text=True).stdout
-    kube.delete("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/workload-resizer")
-    kube.apply_yaml(rendered)
-
-
-def _ready(httpx_module, url: str, ca: str) -> bool:
-    try:
-        return httpx_module.get(url, verify=ca, timeout=2).status_code == 200
-    except httpx_module.HTTPError:
-        return False
-
-
-def start_reconciler(kubeconfig: str) -> None:
-    say("starting the reconciler (python -m reconciler)")
-    start("reconciler", [sys.executable, "-m", "reconciler", f"--kubeconfig={kubeconfig}",
-                         f"--metrics-bind-address=127.0.0.1:{free_port()}",
-                         f"--health-probe-bind-address=127.0.0.1:{free_port()}"])
 
 
 def apply_config(kube: Kube) -> None:

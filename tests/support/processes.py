@@ -24,10 +24,11 @@ def free_port() -> int:
 class Process:
     """A product process with its log captured to a file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+                 log_path: Path | None = None) -> None:
         self.name = name
         self.argv = argv
-        self.log_path = Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log")[1])
+        self.log_path = log_path or Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log")[1])
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO,
                                      env={**os.environ, **(env or {})}, start_new_session=True)
@@ -66,14 +67,14 @@ class Process:
 
 class Reconciler(Process):
     def __init__(self, kubeconfig: str, *flags: str, env: dict[str, str] | None = None,
-                 name: str = "reconciler") -> None:
+                 name: str = "reconciler", log_path: Path | None = None) -> None:
         self.metrics_port = free_port()
         self.health_port = free_port()
         argv = [sys.executable, "-m", "reconciler", f"--kubeconfig={kubeconfig}",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
                 f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
                 "--config-refresh-interval=2s", *flags]
-        super().__init__(name, argv, env)
+        super().__init__(name, argv, env, log_path)
 
     def metrics(self) -> str:
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
@@ -148,13 +149,13 @@ class Webhook(Process):
     """`python -m app` on 127.0.0.1:<free port>, serving https://127.0.0.1:<port>/mutate."""
 
     def __init__(self, *flags: str, certs: WebhookCerts | None = None, port: int | None = None,
-                 env: dict[str, str] | None = None, name: str = "webhook") -> None:
+                 env: dict[str, str] | None = None, name: str = "webhook", log_path: Path | None = None) -> None:
         self.certs = certs or WebhookCerts()
         self.port = port or free_port()
         argv = [sys.executable, "-m", "app", "--bind-address=127.0.0.1", f"--port={self.port}",
                 f"--tls-cert-file={self.certs.cert_file}", f"--tls-key-file={self.certs.key_file}",
                 "--log-flush-interval=0", *flags]
-        super().__init__(name, argv, env)
+        super().__init__(name, argv, env, log_path)
 
     @property
     def base_url(self) -> str:
