@@ -14,10 +14,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
 from reconciler import metrics
-from reconciler.kube import ApiError, KubeClient, WatchExpired
+from reconciler.kube import ApiError, KubeClient, WatchExpired, WatchIdle
 
 log = logging.getLogger("reconciler.informer")
 
@@ -61,8 +59,8 @@ class Informer:
                 metrics.WATCH_RESTARTS.labels(self.resource, "expired").inc()
                 log.info("watch expired, re-listing", extra={"resource": self.resource})
                 need_list = True
-            except (httpx.HTTPError, ApiError, OSError, ValueError) as err:
-                cause = "timeout" if isinstance(err, httpx.TimeoutException) else "error"
+            except (ApiError, OSError, ValueError) as err:
+                cause = "idle" if isinstance(err, WatchIdle) else "error"
                 metrics.WATCH_RESTARTS.labels(self.resource, cause).inc()
                 log.warning("watch interrupted, resuming", extra={
                     "resource": self.resource, "error": repr(err), "resourceVersion": self._resource_version})

@@ -48,6 +48,17 @@ class ApiError(Exception):
         return self.status in (409, 429) or self.status >= 500
 
 
+class TransportError(ConnectionError):
+    """The apiserver could not be reached or the connection broke (wraps httpx's errors).
+
+    A ConnectionError, so `except OSError` at every call site covers it.
+    """
+
+
+class WatchIdle(TransportError):
+    """A watch delivered nothing, not even a bookmark, for the idle timeout: presumed dead."""
+
+
 class WatchExpired(Exception):
     """The resourceVersion we resume from is too old (410 Gone): re-list."""
 
@@ -151,9 +162,9 @@ class KubeClient:
         try:
             resp = await self._http.request(method, path, content=content, params=params,
                                             headers=self._headers(content_type if content else None))
-        except httpx.HTTPError:
+        except httpx.HTTPError as err:
             metrics.API_REQUESTS.labels(method, resource, "<error>").inc()
-            raise
+            raise TransportError(f"{method} {path}: {err!r}") from err
         metrics.API_REQUESTS.labels(method, resource, str(resp.status_code)).inc()
         payload = orjson.loads(resp.content) if resp.content else {}
         if resp.status_code >= 300:
@@ -184,23 +195,29 @@ class KubeClient:
         timeout = httpx.Timeout(self._timeout, read=idle_timeout)
         await self._limiter.take()
         resource = _resource_label(path)
-        async with self._http.stream("GET", path, params=query, headers=self._headers(), timeout=timeout) as resp:
-            metrics.API_REQUESTS.labels("WATCH", resource, str(resp.status_code)).inc()
-            if resp.status_code == 410:
-                raise WatchExpired(path)
-            if resp.status_code >= 300:
-                body = await resp.aread()
-                raise ApiError(resp.status_code, _json_or_message(body))
-            async for line in resp.aiter_lines():
-                if not line:
-                    continue
-                event = orjson.loads(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    if status.get("code") == 410:
-                        raise WatchExpired(path)
-                    raise ApiError(status.get("code", 500), status)
-                yield event
+        try:
+            async with self._http.stream("GET", path, params=query, headers=self._headers(),
+                                         timeout=timeout) as resp:
+                metrics.API_REQUESTS.labels("WATCH", resource, str(resp.status_code)).inc()
+                if resp.status_code == 410:
+                    raise WatchExpired(path)
+                if resp.status_code >= 300:
+                    body = await resp.aread()
+                    raise ApiError(resp.status_code, _json_or_message(body))
+                async for line in resp.aiter_lines():
+                    if not line:
+                        continue
+                    event = orjson.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        if status.get("code") == 410:
+                            raise WatchExpired(path)
+                        raise ApiError(status.get("code", 500), status)
+                    yield event
+        except httpx.TimeoutException as err:
+            raise WatchIdle(f"watch {path}: no event or bookmark for {idle_timeout:.0f}s") from err
+        except httpx.HTTPError as err:
+            raise TransportError(f"watch {path}: {err!r}") from err
 
 
 def _json_or_message(body: bytes) -> dict[str, Any]:

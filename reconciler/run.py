@@ -9,8 +9,6 @@ import signal
 import time
 from typing import Any
 
-import httpx
-
 from ops.jsonlog import configure_logging
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
@@ -155,7 +153,7 @@ class Reconciler:
             metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
             try:
                 result = await self.resizer.reconcile(key)
-            except (ApiError, httpx.HTTPError, OSError) as err:
+            except (ApiError, OSError) as err:      # OSError includes kube.TransportError
                 delay = self.queue.add_rate_limited(key)
                 metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
                 metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
