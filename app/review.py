@@ -272,6 +272,16 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
     originals = originals_of(obj)
     record["originals"] = originals
     annotations = metadata.get("annotations")
+    if originals and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {},
+                                                       originals):
+        # Stamping would push the pod over the apiserver's annotation size limit and so
+        # block its creation. Admit it unstamped (forged keys still stripped); the
+        # reconciler will not resize a pod whose originals cannot be recorded.
+        record["decision"] = SKIPPED
+        record["reason"] = "AnnotationsTooLarge"
+        record["originals"] = _NO_ORIGINALS
+        ops = build_patch(annotations, {}) if isinstance(annotations, dict) else []
+        return 200, _allowed(uid, _encode(ops) if ops else None)
     if originals and (not isinstance(annotations, dict) or not any(map(resizer.is_controller_owned_key, annotations))):
         patch = fresh_patch(originals, not isinstance(annotations, dict))
     else:

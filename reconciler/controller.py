@@ -35,6 +35,7 @@ from resizer import (
     OriginalsError,
     ResizePlan,
     eligibility,
+    fits_annotation_limit,
     missing_original_annotations,
     plan_resize,
     resolve_policy,
@@ -199,7 +200,17 @@ class PodResizer:
         # Step 1: originals, if the webhook did not stamp them.
         missing = missing_original_annotations(pod)
         if missing:
-            pod = await self._stamp_originals(pod, missing)
+            if not fits_annotation_limit(pod["metadata"]["annotations"], missing):
+                return await self._terminal(pod, signature, plan, "Warning", "ResizeFailed",
+                                            "the original resources do not fit in the pod's annotations "
+                                            "(256 KiB limit), so they cannot be recorded; not resized")
+            try:
+                pod = await self._stamp_originals(pod, missing)
+            except ApiError as err:
+                if err.retryable:
+                    raise
+                return await self._terminal(pod, signature, plan, "Warning", "ResizeFailed",
+                                            f"cannot record the original resources ({err.message}); not resized")
             self._fault("originals")
             # The stamp changed the annotations the signature covers: a terminal decision
             # below must be keyed on the pod as it is now, or the watch event of our own

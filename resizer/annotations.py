@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 __all__ = [
     "APPLIED_AT",
@@ -12,6 +13,8 @@ __all__ = [
     "MIRROR_POD",
     "PREFIX",
     "SKIP",
+    "TOTAL_ANNOTATION_SIZE_LIMIT",
+    "fits_annotation_limit",
     "is_controller_owned_key",
     "original_key",
 ]
@@ -22,6 +25,8 @@ APPLIED_INSTANCE_TYPE = PREFIX + "applied-instance-type"
 APPLIED_AT = PREFIX + "applied-at"
 # Set by the kubelet on the API copy of a static pod.
 MIRROR_POD = "kubernetes.io/config.mirror"
+# The apiserver rejects an object whose annotation keys and values add up to more bytes.
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 
 _ORIGINAL_PREFIX = PREFIX + "original-"
 _APPLIED_PREFIX = PREFIX + "applied-"
@@ -60,3 +65,17 @@ def original_key(
 def is_controller_owned_key(key: str) -> bool:
     """True for the ``original-*`` and ``applied-*`` keys only the controller may set."""
     return key.startswith(_ORIGINAL_PREFIX) or key.startswith(_APPLIED_PREFIX)
+
+
+def fits_annotation_limit(annotations: Mapping[str, Any], originals: Mapping[str, str]) -> bool:
+    """Whether ``annotations`` with every controller-owned key replaced by ``originals``
+    stays within the apiserver's total size limit (a pod over it cannot be stored, so
+    stamping it would block its creation)."""
+    size = sum(_bytes(k) + _bytes(v) for k, v in annotations.items()
+               if k not in originals and not is_controller_owned_key(k))
+    size += sum(_bytes(k) + _bytes(v) for k, v in originals.items())
+    return size <= TOTAL_ANNOTATION_SIZE_LIMIT
+
+
+def _bytes(text: Any) -> int:
+    return len(text.encode("utf-8", "surrogatepass")) if isinstance(text, str) else len(str(text))

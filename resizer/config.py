@@ -310,6 +310,8 @@ def _parse_yaml(text: str) -> dict[str, Any]:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError([("(root)", f"invalid YAML: {error}")]) from None
+    except Exception as error:  # noqa: BLE001 - PyYAML's constructors leak ValueError/KeyError/..., deep nesting RecursionError
+        raise ConfigError([("(root)", f"invalid YAML: {type(error).__name__}: {error}")]) from None
     if not isinstance(document, dict):
         raise ConfigError([("(root)", f"must be a mapping, got {type(document).__name__}")])
     return document

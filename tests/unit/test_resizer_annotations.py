@@ -110,3 +110,34 @@ def test_generated_keys_are_unique_per_container(containers: list[str]) -> None:
 )
 def test_is_controller_owned_key_covers_original_and_applied_keys_only(key: str, owned: bool) -> None:
     assert is_controller_owned_key(key) is owned
+
+
+def test_originals_that_fit_within_the_annotation_limit_are_accepted() -> None:
+    from resizer import TOTAL_ANNOTATION_SIZE_LIMIT, fits_annotation_limit
+
+    existing = {"example.com/a": "x" * 1000, "workload-resizer.io/original-cpu.app": "9" * 5000}
+    assert fits_annotation_limit(existing, {"workload-resizer.io/original-cpu.app": "1"})
+    assert TOTAL_ANNOTATION_SIZE_LIMIT == 256 * 1024
+
+
+def test_originals_that_would_exceed_the_annotation_limit_are_refused() -> None:
+    from resizer import TOTAL_ANNOTATION_SIZE_LIMIT, fits_annotation_limit
+
+    key = "example.com/blob"
+    at_limit = {key: "x" * (TOTAL_ANNOTATION_SIZE_LIMIT - len(key))}
+    assert fits_annotation_limit(at_limit, {})
+    assert not fits_annotation_limit(at_limit, {"workload-resizer.io/original-cpu.app": "1"})
+
+
+def test_forged_controller_keys_do_not_count_against_the_limit() -> None:
+    from resizer import fits_annotation_limit
+
+    forged = {f"workload-resizer.io/original-cpu.c{i}": "1" * 100 for i in range(3000)}
+    assert fits_annotation_limit(forged, {"workload-resizer.io/original-cpu.app": "1"})
+
+
+def test_multibyte_characters_count_in_bytes() -> None:
+    from resizer import TOTAL_ANNOTATION_SIZE_LIMIT, fits_annotation_limit
+
+    key = "k"
+    assert not fits_annotation_limit({key: "ü" * (TOTAL_ANNOTATION_SIZE_LIMIT // 2)}, {})
