@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down helm chart-lint image certmanager-build certmanager-up bench clean
+.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down helm chart-lint image certmanager-build certmanager-up drills drills-ci bench clean
 
 all: test
 
@@ -29,6 +29,18 @@ cluster-test: venv
 ## The control-plane suite against Kubernetes 1.35 (first GA of in-place resize), in its own state dir.
 test-1.35: venv
 	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) tests/cluster/test_control_plane.py tests/cluster/test_resize_plans.py
+
+## Proof under faults, load and scale (issue sizes: 10k pods, 30-minute soak; each drill in its own cluster).
+drills: venv
+	$(PY) -m bench.drills --size full
+
+## The same drills shrunk to fit CI.
+drills-ci: venv
+	$(PY) -m bench.drills --size ci
+
+bench: venv
+	$(PY) bench/webhook_bench.py --rounds 3
+	$(PY) bench/reconciler_burst.py --replicas 1000
 
 cluster-up:
 	hack/cluster up

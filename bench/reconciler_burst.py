@@ -23,17 +23,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-
-import httpx
-import orjson
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from resizer import APPLIED_INSTANCE_TYPE  # noqa: E402
+from bench.drills.observe import PodTimeline, bare_resize_ceiling, peak_rss_mb, requests_by_verb  # noqa: E402
 from tests.support.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
 from tests.support.processes import (  # noqa: E402
     Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active)
@@ -55,55 +51,6 @@ bounds:
 def cluster_up() -> str:
     proc = subprocess.run([str(REPO / "hack" / "cluster"), "up"], stdout=subprocess.PIPE, text=True, check=True)
     return next(line.split("=", 1)[1] for line in proc.stdout.splitlines() if line.startswith("export KUBECONFIG="))
-
-
-class PodTimeline:
-    """Watches the namespace and records when each pod was first bound and first aligned."""
-
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.bound: dict[str, float] = {}
-        self.applied: dict[str, float] = {}
-        self._kube = kube
-        self._namespace = namespace
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        rv = self._kube.get(f"/api/v1/namespaces/{self._namespace}/pods")["metadata"]["resourceVersion"]
-        self._rv = rv
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            params = {"watch": "1", "resourceVersion": self._rv, "timeoutSeconds": "60",
-                      "allowWatchBookmarks": "true"}
-            try:
-                with self._kube.http.stream("GET", f"/api/v1/namespaces/{self._namespace}/pods",
-                                            params=params, timeout=httpx.Timeout(30, read=90)) as resp:
-                    for line in resp.iter_lines():
-                        if self._stop.is_set():
-                            return
-                        if line:
-                            self._record(orjson.loads(line))
-            except httpx.HTTPError:
-                time.sleep(0.2)
-
-    def _record(self, event: dict) -> None:
-        obj = event.get("object") or {}
-        meta = obj.get("metadata") or {}
-        if meta.get("resourceVersion"):
-            self._rv = meta["resourceVersion"]
-        if event.get("type") not in ("ADDED", "MODIFIED"):
-            return
-        now = time.monotonic()
-        name = meta["name"]
-        if obj.get("spec", {}).get("nodeName"):
-            self.bound.setdefault(name, now)
-        if APPLIED_INSTANCE_TYPE in (meta.get("annotations") or {}):
-            self.applied.setdefault(name, now)
 
 
 def setup(kube: Kube, nodes_per_family: int) -> list[str]:
@@ -132,39 +79,6 @@ def _gone(kube: Kube, path: str) -> bool:
     except ApiError as err:
         return err.status == 404
     return False
-
-
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-async def bare_resize_ceiling(kube: Kube, pods: list[dict], concurrency: int) -> float:
-    """Seconds the apiserver needs to accept one pods/resize patch per pod from a minimal client."""
-    async with httpx.AsyncClient(base_url=kube.server, verify=kube.tls, headers=dict(kube.http.headers),
-                                 limits=httpx.Limits(max_connections=concurrency)) as client:
-        queue: asyncio.Queue[dict] = asyncio.Queue()
-        for pod in pods:
-            queue.put_nowait(pod)
-
-        async def worker() -> None:
-            while not queue.empty():
-                pod = queue.get_nowait()
-                cpu = pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]
-                new = "71m" if cpu != "71m" else "72m"
-                body = orjson.dumps({"spec": {"containers": [{"name": "app", "resources": {
-                    "requests": {"cpu": new}, "limits": {"cpu": new}}}]}})
-                resp = await client.patch(
-                    f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}/resize", content=body,
-                    headers={"Content-Type": "application/strategic-merge-patch+json"})
-                if resp.status_code >= 300:
-                    raise RuntimeError(f"bare resize failed: {resp.status_code} {resp.text[:200]}")
-
-        started = time.monotonic()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return time.monotonic() - started
 
 
 def main() -> int:
@@ -206,7 +120,7 @@ def main() -> int:
         last_applied = max(timeline.applied.values())
         align_seconds = last_applied - first_bound
         n = args.replicas
-        requests = _requests_by_verb(reconciler)
+        requests = requests_by_verb(reconciler.metrics())
         writes = sum(v for (m, _), v in requests.items() if m in ("PATCH", "POST", "PUT", "DELETE"))
         figures = {
             "replicas": n, "nodes": len(nodes),
@@ -220,7 +134,7 @@ def main() -> int:
             "reconciler_peak_rss_mb": round(peak_rss_mb(reconciler.proc.pid), 1),
         }
         pods = kube.pods(NAMESPACE, "app=burst")
-        figures["bare_resize_ceiling_s"] = round(asyncio.run(bare_resize_ceiling(kube, pods, 32)), 2)
+        figures["bare_resize_ceiling_s"] = round(asyncio.run(bare_resize_ceiling(kube, NAMESPACE, pods, 32)), 2)
         figures["align_vs_ceiling"] = round(align_seconds / figures["bare_resize_ceiling_s"], 2)
         _print(figures)
         if args.json:
@@ -235,17 +149,6 @@ def main() -> int:
             kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
             for node in nodes:
                 kube.delete(f"/api/v1/nodes/{node}")
-
-
-def _requests_by_verb(reconciler: Reconciler) -> dict[tuple[str, str], float]:
-    totals: dict[tuple[str, str], float] = {}
-    for line in reconciler.metrics().splitlines():
-        if not line.startswith("rest_client_requests_total{"):
-            continue
-        labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
-        key = (labels["method"].strip('"'), labels["resource"].strip('"'))
-        totals[key] = totals.get(key, 0) + float(line.rsplit(" ", 1)[1])
-    return totals
 
 
 def _print(figures: dict) -> None:

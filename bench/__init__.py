@@ -1,0 +1,1 @@
+"""Benchmarks and drills of workload-resizer (run as modules: `python -m bench.drills`)."""
