@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster-dir", type=Path, default=None,
                         help="parent of the drills' cluster state dirs (default: a new temp dir)")
     parser.add_argument("--keep-cluster", action="store_true", help="leave each drill's cluster running")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="keep the processes' and the control plane's logs of passed drills too")
     parser.add_argument("--scheduler-qps", type=int, default=None,
                         help="kube-scheduler client QPS of the drills' clusters (default: hack/cluster's)")
     parser.add_argument("--list", action="store_true", help="list the drills and exit")
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     run = {"command": command, "size": args.size, "started": stamp, "machine_at_start": machine(),
            "results": []}
     for drill in chosen:
-        result = run_drill(drill, args.size, base, args.out, args.keep_cluster, args.scheduler_qps)
+        result = run_drill(drill, args.size, base, args.out, args.keep_cluster, args.scheduler_qps, args.keep_logs)
         payload = {"command": f"python -m bench.drills {drill.name} --size {args.size}",
                    "finished": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                    "machine": machine(), **result.__dict__}

@@ -133,10 +133,13 @@ class LocalCluster:
 
 
     def apiserver_rejections(self) -> dict[str, float]:
-        """Requests the apiserver refused for load since it started: 429s and APF rejections."""
-        text = self.apiserver_metrics()
-        return {"429": sum(v for labels, v in samples(text, "apiserver_request_total") if labels.get("code") == "429"),
-                "apf_rejected": sum(v for _, v in samples(text, "apiserver_flowcontrol_rejected_requests_total"))}
+        """Requests the apiserver refused for load since it started (429), by API Priority and
+        Fairness flow schema."""
+        by_flow: dict[str, float] = {}
+        for labels, v in samples(self.apiserver_metrics(), "apiserver_flowcontrol_rejected_requests_total"):
+            key = f"{labels.get('flow_schema')}/{labels.get('reason')}"
+            by_flow[key] = by_flow.get(key, 0) + v
+        return by_flow
 
 
 def ok_count(by_code: dict[str, float]) -> float:

@@ -162,24 +162,27 @@ class Context:
 
     def end_state(self, expectations: Expectations | None = None, count_resizes: bool = True,
                   settle: float = 60) -> EndState:
-        """The exact end-state check, retried for up to `settle` seconds (status actuation lags)."""
+        """The exact end-state check, retried for up to `settle` seconds (the fake kubelet's
+        actuation of the last resizes lags); how long it took is a figure."""
         expectations = expectations or Expectations()
-        deadline = time.monotonic() + settle
+        started = time.monotonic()
         while True:
             state = check_end_state(self.kube, self.namespace, self.cluster.node_types(), expectations,
                                     count_resizes)
-            if state.exact or time.monotonic() > deadline:
+            if state.exact or time.monotonic() - started > settle:
                 break
             time.sleep(2)
         self.figure("end_state", state.summary())
+        self.figure("end_state_settled_s", time.monotonic() - started)
         self.check("end state exact (sizes, originals, applied-instance-type, skip pods untouched"
                    + (", one resize per pod that needed one)" if count_resizes else ")"),
                    state.exact, f"{state.aligned}/{state.eligible} eligible pods aligned, "
                    f"{state.skipped} skip-annotated, {len(state.problems)} problems"
+                   + (f" ({state.not_actuated} only not actuated by the fake kubelet yet)" if state.not_actuated else "")
                    + (f"; e.g. {state.problems[0]}" if state.problems else ""))
         return state
 
-    def close(self, failed: bool) -> None:
+    def close(self, keep_logs: bool) -> None:
         for timeline in self.timelines:
             timeline.stop()
         for proc in self.processes:
@@ -189,11 +192,11 @@ class Context:
                 proc.close()
             if isinstance(proc, Webhook):
                 shutil.rmtree(proc.certs.directory, ignore_errors=True)
-            if failed:
+            if keep_logs:
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 shutil.copy(proc.log_path, self.log_dir / f"{proc.name}-{proc.proc.pid}.log")
             proc.log_path.unlink(missing_ok=True)
-        if failed:
+        if keep_logs:
             cluster_logs = self.cluster.state_dir / "logs"
             if cluster_logs.exists():
                 shutil.copytree(cluster_logs, self.log_dir / "cluster", dirs_exist_ok=True)
@@ -356,7 +359,7 @@ class Drill:
 
 
 def run_drill(drill: Drill, size: str, base_dir: Path, out_dir: Path, keep: bool,
-              scheduler_qps: int | None) -> Result:
+              scheduler_qps: int | None, keep_logs: bool = False) -> Result:
     params = drill.sizes[size]
     cluster = LocalCluster(base_dir / drill.name, scheduler_qps)
     ctx = Context(drill.name, size, cluster, out_dir)
@@ -374,7 +377,7 @@ def run_drill(drill: Drill, size: str, base_dir: Path, out_dir: Path, keep: bool
         ctx.figure("reconciler_outcomes", lives.outcomes())
     passed = error is None and bool(ctx.checks) and all(c.ok for c in ctx.checks)
     try:
-        ctx.close(failed=not passed)
+        ctx.close(keep_logs=keep_logs or not passed)
     finally:
         if not keep and drill.needs_cluster:
             cluster.down()

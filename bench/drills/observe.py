@@ -119,6 +119,15 @@ def rss_mb(pid: int) -> float:
     return float("nan") if kib is None else kib / 1024
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def open_fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))

@@ -157,6 +157,7 @@ class EndState:
     skipped: int = 0
     needed_resize: int = 0
     aligned: int = 0
+    not_actuated: int = 0            # spec right, the (fake) kubelet has not reported it yet
     effective_resizes: int = 0       # sum of (metadata.generation - 1) over eligible pods
     resized_more_than_once: int = 0
     problems: list[str] = field(default_factory=list)
@@ -167,7 +168,7 @@ class EndState:
 
     def summary(self) -> dict[str, Any]:
         return {"pods": self.pods, "eligible": self.eligible, "skip_annotated": self.skipped,
-                "needed_resize": self.needed_resize, "aligned": self.aligned,
+                "needed_resize": self.needed_resize, "aligned": self.aligned, "not_actuated": self.not_actuated,
                 "effective_resizes": self.effective_resizes,
                 "resized_more_than_once": self.resized_more_than_once,
                 "problems": len(self.problems), "first_problems": self.problems[:8]}
@@ -247,6 +248,7 @@ def check_end_state(kube: Kube, namespace: str, node_types: dict[str, str | None
         if reported is not None and reported != {k: v for k, v in want.resources.items()
                                                  if k[2] in ("cpu", "memory")}:
             ok = False
+            state.not_actuated += 1
             problem(name, f"kubelet status {_show(reported)} != desired (not actuated)")
         state.effective_resizes += resizes
         if resizes > 1:
