@@ -16,6 +16,8 @@ precomputed headers, one counter, one histogram observation and one log line.
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -64,10 +66,10 @@ class MutateApp:
             except Exception:  # a bug here must not turn into uvicorn's 500
                 self._by_result["error"].inc()
                 decision_log.exception("webhook request failed")
-                try:  # if no response went out yet, the apiserver gets a 400 and (failurePolicy Ignore) admits
+                # If no response went out yet, the apiserver gets a 400 and (failurePolicy Ignore)
+                # admits; if one did, the connection is already beyond help.
+                with contextlib.suppress(Exception):
                     await self._respond(send, 400, b'{"error":"internal error","code":400}', close=True)
-                except Exception:
-                    pass
         else:
             await self.fallback(scope, receive, send)
 

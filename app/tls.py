@@ -33,6 +33,8 @@ hash.
 
 from __future__ import annotations
 
+import contextlib
+
 import asyncio
 import datetime as dt
 import hashlib
@@ -257,10 +259,8 @@ class CertReloader:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
 
     def close(self) -> None:
@@ -272,7 +272,7 @@ class CertReloader:
 
 
 class _InFlux(Exception):
-    pass
+    """The certificate files changed while we read them; try again next tick."""
 
 
 def _hash_error(exc: OSError) -> str:
@@ -281,7 +281,5 @@ def _hash_error(exc: OSError) -> str:
 
 def _remove(*paths: str) -> None:
     for p in paths:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(p)
-        except OSError:
-            pass

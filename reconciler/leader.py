@@ -19,7 +19,7 @@ log = logging.getLogger("reconciler.leader")
 
 
 class LeadershipLost(Exception):
-    pass
+    """The lease could not be renewed within the renew deadline: stop all work."""
 
 
 def _micro_time() -> str:
