@@ -83,7 +83,7 @@ class Context:
 
     @property
     def log_dir(self) -> Path:
-        """Where the logs of a failed run are kept."""
+        """Where the processes' and the control plane's logs are kept (failed runs, or --keep-logs)."""
         return self.out_dir / "logs" / f"{self.drill}-{self.size}"
 
     @property
@@ -178,7 +178,7 @@ class Context:
                    + (", one resize per pod that needed one)" if count_resizes else ")"),
                    state.exact, f"{state.aligned}/{state.eligible} eligible pods aligned, "
                    f"{state.skipped} skip-annotated, {len(state.problems)} problems"
-                   + (f" ({state.not_actuated} only not actuated by the fake kubelet yet)" if state.not_actuated else "")
+                   + (f" ({state.not_actuated} of them: not actuated by the fake kubelet yet)" if state.not_actuated else "")
                    + (f"; e.g. {state.problems[0]}" if state.problems else ""))
         return state
 

@@ -91,15 +91,29 @@ def load(out_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def render(out_dir: Path) -> str:
+    lines = tables(out_dir, "")
+    # Variants (e.g. --scheduler-qps 50 --out bench/out/scheduler-qps-50) live in subdirectories.
+    for sub in sorted(d for d in out_dir.iterdir() if d.is_dir() and any(d.glob("drill-*.json"))):
+        lines += tables(sub, f" ({sub.name})")
+    results = load(out_dir)
+    machines = {json.dumps({k: v for k, v in d["machine"].items() if k != "load_average"}, sort_keys=True)
+                for d in results.values()}
+    for text in sorted(machines):
+        m = json.loads(text)
+        lines.append(f"Machine: {m['cores']} cores ({m['cpu_model']}), {m['memory_gib']} GiB, Python {m['python']}.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def tables(out_dir: Path, title: str) -> list[str]:
     from bench.drills.__main__ import DRILLS
 
     results = load(out_dir)
-    lines = []
+    lines: list[str] = []
     for size in ("full", "ci"):
         rows = [(d, results[(d.name, size)]) for d in DRILLS if (d.name, size) in results]
         if not rows:
             continue
-        lines += [f"### {size} size", "",
+        lines += [f"### {size} size{title}", "",
                   "| drill | result | wall s | figures | finished (UTC) | load avg (1/5/15 min) | command |",
                   "|---|---|---|---|---|---|---|"]
         for drill, data in rows:
@@ -112,12 +126,7 @@ def render(out_dir: Path) -> str:
             lines.append(f"| {drill.name} | {result} | {data['seconds']:.0f} | {text} | {data['finished']} | "
                          f"{load_avg} | `{data['command']}` |")
         lines.append("")
-    machines = {json.dumps({k: v for k, v in d["machine"].items() if k != "load_average"}, sort_keys=True)
-                for d in results.values()}
-    for text in sorted(machines):
-        m = json.loads(text)
-        lines.append(f"Machine: {m['cores']} cores ({m['cpu_model']}), {m['memory_gib']} GiB, Python {m['python']}.")
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
