@@ -263,6 +263,8 @@ class PodResizer:
 
     async def _rejected(self, pod: dict[str, Any], signature: tuple[Any, ...], plan: ResizePlan,
                         context: str, err: ApiError) -> Result:
+        if err.status == 404:
+            return DONE     # deleted meanwhile: nothing to report; the watch's DELETED event cleans up
         if UNSUPPORTED_MESSAGE in err.message:
             # A soft skip: the node's kubelet does not advertise in-place resize.
             # Tried again when the pod's status changes (see status_fingerprint).
