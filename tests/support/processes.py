@@ -57,6 +57,19 @@ class Process:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
+    def ready(self) -> bool:
+        raise NotImplementedError    # each product process says how it reports readiness
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive:
+                raise AssertionError(f"{self.name} exited early:\n{self.logs()[-3000:]}")
+            if self.ready():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name} not ready after {timeout}s:\n{self.logs()[-3000:]}")
+
     def wait_exit(self, timeout: float) -> int:
         return self.proc.wait(timeout)
 
@@ -98,16 +111,6 @@ class Reconciler(Process):
             return httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive:
-                raise AssertionError(f"reconciler exited early:\n{self.logs()[-3000:]}")
-            if self.ready():
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"reconciler not ready after {timeout}s:\n{self.logs()[-3000:]}")
 
 
 def _sum_samples(text: str, name: str, labels: dict[str, str]) -> float:
@@ -183,16 +186,6 @@ class Webhook(Process):
             return self._get("/readyz").status_code == 200
         except httpx.HTTPError:
             return False
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive:
-                raise AssertionError(f"webhook exited early:\n{self.logs()[-3000:]}")
-            if self.ready():
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"webhook not ready after {timeout}s:\n{self.logs()[-3000:]}")
 
 
 def render_webhook_configuration(url: str, ca_bundle: str,
