@@ -10,6 +10,7 @@ running. Prints:
 - API requests per pod by verb and resource, from the reconciler's own metrics
   (target: <= 3 writes per webhook-stamped pod, no per-pod node GET);
 - the reconciler's peak RSS;
+- request -> actuation latency p50/p99 (from the Resized Events: Resized waits for the kubelet);
 - the ceiling: how long the apiserver takes to accept N bare pods/resize patches
   sent by a minimal async client (same run, same pods).
 
@@ -133,6 +134,7 @@ def main() -> int:
             "node_gets_per_pod": round(requests.get(("GET", "nodes"), 0) / n, 4),
             "reconciler_peak_rss_mb": round(peak_rss_mb(reconciler.proc.pid), 1),
         }
+        figures.update(actuation_latency(kube))
         pods = kube.pods(NAMESPACE, "app=burst")
         figures["bare_resize_ceiling_s"] = round(asyncio.run(bare_resize_ceiling(kube, NAMESPACE, pods, 32)), 2)
         figures["align_vs_ceiling"] = round(align_seconds / figures["bare_resize_ceiling_s"], 2)
@@ -149,6 +151,19 @@ def main() -> int:
             kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
             for node in nodes:
                 kube.delete(f"/api/v1/nodes/{node}")
+
+
+def actuation_latency(kube: Kube) -> dict[str, float]:
+    """p50/p99 of request -> actuation, from the Resized Events' "actuated <s>s after the request"."""
+    import re
+    events = kube.get(f"/api/v1/namespaces/{NAMESPACE}/events", fieldSelector="source=workload-resizer")["items"]
+    latencies = sorted(float(m.group(1)) for e in events
+                       if (m := re.search(r"actuated ([0-9.]+)s after the request", e.get("message") or "")))
+    if not latencies:
+        return {}
+    pick = lambda share: latencies[min(len(latencies) - 1, int(share * len(latencies)))]  # noqa: E731
+    return {"actuation_latency_p50_s": pick(0.50), "actuation_latency_p99_s": pick(0.99),
+            "actuation_latency_samples": len(latencies)}
 
 
 def _print(figures: dict) -> None:

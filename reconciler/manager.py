@@ -110,8 +110,9 @@ class Manager:
         if kind == "DELETED":
             return
         label = self._options.node_type_label
-        if old is not None and old["metadata"]["labels"].get(label) == node["metadata"]["labels"].get(label):
-            return
+        if old is not None and old["metadata"]["labels"].get(label) == node["metadata"]["labels"].get(label) \
+                and old.get("status") == node.get("status"):
+            return      # neither the type nor the allocatable (which un-parks an infeasible size) changed
         for key in self._pods_on_node.get(name, ()):
             pod = self.pods.store.get(key)
             if pod is not None and self._wants(pod):

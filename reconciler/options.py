@@ -42,6 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     sizing.add_argument("--dry-run", action="store_true",
                         help="decide, log and record WouldResize events, but patch nothing")
 
+    outcome = p.add_argument_group("resize outcomes (README: Resize states)")
+    outcome.add_argument("--resize-deferred-timeout", type=duration, default=900.0,
+                         help="a resize the kubelet still defers after this long gets a Warning event "
+                              "(it is kept: the kubelet applies it when the node has room)")
+    outcome.add_argument("--resize-error-retries", type=positive_int, default=3,
+                         help="checks of a resize the kubelet fails to actuate before its spec is set back "
+                              "to what the containers have")
+    outcome.add_argument("--resize-error-backoff", type=duration, default=30.0,
+                         help="first wait between those checks; doubles after each")
+
     work = p.add_argument_group("work")
     work.add_argument("--concurrency", type=positive_int, default=8, help="pods reconciled at the same time")
 

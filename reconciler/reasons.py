@@ -15,12 +15,15 @@ class EventType(StrEnum):
 
 class Reason(StrEnum):
     # A pod.
-    RESIZED = "Resized"                         # resized to the plan
+    RESIZED = "Resized"                         # resized to the plan, and the kubelet actuated it
     BOUNDS_CLAMPED = "BoundsClamped"            # resized, and a bound limited the plan
     ALREADY_ALIGNED = "AlreadyAligned"          # the spec already matched the plan
     WOULD_RESIZE = "WouldResize"                # --dry-run: what a resize would have been
     UNKNOWN_NODE_TYPE = "UnknownNodeType"       # the node's type is not in the config
     RESIZE_UNSUPPORTED = "ResizeUnsupported"    # the node's kubelet cannot resize in place
     RESIZE_FAILED = "ResizeFailed"              # anything else that left the pod unresized
+    RESIZE_DEFERRED = "ResizeDeferred"          # the kubelet deferred the resize (Normal; Warning when too long)
+    RESIZE_INFEASIBLE = "ResizeInfeasible"      # the node can never take the size; spec set back to the actual
+    RESIZE_ERROR = "ResizeError"                # the kubelet failed to actuate (its message)
     # The config.
     INVALID_CONFIG = "InvalidConfig"

@@ -53,7 +53,9 @@ class Reconciler:
         self.manager = Manager(
             self.client, self.recorder, self.config, self.queue,
             Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
-                    resize_restart_containers=args.resize_restart_containers),
+                    resize_restart_containers=args.resize_restart_containers,
+                    deferred_timeout=args.resize_deferred_timeout, error_retries=args.resize_error_retries,
+                    error_backoff=args.resize_error_backoff),
             idle_timeout=args.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)))
         self.elector = LeaderElector(
             self.client, args.leader_election_namespace, args.leader_election_id,

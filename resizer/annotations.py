@@ -12,6 +12,7 @@ __all__ = [
     "APPLIED_INSTANCE_TYPE",
     "MIRROR_POD",
     "PREFIX",
+    "RESIZE_STATE",
     "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "fits_annotation_limit",
@@ -23,6 +24,8 @@ PREFIX = "workload-resizer.io/"
 SKIP = PREFIX + "skip"
 APPLIED_INSTANCE_TYPE = PREFIX + "applied-instance-type"
 APPLIED_AT = PREFIX + "applied-at"
+# The reconciler's record of a resize that has not ended actuated (deferred, infeasible, ...).
+RESIZE_STATE = PREFIX + "resize-state"
 # Set by the kubelet on the API copy of a static pod.
 MIRROR_POD = "kubernetes.io/config.mirror"
 # The apiserver rejects an object whose annotation keys and values add up to more bytes.
@@ -63,8 +66,8 @@ def original_key(
 
 
 def is_controller_owned_key(key: str) -> bool:
-    """True for the ``original-*`` and ``applied-*`` keys only the controller may set."""
-    return key.startswith(_ORIGINAL_PREFIX) or key.startswith(_APPLIED_PREFIX)
+    """True for the ``original-*``, ``applied-*`` and resize-state keys only the controller may set."""
+    return key.startswith(_ORIGINAL_PREFIX) or key.startswith(_APPLIED_PREFIX) or key == RESIZE_STATE
 
 
 def fits_annotation_limit(annotations: Mapping[str, Any], originals: Mapping[str, str]) -> bool:
