@@ -246,7 +246,7 @@ class PodResizeReconciler:
                 return DONE
             return await self._write(pod, node, node_type, signature, plan, context)
         if flight is None and not _resized_from_originals(plan) and _state(pod, node_type) is None:
-            return await self._applied(pod, node_type, plan, Reason.ALREADY_ALIGNED, _aligned_message(plan, context))
+            return await self._write(pod, node, node_type, signature, plan, context)     # originals, applied
         return await self._follow(pod, node, node_type, plan, context)
 
     async def _write(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...],

@@ -175,6 +175,14 @@ def test_a_pod_already_at_its_size_is_only_marked_applied():
     assert reasons(fake) == ["AlreadyAligned"]
 
 
+def test_an_unstamped_pod_already_at_its_size_gets_its_originals_then_applied():
+    fake = cluster(pod(), family="n2d")
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == ["annotate", "annotate"]
+    assert set(fake.writes[0].body) == set(missing_original_annotations(pod()))
+    assert reasons(fake) == ["AlreadyAligned"]
+
+
 def test_a_pod_applied_for_its_node_type_is_left_alone():
     fake = cluster(pod(stamped=True, annotations={APPLIED_INSTANCE_TYPE: "n4"}))
     run(reconciler(fake).reconcile(KEY))
