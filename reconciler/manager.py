@@ -9,7 +9,6 @@ it reads and writes through reconciler.ports.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable

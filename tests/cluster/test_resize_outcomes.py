@@ -16,11 +16,10 @@ import time
 from typing import Any
 
 from resizer import RESIZE_STATE
-from tests.cluster.test_reconciler import (  # noqa: F401  (h is a fixture)
+from tests.cluster.test_reconciler import (
     Harness,
     applied,
     guaranteed,
-    h,
     metric_snapshot,
     q,
     resources,
