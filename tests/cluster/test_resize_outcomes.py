@@ -175,3 +175,30 @@ def test_sigkill_while_a_resize_is_in_flight_then_restart_ends_with_one_resize_a
     assert [e["count"] for e in h.events(name)] == [1, 1]
     assert metric_snapshot(second) == {"PATCH pods": 1, "PATCH pods/resize": 0, "POST events": 1,
                                        "PATCH events": 0}
+
+
+def test_a_size_beyond_the_node_is_infeasible_until_the_node_grows(h: Harness) -> None:
+    """1 cpu on a "slow" node plans 2 cpu on a 1500m node: the 1.36 apiserver refuses it
+    (403 NodeCapacity), a 1.35 kubelet marks it Infeasible (and the spec is set back).
+    Either way: one ResizeInfeasible, the pod keeps what it has, no retry until the
+    node's allocatable changes; then the resize goes through on its own."""
+    name_of_node = f"{h.ns}-small"[:63]
+    h.nodes.append(name_of_node)
+    h.cluster.add_node(name_of_node, cpu="1500m", memory="8Gi", labels={h.label: "slow"})
+    name = one_pod(h, name_of_node)
+    proc = h.reconciler()
+    event = h.wait_event(name, "ResizeInfeasible")
+    assert event["type"] == "Warning"
+    pod = wait_for("the pod at what it has, nothing pending", lambda: (
+        p if resources(p := h.pod(name)) == ADMITTED and condition(p, "PodResizePending") is None else None))
+    assert state(h, name)["state"] == "infeasible" and applied(pod) is None
+    generation = pod["metadata"]["generation"]
+    assert_quiet_while_stalled(h, proc, name, seconds=20)
+    assert h.pod(name)["metadata"]["generation"] == generation, "the infeasible size is not tried again"
+
+    h.cluster.add_node(name_of_node, cpu="4", memory="8Gi", labels={h.label: "slow"})    # the node grows
+    h.wait_event(name, "Resized")
+    pod = h.pod(name)
+    assert resources(pod)["requests"]["cpu"] == q("2") and status_resources(pod) == resources(pod)
+    assert applied(pod) == "slow" and state(h, name) is None
+    assert described(h, name) == [("Warning", "ResizeInfeasible"), ("Normal", "Resized")]

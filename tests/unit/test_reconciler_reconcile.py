@@ -446,8 +446,8 @@ def test_a_crash_between_recording_infeasible_and_the_revert_still_reverts_witho
 
 def test_the_apiservers_node_capacity_refusal_is_infeasible_and_not_retried():
     fake = cluster(pod(stamped=True))
-    fake.fail("resize", ApiError(403, {"message": "exceeds node capacity",
-                                       "details": {"causes": [{"type": "NodeCapacity"}]}}))
+    fake.fail("resize", ApiError(403, {"message": "node didn't have enough allocatable resources",
+                                       "details": {"causes": [{"reason": "NodeCapacity"}]}}))
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
     run(rec.reconcile(KEY))
