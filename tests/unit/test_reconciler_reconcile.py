@@ -444,6 +444,31 @@ def test_a_crash_between_recording_infeasible_and_the_revert_still_reverts_witho
     assert len(fake.events) <= 1
 
 
+def test_a_crash_right_after_the_revert_leaves_the_pod_parked_and_reported_once():
+    fake = cluster(pod(stamped=True))
+    run(reconciler(fake).reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.REVERT)).reconcile(KEY))
+    fake.settle(KEY)
+    restarted = reconciler(fake)
+    run(restarted.reconcile(KEY))
+    assert spec_cpu(fake) == ("1", "1") and fake.ops() == ["resize", "annotate", "resize"]
+    assert reasons(fake) == ["ResizeInfeasible"], "reported before the revert, not again after the restart"
+    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+
+
+def test_a_crash_after_recording_a_deferral_does_not_report_it_again():
+    fake, _ = deferred_pod()
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and reasons(fake) == []
+    fake.actuate(KEY)
+    run(reconciler(fake).reconcile(KEY))
+    assert reasons(fake) == ["Resized"] and generation(fake) == 2
+
+
 def test_the_apiservers_node_capacity_refusal_is_infeasible_and_not_retried():
     fake = cluster(pod(stamped=True))
     fake.fail("resize", ApiError(403, {"message": "node didn't have enough allocatable resources",
