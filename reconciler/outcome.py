@@ -67,11 +67,14 @@ def observe(pod: Obj) -> Observation:
         return _from_condition(Stage.ERROR, progress)
     containers = pod["spec"].get("containers") or []
     statuses = {s.get("name"): s for s in status.get("containerStatuses") or []}
-    running = [statuses[c["name"]] for c in containers if (statuses.get(c["name"]) or {}).get("running")]
-    if len(running) < len(containers):
+    if any(c["name"] not in statuses for c in containers):
         return Observation(Stage.REQUESTED)         # the kubelet sizes containers when they start
-    if all(s.get("resources") is None for s in running):
+    reported = [statuses[c["name"]] for c in containers]
+    if all(s.get("running") for s in reported) and all(s.get("resources") is None for s in reported):
         return Observation(Stage.UNSUPPORTED)
+    if any(s.get("resources") is None for s in reported):
+        return Observation(Stage.REQUESTED)         # not started yet (a non-running container reports
+                                                    # its allocated resources once it has any)
     observed = status.get("observedGeneration")
     if observed is not None and generation is not None and observed < generation:
         return Observation(Stage.REQUESTED)

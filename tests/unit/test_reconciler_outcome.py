@@ -70,6 +70,12 @@ def test_containers_not_running_yet_are_waited_for():
     assert observe(pod(actual=None, running=False)).stage == Stage.REQUESTED
 
 
+def test_a_container_that_is_not_running_counts_with_the_allocated_resources_it_reports():
+    """KEP-1287: status resources of a non-running container are its allocated resources."""
+    assert observe(pod(actual=NEW, running=False)).stage == Stage.ACTUATED
+    assert observe(pod(actual=OLD, running=False)).stage == Stage.REQUESTED
+
+
 def test_running_containers_that_report_no_resources_mean_the_node_cannot_resize():
     assert observe(pod(actual=None, observed=None)).stage == Stage.UNSUPPORTED
 
