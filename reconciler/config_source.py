@@ -17,6 +17,7 @@ from reconciler import metrics
 from reconciler.events import EventRecorder, object_reference
 from reconciler.informer import Informer
 from reconciler.kube import ApiError, KubeClient
+from reconciler.reasons import EventType, Reason
 from resizer import ConfigError, ResizerConfig, load_config
 
 log = logging.getLogger("reconciler.config")
@@ -112,5 +113,5 @@ class ConfigSource:
             "configmap": f"{self.namespace}/{self.name}",
             "errors": [{"field": path, "error": message} for path, message in errors]})
         if configmap is not None:
-            await self._recorder.emit(object_reference(configmap, "ConfigMap"), "Warning", "InvalidConfig",
-                                      f"{problem}; {keeping}")
+            await self._recorder.emit(object_reference(configmap, "ConfigMap"), EventType.WARNING,
+                                      Reason.INVALID_CONFIG, f"{problem}; {keeping}")
