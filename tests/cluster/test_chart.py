@@ -26,11 +26,12 @@ from app.__main__ import build_parser as webhook_parser
 from reconciler.options import build_parser as reconciler_parser
 from reconciler.options import parse as reconciler_parse
 from resizer.config import load_config
-from tests.support.chart import (CERT_MANAGER_KINDS, ensure_helm, find, find_all, lint, render,
+from devkit.chart import (CERT_MANAGER_KINDS, ensure_helm, find, find_all, lint, render,
                                  template)
-from tests.support.kube import ApiError, Kube, collection_path, wait_for
-from tests.support.processes import Webhook
-from tests.support.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
+from devkit.kube import ApiError, Kube, collection_path, wait_for
+from devkit.processes import Webhook
+from devkit.progress import run_visible
+from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "workload-resizer-system"
@@ -696,7 +697,7 @@ def test_cert_manager_mode_issues_and_injects(cluster, helm: str, namespace: str
     namespace, so it never intercepts anything in the shared cluster."""
     kube = cluster.kube
     # Idempotent, and left running like the cluster (as tests/cluster/test_certmanager.py does).
-    proc = subprocess.run([str(CERT_MANAGER_RUN), "install"], stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+    proc = run_visible([str(CERT_MANAGER_RUN), "install"])
     assert proc.returncode == 0, f"hack/certmanager/run install failed (exit {proc.returncode})"
     assert _cert_manager_installed(kube), "cert-manager's CRDs are missing after hack/certmanager/run install"
     names = chart_names(namespace)

@@ -2,7 +2,7 @@
 
 The webhook runs on 127.0.0.1 with a certificate from `python -m certs --ip
 127.0.0.1`, and is registered through webhook-config/local-url.yaml rendered by
-webhook-config/render.py (tests.support.processes.register_webhook). Each test
+webhook-config/render.py (devkit.processes.register_webhook). Each test
 registers its own MutatingWebhookConfiguration, named after and limited to the
 test's namespace, and deletes it at the end.
 
@@ -33,8 +33,8 @@ from tests.cluster.test_reconciler import (
     resources,
     status_resources,
 )
-from tests.support.kube import container, deployment, wait_for
-from tests.support.processes import (
+from devkit.kube import container, deployment, wait_for
+from devkit.processes import (
     MUTATING_WEBHOOKS,
     Webhook,
     WebhookCerts,

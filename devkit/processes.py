@@ -12,7 +12,9 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+from devkit.metrics import metric_sum
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -94,37 +96,13 @@ class Reconciler(Process):
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` whose labels include `labels`."""
-        total = 0.0
-        for line in self.metrics().splitlines():
-            if not line.startswith(name) or line.startswith("#"):
-                continue
-            series, _, value = line.rpartition(" ")
-            metric_name = series.split("{", 1)[0]
-            if metric_name != name:
-                continue
-            if all(f'{k}="{v}"' in series for k, v in labels.items()):
-                total += float(value)
-        return total
+        return metric_sum(self.metrics(), name, **labels)
 
     def ready(self) -> bool:
         try:
             return httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
-
-
-def _sum_samples(text: str, name: str, labels: dict[str, str]) -> float:
-    """Sum of the Prometheus samples of `name` in `text` whose labels include `labels`."""
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        series, _, value = line.rpartition(" ")
-        if series.split("{", 1)[0] != name:
-            continue
-        if all(f'{k}="{v}"' in series for k, v in labels.items()):
-            total += float(value)
-    return total
 
 
 # ---------------------------------------------------------------- the admission webhook
@@ -179,7 +157,7 @@ class Webhook(Process):
         return self._get("/metrics").text
 
     def metric(self, name: str, **labels: str) -> float:
-        return _sum_samples(self.metrics(), name, labels)
+        return metric_sum(self.metrics(), name, **labels)
 
     def ready(self) -> bool:
         try:
