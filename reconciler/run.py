@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from ops.jsonlog import configure_logging
+from ops.probes import Check
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
 from reconciler.controller import Options, PodResizer
@@ -49,7 +50,7 @@ class Reconciler:
 
     # ---- probes
 
-    def checks(self) -> dict[str, http.Check]:
+    def checks(self) -> dict[str, Check]:
         def config() -> tuple[bool, str]:
             if not self.active:
                 return True, "standby (not leader)"
