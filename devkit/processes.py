@@ -1,6 +1,7 @@
 """Run the product's own processes (reconciler, webhook) against a test cluster."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -9,6 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -164,6 +166,18 @@ class Webhook(Process):
             return self._get("/readyz").status_code == 200
         except httpx.HTTPError:
             return False
+
+    def decisions(self, namespace: str) -> list[dict[str, Any]]:
+        """The JSON log records of this webhook's admission decisions about pods in `namespace`."""
+        records = []
+        for line in self.log_lines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "decision" in record and record.get("namespace") == namespace:
+                records.append(record)
+        return records
 
 
 def render_webhook_configuration(url: str, ca_bundle: str,

@@ -161,6 +161,15 @@ class Context:
 
     # ---- the verdict
 
+    def end_state_resized_once_each(self, lives: ReconcilerLives, settle: float = 60) -> EndState:
+        """The exact end state, and one pods/resize PATCH (the reconciler's own count) per pod that needed one."""
+        state = self.end_state(settle=settle)
+        patches = lives.resize_patches()
+        self.figure("resize_patches", patches)
+        self.check("pods/resize PATCHes (reconciler metrics) == pods that needed a resize",
+                   patches == state.needed_resize, f"{patches:.0f} patches, {state.needed_resize} needed")
+        return state
+
     def end_state(self, expectations: Expectations | None = None, count_resizes: bool = True,
                   settle: float = 60) -> EndState:
         """The exact end-state check, retried for up to `settle` seconds (the fake kubelet's

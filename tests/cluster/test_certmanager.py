@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import os
 import socket
 import ssl
@@ -179,15 +178,7 @@ class Stack:
 
     def decisions(self) -> list[dict[str, Any]]:
         """The webhook's admission decision log records about this test's pods."""
-        records = []
-        for line in self.webhook.log_lines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("namespace") == self.pod_ns and "decision" in record:
-                records.append(record)
-        return records
+        return self.webhook.decisions(self.pod_ns)
 
     def deploy(self, name: str) -> None:
         manifest = deployment(name, 1, [container("app", requests={"cpu": "500m", "memory": "128Mi"},

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -371,23 +372,24 @@ def test_tls_mode_helm_serves_with_the_real_webhook(helm: str) -> None:
     mwc = find(docs, "MutatingWebhookConfiguration")
     ca_bundle = base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"])
     assert ca_bundle == base64.b64decode(secret["data"]["ca.crt"])
-    directory = Path(tempfile.mkdtemp(prefix="chart-helm-tls-"))
-    for key in ("tls.crt", "tls.key", "ca.crt"):
-        (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
-
-    class Certs:
-        ca_file = str(directory / "ca.crt")
-        cert_file = str(directory / "tls.crt")
-        key_file = str(directory / "tls.key")
-
-    webhook = Webhook(certs=Certs())        # type: ignore[arg-type]
+    certs = _certs_from_secret(secret, "chart-helm-tls-")
+    webhook = Webhook(certs=certs)        # type: ignore[arg-type]
     try:
-        context = ssl.create_default_context(cafile=Certs.ca_file)
+        context = ssl.create_default_context(cafile=certs.ca_file)
         for name in ("workload-resizer-webhook.other.svc", "workload-resizer-webhook.other.svc.cluster.local"):
             # Connect to 127.0.0.1, verify the certificate for the Service's DNS name.
             wait_for(f"webhook /readyz over TLS as {name}", lambda name=name: _readyz_over_tls(webhook, context, name))
     finally:
         webhook.close()
+
+
+def _certs_from_secret(secret: dict[str, Any], prefix: str) -> SimpleNamespace:
+    """The serving certificate of a kubernetes.io/tls Secret (plus its ca.crt) as files for Webhook."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
+    return SimpleNamespace(ca_file=str(directory / "ca.crt"), cert_file=str(directory / "tls.crt"),
+                           key_file=str(directory / "tls.key"))
 
 
 def _readyz_over_tls(webhook: Webhook, context: ssl.SSLContext, server_name: str) -> bool:
@@ -732,18 +734,10 @@ def test_cert_manager_mode_issues_and_injects(cluster, helm: str, namespace: str
     finally:
         kube.delete(path)
 
-    directory = Path(tempfile.mkdtemp(prefix="chart-cm-tls-"))
-    for key in ("tls.crt", "tls.key", "ca.crt"):
-        (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
-
-    class Certs:
-        ca_file = str(directory / "ca.crt")
-        cert_file = str(directory / "tls.crt")
-        key_file = str(directory / "tls.key")
-
-    webhook = Webhook(certs=Certs())        # type: ignore[arg-type]
+    certs = _certs_from_secret(secret, "chart-cm-tls-")
+    webhook = Webhook(certs=certs)        # type: ignore[arg-type]
     try:
-        context = ssl.create_default_context(cafile=Certs.ca_file)
+        context = ssl.create_default_context(cafile=certs.ca_file)
         server_name = f"{names['webhook']}.{namespace}.svc"
         wait_for(f"webhook /readyz over TLS as {server_name}", lambda: _readyz_over_tls(webhook, context, server_name))
     finally:
