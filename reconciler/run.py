@@ -115,6 +115,7 @@ class Reconciler:
                 # A worker only ends by crashing: that must stop the process, not go unnoticed.
                 done, _ = await asyncio.wait({stopped, *background, *workers}, return_when=asyncio.FIRST_COMPLETED)
             synced.cancel()
+            await asyncio.gather(synced, return_exceptions=True)
             return self._exit_code(done, stopped)
         finally:
             await self._shutdown(workers, background, stopped)
