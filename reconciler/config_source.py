@@ -50,7 +50,12 @@ class ConfigSource:
         return self.config is not None
 
     async def run(self) -> None:
-        await asyncio.gather(self.informer.run(), self._poll())
+        try:
+            await asyncio.gather(self.informer.run(), self._poll())
+        finally:        # config applications still in flight end with the source
+            for task in self._pending:
+                task.cancel()
+            await asyncio.gather(*self._pending, return_exceptions=True)
 
     async def _poll(self) -> None:
         while True:

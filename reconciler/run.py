@@ -10,6 +10,7 @@ import signal
 from typing import Any
 
 from ops.jsonlog import configure_logging
+from ops.probes import Check
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
 from reconciler.controller import Options
@@ -69,7 +70,7 @@ class Reconciler:
 
     # ---- probes
 
-    def checks(self) -> dict[str, http.Check]:
+    def checks(self) -> dict[str, Check]:
         def config() -> tuple[bool, str]:
             if not self.active:
                 return True, "standby (not leader)"
@@ -134,6 +135,7 @@ class Reconciler:
                 # A worker only ends by crashing: that must stop the process, not go unnoticed.
                 done, _ = await asyncio.wait({stopped, *background, *workers}, return_when=asyncio.FIRST_COMPLETED)
             synced.cancel()
+            await asyncio.gather(synced, return_exceptions=True)
             return self._exit_code(done, stopped)
         finally:
             await self._shutdown(workers, background, stopped)
