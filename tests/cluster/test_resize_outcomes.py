@@ -25,7 +25,7 @@ from tests.cluster.test_reconciler import (
     resources,
     status_resources,
 )
-from tests.support.kube import wait_for
+from devkit.kube import wait_for
 
 OUTCOME_LABEL = "fake-kubelet.workload-resizer.io/resize-outcome"
 UNBLOCK = "fake-kubelet.workload-resizer.io/resize-unblocked"
