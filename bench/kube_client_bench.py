@@ -14,6 +14,10 @@ Prints CPU milliseconds of this process per request (time.process_time, so the
 apiserver's share of the shared cores does not count) and requests/s.
 
     .venv/bin/python bench/kube_client_bench.py [--requests 3000] [--concurrency 16] [--rounds 3]
+
+`--go-server` measures the clients against the Go net/http server of bench/gowebhook
+instead (POST of a 4 KB AdmissionReview, TLS, no client certificate): no cluster
+needed, and a server that answers in microseconds.
 """
 from __future__ import annotations
 
@@ -33,19 +37,26 @@ sys.path.insert(0, str(REPO))
 
 from reconciler.kube import Credentials, KubeClient, load_credentials  # noqa: E402
 
+REVIEW = REPO / "bench" / "data" / "review-2c.json"
 NAMESPACE = "default"
 NAME = "kube-client-bench"
 PATH = f"/api/v1/namespaces/{NAMESPACE}/configmaps/{NAME}"
 Send = Callable[[int], Awaitable[None]]
 
 
-def _mix(i: int) -> tuple[str, str, bytes | None, str | None]:
+GO_SERVER = False
+
+
+def _mix(i: int) -> tuple[str, str, dict | None, str | None]:
+    """(method, path, body object, content type): every client serialises the body, as the reconciler does."""
+    if GO_SERVER:
+        return "POST", "/mutate", _REVIEW, "application/json"
     kind = i % 3
     if kind == 0:
         return "GET", PATH, None, None
     if kind == 1:
-        return "PATCH", PATH, orjson.dumps({"data": {"k": str(i)}}), "application/strategic-merge-patch+json"
-    return "PATCH", PATH, orjson.dumps({"metadata": {"annotations": {"a": str(i)}}}), "application/merge-patch+json"
+        return "PATCH", PATH, {"data": {"k": str(i)}}, "application/strategic-merge-patch+json"
+    return "PATCH", PATH, {"metadata": {"annotations": {"a": str(i)}}}, "application/merge-patch+json"
 
 
 async def run_httpx(creds: Credentials, n: int, concurrency: int) -> tuple[float, float]:
@@ -56,7 +67,7 @@ async def run_httpx(creds: Credentials, n: int, concurrency: int) -> tuple[float
                                  headers={"Accept": "application/json"}) as client:
         async def send(i: int) -> None:
             method, path, body, ctype = _mix(i)
-            resp = await client.request(method, path, content=body,
+            resp = await client.request(method, path, content=orjson.dumps(body) if body else None,
                                         headers={"Content-Type": ctype} if ctype else None)
             assert resp.status_code < 300, resp.text
             orjson.loads(resp.content)
@@ -70,7 +81,7 @@ async def run_aiohttp(creds: Credentials, n: int, concurrency: int) -> tuple[flo
                                      headers={"Accept": "application/json"}) as session:
         async def send(i: int) -> None:
             method, path, body, ctype = _mix(i)
-            async with session.request(method, path, data=body,
+            async with session.request(method, path, data=orjson.dumps(body) if body else None,
                                        headers={"Content-Type": ctype} if ctype else None) as resp:
                 raw = await resp.read()
                 assert resp.status < 300, raw
@@ -83,7 +94,7 @@ async def run_kube(creds: Credentials, n: int, concurrency: int) -> tuple[float,
     try:
         async def send(i: int) -> None:
             method, path, body, ctype = _mix(i)
-            await client.request(method, path, orjson.loads(body) if body else None,
+            await client.request(method, path, body,
                                  content_type=ctype or "application/json")
         return await _drive(send, n, concurrency)
     finally:
@@ -104,6 +115,8 @@ async def _drive(send: Send, n: int, concurrency: int) -> tuple[float, float]:
     return (time.process_time() - cpu) * 1000 / n, n / (time.monotonic() - wall)
 
 
+_REVIEW = orjson.loads(REVIEW.read_bytes())
+
 CLIENTS = {"httpx": run_httpx, "aiohttp": run_aiohttp, "reconciler.kube": run_kube}
 
 
@@ -113,22 +126,61 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kubeconfig", help="default: the one `hack/cluster up` prints")
+    parser.add_argument("--go-server", action="store_true", help="against bench/gowebhook's server, no cluster")
     args = parser.parse_args()
-    kubeconfig = args.kubeconfig or _cluster_up()
-    creds = load_credentials(kubeconfig)
+    global GO_SERVER
+    server = None
+    if args.go_server:
+        GO_SERVER = True
+        creds, server = _go_server()
+    else:
+        creds = load_credentials(args.kubeconfig or _cluster_up())
+    try:
+        return _measure(args, creds)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+
+
+def _go_server() -> tuple[Credentials, subprocess.Popen]:
+    import socket
+    import ssl
+    import tempfile
+
+    import certs
+    from bench.webhook_bench import build_go, wait_ready
+    server_bin, _ = build_go(Path(tempfile.gettempdir()) / "workload-resizer-bench")
+    work = Path(tempfile.mkdtemp(prefix="kube-client-bench-"))
+    ca = certs.generate_ca()
+    paths = certs.write_pair(str(work), certs.issue_serving_cert(ca, ips=["127.0.0.1"]), ca)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(server_bin), "-addr", f"127.0.0.1:{port}", "-cert", paths["tls.crt"],
+                             "-key", paths["tls.key"], "-log=false"], env={"GOMAXPROCS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(proc, port, Path(paths["ca.crt"]))
+    ctx = ssl.create_default_context(cafile=paths["ca.crt"])
+    return Credentials(f"https://127.0.0.1:{port}", ctx, lambda: None), proc
+
+
+def _measure(args: argparse.Namespace, creds: Credentials) -> int:
     import uvloop
     try:
         import aiohttp  # noqa: F401
     except ImportError:
         print("aiohttp not installed: skipped (.venv/bin/pip install aiohttp)")
         CLIENTS.pop("aiohttp")
-    asyncio.run(_ensure_configmap(creds))
+    if not GO_SERVER:
+        asyncio.run(_ensure_configmap(creds))
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in CLIENTS}
     for _ in range(args.rounds):
         for name, run in CLIENTS.items():
             results[name].append(uvloop.run(run(creds, args.requests, args.concurrency)))
-    print(f"\n{args.requests} requests (GET / strategic PATCH / merge PATCH of a ConfigMap), "
-          f"{args.concurrency} in flight, TLS + client certificate, uvloop; median of {args.rounds} rounds")
+    what = "POSTs of a 4 KB AdmissionReview to the Go server" if GO_SERVER else \
+        "requests (GET / strategic PATCH / merge PATCH of a ConfigMap), TLS + client certificate"
+    print(f"\n{args.requests} {what}, {args.concurrency} in flight, uvloop; median of {args.rounds} rounds")
     print(f"  {'client':18} {'CPU ms/request':>15} {'requests/s':>11}")
     for name, rows in results.items():
         print(f"  {name:18} {statistics.median(r[0] for r in rows):15.3f} {statistics.median(r[1] for r in rows):11.0f}")

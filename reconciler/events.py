@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
+import random
 import socket
 import time
 from collections import OrderedDict
-from datetime import datetime, timezone
 from typing import Any
 
 from reconciler.kube import ApiError, KubeClient
@@ -24,8 +23,15 @@ COMPONENT = "workload-resizer"
 MAX_MESSAGE = 1024
 
 
+_stamp: tuple[int, str] = (-1, "")       # (second, its RFC 3339 text): one strftime per second
+
+
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    global _stamp
+    second = int(time.time())
+    if second != _stamp[0]:
+        _stamp = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
+    return _stamp[1]
 
 
 def object_reference(obj: dict[str, Any], kind: str, api_version: str = "v1") -> dict[str, Any]:
@@ -93,7 +99,9 @@ class EventRecorder:
     async def _create(self, ref: dict[str, Any], key: tuple[str, ...], event_type: str, reason: str,
                       message: str) -> None:
         stamp = now_rfc3339()
-        name = f"{ref['name']}.{int(time.time() * 1e9):x}{secrets.token_hex(2)}"
+        # client-go names Events <object>.<unix nanos in hex>; 16 random bits more for
+        # two events of one object in the same clock tick (not a secret: no os.urandom).
+        name = f"{ref['name']}.{time.time_ns():x}{random.getrandbits(16):04x}"
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": ref["namespace"]},
