@@ -141,6 +141,7 @@ class Connection(asyncio.Protocol):
             self.abort()
 
     def eof_received(self) -> bool | None:
+        self.closed = True
         return None     # close the transport; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -185,13 +186,14 @@ class Connection(asyncio.Protocol):
             self._stream.end(error)
 
     def _start(self, data: bytes, stream: bool) -> asyncio.Future[int]:
+        if self.transport is None or self.transport.is_closing():
+            raise ServerClosed("the connection closed while idle")
         self._waiter = waiter = self.loop.create_future()
         self._body = []
         self._stream = _Stream(self) if stream else None
         self._answered = False
         self._complete = False
         self._keep_alive = True
-        assert self.transport is not None
         self.transport.write(data)
         return waiter
 
@@ -224,7 +226,8 @@ class Connection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        return self._complete and self._keep_alive and not self.closed
+        return self._complete and self._keep_alive and not self.closed \
+            and self.transport is not None and not self.transport.is_closing()
 
     def abort(self) -> None:
         self.closed = True
