@@ -72,7 +72,7 @@ def cluster_up() -> str:
 
 def setup(kube: Kube, nodes_per_family: int) -> list[str]:
     kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
-    wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=120)
+    wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=900)
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     kube.create(f"/api/v1/namespaces/{NAMESPACE}/configmaps", {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "workload-resizer-config"},
