@@ -14,7 +14,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -105,7 +105,7 @@ class KubeClient:
         self._pool = Pool(creds.server, context if isinstance(context, ssl.SSLContext) else None,
                           max_connections, connect_timeout=min(10.0, timeout))
         self._head = f"Host: {self._pool.host_header}\r\nUser-Agent: {USER_AGENT}\r\nAccept: application/json\r\n"
-        self._counters: dict[tuple[str, str, int], Any] = {}
+        self._counters: dict[tuple[str, str, int | str], Any] = {}
 
     async def close(self) -> None:
         await self._pool.close()

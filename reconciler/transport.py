@@ -197,10 +197,10 @@ class Connection(asyncio.Protocol):
         self.transport.write(data)
         return waiter
 
-    async def exchange(self, data: bytes, timeout: float) -> tuple[int, bytes]:
+    async def exchange(self, data: bytes, time_limit: float) -> tuple[int, bytes]:
         """Send a request, wait for the whole response: (status, body)."""
         waiter = self._start(data, stream=False)
-        timer = self.loop.call_later(timeout, self._time_out)
+        timer = self.loop.call_later(time_limit, self._time_out)
         try:
             status = await waiter
         finally:
@@ -209,10 +209,10 @@ class Connection(asyncio.Protocol):
         self._body = []
         return status, body[0] if len(body) == 1 else b"".join(body)
 
-    async def open_stream(self, data: bytes, timeout: float) -> tuple[int, _Stream]:
+    async def open_stream(self, data: bytes, time_limit: float) -> tuple[int, _Stream]:
         """Send a request, wait for the response's head: (status, its body as a stream)."""
         waiter = self._start(data, stream=True)
-        timer = self.loop.call_later(timeout, self._time_out)
+        timer = self.loop.call_later(time_limit, self._time_out)
         try:
             status = await waiter
         finally:
