@@ -10,10 +10,8 @@ several times the CPU and memory per pod, and a general-purpose HTTP client
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
@@ -23,6 +21,7 @@ import orjson
 
 from reconciler import metrics
 from reconciler.credentials import Credentials, load_credentials
+from reconciler.ratelimit import TokenBucket
 from reconciler.transport import Connection, Pool, ServerClosed
 
 __all__ = ["ApiError", "Credentials", "KubeClient", "TokenBucket", "TransportError", "WatchExpired",
@@ -234,27 +233,3 @@ def _json_or_message(body: bytes) -> dict[str, Any]:
         return value if isinstance(value, dict) else {"message": str(value)}
     except orjson.JSONDecodeError:
         return {"message": body.decode(errors="replace")[:500]}
-
-
-class TokenBucket:
-    """Client-side rate limit like client-go's (qps sustained, burst at once)."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self._rate = qps
-        self._capacity = max(1, burst)
-        self._tokens = float(self._capacity)
-        self._updated = time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def take(self) -> None:
-        if self._rate <= 0:
-            return
-        async with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self._capacity, self._tokens + (now - self._updated) * self._rate)
-            self._updated = now
-            if self._tokens < 1:
-                await asyncio.sleep((1 - self._tokens) / self._rate)
-                self._tokens = 1
-                self._updated = time.monotonic()
-            self._tokens -= 1

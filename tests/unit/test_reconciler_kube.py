@@ -20,12 +20,12 @@ from reconciler.kube import (
     ApiError,
     Credentials,
     KubeClient,
-    TokenBucket,
     TransportError,
     WatchExpired,
     WatchIdle,
     _resource_label,
 )
+from reconciler.ratelimit import TokenBucket
 from tests.unit.kube_server import Handler, KubeServer, Reply, Seen, tls_pair
 
 pytestmark = pytest.mark.timeout(10)
