@@ -25,12 +25,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devkit.cluster import ClusterError, LocalCluster, demo_state_dir  # noqa: E402
+from devkit.cluster import ClusterError, LocalCluster, cluster_dir_for_demo  # noqa: E402
 from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
 from devkit.processes import Reconciler, Webhook, WebhookCerts, register_webhook  # noqa: E402
 from resizer import APPLIED_INSTANCE_TYPE, SAMPLE_CONFIG, original_key  # noqa: E402
 
-CLUSTER = LocalCluster(demo_state_dir())
+CLUSTER = LocalCluster(cluster_dir_for_demo())
 DEMO = CLUSTER.state_dir / "demo"
 SYSTEM_NS = "workload-resizer-system"
 DEMO_NS = "demo"

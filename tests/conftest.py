@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from devkit import progress
-from devkit.cluster import HACK_CLUSTER, REPO, ClusterError, LocalCluster, tests_state_dir
+from devkit.cluster import HACK_CLUSTER, REPO, ClusterError, LocalCluster, cluster_dir_for_tests
 from devkit.kube import Kube, wait_for
 
 __all__ = ["HACK_CLUSTER", "REPO", "Cluster"]
@@ -74,7 +74,7 @@ def foreign_webhooks(kube: Kube) -> list[str]:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    local = LocalCluster(tests_state_dir())
+    local = LocalCluster(cluster_dir_for_tests())
     started_here = not local.running()
     try:
         kube = local.up(visible=True)

@@ -42,7 +42,7 @@ import yaml
 from cryptography import x509
 
 from resizer import original_key
-from devkit.cluster import tests_state_dir
+from devkit.cluster import cluster_dir_for_tests
 from devkit.kube import ApiError, Kube, container, deployment, wait_for
 from devkit.processes import Process, free_port, webhook_decisions
 from devkit.progress import run_visible
@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "hack" / "certmanager" / "run"
 CERTIFICATES = REPO / "hack" / "certmanager" / "webhook-certificates.yaml"
 WEBHOOK_CONFIG = REPO / "webhook-config" / "cert-manager.yaml"
-STATE = tests_state_dir()
+STATE = cluster_dir_for_tests()
 
 CM = "/apis/cert-manager.io/v1"
 CERT = "workload-resizer-webhook"
