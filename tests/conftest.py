@@ -6,6 +6,7 @@ this session started it. WR_KEEP_CLUSTER=1 keeps it running for debugging.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,6 +91,41 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
         f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
     yield name
     cluster.kube.delete(f"/api/v1/namespaces/{name}")
+
+
+@dataclass
+class RealNode:
+    """A real node (containerd + runc + kubelet) joined to the session's cluster."""
+    name: str
+    cgroup: str          # the kubelet's cgroupRoot, without the leading /
+    directory: Path      # its state: STATE/nodes/NAME
+    ns_inode: int        # its private mount namespace
+
+
+def cluster_state_dir() -> Path:
+    return Path(os.environ.get("WR_CLUSTER_DIR") or REPO / ".cluster")
+
+
+def read_real_node(name: str, state_dir: Path | None = None) -> RealNode:
+    state = json.loads(((state_dir or cluster_state_dir()) / "state.json").read_text())
+    record = state["real_nodes"][name]
+    return RealNode(name=name, cgroup=record["cgroup"], directory=Path(record["dir"]),
+                    ns_inode=record["ns_inode"])
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster) -> Iterator[RealNode]:
+    """`hack/cluster add-node --real` once per session (family n4, kube-reserved cpu 100m so
+    allocatable is 100m short of the machine), removed again at the end."""
+    name = f"real-{uuid.uuid4().hex[:6]}"
+    proc = subprocess.run([str(HACK_CLUSTER), "add-node", name, "--real", "--family", "n4",
+                           "--reserved-cpu", "100m"], stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"hack/cluster add-node {name} --real failed (exit {proc.returncode})")
+    try:
+        yield read_real_node(name)
+    finally:
+        subprocess.run([str(HACK_CLUSTER), "remove-node", name], check=False)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
