@@ -80,8 +80,9 @@ def real_pod(kube: Kube) -> dict | None:
     return pods[0] if len(pods) == 1 else None
 
 
-def apply_real_workload(kube: Kube) -> dict:
-    """One pod of 1 CPU / 256Mi on the real node, running before the reconciler starts."""
+def apply_real_workload(kube: Kube) -> tuple[dict, str]:
+    """One pod of 1 CPU / 256Mi on the real node, running before the reconciler starts;
+    returns it and its cgroup CPU limit as read on the host now, before any resize."""
     say(f"creating Deployment demo/real: 1 replica of 1 CPU / 256Mi on the real node {REAL_NODE}")
     kube.delete(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments/real")
     wait_for("old real-node pod gone", lambda: not kube.pods(DEMO_NS, "app=real"), timeout=120)
@@ -93,8 +94,9 @@ def apply_real_workload(kube: Kube) -> dict:
     spec["tolerations"] = [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
     spec["containers"][0].update(image=WORKLOAD_IMAGE, imagePullPolicy="Never")
     kube.create(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments", manifest)
-    return wait_for("the real-node pod running", lambda: (
+    pod = wait_for("the real-node pod running", lambda: (
         p if (p := real_pod(kube)) and p["status"].get("phase") == "Running" else None), timeout=180)
+    return pod, cpu_cgroup(pod)[1]
 
 
 def cpu_cgroup(pod: dict) -> tuple[str, str]:
@@ -115,8 +117,8 @@ def cpu_cgroup(pod: dict) -> tuple[str, str]:
     return cid, "(cgroup not found)"
 
 
-def show_real(kube: Kube, before: dict) -> None:
-    cid_before, cgroup_before = cpu_cgroup(before)
+def show_real(kube: Kube, before: dict, cgroup_before: str) -> None:
+    cid_before = before["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     after = wait_for("the kubelet to actuate the resize", lambda: (
         p if (p := real_pod(kube)) and (p["status"]["containerStatuses"][0].get("resources") or {}).get(
             "limits", {}).get("cpu") == p["spec"]["containers"][0]["resources"]["limits"]["cpu"]
@@ -246,12 +248,12 @@ def main(argv: list[str]) -> int:
     apply_config(kube)
     start_webhook(kube)
     stop("reconciler")
-    real_before = apply_real_workload(kube)
+    real_before, real_cgroup_before = apply_real_workload(kube)
     start_reconciler(kubeconfig)
     apply_workload(kube)
     pods = wait_aligned(kube)
     show(kube, pods)
-    show_real(kube, real_before)
+    show_real(kube, real_before, real_cgroup_before)
     print(f"""
 Look around (webhook and reconciler keep running; logs in {DEMO}):
   export PATH={exports['PATH'].split(':', 1)[0]}:$PATH KUBECONFIG={kubeconfig}
