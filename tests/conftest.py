@@ -100,6 +100,8 @@ class RealNode:
     cgroup: str          # the kubelet's cgroupRoot, without the leading /
     directory: Path      # its state: STATE/nodes/NAME
     ns_inode: int        # its private mount namespace
+    kubelet_port: int    # the kubelet's HTTPS port on 127.0.0.1 (x509 clients of the cluster CA)
+    pki: Path            # the cluster's CA and admin client certificate
 
 
 def cluster_state_dir() -> Path:
@@ -110,7 +112,8 @@ def read_real_node(name: str, state_dir: Path | None = None) -> RealNode:
     state = json.loads(((state_dir or cluster_state_dir()) / "state.json").read_text())
     record = state["real_nodes"][name]
     return RealNode(name=name, cgroup=record["cgroup"], directory=Path(record["dir"]),
-                    ns_inode=record["ns_inode"])
+                    ns_inode=record["ns_inode"], kubelet_port=record["ports"]["kubelet"],
+                    pki=(state_dir or cluster_state_dir()) / "pki")
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ container's cgroup files on the host.
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.cluster.test_reconciler import Harness, expected_originals, guaranteed, originals, q, resources, \
@@ -46,9 +48,12 @@ def real_deployment(name: str, node: RealNode, containers: list[dict[str, Any]])
     return manifest
 
 
-def deploy(h: Harness, name: str, node: RealNode, cpu: str = "1", memory: str = "256Mi") -> dict[str, Any]:
-    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", real_deployment(name, node, [
-        guaranteed(cpu=cpu, memory=memory)]))
+def deploy(h: Harness, name: str, node: RealNode, cpu: str = "1", memory: str = "256Mi",
+           args: list[str] | None = None) -> dict[str, Any]:
+    manifest = real_deployment(name, node, [guaranteed(cpu=cpu, memory=memory)])
+    if args:
+        manifest["spec"]["template"]["spec"]["containers"][0]["args"] = args
+    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
     return h.wait_pods(name, 1, lambda p: p["status"].get("phase") == "Running" and all(
         s.get("ready") for s in p["status"].get("containerStatuses") or [{}]), "Running on the real node",
         timeout=START_TIMEOUT)[0]
@@ -60,6 +65,20 @@ def app_status(pod: dict[str, Any]) -> dict[str, Any]:
 
 def container_id(pod: dict[str, Any]) -> str:
     return app_status(pod)["containerID"].split("://", 1)[1]
+
+
+def kubelet_memory_usage(node: RealNode, pod: dict[str, Any]) -> int:
+    """The container's memory usage as the kubelet's stats provider sees it (its /stats/summary
+    on 127.0.0.1, the numbers its memory-decrease check uses); 0 until it has any."""
+    context = ssl.create_default_context(cafile=str(node.pki / "ca.crt"))
+    context.load_cert_chain(str(node.pki / "admin.crt"), str(node.pki / "admin.key"))
+    summary = httpx.get(f"https://127.0.0.1:{node.kubelet_port}/stats/summary", verify=context, timeout=10).json()
+    for stats in summary.get("pods") or []:
+        if stats["podRef"]["uid"] == pod["metadata"]["uid"]:
+            for c in stats.get("containers") or []:
+                if c["name"] == "app":
+                    return int((c.get("memory") or {}).get("usageBytes") or 0)
+    return 0
 
 
 # ---------------------------------------------------------------- cgroups on the host
@@ -206,15 +225,48 @@ def test_resize_beyond_allocatable(h: Harness, real_node: RealNode) -> None:
     assert cgroup_limits(real_node, container_id(now)) == implied_limits(q("1"), q("256Mi"))
 
 
+def memory_patch(memory: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "app", "resources": {
+        "requests": {"memory": memory}, "limits": {"memory": memory}}}]}}
+
+
 def test_memory_limit_decrease(h: Harness, real_node: RealNode) -> None:
     """Guaranteed 256Mi -> 128Mi (requests and limits) on a container using a few MiB: the
     kubelet lowers memory.limit_in_bytes in place (KEP-1287 allows limit decreases since
     1.33, best effort: it refuses only when usage is above the new limit)."""
     pod = deploy(h, "memory", real_node)
     name = pod["metadata"]["name"]
-    h.kube.resize(h.ns, name, {"spec": {"containers": [{"name": "app", "resources": {
-        "requests": {"memory": "128Mi"}, "limits": {"memory": "128Mi"}}}]}})
+    h.kube.resize(h.ns, name, memory_patch("128Mi"))
     assert_resized_in_place(h, real_node, pod, cpu="1", memory="128Mi")
+
+
+def test_memory_limit_decrease_below_usage_is_an_error_and_changes_nothing(h: Harness, real_node: RealNode) -> None:
+    """The container holds 200 MiB; 256Mi -> 128Mi would OOM it. Once the kubelet's stats
+    show that usage, the kubelet refuses: PodResizeInProgress, reason Error ("cannot decrease
+    memory limits: ... below current usage"), a ResizeError Warning event, and the container
+    keeps running with the old limit (the kubelet retries while the spec asks for 128Mi).
+
+    The check is only as fresh as the kubelet's stats: a decrease sent before they show the
+    usage (seconds after the container started) is applied, and the kernel OOM-kills the
+    container (observed on 1.36.4, cgroup v1; see README).
+    """
+    pod = deploy(h, "holder", real_node, args=["-hold-mib", "200"])
+    name = pod["metadata"]["name"]
+    wait_for("the kubelet's stats to show the 200 MiB", lambda: kubelet_memory_usage(real_node, pod) >= 200 << 20,
+             timeout=START_TIMEOUT)
+    h.kube.resize(h.ns, name, memory_patch("128Mi"))
+    condition = wait_for("PodResizeInProgress reason Error", lambda: next(
+        (c for c in h.pod(name)["status"].get("conditions") or []
+         if c["type"] == "PodResizeInProgress" and c.get("reason") == "Error"), None), timeout=START_TIMEOUT)
+    assert condition["message"].startswith("cannot decrease memory limits: "), condition
+    assert 'container "app" memory limit (134217728) below current usage' in condition["message"], condition
+    assert wait_for("ResizeError event", lambda: [
+        e for e in h.kube.events_for(h.ns, name) if e["reason"] == "ResizeError" and e["type"] == "Warning"])
+    now = h.pod(name)
+    assert resources(now)["limits"]["memory"] == q("128Mi")           # the spec asks for it ...
+    assert status_resources(now)["limits"]["memory"] == q("256Mi")    # ... the container keeps its limit
+    assert app_status(now)["restartCount"] == 0 and container_id(now) == container_id(pod)
+    assert cgroup_limits(real_node, container_id(now)) == implied_limits(q("1"), q("256Mi"))
 
 
 # ---------------------------------------------------------------- leave the machine as we found it

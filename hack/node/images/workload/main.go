@@ -1,5 +1,6 @@
-// workload: a test container. Sleeps (or burns CPU with -burn N busy goroutines) and prints
-// the CPU and memory limits of its own cgroup whenever they change (cgroup v1 or v2).
+// workload: a test container. Sleeps (or burns CPU with -burn N busy goroutines, holds
+// -hold-mib MiB of touched memory) and prints the CPU and memory limits of its own cgroup
+// whenever they change (cgroup v1 or v2).
 package main
 
 import (
@@ -31,7 +32,13 @@ func limits() string {
 func main() {
 	burn := flag.Int("burn", 0, "busy goroutines to run")
 	every := flag.Duration("interval", 2*time.Second, "how often to check the cgroup limits")
+	holdMiB := flag.Int("hold-mib", 0, "MiB of memory to allocate, touch and keep")
 	flag.Parse()
+	held := make([]byte, *holdMiB<<20)
+	for i := 0; i < len(held); i += 4096 {
+		held[i] = 1
+	}
+	fmt.Printf("holding %d MiB\n", len(held)>>20)
 	for i := 0; i < *burn; i++ {
 		go func() {
 			for {
@@ -49,7 +56,7 @@ func main() {
 		}
 		select {
 		case <-stop:
-			fmt.Println("stopping")
+			fmt.Println("stopping", len(held)>>20)
 			return
 		case <-tick.C:
 		}
