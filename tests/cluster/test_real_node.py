@@ -22,7 +22,7 @@ import pytest
 
 from tests.cluster.test_reconciler import Harness, expected_originals, guaranteed, originals, q, resources, \
     status_resources
-from tests.conftest import HACK_CLUSTER, RealNode, read_real_node
+from tests.conftest import HACK_CLUSTER, RealNode, cluster_state_dir, read_real_node
 from tests.support.kube import ApiError, Kube, deployment, wait_for
 from tests.support.processes import Webhook, register_webhook, unregister_webhook, wait_webhook_active
 
@@ -337,3 +337,36 @@ def test_down_removes_everything_the_real_node_created(tmp_path: Path) -> None:
     after = machine_snapshot()
     assert after["links"] - before["links"] == set()
     assert after["netns"] - before["netns"] == set()
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+def test_a_failed_start_names_the_step_and_leaves_nothing(cluster: Any) -> None:
+    """The kubelet refuses a kubernetes.io/ label it may not set on itself and exits:
+    add-node says so (with the kubelet's own words) and removes what it had started."""
+    name = f"bad-{uuid.uuid4().hex[:6]}"
+    proc = subprocess.run([str(HACK_CLUSTER), "add-node", name, "--real", "--label", "kubernetes.io/forbidden=x"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1
+    assert f"error: real node {name}: kubelet@{name} exited during startup" in proc.stderr, proc.stderr
+    assert "kubernetes.io/forbidden" in proc.stderr, proc.stderr        # the kubelet's own message
+    assert f"real node {name}: start failed, removing everything it created" in proc.stderr
+    directory = cluster_state_dir() / "nodes" / name
+    assert not directory.exists()
+    assert mounts_under(directory) == []
+    assert [d for d in CGROUP.glob(f"*/wr-*-{name}")] == []
+    assert processes_mentioning(f"/nodes/{name}/") == []
+    with pytest.raises(ApiError) as err:
+        cluster.kube.get(f"/api/v1/nodes/{name}")
+    assert err.value.status == 404
