@@ -23,8 +23,8 @@ import pytest
 from tests.cluster.test_reconciler import Harness, expected_originals, guaranteed, originals, q, resources, \
     status_resources
 from tests.conftest import HACK_CLUSTER, RealNode, cluster_state_dir, read_real_node
-from tests.support.kube import ApiError, Kube, deployment, wait_for
-from tests.support.processes import Webhook, register_webhook, unregister_webhook, wait_webhook_active
+from devkit.kube import ApiError, Kube, deployment, wait_for
+from devkit.processes import Webhook, register_webhook, unregister_webhook, wait_webhook_active
 
 TAINT = "workload-resizer.io/real-node"
 WORKLOAD_IMAGE = "workload-resizer.local/workload:1"
