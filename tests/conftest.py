@@ -122,7 +122,7 @@ class RealNode:
 
 
 def cluster_state_dir() -> Path:
-    return tests_state_dir()
+    return cluster_dir_for_tests()
 
 
 def read_real_node(name: str, state_dir: Path | None = None) -> RealNode:
