@@ -33,6 +33,7 @@ from resizer import (
     APPLIED_INSTANCE_TYPE,
     PREFIX,
     OriginalsError,
+    PlanError,
     ResizePlan,
     eligibility,
     fits_annotation_limit,
@@ -179,6 +180,8 @@ class PodResizer:
         except OriginalsError as err:
             return await self._terminal(pod, signature, None, "Warning", "ResizeFailed",
                                         f"cannot read the pod's original resources: {err}")
+        except PlanError as err:        # reported once, like a corrupt original: a retry cannot help
+            return await self._terminal(pod, signature, None, "Warning", "ResizeFailed", f"cannot size the pod: {err}")
         context = f"node type {node_type} (baseline {plan.baseline_node_type}, rule {plan.rule})"
         if plan.outcome == "UnknownNodeType":
             return await self._terminal(pod, signature, plan, "Warning", "UnknownNodeType",

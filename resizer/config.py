@@ -73,6 +73,7 @@ __all__ = [
 COMPUTE_CLASS_SELECTOR = "cloud.google.com/compute-class"
 
 Resource = Literal["cpu", "memory"]
+MemoryLimitDecrease = Literal["Never", "Allow"]
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 # Perf values are ratios of machine capability; anything outside this range is a typo
 # (and a huge exponent would make the exact Fraction arithmetic explode).
@@ -150,6 +151,7 @@ class Policy:
     node_types: Mapping[str, NodeProfile]
     cpu_bounds: Bounds
     memory_bounds: Bounds
+    memory_limit_decrease: MemoryLimitDecrease = "Allow"
 
 
 @dataclass(frozen=True)

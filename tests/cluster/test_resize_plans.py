@@ -43,11 +43,12 @@ nodeTypes:
   n4: { cpuPerf: 1.25, memPerf: 1.0 }
   c3: { cpuPerf: 1.30, memPerf: 1.0 }
   ultra: { cpuPerf: 6.0, memPerf: 3.0 }
+  slow: { cpuPerf: 0.5, memPerf: 0.8 }
 bounds:
   cpu: { min: "50m", max: "16" }
   memory: { min: "64Mi", max: "32Gi" }
 """)
-NODE_TYPES = ("n4", "c3", "ultra")
+NODE_TYPES = ("n4", "c3", "ultra", "slow")   # slow: growth (bounds never lift a request on a faster node)
 NODE = "rp-big"          # room for two tests' samples at once (a namespace is deleted asynchronously)
 SEED = 20251121
 MiB = 2**20
