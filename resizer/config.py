@@ -151,7 +151,7 @@ class Policy:
     node_types: Mapping[str, NodeProfile]
     cpu_bounds: Bounds
     memory_bounds: Bounds
-    memory_limit_decrease: MemoryLimitDecrease = "Allow"
+    memory_limit_decrease: MemoryLimitDecrease = "Never"
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,7 @@ class PolicyBlock(_Strict):
     baselineNodeType: str | None = None
     nodeTypes: dict[str, NodeTypeSpec] | None = None
     bounds: BoundsSpec | None = None
+    memoryLimitDecrease: MemoryLimitDecrease | None = None
 
 
 class OverrideMatch(_Strict):
@@ -248,6 +249,10 @@ class ResizerConfig(_Strict):
     baselineNodeType: str
     nodeTypes: dict[str, NodeTypeSpec]
     bounds: GlobalBounds
+    # Never (default): a memory limit is never set below the author's. Lowering one below
+    # the container's usage fails on cgroup v1 (the kernel refuses; the resize stays
+    # InProgress) and risks an OOM kill on cgroup v2 (KEP-1287, "Memory Limit Decreases").
+    memoryLimitDecrease: MemoryLimitDecrease = "Never"
     overrides: list[Override] = Field(default_factory=list)
     podAnnotations: dict[str, dict[str, PolicyBlock]] = Field(default_factory=dict)
     podLabels: dict[str, dict[str, PolicyBlock]] = Field(default_factory=dict)
@@ -496,9 +501,15 @@ def _policy(config: ResizerConfig, rule: str, block: PolicyBlock | None) -> Poli
     baseline = (
         block.baselineNodeType if block is not None and block.baselineNodeType is not None else config.baselineNodeType
     )
+    memory_limit_decrease = (
+        block.memoryLimitDecrease
+        if block is not None and block.memoryLimitDecrease is not None
+        else config.memoryLimitDecrease
+    )
     return Policy(
         rule=rule,
         baseline_node_type=baseline,
+        memory_limit_decrease=memory_limit_decrease,
         node_types=MappingProxyType(
             {name: NodeProfile(name, spec.cpuPerf, spec.memPerf) for name, spec in node_types.items()}
         ),

@@ -156,7 +156,8 @@ def test_default_render(helm: str) -> None:
         "baselineNodeType": "n2d",
         "nodeTypes": {"n2d": {"cpuPerf": 1, "memPerf": 1}, "n4": {"cpuPerf": 1.25, "memPerf": 1},
                       "c3": {"cpuPerf": 1.3, "memPerf": 1}},
-        "bounds": {"cpu": {"min": "50m", "max": "16"}, "memory": {"min": "64Mi", "max": "32Gi"}}}
+        "bounds": {"cpu": {"min": "50m", "max": "16"}, "memory": {"min": "64Mi", "max": "32Gi"}},
+        "memoryLimitDecrease": "Never"}
     assert config.baselineNodeType == "n2d"
 
     # The webhook: 2 replicas, PDB minAvailable 1, preferred anti-affinity on hostname, Service 443 -> 8443.
@@ -290,7 +291,8 @@ def test_config_values(helm: str) -> None:
     text = find(docs, "ConfigMap")["data"]["config.yaml"]
     assert yaml.safe_load(text) == {
         "baselineNodeType": "x", "nodeTypes": {"x": {"cpuPerf": 2, "memPerf": 1}},
-        "bounds": {"cpu": {"min": "50m", "max": 8}, "memory": {"min": "64Mi", "max": "32Gi"}}}
+        "bounds": {"cpu": {"min": "50m", "max": 8}, "memory": {"min": "64Mi", "max": "32Gi"}},
+        "memoryLimitDecrease": "Never"}
     load_config(text)
     proc = template(helm, set_values=["config.nodeTypes.x.cpuPerf=2", "config.nodeTypes.x.memPerf=1"], check=False)
     assert proc.returncode != 0 and 'config.baselineNodeType "n2d" is not one of config.nodeTypes (x)' in proc.stderr

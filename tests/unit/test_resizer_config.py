@@ -353,6 +353,25 @@ def test_block_fields_left_out_fall_back_to_global() -> None:
     )
 
 
+def test_memory_limit_decrease_defaults_to_never() -> None:
+    assert resolve_policy(sample_config(), make_pod()).memory_limit_decrease == "Never"
+
+
+def test_memory_limit_decrease_is_global_and_per_block() -> None:
+    config = load_config(
+        SAMPLE_CONFIG + "memoryLimitDecrease: Allow\ncomputeClasses: { careful: { memoryLimitDecrease: Never } }\n"
+    )
+    assert resolve_policy(config, make_pod()).memory_limit_decrease == "Allow"
+    careful = make_pod(node_selector={"cloud.google.com/compute-class": "careful"})
+    assert resolve_policy(config, careful).memory_limit_decrease == "Never"
+
+
+def test_memory_limit_decrease_accepts_only_its_values() -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config(SAMPLE_CONFIG + "memoryLimitDecrease: sometimes\n")
+    assert error.value.errors == [("memoryLimitDecrease", "Input should be 'Never' or 'Allow'")]
+
+
 def test_block_baseline_replaces_the_global_one() -> None:
     assert spot_policy().baseline_node_type == "c3"
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -309,9 +310,40 @@ def test_a_value_no_quantity_can_hold_is_a_plan_error_not_a_crash() -> None:
 # --- memory --------------------------------------------------------------------------
 
 
-def test_memory_scales_by_mem_perf() -> None:
-    plan = plan_on(make_pod(guaranteed()), "bigmem")
+def test_memory_scales_by_mem_perf_when_limit_decreases_are_allowed() -> None:
+    pod = make_pod(guaranteed())
+    plan = plan_resize(pod, replace(policy({"n2d": (1, 1), "bigmem": (1, 2)}), memory_limit_decrease="Allow"), "bigmem")
     assert plan.patch == patch_of(("app", {"memory": "512Mi"}, {"memory": "512Mi"}))
+
+
+def test_by_default_a_guaranteed_containers_memory_is_held_at_its_original() -> None:
+    plan = plan_on(make_pod(guaranteed()), "bigmem")
+    assert (plan.outcome, plan.patch) == ("AlreadyAligned", {})
+    memory = plan.changes[1]
+    assert (memory.desired_request, memory.desired_limit, memory.held) == (GiB, GiB, "memoryLimitDecrease=Never")
+    assert plan.summary() == "app: cpu 1 -> 1 (limit 1 -> 1), memory 1Gi -> 1Gi (limit 1Gi -> 1Gi, held: memoryLimitDecrease=Never)"
+
+
+def test_by_default_a_burstable_memory_request_shrinks_under_its_held_limit() -> None:
+    pod = make_pod(container("app", {"cpu": "1", "memory": "1Gi"}, {"memory": "2Gi"}))
+    plan = plan_on(pod, "bigmem")
+    assert plan.patch == patch_of(("app", {"memory": "512Mi"}, {"memory": "2Gi"}))
+    assert pod_qos_class(apply_resize_patch(pod, plan.patch)["spec"]) == "Burstable"
+
+
+def test_memory_limits_still_grow() -> None:
+    pod = make_pod(guaranteed())
+    plan = plan_resize(pod, policy({"n2d": (1, 1), "smallmem": (1, "0.5")}), "smallmem")
+    assert plan.patch == patch_of(("app", {"memory": "2Gi"}, {"memory": "2Gi"}))
+
+
+def test_a_held_memory_limit_is_restored_to_the_original_when_the_spec_is_below_it() -> None:
+    resized = make_pod(
+        container("app", {"cpu": "1", "memory": "512Mi"}, {"cpu": "1", "memory": "512Mi"}),
+        annotations=originals_from_spec_annotations(make_pod(guaranteed())),
+    )
+    plan = plan_on(resized, "bigmem")
+    assert plan.patch == patch_of(("app", {"memory": "1Gi"}, {"memory": "1Gi"}))
 
 
 def test_memory_is_clamped_to_the_maximum() -> None:
