@@ -158,7 +158,7 @@ def test_default_render(helm: str) -> None:
                       "c3": {"cpuPerf": 1.3, "memPerf": 1}},
         "bounds": {"cpu": {"min": "50m", "max": "16"}, "memory": {"min": "64Mi", "max": "32Gi"}},
         "memoryLimitDecrease": "Never"}
-    assert config.baselineNodeType == "n2d"
+    assert config.baseline_node_type == "n2d"
 
     # The webhook: 2 replicas, PDB minAvailable 1, preferred anti-affinity on hostname, Service 443 -> 8443.
     webhook = find(docs, "Deployment", "workload-resizer-webhook")
@@ -269,8 +269,8 @@ def test_custom_values(helm: str) -> None:
     assert not [d for d in find_all(docs, "PodDisruptionBudget") if d["metadata"]["name"] == "resizer-reconciler"]
     cm = find(docs, "ConfigMap", "sizing")
     config = load_config(cm["data"]["config.yaml"])
-    assert [o.name for o in config.overrides] == ["batch"]
-    assert set(config.nodeTypes) == {"n4", "e2"}          # replaces the sample, no leftovers
+    assert [o.name for o in config.document.overrides] == ["batch"]
+    assert set(config.node_types) == {"n4", "e2"}          # replaces the sample, no leftovers
     assert yaml.safe_load(cm["data"]["config.yaml"])["bounds"] == CUSTOM["config"]["bounds"]
     role = find(docs, "Role", "resizer-reconciler")
     assert role["rules"][0]["resourceNames"] == ["sizing"]
