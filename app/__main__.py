@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import re
 import sys
 from typing import Sequence
@@ -29,6 +30,11 @@ def parse_size(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError("size must be positive")
     return value
+
+
+def namespace_list(text: str) -> list[str]:
+    """``a,b,c`` -> ["a", "b", "c"] (empty items dropped)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).")
     p.add_argument("--shutdown-timeout", type=parse_duration, metavar="DURATION", default="20s",
                    help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.")
+    p.add_argument("--exclude-namespaces", type=namespace_list, default=[], metavar="NS[,NS...]",
+                   help="Namespaces whose pods are never stamped, besides kube-system and --namespace. "
+                        "Set the same list on the reconciler (the chart sets both from scope.*).")
+    p.add_argument("--namespace-selector", default="", metavar="SELECTOR",
+                   help="Label selector (kubectl syntax) a namespace must match to be in scope. The webhook "
+                        "cannot read namespace labels: only validated here; the webhook configuration's "
+                        "namespaceSelector applies it (the chart renders both from scope.*).")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
+                   help="The product's own namespace, always excluded (default: $POD_NAMESPACE).")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="Minimum log level. 'info' logs one line per admission decision.")
     p.add_argument("--log-format", choices=("json", "text"), default="json",
@@ -72,7 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from resizer.scope import ScopeError, namespace_scope
+
+    try:
+        scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
+    except ScopeError as error:
+        parser.error(str(error))
 
     from ops.jsonlog import configure_logging
 
@@ -90,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_request_bytes=args.max_request_bytes,
             keep_alive_timeout=args.http_keep_alive_timeout,
             shutdown_timeout=args.shutdown_timeout,
+            scope=scope,
         )
     return 0
 

@@ -26,6 +26,7 @@ from reconciler.config_source import ConfigSource
 from reconciler.events import EventRecorder, object_reference
 from reconciler.informer import Informer, object_key
 from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
+from reconciler.namespaces import ScopedNamespaces
 from reconciler.slim import slim_node, slim_pod, status_fingerprint
 from reconciler.workqueue import WorkQueue
 from resizer import (
@@ -41,6 +42,7 @@ from resizer import (
     plan_resize,
     resolve_policy,
 )
+from resizer.scope import NamespaceScope
 
 log = logging.getLogger("reconciler.controller")
 audit = logging.getLogger("reconciler.decision")
@@ -56,6 +58,7 @@ class Options:
     node_type_label: str
     dry_run: bool = False
     resize_restart_containers: bool = False
+    scope: NamespaceScope = NamespaceScope()
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class PodResizer:
                              params={"fieldSelector": "spec.nodeName!="}, idle_timeout=idle_timeout)
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node,
                               idle_timeout=idle_timeout)
+        self.namespaces = ScopedNamespaces(client, options.scope, self._on_namespace, idle_timeout)
 
     # ------------------------------------------------------------------ events in
 
@@ -118,13 +122,18 @@ class PodResizer:
             if pod is not None and self._needs_work(pod):
                 self._queue.add(key)
 
+    def _on_namespace(self, namespace: str) -> None:
+        for key, pod in self.pods.store.items():
+            if pod["metadata"]["namespace"] == namespace and self._needs_work(pod):
+                self._queue.add(key)
+
     def on_config_change(self) -> None:
         for key, pod in self.pods.store.items():
             if self._needs_work(pod):
                 self._queue.add(key)
 
     def _needs_work(self, pod: dict[str, Any]) -> bool:
-        if not _live_and_bound(pod) or not eligibility(pod).eligible:
+        if not _live_and_bound(pod) or not eligibility(pod).eligible or not self.namespaces.includes(pod):
             return False
         node = self.nodes.store.get(pod["spec"]["nodeName"])
         if node is None:
@@ -152,7 +161,8 @@ class PodResizer:
 
     async def reconcile(self, key: str) -> Result:
         pod = self.pods.store.get(key)
-        if pod is None or not _live_and_bound(pod) or not eligibility(pod).eligible:
+        if pod is None or not _live_and_bound(pod) or not eligibility(pod).eligible \
+                or not self.namespaces.includes(pod):
             return DONE
         node_name = pod["spec"]["nodeName"]
         exists, node_type = await self._node_type(node_name)

@@ -2,16 +2,23 @@
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import uuid
 
 from ops.flags import duration
+from resizer.scope import ScopeError, namespace_scope
 
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return value
+
+
+def namespace_list(text: str) -> list[str]:
+    """``a,b,c`` -> ["a", "b", "c"] (empty items dropped)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also re-read the ConfigMap this often, besides watching it")
     sizing.add_argument("--resize-restart-containers", action="store_true",
                         help="also resize resources whose resizePolicy is RestartContainer (restarts them)")
+    sizing.add_argument("--exclude-namespaces", type=namespace_list, default=[], metavar="NS[,NS...]",
+                        help="namespaces whose pods are never touched, besides kube-system and --namespace "
+                             "(set the same list on the webhook; the chart sets both from scope.*)")
+    sizing.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
+                        help="the product's own namespace, always excluded (default: $POD_NAMESPACE)")
+    sizing.add_argument("--namespace-selector", default="", metavar="SELECTOR",
+                        help="label selector (kubectl syntax, e.g. '!workload-resizer.io/exclude') a pod's "
+                             "namespace must match to be in scope; needs list/watch on namespaces")
     sizing.add_argument("--dry-run", action="store_true",
                         help="decide, log and record WouldResize events, but patch nothing")
 
@@ -80,4 +95,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.leader_election_identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
         build_parser().error("--leader-election-renew-deadline must be shorter than the lease duration")
+    try:
+        args.scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
+    except ScopeError as error:
+        build_parser().error(str(error))
     return args

@@ -35,7 +35,7 @@ class Reconciler:
         self.resizer = PodResizer(
             self.client, self.recorder, self.config, self.queue,
             Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
-                    resize_restart_containers=args.resize_restart_containers),
+                    resize_restart_containers=args.resize_restart_containers, scope=args.scope),
             idle_timeout=args.watch_idle_timeout)
         self.elector = LeaderElector(
             self.client, args.leader_election_namespace, args.leader_election_id,
@@ -97,6 +97,8 @@ class Reconciler:
         background = [asyncio.create_task(c, name=n) for n, c in (
             ("config", self.config.run()), ("nodes", self.resizer.nodes.run()),
             ("pods", self.resizer.pods.run()))]
+        if self.resizer.namespaces.informer is not None:
+            background.append(asyncio.create_task(self.resizer.namespaces.informer.run(), name="namespaces"))
         if self.elector is not None:
             background.append(asyncio.create_task(self.elector.hold(), name="lease"))
         workers: list[asyncio.Task[None]] = []
@@ -130,6 +132,8 @@ class Reconciler:
         return 1
 
     async def _wait_synced(self) -> None:
+        if self.resizer.namespaces.informer is not None:
+            await self.resizer.namespaces.informer.synced.wait()
         await self.resizer.nodes.synced.wait()
         await self.resizer.pods.synced.wait()
 

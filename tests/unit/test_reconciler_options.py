@@ -111,3 +111,18 @@ def test_a_nan_lease_duration_is_a_usage_error_not_a_crash_at_election_time(caps
     with pytest.raises(SystemExit):
         parse(["--leader-election-lease-duration", "nan"])
     assert "invalid duration" in capsys.readouterr().err
+
+
+def test_scope_flags_build_the_shared_namespace_scope(monkeypatch) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "wr-system")
+    args = parse(["--exclude-namespaces", "monitoring, batch", "--namespace-selector", "!skip"])
+    assert args.scope.excluded == {"kube-system", "wr-system", "monitoring", "batch"}
+    assert args.scope.selector_text() == "!skip"
+
+
+def test_a_bad_namespace_selector_fails_fast(capsys) -> None:
+    import pytest
+
+    with pytest.raises(SystemExit):
+        parse(["--namespace-selector", "a in ("])
+    assert "unbalanced parentheses" in capsys.readouterr().err
