@@ -45,7 +45,7 @@ class LeaderElector:
         """Block until this instance holds the lease."""
         log.info("waiting for leadership", extra={"lease": f"{self.namespace}/{self.name}",
                                                   "identity": self.identity})
-        while not await self._try_acquire_or_renew():
+        while not await self._try_acquire_or_renew():  # noqa: ASYNC110  (polls the apiserver's Lease)
             await asyncio.sleep(self._retry)
         self.is_leader = True
         metrics.LEADER.labels(self.name).set(1)

@@ -73,13 +73,12 @@ class Reconciler:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
-        servers = await self._start_http()
+        servers = self._start_http()
         code = 0
         try:
             code = await self._lead_and_work()
         finally:
-            for server in servers:
-                server.should_exit = True
+            await self._stop_http(servers)
             await self.client.close()
         return code
 
@@ -88,11 +87,14 @@ class Reconciler:
             acquired = asyncio.create_task(self.elector.acquire())
             stopped = asyncio.create_task(self.stop.wait())
             await asyncio.wait({acquired, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not acquired.done():
-                acquired.cancel()
+            became_leader = acquired.done()
+            for task in (acquired, stopped):
+                task.cancel()
+            await asyncio.gather(acquired, stopped, return_exceptions=True)
+            if not became_leader:
                 log.info("stopped before becoming leader")
                 return 0
-            stopped.cancel()
+            acquired.result()       # a failed acquire ends the run here, as it did before
         self.active = True
         background = [asyncio.create_task(c, name=n) for n, c in (
             ("config", self.config.run()), ("nodes", self.resizer.nodes.run()),
@@ -183,15 +185,24 @@ class Reconciler:
                 metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
                 self.queue.done(key)
 
-    async def _start_http(self) -> list[Any]:
+    def _start_http(self) -> dict[asyncio.Task[None], Any]:
         app = http.build_app(self.checks())
         addresses = {a for a in (self.args.metrics_bind_address, self.args.health_probe_bind_address) if a != "0"}
-        servers = []
+        servers = {}
         for address in sorted(addresses):
             server = http.build_server(app, address)
-            servers.append(server)
-            asyncio.create_task(server.serve(), name=f"http {address}")
+            servers[asyncio.create_task(server.serve(), name=f"http {address}")] = server
         return servers
+
+    @staticmethod
+    async def _stop_http(servers: dict[asyncio.Task[None], Any]) -> None:
+        for server in servers.values():
+            server.should_exit = True
+        if servers:
+            _, pending = await asyncio.wait(servers, timeout=5)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*servers, return_exceptions=True)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -208,5 +219,6 @@ def main(args: argparse.Namespace) -> int:
         return await Reconciler(args).run()
 
     with contextlib.suppress(KeyboardInterrupt):
-        return runner(_run())
+        code: int = runner(_run())
+        return code
     return 130

@@ -64,7 +64,7 @@ def original_key(
 
 def is_controller_owned_key(key: str) -> bool:
     """True for the ``original-*`` and ``applied-*`` keys only the controller may set."""
-    return key.startswith(_ORIGINAL_PREFIX) or key.startswith(_APPLIED_PREFIX)
+    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX))
 
 
 def fits_annotation_limit(annotations: Mapping[str, Any], originals: Mapping[str, str]) -> bool:
