@@ -44,16 +44,20 @@ async def list_all(client: KubeClient, path: str, page_size: int, **params: Any)
 async def read_config(client: KubeClient, args: argparse.Namespace) -> tuple[CompiledConfig, str]:
     if args.config_file:
         source = args.config_file
-        text = Path(args.config_file).read_text()
+        try:
+            text = await asyncio.to_thread(Path(args.config_file).read_text)
+        except OSError as err:
+            raise CommandError(f"cannot read {source}: {err}") from None
     else:
         source = f"ConfigMap {args.config_namespace}/{args.config_name}"
         try:
             configmap = await client.get(f"/api/v1/namespaces/{args.config_namespace}/configmaps/{args.config_name}")
         except ApiError as err:
             raise CommandError(f"cannot read {source}: {err} (pass --config-file to plan a candidate config)") from None
-        text = (configmap.get("data") or {}).get(CONFIG_KEY)
-        if text is None:
+        data = (configmap.get("data") or {}).get(CONFIG_KEY)
+        if not isinstance(data, str):
             raise CommandError(f"{source} has no key {CONFIG_KEY}")
+        text = data
     try:
         return load_config(text), source
     except ConfigError as err:
@@ -123,7 +127,7 @@ def _signed(amount: int, fmt: Any) -> str:
 
 
 def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: bool = False) -> str:
-    rows = [("NAMESPACE", "WORKLOAD", "NODE TYPE", "PODS", "CPU REQUESTS", "MEMORY REQUESTS", "CPU", "MEMORY")]
+    rows: list[tuple[str, ...]] = [("NAMESPACE", "WORKLOAD", "NODE TYPE", "PODS", "CPU REQUESTS", "MEMORY REQUESTS", "CPU", "MEMORY")]
     for group in forecast.workloads:
         if not show_aligned and group.resized == 0:
             continue
@@ -160,7 +164,7 @@ def _row(group: WorkloadForecast) -> tuple[str, ...]:
 
 def _align(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def forecast_json(forecast: FleetForecast, info: dict[str, Any]) -> dict[str, Any]:

@@ -16,12 +16,11 @@ from fractions import Fraction
 from typing import Any
 
 from resizer import SKIP, parse_quantity
-from tests.cluster.test_reconciler import (  # noqa: F401  (h is a fixture)
+from tests.cluster.test_reconciler import (
     Harness,
     applied,
     burstable,
     guaranteed,
-    h,
 )
 from tests.support.kube import container
 from tests.support.processes import REPO
@@ -77,8 +76,8 @@ def patched(spec: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 
 def test_plan_predicts_exactly_what_the_reconciler_does(h: Harness) -> None:
     nodes = {family: h.node(family, family) for family in {w[0] for w in WORKLOADS.values()}}
-    for name, (family, containers, replicas, annotations) in WORKLOADS.items():
-        h.deploy(name, nodes[family], containers, replicas=replicas, annotations=annotations)
+    for name, (family, containers, replicas, pod_annotations) in WORKLOADS.items():
+        h.deploy(name, nodes[family], containers, replicas=replicas, annotations=pod_annotations)
     before = {p["metadata"]["name"]: p for app, w in WORKLOADS.items() for p in h.wait_running(app, w[2])}
     versions = {name: p["metadata"]["resourceVersion"] for name, p in before.items()}
 
@@ -102,10 +101,10 @@ def test_plan_predicts_exactly_what_the_reconciler_does(h: Harness) -> None:
     assert "Deployment/web" in table.stdout and "Total:" in table.stdout
 
     h.reconciler()
-    for app, (family, _, replicas, annotations) in WORKLOADS.items():
+    for app, (family, _, replicas, pod_annotations) in WORKLOADS.items():
         if app == "odd":
             h.wait_event(h.pods(app)[0]["metadata"]["name"], "UnknownNodeType")
-        elif not annotations:
+        elif not pod_annotations:
             h.wait_applied(app, family, count=replicas)
     after = {p["metadata"]["name"]: p for p in h.kube.pods(h.ns)}
 

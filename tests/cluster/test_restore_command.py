@@ -7,11 +7,10 @@ import sys
 from typing import Any
 
 from resizer import parse_quantity
-from tests.cluster.test_reconciler import (  # noqa: F401  (h is a fixture)
+from tests.cluster.test_reconciler import (
     Harness,
     burstable,
     guaranteed,
-    h,
     ours,
 )
 from tests.support.kube import wait_for

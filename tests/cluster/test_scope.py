@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 
 from resizer.scope import namespace_scope
-from tests.cluster.test_reconciler import (  # noqa: F401  (h is a fixture)
+from tests.cluster.test_reconciler import (
     COMPONENT,
     Harness,
     applied,
     guaranteed,
-    h,
     make_namespace,
     ours,
     q,
