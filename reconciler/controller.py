@@ -25,7 +25,7 @@ from reconciler import metrics
 from reconciler.config_source import ConfigSource
 from reconciler.events import EventRecorder, object_reference
 from reconciler.informer import Informer, object_key
-from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
+from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, TokenBucket
 from reconciler.namespaces import ScopedNamespaces
 from reconciler.slim import slim_node, slim_pod, status_fingerprint
 from reconciler.workqueue import WorkQueue
@@ -42,6 +42,7 @@ from resizer import (
     plan_resize,
     resolve_policy,
 )
+from resizer.realign import realignment
 from resizer.scope import NamespaceScope
 
 log = logging.getLogger("reconciler.controller")
@@ -59,6 +60,8 @@ class Options:
     dry_run: bool = False
     resize_restart_containers: bool = False
     scope: NamespaceScope = NamespaceScope()
+    realign: bool = True
+    max_resizes_per_second: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,10 @@ class PodResizer:
         # not delivered yet: a lagging cache must not cause a second pass.
         self._finished: dict[str, str] = {}
         self._pods_on_node: dict[str, set[str]] = {}
+        # Re-alignment: the config version each sized pod was last re-planned for (uid ->
+        # generation), and the limiter of resizes of pods already sized.
+        self._realign_checked: dict[str, int] = {}
+        self._realign_limiter = TokenBucket(options.max_resizes_per_second, 1)
         self._crash_after = os.environ.get(CRASH_AFTER_ENV)
         self.pods = Informer(client, "pods", "/api/v1/pods", slim_pod, self._on_pod,
                              params={"fieldSelector": "spec.nodeName!="}, idle_timeout=idle_timeout)
@@ -101,6 +108,7 @@ class PodResizer:
             self._queue.drop(key)
             self._decided.pop(uid, None)
             self._finished.pop(uid, None)
+            self._realign_checked.pop(uid, None)
             self._pods_on_node.get(node, set()).discard(key)
             return
         if uid in self._finished and \
@@ -143,7 +151,16 @@ class PodResizer:
             return False    # untyped node: nothing to do until it is labelled (_on_node)
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE),
                 self._finished.get(pod["metadata"].get("uid") or ""))
-        return node_type not in done
+        return node_type not in done or self._needs_realignment(pod, node_type)
+
+    def _needs_realignment(self, pod: dict[str, Any], node_type: str) -> bool:
+        """A pod already sized is re-planned once per config version; queued only if that changes it."""
+        config, generation = self._config.config, self._config.generation
+        uid = pod["metadata"].get("uid") or object_key(pod)
+        if not self._options.realign or config is None or self._realign_checked.get(uid) == generation:
+            return False
+        self._realign_checked[uid] = generation
+        return realignment(pod, config, node_type, self._options.resize_restart_containers) is not None
 
     async def _node_type(self, node_name: str) -> tuple[bool, str | None]:
         """(node exists, its type label). A cache miss (node created a moment ago) is a GET."""
@@ -171,9 +188,11 @@ class PodResizer:
                 "pod": key, "node": node_name, "nodeExists": exists, "label": self._options.node_type_label})
             return DONE
         uid = pod["metadata"].get("uid") or key
-        if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(uid)):
-            return DONE
         config = self._config.config
+        if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(uid)) and (
+                not self._options.realign or config is None
+                or realignment(pod, config, node_type, self._options.resize_restart_containers) is None):
+            return DONE
         if config is None:
             return Result(requeue_after=5.0)
         signature = _situation(pod, node_type, self._config.generation)
@@ -232,7 +251,10 @@ class PodResizer:
             plan = plan_resize(pod, resolve_policy(policy_config, pod), node_type,
                                self._options.resize_restart_containers)
         # Step 2: the resize itself, only if something changes.
+        realigned = APPLIED_INSTANCE_TYPE in pod["metadata"]["annotations"]
         if plan.patch:
+            if realigned:
+                await self._realign_limiter.take()      # --max-resizes-per-second
             try:
                 await self._client.patch(_pod_path(pod, "resize"), plan.patch, STRATEGIC_MERGE_PATCH)
             except ApiError as err:
@@ -247,7 +269,7 @@ class PodResizer:
         self._fault("applied")
         if plan.patch:
             reason = "BoundsClamped" if plan.clamped else "Resized"
-            message = f"resized for {context}: {plan.summary()}"
+            message = f"{'re-aligned' if realigned else 'resized'} for {context}: {plan.summary()}"
         else:
             reason = "AlreadyAligned"
             message = f"already aligned for {context}" + (f": {plan.summary()}" if plan.changes else "")

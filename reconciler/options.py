@@ -16,6 +16,25 @@ def positive_int(text: str) -> int:
     return value
 
 
+def boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true or false)")
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return value
+
+
 def namespace_list(text: str) -> list[str]:
     """``a,b,c`` -> ["a", "b", "c"] (empty items dropped)."""
     return [item.strip() for item in text.split(",") if item.strip()]
@@ -54,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     sizing.add_argument("--namespace-selector", default="", metavar="SELECTOR",
                         help="label selector (kubectl syntax, e.g. '!workload-resizer.io/exclude') a pod's "
                              "namespace must match to be in scope; needs list/watch on namespaces")
+    sizing.add_argument("--realign", type=boolean, default=True, metavar="BOOL",
+                        help="when the config or a node's type changes, resize pods already sized whose desired "
+                             "size changed (from their originals, never compounding); false: only pods not yet "
+                             "sized for their node's type are sized (the design's 'new pods only')")
+    sizing.add_argument("--max-resizes-per-second", type=positive_float, default=10.0, metavar="N",
+                        help="re-alignment resizes (pods already sized) per second at most, so a config edit "
+                             "rolls out gradually; the first sizing of a new pod is not throttled")
     sizing.add_argument("--dry-run", action="store_true",
                         help="decide, log and record WouldResize events, but patch nothing")
 

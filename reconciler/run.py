@@ -35,7 +35,8 @@ class Reconciler:
         self.resizer = PodResizer(
             self.client, self.recorder, self.config, self.queue,
             Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
-                    resize_restart_containers=args.resize_restart_containers, scope=args.scope),
+                    resize_restart_containers=args.resize_restart_containers, scope=args.scope,
+                    realign=args.realign, max_resizes_per_second=args.max_resizes_per_second),
             idle_timeout=args.watch_idle_timeout)
         self.elector = LeaderElector(
             self.client, args.leader_election_namespace, args.leader_election_id,

@@ -126,3 +126,16 @@ def test_a_bad_namespace_selector_fails_fast(capsys) -> None:
     with pytest.raises(SystemExit):
         parse(["--namespace-selector", "a in ("])
     assert "unbalanced parentheses" in capsys.readouterr().err
+
+
+def test_realignment_is_on_by_default_and_rate_limited() -> None:
+    args = parse([])
+    assert args.realign is True and args.max_resizes_per_second == 10.0
+    args = parse(["--realign=false", "--max-resizes-per-second=0.5"])
+    assert args.realign is False and args.max_resizes_per_second == 0.5
+
+
+@pytest.mark.parametrize("flag", ["--realign=maybe", "--max-resizes-per-second=0", "--max-resizes-per-second=x"])
+def test_bad_realignment_flags_fail_fast(flag: str) -> None:
+    with pytest.raises(SystemExit):
+        parse([flag])
