@@ -12,10 +12,12 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from reconciler.kube import ApiError, KubeClient, load_credentials
+from reconciler.slim import slim_pod
 from resizer.config import CompiledConfig, ConfigError, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
 from resizer.quantity import format_cpu, format_memory
@@ -28,13 +30,16 @@ class CommandError(Exception):
     """A problem the admin must fix (bad config, unreachable cluster, missing ConfigMap)."""
 
 
-async def list_all(client: KubeClient, path: str, page_size: int, **params: Any) -> list[dict[str, Any]]:
-    """Every item of a collection, in pages of ``page_size`` (continue tokens)."""
+async def list_all(client: KubeClient, path: str, page_size: int,
+                   slim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                   **params: Any) -> list[dict[str, Any]]:
+    """Every item of a collection, in pages of ``page_size`` (continue tokens), each item
+    reduced by ``slim`` as its page arrives (memory stays proportional to what is read)."""
     items: list[dict[str, Any]] = []
     query: dict[str, Any] = {"limit": page_size, **params}
     while True:
         page = await client.get(path, **query)
-        items.extend(page.get("items") or [])
+        items.extend(map(slim, page.get("items") or []) if slim else page.get("items") or [])
         token = (page.get("metadata") or {}).get("continue")
         if not token:
             return items
@@ -69,7 +74,7 @@ async def gather_forecast(client: KubeClient, args: argparse.Namespace, scope: N
     started = time.monotonic()
     config, source = await read_config(client, args)
     pods, nodes = await asyncio.gather(
-        list_all(client, "/api/v1/pods", args.page_size, fieldSelector="spec.nodeName!="),
+        list_all(client, "/api/v1/pods", args.page_size, slim_pod, fieldSelector="spec.nodeName!="),
         list_all(client, "/api/v1/nodes", args.page_size))
     namespace_labels = None
     if scope.needs_labels:

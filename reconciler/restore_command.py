@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
 from reconciler.plan_command import list_all
+from reconciler.slim import slim_pod
 from resizer.originals import OriginalsError
 from resizer.restore import managed_annotation_keys, restore_patch
 
@@ -53,7 +54,7 @@ class Restorer:
         self._resized_now: dict[str, dict[str, Any]] = {}   # pod uid -> the patch this run sent
 
     async def run(self, page_size: int) -> Summary:
-        pods = [pod for pod in await list_all(self._client, "/api/v1/pods", page_size)
+        pods = [pod for pod in await list_all(self._client, "/api/v1/pods", page_size, slim_pod)
                 if managed_annotation_keys(pod) and "deletionTimestamp" not in pod["metadata"]]
         self.summary.managed = len(pods)
         self._say(f"{len(pods)} pods carry workload-resizer.io annotations"

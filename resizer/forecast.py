@@ -9,7 +9,8 @@ and node type and adds up the requests freed or added.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from resizer.annotations import APPLIED_INSTANCE_TYPE
@@ -117,6 +118,9 @@ def forecast_fleet(
     groups: dict[tuple[str, str, str], WorkloadForecast] = {}
     skipped: dict[str, int] = {}
     not_resized: list[PodForecast] = []
+    # Replicas of a workload have the same plan: memoised on everything plan_resize and
+    # resolve_policy read (a pure function of it), so 10,000 pods cost a few hundred plans.
+    memo: dict[str, PodForecast] = {}
 
     def skip(reason: str) -> None:
         skipped[reason] = skipped.get(reason, 0) + 1
@@ -146,7 +150,12 @@ def forecast_fleet(
         if skip_applied and (metadata.get("annotations") or {}).get(APPLIED_INSTANCE_TYPE) == node_type:
             skip("AlreadyApplied")
             continue
-        forecast = forecast_pod(pod, node, node_type, config, resize_restart_containers)
+        plan_key = _plan_key(pod, node_type)
+        shared = memo.get(plan_key)
+        if shared is None:
+            shared = memo[plan_key] = forecast_pod(pod, node, node_type, config, resize_restart_containers)
+        forecast = replace(shared, namespace=namespace, name=str(metadata.get("name")), workload=workload_of(pod),
+                           node=node)
         if forecast.outcome in ("Resize", "AlreadyAligned"):
             key = (namespace, forecast.workload, node_type)
             groups.setdefault(key, WorkloadForecast(*key)).pods.append(forecast)
@@ -154,6 +163,15 @@ def forecast_fleet(
             not_resized.append(forecast)
     ordered = [groups[key] for key in sorted(groups)]
     return FleetForecast(ordered, dict(sorted(skipped.items())), not_resized)
+
+
+def _plan_key(pod: Mapping[str, Any], node_type: str) -> str:
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return json.dumps([
+        node_type, metadata.get("labels"), metadata.get("annotations"), spec.get("containers"),
+        spec.get("initContainers"), spec.get("resources"), spec.get("nodeSelector"),
+        (pod.get("status") or {}).get("qosClass"),
+    ], sort_keys=True, default=str)
 
 
 def forecast_pod(
