@@ -24,14 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.metrics import Metrics
 from app.review import REASON_INTERNAL_ERROR, REJECTED, handle_review, too_large
 from resizer.scope import NamespaceScope
 from ops.jsonlog import log_fields
+from ops.probes import probe_routes
 
 decision_log = logging.getLogger("workload_resizer.webhook")
 
@@ -165,31 +164,17 @@ class MutateApp:
 
 
 def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None) -> FastAPI:
-    api = FastAPI(
+    def certificate() -> tuple[bool, str]:     # ready once a serving certificate is loaded
+        return (True, "serving certificate loaded") if is_ready() else (False, "no serving certificate loaded")
+
+    return FastAPI(
         title="workload-resizer webhook",
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
+        routes=probe_routes({"certificate": certificate}, metrics.registry),
     )
-
-    @api.get("/healthz")
-    async def healthz() -> Response:
-        """The process is alive and its event loop answers."""
-        return Response(b"ok", media_type="text/plain")
-
-    @api.get("/readyz")
-    async def readyz() -> Response:
-        """Ready once a serving certificate is loaded."""
-        if is_ready():
-            return Response(b"ok", media_type="text/plain")
-        return JSONResponse({"ready": False, "reason": "no serving certificate loaded"}, status_code=503)
-
-    @api.get("/metrics")
-    async def prom() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    return api
 
 
 def create_app(

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.drills.cluster import LocalCluster  # noqa: E402
+from devkit.cluster import LocalCluster  # noqa: E402
 from bench.drills.harness import Burst, Context, say, wait  # noqa: E402
 from bench.drills.workload import list_pods  # noqa: E402
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import datetime, timezone
 from typing import Any
 
+from ops.timestamps import rfc3339_micro
 from reconciler import metrics
 from reconciler.kube import ApiError, KubeClient
 
@@ -20,10 +20,6 @@ log = logging.getLogger("reconciler.leader")
 
 class LeadershipLost(Exception):
     """The lease could not be renewed within the renew deadline: stop all work."""
-
-
-def _micro_time() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -73,7 +69,7 @@ class LeaderElector:
             lease = await self._client.get(f"{self._path}/{self.name}")
             if lease.get("spec", {}).get("holderIdentity") != self.identity:
                 return
-            lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _micro_time()})
+            lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": rfc3339_micro()})
             await self._client.update(f"{self._path}/{self.name}", lease)
             log.info("released leadership", extra={"lease": f"{self.namespace}/{self.name}"})
         except (ApiError, OSError) as err:
@@ -91,7 +87,7 @@ class LeaderElector:
             return False
 
     async def _attempt(self) -> bool:
-        now = _micro_time()
+        now = rfc3339_micro()
         try:
             lease = await self._client.get(f"{self._path}/{self.name}")
         except ApiError as err:

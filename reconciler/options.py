@@ -6,38 +6,8 @@ import os
 import socket
 import uuid
 
-from ops.flags import duration
+from ops.flags import boolean, duration, positive_float, positive_int, string_list
 from resizer.scope import ScopeError, namespace_scope
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
-
-
-def boolean(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true or false)")
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
-    return value
-
-
-def namespace_list(text: str) -> list[str]:
-    """``a,b,c`` -> ["a", "b", "c"] (empty items dropped)."""
-    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also re-read the ConfigMap this often, besides watching it")
     sizing.add_argument("--resize-restart-containers", action="store_true",
                         help="also resize resources whose resizePolicy is RestartContainer (restarts them)")
-    sizing.add_argument("--exclude-namespaces", type=namespace_list, default=[], metavar="NS[,NS...]",
+    sizing.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
                         help="namespaces whose pods are never touched, besides kube-system and --namespace "
                              "(set the same list on the webhook; the chart sets both from scope.*)")
     sizing.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",

@@ -5,20 +5,40 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
-import time
 from typing import Any
 
 from ops.jsonlog import configure_logging
+from ops.probes import Check
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
-from reconciler.controller import Options, PodResizer
+from reconciler.controller import Options
 from reconciler.events import EventRecorder
-from reconciler.kube import ApiError, KubeClient, load_credentials
+from reconciler.kube import KubeClient, load_credentials
 from reconciler.leader import LeaderElector, LeadershipLost
+from reconciler.manager import Manager
+from reconciler.namespaces import ScopedNamespaces
+from reconciler.ports import FaultHook, no_fault
 from reconciler.workqueue import WorkQueue
 
 log = logging.getLogger("reconciler")
+
+# Test-only fault hook: SIGKILL ourselves right after the named write step
+# (originals, resize, applied). Read here, once; the reconciler gets it injected.
+CRASH_AFTER_ENV = "WORKLOAD_RESIZER_TEST_CRASH_AFTER"
+
+
+def crash_hook(step_name: str | None) -> FaultHook:
+    """A fault hook that SIGKILLs this process right after the write step `step_name`."""
+    if not step_name:
+        return no_fault
+
+    def crash_after(step: str) -> None:
+        if step == step_name:
+            log.warning("test fault hook: crashing", extra={"after": step})
+            os.kill(os.getpid(), signal.SIGKILL)
+    return crash_after
 
 
 class Reconciler:
@@ -32,12 +52,16 @@ class Reconciler:
         self.config = ConfigSource(self.client, self.recorder, args.config_namespace, args.config_name,
                                    args.config_refresh_interval, on_change=self._config_changed,
                                    idle_timeout=args.watch_idle_timeout)
-        self.resizer = PodResizer(
+        # The namespace scope; a namespace whose labels change re-evaluates every cached pod.
+        self.namespaces = ScopedNamespaces(self.client, args.scope, lambda _: self.manager.on_config_change(),
+                                           args.watch_idle_timeout)
+        self.manager = Manager(
             self.client, self.recorder, self.config, self.queue,
             Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
-                    resize_restart_containers=args.resize_restart_containers, scope=args.scope,
-                    realign=args.realign, max_resizes_per_second=args.max_resizes_per_second),
-            idle_timeout=args.watch_idle_timeout)
+                    resize_restart_containers=args.resize_restart_containers, realign=args.realign,
+                    max_resizes_per_second=args.max_resizes_per_second),
+            idle_timeout=args.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
+            pod_filters=(self.namespaces.includes,))
         self.elector = LeaderElector(
             self.client, args.leader_election_namespace, args.leader_election_id,
             args.leader_election_identity, args.leader_election_lease_duration,
@@ -46,11 +70,11 @@ class Reconciler:
         self.active = False
 
     def _config_changed(self) -> None:
-        self.resizer.on_config_change()
+        self.manager.on_config_change()
 
     # ---- probes
 
-    def checks(self) -> dict[str, http.Check]:
+    def checks(self) -> dict[str, Check]:
         def config() -> tuple[bool, str]:
             if not self.active:
                 return True, "standby (not leader)"
@@ -63,7 +87,7 @@ class Reconciler:
         def caches() -> tuple[bool, str]:
             if not self.active:
                 return True, "standby (not leader)"
-            synced = self.resizer.pods.synced.is_set() and self.resizer.nodes.synced.is_set()
+            synced = self.manager.synced
             return synced, "synced" if synced else "syncing"
 
         return {"config": config, "caches": caches}
@@ -98,10 +122,10 @@ class Reconciler:
             acquired.result()       # a failed acquire ends the run here, as it did before
         self.active = True
         background = [asyncio.create_task(c, name=n) for n, c in (
-            ("config", self.config.run()), ("nodes", self.resizer.nodes.run()),
-            ("pods", self.resizer.pods.run()))]
-        if self.resizer.namespaces.informer is not None:
-            background.append(asyncio.create_task(self.resizer.namespaces.informer.run(), name="namespaces"))
+            ("config", self.config.run()),
+            *((informer.resource, informer.run()) for informer in self.manager.informers))]
+        if self.namespaces.informer is not None:
+            background.append(asyncio.create_task(self.namespaces.informer.run(), name="namespaces"))
         if self.elector is not None:
             background.append(asyncio.create_task(self.elector.hold(), name="lease"))
         workers: list[asyncio.Task[None]] = []
@@ -112,11 +136,12 @@ class Reconciler:
             if synced in done:
                 log.info("caches synced; starting workers", extra={"workers": self.args.concurrency})
                 metrics.MAX_WORKERS.labels(metrics.CONTROLLER).set(self.args.concurrency)
-                workers = [asyncio.create_task(self._worker(), name=f"worker-{i}")
+                workers = [asyncio.create_task(self.manager.worker(), name=f"worker-{i}")
                            for i in range(self.args.concurrency)]
                 # A worker only ends by crashing: that must stop the process, not go unnoticed.
                 done, _ = await asyncio.wait({stopped, *background, *workers}, return_when=asyncio.FIRST_COMPLETED)
             synced.cancel()
+            await asyncio.gather(synced, return_exceptions=True)
             return self._exit_code(done, stopped)
         finally:
             await self._shutdown(workers, background, stopped)
@@ -135,10 +160,9 @@ class Reconciler:
         return 1
 
     async def _wait_synced(self) -> None:
-        if self.resizer.namespaces.informer is not None:
-            await self.resizer.namespaces.informer.synced.wait()
-        await self.resizer.nodes.synced.wait()
-        await self.resizer.pods.synced.wait()
+        if self.namespaces.informer is not None:
+            await self.namespaces.informer.synced.wait()
+        await self.manager.wait_synced()
 
     async def _shutdown(self, workers: list[asyncio.Task[None]], background: list[asyncio.Task[Any]],
                         stopped: asyncio.Task[Any]) -> None:
@@ -153,38 +177,6 @@ class Reconciler:
         if self.elector is not None:
             await self.elector.release()
         self.active = False
-
-    async def _worker(self) -> None:
-        while (key := await self.queue.get()) is not None:
-            started = time.monotonic()
-            metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
-            try:
-                result = await self.resizer.reconcile(key)
-            except (ApiError, OSError) as err:      # OSError includes kube.TransportError
-                delay = self.queue.add_rate_limited(key)
-                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
-                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
-                log.log(level, "reconcile failed; will retry", extra={"pod": key, "error": str(err) or repr(err),
-                                                                      "retryIn": round(delay, 2)})
-            except Exception:
-                delay = self.queue.add_rate_limited(key)
-                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
-                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                log.exception("reconcile crashed; will retry", extra={"pod": key, "retryIn": round(delay, 2)})
-            else:
-                if result.requeue_after is not None:
-                    self.queue.add_after(key, result.requeue_after)
-                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "requeue_after").inc()
-                else:
-                    self.queue.forget(key)
-                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
-            finally:
-                elapsed = time.monotonic() - started
-                metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(elapsed)
-                metrics.QUEUE_WORK.labels(self.queue.name).observe(elapsed)
-                metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
-                self.queue.done(key)
 
     def _start_http(self) -> dict[asyncio.Task[None], Any]:
         app = http.build_app(self.checks())

@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
+from resizer.quantity import QuantityError, Resource, coerce_quantity, to_bytes, to_millicores
 
 SAMPLE_CONFIG = """\
 baselineNodeType: n2d
@@ -75,7 +75,6 @@ __all__ = [
 
 COMPUTE_CLASS_SELECTOR = "cloud.google.com/compute-class"
 
-Resource = Literal["cpu", "memory"]
 MemoryLimitDecrease = Literal["Never", "Allow"]
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 # Perf values are ratios of machine capability; anything outside this range is a typo

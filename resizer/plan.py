@@ -13,6 +13,7 @@ from resizer.qos import QoSClass, pod_qos_class
 from resizer.quantity import (
     MAX_QUANTITY,
     QuantityError,
+    Resource,
     coerce_quantity,
     format_cpu,
     format_memory,
@@ -32,7 +33,6 @@ __all__ = [
     "plan_resize",
 ]
 
-Resource = Literal["cpu", "memory"]
 Clamp = Literal["min", "max"]
 Outcome = Literal["Resize", "AlreadyAligned", "UnknownNodeType", "QoSChange", "NothingToSize"]
 

@@ -22,8 +22,8 @@ from tests.cluster.test_reconciler import (
     burstable,
     guaranteed,
 )
-from tests.support.kube import container
-from tests.support.processes import REPO
+from devkit.kube import container
+from devkit.processes import REPO
 
 WORKLOADS = {
     # deployment: (node type, containers, replicas, pod annotations)

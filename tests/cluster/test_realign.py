@@ -17,7 +17,7 @@ from tests.cluster.test_reconciler import (
     q,
     resources,
 )
-from tests.support.kube import wait_for
+from devkit.kube import wait_for
 
 PODS = 10
 RATE = 2.0

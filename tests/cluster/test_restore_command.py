@@ -13,8 +13,8 @@ from tests.cluster.test_reconciler import (
     guaranteed,
     ours,
 )
-from tests.support.kube import wait_for
-from tests.support.processes import REPO, Process
+from devkit.kube import wait_for
+from devkit.processes import REPO, Process
 
 WORKLOADS = {"web": ("n4", guaranteed(), 6), "api": ("c3", burstable(), 5), "base": ("n2d", guaranteed(), 2)}
 

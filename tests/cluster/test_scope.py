@@ -24,8 +24,8 @@ from tests.cluster.test_reconciler import (
     q,
     resources,
 )
-from tests.support.kube import deployment, wait_for
-from tests.support.processes import Webhook, register_webhook, unregister_webhook, wait_webhook_active
+from devkit.kube import deployment, wait_for
+from devkit.processes import Webhook, register_webhook, unregister_webhook, wait_webhook_active
 
 
 @pytest.fixture

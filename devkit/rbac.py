@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from tests.support.chart import render
-from tests.support.kube import Kube
+from devkit.chart import render
+from devkit.kube import Kube
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 TEST_LABEL = "workload-resizer.io/test-namespace"
