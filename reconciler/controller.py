@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
+from ops.timestamps import rfc3339
 from reconciler import metrics
 from reconciler.events import object_reference
 from reconciler.informer import object_key
@@ -223,7 +223,7 @@ class PodResizeReconciler:
                 return await self._rejected(pod, signature, plan, context, err)
             self._fault(Step.RESIZE)
         # Step 3: record what was done.
-        await self._writer.annotate(pod, {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: _now()})
+        await self._writer.annotate(pod, {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339()})
         self._finished[_uid(pod)] = node_type
         self._fault(Step.APPLIED)
         if plan.patch:
@@ -299,8 +299,6 @@ def _uid(pod: Obj) -> str:
     return pod["metadata"].get("uid") or object_key(pod)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def decision_record(pod: Obj, plan: ResizePlan | None, outcome: str, dry_run: bool) -> dict[str, Any]:
