@@ -27,6 +27,7 @@ from reconciler import metrics
 from reconciler.events import object_reference
 from reconciler.informer import object_key
 from reconciler.kube import ApiError
+from reconciler.ratelimit import TokenBucket
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault, pod_path
 from reconciler.reasons import EventType, Reason
 from reconciler.slim import status_fingerprint
@@ -35,6 +36,7 @@ from resizer import (
     APPLIED_INSTANCE_TYPE,
     PREFIX,
     OriginalsError,
+    PlanError,
     ResizePlan,
     eligibility,
     fits_annotation_limit,
@@ -42,6 +44,7 @@ from resizer import (
     plan_resize,
     resolve_policy,
 )
+from resizer.realign import realignment
 
 log = logging.getLogger("reconciler.controller")
 audit = logging.getLogger("reconciler.decision")
@@ -62,6 +65,8 @@ class Options:
     node_type_label: str
     dry_run: bool = False
     resize_restart_containers: bool = False
+    realign: bool = True
+    max_resizes_per_second: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,10 @@ class PodResizeReconciler:
         # Pods we finished (uid -> node type) whose applied annotation the watch has
         # not delivered yet: a lagging cache must not cause a second pass.
         self._finished: dict[str, str] = {}
+        # Re-alignment: the config version each sized pod was last re-planned for (uid ->
+        # generation), and the limiter of resizes of pods already sized.
+        self._realign_checked: dict[str, int] = {}
+        self._realign_limiter = TokenBucket(options.max_resizes_per_second, 1)
 
     # ------------------------------------------------------------------ what the manager asks
 
@@ -102,7 +111,16 @@ class PodResizeReconciler:
         if node_type is None:
             return False    # untyped node: nothing to do until it is labelled
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod)))
-        return node_type not in done
+        return node_type not in done or self._needs_realignment(pod, node_type)
+
+    def _needs_realignment(self, pod: Obj, node_type: str) -> bool:
+        """A pod already sized is re-planned once per config version; queued only if that changes it."""
+        config, generation = self._config.config, self._config.generation
+        uid = _uid(pod)
+        if not self._options.realign or config is None or self._realign_checked.get(uid) == generation:
+            return False
+        self._realign_checked[uid] = generation
+        return realignment(pod, config, node_type, self._options.resize_restart_containers) is not None
 
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""
@@ -116,6 +134,7 @@ class PodResizeReconciler:
         uid = _uid(pod)
         self._decided.pop(uid, None)
         self._finished.pop(uid, None)
+        self._realign_checked.pop(uid, None)
 
     # ------------------------------------------------------------------ reconcile
 
@@ -130,9 +149,12 @@ class PodResizeReconciler:
             log.debug("node has no type label; skipping", extra={
                 "pod": key, "node": node_name, "nodeExists": node is not None, "label": self._options.node_type_label})
             return DONE
-        if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))):
+        config = self._config.config
+        if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))) \
+                and (not self._options.realign or config is None
+                     or realignment(pod, config, node_type, self._options.resize_restart_containers) is None):
             return DONE
-        if self._config.config is None:
+        if config is None:
             return Result(requeue_after=5.0)
         signature = situation(pod, node_type, self._config.generation)
         if self._decided.get(_uid(pod)) == signature:
@@ -147,6 +169,9 @@ class PodResizeReconciler:
         except OriginalsError as err:
             return await self._terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
                                         f"cannot read the pod's original resources: {err}")
+        except PlanError as err:        # reported once, like a corrupt original: a retry cannot help
+            return await self._terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
+                                        f"cannot size the pod: {err}")
         context = f"node type {node_type} (baseline {plan.baseline_node_type}, rule {plan.rule})"
         if plan.outcome == "UnknownNodeType":
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.UNKNOWN_NODE_TYPE,
@@ -186,7 +211,10 @@ class PodResizeReconciler:
             signature = situation(pod, node_type, self._config.generation)
             plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
         # Step 2: the resize itself, only if something changes.
+        realigned = APPLIED_INSTANCE_TYPE in pod["metadata"]["annotations"]
         if plan.patch:
+            if realigned:
+                await self._realign_limiter.take()      # --max-resizes-per-second
             try:
                 await self._writer.resize(pod, plan.patch)
             except ApiError as err:
@@ -200,7 +228,7 @@ class PodResizeReconciler:
         self._fault(Step.APPLIED)
         if plan.patch:
             reason = Reason.BOUNDS_CLAMPED if plan.clamped else Reason.RESIZED
-            message = f"resized for {context}: {plan.summary()}"
+            message = f"{'re-aligned' if realigned else 'resized'} for {context}: {plan.summary()}"
         else:
             reason = Reason.ALREADY_ALIGNED
             message = f"already aligned for {context}" + (f": {plan.summary()}" if plan.changes else "")

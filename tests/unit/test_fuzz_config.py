@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resizer import SAMPLE_CONFIG, ConfigError, ResizerConfig, load_config, resolve_policy
+from resizer import SAMPLE_CONFIG, CompiledConfig, ConfigError, load_config, resolve_policy
 
 EXAMPLES = int(os.environ.get("WR_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
@@ -46,7 +46,7 @@ computeClasses:
 """
 
 
-def load_or_error(text: str) -> ResizerConfig | None:
+def load_or_error(text: str) -> CompiledConfig | None:
     """The contract: a config, or a ConfigError with (path, message) pairs. Anything else propagates."""
     try:
         config = load_config(text)
@@ -55,7 +55,7 @@ def load_or_error(text: str) -> ResizerConfig | None:
         assert all(isinstance(path, str) and isinstance(message, str) for path, message in err.errors)
         assert str(err)
         return None
-    assert isinstance(config, ResizerConfig)
+    assert isinstance(config, CompiledConfig)
     # A config that loads can be used: policy resolution of an arbitrary pod works.
     resolve_policy(config, {"metadata": {"labels": {"tier": "batch", "team": "ml"},
                                          "annotations": {"example.com/profile": "fast"}},
@@ -159,7 +159,7 @@ def test_unicode_and_huge_node_type_names(name: str, repeat: int) -> None:
     text = yaml.safe_dump(document, allow_unicode=True)
     config = load_or_error(text)
     # (PyYAML does not round-trip every character, e.g. NEL: compare with what it reads back.)
-    assert config is not None and yaml.safe_load(text)["baselineNodeType"] in config.nodeTypes
+    assert config is not None and yaml.safe_load(text)["baselineNodeType"] in config.node_types
 
 
 def test_huge_document_with_many_node_types() -> None:
@@ -167,7 +167,7 @@ def test_huge_document_with_many_node_types() -> None:
     text = SAMPLE_CONFIG.replace("nodeTypes:\n", "nodeTypes:\n" + types)
     started = time.monotonic()
     config = load_or_error(text)
-    assert config is not None and len(config.nodeTypes) == 20_003
+    assert config is not None and len(config.node_types) == 20_003
     assert time.monotonic() - started < 60
 
 
