@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from typing import Sequence
 
 from ops.flags import byte_size as parse_size
+from ops.flags import string_list
 from ops.flags import duration as parse_duration
 
 log = logging.getLogger("workload_resizer.webhook")
@@ -42,6 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).")
     p.add_argument("--shutdown-timeout", type=parse_duration, metavar="DURATION", default="20s",
                    help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.")
+    p.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
+                   help="Namespaces whose pods are never stamped, besides kube-system and --namespace. "
+                        "Set the same list on the reconciler (the chart sets both from scope.*).")
+    p.add_argument("--namespace-selector", default="", metavar="SELECTOR",
+                   help="Label selector (kubectl syntax) a namespace must match to be in scope. The webhook "
+                        "cannot read namespace labels: only validated here; the webhook configuration's "
+                        "namespaceSelector applies it (the chart renders both from scope.*).")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
+                   help="The product's own namespace, always excluded (default: $POD_NAMESPACE).")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="Minimum log level. 'info' logs one line per admission decision.")
     p.add_argument("--log-format", choices=("json", "text"), default="json",
@@ -54,7 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from resizer.scope import ScopeError, namespace_scope
+
+    try:
+        scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
+    except ScopeError as error:
+        parser.error(str(error))
 
     from ops.jsonlog import configure_logging
 
@@ -72,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_request_bytes=args.max_request_bytes,
             keep_alive_timeout=args.http_keep_alive_timeout,
             shutdown_timeout=args.shutdown_timeout,
+            scope=scope,
         )
     return 0
 

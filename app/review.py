@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 import resizer
+from resizer.scope import NamespaceScope
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -195,8 +196,10 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def handle_review(body: bytes) -> tuple[int, bytes, dict[str, Any]]:
-    """Decide on one AdmissionReview; never raises."""
+def handle_review(body: bytes, scope: NamespaceScope | None = None) -> tuple[int, bytes, dict[str, Any]]:
+    """Decide on one AdmissionReview; never raises. Pods in a namespace ``scope``
+    excludes by name are skipped (``NamespaceExcluded``): the apiserver applies the
+    label part of the scope through the webhook configuration's namespaceSelector."""
     try:
         review = _JSON(body)
     except Exception as exc:  # orjson.JSONDecodeError, and anything odd about the input
@@ -226,7 +229,7 @@ def handle_review(body: bytes) -> tuple[int, bytes, dict[str, Any]]:
         "decision": SKIPPED, "reason": "", "originals": _NO_ORIGINALS,
     }
     try:
-        status, out = _decide(request, operation, obj, uid, record)
+        status, out = _decide(request, operation, obj, uid, record, scope)
     except Exception as exc:  # our bug: allow the pod unchanged, log and count it
         record["decision"] = SKIPPED
         record["reason"] = REASON_INTERNAL_ERROR
@@ -240,7 +243,8 @@ def handle_review(body: bytes) -> tuple[int, bytes, dict[str, Any]]:
     return status, out, record
 
 
-def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any]) -> tuple[int, bytes]:
+def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any],
+            scope: NamespaceScope | None = None) -> tuple[int, bytes]:
     if operation != "CREATE" or not _is_pod(request):
         record["decision"] = SKIPPED
         record["reason"] = "NotPodCreate"
@@ -259,6 +263,10 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         return 200, _allowed(uid)
     record["pod"] = _str(metadata.get("name")) or _str(metadata.get("generateName")) or _str(request.get("name"))
     record["namespace"] = _str(request.get("namespace")) or _str(metadata.get("namespace"))
+    if scope is not None and record["namespace"] in scope.excluded:
+        record["decision"] = SKIPPED
+        record["reason"] = "NamespaceExcluded"
+        return 200, _allowed(uid)
 
     verdict = resizer.eligibility(obj)
     owner_kind = verdict.owner_kind

@@ -15,6 +15,7 @@ from app.metrics import Metrics
 from app.server import DEFAULT_MAX_REQUEST_BYTES, create_app
 from app.tls import CertReloader
 from ops.jsonlog import flush_logging
+from resizer.scope import NamespaceScope
 
 log = logging.getLogger("workload_resizer.webhook")
 
@@ -43,6 +44,7 @@ def build_server(
     keep_alive_timeout: float = 120.0,
     shutdown_timeout: float | None = 20.0,
     metrics: Metrics | None = None,
+    scope: NamespaceScope | None = None,
 ) -> tuple[uvicorn.Server, CertReloader]:
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
     metrics = metrics if metrics is not None else Metrics()
@@ -66,7 +68,7 @@ def build_server(
             reloader.close()
             log.info("webhook stopped")
 
-    app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan)
+    app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan, scope)
     config = uvicorn.Config(
         app,
         host=bind_address,

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.metrics import Metrics
 from app.review import REASON_INTERNAL_ERROR, REJECTED, handle_review, too_large
+from resizer.scope import NamespaceScope
 from ops.jsonlog import log_fields
 from ops.probes import probe_routes
 
@@ -44,10 +45,12 @@ _perf = time.perf_counter
 class MutateApp:
     """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
 
-    __slots__ = ("fallback", "max_request_bytes", "metrics", "_by_result", "_observe", "_content_lengths")
+    __slots__ = ("fallback", "max_request_bytes", "metrics", "scope", "_by_result", "_observe", "_content_lengths")
 
-    def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 scope: NamespaceScope | None = None) -> None:
         self.fallback = fallback
+        self.scope = scope
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
         self._by_result = metrics.by_result
@@ -125,7 +128,7 @@ class MutateApp:
             self._account(start, status, record)
             return
 
-        status, payload, record = handle_review(body)
+        status, payload, record = handle_review(body, self.scope)
         await self._respond(send, status, payload)
         self._account(start, status, record)
 
@@ -179,7 +182,8 @@ def create_app(
     is_ready: Callable[[], bool] = lambda: True,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     lifespan: Any = None,
+    scope: NamespaceScope | None = None,
 ) -> MutateApp:
     """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints."""
     metrics = metrics if metrics is not None else Metrics()
-    return MutateApp(create_fastapi_app(metrics, is_ready, lifespan), metrics, max_request_bytes)
+    return MutateApp(create_fastapi_app(metrics, is_ready, lifespan), metrics, max_request_bytes, scope)

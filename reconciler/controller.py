@@ -32,11 +32,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from ops.timestamps import rfc3339
 from reconciler import metrics
 from reconciler.events import object_reference
 from reconciler.informer import object_key
 from reconciler.kube import ApiError
 from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, observe, revert_patch
+from reconciler.ratelimit import TokenBucket
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault, pod_path
 from reconciler.reasons import EventType, Reason
 from reconciler.slim import status_fingerprint
@@ -46,6 +48,7 @@ from resizer import (
     PREFIX,
     RESIZE_STATE,
     OriginalsError,
+    PlanError,
     ResizePlan,
     eligibility,
     fits_annotation_limit,
@@ -53,6 +56,7 @@ from resizer import (
     plan_resize,
     resolve_policy,
 )
+from resizer.realign import realignment
 
 log = logging.getLogger("reconciler.controller")
 audit = logging.getLogger("reconciler.decision")
@@ -75,6 +79,8 @@ class Options:
     node_type_label: str
     dry_run: bool = False
     resize_restart_containers: bool = False
+    realign: bool = True
+    max_resizes_per_second: float = 10.0
     # A resize the kubelet keeps deferring is reported as a Warning after this long (seconds).
     deferred_timeout: float = 900.0
     # A resize the kubelet fails to actuate is re-checked this often (backoff doubling from
@@ -90,6 +96,7 @@ class InFlight:
     generation: int
     requested_at: float | None      # wall clock; None: requested by an earlier process, time unknown
     summary: str
+    verb: str = "resized"           # "re-aligned" for a pod sized before, under another config
     error_checks: int = 0
     next_error_check: float = 0.0
 
@@ -124,6 +131,10 @@ class PodResizeReconciler:
         # Pods we finished (uid -> node type) whose applied annotation the watch has
         # not delivered yet: a lagging cache must not cause a second pass.
         self._finished: dict[str, str] = {}
+        # Re-alignment: the config version each sized pod was last re-planned for (uid ->
+        # generation), and the limiter of resizes of pods already sized.
+        self._realign_checked: dict[str, int] = {}
+        self._realign_limiter = TokenBucket(options.max_resizes_per_second, 1)
 
     # ------------------------------------------------------------------ what the manager asks
 
@@ -138,7 +149,7 @@ class PodResizeReconciler:
             return False    # untyped node: nothing to do until it is labelled
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod)))
         if node_type in done:
-            return False
+            return self._needs_realignment(pod, node_type)
         return not self._parked(pod, node, node_type)
 
     def _parked(self, pod: Obj, node: Obj | None, node_type: str) -> bool:
@@ -160,6 +171,15 @@ class PodResizeReconciler:
             return False
         return state.size == size_fingerprint(plan) and bool(plan.patch)
 
+    def _needs_realignment(self, pod: Obj, node_type: str) -> bool:
+        """A pod already sized is re-planned once per config version; queued only if that changes it."""
+        config, generation = self._config.config, self._config.generation
+        uid = _uid(pod)
+        if not self._options.realign or config is None or self._realign_checked.get(uid) == generation:
+            return False
+        self._realign_checked[uid] = generation
+        return realignment(pod, config, node_type, self._options.resize_restart_containers) is not None
+
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""
         uid = _uid(pod)
@@ -177,6 +197,7 @@ class PodResizeReconciler:
         uid = _uid(pod)
         self._decided.pop(uid, None)
         self._finished.pop(uid, None)
+        self._realign_checked.pop(uid, None)
         self._in_flight.pop(uid, None)
         self._wait(uid, None)
 
@@ -206,10 +227,15 @@ class PodResizeReconciler:
             log.debug("node has no type label; skipping", extra={
                 "pod": key, "node": node_name, "nodeExists": node is not None, "label": self._options.node_type_label})
             return DONE
-        if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))):
+        config = self._config.config
+        in_flight = _uid(pod) in self._in_flight        # a re-alignment being followed to actuation
+        if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))) \
+                and not in_flight and (not self._options.realign or config is None
+                                       or realignment(pod, config, node_type,
+                                                      self._options.resize_restart_containers) is None):
             self._wait(_uid(pod), None)
             return DONE
-        if self._config.config is None:
+        if config is None:
             return Result(requeue_after=5.0)
         signature = situation(pod, node_type, self._config.generation)
         if self._decided.get(_uid(pod)) == signature:
@@ -225,6 +251,9 @@ class PodResizeReconciler:
         except OriginalsError as err:
             return await self._terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
                                         f"cannot read the pod's original resources: {err}")
+        except PlanError as err:        # reported once, like a corrupt original: a retry cannot help
+            return await self._terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
+                                        f"cannot size the pod: {err}")
         context = f"node type {node_type} (baseline {plan.baseline_node_type}, rule {plan.rule})"
         if plan.outcome == "UnknownNodeType":
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.UNKNOWN_NODE_TYPE,
@@ -276,6 +305,9 @@ class PodResizeReconciler:
         if not plan.patch:
             return await self._applied(pod, node_type, plan, Reason.ALREADY_ALIGNED, _aligned_message(plan, context))
         # Step 2: the resize itself. Its outcome arrives through the pod watch (_follow).
+        realigned = APPLIED_INSTANCE_TYPE in pod["metadata"]["annotations"]
+        if realigned:
+            await self._realign_limiter.take()      # --max-resizes-per-second
         try:
             resized = await self._writer.resize(pod, plan.patch)
         except ApiError as err:
@@ -284,13 +316,14 @@ class PodResizeReconciler:
             return await self._rejected(pod, node, node_type, signature, plan, context, err)
         self._fault(Step.RESIZE)
         self._in_flight[_uid(pod)] = InFlight(node_type, resized["metadata"].get("generation") or 0,
-                                              self._clock(), plan.summary())
+                                              self._clock(), plan.summary(),
+                                              "re-aligned" if realigned else "resized")
         self._wait(_uid(pod), Stage.REQUESTED)
         return DONE
 
     async def _applied(self, pod: Obj, node_type: str, plan: ResizePlan, reason: Reason, message: str) -> Result:
         """Step 3: record that the pod has its size for the node type, then report it."""
-        annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: _now()}
+        annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339()}
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
         await self._writer.annotate(pod, annotations)
@@ -326,7 +359,7 @@ class PodResizeReconciler:
         requested_at = flight.requested_at if flight is not None and flight.requested_at is not None \
             else _parse_time(_requested_at(pod, node_type))
         summary = flight.summary if flight is not None else _summary_from_originals(plan)
-        message = f"resized for {context}: {summary}"
+        message = f"{flight.verb if flight is not None else 'resized'} for {context}: {summary}"
         if requested_at is not None:
             latency = max(0.0, self._clock() - requested_at)
             metrics.RESIZE_ACTUATION.observe(latency)
@@ -584,8 +617,6 @@ def _uid(pod: Obj) -> str:
     return pod["metadata"].get("uid") or object_key(pod)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def decision_record(pod: Obj, plan: ResizePlan | None, outcome: str, dry_run: bool) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Pure functions shared by the admission webhook and the reconciler: Kubernetes quantity
 arithmetic, the annotation contract, ConfigMap configuration and per-pod policy
 resolution, pod eligibility and QoS class, baseline ("original") values, and the
-resize plan (desired = clamp(original x baselinePerf / nodePerf, bounds)) with its
+resize plan (original x baselinePerf / nodePerf, stopped by the bounds) with its
 ``pods/resize`` patch. No I/O, logging or Kubernetes client: pods are plain dicts in
 the JSON shape the API server uses.
 """
@@ -22,11 +22,14 @@ from resizer.annotations import (
 from resizer.config import (
     COMPUTE_CLASS_SELECTOR,
     Bounds,
+    CompiledConfig,
     ConfigError,
     NodeProfile,
     Policy,
+    PartialConfig,
     ResizerConfig,
     SAMPLE_CONFIG,
+    compile_config,
     load_config,
     resolve_policy,
 )
@@ -39,7 +42,7 @@ from resizer.originals import (
     originals_from_spec_annotations,
     read_originals,
 )
-from resizer.plan import ResizePlan, ResourceChange, desired_quantity, plan_resize
+from resizer.plan import PlanError, ResizePlan, ResourceChange, desired_limit, desired_quantity, plan_resize
 from resizer.qos import pod_qos_class
 from resizer.quantity import (
     QuantityError,
@@ -61,11 +64,14 @@ __all__ = [
     "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "Bounds",
+    "CompiledConfig",
     "ConfigError",
     "ContainerOriginals",
     "Eligibility",
     "NodeProfile",
     "OriginalsError",
+    "PartialConfig",
+    "PlanError",
     "Policy",
     "QuantityError",
     "ResizePlan",
@@ -74,6 +80,8 @@ __all__ = [
     "ResourceChange",
     "ResourceOriginal",
     "coerce_quantity",
+    "compile_config",
+    "desired_limit",
     "desired_quantity",
     "eligibility",
     "fits_annotation_limit",

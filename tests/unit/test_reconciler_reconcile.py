@@ -175,6 +175,12 @@ def test_a_pod_already_at_its_size_is_only_marked_applied():
     assert reasons(fake) == ["AlreadyAligned"]
 
 
+def sized_on_n4(cpu: str = "800m") -> dict[str, Any]:
+    """A pod the reconciler sized for n4 earlier: originals of 1 CPU, spec at `cpu`."""
+    originals = missing_original_annotations(pod())
+    return pod(cpu=cpu, annotations={**originals, APPLIED_INSTANCE_TYPE: "n4"})
+
+
 def test_an_unstamped_pod_already_at_its_size_gets_its_originals_then_applied():
     fake = cluster(pod(), family="n2d")
     run(reconciler(fake).reconcile(KEY))
@@ -184,9 +190,39 @@ def test_an_unstamped_pod_already_at_its_size_gets_its_originals_then_applied():
 
 
 def test_a_pod_applied_for_its_node_type_is_left_alone():
-    fake = cluster(pod(stamped=True, annotations={APPLIED_INSTANCE_TYPE: "n4"}))
+    fake = cluster(sized_on_n4())
     run(reconciler(fake).reconcile(KEY))
     assert fake.writes == [] and fake.events == []
+
+
+def test_without_realignment_an_applied_pod_is_left_alone_whatever_its_size():
+    fake = cluster(pod(stamped=True, annotations={APPLIED_INSTANCE_TYPE: "n4"}))
+    run(reconciler(fake, realign=False).reconcile(KEY))
+    assert fake.writes == [] and fake.events == []
+
+
+def test_a_config_change_re_aligns_a_sized_pod_from_its_originals():
+    faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+    fake = cluster(sized_on_n4(), auto_actuate=True)
+    rec = reconciler(fake, config=faster)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))     # the kubelet's status: actuated
+    assert fake.ops() == ["resize", "annotate"]
+    assert spec_cpu(fake) == ("500m", "500m")          # 1 CPU / 2, not 800m / 2
+    assert reasons(fake) == ["Resized"] and fake.events[0].message.startswith("re-aligned for node type n4")
+
+
+def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
+    node = {"metadata": {"name": "node-1", "labels": {LABEL: "n4"}}}
+    faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+    config = FakeConfig(CONFIG)
+    rec = PodResizeReconciler(*(cluster(),) * 3, config, Options(node_type_label=LABEL))
+    assert not rec.needs_work(sized_on_n4(), node)       # this config changes nothing for it
+    config.config, config.generation = faster, 2
+    assert rec.needs_work(sized_on_n4(), node)           # the new one does
+    assert not rec.needs_work(sized_on_n4(), node)       # asked once per config version
+    off = PodResizeReconciler(*(cluster(),) * 3, FakeConfig(faster, 2), Options(node_type_label=LABEL, realign=False))
+    assert not off.needs_work(sized_on_n4(), node)
 
 
 def test_a_lagging_cache_does_not_cause_a_second_resize():

@@ -382,3 +382,15 @@ def test_second_replica_gets_the_same_patch_as_the_first():
     third = patch_of(call(review(pod(generate_name="web-7d9f-"), uid="uid-3"))[1])
     assert first == third and first[0]["path"] == "/metadata/annotations"
     assert second == first[1:]
+
+
+def test_pods_in_a_namespace_the_scope_excludes_are_allowed_untouched():
+    from resizer.scope import namespace_scope
+
+    scope = namespace_scope("wr-system", ["shop"])
+    status, body, record = handle_review(orjson.dumps(review(pod())), scope)
+    response = orjson.loads(body)["response"]
+    assert status == 200 and response["allowed"] is True and "patch" not in response
+    assert (record["decision"], record["reason"], record["namespace"]) == ("skipped", "NamespaceExcluded", "shop")
+    status, body, record = handle_review(orjson.dumps(review(pod())), namespace_scope("wr-system", ["other"]))
+    assert record["decision"] == "patched"
