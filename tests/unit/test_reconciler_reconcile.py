@@ -212,6 +212,21 @@ def test_a_config_change_re_aligns_a_sized_pod_from_its_originals():
     assert reasons(fake) == ["Resized"] and fake.events[0].message.startswith("re-aligned for node type n4")
 
 
+def test_a_re_alignment_in_flight_is_followed_to_actuation_through_the_watch():
+    faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+    fake = cluster(sized_on_n4(), auto_actuate=True)
+    rec = reconciler(fake, config=faster)
+    node = run(fake.node("node-1"))
+    assert rec.needs_work(fake.pod(KEY), node)
+    run(rec.reconcile(KEY))                             # the resize
+    # The kubelet's status update arrives after the config version was already checked:
+    # the pod is still queued, because its re-alignment is in flight.
+    assert rec.needs_work(fake.pod(KEY), node)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
+    assert not rec.needs_work(fake.pod(KEY), node)      # done: nothing more to follow
+
+
 def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
     node = {"metadata": {"name": "node-1", "labels": {LABEL: "n4"}}}
     faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
