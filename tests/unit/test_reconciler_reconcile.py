@@ -12,6 +12,7 @@ from reconciler.controller import DONE, Options, PodResizeReconciler, Result, St
 from reconciler.kube import ApiError
 from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import no_fault
+from reconciler.slim import slim_pod
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     RESIZE_STATE,
@@ -440,6 +441,23 @@ def test_an_infeasible_resize_is_reported_and_the_spec_set_back_to_what_runs():
     assert spec_cpu(fake) == ("1", "1"), "the spec does not lie about what the pod has"
     state = recorded_state(fake)
     assert (state.state, state.node_type, state.allocatable) == (Stage.INFEASIBLE, "n4", "cpu=8,memory=32Gi")
+
+
+def test_the_event_of_recording_infeasible_does_not_revert_a_second_time():
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    fake.lagging_cache = True
+    run(rec.reconcile(KEY))                 # record, report, revert
+    # The watch now delivers the pod as our record left it: state recorded, spec not yet set back.
+    between = copy.deepcopy(fake.pod_now(KEY))
+    between["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "800m", "memory": "256Mi"},
+                                                     "limits": {"cpu": "800m", "memory": "256Mi"}}
+    between["metadata"]["generation"] -= 1
+    fake.cache[KEY] = slim_pod(between)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate", "resize"] and reasons(fake) == ["ResizeInfeasible"]
 
 
 def test_an_infeasible_size_is_not_retried_while_node_and_plan_stay_the_same():
