@@ -104,6 +104,8 @@ def main() -> int:
     parser.add_argument("--no-ceiling", action="store_true", help="skip the bare-resize ceiling")
     parser.add_argument("--profile", help="record a py-spy profile (raw collapsed stacks) of the reconciler here")
     parser.add_argument("--profile-format", default="raw", choices=["raw", "speedscope", "flamegraph"])
+    parser.add_argument("--profile-native", action="store_true",
+                        help="py-spy --native: also sample C/Cython frames (uvloop, ssl, orjson)")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="leave the namespace and nodes in place")
     args = parser.parse_args()
@@ -127,7 +129,7 @@ def main() -> int:
         ready_cpu = cpu_seconds(reconciler.proc.pid)
         load_before = os.getloadavg()
         if args.profile:
-            profiler = start_profiler(reconciler.proc.pid, args.profile, args.profile_format)
+            profiler = start_profiler(reconciler.proc.pid, args.profile, args.profile_format, args.profile_native)
         timeline.start()
         manifest = deployment("burst", args.replicas, [container(
             "app", requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "100m", "memory": "128Mi"})],
@@ -210,11 +212,12 @@ def actuation_latency(kube: Kube) -> dict[str, float]:
             "actuation_latency_samples": len(latencies)}
 
 
-def start_profiler(pid: int, out: str, fmt: str) -> subprocess.Popen:
+def start_profiler(pid: int, out: str, fmt: str, native: bool = False) -> subprocess.Popen:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
         raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
-    proc = subprocess.Popen([py_spy, "record", "-r", "200", "-f", fmt, "-o", out, "--pid", str(pid)],
+    proc = subprocess.Popen([py_spy, "record", "-r", "200", "-f", fmt, "-o", out, "--pid", str(pid),
+                             *(["--native"] if native else [])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1)       # attached before the burst starts
     return proc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -38,6 +39,9 @@ _HASH_LENGTH = 8
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
 
 
+# Every pod event of every sized pod looks up its containers' keys: memoise (pure;
+# bounded, since container names are tenant input; errors are not cached).
+@functools.lru_cache(maxsize=4096)
 def original_key(
     container: str,
     resource: Literal["cpu", "memory"],

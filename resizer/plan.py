@@ -17,7 +17,7 @@ from resizer.quantity import (
     coerce_quantity,
     format_cpu,
     format_memory,
-    round_half_away,
+    round_ratio,
     to_bytes,
     to_millicores,
 )
@@ -145,7 +145,7 @@ def desired_quantity(original: int, ratio: Fraction, bounds: Bounds) -> tuple[in
     A positive amount never becomes 0 (that would drop it from the QoS computation).
     Also returns which bound stopped the ratio, if any.
     """
-    scaled = round_half_away(original * ratio)
+    scaled = round_ratio(original * ratio.numerator, ratio.denominator)
     if ratio < 1:
         floor = max(min(bounds.min, original), 1)
         return (floor, "min") if scaled < floor else (scaled, None)
@@ -167,7 +167,7 @@ def desired_limit(original_request: int, original_limit: int, desired_request: i
     """
     if original_limit == original_request:
         return desired_request
-    scaled = round_half_away(Fraction(original_limit * desired_request, original_request))
+    scaled = round_ratio(original_limit * desired_request, original_request)
     if original_limit > original_request:
         scaled = max(scaled, desired_request + 1)
     if desired_request > original_request:

@@ -52,9 +52,10 @@ def _classify(holders: Iterable[Mapping[str, Any]]) -> QoSClass:
 
 def _positive(resource_list: Mapping[str, Any] | None) -> dict[str, Fraction]:
     values = {name: coerce_quantity(value) for name, value in (resource_list or {}).items() if name in _QOS_RESOURCES}
-    return {name: value for name, value in values.items() if value > 0}
+    return {name: value for name, value in values.items() if value.numerator > 0}
 
 
 def _accumulate(totals: dict[str, Fraction], additions: Mapping[str, Fraction]) -> None:
     for name, value in additions.items():
-        totals[name] = totals.get(name, Fraction(0)) + value
+        total = totals.get(name)
+        totals[name] = value if total is None else total + value
