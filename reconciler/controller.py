@@ -154,7 +154,7 @@ class PodResizeReconciler:
             return _uid(pod) in self._in_flight or self._needs_realignment(pod, node_type)
         return not self._parked(pod, node, node_type)
 
-    def _parked(self, pod: Obj, node: Obj | None, node_type: str) -> bool:
+    def _parked(self, pod: Obj, node: Obj | None, node_type: str, plan: ResizePlan | None = None) -> bool:
         """A recorded infeasible/failed size that is not to be tried again on this node,
         or a node recorded as unable to resize."""
         state = ResizeState.decode(pod["metadata"]["annotations"].get(RESIZE_STATE))
@@ -167,10 +167,12 @@ class PodResizeReconciler:
         config = self._config.config
         if config is None or state.allocatable != allocatable_fingerprint(node):
             return False
-        try:
-            plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
-        except OriginalsError:
-            return False
+        if plan is None:
+            try:
+                plan = plan_resize(pod, resolve_policy(config, pod), node_type,
+                                   self._options.resize_restart_containers)
+            except (OriginalsError, PlanError):
+                return False
         return state.size == size_fingerprint(plan) and bool(plan.patch)
 
     def _needs_realignment(self, pod: Obj, node_type: str) -> bool:
@@ -244,11 +246,21 @@ class PodResizeReconciler:
         if self._decided.get(_uid(pod)) == signature:
             return DONE
         assert node is not None
-        return await self._decide(pod, node, node_type, signature)
+        generation = self._config.generation
+        result = await self._decide(pod, node, node_type, signature)
+        if self._finished.get(_uid(pod)) == node_type:
+            # Sized just now with this config version: no re-alignment check is due for it
+            # (the watch event of the applied annotation would otherwise re-plan the pod).
+            self._realign_checked[_uid(pod)] = generation
+        return result
 
     async def _decide(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...]) -> Result:
         config = self._config.config
         assert config is not None
+        flight = self._in_flight.get(_uid(pod))
+        if flight is not None and flight.node_type == node_type and (pod["metadata"].get("generation") or 0) < \
+                flight.generation:
+            return DONE     # the cache has not caught up with our own resize yet
         try:
             plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
         except OriginalsError as err:
@@ -269,12 +281,8 @@ class PodResizeReconciler:
             reason = Reason.WOULD_RESIZE if plan.patch else Reason.ALREADY_ALIGNED
             return await self._terminal(pod, signature, plan, EventType.NORMAL, reason,
                                         f"dry run, {context}: {plan.summary()}")
-        flight = self._in_flight.get(_uid(pod))
-        if flight is not None and flight.node_type == node_type and (pod["metadata"].get("generation") or 0) < \
-                flight.generation:
-            return DONE     # the cache has not caught up with our own resize yet
         if plan.patch:
-            if self._parked(pod, node, node_type):
+            if self._parked(pod, node, node_type, plan):
                 return DONE
             return await self._write(pod, node, node_type, signature, plan, context)
         if flight is None and not _resized_from_originals(plan) and _state(pod, node_type) is None:
@@ -293,7 +301,7 @@ class PodResizeReconciler:
                                             "the original resources do not fit in the pod's annotations "
                                             "(256 KiB limit), so they cannot be recorded; not resized")
             try:
-                pod = await self._stamp_originals(pod, missing)
+                pod, reread = await self._stamp_originals(pod, missing)
             except ApiError as err:
                 if err.retryable:
                     raise
@@ -304,7 +312,9 @@ class PodResizeReconciler:
             # below must be keyed on the pod as it is now, or the watch event of our own
             # write looks like a new situation and the pod is decided (and reported) again.
             signature = situation(pod, node_type, self._config.generation)
-            plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
+            if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
+                plan = plan_resize(pod, resolve_policy(config, pod), node_type,
+                                   self._options.resize_restart_containers)
         if not plan.patch:
             return await self._applied(pod, node_type, plan, Reason.ALREADY_ALIGNED, _aligned_message(plan, context))
         # Step 2: the resize itself. Its outcome arrives through the pod watch (_follow).
@@ -488,22 +498,25 @@ class PodResizeReconciler:
             return _rfc3339(flight.requested_at)
         return _requested_at(pod, node_type)
 
-    async def _stamp_originals(self, pod: Obj, missing: dict[str, str]) -> Obj:
+    async def _stamp_originals(self, pod: Obj, missing: dict[str, str]) -> tuple[Obj, bool]:
         """Merge-patch the missing original-* keys, conditional on the resourceVersion we read.
 
         On a conflict the pod is read again once; its originals are recomputed from
-        that fresh spec (if they are still missing).
+        that fresh spec (if they are still missing). Returns the pod as written and
+        whether it was read again (so its spec may differ from the one planned from).
         """
         for attempt in range(2):
             try:
-                return await self._writer.annotate(pod, missing, resource_version=pod["metadata"]["resourceVersion"])
+                written = await self._writer.annotate(pod, missing,
+                                                      resource_version=pod["metadata"]["resourceVersion"])
+                return written, attempt > 0
             except ApiError as err:
                 if err.status != 409 or attempt == 1:
                     raise
             pod = await self._writer.get(pod)
             missing = missing_original_annotations(pod)
             if not missing:
-                return pod
+                return pod, True
         raise AssertionError("unreachable")
 
     async def _rejected(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...], plan: ResizePlan,
