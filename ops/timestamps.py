@@ -11,7 +11,23 @@ from datetime import datetime, timezone
 
 
 def rfc3339(when: datetime | None = None) -> str:
-    return (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if when is None:
+        return _now_seconds()
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_now_cache: tuple[int, str] = (-1, "")  # (second, formatted), replaced as one object
+
+
+def _now_seconds() -> str:
+    """rfc3339() of now, formatted once per second (Events and annotations stamp it per pod)."""
+    global _now_cache
+    sec = int(time.time())
+    cached_sec, text = _now_cache
+    if sec != cached_sec:
+        text = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sec))
+        _now_cache = (sec, text)
+    return text
 
 
 def rfc3339_micro(when: datetime | None = None) -> str:

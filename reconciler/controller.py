@@ -99,6 +99,7 @@ class InFlight:
     verb: str = "resized"           # "re-aligned" for a pod sized before, under another config
     error_checks: int = 0
     next_error_check: float = 0.0
+    config_generation: int | None = None     # the config version it was planned with (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -149,10 +150,20 @@ class PodResizeReconciler:
         node_type = node["metadata"]["labels"].get(self._options.node_type_label)
         if node_type is None:
             return False    # untyped node: nothing to do until it is labelled
+        flight = self._in_flight.get(_uid(pod))
+        if flight is not None and self._awaiting_kubelet(pod, node_type, flight):
+            return False
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod)))
         if node_type in done:       # sized for this type: follow a re-alignment in flight, or check for one
             return _uid(pod) in self._in_flight or self._needs_realignment(pod, node_type)
         return not self._parked(pod, node, node_type)
+
+    def _awaiting_kubelet(self, pod: Obj, node_type: str, flight: InFlight) -> bool:
+        """Our resize of this very spec, planned with the config in use, that the kubelet has
+        not reported on yet: a reconcile would re-plan the same size and only wait. (Most
+        watch events of a pod in flight are of this kind: our own writes, the start.)"""
+        return flight.node_type == node_type and flight.config_generation == self._config.generation \
+            and pod["metadata"].get("generation") == flight.generation and observe(pod).stage == Stage.REQUESTED
 
     def _parked(self, pod: Obj, node: Obj | None, node_type: str, plan: ResizePlan | None = None) -> bool:
         """A recorded infeasible/failed size that is not to be tried again on this node,
@@ -330,7 +341,8 @@ class PodResizeReconciler:
         self._fault(Step.RESIZE)
         self._in_flight[_uid(pod)] = InFlight(node_type, resized["metadata"].get("generation") or 0,
                                               self._clock(), plan.summary(),
-                                              "re-aligned" if realigned else "resized")
+                                              "re-aligned" if realigned else "resized",
+                                              config_generation=self._config.generation)
         self._wait(_uid(pod), Stage.REQUESTED)
         return DONE
 

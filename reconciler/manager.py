@@ -58,9 +58,15 @@ class Manager:
 
     async def worker(self) -> None:
         """Reconcile queued keys until the queue shuts down; errors are retried with backoff."""
+        controller = metrics.CONTROLLER
+        active = metrics.ACTIVE_WORKERS.labels(controller)
+        success = metrics.RECONCILE_TOTAL.labels(controller, "success")
+        requeued = metrics.RECONCILE_TOTAL.labels(controller, "requeue_after")
+        reconcile_time = metrics.RECONCILE_TIME.labels(controller)
+        work_time = metrics.QUEUE_WORK.labels(self.queue.name)
         while (key := await self.queue.get()) is not None:
             started = time.monotonic()
-            metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
+            active.inc()
             try:
                 result = await self.reconciler.reconcile(key)
             except (ApiError, OSError) as err:      # OSError includes kube.TransportError
@@ -78,15 +84,15 @@ class Manager:
             else:
                 if result.requeue_after is not None:
                     self.queue.add_after(key, result.requeue_after)
-                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "requeue_after").inc()
+                    requeued.inc()
                 else:
                     self.queue.forget(key)
-                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
+                    success.inc()
             finally:
                 elapsed = time.monotonic() - started
-                metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(elapsed)
-                metrics.QUEUE_WORK.labels(self.queue.name).observe(elapsed)
-                metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
+                reconcile_time.observe(elapsed)
+                work_time.observe(elapsed)
+                active.dec()
                 self.queue.done(key)
 
     # ------------------------------------------------------------------ events to keys

@@ -27,6 +27,11 @@ class WorkQueue:
         self._max = max_delay
         self._waiters: deque[asyncio.Future[None]] = deque()    # workers blocked in get()
         self._shutting_down = False
+        # Bound once: labels() takes a lock and builds a tuple on every call.
+        self._adds = metrics.QUEUE_ADDS.labels(name)
+        self._depth = metrics.QUEUE_DEPTH.labels(name)
+        self._retries = metrics.QUEUE_RETRIES.labels(name)
+        self._latency = metrics.QUEUE_LATENCY.labels(name)
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -34,7 +39,7 @@ class WorkQueue:
     def add(self, item: str) -> None:
         if self._shutting_down:
             return
-        metrics.QUEUE_ADDS.labels(self.name).inc()
+        self._adds.inc()
         if item in self._processing:
             self._dirty.add(item)
             return
@@ -42,7 +47,7 @@ class WorkQueue:
             return
         self._queued[item] = time.monotonic()
         self._queue.append(item)
-        metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+        self._depth.set(len(self._queue))
         self._wake_one()
 
     def add_after(self, item: str, delay: float) -> None:
@@ -64,7 +69,7 @@ class WorkQueue:
         failures = self._failures.get(item, 0)
         self._failures[item] = failures + 1
         delay = min(self._base * (2.0 ** min(failures, 64)), self._max)   # 2**1024 overflows a float
-        metrics.QUEUE_RETRIES.labels(self.name).inc()
+        self._retries.inc()
         self.add_after(item, delay)
         return delay
 
@@ -99,8 +104,8 @@ class WorkQueue:
             return None
         item = self._queue.popleft()
         queued_at = self._queued.pop(item)
-        metrics.QUEUE_LATENCY.labels(self.name).observe(time.monotonic() - queued_at)
-        metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+        self._latency.observe(time.monotonic() - queued_at)
+        self._depth.set(len(self._queue))
         self._processing.add(item)
         return item
 
