@@ -243,8 +243,11 @@ class PodResizeReconciler:
             log.debug("node has no type label; skipping", extra={
                 "pod": key, "node": node_name, "nodeExists": node is not None, "label": self._options.node_type_label})
             return DONE
+        flight = self._in_flight.get(_uid(pod))
+        if flight is not None and self._awaiting_kubelet(pod, node_type, flight):
+            return DONE     # queued before our resize (e.g. dirty while we wrote it): nothing to do yet
         config = self._config.config
-        in_flight = _uid(pod) in self._in_flight        # a re-alignment being followed to actuation
+        in_flight = flight is not None        # e.g. a re-alignment being followed to actuation
         if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))) \
                 and not in_flight and (not self._options.realign or config is None
                                        or realignment(pod, config, node_type,

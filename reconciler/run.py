@@ -192,7 +192,7 @@ class Reconciler:
     @staticmethod
     async def _stop_http(servers: dict[asyncio.Task[None], Any]) -> None:
         for server in servers.values():
-            server.should_exit = True
+            server.stop()
         if servers:
             _, pending = await asyncio.wait(servers, timeout=5)
             for task in pending:
@@ -202,7 +202,6 @@ class Reconciler:
 
 def main(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
-    logging.getLogger("httpx").setLevel(logging.WARNING)        # one line per API call is noise
     logging.getLogger("httpcore").setLevel(logging.WARNING)
     try:
         import uvloop
