@@ -54,6 +54,7 @@ from devkit.processes import (  # noqa: E402
     Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active)
 
 NAMESPACE = "bench-burst"
+PRODUCT_PACKAGES = ("resizer", "reconciler", "app", "ops", "certs")
 BENCH_LABEL = "workload-resizer.io/bench"
 CONFIG = config_yaml(cpu=("10m", "16"), memory=("16Mi", "32Gi"))
 
@@ -113,6 +114,7 @@ def main() -> int:
     kubeconfig = cluster_up()
     kube = Kube(kubeconfig)
     nodes = setup(kube, args.nodes_per_family)
+    byte_compile()
     webhook, hook_name = None, None
     if not args.no_webhook:
         webhook = Webhook("--log-level=warning")
@@ -210,6 +212,17 @@ def actuation_latency(kube: Kube) -> dict[str, float]:
     pick = lambda share: latencies[min(len(latencies) - 1, int(share * len(latencies)))]  # noqa: E731
     return {"actuation_latency_p50_s": pick(0.50), "actuation_latency_p99_s": pick(0.99),
             "actuation_latency_samples": len(latencies)}
+
+
+def byte_compile() -> None:
+    """Compile the product's modules as the image does (pip byte-compiles on install).
+
+    The checkout is an editable install and PYTHONDONTWRITEBYTECODE is often set, so
+    without this every start of the reconciler compiles its sources again: ~0.1
+    CPU-second of "startup" that a deployed reconciler does not pay.
+    """
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PRODUCT_PACKAGES)],
+                   check=True, stdout=subprocess.DEVNULL)
 
 
 def start_profiler(pid: int, out: str, fmt: str, native: bool = False) -> subprocess.Popen:

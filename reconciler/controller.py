@@ -260,13 +260,7 @@ class PodResizeReconciler:
         if self._decided.get(_uid(pod)) == signature:
             return DONE
         assert node is not None
-        generation = self._config.generation
-        result = await self._decide(pod, node, node_type, signature)
-        if self._finished.get(_uid(pod)) == node_type:
-            # Sized just now with this config version: no re-alignment check is due for it
-            # (the watch event of the applied annotation would otherwise re-plan the pod).
-            self._realign_checked[_uid(pod)] = generation
-        return result
+        return await self._decide(pod, node, node_type, signature)
 
     async def _decide(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...]) -> Result:
         config = self._config.config
@@ -275,6 +269,7 @@ class PodResizeReconciler:
         if flight is not None and flight.node_type == node_type and (pod["metadata"].get("generation") or 0) < \
                 flight.generation:
             return DONE     # the cache has not caught up with our own resize yet
+        generation = self._config.generation      # the config version the plan below is made with
         try:
             plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
         except OriginalsError as err:
@@ -298,13 +293,14 @@ class PodResizeReconciler:
         if plan.patch:
             if self._parked(pod, node, node_type, plan):
                 return DONE
-            return await self._write(pod, node, node_type, signature, plan, context)
+            return await self._write(pod, node, node_type, signature, plan, context, generation)
         if flight is None and not _resized_from_originals(plan) and _state(pod, node_type) is None:
-            return await self._write(pod, node, node_type, signature, plan, context)     # originals, applied
-        return await self._follow(pod, node, node_type, plan, context)
+            return await self._write(pod, node, node_type, signature, plan, context,    # originals, applied
+                                     generation)
+        return await self._follow(pod, node, node_type, plan, context, generation)
 
     async def _write(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...],
-                     plan: ResizePlan, context: str) -> Result:
+                     plan: ResizePlan, context: str, generation: int) -> Result:
         config = self._config.config
         assert config is not None
         # Step 1: originals, if the webhook did not stamp them.
@@ -327,10 +323,12 @@ class PodResizeReconciler:
             # write looks like a new situation and the pod is decided (and reported) again.
             signature = situation(pod, node_type, self._config.generation)
             if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
+                generation = self._config.generation
                 plan = plan_resize(pod, resolve_policy(config, pod), node_type,
                                    self._options.resize_restart_containers)
         if not plan.patch:
-            return await self._applied(pod, node_type, plan, Reason.ALREADY_ALIGNED, _aligned_message(plan, context))
+            return await self._applied(pod, node_type, plan, generation, Reason.ALREADY_ALIGNED,
+                                       _aligned_message(plan, context))
         # Step 2: the resize itself. Its outcome arrives through the pod watch (_follow).
         realigned = APPLIED_INSTANCE_TYPE in pod["metadata"]["annotations"]
         if realigned:
@@ -345,12 +343,17 @@ class PodResizeReconciler:
         self._in_flight[_uid(pod)] = InFlight(node_type, resized["metadata"].get("generation") or 0,
                                               self._clock(), plan.summary(),
                                               "re-aligned" if realigned else "resized",
-                                              config_generation=self._config.generation)
+                                              config_generation=generation)
         self._wait(_uid(pod), Stage.REQUESTED)
         return DONE
 
-    async def _applied(self, pod: Obj, node_type: str, plan: ResizePlan, reason: Reason, message: str) -> Result:
-        """Step 3: record that the pod has its size for the node type, then report it."""
+    async def _applied(self, pod: Obj, node_type: str, plan: ResizePlan, generation: int, reason: Reason,
+                       message: str) -> Result:
+        """Step 3: record that the pod has its size for the node type, then report it.
+
+        `generation` is the config version the plan was made with: no re-alignment check
+        is due for it (else the watch event of this very write would re-plan the pod)."""
+        self._realign_checked[_uid(pod)] = generation
         annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339()}
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
@@ -365,12 +368,13 @@ class PodResizeReconciler:
 
     # ------------------------------------------------------------------ following a resize
 
-    async def _follow(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, context: str) -> Result:
+    async def _follow(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, context: str,
+                      generation: int) -> Result:
         """The spec holds the plan; act on what the kubelet reports about it."""
         observation = observe(pod)
         uid = _uid(pod)
         if observation.stage == Stage.ACTUATED:
-            return await self._actuated(pod, node_type, plan, context)
+            return await self._actuated(pod, node_type, plan, context, generation)
         if observation.stage == Stage.REQUESTED:
             self._wait(uid, Stage.REQUESTED)
             return DONE
@@ -382,7 +386,7 @@ class PodResizeReconciler:
             return await self._failing(pod, node, node_type, plan, observation)
         return await self._unsupported(pod, node_type, plan, context)
 
-    async def _actuated(self, pod: Obj, node_type: str, plan: ResizePlan, context: str) -> Result:
+    async def _actuated(self, pod: Obj, node_type: str, plan: ResizePlan, context: str, generation: int) -> Result:
         flight = self._in_flight.get(_uid(pod))
         requested_at = flight.requested_at if flight is not None and flight.requested_at is not None \
             else _parse_time(_requested_at(pod, node_type))
@@ -396,7 +400,7 @@ class PodResizeReconciler:
             message += "; actuated (requested before this reconciler started)"
         metrics.RESIZE_OUTCOMES.labels("actuated").inc()
         reason = Reason.BOUNDS_CLAMPED if plan.clamped else Reason.RESIZED
-        return await self._applied(pod, node_type, plan, reason, message)
+        return await self._applied(pod, node_type, plan, generation, reason, message)
 
     async def _deferred(self, pod: Obj, node_type: str, observation: Observation) -> Result:
         uid = _uid(pod)

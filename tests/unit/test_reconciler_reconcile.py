@@ -228,6 +228,49 @@ def test_a_re_alignment_in_flight_is_followed_to_actuation_through_the_watch():
     assert not rec.needs_work(fake.pod(KEY), node)      # done: nothing more to follow
 
 
+def test_a_resize_the_kubelet_has_not_reported_on_is_not_reconciled_again_until_it_does():
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    node = run(fake.node("node-1"))
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize"]
+    rec.observe(fake.pod(KEY))
+    assert not rec.needs_work(fake.pod(KEY), node), "the event of our own write: nothing to do until the kubelet speaks"
+    fake.actuate(KEY)
+    assert rec.needs_work(fake.pod(KEY), node), "the kubelet's status: followed"
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["Resized"]
+
+
+def test_a_config_change_while_the_kubelet_is_silent_resizes_again_for_the_new_config():
+    faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+    fake = cluster(pod(stamped=True))
+    config = FakeConfig(CONFIG)
+    rec = PodResizeReconciler(fake, fake, fake, config, Options(node_type_label=LABEL), no_fault, FakeClock())
+    node = run(fake.node("node-1"))
+    run(rec.reconcile(KEY))
+    config.config, config.generation = faster, 2
+    assert rec.needs_work(fake.pod(KEY), node)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "resize"] and spec_cpu(fake) == ("500m", "500m")
+
+
+def test_the_watch_event_of_the_applied_annotation_does_not_re_plan_the_pod(monkeypatch):
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    node = run(fake.node("node-1"))
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["Resized"]
+
+    def no_plan(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("re-planned a pod sized a moment ago with the same config")
+    monkeypatch.setattr("reconciler.controller.realignment", no_plan)
+    monkeypatch.setattr("reconciler.controller.plan_resize", no_plan)
+    rec.observe(fake.pod(KEY))
+    assert not rec.needs_work(fake.pod(KEY), node)
+
+
 def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
     node = {"metadata": {"name": "node-1", "labels": {LABEL: "n4"}}}
     faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
