@@ -7,11 +7,12 @@ check and a closing ``readyz check passed|failed``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.routing import BaseRoute, Route
+
+if TYPE_CHECKING:       # starlette only for the webhook's routes: the reconciler serves without it
+    from starlette.routing import BaseRoute
 
 Check = Callable[[], tuple[bool, str]]     # -> (passed, detail)
 
@@ -28,6 +29,10 @@ def readiness(checks: Mapping[str, Check], verbose: bool) -> tuple[int, str]:
 
 
 def probe_routes(checks: Mapping[str, Check], registry: CollectorRegistry = REGISTRY) -> list[BaseRoute]:
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse, Response
+    from starlette.routing import Route
+
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok")
 

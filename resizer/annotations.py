@@ -39,9 +39,6 @@ _HASH_LENGTH = 8
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
 
 
-# Every pod event of every sized pod looks up its containers' keys: memoise (pure;
-# bounded, since container names are tenant input; errors are not cached).
-@functools.lru_cache(maxsize=4096)
 def original_key(
     container: str,
     resource: Literal["cpu", "memory"],
@@ -56,6 +53,13 @@ def original_key(
     sha256(container)>``, exactly 63 long. Keys that fit verbatim are at most 62
     characters, so a hashed key can never equal another container's verbatim key.
     """
+    return _original_key(container, resource, kind)
+
+
+# Every pod event of every sized pod looks up its containers' keys: memoise (pure;
+# bounded, since container names are tenant input; errors are not cached).
+@functools.lru_cache(maxsize=4096)
+def _original_key(container: str, resource: str, kind: str) -> str:
     if resource not in ("cpu", "memory") or kind not in ("request", "limit"):
         raise ValueError(f"unsupported original key {resource!r}/{kind!r}")
     stem = f"original-{resource}" + ("-limit" if kind == "limit" else "")
