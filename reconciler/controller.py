@@ -62,6 +62,7 @@ log = logging.getLogger("reconciler.controller")
 audit = logging.getLogger("reconciler.decision")
 
 UNSUPPORTED_MESSAGE = "without support for resize"
+NODE_CAPACITY = "NodeCapacity"      # the cause of the 1.36+ apiserver's (PodResizeValidator) refusal
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -516,7 +517,7 @@ class PodResizeReconciler:
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_UNSUPPORTED,
                                         f"node {pod['spec']['nodeName']} does not support in-place resize; "
                                         f"wanted for {context}: {plan.summary()}")
-        if _node_capacity(err):
+        if NODE_CAPACITY in err.causes:
             # The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
             # nothing to set back.
             self._wait(_uid(pod), Stage.INFEASIBLE)
@@ -554,16 +555,6 @@ def situation(pod: Obj, node_type: str, config_generation: int) -> tuple[Any, ..
     """What a terminal decision depended on; the same situation is not decided twice."""
     ours = tuple(sorted((k, v) for k, v in pod["metadata"]["annotations"].items() if k.startswith(PREFIX)))
     return node_type, config_generation, status_fingerprint(pod), ours
-
-
-def _node_capacity(err: ApiError) -> bool:
-    """The apiserver's (1.36+ PodResizeValidator) refusal of a size beyond the node's allocatable.
-
-    Its Status names the cause in `reason` ({"reason": "NodeCapacity"}), not in `type`.
-    """
-    details = err.body.get("details") if isinstance(err.body, dict) else None
-    causes = (details or {}).get("causes") or []
-    return any("NodeCapacity" in (c.get("reason"), c.get("type")) for c in causes if isinstance(c, dict))
 
 
 def _state(pod: Obj, node_type: str) -> ResizeState | None:
