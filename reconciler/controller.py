@@ -37,7 +37,15 @@ from reconciler import metrics
 from reconciler.events import object_reference
 from reconciler.informer import object_key
 from reconciler.kube import ApiError
-from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, observe, revert_patch
+from reconciler.outcome import (
+    Observation,
+    ResizeState,
+    Stage,
+    allocatable_fingerprint,
+    observe,
+    revert_patch,
+    spec_size,
+)
 from reconciler.ratelimit import TokenBucket
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault, pod_path
 from reconciler.reasons import EventType, Reason
@@ -45,6 +53,7 @@ from reconciler.slim import status_fingerprint
 from resizer import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
+    APPLIED_SIZE,
     PREFIX,
     RESIZE_STATE,
     OriginalsError,
@@ -152,7 +161,8 @@ class PodResizeReconciler:
             return False    # untyped node: nothing to do until it is labelled
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod)))
         if node_type in done:       # sized for this type: follow a re-alignment in flight, or check for one
-            return _uid(pod) in self._in_flight or self._needs_realignment(pod, node_type)
+            return _uid(pod) in self._in_flight or self._needs_realignment(pod, node_type) \
+                or self._unreported_realignment(pod, node_type)
         return not self._parked(pod, node, node_type)
 
     def _parked(self, pod: Obj, node: Obj | None, node_type: str) -> bool:
@@ -182,6 +192,27 @@ class PodResizeReconciler:
             return False
         self._realign_checked[uid] = generation
         return realignment(pod, config, node_type, self._options.resize_restart_containers) is not None
+
+    def _unreported_realignment(self, pod: Obj, node_type: str) -> bool:
+        """The spec holds a re-alignment (it equals the plan) whose size is not the one recorded as
+        applied: requested by an earlier process that died before it saw it end."""
+        annotations = pod["metadata"]["annotations"]
+        recorded = annotations.get(APPLIED_SIZE)
+        config = self._config.config
+        if not self._options.realign or config is None or recorded is None or _uid(pod) in self._finished \
+                or annotations.get(APPLIED_INSTANCE_TYPE) != node_type or recorded == spec_size(pod):
+            return False
+        return realignment(pod, config, node_type, self._options.resize_restart_containers) is None
+
+    def _adopt(self, pod: Obj, node_type: str) -> None:
+        """Follow an unreported re-alignment found on the pod as if this process had requested it."""
+        config = self._config.config
+        assert config is not None
+        plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
+        log.info("following a re-alignment requested before this reconciler started",
+                 extra={"pod": object_key(pod), "generation": pod["metadata"].get("generation")})
+        self._in_flight[_uid(pod)] = InFlight(node_type, pod["metadata"].get("generation") or 0, None,
+                                              _summary_from_originals(plan), "re-aligned")
 
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""
@@ -232,6 +263,8 @@ class PodResizeReconciler:
                 "pod": key, "node": node_name, "nodeExists": node is not None, "label": self._options.node_type_label})
             return DONE
         config = self._config.config
+        if config is not None and _uid(pod) not in self._in_flight and self._unreported_realignment(pod, node_type):
+            self._adopt(pod, node_type)
         in_flight = _uid(pod) in self._in_flight        # a re-alignment being followed to actuation
         if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))) \
                 and not in_flight and (not self._options.realign or config is None
@@ -327,7 +360,8 @@ class PodResizeReconciler:
 
     async def _applied(self, pod: Obj, node_type: str, plan: ResizePlan, reason: Reason, message: str) -> Result:
         """Step 3: record that the pod has its size for the node type, then report it."""
-        annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339()}
+        annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(),
+                                              APPLIED_SIZE: spec_size(pod)}
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
         await self._writer.annotate(pod, annotations)

@@ -13,8 +13,10 @@ from reconciler.kube import ApiError
 from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import no_fault
 from reconciler.slim import slim_pod
+from reconciler.outcome import spec_size
 from resizer import (
     APPLIED_INSTANCE_TYPE,
+    APPLIED_SIZE,
     RESIZE_STATE,
     SAMPLE_CONFIG,
     load_config,
@@ -176,10 +178,14 @@ def test_a_pod_already_at_its_size_is_only_marked_applied():
     assert reasons(fake) == ["AlreadyAligned"]
 
 
-def sized_on_n4(cpu: str = "800m") -> dict[str, Any]:
-    """A pod the reconciler sized for n4 earlier: originals of 1 CPU, spec at `cpu`."""
+def sized_on_n4(cpu: str = "800m", recorded_size: bool = True) -> dict[str, Any]:
+    """A pod the reconciler sized for n4 earlier: originals of 1 CPU, spec at `cpu` (and, unless
+    sized by a version before applied-size, the digest of that spec)."""
     originals = missing_original_annotations(pod())
-    return pod(cpu=cpu, annotations={**originals, APPLIED_INSTANCE_TYPE: "n4"})
+    sized = pod(cpu=cpu, annotations={**originals, APPLIED_INSTANCE_TYPE: "n4"})
+    if recorded_size:
+        sized["metadata"]["annotations"][APPLIED_SIZE] = spec_size(sized)
+    return sized
 
 
 def test_an_unstamped_pod_already_at_its_size_gets_its_originals_then_applied():
@@ -226,6 +232,99 @@ def test_a_re_alignment_in_flight_is_followed_to_actuation_through_the_watch():
     run(rec.reconcile(KEY))
     assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
     assert not rec.needs_work(fake.pod(KEY), node)      # done: nothing more to follow
+
+
+FASTER = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+
+
+def test_applied_records_the_size_it_reports():
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))
+    assert annotations(fake)[APPLIED_SIZE] == spec_size(fake.pod_now(KEY))
+    assert spec_size(fake.pod_now(KEY)) != spec_size(pod()), "the digest is of the resized spec"
+
+
+def test_the_recorded_size_is_by_value():
+    assert spec_size(pod(cpu="1")) == spec_size(pod(cpu="1000m"))
+    assert spec_size(pod(cpu="1")) != spec_size(pod(cpu="999m"))
+
+
+def test_a_re_alignment_interrupted_by_a_restart_is_followed_to_one_resized():
+    fake = cluster(sized_on_n4())
+    with pytest.raises(Crash):
+        run(reconciler(fake, config=FASTER, fault=crash_after(Step.RESIZE)).reconcile(KEY))
+    assert spec_cpu(fake) == ("500m", "500m") and fake.events == []
+    second = reconciler(fake, config=FASTER)        # a new process: applied says n4, the spec holds 500m
+    node = run(fake.node("node-1"))
+    assert second.needs_work(fake.pod(KEY), node), "the unreported re-alignment is worth a reconcile"
+    run(second.reconcile(KEY))
+    assert fake.ops() == ["resize"] and fake.events == [], "not actuated yet: nothing to report, nothing to resize"
+    fake.actuate(KEY)
+    assert second.needs_work(fake.pod(KEY), node)
+    run(second.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and generation(fake) == 2, "one resize"
+    assert reasons(fake) == ["Resized"]
+    assert fake.events[0].message.startswith("re-aligned for node type n4")
+    assert "requested before this reconciler started" in fake.events[0].message
+    assert annotations(fake)[APPLIED_SIZE] == spec_size(fake.pod_now(KEY))
+    third = reconciler(fake, config=FASTER)
+    assert not third.needs_work(fake.pod(KEY), node)
+    run(third.reconcile(KEY))
+    assert reasons(fake) == ["Resized"] and len(fake.writes) == 2
+
+
+def test_a_re_alignment_deferred_across_a_restart_is_reported_once_then_followed():
+    fake = cluster(sized_on_n4())
+    with pytest.raises(Crash):
+        run(reconciler(fake, config=FASTER, fault=crash_after(Step.RESIZE)).reconcile(KEY))
+    fake.defer(KEY)
+    second = reconciler(fake, config=FASTER)
+    run(second.reconcile(KEY))
+    run(second.reconcile(KEY))      # the watch event of its own state record
+    assert events(fake) == [("Normal", "ResizeDeferred")] and recorded_state(fake).state == Stage.DEFERRED
+    third = reconciler(fake, config=FASTER)     # and another restart while deferred
+    run(third.reconcile(KEY))
+    assert reasons(fake) == ["ResizeDeferred"] and fake.ops() == ["resize", "annotate"]
+    fake.actuate(KEY)
+    run(third.reconcile(KEY))
+    assert reasons(fake) == ["ResizeDeferred", "Resized"] and generation(fake) == 2
+    assert RESIZE_STATE not in annotations(fake)
+
+
+def test_a_pod_sized_before_applied_size_existed_is_not_followed_after_a_restart():
+    """Without the recorded size nothing tells our re-alignment from anybody's resize: left alone (as before)."""
+    fake = cluster(sized_on_n4(cpu="500m", recorded_size=False))
+    rec = reconciler(fake, config=FASTER)
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec.reconcile(KEY))
+    assert fake.writes == [] and fake.events == []
+
+
+def test_a_lagging_cache_after_a_re_alignment_is_not_mistaken_for_an_unreported_one():
+    fake = cluster(sized_on_n4(), auto_actuate=True)
+    rec = reconciler(fake, config=FASTER)
+    run(rec.reconcile(KEY))
+    fake.lagging_cache = True
+    fake.sync()                 # the kubelet's status arrives; then applied is written, not yet seen
+    run(rec.reconcile(KEY))
+    assert rec.needs_work(fake.pod(KEY), run(fake.node("node-1"))) is False
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
+
+
+def test_a_spec_someone_else_changed_is_not_reported_as_our_re_alignment():
+    """The recorded size differs, but the spec is not the plan: that is not our resize."""
+    fake = cluster(sized_on_n4())
+    fake.pods[KEY]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "700m"
+    fake.pods[KEY]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "700m"
+    fake.sync()
+    fake.actuate(KEY)
+    rec = reconciler(fake, realign=False)
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec.reconcile(KEY))
+    assert fake.events == [] and fake.writes == []
 
 
 def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
