@@ -698,6 +698,60 @@ def test_an_actuation_error_that_clears_ends_resized():
     assert reasons(fake) == ["ResizeError", "Resized"] and RESIZE_STATE not in annotations(fake)
 
 
+def test_a_crash_after_recording_an_actuation_error_reports_it_once_and_still_gives_up_in_bounds():
+    clock = FakeClock()
+    fake, _ = failing_pod(clock)
+    with pytest.raises(Crash):
+        run(reconciler(fake, clock=clock, fault=crash_after(Step.STATE), error_retries=3,
+                       error_backoff=30.0).reconcile(KEY))
+    restarted = reconciler(fake, clock=clock, error_retries=3, error_backoff=30.0)
+    checks = 0
+    while (result := run(restarted.reconcile(KEY))).requeue_after is not None:
+        checks += 1
+        assert checks < 10, "bounded"
+        clock.advance(result.requeue_after)
+    assert fake.ops() == ["resize", "annotate", "resize"], "recorded once, set back once"
+    assert reasons(fake) == ["ResizeError"], "the first report died with the process; only the give-up is sent"
+    assert spec_cpu(fake) == ("1", "1")
+
+
+def test_a_crash_right_after_giving_up_on_an_actuation_error_leaves_the_pod_parked():
+    clock = FakeClock()
+    fake, rec = failing_pod(clock)
+    rec._fault = crash_after(Step.REVERT)
+    with pytest.raises(Crash):
+        while (result := run(rec.reconcile(KEY))).requeue_after is not None:
+            clock.advance(result.requeue_after)
+    assert reasons(fake) == ["ResizeError"] and spec_cpu(fake) == ("1", "1")
+    fake.settle(KEY)
+    restarted = reconciler(fake, clock=clock)
+    for _ in range(3):
+        run(restarted.reconcile(KEY))
+    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    assert fake.ops() == ["resize", "annotate", "resize"], "the failing size is not tried again"
+    assert reasons(fake) == ["ResizeError"], "the give-up Event died with the process, never repeated"
+
+
+def test_a_crash_after_recording_the_apiservers_refusal_does_not_retry_the_size():
+    fake = cluster(pod(stamped=True))
+    fake.fail("resize", ApiError(403, {"message": "node didn't have enough allocatable resources",
+                                       "details": {"causes": [{"reason": "NodeCapacity"}]}}))
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+    restarted = reconciler(fake)
+    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(restarted.reconcile(KEY))
+    assert fake.ops() == ["annotate"] and fake.events == [] and generation(fake) == 1
+
+
+def test_a_node_capacity_cause_sent_under_type_is_not_taken_for_one():
+    """Only the Status's real shape (causes[].reason) means NodeCapacity; anything else is a plain refusal."""
+    fake = cluster(pod(stamped=True))
+    fake.fail("resize", ApiError(403, {"message": "forbidden", "details": {"causes": [{"type": "NodeCapacity"}]}}))
+    run(reconciler(fake).reconcile(KEY))
+    assert reasons(fake) == ["ResizeFailed"] and fake.writes == []
+
+
 # ------------------------------------------------------------------ resized before the containers ran
 
 
@@ -715,6 +769,18 @@ def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is
     assert events(fake) == [("Warning", "ResizeUnsupported")]
     assert recorded_state(fake).state == Stage.UNSUPPORTED
     assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+
+
+def test_a_crash_after_recording_unsupported_reports_nothing_twice_and_writes_nothing_more():
+    fake = cluster(pod(stamped=True, running=False))
+    run(reconciler(fake).reconcile(KEY))
+    fake.start_containers(KEY, report_resources=False)
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+    restarted = reconciler(fake)
+    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(restarted.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and fake.events == []
 
 
 def test_a_pod_resized_before_its_containers_ran_on_a_capable_node_ends_resized():
