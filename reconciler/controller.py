@@ -162,7 +162,7 @@ class PodResizeReconciler:
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod)))
         if node_type in done:       # sized for this type: follow a re-alignment in flight, or check for one
             return _uid(pod) in self._in_flight or self._needs_realignment(pod, node_type) \
-                or self._unreported_realignment(pod, node_type)
+                or self._unreported_realignment(pod, node_type) is not None
         return not self._parked(pod, node, node_type)
 
     def _parked(self, pod: Obj, node: Obj | None, node_type: str) -> bool:
@@ -193,25 +193,26 @@ class PodResizeReconciler:
         self._realign_checked[uid] = generation
         return realignment(pod, config, node_type, self._options.resize_restart_containers) is not None
 
-    def _unreported_realignment(self, pod: Obj, node_type: str) -> bool:
-        """The spec holds a re-alignment (it equals the plan) whose size is not the one recorded as
-        applied: requested by an earlier process that died before it saw it end."""
+    def _unreported_realignment(self, pod: Obj, node_type: str) -> ResizePlan | None:
+        """The plan, if the spec holds a re-alignment (the spec equals the plan) whose size is not
+        the one recorded as applied: requested by an earlier process that died before it ended."""
         annotations = pod["metadata"]["annotations"]
         recorded = annotations.get(APPLIED_SIZE)
         config = self._config.config
-        if not self._options.realign or config is None or recorded is None or _uid(pod) in self._finished \
+        if recorded is None or not self._options.realign or config is None or _uid(pod) in self._finished \
                 or annotations.get(APPLIED_INSTANCE_TYPE) != node_type or recorded == spec_size(pod):
-            return False
-        return realignment(pod, config, node_type, self._options.resize_restart_containers) is None
+            return None
+        try:
+            plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
+        except (OriginalsError, PlanError):
+            return None
+        return plan if plan.outcome == "AlreadyAligned" else None
 
-    def _adopt(self, pod: Obj, node_type: str) -> None:
+    def _adopt(self, pod: Obj, plan: ResizePlan) -> None:
         """Follow an unreported re-alignment found on the pod as if this process had requested it."""
-        config = self._config.config
-        assert config is not None
-        plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
         log.info("following a re-alignment requested before this reconciler started",
                  extra={"pod": object_key(pod), "generation": pod["metadata"].get("generation")})
-        self._in_flight[_uid(pod)] = InFlight(node_type, pod["metadata"].get("generation") or 0, None,
+        self._in_flight[_uid(pod)] = InFlight(plan.node_type, pod["metadata"].get("generation") or 0, None,
                                               _summary_from_originals(plan), "re-aligned")
 
     def observe(self, pod: Obj) -> None:
@@ -263,8 +264,9 @@ class PodResizeReconciler:
                 "pod": key, "node": node_name, "nodeExists": node is not None, "label": self._options.node_type_label})
             return DONE
         config = self._config.config
-        if config is not None and _uid(pod) not in self._in_flight and self._unreported_realignment(pod, node_type):
-            self._adopt(pod, node_type)
+        unreported = self._unreported_realignment(pod, node_type) if _uid(pod) not in self._in_flight else None
+        if unreported is not None:
+            self._adopt(pod, unreported)
         in_flight = _uid(pod) in self._in_flight        # a re-alignment being followed to actuation
         if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))) \
                 and not in_flight and (not self._options.realign or config is None

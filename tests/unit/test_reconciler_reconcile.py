@@ -302,6 +302,19 @@ def test_a_pod_sized_before_applied_size_existed_is_not_followed_after_a_restart
     assert fake.writes == [] and fake.events == []
 
 
+def test_an_unreported_size_with_unreadable_originals_is_not_followed_and_raises_nothing():
+    sized = sized_on_n4()
+    for key in missing_original_annotations(pod()):
+        sized["metadata"]["annotations"][key] = "lots"
+    sized["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    sized["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "500m"
+    fake = cluster(sized)
+    rec = reconciler(fake, config=FASTER)
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec.reconcile(KEY))
+    assert fake.writes == []
+
+
 def test_a_lagging_cache_after_a_re_alignment_is_not_mistaken_for_an_unreported_one():
     fake = cluster(sized_on_n4(), auto_actuate=True)
     rec = reconciler(fake, config=FASTER)
