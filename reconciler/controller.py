@@ -5,7 +5,7 @@ Per pod, writes happen in this order, and the order is the recovery contract:
 1. original-* annotations (only the missing keys, with a resourceVersion
    precondition so they describe the spec we read);
 2. the pods/resize patch, computed from the originals (never from the spec);
-3. applied-instance-type / applied-at, once the kubelet has actuated the new size
+3. applied-instance-type / applied-at / applied-size, once the kubelet has actuated the new size
    (followed from the pod watch, see reconciler.outcome), and then the Resized Event.
 
 A crash between any two steps leaves a state from which the next pass reaches
