@@ -89,6 +89,14 @@ def assert_quiet(h: Harness, proc: Any, name: str, seconds: float = STALL_WINDOW
     assert writes(proc) == before, f"writes while stalled: before {before}, after {writes(proc)}"
 
 
+def show(h: Harness, name: str) -> None:
+    """What `kubectl describe pod` lists (all Events, the kubelet's too), for the report of a run (-rP)."""
+    for e in sorted(h.kube.events_for(h.ns, name), key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"])):
+        print(f"{e.get('firstTimestamp')} {(e.get('source') or {}).get('component')} {e['type']} {e['reason']} "
+              f"x{e.get('count')}: {e.get('message')}")
+    print("annotations:", {k: v for k, v in ours(h.pod(name)).items() if k.startswith("workload-resizer.io/")})
+
+
 def guaranteed_resources(cpu: str, memory: str) -> dict[str, Any]:
     return {"requests": {"cpu": q(cpu), "memory": q(memory)}, "limits": {"cpu": q(cpu), "memory": q(memory)}}
 
@@ -140,6 +148,7 @@ def test_infeasible_resize_is_reported_once_left_truthful_and_never_retried(h: H
     assert described(h, name) == [("Warning", "ResizeInfeasible")]
     assert writes(proc) == expected_writes
     assert proc.metric("workload_resizer_resizes_waiting", state="infeasible") == 1
+    show(h, name)
 
 
 # ---------------------------------------------------------------- deferred
@@ -192,6 +201,7 @@ def test_deferred_resize_is_kept_reported_and_ends_resized_once_capacity_is_free
     assert writes(proc) == {"PATCH pods": 4, "PATCH pods/resize": 1, "POST events": 3, "PATCH events": 0}
     assert proc.metric("workload_resizer_resizes_waiting", state="deferred") == 0
     assert proc.metric("workload_resizer_resize_actuation_seconds_count") == 1
+    show(h, name)
 
 
 # ---------------------------------------------------------------- actuation error
@@ -226,3 +236,4 @@ def test_actuation_error_is_reported_rechecked_with_backoff_then_set_back(h: Har
     assert h.pod(name)["metadata"]["generation"] == 3, "the failing size is not tried again"
     assert described(h, name) == [("Warning", "ResizeError"), ("Warning", "ResizeError")]
     assert writes(proc) == {"PATCH pods": 2, "PATCH pods/resize": 2, "POST events": 2, "PATCH events": 0}
+    show(h, name)
