@@ -5,7 +5,7 @@ Per pod, writes happen in this order, and the order is the recovery contract:
 1. original-* annotations (only the missing keys, with a resourceVersion
    precondition so they describe the spec we read);
 2. the pods/resize patch, computed from the originals (never from the spec);
-3. applied-instance-type / applied-at, once the kubelet has actuated the new size
+3. applied-instance-type / applied-at / applied-size, once the kubelet has actuated the new size
    (followed from the pod watch, see reconciler.outcome), and then the Resized Event.
 
 A crash between any two steps leaves a state from which the next pass reaches
@@ -37,7 +37,15 @@ from reconciler import metrics
 from reconciler.events import object_reference
 from reconciler.informer import object_key
 from reconciler.kube import ApiError
-from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, observe, revert_patch
+from reconciler.outcome import (
+    Observation,
+    ResizeState,
+    Stage,
+    allocatable_fingerprint,
+    observe,
+    revert_patch,
+    spec_size,
+)
 from reconciler.ratelimit import TokenBucket
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault, pod_path
 from reconciler.reasons import EventType, Reason
@@ -45,6 +53,7 @@ from reconciler.slim import status_fingerprint
 from resizer import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
+    APPLIED_SIZE,
     PREFIX,
     RESIZE_STATE,
     OriginalsError,
@@ -62,6 +71,7 @@ log = logging.getLogger("reconciler.controller")
 audit = logging.getLogger("reconciler.decision")
 
 UNSUPPORTED_MESSAGE = "without support for resize"
+NODE_CAPACITY = "NodeCapacity"      # the cause of the 1.36+ apiserver's (PodResizeValidator) refusal
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -155,7 +165,8 @@ class PodResizeReconciler:
             return False
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod)))
         if node_type in done:       # sized for this type: follow a re-alignment in flight, or check for one
-            return _uid(pod) in self._in_flight or self._needs_realignment(pod, node_type)
+            return _uid(pod) in self._in_flight or self._needs_realignment(pod, node_type) \
+                or self._unreported_realignment(pod, node_type) is not None
         return not self._parked(pod, node, node_type)
 
     def _awaiting_kubelet(self, pod: Obj, node_type: str, flight: InFlight) -> bool:
@@ -194,6 +205,28 @@ class PodResizeReconciler:
             return False
         self._realign_checked[uid] = generation
         return realignment(pod, config, node_type, self._options.resize_restart_containers) is not None
+
+    def _unreported_realignment(self, pod: Obj, node_type: str) -> ResizePlan | None:
+        """The plan, if the spec holds a re-alignment (the spec equals the plan) whose size is not
+        the one recorded as applied: requested by an earlier process that died before it ended."""
+        annotations = pod["metadata"]["annotations"]
+        recorded = annotations.get(APPLIED_SIZE)
+        config = self._config.config
+        if recorded is None or not self._options.realign or config is None or _uid(pod) in self._finished \
+                or annotations.get(APPLIED_INSTANCE_TYPE) != node_type or recorded == spec_size(pod):
+            return None
+        try:
+            plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
+        except (OriginalsError, PlanError):
+            return None
+        return plan if plan.outcome == "AlreadyAligned" else None
+
+    def _adopt(self, pod: Obj, plan: ResizePlan) -> None:
+        """Follow an unreported re-alignment found on the pod as if this process had requested it."""
+        log.info("following a re-alignment requested before this reconciler started",
+                 extra={"pod": object_key(pod), "generation": pod["metadata"].get("generation")})
+        self._in_flight[_uid(pod)] = InFlight(plan.node_type, pod["metadata"].get("generation") or 0, None,
+                                              _summary_from_originals(plan), "re-aligned")
 
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""
@@ -247,7 +280,10 @@ class PodResizeReconciler:
         if flight is not None and self._awaiting_kubelet(pod, node_type, flight):
             return DONE     # queued before our resize (e.g. dirty while we wrote it): nothing to do yet
         config = self._config.config
-        in_flight = flight is not None        # e.g. a re-alignment being followed to actuation
+        unreported = self._unreported_realignment(pod, node_type) if _uid(pod) not in self._in_flight else None
+        if unreported is not None:
+            self._adopt(pod, unreported)
+        in_flight = _uid(pod) in self._in_flight        # a re-alignment being followed to actuation
         if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))) \
                 and not in_flight and (not self._options.realign or config is None
                                        or realignment(pod, config, node_type,
@@ -354,7 +390,8 @@ class PodResizeReconciler:
         `generation` is the config version the plan was made with: no re-alignment check
         is due for it (else the watch event of this very write would re-plan the pod)."""
         self._realign_checked[_uid(pod)] = generation
-        annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339()}
+        annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(),
+                                              APPLIED_SIZE: spec_size(pod)}
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
         await self._writer.annotate(pod, annotations)
@@ -548,7 +585,7 @@ class PodResizeReconciler:
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_UNSUPPORTED,
                                         f"node {pod['spec']['nodeName']} does not support in-place resize; "
                                         f"wanted for {context}: {plan.summary()}")
-        if _node_capacity(err):
+        if NODE_CAPACITY in err.causes:
             # The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
             # nothing to set back.
             self._wait(_uid(pod), Stage.INFEASIBLE)
@@ -586,16 +623,6 @@ def situation(pod: Obj, node_type: str, config_generation: int) -> tuple[Any, ..
     """What a terminal decision depended on; the same situation is not decided twice."""
     ours = tuple(sorted((k, v) for k, v in pod["metadata"]["annotations"].items() if k.startswith(PREFIX)))
     return node_type, config_generation, status_fingerprint(pod), ours
-
-
-def _node_capacity(err: ApiError) -> bool:
-    """The apiserver's (1.36+ PodResizeValidator) refusal of a size beyond the node's allocatable.
-
-    Its Status names the cause in `reason` ({"reason": "NodeCapacity"}), not in `type`.
-    """
-    details = err.body.get("details") if isinstance(err.body, dict) else None
-    causes = (details or {}).get("causes") or []
-    return any("NodeCapacity" in (c.get("reason"), c.get("type")) for c in causes if isinstance(c, dict))
 
 
 def _state(pod: Obj, node_type: str) -> ResizeState | None:

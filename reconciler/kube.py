@@ -45,8 +45,13 @@ class ApiError(Exception):
 
     @property
     def causes(self) -> list[str]:
-        details = self.body.get("details") or {}
-        return [c.get("type", "") for c in details.get("causes") or []]
+        """The machine-readable causes of the Status (`details.causes[].reason`, e.g. "NodeCapacity").
+
+        metav1.StatusCause's Go field `Type` is serialised as "reason"; "" for a cause without one.
+        """
+        details = self.body.get("details") if isinstance(self.body, dict) else None
+        causes = details.get("causes") if isinstance(details, dict) else None
+        return [str(c.get("reason") or "") if isinstance(c, dict) else "" for c in causes or []]
 
     @property
     def retryable(self) -> bool:

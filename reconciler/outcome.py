@@ -16,6 +16,7 @@ resources by value.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from enum import StrEnum
@@ -110,6 +111,13 @@ def _values(resources: Obj | None) -> dict[tuple[str, str], Fraction]:
                 except QuantityError:
                     values[(kind, name)] = Fraction(-1)     # unreadable: never equal to a real value
     return values
+
+
+def spec_size(pod: Obj) -> str:
+    """A short digest of every container's cpu/memory requests and limits, by value (1 == 1000m)."""
+    sized = sorted((c["name"], kind, name, str(value)) for c in pod["spec"].get("containers") or []
+                   for (kind, name), value in _values(c.get("resources")).items())
+    return hashlib.sha256(repr(sized).encode()).hexdigest()[:16]
 
 
 def revert_patch(pod: Obj) -> Obj:

@@ -11,6 +11,7 @@ the JSON shape the API server uses.
 from resizer.annotations import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
+    APPLIED_SIZE,
     PREFIX,
     RESIZE_STATE,
     SKIP,
@@ -58,6 +59,7 @@ from resizer.quantity import (
 __all__ = [
     "APPLIED_AT",
     "APPLIED_INSTANCE_TYPE",
+    "APPLIED_SIZE",
     "COMPUTE_CLASS_SELECTOR",
     "PREFIX",
     "RESIZE_STATE",

@@ -11,6 +11,7 @@ from typing import Any, Literal
 __all__ = [
     "APPLIED_AT",
     "APPLIED_INSTANCE_TYPE",
+    "APPLIED_SIZE",
     "MIRROR_POD",
     "PREFIX",
     "RESIZE_STATE",
@@ -25,6 +26,9 @@ PREFIX = "workload-resizer.io/"
 SKIP = PREFIX + "skip"
 APPLIED_INSTANCE_TYPE = PREFIX + "applied-instance-type"
 APPLIED_AT = PREFIX + "applied-at"
+# A digest of the containers' cpu/memory when applied-* was recorded: a spec that differs from
+# it (and equals the plan) holds a re-alignment an earlier reconciler requested but did not report.
+APPLIED_SIZE = PREFIX + "applied-size"
 # The reconciler's record of a resize that has not ended actuated (deferred, infeasible, ...).
 RESIZE_STATE = PREFIX + "resize-state"
 # Set by the kubelet on the API copy of a static pod.

@@ -20,8 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cluster.test_reconciler import Harness, expected_originals, guaranteed, originals, q, resources, \
-    status_resources
+from resizer import RESIZE_STATE
+from tests.cluster.test_reconciler import Harness, expected_originals, guaranteed, metric_snapshot, originals, q, \
+    resources, status_resources
 from tests.conftest import HACK_CLUSTER, RealNode, cluster_state_dir, read_real_node
 from devkit.kube import ApiError, Kube, deployment, wait_for
 from devkit.processes import Webhook, register_webhook, unregister_webhook, wait_webhook_active
@@ -165,13 +166,34 @@ def assert_resized_in_place(h: Harness, node: RealNode, before: dict[str, Any], 
 
 # ---------------------------------------------------------------- acceptance
 
+def wait_resized_truthfully(h: Harness, name: str, want: dict[str, Any]) -> dict[str, Any]:
+    """Wait for our Resized Event; the moment it shows, the pod's status must already show `want`."""
+    def check() -> dict[str, Any] | None:
+        resized = [e for e in h.events(name) if e["reason"] == "Resized"]
+        if not resized:
+            return None
+        pod = h.pod(name)       # read after the Event: the status it was based on can only be newer
+        assert status_resources(pod) == want, f"Resized before the status showed {want}: {status_resources(pod)}"
+        return resized[0]
+    return wait_for(f"Resized on {name}", check, timeout=START_TIMEOUT, interval=0.2)
+
+
 def test_reconciler_resizes_a_running_container_in_place(h: Harness, real_node: RealNode) -> None:
     pod = deploy(h, "fast", real_node)
+    name = pod["metadata"]["name"]
     assert cgroup_limits(real_node, container_id(pod)) == implied_limits(q("1"), q("256Mi"))
-    h.reconciler()
+    proc = h.reconciler()
+    resized = wait_resized_truthfully(h, name, {"requests": {"cpu": q("800m"), "memory": q("256Mi")},
+                                                "limits": {"cpu": q("800m"), "memory": q("256Mi")}})
+    assert resized["type"] == "Normal" and "actuated" in resized["message"], resized
     h.wait_applied("fast", "n4", timeout=START_TIMEOUT)
     assert_resized_in_place(h, real_node, pod, cpu="800m", memory="256Mi")
-    reasons = {e["reason"] for e in h.kube.events_for(h.ns, pod["metadata"]["name"])}
+    assert [(e["type"], e["reason"], e["count"]) for e in h.events(name)] == [("Normal", "Resized", 1)]
+    assert RESIZE_STATE not in (h.pod(name)["metadata"].get("annotations") or {})
+    assert h.pod(name)["metadata"]["generation"] == 2, "one resize"
+    # originals, the resize, applied, one Event.
+    assert metric_snapshot(proc) == {"PATCH pods": 2, "PATCH pods/resize": 1, "POST events": 1, "PATCH events": 0}
+    reasons = {e["reason"] for e in h.kube.events_for(h.ns, name)}
     assert {"ResizeStarted", "ResizeCompleted"} <= reasons, reasons       # 1.35.8 and 1.36.4 both emit them
 
 

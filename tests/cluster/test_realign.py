@@ -4,12 +4,14 @@ configured rate; a config change that changes nothing for a pod writes nothing t
 from __future__ import annotations
 
 import json
+import signal
 import time
 from datetime import datetime, timezone
 from typing import Any
 
 from tests.cluster.test_reconciler import (
     CONFIG_YAML,
+    CRASH_AFTER,
     Harness,
     guaranteed,
     metric_snapshot,
@@ -17,6 +19,7 @@ from tests.cluster.test_reconciler import (
     q,
     resources,
 )
+from resizer import APPLIED_SIZE
 from devkit.kube import wait_for
 
 PODS = 10
@@ -106,3 +109,35 @@ def test_a_config_edit_re_aligns_running_pods_at_the_configured_rate(h: Harness)
     time.sleep(3)
     assert all(p["metadata"]["resourceVersion"] == final[p["metadata"]["name"]]["metadata"]["resourceVersion"]
                for p in h.kube.pods(h.ns))
+
+
+def test_a_re_alignment_interrupted_by_a_crash_is_followed_to_one_resized_after_the_restart(h: Harness) -> None:
+    """The re-alignment's resize is written, the reconciler dies before it sees it actuated: the
+    next process finds it (the spec's size is not the applied-size it recorded, and equals the
+    plan), does not resize again and reports the one Resized the dead process owed."""
+    node = h.node("n4", "n4")
+    h.deploy("web", node, [guaranteed()])
+    first = h.reconciler(name="reconciler-1")
+    [pod] = h.wait_applied("web", "n4")
+    name = pod["metadata"]["name"]
+    h.wait_event(name, "Resized")
+    first.close()
+    sized_at = ours(pod)[APPLIED_SIZE]
+
+    h.config(CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 2.0"))
+    crashing = h.reconciler(env={CRASH_AFTER: "resize"}, name="reconciler-crash", wait=False)
+    assert crashing.wait_exit(60) == -signal.SIGKILL, "the fault hook kills it right after the resize"
+    pod = h.pod(name)
+    assert resources(pod)["requests"]["cpu"] == q("500m") and pod["metadata"]["generation"] == 3
+    assert [e["reason"] for e in h.events(name)] == ["Resized"], "the re-alignment is not reported yet"
+
+    second = h.reconciler(name="reconciler-2")
+    wait_for("a second Resized", lambda: len(h.events(name)) == 2, timeout=60)
+    time.sleep(3)
+    pod = h.pod(name)
+    assert pod["metadata"]["generation"] == 3, "no second resize"
+    assert [e["reason"] for e in h.events(name)] == ["Resized", "Resized"]
+    [message] = [e["message"] for e in h.events(name) if e["message"].startswith("re-aligned")]
+    assert message.startswith("re-aligned for node type n4") and "requested before this reconciler started" in message
+    assert ours(pod)[APPLIED_SIZE] != sized_at, "applied-size now records the re-aligned spec"
+    assert metric_snapshot(second) == {"PATCH pods": 1, "PATCH pods/resize": 0, "POST events": 1, "PATCH events": 0}

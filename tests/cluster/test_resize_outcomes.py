@@ -202,3 +202,43 @@ def test_a_size_beyond_the_node_is_infeasible_until_the_node_grows(h: Harness) -
     assert resources(pod)["requests"]["cpu"] == q("2") and status_resources(pod) == resources(pod)
     assert applied(pod) == "slow" and state(h, name) is None
     assert described(h, name) == [("Warning", "ResizeInfeasible"), ("Normal", "Resized")]
+
+
+HOLD_START = "fake-kubelet.workload-resizer.io/start-held"
+
+
+def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is_reported_unsupported(
+        h: Harness) -> None:
+    """An old kubelet (KWOK without resize support: no observedGeneration, no resize conditions,
+    no status resources) whose pod is still starting: the apiserver accepts the resize (it cannot
+    tell yet), then the containers start at the admitted size. Once they run, the reconciler sees
+    that the node did not take the new size: one ResizeUnsupported, the spec kept (such a kubelet
+    applies it when the containers restart), nothing retried."""
+    node = h.node("old", "n4", no_resize=True)
+    h.deploy("web", node, [guaranteed()], annotations={HOLD_START: "true"})
+    [pending] = h.wait_pods("web", 1, lambda p: p["spec"].get("nodeName") == node and
+                            p["status"].get("phase") == "Pending", "bound and not started")
+    name = pending["metadata"]["name"]
+    proc = h.reconciler()
+    pod = wait_for("the resize accepted before the containers run", lambda: (
+        p if (p := h.pod(name))["metadata"]["generation"] == 2 else None))
+    assert resources(pod) == ON_N4 and not pod["status"].get("containerStatuses")
+    time.sleep(3)
+    assert described(h, name) == [] and state(h, name) is None, "nothing to report while the pod starts"
+
+    h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"annotations": {HOLD_START: None}}})
+    event = h.wait_event(name, "ResizeUnsupported")
+    assert event["type"] == "Warning" and "does not support in-place resize" in event["message"]
+    assert "before the containers started" in event["message"]
+    pod = h.pod(name)
+    assert pod["status"]["phase"] == "Running"
+    assert all(s.get("resources") is None for s in pod["status"]["containerStatuses"]), "an old kubelet"
+    assert "observedGeneration" not in pod["status"]
+    assert resources(pod) == ON_N4 and applied(pod) is None and state(h, name)["state"] == "unsupported"
+    assert pod["metadata"]["generation"] == 2, "resized once, never again"
+
+    assert_quiet_while_stalled(h, proc, name, seconds=20)
+    assert described(h, name) == [("Warning", "ResizeUnsupported")]
+    assert [e["count"] for e in h.events(name)] == [1]
+    # originals, the resize, the state record, one Event: nothing else.
+    assert metric_snapshot(proc) == {"PATCH pods": 2, "PATCH pods/resize": 1, "POST events": 1, "PATCH events": 0}

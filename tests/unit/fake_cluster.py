@@ -57,7 +57,7 @@ class FakeCluster:
         pod["metadata"]["resourceVersion"] = self._next_rv()
         key = _key(pod)
         self.pods[key] = pod
-        self.cache[key] = slim_pod(pod)
+        self.cache[key] = _snapshot(pod)
         return key
 
     def fail(self, op: str, *errors: ApiError) -> None:
@@ -66,7 +66,7 @@ class FakeCluster:
 
     def sync(self) -> None:
         """Deliver every pending watch event to the cache."""
-        self.cache = {key: slim_pod(pod) for key, pod in self.pods.items()}
+        self.cache = {key: _snapshot(pod) for key, pod in self.pods.items()}
 
     def pod_now(self, key: str) -> Obj:
         return self.pods[key]
@@ -109,7 +109,7 @@ class FakeCluster:
         else:
             pod["status"].pop("observedGeneration", None)
             pod["metadata"]["resourceVersion"] = self._next_rv()
-            self.cache[_key(pod)] = slim_pod(pod)
+            self.cache[_key(pod)] = _snapshot(pod)
 
     def settle(self, key: str) -> None:
         """The kubelet saw a spec equal to what runs (e.g. after a revert): conditions go."""
@@ -125,7 +125,7 @@ class FakeCluster:
         pod["status"]["conditions"] = conditions
         pod["status"]["observedGeneration"] = pod["metadata"]["generation"]
         pod["metadata"]["resourceVersion"] = self._next_rv()
-        self.cache[_key(pod)] = slim_pod(pod)
+        self.cache[_key(pod)] = _snapshot(pod)
 
     # ------------------------------------------------------------------ PodReader
 
@@ -192,8 +192,8 @@ class FakeCluster:
     def _written(self, stored: Obj) -> Obj:
         stored["metadata"]["resourceVersion"] = self._next_rv()
         if not self.lagging_cache:
-            self.cache[_key(stored)] = slim_pod(stored)
-        return slim_pod(stored)
+            self.cache[_key(stored)] = _snapshot(stored)
+        return _snapshot(stored)
 
     def _next_rv(self) -> str:
         self._rv += 1
@@ -215,6 +215,11 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def _snapshot(pod: Obj) -> Obj:
+    """The slim pod as a watch event would deliver it: a copy sharing nothing with the store."""
+    return slim_pod(copy.deepcopy(pod))
 
 
 def _key(pod: Obj) -> str:

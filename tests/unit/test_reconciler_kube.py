@@ -123,14 +123,20 @@ def test_client_errors_are_not_retryable(status):
     assert not ApiError(status, {}).retryable
 
 
-def test_causes_lists_the_cause_types_of_the_status_details():
-    err = ApiError(422, {"kind": "Status", "reason": "Invalid", "message": "nope", "details": {"causes": [
-        {"type": "FieldValueInvalid", "field": "spec.containers[0].resources"},
-        {"type": "NodeCapacity", "message": "exceeds"}, {"message": "untyped"}]}})
-    assert err.causes == ["FieldValueInvalid", "NodeCapacity", ""]
+def test_causes_lists_the_cause_reasons_of_the_status_details():
+    """metav1.StatusCause.Type is serialised as "reason" (what the 1.36 apiserver sends for NodeCapacity)."""
+    err = ApiError(403, {"kind": "Status", "reason": "Forbidden", "message": "nope", "details": {"causes": [
+        {"reason": "FieldValueInvalid", "field": "spec.containers[0].resources"},
+        {"reason": "NodeCapacity"}, {"message": "without a reason"}, "not an object"]}})
+    assert err.causes == ["FieldValueInvalid", "NodeCapacity", "", ""]
 
 
-@pytest.mark.parametrize("body", [{}, {"details": None}, {"details": {"name": "x"}}, {"details": {"causes": None}}])
+def test_a_cause_keyed_type_is_not_a_reason():
+    assert ApiError(403, {"details": {"causes": [{"type": "NodeCapacity"}]}}).causes == [""]
+
+
+@pytest.mark.parametrize("body", [{}, {"details": None}, {"details": {"name": "x"}}, {"details": {"causes": None}},
+                                  {"details": "text"}])
 def test_causes_is_empty_without_details(body):
     assert ApiError(422, body).causes == []
 

@@ -13,8 +13,10 @@ from reconciler.kube import ApiError
 from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import no_fault
 from reconciler.slim import slim_pod
+from reconciler.outcome import spec_size
 from resizer import (
     APPLIED_INSTANCE_TYPE,
+    APPLIED_SIZE,
     RESIZE_STATE,
     SAMPLE_CONFIG,
     load_config,
@@ -176,10 +178,14 @@ def test_a_pod_already_at_its_size_is_only_marked_applied():
     assert reasons(fake) == ["AlreadyAligned"]
 
 
-def sized_on_n4(cpu: str = "800m") -> dict[str, Any]:
-    """A pod the reconciler sized for n4 earlier: originals of 1 CPU, spec at `cpu`."""
+def sized_on_n4(cpu: str = "800m", recorded_size: bool = True) -> dict[str, Any]:
+    """A pod the reconciler sized for n4 earlier: originals of 1 CPU, spec at `cpu` (and, unless
+    sized by a version before applied-size, the digest of that spec)."""
     originals = missing_original_annotations(pod())
-    return pod(cpu=cpu, annotations={**originals, APPLIED_INSTANCE_TYPE: "n4"})
+    sized = pod(cpu=cpu, annotations={**originals, APPLIED_INSTANCE_TYPE: "n4"})
+    if recorded_size:
+        sized["metadata"]["annotations"][APPLIED_SIZE] = spec_size(sized)
+    return sized
 
 
 def test_an_unstamped_pod_already_at_its_size_gets_its_originals_then_applied():
@@ -269,6 +275,112 @@ def test_the_watch_event_of_the_applied_annotation_does_not_re_plan_the_pod(monk
     monkeypatch.setattr("reconciler.controller.plan_resize", no_plan)
     rec.observe(fake.pod(KEY))
     assert not rec.needs_work(fake.pod(KEY), node)
+
+
+FASTER = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+
+
+def test_applied_records_the_size_it_reports():
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))
+    assert annotations(fake)[APPLIED_SIZE] == spec_size(fake.pod_now(KEY))
+    assert spec_size(fake.pod_now(KEY)) != spec_size(pod()), "the digest is of the resized spec"
+
+
+def test_the_recorded_size_is_by_value():
+    assert spec_size(pod(cpu="1")) == spec_size(pod(cpu="1000m"))
+    assert spec_size(pod(cpu="1")) != spec_size(pod(cpu="999m"))
+
+
+def test_a_re_alignment_interrupted_by_a_restart_is_followed_to_one_resized():
+    fake = cluster(sized_on_n4())
+    with pytest.raises(Crash):
+        run(reconciler(fake, config=FASTER, fault=crash_after(Step.RESIZE)).reconcile(KEY))
+    assert spec_cpu(fake) == ("500m", "500m") and fake.events == []
+    second = reconciler(fake, config=FASTER)        # a new process: applied says n4, the spec holds 500m
+    node = run(fake.node("node-1"))
+    assert second.needs_work(fake.pod(KEY), node), "the unreported re-alignment is worth a reconcile"
+    run(second.reconcile(KEY))
+    assert fake.ops() == ["resize"] and fake.events == [], "not actuated yet: nothing to report, nothing to resize"
+    fake.actuate(KEY)
+    assert second.needs_work(fake.pod(KEY), node)
+    run(second.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and generation(fake) == 2, "one resize"
+    assert reasons(fake) == ["Resized"]
+    assert fake.events[0].message.startswith("re-aligned for node type n4")
+    assert "requested before this reconciler started" in fake.events[0].message
+    assert annotations(fake)[APPLIED_SIZE] == spec_size(fake.pod_now(KEY))
+    third = reconciler(fake, config=FASTER)
+    assert not third.needs_work(fake.pod(KEY), node)
+    run(third.reconcile(KEY))
+    assert reasons(fake) == ["Resized"] and len(fake.writes) == 2
+
+
+def test_a_re_alignment_deferred_across_a_restart_is_reported_once_then_followed():
+    fake = cluster(sized_on_n4())
+    with pytest.raises(Crash):
+        run(reconciler(fake, config=FASTER, fault=crash_after(Step.RESIZE)).reconcile(KEY))
+    fake.defer(KEY)
+    second = reconciler(fake, config=FASTER)
+    run(second.reconcile(KEY))
+    run(second.reconcile(KEY))      # the watch event of its own state record
+    assert events(fake) == [("Normal", "ResizeDeferred")] and recorded_state(fake).state == Stage.DEFERRED
+    third = reconciler(fake, config=FASTER)     # and another restart while deferred
+    run(third.reconcile(KEY))
+    assert reasons(fake) == ["ResizeDeferred"] and fake.ops() == ["resize", "annotate"]
+    fake.actuate(KEY)
+    run(third.reconcile(KEY))
+    assert reasons(fake) == ["ResizeDeferred", "Resized"] and generation(fake) == 2
+    assert RESIZE_STATE not in annotations(fake)
+
+
+def test_a_pod_sized_before_applied_size_existed_is_not_followed_after_a_restart():
+    """Without the recorded size nothing tells our re-alignment from anybody's resize: left alone (as before)."""
+    fake = cluster(sized_on_n4(cpu="500m", recorded_size=False))
+    rec = reconciler(fake, config=FASTER)
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec.reconcile(KEY))
+    assert fake.writes == [] and fake.events == []
+
+
+def test_an_unreported_size_with_unreadable_originals_is_not_followed_and_raises_nothing():
+    sized = sized_on_n4()
+    for key in missing_original_annotations(pod()):
+        sized["metadata"]["annotations"][key] = "lots"
+    sized["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    sized["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "500m"
+    fake = cluster(sized)
+    rec = reconciler(fake, config=FASTER)
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec.reconcile(KEY))
+    assert fake.writes == []
+
+
+def test_a_lagging_cache_after_a_re_alignment_is_not_mistaken_for_an_unreported_one():
+    fake = cluster(sized_on_n4(), auto_actuate=True)
+    rec = reconciler(fake, config=FASTER)
+    run(rec.reconcile(KEY))
+    fake.lagging_cache = True
+    fake.sync()                 # the kubelet's status arrives; then applied is written, not yet seen
+    run(rec.reconcile(KEY))
+    assert rec.needs_work(fake.pod(KEY), run(fake.node("node-1"))) is False
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
+
+
+def test_a_spec_someone_else_changed_is_not_reported_as_our_re_alignment():
+    """The recorded size differs, but the spec is not the plan: that is not our resize."""
+    fake = cluster(sized_on_n4())
+    fake.pods[KEY]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "700m"
+    fake.pods[KEY]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "700m"
+    fake.sync()
+    fake.actuate(KEY)
+    rec = reconciler(fake, realign=False)
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec.reconcile(KEY))
+    assert fake.events == [] and fake.writes == []
 
 
 def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
@@ -642,6 +754,60 @@ def test_an_actuation_error_that_clears_ends_resized():
     assert reasons(fake) == ["ResizeError", "Resized"] and RESIZE_STATE not in annotations(fake)
 
 
+def test_a_crash_after_recording_an_actuation_error_reports_it_once_and_still_gives_up_in_bounds():
+    clock = FakeClock()
+    fake, _ = failing_pod(clock)
+    with pytest.raises(Crash):
+        run(reconciler(fake, clock=clock, fault=crash_after(Step.STATE), error_retries=3,
+                       error_backoff=30.0).reconcile(KEY))
+    restarted = reconciler(fake, clock=clock, error_retries=3, error_backoff=30.0)
+    checks = 0
+    while (result := run(restarted.reconcile(KEY))).requeue_after is not None:
+        checks += 1
+        assert checks < 10, "bounded"
+        clock.advance(result.requeue_after)
+    assert fake.ops() == ["resize", "annotate", "resize"], "recorded once, set back once"
+    assert reasons(fake) == ["ResizeError"], "the first report died with the process; only the give-up is sent"
+    assert spec_cpu(fake) == ("1", "1")
+
+
+def test_a_crash_right_after_giving_up_on_an_actuation_error_leaves_the_pod_parked():
+    clock = FakeClock()
+    fake, rec = failing_pod(clock)
+    rec._fault = crash_after(Step.REVERT)
+    with pytest.raises(Crash):
+        while (result := run(rec.reconcile(KEY))).requeue_after is not None:
+            clock.advance(result.requeue_after)
+    assert reasons(fake) == ["ResizeError"] and spec_cpu(fake) == ("1", "1")
+    fake.settle(KEY)
+    restarted = reconciler(fake, clock=clock)
+    for _ in range(3):
+        run(restarted.reconcile(KEY))
+    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    assert fake.ops() == ["resize", "annotate", "resize"], "the failing size is not tried again"
+    assert reasons(fake) == ["ResizeError"], "the give-up Event died with the process, never repeated"
+
+
+def test_a_crash_after_recording_the_apiservers_refusal_does_not_retry_the_size():
+    fake = cluster(pod(stamped=True))
+    fake.fail("resize", ApiError(403, {"message": "node didn't have enough allocatable resources",
+                                       "details": {"causes": [{"reason": "NodeCapacity"}]}}))
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+    restarted = reconciler(fake)
+    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(restarted.reconcile(KEY))
+    assert fake.ops() == ["annotate"] and fake.events == [] and generation(fake) == 1
+
+
+def test_a_node_capacity_cause_sent_under_type_is_not_taken_for_one():
+    """Only the Status's real shape (causes[].reason) means NodeCapacity; anything else is a plain refusal."""
+    fake = cluster(pod(stamped=True))
+    fake.fail("resize", ApiError(403, {"message": "forbidden", "details": {"causes": [{"type": "NodeCapacity"}]}}))
+    run(reconciler(fake).reconcile(KEY))
+    assert reasons(fake) == ["ResizeFailed"] and fake.writes == []
+
+
 # ------------------------------------------------------------------ resized before the containers ran
 
 
@@ -659,6 +825,18 @@ def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is
     assert events(fake) == [("Warning", "ResizeUnsupported")]
     assert recorded_state(fake).state == Stage.UNSUPPORTED
     assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+
+
+def test_a_crash_after_recording_unsupported_reports_nothing_twice_and_writes_nothing_more():
+    fake = cluster(pod(stamped=True, running=False))
+    run(reconciler(fake).reconcile(KEY))
+    fake.start_containers(KEY, report_resources=False)
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+    restarted = reconciler(fake)
+    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(restarted.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and fake.events == []
 
 
 def test_a_pod_resized_before_its_containers_ran_on_a_capable_node_ends_resized():
