@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).")
     p.add_argument("--shutdown-timeout", type=parse_duration, metavar="DURATION", default="20s",
                    help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.")
+    p.add_argument("--originals-key-dir", metavar="DIR", default="",
+                   help="Directory of HMAC keys (file name = key id, the greatest id signs) that sign the "
+                        "original-* annotations; the mounted Secret shared with the reconciler. Re-read every "
+                        "--cert-reload-interval. Empty: originals are stamped unsigned (the reconciler then "
+                        "trusts them only on pods whose spec never changed).")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="Minimum log level. 'info' logs one line per admission decision.")
     p.add_argument("--log-format", choices=("json", "text"), default="json",
@@ -78,19 +83,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_logging(args.log_level, args.log_format, flush_interval=args.log_flush_interval)
     from app.run import run
+    from ops.keys import KeyDirectoryError
+    from resizer import KeyRingError
 
-    with contextlib.suppress(KeyboardInterrupt):
-        return run(
-            bind_address=args.bind_address,
-            port=args.port,
-            cert_file=args.tls_cert_file,
-            key_file=args.tls_key_file,
-            tls_min_version=args.tls_min_version,
-            cert_reload_interval=args.cert_reload_interval,
-            max_request_bytes=args.max_request_bytes,
-            keep_alive_timeout=args.http_keep_alive_timeout,
-            shutdown_timeout=args.shutdown_timeout,
-        )
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            return run(
+                bind_address=args.bind_address,
+                port=args.port,
+                cert_file=args.tls_cert_file,
+                key_file=args.tls_key_file,
+                tls_min_version=args.tls_min_version,
+                cert_reload_interval=args.cert_reload_interval,
+                max_request_bytes=args.max_request_bytes,
+                keep_alive_timeout=args.http_keep_alive_timeout,
+                shutdown_timeout=args.shutdown_timeout,
+                originals_key_dir=args.originals_key_dir,
+            )
+    except (KeyDirectoryError, KeyRingError) as err:
+        print(f"error: --originals-key-dir: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -61,28 +61,71 @@ _b64 = base64.b64encode
 # checks that varying anything else leaves it unchanged), and replicas of one
 # workload share those, so the result is memoised on exactly that projection.
 # The rules stay in the core: a miss calls it, a hit returns what it returned.
-_ORIGINALS_CACHE_MAX = 2048  # entries; bounded memory: at most ~2048 x 4 KiB of keys
+# Every cache here is bounded in bytes (keys and values as counted by
+# ByteBoundedCache), whatever the input; huge pods are answered without caching.
 _ORIGINALS_KEY_MAX = 4096  # bytes of key; bigger pods are not memoised
-_originals_cache: dict[bytes, dict[str, str]] = {}
+_ENTRY_OVERHEAD = 200      # bytes a dict entry and its objects cost beyond the counted text
+
+
+class ByteBoundedCache:
+    """A dict whose entries' declared sizes add up to at most ``max_bytes`` (oldest evicted first)."""
+
+    __slots__ = ("max_bytes", "size", "_data")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._data: dict[Any, tuple[Any, int]] = {}
+
+    def get(self, key: Any) -> Any:
+        hit = self._data.get(key)
+        return None if hit is None else hit[0]
+
+    def put(self, key: Any, value: Any, nbytes: int) -> None:
+        nbytes += _ENTRY_OVERHEAD
+        if nbytes > self.max_bytes // 8:      # one entry never takes a large share
+            return
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.size -= old[1]
+        data = self._data
+        while data and self.size + nbytes > self.max_bytes:
+            self.size -= data.pop(next(iter(data)))[1]
+        data[key] = (value, nbytes)
+        self.size += nbytes
+
+    def clear(self) -> None:
+        self._data.clear()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+_originals_cache = ByteBoundedCache(2 * 1024 * 1024)
 
 
 def originals_of(pod: dict[str, Any]) -> dict[str, str]:
     """``resizer.originals_from_spec_annotations(pod)``, memoised. Treat the result as read-only."""
+    result, _ = _originals_and_key(pod)
+    return result
+
+
+def _originals_and_key(pod: dict[str, Any]) -> tuple[dict[str, str], bytes | None]:
+    """The originals and the memo key they are cached under (None: not cacheable)."""
     try:
         containers = pod["spec"]["containers"]
         key = _DUMPS([(c["name"], c.get("resources")) for c in containers])
     except Exception:  # odd shapes: let the core decide (and raise) uncached
-        return resizer.originals_from_spec_annotations(pod)
+        return resizer.originals_from_spec_annotations(pod), None
+    if len(key) > _ORIGINALS_KEY_MAX:  # unusually many containers: not worth the memory
+        return resizer.originals_from_spec_annotations(pod), None
     hit = _originals_cache.get(key)
     if hit is not None:
-        return hit
+        return hit, key
     result = resizer.originals_from_spec_annotations(pod)
-    if len(key) > _ORIGINALS_KEY_MAX:  # unusually many containers: not worth the memory
-        return result
-    if len(_originals_cache) >= _ORIGINALS_CACHE_MAX:
-        _originals_cache.clear()
-    _originals_cache[key] = result
-    return result
+    _originals_cache.put(key, result, len(key) + sum(len(k) + len(v) + 100 for k, v in result.items()))
+    return result, key
 
 
 def json_pointer_escape(key: str) -> str:
@@ -91,7 +134,7 @@ def json_pointer_escape(key: str) -> str:
 
 
 _ANNOTATIONS_PATH = "/metadata/annotations"
-_path_cache: dict[str, str] = {}
+_path_cache = ByteBoundedCache(1024 * 1024)
 
 
 def annotation_path(key: str) -> str:
@@ -99,9 +142,7 @@ def annotation_path(key: str) -> str:
     path = _path_cache.get(key)
     if path is None:
         path = _ANNOTATIONS_PATH + "/" + json_pointer_escape(key)
-        if len(_path_cache) >= 8192:
-            _path_cache.clear()
-        _path_cache[key] = path
+        _path_cache.put(key, path, 2 * len(key) + 40)
     return path
 
 
@@ -133,23 +174,25 @@ def _encode(ops: list[dict[str, Any]]) -> str:
 
 # The common case, a pod straight from its controller (no controller-owned
 # annotation yet), gets the same patch as every replica of its workload: all
-# ``add``s, plus creating the map when absent. That encoded patch is memoised on
-# the (memoised, hence shared) originals dict; the entry holds the dict, so its
-# id cannot be reused while the entry exists.
-_FRESH_CACHE_MAX = 2048
-_fresh_patch_cache: dict[tuple[int, bool], tuple[dict[str, str], str]] = {}
+# ``add``s (the originals and their admission-scope MAC), plus creating the map
+# when absent. That encoded patch is memoised on the originals' memo key and what
+# the MAC binds (the replicas of one workload share both).
+_fresh_patch_cache = ByteBoundedCache(2 * 1024 * 1024)
 
 
-def fresh_patch(originals: dict[str, str], create_map: bool) -> str:
-    """Base64 JSONPatch stamping ``originals`` on a pod with no controller-owned annotation."""
-    key = (id(originals), create_map)
-    hit = _fresh_patch_cache.get(key)
-    if hit is not None and hit[0] is originals:
-        return hit[1]
-    encoded = _encode(build_patch(None if create_map else {}, originals))
-    if len(_fresh_patch_cache) >= _FRESH_CACHE_MAX:
-        _fresh_patch_cache.clear()
-    _fresh_patch_cache[key] = (originals, encoded)
+def fresh_patch(stamp: dict[str, str], create_map: bool, memo_key: bytes | None = None) -> str:
+    """Base64 JSONPatch stamping ``stamp`` on a pod with no controller-owned annotation.
+
+    ``memo_key`` must identify ``stamp`` exactly (None: not memoised).
+    """
+    key = (memo_key, create_map) if memo_key is not None else None
+    if key is not None:
+        hit = _fresh_patch_cache.get(key)
+        if hit is not None:
+            return hit
+    encoded = _encode(build_patch(None if create_map else {}, stamp))
+    if key is not None:
+        _fresh_patch_cache.put(key, encoded, len(memo_key) + len(encoded))
     return encoded
 
 
@@ -195,8 +238,8 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def handle_review(body: bytes) -> tuple[int, bytes, dict[str, Any]]:
-    """Decide on one AdmissionReview; never raises."""
+def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING) -> tuple[int, bytes, dict[str, Any]]:
+    """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned)."""
     try:
         review = _JSON(body)
     except Exception as exc:  # orjson.JSONDecodeError, and anything odd about the input
@@ -226,7 +269,7 @@ def handle_review(body: bytes) -> tuple[int, bytes, dict[str, Any]]:
         "decision": SKIPPED, "reason": "", "originals": _NO_ORIGINALS,
     }
     try:
-        status, out = _decide(request, operation, obj, uid, record)
+        status, out = _decide(request, operation, obj, uid, record, keyring)
     except Exception as exc:  # our bug: allow the pod unchanged, log and count it
         record["decision"] = SKIPPED
         record["reason"] = REASON_INTERNAL_ERROR
@@ -240,7 +283,8 @@ def handle_review(body: bytes) -> tuple[int, bytes, dict[str, Any]]:
     return status, out, record
 
 
-def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any]) -> tuple[int, bytes]:
+def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any],
+            keyring: resizer.KeyRing) -> tuple[int, bytes]:
     if operation != "CREATE" or not _is_pod(request):
         record["decision"] = SKIPPED
         record["reason"] = "NotPodCreate"
@@ -258,39 +302,57 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         record["pod"] = _str(request.get("name"))
         return 200, _allowed(uid)
     record["pod"] = _str(metadata.get("name")) or _str(metadata.get("generateName")) or _str(request.get("name"))
-    record["namespace"] = _str(request.get("namespace")) or _str(metadata.get("namespace"))
+    namespace = _str(request.get("namespace")) or _str(metadata.get("namespace"))
+    record["namespace"] = namespace
+    annotations = metadata.get("annotations")
 
     verdict = resizer.eligibility(obj)
     owner_kind = verdict.owner_kind
     if owner_kind:
         record["owner"] = f"{owner_kind}/{verdict.owner_name or ''}"
     if not verdict.eligible:
+        # Controller-owned keys go on every CREATE, eligible or not: a pod admitted
+        # ineligible (skip annotation, odd owner) may become eligible later.
         record["decision"] = SKIPPED
         record["reason"] = verdict.reason
-        return 200, _allowed(uid)
+        return 200, _allowed(uid, _strip(annotations, record))
 
-    originals = originals_of(obj)
+    originals, memo_key = _originals_and_key(obj)
+    stamp = originals
+    if originals and keyring:
+        identity = resizer.PodIdentity.of(obj, namespace, "admission")
+        stamp = {**originals, resizer.ORIGINALS_MAC: resizer.sign_originals(keyring, originals, identity, "admission")}
+        if memo_key is not None:
+            memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), (keyring.newest or "").encode()))
     record["originals"] = originals
-    annotations = metadata.get("annotations")
-    if originals and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {},
-                                                       originals):
+    if stamp and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, stamp):
         # Stamping would push the pod over the apiserver's annotation size limit and so
         # block its creation. Admit it unstamped (forged keys still stripped); the
         # reconciler will not resize a pod whose originals cannot be recorded.
         record["decision"] = SKIPPED
         record["reason"] = "AnnotationsTooLarge"
         record["originals"] = _NO_ORIGINALS
-        ops = build_patch(annotations, {}) if isinstance(annotations, dict) else []
-        return 200, _allowed(uid, _encode(ops) if ops else None)
-    if originals and (not isinstance(annotations, dict) or not any(map(resizer.is_controller_owned_key, annotations))):
-        patch = fresh_patch(originals, not isinstance(annotations, dict))
+        return 200, _allowed(uid, _strip(annotations, record))
+    if stamp and (not isinstance(annotations, dict) or not any(map(resizer.is_controller_owned_key, annotations))):
+        patch = fresh_patch(stamp, not isinstance(annotations, dict), memo_key)
     else:
-        ops = build_patch(annotations, originals)
+        ops = build_patch(annotations, stamp)
         if not ops:
             record["decision"] = SKIPPED
-            record["reason"] = "AlreadyStamped" if originals else "NothingToStamp"
+            record["reason"] = "AlreadyStamped" if stamp else "NothingToStamp"
             return 200, _allowed(uid)
         patch = _encode(ops)
     record["decision"] = PATCHED
     record["reason"] = verdict.reason
     return 200, _allowed(uid, patch)
+
+
+def _strip(annotations: Any, record: dict[str, Any]) -> str | None:
+    """The patch removing every client-supplied controller-owned key (None: nothing to remove)."""
+    if not isinstance(annotations, dict):
+        return None
+    ops = build_patch(annotations, {})
+    if not ops:
+        return None
+    record["stripped"] = len(ops)
+    return _encode(ops)

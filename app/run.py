@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import importlib.util
@@ -14,6 +15,8 @@ import uvicorn
 from app.metrics import Metrics
 from app.server import DEFAULT_MAX_REQUEST_BYTES, create_app
 from app.tls import CertReloader
+from ops.keys import KeyDirectory
+from resizer import KeyRing
 from ops.jsonlog import flush_logging
 
 log = logging.getLogger("workload_resizer.webhook")
@@ -43,6 +46,7 @@ def build_server(
     keep_alive_timeout: float = 120.0,
     shutdown_timeout: float | None = 20.0,
     metrics: Metrics | None = None,
+    originals_key_dir: str = "",
 ) -> tuple[uvicorn.Server, CertReloader]:
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
     metrics = metrics if metrics is not None else Metrics()
@@ -52,9 +56,24 @@ def build_server(
         log.error("no usable serving certificate yet; not ready until one is loaded",
                   extra={"cert_file": cert_file, "key_file": key_file})
 
+    keys = KeyDirectory(originals_key_dir) if originals_key_dir else None   # fails fast on a bad directory
+    if keys is None:
+        log.warning("no --originals-key-dir: original-* annotations are stamped unsigned")
+    key_task: asyncio.Task[None] | None = None
+
+    async def poll_keys() -> None:
+        assert keys is not None
+        while True:
+            await asyncio.sleep(max(cert_reload_interval, 1.0))
+            if keys.poll():
+                app.keyring = KeyRing(keys.keys)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
+        nonlocal key_task
         reloader.start()
+        if keys is not None:
+            key_task = asyncio.get_running_loop().create_task(poll_keys())
         log.info("webhook started", extra={"address": bind_address, "port": port,
                                            "tls_min_version": tls_min_version,
                                            "cert_reload_interval_s": cert_reload_interval,
@@ -62,11 +81,15 @@ def build_server(
         try:
             yield
         finally:
+            if key_task is not None:
+                key_task.cancel()
             await reloader.stop()
             reloader.close()
             log.info("webhook stopped")
 
     app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan)
+    if keys is not None:
+        app.keyring = KeyRing(keys.keys)
     config = uvicorn.Config(
         app,
         host=bind_address,

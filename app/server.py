@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from app.metrics import Metrics
 from app.review import REASON_INTERNAL_ERROR, REJECTED, handle_review, too_large
 from ops.jsonlog import log_fields
+from resizer import EMPTY_KEYRING, KeyRing
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -48,12 +49,13 @@ _perf = time.perf_counter
 class MutateApp:
     """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
 
-    __slots__ = ("fallback", "max_request_bytes", "metrics", "_by_result", "_observe", "_content_lengths")
+    __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "_by_result", "_observe", "_content_lengths")
 
     def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
         self.fallback = fallback
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
+        self.keyring: KeyRing = EMPTY_KEYRING    # signs the originals; replaced when the keys rotate
         self._by_result = metrics.by_result
         self._observe = metrics.duration.observe
         # Cache of content-length header values -> bytes, most responses share a few sizes.
@@ -129,7 +131,7 @@ class MutateApp:
             self._account(start, status, record)
             return
 
-        status, payload, record = handle_review(body)
+        status, payload, record = handle_review(body, self.keyring)
         await self._respond(send, status, payload)
         self._account(start, status, record)
 

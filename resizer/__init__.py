@@ -11,11 +11,13 @@ the JSON shape the API server uses.
 from resizer.annotations import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
+    ORIGINALS_MAC,
     PREFIX,
     SKIP,
     TOTAL_ANNOTATION_SIZE_LIMIT,
     fits_annotation_limit,
     is_controller_owned_key,
+    is_original_key,
     original_key,
 )
 from resizer.config import (
@@ -30,6 +32,18 @@ from resizer.config import (
     resolve_policy,
 )
 from resizer.eligibility import Eligibility, eligibility
+from resizer.integrity import (
+    EMPTY_KEYRING,
+    KeyRing,
+    KeyRingError,
+    OriginalsCheck,
+    PodIdentity,
+    Trust,
+    check_originals,
+    key_id_of,
+    original_annotations,
+    sign_originals,
+)
 from resizer.originals import (
     ContainerOriginals,
     OriginalsError,
@@ -55,6 +69,8 @@ __all__ = [
     "APPLIED_AT",
     "APPLIED_INSTANCE_TYPE",
     "COMPUTE_CLASS_SELECTOR",
+    "EMPTY_KEYRING",
+    "ORIGINALS_MAC",
     "PREFIX",
     "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
@@ -62,6 +78,16 @@ __all__ = [
     "ConfigError",
     "ContainerOriginals",
     "Eligibility",
+    "KeyRing",
+    "KeyRingError",
+    "OriginalsCheck",
+    "PodIdentity",
+    "Trust",
+    "check_originals",
+    "key_id_of",
+    "original_annotations",
+    "sign_originals",
+    "is_original_key",
     "NodeProfile",
     "OriginalsError",
     "Policy",

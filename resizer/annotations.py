@@ -11,11 +11,13 @@ __all__ = [
     "APPLIED_AT",
     "APPLIED_INSTANCE_TYPE",
     "MIRROR_POD",
+    "ORIGINALS_MAC",
     "PREFIX",
     "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "fits_annotation_limit",
     "is_controller_owned_key",
+    "is_original_key",
     "original_key",
 ]
 
@@ -23,6 +25,8 @@ PREFIX = "workload-resizer.io/"
 SKIP = PREFIX + "skip"
 APPLIED_INSTANCE_TYPE = PREFIX + "applied-instance-type"
 APPLIED_AT = PREFIX + "applied-at"
+# HMAC over the original-* values and the pod's identity (resizer.integrity).
+ORIGINALS_MAC = PREFIX + "originals-mac"
 # Set by the kubelet on the API copy of a static pod.
 MIRROR_POD = "kubernetes.io/config.mirror"
 # The apiserver rejects an object whose annotation keys and values add up to more bytes.
@@ -63,8 +67,13 @@ def original_key(
 
 
 def is_controller_owned_key(key: str) -> bool:
-    """True for the ``original-*`` and ``applied-*`` keys only the controller may set."""
-    return key.startswith(_ORIGINAL_PREFIX) or key.startswith(_APPLIED_PREFIX)
+    """True for the ``original-*``, ``applied-*`` and integrity keys only the controller may set."""
+    return key.startswith(_ORIGINAL_PREFIX) or key.startswith(_APPLIED_PREFIX) or key == ORIGINALS_MAC
+
+
+def is_original_key(key: str) -> bool:
+    """True for an ``original-*`` key (a baseline value)."""
+    return key.startswith(_ORIGINAL_PREFIX)
 
 
 def fits_annotation_limit(annotations: Mapping[str, Any], originals: Mapping[str, str]) -> bool:
