@@ -41,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also resize resources whose resizePolicy is RestartContainer (restarts them)")
     sizing.add_argument("--dry-run", action="store_true",
                         help="decide, log and record WouldResize events, but patch nothing")
+    sizing.add_argument("--originals-key-dir", default="",
+                        help="directory of HMAC keys (file name = key id; the greatest id signs, any verifies) "
+                             "for the original-* annotations: the Secret shared with the webhook; re-read every "
+                             "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
+                             "changed are resized (from their spec)")
 
     work = p.add_argument_group("work")
     work.add_argument("--concurrency", type=positive_int, default=8, help="pods reconciled at the same time")

@@ -6,10 +6,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
+import sys
 import time
 from typing import Any
 
 from ops.jsonlog import configure_logging
+from ops.keys import KeyDirectory, KeyDirectoryError
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
 from reconciler.controller import Options, PodResizer
@@ -17,13 +20,19 @@ from reconciler.events import EventRecorder
 from reconciler.kube import ApiError, KubeClient, load_credentials
 from reconciler.leader import LeaderElector, LeadershipLost
 from reconciler.workqueue import WorkQueue
+from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 
 log = logging.getLogger("reconciler")
 
 
 class Reconciler:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, keys: KeyDirectory | None = None) -> None:
         self.args = args
+        self.keys = keys
+        self.keyring = KeyRing(keys.keys) if keys is not None else EMPTY_KEYRING
+        if keys is None:
+            log.warning("no --originals-key-dir: original-* annotations cannot be verified; only pods whose "
+                        "spec never changed are resized")
         creds = load_credentials(args.kubeconfig)
         self.client = KubeClient(creds, qps=args.kube_api_qps, burst=args.kube_api_burst,
                                  max_connections=args.concurrency + 8)
@@ -70,10 +79,15 @@ class Reconciler:
     # ---- main loop
 
     async def run(self) -> int:
+        try:
+            listeners = self._listen()
+        except OSError as err:
+            log.error("cannot listen for metrics/health probes; exiting", extra={"error": str(err)})
+            return 1
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
-        servers = await self._start_http()
+        servers = await self._start_http(listeners)
         code = 0
         try:
             code = await self._lead_and_work()
@@ -179,19 +193,57 @@ class Reconciler:
                 metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
                 self.queue.done(key)
 
-    async def _start_http(self) -> list[Any]:
-        app = http.build_app(self.checks())
+    def _listen(self) -> dict[str, socket.socket]:
+        """Bind every metrics/probe address now: a port already taken is a startup error, not a
+        reconciler running without health or metrics endpoints."""
         addresses = {a for a in (self.args.metrics_bind_address, self.args.health_probe_bind_address) if a != "0"}
+        listeners: dict[str, socket.socket] = {}
+        try:
+            for address in sorted(addresses):
+                listeners[address] = _bind(address)
+        except OSError:
+            for sock in listeners.values():
+                sock.close()
+            raise
+        return listeners
+
+    async def _start_http(self, listeners: dict[str, socket.socket]) -> list[Any]:
+        app = http.build_app(self.checks())
         servers = []
-        for address in sorted(addresses):
+        for address, sock in listeners.items():
             server = http.build_server(app, address)
             servers.append(server)
-            asyncio.create_task(server.serve(), name=f"http {address}")
+            asyncio.create_task(server.serve(sockets=[sock]), name=f"http {address}")
         return servers
+
+
+def _bind(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        raise OSError(err.errno, f"{address}: {err.strerror}") from None
+    except ValueError as err:
+        sock.close()
+        raise OSError(f"{address}: invalid address ({err})") from None
+    return sock
 
 
 def main(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
+    try:
+        keys = KeyDirectory(args.originals_key_dir) if args.originals_key_dir else None
+        if keys is not None:
+            KeyRing(keys.keys)
+    except (KeyDirectoryError, KeyRingError) as err:
+        print(f"error: --originals-key-dir: {err}", file=sys.stderr)
+        return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)        # one line per API call is noise
     logging.getLogger("httpcore").setLevel(logging.WARNING)
     try:
@@ -201,7 +253,7 @@ def main(args: argparse.Namespace) -> int:
         runner = asyncio.run
 
     async def _run() -> int:
-        return await Reconciler(args).run()
+        return await Reconciler(args, keys).run()
 
     with contextlib.suppress(KeyboardInterrupt):
         return runner(_run())

@@ -34,14 +34,18 @@ from resizer.config import (
 from resizer.eligibility import Eligibility, eligibility
 from resizer.integrity import (
     EMPTY_KEYRING,
+    Baseline,
     KeyRing,
     KeyRingError,
     OriginalsCheck,
     PodIdentity,
     Trust,
+    baseline,
     check_originals,
     key_id_of,
+    needs_resign,
     original_annotations,
+    pod_mac,
     sign_originals,
 )
 from resizer.originals import (
@@ -83,6 +87,10 @@ __all__ = [
     "OriginalsCheck",
     "PodIdentity",
     "Trust",
+    "Baseline",
+    "baseline",
+    "needs_resign",
+    "pod_mac",
     "check_originals",
     "key_id_of",
     "original_annotations",

@@ -44,6 +44,7 @@ from typing import Any, Literal
 from resizer.annotations import APPLIED_INSTANCE_TYPE, ORIGINALS_MAC, is_original_key
 
 __all__ = [
+    "Baseline",
     "EMPTY_KEYRING",
     "KeyRing",
     "KeyRingError",
@@ -51,8 +52,11 @@ __all__ = [
     "PodIdentity",
     "Trust",
     "check_originals",
+    "baseline",
     "key_id_of",
+    "needs_resign",
     "original_annotations",
+    "pod_mac",
     "sign_originals",
 ]
 
@@ -249,3 +253,47 @@ def _mac(secret: bytes, originals: Mapping[str, str], identity: PodIdentity, sco
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the reconciler plans from and what it must write first.
+
+    ``pod`` is the pod to plan from (recaptured: its ``original-*`` annotations
+    removed, so the spec is the baseline); ``stamp`` is the annotations merge patch of
+    step 1 (None: nothing to write), ``None`` values deleting rejected keys.
+    """
+
+    check: OriginalsCheck
+    pod: Mapping[str, Any]
+    stamp: dict[str, str | None] | None
+
+
+def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str, str]) -> Baseline:
+    """The reconciler's originals decision for ``pod`` (see :func:`check_originals`)."""
+    result = check_originals(pod, keyring, spec_originals)
+    if result.trust is not Trust.RECAPTURE:
+        return Baseline(result, pod, None)
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    kept = {k: v for k, v in annotations.items() if not is_original_key(k) and k != ORIGINALS_MAC}
+    view = {**pod, "metadata": {**meta, "annotations": kept}}
+    stamp: dict[str, str | None] = {k: None for k in annotations if is_original_key(k) or k == ORIGINALS_MAC}
+    stamp.update(spec_originals)
+    if keyring:
+        stamp[ORIGINALS_MAC] = sign_originals(keyring, spec_originals, PodIdentity.of(pod), "pod")
+    return Baseline(result, view, stamp)
+
+
+def pod_mac(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str]:
+    """``{ORIGINALS_MAC: ...}`` binding the pod's current originals to this pod (empty without keys)."""
+    if not keyring:
+        return {}
+    return {ORIGINALS_MAC: sign_originals(keyring, original_annotations(pod), PodIdentity.of(pod), "pod")}
+
+
+def needs_resign(pod: Mapping[str, Any], keyring: KeyRing) -> bool:
+    """A MAC signed with a key other than the newest (rotation): re-sign while it still verifies."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ORIGINALS_MAC)
+    key_id = key_id_of(value)
+    return bool(keyring) and key_id is not None and key_id != keyring.newest and key_id in keyring.keys

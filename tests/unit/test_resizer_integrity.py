@@ -199,3 +199,37 @@ def test_missing_generation_falls_back_to_the_applied_annotation() -> None:
 def test_bad_key_rings_are_rejected(keys: dict[str, bytes], error: str) -> None:
     with pytest.raises(KeyRingError, match=error):
         KeyRing(keys)
+
+
+def test_baseline_recapture_plans_from_the_spec_and_stamps_a_pod_mac() -> None:
+    from resizer import baseline, read_originals
+
+    pod = make_pod("500m", annotations={CPU: "16", ORIGINALS_MAC: "v1.a.k.forged", "other": "x"})
+    result = baseline(pod, RING, originals_from_spec_annotations(pod))
+    assert result.check.trust is Trust.RECAPTURE
+    assert read_originals(result.pod)["app"].cpu.request == read_originals(make_pod("500m"))["app"].cpu.request
+    assert result.stamp is not None and result.stamp[CPU] == "500m"
+    after = copy.deepcopy(pod)
+    after["metadata"]["annotations"] = {k: v for k, v in {**pod["metadata"]["annotations"], **result.stamp}.items()
+                                        if v is not None}
+    assert check(after).trust is Trust.TRUSTED and check(after).scope == "pod"
+
+
+def test_baseline_of_trusted_originals_writes_nothing() -> None:
+    from resizer import baseline
+
+    pod = stamped_at_admission(make_pod())
+    result = baseline(pod, RING, originals_from_spec_annotations(pod))
+    assert result.stamp is None and result.pod is pod
+
+
+def test_pod_mac_upgrades_an_admission_stamp_and_needs_resign_tracks_rotation() -> None:
+    from resizer import needs_resign, pod_mac
+
+    old_ring = KeyRing({OLD: b"o" * 32})
+    pod = stamped_at_admission(make_pod("1"), ring=old_ring)
+    assert not needs_resign(pod, old_ring)
+    assert needs_resign(pod, RING)
+    pod["metadata"]["annotations"].update(pod_mac(pod, RING))
+    assert not needs_resign(pod, RING)
+    assert check(resize_spec(pod, "800m")).scope == "pod"
