@@ -23,6 +23,7 @@ from reconciler import metrics
 
 log = logging.getLogger("reconciler.kube")
 
+UNEXPECTED_REPLY = "UnexpectedReply"     # ApiError.reason of a reply that is not a JSON object
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
@@ -33,19 +34,20 @@ class ApiError(Exception):
     def __init__(self, status: int, body: dict[str, Any]) -> None:
         self.status = status
         self.body = body
-        self.reason: str = body.get("reason", "") if isinstance(body, dict) else ""
-        self.message: str = body.get("message", "") if isinstance(body, dict) else str(body)
+        self.reason: str = str(body.get("reason", "")) if isinstance(body, dict) else ""
+        self.message: str = str(body.get("message", "")) if isinstance(body, dict) else str(body)
         super().__init__(f"HTTP {status} {self.reason}: {self.message}")
 
     @property
     def causes(self) -> list[str]:
-        details = self.body.get("details") or {}
-        return [c.get("type", "") for c in details.get("causes") or []]
+        details = self.body.get("details") if isinstance(self.body, dict) else None
+        causes = details.get("causes") if isinstance(details, dict) else None
+        return [str(c.get("type", "")) for c in causes if isinstance(c, dict)] if isinstance(causes, list) else []
 
     @property
     def retryable(self) -> bool:
-        """Conflicts, throttling and server errors are worth retrying with backoff."""
-        return self.status in (409, 429) or self.status >= 500
+        """Conflicts, throttling, server errors and garbled replies are worth retrying with backoff."""
+        return self.status in (409, 429) or self.status >= 500 or self.reason == UNEXPECTED_REPLY
 
 
 class TransportError(ConnectionError):
@@ -166,10 +168,9 @@ class KubeClient:
             metrics.API_REQUESTS.labels(method, resource, "<error>").inc()
             raise TransportError(f"{method} {path}: {err!r}") from err
         metrics.API_REQUESTS.labels(method, resource, str(resp.status_code)).inc()
-        payload = orjson.loads(resp.content) if resp.content else {}
         if resp.status_code >= 300:
-            raise ApiError(resp.status_code, payload if isinstance(payload, dict) else {"message": str(payload)})
-        return payload
+            raise ApiError(resp.status_code, _json_or_message(resp.content))
+        return _json_object(resp.status_code, resp.content)
 
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
         return await self.request("GET", path, params=params or None)
@@ -207,7 +208,7 @@ class KubeClient:
                 async for line in resp.aiter_lines():
                     if not line:
                         continue
-                    event = orjson.loads(line)
+                    event = _json_object(resp.status_code, line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
                         if status.get("code") == 410:
@@ -218,6 +219,20 @@ class KubeClient:
             raise WatchIdle(f"watch {path}: no event or bookmark for {idle_timeout:.0f}s") from err
         except httpx.HTTPError as err:
             raise TransportError(f"watch {path}: {err!r}") from err
+
+
+def _json_object(status: int, body: bytes | str) -> dict[str, Any]:
+    """A 2xx body (or watch line) that must be a JSON object, else an ApiError (e.g. an HTML page from a proxy)."""
+    if not body:
+        return {}
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        text = body if isinstance(body, str) else body.decode(errors="replace")
+        raise ApiError(status, {"reason": UNEXPECTED_REPLY, "message": f"expected a JSON object, got: {text[:200]!r}"})
+    return value
 
 
 def _json_or_message(body: bytes) -> dict[str, Any]:

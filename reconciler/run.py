@@ -18,7 +18,7 @@ from reconciler.config_source import ConfigSource
 from reconciler.controller import Options, PodResizer
 from reconciler.events import EventRecorder
 from reconciler.kube import ApiError, KubeClient, load_credentials
-from reconciler.leader import LeaderElector, LeadershipLost
+from reconciler.leader import FencedClient, LeaderElector, LeadershipLost
 from reconciler.workqueue import WorkQueue
 from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 
@@ -36,20 +36,22 @@ class Reconciler:
         creds = load_credentials(args.kubeconfig)
         self.client = KubeClient(creds, qps=args.kube_api_qps, burst=args.kube_api_burst,
                                  max_connections=args.concurrency + 8)
-        self.recorder = EventRecorder(self.client)
+        self.elector = LeaderElector(
+            self.client, args.leader_election_namespace, args.leader_election_id,
+            args.leader_election_identity, args.leader_election_lease_duration,
+            args.leader_election_renew_deadline, args.leader_election_retry_period) if args.leader_elect else None
+        # Workers and events write through the fence: nothing is sent once the lease may be lost.
+        writer: Any = FencedClient(self.client, self.elector.may_write) if self.elector else self.client
+        self.recorder = EventRecorder(writer)
         self.queue = WorkQueue("pod-resizer")
         self.config = ConfigSource(self.client, self.recorder, args.config_namespace, args.config_name,
                                    args.config_refresh_interval, on_change=self._config_changed,
                                    idle_timeout=args.watch_idle_timeout)
         self.resizer = PodResizer(
-            self.client, self.recorder, self.config, self.queue,
+            writer, self.recorder, self.config, self.queue,
             Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
                     resize_restart_containers=args.resize_restart_containers),
             idle_timeout=args.watch_idle_timeout)
-        self.elector = LeaderElector(
-            self.client, args.leader_election_namespace, args.leader_election_id,
-            args.leader_election_identity, args.leader_election_lease_duration,
-            args.leader_election_renew_deadline, args.leader_election_retry_period) if args.leader_elect else None
         self.stop = asyncio.Event()
         self.active = False
 
@@ -107,6 +109,10 @@ class Reconciler:
                 log.info("stopped before becoming leader")
                 return 0
             stopped.cancel()
+            error = None if acquired.cancelled() else acquired.exception()
+            if error is not None or not self.elector.is_leader:     # never work without the lease
+                log.error("leader election failed; not starting work", extra={"error": repr(error)})
+                return 1
         self.active = True
         background = [asyncio.create_task(c, name=n) for n, c in (
             ("config", self.config.run()), ("nodes", self.resizer.nodes.run()),
@@ -150,6 +156,10 @@ class Reconciler:
     async def _shutdown(self, workers: list[asyncio.Task[None]], background: list[asyncio.Task[Any]],
                         stopped: asyncio.Task[Any]) -> None:
         await self.queue.shutdown()
+        if self.elector is not None and not self.elector.may_write():
+            # Leadership lost (or about to be): in-flight requests are cancelled, not awaited.
+            for task in workers:
+                task.cancel()
         if workers:
             _, pending = await asyncio.wait(workers, timeout=self.args.shutdown_timeout)
             for task in pending:

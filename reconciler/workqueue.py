@@ -79,11 +79,12 @@ class WorkQueue:
             self._wakeup.notify()
 
     async def get(self) -> str | None:
-        """Next item, or None once the queue is shut down."""
+        """Next item, or None once the queue is shut down (queued items are not drained:
+        after a shutdown, for a lost lease above all, no new work may start)."""
         async with self._wakeup:
             while not self._queue and not self._shutting_down:
                 await self._wakeup.wait()
-            if not self._queue:
+            if self._shutting_down or not self._queue:
                 return None
             item = self._queue.popleft()
         queued_at = self._queued.pop(item)

@@ -129,3 +129,8 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* The Secret holding the originals HMAC keys (mounted into both Deployments). */}}
+{{- define "wr.originalsKeysSecretName" -}}
+{{- .Values.originalsKeys.existingSecret | default (printf "%s-originals-keys" (include "wr.fullname" .)) -}}
+{{- end -}}

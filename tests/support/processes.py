@@ -15,6 +15,25 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 
 
+_KEY_DIR: Path | None = None
+
+
+def originals_key_dir() -> Path:
+    """One originals HMAC key directory per test process, shared by every webhook and
+    reconciler it starts (as the chart mounts one Secret into both)."""
+    global _KEY_DIR
+    if _KEY_DIR is None:
+        _KEY_DIR = Path(tempfile.mkdtemp(prefix="originals-keys-"))
+        (_KEY_DIR / "k0001").write_bytes(os.urandom(24).hex().encode())
+    return _KEY_DIR
+
+
+def _with_key_dir(flags: tuple[str, ...]) -> list[str]:
+    if any(f.startswith("--originals-key-dir") for f in flags):
+        return list(flags)
+    return [f"--originals-key-dir={originals_key_dir()}", *flags]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,7 +105,7 @@ class Reconciler(Process):
         argv = [sys.executable, "-m", "reconciler", f"--kubeconfig={kubeconfig}",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
                 f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-                "--config-refresh-interval=2s", *flags]
+                "--config-refresh-interval=2s", *_with_key_dir(flags)]
         super().__init__(name, argv, env, log_path)
 
     def metrics(self) -> str:
@@ -157,7 +176,7 @@ class Webhook(Process):
         self.port = port or free_port()
         argv = [sys.executable, "-m", "app", "--bind-address=127.0.0.1", f"--port={self.port}",
                 f"--tls-cert-file={self.certs.cert_file}", f"--tls-key-file={self.certs.key_file}",
-                "--log-flush-interval=0", *flags]
+                "--log-flush-interval=0", *_with_key_dir(flags)]
         super().__init__(name, argv, env, log_path)
 
     @property

@@ -305,3 +305,38 @@ def test_requests_without_a_token_send_no_authorization_header():
 
     _request(_client(handler, token=None), "get", "/api/v1/nodes")
     assert "Authorization" not in seen[0].headers
+
+
+# ------------------------------------------------------------------ replies that are not JSON objects
+
+HTML_503 = b"<html><body><h1>503 Service Unavailable</h1>upstream connect error</body></html>"
+
+
+@pytest.mark.parametrize(("status", "body"), [
+    (503, HTML_503), (502, b"\xff\xfe garbage"), (500, b"[1, 2]"), (403, b"null"),
+])
+def test_a_failed_request_with_any_body_is_an_api_error(status: int, body: bytes):
+    with pytest.raises(ApiError) as exc:
+        _request(_client(lambda req: httpx.Response(status, content=body)), "get", "/api/v1/nodes")
+    assert exc.value.status == status
+    assert exc.value.causes == []
+
+
+@pytest.mark.parametrize("body", [HTML_503, b"[]", b"\"text\"", b"12", b"{truncated"])
+def test_a_successful_reply_that_is_not_a_json_object_is_a_retryable_api_error(body: bytes):
+    with pytest.raises(ApiError) as exc:
+        _request(_client(lambda req: httpx.Response(200, content=body)), "get", "/api/v1/nodes")
+    assert exc.value.reason == "UnexpectedReply" and exc.value.retryable
+
+
+def test_odd_status_details_do_not_break_causes():
+    assert ApiError(422, {"details": "oops"}).causes == []
+    assert ApiError(422, {"details": {"causes": ["x", {"type": "FieldValueInvalid"}]}}).causes == ["FieldValueInvalid"]
+
+
+@pytest.mark.parametrize("line", ["<html>", "[1]", "7"])
+def test_a_watch_line_that_is_not_a_json_object_is_an_api_error(line: str):
+    body = _lines(_event("ADDED", "a", "101"), line)
+    events, err = _collect(_client(lambda req: httpx.Response(200, content=body)))
+    assert [e["object"]["metadata"]["name"] for e in events] == ["a"]
+    assert isinstance(err, ApiError) and err.reason == "UnexpectedReply"

@@ -1,0 +1,130 @@
+"""The chart's ValidatingAdmissionPolicies on the real apiserver.
+
+The reconciler's ServiceAccount (the chart's RBAC, a TokenRequest token) may change a
+pod's workload-resizer.io/* annotations and, through pods/resize, its container
+resources, and nothing else: an image, a label or another annotation is denied by the
+apiserver even though RBAC allows `patch pods`. A tenant (a ServiceAccount with the
+built-in `edit` role in its namespace) cannot add, change or remove workload-resizer.io/*
+annotations after creation. The reconciler's full job under both policies is
+tests/cluster/test_rbac_reconciler.py (zero denials).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.cluster.test_reconciler import Harness, guaranteed
+from tests.support.chart import ensure_helm
+from tests.support.kube import ApiError, Kube, wait_for
+from tests.support.rbac import install_rbac, kubeconfig_for_token, uninstall_rbac
+
+ORIGINAL_CPU = "workload-resizer.io/original-cpu.app"
+
+
+@pytest.fixture
+def world(cluster: Any, namespace: str) -> Iterator[dict[str, Any]]:
+    harness = Harness(cluster, namespace)
+    tokens = install_rbac(cluster.kube, ensure_helm(), namespace)
+    kube = cluster.kube
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}})
+    kube.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "tenant-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}]})
+    tenant_token = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/tenant/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    try:
+        yield {"harness": harness, "ns": namespace,
+               "reconciler": Kube(kubeconfig_for_token(cluster, tokens["reconciler"])),
+               "tenant": Kube(kubeconfig_for_token(cluster, tenant_token["status"]["token"]))}
+    finally:
+        harness.close(print_logs=False)
+        uninstall_rbac(cluster.kube, namespace)
+
+
+def denied(call: Any) -> str:
+    """The apiserver's denial message of `call` (fails if it was allowed)."""
+    try:
+        call()
+    except ApiError as err:
+        assert err.status in (403, 422), err
+        return str(err)
+    raise AssertionError("allowed, but the policy should have denied it")
+
+
+def running_pod(world: dict[str, Any]) -> str:
+    harness: Harness = world["harness"]
+    node = harness.node("n4", "n4")
+    harness.deploy("web", node, [guaranteed()])
+    return harness.wait_running("web")[0]["metadata"]["name"]
+
+
+def wait_policy_active(kube: Kube, path: str) -> None:
+    """The apiserver loads new policies asynchronously: wait until a label edit is denied."""
+    def label_denied() -> bool:
+        try:
+            kube.patch(path, {"metadata": {"labels": {"policy-probe": "x"}}})
+        except ApiError as err:
+            return err.status in (403, 422)
+        return False
+    wait_for("the ValidatingAdmissionPolicy to be enforced", label_denied, timeout=60, interval=0.5)
+
+
+def test_reconciler_identity_changes_only_product_annotations_and_resources(world: dict[str, Any]) -> None:
+    me: Kube = world["reconciler"]
+    name = running_pod(world)
+    path = f"/api/v1/namespaces/{world['ns']}/pods/{name}"
+    wait_policy_active(me, path)
+
+    image = denied(lambda: me.patch(path, {"spec": {"containers": [{"name": "app", "image": "evil:1"}]}},
+                                    "strategic"))
+    assert "may change only workload-resizer.io/* annotations" in image
+    denied(lambda: me.patch(path, {"metadata": {"labels": {"app": "other"}}}))
+    denied(lambda: me.patch(path, {"metadata": {"annotations": {"example.com/note": "x"}}}))
+    denied(lambda: me.patch(path, {"metadata": {"ownerReferences": None}}))
+
+    # Its own job: product annotations and pods/resize of container resources.
+    me.patch(path, {"metadata": {"annotations": {"workload-resizer.io/applied-at": "2026-11-23T00:00:00Z"}}})
+    me.patch(f"{path}/resize", {"spec": {"containers": [{"name": "app", "resources": {
+        "requests": {"cpu": "800m"}, "limits": {"cpu": "800m"}}}]}}, "strategic")
+    pod = world["harness"].pod(name)
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "800m"
+    assert pod["spec"]["containers"][0]["image"] != "evil:1"
+
+
+def test_tenant_cannot_touch_product_annotations_after_creation(world: dict[str, Any]) -> None:
+    tenant: Kube = world["tenant"]
+    ns = world["ns"]
+    # Creating with them is admitted (the webhook strips them; the reconciler verifies them).
+    pod = tenant.create(f"/api/v1/namespaces/{ns}/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "tenant-pod", "annotations": {ORIGINAL_CPU: "16", "note": "mine"}},
+        "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                 "resources": {"requests": {"cpu": "100m"}}}]}})
+    path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"
+    wait_for("the policy to be enforced", lambda: _denied_now(
+        lambda: tenant.patch(path, {"metadata": {"annotations": {ORIGINAL_CPU: "32"}}})), timeout=60)
+
+    change = denied(lambda: tenant.patch(path, {"metadata": {"annotations": {ORIGINAL_CPU: "32"}}}))
+    assert "managed by workload-resizer" in change and "system:serviceaccount:" in change
+    denied(lambda: tenant.patch(path, {"metadata": {"annotations": {ORIGINAL_CPU: None}}}))
+    denied(lambda: tenant.patch(path, {"metadata": {"annotations": {
+        "workload-resizer.io/applied-instance-type": "n4"}}}))
+    denied(lambda: tenant.patch(path, {"metadata": {"annotations": {"workload-resizer.io/skip": "true"}}}))
+
+    # Everything else stays the tenant's.
+    tenant.patch(path, {"metadata": {"labels": {"tier": "web"}, "annotations": {"note": "changed"}}})
+    # An exempt admin (system:masters by default) can still fix things.
+    world["harness"].kube.patch(path, {"metadata": {"annotations": {ORIGINAL_CPU: None}}})
+    assert ORIGINAL_CPU not in world["harness"].pod("tenant-pod")["metadata"].get("annotations", {})
+
+
+def _denied_now(call: Any) -> bool:
+    try:
+        call()
+    except ApiError as err:
+        return err.status in (403, 422)
+    return False
