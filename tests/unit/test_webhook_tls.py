@@ -320,3 +320,54 @@ def test_reloader_keeps_private_copies_readable_only_by_owner(tmp_path):
     finally:
         r.close()
     assert r._private_dir is None
+
+
+# -- cipher suites ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tls12_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tls12")
+    ca, serving = issue()
+    paths = certs.write_pair(str(tmp), serving, ca)
+    srv = Server(Path(paths["tls.crt"]), Path(paths["tls.key"]), "--tls-min-version", "1.2")
+    srv.ca, srv.serving = ca, serving
+    try:
+        srv.wait_listening()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def negotiated(port: int, ctx: ssl.SSLContext) -> tuple[str, str]:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        with ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            return tls.version() or "", tls.cipher()[0]
+
+
+def test_tls13_is_preferred_when_the_client_has_it(tls12_server):
+    assert negotiated(tls12_server.port, client_context(tls12_server.ca))[0] == "TLSv1.3"
+
+
+def test_tls12_offers_only_ecdhe_with_aead(tls12_server):
+    ctx = client_context(tls12_server.ca)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    version, cipher = negotiated(tls12_server.port, ctx)
+    assert version == "TLSv1.2" and cipher.startswith("ECDHE") and ("GCM" in cipher or "CHACHA20" in cipher)
+
+
+@pytest.mark.parametrize("client_ciphers", ["DHE+AESGCM:!ECDHE", "ECDHE+AES:!AESGCM:!CHACHA20", "RSA+AESGCM:!ECDHE:!DHE"],
+                         ids=["DHE", "CBC", "static-RSA"])
+def test_tls12_refuses_dhe_cbc_and_static_rsa_suites(tls12_server, client_ciphers):
+    ctx = client_context(tls12_server.ca)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(client_ciphers)
+    with pytest.raises(ssl.SSLError):
+        negotiated(tls12_server.port, ctx)
+
+
+def test_server_context_forbids_renegotiation_and_compression():
+    from app.tls import new_server_context
+
+    ctx = new_server_context("1.2")
+    assert ctx.options & ssl.OP_NO_RENEGOTIATION and ctx.options & ssl.OP_NO_COMPRESSION
+    tls12 = [c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.2"]
+    assert tls12 and all(n.startswith("ECDHE") and ("GCM" in n or "CHACHA20" in n) for n in tls12)
