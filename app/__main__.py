@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).")
     p.add_argument("--shutdown-timeout", type=parse_duration, metavar="DURATION", default="20s",
                    help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.")
+    p.add_argument("--max-inflight-reviews", type=int, default=32, metavar="N",
+                   help="Reviews read at once; beyond that (or beyond 16MiB of buffered bodies) a review is "
+                        "answered at once 'allowed, no patch' (the reconciler captures the originals later) "
+                        "and its connection closed: overload never delays or blocks pod creation.")
+    p.add_argument("--shutdown-delay", type=parse_duration, metavar="DURATION", default="5s",
+                   help="On SIGTERM, first fail /readyz and keep serving this long (closing each connection "
+                        "after its answer) so endpoints and the apiserver move away, then shut down "
+                        "gracefully. terminationGracePeriodSeconds must exceed this plus --shutdown-timeout.")
     p.add_argument("--originals-key-dir", metavar="DIR", default="",
                    help="Directory of HMAC keys (file name = key id, the greatest id signs) that sign the "
                         "original-* annotations; the mounted Secret shared with the reconciler. Re-read every "
@@ -99,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keep_alive_timeout=args.http_keep_alive_timeout,
                 shutdown_timeout=args.shutdown_timeout,
                 originals_key_dir=args.originals_key_dir,
+                max_inflight=args.max_inflight_reviews,
+                shutdown_delay=args.shutdown_delay,
             )
     except (KeyDirectoryError, KeyRingError) as err:
         print(f"error: --originals-key-dir: {err}", file=sys.stderr)

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 import uvicorn
 
 from app.metrics import Metrics
-from app.server import DEFAULT_MAX_REQUEST_BYTES, create_app
+from app.server import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_REQUEST_BYTES, create_app
 from app.tls import CertReloader
 from ops.keys import KeyDirectory
 from resizer import KeyRing
@@ -47,6 +47,8 @@ def build_server(
     shutdown_timeout: float | None = 20.0,
     metrics: Metrics | None = None,
     originals_key_dir: str = "",
+    max_inflight: int = DEFAULT_MAX_INFLIGHT,
+    shutdown_delay: float = 0.0,
 ) -> tuple[uvicorn.Server, CertReloader]:
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
     metrics = metrics if metrics is not None else Metrics()
@@ -87,7 +89,7 @@ def build_server(
             reloader.close()
             log.info("webhook stopped")
 
-    app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan)
+    app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan, max_inflight)
     if keys is not None:
         app.keyring = KeyRing(keys.keys)
     config = uvicorn.Config(
@@ -111,7 +113,33 @@ def build_server(
     config.load()
     if config.ssl is not reloader.context:  # reloads must go into the context uvicorn serves with
         raise RuntimeError("uvicorn did not take the reloadable SSLContext")
-    return uvicorn.Server(config), reloader
+    return DrainingServer(config, app, shutdown_delay), reloader
+
+
+class DrainingServer(uvicorn.Server):
+    """On the first SIGTERM/SIGINT: /readyz fails at once and every answer closes its
+    connection, serving goes on for ``shutdown_delay`` (endpoints and the apiserver's
+    connections move to other replicas meanwhile), then uvicorn's graceful shutdown stops
+    accepting and lets in-flight requests finish (up to --shutdown-timeout). A second
+    signal stops at once."""
+
+    def __init__(self, config: uvicorn.Config, app: Any, shutdown_delay: float) -> None:
+        super().__init__(config)
+        self.mutate_app = app
+        self.shutdown_delay = shutdown_delay
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.mutate_app.draining or self.shutdown_delay <= 0 or not self.started:
+            super().handle_exit(sig, frame)
+            return
+        self.mutate_app.draining = True
+        log.info("draining: not ready, still serving", extra={"shutdown_delay_s": self.shutdown_delay})
+        loop = asyncio.get_event_loop()
+        loop.call_soon_threadsafe(loop.call_later, self.shutdown_delay, self._stop_serving)
+
+    def _stop_serving(self) -> None:
+        log.info("drain delay over; stopping (in-flight requests finish)")
+        self.should_exit = True
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:

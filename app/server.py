@@ -17,8 +17,8 @@ precomputed headers, one counter, one histogram observation and one log line.
 from __future__ import annotations
 
 import contextlib
-
 import logging
+import re
 import time
 from typing import Any, Awaitable, Callable
 
@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.metrics import Metrics
-from app.review import REASON_INTERNAL_ERROR, REJECTED, handle_review, too_large
+from app.review import REASON_INTERNAL_ERROR, REJECTED, allowed_response, handle_review, too_large
 from ops.jsonlog import log_fields
 from resizer import EMPTY_KEYRING, KeyRing
 
@@ -40,6 +40,12 @@ decision_log = logging.getLogger("workload_resizer.webhook")
 
 MUTATE_PATH = "/mutate"
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_INFLIGHT = 32
+# Request bodies held in memory at once, all requests together: beyond it a request
+# gets the overload answer instead of more buffering (memory bounded by bytes).
+DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
+_UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
+_UID_SEARCH_BYTES = 64 * 1024
 
 _JSON_HEADER = (b"content-type", b"application/json")
 _CLOSE_HEADER = (b"connection", b"close")
@@ -49,12 +55,22 @@ _perf = time.perf_counter
 class MutateApp:
     """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
 
-    __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "_by_result", "_observe", "_content_lengths")
+    __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "max_inflight", "max_buffered_bytes",
+                 "draining", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths")
 
-    def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 max_inflight: int = DEFAULT_MAX_INFLIGHT,
+                 max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES) -> None:
         self.fallback = fallback
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
+        # Overload: more reviews in flight (reading their body) than this, or more body
+        # bytes buffered than max_buffered_bytes, get a fast "allowed, no patch" answer.
+        self.max_inflight = max_inflight
+        self.max_buffered_bytes = max(max_buffered_bytes, max_request_bytes)
+        self.draining = False     # SIGTERM received: readiness fails, connections are closed after each answer
+        self._inflight = 0
+        self._buffered = 0
         self.keyring: KeyRing = EMPTY_KEYRING    # signs the originals; replaced when the keys rotate
         self._by_result = metrics.by_result
         self._observe = metrics.duration.observe
@@ -76,6 +92,26 @@ class MutateApp:
             await self.fallback(scope, receive, send)
 
     async def mutate(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._inflight += 1
+        try:
+            await self._mutate(scope, receive, send)
+        finally:
+            self._inflight -= 1
+
+    async def _overloaded(self, send: Send, start: float, head: bytes, why: str) -> None:
+        """Answer without deciding: allowed, no patch (the reconciler captures the originals
+        from the spec later, as when the webhook is down), connection closed so the rest of
+        the body is never read. Without a findable uid, 503: failurePolicy Ignore admits."""
+        match = _UID.search(head, 0, _UID_SEARCH_BYTES)
+        record = {"decision": "skipped", "reason": "Overloaded", "error": why}
+        if match is None:
+            await self._respond(send, 503, b'{"error":"overloaded","code":503}', close=True)
+            self._account(start, 503, record)
+            return
+        await self._respond(send, 200, allowed_response(match.group(1).decode("ascii")), close=True)
+        self._account(start, 200, record)
+
+    async def _mutate(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = _perf()
         if scope["method"] != "POST":
             await self._respond(send, 405, b'{"error":"use POST","code":405}', extra=((b"allow", b"POST"),))
@@ -105,23 +141,35 @@ class MutateApp:
 
         message = await receive()
         body = message.get("body", b"")
+        if self._inflight > self.max_inflight:
+            await self._overloaded(send, start, body, f"more than {self.max_inflight} reviews in flight")
+            return
         if message.get("more_body", False):
             chunks = [body]
             size = len(body)
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":  # client went away
-                    return
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    status, payload, record = too_large(limit)
-                    await self._respond(send, status, payload, close=True)
-                    self._account(start, status, record)
-                    return
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
+            try:
+                self._buffered += size
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":  # client went away
+                        return
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        status, payload, record = too_large(limit)
+                        await self._respond(send, status, payload, close=True)
+                        self._account(start, status, record)
+                        return
+                    if self._buffered + len(chunk) > self.max_buffered_bytes:
+                        await self._overloaded(send, start, chunks[0],
+                                               f"more than {self.max_buffered_bytes} body bytes buffered")
+                        return
+                    self._buffered += len(chunk)
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+            finally:
+                self._buffered -= sum(map(len, chunks))
             body = b"".join(chunks)
         elif message["type"] != "http.request":
             return
@@ -132,7 +180,7 @@ class MutateApp:
             return
 
         status, payload, record = handle_review(body, self.keyring)
-        await self._respond(send, status, payload)
+        await self._respond(send, status, payload, close=self.draining)
         self._account(start, status, record)
 
     async def _respond(self, send: Send, status: int, payload: bytes, close: bool = False, extra: tuple = ()) -> None:
@@ -154,9 +202,12 @@ class MutateApp:
         elapsed = _perf() - start
         self._observe(elapsed)
         record["duration_ms"] = round(elapsed * 1000.0, 3)
-        if status != 200:
+        if status != 200 and record.get("reason") != "Overloaded":
             self._by_result["rejected"].inc()
             log_fields(decision_log, logging.WARNING, "admission review rejected", record)
+        elif record.get("reason") == "Overloaded":
+            self._by_result["overloaded"].inc()
+            log_fields(decision_log, logging.WARNING, "admission review answered without a decision", record)
         elif record.get("reason") == REASON_INTERNAL_ERROR:
             self._by_result["error"].inc()
             log_fields(decision_log, logging.ERROR, "admission decision", record)
@@ -184,7 +235,8 @@ def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan:
         """Ready once a serving certificate is loaded."""
         if is_ready():
             return Response(b"ok", media_type="text/plain")
-        return JSONResponse({"ready": False, "reason": "no serving certificate loaded"}, status_code=503)
+        return JSONResponse({"ready": False, "reason": "no serving certificate loaded, or shutting down"},
+                            status_code=503)
 
     @api.get("/metrics")
     async def prom() -> Response:
@@ -198,7 +250,14 @@ def create_app(
     is_ready: Callable[[], bool] = lambda: True,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     lifespan: Any = None,
+    max_inflight: int = DEFAULT_MAX_INFLIGHT,
 ) -> MutateApp:
-    """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints."""
+    """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints.
+
+    ``/readyz`` fails once the app is draining (SIGTERM), before anything stops serving.
+    """
     metrics = metrics if metrics is not None else Metrics()
-    return MutateApp(create_fastapi_app(metrics, is_ready, lifespan), metrics, max_request_bytes)
+    apps: list[MutateApp] = []
+    api = create_fastapi_app(metrics, lambda: is_ready() and not apps[0].draining, lifespan)
+    apps.append(MutateApp(api, metrics, max_request_bytes, max_inflight))
+    return apps[0]

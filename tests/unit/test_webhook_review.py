@@ -201,11 +201,22 @@ def test_reinvocation_after_sidecar_injection_adds_only_the_sidecar():
 
 
 def test_many_containers_are_all_stamped():
-    cs = [container(f"c{i}", {"cpu": f"{i + 1}m", "memory": f"{i + 1}Mi"}) for i in range(1000)]
+    cs = [container(f"c{i}", {"cpu": f"{i + 1}m", "memory": f"{i + 1}Mi"}) for i in range(256)]
     p = pod(containers=cs)
     after = mutated(p)
     assert owned(after["metadata"]["annotations"]) == resizer.originals_from_spec_annotations(p)
-    assert len(owned(after["metadata"]["annotations"])) == 2000
+    assert len(owned(after["metadata"]["annotations"])) == 512
+
+
+def test_too_many_containers_are_admitted_unstamped_with_forged_keys_stripped():
+    """Bounded work per review: originals of thousands of containers cost tens of ms on
+    the single event loop and would not fit the annotation limit anyway."""
+    cs = [container(f"c{i}", {"cpu": "1m"}) for i in range(review_mod.MAX_STAMPED_CONTAINERS + 1)]
+    p = pod(containers=cs, annotations={ORIG + "cpu.c0": "16"})
+    status, resp, record = call(review(p))
+    assert status == 200 and resp["response"]["allowed"] is True
+    assert [op["op"] for op in patch_of(resp)] == ["remove"]
+    assert record["reason"] == "TooManyContainers"
 
 
 # -- pods left alone --------------------------------------------------------------------

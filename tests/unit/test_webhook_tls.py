@@ -64,7 +64,8 @@ class Server:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(self.port),
-             "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-level", "warning", *extra],
+             "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-level", "warning",
+             "--shutdown-delay", "0", *extra],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         self.url = f"https://127.0.0.1:{self.port}"
@@ -371,3 +372,41 @@ def test_server_context_forbids_renegotiation_and_compression():
     assert ctx.options & ssl.OP_NO_RENEGOTIATION and ctx.options & ssl.OP_NO_COMPRESSION
     tls12 = [c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.2"]
     assert tls12 and all(n.startswith("ECDHE") and ("GCM" in n or "CHACHA20" in n) for n in tls12)
+
+
+# -- graceful drain -----------------------------------------------------------------------
+def test_sigterm_fails_readiness_first_keeps_serving_then_finishes_in_flight_requests(tmp_path):
+    """The rollout sequence: SIGTERM -> /readyz 503 at once while /mutate still answers (closing
+    each connection) for --shutdown-delay; then no new connections, and a request whose body
+    was still arriving is answered before the process exits 0."""
+    ca, serving = issue()
+    paths = certs.write_pair(str(tmp_path), serving, ca)
+    srv = Server(Path(paths["tls.crt"]), Path(paths["tls.key"]), "--shutdown-delay", "1.5s")
+    srv.wait_listening()
+    ctx = client_context(ca)
+    # A request in flight across the whole drain: headers and half the body now.
+    raw = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    slow = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    slow.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(REVIEW_2C) + REVIEW_2C[:100])
+    with httpx.Client(verify=ctx, base_url=srv.url, timeout=5) as c:
+        assert c.get("/readyz").status_code == 200
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        assert c.get("/readyz").status_code == 503
+        r = c.post("/mutate", content=REVIEW_2C)
+        assert r.status_code == 200 and "patch" in r.json()["response"]
+        assert r.headers["connection"] == "close"
+    time.sleep(1.7)                      # past the delay: the listener is closed
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
+    slow.sendall(REVIEW_2C[100:])
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+        chunk = slow.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    slow.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert srv.proc.wait(15) == 0
