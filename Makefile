@@ -4,14 +4,16 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down helm chart-lint image certmanager-build certmanager-up drills drills-ci bench clean
+.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down lint helm chart-lint image certmanager-build certmanager-up drills drills-ci bench clean
 
 all: test
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	@# Quiet unless something is wrong: pip's and setuptools' chatter goes to a log shown on failure.
+	@$(PY) -m pip install --quiet --upgrade pip >$(VENV)/install.log 2>&1 && \
+	 $(PY) -m pip install --quiet -e '.[test]' >>$(VENV)/install.log 2>&1 || \
+	 { cat $(VENV)/install.log >&2; echo "pip install failed (log: $(VENV)/install.log)" >&2; exit 1; }
 	touch $@
 
 venv: $(VENV)/.installed
@@ -19,6 +21,12 @@ venv: $(VENV)/.installed
 ## All tests: unit tests, then the cluster tests against hack/cluster (brought up if needed).
 test: venv
 	$(PYTEST) tests
+
+## Types (mypy: strict for resizer/, reconciler/, app/), lint rules (ruff) and import layers (import-linter).
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 unit-test: venv
 	$(PYTEST) tests/unit

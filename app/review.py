@@ -143,7 +143,7 @@ _path_cache = ByteBoundedCache(1024 * 1024)
 
 def annotation_path(key: str) -> str:
     """JSON pointer of ``metadata.annotations[key]`` (memoised: the same keys recur)."""
-    path = _path_cache.get(key)
+    path: str | None = _path_cache.get(key)
     if path is None:
         path = _ANNOTATIONS_PATH + "/" + json_pointer_escape(key)
         _path_cache.put(key, path, 2 * len(key) + 40)
@@ -194,14 +194,14 @@ def fresh_patch(stamp: dict[str, str], create_map: bool, memo_key: bytes | None 
 
     ``memo_key`` must identify ``stamp`` exactly (None: not memoised).
     """
-    key = (memo_key, create_map) if memo_key is not None else None
-    if key is not None:
-        hit = _fresh_patch_cache.get(key)
-        if hit is not None:
-            return hit
+    if memo_key is None:
+        return _encode(build_patch(None if create_map else {}, stamp))
+    key = (memo_key, create_map)
+    hit: str | None = _fresh_patch_cache.get(key)
+    if hit is not None:
+        return hit
     encoded = _encode(build_patch(None if create_map else {}, stamp))
-    if key is not None:
-        _fresh_patch_cache.put(key, encoded, len(memo_key) + len(encoded))
+    _fresh_patch_cache.put(key, encoded, len(memo_key) + len(encoded))
     return encoded
 
 

@@ -105,8 +105,9 @@ def build_server(
         log_config=None,  # logging is ops.jsonlog's, configured by the caller
         access_log=False,  # one decision line per review instead (app.server)
         server_header=False,
-        timeout_keep_alive=keep_alive_timeout,
-        timeout_graceful_shutdown=shutdown_timeout,
+        # uvicorn annotates these as int but uses them as asyncio delays: fractions of a second work.
+        timeout_keep_alive=keep_alive_timeout,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
         ssl_context_factory=lambda _config, _default: reloader.context,
         proxy_headers=False,
     )

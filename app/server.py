@@ -20,21 +20,18 @@ import contextlib
 import logging
 import re
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.metrics import Metrics
 from app.review import REASON_INTERNAL_ERROR, REJECTED, allowed_response, handle_review, too_large
 from ops.jsonlog import log_fields
 from resizer import EMPTY_KEYRING, KeyRing
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 decision_log = logging.getLogger("workload_resizer.webhook")
 
@@ -183,7 +180,8 @@ class MutateApp:
         await self._respond(send, status, payload, close=self.draining)
         self._account(start, status, record)
 
-    async def _respond(self, send: Send, status: int, payload: bytes, close: bool = False, extra: tuple = ()) -> None:
+    async def _respond(self, send: Send, status: int, payload: bytes, close: bool = False,
+                       extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         n = len(payload)
         length = self._content_lengths.get(n)
         if length is None:

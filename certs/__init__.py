@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 _CLOCK_SKEW = dt.timedelta(minutes=5)
+_SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 @dataclass(frozen=True)
@@ -153,9 +154,11 @@ def load_ca(cert_path: str, key_path: str) -> Issued:
         cert = x509.load_pem_x509_certificate(f.read())
     with open(key_path, "rb") as f:
         key = serialization.load_pem_private_key(f.read(), password=None)
-    if cert.public_key().public_numbers() != key.public_key().public_numbers():
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{key_path} is not an EC private key")
+    if cert.public_key().public_bytes(*_SPKI) != key.public_key().public_bytes(*_SPKI):
         raise ValueError(f"{key_path} is not the key of {cert_path}")
-    return Issued(cert, key)  # type: ignore[arg-type]
+    return Issued(cert, key)
 
 
 def _write(path: str, data: bytes, mode: int) -> None:

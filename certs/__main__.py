@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--days", type=float, default=365, help="Validity of the serving certificate, in days.")
     p.add_argument("--ca-days", type=float, default=3650, help="Validity of a newly generated CA, in days.")
     p.add_argument("--ca-cert", metavar="PATH", help="Reuse this CA certificate (with --ca-key) instead of generating one.")
-    p.add_argument("--ca-key", metavar="PATH", help="Private key of --ca-cert.")
+    p.add_argument("--ca-key", metavar="PATH", help="Private key (EC, as this tool generates) of --ca-cert.")
     p.add_argument("--ca-common-name", default="workload-resizer-webhook-ca", help="CN of a newly generated CA.")
     p.add_argument("--ca-bundle-file", metavar="PATH",
                    help="Write the base64 caBundle to this file instead of printing it.")
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     bundle = ca_bundle(ca.cert)
-    for name, path in paths.items():
+    for path in paths.values():
         print(f"wrote {path}", file=sys.stderr)
     if args.ca_bundle_file:
         with open(args.ca_bundle_file, "w") as f:

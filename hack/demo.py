@@ -142,7 +142,7 @@ def show(kube: Kube, pods: list[dict]) -> None:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     print()
     for row in rows:
-        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)))
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)))
     print()
     say("Events of the pods (as `kubectl describe pod` shows them)")
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):

@@ -299,7 +299,7 @@ def log_fields(logger: logging.Logger, level: int, msg: str, fields: Mapping[str
     now = _time()
     d["created"] = now
     d["msecs"] = (now - int(now)) * 1000.0
-    d["relativeCreated"] = (now - logging._startTime) * 1000.0
+    d["relativeCreated"] = (now - logging._startTime) * 1000.0  # type: ignore[attr-defined]  # as LogRecord does
     d["msg"] = msg
     for key, value in fields.items():
         if key in _STANDARD_ATTRS:

@@ -120,7 +120,7 @@ class ConfigSource:
         metrics.CONFIG_VALID.set(0)
         metrics.CONFIG_ERRORS.inc()
         keeping = "keeping the last good config" if self.config is not None else "no valid config yet"
-        log.error("invalid config, " + keeping, extra={
+        log.error("invalid config, %s", keeping, extra={
             "configmap": f"{self.namespace}/{self.name}",
             "errors": [{"field": path, "error": message} for path, message in errors]})
         if configmap is not None:

@@ -109,7 +109,7 @@ def _token_source(cfg: Any) -> Callable[[], str | None]:
         value = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
         if not value:
             return None
-        return value.removeprefix("Bearer ").strip()
+        return str(value).removeprefix("Bearer ").strip()
 
     return token
 

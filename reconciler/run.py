@@ -89,13 +89,12 @@ class Reconciler:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
-        servers = await self._start_http(listeners)
+        servers = self._start_http(listeners)
         code = 0
         try:
             code = await self._lead_and_work()
         finally:
-            for server in servers:
-                server.should_exit = True
+            await self._stop_http(servers)
             await self.client.close()
         return code
 
@@ -104,12 +103,14 @@ class Reconciler:
             acquired = asyncio.create_task(self.elector.acquire())
             stopped = asyncio.create_task(self.stop.wait())
             await asyncio.wait({acquired, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not acquired.done():
-                acquired.cancel()
+            became_leader = acquired.done()
+            for task in (acquired, stopped):
+                task.cancel()
+            await asyncio.gather(acquired, stopped, return_exceptions=True)
+            if not became_leader:
                 log.info("stopped before becoming leader")
                 return 0
-            stopped.cancel()
-            error = None if acquired.cancelled() else acquired.exception()
+            error = acquired.exception() if not acquired.cancelled() else None
             if error is not None or not self.elector.is_leader:     # never work without the lease
                 log.error("leader election failed; not starting work", extra={"error": repr(error)})
                 return 1
@@ -217,14 +218,23 @@ class Reconciler:
             raise
         return listeners
 
-    async def _start_http(self, listeners: dict[str, socket.socket]) -> list[Any]:
+    def _start_http(self, listeners: dict[str, socket.socket]) -> dict[asyncio.Task[None], Any]:
         app = http.build_app(self.checks())
-        servers = []
+        servers = {}
         for address, sock in listeners.items():
             server = http.build_server(app, address)
-            servers.append(server)
-            asyncio.create_task(server.serve(sockets=[sock]), name=f"http {address}")
+            servers[asyncio.create_task(server.serve(sockets=[sock]), name=f"http {address}")] = server
         return servers
+
+    @staticmethod
+    async def _stop_http(servers: dict[asyncio.Task[None], Any]) -> None:
+        for server in servers.values():
+            server.should_exit = True
+        if servers:
+            _, pending = await asyncio.wait(servers, timeout=5)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*servers, return_exceptions=True)
 
 
 def _bind(address: str) -> socket.socket:
@@ -266,5 +276,6 @@ def main(args: argparse.Namespace) -> int:
         return await Reconciler(args, keys).run()
 
     with contextlib.suppress(KeyboardInterrupt):
-        return runner(_run())
+        code: int = runner(_run())
+        return code
     return 130

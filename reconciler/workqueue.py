@@ -25,7 +25,7 @@ class WorkQueue:
         self._delayed: dict[str, asyncio.TimerHandle] = {}
         self._base = base_delay
         self._max = max_delay
-        self._wakeup = asyncio.Condition()
+        self._waiters: deque[asyncio.Future[None]] = deque()    # workers blocked in get()
         self._shutting_down = False
 
     def __len__(self) -> int:
@@ -43,7 +43,7 @@ class WorkQueue:
         self._queued[item] = time.monotonic()
         self._queue.append(item)
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
-        asyncio.get_running_loop().create_task(self._notify())
+        self._wake_one()
 
     def add_after(self, item: str, delay: float) -> None:
         if delay <= 0:
@@ -63,7 +63,7 @@ class WorkQueue:
     def add_rate_limited(self, item: str) -> float:
         failures = self._failures.get(item, 0)
         self._failures[item] = failures + 1
-        delay = min(self._base * (2 ** min(failures, 64)), self._max)   # 2**1024 overflows a float
+        delay = min(self._base * (2.0 ** min(failures, 64)), self._max)   # 2**1024 overflows a float
         metrics.QUEUE_RETRIES.labels(self.name).inc()
         self.add_after(item, delay)
         return delay
@@ -74,19 +74,31 @@ class WorkQueue:
     def num_requeues(self, item: str) -> int:
         return self._failures.get(item, 0)
 
-    async def _notify(self) -> None:
-        async with self._wakeup:
-            self._wakeup.notify()
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     async def get(self) -> str | None:
         """Next item, or None once the queue is shut down (queued items are not drained:
         after a shutdown, for a lost lease above all, no new work may start)."""
-        async with self._wakeup:
-            while not self._queue and not self._shutting_down:
-                await self._wakeup.wait()
-            if self._shutting_down or not self._queue:
-                return None
-            item = self._queue.popleft()
+        while not self._queue and not self._shutting_down:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():   # woken, then cancelled: wake another
+                    self._wake_one()
+                raise
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        if self._shutting_down or not self._queue:
+            return None
+        item = self._queue.popleft()
         queued_at = self._queued.pop(item)
         metrics.QUEUE_LATENCY.labels(self.name).observe(time.monotonic() - queued_at)
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
@@ -111,8 +123,8 @@ class WorkQueue:
         for timer in self._delayed.values():
             timer.cancel()
         self._delayed.clear()
-        async with self._wakeup:
-            self._wakeup.notify_all()
+        while self._waiters:
+            self._wake_one()
 
     @property
     def idle(self) -> bool:

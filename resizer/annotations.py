@@ -68,7 +68,7 @@ def original_key(
 
 def is_controller_owned_key(key: str) -> bool:
     """True for the ``original-*``, ``applied-*`` and integrity keys only the controller may set."""
-    return key.startswith(_ORIGINAL_PREFIX) or key.startswith(_APPLIED_PREFIX) or key == ORIGINALS_MAC
+    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key == ORIGINALS_MAC
 
 
 def is_original_key(key: str) -> bool:

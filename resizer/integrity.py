@@ -118,7 +118,8 @@ class PodIdentity:
         """Identity of ``pod`` for ``scope`` (``namespace`` overrides metadata's: at admission
         the namespace comes from the request)."""
         meta = pod.get("metadata") or {}
-        owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller") is True), {})
+        owner: Mapping[str, Any] = next(
+            (o for o in meta.get("ownerReferences") or [] if o.get("controller") is True), {})
         return cls(
             namespace=_text(namespace if namespace is not None else meta.get("namespace")),
             name=_text(meta.get("name")),

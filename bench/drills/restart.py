@@ -40,11 +40,11 @@ def restart_drill(component: str, grace: float):
         created = time.monotonic()
         burst = Burst(ctx, 0)
         for step in range(1, p.steps + 1):
-            wait(f"step {step}: scale", lambda: burst.scale_to(p.pods * step // p.steps) or True, 60)
+            wait(f"step {step}: scale", lambda step=step: burst.scale_to(p.pods * step // p.steps) or True, 60)
             if step == p.steps // 2:
                 # Halfway, the moment this step's pods are bound and not yet aligned.
                 skipped = burst.names["skipped"]
-                in_flight = lambda: {n for n in timeline.bound if not n.startswith(skipped)} - set(timeline.applied)  # noqa: E731
+                in_flight = lambda skipped=skipped: {n for n in timeline.bound if not n.startswith(skipped)} - set(timeline.applied)  # noqa: E731
                 wait("eligible pods bound, not yet aligned", in_flight, 60, 0.01)
                 ctx.figure("aligned_when_stopped", len(timeline.applied))
                 ctx.figure("in_flight_when_stopped", len(in_flight()))

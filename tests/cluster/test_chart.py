@@ -384,7 +384,7 @@ def test_tls_mode_helm_serves_with_the_real_webhook(helm: str) -> None:
         context = ssl.create_default_context(cafile=Certs.ca_file)
         for name in ("workload-resizer-webhook.other.svc", "workload-resizer-webhook.other.svc.cluster.local"):
             # Connect to 127.0.0.1, verify the certificate for the Service's DNS name.
-            wait_for(f"webhook /readyz over TLS as {name}", lambda: _readyz_over_tls(webhook, context, name))
+            wait_for(f"webhook /readyz over TLS as {name}", lambda name=name: _readyz_over_tls(webhook, context, name))
     finally:
         webhook.close()
 

@@ -134,7 +134,7 @@ def test_deployment_pods_are_bound_by_the_scheduler_and_run_with_status_resource
         assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
         assert pod["status"]["qosClass"] == "Burstable"
         assert status_follows_spec(pod), pod["status"]["containerStatuses"]
-        scheduled = wait_for("Scheduled event", lambda: [
+        scheduled = wait_for("Scheduled event", lambda pod=pod: [
             e for e in cluster.kube.events_for(namespace, pod["metadata"]["name"]) if e["reason"] == "Scheduled"])
         reporter = scheduled[0].get("reportingComponent") or scheduled[0].get("source", {}).get("component")
         assert reporter == "default-scheduler"

@@ -226,17 +226,6 @@ class Harness:
                 print(f"could not delete node {name}: {err}")
 
 
-@pytest.fixture
-def h(cluster: Any, namespace: str) -> Iterator[Harness]:
-    """A harness on the test's namespace, with the design config already in place."""
-    harness = Harness(cluster, namespace)
-    harness.config()
-    try:
-        yield harness
-    finally:
-        harness.close()
-
-
 def make_namespace(kube: Kube, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:5]}"
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})

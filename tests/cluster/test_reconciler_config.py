@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import httpx
 
-from tests.cluster.test_reconciler import (  # noqa: F401  (h is a fixture)
+from tests.cluster.test_reconciler import (
     CONFIG_NAME,
     CONFIG_YAML,
     Harness,
     guaranteed,
-    h,
     q,
     resources,
 )

@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.test_reconciler import (  # noqa: F401  (h is a fixture)
+from tests.cluster.test_reconciler import (
     CRASH_AFTER,
     Harness,
     applied,
     burstable,
     expected_originals,
     guaranteed,
-    h,
     metric_snapshot,
     originals,
     ours,

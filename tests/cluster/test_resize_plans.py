@@ -223,7 +223,7 @@ def test_plans_are_accepted_kept_verbatim_and_actuated(cluster: Cluster, namespa
         assert_spec_is_the_plan(answer, plan)
     for name, plan in resized.items():
         pod = wait_for(f"status of {name} to follow its plan",
-                       lambda: (p := kube.pod(namespace, name)) and status_follows(p, plan) and p, timeout=20)
+                       lambda name=name, plan=plan: (p := kube.pod(namespace, name)) and status_follows(p, plan) and p, timeout=20)
         assert_spec_is_the_plan(pod, plan)
         assert pod["status"]["qosClass"] == running[name]["status"]["qosClass"] == pod_qos_class(pod["spec"])
         assert_untouched_values_kept(running[name], pod, plan)

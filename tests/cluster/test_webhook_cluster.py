@@ -20,13 +20,12 @@ from typing import Any
 import pytest
 
 from resizer import APPLIED_AT, APPLIED_INSTANCE_TYPE, PREFIX, SKIP, original_key
-from tests.cluster.test_reconciler import (  # noqa: F401  (h is a fixture)
+from tests.cluster.test_reconciler import (
     Harness,
     applied,
     burstable,
     expected_originals,
     guaranteed,
-    h,
     metric_snapshot,
     originals,
     ours,

@@ -203,7 +203,7 @@ def test_yaml_scalars_that_break_constructors(where: str, scalar: str) -> None:
 
 def test_alias_bomb_is_rejected_quickly() -> None:
     lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
-    for prev, name in zip("abcdefgh", "bcdefghi"):
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
         lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
     bomb = "\n".join(lines) + "\n"
     for text in (bomb, SAMPLE_CONFIG + bomb, SAMPLE_CONFIG + bomb.replace("i: &i", "overrides: &i"),

@@ -45,7 +45,7 @@ def test_json_line_carries_exception(restore_root):
     out = io.StringIO()
     configure_logging("info", "json", stream=out)
     try:
-        1 / 0
+        raise ZeroDivisionError("division by zero")
     except ZeroDivisionError:
         logging.getLogger("t.exc").exception("failed")
     rec = orjson.loads(lines(out)[0])
@@ -67,7 +67,7 @@ def test_level_filters_lines(restore_root):
     log.info("hidden")
     log_fields(log, logging.INFO, "hidden too", {"a": 1})
     log.warning("shown")
-    assert [orjson.loads(l)["msg"] for l in lines(out)] == ["shown"]
+    assert [orjson.loads(line)["msg"] for line in lines(out)] == ["shown"]
 
 
 def test_log_fields_matches_extra(restore_root):
@@ -76,7 +76,7 @@ def test_log_fields_matches_extra(restore_root):
     log = logging.getLogger("t.fast")
     log.info("decision", extra={"pod": "p", "decision": "patched"})
     log_fields(log, logging.INFO, "decision", {"pod": "p", "decision": "patched"})
-    a, b = (orjson.loads(l) for l in lines(out))
+    a, b = (orjson.loads(line) for line in lines(out))
     a.pop("ts"), b.pop("ts")
     assert a == b
 
@@ -129,7 +129,7 @@ def test_batched_lines_wait_for_a_flush_but_warnings_do_not(restore_root, logfil
     log.info("first")
     assert path.read_text() == ""  # still in the buffer
     log.warning("urgent")
-    assert [orjson.loads(l)["msg"] for l in path.read_text().splitlines()] == ["first", "urgent"]
+    assert [orjson.loads(line)["msg"] for line in path.read_text().splitlines()] == ["first", "urgent"]
     log_fields(log, logging.INFO, "later", {"k": 1})
     flush_logging()
     assert orjson.loads(path.read_text().splitlines()[-1]) | {"ts": None} == {

@@ -286,7 +286,7 @@ def test_a_watch_that_closes_at_once_is_retried_with_backoff_not_in_a_tight_loop
         await asyncio.gather(task, return_exceptions=True)
     asyncio.run(body())
     assert len(sleeps) >= 7, "a sleep after every empty watch"
-    assert sleeps[0] >= 0.5 and sleeps[5] >= 16 and all(b >= a / 2 for a, b in zip(sleeps, sleeps[1:])), sleeps
+    assert sleeps[0] >= 0.5 and sleeps[5] >= 16 and all(b >= a / 2 for a, b in zip(sleeps, sleeps[1:], strict=False)), sleeps
 
 
 def test_a_watch_that_delivered_events_resets_the_backoff():

@@ -240,7 +240,7 @@ def test_random_schedules_never_hand_the_lease_to_a_second_holder_while_the_firs
         if rng.random() < 0.3:      # the holder is partitioned away this round
             candidates = [e for e in candidates if e.identity != holder] or candidates
         results = attempt(*candidates)
-        winners = [e.identity for e, ok in zip(candidates, results) if ok]
+        winners = [e.identity for e, ok in zip(candidates, results, strict=True) if ok]
         assert len(winners) <= 1
         if winners:
             winner = winners[0]
@@ -334,8 +334,8 @@ class HangingLeaseApi(FakeLeaseApi):
             raise self.raise_any
 
     async def get(self, path: str, **kw: Any) -> dict[str, Any]:
-        while self.hang:
-            await asyncio.sleep(0.005)
+        if self.hang:
+            await asyncio.Event().wait()      # a dead connection: only a timeout ends it
         return await super().get(path, **kw)
 
 

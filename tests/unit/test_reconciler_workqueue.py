@@ -19,8 +19,8 @@ def run(coro_fn, *args):
     return asyncio.run(coro_fn(*args))
 
 
-async def get_soon(queue: WorkQueue, timeout: float = 1.0) -> str | None:
-    return await asyncio.wait_for(queue.get(), timeout)
+async def get_soon(queue: WorkQueue, within: float = 1.0) -> str | None:
+    return await asyncio.wait_for(queue.get(), within)
 
 
 async def gets_nothing(queue: WorkQueue) -> bool:
@@ -246,7 +246,7 @@ def test_add_after_keeps_the_earlier_deadline_when_a_later_one_is_requested():
         q = WorkQueue("t")
         q.add_after("a", 0.02)
         q.add_after("a", 30)
-        assert await get_soon(q, timeout=1.0) == "a"
+        assert await get_soon(q, within=1.0) == "a"
     run(body)
 
 
@@ -255,7 +255,7 @@ def test_add_after_moves_the_deadline_forward_when_an_earlier_one_is_requested()
         q = WorkQueue("t")
         q.add_after("a", 30)
         q.add_after("a", 0.02)
-        assert await get_soon(q, timeout=1.0) == "a"
+        assert await get_soon(q, within=1.0) == "a"
         q.done("a")
         assert q.idle           # the 30 s timer was replaced, not kept alongside
     run(body)
@@ -293,7 +293,7 @@ def test_get_after_shutdown_returns_none_at_once():
     async def body():
         q = WorkQueue("t")
         await q.shutdown()
-        assert await get_soon(q, timeout=0.5) is None
+        assert await get_soon(q, within=0.5) is None
     run(body)
 
 
@@ -303,7 +303,7 @@ def test_add_after_shutdown_is_ignored():
         await q.shutdown()
         q.add("a")
         assert len(q) == 0
-        assert await get_soon(q, timeout=0.5) is None
+        assert await get_soon(q, within=0.5) is None
     run(body)
 
 
@@ -327,7 +327,7 @@ def test_a_dirty_key_is_not_requeued_by_done_after_shutdown():
         await q.shutdown()
         q.done("a")
         assert len(q) == 0
-        assert await get_soon(q, timeout=0.5) is None
+        assert await get_soon(q, within=0.5) is None
     run(body)
 
 
@@ -356,7 +356,7 @@ def test_queue_wait_is_measured_from_the_first_add():
         q = WorkQueue("t")
         q.add("a")
         first = q._queued["a"]
-        time.sleep(0.002)
+        time.sleep(0.002)  # noqa: ASYNC251  (the clock must move; nothing else may run meanwhile)
         q.add("a")
         assert q._queued["a"] == first
     run(body)
@@ -369,6 +369,6 @@ def test_queued_keys_are_not_handed_out_after_shutdown():
         for i in range(1000):
             q.add(f"ns/pod-{i}")
         await q.shutdown()
-        handed = [await get_soon(q, timeout=0.5) for _ in range(3)]
+        handed = [await get_soon(q) for _ in range(3)]
         assert handed == [None, None, None]
     run(body)

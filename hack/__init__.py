@@ -1,0 +1,1 @@
+"""Development scripts (the local cluster, the demo); never imported by the product."""
