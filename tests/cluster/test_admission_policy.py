@@ -105,8 +105,10 @@ def test_tenant_cannot_touch_product_annotations_after_creation(world: dict[str,
         "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                                  "resources": {"requests": {"cpu": "100m"}}}]}})
     path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"
+    attempts = iter(range(1, 10_000))      # a new value each time: an unchanged value is no edit
     wait_for("the policy to be enforced", lambda: _denied_now(
-        lambda: tenant.patch(path, {"metadata": {"annotations": {ORIGINAL_CPU: "32"}}})), timeout=60)
+        lambda: tenant.patch(path, {"metadata": {"annotations": {"workload-resizer.io/probe": str(next(attempts))}}})),
+        timeout=60)
 
     change = denied(lambda: tenant.patch(path, {"metadata": {"annotations": {ORIGINAL_CPU: "32"}}}))
     assert "managed by workload-resizer" in change and "system:serviceaccount:" in change
@@ -120,6 +122,21 @@ def test_tenant_cannot_touch_product_annotations_after_creation(world: dict[str,
     # An exempt admin (system:masters by default) can still fix things.
     world["harness"].kube.patch(path, {"metadata": {"annotations": {ORIGINAL_CPU: None}}})
     assert ORIGINAL_CPU not in world["harness"].pod("tenant-pod")["metadata"].get("annotations", {})
+
+
+def test_reconciler_identity_cannot_change_other_fields_through_resize(world: dict[str, Any]) -> None:
+    me: Kube = world["reconciler"]
+    name = running_pod(world)
+    path = f"/api/v1/namespaces/{world['ns']}/pods/{name}"
+    wait_policy_active(me, path)
+    resize_policy = [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]
+    try:
+        me.patch(f"{path}/resize", {"spec": {"containers": [{"name": "app", "resizePolicy": resize_policy}]}},
+                 "strategic")
+    except ApiError as err:
+        assert err.status in (403, 422), err
+    pod = world["harness"].pod(name)
+    assert pod["spec"]["containers"][0].get("resizePolicy") != resize_policy
 
 
 def _denied_now(call: Any) -> bool:
