@@ -36,8 +36,11 @@ class Reconciler:
         creds = load_credentials(args.kubeconfig)
         self.client = KubeClient(creds, qps=args.kube_api_qps, burst=args.kube_api_burst,
                                  max_connections=args.concurrency + 8)
+        # The lease gets its own connections, outside the workers' rate limit and pool: a
+        # renewal must never queue behind a burst of resizes.
+        self.lease_client = KubeClient(creds, qps=0, burst=1, max_connections=2) if args.leader_elect else None
         self.elector = LeaderElector(
-            self.client, args.leader_election_namespace, args.leader_election_id,
+            self.lease_client or self.client, args.leader_election_namespace, args.leader_election_id,
             args.leader_election_identity, args.leader_election_lease_duration,
             args.leader_election_renew_deadline, args.leader_election_retry_period) if args.leader_elect else None
         # Workers and events write through the fence: nothing is sent once the lease may be lost.
@@ -96,6 +99,8 @@ class Reconciler:
         finally:
             await self._stop_http(servers)
             await self.client.close()
+            if self.lease_client is not None:
+                await self.lease_client.close()
         return code
 
     async def _lead_and_work(self) -> int:
