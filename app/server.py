@@ -41,6 +41,9 @@ DEFAULT_MAX_INFLIGHT = 32
 # Request bodies held in memory at once, all requests together: beyond it a request
 # gets the overload answer instead of more buffering (memory bounded by bytes).
 DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
+# JSON objects + arrays in one review beyond which it is not parsed (answered as under
+# overload). A pod at the apiserver's size limit with 200 containers has a few thousand.
+MAX_JSON_CONTAINERS = 50_000
 _UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
 _UID_SEARCH_BYTES = 64 * 1024
 
@@ -176,6 +179,11 @@ class MutateApp:
             self._account(start, status, record)
             return
 
+        if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
+            # Parsing would build more Python objects than any real pod has (memory grows with
+            # objects, not bytes: a 4 MiB review of tiny objects is ~100 MiB once parsed).
+            await self._overloaded(send, start, body, f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays")
+            return
         status, payload, record = handle_review(body, self.keyring)
         await self._respond(send, status, payload, close=self.draining)
         self._account(start, status, record)

@@ -265,3 +265,13 @@ def test_readiness_fails_while_draining():
     assert request(app, "GET", "/readyz").status_code == 503
     r = request(app, "POST", "/mutate", content=REVIEW_2C)
     assert r.status_code == 200 and r.headers["connection"] == "close"
+
+
+def test_a_review_with_more_json_objects_than_any_pod_is_not_parsed_but_allowed():
+    app, metrics = make_app()
+    junk = b"[" + b",".join([b"{}"] * 60_000) + b"]"
+    body = REVIEW_2C.replace(b'"spec":{', b'"spec":{"junk":' + junk + b",", 1)
+    r = request(app, "POST", "/mutate", content=body)
+    assert r.status_code == 200 and r.json()["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                                                             "allowed": True}
+    assert count(metrics, "overloaded") == 1
