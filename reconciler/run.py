@@ -54,12 +54,25 @@ class Reconciler:
             writer, self.recorder, self.config, self.queue,
             Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
                     resize_restart_containers=args.resize_restart_containers),
-            idle_timeout=args.watch_idle_timeout)
+            idle_timeout=args.watch_idle_timeout, keyring=lambda: self.keyring)
         self.stop = asyncio.Event()
         self.active = False
 
     def _config_changed(self) -> None:
         self.resizer.on_config_change()
+
+    async def _poll_keys(self) -> None:
+        """Re-read --originals-key-dir; a rotation re-signs the pods signed with older keys."""
+        while True:
+            await asyncio.sleep(self.args.config_refresh_interval)
+            if self.keys is None:
+                continue
+            try:
+                if self.keys.poll():
+                    self.keyring = KeyRing(self.keys.keys)
+                    self.resizer.on_keys_change()
+            except KeyRingError as err:
+                log.error("originals keys unusable; keeping the last good ones", extra={"error": str(err)})
 
     # ---- probes
 
@@ -122,7 +135,7 @@ class Reconciler:
         self.active = True
         background = [asyncio.create_task(c, name=n) for n, c in (
             ("config", self.config.run()), ("nodes", self.resizer.nodes.run()),
-            ("pods", self.resizer.pods.run()))]
+            ("pods", self.resizer.pods.run()), ("keys", self._poll_keys()))]
         if self.elector is not None:
             background.append(asyncio.create_task(self.elector.hold(), name="lease"))
         workers: list[asyncio.Task[None]] = []
