@@ -5,31 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import re
 import sys
 from typing import Sequence
 
+from ops.flags import byte_size as parse_size
 from ops.flags import duration as parse_duration
 
 log = logging.getLogger("workload_resizer.webhook")
-
-_SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-    "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
-}
-
-
-def parse_size(text: str) -> int:
-    """Byte size: ``3145728``, ``3MiB``, ``3Mi``, ``512KiB``, ``3MB`` -> bytes."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(f"invalid size {text!r} (examples: 3MiB, 4194304, 512KiB)")
-    value = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-    if value <= 0:
-        raise argparse.ArgumentTypeError("size must be positive")
-    return value
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(

@@ -24,13 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.metrics import Metrics
 from app.review import REASON_INTERNAL_ERROR, REJECTED, allowed_response, handle_review, too_large
 from ops.jsonlog import log_fields
+from ops.probes import probe_routes
 from resizer import EMPTY_KEYRING, KeyRing
 
 decision_log = logging.getLogger("workload_resizer.webhook")
@@ -222,33 +221,22 @@ class MutateApp:
             log_fields(decision_log, logging.INFO, "admission decision", record)
 
 
-def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None) -> FastAPI:
-    api = FastAPI(
+def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None,
+                       draining: Callable[[], bool] = lambda: False) -> FastAPI:
+    def certificate() -> tuple[bool, str]:     # ready once a serving certificate is loaded
+        return (True, "serving certificate loaded") if is_ready() else (False, "no serving certificate loaded")
+
+    def shutdown() -> tuple[bool, str]:        # not ready from the first SIGTERM on (drain)
+        return (False, "shutting down") if draining() else (True, "serving")
+
+    return FastAPI(
         title="workload-resizer webhook",
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
+        routes=probe_routes({"certificate": certificate, "shutdown": shutdown}, metrics.registry),
     )
-
-    @api.get("/healthz")
-    async def healthz() -> Response:
-        """The process is alive and its event loop answers."""
-        return Response(b"ok", media_type="text/plain")
-
-    @api.get("/readyz")
-    async def readyz() -> Response:
-        """Ready once a serving certificate is loaded."""
-        if is_ready():
-            return Response(b"ok", media_type="text/plain")
-        return JSONResponse({"ready": False, "reason": "no serving certificate loaded, or shutting down"},
-                            status_code=503)
-
-    @api.get("/metrics")
-    async def prom() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    return api
 
 
 def create_app(
@@ -264,6 +252,6 @@ def create_app(
     """
     metrics = metrics if metrics is not None else Metrics()
     apps: list[MutateApp] = []
-    api = create_fastapi_app(metrics, lambda: is_ready() and not apps[0].draining, lifespan)
+    api = create_fastapi_app(metrics, is_ready, lifespan, draining=lambda: apps[0].draining)
     apps.append(MutateApp(api, metrics, max_request_bytes, max_inflight))
     return apps[0]

@@ -30,22 +30,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.drills.observe import PodTimeline, bare_resize_ceiling, peak_rss_mb, requests_by_verb  # noqa: E402
-from tests.support.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
-from tests.support.processes import (  # noqa: E402
+from devkit.configs import config_yaml  # noqa: E402
+from devkit.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
+from devkit.processes import (  # noqa: E402
     Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active)
 
 NAMESPACE = "bench-burst"
 BENCH_LABEL = "workload-resizer.io/bench"
-CONFIG = """\
-baselineNodeType: n2d
-nodeTypes:
-  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
-  n4: { cpuPerf: 1.25, memPerf: 1.0 }
-  c3: { cpuPerf: 1.30, memPerf: 1.0 }
-bounds:
-  cpu: { min: "10m", max: "16" }
-  memory: { min: "16Mi", max: "32Gi" }
-"""
+CONFIG = config_yaml(cpu=("10m", "16"), memory=("16Mi", "32Gi"))
 
 
 def cluster_up() -> str:

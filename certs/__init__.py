@@ -62,6 +62,15 @@ def _validity(days: float, not_before: dt.datetime | None) -> tuple[dt.datetime,
     return start, start + _CLOCK_SKEW + dt.timedelta(days=days)
 
 
+def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
+    """ECDSA signatures; a CA also signs certificates and CRLs."""
+    return x509.KeyUsage(
+        digital_signature=True, content_commitment=False, key_encipherment=False,
+        data_encipherment=False, key_agreement=False, key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates, encipher_only=False, decipher_only=False,
+    )
+
+
 def generate_ca(common_name: str = "workload-resizer-webhook-ca", days: float = 3650,
                 not_before: dt.datetime | None = None) -> Issued:
     key = _new_key()
@@ -77,14 +86,7 @@ def generate_ca(common_name: str = "workload-resizer-webhook-ca", days: float = 
         .not_valid_before(start)
         .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(ski, critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -116,14 +118,7 @@ def issue_serving_cert(
         .not_valid_before(start)
         .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)

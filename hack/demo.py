@@ -9,12 +9,15 @@ pods' Events.
 
     hack/demo.py          run the demo (leaves everything running to look around)
     hack/demo.py down     stop the webhook and reconciler and the cluster
+
+The demo's cluster is its own ($WR_DEMO_CLUSTER_DIR, else <repo>/.cluster-demo), never the
+one `make test` uses (<repo>/.cluster): its webhook, registered for every namespace, and its
+reconciler would otherwise act on the tests' pods.
 """
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,12 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from devkit.cluster import ClusterError, LocalCluster, demo_state_dir  # noqa: E402
+from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
+from devkit.processes import Reconciler, Webhook, WebhookCerts, register_webhook  # noqa: E402
 from resizer import APPLIED_INSTANCE_TYPE, SAMPLE_CONFIG, original_key  # noqa: E402
-from tests.support.kube import Kube, container, deployment, wait_for  # noqa: E402
-from tests.support.processes import Reconciler, Webhook, WebhookCerts, register_webhook  # noqa: E402
 
-STATE = Path(os.environ.get("WR_CLUSTER_DIR", REPO / ".cluster"))
-DEMO = STATE / "demo"
+CLUSTER = LocalCluster(demo_state_dir())
+DEMO = CLUSTER.state_dir / "demo"
 SYSTEM_NS = "workload-resizer-system"
 DEMO_NS = "demo"
 FAMILY_LABEL = "cloud.google.com/machine-family"
@@ -39,21 +43,19 @@ def say(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
-def cluster_up() -> dict[str, str]:
-    say("starting the local control plane (hack/cluster up; the first run builds Kubernetes from Go modules)")
-    proc = subprocess.run([str(REPO / "hack" / "cluster"), "up"], stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        sys.exit("hack/cluster up failed")
-    return dict(line.removeprefix("export ").split("=", 1) for line in proc.stdout.splitlines()
-                if line.startswith("export "))
+def cluster_up() -> Kube:
+    say(f"starting the demo's local control plane in {CLUSTER.state_dir} "
+        "(hack/cluster up; the first run builds Kubernetes from Go modules)")
+    try:
+        return CLUSTER.up(visible=True)
+    except ClusterError as err:
+        sys.exit(str(err))
 
 
-def add_nodes(kube: Kube) -> None:
+def add_nodes() -> None:
     say("adding KWOK nodes: " + ", ".join(f"{n} ({f})" for n, f in NODES))
     for name, family in NODES:   # add-node also (re)labels an existing node
-        subprocess.run([str(REPO / "hack" / "cluster"), "add-node", name, "--family", family,
-                        "--cpu", "16", "--memory", "64Gi", "--label", "workload-resizer.io/demo=true"],
-                       check=True, stdout=subprocess.DEVNULL)
+        CLUSTER.add_node(name, family, cpu="16", memory="64Gi", labels={"workload-resizer.io/demo": "true"})
 
 
 def start_webhook(kube: Kube) -> None:
@@ -154,18 +156,20 @@ def show(kube: Kube, pods: list[dict]) -> None:
 def down() -> None:
     for name in ("reconciler", "webhook"):
         stop(name)
-    subprocess.run([str(REPO / "hack" / "cluster"), "down"], check=False)
+    CLUSTER.down(quiet=False)
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if argv[:1] == ["down"]:
         down()
         return 0
-    exports = cluster_up()
-    kubeconfig = exports["KUBECONFIG"]
+    kube = cluster_up()
+    kubeconfig = CLUSTER.kubeconfig
     DEMO.mkdir(parents=True, exist_ok=True)
-    kube = Kube(kubeconfig)
-    add_nodes(kube)
+    add_nodes()
     apply_config(kube)
     start_webhook(kube)
     start_reconciler(kubeconfig)
@@ -174,7 +178,7 @@ def main(argv: list[str]) -> int:
     show(kube, pods)
     print(f"""
 Look around (webhook and reconciler keep running; logs in {DEMO}):
-  export PATH={exports['PATH'].split(':', 1)[0]}:$PATH KUBECONFIG={kubeconfig}
+  export PATH={CLUSTER.bin_dir}:$PATH KUBECONFIG={kubeconfig}
   kubectl -n {DEMO_NS} get pods -o wide
   kubectl -n {DEMO_NS} describe pod <name>
   kubectl -n {DEMO_NS} scale deployment web --replicas=12

@@ -1,4 +1,4 @@
-"""Command-line value types shared by the webhook's and the reconciler's flags."""
+"""Command-line value types shared by the webhook's and the reconciler's flags (the only place for them)."""
 from __future__ import annotations
 
 import argparse
@@ -30,4 +30,31 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 500ms, 1m)")
     if value < 0:
         raise argparse.ArgumentTypeError(f"duration {text!r} must not be negative")
+    return value
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+
+
+def byte_size(text: str) -> int:
+    """A positive byte size: ``3145728``, ``3MiB``, ``3Mi``, ``512KiB``, ``3MB`` -> bytes."""
+    m = _SIZE.fullmatch(text)
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (examples: 3MiB, 4194304, 512KiB)")
+    value = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise argparse.ArgumentTypeError("size must be positive")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1 (worker counts, bursts)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return value

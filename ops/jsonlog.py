@@ -27,6 +27,8 @@ from typing import IO, Any, Mapping
 
 import orjson
 
+from ops.timestamps import rfc3339_millis
+
 __all__ = ["BatchingStreamHandler", "JSONFormatter", "TextFormatter", "configure_logging", "flush_logging", "log_fields", "LEVELS"]
 
 LEVELS = {
@@ -57,20 +59,6 @@ def _level_name(levelno: int) -> str:
     return _LEVEL_NAMES.get(levelno) or logging.getLevelName(levelno).lower()
 
 
-_ts_cache: tuple[int, str] = (-1, "")  # (second, formatted prefix), replaced as one object
-
-
-def _rfc3339(created: float) -> str:
-    """``2024-05-01T12:00:00.123Z``; the seconds part is cached (cheap at high rates)."""
-    global _ts_cache
-    sec = int(created)
-    cached_sec, prefix = _ts_cache
-    if sec != cached_sec:
-        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        _ts_cache = (sec, prefix)
-    return "%s.%03dZ" % (prefix, int((created - sec) * 1000))
-
-
 def _default(obj: Any) -> Any:
     """orjson fallback for values it cannot serialise natively."""
     if isinstance(obj, (set, frozenset, tuple)):
@@ -93,7 +81,7 @@ class JSONFormatter(logging.Formatter):
         if not isinstance(msg, str):
             msg = str(msg)
         out: dict[str, Any] = {
-            "ts": _rfc3339(record.created),
+            "ts": rfc3339_millis(record.created),
             "level": _level_name(record.levelno),
             "logger": record.name,
             "msg": msg,
@@ -127,7 +115,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         parts = [
-            _rfc3339(record.created),
+            rfc3339_millis(record.created),
             _level_name(record.levelno).upper(),
             record.name,
             record.getMessage(),

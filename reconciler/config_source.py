@@ -17,6 +17,7 @@ from reconciler import metrics
 from reconciler.events import EventRecorder, object_reference
 from reconciler.informer import Informer
 from reconciler.kube import ApiError, KubeClient
+from reconciler.reasons import EventType, Reason
 from resizer import ConfigError, ResizerConfig, load_config
 
 log = logging.getLogger("reconciler.config")
@@ -49,7 +50,12 @@ class ConfigSource:
         return self.config is not None
 
     async def run(self) -> None:
-        await asyncio.gather(self.informer.run(), self._poll())
+        try:
+            await asyncio.gather(self.informer.run(), self._poll())
+        finally:        # config applications still in flight end with the source
+            for task in self._pending:
+                task.cancel()
+            await asyncio.gather(*self._pending, return_exceptions=True)
 
     async def _poll(self) -> None:
         while True:
@@ -124,5 +130,5 @@ class ConfigSource:
             "configmap": f"{self.namespace}/{self.name}",
             "errors": [{"field": path, "error": message} for path, message in errors]})
         if configmap is not None:
-            await self._recorder.emit(object_reference(configmap, "ConfigMap"), "Warning", "InvalidConfig",
-                                      f"{problem}; {keeping}")
+            await self._recorder.emit(object_reference(configmap, "ConfigMap"), EventType.WARNING,
+                                      Reason.INVALID_CONFIG, f"{problem}; {keeping}")

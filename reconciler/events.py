@@ -13,10 +13,11 @@ import secrets
 import socket
 import time
 from collections import OrderedDict
-from datetime import datetime, timezone
 from typing import Any
 
+from ops.timestamps import rfc3339
 from reconciler.kube import ApiError, KubeClient
+from reconciler.ratelimit import TokenBucket
 
 log = logging.getLogger("reconciler.events")
 
@@ -24,31 +25,10 @@ COMPONENT = "workload-resizer"
 MAX_MESSAGE = 1024
 
 
-def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def object_reference(obj: dict[str, Any], kind: str, api_version: str = "v1") -> dict[str, Any]:
     meta = obj["metadata"]
     return {"kind": kind, "apiVersion": api_version, "namespace": meta.get("namespace"),
             "name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
-
-
-class _Bucket:
-    def __init__(self, burst: int, refill_seconds: float) -> None:
-        self.tokens = float(burst)
-        self.burst = burst
-        self.refill = refill_seconds
-        self.updated = time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) / self.refill)
-        self.updated = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return True
-        return False
 
 
 class EventRecorder:
@@ -58,7 +38,7 @@ class EventRecorder:
         self._window = aggregate_window
         self._cache_size = cache_size
         self._seen: OrderedDict[tuple[str, ...], tuple[str, int, float]] = OrderedDict()
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
         self._burst = burst
         self._refill = refill_seconds
         self._host = os.environ.get("POD_NAME") or socket.gethostname()
@@ -85,14 +65,14 @@ class EventRecorder:
     def _allowed(self, object_id: str) -> bool:
         bucket = self._buckets.get(object_id)
         if bucket is None:
-            bucket = self._buckets[object_id] = _Bucket(self._burst, self._refill)
+            bucket = self._buckets[object_id] = TokenBucket(1 / self._refill, self._burst)
             if len(self._buckets) > self._cache_size:
                 self._buckets.popitem(last=False)
-        return bucket.take()
+        return bucket.try_take()
 
     async def _create(self, ref: dict[str, Any], key: tuple[str, ...], event_type: str, reason: str,
                       message: str) -> None:
-        stamp = now_rfc3339()
+        stamp = rfc3339()
         name = f"{ref['name']}.{int(time.time() * 1e9):x}{secrets.token_hex(2)}"
         event = {
             "apiVersion": "v1", "kind": "Event",
@@ -108,7 +88,7 @@ class EventRecorder:
     async def _bump(self, ref: dict[str, Any], key: tuple[str, ...], name: str, count: int, _: float) -> None:
         try:
             await self._client.patch(f"/api/v1/namespaces/{ref['namespace']}/events/{name}",
-                                     {"count": count + 1, "lastTimestamp": now_rfc3339()})
+                                     {"count": count + 1, "lastTimestamp": rfc3339()})
         except ApiError as err:
             if err.status != 404:
                 raise

@@ -17,10 +17,10 @@ from typing import Any
 
 from reconciler import metrics
 from reconciler.kube import ApiError, KubeClient, WatchExpired, WatchIdle
+from reconciler.slim import Obj
 
 log = logging.getLogger("reconciler.informer")
 
-Obj = dict[str, Any]
 Handler = Callable[[str, Obj, Obj | None], None]   # (ADDED|MODIFIED|DELETED, new, old)
 
 

@@ -8,7 +8,6 @@ classes would cost several times the CPU and memory per pod.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 import time
@@ -20,6 +19,7 @@ import httpx
 import orjson
 
 from reconciler import metrics
+from reconciler.ratelimit import TokenBucket
 
 log = logging.getLogger("reconciler.kube")
 
@@ -241,27 +241,3 @@ def _json_or_message(body: bytes) -> dict[str, Any]:
         return value if isinstance(value, dict) else {"message": str(value)}
     except orjson.JSONDecodeError:
         return {"message": body.decode(errors="replace")[:500]}
-
-
-class TokenBucket:
-    """Client-side rate limit like client-go's (qps sustained, burst at once)."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self._rate = qps
-        self._capacity = max(1, burst)
-        self._tokens = float(self._capacity)
-        self._updated = time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def take(self) -> None:
-        if self._rate <= 0:
-            return
-        async with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self._capacity, self._tokens + (now - self._updated) * self._rate)
-            self._updated = now
-            if self._tokens < 1:
-                await asyncio.sleep((1 - self._tokens) / self._rate)
-                self._tokens = 1
-                self._updated = time.monotonic()
-            self._tokens -= 1

@@ -20,9 +20,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
+from ops.timestamps import rfc3339_micro
 from reconciler import metrics
 from reconciler.kube import MERGE_PATCH, ApiError, KubeClient
 
@@ -31,10 +31,6 @@ log = logging.getLogger("reconciler.leader")
 
 class LeadershipLost(Exception):
     """The lease could not be renewed within the renew deadline: stop all work."""
-
-
-def _micro_time() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -117,7 +113,7 @@ class LeaderElector:
             lease = await self._client.get(f"{self._path}/{self.name}")
             if lease.get("spec", {}).get("holderIdentity") != self.identity:
                 return
-            lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _micro_time()})
+            lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": rfc3339_micro()})
             await self._client.update(f"{self._path}/{self.name}", lease)
             log.info("released leadership", extra={"lease": f"{self.namespace}/{self.name}"})
         except Exception as err:   # best effort: the lease expires anyway
@@ -140,7 +136,7 @@ class LeaderElector:
             return False
 
     async def _attempt(self) -> bool:
-        now = _micro_time()
+        now = rfc3339_micro()
         try:
             lease = await self._client.get(f"{self._path}/{self.name}")
         except ApiError as err:

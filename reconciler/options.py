@@ -5,13 +5,7 @@ import argparse
 import socket
 import uuid
 
-from ops.flags import duration
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
+from ops.flags import duration, positive_int
 
 
 def build_parser() -> argparse.ArgumentParser:

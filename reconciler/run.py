@@ -5,24 +5,43 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
-import time
 from typing import Any
 
 from ops.jsonlog import configure_logging
 from ops.keys import KeyDirectory, KeyDirectoryError
+from ops.probes import Check
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
-from reconciler.controller import Options, PodResizer
+from reconciler.controller import Options
 from reconciler.events import EventRecorder
-from reconciler.kube import ApiError, KubeClient, load_credentials
+from reconciler.kube import KubeClient, load_credentials
 from reconciler.leader import FencedClient, LeaderElector, LeadershipLost
+from reconciler.manager import Manager
+from reconciler.ports import FaultHook, no_fault
 from reconciler.workqueue import WorkQueue
 from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 
 log = logging.getLogger("reconciler")
+
+# Test-only fault hook: SIGKILL ourselves right after the named write step
+# (originals, resize, applied). Read here, once; the reconciler gets it injected.
+CRASH_AFTER_ENV = "WORKLOAD_RESIZER_TEST_CRASH_AFTER"
+
+
+def crash_hook(step_name: str | None) -> FaultHook:
+    """A fault hook that SIGKILLs this process right after the write step `step_name`."""
+    if not step_name:
+        return no_fault
+
+    def crash_after(step: str) -> None:
+        if step == step_name:
+            log.warning("test fault hook: crashing", extra={"after": step})
+            os.kill(os.getpid(), signal.SIGKILL)
+    return crash_after
 
 
 class Reconciler:
@@ -50,16 +69,17 @@ class Reconciler:
         self.config = ConfigSource(self.client, self.recorder, args.config_namespace, args.config_name,
                                    args.config_refresh_interval, on_change=self._config_changed,
                                    idle_timeout=args.watch_idle_timeout)
-        self.resizer = PodResizer(
+        self.manager = Manager(
             writer, self.recorder, self.config, self.queue,
             Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
                     resize_restart_containers=args.resize_restart_containers),
-            idle_timeout=args.watch_idle_timeout, keyring=lambda: self.keyring)
+            idle_timeout=args.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
+            keyring=lambda: self.keyring)
         self.stop = asyncio.Event()
         self.active = False
 
     def _config_changed(self) -> None:
-        self.resizer.on_config_change()
+        self.manager.on_config_change()
 
     async def _poll_keys(self) -> None:
         """Re-read --originals-key-dir; a rotation re-signs the pods signed with older keys."""
@@ -70,13 +90,13 @@ class Reconciler:
             try:
                 if self.keys.poll():
                     self.keyring = KeyRing(self.keys.keys)
-                    self.resizer.on_keys_change()
+                    self.manager.on_keys_change()
             except KeyRingError as err:
                 log.error("originals keys unusable; keeping the last good ones", extra={"error": str(err)})
 
     # ---- probes
 
-    def checks(self) -> dict[str, http.Check]:
+    def checks(self) -> dict[str, Check]:
         def config() -> tuple[bool, str]:
             if not self.active:
                 return True, "standby (not leader)"
@@ -89,7 +109,7 @@ class Reconciler:
         def caches() -> tuple[bool, str]:
             if not self.active:
                 return True, "standby (not leader)"
-            synced = self.resizer.pods.synced.is_set() and self.resizer.nodes.synced.is_set()
+            synced = self.manager.synced
             return synced, "synced" if synced else "syncing"
 
         return {"config": config, "caches": caches}
@@ -134,23 +154,25 @@ class Reconciler:
                 return 1
         self.active = True
         background = [asyncio.create_task(c, name=n) for n, c in (
-            ("config", self.config.run()), ("nodes", self.resizer.nodes.run()),
-            ("pods", self.resizer.pods.run()), ("keys", self._poll_keys()))]
+            ("config", self.config.run()),
+            ("keys", self._poll_keys()),
+            *((informer.resource, informer.run()) for informer in self.manager.informers))]
         if self.elector is not None:
             background.append(asyncio.create_task(self.elector.hold(), name="lease"))
         workers: list[asyncio.Task[None]] = []
         stopped = asyncio.create_task(self.stop.wait())
         try:
-            synced = asyncio.create_task(self._wait_synced())
+            synced = asyncio.create_task(self.manager.wait_synced())
             done, _ = await asyncio.wait({stopped, synced, *background}, return_when=asyncio.FIRST_COMPLETED)
             if synced in done:
                 log.info("caches synced; starting workers", extra={"workers": self.args.concurrency})
                 metrics.MAX_WORKERS.labels(metrics.CONTROLLER).set(self.args.concurrency)
-                workers = [asyncio.create_task(self._worker(), name=f"worker-{i}")
+                workers = [asyncio.create_task(self.manager.worker(), name=f"worker-{i}")
                            for i in range(self.args.concurrency)]
                 # A worker only ends by crashing: that must stop the process, not go unnoticed.
                 done, _ = await asyncio.wait({stopped, *background, *workers}, return_when=asyncio.FIRST_COMPLETED)
             synced.cancel()
+            await asyncio.gather(synced, return_exceptions=True)
             return self._exit_code(done, stopped)
         finally:
             await self._shutdown(workers, background, stopped)
@@ -167,10 +189,6 @@ class Reconciler:
                 log.error("background task ended unexpectedly", extra={"task": task.get_name(),
                                                                        "error": repr(err)})
         return 1
-
-    async def _wait_synced(self) -> None:
-        await self.resizer.nodes.synced.wait()
-        await self.resizer.pods.synced.wait()
 
     async def _shutdown(self, workers: list[asyncio.Task[None]], background: list[asyncio.Task[Any]],
                         stopped: asyncio.Task[Any]) -> None:
@@ -189,38 +207,6 @@ class Reconciler:
         if self.elector is not None:
             await self.elector.release()
         self.active = False
-
-    async def _worker(self) -> None:
-        while (key := await self.queue.get()) is not None:
-            started = time.monotonic()
-            metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
-            try:
-                result = await self.resizer.reconcile(key)
-            except (ApiError, OSError) as err:      # OSError includes kube.TransportError
-                delay = self.queue.add_rate_limited(key)
-                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
-                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
-                log.log(level, "reconcile failed; will retry", extra={"pod": key, "error": str(err) or repr(err),
-                                                                      "retryIn": round(delay, 2)})
-            except Exception:
-                delay = self.queue.add_rate_limited(key)
-                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
-                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                log.exception("reconcile crashed; will retry", extra={"pod": key, "retryIn": round(delay, 2)})
-            else:
-                if result.requeue_after is not None:
-                    self.queue.add_after(key, result.requeue_after)
-                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "requeue_after").inc()
-                else:
-                    self.queue.forget(key)
-                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
-            finally:
-                elapsed = time.monotonic() - started
-                metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(elapsed)
-                metrics.QUEUE_WORK.labels(self.queue.name).observe(elapsed)
-                metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
-                self.queue.done(key)
 
     def _listen(self) -> dict[str, socket.socket]:
         """Bind every metrics/probe address now: a port already taken is a startup error, not a

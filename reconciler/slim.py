@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-Obj = dict[str, Any]
+Obj = dict[str, Any]     # a Kubernetes object as decoded JSON (the one alias for it)
 
 _DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 _RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")

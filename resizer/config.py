@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import (
@@ -37,7 +37,7 @@ from pydantic import (
     model_validator,
 )
 
-from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
+from resizer.quantity import QuantityError, Resource, coerce_quantity, to_bytes, to_millicores
 
 SAMPLE_CONFIG = """\
 baselineNodeType: n2d
@@ -72,7 +72,6 @@ __all__ = [
 
 COMPUTE_CLASS_SELECTOR = "cloud.google.com/compute-class"
 
-Resource = Literal["cpu", "memory"]
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 # Perf values are ratios of machine capability; anything outside this range is a typo
 # (and a huge exponent would make the exact Fraction arithmetic explode).

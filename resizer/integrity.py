@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from resizer.annotations import APPLIED_INSTANCE_TYPE, ORIGINALS_MAC, is_original_key
+from resizer.annotations import ORIGINALS_MAC, is_original_key
 
 __all__ = [
     "Baseline",
@@ -181,13 +181,17 @@ def check_originals(pod: Mapping[str, Any], keyring: KeyRing,
     annotations = meta.get("annotations") or {}
     originals = original_annotations(pod)
     generation = meta.get("generation")
-    changed = generation > 1 if isinstance(generation, int) else APPLIED_INSTANCE_TYPE in annotations
-    changed_text = f"generation {generation}" if isinstance(generation, int) else "applied annotation present"
+    # No generation (an apiserver older than 1.35): whether the spec changed cannot be known.
+    changed = generation > 1 if isinstance(generation, int) else True
+    changed_text = f"generation {generation}" if isinstance(generation, int) else "no metadata.generation"
 
     mac_value = annotations.get(ORIGINALS_MAC)
     problem = _verify(mac_value, keyring, originals, pod)
     if isinstance(problem, str):
         present = bool(originals) or mac_value is not None
+        if not changed and originals and originals == dict(spec_originals) and mac_value is None:
+            # Unsigned (e.g. no keys configured) but exactly what a re-capture would write.
+            return OriginalsCheck(Trust.TRUSTED, "equal to the unchanged spec")
         if not changed:
             why = f"{problem}; " if present else ""
             return OriginalsCheck(Trust.RECAPTURE, f"{why}original resources taken from the unchanged spec",

@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from resizer.annotations import original_key
-from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory
+from resizer.quantity import QuantityError, Resource, coerce_quantity, format_cpu, format_memory
 
 __all__ = [
     "ContainerOriginals",
@@ -24,7 +24,6 @@ __all__ = [
     "read_originals",
 ]
 
-Resource = Literal["cpu", "memory"]
 Kind = Literal["request", "limit"]
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 _KINDS: tuple[Kind, ...] = ("request", "limit")

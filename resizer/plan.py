@@ -10,11 +10,18 @@ from typing import Any, Literal
 from resizer.config import Bounds, NodeProfile, Policy
 from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals
 from resizer.qos import QoSClass, pod_qos_class
-from resizer.quantity import coerce_quantity, format_cpu, format_memory, round_half_away, to_bytes, to_millicores
+from resizer.quantity import (
+    Resource,
+    coerce_quantity,
+    format_cpu,
+    format_memory,
+    round_half_away,
+    to_bytes,
+    to_millicores,
+)
 
 __all__ = ["Clamp", "Outcome", "ResizePlan", "ResourceChange", "desired_quantity", "plan_resize"]
 
-Resource = Literal["cpu", "memory"]
 Clamp = Literal["min", "max"]
 Outcome = Literal["Resize", "AlreadyAligned", "UnknownNodeType", "QoSChange", "NothingToSize"]
 

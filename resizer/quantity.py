@@ -12,10 +12,12 @@ import functools
 import math
 import re
 from fractions import Fraction
+from typing import Literal
 
 __all__ = [
     "MAX_QUANTITY",
     "QuantityError",
+    "Resource",
     "coerce_quantity",
     "format_cpu",
     "format_memory",
@@ -24,6 +26,9 @@ __all__ = [
     "to_bytes",
     "to_millicores",
 ]
+
+# The two resources the resizer sizes (the one alias for them).
+Resource = Literal["cpu", "memory"]
 
 # Kubernetes caps every quantity at this many base units (it silently clamps; we reject).
 MAX_QUANTITY = 2**63 - 1

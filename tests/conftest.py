@@ -1,25 +1,32 @@
 """pytest wiring: unit tests need nothing; cluster tests share one control plane.
 
-The `cluster` fixture runs `hack/cluster up` once per session (idempotent: a
-cluster that is already running is reused) and stops it at the end only if
-this session started it. WR_KEEP_CLUSTER=1 keeps it running for debugging.
+The `cluster` fixture runs `hack/cluster up` once per session in the tests' own state
+directory ($WR_CLUSTER_DIR, else <repo>/.cluster; `make demo` uses another one), reusing a
+cluster that already runs there, and stops it at the end only if this session started it.
+WR_KEEP_CLUSTER=1 keeps it running for debugging. First-use builds (Kubernetes, helm,
+cert-manager) show their progress on the terminal.
 """
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.support.kube import Kube, wait_for
+from devkit import progress
+from devkit.cluster import HACK_CLUSTER, REPO, ClusterError, LocalCluster, tests_state_dir
+from devkit.kube import Kube, wait_for
 
-REPO = Path(__file__).resolve().parent.parent
-HACK_CLUSTER = REPO / "hack" / "cluster"
+__all__ = ["HACK_CLUSTER", "REPO", "Cluster"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        progress.show_through(capture.global_and_fixture_disabled)
 
 
 @dataclass
@@ -28,22 +35,14 @@ class Cluster:
     bin_dir: str
     kube: Kube
     version: str
+    local: LocalCluster
 
     def add_node(self, name: str, family: str | None = None, cpu: str = "32", memory: str = "128Gi",
                  no_resize: bool = False, labels: dict[str, str] | None = None) -> None:
-        args = [str(HACK_CLUSTER), "add-node", name, "--cpu", cpu, "--memory", memory]
-        if family:
-            args += ["--family", family]
-        if no_resize:
-            args.append("--no-resize")
-        for key, value in (labels or {}).items():
-            args += ["--label", f"{key}={value}"]
-        subprocess.run(args, check=True, capture_output=True, text=True)
-        wait_for(f"node {name} Ready", lambda: any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in self.kube.get(f"/api/v1/nodes/{name}").get("status", {}).get("conditions", [])))
+        self.local.add_node(name, family, cpu, memory, labels=labels, no_resize=no_resize)
+        wait_for(f"node {name} Ready", lambda: name in self.local.ready_nodes())
 
-    def ensure_node(self, name: str, **kwargs) -> None:
+    def ensure_node(self, name: str, **kwargs: Any) -> None:
         try:
             self.kube.get(f"/api/v1/nodes/{name}")
         except Exception:
@@ -55,28 +54,43 @@ class Cluster:
         return {**os.environ, "KUBECONFIG": self.kubeconfig, "PATH": f"{self.bin_dir}:{os.environ['PATH']}"}
 
 
-def _cluster_running() -> bool:
-    return subprocess.run([str(HACK_CLUSTER), "status"], capture_output=True).returncode == 0 and \
-        "DEAD" not in subprocess.run([str(HACK_CLUSTER), "status"], capture_output=True, text=True).stdout
+def foreign_webhooks(kube: Kube) -> list[str]:
+    """Mutating webhooks that would see the tests' namespaces (not limited by namespace name or label).
+
+    The tests register theirs limited to their own namespaces; one for every namespace is
+    somebody else's (e.g. a demo's) and would stamp the tests' pods before their own webhook.
+    """
+    found = []
+    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    for config in kube.get(path)["items"]:
+        for hook in config.get("webhooks", []):
+            selector = hook.get("namespaceSelector") or {}
+            limited = bool(selector.get("matchLabels")) or any(
+                e.get("operator") == "In" for e in selector.get("matchExpressions", []))
+            if not limited:
+                found.append(f"{config['metadata']['name']} ({hook['name']})")
+    return found
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    started_here = not _cluster_running()
-    proc = subprocess.run([str(HACK_CLUSTER), "up"], stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
-    if proc.returncode != 0:
-        pytest.fail(f"hack/cluster up failed (exit {proc.returncode})")
-    exports = dict(line.removeprefix("export ").split("=", 1) for line in proc.stdout.splitlines()
-                   if line.startswith("export "))
-    kubeconfig = exports["KUBECONFIG"]
-    bin_dir = exports["PATH"].split(":", 1)[0]
-    kube = Kube(kubeconfig)
+    local = LocalCluster(tests_state_dir())
+    started_here = not local.running()
+    try:
+        kube = local.up(visible=True)
+    except ClusterError as err:
+        pytest.fail(str(err))
+    foreign = foreign_webhooks(kube)
+    if foreign:
+        pytest.fail(f"the cluster in {local.state_dir} has webhooks for every namespace that are not the "
+                    f"tests' own: {', '.join(foreign)}. Run the tests on a cluster of their own "
+                    "(another WR_CLUSTER_DIR), or remove them (`make demo-down` for the demo's).")
     version = kube.get("/version")["gitVersion"]
     try:
-        yield Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir, kube=kube, version=version)
+        yield Cluster(kubeconfig=local.kubeconfig, bin_dir=local.bin_dir, kube=kube, version=version, local=local)
     finally:
         if started_here and os.environ.get("WR_KEEP_CLUSTER") != "1":
-            subprocess.run([str(HACK_CLUSTER), "down"], check=False)
+            local.down(quiet=False)
 
 
 @pytest.fixture

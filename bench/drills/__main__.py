@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench.drills import benchmarks, crash_loop, freeze, hostile, restart, scale, soak, webhook_restart
 from bench.drills.harness import Drill, machine, run_drill, say, write_json
+from devkit.cluster import demo_state_dir, tests_state_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown drill(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
     chosen = [BY_NAME[n] for n in args.names] if args.names else DRILLS
     base = args.cluster_dir or Path(tempfile.mkdtemp(prefix="wr-drills-"))
-    if (REPO / ".cluster").resolve() in (base.resolve(), *base.resolve().parents):
-        parser.error("--cluster-dir must not be (inside) the shared <repo>/.cluster")
+    for taken in (tests_state_dir(), demo_state_dir()):
+        if taken.resolve() in (base.resolve(), *base.resolve().parents):
+            parser.error(f"--cluster-dir must not be (inside) the tests' or the demo's cluster ({taken})")
     extra = ([f"--scheduler-qps {args.scheduler_qps}"] if args.scheduler_qps else []) + \
         ([f"--out {args.out}"] if args.out != REPO / "bench" / "out" else [])
     command = " ".join(["python -m bench.drills", *args.names, f"--size {args.size}", *extra])

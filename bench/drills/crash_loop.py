@@ -19,7 +19,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from bench.drills.cluster import ok_count
+from devkit.cluster import ok_count
 from bench.drills.harness import Burst, Context, Drill, wait_aligned
 from bench.drills.workload import TEMPLATE_LABEL, TEMPLATES, list_pods, resource_units
 from resizer import APPLIED_INSTANCE_TYPE

@@ -75,11 +75,7 @@ def run(ctx: Context, p: Params) -> None:
               during["idle"] + during["timeout"] >= 1, f"restarts by cause while frozen: {during}")
     ctx.check("reconciler recovered by itself (one process, still running)",
               len(lives.lives) == 1 and lives.current.alive)
-    state = ctx.end_state()
-    patches = lives.resize_patches()
-    ctx.figure("resize_patches", patches)
-    ctx.check("pods/resize PATCHes (reconciler metrics) == pods that needed a resize",
-              patches == state.needed_resize, f"{patches:.0f} patches, {state.needed_resize} needed")
+    ctx.end_state_resized_once_each(lives)
 
 
 DRILL = Drill("apiserver-freeze", "kube-apiserver frozen (SIGSTOP) past the watch idle timeout, then thawed",

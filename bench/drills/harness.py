@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from bench.drills.cluster import POOL_LABEL, LocalCluster, NodeSpec
-from bench.drills.observe import PodTimeline, metric_sum, requests_by_verb, samples
+from devkit.cluster import POOL_LABEL, LocalCluster, NodeSpec, demo_state_dir, tests_state_dir
+from bench.drills.observe import PodTimeline, requests_by_verb
 from bench.drills.workload import (
     BURSTABLE,
     CONFIG,
@@ -35,8 +35,9 @@ from bench.drills.workload import (
     check_end_state,
     replicaset,
 )
-from tests.support.kube import ApiError, Kube
-from tests.support.processes import (
+from devkit.kube import ApiError, Kube
+from devkit.metrics import metric_sum, samples
+from devkit.processes import (
     Process,
     Reconciler,
     Webhook,
@@ -159,6 +160,15 @@ class Context:
         return timeline
 
     # ---- the verdict
+
+    def end_state_resized_once_each(self, lives: ReconcilerLives, settle: float = 60) -> EndState:
+        """The exact end state, and one pods/resize PATCH (the reconciler's own count) per pod that needed one."""
+        state = self.end_state(settle=settle)
+        patches = lives.resize_patches()
+        self.figure("resize_patches", patches)
+        self.check("pods/resize PATCHes (reconciler metrics) == pods that needed a resize",
+                   patches == state.needed_resize, f"{patches:.0f} patches, {state.needed_resize} needed")
+        return state
 
     def end_state(self, expectations: Expectations | None = None, count_resizes: bool = True,
                   settle: float = 60) -> EndState:
@@ -361,7 +371,10 @@ class Drill:
 def run_drill(drill: Drill, size: str, base_dir: Path, out_dir: Path, keep: bool,
               scheduler_qps: int | None, keep_logs: bool = False) -> Result:
     params = drill.sizes[size]
-    cluster = LocalCluster(base_dir / drill.name, scheduler_qps)
+    state_dir = base_dir / drill.name
+    if state_dir.resolve() in (tests_state_dir().resolve(), demo_state_dir().resolve()):
+        raise ValueError(f"drills never use the tests' or the demo's cluster ({state_dir})")
+    cluster = LocalCluster(state_dir, scheduler_qps)
     ctx = Context(drill.name, size, cluster, out_dir)
     started = time.monotonic()
     error = None

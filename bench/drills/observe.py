@@ -9,7 +9,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import orjson
 
+from devkit.kube import Kube
+from devkit.metrics import samples
 from resizer import APPLIED_INSTANCE_TYPE, PREFIX
-from tests.support.kube import Kube
 
 ORIGINAL_PREFIX = PREFIX + "original-"
 
@@ -206,28 +207,6 @@ def trend(times: list[float], values: list[float], warmup_fraction: float = 0.1)
 
 
 # ----------------------------------------------------------------------------- Prometheus text
-
-
-def samples(text: str, name: str) -> Iterable[tuple[dict[str, str], float]]:
-    """(labels, value) of every sample of metric `name` in Prometheus text format."""
-    for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        series, _, value = line.rpartition(" ")
-        metric, _, label_text = series.partition("{")
-        if metric != name:
-            continue
-        labels = {}
-        for part in label_text.rstrip("}").split(","):
-            if "=" in part:
-                key, _, val = part.partition("=")
-                labels[key.strip()] = val.strip().strip('"')
-        yield labels, float(value)
-
-
-def metric_sum(text: str, name: str, **labels: str) -> float:
-    """Sum of the samples of `name` whose labels include `labels`."""
-    return sum(v for lab, v in samples(text, name) if all(lab.get(k) == x for k, x in labels.items()))
 
 
 def requests_by_verb(metrics_text: str) -> dict[tuple[str, str], float]:

@@ -66,11 +66,7 @@ def restart_drill(component: str, grace: float):
         ctx.figure("reconcile_errors", lives.total("controller_runtime_reconcile_errors_total"))
         ctx.check("reconciler recovered by itself (one process, still running)",
                   len(lives.lives) == 1 and lives.current.alive)
-        state = ctx.end_state()
-        patches = lives.resize_patches()
-        ctx.figure("resize_patches", patches)
-        ctx.check("pods/resize PATCHes (reconciler metrics) == pods that needed a resize",
-                  patches == state.needed_resize, f"{patches:.0f} patches, {state.needed_resize} needed")
+        ctx.end_state_resized_once_each(lives)
 
     return run
 

@@ -83,11 +83,7 @@ def run(ctx: Context, p: Params) -> None:
     ctx.check("cache holds slim pods: RSS per cached pod < a full deserialised pod",
               per_pod_kib < full_kib, f"{per_pod_kib:.2f} KiB per pod vs {full_kib:.2f} KiB full, "
               f"{slim_kib:.2f} KiB slim")
-    state = ctx.end_state(settle=p.settle)
-    patches = lives.resize_patches()
-    ctx.figure("resize_patches", patches)
-    ctx.check("pods/resize PATCHes (reconciler metrics) == pods that needed a resize",
-              patches == state.needed_resize, f"{patches:.0f} patches, {state.needed_resize} needed")
+    ctx.end_state_resized_once_each(lives, settle=p.settle)
 
 
 def pod_footprints(ctx: Context, sample: int = 500) -> tuple[float, float]:

@@ -14,22 +14,31 @@ import random
 import time
 from dataclasses import dataclass
 
-from bench.drills.cluster import FAMILY_LABEL
+from devkit.cluster import FAMILY_LABEL
 from bench.drills.harness import Context, Drill, wait
-from bench.drills.observe import ProcessSampler, metric_sum, trend
-from bench.drills.workload import BURSTABLE, CONFIG, GUARANTEED, SKIPPED, TEMPLATE_LABEL, Expectations, deployment
+from bench.drills.observe import ProcessSampler, trend
+from devkit.metrics import metric_sum
+from bench.drills.workload import (
+    BURSTABLE,
+    CONFIG,
+    GUARANTEED,
+    SKIPPED,
+    TEMPLATE_LABEL,
+    Expectations,
+    deployment,
+    drill_config,
+)
 
 # A fourth family only some configs know: pods on an x9 node are UnknownNodeType
 # until the config lists it, then resized. Its perf never changes, so the final
 # size of every pod is determined by the final config and its node's final type.
-X9 = "  x9: { cpuPerf: 2.0, memPerf: 1.0 }\n"
 UNUSED_OVERRIDE = """\
 overrides:
   - name: never-matches
     match: { podLabel: { drill.workload-resizer.io/no-such-label: "x" } }
     nodeTypes: { n4: { cpuPerf: 5.0, memPerf: 1.0 } }
 """
-FINAL_CONFIG = CONFIG.replace("bounds:", X9.rstrip("\n") + "\nbounds:", 1)
+FINAL_CONFIG = drill_config({"x9": (2.0, 1.0)})
 FAMILIES = ("n2d", "n4", "c3", "x9")
 
 

@@ -23,22 +23,19 @@ from resizer import (
     to_bytes,
     to_millicores,
 )
-from tests.support.kube import Kube, container
+from devkit.configs import DESIGN_NODE_TYPES, config_yaml
+from devkit.kube import Kube, container
 
 TEMPLATE_LABEL = "drill.workload-resizer.io/template"
 WORKLOAD_LABEL = "drill.workload-resizer.io/workload"
 
 # The design's sample node types with bounds loose enough that no drill pod is clamped.
-CONFIG = """\
-baselineNodeType: n2d
-nodeTypes:
-  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
-  n4: { cpuPerf: 1.25, memPerf: 1.0 }
-  c3: { cpuPerf: 1.30, memPerf: 1.1 }
-bounds:
-  cpu: { min: "10m", max: "16" }
-  memory: { min: "16Mi", max: "32Gi" }
-"""
+def drill_config(extra_node_types: dict[str, tuple[float, float]] | None = None) -> str:
+    return config_yaml(node_types={**DESIGN_NODE_TYPES, "c3": (1.30, 1.1)}, extra_node_types=extra_node_types,
+                       cpu=("10m", "16"), memory=("16Mi", "32Gi"))
+
+
+CONFIG = drill_config()
 
 
 @dataclass(frozen=True, eq=False)      # hashed by identity: the templates are module constants

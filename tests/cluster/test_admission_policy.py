@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from tests.cluster.test_reconciler import Harness, guaranteed
-from tests.support.chart import ensure_helm
-from tests.support.kube import ApiError, Kube, wait_for
-from tests.support.rbac import install_rbac, kubeconfig_for_token, uninstall_rbac
+from devkit.chart import ensure_helm
+from devkit.kube import ApiError, Kube, wait_for
+from devkit.rbac import install_rbac, kubeconfig_for_token, uninstall_rbac
 
 ORIGINAL_CPU = "workload-resizer.io/original-cpu.app"
 

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import os
 import socket
 import ssl
-import subprocess
 import sys
 import time
 import uuid
@@ -44,14 +42,16 @@ import yaml
 from cryptography import x509
 
 from resizer import original_key
-from tests.support.kube import ApiError, Kube, container, deployment, wait_for
-from tests.support.processes import Process, free_port
+from devkit.cluster import tests_state_dir
+from devkit.kube import ApiError, Kube, container, deployment, wait_for
+from devkit.processes import Process, free_port
+from devkit.progress import run_visible
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "hack" / "certmanager" / "run"
 CERTIFICATES = REPO / "hack" / "certmanager" / "webhook-certificates.yaml"
 WEBHOOK_CONFIG = REPO / "webhook-config" / "cert-manager.yaml"
-STATE = Path(os.environ.get("WR_CLUSTER_DIR", REPO / ".cluster"))
+STATE = tests_state_dir()
 
 CM = "/apis/cert-manager.io/v1"
 CERT = "workload-resizer-webhook"
@@ -73,10 +73,10 @@ def cert_manager(cluster: Any) -> None:
     using it, and its processes exit by themselves when `hack/cluster down` removes
     the state directory holding their configuration (--exit-if-config-removed).
     """
-    build = subprocess.run([str(RUN), "build"], stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+    build = run_visible([str(RUN), "build"])
     if build.returncode != 0:
         pytest.fail(f"hack/certmanager/run build failed (exit {build.returncode})")
-    install = subprocess.run([str(RUN), "install"], stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+    install = run_visible([str(RUN), "install"])
     if install.returncode != 0:
         pytest.fail(f"hack/certmanager/run install failed (exit {install.returncode})")
 
@@ -178,15 +178,7 @@ class Stack:
 
     def decisions(self) -> list[dict[str, Any]]:
         """The webhook's admission decision log records about this test's pods."""
-        records = []
-        for line in self.webhook.log_lines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("namespace") == self.pod_ns and "decision" in record:
-                records.append(record)
-        return records
+        return self.webhook.decisions(self.pod_ns)
 
     def deploy(self, name: str) -> None:
         manifest = deployment(name, 1, [container("app", requests={"cpu": "500m", "memory": "128Mi"},

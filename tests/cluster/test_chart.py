@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,11 +27,12 @@ from app.__main__ import build_parser as webhook_parser
 from reconciler.options import build_parser as reconciler_parser
 from reconciler.options import parse as reconciler_parse
 from resizer.config import load_config
-from tests.support.chart import (CERT_MANAGER_KINDS, ensure_helm, find, find_all, lint, render,
+from devkit.chart import (CERT_MANAGER_KINDS, ensure_helm, find, find_all, lint, render,
                                  template)
-from tests.support.kube import ApiError, Kube, collection_path, wait_for
-from tests.support.processes import Webhook
-from tests.support.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
+from devkit.kube import ApiError, Kube, collection_path, wait_for
+from devkit.processes import Webhook
+from devkit.progress import run_visible
+from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "workload-resizer-system"
@@ -370,23 +372,24 @@ def test_tls_mode_helm_serves_with_the_real_webhook(helm: str) -> None:
     mwc = find(docs, "MutatingWebhookConfiguration")
     ca_bundle = base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"])
     assert ca_bundle == base64.b64decode(secret["data"]["ca.crt"])
-    directory = Path(tempfile.mkdtemp(prefix="chart-helm-tls-"))
-    for key in ("tls.crt", "tls.key", "ca.crt"):
-        (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
-
-    class Certs:
-        ca_file = str(directory / "ca.crt")
-        cert_file = str(directory / "tls.crt")
-        key_file = str(directory / "tls.key")
-
-    webhook = Webhook(certs=Certs())        # type: ignore[arg-type]
+    certs = _certs_from_secret(secret, "chart-helm-tls-")
+    webhook = Webhook(certs=certs)        # type: ignore[arg-type]
     try:
-        context = ssl.create_default_context(cafile=Certs.ca_file)
+        context = ssl.create_default_context(cafile=certs.ca_file)
         for name in ("workload-resizer-webhook.other.svc", "workload-resizer-webhook.other.svc.cluster.local"):
             # Connect to 127.0.0.1, verify the certificate for the Service's DNS name.
             wait_for(f"webhook /readyz over TLS as {name}", lambda name=name: _readyz_over_tls(webhook, context, name))
     finally:
         webhook.close()
+
+
+def _certs_from_secret(secret: dict[str, Any], prefix: str) -> SimpleNamespace:
+    """The serving certificate of a kubernetes.io/tls Secret (plus its ca.crt) as files for Webhook."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
+    return SimpleNamespace(ca_file=str(directory / "ca.crt"), cert_file=str(directory / "tls.crt"),
+                           key_file=str(directory / "tls.key"))
 
 
 def _readyz_over_tls(webhook: Webhook, context: ssl.SSLContext, server_name: str) -> bool:
@@ -696,7 +699,7 @@ def test_cert_manager_mode_issues_and_injects(cluster, helm: str, namespace: str
     namespace, so it never intercepts anything in the shared cluster."""
     kube = cluster.kube
     # Idempotent, and left running like the cluster (as tests/cluster/test_certmanager.py does).
-    proc = subprocess.run([str(CERT_MANAGER_RUN), "install"], stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+    proc = run_visible([str(CERT_MANAGER_RUN), "install"])
     assert proc.returncode == 0, f"hack/certmanager/run install failed (exit {proc.returncode})"
     assert _cert_manager_installed(kube), "cert-manager's CRDs are missing after hack/certmanager/run install"
     names = chart_names(namespace)
@@ -731,18 +734,10 @@ def test_cert_manager_mode_issues_and_injects(cluster, helm: str, namespace: str
     finally:
         kube.delete(path)
 
-    directory = Path(tempfile.mkdtemp(prefix="chart-cm-tls-"))
-    for key in ("tls.crt", "tls.key", "ca.crt"):
-        (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
-
-    class Certs:
-        ca_file = str(directory / "ca.crt")
-        cert_file = str(directory / "tls.crt")
-        key_file = str(directory / "tls.key")
-
-    webhook = Webhook(certs=Certs())        # type: ignore[arg-type]
+    certs = _certs_from_secret(secret, "chart-cm-tls-")
+    webhook = Webhook(certs=certs)        # type: ignore[arg-type]
     try:
-        context = ssl.create_default_context(cafile=Certs.ca_file)
+        context = ssl.create_default_context(cafile=certs.ca_file)
         server_name = f"{names['webhook']}.{namespace}.svc"
         wait_for(f"webhook /readyz over TLS as {server_name}", lambda: _readyz_over_tls(webhook, context, server_name))
     finally:

@@ -30,7 +30,7 @@ import pytest
 
 from resizer import SKIP, parse_quantity
 from tests.conftest import HACK_CLUSTER, Cluster
-from tests.support.kube import ApiError, Kube, container, deployment, wait_for
+from devkit.kube import ApiError, Kube, container, deployment, wait_for
 
 TAINT = {"key": "workload-resizer.io/test-node", "value": "control-plane", "effect": "NoSchedule"}
 TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": TAINT["value"], "effect": TAINT["effect"]}

@@ -1,6 +1,6 @@
 """Leader election under faults, on the real apiserver: no split brain.
 
-The old leader talks to the apiserver through tests/support/faultproxy.py, which records
+The old leader talks to the apiserver through devkit/faultproxy.py, which records
 every write it sends (what arrives at the apiserver's door, with its time); the new
 leader talks directly. After a fault on the old leader's lease renewals (a hung request,
 HTML 503 pages from a "proxy") or the lease being taken by another identity, the old
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from tests.cluster.test_reconciler import Harness, guaranteed
-from tests.support.chart import ensure_helm
-from tests.support.faultproxy import FaultProxy
-from tests.support.kube import wait_for
-from tests.support.processes import Reconciler
-from tests.support.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
+from devkit.chart import ensure_helm
+from devkit.faultproxy import FaultProxy
+from devkit.kube import wait_for
+from devkit.processes import Reconciler
+from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY = 6, 4, 1
 

@@ -14,8 +14,8 @@ import pytest
 from resizer import ORIGINALS_MAC, original_key
 from tests.cluster.test_reconciler import Harness, guaranteed, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
-from tests.support.kube import wait_for
-from tests.support.processes import Webhook, WebhookCerts
+from devkit.kube import wait_for
+from devkit.processes import Webhook, WebhookCerts
 
 AUTHOR = guaranteed(cpu="500m")
 CEILING = q("400m")                # 500m x baselinePerf 1.0 / n4 cpuPerf 1.25

@@ -1,6 +1,6 @@
 """RBAC proof: the reconciler does its whole job as the chart's ServiceAccount.
 
-The chart's RBAC objects are installed for real (tests/support/rbac.py), the
+The chart's RBAC objects are installed for real (devkit/rbac.py), the
 reconciler runs with a token from the TokenRequest API (the real RBAC authorizer
 judges every request), and the end-to-end scenarios must pass with no request
 forbidden: originals, pods/resize, applied annotations, Events on pods and on the
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from tests.cluster.test_reconciler import PATCH_RESIZE, Harness, guaranteed, resources, q
-from tests.support.chart import ensure_helm
-from tests.support.kube import wait_for
-from tests.support.processes import Reconciler
-from tests.support.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
+from devkit.chart import ensure_helm
+from devkit.kube import wait_for
+from devkit.processes import Reconciler
+from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 
 FORBIDDEN = {"code": "403"}
 

@@ -24,26 +24,16 @@ from typing import Any
 import pytest
 
 from resizer import APPLIED_AT, APPLIED_INSTANCE_TYPE, PREFIX, original_key, parse_quantity
-from tests.support.kube import ApiError, Kube, container, deployment, wait_for
-from tests.support.processes import Reconciler
+from devkit.configs import config_yaml
+from devkit.kube import ApiError, Kube, container, deployment, wait_for
+from devkit.processes import Reconciler
 
 CONFIG_NAME = "workload-resizer-config"
 CRASH_AFTER = "WORKLOAD_RESIZER_TEST_CRASH_AFTER"
 COMPONENT = "workload-resizer"
 
 # The design's config plus a slow (0.5) and a very fast (100) machine family.
-CONFIG_YAML = """\
-baselineNodeType: n2d
-nodeTypes:
-  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
-  n4: { cpuPerf: 1.25, memPerf: 1.0 }
-  c3: { cpuPerf: 1.30, memPerf: 1.0 }
-  slow: { cpuPerf: 0.5, memPerf: 1.0 }
-  hyper: { cpuPerf: 100.0, memPerf: 1.0 }
-bounds:
-  cpu: { min: "50m", max: "16" }
-  memory: { min: "64Mi", max: "32Gi" }
-"""
+CONFIG_YAML = config_yaml(extra_node_types={"slow": (0.5, 1.0), "hyper": (100.0, 1.0)})
 
 # Every resize write the reconciler makes, by metric labels.
 PATCH_PODS = {"method": "PATCH", "resource": "pods"}

@@ -11,7 +11,7 @@ from tests.cluster.test_reconciler import (
     q,
     resources,
 )
-from tests.support.kube import wait_for
+from devkit.kube import wait_for
 
 # A typo in a perf value: must be a number.
 INVALID_CONFIG = CONFIG_YAML.replace("n4: { cpuPerf: 1.25,", "n4: { cpuPerf: fast,")

@@ -28,7 +28,7 @@ from tests.cluster.test_reconciler import (
     resources,
     status_resources,
 )
-from tests.support.kube import wait_for
+from devkit.kube import wait_for
 
 GUARANTEED_ON_N4 = {"requests": {"cpu": q("800m"), "memory": q("256Mi")},
                     "limits": {"cpu": q("800m"), "memory": q("256Mi")}}

@@ -34,19 +34,10 @@ from resizer import (
     resolve_policy,
 )
 from tests.conftest import Cluster
-from tests.support.kube import Kube, container, wait_for
+from devkit.configs import config_yaml
+from devkit.kube import Kube, container, wait_for
 
-CONFIG = load_config("""\
-baselineNodeType: n2d
-nodeTypes:
-  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
-  n4: { cpuPerf: 1.25, memPerf: 1.0 }
-  c3: { cpuPerf: 1.30, memPerf: 1.0 }
-  ultra: { cpuPerf: 6.0, memPerf: 3.0 }
-bounds:
-  cpu: { min: "50m", max: "16" }
-  memory: { min: "64Mi", max: "32Gi" }
-""")
+CONFIG = load_config(config_yaml(extra_node_types={"ultra": (6.0, 3.0)}))
 NODE_TYPES = ("n4", "c3", "ultra")
 NODE = "rp-big"          # room for two tests' samples at once (a namespace is deleted asynchronously)
 SEED = 20251121

@@ -2,7 +2,7 @@
 
 The webhook runs on 127.0.0.1 with a certificate from `python -m certs --ip
 127.0.0.1`, and is registered through webhook-config/local-url.yaml rendered by
-webhook-config/render.py (tests.support.processes.register_webhook). Each test
+webhook-config/render.py (devkit.processes.register_webhook). Each test
 registers its own MutatingWebhookConfiguration, named after and limited to the
 test's namespace, and deletes it at the end.
 
@@ -12,7 +12,6 @@ webhook's own decision log as well as the pod.
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,8 +32,8 @@ from tests.cluster.test_reconciler import (
     resources,
     status_resources,
 )
-from tests.support.kube import container, deployment, wait_for
-from tests.support.processes import (
+from devkit.kube import container, deployment, wait_for
+from devkit.processes import (
     MUTATING_WEBHOOKS,
     Webhook,
     WebhookCerts,
@@ -86,16 +85,8 @@ class Registration:
 
     def decisions(self) -> list[dict[str, Any]]:
         """This webhook's decision log records for pods of the namespace (dry-run probes excluded)."""
-        records = []
-        for line in self.webhook.log_lines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("msg") == "admission decision" and record.get("namespace") == self.ns \
-                    and not str(record.get("pod", "")).startswith("webhook-probe-"):
-                records.append(record)
-        return records
+        return [record for record in self.webhook.decisions(self.ns) if record.get("msg") == "admission decision"
+                and not str(record.get("pod", "")).startswith("webhook-probe-")]
 
     def decision_for(self, pod_name_prefix: str) -> list[dict[str, Any]]:
         return [r for r in self.decisions() if str(r.get("pod", "")).startswith(pod_name_prefix)]

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 import resizer
 from app.review import handle_review
-from tests.unit.test_webhook_fuzz import apply_patch, check_response, envelope
+from devkit.jsonpatch import apply_patch
+from tests.unit.test_webhook_fuzz import check_response, envelope
 
 EXAMPLES = int(os.environ.get("WR_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,

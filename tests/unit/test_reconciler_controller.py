@@ -170,10 +170,11 @@ def test_an_unbound_pod_is_not_live():
 # ------------------------------------------------------------------ bookkeeping that must not leak
 
 
-def _resizer():
+def _manager():
     import asyncio
 
-    from reconciler.controller import Options, PodResizer
+    from reconciler.controller import Options
+    from reconciler.manager import Manager
     from reconciler.workqueue import WorkQueue
 
     class NoConfig:
@@ -181,8 +182,8 @@ def _resizer():
         generation = 0
 
     async def make():
-        return PodResizer(object(), object(), NoConfig(), WorkQueue("t"),  # type: ignore[arg-type]
-                          Options(node_type_label="family"))
+        return Manager(object(), object(), NoConfig(), WorkQueue("t"),  # type: ignore[arg-type]
+                       Options(node_type_label="family"))
     return asyncio.run(make())
 
 
@@ -196,37 +197,37 @@ def _bound(name: str, uid: str, node: str = "node-1") -> dict[str, Any]:
 def test_a_deleted_node_is_forgotten():
     import asyncio
 
-    r = _resizer()
+    m = _manager()
 
     async def body():
-        r._on_pod("ADDED", _bound("a", "u1", "node-1"), None)
-        r._on_node("DELETED", {"metadata": {"name": "node-1", "labels": {}}}, None)
+        m._on_pod("ADDED", _bound("a", "u1", "node-1"), None)
+        m._on_node("DELETED", {"metadata": {"name": "node-1", "labels": {}}}, None)
     asyncio.run(body())
-    assert "node-1" not in r._pods_on_node
+    assert "node-1" not in m._pods_on_node
 
 
 def test_a_node_without_pods_left_is_forgotten():
     import asyncio
 
-    r = _resizer()
+    m = _manager()
     pod = _bound("a", "u1", "node-1")
 
     async def body():
-        r._on_pod("ADDED", pod, None)
-        r._on_pod("DELETED", pod, pod)
+        m._on_pod("ADDED", pod, None)
+        m._on_pod("DELETED", pod, pod)
     asyncio.run(body())
-    assert r._pods_on_node == {}
+    assert m._pods_on_node == {}
 
 
 def test_a_relist_replacing_a_same_named_pod_drops_the_old_uids_entries():
     import asyncio
 
-    r = _resizer()
+    m = _manager()
     old, new = _bound("a", "uid-old"), _bound("a", "uid-new")
-    r._decided["uid-old"] = ("n4", 1, (), ())
-    r._finished["uid-old"] = "n4"
+    m.reconciler._decided["uid-old"] = ("n4", 1, (), ())
+    m.reconciler._finished["uid-old"] = "n4"
 
     async def body():
-        r._on_pod("MODIFIED", new, old)      # what Informer._list reports for a replaced pod
+        m._on_pod("MODIFIED", new, old)      # what Informer._list reports for a replaced pod
     asyncio.run(body())
-    assert "uid-old" not in r._decided and "uid-old" not in r._finished
+    assert "uid-old" not in m.reconciler._decided and "uid-old" not in m.reconciler._finished

@@ -17,10 +17,10 @@ from reconciler.kube import (
     ApiError,
     Credentials,
     KubeClient,
-    TokenBucket,
     WatchExpired,
     _resource_label,
 )
+from reconciler.ratelimit import TokenBucket
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from reconciler.controller import _live_and_bound
 from reconciler.slim import slim_node, slim_pod, status_fingerprint
 from resizer import (
@@ -22,15 +23,7 @@ from resizer.qos import pod_qos_class
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
-CONFIG = load_config("""\
-baselineNodeType: n2d
-nodeTypes:
-  n2d: { cpuPerf: 1.0, memPerf: 1.0 }
-  n4:  { cpuPerf: 1.25, memPerf: 1.0 }
-  c3:  { cpuPerf: 1.30, memPerf: 1.1 }
-bounds:
-  cpu:    { min: "50m",  max: "16" }
-  memory: { min: "64Mi", max: "32Gi" }
+CONFIG = load_config(config_yaml(node_types={**DESIGN_NODE_TYPES, "c3": (1.30, 1.1)}) + """\
 overrides:
   - name: batch-on-c3
     match: { podLabel: { team: batch }, computeClass: performance }

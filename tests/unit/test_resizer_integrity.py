@@ -187,12 +187,19 @@ def test_without_keys_nothing_verifies_but_unchanged_pods_still_work() -> None:
     assert check(resize_spec(pod, "800m"), empty).trust is Trust.REFUSE
 
 
-def test_missing_generation_falls_back_to_the_applied_annotation() -> None:
+def test_without_a_generation_a_pod_counts_as_changed() -> None:
+    """An apiserver that does not set metadata.generation cannot tell us the spec is the author's."""
     pod = make_pod("1", annotations={CPU: "16"})
     del pod["metadata"]["generation"]
-    assert check(pod).trust is Trust.RECAPTURE
-    pod["metadata"]["annotations"]["workload-resizer.io/applied-instance-type"] = "n4"
     assert check(pod).trust is Trust.REFUSE
+
+
+def test_unsigned_originals_equal_to_an_unchanged_spec_are_trusted_without_a_write() -> None:
+    from resizer import baseline
+
+    pod = make_pod("500m", annotations=originals_from_spec_annotations(make_pod("500m")))
+    result = baseline(pod, KeyRing({}), originals_from_spec_annotations(pod))
+    assert result.check.trust is Trust.TRUSTED and result.stamp is None
 
 
 @pytest.mark.parametrize(("keys", "error"), [({"bad.id": b"x" * 32}, "key id"), ({"k": b"short"}, "bytes")])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import resizer
+from devkit.jsonpatch import apply_patch
 from app.metrics import Metrics
 from app.review import handle_review
 from app.server import create_app
@@ -38,25 +38,6 @@ def check_response(status: int, body: bytes) -> dict[str, Any]:
     else:
         assert out["code"] == status and out["error"]
     return out
-
-
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
-
-
-def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        tokens = [_unescape(t) for t in op["path"].split("/")[1:]]
-        parent = doc
-        for t in tokens[:-1]:
-            parent = parent[t]
-        if op["op"] == "add":
-            parent[tokens[-1]] = copy.deepcopy(op["value"])
-        else:
-            assert op["op"] == "remove"
-            del parent[tokens[-1]]
-    return doc
 
 
 @FUZZ

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 import resizer
+from devkit.jsonpatch import apply_patch
 from app import review as review_mod
 from app.review import annotation_path, build_patch, handle_review, json_pointer_escape, originals_of
 
@@ -75,28 +76,6 @@ def patch_of(resp: dict[str, Any]) -> list[dict[str, Any]] | None:
         return None
     assert r["patchType"] == "JSONPatch"
     return orjson.loads(base64.b64decode(r["patch"]))
-
-
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
-
-
-def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """Minimal RFC 6902 add/remove on objects, strict like the apiserver's."""
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        tokens = [_unescape(t) for t in op["path"].split("/")[1:]]
-        parent = doc
-        for t in tokens[:-1]:
-            parent = parent[t]  # KeyError = patch would fail in the apiserver
-        last = tokens[-1]
-        if op["op"] == "add":
-            parent[last] = copy.deepcopy(op["value"])
-        elif op["op"] == "remove":
-            del parent[last]
-        else:  # pragma: no cover
-            raise AssertionError(op)
-    return doc
 
 
 def mutated(p: dict[str, Any]) -> dict[str, Any]:
@@ -441,18 +420,9 @@ def call_signed(r: Any, keyring: resizer.KeyRing = KEYS) -> tuple[int, dict[str,
 
 
 def admitted(p: dict[str, Any], resp: dict[str, Any]) -> dict[str, Any]:
-    """The pod as the apiserver stores it after applying the webhook's patch (plus a uid)."""
-    out = copy.deepcopy(p)
-    annotations = out["metadata"].setdefault("annotations", {})
-    for op in patch_of(resp) or []:
-        if op["path"] == "/metadata/annotations":
-            continue
-        key = _unescape(op["path"].rsplit("/", 1)[1])
-        if op["op"] == "remove":
-            annotations.pop(key, None)
-        else:
-            annotations[key] = op["value"]
-    return out
+    """The pod as the apiserver stores it after applying the webhook's patch."""
+    ops = patch_of(resp) or []
+    return apply_patch(p, ops) if ops else copy.deepcopy(p)
 
 
 def test_eligible_pod_gets_an_admission_scope_mac_with_the_newest_key():

@@ -9,14 +9,15 @@ import functools
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from devkit.progress import run_visible
+
+REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "chart"
 HACK_TOOLS = REPO / "hack" / "tools"
 CERT_MANAGER_KINDS = {"Issuer", "ClusterIssuer", "Certificate"}
@@ -31,8 +32,7 @@ class HelmFailed(AssertionError):
 @functools.cache
 def ensure_helm() -> str:
     """Path of the pinned helm binary; built through `hack/tools build helm` the first time."""
-    proc = subprocess.run([str(HACK_TOOLS), "build", "helm"], stdout=subprocess.PIPE, stderr=sys.stderr,
-                          text=True)
+    proc = run_visible([str(HACK_TOOLS), "build", "helm"])
     if proc.returncode != 0:
         raise RuntimeError(f"hack/tools build helm failed (exit {proc.returncode})")
     return proc.stdout.strip().splitlines()[-1]

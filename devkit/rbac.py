@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from tests.support.chart import render
-from tests.support.kube import Kube
+from devkit.chart import render
+from devkit.kube import Kube
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")

@@ -1,6 +1,9 @@
-"""A disposable hack/cluster control plane in its own state directory, with component control.
+"""A hack/cluster control plane in a state directory of its own, with component control.
 
-Never the shared <repo>/.cluster: every LocalCluster has its own WR_CLUSTER_DIR.
+Who uses which state directory (each its own cluster, on free ports; they never share one):
+- `make test` (tests/conftest.py): $WR_CLUSTER_DIR, else <repo>/.cluster — the default of hack/cluster;
+- `make demo` (hack/demo.py): $WR_DEMO_CLUSTER_DIR, else <repo>/.cluster-demo;
+- the drills: one directory per drill under their output directory.
 """
 from __future__ import annotations
 
@@ -12,13 +15,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.drills.observe import samples
-from tests.support.kube import Kube, wait_for
+from devkit.kube import Kube, wait_for
+from devkit.metrics import samples
+from devkit.progress import run_visible
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 HACK_CLUSTER = REPO / "hack" / "cluster"
 FAMILY_LABEL = "cloud.google.com/machine-family"
 POOL_LABEL = "drill.workload-resizer.io/pool"
+
+
+def tests_state_dir() -> Path:
+    return Path(os.environ.get("WR_CLUSTER_DIR") or REPO / ".cluster")
+
+
+def demo_state_dir() -> Path:
+    return Path(os.environ.get("WR_DEMO_CLUSTER_DIR") or REPO / ".cluster-demo")
+
+
+class ClusterError(RuntimeError):
+    """A hack/cluster command failed."""
 
 
 @dataclass(frozen=True)
@@ -34,13 +50,12 @@ class NodeSpec:
 
 class LocalCluster:
     def __init__(self, state_dir: Path, scheduler_qps: int | None = None) -> None:
-        if state_dir.resolve() == (REPO / ".cluster").resolve():
-            raise ValueError("drills never use the shared cluster in <repo>/.cluster")
         self.state_dir = state_dir
         self.env = {**os.environ, "WR_CLUSTER_DIR": str(state_dir)}
         if scheduler_qps is not None:
             self.env["WR_SCHEDULER_QPS"] = str(scheduler_qps)
         self.kubeconfig = ""
+        self.bin_dir = ""        # kubectl and friends
         self.kube: Kube | None = None
 
     # ---- lifecycle
@@ -49,21 +64,34 @@ class LocalCluster:
         proc = subprocess.run([str(HACK_CLUSTER), *args], env=self.env, capture_output=True, text=True,
                               timeout=timeout)
         if proc.returncode != 0:
-            raise RuntimeError(f"hack/cluster {' '.join(args)} failed (exit {proc.returncode}):\n"
+            raise ClusterError(f"hack/cluster {' '.join(args)} failed (exit {proc.returncode}):\n"
                                f"{proc.stderr[-3000:]}")
         return proc.stdout
 
-    def up(self) -> Kube:
-        out = self.hack("up", timeout=900)
-        self.kubeconfig = next(line.split("=", 1)[1] for line in out.splitlines()
-                               if line.startswith("export KUBECONFIG="))
+    def running(self) -> bool:
+        proc = subprocess.run([str(HACK_CLUSTER), "status"], env=self.env, capture_output=True, text=True)
+        return proc.returncode == 0 and "DEAD" not in proc.stdout
+
+    def up(self, visible: bool = False) -> Kube:
+        """Start (or reuse) the cluster; `visible` shows hack/cluster's progress (a first build takes minutes)."""
+        if visible:
+            proc = run_visible([str(HACK_CLUSTER), "up"], env=self.env)
+            if proc.returncode != 0:
+                raise ClusterError(f"hack/cluster up failed (exit {proc.returncode}; state in {self.state_dir})")
+            out = proc.stdout
+        else:
+            out = self.hack("up", timeout=900)
+        exports = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines()
+                       if line.startswith("export "))
+        self.kubeconfig = exports["KUBECONFIG"]
+        self.bin_dir = exports["PATH"].split(":", 1)[0]
         self.kube = Kube(self.kubeconfig)
         return self.kube
 
-    def down(self) -> None:
+    def down(self, quiet: bool = True) -> None:
         if self.kube is not None:
             self.kube.http.close()
-        subprocess.run([str(HACK_CLUSTER), "down"], env=self.env, capture_output=True, timeout=120)
+        subprocess.run([str(HACK_CLUSTER), "down"], env=self.env, capture_output=quiet, timeout=120)
 
     # ---- component control (hack/cluster stop|start|restart|signal)
 
@@ -87,15 +115,24 @@ class LocalCluster:
 
     # ---- nodes
 
+    def add_node(self, name: str, family: str | None = None, cpu: str = "32", memory: str = "128Gi",
+                 pods: int | None = None, labels: dict[str, str] | None = None, no_resize: bool = False) -> None:
+        """`hack/cluster add-node` (which also relabels an existing node); does not wait for Ready."""
+        args = ["add-node", name, "--cpu", cpu, "--memory", memory]
+        if pods is not None:
+            args += ["--pods", str(pods)]
+        if family:
+            args += ["--family", family]
+        if no_resize:
+            args.append("--no-resize")
+        for key, value in (labels or {}).items():
+            args += ["--label", f"{key}={value}"]
+        self.hack(*args)
+
     def add_nodes(self, nodes: list[NodeSpec], parallel: int = 6) -> None:
         def add(node: NodeSpec) -> None:
-            args = ["add-node", node.name, "--cpu", node.cpu, "--memory", node.memory, "--pods", str(node.pods),
-                    "--label", f"{POOL_LABEL}={node.pool}"]
-            if node.family:
-                args += ["--family", node.family]
-            for key, value in node.labels.items():
-                args += ["--label", f"{key}={value}"]
-            self.hack(*args)
+            self.add_node(node.name, node.family, node.cpu, node.memory, node.pods,
+                          {POOL_LABEL: node.pool, **node.labels})
 
         with ThreadPoolExecutor(parallel) as pool:
             list(pool.map(add, nodes))

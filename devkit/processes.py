@@ -1,6 +1,7 @@
 """Run the product's own processes (reconciler, webhook) against a test cluster."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -9,10 +10,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+from devkit.metrics import metric_sum
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 _KEY_DIR: Path | None = None
@@ -113,37 +117,13 @@ class Reconciler(Process):
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` whose labels include `labels`."""
-        total = 0.0
-        for line in self.metrics().splitlines():
-            if not line.startswith(name) or line.startswith("#"):
-                continue
-            series, _, value = line.rpartition(" ")
-            metric_name = series.split("{", 1)[0]
-            if metric_name != name:
-                continue
-            if all(f'{k}="{v}"' in series for k, v in labels.items()):
-                total += float(value)
-        return total
+        return metric_sum(self.metrics(), name, **labels)
 
     def ready(self) -> bool:
         try:
             return httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
-
-
-def _sum_samples(text: str, name: str, labels: dict[str, str]) -> float:
-    """Sum of the Prometheus samples of `name` in `text` whose labels include `labels`."""
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        series, _, value = line.rpartition(" ")
-        if series.split("{", 1)[0] != name:
-            continue
-        if all(f'{k}="{v}"' in series for k, v in labels.items()):
-            total += float(value)
-    return total
 
 
 # ---------------------------------------------------------------- the admission webhook
@@ -198,13 +178,25 @@ class Webhook(Process):
         return self._get("/metrics").text
 
     def metric(self, name: str, **labels: str) -> float:
-        return _sum_samples(self.metrics(), name, labels)
+        return metric_sum(self.metrics(), name, **labels)
 
     def ready(self) -> bool:
         try:
             return self._get("/readyz").status_code == 200
         except httpx.HTTPError:
             return False
+
+    def decisions(self, namespace: str) -> list[dict[str, Any]]:
+        """The JSON log records of this webhook's admission decisions about pods in `namespace`."""
+        records = []
+        for line in self.log_lines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "decision" in record and record.get("namespace") == namespace:
+                records.append(record)
+        return records
 
 
 def render_webhook_configuration(url: str, ca_bundle: str,

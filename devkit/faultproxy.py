@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.support.processes import free_port
+from devkit.processes import free_port
 
 HTML_503 = b"<html><head><title>503 Service Unavailable</title></head><body>upstream unavailable</body></html>"
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
@@ -74,7 +74,6 @@ class FaultProxy:
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, access_log=False,
                                 lifespan="off")
         self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         asyncio.run(self._serve())
 
     async def _serve(self) -> None:

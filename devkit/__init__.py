@@ -1,0 +1,10 @@
+"""The development toolkit: what the tests, bench/ and hack/ share (never part of the product).
+
+- devkit.kube       a small synchronous API client for tests, benchmarks and the demo
+- devkit.cluster    hack/cluster in a state directory of its own (up, down, nodes, components)
+- devkit.processes  the product's processes (webhook, reconciler) with their logs and metrics
+- devkit.metrics    Prometheus text, read with prometheus_client.parser
+- devkit.configs    config.yaml texts from one builder
+- devkit.chart, devkit.rbac  the Helm chart rendered and its RBAC installed for real
+- devkit.progress   long first-use builds shown on the terminal, even under pytest
+"""

@@ -1,0 +1,144 @@
+"""The controller manager: caches, event-to-key mapping, workers.
+
+Shaped like controller-runtime's: the manager owns the pod and node informers
+and the work queue, maps each watch event to the pod keys worth a reconcile
+(a pod event to its own key, a node relabel to the keys of the pods on it, a
+config change to every cached pod), and runs the workers that call
+`PodResizeReconciler.reconcile(key)`. The reconciler never sees the informers:
+it reads and writes through reconciler.ports.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from reconciler import metrics
+from reconciler.controller import Options, PodResizeReconciler
+from reconciler.informer import Informer, object_key
+from reconciler.kube import ApiError, KubeClient
+from reconciler.ports import ApiWriter, CachedReader, ConfigView, EventSink, FaultHook, Obj, no_fault
+from reconciler.slim import slim_node, slim_pod
+from reconciler.workqueue import WorkQueue
+from resizer import EMPTY_KEYRING, KeyRing, needs_resign
+
+log = logging.getLogger("reconciler")
+
+# A pod-event filter: False means the manager never queues the pod (e.g. a namespace scope).
+PodFilter = Callable[[Obj], bool]
+
+
+class Manager:
+    def __init__(self, client: KubeClient, events: EventSink, config: ConfigView, queue: WorkQueue,
+                 options: Options, idle_timeout: float = 90.0, fault: FaultHook = no_fault,
+                 pod_filters: tuple[PodFilter, ...] = (),
+                 keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING) -> None:
+        self.queue = queue
+        self._options = options
+        self._pod_filters = pod_filters
+        self._pods_on_node: dict[str, set[str]] = {}
+        self.pods = Informer(client, "pods", "/api/v1/pods", slim_pod, self._on_pod,
+                             params={"fieldSelector": "spec.nodeName!="}, idle_timeout=idle_timeout)
+        self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node,
+                              idle_timeout=idle_timeout)
+        self.reconciler = PodResizeReconciler(CachedReader(client, self.pods, self.nodes),
+                                              ApiWriter(client), events, config, options, fault, keyring)
+        self._keyring = keyring
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def informers(self) -> tuple[Informer, ...]:
+        return self.nodes, self.pods
+
+    @property
+    def synced(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.informers)
+
+    async def wait_synced(self) -> None:
+        for informer in self.informers:
+            await informer.synced.wait()
+
+    async def worker(self) -> None:
+        """Reconcile queued keys until the queue shuts down; errors are retried with backoff."""
+        while (key := await self.queue.get()) is not None:
+            started = time.monotonic()
+            metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
+            try:
+                result = await self.reconciler.reconcile(key)
+            except (ApiError, OSError) as err:      # OSError includes kube.TransportError
+                delay = self.queue.add_rate_limited(key)
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
+                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+                level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
+                log.log(level, "reconcile failed; will retry", extra={"pod": key, "error": str(err) or repr(err),
+                                                                      "retryIn": round(delay, 2)})
+            except Exception:
+                delay = self.queue.add_rate_limited(key)
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
+                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+                log.exception("reconcile crashed; will retry", extra={"pod": key, "retryIn": round(delay, 2)})
+            else:
+                if result.requeue_after is not None:
+                    self.queue.add_after(key, result.requeue_after)
+                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "requeue_after").inc()
+                else:
+                    self.queue.forget(key)
+                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
+            finally:
+                elapsed = time.monotonic() - started
+                metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(elapsed)
+                metrics.QUEUE_WORK.labels(self.queue.name).observe(elapsed)
+                metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
+                self.queue.done(key)
+
+    # ------------------------------------------------------------------ events to keys
+
+    def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        key = object_key(pod)
+        node = pod["spec"].get("nodeName") or ""
+        if old is not None and old["metadata"].get("uid") != pod["metadata"].get("uid"):
+            self.reconciler.forget(old)     # a re-list replaced a same-named pod: drop the old uid's entries
+        if kind == "DELETED":
+            self.queue.drop(key)
+            self.reconciler.forget(pod)
+            pods = self._pods_on_node.get(node)
+            if pods is not None:
+                pods.discard(key)
+                if not pods:
+                    del self._pods_on_node[node]
+            return
+        self.reconciler.observe(pod)
+        self._pods_on_node.setdefault(node, set()).add(key)
+        if self._wants(pod):
+            self.queue.add(key)
+
+    def _on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
+        name = node["metadata"]["name"]
+        if kind == "DELETED":
+            self._pods_on_node.pop(name, None)
+            return
+        label = self._options.node_type_label
+        if old is not None and old["metadata"]["labels"].get(label) == node["metadata"]["labels"].get(label):
+            return
+        for key in self._pods_on_node.get(name, ()):
+            pod = self.pods.store.get(key)
+            if pod is not None and self._wants(pod):
+                self.queue.add(key)
+
+    def on_config_change(self) -> None:
+        for key, pod in self.pods.store.items():
+            if self._wants(pod):
+                self.queue.add(key)
+
+    def on_keys_change(self) -> None:
+        """Key rotation: queue the pods still signed with an older key, to re-sign them while it verifies."""
+        keyring = self._keyring()
+        for key, pod in self.pods.store.items():
+            if needs_resign(pod, keyring) and all(accept(pod) for accept in self._pod_filters):
+                self.queue.add(key)
+
+    def _wants(self, pod: Obj) -> bool:
+        if not all(accept(pod) for accept in self._pod_filters):
+            return False
+        return self.reconciler.needs_work(pod, self.nodes.store.get(pod["spec"]["nodeName"]))

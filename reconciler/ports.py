@@ -1,0 +1,112 @@
+"""The small typed interfaces `reconcile(key)` reads and writes through, and their API-backed versions.
+
+The reconcile path (reconciler.controller) sees the cluster only through
+`PodReader` (cached pods and nodes), `PodWriter` (the three pod writes) and
+`EventSink`; tests give it an in-memory fake of all three.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from reconciler.informer import Informer
+from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
+from reconciler.slim import slim_node, slim_pod
+from resizer import ResizerConfig
+
+Obj = dict[str, Any]
+# A test-only fault hook: called with the name of each write step right after it succeeded.
+FaultHook = Callable[[str], None]
+
+
+def no_fault(step: str) -> None:
+    """The production fault hook: nothing happens."""
+
+
+class PodReader(Protocol):
+    def pod(self, key: str) -> Obj | None:
+        """The cached (slim) pod `namespace/name`, or None."""
+
+    async def node(self, name: str) -> Obj | None:
+        """The (slim) node; a cache miss is read from the apiserver; None if there is no such node."""
+
+
+class PodWriter(Protocol):
+    """Every write the reconcile path makes to a pod. Each returns the pod as written (slim)."""
+
+    async def get(self, pod: Obj) -> Obj:
+        """The pod as the apiserver has it now."""
+
+    async def annotate(self, pod: Obj, annotations: Mapping[str, str | None],
+                       resource_version: str | None = None) -> Obj:
+        """Merge-patch annotations (None deletes a key); with `resource_version`, conditional on it (409)."""
+
+    async def resize(self, pod: Obj, patch: Obj) -> Obj:
+        """Strategic-merge-patch the pods/resize subresource."""
+
+
+class EventSink(Protocol):
+    async def emit(self, ref: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Record an Event about `ref`; best effort, never raises."""
+
+
+class ConfigView(Protocol):
+    """The config in use (None until a valid one was read) and a counter bumped on each change."""
+
+    @property
+    def config(self) -> ResizerConfig | None: ...
+
+    @property
+    def generation(self) -> int: ...
+
+
+def pod_path(pod: Obj, subresource: str | None = None) -> str:
+    meta = pod["metadata"]
+    path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+    return f"{path}/{subresource}" if subresource else path
+
+
+class CachedReader:
+    """PodReader over the informers' stores, with a GET for a node the cache has not seen yet.
+
+    The stores are read through the informers each time: a re-list replaces them.
+    """
+
+    def __init__(self, client: KubeClient, pods: Informer, nodes: Informer) -> None:
+        self._client = client
+        self._pods = pods
+        self._nodes = nodes
+
+    def pod(self, key: str) -> Obj | None:
+        return self._pods.store.get(key)
+
+    async def node(self, name: str) -> Obj | None:
+        node = self._nodes.store.get(name)
+        if node is not None:
+            return node
+        try:
+            return slim_node(await self._client.get(f"/api/v1/nodes/{name}"))
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+
+class ApiWriter:
+    """PodWriter over the API client."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+
+    async def get(self, pod: Obj) -> Obj:
+        return slim_pod(await self._client.get(pod_path(pod)))
+
+    async def annotate(self, pod: Obj, annotations: Mapping[str, str | None],
+                       resource_version: str | None = None) -> Obj:
+        metadata: Obj = {"annotations": dict(annotations)}
+        if resource_version is not None:
+            metadata = {"resourceVersion": resource_version, **metadata}
+        return slim_pod(await self._client.patch(pod_path(pod), {"metadata": metadata}, MERGE_PATCH))
+
+    async def resize(self, pod: Obj, patch: Obj) -> Obj:
+        return slim_pod(await self._client.patch(pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH))

@@ -1,0 +1,28 @@
+"""Event types and reasons the reconciler records: stable strings, one place.
+
+`kubectl describe`, alerts and dashboards key on these; renaming one is a
+breaking change for whoever watches them.
+"""
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class Reason(StrEnum):
+    # A pod.
+    RESIZED = "Resized"                         # resized to the plan
+    BOUNDS_CLAMPED = "BoundsClamped"            # resized, and a bound limited the plan
+    ALREADY_ALIGNED = "AlreadyAligned"          # the spec already matched the plan
+    WOULD_RESIZE = "WouldResize"                # --dry-run: what a resize would have been
+    UNKNOWN_NODE_TYPE = "UnknownNodeType"       # the node's type is not in the config
+    RESIZE_UNSUPPORTED = "ResizeUnsupported"    # the node's kubelet cannot resize in place
+    RESIZE_FAILED = "ResizeFailed"              # anything else that left the pod unresized
+    ORIGINALS_UNVERIFIED = "OriginalsUnverified"  # originals cannot be trusted and the spec changed: not resized
+    ORIGINALS_REPLACED = "OriginalsReplaced"    # rejected originals re-captured from the unchanged spec
+    # The config.
+    INVALID_CONFIG = "InvalidConfig"

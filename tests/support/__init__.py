@@ -1,1 +1,0 @@
-"""Helpers shared by the cluster tests, benchmarks and demo (never product code)."""
