@@ -315,6 +315,13 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
     record["namespace"] = namespace
     annotations = metadata.get("annotations")
 
+    if isinstance(annotations, dict) and _oversized(annotations):
+        # The apiserver rejects this pod anyway (annotations over 256 KiB, checked after
+        # admission): answer at once instead of building a patch as large as the input.
+        record["decision"] = SKIPPED
+        record["reason"] = "AnnotationsTooLarge"
+        return 200, _allowed(uid)
+
     verdict = resizer.eligibility(obj)
     owner_kind = verdict.owner_kind
     if owner_kind:
@@ -361,6 +368,17 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
     record["decision"] = PATCHED
     record["reason"] = verdict.reason
     return 200, _allowed(uid, patch)
+
+
+def _oversized(annotations: dict[str, Any]) -> bool:
+    if len(annotations) > resizer.TOTAL_ANNOTATION_SIZE_LIMIT // 2:     # each entry takes >= 2 bytes
+        return True
+    size = 0
+    for key, value in annotations.items():
+        size += len(key) + (len(value) if isinstance(value, str) else 0)
+        if size > resizer.TOTAL_ANNOTATION_SIZE_LIMIT:
+            return True
+    return False
 
 
 def _strip(annotations: Any, record: dict[str, Any]) -> str | None:

@@ -147,11 +147,9 @@ def test_huge_annotations_are_handled():
         ann[f"workload-resizer.io/original-cpu.forged-{i}"] = "1"
     status, out, record = handle_review(orjson.dumps(review))
     resp = check_response(status, out)["response"]
-    ops = orjson.loads(base64.b64decode(resp["patch"]))
-    # Over the apiserver's annotation size limit (its own 1 MB value): not stamped, since
-    # stamping could only make it bigger, but forged controller-owned keys are still removed.
-    assert sum(op["op"] == "remove" for op in ops) == 2000
-    assert all(op["op"] == "remove" for op in ops)
+    # Over the apiserver's annotation size limit (its own 1 MB value): the apiserver rejects
+    # the pod after admission whatever we do, so it is answered at once, without a patch.
+    assert resp["allowed"] is True and "patch" not in resp
     assert (record["decision"], record["reason"]) == ("skipped", "AnnotationsTooLarge")
 
 

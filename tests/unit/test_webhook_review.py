@@ -458,3 +458,11 @@ def test_replicas_of_one_owner_share_the_memoised_patch_and_other_owners_do_not(
 def test_no_keyring_stamps_unsigned_originals():
     _, resp, _ = call_signed(review(pod()), resizer.EMPTY_KEYRING)
     assert not any(op["path"].endswith("originals-mac") for op in patch_of(resp))
+
+
+def test_annotations_over_the_apiserver_limit_are_answered_without_building_a_patch():
+    """The apiserver rejects such a pod after admission anyway; a 52k-key strip patch would
+    cost as much memory as the input many times over."""
+    ann = {f"{ORIG}cpu.f{i}": "16" for i in range(resizer.TOTAL_ANNOTATION_SIZE_LIMIT // 30)}
+    status, resp, record = call(review(pod(annotations=ann)))
+    assert status == 200 and patch_of(resp) is None and record["reason"] == "AnnotationsTooLarge"
