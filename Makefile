@@ -79,4 +79,4 @@ image:
 	docker build -t workload-resizer:dev .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache

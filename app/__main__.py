@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from typing import Sequence
 
 from ops.flags import byte_size as parse_size
+from ops.flags import string_list
 from ops.flags import duration as parse_duration
 
 log = logging.getLogger("workload_resizer.webhook")
@@ -55,6 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "original-* annotations; the mounted Secret shared with the reconciler. Re-read every "
                         "--cert-reload-interval. Empty: originals are stamped unsigned (the reconciler then "
                         "trusts them only on pods whose spec never changed).")
+    p.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
+                   help="Namespaces whose pods are never stamped, besides kube-system and --namespace. "
+                        "Set the same list on the reconciler (the chart sets both from scope.*).")
+    p.add_argument("--namespace-selector", default="", metavar="SELECTOR",
+                   help="Label selector (kubectl syntax) a namespace must match to be in scope. The webhook "
+                        "cannot read namespace labels: only validated here; the webhook configuration's "
+                        "namespaceSelector applies it (the chart renders both from scope.*).")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
+                   help="The product's own namespace, always excluded (default: $POD_NAMESPACE).")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="Minimum log level. 'info' logs one line per admission decision.")
     p.add_argument("--log-format", choices=("json", "text"), default="json",
@@ -67,7 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from resizer.scope import ScopeError, namespace_scope
+
+    try:
+        scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
+    except ScopeError as error:
+        parser.error(str(error))
 
     from ops.jsonlog import configure_logging
 
@@ -91,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 originals_key_dir=args.originals_key_dir,
                 max_inflight=args.max_inflight_reviews,
                 shutdown_delay=args.shutdown_delay,
+                scope=scope,
             )
     except (KeyDirectoryError, KeyRingError) as err:
         print(f"error: --originals-key-dir: {err}", file=sys.stderr)

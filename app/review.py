@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 import resizer
+from resizer.scope import NamespaceScope
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -247,8 +248,12 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING) -> tuple[int, bytes, dict[str, Any]]:
-    """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned)."""
+def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
+                  scope: NamespaceScope | None = None) -> tuple[int, bytes, dict[str, Any]]:
+    """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned).
+    Pods in a namespace ``scope`` excludes by name are skipped (``NamespaceExcluded``; forged
+    controller-owned keys still stripped): the apiserver applies the label part of the scope
+    through the webhook configuration's namespaceSelector."""
     try:
         review = _JSON(body)
     except Exception as exc:  # orjson.JSONDecodeError, and anything odd about the input
@@ -278,7 +283,7 @@ def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING)
         "decision": SKIPPED, "reason": "", "originals": _NO_ORIGINALS,
     }
     try:
-        status, out = _decide(request, operation, obj, uid, record, keyring)
+        status, out = _decide(request, operation, obj, uid, record, keyring, scope)
     except Exception as exc:  # our bug: allow the pod unchanged, log and count it
         record["decision"] = SKIPPED
         record["reason"] = REASON_INTERNAL_ERROR
@@ -293,7 +298,7 @@ def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING)
 
 
 def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any],
-            keyring: resizer.KeyRing) -> tuple[int, bytes]:
+            keyring: resizer.KeyRing, scope: NamespaceScope | None = None) -> tuple[int, bytes]:
     if operation != "CREATE" or not _is_pod(request):
         record["decision"] = SKIPPED
         record["reason"] = "NotPodCreate"
@@ -321,6 +326,11 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         record["decision"] = SKIPPED
         record["reason"] = "AnnotationsTooLarge"
         return 200, _allowed(uid)
+    if scope is not None and namespace in scope.excluded:
+        # Controller-owned keys still go: the scope may change later.
+        record["decision"] = SKIPPED
+        record["reason"] = "NamespaceExcluded"
+        return 200, _allowed(uid, _strip(annotations, record))
 
     verdict = resizer.eligibility(obj)
     owner_kind = verdict.owner_kind

@@ -18,6 +18,7 @@ from app.tls import CertReloader
 from ops.keys import KeyDirectory
 from resizer import KeyRing
 from ops.jsonlog import flush_logging
+from resizer.scope import NamespaceScope
 
 log = logging.getLogger("workload_resizer.webhook")
 
@@ -49,6 +50,7 @@ def build_server(
     originals_key_dir: str = "",
     max_inflight: int = DEFAULT_MAX_INFLIGHT,
     shutdown_delay: float = 0.0,
+    scope: NamespaceScope | None = None,
 ) -> tuple[uvicorn.Server, CertReloader]:
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
     metrics = metrics if metrics is not None else Metrics()
@@ -89,7 +91,7 @@ def build_server(
             reloader.close()
             log.info("webhook stopped")
 
-    app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan, max_inflight)
+    app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan, max_inflight, scope)
     if keys is not None:
         app.keyring = KeyRing(keys.keys)
     config = uvicorn.Config(

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.metrics import Metrics
 from app.review import REASON_INTERNAL_ERROR, REJECTED, allowed_response, handle_review, too_large
+from resizer.scope import NamespaceScope
 from ops.jsonlog import log_fields
 from ops.probes import probe_routes
 from resizer import EMPTY_KEYRING, KeyRing
@@ -55,12 +56,14 @@ class MutateApp:
     """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
 
     __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "max_inflight", "max_buffered_bytes",
-                 "draining", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths")
+                 "draining", "scope", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths")
 
     def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  max_inflight: int = DEFAULT_MAX_INFLIGHT,
-                 max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES) -> None:
+                 max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+                 scope: NamespaceScope | None = None) -> None:
         self.fallback = fallback
+        self.scope = scope
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
         # Overload: more reviews in flight (reading their body) than this, or more body
@@ -183,7 +186,7 @@ class MutateApp:
             # objects, not bytes: a 4 MiB review of tiny objects is ~100 MiB once parsed).
             await self._overloaded(send, start, body, f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays")
             return
-        status, payload, record = handle_review(body, self.keyring)
+        status, payload, record = handle_review(body, self.keyring, self.scope)
         await self._respond(send, status, payload, close=self.draining)
         self._account(start, status, record)
 
@@ -245,6 +248,7 @@ def create_app(
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     lifespan: Any = None,
     max_inflight: int = DEFAULT_MAX_INFLIGHT,
+    scope: NamespaceScope | None = None,
 ) -> MutateApp:
     """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints.
 
@@ -253,5 +257,5 @@ def create_app(
     metrics = metrics if metrics is not None else Metrics()
     apps: list[MutateApp] = []
     api = create_fastapi_app(metrics, is_ready, lifespan, draining=lambda: apps[0].draining)
-    apps.append(MutateApp(api, metrics, max_request_bytes, max_inflight))
+    apps.append(MutateApp(api, metrics, max_request_bytes, max_inflight, scope=scope))
     return apps[0]

@@ -10,10 +10,25 @@ running. Prints:
 - API requests per pod by verb and resource, from the reconciler's own metrics
   (target: <= 3 writes per webhook-stamped pod, no per-pod node GET);
 - the reconciler's peak RSS;
+- the reconciler's CPU: user+system seconds of its process (from /proc/<pid>/stat),
+  startup included, up to the last aligned pod, and per aligned pod; the machine's
+  load average (the CPU-seconds are the robust figure on a shared machine, the times
+  are not);
+- request -> actuation latency p50/p99 (from the Resized Events: Resized waits for the kubelet);
 - the ceiling: how long the apiserver takes to accept N bare pods/resize patches
   sent by a minimal async client (same run, same pods).
 
     .venv/bin/python bench/reconciler_burst.py [--replicas 1000] [--json out.json]
+    .venv/bin/python bench/reconciler_burst.py --replicas 500 --no-webhook   # the reconciler stamps originals
+
+Where the CPU goes: `--profile FILE` runs py-spy (`pip install py-spy`) on the reconciler
+from before the Deployment is created until the last pod is aligned, as
+
+    py-spy record -r 200 -f raw -o FILE --pid <reconciler pid>
+
+(`-f raw`: collapsed stacks, one per line with its sample count; `--profile-format
+speedscope` for https://www.speedscope.app). Summarise with
+`.venv/bin/python bench/profile_top.py FILE`.
 """
 from __future__ import annotations
 
@@ -21,6 +36,8 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,7 +46,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.drills.observe import PodTimeline, bare_resize_ceiling, peak_rss_mb, requests_by_verb  # noqa: E402
+from bench.drills.observe import (  # noqa: E402
+    PodTimeline, bare_resize_ceiling, cpu_seconds, peak_rss_mb, requests_by_verb)
 from devkit.configs import config_yaml  # noqa: E402
 from devkit.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
 from devkit.processes import (  # noqa: E402
@@ -47,7 +65,7 @@ def cluster_up() -> str:
 
 def setup(kube: Kube, nodes_per_family: int) -> list[str]:
     kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
-    wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=120)
+    wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=900)
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     kube.create(f"/api/v1/namespaces/{NAMESPACE}/configmaps", {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "workload-resizer-config"},
@@ -81,6 +99,11 @@ def main() -> int:
     parser.add_argument("--qps", type=float, default=500, help="reconciler --kube-api-qps")
     parser.add_argument("--burst", type=int, default=1000, help="reconciler --kube-api-burst")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--no-webhook", action="store_true",
+                        help="no webhook: the reconciler stamps the originals (one more write per pod)")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the bare-resize ceiling")
+    parser.add_argument("--profile", help="record a py-spy profile (raw collapsed stacks) of the reconciler here")
+    parser.add_argument("--profile-format", default="raw", choices=["raw", "speedscope", "flamegraph"])
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="leave the namespace and nodes in place")
     args = parser.parse_args()
@@ -88,16 +111,23 @@ def main() -> int:
     kubeconfig = cluster_up()
     kube = Kube(kubeconfig)
     nodes = setup(kube, args.nodes_per_family)
-    webhook = Webhook("--log-level=warning")
-    webhook.wait_ready()
-    hook_name = register_webhook(kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench",
-                                 namespaces=[NAMESPACE])
-    wait_webhook_active(kube, NAMESPACE)
+    webhook, hook_name = None, None
+    if not args.no_webhook:
+        webhook = Webhook("--log-level=warning")
+        webhook.wait_ready()
+        hook_name = register_webhook(kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench",
+                                     namespaces=[NAMESPACE])
+        wait_webhook_active(kube, NAMESPACE)
     reconciler = Reconciler(kubeconfig, f"--config-namespace={NAMESPACE}", f"--concurrency={args.concurrency}",
                             f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}", "--log-level=warning")
     timeline = PodTimeline(kube, NAMESPACE)
+    profiler: subprocess.Popen | None = None
     try:
         reconciler.wait_ready()
+        ready_cpu = cpu_seconds(reconciler.proc.pid)
+        load_before = os.getloadavg()
+        if args.profile:
+            profiler = start_profiler(reconciler.proc.pid, args.profile, args.profile_format)
         timeline.start()
         manifest = deployment("burst", args.replicas, [container(
             "app", requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "100m", "memory": "128Mi"})],
@@ -106,7 +136,10 @@ def main() -> int:
         kube.create(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", manifest)
         wait_for(f"{args.replicas} aligned pods", lambda: len(timeline.applied) >= args.replicas,
                  timeout=args.timeout, interval=0.5)
+        burst_cpu = cpu_seconds(reconciler.proc.pid)
         timeline.stop()
+        if profiler is not None:
+            stop_profiler(profiler)
         first_bound = min(timeline.bound.values())
         last_bound = max(timeline.bound.values())
         last_applied = max(timeline.applied.values())
@@ -122,25 +155,77 @@ def main() -> int:
             "resizes_per_s": round(n / align_seconds, 1),
             "requests_per_pod": {f"{m} {r}": round(v / n, 3) for (m, r), v in sorted(requests.items())},
             "writes_per_pod": round(writes / n, 3),
+            # The webhook (failurePolicy Ignore, 3 s timeout) can time out on a loaded machine: such
+            # pods are admitted unstamped and the reconciler writes their originals (one PATCH more).
+            "pods_stamped_at_admission": sum(1 for name in timeline.applied
+                                             if timeline.stamped_at_admission.get(name)),
             "node_gets_per_pod": round(requests.get(("GET", "nodes"), 0) / n, 4),
             "reconciler_peak_rss_mb": round(peak_rss_mb(reconciler.proc.pid), 1),
+            "reconciler_cpu_s": round(burst_cpu, 2),
+            "reconciler_startup_cpu_s": round(ready_cpu, 2),
+            "reconciler_cpu_ms_per_aligned_pod": round(burst_cpu * 1000 / n, 2),
+            "reconciler_cpu_ms_per_pod_after_startup": round((burst_cpu - ready_cpu) * 1000 / n, 2),
+            "webhook": not args.no_webhook,
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
         }
-        pods = kube.pods(NAMESPACE, "app=burst")
-        figures["bare_resize_ceiling_s"] = round(asyncio.run(bare_resize_ceiling(kube, NAMESPACE, pods, 32)), 2)
-        figures["align_vs_ceiling"] = round(align_seconds / figures["bare_resize_ceiling_s"], 2)
+        figures.update(actuation_latency(kube))
+        if not args.no_ceiling:
+            pods = kube.pods(NAMESPACE, "app=burst")
+            try:
+                ceiling = asyncio.run(bare_resize_ceiling(kube, NAMESPACE, pods, 32))
+            except Exception as err:  # noqa: BLE001 - the burst's figures stand without it
+                figures["bare_resize_ceiling_error"] = repr(err)
+            else:
+                figures["bare_resize_ceiling_s"] = round(ceiling, 2)
+                figures["align_vs_ceiling"] = round(align_seconds / ceiling, 2)
         _print(figures)
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2))
         return 0
     finally:
         timeline.stop()
+        if profiler is not None and profiler.poll() is None:
+            profiler.kill()
         reconciler.terminate()
-        webhook.terminate()
-        unregister_webhook(kube, hook_name)
+        if webhook is not None:
+            webhook.terminate()
+            unregister_webhook(kube, hook_name)
         if not args.keep:
             kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
             for node in nodes:
                 kube.delete(f"/api/v1/nodes/{node}")
+
+
+def actuation_latency(kube: Kube) -> dict[str, float]:
+    """p50/p99 of request -> actuation, from the Resized Events' "actuated <s>s after the request"."""
+    import re
+    events = kube.get(f"/api/v1/namespaces/{NAMESPACE}/events", fieldSelector="source=workload-resizer")["items"]
+    latencies = sorted(float(m.group(1)) for e in events
+                       if (m := re.search(r"actuated ([0-9.]+)s after the request", e.get("message") or "")))
+    if not latencies:
+        return {}
+    pick = lambda share: latencies[min(len(latencies) - 1, int(share * len(latencies)))]  # noqa: E731
+    return {"actuation_latency_p50_s": pick(0.50), "actuation_latency_p99_s": pick(0.99),
+            "actuation_latency_samples": len(latencies)}
+
+
+def start_profiler(pid: int, out: str, fmt: str) -> subprocess.Popen:
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(py_spy).exists():
+        raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+    proc = subprocess.Popen([py_spy, "record", "-r", "200", "-f", fmt, "-o", out, "--pid", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1)       # attached before the burst starts
+    return proc
+
+
+def stop_profiler(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)        # py-spy writes its output on SIGINT
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def _print(figures: dict) -> None:

@@ -10,15 +10,19 @@ What it does:
    a cache directory;
 2. generates a CA and a serving certificate for 127.0.0.1 (``certs``);
 3. starts ``python -m app`` pinned to one core (``taskset -c 0``, one uvicorn
-   worker), checks its answer, and drives it with the Go load generator pinned
+   worker), checks its answer, and drives it with the load generator pinned
    to the other core (``taskset -c 1``): N keep-alive TLS connections posting
    ``bench/data/review-2c.json`` (a 2-container Deployment pod) for a fixed
-   duration after a warm-up; stops it (SIGTERM);
+   duration after a warm-up; stops it (SIGTERM). The load generator is ``wrk``
+   (``--load wrk``, the default; C, one thread; installed with apt-get when
+   missing and running as root) or the Go one from ``bench/gowebhook``
+   (``--load go``);
 4. the same for the Go server (``GOMAXPROCS=1``, same core);
 5. prints a table: reviews/s, p50, p99, the server's CPU use during the
-   window and reviews per CPU-second (useful when the machine is busy), and the
-   ratio to Go. Both servers log one JSON line per decision (to a file) unless
-   ``--no-log``.
+   window and reviews per CPU-second (useful when the machine is busy), the
+   load generator's CPU use (below 1.0 of its core: it was not the bottleneck),
+   and the ratio to Go. Both servers log one JSON line per decision (to a file)
+   unless ``--no-log``.
 
 Only 127.0.0.1 is ever contacted; every process started is stopped.
 """
@@ -113,6 +117,59 @@ def wait_ready(proc: subprocess.Popen, port: int, ca_file: Path, timeout: float 
     raise RuntimeError("server did not become ready")
 
 
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = assert(io.open(os.getenv("WRK_BODY"), "rb"))
+wrk.body = f:read("*a")
+f:close()
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests": %d, "duration_us": %d, "errors": %d, "non2xx": %d, "p50_us": %d, "p99_us": %d}\\n',
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+def ensure_wrk() -> str | None:
+    """wrk on PATH, installing the Debian package when missing (as root); None if that is not possible."""
+    found = shutil.which("wrk")
+    if found or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return found
+    log("installing wrk (apt-get install wrk)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], env=env, capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], env=env, capture_output=True)
+    return shutil.which("wrk")
+
+
+def run_wrk(wrk: str, port: int, server_pid: int, args, review: Path, script: Path) -> tuple[dict, float, float]:
+    """Warm up, then one measured wrk run: (result, server CPU use, wrk CPU use), in cores, same window."""
+    url = f"https://127.0.0.1:{port}/mutate"
+    env = dict(os.environ, WRK_BODY=str(review))
+    base = [wrk, "-t1", f"-c{args.connections}", "-s", str(script), "--timeout", "5s"]
+    subprocess.run(pinned(args.client_core, [*base, f"-d{max(1, round(args.warmup))}s", url]), env=env,
+                   capture_output=True, check=True)
+    gen = subprocess.Popen(pinned(args.client_core, [*base, f"-d{max(1, round(args.duration))}s", url]), env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    cpu0, scpu0, t0 = cpu_seconds(gen.pid), cpu_seconds(server_pid), time.monotonic()
+    time.sleep(max(0.5, args.duration - 1.0))
+    cpu1, scpu1, t1 = cpu_seconds(gen.pid), cpu_seconds(server_pid), time.monotonic()
+    out, err = gen.communicate(timeout=args.duration + 60)
+    if gen.returncode != 0:
+        raise RuntimeError(f"wrk failed: {err.decode()}")
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    seconds = summary["duration_us"] / 1e6
+    result = {"rps": summary["requests"] / seconds, "p50_ms": summary["p50_us"] / 1000,
+              "p99_ms": summary["p99_us"] / 1000, "errors": summary["errors"] + summary["non2xx"],
+              "requests": summary["requests"]}
+    return result, (scpu1 - scpu0) / (t1 - t0), (cpu1 - cpu0) / (t1 - t0)
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -136,6 +193,15 @@ def run_one(name: str, argv: list[str], env: dict[str, str], port: int, args, lo
         if status != 200:
             raise RuntimeError(f"{name} answered {status}: {payload[:200]!r}")
         ops = patch_set(payload)
+        if args.wrk:
+            log(f"load: wrk, {args.connections} connections, {args.warmup}s warm-up + {args.duration}s")
+            wrk_script = log_path.parent / "wrk.lua"
+            wrk_script.write_text(WRK_SCRIPT)
+            result, server_cpu, gen_cpu = run_wrk(args.wrk, port, proc.pid, args, review, wrk_script)
+            result.update(server=name, loadgen="wrk", loadgen_cpu_util=gen_cpu, cpu_util=server_cpu,
+                          patch=sorted(ops))
+            result["reviews_per_cpu_s"] = result["rps"] / result["cpu_util"] if result["cpu_util"] > 0 else 0.0
+            return result
         lg = pinned(args.client_core, [
             str(loadgen), "-url", f"https://127.0.0.1:{port}/mutate", "-cacert", str(ca_file),
             "-body", str(review), "-c", str(args.connections),
@@ -144,14 +210,16 @@ def run_one(name: str, argv: list[str], env: dict[str, str], port: int, args, lo
         log(f"load: {args.connections} connections, {args.warmup}s warm-up + {args.duration}s")
         gen = subprocess.Popen(lg, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(args.warmup)
-        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        cpu0, t0, gcpu0 = cpu_seconds(proc.pid), time.monotonic(), cpu_seconds(gen.pid)
         time.sleep(args.duration)
-        cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
+        cpu1, t1, gcpu1 = cpu_seconds(proc.pid), time.monotonic(), cpu_seconds(gen.pid)
         out, err = gen.communicate(timeout=args.duration + args.warmup + 60)
         if gen.returncode != 0:
             raise RuntimeError(f"loadgen failed: {err.decode()}")
         result = json.loads(out)
         result["server"] = name
+        result["loadgen"] = "go"
+        result["loadgen_cpu_util"] = (gcpu1 - gcpu0) / (t1 - t0)
         result["cpu_util"] = (cpu1 - cpu0) / (t1 - t0)
         result["reviews_per_cpu_s"] = result["rps"] / result["cpu_util"] if result["cpu_util"] > 0 else 0.0
         result["patch"] = sorted(ops)
@@ -173,7 +241,8 @@ def median_result(runs: list[dict]) -> dict:
     """The run with the median throughput (its latencies go with it); all runs kept under 'runs'."""
     ordered = sorted(runs, key=lambda r: r["rps"])
     chosen = dict(ordered[(len(ordered) - 1) // 2])
-    chosen["runs"] = [{k: r[k] for k in ("rps", "p50_ms", "p99_ms", "cpu_util", "reviews_per_cpu_s")} for r in runs]
+    chosen["runs"] = [{k: r[k] for k in ("rps", "p50_ms", "p99_ms", "cpu_util", "reviews_per_cpu_s",
+                                         "loadgen_cpu_util")} for r in runs]
     return chosen
 
 
@@ -186,6 +255,8 @@ def main() -> int:
     p.add_argument("--client-core", default="1", help="CPU the load generator is pinned to ('' = no pinning)")
     p.add_argument("--review", type=Path, default=DEFAULT_REVIEW, help="AdmissionReview to send")
     p.add_argument("--only", choices=("python", "go"), help="run one server only")
+    p.add_argument("--load", choices=("wrk", "go"), default="wrk",
+                   help="load generator: wrk (apt package, installed if missing) or bench/gowebhook/loadgen")
     p.add_argument("--rounds", type=int, default=1,
                    help="measure each server this many times, alternating the order; the table shows the median run")
     p.add_argument("--no-log", action="store_true", help="servers log warnings only (no per-decision line)")
@@ -200,6 +271,9 @@ def main() -> int:
         log("warning: fewer than 2 CPUs; server and load generator will share a core")
 
     server_bin, loadgen = build_go(args.cache_dir)
+    args.wrk = ensure_wrk() if args.load == "wrk" else None
+    if args.load == "wrk" and not args.wrk:
+        log("wrk is not installed and cannot be (apt-get install wrk as root): using the Go load generator")
     work = Path(tempfile.mkdtemp(prefix="wr-bench-"))
     try:
         ca = certs.generate_ca()
@@ -244,13 +318,16 @@ def main() -> int:
           f"{args.duration:g}s after {args.warmup:g}s warm-up, per-decision logging "
           f"{'off' if args.no_log else 'on'}, median of {args.rounds} round(s); load average now "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    header = f"{'server':<30} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'cpu':>6} {'rev/cpu-s':>10} {'vs Go':>7}"
+    print(f"load generator: {results[0]['loadgen'] if results else '-'} pinned to core {args.client_core}, "
+          f"server pinned to core {args.server_core}; cpu = cores used during the window")
+    header = (f"{'server':<30} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'cpu':>6} "
+              f"{'rev/cpu-s':>10} {'loadgen cpu':>12} {'vs Go':>7}")
     print(header)
     print("-" * len(header))
     for r in results:
         ratio = f"{r['rps'] / go['rps']:.2f}x" if go and go["rps"] else "-"
         print(f"{r['server']:<30} {r['rps']:>10.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>7} "
-              f"{r['cpu_util']:>6.2f} {r['reviews_per_cpu_s']:>10.0f} {ratio:>7}")
+              f"{r['cpu_util']:>6.2f} {r['reviews_per_cpu_s']:>10.0f} {r['loadgen_cpu_util']:>12.2f} {ratio:>7}")
     if len(results) == 2:
         same = results[0]["patch"] == results[1]["patch"]
         print(f"same patch from both servers: {'yes' if same else 'NO'}")

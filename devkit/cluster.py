@@ -25,11 +25,11 @@ FAMILY_LABEL = "cloud.google.com/machine-family"
 POOL_LABEL = "drill.workload-resizer.io/pool"
 
 
-def tests_state_dir() -> Path:
+def cluster_dir_for_tests() -> Path:
     return Path(os.environ.get("WR_CLUSTER_DIR") or REPO / ".cluster")
 
 
-def demo_state_dir() -> Path:
+def cluster_dir_for_demo() -> Path:
     return Path(os.environ.get("WR_DEMO_CLUSTER_DIR") or REPO / ".cluster-demo")
 
 

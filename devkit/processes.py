@@ -186,17 +186,18 @@ class Webhook(Process):
         except httpx.HTTPError:
             return False
 
-    def decisions(self, namespace: str) -> list[dict[str, Any]]:
-        """The JSON log records of this webhook's admission decisions about pods in `namespace`."""
-        records = []
-        for line in self.log_lines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "decision" in record and record.get("namespace") == namespace:
-                records.append(record)
-        return records
+
+def webhook_decisions(webhook: Process, namespace: str) -> list[dict[str, Any]]:
+    """The JSON log records of a webhook's admission decisions about pods in `namespace`."""
+    records = []
+    for line in webhook.log_lines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "decision" in record and record.get("namespace") == namespace:
+            records.append(record)
+    return records
 
 
 def render_webhook_configuration(url: str, ca_bundle: str,

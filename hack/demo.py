@@ -7,6 +7,12 @@ applies the sample config and a Deployment spread across the machine families,
 waits until every pod is aligned, and prints a before/after table and the
 pods' Events.
 
+It also joins a REAL node (`hack/cluster add-node real-n4 --real --family n4`:
+containerd + runc + kubelet on this machine) and runs one pod there; the
+reconciler resizes that running container in place, and the demo prints the
+container's cgroup CPU limit read on the host before and after (and its
+restart count and container ID, which do not change).
+
     hack/demo.py          run the demo (leaves everything running to look around)
     hack/demo.py down     stop the webhook and reconciler and the cluster
 
@@ -16,6 +22,7 @@ reconciler would otherwise act on the tests' pods.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -25,16 +32,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devkit.cluster import ClusterError, LocalCluster, demo_state_dir  # noqa: E402
+from devkit.cluster import ClusterError, LocalCluster, cluster_dir_for_demo  # noqa: E402
 from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
 from devkit.processes import Reconciler, Webhook, WebhookCerts, register_webhook  # noqa: E402
 from resizer import APPLIED_INSTANCE_TYPE, SAMPLE_CONFIG, original_key  # noqa: E402
 
-CLUSTER = LocalCluster(demo_state_dir())
+CLUSTER = LocalCluster(cluster_dir_for_demo())
 DEMO = CLUSTER.state_dir / "demo"
 SYSTEM_NS = "workload-resizer-system"
 DEMO_NS = "demo"
 FAMILY_LABEL = "cloud.google.com/machine-family"
+REAL_NODE = "real-n4"
+REAL_NODE_TAINT = "workload-resizer.io/real-node"
+WORKLOAD_IMAGE = "workload-resizer.local/workload:1"
 NODES = [("n2d-node-1", "n2d"), ("n2d-node-2", "n2d"), ("n4-node-1", "n4"), ("n4-node-2", "n4"),
          ("c3-node-1", "c3"), ("c3-node-2", "c3")]
 
@@ -56,6 +66,76 @@ def add_nodes() -> None:
     say("adding KWOK nodes: " + ", ".join(f"{n} ({f})" for n, f in NODES))
     for name, family in NODES:   # add-node also (re)labels an existing node
         CLUSTER.add_node(name, family, cpu="16", memory="64Gi", labels={"workload-resizer.io/demo": "true"})
+
+
+def add_real_node() -> None:
+    state = json.loads((CLUSTER.state_dir / "state.json").read_text())
+    if REAL_NODE in state.get("real_nodes", {}):
+        return
+    say(f"joining a REAL node {REAL_NODE} (family n4): containerd + runc + kubelet on this machine")
+    try:
+        CLUSTER.hack("add-node", REAL_NODE, "--real", "--family", "n4", timeout=900)
+    except ClusterError as err:
+        sys.exit(str(err))
+
+
+def real_pod(kube: Kube) -> dict | None:
+    pods = [p for p in kube.pods(DEMO_NS, "app=real") if "deletionTimestamp" not in p["metadata"]]
+    return pods[0] if len(pods) == 1 else None
+
+
+def apply_real_workload(kube: Kube) -> tuple[dict, str]:
+    """One pod of 1 CPU / 256Mi on the real node, running before the reconciler starts;
+    returns it and its cgroup CPU limit as read on the host now, before any resize."""
+    say(f"creating Deployment demo/real: 1 replica of 1 CPU / 256Mi on the real node {REAL_NODE}")
+    kube.delete(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments/real")
+    wait_for("old real-node pod gone", lambda: not kube.pods(DEMO_NS, "app=real"), timeout=120)
+    manifest = deployment("real", 1, [container("app", requests={"cpu": "1", "memory": "256Mi"},
+                                                limits={"cpu": "1", "memory": "256Mi"})],
+                          node_selector={"kubernetes.io/hostname": REAL_NODE})
+    spec = manifest["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    spec["tolerations"] = [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    spec["containers"][0].update(image=WORKLOAD_IMAGE, imagePullPolicy="Never")
+    kube.create(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments", manifest)
+    pod = wait_for("the real-node pod running", lambda: (
+        p if (p := real_pod(kube)) and p["status"].get("phase") == "Running" else None), timeout=180)
+    return pod, cpu_cgroup(pod)[1]
+
+
+def cpu_cgroup(pod: dict) -> tuple[str, str]:
+    """(container ID, its cpu cgroup limit as read on the host: quota/period in µs, shares)."""
+    status = pod["status"]["containerStatuses"][0]
+    cid = status["containerID"].split("://", 1)[1]
+    root = json.loads((CLUSTER.state_dir / "state.json").read_text())["real_nodes"][REAL_NODE]["cgroup"]
+    for directory, subdirs, _ in os.walk(f"/sys/fs/cgroup/cpu/{root}"):
+        if cid in subdirs:
+            cg = Path(directory) / cid
+            quota, period, shares = ((cg / f).read_text().strip()
+                                     for f in ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares"))
+            return cid, f"cfs_quota_us={quota} cfs_period_us={period} shares={shares} ({int(quota) / int(period):g} CPU)"
+    for directory, subdirs, _ in os.walk(f"/sys/fs/cgroup/{root}"):      # cgroup v2
+        if cid in subdirs:
+            cg = Path(directory) / cid
+            return cid, f"cpu.max={(cg / 'cpu.max').read_text().strip()} cpu.weight={(cg / 'cpu.weight').read_text().strip()}"
+    return cid, "(cgroup not found)"
+
+
+def show_real(kube: Kube, before: dict, cgroup_before: str) -> None:
+    cid_before = before["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    after = wait_for("the kubelet to actuate the resize", lambda: (
+        p if (p := real_pod(kube)) and (p["status"]["containerStatuses"][0].get("resources") or {}).get(
+            "limits", {}).get("cpu") == p["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+        and p["spec"]["containers"][0]["resources"]["limits"]["cpu"] != "1" else None), timeout=120)
+    cid_after, cgroup_after = cpu_cgroup(after)
+    status = after["status"]["containerStatuses"][0]
+    say(f"the real node {REAL_NODE}: pod {after['metadata']['name']} resized in place by the real kubelet")
+    print(f"  spec cpu      1 -> {after['spec']['containers'][0]['resources']['limits']['cpu']}"
+          f"   (status.containerStatuses[0].resources: {json.dumps(status.get('resources'))})")
+    print(f"  cgroup before {cgroup_before}")
+    print(f"  cgroup after  {cgroup_after}")
+    print(f"  container ID  {cid_before[:12]} -> {cid_after[:12]}   restartCount {status['restartCount']}")
+    print()
 
 
 def start_webhook(kube: Kube) -> None:
@@ -170,12 +250,16 @@ def main(argv: list[str]) -> int:
     kubeconfig = CLUSTER.kubeconfig
     DEMO.mkdir(parents=True, exist_ok=True)
     add_nodes()
+    add_real_node()
     apply_config(kube)
     start_webhook(kube)
+    stop("reconciler")
+    real_before, real_cgroup_before = apply_real_workload(kube)
     start_reconciler(kubeconfig)
     apply_workload(kube)
     pods = wait_aligned(kube)
     show(kube, pods)
+    show_real(kube, real_before, real_cgroup_before)
     print(f"""
 Look around (webhook and reconciler keep running; logs in {DEMO}):
   export PATH={CLUSTER.bin_dir}:$PATH KUBECONFIG={kubeconfig}

@@ -58,3 +58,29 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number greater than 0 (rates)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return value
+
+
+def boolean(text: str) -> bool:
+    """Go-style boolean flag value: true/false (also 1/0, yes/no)."""
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true or false)")
+
+
+def string_list(text: str) -> list[str]:
+    """``a,b,c`` -> ["a", "b", "c"] (blanks dropped)."""
+    return [item.strip() for item in text.split(",") if item.strip()]

@@ -18,7 +18,7 @@ from reconciler.events import EventRecorder, object_reference
 from reconciler.informer import Informer
 from reconciler.kube import ApiError, KubeClient
 from reconciler.reasons import EventType, Reason
-from resizer import ConfigError, ResizerConfig, load_config
+from resizer import CompiledConfig, ConfigError, load_config
 
 log = logging.getLogger("reconciler.config")
 
@@ -30,7 +30,7 @@ class ConfigSource:
                  refresh_interval: float, on_change: Callable[[], None], idle_timeout: float = 90.0) -> None:
         self.namespace = namespace
         self.name = name
-        self.config: ResizerConfig | None = None     # the config in force (last good)
+        self.config: CompiledConfig | None = None     # the config in force (last good)
         self.generation = 0                          # bumped whenever a new config takes force
         self.valid = False                           # whether the latest content is valid
         self.error: str | None = None
@@ -116,8 +116,8 @@ class ConfigSource:
         metrics.CONFIG_RELOADS.inc()
         log.info("config loaded", extra={"configmap": f"{self.namespace}/{self.name}",
                                          "resourceVersion": configmap["metadata"].get("resourceVersion"),
-                                         "baselineNodeType": config.baselineNodeType,
-                                         "nodeTypes": sorted(config.nodeTypes)})
+                                         "baselineNodeType": config.baseline_node_type,
+                                         "nodeTypes": sorted(config.node_types)})
         self._on_change()
 
     async def _reject(self, configmap: dict[str, Any] | None, problem: str,

@@ -5,12 +5,18 @@ Per pod, writes happen in this order, and the order is the recovery contract:
 1. original-* annotations (only the missing keys, with a resourceVersion
    precondition so they describe the spec we read);
 2. the pods/resize patch, computed from the originals (never from the spec);
-3. applied-instance-type / applied-at.
+3. applied-instance-type / applied-at, once the kubelet has actuated the new size
+   (followed from the pod watch, see reconciler.outcome), and then the Resized Event.
 
 A crash between any two steps leaves a state from which the next pass reaches
 the same end state: after 1 the originals are read back, after 2 the plan finds
-the spec already aligned and only step 3 runs, after 3 the pod is filtered out.
-Reordering these steps re-introduces compounding resizes.
+the spec already aligned and follows the resize in flight to step 3, after 3 the
+pod is filtered out. Reordering these steps re-introduces compounding resizes.
+
+A resize that does not end actuated (deferred, infeasible, failing, on a node that
+cannot resize) is recorded in the resize-state annotation before it is reported,
+so that it is reported once and an infeasible size is never retried while the
+node and the plan stay the same (README "Resize states").
 
 The reconciler reads and writes only through the interfaces of reconciler.ports;
 the informers, the event-to-key mapping and the workers are the manager's
@@ -18,16 +24,21 @@ the informers, the event-to-key mapping and the workers are the manager's
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from ops.timestamps import rfc3339
 from reconciler import metrics
 from reconciler.events import object_reference
 from reconciler.informer import object_key
 from reconciler.kube import ApiError
+from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, observe, revert_patch
+from reconciler.ratelimit import TokenBucket
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault, pod_path
 from reconciler.reasons import EventType, Reason
 from reconciler.slim import status_fingerprint
@@ -36,9 +47,12 @@ from resizer import (
     APPLIED_INSTANCE_TYPE,
     EMPTY_KEYRING,
     PREFIX,
+    RESIZE_STATE,
     Baseline,
     KeyRing,
+    OriginalsCheck,
     OriginalsError,
+    PlanError,
     QuantityError,
     ResizePlan,
     Trust,
@@ -52,6 +66,7 @@ from resizer import (
     pod_mac,
     resolve_policy,
 )
+from resizer.realign import realignment
 
 log = logging.getLogger("reconciler.controller")
 audit = logging.getLogger("reconciler.decision")
@@ -65,6 +80,8 @@ class Step:
     ORIGINALS = "originals"
     RESIZE = "resize"
     APPLIED = "applied"
+    STATE = "state"         # the resize-state annotation of a stalled resize
+    REVERT = "revert"       # the spec set back to what the containers actually have
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,26 @@ class Options:
     node_type_label: str
     dry_run: bool = False
     resize_restart_containers: bool = False
+    realign: bool = True
+    max_resizes_per_second: float = 10.0
+    # A resize the kubelet keeps deferring is reported as a Warning after this long (seconds).
+    deferred_timeout: float = 900.0
+    # A resize the kubelet fails to actuate is re-checked this often (backoff doubling from
+    # error_backoff) before the spec is set back to what the containers actually have.
+    error_retries: int = 3
+    error_backoff: float = 30.0
+
+
+@dataclass
+class InFlight:
+    """A resize this process requested and has not seen end yet (memory only)."""
+    node_type: str
+    generation: int
+    requested_at: float | None      # wall clock; None: requested by an earlier process, time unknown
+    summary: str
+    verb: str = "resized"           # "re-aligned" for a pod sized before, under another config
+    error_checks: int = 0
+    next_error_check: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,7 +123,7 @@ class PodResizeReconciler:
     """reconcile(namespace/name) of one pod, plus the predicate the manager filters events with."""
 
     def __init__(self, reader: PodReader, writer: PodWriter, events: EventSink, config: ConfigView,
-                 options: Options, fault: FaultHook = no_fault,
+                 options: Options, fault: FaultHook = no_fault, clock: Callable[[], float] = time.time,
                  keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING) -> None:
         self._reader = reader
         self._keyring = keyring     # the originals MAC keys in force (they rotate)
@@ -95,12 +132,21 @@ class PodResizeReconciler:
         self._config = config
         self._options = options
         self._fault = fault
+        self._clock = clock
+        # Resizes this process requested, by pod uid, until they end (actuated or recorded).
+        self._in_flight: dict[str, InFlight] = {}
+        # The waiting state of each pod whose resize has not ended (the RESIZES_WAITING gauge).
+        self._waiting: dict[str, Stage] = {}
         # Terminal decisions that wrote nothing (UnknownNodeType, ResizeUnsupported,
         # ...), by pod uid: the same situation is not decided (and reported) twice.
         self._decided: dict[str, tuple[Any, ...]] = {}
         # Pods we finished (uid -> node type) whose applied annotation the watch has
         # not delivered yet: a lagging cache must not cause a second pass.
         self._finished: dict[str, str] = {}
+        # Re-alignment: the config version each sized pod was last re-planned for (uid ->
+        # generation), and the limiter of resizes of pods already sized.
+        self._realign_checked: dict[str, int] = {}
+        self._realign_limiter = TokenBucket(options.max_resizes_per_second, 1)
 
     # ------------------------------------------------------------------ what the manager asks
 
@@ -114,26 +160,77 @@ class PodResizeReconciler:
         if node_type is None:
             return False    # untyped node: nothing to do until it is labelled
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod)))
-        return node_type not in done
+        if node_type in done:
+            return self._needs_realignment(pod, node_type)
+        return not self._parked(pod, node, node_type)
+
+    def _parked(self, pod: Obj, node: Obj | None, node_type: str) -> bool:
+        """A recorded infeasible/failed size that is not to be tried again on this node,
+        or a node recorded as unable to resize."""
+        state = ResizeState.decode(pod["metadata"]["annotations"].get(RESIZE_STATE))
+        if state is None or state.node_type != node_type:
+            return False
+        if state.state == Stage.UNSUPPORTED:
+            return True
+        if state.state not in (Stage.INFEASIBLE, Stage.ERROR) or node is None:
+            return False
+        config = self._config.config
+        if config is None or state.allocatable != allocatable_fingerprint(node):
+            return False
+        try:
+            plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
+        except OriginalsError:
+            return False
+        return state.size == size_fingerprint(plan) and bool(plan.patch)
+
+    def _needs_realignment(self, pod: Obj, node_type: str) -> bool:
+        """A pod already sized is re-planned once per config version; queued only if that changes it."""
+        config, generation = self._config.config, self._config.generation
+        uid = _uid(pod)
+        if not self._options.realign or config is None or self._realign_checked.get(uid) == generation:
+            return False
+        self._realign_checked[uid] = generation
+        return realignment(pod, config, node_type, self._options.resize_restart_containers) is not None
 
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""
         uid = _uid(pod)
-        if uid in self._finished and \
-                pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE) == self._finished[uid]:
+        annotations = pod["metadata"]["annotations"]
+        if uid in self._finished and annotations.get(APPLIED_INSTANCE_TYPE) == self._finished[uid]:
             del self._finished[uid]
+        if RESIZE_STATE in annotations and uid not in self._waiting:
+            # After a restart: count the stalled resizes recorded on pods (the gauge).
+            state = ResizeState.decode(annotations[RESIZE_STATE])
+            if state is not None and state.state in (Stage.DEFERRED, Stage.INFEASIBLE, Stage.ERROR):
+                self._wait(uid, state.state)
 
     def forget(self, pod: Obj) -> None:
         """`pod` was deleted."""
         uid = _uid(pod)
         self._decided.pop(uid, None)
         self._finished.pop(uid, None)
+        self._realign_checked.pop(uid, None)
+        self._in_flight.pop(uid, None)
+        self._wait(uid, None)
+
+    def _wait(self, uid: str, stage: Stage | None) -> None:
+        """Track the pod's waiting state for the gauge (None: not waiting)."""
+        old = self._waiting.pop(uid, None) if stage is None else self._waiting.get(uid)
+        if stage is not None:
+            self._waiting[uid] = stage
+        if old != stage:
+            if old is not None:
+                metrics.RESIZES_WAITING.labels(old.value).dec()
+            if stage is not None:
+                metrics.RESIZES_WAITING.labels(stage.value).inc()
 
     # ------------------------------------------------------------------ reconcile
 
     async def reconcile(self, key: str) -> Result:
         pod = self._reader.pod(key)
         if pod is None or not live_and_bound(pod) or not eligibility(pod).eligible:
+            if pod is not None:
+                self._wait(_uid(pod), None)
             return DONE
         node_name = pod["spec"]["nodeName"]
         node = await self._reader.node(node_name)
@@ -142,21 +239,32 @@ class PodResizeReconciler:
             log.debug("node has no type label; skipping", extra={
                 "pod": key, "node": node_name, "nodeExists": node is not None, "label": self._options.node_type_label})
             return DONE
-        if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))):
+        config = self._config.config
+        in_flight = _uid(pod) in self._in_flight        # a re-alignment being followed to actuation
+        if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod))) \
+                and not in_flight and (not self._options.realign or config is None
+                                       or realignment(pod, config, node_type,
+                                                      self._options.resize_restart_containers) is None):
+            self._wait(_uid(pod), None)
             return await self._resign(pod)
-        if self._config.config is None:
+        if config is None:
             return Result(requeue_after=5.0)
         signature = situation(pod, node_type, self._config.generation)
         if self._decided.get(_uid(pod)) == signature:
             return DONE
-        return await self._decide(pod, node_type, signature)
+        assert node is not None
+        return await self._decide(pod, node, node_type, signature)
 
-    async def _decide(self, pod: Obj, node_type: str, signature: tuple[Any, ...]) -> Result:
+    async def _decide(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...]) -> Result:
         config = self._config.config
         assert config is not None
         try:
             # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
             base = baseline(pod, self._keyring(), originals_from_spec_annotations(pod))
+            if base.check.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED) and self._resized_by_us(pod, node_type):
+                # Our own resize, being followed to actuation: its originals were verified before it
+                # (the spec changed because of it; step 3 binds them to the pod with a pod MAC).
+                base = Baseline(OriginalsCheck(Trust.TRUSTED, "verified before our resize"), pod, None)
             if base.check.trust is Trust.REFUSE:
                 return await self._terminal(pod, signature, None, EventType.WARNING, Reason.ORIGINALS_UNVERIFIED,
                                             f"not resized: {base.check.reason}")
@@ -165,6 +273,9 @@ class PodResizeReconciler:
         except (OriginalsError, QuantityError) as err:
             return await self._terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
                                         f"cannot read the pod's original resources: {err}")
+        except PlanError as err:        # reported once, like a corrupt original: a retry cannot help
+            return await self._terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
+                                        f"cannot size the pod: {err}")
         if base.check.trust is Trust.TRUSTED_IF_ALIGNED and plan.patch:
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.ORIGINALS_UNVERIFIED,
                                         f"not resized: {base.check.reason}, and the pod is not aligned with "
@@ -181,15 +292,25 @@ class PodResizeReconciler:
             reason = Reason.WOULD_RESIZE if plan.patch else Reason.ALREADY_ALIGNED
             return await self._terminal(pod, signature, plan, EventType.NORMAL, reason,
                                         f"dry run, {context}: {plan.summary()}")
-        return await self._write(pod, node_type, signature, plan, context, base)
+        flight = self._in_flight.get(_uid(pod))
+        if flight is not None and flight.node_type == node_type and (pod["metadata"].get("generation") or 0) < \
+                flight.generation:
+            return DONE     # the cache has not caught up with our own resize yet
+        if plan.patch:
+            if self._parked(pod, node, node_type):
+                return DONE
+            return await self._write(pod, node, node_type, signature, plan, context, base)
+        if flight is None and not _resized_from_originals(plan) and _state(pod, node_type) is None:
+            return await self._write(pod, node, node_type, signature, plan, context, base)     # originals, applied
+        return await self._follow(pod, node, node_type, plan, context)
 
-    async def _write(self, pod: Obj, node_type: str, signature: tuple[Any, ...],
+    async def _write(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...],
                      plan: ResizePlan, context: str, base: Baseline) -> Result:
         config = self._config.config
         assert config is not None
         # Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded.
         final = {**(base.stamp or original_annotations(pod)), **pod_mac(base.pod, self._keyring()),
-                 APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: _now()}
+                 APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339()}
         if not fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None}):
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
                                         "the original resources and what was applied do not fit in the pod's "
@@ -213,31 +334,186 @@ class PodResizeReconciler:
             # write looks like a new situation and the pod is decided (and reported) again.
             signature = situation(pod, node_type, self._config.generation)
             plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
-        # Step 2: the resize itself, only if something changes.
-        if plan.patch:
-            try:
-                await self._writer.resize(pod, plan.patch)
-            except ApiError as err:
-                if err.retryable:
-                    raise
-                return await self._rejected(pod, signature, plan, context, err)
-            self._fault(Step.RESIZE)
-        # Step 3: record what was done (and bind the originals to this very pod).
-        await self._writer.annotate(pod, {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: _now(),
-                                          **pod_mac(pod, self._keyring())})
-        cached = self._reader.pod(object_key(pod))
-        if cached is None or cached["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE) != node_type:
-            # The watch has not delivered our write yet (had it, this entry would never be cleared).
-            self._finished[_uid(pod)] = node_type
+        if not plan.patch:
+            return await self._applied(pod, node_type, plan, Reason.ALREADY_ALIGNED, _aligned_message(plan, context))
+        # Step 2: the resize itself. Its outcome arrives through the pod watch (_follow).
+        realigned = APPLIED_INSTANCE_TYPE in pod["metadata"]["annotations"]
+        if realigned:
+            await self._realign_limiter.take()      # --max-resizes-per-second
+        try:
+            resized = await self._writer.resize(pod, plan.patch)
+        except ApiError as err:
+            if err.retryable:
+                raise
+            return await self._rejected(pod, node, node_type, signature, plan, context, err)
+        self._fault(Step.RESIZE)
+        self._in_flight[_uid(pod)] = InFlight(node_type, resized["metadata"].get("generation") or 0,
+                                              self._clock(), plan.summary(),
+                                              "re-aligned" if realigned else "resized")
+        self._wait(_uid(pod), Stage.REQUESTED)
+        return DONE
+
+    async def _applied(self, pod: Obj, node_type: str, plan: ResizePlan, reason: Reason, message: str) -> Result:
+        """Step 3: record that the pod has its size for the node type, then report it."""
+        # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
+        annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(),
+                                              **pod_mac(pod, self._keyring())}
+        if RESIZE_STATE in pod["metadata"]["annotations"]:
+            annotations[RESIZE_STATE] = None
+        await self._writer.annotate(pod, annotations)
+        uid = _uid(pod)
+        self._finished[uid] = node_type
+        self._in_flight.pop(uid, None)
+        self._wait(uid, None)
         self._fault(Step.APPLIED)
-        if plan.patch:
-            reason = Reason.BOUNDS_CLAMPED if plan.clamped else Reason.RESIZED
-            message = f"resized for {context}: {plan.summary()}"
-        else:
-            reason = Reason.ALREADY_ALIGNED
-            message = f"already aligned for {context}" + (f": {plan.summary()}" if plan.changes else "")
         await self._report(pod, plan, EventType.NORMAL, reason, message)
         return DONE
+
+    # ------------------------------------------------------------------ following a resize
+
+    async def _follow(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, context: str) -> Result:
+        """The spec holds the plan; act on what the kubelet reports about it."""
+        observation = observe(pod)
+        uid = _uid(pod)
+        if observation.stage == Stage.ACTUATED:
+            return await self._actuated(pod, node_type, plan, context)
+        if observation.stage == Stage.REQUESTED:
+            self._wait(uid, Stage.REQUESTED)
+            return DONE
+        if observation.stage == Stage.DEFERRED:
+            return await self._deferred(pod, node_type, observation)
+        if observation.stage == Stage.INFEASIBLE:
+            return await self._infeasible(pod, node, node_type, plan, observation.message)
+        if observation.stage == Stage.ERROR:
+            return await self._failing(pod, node, node_type, plan, observation)
+        return await self._unsupported(pod, node_type, plan, context)
+
+    async def _actuated(self, pod: Obj, node_type: str, plan: ResizePlan, context: str) -> Result:
+        flight = self._in_flight.get(_uid(pod))
+        requested_at = flight.requested_at if flight is not None and flight.requested_at is not None \
+            else _parse_time(_requested_at(pod, node_type))
+        summary = flight.summary if flight is not None else _summary_from_originals(plan)
+        message = f"{flight.verb if flight is not None else 'resized'} for {context}: {summary}"
+        if requested_at is not None:
+            latency = max(0.0, self._clock() - requested_at)
+            metrics.RESIZE_ACTUATION.observe(latency)
+            message += f"; actuated {latency:.2f}s after the request"
+        else:
+            message += "; actuated (requested before this reconciler started)"
+        metrics.RESIZE_OUTCOMES.labels("actuated").inc()
+        reason = Reason.BOUNDS_CLAMPED if plan.clamped else Reason.RESIZED
+        return await self._applied(pod, node_type, plan, reason, message)
+
+    async def _deferred(self, pod: Obj, node_type: str, observation: Observation) -> Result:
+        uid = _uid(pod)
+        self._wait(uid, Stage.DEFERRED)
+        generation = pod["metadata"].get("generation")
+        state = _state(pod, node_type)
+        if state is None or state.state != Stage.DEFERRED or state.generation != generation:
+            state = ResizeState(Stage.DEFERRED, node_type, generation, requested_at=self._requested_stamp(pod, node_type))
+            await self._record(pod, state)
+            metrics.RESIZE_OUTCOMES.labels("deferred").inc()
+            await self._report(pod, None, EventType.NORMAL, Reason.RESIZE_DEFERRED,
+                               f"the kubelet deferred the resize (it retries by itself): {observation.message}")
+        since = _parse_time(observation.since) or _parse_time(state.requested_at) or self._clock()
+        waited = self._clock() - since
+        if state.warned:
+            return DONE
+        if waited < self._options.deferred_timeout:
+            return Result(requeue_after=self._options.deferred_timeout - waited + 1.0)
+        await self._record(pod, replace(state, warned=True))
+        metrics.RESIZE_OUTCOMES.labels("deferred_too_long").inc()
+        await self._report(pod, None, EventType.WARNING, Reason.RESIZE_DEFERRED,
+                           f"the resize is still deferred after {_duration(waited)} (kept: the kubelet applies it "
+                           f"as soon as the node has room): {observation.message}")
+        return DONE
+
+    async def _infeasible(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, message: str) -> Result:
+        """The kubelet will never take this size: record it, then set the spec back to the actual size."""
+        self._wait(_uid(pod), Stage.INFEASIBLE)
+        state = _state(pod, node_type)
+        size = size_fingerprint(plan)
+        if state is None or state.state != Stage.INFEASIBLE or state.size != size:
+            await self._record(pod, ResizeState(Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"),
+                                                size, allocatable_fingerprint(node)))
+            metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
+            await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_INFEASIBLE,
+                               f"node {pod['spec']['nodeName']} cannot take the new size ({message}); the spec is "
+                               f"set back to what the containers have, and this size is not tried again until the "
+                               f"node's type or allocatable or the planned size changes")
+        await self._revert(pod)
+        return DONE
+
+    async def _failing(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan,
+                       observation: Observation) -> Result:
+        """Actuation failed: the kubelet retries on each pod sync; we re-check with backoff, then give up."""
+        uid = _uid(pod)
+        self._wait(uid, Stage.ERROR)
+        state = _state(pod, node_type)
+        size = size_fingerprint(plan)
+        now = self._clock()
+        flight = self._in_flight.setdefault(uid, InFlight(node_type, pod["metadata"].get("generation") or 0,
+                                                          _parse_time(_requested_at(pod, node_type)),
+                                                          _summary_from_originals(plan)))
+        if state is None or state.state != Stage.ERROR or state.size != size:
+            await self._record(pod, ResizeState(Stage.ERROR, node_type, pod["metadata"].get("generation"), size,
+                                                allocatable_fingerprint(node)))
+            metrics.RESIZE_OUTCOMES.labels("error").inc()
+            await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
+                               f"the kubelet could not actuate the resize: {observation.message}")
+        if flight.next_error_check == 0.0:
+            flight.next_error_check = now + self._options.error_backoff
+        if now < flight.next_error_check:
+            return Result(requeue_after=flight.next_error_check - now)
+        flight.error_checks += 1
+        if flight.error_checks < self._options.error_retries:
+            flight.next_error_check = now + self._options.error_backoff * 2 ** flight.error_checks
+            return Result(requeue_after=flight.next_error_check - now)
+        metrics.RESIZE_OUTCOMES.labels("error_reverted").inc()
+        await self._revert(pod)
+        await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
+                           f"the resize still failed after {flight.error_checks} checks; the spec is set back to "
+                           f"what the containers have: {observation.message}")
+        return DONE
+
+    async def _unsupported(self, pod: Obj, node_type: str, plan: ResizePlan, context: str) -> Result:
+        """Resized before its containers ran, on a node whose kubelet turns out not to resize in place."""
+        uid = _uid(pod)
+        self._in_flight.pop(uid, None)
+        self._wait(uid, None)
+        state = _state(pod, node_type)
+        if state is not None and state.state == Stage.UNSUPPORTED:
+            return DONE
+        await self._record(pod, ResizeState(Stage.UNSUPPORTED, node_type, pod["metadata"].get("generation")))
+        metrics.RESIZE_OUTCOMES.labels("unsupported").inc()
+        await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_UNSUPPORTED,
+                           f"node {pod['spec']['nodeName']} does not support in-place resize: the spec was resized "
+                           f"before the containers started and the running containers do not have the new size "
+                           f"(it takes effect when they restart); wanted for {context}")
+        return DONE
+
+    async def _record(self, pod: Obj, state: ResizeState) -> None:
+        await self._writer.annotate(pod, {RESIZE_STATE: state.encode()})
+        self._fault(Step.STATE)
+
+    async def _revert(self, pod: Obj) -> None:
+        patch = revert_patch(pod)
+        if not patch:
+            return
+        try:
+            await self._writer.resize(pod, patch)
+        except ApiError as err:
+            if err.retryable or err.status != 404:
+                raise
+            return
+        self._in_flight.pop(_uid(pod), None)
+        self._fault(Step.REVERT)
+
+    def _requested_stamp(self, pod: Obj, node_type: str) -> str:
+        flight = self._in_flight.get(_uid(pod))
+        if flight is not None and flight.requested_at is not None:
+            return _rfc3339(flight.requested_at)
+        return _requested_at(pod, node_type)
 
     async def _stamp_originals(self, pod: Obj, stamp: dict[str, str | None]) -> Obj:
         """Merge-patch the originals captured from the spec, conditional on the resourceVersion we
@@ -259,6 +535,14 @@ class PodResizeReconciler:
             stamp = again.stamp
         raise AssertionError("unreachable")
 
+    def _resized_by_us(self, pod: Obj, node_type: str) -> bool:
+        """The spec holds a resize this reconciler requested for ``node_type`` (in flight, or its
+        outcome recorded in the resize-state annotation, which only the controller may write)."""
+        flight = self._in_flight.get(_uid(pod))
+        if flight is not None and flight.node_type == node_type:
+            return True
+        return _state(pod, node_type) is not None
+
     async def _resign(self, pod: Obj) -> Result:
         """An aligned pod signed with an older key (rotation): re-sign its verified originals with the newest."""
         keyring = self._keyring()
@@ -272,7 +556,7 @@ class PodResizeReconciler:
             await self._writer.annotate(pod, pod_mac(pod, keyring), resource_version=pod["metadata"]["resourceVersion"])
         return DONE
 
-    async def _rejected(self, pod: Obj, signature: tuple[Any, ...], plan: ResizePlan,
+    async def _rejected(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...], plan: ResizePlan,
                         context: str, err: ApiError) -> Result:
         if err.status == 404:
             return DONE     # deleted meanwhile: nothing to report; the watch's DELETED event cleans up
@@ -282,10 +566,18 @@ class PodResizeReconciler:
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_UNSUPPORTED,
                                         f"node {pod['spec']['nodeName']} does not support in-place resize; "
                                         f"wanted for {context}: {plan.summary()}")
-        if "NodeCapacity" in err.causes:
-            return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
-                                        f"node {pod['spec']['nodeName']} cannot fit the new size "
-                                        f"({err.message}); wanted for {context}: {plan.summary()}")
+        if _node_capacity(err):
+            # The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
+            # nothing to set back.
+            self._wait(_uid(pod), Stage.INFEASIBLE)
+            await self._record(pod, ResizeState(Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"),
+                                                size_fingerprint(plan), allocatable_fingerprint(node)))
+            metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
+            await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_INFEASIBLE,
+                               f"node {pod['spec']['nodeName']} cannot fit the new size ({err.message}); not tried "
+                               f"again until the node's type or allocatable or the planned size changes; wanted for "
+                               f"{context}: {plan.summary()}")
+            return DONE
         return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
                                     f"apiserver rejected the resize for {context}: {err.message}")
 
@@ -314,12 +606,74 @@ def situation(pod: Obj, node_type: str, config_generation: int) -> tuple[Any, ..
     return node_type, config_generation, status_fingerprint(pod), ours
 
 
+def _node_capacity(err: ApiError) -> bool:
+    """The apiserver's (1.36+ PodResizeValidator) refusal of a size beyond the node's allocatable.
+
+    Its Status names the cause in `reason` ({"reason": "NodeCapacity"}), not in `type`.
+    """
+    details = err.body.get("details") if isinstance(err.body, dict) else None
+    causes = (details or {}).get("causes") or []
+    return any("NodeCapacity" in (c.get("reason"), c.get("type")) for c in causes if isinstance(c, dict))
+
+
+def _state(pod: Obj, node_type: str) -> ResizeState | None:
+    """The pod's recorded resize state, if it is about this node type."""
+    state = ResizeState.decode(pod["metadata"]["annotations"].get(RESIZE_STATE))
+    return state if state is not None and state.node_type == node_type else None
+
+
+def _requested_at(pod: Obj, node_type: str) -> str:
+    state = _state(pod, node_type)
+    return state.requested_at if state is not None else ""
+
+
+def size_fingerprint(plan: ResizePlan) -> str:
+    """The planned size (per container and resource: request and limit), as a short digest."""
+    targets = sorted((c.container, c.resource, c.desired_request, c.desired_limit)
+                     for c in plan.changes if c.skipped is None)
+    return hashlib.sha256(repr(targets).encode()).hexdigest()[:16]
+
+
+def _resized_from_originals(plan: ResizePlan) -> bool:
+    """Whether the spec differs from the originals, i.e. the pod was resized at some point."""
+    return any(c.current_request != c.original_request or
+               (c.original_limit is not None and c.current_limit != c.original_limit)
+               for c in plan.changes if c.skipped is None)
+
+
+def _summary_from_originals(plan: ResizePlan) -> str:
+    """The plan as a change from the originals (when the spec already holds it)."""
+    from_originals = replace(plan, changes=tuple(
+        replace(c, current_request=c.original_request, current_limit=c.original_limit) for c in plan.changes))
+    return from_originals.summary()
+
+
+def _aligned_message(plan: ResizePlan, context: str) -> str:
+    return f"already aligned for {context}" + (f": {plan.summary()}" if plan.changes else "")
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def _rfc3339(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
 def _uid(pod: Obj) -> str:
     return pod["metadata"].get("uid") or object_key(pod)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def decision_record(pod: Obj, plan: ResizePlan | None, outcome: str, dry_run: bool) -> dict[str, Any]:

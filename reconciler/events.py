@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
+import random
 import socket
 import time
 from collections import OrderedDict
@@ -73,7 +73,9 @@ class EventRecorder:
     async def _create(self, ref: dict[str, Any], key: tuple[str, ...], event_type: str, reason: str,
                       message: str) -> None:
         stamp = rfc3339()
-        name = f"{ref['name']}.{int(time.time() * 1e9):x}{secrets.token_hex(2)}"
+        # client-go names Events <object>.<unix nanos in hex>; 16 random bits more for
+        # two events of one object in the same clock tick (not a secret: no os.urandom).
+        name = f"{ref['name']}.{time.time_ns():x}{random.getrandbits(16):04x}"
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": ref["namespace"]},

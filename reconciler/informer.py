@@ -52,6 +52,7 @@ class Informer:
         self._idle_timeout = idle_timeout
         self._server_timeout = server_timeout
         self._resource_version = ""
+        self._cached_gauge = metrics.CACHED_OBJECTS.labels(resource)
 
     async def run(self) -> None:
         backoff = 0.5
@@ -108,7 +109,7 @@ class Informer:
         for key, old in old_store.items():
             if key not in fresh:
                 self._handler("DELETED", old, old)
-        metrics.CACHED_OBJECTS.labels(self.resource).set(len(self.store))
+        self._cached_gauge.set(len(self.store))
         self.synced.set()
         log.info("listed", extra={"resource": self.resource, "count": len(fresh),
                                   "resourceVersion": self._resource_version})
@@ -117,26 +118,27 @@ class Informer:
         """Watch until the stream ends; the number of events (bookmarks included) it delivered."""
         count = 0
         server_timeout = random.randint(*self._server_timeout)
+        store, slim, handler, gauge = self.store, self._slim, self._handler, self._cached_gauge
         async for event in self._client.watch(self._path, self._resource_version, self._params,
                                               server_timeout, self._idle_timeout):
             count += 1
             kind = event.get("type")
             raw = event.get("object") or {}
-            rv = raw.get("metadata", {}).get("resourceVersion")
+            rv = (raw.get("metadata") or {}).get("resourceVersion")
             if kind == "BOOKMARK":
                 if rv:
                     self._resource_version = rv
                 continue
-            obj = self._slim(raw)
+            obj = slim(raw)
             key = object_key(obj)
             if kind in ("ADDED", "MODIFIED"):
-                old = self.store.get(key)
-                self.store[key] = obj
-                self._handler("MODIFIED" if old is not None else "ADDED", obj, old)
+                old = store.get(key)
+                store[key] = obj
+                handler("MODIFIED" if old is not None else "ADDED", obj, old)
             elif kind == "DELETED":
-                old = self.store.pop(key, None)
-                self._handler("DELETED", obj, old)
+                old = store.pop(key, None)
+                handler("DELETED", obj, old)
             if rv:
                 self._resource_version = rv
-            metrics.CACHED_OBJECTS.labels(self.resource).set(len(self.store))
+            gauge.set(len(store))
         return count

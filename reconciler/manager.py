@@ -42,7 +42,7 @@ class Manager:
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node,
                               idle_timeout=idle_timeout)
         self.reconciler = PodResizeReconciler(CachedReader(client, self.pods, self.nodes),
-                                              ApiWriter(client), events, config, options, fault, keyring)
+                                              ApiWriter(client), events, config, options, fault, keyring=keyring)
         self._keyring = keyring
 
     # ------------------------------------------------------------------ lifecycle
@@ -119,8 +119,9 @@ class Manager:
             self._pods_on_node.pop(name, None)
             return
         label = self._options.node_type_label
-        if old is not None and old["metadata"]["labels"].get(label) == node["metadata"]["labels"].get(label):
-            return
+        if old is not None and old["metadata"]["labels"].get(label) == node["metadata"]["labels"].get(label) \
+                and old.get("status") == node.get("status"):
+            return      # neither the type nor the allocatable (which un-parks an infeasible size) changed
         for key in self._pods_on_node.get(name, ()):
             pod = self.pods.store.get(key)
             if pod is not None and self._wants(pod):

@@ -50,3 +50,15 @@ WATCH_RESTARTS = Counter(
     "workload_resizer_watch_restarts_total", "Watch streams restarted, by resource and cause.", ["resource", "cause"])
 CACHED_OBJECTS = Gauge(
     "workload_resizer_cached_objects", "Objects held in the reconciler's caches.", ["resource"])
+
+RESIZES_WAITING = Gauge(
+    "workload_resizer_resizes_waiting",
+    "Pods whose resize has not been actuated, by state (requested, deferred, infeasible, error).", ["state"])
+RESIZE_ACTUATION = Histogram(
+    "workload_resizer_resize_actuation_seconds",
+    "Time from the pods/resize request to the kubelet reporting the new size (actuated).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600))
+RESIZE_OUTCOMES = Counter(
+    "workload_resizer_resize_outcomes_total",
+    "Resizes by how they ended or stalled (actuated, deferred, deferred_too_long, infeasible, error, "
+    "error_reverted, unsupported).", ["outcome"])

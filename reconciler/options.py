@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import uuid
 
-from ops.flags import duration, positive_int
+from ops.flags import boolean, duration, positive_float, positive_int, string_list
+from resizer.scope import ScopeError, namespace_scope
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +35,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also re-read the ConfigMap this often, besides watching it")
     sizing.add_argument("--resize-restart-containers", action="store_true",
                         help="also resize resources whose resizePolicy is RestartContainer (restarts them)")
+    sizing.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
+                        help="namespaces whose pods are never touched, besides kube-system and --namespace "
+                             "(set the same list on the webhook; the chart sets both from scope.*)")
+    sizing.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
+                        help="the product's own namespace, always excluded (default: $POD_NAMESPACE)")
+    sizing.add_argument("--namespace-selector", default="", metavar="SELECTOR",
+                        help="label selector (kubectl syntax, e.g. '!workload-resizer.io/exclude') a pod's "
+                             "namespace must match to be in scope; needs list/watch on namespaces")
+    sizing.add_argument("--realign", type=boolean, default=True, metavar="BOOL",
+                        help="when the config or a node's type changes, resize pods already sized whose desired "
+                             "size changed (from their originals, never compounding); false: only pods not yet "
+                             "sized for their node's type are sized (the design's 'new pods only')")
+    sizing.add_argument("--max-resizes-per-second", type=positive_float, default=10.0, metavar="N",
+                        help="re-alignment resizes (pods already sized) per second at most, so a config edit "
+                             "rolls out gradually; the first sizing of a new pod is not throttled")
     sizing.add_argument("--dry-run", action="store_true",
                         help="decide, log and record WouldResize events, but patch nothing")
     sizing.add_argument("--originals-key-dir", default="",
@@ -40,6 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "for the original-* annotations: the Secret shared with the webhook; re-read every "
                              "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
                              "changed are resized (from their spec)")
+
+    outcome = p.add_argument_group("resize outcomes (README: Resize states)")
+    outcome.add_argument("--resize-deferred-timeout", type=duration, default=900.0,
+                         help="a resize the kubelet still defers after this long gets a Warning event "
+                              "(it is kept: the kubelet applies it when the node has room)")
+    outcome.add_argument("--resize-error-retries", type=positive_int, default=3,
+                         help="checks of a resize the kubelet fails to actuate before its spec is set back "
+                              "to what the containers have")
+    outcome.add_argument("--resize-error-backoff", type=duration, default=30.0,
+                         help="first wait between those checks; doubles after each")
 
     work = p.add_argument_group("work")
     work.add_argument("--concurrency", type=positive_int, default=8, help="pods reconciled at the same time")
@@ -79,4 +106,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.leader_election_identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
         build_parser().error("--leader-election-renew-deadline must be shorter than the lease duration")
+    try:
+        args.scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
+    except ScopeError as error:
+        build_parser().error(str(error))
     return args

@@ -11,10 +11,10 @@ from typing import Any, Protocol
 
 from reconciler.informer import Informer
 from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
+from reconciler.slim import Obj as Obj  # re-exported: the ports' object type (defined once, in slim)
 from reconciler.slim import slim_node, slim_pod
-from resizer import ResizerConfig
+from resizer import CompiledConfig
 
-Obj = dict[str, Any]
 # A test-only fault hook: called with the name of each write step right after it succeeded.
 FaultHook = Callable[[str], None]
 
@@ -54,7 +54,7 @@ class ConfigView(Protocol):
     """The config in use (None until a valid one was read) and a counter bumped on each change."""
 
     @property
-    def config(self) -> ResizerConfig | None: ...
+    def config(self) -> CompiledConfig | None: ...
 
     @property
     def generation(self) -> int: ...

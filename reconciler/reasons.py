@@ -15,7 +15,7 @@ class EventType(StrEnum):
 
 class Reason(StrEnum):
     # A pod.
-    RESIZED = "Resized"                         # resized to the plan
+    RESIZED = "Resized"                         # resized to the plan, and the kubelet actuated it
     BOUNDS_CLAMPED = "BoundsClamped"            # resized, and a bound limited the plan
     ALREADY_ALIGNED = "AlreadyAligned"          # the spec already matched the plan
     WOULD_RESIZE = "WouldResize"                # --dry-run: what a resize would have been
@@ -24,5 +24,8 @@ class Reason(StrEnum):
     RESIZE_FAILED = "ResizeFailed"              # anything else that left the pod unresized
     ORIGINALS_UNVERIFIED = "OriginalsUnverified"  # originals cannot be trusted and the spec changed: not resized
     ORIGINALS_REPLACED = "OriginalsReplaced"    # rejected originals re-captured from the unchanged spec
+    RESIZE_DEFERRED = "ResizeDeferred"          # the kubelet deferred the resize (Normal; Warning when too long)
+    RESIZE_INFEASIBLE = "ResizeInfeasible"      # the node can never take the size; spec set back to the actual
+    RESIZE_ERROR = "ResizeError"                # the kubelet failed to actuate (its message)
     # The config.
     INVALID_CONFIG = "InvalidConfig"

@@ -21,6 +21,7 @@ from reconciler.events import EventRecorder
 from reconciler.kube import KubeClient, load_credentials
 from reconciler.leader import FencedClient, LeaderElector, LeadershipLost
 from reconciler.manager import Manager
+from reconciler.namespaces import ScopedNamespaces
 from reconciler.ports import FaultHook, no_fault
 from reconciler.workqueue import WorkQueue
 from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
@@ -69,12 +70,18 @@ class Reconciler:
         self.config = ConfigSource(self.client, self.recorder, args.config_namespace, args.config_name,
                                    args.config_refresh_interval, on_change=self._config_changed,
                                    idle_timeout=args.watch_idle_timeout)
+        # The namespace scope; a namespace whose labels change re-evaluates every cached pod.
+        self.namespaces = ScopedNamespaces(self.client, args.scope, lambda _: self.manager.on_config_change(),
+                                           args.watch_idle_timeout)
         self.manager = Manager(
             writer, self.recorder, self.config, self.queue,
             Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
-                    resize_restart_containers=args.resize_restart_containers),
+                    resize_restart_containers=args.resize_restart_containers, realign=args.realign,
+                    max_resizes_per_second=args.max_resizes_per_second,
+                    deferred_timeout=args.resize_deferred_timeout, error_retries=args.resize_error_retries,
+                    error_backoff=args.resize_error_backoff),
             idle_timeout=args.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
-            keyring=lambda: self.keyring)
+            pod_filters=(self.namespaces.includes,), keyring=lambda: self.keyring)
         self.stop = asyncio.Event()
         self.active = False
 
@@ -157,12 +164,14 @@ class Reconciler:
             ("config", self.config.run()),
             ("keys", self._poll_keys()),
             *((informer.resource, informer.run()) for informer in self.manager.informers))]
+        if self.namespaces.informer is not None:
+            background.append(asyncio.create_task(self.namespaces.informer.run(), name="namespaces"))
         if self.elector is not None:
             background.append(asyncio.create_task(self.elector.hold(), name="lease"))
         workers: list[asyncio.Task[None]] = []
         stopped = asyncio.create_task(self.stop.wait())
         try:
-            synced = asyncio.create_task(self.manager.wait_synced())
+            synced = asyncio.create_task(self._wait_synced())
             done, _ = await asyncio.wait({stopped, synced, *background}, return_when=asyncio.FIRST_COMPLETED)
             if synced in done:
                 log.info("caches synced; starting workers", extra={"workers": self.args.concurrency})
@@ -189,6 +198,11 @@ class Reconciler:
                 log.error("background task ended unexpectedly", extra={"task": task.get_name(),
                                                                        "error": repr(err)})
         return 1
+
+    async def _wait_synced(self) -> None:
+        if self.namespaces.informer is not None:
+            await self.namespaces.informer.synced.wait()
+        await self.manager.wait_synced()
 
     async def _shutdown(self, workers: list[asyncio.Task[None]], background: list[asyncio.Task[Any]],
                         stopped: asyncio.Task[Any]) -> None:

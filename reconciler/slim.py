@@ -2,7 +2,8 @@
 
 A cached pod keeps what the pure core looks at (owner, labels, annotations,
 node selector, container resources and resize policies, QoS class, whether the
-kubelet reports container resources) and drops the rest (env, volumes, probes,
+kubelet reports container resources, the resize conditions and the observed
+generation; a node's labels and allocatable cpu/memory) and drops the rest (env, volumes, probes,
 managedFields, ...), which is most of a pod's size.
 """
 from __future__ import annotations
@@ -13,6 +14,8 @@ Obj = dict[str, Any]     # a Kubernetes object as decoded JSON (the one alias fo
 
 _DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 _RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
+# What reconciler.outcome reads of a resize condition.
+_CONDITION_FIELDS = ("type", "reason", "message", "observedGeneration", "lastTransitionTime")
 
 
 def slim_pod(pod: Obj) -> Obj:
@@ -52,8 +55,11 @@ def slim_pod(pod: Obj) -> Obj:
              "running": "running" in (s.get("state") or {})}
             for s in status.get("containerStatuses") or []
         ],
-        "conditions": [c for c in status.get("conditions") or [] if c.get("type") in _RESIZE_CONDITIONS],
+        "conditions": [{k: c[k] for k in _CONDITION_FIELDS if k in c}
+                       for c in status.get("conditions") or [] if c.get("type") in _RESIZE_CONDITIONS],
     }
+    if status.get("observedGeneration") is not None:
+        slim_status["observedGeneration"] = status["observedGeneration"]
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
 
 
@@ -68,8 +74,10 @@ def _slim_container(container: Obj) -> Obj:
 
 def slim_node(node: Obj) -> Obj:
     meta = node.get("metadata") or {}
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
     return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion"),
-                         "labels": meta.get("labels") or {}}}
+                         "labels": meta.get("labels") or {}},
+            "status": {"allocatable": {k: allocatable[k] for k in ("cpu", "memory") if k in allocatable}}}
 
 
 def status_fingerprint(pod: Obj) -> tuple[Any, ...]:

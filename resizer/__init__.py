@@ -3,7 +3,7 @@
 Pure functions shared by the admission webhook and the reconciler: Kubernetes quantity
 arithmetic, the annotation contract, ConfigMap configuration and per-pod policy
 resolution, pod eligibility and QoS class, baseline ("original") values, and the
-resize plan (desired = clamp(original x baselinePerf / nodePerf, bounds)) with its
+resize plan (original x baselinePerf / nodePerf, stopped by the bounds) with its
 ``pods/resize`` patch. No I/O, logging or Kubernetes client: pods are plain dicts in
 the JSON shape the API server uses.
 """
@@ -13,6 +13,7 @@ from resizer.annotations import (
     APPLIED_INSTANCE_TYPE,
     ORIGINALS_MAC,
     PREFIX,
+    RESIZE_STATE,
     SKIP,
     TOTAL_ANNOTATION_SIZE_LIMIT,
     fits_annotation_limit,
@@ -23,11 +24,14 @@ from resizer.annotations import (
 from resizer.config import (
     COMPUTE_CLASS_SELECTOR,
     Bounds,
+    CompiledConfig,
     ConfigError,
     NodeProfile,
     Policy,
+    PartialConfig,
     ResizerConfig,
     SAMPLE_CONFIG,
+    compile_config,
     load_config,
     resolve_policy,
 )
@@ -56,7 +60,7 @@ from resizer.originals import (
     originals_from_spec_annotations,
     read_originals,
 )
-from resizer.plan import ResizePlan, ResourceChange, desired_quantity, plan_resize
+from resizer.plan import PlanError, ResizePlan, ResourceChange, desired_limit, desired_quantity, plan_resize
 from resizer.qos import pod_qos_class
 from resizer.quantity import (
     QuantityError,
@@ -76,9 +80,11 @@ __all__ = [
     "EMPTY_KEYRING",
     "ORIGINALS_MAC",
     "PREFIX",
+    "RESIZE_STATE",
     "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "Bounds",
+    "CompiledConfig",
     "ConfigError",
     "ContainerOriginals",
     "Eligibility",
@@ -98,6 +104,8 @@ __all__ = [
     "is_original_key",
     "NodeProfile",
     "OriginalsError",
+    "PartialConfig",
+    "PlanError",
     "Policy",
     "QuantityError",
     "ResizePlan",
@@ -106,6 +114,8 @@ __all__ = [
     "ResourceChange",
     "ResourceOriginal",
     "coerce_quantity",
+    "compile_config",
+    "desired_limit",
     "desired_quantity",
     "eligibility",
     "fits_annotation_limit",

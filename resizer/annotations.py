@@ -13,6 +13,7 @@ __all__ = [
     "MIRROR_POD",
     "ORIGINALS_MAC",
     "PREFIX",
+    "RESIZE_STATE",
     "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "fits_annotation_limit",
@@ -27,6 +28,8 @@ APPLIED_INSTANCE_TYPE = PREFIX + "applied-instance-type"
 APPLIED_AT = PREFIX + "applied-at"
 # HMAC over the original-* values and the pod's identity (resizer.integrity).
 ORIGINALS_MAC = PREFIX + "originals-mac"
+# The reconciler's record of a resize that has not ended actuated (deferred, infeasible, ...).
+RESIZE_STATE = PREFIX + "resize-state"
 # Set by the kubelet on the API copy of a static pod.
 MIRROR_POD = "kubernetes.io/config.mirror"
 # The apiserver rejects an object whose annotation keys and values add up to more bytes.
@@ -67,8 +70,8 @@ def original_key(
 
 
 def is_controller_owned_key(key: str) -> bool:
-    """True for the ``original-*``, ``applied-*`` and integrity keys only the controller may set."""
-    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key == ORIGINALS_MAC
+    """True for the ``original-*``, ``applied-*``, integrity and resize-state keys only the controller may set."""
+    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key in (ORIGINALS_MAC, RESIZE_STATE)
 
 
 def is_original_key(key: str) -> bool:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -30,7 +30,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
-    PrivateAttr,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -55,23 +54,28 @@ __all__ = [
     "COMPUTE_CLASS_SELECTOR",
     "Bounds",
     "BoundsSpec",
+    "CompiledConfig",
     "ConfigError",
     "GlobalBounds",
     "NodeProfile",
     "NodeTypeSpec",
     "Override",
     "OverrideMatch",
+    "PartialConfig",
     "Policy",
     "PolicyBlock",
+    "PolicyTable",
     "RequiredResourceBounds",
     "ResizerConfig",
     "ResourceBounds",
+    "compile_config",
     "load_config",
     "resolve_policy",
 ]
 
 COMPUTE_CLASS_SELECTOR = "cloud.google.com/compute-class"
 
+MemoryLimitDecrease = Literal["Never", "Allow"]
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 # Perf values are ratios of machine capability; anything outside this range is a typo
 # (and a huge exponent would make the exact Fraction arithmetic explode).
@@ -149,10 +153,13 @@ class Policy:
     node_types: Mapping[str, NodeProfile]
     cpu_bounds: Bounds
     memory_bounds: Bounds
+    memory_limit_decrease: MemoryLimitDecrease = "Never"
 
 
 @dataclass(frozen=True)
-class _PolicyTable:
+class PolicyTable:
+    """The merged policy of every rule of a config, in precedence order."""
+
     overrides: tuple[tuple[OverrideMatch, Policy], ...]
     pod_annotations: tuple[tuple[str, Mapping[str, Policy]], ...]
     pod_labels: tuple[tuple[str, Mapping[str, Policy]], ...]
@@ -202,6 +209,7 @@ class PolicyBlock(_Strict):
     baselineNodeType: str | None = None
     nodeTypes: dict[str, NodeTypeSpec] | None = None
     bounds: BoundsSpec | None = None
+    memoryLimitDecrease: MemoryLimitDecrease | None = None
 
 
 class OverrideMatch(_Strict):
@@ -240,21 +248,69 @@ class Override(PolicyBlock):
 
 
 class ResizerConfig(_Strict):
-    """Validated configuration. Obtain it with :func:`load_config`."""
+    """The validated ``config.yaml`` document (structure only). :func:`load_config`
+    returns it compiled (:class:`CompiledConfig`), cross-field checks included."""
 
     baselineNodeType: str
     nodeTypes: dict[str, NodeTypeSpec]
     bounds: GlobalBounds
+    # Never (default): a memory limit is never set below the author's. Lowering one below
+    # the container's usage fails on cgroup v1 (the kernel refuses; the resize stays
+    # InProgress) and risks an OOM kill on cgroup v2 (KEP-1287, "Memory Limit Decreases").
+    memoryLimitDecrease: MemoryLimitDecrease = "Never"
     overrides: list[Override] = Field(default_factory=list)
     podAnnotations: dict[str, dict[str, PolicyBlock]] = Field(default_factory=dict)
     podLabels: dict[str, dict[str, PolicyBlock]] = Field(default_factory=dict)
     computeClasses: dict[str, PolicyBlock] = Field(default_factory=dict)
 
-    _policies: _PolicyTable | None = PrivateAttr(default=None)
+
+@dataclass(frozen=True)
+class PartialConfig:
+    """The parts of a document that are valid on their own; None marks a part that is
+    missing or invalid. Cross-field checks run on it, so one broken section does not
+    hide the problems of the others. A valid document gives a partial config with no None.
+    """
+
+    baselineNodeType: str | None
+    nodeTypes: Mapping[str, NodeTypeSpec] | None
+    bounds: GlobalBounds | None
+    overrides: tuple[Override | None, ...]
+    podAnnotations: Mapping[str, Mapping[str, PolicyBlock | None]]
+    podLabels: Mapping[str, Mapping[str, PolicyBlock | None]]
+    computeClasses: Mapping[str, PolicyBlock | None]
+
+    @classmethod
+    def of(cls, document: ResizerConfig) -> PartialConfig:
+        return cls(
+            baselineNodeType=document.baselineNodeType,
+            nodeTypes=document.nodeTypes,
+            bounds=document.bounds,
+            overrides=tuple(document.overrides),
+            podAnnotations=document.podAnnotations,
+            podLabels=document.podLabels,
+            computeClasses=document.computeClasses,
+        )
 
 
-def load_config(text: str) -> ResizerConfig:
-    """Parse and validate ``config.yaml``; raise :class:`ConfigError` listing every problem.
+@dataclass(frozen=True)
+class CompiledConfig:
+    """A valid configuration: the document and the merged :class:`Policy` of every rule,
+    computed once. Obtain it with :func:`load_config` or :func:`compile_config`."""
+
+    document: ResizerConfig
+    policies: PolicyTable
+
+    @property
+    def baseline_node_type(self) -> str:
+        return self.document.baselineNodeType
+
+    @property
+    def node_types(self) -> Mapping[str, NodeTypeSpec]:
+        return self.document.nodeTypes
+
+
+def load_config(text: str) -> CompiledConfig:
+    """Parse, validate and compile ``config.yaml``; raise :class:`ConfigError` listing every problem.
 
     Structural problems (types, unknown fields, bad quantities or perf values) are all
     reported, and so are the cross-field ones (baseline not among the effective node
@@ -262,22 +318,25 @@ def load_config(text: str) -> ResizerConfig:
     of the document that is itself structurally valid.
     """
     document = _parse_yaml(text)
-    config: ResizerConfig | None = None
-    errors: list[tuple[str, str]] = []
     try:
         config = ResizerConfig.model_validate(document)
     except ValidationError as error:
-        errors = [(_path(detail["loc"]), _message(detail)) for detail in error.errors()]
-    errors += _semantic_errors(config if config is not None else _valid_parts(document))
-    if errors or config is None:
+        structural = [(_path(detail["loc"]), _message(detail)) for detail in error.errors()]
+        raise ConfigError(structural + _semantic_errors(_valid_parts(document))) from None
+    return compile_config(config)
+
+
+def compile_config(document: ResizerConfig) -> CompiledConfig:
+    """Run the cross-field checks on a structurally valid document and merge its policies."""
+    errors = _semantic_errors(PartialConfig.of(document))
+    if errors:
         raise ConfigError(errors)
-    config._policies = _compile(config)
-    return config
+    return CompiledConfig(document, _compile(document))
 
 
-def resolve_policy(config: ResizerConfig, pod: Mapping[str, Any]) -> Policy:
+def resolve_policy(config: CompiledConfig, pod: Mapping[str, Any]) -> Policy:
     """The policy for a pod, by the precedence described in the module docstring."""
-    table = _policy_table(config)
+    table = config.policies
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     annotations = metadata.get("annotations") or {}
@@ -293,15 +352,6 @@ def resolve_policy(config: ResizerConfig, pod: Mapping[str, Any]) -> Policy:
     if compute_class is not None and compute_class in table.compute_classes:
         return table.compute_classes[compute_class]
     return table.default
-
-
-def _policy_table(config: ResizerConfig) -> _PolicyTable:
-    if config._policies is None:  # built directly rather than through load_config
-        errors = _semantic_errors(config)
-        if errors:
-            raise ConfigError(errors)
-        config._policies = _compile(config)
-    return config._policies
 
 
 def _parse_yaml(text: str) -> dict[str, Any]:
@@ -351,25 +401,24 @@ _OVERRIDE: TypeAdapter[Override] = TypeAdapter(Override)
 _BLOCK: TypeAdapter[PolicyBlock] = TypeAdapter(PolicyBlock)
 
 
-def _valid_parts(document: Mapping[str, Any]) -> ResizerConfig:
-    """An unvalidated config holding only the parts of ``document`` that are valid on
-    their own (others are None), so cross-field checks can still run on them."""
+def _valid_parts(document: Mapping[str, Any]) -> PartialConfig:
+    """The parts of ``document`` that are valid on their own (others are None)."""
 
     def mapping(value: object) -> dict[Any, Any]:
         return value if isinstance(value, dict) else {}
 
-    def blocks(section: str) -> dict[Any, Any]:
+    def blocks(section: str) -> dict[str, dict[str, PolicyBlock | None]]:
         return {
             key: {value: _valid_or_none(_BLOCK, raw) for value, raw in mapping(by_value).items()}
             for key, by_value in mapping(document.get(section)).items()
         }
 
     overrides = document.get("overrides")
-    return ResizerConfig.model_construct(
+    return PartialConfig(
         baselineNodeType=_valid_or_none(_STR, document.get("baselineNodeType")),
         nodeTypes=_valid_or_none(_NODE_TYPES, document.get("nodeTypes")),
         bounds=_valid_or_none(_GLOBAL_BOUNDS, document.get("bounds")),
-        overrides=[_valid_or_none(_OVERRIDE, raw) for raw in (overrides if isinstance(overrides, list) else [])],
+        overrides=tuple(_valid_or_none(_OVERRIDE, raw) for raw in (overrides if isinstance(overrides, list) else [])),
         podAnnotations=blocks("podAnnotations"),
         podLabels=blocks("podLabels"),
         computeClasses={
@@ -378,13 +427,13 @@ def _valid_parts(document: Mapping[str, Any]) -> ResizerConfig:
     )
 
 
-def _blocks(config: ResizerConfig) -> Iterator[tuple[str, PolicyBlock]]:
+def _blocks(config: PartialConfig | ResizerConfig) -> Iterator[tuple[str, PolicyBlock]]:
     """Every non-global block with its config path; invalid (None) parts are skipped."""
     for index, override in enumerate(config.overrides):
         if override is not None:
             yield f"overrides[{index}]", override
-    for section in ("podAnnotations", "podLabels"):
-        for key, by_value in getattr(config, section).items():
+    for section, by_key in (("podAnnotations", config.podAnnotations), ("podLabels", config.podLabels)):
+        for key, by_value in by_key.items():
             for value, block in by_value.items():
                 if block is not None:
                     yield f"{section}.{key}.{value}", block
@@ -393,24 +442,24 @@ def _blocks(config: ResizerConfig) -> Iterator[tuple[str, PolicyBlock]]:
             yield f"computeClasses.{name}", block
 
 
-def _semantic_errors(config: ResizerConfig) -> list[tuple[str, str]]:
+def _semantic_errors(config: PartialConfig) -> list[tuple[str, str]]:
     errors = _override_name_errors(config.overrides)
     node_types, bounds, baseline = config.nodeTypes, config.bounds, config.baselineNodeType
     if node_types is not None and baseline is not None and baseline not in node_types:
         errors.append(("baselineNodeType", _not_a_node_type(baseline, node_types)))
     if bounds is not None:
-        errors += _bounds_errors("bounds", config, None)
+        errors += _bounds_errors("bounds", bounds, None)
     if node_types is None or bounds is None:
         return errors  # blocks cannot be merged onto a broken global part
     for path, block in _blocks(config):
-        effective_types = _effective_node_types(config, block)
+        effective_types = _effective_node_types(node_types, block)
         if block.baselineNodeType is not None and block.baselineNodeType not in effective_types:
             errors.append((f"{path}.baselineNodeType", _not_a_node_type(block.baselineNodeType, effective_types)))
-        errors += _bounds_errors(f"{path}.bounds", config, block)
+        errors += _bounds_errors(f"{path}.bounds", bounds, block)
     return errors
 
 
-def _override_name_errors(overrides: list[Override]) -> list[tuple[str, str]]:
+def _override_name_errors(overrides: tuple[Override | None, ...]) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = []
     first_index: dict[str, int] = {}
     for index, override in enumerate(overrides):
@@ -427,14 +476,14 @@ def _not_a_node_type(name: str, node_types: Mapping[str, object]) -> str:
     return f"{name!r} is not one of the node types ({', '.join(sorted(node_types)) or 'none'})"
 
 
-def _bounds_errors(path: str, config: ResizerConfig, block: PolicyBlock | None) -> list[tuple[str, str]]:
+def _bounds_errors(path: str, global_bounds: GlobalBounds, block: PolicyBlock | None) -> list[tuple[str, str]]:
     """min > max on the effective bounds, reported only where the block sets bounds
     (an inherited global problem is reported once, at ``bounds``)."""
     errors = []
     for resource in _RESOURCES:
         if block is not None and _block_resource_bounds(block, resource) is None:
             continue
-        low, high = _effective_bounds(config, block, resource)
+        low, high = _effective_bounds(global_bounds, block, resource)
         if low > high:
             errors.append(
                 (f"{path}.{resource}", f"min ({_decimal_text(low)}) is greater than max ({_decimal_text(high)})")
@@ -451,27 +500,29 @@ def _block_resource_bounds(block: PolicyBlock, resource: Resource) -> ResourceBo
 
 
 def _effective_bounds(
-    config: ResizerConfig, block: PolicyBlock | None, resource: Resource
+    bounds: GlobalBounds, block: PolicyBlock | None, resource: Resource
 ) -> tuple[Fraction, Fraction]:
-    global_bounds: RequiredResourceBounds = getattr(config.bounds, resource)
+    global_bounds: RequiredResourceBounds = getattr(bounds, resource)
     own = _block_resource_bounds(block, resource) if block is not None else None
     low = own.min if own is not None and own.min is not None else global_bounds.min
     high = own.max if own is not None and own.max is not None else global_bounds.max
     return low, high
 
 
-def _effective_node_types(config: ResizerConfig, block: PolicyBlock | None) -> dict[str, NodeTypeSpec]:
+def _effective_node_types(
+    node_types: Mapping[str, NodeTypeSpec], block: PolicyBlock | None
+) -> dict[str, NodeTypeSpec]:
     overlay = block.nodeTypes if block is not None and block.nodeTypes is not None else {}
-    return {**config.nodeTypes, **overlay}
+    return {**node_types, **overlay}
 
 
-def _compile(config: ResizerConfig) -> _PolicyTable:
+def _compile(config: ResizerConfig) -> PolicyTable:
     def by_value(rule_kind: str, key: str, blocks: Mapping[str, PolicyBlock]) -> Mapping[str, Policy]:
         return MappingProxyType(
             {value: _policy(config, f"{rule_kind}:{key}={value}", block) for value, block in blocks.items()}
         )
 
-    return _PolicyTable(
+    return PolicyTable(
         overrides=tuple(
             (override.match, _policy(config, f"override:{override.name}", override)) for override in config.overrides
         ),
@@ -487,15 +538,21 @@ def _compile(config: ResizerConfig) -> _PolicyTable:
 
 
 def _policy(config: ResizerConfig, rule: str, block: PolicyBlock | None) -> Policy:
-    node_types = _effective_node_types(config, block)
-    cpu_min, cpu_max = _effective_bounds(config, block, "cpu")
-    memory_min, memory_max = _effective_bounds(config, block, "memory")
+    node_types = _effective_node_types(config.nodeTypes, block)
+    cpu_min, cpu_max = _effective_bounds(config.bounds, block, "cpu")
+    memory_min, memory_max = _effective_bounds(config.bounds, block, "memory")
     baseline = (
         block.baselineNodeType if block is not None and block.baselineNodeType is not None else config.baselineNodeType
+    )
+    memory_limit_decrease = (
+        block.memoryLimitDecrease
+        if block is not None and block.memoryLimitDecrease is not None
+        else config.memoryLimitDecrease
     )
     return Policy(
         rule=rule,
         baseline_node_type=baseline,
+        memory_limit_decrease=memory_limit_decrease,
         node_types=MappingProxyType(
             {name: NodeProfile(name, spec.cpuPerf, spec.memPerf) for name, spec in node_types.items()}
         ),

@@ -11,6 +11,8 @@ from resizer.config import Bounds, NodeProfile, Policy
 from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals
 from resizer.qos import QoSClass, pod_qos_class
 from resizer.quantity import (
+    MAX_QUANTITY,
+    QuantityError,
     Resource,
     coerce_quantity,
     format_cpu,
@@ -20,12 +22,25 @@ from resizer.quantity import (
     to_millicores,
 )
 
-__all__ = ["Clamp", "Outcome", "ResizePlan", "ResourceChange", "desired_quantity", "plan_resize"]
+__all__ = [
+    "Clamp",
+    "Outcome",
+    "PlanError",
+    "ResizePlan",
+    "ResourceChange",
+    "desired_limit",
+    "desired_quantity",
+    "plan_resize",
+]
 
 Clamp = Literal["min", "max"]
 Outcome = Literal["Resize", "AlreadyAligned", "UnknownNodeType", "QoSChange", "NothingToSize"]
 
 RESTART_CONTAINER_POLICY = "RestartContainerPolicy"
+MEMORY_LIMIT_KEPT = "memoryLimitDecrease=Never"
+# The largest amount a quantity can hold, in the plan's units (Kubernetes caps a quantity
+# at 2^63-1 base units): a limit grows with the ratio only up to here.
+MAX_UNITS: Mapping[Resource, int] = {"cpu": MAX_QUANTITY * 1000, "memory": MAX_QUANTITY}
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 _TO_UNITS: Mapping[Resource, Callable[[Fraction], int]] = {"cpu": to_millicores, "memory": to_bytes}
 _FORMAT: Mapping[Resource, Callable[[int], str]] = {"cpu": format_cpu, "memory": format_memory}
@@ -48,6 +63,7 @@ class ResourceChange:
     current_limit: int | None
     clamped: Clamp | None = None
     skipped: str | None = None
+    held: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -68,6 +84,8 @@ class ResourceChange:
             details.append(f"limit {self._show(self.current_limit)} -> {self._show(self.desired_limit)}")
         if self.clamped is not None:
             details.append(f"clamped to {self.clamped}")
+        if self.held is not None:
+            details.append(f"held: {self.held}")
         return f"{text} ({', '.join(details)})" if details else text
 
     def _show(self, amount: int | None) -> str:
@@ -111,15 +129,50 @@ class ResizePlan:
         return f"would change the QoS class: {text}" if self.outcome == "QoSChange" else text
 
 
+class PlanError(ValueError):
+    """The pod's baseline cannot be sized into quantities Kubernetes can hold."""
+
+
 def desired_quantity(original: int, ratio: Fraction, bounds: Bounds) -> tuple[int, Clamp | None]:
-    """``original x ratio`` rounded half away from zero, clamped to ``bounds``; also
-    returns which bound clamped, if any."""
+    """The request for ``original`` under ``ratio``: bounds stop the ratio, they never
+    push a value past its original.
+
+    ``scaled = original x ratio`` (rounded half away from zero). A shrink (ratio < 1)
+    stops at the floor ``min(bounds.min, original)``; a growth (ratio > 1) stops at the
+    ceiling ``max(bounds.max, original)``; ratio 1 leaves the value alone. So a shrink
+    never ends above the original, a growth never below it, and a value already
+    outside the bounds is neither moved further out nor pulled in against the ratio.
+    A positive amount never becomes 0 (that would drop it from the QoS computation).
+    Also returns which bound stopped the ratio, if any.
+    """
     scaled = round_half_away(original * ratio)
-    if scaled < bounds.min:
-        return bounds.min, "min"
-    if scaled > bounds.max:
-        return bounds.max, "max"
-    return scaled, None
+    if ratio < 1:
+        floor = max(min(bounds.min, original), 1)
+        return (floor, "min") if scaled < floor else (scaled, None)
+    if ratio > 1:
+        ceiling = max(bounds.max, original)
+        return (ceiling, "max") if scaled > ceiling else (scaled, None)
+    return original, None
+
+
+def desired_limit(original_request: int, original_limit: int, desired_request: int, maximum: int) -> int:
+    """The limit that keeps its relation to the request, so the QoS class holds by construction.
+
+    A limit equal to its request follows the request exactly (Guaranteed stays
+    Guaranteed). A limit above its request is scaled by the request's effective ratio
+    (``desired_request / original_request``, bounds included) and stays strictly above
+    the new request even after rounding to whole millicores or bytes (Burstable never
+    turns Guaranteed). Like the request, it never crosses its original against the
+    ratio, and a growth stops at ``max(original_limit, maximum)`` so no quantity overflows.
+    """
+    if original_limit == original_request:
+        return desired_request
+    scaled = round_half_away(Fraction(original_limit * desired_request, original_request))
+    if original_limit > original_request:
+        scaled = max(scaled, desired_request + 1)
+    if desired_request > original_request:
+        scaled = min(scaled, max(original_limit, maximum))
+    return max(scaled, 1)
 
 
 def plan_resize(
@@ -130,12 +183,15 @@ def plan_resize(
 ) -> ResizePlan:
     """Plan the resize of ``spec.containers`` for a pod bound to a ``node_type`` node.
 
-    Per resource with a baseline request: request = clamp(original x baselinePerf /
-    nodePerf, bounds). A baseline limit equal to the baseline request follows the
-    request exactly (keeps the Guaranteed shape); any other limit is scaled, unclamped,
-    and never left below the request. Resources whose ``resizePolicy`` is
-    ``RestartContainer`` are left alone unless ``resize_restart_containers``.
-    Raises :class:`resizer.originals.OriginalsError` on a corrupt baseline annotation.
+    Per resource with a baseline request: request = original x baselinePerf / nodePerf,
+    stopped by the bounds (:func:`desired_quantity`); the limit keeps its relation to
+    the request (:func:`desired_limit`). With ``memoryLimitDecrease: Never`` (the
+    default) a memory limit is never set below its original: the limit is held, and so
+    is the request of a container whose memory limit equals its request. Resources
+    whose ``resizePolicy`` is ``RestartContainer`` are left alone unless
+    ``resize_restart_containers``. Raises :class:`resizer.originals.OriginalsError` on a
+    corrupt baseline annotation and :class:`PlanError` when a value cannot be expressed
+    as a Kubernetes quantity.
     """
 
     def plan(
@@ -148,12 +204,18 @@ def plan_resize(
         return plan("UnknownNodeType")
     ratios = _ratios(policy.node_types[policy.baseline_node_type], node)
     bounds: dict[Resource, Bounds] = {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds}
-    changes = tuple(_changes(pod, read_originals(pod), ratios, bounds, resize_restart_containers))
+    keep_memory_limits = policy.memory_limit_decrease == "Never"
+    changes = tuple(_changes(pod, read_originals(pod), ratios, bounds, resize_restart_containers, keep_memory_limits))
     if all(change.skipped is not None for change in changes):
         return plan("NothingToSize", changes)
-    if pod_qos_class(_resized_spec(pod, changes)) != _current_qos(pod):
-        return plan("QoSChange", changes)
-    patch = _patch(changes)
+    try:
+        # The construction keeps the QoS class; checking the result guards against
+        # originals that do not describe the spec (e.g. edited after admission).
+        if pod_qos_class(_resized_spec(pod, changes)) != _current_qos(pod):
+            return plan("QoSChange", changes)
+        patch = _patch(changes)
+    except QuantityError as error:
+        raise PlanError(f"cannot express the resized values as quantities: {error}") from None
     return plan("Resize" if patch else "AlreadyAligned", changes, patch)
 
 
@@ -167,6 +229,7 @@ def _changes(
     ratios: Mapping[Resource, Fraction],
     bounds: Mapping[Resource, Bounds],
     resize_restart_containers: bool,
+    keep_memory_limits: bool,
 ) -> Iterator[ResourceChange]:
     for container in _containers(pod):
         restart_resources = set() if resize_restart_containers else _restart_resources(container)
@@ -179,6 +242,7 @@ def _changes(
                 ratios[resource],
                 bounds[resource],
                 resource in restart_resources,
+                keep_memory_limits and resource == "memory",
             )
             if change is not None:
                 yield change
@@ -191,6 +255,7 @@ def _resource_change(
     ratio: Fraction,
     bounds: Bounds,
     skip: bool,
+    keep_limit: bool,
 ) -> ResourceChange | None:
     to_units = _TO_UNITS[resource]
     original_request = to_units(original.request) if original.request is not None else 0
@@ -211,6 +276,17 @@ def _resource_change(
             skipped=RESTART_CONTAINER_POLICY,
         )
     desired_request, clamped = desired_quantity(original_request, ratio, bounds)
+    limit = None
+    held = None
+    if original_limit is not None:
+        limit = desired_limit(original_request, original_limit, desired_request, MAX_UNITS[resource])
+        if keep_limit and limit < original_limit:
+            # Never lower a memory limit below the author's: a Guaranteed container keeps
+            # its memory request too (request == limit), a Burstable one only its limit.
+            held = MEMORY_LIMIT_KEPT
+            limit = original_limit
+            if original_limit == original_request:
+                desired_request, clamped = original_request, None
     return ResourceChange(
         container["name"],
         resource,
@@ -218,20 +294,11 @@ def _resource_change(
         desired_request=desired_request,
         current_request=current_request,
         original_limit=original_limit,
-        desired_limit=_desired_limit(original, original_limit, desired_request, ratio),
+        desired_limit=limit,
         current_limit=current_limit,
         clamped=clamped,
+        held=held,
     )
-
-
-def _desired_limit(
-    original: ResourceOriginal, original_limit: int | None, desired_request: int, ratio: Fraction
-) -> int | None:
-    if original_limit is None:
-        return None
-    if original.limit == original.request:
-        return desired_request  # exactly, so a Guaranteed container stays Guaranteed
-    return max(round_half_away(original_limit * ratio), desired_request)
 
 
 def _current(container: Mapping[str, Any], kind: str, resource: Resource) -> int | None:

@@ -8,16 +8,20 @@ cert-manager) show their progress on the terminal.
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devkit import progress
-from devkit.cluster import HACK_CLUSTER, REPO, ClusterError, LocalCluster, tests_state_dir
+from devkit.cluster import HACK_CLUSTER, REPO, ClusterError, LocalCluster, cluster_dir_for_tests
 from devkit.kube import Kube, wait_for
 
 __all__ = ["HACK_CLUSTER", "REPO", "Cluster"]
@@ -74,7 +78,7 @@ def foreign_webhooks(kube: Kube) -> list[str]:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    local = LocalCluster(tests_state_dir())
+    local = LocalCluster(cluster_dir_for_tests())
     started_here = not local.running()
     try:
         kube = local.up(visible=True)
@@ -104,6 +108,45 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
         f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
     yield name
     cluster.kube.delete(f"/api/v1/namespaces/{name}")
+
+
+@dataclass
+class RealNode:
+    """A real node (containerd + runc + kubelet) joined to the session's cluster."""
+    name: str
+    cgroup: str          # the kubelet's cgroupRoot, without the leading /
+    directory: Path      # its state: STATE/nodes/NAME
+    ns_inode: int        # its private mount namespace
+    kubelet_port: int    # the kubelet's HTTPS port on 127.0.0.1 (x509 clients of the cluster CA)
+    pki: Path            # the cluster's CA and admin client certificate
+
+
+def cluster_state_dir() -> Path:
+    return cluster_dir_for_tests()
+
+
+def read_real_node(name: str, state_dir: Path | None = None) -> RealNode:
+    state = json.loads(((state_dir or cluster_state_dir()) / "state.json").read_text())
+    record = state["real_nodes"][name]
+    return RealNode(name=name, cgroup=record["cgroup"], directory=Path(record["dir"]),
+                    ns_inode=record["ns_inode"], kubelet_port=record["ports"]["kubelet"],
+                    pki=(state_dir or cluster_state_dir()) / "pki")
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster) -> Iterator[RealNode]:
+    """`hack/cluster add-node --real` once per session (family n4, kube-reserved cpu 100m so
+    allocatable is 100m short of the machine), removed again at the end."""
+    name = f"real-{uuid.uuid4().hex[:6]}"
+    proc = subprocess.run([str(HACK_CLUSTER), "add-node", name, "--real", "--family", "n4",
+                           "--reserved-cpu", "100m"], stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
+                          env=cluster.env())
+    if proc.returncode != 0:
+        pytest.fail(f"hack/cluster add-node {name} --real failed (exit {proc.returncode})")
+    try:
+        yield read_real_node(name)
+    finally:
+        subprocess.run([str(HACK_CLUSTER), "remove-node", name], check=False, env=cluster.env())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.drills import benchmarks, crash_loop, freeze, hostile, restart, scale, soak, webhook_restart
 from bench.drills.harness import Drill, machine, run_drill, say, write_json
-from devkit.cluster import demo_state_dir, tests_state_dir
+from devkit.cluster import cluster_dir_for_demo, cluster_dir_for_tests
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown drill(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
     chosen = [BY_NAME[n] for n in args.names] if args.names else DRILLS
     base = args.cluster_dir or Path(tempfile.mkdtemp(prefix="wr-drills-"))
-    for taken in (tests_state_dir(), demo_state_dir()):
+    for taken in (cluster_dir_for_tests(), cluster_dir_for_demo()):
         if taken.resolve() in (base.resolve(), *base.resolve().parents):
             parser.error(f"--cluster-dir must not be (inside) the tests' or the demo's cluster ({taken})")
     extra = ([f"--scheduler-qps {args.scheduler_qps}"] if args.scheduler_qps else []) + \

@@ -51,6 +51,7 @@ def run_webhook(ctx: Context, p: WebhookParams) -> None:
         ctx.figure(f"{label}_p50_ms", r["p50_ms"])
         ctx.figure(f"{label}_p99_ms", r["p99_ms"])
         ctx.figure(f"{label}_reviews_per_cpu_s", round(r["reviews_per_cpu_s"]))
+        ctx.figure(f"{label}_loadgen_cpu", round(r["loadgen_cpu_util"], 2))
     ctx.figure("python_vs_go_throughput", round(python["rps"] / go["rps"], 2))
     ctx.figure("targets",
                f"throughput {'met' if python['rps'] >= 0.6 * go['rps'] else 'NOT met'}, "

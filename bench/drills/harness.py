@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from devkit.cluster import POOL_LABEL, LocalCluster, NodeSpec, demo_state_dir, tests_state_dir
+from devkit.cluster import POOL_LABEL, LocalCluster, NodeSpec, cluster_dir_for_demo, cluster_dir_for_tests
 from bench.drills.observe import PodTimeline, requests_by_verb
 from bench.drills.workload import (
     BURSTABLE,
@@ -372,7 +372,7 @@ def run_drill(drill: Drill, size: str, base_dir: Path, out_dir: Path, keep: bool
               scheduler_qps: int | None, keep_logs: bool = False) -> Result:
     params = drill.sizes[size]
     state_dir = base_dir / drill.name
-    if state_dir.resolve() in (tests_state_dir().resolve(), demo_state_dir().resolve()):
+    if state_dir.resolve() in (cluster_dir_for_tests().resolve(), cluster_dir_for_demo().resolve()):
         raise ValueError(f"drills never use the tests' or the demo's cluster ({state_dir})")
     cluster = LocalCluster(state_dir, scheduler_qps)
     ctx = Context(drill.name, size, cluster, out_dir)

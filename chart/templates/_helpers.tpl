@@ -134,3 +134,31 @@ imagePullSecrets:
 {{- define "wr.originalsKeysSecretName" -}}
 {{- .Values.originalsKeys.existingSecret | default (printf "%s-originals-keys" (include "wr.fullname" .)) -}}
 {{- end -}}
+
+{{/* The namespace scope (scope.*), one source for both programs and the webhook configuration. */}}
+{{- define "wr.excludedNamespaces" -}}
+{{- concat (list "kube-system" .Release.Namespace) .Values.scope.excludeNamespaces .Values.webhook.excludeNamespaces | uniq | toJson -}}
+{{- end -}}
+
+{{/* scope.namespaceSelector in kubectl syntax, for the --namespace-selector flags. */}}
+{{- define "wr.namespaceSelectorText" -}}
+{{- $sel := .Values.scope.namespaceSelector -}}
+{{- $parts := list -}}
+{{- range $key, $value := ($sel.matchLabels | default dict) -}}
+{{- $parts = append $parts (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- range ($sel.matchExpressions | default list) -}}
+{{- if eq .operator "In" -}}{{- $parts = append $parts (printf "%s in (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "NotIn" -}}{{- $parts = append $parts (printf "%s notin (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "Exists" -}}{{- $parts = append $parts .key -}}
+{{- else -}}{{- $parts = append $parts (printf "!%s" .key) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end -}}
+
+{{/* Flags of both programs that set the namespace scope. */}}
+{{- define "wr.scopeArgs" -}}
+- --exclude-namespaces={{ include "wr.excludedNamespaces" . | fromJsonArray | join "," }}
+- {{ printf "--namespace-selector=%s" (include "wr.namespaceSelectorText" .) | quote }}
+{{- end -}}

@@ -45,3 +45,32 @@ def fits($allocatable):
 # true when the pod's node is not in the table (nothing known: never infeasible).
 def resize_feasible($allocatable_by_node):
   $allocatable_by_node[.spec.nodeName] as $a | $a == null or fits($a);
+
+# ---------------------------------------------------------------- fake kubelets that say no
+# What the fake kubelet does with a resize (spec resources != running resources), by the
+# value of its node's label fake-kubelet.workload-resizer.io/resize-outcome (hack/cluster
+# appends the {node: value} table), modelled on the 1.35+ kubelet (allocation manager
+# canResizePod, kuberuntime resize):
+#   (no label)          "actuate", or "infeasible-capacity" beyond the node's allocatable
+#   cpu-manager-static  Guaranteed pods: "infeasible-static" ("Resize is infeasible for
+#                       Guaranteed Pods alongside CPU Manager static policy"); others actuate
+#   deferred            "deferred" (PodResizePending Deferred: the node is full right now)
+#   error               "error" (allocated, but the runtime fails: PodResizeInProgress Error)
+# A deferred or failing resize is released ("actuate") once the pod carries the annotation
+# fake-kubelet.workload-resizer.io/resize-unblocked: the trigger a test uses for "capacity
+# was freed" or "usage dropped", which is when a real kubelet's retry succeeds.
+
+def guaranteed:
+  [.spec.containers[] | (.resources.limits // {}) as $l | (.resources.requests // $l) as $r
+   | $l.cpu != null and $l.memory != null and ($r.cpu // $l.cpu) == $l.cpu and ($r.memory // $l.memory) == $l.memory]
+  | all;
+
+def released: (.metadata.annotations // {})["fake-kubelet.workload-resizer.io/resize-unblocked"] != null;
+
+def resize_outcome($allocatable_by_node; $outcome_by_node):
+  ($outcome_by_node[.spec.nodeName] // "") as $mode
+  | if (resize_feasible($allocatable_by_node) | not) then "infeasible-capacity"
+    elif $mode == "cpu-manager-static" and guaranteed then "infeasible-static"
+    elif $mode == "deferred" and (released | not) then "deferred"
+    elif $mode == "error" and (released | not) then "error"
+    else "actuate" end;

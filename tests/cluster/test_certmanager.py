@@ -42,16 +42,16 @@ import yaml
 from cryptography import x509
 
 from resizer import original_key
-from devkit.cluster import tests_state_dir
+from devkit.cluster import cluster_dir_for_tests
 from devkit.kube import ApiError, Kube, container, deployment, wait_for
-from devkit.processes import Process, free_port
+from devkit.processes import Process, free_port, webhook_decisions
 from devkit.progress import run_visible
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "hack" / "certmanager" / "run"
 CERTIFICATES = REPO / "hack" / "certmanager" / "webhook-certificates.yaml"
 WEBHOOK_CONFIG = REPO / "webhook-config" / "cert-manager.yaml"
-STATE = tests_state_dir()
+STATE = cluster_dir_for_tests()
 
 CM = "/apis/cert-manager.io/v1"
 CERT = "workload-resizer-webhook"
@@ -178,7 +178,7 @@ class Stack:
 
     def decisions(self) -> list[dict[str, Any]]:
         """The webhook's admission decision log records about this test's pods."""
-        return self.webhook.decisions(self.pod_ns)
+        return webhook_decisions(self.webhook, self.pod_ns)
 
     def deploy(self, name: str) -> None:
         manifest = deployment(name, 1, [container("app", requests={"cpu": "500m", "memory": "128Mi"},

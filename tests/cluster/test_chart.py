@@ -66,6 +66,10 @@ CUSTOM = {
                               "bounds": {"cpu": {"min": "10m"}}}],
                "computeClasses": {"Performance": {"baselineNodeType": "e2"}}},
     "tls": {"mode": "helm", "helm": {"validityDays": 30}},
+    "scope": {"excludeNamespaces": ["batch"],
+              "namespaceSelector": {"matchLabels": {"resize": "yes"}, "matchExpressions": [
+                  {"key": "workload-resizer.io/exclude", "operator": "DoesNotExist"},
+                  {"key": "env", "operator": "NotIn", "values": ["dev", "qa"]}]}},
     "webhook": {"replicas": 3, "port": 9443, "tlsMinVersion": "1.3", "certReloadInterval": "1m",
                 "maxRequestBytes": "8MiB", "httpKeepAliveTimeout": "100s", "shutdownTimeout": "5s",
                 "logLevel": "debug", "logFormat": "text", "logFlushInterval": "0",
@@ -165,8 +169,9 @@ def test_default_render(helm: str) -> None:
         "baselineNodeType": "n2d",
         "nodeTypes": {"n2d": {"cpuPerf": 1, "memPerf": 1}, "n4": {"cpuPerf": 1.25, "memPerf": 1},
                       "c3": {"cpuPerf": 1.3, "memPerf": 1}},
-        "bounds": {"cpu": {"min": "50m", "max": "16"}, "memory": {"min": "64Mi", "max": "32Gi"}}}
-    assert config.baselineNodeType == "n2d"
+        "bounds": {"cpu": {"min": "50m", "max": "16"}, "memory": {"min": "64Mi", "max": "32Gi"}},
+        "memoryLimitDecrease": "Never"}
+    assert config.baseline_node_type == "n2d"
 
     # The webhook: 2 replicas, PDB minAvailable 1, preferred anti-affinity on hostname, Service 443 -> 8443.
     webhook = find(docs, "Deployment", "workload-resizer-webhook")
@@ -277,8 +282,8 @@ def test_custom_values(helm: str) -> None:
     assert not [d for d in find_all(docs, "PodDisruptionBudget") if d["metadata"]["name"] == "resizer-reconciler"]
     cm = find(docs, "ConfigMap", "sizing")
     config = load_config(cm["data"]["config.yaml"])
-    assert [o.name for o in config.overrides] == ["batch"]
-    assert set(config.nodeTypes) == {"n4", "e2"}          # replaces the sample, no leftovers
+    assert [o.name for o in config.document.overrides] == ["batch"]
+    assert set(config.node_types) == {"n4", "e2"}          # replaces the sample, no leftovers
     assert yaml.safe_load(cm["data"]["config.yaml"])["bounds"] == CUSTOM["config"]["bounds"]
     role = find(docs, "Role", "resizer-reconciler")
     assert role["rules"][0]["resourceNames"] == ["sizing"]
@@ -286,9 +291,50 @@ def test_custom_values(helm: str) -> None:
     mwc = find(docs, "MutatingWebhookConfiguration", "resizer")
     (hook,) = mwc["webhooks"]
     assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] == 5
-    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "other", "monitoring"]
+    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "other", "batch",
+                                                                          "monitoring"]
     assert hook["clientConfig"]["service"] == {"name": "resizer-webhook", "namespace": "other",
                                                "path": "/mutate", "port": 443}
+
+
+def test_scope_is_set_once_for_both_programs_and_the_webhook_configuration(helm: str) -> None:
+    """scope.* renders the same flags into both Deployments, and the webhook configuration's
+    namespaceSelector selects exactly the namespaces those flags put in scope."""
+    from resizer.scope import namespace_scope
+
+    docs = render(helm, namespace="other", values=CUSTOM)
+    deployments = {d["metadata"]["name"].rsplit("-", 1)[1]: container(d)["args"] for d in find_all(docs, "Deployment")}
+    scope_flags = {name: [a for a in args if a.split("=", 1)[0] in
+                          ("--namespace", "--exclude-namespaces", "--namespace-selector")]
+                   for name, args in deployments.items()}
+    assert scope_flags["webhook"] == scope_flags["reconciler"] == [
+        "--namespace=other", "--exclude-namespaces=kube-system,other,batch,monitoring",
+        "--namespace-selector=resize=yes,!workload-resizer.io/exclude,env notin (dev,qa)"]
+    parsed = reconciler_parse(deployments["reconciler"][1:])
+    scope = parsed.scope
+    assert scope == namespace_scope("other", ["batch", "monitoring"],
+                                    "resize=yes,!workload-resizer.io/exclude,env notin (dev,qa)")
+    (hook,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
+    selector = hook["namespaceSelector"]
+    for name in ("kube-system", "other", "batch", "monitoring", "shop"):
+        for labels in ({}, {"resize": "yes"}, {"resize": "yes", "env": "dev"}, {"resize": "yes", "env": "prod"},
+                       {"resize": "yes", "workload-resizer.io/exclude": "true"}):
+            assert scope.includes(name, labels) == apiserver_selects(selector, name, labels), (name, labels)
+    assert scope.includes("shop", {"resize": "yes", "env": "prod"})
+
+
+def apiserver_selects(selector: dict[str, Any], name: str, labels: dict[str, str]) -> bool:
+    """A namespaceSelector as the apiserver evaluates it (the name label is always present)."""
+    full = {**labels, "kubernetes.io/metadata.name": name}
+    if any(full.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, values = e["key"], e.get("values") or []
+        ok = {"In": full.get(key) in values and key in full, "NotIn": not (key in full and full[key] in values),
+              "Exists": key in full, "DoesNotExist": key not in full}[e["operator"]]
+        if not ok:
+            return False
+    return True
 
 
 def test_config_values(helm: str) -> None:
@@ -299,7 +345,8 @@ def test_config_values(helm: str) -> None:
     text = find(docs, "ConfigMap")["data"]["config.yaml"]
     assert yaml.safe_load(text) == {
         "baselineNodeType": "x", "nodeTypes": {"x": {"cpuPerf": 2, "memPerf": 1}},
-        "bounds": {"cpu": {"min": "50m", "max": 8}, "memory": {"min": "64Mi", "max": "32Gi"}}}
+        "bounds": {"cpu": {"min": "50m", "max": 8}, "memory": {"min": "64Mi", "max": "32Gi"}},
+        "memoryLimitDecrease": "Never"}
     load_config(text)
     proc = template(helm, set_values=["config.nodeTypes.x.cpuPerf=2", "config.nodeTypes.x.memPerf=1"], check=False)
     assert proc.returncode != 0 and 'config.baselineNodeType "n2d" is not one of config.nodeTypes (x)' in proc.stderr
@@ -475,6 +522,7 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     assert [d["metadata"]["name"] for d in find_all(docs, "Role")] == ["workload-resizer-reconciler"]

@@ -65,14 +65,16 @@ def assert_converged(h: Harness, names: list[str]) -> None:
 AFTER_CRASH = {
     # crashed pod: resize + applied (originals are read back)
     "originals": {"PATCH pods": 1 + 2 * 2, "PATCH pods/resize": 1 + 2},
-    # crashed pod: the spec already matches, only applied
+    # crashed pod: the spec already holds the plan: followed to actuation, only applied
     "resize": {"PATCH pods": 1 + 2 * 2, "PATCH pods/resize": 0 + 2},
-    # crashed pod: filtered out, nothing
-    "applied": {"PATCH pods": 0 + 2 * 2, "PATCH pods/resize": 0 + 2},
 }
 
 
-@pytest.mark.parametrize("step", ["originals", "resize", "applied"])
+def generation(pod: dict[str, Any]) -> int:
+    return pod["metadata"]["generation"]
+
+
+@pytest.mark.parametrize("step", ["originals", "resize"])
 def test_crash_after_each_write_step_converges_without_compounding(h: Harness, step: str) -> None:
     pods = two_workloads_on_n4(h)
     names = [p["metadata"]["name"] for p in pods]
@@ -87,9 +89,9 @@ def test_crash_after_each_write_step_converges_without_compounding(h: Harness, s
     crashed = state[touched[0]]
     app = app_of(crashed)
     assert originals(crashed) == expected_originals(ADMITTED[app])
-    assert resources(crashed) == (DESIRED[app] if step in ("resize", "applied") else
+    assert resources(crashed) == (DESIRED[app] if step == "resize" else
                                   {k: {r: q(v) for r, v in vals.items()} for k, vals in ADMITTED[app].items()})
-    assert applied(crashed) == ("n4" if step == "applied" else None)
+    assert applied(crashed) is None
     for name in names:
         if name != touched[0]:
             assert resources(state[name]) == {k: {r: q(v) for r, v in vals.items()}
@@ -104,19 +106,33 @@ def test_crash_after_each_write_step_converges_without_compounding(h: Harness, s
     writes = metric_snapshot(second)
     assert {k: writes[k] for k in ("PATCH pods", "PATCH pods/resize")} == AFTER_CRASH[step], \
         "the restarted reconciler resized no pod twice"
-    # The pod the first process finished (applied written, killed before its event)
-    # gets no event from the second; every other pod gets exactly one.
     for name in names:
-        expected = [] if (step == "applied" and name == touched[0]) else 1
+        assert generation(h.pod(name)) == 2, f"{name}: exactly one resize (metadata.generation)"
         got = h.events(name)
-        if expected == []:
-            assert got == [], got
-        else:
-            assert len(got) == 1 and got[0]["count"] == 1, got
-            if name == touched[0] and step == "resize":
-                assert got[0]["reason"] == "AlreadyAligned"     # the first process did the resize
-            else:
-                assert got[0]["reason"] == "Resized"
+        assert [(e["reason"], e["count"]) for e in got] == [("Resized", 1)], got
+
+
+def test_crash_after_the_applied_step_neither_repeats_nor_reports_twice(h: Harness) -> None:
+    """Step 3 happens once the kubelet actuated; a crash right after it loses that pod's
+    Event (never repeats it), and no pod is resized twice."""
+    pods = two_workloads_on_n4(h)
+    names = [p["metadata"]["name"] for p in pods]
+    first = h.reconciler("--concurrency=1", env={CRASH_AFTER: "applied"}, name="reconciler-crash-applied",
+                         wait=False)
+    assert first.wait_exit(30) == -signal.SIGKILL, "the fault hook kills the process"
+    finished = [n for n in names if applied(h.pod(n)) == "n4"]
+    assert len(finished) == 1, {n: ours(h.pod(n)) for n in names}
+
+    h.reconciler(name="reconciler-after-crash")
+    h.wait_applied("g", "n4", 2)
+    h.wait_applied("b", "n4", 1)
+    h.wait_status_follows("g", 2)
+    h.wait_status_follows("b", 1)
+    assert_converged(h, names)
+    for name in names:
+        assert generation(h.pod(name)) == 2, f"{name}: exactly one resize (metadata.generation)"
+        reasons = [e["reason"] for e in h.events(name)]
+        assert reasons == ([] if name == finished[0] else ["Resized"]), (name, reasons)
 
 
 def test_restart_after_everything_is_aligned_writes_nothing(h: Harness) -> None:

@@ -37,8 +37,8 @@ from tests.conftest import Cluster
 from devkit.configs import config_yaml
 from devkit.kube import Kube, container, wait_for
 
-CONFIG = load_config(config_yaml(extra_node_types={"ultra": (6.0, 3.0)}))
-NODE_TYPES = ("n4", "c3", "ultra")
+CONFIG = load_config(config_yaml(extra_node_types={"ultra": (6.0, 3.0), "slow": (0.5, 0.8)}))
+NODE_TYPES = ("n4", "c3", "ultra", "slow")   # slow: growth (bounds never lift a request on a faster node)
 NODE = "rp-big"          # room for two tests' samples at once (a namespace is deleted asynchronously)
 SEED = 20251121
 MiB = 2**20

@@ -40,6 +40,7 @@ from devkit.processes import (
     register_webhook,
     unregister_webhook,
     wait_webhook_active,
+    webhook_decisions,
 )
 
 NOWHERE = {"kubernetes.io/hostname": "no-such-node"}    # admission-only tests: pods stay Pending
@@ -85,7 +86,7 @@ class Registration:
 
     def decisions(self) -> list[dict[str, Any]]:
         """This webhook's decision log records for pods of the namespace (dry-run probes excluded)."""
-        return [record for record in self.webhook.decisions(self.ns) if record.get("msg") == "admission decision"
+        return [record for record in webhook_decisions(self.webhook, self.ns) if record.get("msg") == "admission decision"
                 and not str(record.get("pod", "")).startswith("webhook-probe-")]
 
     def decision_for(self, pod_name_prefix: str) -> list[dict[str, Any]]:

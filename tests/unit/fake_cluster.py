@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.kube import ApiError
-from reconciler.slim import slim_node, slim_pod
-
-Obj = dict[str, Any]
+from reconciler.slim import Obj, slim_node, slim_pod
 
 
 @dataclass
@@ -44,12 +42,14 @@ class FakeCluster:
     events: list[Event] = field(default_factory=list)
     failures: dict[str, list[ApiError]] = field(default_factory=dict)   # op -> errors raised on the next calls
     lagging_cache: bool = False     # True: writes reach the cache only on sync()
+    auto_actuate: bool = False      # True: the kubelet actuates every resize at once (like the KWOK node)
     _rv: int = 100
 
     # ------------------------------------------------------------------ test setup
 
-    def add_node(self, name: str, labels: Mapping[str, str]) -> None:
-        self.nodes[name] = slim_node({"metadata": {"name": name, "resourceVersion": "1", "labels": dict(labels)}})
+    def add_node(self, name: str, labels: Mapping[str, str], cpu: str = "8", memory: str = "32Gi") -> None:
+        self.nodes[name] = slim_node({"metadata": {"name": name, "resourceVersion": "1", "labels": dict(labels)},
+                                      "status": {"allocatable": {"cpu": cpu, "memory": memory}}})
 
     def add_pod(self, pod: Obj) -> str:
         pod = copy.deepcopy(pod)
@@ -73,6 +73,59 @@ class FakeCluster:
 
     def ops(self) -> list[str]:
         return [w.op for w in self.writes]
+
+    # ------------------------------------------------------------------ the kubelet, as KEP-1287 describes it
+
+    def actuate(self, key: str) -> None:
+        """The kubelet applied the spec: status resources follow it, resize conditions go."""
+        pod = self.pods[key]
+        by_name = {c["name"]: c for c in pod["spec"]["containers"]}
+        for status in pod["status"]["containerStatuses"]:
+            status["resources"] = copy.deepcopy(by_name[status["name"]]["resources"])
+        self._kubelet_status(pod, [])
+
+    def defer(self, key: str, message: str = "Node didn't have enough resource: cpu") -> None:
+        self._pending(key, "Deferred", message)
+
+    def mark_infeasible(self, key: str, message: str = "Node didn't have enough capacity: cpu") -> None:
+        self._pending(key, "Infeasible", message)
+
+    def fail_actuation(self, key: str, message: str = "attempting to set memory limit below usage") -> None:
+        pod = self.pods[key]
+        self._kubelet_status(pod, [{"type": "PodResizeInProgress", "status": "True", "reason": "Error",
+                                    "message": message, "observedGeneration": pod["metadata"]["generation"],
+                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+
+    def start_containers(self, key: str, report_resources: bool = True) -> None:
+        """The containers start; a kubelet without in-place resize reports no resources."""
+        pod = self.pods[key]
+        by_name = {c["name"]: c for c in pod["spec"]["containers"]}
+        for status in pod["status"]["containerStatuses"]:
+            status["state"] = {"running": {}}
+            status["resources"] = copy.deepcopy(by_name[status["name"]]["resources"]) if report_resources else None
+        pod["status"]["phase"] = "Running"
+        if report_resources:
+            self._kubelet_status(pod, [])
+        else:
+            pod["status"].pop("observedGeneration", None)
+            pod["metadata"]["resourceVersion"] = self._next_rv()
+            self.cache[_key(pod)] = slim_pod(pod)
+
+    def settle(self, key: str) -> None:
+        """The kubelet saw a spec equal to what runs (e.g. after a revert): conditions go."""
+        self._kubelet_status(self.pods[key], [])
+
+    def _pending(self, key: str, reason: str, message: str) -> None:
+        pod = self.pods[key]
+        self._kubelet_status(pod, [{"type": "PodResizePending", "status": "True", "reason": reason,
+                                    "message": message, "observedGeneration": pod["metadata"]["generation"],
+                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+
+    def _kubelet_status(self, pod: Obj, conditions: list[Obj]) -> None:
+        pod["status"]["conditions"] = conditions
+        pod["status"]["observedGeneration"] = pod["metadata"]["generation"]
+        pod["metadata"]["resourceVersion"] = self._next_rv()
+        self.cache[_key(pod)] = slim_pod(pod)
 
     # ------------------------------------------------------------------ PodReader
 
@@ -113,7 +166,10 @@ class FakeCluster:
             for kind, values in change.get("resources", {}).items():
                 resources.setdefault(kind, {}).update(values)
         stored["metadata"]["generation"] = stored["metadata"].get("generation", 1) + 1
-        return self._written(stored)
+        written = self._written(stored)
+        if self.auto_actuate:
+            self.actuate(_key(stored))
+        return written
 
     # ------------------------------------------------------------------ EventSink
 
@@ -148,6 +204,17 @@ class FakeCluster:
 class FakeConfig:
     config: Any
     generation: int = 1
+
+
+@dataclass
+class FakeClock:
+    now: float = 1_767_225_600.0     # 2026-01-01T00:00:00Z, when the fake kubelet sets its conditions
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def _key(pod: Obj) -> str:

@@ -17,8 +17,8 @@ def test_the_default_config_is_the_design_sample() -> None:
 
 def test_extra_families_and_bounds_are_in_the_config() -> None:
     config = load_config(config_yaml(extra_node_types={"slow": (0.5, 1.0)}, cpu=("10m", "8")))
-    assert set(config.nodeTypes) == {"n2d", "n4", "c3", "slow"}
-    assert config.nodeTypes["slow"].cpuPerf == 0.5
+    assert set(config.node_types) == {"n2d", "n4", "c3", "slow"}
+    assert config.node_types["slow"].cpuPerf == 0.5
     assert "min: \"10m\", max: \"8\"" in config_yaml(cpu=("10m", "8"))
 
 

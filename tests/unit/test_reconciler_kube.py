@@ -1,14 +1,17 @@
-"""reconciler.kube: metric labels, client-side rate limit, API errors and watch parsing.
+"""reconciler.kube: metric labels, client-side rate limit, API errors, requests and watches.
 
-HTTP is served by httpx.MockTransport: no sockets, no cluster.
+Requests and watches go over real sockets to a small HTTP/1.1 server in the test's
+own event loop (tests/unit/kube_server.py): keep-alive, connection limits, broken and
+silent connections, chunked streams and TLS with client certificates are the
+client's behaviour on the wire, so they are tested there. No cluster.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from typing import Any
 
-import httpx
 import orjson
 import pytest
 
@@ -17,14 +20,16 @@ from reconciler.kube import (
     ApiError,
     Credentials,
     KubeClient,
+    TransportError,
     WatchExpired,
+    WatchIdle,
     _resource_label,
 )
 from reconciler.ratelimit import TokenBucket
+from tests.unit.kube_server import Handler, KubeServer, Reply, Seen, tls_pair
 
 pytestmark = pytest.mark.timeout(10)
 
-SERVER = "https://kube.test"
 
 
 # ------------------------------------------------------------------ _resource_label
@@ -136,15 +141,27 @@ def test_api_error_carries_reason_and_message_of_the_status():
     assert str(err) == "HTTP 409 Conflict: the object has been modified"
 
 
-# ------------------------------------------------------------------ a client over MockTransport
+# ------------------------------------------------------------------ a client against a local server
 
 
-def _client(handler: Callable[[httpx.Request], httpx.Response], token: str | None = "s3cret") -> KubeClient:
-    client = KubeClient(Credentials(server=SERVER, ssl_context=False, token=lambda: token),
-                        qps=0, burst=1, max_connections=1)
-    client._http = httpx.AsyncClient(base_url=SERVER, transport=httpx.MockTransport(handler),
-                                     headers={"Accept": "application/json"})
-    return client
+def _run(handler: Handler, use: Callable[[KubeClient], Any], token: str | None = "s3cret",
+         max_connections: int = 4, timeout: float = 5.0, tls: bool = False) -> tuple[Any, KubeServer]:
+    """Start a server answering with `handler`, run `use(client)` against it, close both."""
+    async def body() -> tuple[Any, KubeServer]:
+        server = KubeServer(handler, tls=tls_pair() if tls else None)
+        await server.start()
+        client = KubeClient(Credentials(server=server.url, ssl_context=server.client_context(), token=lambda: token),
+                            qps=0, burst=1, max_connections=max_connections, timeout=timeout)
+        try:
+            return await use(client), server
+        finally:
+            await client.close()
+            await server.stop()
+    return asyncio.run(body())
+
+
+def _json(status: int, obj: Any) -> Reply:
+    return Reply(status, orjson.dumps(obj))
 
 
 def _lines(*events: dict | str) -> bytes:
@@ -156,24 +173,26 @@ def _event(kind: str, name: str, rv: str) -> dict:
                                                                   "resourceVersion": rv}}}
 
 
-def _collect(client: KubeClient, path: str = "/api/v1/pods", rv: str = "100",
-             params: dict | None = None) -> tuple[list[dict], BaseException | None]:
-    async def body() -> tuple[list[dict], BaseException | None]:
+def _watch(client: KubeClient, path: str = "/api/v1/pods", rv: str = "100", params: dict | None = None,
+           idle_timeout: float = 5) -> Any:
+    async def collect() -> tuple[list[dict], BaseException | None]:
         events: list[dict] = []
         try:
-            async for event in client.watch(path, rv, params or {}, server_timeout=300, idle_timeout=5):
+            async for event in client.watch(path, rv, params or {}, server_timeout=300, idle_timeout=idle_timeout):
                 events.append(event)
-        except (WatchExpired, ApiError) as err:
+        except (WatchExpired, ApiError, TransportError) as err:
             return events, err
-        finally:
-            await client.close()
         return events, None
-    return asyncio.run(body())
+    return collect()
+
+
+def _collect(handler: Handler, **kw: Any) -> tuple[list[dict], BaseException | None]:
+    return _run(handler, lambda client: _watch(client, **kw))[0]
 
 
 def test_watch_yields_each_event_line_in_order():
     body = _lines(_event("ADDED", "a", "101"), _event("MODIFIED", "a", "102"), _event("DELETED", "a", "103"))
-    events, err = _collect(_client(lambda req: httpx.Response(200, content=body)))
+    events, err = _collect(lambda req: Reply(200, [body]))
     assert err is None
     assert [(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in events] == [
         ("ADDED", "101"), ("MODIFIED", "102"), ("DELETED", "103")]
@@ -181,41 +200,39 @@ def test_watch_yields_each_event_line_in_order():
 
 def test_watch_skips_blank_lines():
     body = _lines(_event("ADDED", "a", "101"), "", "", _event("BOOKMARK", "", "150"))
-    events, err = _collect(_client(lambda req: httpx.Response(200, content=body)))
+    events, err = _collect(lambda req: Reply(200, [body]))
     assert err is None
     assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
 
 
 def test_watch_reassembles_an_event_split_across_chunks():
     payload = _lines(_event("ADDED", "a", "101"), _event("ADDED", "b", "102"))
+    chunks = [payload[i:i + 7] for i in range(0, len(payload), 7)]
+    events, err = _collect(lambda req: Reply(200, chunks))
+    assert err is None
+    assert [e["object"]["metadata"]["name"] for e in events] == ["a", "b"]
 
-    async def chunks() -> AsyncIterator[bytes]:
-        for i in range(0, len(payload), 7):
-            yield payload[i:i + 7]
 
-    events, err = _collect(_client(lambda req: httpx.Response(200, content=chunks())))
+def test_watch_keeps_a_last_event_without_a_trailing_newline():
+    payload = _lines(_event("ADDED", "a", "101")) + orjson.dumps(_event("ADDED", "b", "102"))
+    events, err = _collect(lambda req: Reply(200, [payload]))
     assert err is None
     assert [e["object"]["metadata"]["name"] for e in events] == ["a", "b"]
 
 
 def test_watch_asks_for_a_bookmarked_watch_from_the_resource_version():
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, content=b"")
-
-    _collect(_client(handler), rv="4711", params={"fieldSelector": "spec.nodeName!="})
-    query = dict(seen[0].url.params)
-    assert seen[0].method == "GET" and seen[0].url.path == "/api/v1/pods"
-    assert query == {"fieldSelector": "spec.nodeName!=", "watch": "1", "resourceVersion": "4711",
-                     "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
-    assert seen[0].headers["Authorization"] == "Bearer s3cret"
+    (_, server) = _run(lambda req: Reply(200, [b""]),
+                       lambda client: _watch(client, rv="4711", params={"fieldSelector": "spec.nodeName!="}))
+    seen = server.seen[0]
+    assert seen.method == "GET" and seen.path == "/api/v1/pods"
+    assert seen.query == {"fieldSelector": "spec.nodeName!=", "watch": "1", "resourceVersion": "4711",
+                          "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
+    assert seen.headers["authorization"] == "Bearer s3cret"
 
 
 def test_watch_answered_with_410_gone_raises_watch_expired():
     status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
-    events, err = _collect(_client(lambda req: httpx.Response(410, json=status)))
+    events, err = _collect(lambda req: _json(410, status))
     assert events == [] and isinstance(err, WatchExpired)
 
 
@@ -223,7 +240,7 @@ def test_watch_error_event_with_code_410_raises_watch_expired_after_the_earlier_
     body = _lines(_event("ADDED", "a", "101"),
                   {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}},
                   _event("ADDED", "b", "102"))
-    events, err = _collect(_client(lambda req: httpx.Response(200, content=body)))
+    events, err = _collect(lambda req: Reply(200, [body]))
     assert [e["object"]["metadata"]["name"] for e in events] == ["a"]
     assert isinstance(err, WatchExpired)
 
@@ -231,80 +248,219 @@ def test_watch_error_event_with_code_410_raises_watch_expired_after_the_earlier_
 def test_watch_error_event_with_another_code_raises_api_error_with_that_status():
     body = _lines({"type": "ERROR", "object": {"kind": "Status", "code": 500, "reason": "InternalError",
                                                "message": "etcd unavailable"}})
-    _, err = _collect(_client(lambda req: httpx.Response(200, content=body)))
+    _, err = _collect(lambda req: Reply(200, [body]))
     assert isinstance(err, ApiError)
     assert (err.status, err.reason, err.message) == (500, "InternalError", "etcd unavailable")
     assert err.retryable
 
 
 def test_watch_error_event_without_a_code_is_a_server_error():
-    _, err = _collect(_client(lambda req: httpx.Response(200, content=_lines({"type": "ERROR", "object": {}}))))
+    _, err = _collect(lambda req: Reply(200, [_lines({"type": "ERROR", "object": {}})]))
     assert isinstance(err, ApiError) and err.status == 500
 
 
 def test_watch_refused_with_a_status_body_raises_api_error():
     status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "pods is forbidden"}
-    _, err = _collect(_client(lambda req: httpx.Response(403, json=status)))
+    _, err = _collect(lambda req: _json(403, status))
     assert isinstance(err, ApiError)
     assert (err.status, err.reason, err.message) == (403, "Forbidden", "pods is forbidden")
 
 
 def test_watch_refused_with_a_non_json_body_keeps_the_text_as_message():
-    _, err = _collect(_client(lambda req: httpx.Response(502, content=b"<html>Bad Gateway</html>")))
+    _, err = _collect(lambda req: Reply(502, b"<html>Bad Gateway</html>"))
     assert isinstance(err, ApiError)
     assert err.status == 502 and "Bad Gateway" in err.message
+
+
+def test_a_silent_watch_raises_watch_idle_after_the_idle_timeout():
+    body = _lines(_event("ADDED", "a", "101"))
+    started = time.monotonic()
+    events, err = _collect(lambda req: Reply(200, [body], hang=True), idle_timeout=0.3)
+    assert [e["object"]["metadata"]["name"] for e in events] == ["a"]
+    assert isinstance(err, WatchIdle) and isinstance(err, TransportError)
+    assert time.monotonic() - started < 4
+
+
+def test_a_watch_broken_mid_stream_raises_transport_error_after_the_events_received():
+    body = _lines(_event("ADDED", "a", "101"))
+    events, err = _collect(lambda req: Reply(200, [body], abort=True))
+    assert [e["object"]["metadata"]["name"] for e in events] == ["a"]
+    assert isinstance(err, TransportError) and not isinstance(err, WatchIdle)
+
+
+def test_a_watch_the_server_ends_cleanly_leaves_its_connection_for_the_next_request():
+    async def use(client: KubeClient) -> None:
+        await _watch(client)
+        await client.get("/api/v1/nodes")
+
+    def handler(req: Seen) -> Reply:
+        return Reply(200, [_lines(_event("ADDED", "a", "1"))]) if "watch" in req.query else _json(200, {})
+
+    _, server = _run(handler, use)
+    assert server.connections == 1
 
 
 # ------------------------------------------------------------------ request
 
 
-def _request(client: KubeClient, method: str, *args):
-    async def body():
-        try:
-            return await getattr(client, method)(*args)
-        finally:
-            await client.close()
-    return asyncio.run(body())
+def _request(handler: Handler, method: str, *args: Any, **kw: Any) -> Any:
+    return _run(handler, lambda client: getattr(client, method)(*args), **kw)
 
 
 def test_request_returns_the_parsed_json_body():
     pod = {"kind": "Pod", "metadata": {"name": "p"}}
-    assert _request(_client(lambda req: httpx.Response(200, json=pod)), "get", "/api/v1/namespaces/ns/pods/p") == pod
+    assert _request(lambda req: _json(200, pod), "get", "/api/v1/namespaces/ns/pods/p")[0] == pod
+
+
+def test_request_reads_a_chunked_body():
+    pod = orjson.dumps({"kind": "Pod", "metadata": {"name": "p"}})
+    assert _request(lambda req: Reply(200, [pod[:5], pod[5:]]), "get", "/api/v1/pods/p")[0]["metadata"] == {"name": "p"}
 
 
 def test_request_with_an_empty_success_body_returns_an_empty_dict():
-    assert _request(_client(lambda req: httpx.Response(200, content=b"")), "get", "/api/v1/nodes") == {}
+    assert _request(lambda req: Reply(200, b""), "get", "/api/v1/nodes")[0] == {}
+
+
+def test_request_sends_the_query_parameters():
+    _, server = _run(lambda req: _json(200, {}),
+                     lambda client: client.get("/api/v1/pods", limit="500", fieldSelector="spec.nodeName!="))
+    assert server.seen[0].path == "/api/v1/pods"
+    assert server.seen[0].query == {"limit": "500", "fieldSelector": "spec.nodeName!="}
 
 
 def test_request_with_a_conflict_raises_a_retryable_api_error():
     status = {"kind": "Status", "code": 409, "reason": "Conflict", "message": "modified"}
     with pytest.raises(ApiError) as exc:
-        _request(_client(lambda req: httpx.Response(409, json=status)), "update", "/x", {"a": 1})
+        _request(lambda req: _json(409, status), "update", "/x", {"a": 1})
     assert exc.value.status == 409 and exc.value.retryable and exc.value.reason == "Conflict"
 
 
 def test_patch_sends_the_json_body_with_its_patch_content_type():
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json={})
-
-    _request(_client(handler), "patch", "/api/v1/namespaces/ns/pods/p", {"metadata": {"annotations": {"a": "b"}}})
-    assert seen[0].method == "PATCH"
-    assert seen[0].headers["Content-Type"] == MERGE_PATCH
-    assert orjson.loads(seen[0].content) == {"metadata": {"annotations": {"a": "b"}}}
+    _, server = _request(lambda req: _json(200, {}), "patch", "/api/v1/namespaces/ns/pods/p",
+                         {"metadata": {"annotations": {"a": "b"}}})
+    seen = server.seen[0]
+    assert seen.method == "PATCH"
+    assert seen.headers["content-type"] == MERGE_PATCH
+    assert orjson.loads(seen.body) == {"metadata": {"annotations": {"a": "b"}}}
 
 
 def test_requests_without_a_token_send_no_authorization_header():
-    seen: list[httpx.Request] = []
+    _, server = _request(lambda req: _json(200, {}), "get", "/api/v1/nodes", token=None)
+    assert "authorization" not in server.seen[0].headers
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json={})
 
-    _request(_client(handler, token=None), "get", "/api/v1/nodes")
-    assert "Authorization" not in seen[0].headers
+def test_every_request_asks_the_token_source_so_a_rotated_token_is_used():
+    current = {"token": "first"}
+
+    async def use(client: KubeClient) -> None:
+        await client.get("/a")
+        current["token"] = "second"
+        await client.get("/b")
+
+    async def body() -> KubeServer:
+        server = KubeServer(lambda req: _json(200, {}))
+        await server.start()
+        client = KubeClient(Credentials(server=server.url, ssl_context=False, token=lambda: current["token"]),
+                            qps=0, burst=1, max_connections=1)
+        try:
+            await use(client)
+        finally:
+            await client.close()
+            await server.stop()
+        return server
+
+    server = asyncio.run(body())
+    assert [s.headers["authorization"] for s in server.seen] == ["Bearer first", "Bearer second"]
+
+
+def test_requests_reuse_one_kept_alive_connection():
+    async def use(client: KubeClient) -> None:
+        for i in range(20):
+            await client.get(f"/api/v1/namespaces/ns/pods/p{i}")
+
+    _, server = _run(lambda req: _json(200, {}), use)
+    assert len(server.seen) == 20 and server.connections == 1
+
+
+def test_concurrent_requests_open_at_most_max_connections():
+    async def use(client: KubeClient) -> list[dict]:
+        return await asyncio.gather(*(client.get(f"/api/v1/namespaces/ns/pods/p{i}") for i in range(12)))
+
+    results, server = _run(lambda req: Reply(200, b"{}", delay=0.05), use, max_connections=3)
+    assert len(results) == 12 and len(server.seen) == 12
+    assert server.connections == 3 and server.max_concurrent == 3
+
+
+def test_a_kept_alive_connection_closed_by_the_server_is_replaced_transparently():
+    answered = {"n": 0}
+
+    def handler(req: Seen) -> Reply:
+        answered["n"] += 1
+        # The second request meets the first connection just as the server drops it (idle timeout).
+        return Reply(200, b"{}", close_before_answer=answered["n"] == 2)
+
+    async def use(client: KubeClient) -> list[dict]:
+        return [await client.get("/a"), await client.get("/b")]
+
+    results, server = _run(handler, use)
+    assert results == [{}, {}]
+    assert server.connections == 2
+
+
+def test_a_fresh_connection_closed_without_an_answer_is_a_transport_error():
+    with pytest.raises(TransportError):
+        _request(lambda req: Reply(200, b"{}", close_before_answer=True), "get", "/a")
+
+
+def test_a_truncated_answer_is_a_transport_error():
+    with pytest.raises(TransportError):
+        _request(lambda req: Reply(200, b"{}", truncate=True), "get", "/a")
+
+
+def test_an_answer_that_never_comes_times_out_as_a_transport_error():
+    started = time.monotonic()
+    with pytest.raises(TransportError) as exc:
+        _request(lambda req: Reply(200, b"{}", hang=True), "get", "/a", timeout=0.3)
+    assert isinstance(exc.value.__cause__, TimeoutError)
+    assert time.monotonic() - started < 4
+
+
+def test_an_unreachable_server_is_a_transport_error():
+    async def body() -> None:
+        server = KubeServer(lambda req: _json(200, {}))
+        await server.start()
+        url = server.url
+        await server.stop()             # nothing listens on that port any more
+        client = KubeClient(Credentials(server=url, ssl_context=False, token=lambda: None),
+                            qps=0, burst=1, max_connections=1)
+        try:
+            await client.get("/a")
+        finally:
+            await client.close()
+    with pytest.raises(TransportError):
+        asyncio.run(body())
+
+
+def test_tls_with_a_client_certificate_and_a_verified_server():
+    pod = {"kind": "Pod", "metadata": {"name": "p"}}
+    result, server = _request(lambda req: _json(200, pod), "get", "/api/v1/namespaces/ns/pods/p", tls=True)
+    assert result == pod
+    assert server.peer_certificates == ["reconciler-client"]
+
+
+def test_tls_to_a_server_the_ca_does_not_vouch_for_is_a_transport_error():
+    async def body() -> None:
+        server = KubeServer(lambda req: _json(200, {}), tls=tls_pair())
+        await server.start()
+        client = KubeClient(Credentials(server=server.url, ssl_context=tls_pair().client_context(),
+                                        token=lambda: None), qps=0, burst=1, max_connections=1)
+        try:
+            await client.get("/a")
+        finally:
+            await client.close()
+            await server.stop()
+    with pytest.raises(TransportError):
+        asyncio.run(body())
 
 
 # ------------------------------------------------------------------ replies that are not JSON objects
@@ -317,7 +473,7 @@ HTML_503 = b"<html><body><h1>503 Service Unavailable</h1>upstream connect error<
 ])
 def test_a_failed_request_with_any_body_is_an_api_error(status: int, body: bytes):
     with pytest.raises(ApiError) as exc:
-        _request(_client(lambda req: httpx.Response(status, content=body)), "get", "/api/v1/nodes")
+        _request(lambda req: Reply(status, body), "get", "/api/v1/nodes")
     assert exc.value.status == status
     assert exc.value.causes == []
 
@@ -325,7 +481,7 @@ def test_a_failed_request_with_any_body_is_an_api_error(status: int, body: bytes
 @pytest.mark.parametrize("body", [HTML_503, b"[]", b"\"text\"", b"12", b"{truncated"])
 def test_a_successful_reply_that_is_not_a_json_object_is_a_retryable_api_error(body: bytes):
     with pytest.raises(ApiError) as exc:
-        _request(_client(lambda req: httpx.Response(200, content=body)), "get", "/api/v1/nodes")
+        _request(lambda req: Reply(200, body), "get", "/api/v1/nodes")
     assert exc.value.reason == "UnexpectedReply" and exc.value.retryable
 
 
@@ -337,6 +493,6 @@ def test_odd_status_details_do_not_break_causes():
 @pytest.mark.parametrize("line", ["<html>", "[1]", "7"])
 def test_a_watch_line_that_is_not_a_json_object_is_an_api_error(line: str):
     body = _lines(_event("ADDED", "a", "101"), line)
-    events, err = _collect(_client(lambda req: httpx.Response(200, content=body)))
+    events, err = _collect(lambda req: Reply(200, [body]))
     assert [e["object"]["metadata"]["name"] for e in events] == ["a"]
     assert isinstance(err, ApiError) and err.reason == "UnexpectedReply"

@@ -82,6 +82,20 @@ def test_a_deleted_pod_is_dropped_from_the_node_index():
     asyncio.run(scenario())
 
 
+def test_a_node_allocatable_change_requeues_its_pods():
+    async def scenario() -> None:
+        m = manager()
+        before = node("node-1", "n4")
+        m.nodes.store["node-1"] = after = slim_node({**before, "status": {"allocatable": {"cpu": "16"}}})
+        m.pods.store["shop/web-1"] = p = slim_pod(pod())
+        m._on_pod("ADDED", p, None)
+        m.queue._queue.clear()
+        m.queue._queued.clear()
+        m._on_node("MODIFIED", after, before)
+        assert queued(m.queue) == ["shop/web-1"]
+    asyncio.run(scenario())
+
+
 def test_the_reconciler_reads_the_store_a_relist_put_in_place():
     m = manager()
     p = slim_pod(pod())

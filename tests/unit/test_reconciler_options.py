@@ -111,3 +111,31 @@ def test_a_nan_lease_duration_is_a_usage_error_not_a_crash_at_election_time(caps
     with pytest.raises(SystemExit):
         parse(["--leader-election-lease-duration", "nan"])
     assert "invalid duration" in capsys.readouterr().err
+
+
+def test_scope_flags_build_the_shared_namespace_scope(monkeypatch) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "wr-system")
+    args = parse(["--exclude-namespaces", "monitoring, batch", "--namespace-selector", "!skip"])
+    assert args.scope.excluded == {"kube-system", "wr-system", "monitoring", "batch"}
+    assert args.scope.selector_text() == "!skip"
+
+
+def test_a_bad_namespace_selector_fails_fast(capsys) -> None:
+    import pytest
+
+    with pytest.raises(SystemExit):
+        parse(["--namespace-selector", "a in ("])
+    assert "unbalanced parentheses" in capsys.readouterr().err
+
+
+def test_realignment_is_on_by_default_and_rate_limited() -> None:
+    args = parse([])
+    assert args.realign is True and args.max_resizes_per_second == 10.0
+    args = parse(["--realign=false", "--max-resizes-per-second=0.5"])
+    assert args.realign is False and args.max_resizes_per_second == 0.5
+
+
+@pytest.mark.parametrize("flag", ["--realign=maybe", "--max-resizes-per-second=0", "--max-resizes-per-second=x"])
+def test_bad_realignment_flags_fail_fast(flag: str) -> None:
+    with pytest.raises(SystemExit):
+        parse([flag])

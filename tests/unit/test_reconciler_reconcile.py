@@ -1,4 +1,4 @@
-"""reconcile(key) against the in-memory fake: each write step, each crash point, each rejection."""
+"""reconcile(key) against the in-memory fake: each write step, each crash point, each kubelet outcome."""
 from __future__ import annotations
 
 import asyncio
@@ -7,22 +7,32 @@ from typing import Any
 
 import pytest
 
+from reconciler import metrics
 from reconciler.controller import DONE, Options, PodResizeReconciler, Result, Step
 from reconciler.kube import ApiError
+from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import no_fault
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     ORIGINALS_MAC,
+    RESIZE_STATE,
     SAMPLE_CONFIG,
     KeyRing,
+    PodIdentity,
     load_config,
     missing_original_annotations,
+    pod_mac,
+    sign_originals,
 )
-from tests.unit.fake_cluster import FakeCluster, FakeConfig
+from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
 
 LABEL = "example.com/family"
 CONFIG = load_config(SAMPLE_CONFIG)     # n2d baseline; n4 cpuPerf 1.25
 KEY = "shop/web-1"
+RESIZE_TO_800M = {"spec": {"containers": [{"name": "app", "resources": {
+    "requests": {"cpu": "800m"}, "limits": {"cpu": "800m"}}}]}}
+BACK_TO_1 = {"spec": {"containers": [{"name": "app", "resources": {
+    "requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
 
 
 class Crash(Exception):
@@ -37,23 +47,28 @@ def crash_after(step_name: str):
 
 
 def pod(cpu: str = "1", memory: str = "256Mi", stamped: bool = False, node: str = "node-1",
-        annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        annotations: dict[str, str] | None = None, running: bool = True) -> dict[str, Any]:
     resources = {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
+    status = {"name": "app", "state": {"running": {}}, "resources": copy.deepcopy(resources)} if running else \
+        {"name": "app", "state": {"waiting": {"reason": "ContainerCreating"}}}
     full: dict[str, Any] = {
         "metadata": {"name": "web-1", "namespace": "shop", "uid": "uid-1", "annotations": dict(annotations or {}),
                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
                                           "controller": True}]},
         "spec": {"nodeName": node, "containers": [{"name": "app", "resources": resources}]},
-        "status": {"phase": "Running", "qosClass": "Guaranteed",
-                   "containerStatuses": [{"name": "app", "state": {"running": {}}, "resources": resources}]},
+        "status": {"phase": "Running" if running else "Pending", "qosClass": "Guaranteed", "observedGeneration": 1,
+                   "containerStatuses": [status]},
     }
-    if stamped:
-        full["metadata"]["annotations"].update(missing_original_annotations(full))
+    if stamped:     # as the webhook stamps them with the chart's keys: signed for admission
+        originals = missing_original_annotations(full)
+        identity = PodIdentity.of(full, "shop", "admission")
+        full["metadata"]["annotations"].update(
+            {**originals, ORIGINALS_MAC: sign_originals(KEYS, originals, identity, "admission")})
     return full
 
 
-def cluster(*pods: dict[str, Any], family: str | None = "n4") -> FakeCluster:
-    fake = FakeCluster()
+def cluster(*pods: dict[str, Any], family: str | None = "n4", auto_actuate: bool = False) -> FakeCluster:
+    fake = FakeCluster(auto_actuate=auto_actuate)
     fake.add_node("node-1", {LABEL: family} if family else {})
     for p in pods:
         fake.add_pod(p)
@@ -63,9 +78,10 @@ def cluster(*pods: dict[str, Any], family: str | None = "n4") -> FakeCluster:
 KEYS = KeyRing({"k0001": b"k" * 32})      # the originals MAC keys, as the chart mounts them
 
 
-def reconciler(fake: FakeCluster, config: Any = CONFIG, fault=no_fault, **options: Any) -> PodResizeReconciler:
+def reconciler(fake: FakeCluster, config: Any = CONFIG, fault=no_fault, clock: FakeClock | None = None,
+               **options: Any) -> PodResizeReconciler:
     return PodResizeReconciler(fake, fake, fake, FakeConfig(config), Options(node_type_label=LABEL, **options),
-                               fault, keyring=lambda: KEYS)
+                               fault, clock or FakeClock(), keyring=lambda: KEYS)
 
 
 def run(coro):
@@ -81,27 +97,85 @@ def reasons(fake: FakeCluster) -> list[str]:
     return [e.reason for e in fake.events]
 
 
-# ------------------------------------------------------------------ the write path
+def events(fake: FakeCluster) -> list[tuple[str, str]]:
+    return [(e.type, e.reason) for e in fake.events]
 
 
-def test_an_unstamped_pod_gets_originals_then_the_resize_then_applied():
+def annotations(fake: FakeCluster) -> dict[str, str]:
+    return fake.pod_now(KEY)["metadata"]["annotations"]
+
+
+def recorded_state(fake: FakeCluster) -> ResizeState | None:
+    return ResizeState.decode(annotations(fake).get(RESIZE_STATE))
+
+
+def generation(fake: FakeCluster) -> int:
+    return fake.pod_now(KEY)["metadata"]["generation"]
+
+
+# ------------------------------------------------------------------ the write path, to actuation
+
+
+def test_an_unstamped_pod_gets_originals_then_the_resize_then_applied_once_actuated():
     fake = cluster(pod())
-    assert run(reconciler(fake).reconcile(KEY)) == DONE
-    assert fake.ops() == ["annotate", "resize", "annotate"]
-    stamp, resize, applied = fake.writes
+    clock = FakeClock()
+    rec = reconciler(fake, clock=clock)
+    assert run(rec.reconcile(KEY)) == DONE
+    assert fake.ops() == ["annotate", "resize"]
+    stamp, resize = fake.writes
     assert stamp.resource_version is not None, "originals are conditional on the spec we read"
     assert set(stamp.body) == set(missing_original_annotations(pod())) | {ORIGINALS_MAC}, "signed, bound to the pod"
-    assert resize.body == {"spec": {"containers": [{"name": "app", "resources": {
-        "requests": {"cpu": "800m"}, "limits": {"cpu": "800m"}}}]}}
-    assert applied.body[APPLIED_INSTANCE_TYPE] == "n4" and applied.resource_version is None
+    assert resize.body == RESIZE_TO_800M
+    assert fake.events == [], "no Resized before the kubelet has actuated the new size"
+
+    clock.advance(2.5)
+    fake.actuate(KEY)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["annotate", "resize", "annotate"]
+    assert fake.writes[-1].body[APPLIED_INSTANCE_TYPE] == "n4" and fake.writes[-1].resource_version is None
     assert spec_cpu(fake) == ("800m", "800m")
+    assert reasons(fake) == ["Resized"]
+    assert "cpu 1 -> 800m" in fake.events[0].message and "actuated 2.50s after the request" in fake.events[0].message
+
+
+def test_a_webhook_stamped_pod_costs_two_pod_writes_and_one_event():
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))     # the watch delivers the kubelet's status
+    assert fake.ops() == ["resize", "annotate"]
     assert reasons(fake) == ["Resized"]
 
 
-def test_a_webhook_stamped_pod_costs_two_writes():
+@pytest.mark.parametrize("kubelet_step", ["nothing yet", "observed but not actuated", "in progress"])
+def test_resized_is_never_reported_before_the_status_shows_the_new_size(kubelet_step):
     fake = cluster(pod(stamped=True))
-    run(reconciler(fake).reconcile(KEY))
-    assert fake.ops() == ["resize", "annotate"]
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    stored = fake.pod_now(KEY)
+    if kubelet_step == "observed but not actuated":
+        stored["status"]["observedGeneration"] = stored["metadata"]["generation"]
+    elif kubelet_step == "in progress":
+        stored["status"]["observedGeneration"] = stored["metadata"]["generation"]
+        stored["status"]["conditions"] = [{"type": "PodResizeInProgress", "status": "True",
+                                           "observedGeneration": stored["metadata"]["generation"]}]
+        stored["status"]["containerStatuses"][0]["resources"] = copy.deepcopy(
+            stored["spec"]["containers"][0]["resources"])
+    fake.sync()
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize"] and fake.events == []
+
+
+def test_actuation_is_judged_by_value_not_by_spelling():
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    stored = fake.pod_now(KEY)
+    stored["status"]["observedGeneration"] = stored["metadata"]["generation"]
+    stored["status"]["containerStatuses"][0]["resources"] = {
+        "requests": {"cpu": "0.8", "memory": "268435456"}, "limits": {"cpu": "800000000n", "memory": "256Mi"}}
+    fake.sync()
+    run(rec.reconcile(KEY))
     assert reasons(fake) == ["Resized"]
 
 
@@ -112,38 +186,94 @@ def test_a_pod_already_at_its_size_is_only_marked_applied():
     assert reasons(fake) == ["AlreadyAligned"]
 
 
+def sized_on_n4(cpu: str = "800m") -> dict[str, Any]:
+    """A pod the reconciler sized for n4 earlier: originals of 1 CPU, spec at `cpu`."""
+    originals = missing_original_annotations(pod())
+    sized = pod(cpu=cpu, annotations={**originals, APPLIED_INSTANCE_TYPE: "n4"})
+    sized["metadata"]["generation"] = 2                 # resized once
+    sized["metadata"]["annotations"].update(pod_mac(sized, KEYS))      # step 3 bound the originals to it
+    return sized
+
+
+def test_an_unstamped_pod_already_at_its_size_gets_its_originals_then_applied():
+    fake = cluster(pod(), family="n2d")
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == ["annotate", "annotate"]
+    assert set(fake.writes[0].body) == set(missing_original_annotations(pod())) | {ORIGINALS_MAC}
+    assert reasons(fake) == ["AlreadyAligned"]
+
+
 def test_a_pod_applied_for_its_node_type_is_left_alone():
-    fake = cluster(pod(stamped=True, annotations={APPLIED_INSTANCE_TYPE: "n4"}))
+    fake = cluster(sized_on_n4())
     run(reconciler(fake).reconcile(KEY))
     assert fake.writes == [] and fake.events == []
 
 
-def test_a_lagging_cache_does_not_cause_a_second_pass():
+def test_without_realignment_an_applied_pod_is_left_alone_whatever_its_size():
+    fake = cluster(pod(stamped=True, annotations={APPLIED_INSTANCE_TYPE: "n4"}))
+    run(reconciler(fake, realign=False).reconcile(KEY))
+    assert fake.writes == [] and fake.events == []
+
+
+def test_a_config_change_re_aligns_a_sized_pod_from_its_originals():
+    faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+    fake = cluster(sized_on_n4(), auto_actuate=True)
+    rec = reconciler(fake, config=faster)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))     # the kubelet's status: actuated
+    assert fake.ops() == ["resize", "annotate"]
+    assert spec_cpu(fake) == ("500m", "500m")          # 1 CPU / 2, not 800m / 2
+    assert reasons(fake) == ["Resized"] and fake.events[0].message.startswith("re-aligned for node type n4")
+
+
+def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
+    node = {"metadata": {"name": "node-1", "labels": {LABEL: "n4"}}}
+    faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+    config = FakeConfig(CONFIG)
+    rec = PodResizeReconciler(*(cluster(),) * 3, config, Options(node_type_label=LABEL))
+    assert not rec.needs_work(sized_on_n4(), node)       # this config changes nothing for it
+    config.config, config.generation = faster, 2
+    assert rec.needs_work(sized_on_n4(), node)           # the new one does
+    assert not rec.needs_work(sized_on_n4(), node)       # asked once per config version
+    off = PodResizeReconciler(*(cluster(),) * 3, FakeConfig(faster, 2), Options(node_type_label=LABEL, realign=False))
+    assert not off.needs_work(sized_on_n4(), node)
+
+
+def test_a_lagging_cache_does_not_cause_a_second_resize():
     fake = cluster(pod(stamped=True))
     fake.lagging_cache = True
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
-    run(rec.reconcile(KEY))     # the cache still shows the pod before our writes
-    assert fake.ops() == ["resize", "annotate"]
-    assert reasons(fake) == ["Resized"]
+    run(rec.reconcile(KEY))     # the cache still shows the pod before our resize
+    assert fake.ops() == ["resize"]
+
+
+def test_a_lagging_cache_after_applied_does_not_cause_a_second_pass():
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.lagging_cache = True
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))     # applied written, the cache does not show it yet
+    assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
 
 
 def test_a_conflict_on_the_originals_rereads_the_pod_once():
     fake = cluster(pod())
     fake.fail("annotate", ApiError(409, {"reason": "Conflict", "message": "modified"}))
     run(reconciler(fake).reconcile(KEY))
-    assert fake.ops() == ["annotate", "resize", "annotate"]
+    assert fake.ops() == ["annotate", "resize"]
     assert spec_cpu(fake) == ("800m", "800m")
 
 
-def test_a_retryable_resize_failure_raises_and_the_retry_finishes_the_pod():
+def test_a_retryable_resize_failure_raises_and_the_retry_resizes_once():
     fake = cluster(pod(stamped=True))
     fake.fail("resize", ApiError(500, {"message": "etcd hiccup"}))
     rec = reconciler(fake)
     with pytest.raises(ApiError):
         run(rec.reconcile(KEY))
     run(rec.reconcile(KEY))
-    assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
+    assert fake.ops() == ["resize"]
 
 
 def test_missing_config_requeues_without_writing():
@@ -184,14 +314,6 @@ def test_a_node_without_resize_support_is_reported_once():
     assert reasons(fake) == ["ResizeUnsupported"] and fake.writes == []
 
 
-def test_a_resize_beyond_node_capacity_fails_with_the_apiserver_message():
-    fake = cluster(pod(stamped=True))
-    fake.fail("resize", ApiError(403, {"message": "exceeds node capacity",
-                                       "details": {"causes": [{"type": "NodeCapacity"}]}}))
-    run(reconciler(fake).reconcile(KEY))
-    assert reasons(fake) == ["ResizeFailed"] and "cannot fit" in fake.events[0].message
-
-
 def test_a_pod_deleted_during_its_resize_ends_silently():
     fake = cluster(pod(stamped=True))
     fake.fail("resize", ApiError(404, {"message": "not found"}))
@@ -213,25 +335,284 @@ def test_forgetting_a_deleted_pod_drops_its_decisions():
 
 @pytest.mark.parametrize(("step", "first_ops", "second_ops", "second_reasons"), [
     (Step.ORIGINALS, ["annotate"], ["resize", "annotate"], ["Resized"]),
-    (Step.RESIZE, ["annotate", "resize"], ["annotate"], ["AlreadyAligned"]),
+    (Step.RESIZE, ["annotate", "resize"], ["annotate"], ["Resized"]),
     (Step.APPLIED, ["annotate", "resize", "annotate"], [], []),
 ])
 def test_a_crash_after_each_step_converges_without_compounding(step, first_ops, second_ops, second_reasons):
-    fake = cluster(pod())
+    fake = cluster(pod(), auto_actuate=True)
+    first = reconciler(fake, fault=crash_after(step))
     with pytest.raises(Crash):
-        run(reconciler(fake, fault=crash_after(step)).reconcile(KEY))
+        run(first.reconcile(KEY))
+        run(first.reconcile(KEY))       # the watch event of the kubelet's status
     assert fake.ops() == first_ops and fake.events == []
     before = len(fake.writes)
-    run(reconciler(fake).reconcile(KEY))        # a new process: no memory of the first
+    second = reconciler(fake)           # a new process: no memory of the first
+    run(second.reconcile(KEY))
+    run(second.reconcile(KEY))
     assert [w.op for w in fake.writes[before:]] == second_ops
     assert reasons(fake) == second_reasons
     assert spec_cpu(fake) == ("800m", "800m"), "resized once, from the originals"
-    assert fake.pod_now(KEY)["metadata"]["annotations"][APPLIED_INSTANCE_TYPE] == "n4"
-    assert fake.ops().count("resize") == 1
+    assert annotations(fake)[APPLIED_INSTANCE_TYPE] == "n4"
+    assert fake.ops().count("resize") == 1 and generation(fake) == 2
+
+
+def test_a_restart_while_the_resize_is_in_flight_follows_it_to_one_resized():
+    fake = cluster(pod(stamped=True))
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.RESIZE)).reconcile(KEY))
+    second = reconciler(fake)
+    run(second.reconcile(KEY))
+    assert fake.ops() == ["resize"], "the spec holds the plan: nothing to resize again"
+    fake.actuate(KEY)
+    run(second.reconcile(KEY))
+    run(second.reconcile(KEY))
+    assert reasons(fake) == ["Resized"] and generation(fake) == 2
+    assert "requested before this reconciler started" in fake.events[0].message
+
+
+# ------------------------------------------------------------------ Deferred
+
+
+def deferred_pod(clock: FakeClock | None = None, **options: Any) -> tuple[FakeCluster, PodResizeReconciler]:
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake, clock=clock, **options)
+    run(rec.reconcile(KEY))
+    fake.defer(KEY, "Node didn't have enough resource: cpu, requested: 800, used: 7500, capacity: 8000")
+    return fake, rec
+
+
+def test_a_deferred_resize_is_recorded_and_reported_once_then_waited_for():
+    fake, rec = deferred_pod()
+    result = run(rec.reconcile(KEY))
+    assert result.requeue_after is not None, "a timer for the too-long warning, not a poll of the API"
+    for _ in range(3):
+        run(rec.reconcile(KEY))         # more watch events while deferred
+    assert events(fake) == [("Normal", "ResizeDeferred")]
+    assert "requested: 800" in fake.events[0].message
+    assert fake.ops() == ["resize", "annotate"]
+    assert recorded_state(fake).state == Stage.DEFERRED
+    assert spec_cpu(fake) == ("800m", "800m"), "deferred resizes are kept: the kubelet retries them"
+
+
+def test_a_deferred_resize_that_becomes_possible_ends_resized_and_clears_the_state():
+    fake, rec = deferred_pod()
+    run(rec.reconcile(KEY))
+    fake.actuate(KEY)
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["ResizeDeferred", "Resized"]
+    assert RESIZE_STATE not in annotations(fake) and annotations(fake)[APPLIED_INSTANCE_TYPE] == "n4"
+
+
+def test_a_restarted_reconciler_does_not_report_the_same_deferral_again():
+    fake, rec = deferred_pod()
+    run(rec.reconcile(KEY))
+    run(reconciler(fake).reconcile(KEY))
+    assert reasons(fake) == ["ResizeDeferred"] and fake.ops() == ["resize", "annotate"]
+
+
+def test_a_resize_deferred_too_long_gets_one_warning():
+    clock = FakeClock(now=1_767_225_600.0)     # 2026-01-01T00:00:00Z, when the fake kubelet deferred it
+    fake, rec = deferred_pod(clock=clock, deferred_timeout=600.0)
+    assert run(rec.reconcile(KEY)).requeue_after == pytest.approx(601.0)
+    clock.advance(601)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))
+    assert events(fake) == [("Normal", "ResizeDeferred"), ("Warning", "ResizeDeferred")]
+    assert "still deferred after 10m1s" in fake.events[1].message
+    assert recorded_state(fake).warned
+    assert spec_cpu(fake) == ("800m", "800m")
+
+
+# ------------------------------------------------------------------ Infeasible
+
+
+def test_an_infeasible_resize_is_reported_and_the_spec_set_back_to_what_runs():
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY, "Resize is infeasible for Guaranteed Pods alongside CPU Manager static policy")
+    run(rec.reconcile(KEY))
+    assert events(fake) == [("Warning", "ResizeInfeasible")]
+    assert "CPU Manager static policy" in fake.events[0].message
+    assert fake.ops() == ["resize", "annotate", "resize"]
+    assert fake.writes[-1].body == BACK_TO_1
+    assert spec_cpu(fake) == ("1", "1"), "the spec does not lie about what the pod has"
+    state = recorded_state(fake)
+    assert (state.state, state.node_type, state.allocatable) == (Stage.INFEASIBLE, "n4", "cpu=8,memory=32Gi")
+
+
+def test_an_infeasible_size_is_not_retried_while_node_and_plan_stay_the_same():
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    run(rec.reconcile(KEY))
+    fake.settle(KEY)
+    for reconciler_ in (rec, reconciler(fake)):         # this process, and a restarted one
+        for _ in range(3):
+            run(reconciler_.reconcile(KEY))
+        assert not reconciler_.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    assert fake.ops() == ["resize", "annotate", "resize"] and reasons(fake) == ["ResizeInfeasible"]
+
+
+def test_an_infeasible_size_is_retried_when_the_node_allocatable_changes():
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    run(rec.reconcile(KEY))
+    fake.settle(KEY)
+    fake.add_node("node-1", {LABEL: "n4"}, cpu="16")
+    assert rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate", "resize", "resize"]
+    assert fake.writes[-1].body == RESIZE_TO_800M
+
+
+def test_an_infeasible_size_is_retried_when_the_config_plans_another_size():
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    run(rec.reconcile(KEY))
+    fake.settle(KEY)
+    faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+    rec2 = reconciler(fake, config=faster)
+    assert rec2.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec2.reconcile(KEY))
+    assert fake.writes[-1].op == "resize" and spec_cpu(fake) == ("500m", "500m")
+
+
+def test_a_crash_between_recording_infeasible_and_the_revert_still_reverts_without_a_second_report():
+    fake = cluster(pod(stamped=True))
+    run(reconciler(fake).reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+    run(reconciler(fake).reconcile(KEY))
+    assert spec_cpu(fake) == ("1", "1") and fake.ops() == ["resize", "annotate", "resize"]
+    assert len(fake.events) <= 1
+
+
+def test_a_crash_right_after_the_revert_leaves_the_pod_parked_and_reported_once():
+    fake = cluster(pod(stamped=True))
+    run(reconciler(fake).reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.REVERT)).reconcile(KEY))
+    fake.settle(KEY)
+    restarted = reconciler(fake)
+    run(restarted.reconcile(KEY))
+    assert spec_cpu(fake) == ("1", "1") and fake.ops() == ["resize", "annotate", "resize"]
+    assert reasons(fake) == ["ResizeInfeasible"], "reported before the revert, not again after the restart"
+    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+
+
+def test_a_crash_after_recording_a_deferral_does_not_report_it_again():
+    fake, _ = deferred_pod()
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and reasons(fake) == []
+    fake.actuate(KEY)
+    run(reconciler(fake).reconcile(KEY))
+    assert reasons(fake) == ["Resized"] and generation(fake) == 2
+
+
+def test_the_apiservers_node_capacity_refusal_is_infeasible_and_not_retried():
+    fake = cluster(pod(stamped=True))
+    fake.fail("resize", ApiError(403, {"message": "node didn't have enough allocatable resources",
+                                       "details": {"causes": [{"reason": "NodeCapacity"}]}}))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))
+    run(reconciler(fake).reconcile(KEY))
+    assert events(fake) == [("Warning", "ResizeInfeasible")] and "cannot fit" in fake.events[0].message
+    assert fake.ops() == ["annotate"] and recorded_state(fake).state == Stage.INFEASIBLE
+
+
+# ------------------------------------------------------------------ actuation errors
+
+
+def failing_pod(clock: FakeClock) -> tuple[FakeCluster, PodResizeReconciler]:
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake, clock=clock, error_retries=3, error_backoff=30.0)
+    run(rec.reconcile(KEY))
+    fake.fail_actuation(KEY, "attempting to set container memory limit below current usage")
+    return fake, rec
+
+
+def test_an_actuation_error_is_reported_once_with_the_kubelets_message():
+    clock = FakeClock()
+    fake, rec = failing_pod(clock)
+    assert run(rec.reconcile(KEY)).requeue_after == pytest.approx(30.0)
+    run(rec.reconcile(KEY))
+    assert events(fake) == [("Warning", "ResizeError")]
+    assert "below current usage" in fake.events[0].message
+    assert recorded_state(fake).state == Stage.ERROR
+
+
+def test_an_actuation_error_is_rechecked_with_backoff_then_the_spec_is_set_back():
+    clock = FakeClock()
+    fake, rec = failing_pod(clock)
+    delays = []
+    for _ in range(10):
+        result = run(rec.reconcile(KEY))
+        if result.requeue_after is None:
+            break
+        delays.append(round(result.requeue_after))
+        clock.advance(result.requeue_after)
+    assert delays == [30, 60, 120]
+    assert events(fake) == [("Warning", "ResizeError"), ("Warning", "ResizeError")]
+    assert "after 3 checks" in fake.events[1].message
+    assert spec_cpu(fake) == ("1", "1") and fake.writes[-1].body == BACK_TO_1
+    fake.settle(KEY)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate", "resize"], "the failing size is not retried"
+
+
+def test_an_actuation_error_that_clears_ends_resized():
+    clock = FakeClock()
+    fake, rec = failing_pod(clock)
+    run(rec.reconcile(KEY))
+    fake.actuate(KEY)
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["ResizeError", "Resized"] and RESIZE_STATE not in annotations(fake)
+
+
+# ------------------------------------------------------------------ resized before the containers ran
+
+
+def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is_reported_unsupported():
+    fake = cluster(pod(stamped=True, running=False))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize"], "the apiserver accepts a resize before the containers run"
+    run(rec.reconcile(KEY))
+    assert fake.events == [], "containers not running yet: waiting"
+    fake.start_containers(KEY, report_resources=False)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))
+    run(reconciler(fake).reconcile(KEY))
+    assert events(fake) == [("Warning", "ResizeUnsupported")]
+    assert recorded_state(fake).state == Stage.UNSUPPORTED
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+
+
+def test_a_pod_resized_before_its_containers_ran_on_a_capable_node_ends_resized():
+    fake = cluster(pod(stamped=True, running=False))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.start_containers(KEY)
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["Resized"]
+
+
+# ------------------------------------------------------------------ the manager's predicate and the gauge
 
 
 def test_the_needs_work_predicate_follows_node_type_and_applied_marker():
-    fake = cluster(pod(stamped=True))
+    fake = cluster(pod(stamped=True), auto_actuate=True)
     rec = reconciler(fake)
     node = run(fake.node("node-1"))
     cached = fake.pod(KEY)
@@ -240,6 +621,8 @@ def test_the_needs_work_predicate_follows_node_type_and_applied_marker():
     untyped = copy.deepcopy(node)
     untyped["metadata"]["labels"] = {}
     assert not rec.needs_work(cached, untyped)
+    run(rec.reconcile(KEY))
+    assert rec.needs_work(fake.pod(KEY), node), "in flight: the kubelet's status updates are followed"
     run(rec.reconcile(KEY))
     assert not rec.needs_work(fake.pod(KEY), node)
 
@@ -250,16 +633,20 @@ def test_the_needs_work_predicate_follows_node_type_and_applied_marker():
 def test_forged_unsigned_originals_on_an_unchanged_pod_are_replaced_from_the_spec_and_reported():
     forged = pod(cpu="500m", annotations={"workload-resizer.io/original-cpu.app": "16",
                                           "workload-resizer.io/original-cpu-limit.app": "16"})
-    fake = cluster(forged)
-    run(reconciler(fake).reconcile(KEY))
+    fake = cluster(forged, auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))     # the watch delivers the kubelet's status
     assert spec_cpu(fake) == ("400m", "400m"), "500m x 0.8, never 16 x 0.8"
     assert reasons(fake) == ["OriginalsReplaced", "Resized"]
 
 
 def test_forged_originals_on_a_resized_pod_are_refused_with_a_warning_and_no_write():
-    fake = cluster(pod(cpu="1"))
+    fake = cluster(pod(cpu="1"), auto_actuate=True)
     rec = reconciler(fake)
-    run(rec.reconcile(KEY))                        # resized to 800m, originals signed for this pod
+    run(rec.reconcile(KEY))                        # resized to 800m
+    run(rec.reconcile(KEY))                        # actuated: applied, originals signed for this pod
+    assert annotations(fake)[APPLIED_INSTANCE_TYPE] == "n4"
     stored = fake.pod_now(KEY)
     stored["metadata"]["annotations"].update({"workload-resizer.io/original-cpu.app": "16",
                                               APPLIED_INSTANCE_TYPE: None})
@@ -281,3 +668,21 @@ def test_step_three_does_not_fit_the_annotation_limit_so_nothing_is_resized():
     fake = cluster(big)
     run(reconciler(fake).reconcile(KEY))
     assert fake.ops() == [] and reasons(fake) == ["ResizeFailed"]
+
+
+def gauge(state: str) -> float:
+    return metrics.RESIZES_WAITING.labels(state)._value.get()
+
+
+def test_the_waiting_gauge_follows_the_pod_through_its_states():
+    base = {s: gauge(s) for s in ("requested", "deferred")}
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    assert gauge("requested") == base["requested"] + 1
+    fake.defer(KEY)
+    run(rec.reconcile(KEY))
+    assert (gauge("requested"), gauge("deferred")) == (base["requested"], base["deferred"] + 1)
+    fake.actuate(KEY)
+    run(rec.reconcile(KEY))
+    assert (gauge("requested"), gauge("deferred")) == (base["requested"], base["deferred"])

@@ -336,13 +336,29 @@ def test_a_minimal_pod_without_optional_sections_can_be_slimmed():
     assert slim["spec"]["containers"] == [] and slim["status"]["containerStatuses"] == []
 
 
-def test_slim_node_keeps_name_resource_version_and_labels_only():
+def test_slim_node_keeps_name_resource_version_labels_and_allocatable_cpu_memory_only():
     node = {"metadata": {"name": "n1", "resourceVersion": "9", "uid": "x",
                          "labels": {"cloud.google.com/machine-family": "n4"},
                          "annotations": {"big": "x" * 1000}, "managedFields": [{}]},
-            "spec": {"podCIDR": "10.0.0.0/24"}, "status": {"images": [{"names": ["a"]}] * 50}}
+            "spec": {"podCIDR": "10.0.0.0/24"},
+            "status": {"images": [{"names": ["a"]}] * 50,
+                       "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "1Ti"}}}
     assert slim_node(node) == {"metadata": {"name": "n1", "resourceVersion": "9",
-                                            "labels": {"cloud.google.com/machine-family": "n4"}}}
+                                            "labels": {"cloud.google.com/machine-family": "n4"}},
+                               "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}}
+
+
+def test_slim_pod_keeps_the_observed_generation_and_what_a_resize_condition_says():
+    pod = slim_pod({"metadata": {"name": "p", "namespace": "ns", "generation": 3},
+                    "status": {"observedGeneration": 2, "conditions": [
+                        {"type": "Ready", "status": "True"},
+                        {"type": "PodResizePending", "status": "True", "reason": "Deferred", "message": "full",
+                         "observedGeneration": 3, "lastProbeTime": None,
+                         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    assert pod["metadata"]["generation"] == 3 and pod["status"]["observedGeneration"] == 2
+    assert pod["status"]["conditions"] == [
+        {"type": "PodResizePending", "reason": "Deferred", "message": "full", "observedGeneration": 3,
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]
 
 
 # ------------------------------------------------------------------ status_fingerprint

@@ -8,7 +8,18 @@ from typing import Any
 import pytest
 import yaml
 
-from resizer.config import Bounds, ConfigError, NodeProfile, ResizerConfig, load_config, resolve_policy
+from resizer.config import (
+    Bounds,
+    CompiledConfig,
+    ConfigError,
+    NodeProfile,
+    PartialConfig,
+    ResizerConfig,
+    _valid_parts,
+    compile_config,
+    load_config,
+    resolve_policy,
+)
 
 from .test_resizer_support import SAMPLE_CONFIG, GiB, MiB, make_pod, sample_config
 
@@ -36,9 +47,9 @@ def override(name: str = "batch", **fields: Any) -> dict[str, Any]:
 
 def test_sample_config_loads_with_exact_perf_values() -> None:
     config = sample_config()
-    assert config.baselineNodeType == "n2d"
-    assert config.nodeTypes["n4"].cpuPerf == Fraction(5, 4)
-    assert config.nodeTypes["c3"].cpuPerf == Fraction(13, 10)
+    assert config.baseline_node_type == "n2d"
+    assert config.node_types["n4"].cpuPerf == Fraction(5, 4)
+    assert config.node_types["c3"].cpuPerf == Fraction(13, 10)
     policy = resolve_policy(config, make_pod())
     assert policy.rule == "global"
     assert policy.baseline_node_type == "n2d"
@@ -49,7 +60,7 @@ def test_sample_config_loads_with_exact_perf_values() -> None:
 
 def test_perf_values_may_be_ints_or_numeric_strings() -> None:
     text = config_with(lambda d: d["nodeTypes"].update(n4={"cpuPerf": "1.25", "memPerf": 2}))
-    assert load_config(text).nodeTypes["n4"].cpuPerf == Fraction(5, 4)
+    assert load_config(text).node_types["n4"].cpuPerf == Fraction(5, 4)
 
 
 def test_bounds_may_be_yaml_numbers() -> None:
@@ -76,7 +87,7 @@ computeClasses:
 """
     )
     config = load_config(text)
-    assert [o.name for o in config.overrides] == ["batch"]
+    assert [o.name for o in config.document.overrides] == ["batch"]
 
 
 # --- validation errors ---------------------------------------------------------------
@@ -353,6 +364,25 @@ def test_block_fields_left_out_fall_back_to_global() -> None:
     )
 
 
+def test_memory_limit_decrease_defaults_to_never() -> None:
+    assert resolve_policy(sample_config(), make_pod()).memory_limit_decrease == "Never"
+
+
+def test_memory_limit_decrease_is_global_and_per_block() -> None:
+    config = load_config(
+        SAMPLE_CONFIG + "memoryLimitDecrease: Allow\ncomputeClasses: { careful: { memoryLimitDecrease: Never } }\n"
+    )
+    assert resolve_policy(config, make_pod()).memory_limit_decrease == "Allow"
+    careful = make_pod(node_selector={"cloud.google.com/compute-class": "careful"})
+    assert resolve_policy(config, careful).memory_limit_decrease == "Never"
+
+
+def test_memory_limit_decrease_accepts_only_its_values() -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config(SAMPLE_CONFIG + "memoryLimitDecrease: sometimes\n")
+    assert error.value.errors == [("memoryLimitDecrease", "Input should be 'Never' or 'Allow'")]
+
+
 def test_block_baseline_replaces_the_global_one() -> None:
     assert spot_policy().baseline_node_type == "c3"
 
@@ -362,9 +392,24 @@ def test_policies_are_precomputed_and_shared_between_pods() -> None:
     assert resolve_policy(config, make_pod()) is resolve_policy(config, make_pod(labels={"x": "y"}))
 
 
-def test_config_validated_without_load_config_still_resolves_and_checks() -> None:
-    config = ResizerConfig.model_validate(BASE)
+def test_a_document_validated_on_its_own_is_compiled_with_the_cross_field_checks() -> None:
+    config = compile_config(ResizerConfig.model_validate(BASE))
+    assert isinstance(config, CompiledConfig)
     assert resolve_policy(config, make_pod()).rule == "global"
     broken = ResizerConfig.model_validate({**BASE, "baselineNodeType": "t2a"})
-    with pytest.raises(ConfigError):
-        resolve_policy(broken, make_pod())
+    with pytest.raises(ConfigError) as error:
+        compile_config(broken)
+    assert error.value.errors == [("baselineNodeType", "'t2a' is not one of the node types (c3, n2d, n4)")]
+
+
+def test_the_partial_config_keeps_the_valid_parts_of_a_broken_document() -> None:
+    document = {**BASE, "nodeTypes": {"n2d": {"cpuPerf": -1, "memPerf": 1}}, "overrides": [override(), "junk"]}
+    partial = _valid_parts(document)
+    assert isinstance(partial, PartialConfig)
+    assert partial.nodeTypes is None and partial.bounds is not None and partial.baselineNodeType == "n2d"
+    assert [o.name if o is not None else None for o in partial.overrides] == ["batch", None]
+
+
+def test_a_valid_document_has_no_missing_part() -> None:
+    partial = PartialConfig.of(ResizerConfig.model_validate(BASE))
+    assert None not in (partial.baselineNodeType, partial.nodeTypes, partial.bounds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from resizer.config import Bounds, NodeProfile, Policy
 from resizer.originals import originals_from_spec_annotations
-from resizer.plan import desired_quantity, plan_resize
+from resizer.plan import MAX_UNITS, desired_limit, desired_quantity, plan_resize
 from resizer.qos import pod_qos_class
 from resizer.quantity import format_cpu, format_memory, round_half_away
 
@@ -32,12 +33,15 @@ def bounds(draw: st.DrawFn, amounts: st.SearchStrategy[int]) -> Bounds:
 def policies(draw: st.DrawFn) -> Policy:
     cpu_bounds = draw(bounds(st.integers(0, 64_000)))
     memory_bounds = draw(bounds(st.integers(0, 2**37)))
-    return policy(
-        {"base": (draw(perfs), draw(perfs)), "node": (draw(perfs), draw(perfs))},
+    base = (draw(perfs), draw(perfs))
+    node = draw(st.one_of(st.just(base), st.tuples(perfs, perfs)))  # the baseline family too
+    chosen = policy(
+        {"base": base, "node": node},
         baseline="base",
         cpu_bounds=(cpu_bounds.min, cpu_bounds.max),
         memory_bounds=(memory_bounds.min, memory_bounds.max),
     )
+    return replace(chosen, memory_limit_decrease=draw(st.sampled_from(["Never", "Allow"])))
 
 
 @st.composite
@@ -80,25 +84,80 @@ def desired_values(plan: Any) -> list[tuple[str, str, int, int | None]]:
     return [(c.container, c.resource, c.desired_request, c.desired_limit) for c in plan.changes]
 
 
+def ratio_of(chosen: Policy, resource: str) -> Fraction:
+    base, node = chosen.node_types["base"], chosen.node_types["node"]
+    return base.cpu_perf / node.cpu_perf if resource == "cpu" else base.mem_perf / node.mem_perf
+
+
+def on_the_ratio_side(original: int, desired: int, ratio: Fraction) -> bool:
+    """A shrink never ends above the original, a growth never below it, ratio 1 stays."""
+    if ratio < 1:
+        return desired <= original
+    if ratio > 1:
+        return desired >= original
+    return desired == original
+
+
 @settings(deadline=None)
-@given(st.integers(min_value=0, max_value=10**12), ratios, bounds(st.integers(0, 10**12)))
-def test_desired_quantity_is_always_within_bounds(original: int, ratio: Fraction, limits: Bounds) -> None:
+@given(st.integers(min_value=1, max_value=10**12), ratios, bounds(st.integers(0, 10**12)))
+def test_bounds_stop_the_ratio_and_never_push_past_the_original(
+    original: int, ratio: Fraction, limits: Bounds
+) -> None:
     desired, clamped = desired_quantity(original, ratio, limits)
-    assert limits.min <= desired <= limits.max
+    scaled = round_half_away(original * ratio)
+    assert desired >= 1
+    assert on_the_ratio_side(original, desired, ratio)
+    if ratio < 1:
+        assert scaled <= desired  # the floor only stops the shrink
+    elif ratio > 1:
+        assert desired <= scaled  # the ceiling only stops the growth
+    if limits.min <= original <= limits.max:
+        assert limits.min <= desired <= limits.max or desired == scaled
     if clamped is None:
-        assert desired == round_half_away(original * ratio)
+        assert desired == (original if ratio == 1 else scaled)
+    else:
+        assert desired != scaled
+
+
+@settings(deadline=None)
+@given(
+    st.integers(min_value=1, max_value=10**12),
+    st.integers(min_value=0, max_value=10**12),
+    st.integers(min_value=1, max_value=10**12),
+)
+def test_a_limit_keeps_its_relation_to_the_request(request: int, headroom: int, desired_request: int) -> None:
+    limit = request + headroom
+    desired = desired_limit(request, limit, desired_request, MAX_UNITS["cpu"])
+    if headroom == 0:
+        assert desired == desired_request
+    else:
+        assert desired > desired_request
+    assert on_the_ratio_side(limit, desired, Fraction(desired_request, request))
 
 
 @settings(deadline=None)
 @given(pods(), policies())
-def test_desired_requests_are_within_bounds_and_limits_never_below_requests(
+def test_a_plan_never_changes_the_qos_class_and_never_crosses_an_original_against_the_ratio(
     pod: dict[str, Any], chosen: Policy
 ) -> None:
     plan = plan_resize(pod, chosen, "node")
+    assert plan.outcome != "QoSChange"
+    assert pod_qos_class(apply_resize_patch(pod, plan.patch)["spec"]) == pod_qos_class(pod["spec"])
     for change in plan.changes:
-        bound = chosen.cpu_bounds if change.resource == "cpu" else chosen.memory_bounds
-        assert bound.min <= change.desired_request <= bound.max
-        assert change.desired_limit is None or change.desired_limit >= change.desired_request
+        ratio = ratio_of(chosen, change.resource)
+        assert on_the_ratio_side(change.original_request, change.desired_request, ratio)
+        if change.original_limit is not None:
+            assert change.desired_limit is not None
+            assert on_the_ratio_side(change.original_limit, change.desired_limit, ratio)
+            if change.resource == "memory" and chosen.memory_limit_decrease == "Never":
+                assert change.desired_limit >= change.original_limit
+
+
+@settings(deadline=None)
+@given(pods(), policies())
+def test_the_baseline_family_changes_nothing(pod: dict[str, Any], chosen: Policy) -> None:
+    baseline = replace(chosen, node_types={**chosen.node_types, "node": chosen.node_types["base"]})
+    assert plan_resize(pod, baseline, "node").patch == {}
 
 
 @settings(deadline=None)

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from fractions import Fraction
 
 import pytest
@@ -104,12 +103,11 @@ def test_parse_quantity_rounds_sub_nano_values_up_to_one_nano_like_kubernetes() 
     assert parse_quantity("-1e-30") == Fraction(-1, 10**9)
 
 
+@pytest.mark.timeout(60)    # building 10**2000000000 would not finish: a hang becomes a failure
 def test_parse_quantity_handles_huge_exponents_without_building_huge_numbers() -> None:
-    started = time.monotonic()
     assert parse_quantity("1e-2000000000") == Fraction(1, 10**9)
     with pytest.raises(QuantityError):
         parse_quantity("1e2000000000")
-    assert time.monotonic() - started < 1
 
 
 def test_coerce_quantity_accepts_yaml_ints_and_floats() -> None:

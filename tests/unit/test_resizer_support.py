@@ -8,14 +8,14 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from resizer import SAMPLE_CONFIG, Bounds, NodeProfile, Policy, ResizerConfig, load_config
+from resizer import SAMPLE_CONFIG, Bounds, NodeProfile, Policy, CompiledConfig, load_config
 
 
 GiB = 1024**3
 MiB = 1024**2
 
 
-def sample_config() -> ResizerConfig:
+def sample_config() -> CompiledConfig:
     return load_config(SAMPLE_CONFIG)
 
 

@@ -466,3 +466,25 @@ def test_annotations_over_the_apiserver_limit_are_answered_without_building_a_pa
     ann = {f"{ORIG}cpu.f{i}": "16" for i in range(resizer.TOTAL_ANNOTATION_SIZE_LIMIT // 30)}
     status, resp, record = call(review(pod(annotations=ann)))
     assert status == 200 and patch_of(resp) is None and record["reason"] == "AnnotationsTooLarge"
+
+
+def test_pods_in_a_namespace_the_scope_excludes_are_allowed_untouched():
+    from resizer.scope import namespace_scope
+
+    scope = namespace_scope("wr-system", ["shop"])
+    status, body, record = handle_review(orjson.dumps(review(pod())), scope=scope)
+    response = orjson.loads(body)["response"]
+    assert status == 200 and response["allowed"] is True and "patch" not in response
+    assert (record["decision"], record["reason"], record["namespace"]) == ("skipped", "NamespaceExcluded", "shop")
+    status, body, record = handle_review(orjson.dumps(review(pod())), scope=namespace_scope("wr-system", ["other"]))
+    assert record["decision"] == "patched"
+
+
+def test_forged_controller_keys_are_stripped_even_in_an_excluded_namespace():
+    from resizer.scope import namespace_scope
+
+    p = pod(annotations={ORIG + "cpu.app": "16", resizer.RESIZE_STATE: "forged"})
+    _, body, record = handle_review(orjson.dumps(review(p)), scope=namespace_scope("wr-system", ["shop"]))
+    stored = admitted(p, orjson.loads(body))["metadata"]["annotations"]
+    assert record["reason"] == "NamespaceExcluded"
+    assert ORIG + "cpu.app" not in stored and resizer.RESIZE_STATE not in stored

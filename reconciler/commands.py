@@ -1,0 +1,119 @@
+"""The admin's commands: `workload-resizer plan` and `workload-resizer restore`.
+
+Also reachable as `python -m reconciler plan|restore` and, installed on $PATH, as the
+kubectl plugin `kubectl workload-resizer plan|restore` (console script
+`kubectl-workload_resizer`).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ops.flags import duration
+from resizer.scope import ScopeError, namespace_scope
+
+COMMANDS = ("plan", "restore")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def _namespace_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
+    api = p.add_argument_group("Kubernetes API")
+    api.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
+                     help="path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    api.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    api.add_argument("--kube-api-qps", type=_positive_float, default=qps, help="client-side requests per second")
+    api.add_argument("--kube-api-burst", type=_positive_int, default=int(qps * 2), help="client-side burst")
+    api.add_argument("--page-size", type=_positive_int, default=500, help="items per LIST page")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="workload-resizer",
+        description="Admin commands of workload-resizer: preview what it would do (plan) and undo "
+                    "everything it did (restore).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{plan,restore}")
+
+    plan = sub.add_parser(
+        "plan", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="print, per workload and node type, the pods the product would resize and the requests "
+             "freed or added (read-only)",
+        description="Read the cluster (one paged LIST of pods and nodes) and print what the reconciler "
+                    "would do with the product's ConfigMap or a candidate --config-file: per workload and "
+                    "node type the pods affected, current -> desired requests, and the CPU and memory "
+                    "requests freed (-) or added (+), per workload and in total. Writes nothing.")
+    _cluster_flags(plan, 50.0)
+    sizing = plan.add_argument_group("what to plan with (the reconciler's flags)")
+    sizing.add_argument("--config-file", default=None,
+                        help="a candidate config.yaml to plan with instead of the ConfigMap")
+    sizing.add_argument("--config-namespace", default="workload-resizer-system")
+    sizing.add_argument("--config-name", default="workload-resizer-config")
+    sizing.add_argument("--node-type-label", default="cloud.google.com/machine-family")
+    sizing.add_argument("--namespace", default="workload-resizer-system",
+                        help="the product's own namespace (always out of scope)")
+    sizing.add_argument("--exclude-namespaces", type=_namespace_list, default=[], metavar="NS[,NS...]")
+    sizing.add_argument("--namespace-selector", default="", metavar="SELECTOR")
+    sizing.add_argument("--resize-restart-containers", action="store_true")
+    sizing.add_argument("--no-realign", dest="realign", action="store_false",
+                        help="plan as a reconciler with --realign=false: pods already sized for their node "
+                             "type are left alone")
+    output = plan.add_argument_group("output")
+    output.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    output.add_argument("--show-aligned", action="store_true", help="also list workloads nothing changes for")
+
+    restore = sub.add_parser(
+        "restore", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="resize every managed pod back to its originals and remove the workload-resizer.io annotations",
+        description="Undo the product on a cluster (before or after uninstalling it): every pod carrying "
+                    "workload-resizer.io annotations is resized back to its original requests and limits "
+                    "(pods/resize), then its workload-resizer.io annotations are removed. Rate-limited, "
+                    "idempotent, and safe to interrupt and run again. Stop the reconciler first (helm "
+                    "uninstall, or scale it to 0), or it resizes the pods again.")
+    _cluster_flags(restore, 20.0)
+    restore.add_argument("--max-resizes-per-second", type=_positive_float, default=10.0,
+                         help="pods restored per second at most")
+    restore.add_argument("--dry-run", action="store_true", help="print what would be restored, change nothing")
+    restore.add_argument("--shutdown-timeout", type=duration, default=10.0,
+                         help="on SIGTERM/SIGINT, finish the pod in progress for at most this long")
+    return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "plan":
+        try:
+            args.scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
+        except ScopeError as error:
+            parser.error(str(error))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    if args.command == "plan":
+        from reconciler.plan_command import run_plan
+        return run_plan(args)
+    from reconciler.restore_command import run_restore
+    return run_restore(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The namespace scope on the reconciler's side: names from the flags, labels from a
+namespace informer (started only when the scope has a label selector)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from reconciler.informer import Informer
+from reconciler.kube import KubeClient
+from resizer.scope import NamespaceScope
+
+Obj = dict[str, Any]
+
+
+def slim_namespace(namespace: Obj) -> Obj:
+    meta = namespace.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}}}
+
+
+class ScopedNamespaces:
+    """Answers "may this pod be touched?" with :class:`resizer.scope.NamespaceScope`.
+
+    ``on_labels_changed(namespace)`` is called when a namespace's labels change (or it
+    appears), so pods that enter the scope are looked at again.
+    """
+
+    def __init__(self, client: KubeClient, scope: NamespaceScope,
+                 on_labels_changed: Callable[[str], None], idle_timeout: float = 90.0) -> None:
+        self.scope = scope
+        self._on_labels_changed = on_labels_changed
+        self.informer = Informer(client, "namespaces", "/api/v1/namespaces", slim_namespace, self._on_event,
+                                 idle_timeout=idle_timeout) if scope.needs_labels else None
+
+    def includes(self, pod: Obj) -> bool:
+        namespace = pod["metadata"].get("namespace") or ""
+        if namespace in self.scope.excluded:
+            return False
+        if self.informer is None:
+            return True
+        cached = self.informer.store.get(namespace)
+        return cached is not None and self.scope.includes(namespace, cached["metadata"]["labels"])
+
+    def _on_event(self, kind: str, namespace: Obj, old: Obj | None) -> None:
+        if kind == "DELETED":
+            return
+        if old is None or old["metadata"]["labels"] != namespace["metadata"]["labels"]:
+            self._on_labels_changed(namespace["metadata"]["name"])

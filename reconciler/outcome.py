@@ -1,0 +1,185 @@
+"""Where a pod's in-place resize stands, read from the pod alone (pure, no I/O).
+
+The kubelet reports a resize through (KEP-1287):
+
+- ``status.observedGeneration``: the ``metadata.generation`` of the spec it has seen;
+- ``PodResizePending`` (reason ``Deferred``: fits the node but not now, retried by the
+  kubelet; ``Infeasible``: never, not re-evaluated until the spec changes), whose
+  ``observedGeneration`` is the generation it was last attempted for;
+- ``PodResizeInProgress`` (allocated != actuated; reason ``Error`` with the runtime's
+  message when actuation failed; the kubelet retries on each pod sync);
+- ``status.containerStatuses[].resources``: what the running containers actually have.
+
+A resize is *actuated* when the kubelet has observed the spec's generation, no resize
+condition is present, and every running container's status resources equal its spec
+resources by value.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from fractions import Fraction
+from typing import Any
+
+from resizer import QuantityError, parse_quantity
+
+Obj = dict[str, Any]
+
+PENDING = "PodResizePending"
+IN_PROGRESS = "PodResizeInProgress"
+DEFERRED = "Deferred"
+INFEASIBLE = "Infeasible"
+ERROR = "Error"
+_RESOURCES = ("cpu", "memory")
+_KINDS = ("requests", "limits")
+
+
+class Stage(StrEnum):
+    """What the kubelet says about the pod's current spec."""
+    REQUESTED = "requested"         # not observed yet, being actuated, or containers not running yet
+    DEFERRED = "deferred"
+    INFEASIBLE = "infeasible"
+    ERROR = "error"
+    UNSUPPORTED = "unsupported"     # containers run but report no resources: the node cannot resize
+    ACTUATED = "actuated"
+
+
+@dataclass(frozen=True)
+class Observation:
+    stage: Stage
+    message: str = ""
+    since: str | None = None        # the condition's lastTransitionTime, when there is one
+
+
+def observe(pod: Obj) -> Observation:
+    status = pod.get("status") or {}
+    generation = pod["metadata"].get("generation")
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    pending = conditions.get(PENDING)
+    if pending is not None and _current(pending, generation):
+        if pending.get("reason") == INFEASIBLE:
+            return _from_condition(Stage.INFEASIBLE, pending)
+        if pending.get("reason") == DEFERRED:
+            return _from_condition(Stage.DEFERRED, pending)
+    progress = conditions.get(IN_PROGRESS)
+    if progress is not None and progress.get("reason") == ERROR:
+        return _from_condition(Stage.ERROR, progress)
+    containers = pod["spec"].get("containers") or []
+    statuses = {s.get("name"): s for s in status.get("containerStatuses") or []}
+    if any(c["name"] not in statuses for c in containers):
+        return Observation(Stage.REQUESTED)         # the kubelet sizes containers when they start
+    reported = [statuses[c["name"]] for c in containers]
+    if all(s.get("running") for s in reported) and all(s.get("resources") is None for s in reported):
+        return Observation(Stage.UNSUPPORTED)
+    if any(s.get("resources") is None for s in reported):
+        return Observation(Stage.REQUESTED)         # not started yet (a non-running container reports
+                                                    # its allocated resources once it has any)
+    observed = status.get("observedGeneration")
+    if observed is not None and generation is not None and observed < generation:
+        return Observation(Stage.REQUESTED)
+    if pending is not None or progress is not None:
+        return Observation(Stage.REQUESTED)
+    if all(same_resources(c.get("resources"), statuses[c["name"]].get("resources")) for c in containers):
+        return Observation(Stage.ACTUATED)
+    return Observation(Stage.REQUESTED)
+
+
+def _current(condition: Obj, generation: int | None) -> bool:
+    """A pending condition speaks about the current spec unless it names an older generation."""
+    observed = condition.get("observedGeneration")
+    return observed is None or generation is None or observed >= generation
+
+
+def _from_condition(stage: Stage, condition: Obj) -> Observation:
+    return Observation(stage, condition.get("message") or "", condition.get("lastTransitionTime"))
+
+
+def same_resources(spec: Obj | None, actual: Obj | None) -> bool:
+    """cpu and memory requests and limits equal by value (1 == 1000m); absent == absent."""
+    return _values(spec) == _values(actual)
+
+
+def _values(resources: Obj | None) -> dict[tuple[str, str], Fraction]:
+    values = {}
+    for kind in _KINDS:
+        for name, text in ((resources or {}).get(kind) or {}).items():
+            if name in _RESOURCES:
+                try:
+                    values[(kind, name)] = parse_quantity(str(text))
+                except QuantityError:
+                    values[(kind, name)] = Fraction(-1)     # unreadable: never equal to a real value
+    return values
+
+
+def revert_patch(pod: Obj) -> Obj:
+    """The pods/resize patch that sets each container's spec back to what it actually has.
+
+    Only cpu/memory values that differ are sent; a value the container does not
+    report is left as it is.
+    """
+    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
+    containers = []
+    for container in pod["spec"].get("containers") or []:
+        actual = (statuses.get(container["name"]) or {}).get("resources") or {}
+        spec = container.get("resources") or {}
+        resources: dict[str, dict[str, str]] = {}
+        for kind in _KINDS:
+            for name in _RESOURCES:
+                have = (actual.get(kind) or {}).get(name)
+                want = (spec.get(kind) or {}).get(name)
+                if have is not None and (want is None or not same_resources({kind: {name: want}}, {kind: {name: have}})):
+                    resources.setdefault(kind, {})[name] = have
+        if resources:
+            containers.append({"name": container["name"], "resources": resources})
+    return {"spec": {"containers": containers}} if containers else {}
+
+
+# ---------------------------------------------------------------- the state annotation
+
+@dataclass(frozen=True)
+class ResizeState:
+    """What the reconciler recorded about a resize that did not (yet) end actuated.
+
+    Kept in the pod annotation RESIZE_STATE so that a restarted reconciler neither
+    reports the same state twice nor retries a size the node cannot take.
+    """
+    state: Stage                    # deferred | infeasible | error | unsupported
+    node_type: str
+    generation: int | None          # the metadata.generation the state was reported for
+    size: str = ""                  # fingerprint of the planned size (infeasible, error)
+    allocatable: str = ""           # the node's allocatable cpu/memory when it was recorded
+    requested_at: str = ""          # RFC 3339, when the resize was requested (if known)
+    warned: bool = False            # deferred: the too-long Warning was reported
+    reverted: bool = False          # infeasible/error: the spec was set back to the actual size
+
+    def encode(self) -> str:
+        record = {"state": str(self.state), "nodeType": self.node_type, "generation": self.generation}
+        for key, value in (("size", self.size), ("allocatable", self.allocatable),
+                           ("requestedAt", self.requested_at), ("warned", self.warned),
+                           ("reverted", self.reverted)):
+            if value:
+                record[key] = value
+        return json.dumps(record, separators=(",", ":"), sort_keys=True)
+
+    @staticmethod
+    def decode(text: str | None) -> ResizeState | None:
+        """None for an absent or unreadable annotation (a forged one is ignored, never trusted)."""
+        if not text:
+            return None
+        try:
+            record = json.loads(text)
+            state = Stage(record["state"])
+            generation = record.get("generation")
+            if not isinstance(record["nodeType"], str) or not (generation is None or isinstance(generation, int)):
+                return None
+            return ResizeState(state, record["nodeType"], generation, str(record.get("size", "")),
+                               str(record.get("allocatable", "")), str(record.get("requestedAt", "")),
+                               bool(record.get("warned")), bool(record.get("reverted")))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def allocatable_fingerprint(node: Obj | None) -> str:
+    allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
+    return ",".join(f"{k}={allocatable[k]}" for k in _RESOURCES if k in allocatable)

@@ -1,0 +1,205 @@
+"""`plan`: what the product would do to the cluster, read-only.
+
+One paged LIST of bound pods and one of nodes (plus namespaces when the scope has a
+label selector) with the admin's kubeconfig; the config from the product's ConfigMap or
+a candidate file; then the reconciler's own pure decisions (:mod:`resizer.forecast`).
+Nothing is written.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from reconciler.kube import ApiError, KubeClient, load_credentials
+from reconciler.slim import slim_pod
+from resizer.config import CompiledConfig, ConfigError, load_config
+from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
+from resizer.quantity import format_cpu, format_memory
+from resizer.scope import NamespaceScope
+
+CONFIG_KEY = "config.yaml"
+
+
+class CommandError(Exception):
+    """A problem the admin must fix (bad config, unreachable cluster, missing ConfigMap)."""
+
+
+async def list_all(client: KubeClient, path: str, page_size: int,
+                   slim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                   **params: Any) -> list[dict[str, Any]]:
+    """Every item of a collection, in pages of ``page_size`` (continue tokens), each item
+    reduced by ``slim`` as its page arrives (memory stays proportional to what is read)."""
+    items: list[dict[str, Any]] = []
+    query: dict[str, Any] = {"limit": page_size, **params}
+    while True:
+        page = await client.get(path, **query)
+        items.extend(map(slim, page.get("items") or []) if slim else page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+        query["continue"] = token
+
+
+async def read_config(client: KubeClient, args: argparse.Namespace) -> tuple[CompiledConfig, str]:
+    if args.config_file:
+        source = args.config_file
+        try:
+            text = await asyncio.to_thread(Path(args.config_file).read_text)
+        except OSError as err:
+            raise CommandError(f"cannot read {source}: {err}") from None
+    else:
+        source = f"ConfigMap {args.config_namespace}/{args.config_name}"
+        try:
+            configmap = await client.get(f"/api/v1/namespaces/{args.config_namespace}/configmaps/{args.config_name}")
+        except ApiError as err:
+            raise CommandError(f"cannot read {source}: {err} (pass --config-file to plan a candidate config)") from None
+        data = (configmap.get("data") or {}).get(CONFIG_KEY)
+        if not isinstance(data, str):
+            raise CommandError(f"{source} has no key {CONFIG_KEY}")
+        text = data
+    try:
+        return load_config(text), source
+    except ConfigError as err:
+        raise CommandError(f"invalid config in {source}:\n{err}") from None
+
+
+async def gather_forecast(client: KubeClient, args: argparse.Namespace, scope: NamespaceScope,
+                          skip_applied: bool) -> tuple[FleetForecast, dict[str, Any]]:
+    started = time.monotonic()
+    config, source = await read_config(client, args)
+    pods, nodes = await asyncio.gather(
+        list_all(client, "/api/v1/pods", args.page_size, slim_pod, fieldSelector="spec.nodeName!="),
+        list_all(client, "/api/v1/nodes", args.page_size))
+    namespace_labels = None
+    if scope.needs_labels:
+        namespaces = await list_all(client, "/api/v1/namespaces", args.page_size)
+        namespace_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
+    listed = time.monotonic()
+    node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(args.node_type_label)
+                  for n in nodes}
+    forecast = forecast_fleet(pods, node_types, config, scope, namespace_labels,
+                              args.resize_restart_containers, skip_applied=skip_applied)
+    done = time.monotonic()
+    info = {"config": source, "pods": len(pods), "nodes": len(nodes),
+            "listSeconds": round(listed - started, 3), "planSeconds": round(done - listed, 3)}
+    return forecast, info
+
+
+def run_plan(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    async def go() -> tuple[FleetForecast, dict[str, Any]]:
+        client = KubeClient(load_credentials(args.kubeconfig, args.context), qps=args.kube_api_qps,
+                            burst=args.kube_api_burst, max_connections=4, timeout=120.0)
+        try:
+            return await gather_forecast(client, args, args.scope, skip_applied=not args.realign)
+        finally:
+            await client.close()
+
+    try:
+        forecast, info = asyncio.run(go())
+    except CommandError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (ApiError, OSError) as err:
+        print(f"error: cannot read the cluster: {err}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        json.dump(forecast_json(forecast, info), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(forecast_table(forecast, info, show_aligned=args.show_aligned))
+    return 0
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _cpu(millicores: int) -> str:
+    return format_cpu(millicores)
+
+
+def _memory(nbytes: int) -> str:
+    return format_memory(nbytes)
+
+
+def _signed(amount: int, fmt: Any) -> str:
+    return "0" if amount == 0 else ("+" if amount > 0 else "") + fmt(amount)
+
+
+def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: bool = False) -> str:
+    rows: list[tuple[str, ...]] = [("NAMESPACE", "WORKLOAD", "NODE TYPE", "PODS", "CPU REQUESTS", "MEMORY REQUESTS", "CPU", "MEMORY")]
+    for group in forecast.workloads:
+        if not show_aligned and group.resized == 0:
+            continue
+        rows.append(_row(group))
+    lines = _align(rows) if len(rows) > 1 else ["No pod would be resized."]
+    cpu_delta = forecast.total("desired_cpu") - forecast.total("current_cpu")
+    memory_delta = forecast.total("desired_memory") - forecast.total("current_memory")
+    lines += [
+        "",
+        f"Total: {forecast.resized} of {forecast.pods} pods in scope resized; CPU requests "
+        f"{_cpu(forecast.total('current_cpu'))} -> {_cpu(forecast.total('desired_cpu'))} ({_signed(cpu_delta, _cpu)}), "
+        f"memory requests {_memory(forecast.total('current_memory'))} -> "
+        f"{_memory(forecast.total('desired_memory'))} ({_signed(memory_delta, _memory)}).",
+    ]
+    if forecast.not_resized:
+        lines.append("Not resized (the reconciler reports these with a Warning Event):")
+        for pod in forecast.not_resized:
+            lines.append(f"  {pod.namespace}/{pod.name} on {pod.node} ({pod.node_type}): {pod.outcome}: {pod.detail}")
+    if forecast.skipped:
+        lines.append("Left alone: " + ", ".join(f"{count} {reason}" for reason, count in forecast.skipped.items()))
+    lines.append(f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in "
+                 f"{info['listSeconds']}s, planned in {info['planSeconds']}s.")
+    return "\n".join(lines) + "\n"
+
+
+def _row(group: WorkloadForecast) -> tuple[str, ...]:
+    cpu_now, cpu_then = group.total("current_cpu"), group.total("desired_cpu")
+    memory_now, memory_then = group.total("current_memory"), group.total("desired_memory")
+    pods = f"{group.resized}/{len(group.pods)}" if group.resized != len(group.pods) else str(len(group.pods))
+    return (group.namespace, group.workload, group.node_type, pods,
+            f"{_cpu(cpu_now)} -> {_cpu(cpu_then)}", f"{_memory(memory_now)} -> {_memory(memory_then)}",
+            _signed(cpu_then - cpu_now, _cpu), _signed(memory_then - memory_now, _memory))
+
+
+def _align(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def forecast_json(forecast: FleetForecast, info: dict[str, Any]) -> dict[str, Any]:
+    """Amounts in millicores and bytes (integers), plus the canonical quantity strings."""
+    def amounts(current_cpu: int, desired_cpu: int, current_memory: int, desired_memory: int) -> dict[str, Any]:
+        return {"cpu": {"currentMillicores": current_cpu, "desiredMillicores": desired_cpu,
+                        "deltaMillicores": desired_cpu - current_cpu,
+                        "current": _cpu(current_cpu), "desired": _cpu(desired_cpu)},
+                "memory": {"currentBytes": current_memory, "desiredBytes": desired_memory,
+                           "deltaBytes": desired_memory - current_memory,
+                           "current": _memory(current_memory), "desired": _memory(desired_memory)}}
+
+    def pod_entry(pod: PodForecast) -> dict[str, Any]:
+        entry = {"namespace": pod.namespace, "name": pod.name, "node": pod.node, "nodeType": pod.node_type,
+                 "outcome": pod.outcome, "detail": pod.detail,
+                 "requests": amounts(pod.current_cpu, pod.desired_cpu, pod.current_memory, pod.desired_memory)}
+        if pod.plan is not None:
+            entry["patch"] = pod.plan.patch
+        return entry
+
+    return {
+        "apiVersion": "workload-resizer.io/v1alpha1", "kind": "Plan", **info,
+        "workloads": [{"namespace": g.namespace, "workload": g.workload, "nodeType": g.node_type,
+                       "pods": len(g.pods), "resized": g.resized,
+                       "requests": amounts(g.total("current_cpu"), g.total("desired_cpu"),
+                                           g.total("current_memory"), g.total("desired_memory")),
+                       "podPlans": [pod_entry(p) for p in g.pods]} for g in forecast.workloads],
+        "notResized": [pod_entry(p) for p in forecast.not_resized],
+        "leftAlone": forecast.skipped,
+        "total": {"pods": forecast.pods, "resized": forecast.resized,
+                  "requests": amounts(forecast.total("current_cpu"), forecast.total("desired_cpu"),
+                                      forecast.total("current_memory"), forecast.total("desired_memory"))},
+    }

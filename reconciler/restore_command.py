@@ -1,0 +1,201 @@
+"""`restore`: every managed pod back to its originals, the product's annotations removed.
+
+Per pod, in this order (resizer/restore.py says why): resize back to the ``original-*``
+values if the spec differs, then remove the ``original-*``/``applied-*`` annotations
+with a resourceVersion precondition (a pod changed meanwhile is read again and
+redone). Pods are taken one at a time at no more than --max-resizes-per-second.
+Idempotent: a pod already restored carries none of our annotations and is not
+listed again; a run killed at any point is finished by running it again.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
+from reconciler.plan_command import list_all
+from reconciler.slim import slim_pod
+from resizer.originals import OriginalsError
+from resizer.restore import managed_annotation_keys, restore_patch
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+ATTEMPTS = 5     # a status update by the kubelet between our read and write is a conflict
+
+
+@dataclass
+class Summary:
+    managed: int = 0
+    resized: int = 0            # resized back to the originals, annotations removed
+    cleaned: int = 0            # spec already at the originals: annotations removed only
+    gone: int = 0               # deleted meanwhile
+    failed: dict[str, str] = field(default_factory=dict)   # pod -> why (annotations kept)
+    interrupted: bool = False
+
+    @property
+    def done(self) -> int:
+        return self.resized + self.cleaned + self.gone
+
+
+class Restorer:
+    def __init__(self, client: KubeClient, rate: float, dry_run: bool, out: TextIO) -> None:
+        self._client = client
+        self._interval = 1.0 / rate
+        self._dry_run = dry_run
+        self._out = out
+        self._next = 0.0
+        self.stop = asyncio.Event()
+        self.summary = Summary()
+        self._resized_now: dict[str, dict[str, Any]] = {}   # pod uid -> the patch this run sent
+
+    async def run(self, page_size: int) -> Summary:
+        pods = [pod for pod in await list_all(self._client, "/api/v1/pods", page_size, slim_pod)
+                if managed_annotation_keys(pod) and "deletionTimestamp" not in pod["metadata"]]
+        self.summary.managed = len(pods)
+        self._say(f"{len(pods)} pods carry workload-resizer.io annotations"
+                  + (" (dry run: nothing is changed)" if self._dry_run else ""))
+        for pod in pods:
+            if self.stop.is_set():
+                self.summary.interrupted = True
+                break
+            await self._pace()
+            await self._restore(pod)
+        return self.summary
+
+    async def _pace(self) -> None:
+        now = time.monotonic()
+        if self._next > now:
+            await asyncio.sleep(self._next - now)
+        self._next = max(now, self._next) + self._interval
+
+    async def _restore(self, pod: dict[str, Any]) -> None:
+        name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        for _ in range(ATTEMPTS):
+            try:
+                outcome = await self._restore_once(pod)
+            except _Conflict:
+                try:
+                    pod = await self._client.get(_pod_path(pod))
+                except ApiError as err:
+                    if err.status == 404:
+                        self.summary.gone += 1
+                        return
+                    raise
+                continue
+            except OriginalsError as err:
+                self._fail(name, f"unusable original annotation: {err}")
+                return
+            except ApiError as err:
+                if err.status == 404:
+                    self.summary.gone += 1
+                    return
+                self._fail(name, f"{err.status} {err.message}")
+                return
+            except OSError as err:
+                self._fail(name, f"cannot reach the apiserver: {err}")
+                return
+            if outcome is not None:
+                self._say(f"{name}: {outcome}")
+            return
+        self._fail(name, "the pod kept changing (is the reconciler still running?)")
+
+    async def _restore_once(self, pod: dict[str, Any]) -> str | None:
+        keys = managed_annotation_keys(pod)
+        if not keys:
+            self.summary.cleaned += 1       # someone else finished it meanwhile
+            return None
+        terminal = pod.get("status", {}).get("phase") in TERMINAL_PHASES
+        patch = {} if terminal else restore_patch(pod)
+        if self._dry_run:
+            self.summary.resized += bool(patch)
+            self.summary.cleaned += not patch
+            return f"would resize back: {json.dumps(patch['spec']['containers'])}" if patch \
+                else f"would remove {len(keys)} annotations"
+        if patch:
+            await self._client.patch(_pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH)
+            self._resized_now[pod["metadata"].get("uid", "")] = patch
+            # The originals stay until the spec holds them: removing them is the second write.
+            pod = await self._client.get(_pod_path(pod))
+            if restore_patch(pod):
+                raise _Conflict()
+        body = {"metadata": {"resourceVersion": pod["metadata"]["resourceVersion"],
+                             "annotations": {key: None for key in managed_annotation_keys(pod)}}}
+        try:
+            await self._client.patch(_pod_path(pod), body, MERGE_PATCH)
+        except ApiError as err:
+            if err.status == 409:
+                raise _Conflict() from None
+            raise
+        sent = self._resized_now.get(pod["metadata"].get("uid", ""))
+        if sent is not None:
+            self.summary.resized += 1
+            return f"resized back to its originals {_describe(sent)}; annotations removed"
+        self.summary.cleaned += 1
+        return "already at its originals; annotations removed"
+
+    def _fail(self, name: str, why: str) -> None:
+        self.summary.failed[name] = why
+        self._say(f"{name}: NOT restored ({why}); its annotations are kept")
+
+    def _say(self, line: str) -> None:
+        self._out.write(line + "\n")
+        self._out.flush()
+
+
+class _Conflict(Exception):
+    """The pod changed between our read and our write."""
+
+
+def _describe(patch: dict[str, Any]) -> str:
+    parts = []
+    for container in patch["spec"]["containers"]:
+        values = ", ".join(f"{kind} {resource}={value}" for kind, resources in container["resources"].items()
+                           for resource, value in resources.items())
+        parts.append(f"{container['name']}: {values}")
+    return "(" + "; ".join(parts) + ")"
+
+
+def _pod_path(pod: dict[str, Any], subresource: str | None = None) -> str:
+    meta = pod["metadata"]
+    path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+    return f"{path}/{subresource}" if subresource else path
+
+
+def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    started = time.monotonic()
+
+    async def go() -> Summary:
+        client = KubeClient(load_credentials(args.kubeconfig, args.context), qps=args.kube_api_qps,
+                            burst=args.kube_api_burst, max_connections=4)
+        restorer = Restorer(client, args.max_resizes_per_second, args.dry_run, out)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, restorer.stop.set)
+        try:
+            return await restorer.run(args.page_size)
+        except (ApiError, OSError) as err:
+            out.write(f"error: cannot list pods: {err}\n")
+            restorer.summary.failed["(list)"] = str(err)
+            return restorer.summary
+        finally:
+            await client.close()
+
+    summary = asyncio.run(go())
+    elapsed = time.monotonic() - started
+    verb = "would be" if args.dry_run else "were"
+    out.write(f"Summary: {summary.managed} managed pods; {summary.resized} {verb} resized back to their originals, "
+              f"{summary.cleaned} {'would only lose' if args.dry_run else 'only lost'} their annotations, "
+              f"{summary.gone} disappeared meanwhile, {len(summary.failed)} failed; {elapsed:.1f}s.\n")
+    if summary.failed:
+        out.write("Failed (annotations kept, run again once fixed):\n")
+        for name, why in summary.failed.items():
+            out.write(f"  {name}: {why}\n")
+    if summary.interrupted:
+        out.write("Interrupted: run the same command again to finish.\n")
+        return 130
+    return 1 if summary.failed else 0

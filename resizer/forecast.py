@@ -1,0 +1,217 @@
+"""What the product would do to a set of pods: the `plan` command's pure core.
+
+Every decision is the reconciler's own: the namespace scope (:mod:`resizer.scope`),
+eligibility (:mod:`resizer.eligibility`), the policy of the pod (:func:`resolve_policy`)
+and :func:`resizer.plan.plan_resize`. This module only groups the results per workload
+and node type and adds up the requests freed or added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from resizer.annotations import APPLIED_INSTANCE_TYPE
+from resizer.config import CompiledConfig, resolve_policy
+from resizer.eligibility import eligibility
+from resizer.originals import OriginalsError
+from resizer.plan import PlanError, ResizePlan, plan_resize
+from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
+from resizer.scope import NamespaceScope
+
+__all__ = ["FleetForecast", "PodForecast", "WorkloadForecast", "forecast_fleet", "is_live_and_bound", "workload_of"]
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def is_live_and_bound(pod: Mapping[str, Any]) -> bool:
+    """Bound to a node, not being deleted, not finished: the pods the reconciler looks at."""
+    metadata = pod.get("metadata") or {}
+    return (
+        bool((pod.get("spec") or {}).get("nodeName"))
+        and "deletionTimestamp" not in metadata
+        and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+    )
+
+
+def workload_of(pod: Mapping[str, Any]) -> str:
+    """``Kind/name`` of the workload: a ReplicaSet of a Deployment counts as the Deployment."""
+    metadata = pod.get("metadata") or {}
+    owner = next((o for o in metadata.get("ownerReferences") or [] if o.get("controller") is True), None)
+    if owner is None:
+        return "Pod/" + str(metadata.get("name"))
+    kind, name = str(owner.get("kind")), str(owner.get("name"))
+    template_hash = (metadata.get("labels") or {}).get("pod-template-hash")
+    if kind == "ReplicaSet" and template_hash and name.endswith("-" + template_hash):
+        return "Deployment/" + name[: -len(template_hash) - 1]
+    return f"{kind}/{name}"
+
+
+@dataclass(frozen=True)
+class PodForecast:
+    """One pod: the outcome and its summed ``spec.containers`` requests now and planned."""
+
+    namespace: str
+    name: str
+    workload: str
+    node: str
+    node_type: str
+    outcome: str
+    current_cpu: int
+    desired_cpu: int
+    current_memory: int
+    desired_memory: int
+    plan: ResizePlan | None = None
+    detail: str = ""
+
+
+@dataclass
+class WorkloadForecast:
+    """The pods of one workload on one node type, and their requests added up."""
+
+    namespace: str
+    workload: str
+    node_type: str
+    pods: list[PodForecast] = field(default_factory=list)
+
+    @property
+    def resized(self) -> int:
+        return sum(1 for pod in self.pods if pod.outcome == "Resize")
+
+    def total(self, attribute: str) -> int:
+        return sum(getattr(pod, attribute) for pod in self.pods)
+
+
+@dataclass
+class FleetForecast:
+    workloads: list[WorkloadForecast]
+    skipped: dict[str, int]                 # reason -> pods not resized (out of scope, ineligible, ...)
+    not_resized: list[PodForecast]          # in scope and eligible, but the plan says no (e.g. UnknownNodeType)
+
+    def total(self, attribute: str) -> int:
+        return sum(group.total(attribute) for group in self.workloads)
+
+    @property
+    def pods(self) -> int:
+        return sum(len(group.pods) for group in self.workloads)
+
+    @property
+    def resized(self) -> int:
+        return sum(group.resized for group in self.workloads)
+
+
+def forecast_fleet(
+    pods: Iterable[Mapping[str, Any]],
+    node_types: Mapping[str, str | None],
+    config: CompiledConfig,
+    scope: NamespaceScope,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    resize_restart_containers: bool = False,
+    skip_applied: bool = False,
+) -> FleetForecast:
+    """Forecast every pod. ``node_types`` maps node name -> value of the node-type label
+    (None: unlabelled); ``namespace_labels`` is needed when the scope has a selector.
+    ``skip_applied``: pods already sized for their node's type are left alone (re-alignment
+    off), as the reconciler does."""
+    groups: dict[tuple[str, str, str], WorkloadForecast] = {}
+    skipped: dict[str, int] = {}
+    not_resized: list[PodForecast] = []
+    # Replicas of a workload have the same plan: memoised on everything plan_resize and
+    # resolve_policy read (a pure function of it), so 10,000 pods cost a few hundred plans.
+    memo: dict[str, PodForecast] = {}
+
+    def skip(reason: str) -> None:
+        skipped[reason] = skipped.get(reason, 0) + 1
+
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        if not is_live_and_bound(pod):
+            skip("NotBoundOrFinished")
+            continue
+        labels = (namespace_labels or {}).get(namespace, {}) if scope.needs_labels else None
+        if not scope.includes(namespace, labels):
+            skip("OutOfScope")
+            continue
+        verdict = eligibility(pod)
+        if not verdict.eligible:
+            skip(verdict.reason)
+            continue
+        node = str(pod["spec"]["nodeName"])
+        if node not in node_types:
+            skip("NodeNotFound")
+            continue
+        node_type = node_types[node]
+        if not node_type:
+            skip("NodeWithoutType")
+            continue
+        if skip_applied and (metadata.get("annotations") or {}).get(APPLIED_INSTANCE_TYPE) == node_type:
+            skip("AlreadyApplied")
+            continue
+        plan_key = _plan_key(pod, node_type)
+        shared = memo.get(plan_key)
+        if shared is None:
+            shared = memo[plan_key] = forecast_pod(pod, node, node_type, config, resize_restart_containers)
+        forecast = replace(shared, namespace=namespace, name=str(metadata.get("name")), workload=workload_of(pod),
+                           node=node)
+        if forecast.outcome in ("Resize", "AlreadyAligned"):
+            key = (namespace, forecast.workload, node_type)
+            groups.setdefault(key, WorkloadForecast(*key)).pods.append(forecast)
+        else:
+            not_resized.append(forecast)
+    ordered = [groups[key] for key in sorted(groups)]
+    return FleetForecast(ordered, dict(sorted(skipped.items())), not_resized)
+
+
+def _plan_key(pod: Mapping[str, Any], node_type: str) -> str:
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return json.dumps([
+        node_type, metadata.get("labels"), metadata.get("annotations"), spec.get("containers"),
+        spec.get("initContainers"), spec.get("resources"), spec.get("nodeSelector"),
+        (pod.get("status") or {}).get("qosClass"),
+    ], sort_keys=True, default=str)
+
+
+def forecast_pod(
+    pod: Mapping[str, Any], node: str, node_type: str, config: CompiledConfig, resize_restart_containers: bool
+) -> PodForecast:
+    metadata = pod.get("metadata") or {}
+    current_cpu, current_memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
+
+    def result(outcome: str, plan: ResizePlan | None = None, detail: str = "") -> PodForecast:
+        desired_cpu, desired_memory = current_cpu, current_memory
+        if plan is not None and outcome in ("Resize", "AlreadyAligned"):
+            desired_cpu += _delta(plan, "cpu")
+            desired_memory += _delta(plan, "memory")
+        return PodForecast(
+            str(metadata.get("namespace")), str(metadata.get("name")), workload_of(pod), node, node_type, outcome,
+            current_cpu, desired_cpu, current_memory, desired_memory, plan, detail or (plan.summary() if plan else ""),
+        )
+
+    try:
+        plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers)
+    except (OriginalsError, PlanError) as error:
+        return result("ResizeFailed", detail=str(error))
+    return result(plan.outcome, plan)
+
+
+def _delta(plan: ResizePlan, resource: str) -> int:
+    return sum(
+        change.desired_request - (change.current_request or 0)
+        for change in plan.changes
+        if change.resource == resource and change.skipped is None
+    )
+
+
+def _requests(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str) -> int:
+    total = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        value = ((container.get("resources") or {}).get("requests") or {}).get(resource)
+        if value is not None:
+            try:
+                total += units(coerce_quantity(value))
+            except QuantityError:
+                continue
+    return total

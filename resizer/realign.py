@@ -1,0 +1,36 @@
+"""Re-alignment: does a pod already sized for its node type need resizing again?
+
+When the config (or a rule that applies to the pod) changes, a pod already sized for
+its node's type is planned again from its originals -- never from its current spec, so
+re-alignment never compounds. It needs a resize only if that plan changes its spec; a
+config change that changes nothing for a pod writes nothing to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from resizer.annotations import APPLIED_INSTANCE_TYPE
+from resizer.config import CompiledConfig, resolve_policy
+from resizer.originals import OriginalsError, missing_original_annotations
+from resizer.plan import PlanError, ResizePlan, plan_resize
+
+__all__ = ["realignment"]
+
+
+def realignment(
+    pod: Mapping[str, Any], config: CompiledConfig, node_type: str, resize_restart_containers: bool = False
+) -> ResizePlan | None:
+    """The resize plan of a pod sized for ``node_type`` earlier, if the config now wants
+    it different; None when nothing would change, the pod was never sized for this node
+    type, its originals are not all recorded, or its plan fails (reported when it was
+    first sized)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(APPLIED_INSTANCE_TYPE) != node_type or missing_original_annotations(pod):
+        return None
+    try:
+        plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers)
+    except (OriginalsError, PlanError):
+        return None
+    return plan if plan.outcome == "Resize" and plan.patch else None

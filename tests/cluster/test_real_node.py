@@ -1,0 +1,372 @@
+"""A real kubelet (containerd + runc) resizes a running container's cgroup in place.
+
+The session's real node (`real_node` fixture: `hack/cluster add-node NAME --real --family n4
+--reserved-cpu 100m`) runs the pods; everything else is the usual harness of
+test_reconciler.py: a reconciler with its own ConfigMap and node-type label, which these
+tests put on the real node. What the kubelet did is read from the pod's status and from the
+container's cgroup files on the host.
+"""
+from __future__ import annotations
+
+import os
+import ssl
+import subprocess
+import uuid
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.cluster.test_reconciler import Harness, expected_originals, guaranteed, originals, q, resources, \
+    status_resources
+from tests.conftest import HACK_CLUSTER, RealNode, cluster_state_dir, read_real_node
+from devkit.kube import ApiError, Kube, deployment, wait_for
+from devkit.processes import Webhook, register_webhook, unregister_webhook, wait_webhook_active
+
+TAINT = "workload-resizer.io/real-node"
+WORKLOAD_IMAGE = "workload-resizer.local/workload:1"
+CGROUP = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000          # the kubelet's CFS period
+# Generous: a real container start on a 2-core machine shared with other test runs.
+START_TIMEOUT = 180
+
+
+# ---------------------------------------------------------------- pods on the real node
+
+def real_deployment(name: str, node: RealNode, containers: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Deployment whose pod runs the workload image on the real node (hostNetwork, taint tolerated)."""
+    manifest = deployment(name, 1, containers, node_selector={"kubernetes.io/hostname": node.name})
+    spec = manifest["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    spec["tolerations"] = [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    for c in spec["containers"]:
+        c["image"] = WORKLOAD_IMAGE
+        c["imagePullPolicy"] = "Never"
+    return manifest
+
+
+def deploy(h: Harness, name: str, node: RealNode, cpu: str = "1", memory: str = "256Mi",
+           args: list[str] | None = None) -> dict[str, Any]:
+    manifest = real_deployment(name, node, [guaranteed(cpu=cpu, memory=memory)])
+    if args:
+        manifest["spec"]["template"]["spec"]["containers"][0]["args"] = args
+    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+    return h.wait_pods(name, 1, lambda p: p["status"].get("phase") == "Running" and all(
+        s.get("ready") for s in p["status"].get("containerStatuses") or [{}]), "Running on the real node",
+        timeout=START_TIMEOUT)[0]
+
+
+def app_status(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(s for s in pod["status"]["containerStatuses"] if s["name"] == "app")
+
+
+def container_id(pod: dict[str, Any]) -> str:
+    return app_status(pod)["containerID"].split("://", 1)[1]
+
+
+def kubelet_memory_usage(node: RealNode, pod: dict[str, Any]) -> int:
+    """The container's memory usage as the kubelet's stats provider sees it (its /stats/summary
+    on 127.0.0.1, the numbers its memory-decrease check uses); 0 until it has any."""
+    context = ssl.create_default_context(cafile=str(node.pki / "ca.crt"))
+    context.load_cert_chain(str(node.pki / "admin.crt"), str(node.pki / "admin.key"))
+    summary = httpx.get(f"https://127.0.0.1:{node.kubelet_port}/stats/summary", verify=context, timeout=10).json()
+    for stats in summary.get("pods") or []:
+        if stats["podRef"]["uid"] == pod["metadata"]["uid"]:
+            for c in stats.get("containers") or []:
+                if c["name"] == "app":
+                    return int((c.get("memory") or {}).get("usageBytes") or 0)
+    return 0
+
+
+# ---------------------------------------------------------------- cgroups on the host
+
+def container_cgroups(node: RealNode, cid: str) -> dict[str, Path]:
+    """{controller: the container's cgroup dir} on the host (cgroup v1 hierarchies, or "v2")."""
+    if (CGROUP / "cgroup.controllers").exists():
+        hierarchies = {"v2": CGROUP}
+    else:
+        hierarchies = {name: CGROUP / name for name in ("cpu", "memory")}
+    found = {}
+    for controller, root in hierarchies.items():
+        for directory, subdirs, _ in os.walk(root / node.cgroup):
+            if cid in subdirs:
+                found[controller] = Path(directory) / cid
+                break
+    assert set(found) == set(hierarchies), f"cgroup of container {cid} not found under {node.cgroup}: {found}"
+    return found
+
+
+def cgroup_limits(node: RealNode, cid: str) -> dict[str, int | None]:
+    """CPU quota/period, shares (v1) or weight (v2), and memory limit of a container, from the host."""
+    dirs = container_cgroups(node, cid)
+
+    def read(path: Path) -> str:
+        return path.read_text().strip()
+
+    if "v2" in dirs:
+        quota, period = read(dirs["v2"] / "cpu.max").split()
+        memory = read(dirs["v2"] / "memory.max")
+        return {"cpu_quota_us": None if quota == "max" else int(quota), "cpu_period_us": int(period),
+                "cpu_weight": int(read(dirs["v2"] / "cpu.weight")),
+                "memory_limit_bytes": None if memory == "max" else int(memory)}
+    quota = int(read(dirs["cpu"] / "cpu.cfs_quota_us"))
+    return {"cpu_quota_us": None if quota == -1 else quota,
+            "cpu_period_us": int(read(dirs["cpu"] / "cpu.cfs_period_us")),
+            "cpu_shares": int(read(dirs["cpu"] / "cpu.shares")),
+            "memory_limit_bytes": int(read(dirs["memory"] / "memory.limit_in_bytes"))}
+
+
+def implied_limits(cpu: Fraction, memory: Fraction) -> dict[str, int | None]:
+    """The cgroup values the kubelet derives from a container's cpu and memory (request = limit),
+    as its MilliCPUToQuota / MilliCPUToShares / CPUSharesToCPUWeight do."""
+    millis = int(cpu * 1000)
+    values: dict[str, int | None] = {"cpu_quota_us": millis * PERIOD_US // 1000, "cpu_period_us": PERIOD_US,
+                                     "memory_limit_bytes": int(memory)}
+    shares = millis * 1024 // 1000
+    if (CGROUP / "cgroup.controllers").exists():
+        values["cpu_weight"] = 1 + ((shares - 2) * 9999) // 262142
+    else:
+        values["cpu_shares"] = shares
+    return values
+
+
+# ---------------------------------------------------------------- fixtures
+
+@pytest.fixture
+def h(cluster: Any, namespace: str, real_node: RealNode) -> Iterator[Harness]:
+    """The reconciler harness, with the real node carrying this test's node-type label (n4)."""
+    harness = Harness(cluster, namespace)
+    harness.config()
+    harness.relabel(real_node.name, "n4")
+    try:
+        yield harness
+    finally:
+        harness.close()
+        cluster.kube.patch(f"/api/v1/nodes/{real_node.name}", {"metadata": {"labels": {harness.label: None}}})
+
+
+def assert_resized_in_place(h: Harness, node: RealNode, before: dict[str, Any], cpu: str, memory: str) -> None:
+    """The pod's spec and status say cpu/memory, its cgroup agrees, and nothing restarted."""
+    name = before["metadata"]["name"]
+    want = {"requests": {"cpu": q(cpu), "memory": q(memory)}, "limits": {"cpu": q(cpu), "memory": q(memory)}}
+    pod = wait_for(f"pod {name} status resources = {want}", lambda: (
+        p if status_resources(p := h.pod(name)) == want else None), timeout=START_TIMEOUT)
+    assert resources(pod) == want
+    assert pod["status"]["qosClass"] == "Guaranteed"
+    assert app_status(pod)["restartCount"] == 0
+    assert container_id(pod) == container_id(before)
+    assert app_status(pod)["state"].get("running", {}).get("startedAt") == \
+        app_status(before)["state"]["running"]["startedAt"]
+    assert cgroup_limits(node, container_id(pod)) == implied_limits(q(cpu), q(memory))
+
+
+# ---------------------------------------------------------------- acceptance
+
+def test_reconciler_resizes_a_running_container_in_place(h: Harness, real_node: RealNode) -> None:
+    pod = deploy(h, "fast", real_node)
+    assert cgroup_limits(real_node, container_id(pod)) == implied_limits(q("1"), q("256Mi"))
+    h.reconciler()
+    h.wait_applied("fast", "n4", timeout=START_TIMEOUT)
+    assert_resized_in_place(h, real_node, pod, cpu="800m", memory="256Mi")
+    reasons = {e["reason"] for e in h.kube.events_for(h.ns, pod["metadata"]["name"])}
+    assert {"ResizeStarted", "ResizeCompleted"} <= reasons or h.cluster.version < "v1.36", reasons
+
+
+def test_webhook_originals_then_reconciler_resize_in_place(h: Harness, real_node: RealNode) -> None:
+    webhook = Webhook()
+    h.processes.append(webhook)
+    webhook.wait_ready()
+    hook = register_webhook(h.kube, webhook.url, webhook.certs.ca_bundle, name=f"wr-real-{uuid.uuid4().hex[:6]}",
+                            namespaces=[h.ns])
+    try:
+        wait_webhook_active(h.kube, h.ns)
+        pod = deploy(h, "stamped", real_node)
+        spec = {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+        assert originals(pod) == expected_originals(spec)
+        h.reconciler()
+        h.wait_applied("stamped", "n4", timeout=START_TIMEOUT)
+        assert_resized_in_place(h, real_node, pod, cpu="800m", memory="256Mi")
+        assert originals(h.pod(pod["metadata"]["name"])) == expected_originals(spec)
+    finally:
+        unregister_webhook(h.kube, hook)
+
+
+def test_resize_beyond_allocatable(h: Harness, real_node: RealNode) -> None:
+    """slow (0.5) doubles 1 CPU to 2 CPUs, more than the node's allocatable (machine - 100m).
+
+    1.36: the apiserver's PodResizeValidator admission rejects the resize (403); the pod,
+    its status and its cgroup keep 1 CPU. 1.35: the resize is stored and the kubelet marks
+    it PodResizePending/Infeasible, and keeps the container at 1 CPU.
+    """
+    allocatable = q(h.kube.get(f"/api/v1/nodes/{real_node.name}")["status"]["allocatable"]["cpu"])
+    assert allocatable < 2
+    h.relabel(real_node.name, "slow")
+    pod = deploy(h, "slow", real_node)
+    name = pod["metadata"]["name"]
+    patch = {"spec": {"containers": [{"name": "app", "resources": {
+        "requests": {"cpu": "2"}, "limits": {"cpu": "2"}}}]}}
+    if h.cluster.version >= "v1.36":
+        with pytest.raises(ApiError) as err:
+            h.kube.resize(h.ns, name, patch)
+        assert err.value.status == 403, err.value
+        assert "node didn't have enough allocatable resources: cpu, requested: 2000" in str(err.value), err.value
+    else:
+        h.kube.resize(h.ns, name, patch)
+        pending = wait_for("PodResizePending Infeasible", lambda: next(
+            (c for c in h.pod(name)["status"].get("conditions") or []
+             if c["type"] == "PodResizePending" and c.get("reason") == "Infeasible"), None), timeout=START_TIMEOUT)
+        assert "Node didn't have enough capacity" in pending.get("message", ""), pending
+    now = h.pod(name)
+    assert status_resources(now)["limits"]["cpu"] == q("1")
+    assert app_status(now)["restartCount"] == 0 and container_id(now) == container_id(pod)
+    assert cgroup_limits(real_node, container_id(now)) == implied_limits(q("1"), q("256Mi"))
+
+
+def memory_patch(memory: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "app", "resources": {
+        "requests": {"memory": memory}, "limits": {"memory": memory}}}]}}
+
+
+def test_memory_limit_decrease(h: Harness, real_node: RealNode) -> None:
+    """Guaranteed 256Mi -> 128Mi (requests and limits) on a container using a few MiB: the
+    kubelet lowers memory.limit_in_bytes in place (KEP-1287 allows limit decreases since
+    1.33, best effort: it refuses only when usage is above the new limit)."""
+    pod = deploy(h, "memory", real_node)
+    name = pod["metadata"]["name"]
+    h.kube.resize(h.ns, name, memory_patch("128Mi"))
+    assert_resized_in_place(h, real_node, pod, cpu="1", memory="128Mi")
+
+
+def test_memory_limit_decrease_below_usage_is_an_error_and_changes_nothing(h: Harness, real_node: RealNode) -> None:
+    """The container holds 200 MiB; 256Mi -> 128Mi would OOM it. Once the kubelet's stats
+    show that usage, the kubelet refuses: PodResizeInProgress, reason Error ("cannot decrease
+    memory limits: ... below current usage"), a ResizeError Warning event, and the container
+    keeps running with the old limit (the kubelet retries while the spec asks for 128Mi).
+
+    The check is only as fresh as the kubelet's stats: a decrease sent before they show the
+    usage (seconds after the container started) is applied, and the kernel OOM-kills the
+    container (observed on 1.36.4, cgroup v1; see README).
+    """
+    pod = deploy(h, "holder", real_node, args=["-hold-mib", "200"])
+    name = pod["metadata"]["name"]
+    wait_for("the kubelet's stats to show the 200 MiB", lambda: kubelet_memory_usage(real_node, pod) >= 200 << 20,
+             timeout=START_TIMEOUT)
+    h.kube.resize(h.ns, name, memory_patch("128Mi"))
+    condition = wait_for("PodResizeInProgress reason Error", lambda: next(
+        (c for c in h.pod(name)["status"].get("conditions") or []
+         if c["type"] == "PodResizeInProgress" and c.get("reason") == "Error"), None), timeout=START_TIMEOUT)
+    assert condition["message"].startswith("cannot decrease memory limits: "), condition
+    assert 'container "app" memory limit (134217728) below current usage' in condition["message"], condition
+    assert wait_for("ResizeError event", lambda: [
+        e for e in h.kube.events_for(h.ns, name) if e["reason"] == "ResizeError" and e["type"] == "Warning"])
+    now = h.pod(name)
+    assert resources(now)["limits"]["memory"] == q("128Mi")           # the spec asks for it ...
+    assert status_resources(now)["limits"]["memory"] == q("256Mi")    # ... the container keeps its limit
+    assert app_status(now)["restartCount"] == 0 and container_id(now) == container_id(pod)
+    assert cgroup_limits(real_node, container_id(now)) == implied_limits(q("1"), q("256Mi"))
+
+
+# ---------------------------------------------------------------- leave the machine as we found it
+
+def machine_snapshot() -> dict[str, set[str]]:
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return {"links": {line.split(":")[1].strip().split("@")[0] for line in links.splitlines()},
+            "netns": {line.split()[0] for line in netns.splitlines() if line.strip()}}
+
+
+def processes_in(ns_inode: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.stat(entry / "ns" / "mnt").st_ino == ns_inode:
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def cgroup_dirs(name: str) -> list[Path]:
+    return [d for d in CGROUP.glob(f"*/{name}")] + [d for d in CGROUP.glob(name)]
+
+
+def mounts_under(directory: Path) -> list[str]:
+    prefix = os.path.realpath(directory)
+    return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if line.split()[4] == prefix or line.split()[4].startswith(prefix + "/")]
+
+
+def test_down_removes_everything_the_real_node_created(tmp_path: Path) -> None:
+    """A cluster of its own: up, a real node running a pod, down; then nothing it made is left."""
+    state_dir = tmp_path / "cluster"
+    env = {**os.environ, "WR_CLUSTER_DIR": str(state_dir)}
+    before = machine_snapshot()
+
+    def cluster(*args: str) -> str:
+        proc = subprocess.run([str(HACK_CLUSTER), *args], env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, f"hack/cluster {' '.join(args)}: {proc.stderr[-3000:]}"
+        return proc.stdout
+
+    try:
+        exports = dict(line.removeprefix("export ").split("=", 1) for line in cluster("up").splitlines()
+                       if line.startswith("export "))
+        cluster("add-node", "down-check", "--real", "--family", "n4")
+        node = read_real_node("down-check", state_dir)
+        kube = Kube(exports["KUBECONFIG"])
+        kube.create("/apis/apps/v1/namespaces/default/deployments",
+                    real_deployment("down-check", node, [guaranteed(cpu="100m", memory="64Mi")]))
+        pod = wait_for("a running pod on the real node", lambda: next(
+            (p for p in kube.pods("default", "app=down-check") if p["status"].get("phase") == "Running"), None),
+            timeout=START_TIMEOUT)
+        processes = processes_in(node.ns_inode)
+        cgroups = cgroup_dirs(node.cgroup)
+        mounts = mounts_under(node.directory)
+        assert len(processes) >= 3, processes      # containerd, the kubelet, the runc shim(s)
+        assert container_cgroups(node, container_id(pod)) and cgroups and mounts
+    finally:
+        cluster("down")
+    assert processes_in(node.ns_inode) == []
+    assert [pid for pid in processes if Path(f"/proc/{pid}").exists()] == []
+    assert cgroup_dirs(node.cgroup) == []
+    assert mounts_under(state_dir) == []
+    assert not state_dir.exists()
+    after = machine_snapshot()
+    assert after["links"] - before["links"] == set()
+    assert after["netns"] - before["netns"] == set()
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+def test_a_failed_start_names_the_step_and_leaves_nothing(cluster: Any) -> None:
+    """The kubelet refuses a kubernetes.io/ label it may not set on itself and exits:
+    add-node says so (with the kubelet's own words) and removes what it had started."""
+    name = f"bad-{uuid.uuid4().hex[:6]}"
+    proc = subprocess.run([str(HACK_CLUSTER), "add-node", name, "--real", "--label", "kubernetes.io/forbidden=x"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1
+    assert f"error: real node {name}: kubelet@{name} exited during startup" in proc.stderr, proc.stderr
+    assert "kubernetes.io/forbidden" in proc.stderr, proc.stderr        # the kubelet's own message
+    assert f"real node {name}: start failed, removing everything it created" in proc.stderr
+    directory = cluster_state_dir() / "nodes" / name
+    assert not directory.exists()
+    assert mounts_under(directory) == []
+    assert [d for d in CGROUP.glob(f"*/wr-*-{name}")] == []
+    assert processes_mentioning(f"/nodes/{name}/") == []
+    with pytest.raises(ApiError) as err:
+        cluster.kube.get(f"/api/v1/nodes/{name}")
+    assert err.value.status == 404

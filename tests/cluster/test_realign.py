@@ -1,0 +1,107 @@
+"""Config changes take effect on running pods: re-aligned from their originals, at the
+configured rate; a config change that changes nothing for a pod writes nothing to it;
+--realign=false keeps the design's "new pods only"."""
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from tests.cluster.test_reconciler import (
+    CONFIG_YAML,
+    Harness,
+    guaranteed,
+    metric_snapshot,
+    ours,
+    q,
+    resources,
+)
+from devkit.kube import wait_for
+
+PODS = 10
+RATE = 2.0
+
+
+def reloads(reconciler: Any) -> float:
+    return reconciler.metric("workload_resizer_config_reloads_total")
+
+
+def edit_config(h: Harness, reconciler: Any, text: str) -> None:
+    """Apply a new config.yaml and wait until the reconciler has taken it into use."""
+    seen = reloads(reconciler)
+    h.config(text)
+    wait_for("the new config in use", lambda: reloads(reconciler) > seen, timeout=30)
+
+
+def test_a_config_edit_re_aligns_running_pods_at_the_configured_rate(h: Harness) -> None:
+    n4, n2d = h.node("n4", "n4"), h.node("n2d", "n2d")
+    h.deploy("web", n4, [guaranteed()], replicas=PODS)
+    h.deploy("base", n2d, [guaranteed()], replicas=2)
+    reconciler = h.reconciler(f"--max-resizes-per-second={RATE:g}")
+    h.wait_applied("web", "n4", count=PODS)
+    h.wait_applied("base", "n2d", count=2)
+    settled = {p["metadata"]["name"]: p for p in h.kube.pods(h.ns)}
+    assert all(resources(p)["requests"]["cpu"] == q("800m") for n, p in settled.items() if n.startswith("web"))
+
+    # An edit that changes nothing for these pods (another family's perf, a comment): no write.
+    writes = metric_snapshot(reconciler)
+    edit_config(h, reconciler, CONFIG_YAML.replace("c3: { cpuPerf: 1.30", "c3: { cpuPerf: 1.35") + "# edited\n")
+    time.sleep(3)
+    assert {n: p["metadata"]["resourceVersion"] for n, p in ((p["metadata"]["name"], p) for p in h.kube.pods(h.ns))} \
+        == {n: p["metadata"]["resourceVersion"] for n, p in settled.items()}
+    assert metric_snapshot(reconciler) == writes
+
+    # n4 twice as fast as the baseline: every web pod re-aligned from its originals (1 CPU -> 500m).
+    first_seen: dict[str, float] = {}
+    edited_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    edit_config(h, reconciler, CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 2.0"))
+    deadline = time.monotonic() + 60
+    while len(first_seen) < PODS and time.monotonic() < deadline:
+        for pod in h.kube.pods(h.ns):
+            name = pod["metadata"]["name"]
+            if name not in first_seen and pod["metadata"]["generation"] > settled[name]["metadata"]["generation"]:
+                first_seen[name] = time.monotonic()
+        time.sleep(0.05)
+    assert len(first_seen) == PODS, f"only {len(first_seen)} of {PODS} pods re-aligned"
+    # The rate, from the reconciler's own decision log (ms timestamps, one line per resize).
+    def resized_stamps() -> list[float] | None:
+        stamps = sorted(datetime.fromisoformat(line["ts"].replace("Z", "+00:00")).timestamp()
+                        for line in map(json.loads, filter(None, reconciler.log_lines()))
+                        if line.get("msg") == "decision" and line.get("outcome") == "Resized"
+                        and line.get("nodeType") == "n4" and line["ts"] >= edited_at)
+        return stamps if len(stamps) >= PODS else None
+    stamps = wait_for("a decision line per re-aligned pod", resized_stamps, timeout=30)
+    assert len(stamps) == PODS, stamps
+    span = stamps[-1] - stamps[0]
+    rate = (PODS - 1) / span
+    print(f"re-align rate: {rate:.2f} resizes/s over {span:.2f}s (configured {RATE:g}/s)")
+    assert rate <= RATE * 1.15, rate           # never faster than configured (log-line latency jitter)
+    assert rate >= RATE * 0.5, rate            # and not stalled
+
+    def all_realigned() -> dict[str, dict[str, Any]] | None:
+        pods = {p["metadata"]["name"]: p for p in h.kube.pods(h.ns)}
+        web = [p for n, p in pods.items() if n.startswith("web")]
+        return pods if all(resources(p)["requests"]["cpu"] == q("500m") and p["metadata"]["annotations"].get(
+            "workload-resizer.io/applied-at") for p in web) else None
+    final = wait_for("every web pod at 500m", all_realigned, timeout=30)
+    for name, pod in final.items():
+        before = settled[name]
+        if name.startswith("web"):
+            assert pod["metadata"]["generation"] == before["metadata"]["generation"] + 1, name   # exactly one resize
+            assert resources(pod) == {"requests": {"cpu": q("500m"), "memory": q("256Mi")},
+                                      "limits": {"cpu": q("500m"), "memory": q("256Mi")}}
+            originals = {k: v for k, v in ours(pod).items() if "original-" in k}
+            assert originals == {k: v for k, v in ours(before).items() if "original-" in k}, "originals kept"
+        else:   # the baseline pods: nothing changed for them, nothing written
+            assert pod["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], name
+    assert any(e["reason"] == "Resized" and "re-aligned" in e["message"]
+               for e in h.events(next(n for n in final if n.startswith("web"))))
+
+    # --realign=false: the design's "new pods only"; running pods keep their size.
+    reconciler.terminate()
+    quiet = h.reconciler("--realign=false")
+    edit_config(h, quiet, CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 4.0"))
+    time.sleep(3)
+    assert all(p["metadata"]["resourceVersion"] == final[p["metadata"]["name"]]["metadata"]["resourceVersion"]
+               for p in h.kube.pods(h.ns))

@@ -1,0 +1,119 @@
+"""The real node's generated pieces (hack/cluster): OCI archives, containerd and kubelet configs.
+
+Pure functions of their inputs; the real node itself is tested in tests/cluster/test_real_node.py.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import io
+import json
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+HACK_CLUSTER = Path(__file__).resolve().parents[2] / "hack" / "cluster"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader("hack_cluster", str(HACK_CLUSTER))
+    spec = importlib.util.spec_from_loader("hack_cluster", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["hack_cluster"] = module        # dataclasses look their module up
+    loader.exec_module(module)
+    return module
+
+
+def read_archive(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_oci_archive_is_a_content_addressed_layout_named_for_ctr(cluster: ModuleType, tmp_path: Path) -> None:
+    program = tmp_path / "prog"
+    program.write_bytes(b"\x7fELF not really")
+    files = read_archive(cluster.oci_archive(program, "prog", "workload-resizer.local/x:1", tmp_path / "x.tar"))
+
+    def blob(descriptor: dict) -> bytes:
+        data = files[f"blobs/sha256/{descriptor['digest'].removeprefix('sha256:')}"]
+        assert hashlib.sha256(data).hexdigest() == descriptor["digest"].removeprefix("sha256:")
+        assert len(data) == descriptor["size"]
+        return data
+
+    assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
+    [entry] = json.loads(files["index.json"])["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == "workload-resizer.local/x:1"
+    assert entry["platform"] == {"architecture": "amd64", "os": "linux"}
+    manifest = json.loads(blob(entry))
+    config = json.loads(blob(manifest["config"]))
+    assert config["config"]["Entrypoint"] == ["/prog"]
+    [layer_descriptor] = manifest["layers"]
+    layer = blob(layer_descriptor)
+    assert config["rootfs"]["diff_ids"] == [layer_descriptor["digest"]]     # uncompressed: diff ID = digest
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        [member] = tar.getmembers()
+        assert (member.name, member.mode) == ("prog", 0o755)
+        assert tar.extractfile(member).read() == program.read_bytes()  # type: ignore[union-attr]
+
+
+def test_oci_archive_is_reproducible(cluster: ModuleType, tmp_path: Path) -> None:
+    program = tmp_path / "prog"
+    program.write_bytes(b"same bytes")
+    first = cluster.oci_archive(program, "prog", "workload-resizer.local/x:1", tmp_path / "a.tar")
+    second = cluster.oci_archive(program, "prog", "workload-resizer.local/x:1", tmp_path / "b.tar")
+    assert read_archive(first) == read_archive(second)
+
+
+@pytest.mark.parametrize("cap_sys_resource", [True, False])
+def test_containerd_config(cluster: ModuleType, monkeypatch: pytest.MonkeyPatch, cap_sys_resource: bool) -> None:
+    monkeypatch.setattr(cluster, "has_cap_sys_resource", lambda: cap_sys_resource)
+    node = cluster.RealNode("n1")
+    config = tomllib.loads(cluster.containerd_config(node))
+    assert config["version"] == 3
+    assert config["state"] == "/run/containerd"            # the node's own /run inside its namespace
+    assert config["root"].startswith(str(node.dir))
+    assert "io.containerd.internal.v1.opt" in config["disabled_plugins"]     # would create /opt/containerd
+    runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is (not cap_sys_resource)
+    runc = runtime["containerd"]["runtimes"]["runc"]["options"]
+    assert runc == {"BinaryName": "/usr/sbin/runc", "SystemdCgroup": False}
+    assert runtime["cni"]["conf_dir"] == str(node.dir / "cni")
+    assert config["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == cluster.PAUSE_IMAGE
+    assert config["plugins"]["io.containerd.grpc.v1.cri"]["stream_server_address"] == "127.0.0.1"
+
+
+def test_kubelet_config(cluster: ModuleType, tmp_path: Path) -> None:
+    node = cluster.RealNode("n1")
+    config = json.loads(cluster.kubelet_config(node, {"kubelet": 4001, "kubelet_healthz": 4002}, tmp_path, "100m"))
+    assert (config["address"], config["port"], config["readOnlyPort"]) == ("127.0.0.1", 4001, 0)
+    assert (config["healthzBindAddress"], config["healthzPort"]) == ("127.0.0.1", 4002)
+    assert config["authentication"]["anonymous"]["enabled"] is False
+    assert config["cgroupDriver"] == "cgroupfs"
+    assert config["cgroupRoot"] == f"/{node.cgroup}"
+    assert config["failCgroupV1"] is False
+    assert config["makeIPTablesUtilChains"] is False
+    assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
+    assert config["registerWithTaints"] == [
+        {"key": "workload-resizer.io/real-node", "value": "true", "effect": "NoSchedule"}]
+    assert config["kubeReserved"]["cpu"] == "100m"
+
+
+def test_loopback_only_cni_config(cluster: ModuleType) -> None:
+    config = json.loads(cluster.LOOPBACK_CNI)
+    assert [plugin["type"] for plugin in config["plugins"]] == ["loopback"]
+
+
+def test_cgroup_name_is_per_cluster_and_node(cluster: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    first = cluster.RealNode("n1").cgroup
+    assert first.startswith("wr-") and first.endswith("-n1")
+    assert cluster.RealNode("n2").cgroup != first
+    monkeypatch.setattr(cluster, "STATE", tmp_path)
+    assert cluster.RealNode("n1").cgroup != first
