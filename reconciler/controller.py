@@ -160,8 +160,8 @@ class PodResizeReconciler:
         if node_type is None:
             return False    # untyped node: nothing to do until it is labelled
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._finished.get(_uid(pod)))
-        if node_type in done:
-            return self._needs_realignment(pod, node_type)
+        if node_type in done:       # sized for this type: follow a re-alignment in flight, or check for one
+            return _uid(pod) in self._in_flight or self._needs_realignment(pod, node_type)
         return not self._parked(pod, node, node_type)
 
     def _parked(self, pod: Obj, node: Obj | None, node_type: str) -> bool:
