@@ -10,28 +10,10 @@ import argparse
 import os
 import sys
 
-from ops.flags import duration
+from ops.flags import duration, positive_float, positive_int, string_list
 from resizer.scope import ScopeError, namespace_scope
 
 COMMANDS = ("plan", "restore")
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
-
-
-def _namespace_list(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
@@ -39,9 +21,9 @@ def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
     api.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
                      help="path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     api.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
-    api.add_argument("--kube-api-qps", type=_positive_float, default=qps, help="client-side requests per second")
-    api.add_argument("--kube-api-burst", type=_positive_int, default=int(qps * 2), help="client-side burst")
-    api.add_argument("--page-size", type=_positive_int, default=500, help="items per LIST page")
+    api.add_argument("--kube-api-qps", type=positive_float, default=qps, help="client-side requests per second")
+    api.add_argument("--kube-api-burst", type=positive_int, default=int(qps * 2), help="client-side burst")
+    api.add_argument("--page-size", type=positive_int, default=500, help="items per LIST page")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     sizing.add_argument("--node-type-label", default="cloud.google.com/machine-family")
     sizing.add_argument("--namespace", default="workload-resizer-system",
                         help="the product's own namespace (always out of scope)")
-    sizing.add_argument("--exclude-namespaces", type=_namespace_list, default=[], metavar="NS[,NS...]")
+    sizing.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]")
     sizing.add_argument("--namespace-selector", default="", metavar="SELECTOR")
     sizing.add_argument("--resize-restart-containers", action="store_true")
     sizing.add_argument("--no-realign", dest="realign", action="store_false",
@@ -87,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "idempotent, and safe to interrupt and run again. Stop the reconciler first (helm "
                     "uninstall, or scale it to 0), or it resizes the pods again.")
     _cluster_flags(restore, 20.0)
-    restore.add_argument("--max-resizes-per-second", type=_positive_float, default=10.0,
+    restore.add_argument("--max-resizes-per-second", type=positive_float, default=10.0,
                          help="pods restored per second at most")
     restore.add_argument("--dry-run", action="store_true", help="print what would be restored, change nothing")
     restore.add_argument("--shutdown-timeout", type=duration, default=10.0,

@@ -135,6 +135,8 @@ class PodResizeReconciler:
         self._clock = clock
         # Resizes this process requested, by pod uid, until they end (actuated or recorded).
         self._in_flight: dict[str, InFlight] = {}
+        # Generation our last revert produced, by pod uid: a cached pod older than that is not reverted again.
+        self._reverted: dict[str, int] = {}
         # The waiting state of each pod whose resize has not ended (the RESIZES_WAITING gauge).
         self._waiting: dict[str, Stage] = {}
         # Terminal decisions that wrote nothing (UnknownNodeType, ResizeUnsupported,
@@ -211,6 +213,7 @@ class PodResizeReconciler:
         self._finished.pop(uid, None)
         self._realign_checked.pop(uid, None)
         self._in_flight.pop(uid, None)
+        self._reverted.pop(uid, None)
         self._wait(uid, None)
 
     def _wait(self, uid: str, stage: Stage | None) -> None:
@@ -497,16 +500,20 @@ class PodResizeReconciler:
         self._fault(Step.STATE)
 
     async def _revert(self, pod: Obj) -> None:
+        uid = _uid(pod)
+        if (pod["metadata"].get("generation") or 0) < self._reverted.get(uid, 0):
+            return      # the cache has not caught up with our own revert yet (e.g. the event of the record)
         patch = revert_patch(pod)
         if not patch:
             return
         try:
-            await self._writer.resize(pod, patch)
+            reverted = await self._writer.resize(pod, patch)
         except ApiError as err:
             if err.retryable or err.status != 404:
                 raise
             return
-        self._in_flight.pop(_uid(pod), None)
+        self._reverted[uid] = reverted["metadata"].get("generation") or 0
+        self._in_flight.pop(uid, None)
         self._fault(Step.REVERT)
 
     def _requested_stamp(self, pod: Obj, node_type: str) -> str:

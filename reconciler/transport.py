@@ -23,6 +23,7 @@ maps them onto its error tree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import collections
 import ssl
 from collections.abc import AsyncIterator
@@ -284,10 +285,8 @@ class Pool:
                     self._wake_one()       # pass on the wake-up we were given
                 raise
             finally:
-                try:
+                with contextlib.suppress(ValueError):     # already taken off by a wake-up
                     self._waiters.remove(waiter)
-                except ValueError:
-                    pass
 
     async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ from reconciler.controller import DONE, Options, PodResizeReconciler, Result, St
 from reconciler.kube import ApiError
 from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import no_fault
+from reconciler.slim import slim_pod
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     ORIGINALS_MAC,
@@ -224,6 +225,21 @@ def test_a_config_change_re_aligns_a_sized_pod_from_its_originals():
     assert fake.ops() == ["resize", "annotate"]
     assert spec_cpu(fake) == ("500m", "500m")          # 1 CPU / 2, not 800m / 2
     assert reasons(fake) == ["Resized"] and fake.events[0].message.startswith("re-aligned for node type n4")
+
+
+def test_a_re_alignment_in_flight_is_followed_to_actuation_through_the_watch():
+    faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
+    fake = cluster(sized_on_n4(), auto_actuate=True)
+    rec = reconciler(fake, config=faster)
+    node = run(fake.node("node-1"))
+    assert rec.needs_work(fake.pod(KEY), node)
+    run(rec.reconcile(KEY))                             # the resize
+    # The kubelet's status update arrives after the config version was already checked:
+    # the pod is still queued, because its re-alignment is in flight.
+    assert rec.needs_work(fake.pod(KEY), node)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
+    assert not rec.needs_work(fake.pod(KEY), node)      # done: nothing more to follow
 
 
 def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
@@ -439,6 +455,23 @@ def test_an_infeasible_resize_is_reported_and_the_spec_set_back_to_what_runs():
     assert spec_cpu(fake) == ("1", "1"), "the spec does not lie about what the pod has"
     state = recorded_state(fake)
     assert (state.state, state.node_type, state.allocatable) == (Stage.INFEASIBLE, "n4", "cpu=8,memory=32Gi")
+
+
+def test_the_event_of_recording_infeasible_does_not_revert_a_second_time():
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    fake.lagging_cache = True
+    run(rec.reconcile(KEY))                 # record, report, revert
+    # The watch now delivers the pod as our record left it: state recorded, spec not yet set back.
+    between = copy.deepcopy(fake.pod_now(KEY))
+    between["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "800m", "memory": "256Mi"},
+                                                     "limits": {"cpu": "800m", "memory": "256Mi"}}
+    between["metadata"]["generation"] -= 1
+    fake.cache[KEY] = slim_pod(between)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate", "resize"] and reasons(fake) == ["ResizeInfeasible"]
 
 
 def test_an_infeasible_size_is_not_retried_while_node_and_plan_stay_the_same():
