@@ -224,7 +224,8 @@ def build_patch(annotations: Any, originals: dict[str, str]) -> list[dict[str, A
         owned = resizer.is_controller_owned_key
         for key in annotations:
             if key not in originals and owned(key):
-                ops.append({"op": "remove", "path": annotation_path(key)})
+                # Not memoised: removed keys are the client's choice, and a forged pod may carry thousands.
+                ops.append({"op": "remove", "path": _ANNOTATIONS_PATH + "/" + json_pointer_escape(key)})
     get = annotations.get
     for key, value in originals.items():
         if get(key) != value:
@@ -381,14 +382,13 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
 
 
 def _oversized(annotations: dict[str, Any]) -> bool:
-    if len(annotations) > resizer.TOTAL_ANNOTATION_SIZE_LIMIT // 2:     # each entry takes >= 2 bytes
+    limit = resizer.TOTAL_ANNOTATION_SIZE_LIMIT
+    if len(annotations) > limit // 2:     # each entry takes >= 2 bytes
         return True
-    size = 0
-    for key, value in annotations.items():
-        size += len(key) + (len(value) if isinstance(value, str) else 0)
-        if size > resizer.TOTAL_ANNOTATION_SIZE_LIMIT:
-            return True
-    return False
+    size = sum(map(len, annotations))     # JSON object keys are always strings
+    if size > limit:
+        return True
+    return size + sum(len(v) for v in annotations.values() if isinstance(v, str)) > limit
 
 
 def _strip(annotations: Any, record: dict[str, Any]) -> str | None:

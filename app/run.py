@@ -16,6 +16,7 @@ from app.metrics import Metrics
 from app.server import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_REQUEST_BYTES, create_app
 from app.tls import CertReloader
 from ops.keys import KeyDirectory
+from ops.malloc import bound_heap_retention
 from resizer import KeyRing
 from ops.jsonlog import flush_logging
 from resizer.scope import NamespaceScope
@@ -150,6 +151,9 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def run(**kwargs: Any) -> int:
+    # Freed request bodies go back to the OS instead of fragmenting the heap (RSS bound).
+    if not bound_heap_retention():
+        log.debug("not glibc: malloc thresholds left as they are")
     server, _ = build_server(**kwargs)
     # uvicorn handles SIGTERM/SIGINT while serving (stop accepting, drain, lifespan
     # shutdown) and then re-raises the signal with the previous handler restored.

@@ -16,6 +16,7 @@ precomputed headers, one counter, one histogram observation and one log line.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -42,8 +43,13 @@ DEFAULT_MAX_INFLIGHT = 32
 # gets the overload answer instead of more buffering (memory bounded by bytes).
 DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 # JSON objects + arrays in one review beyond which it is not parsed (answered as under
-# overload). A pod at the apiserver's size limit with 200 containers has a few thousand.
-MAX_JSON_CONTAINERS = 50_000
+# overload, counted as the body arrives). A pod of MAX_STAMPED_CONTAINERS (256) containers,
+# each with resources, ports, probes, a few mounts and twenty env vars, has ~10,000; parsing
+# 20,000 takes ~10 ms of the event loop.
+MAX_JSON_CONTAINERS = 20_000
+_TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
+# Bodies above this are decided in the large lane (one at a time, after the waiting ones).
+LARGE_BODY_BYTES = 64 * 1024
 _UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
 _UID_SEARCH_BYTES = 64 * 1024
 
@@ -56,7 +62,8 @@ class MutateApp:
     """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
 
     __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "max_inflight", "max_buffered_bytes",
-                 "draining", "scope", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths")
+                 "draining", "scope", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths",
+                 "_large_lane")
 
     def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  max_inflight: int = DEFAULT_MAX_INFLIGHT,
@@ -78,6 +85,7 @@ class MutateApp:
         self._observe = metrics.duration.observe
         # Cache of content-length header values -> bytes, most responses share a few sizes.
         self._content_lengths: dict[int, bytes] = {}
+        self._large_lane = asyncio.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == MUTATE_PATH:
@@ -142,16 +150,22 @@ class MutateApp:
             return
 
         message = await receive()
+        if message["type"] != "http.request":      # client went away
+            return
         body = message.get("body", b"")
         if self._inflight > self.max_inflight:
             await self._overloaded(send, start, body, f"more than {self.max_inflight} reviews in flight")
             return
+        objects = _json_containers(body)
         if message.get("more_body", False):
             chunks = [body]
             size = len(body)
             try:
                 self._buffered += size
                 while True:
+                    if objects > MAX_JSON_CONTAINERS:      # the rest is never read
+                        await self._overloaded(send, start, chunks[0], _TOO_MANY_OBJECTS)
+                        return
                     message = await receive()
                     if message["type"] != "http.request":  # client went away
                         return
@@ -168,25 +182,35 @@ class MutateApp:
                         return
                     self._buffered += len(chunk)
                     chunks.append(chunk)
+                    objects += _json_containers(chunk)
                     if not message.get("more_body", False):
                         break
             finally:
                 self._buffered -= sum(map(len, chunks))
             body = b"".join(chunks)
-        elif message["type"] != "http.request":
-            return
+            del chunks
         elif len(body) > limit:
             status, payload, record = too_large(limit)
             await self._respond(send, status, payload, close=True)
             self._account(start, status, record)
             return
 
-        if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
+        if objects > MAX_JSON_CONTAINERS:
             # Parsing would build more Python objects than any real pod has (memory grows with
-            # objects, not bytes: a 4 MiB review of tiny objects is ~100 MiB once parsed).
-            await self._overloaded(send, start, body, f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays")
+            # objects, not bytes: a 4 MiB review of tiny objects is ~100 MiB once parsed), and
+            # hold the event loop for as long as it takes.
+            await self._overloaded(send, start, body, _TOO_MANY_OBJECTS)
             return
-        status, payload, record = handle_review(body, self.keyring, self.scope)
+        if len(body) > LARGE_BODY_BYTES:
+            # Deciding holds the event loop for as long as parsing takes (~5 ms per MiB, more for
+            # many small objects): large reviews are decided one at a time, and only after the
+            # reviews already waiting, so a flood of them cannot stack up in front of small ones.
+            async with self._large_lane:
+                await asyncio.sleep(0)
+                status, payload, record = handle_review(body, self.keyring, self.scope)
+        else:
+            status, payload, record = handle_review(body, self.keyring, self.scope)
+        del body
         await self._respond(send, status, payload, close=self.draining)
         self._account(start, status, record)
 
@@ -222,6 +246,11 @@ class MutateApp:
         else:
             self._by_result[record["decision"]].inc()
             log_fields(decision_log, logging.INFO, "admission decision", record)
+
+
+def _json_containers(chunk: bytes) -> int:
+    """Upper bound of the JSON objects + arrays in ``chunk`` (brackets inside strings count too)."""
+    return chunk.count(b"{") + chunk.count(b"[")
 
 
 def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None,

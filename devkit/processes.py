@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from devkit.kube import ApiError
 from devkit.metrics import metric_sum
 
 REPO = Path(__file__).resolve().parents[1]
@@ -267,3 +268,25 @@ def wait_webhook_active(kube, namespace: str, timeout: float = 30) -> None:
             return
         time.sleep(0.3)
     raise AssertionError(f"the apiserver did not call the webhook for namespace {namespace} within {timeout}s")
+
+
+def wait_webhook_inactive(kube, namespace: str, timeout: float = 30) -> None:
+    """Wait until the apiserver no longer calls the webhook for pods in `namespace`
+    (its configuration informer has seen the unregistration).
+
+    A dry-run probe pod must come back without the original-* annotation; a probe the
+    apiserver refuses (a webhook with failurePolicy Fail that is already gone) counts
+    as "not yet".
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pod = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", webhook_probe_pod(namespace),
+                               params={"dryRun": "All"})
+        except ApiError:
+            pod = None
+        if pod is not None and "workload-resizer.io/original-cpu.probe" not in (
+                pod["metadata"].get("annotations") or {}):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"the apiserver still calls the webhook for namespace {namespace} after {timeout}s")

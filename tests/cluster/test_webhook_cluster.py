@@ -40,6 +40,7 @@ from devkit.processes import (
     register_webhook,
     unregister_webhook,
     wait_webhook_active,
+    wait_webhook_inactive,
     webhook_decisions,
 )
 
@@ -81,6 +82,13 @@ class Registration:
 
     def __exit__(self, *exc: Any) -> None:
         unregister_webhook(self.kube, self.name)
+        # Pods created after the block must not meet the webhook (the apiserver learns of the
+        # unregistration through an informer, a moment later). Never hides the test's own failure.
+        try:
+            wait_webhook_inactive(self.kube, self.ns)
+        except Exception:
+            if not exc or exc[0] is None:
+                raise
         lines = [line for line in self.webhook.log_lines() if self.ns in line]
         print(f"===== {self.webhook.name}: {len(lines)} log lines about {self.ns}\n" + "\n".join(lines[-60:]))
 

@@ -96,8 +96,14 @@ def test_a_1000_container_pod_is_admitted_unstamped_with_forged_keys_stripped() 
 
 
 def test_stamping_never_pushes_a_pod_over_the_annotation_size_limit() -> None:
-    pod = wide_pod(1000, name="c{i:04d}-" + "x" * 57)
-    _, after, _ = review(pod)
+    from app.review import MAX_STAMPED_CONTAINERS
+
+    # ~89 KB of originals for the widest pod stamped, on a pod with ~206 KB of its own annotations.
+    pod = wide_pod(MAX_STAMPED_CONTAINERS, name="c{i:04d}-" + "x" * 57)
+    pod["metadata"]["annotations"] = {"example.com/blob": "x" * (TOTAL_ANNOTATION_LIMIT - 50_000)}
+    assert sum(len(k) + len(v) for k, v in resizer.originals_from_spec_annotations(pod).items()) > 50_000
+    _, after, record = review(pod)
+    assert (record["decision"], record["reason"]) == ("skipped", "AnnotationsTooLarge") and owned(after) == {}
     assert_apiserver_would_accept_annotations(pod, after)
 
 
