@@ -30,7 +30,8 @@ def bound_heap_retention(arena_max: int = 2) -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
-        libc.gnu_get_libc_version       # glibc only
+        if not hasattr(libc, "gnu_get_libc_version"):      # glibc only
+            return False
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
