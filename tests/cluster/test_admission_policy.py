@@ -10,14 +10,18 @@ tests/cluster/test_rbac_reconciler.py (zero denials).
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.cluster.test_reconciler import Harness, guaranteed
+import resizer
+from tests.cluster.test_reconciler import Harness, guaranteed, ours
 from devkit.chart import ensure_helm
 from devkit.kube import ApiError, Kube, wait_for
+from devkit.processes import REPO
 from devkit.rbac import install_rbac, kubeconfig_for_token, uninstall_rbac
 
 ORIGINAL_CPU = "workload-resizer.io/original-cpu.app"
@@ -37,9 +41,10 @@ def world(cluster: Any, namespace: str) -> Iterator[dict[str, Any]]:
     tenant_token = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/tenant/token", {
         "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
     try:
-        yield {"harness": harness, "ns": namespace,
+        tenant_kubeconfig = kubeconfig_for_token(cluster, tenant_token["status"]["token"])
+        yield {"harness": harness, "ns": namespace, "admin_kubeconfig": cluster.kubeconfig,
                "reconciler": Kube(kubeconfig_for_token(cluster, tokens["reconciler"])),
-               "tenant": Kube(kubeconfig_for_token(cluster, tenant_token["status"]["token"]))}
+               "tenant": Kube(tenant_kubeconfig), "tenant_kubeconfig": tenant_kubeconfig}
     finally:
         harness.close(print_logs=False)
         uninstall_rbac(cluster.kube, namespace)
@@ -145,3 +150,57 @@ def _denied_now(call: Any) -> bool:
     except ApiError as err:
         return err.status in (403, 422)
     return False
+
+
+def restore(kubeconfig: str, namespace: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={kubeconfig}",
+                           f"--only-namespace={namespace}", *flags], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_restore_needs_an_exempt_principal_says_so_and_changes_nothing(world: dict[str, Any]) -> None:
+    """An operator with all the RBAC restore needs, but outside admissionPolicy.exemptGroups/Users,
+    gets a clear error before anything changes; the cluster admin (system:masters) just works."""
+    harness: Harness = world["harness"]
+    kube, ns = harness.kube, world["ns"]
+    name = running_pod(world)
+    path = f"/api/v1/namespaces/{ns}/pods/{name}"
+    # A managed pod: the author's sizes stamped, as the webhook does (by the admin: exempt).
+    stamp = resizer.originals_from_spec_annotations(harness.pod(name))
+    kube.patch(path, {"metadata": {"annotations": stamp}})
+    role = f"restore-operator-{ns}"
+    owner = kube.get(f"/api/v1/namespaces/{ns}")["metadata"]
+    owned = [{"apiVersion": "v1", "kind": "Namespace", "name": ns, "uid": owner["uid"]}]
+    kube.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": role, "ownerReferences": owned},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch"]},
+                  {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]}]})
+    kube.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": role, "ownerReferences": owned},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
+    try:
+        before = harness.pod(name)
+        # --dry-run changes nothing ever: retried until RBAC and the policy are both in force.
+        wait_for("restore --dry-run to be denied by the policy", lambda: (
+            (r := restore(world["tenant_kubeconfig"], ns, "--dry-run")).returncode == 1
+            and "ValidatingAdmissionPolicy" in r.stdout), timeout=60, interval=1)
+
+        denied_run = restore(world["tenant_kubeconfig"], ns)
+        assert denied_run.returncode == 1, denied_run.stdout + denied_run.stderr
+        assert "Traceback" not in denied_run.stdout + denied_run.stderr
+        assert "admissionPolicy.exemptGroups (default: system:masters" in denied_run.stdout
+        assert "Stopped: 0 of 1 managed pods restored" in denied_run.stdout
+        after = harness.pod(name)
+        assert ours(after) == ours(before) and after["metadata"]["resourceVersion"] == before["metadata"][
+            "resourceVersion"], "a denied restore changed the pod"
+
+        admin_run = restore(world["admin_kubeconfig"], ns)
+        assert admin_run.returncode == 0, admin_run.stdout + admin_run.stderr
+        assert "already at its originals; annotations removed" in admin_run.stdout
+        assert ours(harness.pod(name)) == {}
+    finally:
+        kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}")
+        kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}")
