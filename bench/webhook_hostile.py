@@ -204,11 +204,12 @@ def hostile_worker(port: int, ctx: ssl.SSLContext, jobs: list[tuple[int, int, st
 
 # ---------------------------------------------------------------- phases
 
-def start_server(work: Path, crt: str, key: str, keys: Path, core: str | None, delay: str = "0") -> tuple:
+def start_server(work: Path, crt: str, key: str, keys: Path, core: str | None, delay: str = "0",
+                 flags: tuple[str, ...] = ()) -> tuple:
     port = free_port()
     argv = [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", crt, "--tls-key-file", key, "--log-level", "warning",
-            "--originals-key-dir", str(keys), "--shutdown-delay", delay]
+            "--originals-key-dir", str(keys), "--shutdown-delay", delay, *flags]
     if core is not None and shutil.which("taskset"):
         argv = ["taskset", "-c", core, *argv]
     logf = open(work / f"server-{port}.log", "wb")
@@ -308,7 +309,7 @@ def phase_memory_and_latency(args, port: int, pid: int, ctx: ssl.SSLContext, caf
 
 
 def phase_drain(args, work: Path, crt: str, key: str, keys: Path, ctx: ssl.SSLContext) -> dict:
-    proc, port = start_server(work, crt, key, keys, args.server_core, delay="2s")
+    proc, port = start_server(work, crt, key, keys, args.server_core, delay="2s", flags=tuple(args.webhook_flag))
     ready = threading.Event()
     ready.set()
     stop = threading.Event()
@@ -371,6 +372,8 @@ def main() -> int:
     p.add_argument("--server-core", default="0", help="CPU the webhook is pinned to ('' = none)")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--json", type=Path)
+    p.add_argument("--webhook-flag", action="append", default=[], metavar="FLAG",
+                   help="extra flag of `python -m app` (repeatable), e.g. --webhook-flag=--max-request-bytes=1MiB")
     args = p.parse_args()
     args.server_core = args.server_core or None
     work = Path(tempfile.mkdtemp(prefix="wr-hostile-"))
@@ -381,7 +384,8 @@ def main() -> int:
         keys.mkdir()
         (keys / "k0001").write_text(os.urandom(32).hex())
         ctx = ssl.create_default_context(cafile=paths["ca.crt"])
-        proc, port = start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core)
+        proc, port = start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core,
+                                  flags=tuple(args.webhook_flag))
         try:
             mem = phase_memory_and_latency(args, port, proc.pid, ctx, paths["ca.crt"])
         finally:
