@@ -363,9 +363,20 @@ class PodResizeReconciler:
                                               **pod_mac(pod, self._keyring())}
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
-        await self._writer.annotate(pod, annotations)
         uid = _uid(pod)
+        # Recorded before the write: the watch event of the write may be observed while we wait
+        # for the reply, and observe() forgets the entry once the cache shows it (set after, it
+        # would outlive that event and hide a later removal of applied-* from needs_work).
+        before = self._finished.get(uid)
         self._finished[uid] = node_type
+        try:
+            await self._writer.annotate(pod, annotations)
+        except BaseException:
+            if before is None:
+                self._finished.pop(uid, None)
+            else:
+                self._finished[uid] = before
+            raise
         self._in_flight.pop(uid, None)
         self._wait(uid, None)
         self._fault(Step.APPLIED)

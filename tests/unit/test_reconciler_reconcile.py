@@ -719,3 +719,33 @@ def test_the_waiting_gauge_follows_the_pod_through_its_states():
     fake.actuate(KEY)
     run(rec.reconcile(KEY))
     assert (gauge("requested"), gauge("deferred")) == (base["requested"], base["deferred"])
+
+
+def test_applied_removed_after_a_resize_whose_record_was_observed_during_the_write_is_decided_again():
+    """The watch event of step 3 can arrive while the annotate call is still waiting for its reply:
+    the 'finished' bookkeeping must not outlive it, or a later removal of applied-* (with forged
+    originals) is never looked at again and no Event says why nothing happens."""
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    write = fake.annotate
+
+    async def annotate_then_observe(target, annotations, resource_version=None):
+        stored = await write(target, annotations, resource_version)
+        rec.observe(slim_pod(fake.pod_now(KEY)))        # our own write's event, before the reply is back
+        return stored
+    fake.annotate = annotate_then_observe   # type: ignore[method-assign]
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))     # actuated: step 3
+    assert reasons(fake) == ["Resized"]
+    fake.annotate = write       # type: ignore[method-assign]
+    # A tenant drops the record and the MAC and forges the originals.
+    edited = fake.pod_now(KEY)
+    for key in (APPLIED_INSTANCE_TYPE, "workload-resizer.io/applied-at", ORIGINALS_MAC):
+        edited["metadata"]["annotations"].pop(key, None)
+    edited["metadata"]["annotations"]["workload-resizer.io/original-cpu.app"] = "16"
+    fake.cache[KEY] = slim_pod(edited)
+    cached = fake.cache[KEY]
+    rec.observe(cached)
+    assert rec.needs_work(cached, fake.nodes["node-1"]), "the edited pod is never reconciled"
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["Resized", "OriginalsUnverified"] and spec_cpu(fake) == ("800m", "800m")
