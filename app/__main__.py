@@ -44,6 +44,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).")
     p.add_argument("--shutdown-timeout", type=parse_duration, metavar="DURATION", default="20s",
                    help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.")
+    p.add_argument("--max-inflight-reviews", type=int, default=32, metavar="N",
+                   help="Reviews read at once; beyond that (or beyond 16MiB of buffered bodies) a review is "
+                        "answered at once 'allowed, no patch' (the reconciler captures the originals later) "
+                        "and its connection closed: overload never delays or blocks pod creation.")
+    p.add_argument("--shutdown-delay", type=parse_duration, metavar="DURATION", default="5s",
+                   help="On SIGTERM, first fail /readyz and keep serving this long (closing each connection "
+                        "after its answer) so endpoints and the apiserver move away, then shut down "
+                        "gracefully. terminationGracePeriodSeconds must exceed this plus --shutdown-timeout.")
+    p.add_argument("--originals-key-dir", metavar="DIR", default="",
+                   help="Directory of HMAC keys (file name = key id, the greatest id signs) that sign the "
+                        "original-* annotations; the mounted Secret shared with the reconciler. Re-read every "
+                        "--cert-reload-interval. Empty: originals are stamped unsigned (the reconciler then "
+                        "trusts them only on pods whose spec never changed).")
     p.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
                    help="Namespaces whose pods are never stamped, besides kube-system and --namespace. "
                         "Set the same list on the reconciler (the chart sets both from scope.*).")
@@ -78,20 +91,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_logging(args.log_level, args.log_format, flush_interval=args.log_flush_interval)
     from app.run import run
+    from ops.keys import KeyDirectoryError
+    from resizer import KeyRingError
 
-    with contextlib.suppress(KeyboardInterrupt):
-        return run(
-            bind_address=args.bind_address,
-            port=args.port,
-            cert_file=args.tls_cert_file,
-            key_file=args.tls_key_file,
-            tls_min_version=args.tls_min_version,
-            cert_reload_interval=args.cert_reload_interval,
-            max_request_bytes=args.max_request_bytes,
-            keep_alive_timeout=args.http_keep_alive_timeout,
-            shutdown_timeout=args.shutdown_timeout,
-            scope=scope,
-        )
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            return run(
+                bind_address=args.bind_address,
+                port=args.port,
+                cert_file=args.tls_cert_file,
+                key_file=args.tls_key_file,
+                tls_min_version=args.tls_min_version,
+                cert_reload_interval=args.cert_reload_interval,
+                max_request_bytes=args.max_request_bytes,
+                keep_alive_timeout=args.http_keep_alive_timeout,
+                shutdown_timeout=args.shutdown_timeout,
+                originals_key_dir=args.originals_key_dir,
+                max_inflight=args.max_inflight_reviews,
+                shutdown_delay=args.shutdown_delay,
+                scope=scope,
+            )
+    except (KeyDirectoryError, KeyRingError) as err:
+        print(f"error: --originals-key-dir: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

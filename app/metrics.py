@@ -22,7 +22,7 @@ from prometheus_client import (
 # timeoutSeconds (3 s in webhook-config/).
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
-REQUEST_RESULTS = ("patched", "skipped", "error", "rejected")
+REQUEST_RESULTS = ("patched", "skipped", "error", "rejected", "overloaded")
 RELOAD_RESULTS = ("success", "error")
 
 
@@ -36,7 +36,8 @@ class Metrics:
         self.requests = Counter(
             "workload_resizer_webhook_requests_total",
             "Admission requests by result: patched (pod stamped), skipped (allowed unchanged), "
-            "error (our bug; allowed unchanged), rejected (malformed request, HTTP 4xx).",
+            "error (our bug; allowed unchanged), rejected (malformed request, HTTP 4xx), "
+            "overloaded (answered allowed without a decision, or 503, under overload).",
             ["result"],
             registry=self.registry,
         )

@@ -46,6 +46,10 @@ SKIPPED = "skipped"
 REJECTED = "rejected"
 
 REASON_INTERNAL_ERROR = "InternalError"
+# Pods with more spec containers are admitted with forged keys stripped but unstamped:
+# their originals cost ~40 us per container to compute on the single event loop, and a
+# few hundred containers' originals would not fit the 256 KiB annotation limit anyway.
+MAX_STAMPED_CONTAINERS = 256
 
 _NO_ORIGINALS: dict[str, str] = {}  # shared, never mutated
 
@@ -62,28 +66,71 @@ _b64 = base64.b64encode
 # checks that varying anything else leaves it unchanged), and replicas of one
 # workload share those, so the result is memoised on exactly that projection.
 # The rules stay in the core: a miss calls it, a hit returns what it returned.
-_ORIGINALS_CACHE_MAX = 2048  # entries; bounded memory: at most ~2048 x 4 KiB of keys
+# Every cache here is bounded in bytes (keys and values as counted by
+# ByteBoundedCache), whatever the input; huge pods are answered without caching.
 _ORIGINALS_KEY_MAX = 4096  # bytes of key; bigger pods are not memoised
-_originals_cache: dict[bytes, dict[str, str]] = {}
+_ENTRY_OVERHEAD = 200      # bytes a dict entry and its objects cost beyond the counted text
+
+
+class ByteBoundedCache:
+    """A dict whose entries' declared sizes add up to at most ``max_bytes`` (oldest evicted first)."""
+
+    __slots__ = ("max_bytes", "size", "_data")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._data: dict[Any, tuple[Any, int]] = {}
+
+    def get(self, key: Any) -> Any:
+        hit = self._data.get(key)
+        return None if hit is None else hit[0]
+
+    def put(self, key: Any, value: Any, nbytes: int) -> None:
+        nbytes += _ENTRY_OVERHEAD
+        if nbytes > self.max_bytes // 8:      # one entry never takes a large share
+            return
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.size -= old[1]
+        data = self._data
+        while data and self.size + nbytes > self.max_bytes:
+            self.size -= data.pop(next(iter(data)))[1]
+        data[key] = (value, nbytes)
+        self.size += nbytes
+
+    def clear(self) -> None:
+        self._data.clear()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+_originals_cache = ByteBoundedCache(2 * 1024 * 1024)
 
 
 def originals_of(pod: dict[str, Any]) -> dict[str, str]:
     """``resizer.originals_from_spec_annotations(pod)``, memoised. Treat the result as read-only."""
+    result, _ = _originals_and_key(pod)
+    return result
+
+
+def _originals_and_key(pod: dict[str, Any]) -> tuple[dict[str, str], bytes | None]:
+    """The originals and the memo key they are cached under (None: not cacheable)."""
     try:
         containers = pod["spec"]["containers"]
         key = _DUMPS([(c["name"], c.get("resources")) for c in containers])
     except Exception:  # odd shapes: let the core decide (and raise) uncached
-        return resizer.originals_from_spec_annotations(pod)
+        return resizer.originals_from_spec_annotations(pod), None
+    if len(key) > _ORIGINALS_KEY_MAX:  # unusually many containers: not worth the memory
+        return resizer.originals_from_spec_annotations(pod), None
     hit = _originals_cache.get(key)
     if hit is not None:
-        return hit
+        return hit, key
     result = resizer.originals_from_spec_annotations(pod)
-    if len(key) > _ORIGINALS_KEY_MAX:  # unusually many containers: not worth the memory
-        return result
-    if len(_originals_cache) >= _ORIGINALS_CACHE_MAX:
-        _originals_cache.clear()
-    _originals_cache[key] = result
-    return result
+    _originals_cache.put(key, result, len(key) + sum(len(k) + len(v) + 100 for k, v in result.items()))
+    return result, key
 
 
 def json_pointer_escape(key: str) -> str:
@@ -92,17 +139,15 @@ def json_pointer_escape(key: str) -> str:
 
 
 _ANNOTATIONS_PATH = "/metadata/annotations"
-_path_cache: dict[str, str] = {}
+_path_cache = ByteBoundedCache(1024 * 1024)
 
 
 def annotation_path(key: str) -> str:
     """JSON pointer of ``metadata.annotations[key]`` (memoised: the same keys recur)."""
-    path = _path_cache.get(key)
+    path: str | None = _path_cache.get(key)
     if path is None:
         path = _ANNOTATIONS_PATH + "/" + json_pointer_escape(key)
-        if len(_path_cache) >= 8192:
-            _path_cache.clear()
-        _path_cache[key] = path
+        _path_cache.put(key, path, 2 * len(key) + 40)
     return path
 
 
@@ -120,6 +165,11 @@ def too_large(limit: int) -> tuple[int, bytes, dict[str, Any]]:
     return status, body, record
 
 
+def allowed_response(uid: str) -> bytes:
+    """``allowed: true`` without a patch, for ``uid``."""
+    return _allowed(uid)
+
+
 def _allowed(uid: str, patch_b64: str | None = None) -> bytes:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch_b64 is not None:
@@ -134,23 +184,25 @@ def _encode(ops: list[dict[str, Any]]) -> str:
 
 # The common case, a pod straight from its controller (no controller-owned
 # annotation yet), gets the same patch as every replica of its workload: all
-# ``add``s, plus creating the map when absent. That encoded patch is memoised on
-# the (memoised, hence shared) originals dict; the entry holds the dict, so its
-# id cannot be reused while the entry exists.
-_FRESH_CACHE_MAX = 2048
-_fresh_patch_cache: dict[tuple[int, bool], tuple[dict[str, str], str]] = {}
+# ``add``s (the originals and their admission-scope MAC), plus creating the map
+# when absent. That encoded patch is memoised on the originals' memo key and what
+# the MAC binds (the replicas of one workload share both).
+_fresh_patch_cache = ByteBoundedCache(2 * 1024 * 1024)
 
 
-def fresh_patch(originals: dict[str, str], create_map: bool) -> str:
-    """Base64 JSONPatch stamping ``originals`` on a pod with no controller-owned annotation."""
-    key = (id(originals), create_map)
-    hit = _fresh_patch_cache.get(key)
-    if hit is not None and hit[0] is originals:
-        return hit[1]
-    encoded = _encode(build_patch(None if create_map else {}, originals))
-    if len(_fresh_patch_cache) >= _FRESH_CACHE_MAX:
-        _fresh_patch_cache.clear()
-    _fresh_patch_cache[key] = (originals, encoded)
+def fresh_patch(stamp: dict[str, str], create_map: bool, memo_key: bytes | None = None) -> str:
+    """Base64 JSONPatch stamping ``stamp`` on a pod with no controller-owned annotation.
+
+    ``memo_key`` must identify ``stamp`` exactly (None: not memoised).
+    """
+    if memo_key is None:
+        return _encode(build_patch(None if create_map else {}, stamp))
+    key = (memo_key, create_map)
+    hit: str | None = _fresh_patch_cache.get(key)
+    if hit is not None:
+        return hit
+    encoded = _encode(build_patch(None if create_map else {}, stamp))
+    _fresh_patch_cache.put(key, encoded, len(memo_key) + len(encoded))
     return encoded
 
 
@@ -172,7 +224,8 @@ def build_patch(annotations: Any, originals: dict[str, str]) -> list[dict[str, A
         owned = resizer.is_controller_owned_key
         for key in annotations:
             if key not in originals and owned(key):
-                ops.append({"op": "remove", "path": annotation_path(key)})
+                # Not memoised: removed keys are the client's choice, and a forged pod may carry thousands.
+                ops.append({"op": "remove", "path": _ANNOTATIONS_PATH + "/" + json_pointer_escape(key)})
     get = annotations.get
     for key, value in originals.items():
         if get(key) != value:
@@ -196,10 +249,12 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def handle_review(body: bytes, scope: NamespaceScope | None = None) -> tuple[int, bytes, dict[str, Any]]:
-    """Decide on one AdmissionReview; never raises. Pods in a namespace ``scope``
-    excludes by name are skipped (``NamespaceExcluded``): the apiserver applies the
-    label part of the scope through the webhook configuration's namespaceSelector."""
+def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
+                  scope: NamespaceScope | None = None) -> tuple[int, bytes, dict[str, Any]]:
+    """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned).
+    Pods in a namespace ``scope`` excludes by name are skipped (``NamespaceExcluded``; forged
+    controller-owned keys still stripped): the apiserver applies the label part of the scope
+    through the webhook configuration's namespaceSelector."""
     try:
         review = _JSON(body)
     except Exception as exc:  # orjson.JSONDecodeError, and anything odd about the input
@@ -229,7 +284,7 @@ def handle_review(body: bytes, scope: NamespaceScope | None = None) -> tuple[int
         "decision": SKIPPED, "reason": "", "originals": _NO_ORIGINALS,
     }
     try:
-        status, out = _decide(request, operation, obj, uid, record, scope)
+        status, out = _decide(request, operation, obj, uid, record, keyring, scope)
     except Exception as exc:  # our bug: allow the pod unchanged, log and count it
         record["decision"] = SKIPPED
         record["reason"] = REASON_INTERNAL_ERROR
@@ -244,7 +299,7 @@ def handle_review(body: bytes, scope: NamespaceScope | None = None) -> tuple[int
 
 
 def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any],
-            scope: NamespaceScope | None = None) -> tuple[int, bytes]:
+            keyring: resizer.KeyRing, scope: NamespaceScope | None = None) -> tuple[int, bytes]:
     if operation != "CREATE" or not _is_pod(request):
         record["decision"] = SKIPPED
         record["reason"] = "NotPodCreate"
@@ -262,43 +317,86 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         record["pod"] = _str(request.get("name"))
         return 200, _allowed(uid)
     record["pod"] = _str(metadata.get("name")) or _str(metadata.get("generateName")) or _str(request.get("name"))
-    record["namespace"] = _str(request.get("namespace")) or _str(metadata.get("namespace"))
-    if scope is not None and record["namespace"] in scope.excluded:
+    namespace = _str(request.get("namespace")) or _str(metadata.get("namespace"))
+    record["namespace"] = namespace
+    annotations = metadata.get("annotations")
+
+    if isinstance(annotations, dict) and _oversized(annotations):
+        # The apiserver rejects this pod anyway (annotations over 256 KiB, checked after
+        # admission): answer at once instead of building a patch as large as the input.
+        record["decision"] = SKIPPED
+        record["reason"] = "AnnotationsTooLarge"
+        return 200, _allowed(uid)
+    if scope is not None and namespace in scope.excluded:
+        # Controller-owned keys still go: the scope may change later.
         record["decision"] = SKIPPED
         record["reason"] = "NamespaceExcluded"
-        return 200, _allowed(uid)
+        return 200, _allowed(uid, _strip(annotations, record))
 
     verdict = resizer.eligibility(obj)
     owner_kind = verdict.owner_kind
     if owner_kind:
         record["owner"] = f"{owner_kind}/{verdict.owner_name or ''}"
     if not verdict.eligible:
+        # Controller-owned keys go on every CREATE, eligible or not: a pod admitted
+        # ineligible (skip annotation, odd owner) may become eligible later.
         record["decision"] = SKIPPED
         record["reason"] = verdict.reason
-        return 200, _allowed(uid)
+        return 200, _allowed(uid, _strip(annotations, record))
 
-    originals = originals_of(obj)
+    spec = obj.get("spec")
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if isinstance(containers, list) and len(containers) > MAX_STAMPED_CONTAINERS:
+        record["decision"] = SKIPPED
+        record["reason"] = "TooManyContainers"
+        return 200, _allowed(uid, _strip(annotations, record))
+
+    originals, memo_key = _originals_and_key(obj)
+    stamp = originals
+    if originals and keyring:
+        identity = resizer.PodIdentity.of(obj, namespace, "admission")
+        stamp = {**originals, resizer.ORIGINALS_MAC: resizer.sign_originals(keyring, originals, identity, "admission")}
+        if memo_key is not None:
+            memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), (keyring.newest or "").encode()))
     record["originals"] = originals
-    annotations = metadata.get("annotations")
-    if originals and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {},
-                                                       originals):
+    if stamp and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, stamp):
         # Stamping would push the pod over the apiserver's annotation size limit and so
         # block its creation. Admit it unstamped (forged keys still stripped); the
         # reconciler will not resize a pod whose originals cannot be recorded.
         record["decision"] = SKIPPED
         record["reason"] = "AnnotationsTooLarge"
         record["originals"] = _NO_ORIGINALS
-        ops = build_patch(annotations, {}) if isinstance(annotations, dict) else []
-        return 200, _allowed(uid, _encode(ops) if ops else None)
-    if originals and (not isinstance(annotations, dict) or not any(map(resizer.is_controller_owned_key, annotations))):
-        patch = fresh_patch(originals, not isinstance(annotations, dict))
+        return 200, _allowed(uid, _strip(annotations, record))
+    if stamp and (not isinstance(annotations, dict) or not any(map(resizer.is_controller_owned_key, annotations))):
+        patch = fresh_patch(stamp, not isinstance(annotations, dict), memo_key)
     else:
-        ops = build_patch(annotations, originals)
+        ops = build_patch(annotations, stamp)
         if not ops:
             record["decision"] = SKIPPED
-            record["reason"] = "AlreadyStamped" if originals else "NothingToStamp"
+            record["reason"] = "AlreadyStamped" if stamp else "NothingToStamp"
             return 200, _allowed(uid)
         patch = _encode(ops)
     record["decision"] = PATCHED
     record["reason"] = verdict.reason
     return 200, _allowed(uid, patch)
+
+
+def _oversized(annotations: dict[str, Any]) -> bool:
+    limit = resizer.TOTAL_ANNOTATION_SIZE_LIMIT
+    if len(annotations) > limit // 2:     # each entry takes >= 2 bytes
+        return True
+    size = sum(map(len, annotations))     # JSON object keys are always strings
+    if size > limit:
+        return True
+    return size + sum(len(v) for v in annotations.values() if isinstance(v, str)) > limit
+
+
+def _strip(annotations: Any, record: dict[str, Any]) -> str | None:
+    """The patch removing every client-supplied controller-owned key (None: nothing to remove)."""
+    if not isinstance(annotations, dict):
+        return None
+    ops = build_patch(annotations, {})
+    if not ops:
+        return None
+    record["stripped"] = len(ops)
+    return _encode(ops)

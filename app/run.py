@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import importlib.util
@@ -12,8 +13,11 @@ from typing import Any, AsyncIterator
 import uvicorn
 
 from app.metrics import Metrics
-from app.server import DEFAULT_MAX_REQUEST_BYTES, create_app
+from app.server import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_REQUEST_BYTES, create_app
 from app.tls import CertReloader
+from ops.keys import KeyDirectory
+from ops.malloc import bound_heap_retention
+from resizer import KeyRing
 from ops.jsonlog import flush_logging
 from resizer.scope import NamespaceScope
 
@@ -44,6 +48,9 @@ def build_server(
     keep_alive_timeout: float = 120.0,
     shutdown_timeout: float | None = 20.0,
     metrics: Metrics | None = None,
+    originals_key_dir: str = "",
+    max_inflight: int = DEFAULT_MAX_INFLIGHT,
+    shutdown_delay: float = 0.0,
     scope: NamespaceScope | None = None,
 ) -> tuple[uvicorn.Server, CertReloader]:
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
@@ -54,9 +61,24 @@ def build_server(
         log.error("no usable serving certificate yet; not ready until one is loaded",
                   extra={"cert_file": cert_file, "key_file": key_file})
 
+    keys = KeyDirectory(originals_key_dir) if originals_key_dir else None   # fails fast on a bad directory
+    if keys is None:
+        log.warning("no --originals-key-dir: original-* annotations are stamped unsigned")
+    key_task: asyncio.Task[None] | None = None
+
+    async def poll_keys() -> None:
+        assert keys is not None
+        while True:
+            await asyncio.sleep(max(cert_reload_interval, 1.0))
+            if keys.poll():
+                app.keyring = KeyRing(keys.keys)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
+        nonlocal key_task
         reloader.start()
+        if keys is not None:
+            key_task = asyncio.get_running_loop().create_task(poll_keys())
         log.info("webhook started", extra={"address": bind_address, "port": port,
                                            "tls_min_version": tls_min_version,
                                            "cert_reload_interval_s": cert_reload_interval,
@@ -64,11 +86,15 @@ def build_server(
         try:
             yield
         finally:
+            if key_task is not None:
+                key_task.cancel()
             await reloader.stop()
             reloader.close()
             log.info("webhook stopped")
 
-    app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan, scope)
+    app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan, max_inflight, scope)
+    if keys is not None:
+        app.keyring = KeyRing(keys.keys)
     config = uvicorn.Config(
         app,
         host=bind_address,
@@ -91,7 +117,33 @@ def build_server(
     config.load()
     if config.ssl is not reloader.context:  # reloads must go into the context uvicorn serves with
         raise RuntimeError("uvicorn did not take the reloadable SSLContext")
-    return uvicorn.Server(config), reloader
+    return DrainingServer(config, app, shutdown_delay), reloader
+
+
+class DrainingServer(uvicorn.Server):
+    """On the first SIGTERM/SIGINT: /readyz fails at once and every answer closes its
+    connection, serving goes on for ``shutdown_delay`` (endpoints and the apiserver's
+    connections move to other replicas meanwhile), then uvicorn's graceful shutdown stops
+    accepting and lets in-flight requests finish (up to --shutdown-timeout). A second
+    signal stops at once."""
+
+    def __init__(self, config: uvicorn.Config, app: Any, shutdown_delay: float) -> None:
+        super().__init__(config)
+        self.mutate_app = app
+        self.shutdown_delay = shutdown_delay
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.mutate_app.draining or self.shutdown_delay <= 0 or not self.started:
+            super().handle_exit(sig, frame)
+            return
+        self.mutate_app.draining = True
+        log.info("draining: not ready, still serving", extra={"shutdown_delay_s": self.shutdown_delay})
+        loop = asyncio.get_event_loop()
+        loop.call_soon_threadsafe(loop.call_later, self.shutdown_delay, self._stop_serving)
+
+    def _stop_serving(self) -> None:
+        log.info("drain delay over; stopping (in-flight requests finish)")
+        self.should_exit = True
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -99,6 +151,9 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def run(**kwargs: Any) -> int:
+    # Freed request bodies go back to the OS instead of fragmenting the heap (RSS bound).
+    if not bound_heap_retention():
+        log.debug("not glibc: malloc thresholds left as they are")
     server, _ = build_server(**kwargs)
     # uvicorn handles SIGTERM/SIGINT while serving (stop accepting, drain, lifespan
     # shutdown) and then re-raises the signal with the previous handler restored.

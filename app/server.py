@@ -16,9 +16,10 @@ precomputed headers, one counter, one histogram observation and one log line.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,15 +28,30 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.metrics import Metrics
-from app.review import REASON_INTERNAL_ERROR, REJECTED, handle_review, too_large
+from app.review import REASON_INTERNAL_ERROR, REJECTED, allowed_response, handle_review, too_large
 from resizer.scope import NamespaceScope
 from ops.jsonlog import log_fields
 from ops.probes import probe_routes
+from resizer import EMPTY_KEYRING, KeyRing
 
 decision_log = logging.getLogger("workload_resizer.webhook")
 
 MUTATE_PATH = "/mutate"
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_INFLIGHT = 32
+# Request bodies held in memory at once, all requests together: beyond it a request
+# gets the overload answer instead of more buffering (memory bounded by bytes).
+DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
+# JSON objects + arrays in one review beyond which it is not parsed (answered as under
+# overload, counted as the body arrives). A pod of MAX_STAMPED_CONTAINERS (256) containers,
+# each with resources, ports, probes, a few mounts and twenty env vars, has ~10,000; parsing
+# 20,000 takes ~10 ms of the event loop.
+MAX_JSON_CONTAINERS = 20_000
+_TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
+# Bodies above this are decided in the large lane (one at a time, after the waiting ones).
+LARGE_BODY_BYTES = 64 * 1024
+_UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
+_UID_SEARCH_BYTES = 64 * 1024
 
 _JSON_HEADER = (b"content-type", b"application/json")
 _CLOSE_HEADER = (b"connection", b"close")
@@ -45,18 +61,31 @@ _perf = time.perf_counter
 class MutateApp:
     """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
 
-    __slots__ = ("fallback", "max_request_bytes", "metrics", "scope", "_by_result", "_observe", "_content_lengths")
+    __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "max_inflight", "max_buffered_bytes",
+                 "draining", "scope", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths",
+                 "_large_lane")
 
     def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 max_inflight: int = DEFAULT_MAX_INFLIGHT,
+                 max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
                  scope: NamespaceScope | None = None) -> None:
         self.fallback = fallback
         self.scope = scope
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
+        # Overload: more reviews in flight (reading their body) than this, or more body
+        # bytes buffered than max_buffered_bytes, get a fast "allowed, no patch" answer.
+        self.max_inflight = max_inflight
+        self.max_buffered_bytes = max(max_buffered_bytes, max_request_bytes)
+        self.draining = False     # SIGTERM received: readiness fails, connections are closed after each answer
+        self._inflight = 0
+        self._buffered = 0
+        self.keyring: KeyRing = EMPTY_KEYRING    # signs the originals; replaced when the keys rotate
         self._by_result = metrics.by_result
         self._observe = metrics.duration.observe
         # Cache of content-length header values -> bytes, most responses share a few sizes.
         self._content_lengths: dict[int, bytes] = {}
+        self._large_lane = asyncio.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == MUTATE_PATH:
@@ -73,6 +102,26 @@ class MutateApp:
             await self.fallback(scope, receive, send)
 
     async def mutate(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._inflight += 1
+        try:
+            await self._mutate(scope, receive, send)
+        finally:
+            self._inflight -= 1
+
+    async def _overloaded(self, send: Send, start: float, head: bytes, why: str) -> None:
+        """Answer without deciding: allowed, no patch (the reconciler captures the originals
+        from the spec later, as when the webhook is down), connection closed so the rest of
+        the body is never read. Without a findable uid, 503: failurePolicy Ignore admits."""
+        match = _UID.search(head, 0, _UID_SEARCH_BYTES)
+        record = {"decision": "skipped", "reason": "Overloaded", "error": why}
+        if match is None:
+            await self._respond(send, 503, b'{"error":"overloaded","code":503}', close=True)
+            self._account(start, 503, record)
+            return
+        await self._respond(send, 200, allowed_response(match.group(1).decode("ascii")), close=True)
+        self._account(start, 200, record)
+
+    async def _mutate(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = _perf()
         if scope["method"] != "POST":
             await self._respond(send, 405, b'{"error":"use POST","code":405}', extra=((b"allow", b"POST"),))
@@ -101,35 +150,68 @@ class MutateApp:
             return
 
         message = await receive()
+        if message["type"] != "http.request":      # client went away
+            return
         body = message.get("body", b"")
+        if self._inflight > self.max_inflight:
+            await self._overloaded(send, start, body, f"more than {self.max_inflight} reviews in flight")
+            return
+        objects = _json_containers(body)
         if message.get("more_body", False):
             chunks = [body]
             size = len(body)
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":  # client went away
-                    return
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    status, payload, record = too_large(limit)
-                    await self._respond(send, status, payload, close=True)
-                    self._account(start, status, record)
-                    return
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
+            try:
+                self._buffered += size
+                while True:
+                    if objects > MAX_JSON_CONTAINERS:      # the rest is never read
+                        await self._overloaded(send, start, chunks[0], _TOO_MANY_OBJECTS)
+                        return
+                    message = await receive()
+                    if message["type"] != "http.request":  # client went away
+                        return
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        status, payload, record = too_large(limit)
+                        await self._respond(send, status, payload, close=True)
+                        self._account(start, status, record)
+                        return
+                    if self._buffered + len(chunk) > self.max_buffered_bytes:
+                        await self._overloaded(send, start, chunks[0],
+                                               f"more than {self.max_buffered_bytes} body bytes buffered")
+                        return
+                    self._buffered += len(chunk)
+                    chunks.append(chunk)
+                    objects += _json_containers(chunk)
+                    if not message.get("more_body", False):
+                        break
+            finally:
+                self._buffered -= sum(map(len, chunks))
             body = b"".join(chunks)
-        elif message["type"] != "http.request":
-            return
+            del chunks
         elif len(body) > limit:
             status, payload, record = too_large(limit)
             await self._respond(send, status, payload, close=True)
             self._account(start, status, record)
             return
 
-        status, payload, record = handle_review(body, self.scope)
-        await self._respond(send, status, payload)
+        if objects > MAX_JSON_CONTAINERS:
+            # Parsing would build more Python objects than any real pod has (memory grows with
+            # objects, not bytes: a 4 MiB review of tiny objects is ~100 MiB once parsed), and
+            # hold the event loop for as long as it takes.
+            await self._overloaded(send, start, body, _TOO_MANY_OBJECTS)
+            return
+        if len(body) > LARGE_BODY_BYTES:
+            # Deciding holds the event loop for as long as parsing takes (~5 ms per MiB, more for
+            # many small objects): large reviews are decided one at a time, and only after the
+            # reviews already waiting, so a flood of them cannot stack up in front of small ones.
+            async with self._large_lane:
+                await asyncio.sleep(0)
+                status, payload, record = handle_review(body, self.keyring, self.scope)
+        else:
+            status, payload, record = handle_review(body, self.keyring, self.scope)
+        del body
+        await self._respond(send, status, payload, close=self.draining)
         self._account(start, status, record)
 
     async def _respond(self, send: Send, status: int, payload: bytes, close: bool = False,
@@ -152,9 +234,12 @@ class MutateApp:
         elapsed = _perf() - start
         self._observe(elapsed)
         record["duration_ms"] = round(elapsed * 1000.0, 3)
-        if status != 200:
+        if status != 200 and record.get("reason") != "Overloaded":
             self._by_result["rejected"].inc()
             log_fields(decision_log, logging.WARNING, "admission review rejected", record)
+        elif record.get("reason") == "Overloaded":
+            self._by_result["overloaded"].inc()
+            log_fields(decision_log, logging.WARNING, "admission review answered without a decision", record)
         elif record.get("reason") == REASON_INTERNAL_ERROR:
             self._by_result["error"].inc()
             log_fields(decision_log, logging.ERROR, "admission decision", record)
@@ -163,9 +248,18 @@ class MutateApp:
             log_fields(decision_log, logging.INFO, "admission decision", record)
 
 
-def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None) -> FastAPI:
+def _json_containers(chunk: bytes) -> int:
+    """Upper bound of the JSON objects + arrays in ``chunk`` (brackets inside strings count too)."""
+    return chunk.count(b"{") + chunk.count(b"[")
+
+
+def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None,
+                       draining: Callable[[], bool] = lambda: False) -> FastAPI:
     def certificate() -> tuple[bool, str]:     # ready once a serving certificate is loaded
         return (True, "serving certificate loaded") if is_ready() else (False, "no serving certificate loaded")
+
+    def shutdown() -> tuple[bool, str]:        # not ready from the first SIGTERM on (drain)
+        return (False, "shutting down") if draining() else (True, "serving")
 
     return FastAPI(
         title="workload-resizer webhook",
@@ -173,7 +267,7 @@ def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan:
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
-        routes=probe_routes({"certificate": certificate}, metrics.registry),
+        routes=probe_routes({"certificate": certificate, "shutdown": shutdown}, metrics.registry),
     )
 
 
@@ -182,8 +276,15 @@ def create_app(
     is_ready: Callable[[], bool] = lambda: True,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     lifespan: Any = None,
+    max_inflight: int = DEFAULT_MAX_INFLIGHT,
     scope: NamespaceScope | None = None,
 ) -> MutateApp:
-    """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints."""
+    """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints.
+
+    ``/readyz`` fails once the app is draining (SIGTERM), before anything stops serving.
+    """
     metrics = metrics if metrics is not None else Metrics()
-    return MutateApp(create_fastapi_app(metrics, is_ready, lifespan), metrics, max_request_bytes, scope)
+    apps: list[MutateApp] = []
+    api = create_fastapi_app(metrics, is_ready, lifespan, draining=lambda: apps[0].draining)
+    apps.append(MutateApp(api, metrics, max_request_bytes, max_inflight, scope=scope))
+    return apps[0]

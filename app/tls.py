@@ -53,13 +53,20 @@ from app.metrics import Metrics
 log = logging.getLogger("workload_resizer.webhook.tls")
 
 TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+# TLS 1.2: forward-secret key exchange (ECDHE) with AEAD ciphers only: no CBC, no DHE,
+# no static RSA. TLS 1.3 suites are all ECDHE/AEAD and preferred whenever the client has
+# it (the server picks the highest common version).
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
 def new_server_context(min_version: str = "1.2") -> ssl.SSLContext:
-    """A server context with no certificate yet: TLS >= ``min_version``, HTTP/1.1."""
+    """A server context with no certificate yet: TLS >= ``min_version``, HTTP/1.1, ECDHE+AEAD
+    suites only, no renegotiation, no compression."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = TLS_VERSIONS[min_version]
-    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+    ctx.set_ciphers(TLS12_CIPHERS)
+    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx
 

@@ -147,10 +147,13 @@ PLURALS = {
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
     "PodDisruptionBudget": "poddisruptionbudgets", "Lease": "leases", "LimitRange": "limitranges",
-    "ResourceQuota": "resourcequotas",
+    "ResourceQuota": "resourcequotas", "NetworkPolicy": "networkpolicies",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }
 CLUSTER_SCOPED = {"namespaces", "nodes", "clusterroles", "clusterrolebindings",
-                  "mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
+                  "mutatingwebhookconfigurations", "validatingwebhookconfigurations",
+                  "validatingadmissionpolicies", "validatingadmissionpolicybindings"}
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60, interval: float = 0.25) -> T:

@@ -14,9 +14,29 @@ from typing import Any
 
 import httpx
 
+from devkit.kube import ApiError
 from devkit.metrics import metric_sum
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+_KEY_DIR: Path | None = None
+
+
+def originals_key_dir() -> Path:
+    """One originals HMAC key directory per test process, shared by every webhook and
+    reconciler it starts (as the chart mounts one Secret into both)."""
+    global _KEY_DIR
+    if _KEY_DIR is None:
+        _KEY_DIR = Path(tempfile.mkdtemp(prefix="originals-keys-"))
+        (_KEY_DIR / "k0001").write_bytes(os.urandom(24).hex().encode())
+    return _KEY_DIR
+
+
+def _with_key_dir(flags: tuple[str, ...]) -> list[str]:
+    if any(f.startswith("--originals-key-dir") for f in flags):
+        return list(flags)
+    return [f"--originals-key-dir={originals_key_dir()}", *flags]
 
 
 def free_port() -> int:
@@ -90,7 +110,7 @@ class Reconciler(Process):
         argv = [sys.executable, "-m", "reconciler", f"--kubeconfig={kubeconfig}",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
                 f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-                "--config-refresh-interval=2s", *flags]
+                "--config-refresh-interval=2s", *_with_key_dir(flags)]
         super().__init__(name, argv, env, log_path)
 
     def metrics(self) -> str:
@@ -137,7 +157,7 @@ class Webhook(Process):
         self.port = port or free_port()
         argv = [sys.executable, "-m", "app", "--bind-address=127.0.0.1", f"--port={self.port}",
                 f"--tls-cert-file={self.certs.cert_file}", f"--tls-key-file={self.certs.key_file}",
-                "--log-flush-interval=0", *flags]
+                "--log-flush-interval=0", *_with_key_dir(flags)]
         super().__init__(name, argv, env, log_path)
 
     @property
@@ -248,3 +268,25 @@ def wait_webhook_active(kube, namespace: str, timeout: float = 30) -> None:
             return
         time.sleep(0.3)
     raise AssertionError(f"the apiserver did not call the webhook for namespace {namespace} within {timeout}s")
+
+
+def wait_webhook_inactive(kube, namespace: str, timeout: float = 30) -> None:
+    """Wait until the apiserver no longer calls the webhook for pods in `namespace`
+    (its configuration informer has seen the unregistration).
+
+    A dry-run probe pod must come back without the original-* annotation; a probe the
+    apiserver refuses (a webhook with failurePolicy Fail that is already gone) counts
+    as "not yet".
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pod = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", webhook_probe_pod(namespace),
+                               params={"dryRun": "All"})
+        except ApiError:
+            pod = None
+        if pod is not None and "workload-resizer.io/original-cpu.probe" not in (
+                pod["metadata"].get("annotations") or {}):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"the apiserver still calls the webhook for namespace {namespace} after {timeout}s")

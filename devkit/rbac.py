@@ -7,8 +7,9 @@
     #         --config-name names["config"] --leader-election-id names["lease"] ...
 
 install_rbac renders chart/ with `helm template` for `namespace` and applies only the
-ServiceAccounts, (Cluster)Roles, (Cluster)RoleBindings and, unless with_config=False,
-the config ConfigMap. The cluster-scoped ClusterRole and ClusterRoleBinding are named
+ServiceAccounts, (Cluster)Roles, (Cluster)RoleBindings, the ValidatingAdmissionPolicies
+with their bindings (limited to `namespace` by a namespaceSelector, so they judge only
+this test's pods) and, unless with_config=False, the config ConfigMap. The cluster-scoped ClusterRole and ClusterRoleBinding are named
 after the namespace (fullname wr-<hash of namespace>), so tests in parallel
 namespaces never share them, and they are owned by the Namespace object: deleting the
 namespace garbage-collects them (uninstall_rbac deletes them at once).
@@ -27,6 +28,8 @@ from devkit.chart import render
 from devkit.kube import Kube
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 TEST_LABEL = "workload-resizer.io/test-namespace"
 
 
@@ -49,15 +52,17 @@ def chart_names(namespace: str, fullname: str | None = None) -> dict[str, str]:
 
 def install_rbac(kube: Kube, helm: str, namespace: str, *, fullname: str | None = None,
                  values: dict[str, Any] | None = None, with_config: bool = True,
-                 token_seconds: int = 3600) -> dict[str, str]:
+                 with_policy: bool = True, token_seconds: int = 3600) -> dict[str, str]:
     """Install the chart's RBAC (and config ConfigMap) into `namespace`; return a bearer token
     per ServiceAccount, keyed by component: {"reconciler": ..., "webhook": ...}."""
     names = chart_names(namespace, fullname)
     merged: dict[str, Any] = {"fullnameOverride": names["fullname"], "tls": {"mode": "helm"},
-                              "commonLabels": {TEST_LABEL: namespace}}
+                              "commonLabels": {TEST_LABEL: namespace},
+                              "admissionPolicy": {"namespaceSelector": {
+                                  "matchLabels": {"kubernetes.io/metadata.name": namespace}}}}
     merged.update(values or {})
     docs = render(helm, namespace=namespace, values=merged)
-    kinds = set(RBAC_KINDS) | ({"ConfigMap"} if with_config else set())
+    kinds = set(RBAC_KINDS) | ({"ConfigMap"} if with_config else set()) | (set(POLICY_KINDS) if with_policy else set())
     ns_obj = kube.get(f"/api/v1/namespaces/{namespace}")
     owner = {"apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": ns_obj["metadata"]["uid"]}
     for doc in docs:
@@ -80,8 +85,9 @@ def uninstall_rbac(kube: Kube, namespace: str) -> None:
     """Delete the cluster-scoped objects install_rbac made for `namespace` (the namespaced
     ones go with the namespace)."""
     selector = f"{TEST_LABEL}={namespace}"
-    for plural in ("clusterrolebindings", "clusterroles"):
-        path = f"/apis/rbac.authorization.k8s.io/v1/{plural}"
+    for path in ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                 "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                 f"{ADMISSION}/validatingadmissionpolicybindings", f"{ADMISSION}/validatingadmissionpolicies"):
         for item in kube.get(path, labelSelector=selector)["items"]:
             kube.delete(f"{path}/{item['metadata']['name']}")
 

@@ -67,11 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "workload-resizer.io annotations is resized back to its original requests and limits "
                     "(pods/resize), then its workload-resizer.io annotations are removed. Rate-limited, "
                     "idempotent, and safe to interrupt and run again. Stop the reconciler first (helm "
-                    "uninstall, or scale it to 0), or it resizes the pods again.")
+                    "uninstall, or scale it to 0), or it resizes the pods again. While the chart is "
+                    "installed, its admission policy lets only the principals in "
+                    "admissionPolicy.exemptGroups (default system:masters) or exemptUsers edit "
+                    "workload-resizer.io/* annotations: run restore with such credentials, or after "
+                    "helm uninstall.")
     _cluster_flags(restore, 20.0)
     restore.add_argument("--max-resizes-per-second", type=positive_float, default=10.0,
                          help="pods restored per second at most")
     restore.add_argument("--dry-run", action="store_true", help="print what would be restored, change nothing")
+    restore.add_argument("--only-namespace", default="", metavar="NS",
+                         help="restore only the pods of this namespace (default: every namespace)")
     restore.add_argument("--shutdown-timeout", type=duration, default=10.0,
                          help="on SIGTERM/SIGINT, finish the pod in progress for at most this long")
     return p

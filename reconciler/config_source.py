@@ -71,15 +71,27 @@ class ConfigSource:
             except OSError as err:
                 log.warning("config poll failed", extra={"error": repr(err)})
                 continue
-            await self.apply(cm)
+            await self._apply_safely(cm)
+
+    async def _apply_safely(self, configmap: dict[str, Any] | None) -> None:
+        """apply(), but whatever the apiserver sent, the config source keeps running."""
+        try:
+            await self.apply(configmap)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.error("config update failed; keeping the config in force", extra={"error": repr(err)})
 
     def _on_event(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        task = asyncio.get_running_loop().create_task(self.apply(None if kind == "DELETED" else obj))
+        task = asyncio.get_running_loop().create_task(self._apply_safely(None if kind == "DELETED" else obj))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
     async def apply(self, configmap: dict[str, Any] | None) -> None:
-        text = ((configmap or {}).get("data") or {}).get(CONFIG_KEY)
+        data = (configmap or {}).get("data") or {}
+        text = data.get(CONFIG_KEY) if isinstance(data, dict) else None
+        if text is not None and not isinstance(text, str):
+            text = None
         digest = "missing" if configmap is None else hashlib.sha256((text or "").encode()).hexdigest()
         if digest == self._last_digest:
             return

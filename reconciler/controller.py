@@ -54,15 +54,25 @@ from resizer import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
+    EMPTY_KEYRING,
     PREFIX,
     RESIZE_STATE,
+    Baseline,
+    KeyRing,
+    OriginalsCheck,
     OriginalsError,
     PlanError,
+    QuantityError,
     ResizePlan,
+    Trust,
+    baseline,
     eligibility,
     fits_annotation_limit,
-    missing_original_annotations,
+    needs_resign,
+    original_annotations,
+    originals_from_spec_annotations,
     plan_resize,
+    pod_mac,
     resolve_policy,
 )
 from resizer.realign import realignment
@@ -124,8 +134,10 @@ class PodResizeReconciler:
     """reconcile(namespace/name) of one pod, plus the predicate the manager filters events with."""
 
     def __init__(self, reader: PodReader, writer: PodWriter, events: EventSink, config: ConfigView,
-                 options: Options, fault: FaultHook = no_fault, clock: Callable[[], float] = time.time) -> None:
+                 options: Options, fault: FaultHook = no_fault, clock: Callable[[], float] = time.time,
+                 keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING) -> None:
         self._reader = reader
+        self._keyring = keyring     # the originals MAC keys in force (they rotate)
         self._writer = writer
         self._events = events
         self._config = config
@@ -289,7 +301,7 @@ class PodResizeReconciler:
                                        or realignment(pod, config, node_type,
                                                       self._options.resize_restart_containers) is None):
             self._wait(_uid(pod), None)
-            return DONE
+            return await self._resign(pod)
         if config is None:
             return Result(requeue_after=5.0)
         signature = situation(pod, node_type, self._config.generation)
@@ -307,13 +319,27 @@ class PodResizeReconciler:
             return DONE     # the cache has not caught up with our own resize yet
         generation = self._config.generation      # the config version the plan below is made with
         try:
-            plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
-        except OriginalsError as err:
+            # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
+            base = baseline(pod, self._keyring(), originals_from_spec_annotations(pod))
+            if base.check.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED) and self._resized_by_us(pod, node_type):
+                # Our own resize, being followed to actuation: its originals were verified before it
+                # (the spec changed because of it; step 3 binds them to the pod with a pod MAC).
+                base = Baseline(OriginalsCheck(Trust.TRUSTED, "verified before our resize"), pod, None)
+            if base.check.trust is Trust.REFUSE:
+                return await self._terminal(pod, signature, None, EventType.WARNING, Reason.ORIGINALS_UNVERIFIED,
+                                            f"not resized: {base.check.reason}")
+            plan = plan_resize(base.pod, resolve_policy(config, pod), node_type,
+                               self._options.resize_restart_containers)
+        except (OriginalsError, QuantityError) as err:
             return await self._terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
                                         f"cannot read the pod's original resources: {err}")
         except PlanError as err:        # reported once, like a corrupt original: a retry cannot help
             return await self._terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
                                         f"cannot size the pod: {err}")
+        if base.check.trust is Trust.TRUSTED_IF_ALIGNED and plan.patch:
+            return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.ORIGINALS_UNVERIFIED,
+                                        f"not resized: {base.check.reason}, and the pod is not aligned with "
+                                        f"them: {plan.summary()}")
         context = f"node type {node_type} (baseline {plan.baseline_node_type}, rule {plan.rule})"
         if plan.outcome == "UnknownNodeType":
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.UNKNOWN_NODE_TYPE,
@@ -329,30 +355,36 @@ class PodResizeReconciler:
         if plan.patch:
             if self._parked(pod, node, node_type, plan):
                 return DONE
-            return await self._write(pod, node, node_type, signature, plan, context, generation)
+            return await self._write(pod, node, node_type, signature, plan, context, base, generation)
         if flight is None and not _resized_from_originals(plan) and _state(pod, node_type) is None:
-            return await self._write(pod, node, node_type, signature, plan, context,    # originals, applied
+            return await self._write(pod, node, node_type, signature, plan, context, base,    # originals, applied
                                      generation)
         return await self._follow(pod, node, node_type, plan, context, generation)
 
     async def _write(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...],
-                     plan: ResizePlan, context: str, generation: int) -> Result:
+                     plan: ResizePlan, context: str, base: Baseline, generation: int) -> Result:
         config = self._config.config
         assert config is not None
-        # Step 1: originals, if the webhook did not stamp them.
-        missing = missing_original_annotations(pod)
-        if missing:
-            if not fits_annotation_limit(pod["metadata"]["annotations"], missing):
-                return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
-                                            "the original resources do not fit in the pod's annotations "
-                                            "(256 KiB limit), so they cannot be recorded; not resized")
+        # Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded.
+        final = {**(base.stamp or original_annotations(pod)), **pod_mac(base.pod, self._keyring()),
+                 APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339()}
+        if not fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None}):
+            return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
+                                        "the original resources and what was applied do not fit in the pod's "
+                                        "annotations (256 KiB limit), so they cannot be recorded; not resized")
+        # Step 1: originals, if the webhook did not stamp them (or they were rejected).
+        if base.stamp is not None:
             try:
-                pod, reread = await self._stamp_originals(pod, missing)
+                pod, reread = await self._stamp_originals(pod, base.stamp)
             except ApiError as err:
                 if err.retryable:
                     raise
                 return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
                                             f"cannot record the original resources ({err.message}); not resized")
+            if base.check.tampered:
+                await self._report(pod, None, EventType.WARNING, Reason.ORIGINALS_REPLACED,
+                                   f"original-* annotations rejected ({base.check.reason}); re-captured from "
+                                   "the pod's unchanged spec")
             self._fault(Step.ORIGINALS)
             # The stamp changed the annotations the signature covers: a terminal decision
             # below must be keyed on the pod as it is now, or the watch event of our own
@@ -390,13 +422,25 @@ class PodResizeReconciler:
         `generation` is the config version the plan was made with: no re-alignment check
         is due for it (else the watch event of this very write would re-plan the pod)."""
         self._realign_checked[_uid(pod)] = generation
+        # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
         annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(),
-                                              APPLIED_SIZE: spec_size(pod)}
+                                              APPLIED_SIZE: spec_size(pod), **pod_mac(pod, self._keyring())}
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
-        await self._writer.annotate(pod, annotations)
         uid = _uid(pod)
+        # Recorded before the write: the watch event of the write may be observed while we wait
+        # for the reply, and observe() forgets the entry once the cache shows it (set after, it
+        # would outlive that event and hide a later removal of applied-* from needs_work).
+        before = self._finished.get(uid)
         self._finished[uid] = node_type
+        try:
+            await self._writer.annotate(pod, annotations)
+        except BaseException:
+            if before is None:
+                self._finished.pop(uid, None)
+            else:
+                self._finished[uid] = before
+            raise
         self._in_flight.pop(uid, None)
         self._wait(uid, None)
         self._fault(Step.APPLIED)
@@ -554,26 +598,49 @@ class PodResizeReconciler:
             return _rfc3339(flight.requested_at)
         return _requested_at(pod, node_type)
 
-    async def _stamp_originals(self, pod: Obj, missing: dict[str, str]) -> tuple[Obj, bool]:
-        """Merge-patch the missing original-* keys, conditional on the resourceVersion we read.
-
-        On a conflict the pod is read again once; its originals are recomputed from
-        that fresh spec (if they are still missing). Returns the pod as written and
-        whether it was read again (so its spec may differ from the one planned from).
-        """
+    async def _stamp_originals(self, pod: Obj, stamp: dict[str, str | None]) -> tuple[Obj, bool]:
+        """Merge-patch the originals captured from the spec, conditional on the resourceVersion we
+        read (they describe exactly that spec). On a conflict the pod is read again once and the
+        originals decided again from it: stamped meanwhile (and trusted) means nothing to write.
+        Returns the pod as written and whether it was read again (so its spec may differ from
+        the one planned from)."""
         for attempt in range(2):
             try:
-                written = await self._writer.annotate(pod, missing,
-                                                      resource_version=pod["metadata"]["resourceVersion"])
+                written = await self._writer.annotate(pod, stamp, resource_version=pod["metadata"]["resourceVersion"])
                 return written, attempt > 0
             except ApiError as err:
                 if err.status != 409 or attempt == 1:
                     raise
             pod = await self._writer.get(pod)
-            missing = missing_original_annotations(pod)
-            if not missing:
+            again = baseline(pod, self._keyring(), originals_from_spec_annotations(pod))
+            if again.check.trust is Trust.TRUSTED:
                 return pod, True
+            if again.stamp is None:     # refused or trusted only if aligned: decide again from scratch
+                raise ApiError(409, {"reason": "Conflict", "message": "the pod changed while its originals "
+                                                                      "were recorded"})
+            stamp = again.stamp
         raise AssertionError("unreachable")
+
+    def _resized_by_us(self, pod: Obj, node_type: str) -> bool:
+        """The spec holds a resize this reconciler requested for ``node_type`` (in flight, or its
+        outcome recorded in the resize-state annotation, which only the controller may write)."""
+        flight = self._in_flight.get(_uid(pod))
+        if flight is not None and flight.node_type == node_type:
+            return True
+        return _state(pod, node_type) is not None
+
+    async def _resign(self, pod: Obj) -> Result:
+        """An aligned pod signed with an older key (rotation): re-sign its verified originals with the newest."""
+        keyring = self._keyring()
+        if self._options.dry_run or not needs_resign(pod, keyring):
+            return DONE
+        try:
+            trusted = baseline(pod, keyring, originals_from_spec_annotations(pod)).check.trust is Trust.TRUSTED
+        except (OriginalsError, QuantityError):
+            return DONE
+        if trusted:
+            await self._writer.annotate(pod, pod_mac(pod, keyring), resource_version=pod["metadata"]["resourceVersion"])
+        return DONE
 
     async def _rejected(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...], plan: ResizePlan,
                         context: str, err: ApiError) -> Result:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,13 @@ from reconciler.slim import Obj
 log = logging.getLogger("reconciler.informer")
 
 Handler = Callable[[str, Obj, Obj | None], None]   # (ADDED|MODIFIED|DELETED, new, old)
+
+
+SHORT_WATCH = 1.0   # seconds: a watch ending sooner without any event counts as a failure
+
+
+class ShortWatch(Exception):
+    """A watch stream ended at once without delivering anything."""
 
 
 def object_key(obj: Obj) -> str:
@@ -54,13 +62,21 @@ class Informer:
                 if need_list:
                     await self._list()
                     need_list = False
-                await self._watch()
+                started = time.monotonic()
+                events = await self._watch()
+                if events == 0 and time.monotonic() - started < SHORT_WATCH:
+                    # Closed at once with nothing delivered (a proxy, an overloaded apiserver):
+                    # like client-go's "very short watch", back off instead of reconnecting in a loop.
+                    raise ShortWatch(f"watch {self._path} closed after {time.monotonic() - started:.3f}s "
+                                     f"without an event")
                 backoff = 0.5
             except WatchExpired:
                 metrics.WATCH_RESTARTS.labels(self.resource, "expired").inc()
                 log.info("watch expired, re-listing", extra={"resource": self.resource})
                 need_list = True
-            except (ApiError, OSError, ValueError) as err:
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:   # ApiError, OSError, and any reply we could not make sense of
                 cause = "idle" if isinstance(err, WatchIdle) else "error"
                 metrics.WATCH_RESTARTS.labels(self.resource, cause).inc()
                 log.warning("watch interrupted, resuming", extra={
@@ -98,11 +114,14 @@ class Informer:
         log.info("listed", extra={"resource": self.resource, "count": len(fresh),
                                   "resourceVersion": self._resource_version})
 
-    async def _watch(self) -> None:
+    async def _watch(self) -> int:
+        """Watch until the stream ends; the number of events (bookmarks included) it delivered."""
+        count = 0
         server_timeout = random.randint(*self._server_timeout)
         store, slim, handler, gauge = self.store, self._slim, self._handler, self._cached_gauge
         async for event in self._client.watch(self._path, self._resource_version, self._params,
                                               server_timeout, self._idle_timeout):
+            count += 1
             kind = event.get("type")
             raw = event.get("object") or {}
             rv = (raw.get("metadata") or {}).get("resourceVersion")
@@ -122,3 +141,4 @@ class Informer:
             if rv:
                 self._resource_version = rv
             gauge.set(len(store))
+        return count

@@ -29,6 +29,7 @@ __all__ = ["ApiError", "Credentials", "KubeClient", "TokenBucket", "TransportErr
 
 log = logging.getLogger("reconciler.kube")
 
+UNEXPECTED_REPLY = "UnexpectedReply"     # ApiError.reason of a reply that is not a JSON object
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
@@ -39,8 +40,8 @@ class ApiError(Exception):
     def __init__(self, status: int, body: dict[str, Any]) -> None:
         self.status = status
         self.body = body
-        self.reason: str = body.get("reason", "") if isinstance(body, dict) else ""
-        self.message: str = body.get("message", "") if isinstance(body, dict) else str(body)
+        self.reason: str = str(body.get("reason", "")) if isinstance(body, dict) else ""
+        self.message: str = str(body.get("message", "")) if isinstance(body, dict) else str(body)
         super().__init__(f"HTTP {status} {self.reason}: {self.message}")
 
     @property
@@ -55,8 +56,8 @@ class ApiError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """Conflicts, throttling and server errors are worth retrying with backoff."""
-        return self.status in (409, 429) or self.status >= 500
+        """Conflicts, throttling, server errors and garbled replies are worth retrying with backoff."""
+        return self.status in (409, 429) or self.status >= 500 or self.reason == UNEXPECTED_REPLY
 
 
 class TransportError(ConnectionError):
@@ -145,10 +146,9 @@ class KubeClient:
             self._count(method, resource, "<error>")
             raise TransportError(f"{method} {path}: {err!r}") from err
         self._count(method, resource, status)
-        payload = orjson.loads(raw) if raw else {}
         if status >= 300:
-            raise ApiError(status, payload if isinstance(payload, dict) else {"message": str(payload)})
-        return payload
+            raise ApiError(status, _json_or_message(raw))
+        return _json_object(status, raw)
 
     async def _send(self, data: bytes) -> tuple[int, bytes]:
         for attempt in range(_SEND_ATTEMPTS):
@@ -199,7 +199,12 @@ class KubeClient:
             async for line in stream.lines(idle_timeout):
                 if not line:
                     continue
-                event = loads(line)
+                try:
+                    event = loads(line)
+                except orjson.JSONDecodeError:
+                    event = None
+                if type(event) is not dict:
+                    event = _json_object(status, line)    # raises ApiError(UnexpectedReply)
                 if event.get("type") == "ERROR":
                     status_obj = event.get("object") or {}
                     if status_obj.get("code") == 410:
@@ -230,6 +235,20 @@ class KubeClient:
                 self._pool.release(conn)
                 raise
         raise AssertionError("unreachable")
+
+
+def _json_object(status: int, body: bytes | str) -> dict[str, Any]:
+    """A 2xx body (or watch line) that must be a JSON object, else an ApiError (e.g. an HTML page from a proxy)."""
+    if not body:
+        return {}
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        text = body if isinstance(body, str) else body.decode(errors="replace")
+        raise ApiError(status, {"reason": UNEXPECTED_REPLY, "message": f"expected a JSON object, got: {text[:200]!r}"})
+    return value
 
 
 def _json_or_message(body: bytes) -> dict[str, Any]:

@@ -3,17 +3,28 @@
 Expiry is judged by when *we* last saw the lease record change, not by the
 holder's clock (clock skew between replicas must not hand out two leases).
 Updates carry the resourceVersion, so two candidates can never both win.
+
+While leading, every renewal attempt is bounded by the renew deadline (a hung
+request is cut off, not waited for), and :meth:`LeaderElector.may_write` is false
+from the moment the renew deadline has passed since the last successful renewal
+began: :class:`FencedClient` refuses writes from then on, whatever the workers are
+doing, and :meth:`hold` raises :class:`LeadershipLost` at that moment (or at once
+when the lease is seen held by someone else). The renew deadline is shorter than
+the lease duration, so the last write is sent before any standby can take over.
+Any failure of an attempt (API error, transport error, an unparsable reply) is a
+failed attempt, never an exception out of acquire() or hold().
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ops.timestamps import rfc3339_micro
 from reconciler import metrics
-from reconciler.kube import ApiError, KubeClient
+from reconciler.kube import MERGE_PATCH, ApiError, KubeClient
 
 log = logging.getLogger("reconciler.leader")
 
@@ -35,35 +46,68 @@ class LeaderElector:
         self._retry = retry_period
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._fence = 0.0             # monotonic time after which we may no longer write
+        self._lost_to: str | None = None
         self.is_leader = False
+
+    def may_write(self) -> bool:
+        """True while leading and within the renew deadline of the last successful renewal."""
+        return self.is_leader and time.monotonic() < self._fence
 
     async def acquire(self) -> None:
         """Block until this instance holds the lease."""
         log.info("waiting for leadership", extra={"lease": f"{self.namespace}/{self.name}",
                                                   "identity": self.identity})
-        while not await self._try_acquire_or_renew():  # noqa: ASYNC110  (polls the apiserver's Lease)
+        while True:
+            started = time.monotonic()
+            if await self._try_acquire_or_renew():
+                break
             await asyncio.sleep(self._retry)
+        self._fence = started + self._renew_deadline
         self.is_leader = True
         metrics.LEADER.labels(self.name).set(1)
         log.info("became leader", extra={"lease": f"{self.namespace}/{self.name}", "identity": self.identity})
 
     async def hold(self) -> None:
-        """Renew until a renewal deadline is missed; then raise LeadershipLost."""
-        last_renew = time.monotonic()
+        """Renew every retry period; raise LeadershipLost when the renew deadline of the last
+        successful renewal passes, or at once when another identity holds the lease."""
         while True:
-            await asyncio.sleep(self._retry)
-            if await self._try_acquire_or_renew():
-                last_renew = time.monotonic()
-            elif time.monotonic() - last_renew > self._renew_deadline:
-                self.is_leader = False
-                metrics.LEADER.labels(self.name).set(0)
-                raise LeadershipLost(f"failed to renew lease {self.namespace}/{self.name}")
+            await self._sleep_until(min(time.monotonic() + self._retry, self._fence))
+            remaining = self._fence - time.monotonic()
+            if remaining <= 0:
+                self._lose(f"could not renew lease {self.namespace}/{self.name} within the renew deadline "
+                           f"({self._renew_deadline:g}s)")
+            started = time.monotonic()
+            self._lost_to = None
+            try:
+                renewed = await asyncio.wait_for(self._try_acquire_or_renew(), remaining)
+            except asyncio.TimeoutError:
+                log.warning("lease renewal timed out", extra={"lease": f"{self.namespace}/{self.name}",
+                                                              "timeout_s": round(remaining, 3)})
+                renewed = False
+            if renewed:
+                self._fence = started + self._renew_deadline
+            elif self._lost_to is not None:
+                self._lose(f"lease {self.namespace}/{self.name} is held by {self._lost_to}")
+
+    def _lose(self, why: str) -> None:
+        self.is_leader = False
+        self._fence = 0.0
+        metrics.LEADER.labels(self.name).set(0)
+        raise LeadershipLost(why)
+
+    @staticmethod
+    async def _sleep_until(when: float) -> None:
+        delay = when - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     async def release(self) -> None:
         """Give the lease up on graceful shutdown so a standby takes over at once."""
         if not self.is_leader:
             return
         self.is_leader = False
+        self._fence = 0.0
         metrics.LEADER.labels(self.name).set(0)
         try:
             lease = await self._client.get(f"{self._path}/{self.name}")
@@ -72,7 +116,7 @@ class LeaderElector:
             lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": rfc3339_micro()})
             await self._client.update(f"{self._path}/{self.name}", lease)
             log.info("released leadership", extra={"lease": f"{self.namespace}/{self.name}"})
-        except (ApiError, OSError) as err:
+        except Exception as err:   # best effort: the lease expires anyway
             log.warning("could not release lease", extra={"error": repr(err)})
 
     async def _try_acquire_or_renew(self) -> bool:
@@ -84,6 +128,11 @@ class LeaderElector:
             return False
         except OSError as err:
             log.warning("lease update failed", extra={"error": repr(err)})
+            return False
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:    # anything unexpected is a failed attempt, never a crash
+            log.warning("lease update failed unexpectedly", extra={"error": repr(err)})
             return False
 
     async def _attempt(self) -> bool:
@@ -106,6 +155,7 @@ class LeaderElector:
         holder = spec.get("holderIdentity")
         duration = spec.get("leaseDurationSeconds") or self._duration
         if holder and holder != self.identity and time.monotonic() - self._observed_at < duration:
+            self._lost_to = holder
             return False
         if holder != self.identity:
             spec["acquireTime"] = now
@@ -114,3 +164,42 @@ class LeaderElector:
                      "renewTime": now})
         await self._client.update(f"{self._path}/{self.name}", lease)
         return True
+
+
+class NotLeader(ApiError):
+    """A write refused locally: this instance is not (or no longer surely) the leader."""
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(0, {"reason": "NotLeader", "message": f"{method} {path}: not the leader; write refused"})
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
+class FencedClient:
+    """The KubeClient for the workers: reads pass through, writes only while ``may_write()``."""
+
+    def __init__(self, client: KubeClient, may_write: Callable[[], bool]) -> None:
+        self._client = client
+        self._may_write = may_write
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if method not in ("GET", "HEAD") and not self._may_write():
+            raise NotLeader(method, path)
+        return await self._client.request(method, path, *args, **kwargs)
+
+    async def get(self, path: str, **params: Any) -> dict[str, Any]:
+        return await self._client.get(path, **params)
+
+    async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", path, obj)
+
+    async def update(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("PUT", path, obj)
+
+    async def patch(self, path: str, patch: dict[str, Any], content_type: str = MERGE_PATCH) -> dict[str, Any]:
+        return await self.request("PATCH", path, patch, content_type=content_type)

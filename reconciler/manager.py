@@ -20,6 +20,7 @@ from reconciler.kube import ApiError, KubeClient
 from reconciler.ports import ApiWriter, CachedReader, ConfigView, EventSink, FaultHook, Obj, no_fault
 from reconciler.slim import slim_node, slim_pod
 from reconciler.workqueue import WorkQueue
+from resizer import EMPTY_KEYRING, KeyRing, needs_resign
 
 log = logging.getLogger("reconciler")
 
@@ -30,7 +31,8 @@ PodFilter = Callable[[Obj], bool]
 class Manager:
     def __init__(self, client: KubeClient, events: EventSink, config: ConfigView, queue: WorkQueue,
                  options: Options, idle_timeout: float = 90.0, fault: FaultHook = no_fault,
-                 pod_filters: tuple[PodFilter, ...] = ()) -> None:
+                 pod_filters: tuple[PodFilter, ...] = (),
+                 keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING) -> None:
         self.queue = queue
         self._options = options
         self._pod_filters = pod_filters
@@ -40,7 +42,8 @@ class Manager:
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node,
                               idle_timeout=idle_timeout)
         self.reconciler = PodResizeReconciler(CachedReader(client, self.pods, self.nodes),
-                                              ApiWriter(client), events, config, options, fault)
+                                              ApiWriter(client), events, config, options, fault, keyring=keyring)
+        self._keyring = keyring
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -100,10 +103,16 @@ class Manager:
     def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
         key = object_key(pod)
         node = pod["spec"].get("nodeName") or ""
+        if old is not None and old["metadata"].get("uid") != pod["metadata"].get("uid"):
+            self.reconciler.forget(old)     # a re-list replaced a same-named pod: drop the old uid's entries
         if kind == "DELETED":
             self.queue.drop(key)
             self.reconciler.forget(pod)
-            self._pods_on_node.get(node, set()).discard(key)
+            pods = self._pods_on_node.get(node)
+            if pods is not None:
+                pods.discard(key)
+                if not pods:
+                    del self._pods_on_node[node]
             return
         self.reconciler.observe(pod)
         self._pods_on_node.setdefault(node, set()).add(key)
@@ -113,6 +122,7 @@ class Manager:
     def _on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
         name = node["metadata"]["name"]
         if kind == "DELETED":
+            self._pods_on_node.pop(name, None)
             return
         label = self._options.node_type_label
         if old is not None and old["metadata"]["labels"].get(label) == node["metadata"]["labels"].get(label) \
@@ -126,6 +136,13 @@ class Manager:
     def on_config_change(self) -> None:
         for key, pod in self.pods.store.items():
             if self._wants(pod):
+                self.queue.add(key)
+
+    def on_keys_change(self) -> None:
+        """Key rotation: queue the pods still signed with an older key, to re-sign them while it verifies."""
+        keyring = self._keyring()
+        for key, pod in self.pods.store.items():
+            if needs_resign(pod, keyring) and all(accept(pod) for accept in self._pod_filters):
                 self.queue.add(key)
 
     def _wants(self, pod: Obj) -> bool:

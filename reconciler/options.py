@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "rolls out gradually; the first sizing of a new pod is not throttled")
     sizing.add_argument("--dry-run", action="store_true",
                         help="decide, log and record WouldResize events, but patch nothing")
+    sizing.add_argument("--originals-key-dir", default="",
+                        help="directory of HMAC keys (file name = key id; the greatest id signs, any verifies) "
+                             "for the original-* annotations: the Secret shared with the webhook; re-read every "
+                             "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
+                             "changed are resized (from their spec)")
 
     outcome = p.add_argument_group("resize outcomes (README: Resize states)")
     outcome.add_argument("--resize-deferred-timeout", type=duration, default=900.0,

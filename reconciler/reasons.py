@@ -22,6 +22,8 @@ class Reason(StrEnum):
     UNKNOWN_NODE_TYPE = "UnknownNodeType"       # the node's type is not in the config
     RESIZE_UNSUPPORTED = "ResizeUnsupported"    # the node's kubelet cannot resize in place
     RESIZE_FAILED = "ResizeFailed"              # anything else that left the pod unresized
+    ORIGINALS_UNVERIFIED = "OriginalsUnverified"  # originals cannot be trusted and the spec changed: not resized
+    ORIGINALS_REPLACED = "OriginalsReplaced"    # rejected originals re-captured from the unchanged spec
     RESIZE_DEFERRED = "ResizeDeferred"          # the kubelet deferred the resize (Normal; Warning when too long)
     RESIZE_INFEASIBLE = "ResizeInfeasible"      # the node can never take the size; spec set back to the actual
     RESIZE_ERROR = "ResizeError"                # the kubelet failed to actuate (its message)

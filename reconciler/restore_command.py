@@ -36,6 +36,7 @@ class Summary:
     gone: int = 0               # deleted meanwhile
     failed: dict[str, str] = field(default_factory=dict)   # pod -> why (annotations kept)
     interrupted: bool = False
+    denied: bool = False        # the apiserver refuses these credentials the writes (see Denied)
 
     @property
     def done(self) -> int:
@@ -53,12 +54,15 @@ class Restorer:
         self.summary = Summary()
         self._resized_now: dict[str, dict[str, Any]] = {}   # pod uid -> the patch this run sent
 
-    async def run(self, page_size: int) -> Summary:
-        pods = [pod for pod in await list_all(self._client, "/api/v1/pods", page_size, slim_pod)
+    async def run(self, page_size: int, namespace: str = "") -> Summary:
+        collection = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        pods = [pod for pod in await list_all(self._client, collection, page_size, slim_pod)
                 if managed_annotation_keys(pod) and "deletionTimestamp" not in pod["metadata"]]
         self.summary.managed = len(pods)
         self._say(f"{len(pods)} pods carry workload-resizer.io annotations"
                   + (" (dry run: nothing is changed)" if self._dry_run else ""))
+        if pods:
+            await self._preflight(pods[0])
         for pod in pods:
             if self.stop.is_set():
                 self.summary.interrupted = True
@@ -66,6 +70,17 @@ class Restorer:
             await self._pace()
             await self._restore(pod)
         return self.summary
+
+    async def _preflight(self, pod: dict[str, Any]) -> None:
+        """Before changing anything: may these credentials remove the annotations? (A dry-run
+        request goes through admission, so the chart's policy answers as for the real one.)"""
+        body = {"metadata": {"annotations": {key: None for key in managed_annotation_keys(pod)}}}
+        try:
+            await self._client.request("PATCH", _pod_path(pod), body, MERGE_PATCH, params={"dryRun": "All"})
+        except ApiError as err:
+            if err.status == 403:
+                raise Denied(err) from None
+            # Anything else (the pod went away, a conflict...) is handled pod by pod.
 
     async def _pace(self) -> None:
         now = time.monotonic()
@@ -94,6 +109,8 @@ class Restorer:
                 if err.status == 404:
                     self.summary.gone += 1
                     return
+                if err.status == 403 and _policy_denial(err):
+                    raise Denied(err) from None        # every other pod would be denied the same way
                 self._fail(name, f"{err.status} {err.message}")
                 return
             except OSError as err:
@@ -151,6 +168,33 @@ class _Conflict(Exception):
     """The pod changed between our read and our write."""
 
 
+class Denied(Exception):
+    """The apiserver refuses these credentials the writes restore needs (RBAC or admission policy)."""
+
+    def __init__(self, err: ApiError) -> None:
+        super().__init__(err.message)
+        self.error = err
+
+    def explain(self) -> str:
+        lines = [f"error: the apiserver denied the change ({self.error.status} {self.error.reason}): "
+                 f"{self.error.message}"]
+        if _policy_denial(self.error):
+            lines += [
+                "workload-resizer's admission policy lets only its reconciler and the exempt admins edit",
+                "workload-resizer.io/* annotations of existing pods. Run restore with credentials in one of",
+                "the chart's admissionPolicy.exemptGroups (default: system:masters, e.g. the cluster-admin",
+                "kubeconfig) or admissionPolicy.exemptUsers, or uninstall the chart first (its policies go",
+                "with it) and run restore then.",
+            ]
+        else:
+            lines.append("restore needs get/list/patch on pods and patch on pods/resize in every namespace.")
+        return "\n".join(lines)
+
+
+def _policy_denial(err: ApiError) -> bool:
+    return "ValidatingAdmissionPolicy" in err.message
+
+
 def _describe(patch: dict[str, Any]) -> str:
     parts = []
     for container in patch["spec"]["containers"]:
@@ -177,7 +221,11 @@ def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, restorer.stop.set)
         try:
-            return await restorer.run(args.page_size)
+            return await restorer.run(args.page_size, args.only_namespace)
+        except Denied as denied:
+            out.write(denied.explain() + "\n")
+            restorer.summary.denied = True
+            return restorer.summary
         except (ApiError, OSError) as err:
             out.write(f"error: cannot list pods: {err}\n")
             restorer.summary.failed["(list)"] = str(err)
@@ -186,6 +234,10 @@ def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             await client.close()
 
     summary = asyncio.run(go())
+    if summary.denied:
+        out.write(f"Stopped: {summary.done} of {summary.managed} managed pods restored before the denial; "
+                  "run again with such credentials to finish.\n")
+        return 1
     elapsed = time.monotonic() - started
     verb = "would be" if args.dry_run else "were"
     out.write(f"Summary: {summary.managed} managed pods; {summary.resized} {verb} resized back to their originals, "

@@ -7,20 +7,24 @@ import contextlib
 import logging
 import os
 import signal
+import socket
+import sys
 from typing import Any
 
 from ops.jsonlog import configure_logging
+from ops.keys import KeyDirectory, KeyDirectoryError
 from ops.probes import Check
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
 from reconciler.controller import Options
 from reconciler.events import EventRecorder
 from reconciler.kube import KubeClient, load_credentials
-from reconciler.leader import LeaderElector, LeadershipLost
+from reconciler.leader import FencedClient, LeaderElector, LeadershipLost
 from reconciler.manager import Manager
 from reconciler.namespaces import ScopedNamespaces
 from reconciler.ports import FaultHook, no_fault
 from reconciler.workqueue import WorkQueue
+from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 
 log = logging.getLogger("reconciler")
 
@@ -42,12 +46,26 @@ def crash_hook(step_name: str | None) -> FaultHook:
 
 
 class Reconciler:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, keys: KeyDirectory | None = None) -> None:
         self.args = args
+        self.keys = keys
+        self.keyring = KeyRing(keys.keys) if keys is not None else EMPTY_KEYRING
+        if keys is None:
+            log.warning("no --originals-key-dir: original-* annotations cannot be verified; only pods whose "
+                        "spec never changed are resized")
         creds = load_credentials(args.kubeconfig)
         self.client = KubeClient(creds, qps=args.kube_api_qps, burst=args.kube_api_burst,
                                  max_connections=args.concurrency + 8)
-        self.recorder = EventRecorder(self.client)
+        # The lease gets its own connections, outside the workers' rate limit and pool: a
+        # renewal must never queue behind a burst of resizes.
+        self.lease_client = KubeClient(creds, qps=0, burst=1, max_connections=2) if args.leader_elect else None
+        self.elector = LeaderElector(
+            self.lease_client or self.client, args.leader_election_namespace, args.leader_election_id,
+            args.leader_election_identity, args.leader_election_lease_duration,
+            args.leader_election_renew_deadline, args.leader_election_retry_period) if args.leader_elect else None
+        # Workers and events write through the fence: nothing is sent once the lease may be lost.
+        writer: Any = FencedClient(self.client, self.elector.may_write) if self.elector else self.client
+        self.recorder = EventRecorder(writer)
         self.queue = WorkQueue("pod-resizer")
         self.config = ConfigSource(self.client, self.recorder, args.config_namespace, args.config_name,
                                    args.config_refresh_interval, on_change=self._config_changed,
@@ -56,23 +74,32 @@ class Reconciler:
         self.namespaces = ScopedNamespaces(self.client, args.scope, lambda _: self.manager.on_config_change(),
                                            args.watch_idle_timeout)
         self.manager = Manager(
-            self.client, self.recorder, self.config, self.queue,
+            writer, self.recorder, self.config, self.queue,
             Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
                     resize_restart_containers=args.resize_restart_containers, realign=args.realign,
                     max_resizes_per_second=args.max_resizes_per_second,
                     deferred_timeout=args.resize_deferred_timeout, error_retries=args.resize_error_retries,
                     error_backoff=args.resize_error_backoff),
             idle_timeout=args.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
-            pod_filters=(self.namespaces.includes,))
-        self.elector = LeaderElector(
-            self.client, args.leader_election_namespace, args.leader_election_id,
-            args.leader_election_identity, args.leader_election_lease_duration,
-            args.leader_election_renew_deadline, args.leader_election_retry_period) if args.leader_elect else None
+            pod_filters=(self.namespaces.includes,), keyring=lambda: self.keyring)
         self.stop = asyncio.Event()
         self.active = False
 
     def _config_changed(self) -> None:
         self.manager.on_config_change()
+
+    async def _poll_keys(self) -> None:
+        """Re-read --originals-key-dir; a rotation re-signs the pods signed with older keys."""
+        while True:
+            await asyncio.sleep(self.args.config_refresh_interval)
+            if self.keys is None:
+                continue
+            try:
+                if self.keys.poll():
+                    self.keyring = KeyRing(self.keys.keys)
+                    self.manager.on_keys_change()
+            except KeyRingError as err:
+                log.error("originals keys unusable; keeping the last good ones", extra={"error": str(err)})
 
     # ---- probes
 
@@ -97,16 +124,23 @@ class Reconciler:
     # ---- main loop
 
     async def run(self) -> int:
+        try:
+            listeners = self._listen()
+        except OSError as err:
+            log.error("cannot listen for metrics/health probes; exiting", extra={"error": str(err)})
+            return 1
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
-        servers = self._start_http()
+        servers = self._start_http(listeners)
         code = 0
         try:
             code = await self._lead_and_work()
         finally:
             await self._stop_http(servers)
             await self.client.close()
+            if self.lease_client is not None:
+                await self.lease_client.close()
         return code
 
     async def _lead_and_work(self) -> int:
@@ -121,10 +155,14 @@ class Reconciler:
             if not became_leader:
                 log.info("stopped before becoming leader")
                 return 0
-            acquired.result()       # a failed acquire ends the run here, as it did before
+            error = acquired.exception() if not acquired.cancelled() else None
+            if error is not None or not self.elector.is_leader:     # never work without the lease
+                log.error("leader election failed; not starting work", extra={"error": repr(error)})
+                return 1
         self.active = True
         background = [asyncio.create_task(c, name=n) for n, c in (
             ("config", self.config.run()),
+            ("keys", self._poll_keys()),
             *((informer.resource, informer.run()) for informer in self.manager.informers))]
         if self.namespaces.informer is not None:
             background.append(asyncio.create_task(self.namespaces.informer.run(), name="namespaces"))
@@ -169,6 +207,10 @@ class Reconciler:
     async def _shutdown(self, workers: list[asyncio.Task[None]], background: list[asyncio.Task[Any]],
                         stopped: asyncio.Task[Any]) -> None:
         await self.queue.shutdown()
+        if self.elector is not None and not self.elector.may_write():
+            # Leadership lost (or about to be): in-flight requests are cancelled, not awaited.
+            for task in workers:
+                task.cancel()
         if workers:
             _, pending = await asyncio.wait(workers, timeout=self.args.shutdown_timeout)
             for task in pending:
@@ -180,13 +222,26 @@ class Reconciler:
             await self.elector.release()
         self.active = False
 
-    def _start_http(self) -> dict[asyncio.Task[None], Any]:
-        app = http.build_app(self.checks())
+    def _listen(self) -> dict[str, socket.socket]:
+        """Bind every metrics/probe address now: a port already taken is a startup error, not a
+        reconciler running without health or metrics endpoints."""
         addresses = {a for a in (self.args.metrics_bind_address, self.args.health_probe_bind_address) if a != "0"}
+        listeners: dict[str, socket.socket] = {}
+        try:
+            for address in sorted(addresses):
+                listeners[address] = _bind(address)
+        except OSError:
+            for sock in listeners.values():
+                sock.close()
+            raise
+        return listeners
+
+    def _start_http(self, listeners: dict[str, socket.socket]) -> dict[asyncio.Task[None], Any]:
+        app = http.build_app(self.checks())
         servers = {}
-        for address in sorted(addresses):
+        for address, sock in listeners.items():
             server = http.build_server(app, address)
-            servers[asyncio.create_task(server.serve(), name=f"http {address}")] = server
+            servers[asyncio.create_task(server.serve(sockets=[sock]), name=f"http {address}")] = server
         return servers
 
     @staticmethod
@@ -200,8 +255,33 @@ class Reconciler:
             await asyncio.gather(*servers, return_exceptions=True)
 
 
+def _bind(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        raise OSError(err.errno, f"{address}: {err.strerror}") from None
+    except ValueError as err:
+        sock.close()
+        raise OSError(f"{address}: invalid address ({err})") from None
+    return sock
+
+
 def main(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
+    try:
+        keys = KeyDirectory(args.originals_key_dir) if args.originals_key_dir else None
+        if keys is not None:
+            KeyRing(keys.keys)
+    except (KeyDirectoryError, KeyRingError) as err:
+        print(f"error: --originals-key-dir: {err}", file=sys.stderr)
+        return 2
     logging.getLogger("httpcore").setLevel(logging.WARNING)
     try:
         import uvloop
@@ -210,7 +290,7 @@ def main(args: argparse.Namespace) -> int:
         runner = asyncio.run
 
     async def _run() -> int:
-        return await Reconciler(args).run()
+        return await Reconciler(args, keys).run()
 
     with contextlib.suppress(KeyboardInterrupt):
         code: int = runner(_run())

@@ -27,6 +27,7 @@ def slim_pod(pod: Obj) -> Obj:
         annotations = {k: v for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS}
     slim_meta: Obj = {
         "name": meta.get("name"),
+        "generateName": meta.get("generateName"),     # bound by the webhook's originals MAC
         "namespace": meta.get("namespace"),
         "uid": meta.get("uid"),
         "resourceVersion": meta.get("resourceVersion"),

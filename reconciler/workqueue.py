@@ -87,7 +87,8 @@ class WorkQueue:
                 return
 
     async def get(self) -> str | None:
-        """Next item, or None once the queue is shut down."""
+        """Next item, or None once the queue is shut down (queued items are not drained:
+        after a shutdown, for a lost lease above all, no new work may start)."""
         while not self._queue and not self._shutting_down:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
@@ -100,7 +101,7 @@ class WorkQueue:
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
-        if not self._queue:
+        if self._shutting_down or not self._queue:
             return None
         item = self._queue.popleft()
         queued_at = self._queued.pop(item)

@@ -13,12 +13,14 @@ __all__ = [
     "APPLIED_INSTANCE_TYPE",
     "APPLIED_SIZE",
     "MIRROR_POD",
+    "ORIGINALS_MAC",
     "PREFIX",
     "RESIZE_STATE",
     "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "fits_annotation_limit",
     "is_controller_owned_key",
+    "is_original_key",
     "original_key",
 ]
 
@@ -29,6 +31,8 @@ APPLIED_AT = PREFIX + "applied-at"
 # A digest of the containers' cpu/memory when applied-* was recorded: a spec that differs from
 # it (and equals the plan) holds a re-alignment an earlier reconciler requested but did not report.
 APPLIED_SIZE = PREFIX + "applied-size"
+# HMAC over the original-* values and the pod's identity (resizer.integrity).
+ORIGINALS_MAC = PREFIX + "originals-mac"
 # The reconciler's record of a resize that has not ended actuated (deferred, infeasible, ...).
 RESIZE_STATE = PREFIX + "resize-state"
 # Set by the kubelet on the API copy of a static pod.
@@ -78,8 +82,13 @@ def _original_key(container: str, resource: str, kind: str) -> str:
 
 
 def is_controller_owned_key(key: str) -> bool:
-    """True for the ``original-*``, ``applied-*`` and resize-state keys only the controller may set."""
-    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key == RESIZE_STATE
+    """True for the ``original-*``, ``applied-*``, integrity and resize-state keys only the controller may set."""
+    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key in (ORIGINALS_MAC, RESIZE_STATE)
+
+
+def is_original_key(key: str) -> bool:
+    """True for an ``original-*`` key (a baseline value)."""
+    return key.startswith(_ORIGINAL_PREFIX)
 
 
 def fits_annotation_limit(annotations: Mapping[str, Any], originals: Mapping[str, str]) -> bool:

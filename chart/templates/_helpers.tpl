@@ -130,6 +130,11 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
+{{/* The Secret holding the originals HMAC keys (mounted into both Deployments). */}}
+{{- define "wr.originalsKeysSecretName" -}}
+{{- .Values.originalsKeys.existingSecret | default (printf "%s-originals-keys" (include "wr.fullname" .)) -}}
+{{- end -}}
+
 {{/* The namespace scope (scope.*), one source for both programs and the webhook configuration. */}}
 {{- define "wr.excludedNamespaces" -}}
 {{- concat (list "kube-system" .Release.Namespace) .Values.scope.excludeNamespaces .Values.webhook.excludeNamespaces | uniq | toJson -}}

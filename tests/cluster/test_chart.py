@@ -150,9 +150,16 @@ def test_default_render(helm: str) -> None:
         ("MutatingWebhookConfiguration", "workload-resizer"),
         ("Issuer", "workload-resizer-selfsigned"), ("Certificate", "workload-resizer-ca"),
         ("Issuer", "workload-resizer-ca"), ("Certificate", "workload-resizer-webhook"),
+        ("Secret", "workload-resizer-originals-keys"),
+        ("ValidatingAdmissionPolicy", "workload-resizer-reconciler-confined"),
+        ("ValidatingAdmissionPolicyBinding", "workload-resizer-reconciler-confined"),
+        ("ValidatingAdmissionPolicy", "workload-resizer-annotations-protected"),
+        ("ValidatingAdmissionPolicyBinding", "workload-resizer-annotations-protected"),
+        ("NetworkPolicy", "workload-resizer-webhook"), ("NetworkPolicy", "workload-resizer-reconciler"),
     ])
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"):
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
             assert doc["metadata"]["namespace"] == NS, doc["metadata"]
 
     # The config: the design's sample, accepted by the reconciler's own parser.
@@ -352,8 +359,12 @@ def test_config_values(helm: str) -> None:
 def test_release_namespace(helm: str) -> None:
     docs = render(helm, namespace="platform-addons", release="wr")
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"):
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
             assert doc["metadata"]["namespace"] == "platform-addons"
+    policy = find(docs, "ValidatingAdmissionPolicy", "workload-resizer-reconciler-confined")
+    assert "system:serviceaccount:platform-addons:workload-resizer-reconciler" in \
+        policy["spec"]["matchConditions"][0]["expression"]
     mwc = find(docs, "MutatingWebhookConfiguration")
     assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
         "platform-addons/workload-resizer-webhook"
@@ -390,7 +401,8 @@ def test_cert_manager_objects(helm: str) -> None:
     for doc in docs:
         if doc["kind"] in CERT_MANAGER_KINDS:
             assert doc["apiVersion"] == "cert-manager.io/v1"
-    assert not find_all(docs, "Secret")            # cert-manager writes it
+    assert [d["metadata"]["name"] for d in find_all(docs, "Secret")] == ["workload-resizer-originals-keys"], \
+        "the TLS Secret is cert-manager's to write"
     # An existing issuer replaces the chart's own CA chain.
     docs = render(helm, namespace=NS, values=VARIANTS["existing-issuer"])
     assert [d["metadata"]["name"] for d in docs if d["kind"] in CERT_MANAGER_KINDS] == ["workload-resizer-webhook"]

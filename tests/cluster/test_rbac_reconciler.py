@@ -69,6 +69,8 @@ def test_reconciler_as_its_service_account_resizes_records_and_leads(as_service_
 def test_invalid_config_is_reported_on_the_configmap_as_the_service_account(as_service_account) -> None:
     harness, names, kubeconfig = as_service_account
     reconciler = start(harness, names, kubeconfig)
+    # /readyz is already 200 as a standby: wait until it leads with the chart's config loaded.
+    wait_for("the chart's config in force", lambda: reconciler.metric("workload_resizer_config_loaded") == 1)
     harness.kube.patch(f"/api/v1/namespaces/{harness.ns}/configmaps/{names['config']}",
                        {"data": {"config.yaml": "baselineNodeType: nope\nnodeTypes: {}\n"}})
     event = harness.wait_event(names["config"], "InvalidConfig", kind="ConfigMap")

@@ -73,20 +73,37 @@ def wide_pod(containers: int, name: str = "c{i}") -> dict[str, Any]:
 # ----------------------------------------------------------------------------- wide pods
 
 
-def test_a_1000_container_pod_is_stamped_exactly() -> None:
-    pod = wide_pod(1000)
+def test_a_pod_at_the_container_cap_is_stamped_exactly() -> None:
+    from app.review import MAX_STAMPED_CONTAINERS
+
+    pod = wide_pod(MAX_STAMPED_CONTAINERS)
     response, after, record = review(pod)
     assert record["decision"] == "patched"
     assert owned(after) == resizer.originals_from_spec_annotations(pod)
-    assert len(owned(after)) == 4000
+    assert len(owned(after)) == 4 * MAX_STAMPED_CONTAINERS
     assert_apiserver_would_accept_annotations(pod, after)
     # and reinvocation on the stamped pod is a no-op
     assert "patch" not in review(after)[0]
 
 
+def test_a_1000_container_pod_is_admitted_unstamped_with_forged_keys_stripped() -> None:
+    pod = wide_pod(1000)
+    pod["metadata"]["annotations"] = {resizer.original_key("c0", "cpu", "request"): "16"}
+    response, after, record = review(pod)
+    assert (record["decision"], record["reason"]) == ("skipped", "TooManyContainers")
+    assert owned(after) == {}
+    assert_apiserver_would_accept_annotations(pod, after)
+
+
 def test_stamping_never_pushes_a_pod_over_the_annotation_size_limit() -> None:
-    pod = wide_pod(1000, name="c{i:04d}-" + "x" * 57)
-    _, after, _ = review(pod)
+    from app.review import MAX_STAMPED_CONTAINERS
+
+    # ~89 KB of originals for the widest pod stamped, on a pod with ~206 KB of its own annotations.
+    pod = wide_pod(MAX_STAMPED_CONTAINERS, name="c{i:04d}-" + "x" * 57)
+    pod["metadata"]["annotations"] = {"example.com/blob": "x" * (TOTAL_ANNOTATION_LIMIT - 50_000)}
+    assert sum(len(k) + len(v) for k, v in resizer.originals_from_spec_annotations(pod).items()) > 50_000
+    _, after, record = review(pod)
+    assert (record["decision"], record["reason"]) == ("skipped", "AnnotationsTooLarge") and owned(after) == {}
     assert_apiserver_would_accept_annotations(pod, after)
 
 
@@ -192,8 +209,8 @@ def test_forged_originals_never_change_what_a_pod_is_sized_from(data: st.DataObj
 @FUZZ
 @given(st.data())
 def test_forged_originals_on_an_unowned_or_skipped_pod_are_not_laundered(data: st.DataObject) -> None:
-    """Pods the webhook does not stamp keep whatever they carry, but the reconciler never
-    touches them either (same eligibility), so forged values cannot size anything."""
+    """Pods the webhook does not stamp lose every controller-owned key they carry (they may
+    become eligible later), and nothing is stamped on them."""
     authored = data.draw(authored_pods())
     forged = copy.deepcopy(authored)
     forged["metadata"]["annotations"] = data.draw(forgeries(authored))
@@ -202,5 +219,5 @@ def test_forged_originals_on_an_unowned_or_skipped_pod_are_not_laundered(data: s
     else:
         forged["metadata"]["annotations"][resizer.SKIP] = "true"
     assume(not resizer.eligibility(forged).eligible)
-    response, _, record = review(forged)
-    assert "patch" not in response and record["decision"] == "skipped"
+    response, after, record = review(forged)
+    assert record["decision"] == "skipped" and owned(after) == {}

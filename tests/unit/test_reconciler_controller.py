@@ -165,3 +165,69 @@ def test_an_unbound_pod_is_not_live():
     pod = _pod([_container("app", {"cpu": "1"})])
     pod["spec"]["nodeName"] = None
     assert not _live_and_bound(pod)
+
+
+# ------------------------------------------------------------------ bookkeeping that must not leak
+
+
+def _manager():
+    import asyncio
+
+    from reconciler.controller import Options
+    from reconciler.manager import Manager
+    from reconciler.workqueue import WorkQueue
+
+    class NoConfig:
+        config = None
+        generation = 0
+
+    async def make():
+        return Manager(object(), object(), NoConfig(), WorkQueue("t"),  # type: ignore[arg-type]
+                       Options(node_type_label="family"))
+    return asyncio.run(make())
+
+
+def _bound(name: str, uid: str, node: str = "node-1") -> dict[str, Any]:
+    pod = _pod([_container("app", {"cpu": "1"})])
+    pod["metadata"].update(name=name, uid=uid)
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
+def test_a_deleted_node_is_forgotten():
+    import asyncio
+
+    m = _manager()
+
+    async def body():
+        m._on_pod("ADDED", _bound("a", "u1", "node-1"), None)
+        m._on_node("DELETED", {"metadata": {"name": "node-1", "labels": {}}}, None)
+    asyncio.run(body())
+    assert "node-1" not in m._pods_on_node
+
+
+def test_a_node_without_pods_left_is_forgotten():
+    import asyncio
+
+    m = _manager()
+    pod = _bound("a", "u1", "node-1")
+
+    async def body():
+        m._on_pod("ADDED", pod, None)
+        m._on_pod("DELETED", pod, pod)
+    asyncio.run(body())
+    assert m._pods_on_node == {}
+
+
+def test_a_relist_replacing_a_same_named_pod_drops_the_old_uids_entries():
+    import asyncio
+
+    m = _manager()
+    old, new = _bound("a", "uid-old"), _bound("a", "uid-new")
+    m.reconciler._decided["uid-old"] = ("n4", 1, (), ())
+    m.reconciler._finished["uid-old"] = "n4"
+
+    async def body():
+        m._on_pod("MODIFIED", new, old)      # what Informer._list reports for a replaced pod
+    asyncio.run(body())
+    assert "uid-old" not in m.reconciler._decided and "uid-old" not in m.reconciler._finished

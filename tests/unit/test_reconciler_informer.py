@@ -260,3 +260,38 @@ def test_run_relists_after_the_watch_expires_and_reports_what_changed_meanwhile(
     asyncio.run(body())
     assert [rv for rv, _ in client.watch_calls] == ["10", "40"]
     assert handler.events[2:] == [("ADDED", "ns/c@30", None), ("DELETED", "ns/b@2", "2")]
+
+
+def test_a_watch_that_closes_at_once_is_retried_with_backoff_not_in_a_tight_loop(monkeypatch):
+    """200 watches that close at once with nothing (HTTP 200, empty body) must not mean 200
+    reconnects in a row: each is a failure with growing, jittered backoff."""
+    client, handler = FakeListWatch(), Recorder()
+    client.lists = [[_page([_pod("a", "1")], rv="10")]]
+    client.streams = [[] for _ in range(200)]
+    sleeps: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def fake_sleep(delay: float) -> None:
+        sleeps.append(delay)
+        await real_sleep(0)
+
+    monkeypatch.setattr("reconciler.informer.asyncio.sleep", fake_sleep)
+    informer = _informer(client, handler)
+
+    async def body() -> None:
+        task = asyncio.create_task(informer.run())
+        while len(client.watch_calls) < 8:
+            await real_sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    asyncio.run(body())
+    assert len(sleeps) >= 7, "a sleep after every empty watch"
+    assert sleeps[0] >= 0.5 and sleeps[5] >= 16 and all(b >= a / 2 for a, b in zip(sleeps, sleeps[1:], strict=False)), sleeps
+
+
+def test_a_watch_that_delivered_events_resets_the_backoff():
+    client, handler = FakeListWatch(), Recorder()
+    client.lists = [[_page([], rv="10")]]
+    client.streams = [[{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "11"}}}]]
+    informer = _informer(client, handler)
+    assert asyncio.run(informer._watch()) == 1

@@ -467,3 +467,38 @@ def test_tls_to_a_server_the_ca_does_not_vouch_for_is_a_transport_error():
             await server.stop()
     with pytest.raises(TransportError):
         asyncio.run(body())
+
+
+# ------------------------------------------------------------------ replies that are not JSON objects
+
+HTML_503 = b"<html><body><h1>503 Service Unavailable</h1>upstream connect error</body></html>"
+
+
+@pytest.mark.parametrize(("status", "body"), [
+    (503, HTML_503), (502, b"\xff\xfe garbage"), (500, b"[1, 2]"), (403, b"null"),
+])
+def test_a_failed_request_with_any_body_is_an_api_error(status: int, body: bytes):
+    with pytest.raises(ApiError) as exc:
+        _request(lambda req: Reply(status, body), "get", "/api/v1/nodes")
+    assert exc.value.status == status
+    assert exc.value.causes == []
+
+
+@pytest.mark.parametrize("body", [HTML_503, b"[]", b"\"text\"", b"12", b"{truncated"])
+def test_a_successful_reply_that_is_not_a_json_object_is_a_retryable_api_error(body: bytes):
+    with pytest.raises(ApiError) as exc:
+        _request(lambda req: Reply(200, body), "get", "/api/v1/nodes")
+    assert exc.value.reason == "UnexpectedReply" and exc.value.retryable
+
+
+def test_odd_status_details_do_not_break_causes():
+    assert ApiError(422, {"details": "oops"}).causes == []
+    assert ApiError(422, {"details": {"causes": ["x", {"reason": "FieldValueInvalid"}]}}).causes == ["", "FieldValueInvalid"]
+
+
+@pytest.mark.parametrize("line", ["<html>", "[1]", "7"])
+def test_a_watch_line_that_is_not_a_json_object_is_an_api_error(line: str):
+    body = _lines(_event("ADDED", "a", "101"), line)
+    events, err = _collect(lambda req: Reply(200, [body]))
+    assert [e["object"]["metadata"]["name"] for e in events] == ["a"]
+    assert isinstance(err, ApiError) and err.reason == "UnexpectedReply"

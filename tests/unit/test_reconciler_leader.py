@@ -315,3 +315,109 @@ def test_hold_keeps_leading_while_renewals_succeed():
             await asyncio.wait_for(a.hold(), 0.2)
     asyncio.run(body())
     assert a.is_leader and api.updates >= 5
+
+
+# ------------------------------------------------------------------ faults while leading (real time)
+
+
+class HangingLeaseApi(FakeLeaseApi):
+    """Lease API whose calls can be made to hang (a dead connection) or fail with any exception."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang = False
+        self.raise_any: BaseException | None = None
+
+    def _maybe_fail(self) -> None:
+        super()._maybe_fail()
+        if self.raise_any is not None:
+            raise self.raise_any
+
+    async def get(self, path: str, **kw: Any) -> dict[str, Any]:
+        if self.hang:
+            await asyncio.Event().wait()      # a dead connection: only a timeout ends it
+        return await super().get(path, **kw)
+
+
+def _lead_then(api: HangingLeaseApi, fault: Any, renew_deadline: float = 0.2) -> tuple[float, LeaderElector]:
+    """Acquire, inject `fault`, hold; (seconds from the last successful renewal start to LeadershipLost, elector)."""
+    a = _elector(api, "a", lease_duration=1, renew_deadline=renew_deadline, retry_period=0.02)
+
+    async def body() -> float:
+        await asyncio.wait_for(a.acquire(), 1)
+        holding = asyncio.create_task(a.hold())
+        await asyncio.sleep(0.1)            # a few good renewals
+        fault()
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(LeadershipLost):
+            await asyncio.wait_for(holding, 3)
+        return asyncio.get_running_loop().time() - t0
+    return asyncio.run(body()), a
+
+
+def test_a_hung_renewal_is_cut_off_at_the_renew_deadline():
+    api = HangingLeaseApi()
+    elapsed, a = _lead_then(api, lambda: setattr(api, "hang", True))
+    assert elapsed < 0.2 + 0.1, "LeadershipLost is raised by the deadline, not after the request"
+    assert not a.is_leader and not a.may_write()
+
+
+@pytest.mark.parametrize("error", [ApiError(503, {"message": "<html>503</html>"}), ValueError("not JSON"),
+                                   KeyError("spec"), TypeError("odd lease")])
+def test_unexpected_replies_are_failed_attempts_until_the_deadline(error):
+    api = HangingLeaseApi()
+    elapsed, a = _lead_then(api, lambda: setattr(api, "raise_any", error))
+    assert elapsed < 0.3 and not a.may_write()
+
+
+def test_a_lease_taken_by_another_identity_is_lost_at_once():
+    api = HangingLeaseApi()
+    elapsed, a = _lead_then(api, lambda: api.put_holder("b", duration=15), renew_deadline=0.5)
+    assert elapsed < 0.2, "no waiting for the renew deadline once another holder is seen"
+    assert api.holder == "b" and not a.may_write()
+
+
+def test_acquire_survives_garbage_replies_and_waits_for_the_lease():
+    api = HangingLeaseApi()
+    api.raise_any = ValueError("<html>")
+    a = _elector(api, "a", retry_period=0.01)
+
+    async def body() -> None:
+        acquiring = asyncio.create_task(a.acquire())
+        await asyncio.sleep(0.05)
+        assert not acquiring.done() and not a.is_leader and not a.may_write()
+        api.raise_any = None
+        await asyncio.wait_for(acquiring, 1)
+    asyncio.run(body())
+    assert a.is_leader and a.may_write()
+
+
+def test_the_fenced_client_refuses_writes_but_not_reads_once_leadership_may_be_lost():
+    from reconciler.leader import FencedClient, NotLeader
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        async def request(self, method: str, path: str, *args: Any, **kw: Any) -> dict[str, Any]:
+            self.calls.append(method)
+            return {}
+
+        async def get(self, path: str, **params: Any) -> dict[str, Any]:
+            self.calls.append("GET")
+            return {}
+
+    allowed = {"write": True}
+    inner = Recorder()
+    client = FencedClient(inner, lambda: allowed["write"])  # type: ignore[arg-type]
+
+    async def body() -> None:
+        await client.patch("/p", {})
+        allowed["write"] = False
+        await client.get("/p")
+        for call in (client.patch("/p", {}), client.create("/p", {}), client.update("/p", {})):
+            with pytest.raises(NotLeader) as exc:
+                await call
+            assert not exc.value.retryable
+    asyncio.run(body())
+    assert inner.calls == ["PATCH", "GET"]

@@ -17,10 +17,15 @@ from reconciler.outcome import spec_size
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
+    ORIGINALS_MAC,
     RESIZE_STATE,
     SAMPLE_CONFIG,
+    KeyRing,
+    PodIdentity,
     load_config,
     missing_original_annotations,
+    pod_mac,
+    sign_originals,
 )
 from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
 
@@ -57,8 +62,11 @@ def pod(cpu: str = "1", memory: str = "256Mi", stamped: bool = False, node: str 
         "status": {"phase": "Running" if running else "Pending", "qosClass": "Guaranteed", "observedGeneration": 1,
                    "containerStatuses": [status]},
     }
-    if stamped:
-        full["metadata"]["annotations"].update(missing_original_annotations(full))
+    if stamped:     # as the webhook stamps them with the chart's keys: signed for admission
+        originals = missing_original_annotations(full)
+        identity = PodIdentity.of(full, "shop", "admission")
+        full["metadata"]["annotations"].update(
+            {**originals, ORIGINALS_MAC: sign_originals(KEYS, originals, identity, "admission")})
     return full
 
 
@@ -70,10 +78,13 @@ def cluster(*pods: dict[str, Any], family: str | None = "n4", auto_actuate: bool
     return fake
 
 
+KEYS = KeyRing({"k0001": b"k" * 32})      # the originals MAC keys, as the chart mounts them
+
+
 def reconciler(fake: FakeCluster, config: Any = CONFIG, fault=no_fault, clock: FakeClock | None = None,
                **options: Any) -> PodResizeReconciler:
     return PodResizeReconciler(fake, fake, fake, FakeConfig(config), Options(node_type_label=LABEL, **options),
-                               fault, clock or FakeClock())
+                               fault, clock or FakeClock(), keyring=lambda: KEYS)
 
 
 def run(coro):
@@ -116,7 +127,7 @@ def test_an_unstamped_pod_gets_originals_then_the_resize_then_applied_once_actua
     assert fake.ops() == ["annotate", "resize"]
     stamp, resize = fake.writes
     assert stamp.resource_version is not None, "originals are conditional on the spec we read"
-    assert set(stamp.body) == set(missing_original_annotations(pod()))
+    assert set(stamp.body) == set(missing_original_annotations(pod())) | {ORIGINALS_MAC}, "signed, bound to the pod"
     assert resize.body == RESIZE_TO_800M
     assert fake.events == [], "no Resized before the kubelet has actuated the new size"
 
@@ -185,6 +196,8 @@ def sized_on_n4(cpu: str = "800m", recorded_size: bool = True) -> dict[str, Any]
     sized = pod(cpu=cpu, annotations={**originals, APPLIED_INSTANCE_TYPE: "n4"})
     if recorded_size:
         sized["metadata"]["annotations"][APPLIED_SIZE] = spec_size(sized)
+    sized["metadata"]["generation"] = 2                 # resized once
+    sized["metadata"]["annotations"].update(pod_mac(sized, KEYS))      # step 3 bound the originals to it
     return sized
 
 
@@ -192,7 +205,7 @@ def test_an_unstamped_pod_already_at_its_size_gets_its_originals_then_applied():
     fake = cluster(pod(), family="n2d")
     run(reconciler(fake).reconcile(KEY))
     assert fake.ops() == ["annotate", "annotate"]
-    assert set(fake.writes[0].body) == set(missing_original_annotations(pod()))
+    assert set(fake.writes[0].body) == set(missing_original_annotations(pod())) | {ORIGINALS_MAC}
     assert reasons(fake) == ["AlreadyAligned"]
 
 
@@ -258,7 +271,8 @@ def test_a_config_change_while_the_kubelet_is_silent_resizes_again_for_the_new_c
     config.config, config.generation = faster, 2
     assert rec.needs_work(fake.pod(KEY), node)
     run(rec.reconcile(KEY))
-    assert fake.ops() == ["resize", "resize"] and spec_cpu(fake) == ("500m", "500m")
+    assert fake.ops()[-2:] == ["resize", "resize"] and fake.ops().count("resize") == 2
+    assert spec_cpu(fake) == ("500m", "500m")
 
 
 def test_the_watch_event_of_the_applied_annotation_does_not_re_plan_the_pod(monkeypatch):
@@ -307,7 +321,7 @@ def test_a_re_alignment_interrupted_by_a_restart_is_followed_to_one_resized():
     fake.actuate(KEY)
     assert second.needs_work(fake.pod(KEY), node)
     run(second.reconcile(KEY))
-    assert fake.ops() == ["resize", "annotate"] and generation(fake) == 2, "one resize"
+    assert fake.ops() == ["resize", "annotate"] and generation(fake) == 3, "one resize (sized_on_n4 is at 2)"
     assert reasons(fake) == ["Resized"]
     assert fake.events[0].message.startswith("re-aligned for node type n4")
     assert "requested before this reconciler started" in fake.events[0].message
@@ -332,7 +346,7 @@ def test_a_re_alignment_deferred_across_a_restart_is_reported_once_then_followed
     assert reasons(fake) == ["ResizeDeferred"] and fake.ops() == ["resize", "annotate"]
     fake.actuate(KEY)
     run(third.reconcile(KEY))
-    assert reasons(fake) == ["ResizeDeferred", "Resized"] and generation(fake) == 2
+    assert reasons(fake) == ["ResizeDeferred", "Resized"] and generation(fake) == 3
     assert RESIZE_STATE not in annotations(fake)
 
 
@@ -867,6 +881,50 @@ def test_the_needs_work_predicate_follows_node_type_and_applied_marker():
     assert not rec.needs_work(fake.pod(KEY), node)
 
 
+# ------------------------------------------------------------------ whose originals (resizer.integrity)
+
+
+def test_forged_unsigned_originals_on_an_unchanged_pod_are_replaced_from_the_spec_and_reported():
+    forged = pod(cpu="500m", annotations={"workload-resizer.io/original-cpu.app": "16",
+                                          "workload-resizer.io/original-cpu-limit.app": "16"})
+    fake = cluster(forged, auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))     # the watch delivers the kubelet's status
+    assert spec_cpu(fake) == ("400m", "400m"), "500m x 0.8, never 16 x 0.8"
+    assert reasons(fake) == ["OriginalsReplaced", "Resized"]
+
+
+def test_forged_originals_on_a_resized_pod_are_refused_with_a_warning_and_no_write():
+    fake = cluster(pod(cpu="1"), auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))                        # resized to 800m
+    run(rec.reconcile(KEY))                        # actuated: applied, originals signed for this pod
+    assert annotations(fake)[APPLIED_INSTANCE_TYPE] == "n4"
+    stored = fake.pod_now(KEY)
+    stored["metadata"]["annotations"].update({"workload-resizer.io/original-cpu.app": "16",
+                                              APPLIED_INSTANCE_TYPE: None})
+    stored["metadata"]["annotations"] = {k: v for k, v in stored["metadata"]["annotations"].items() if v is not None}
+    fake.sync()
+    before = len(fake.writes)
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.writes[before:] == []
+    assert reasons(fake)[-1] == "OriginalsUnverified"
+    assert spec_cpu(fake) == ("800m", "800m")
+
+
+def test_step_three_does_not_fit_the_annotation_limit_so_nothing_is_resized():
+    """The guard counts what steps 1 and 3 write: originals, MAC and applied-*."""
+    from resizer import TOTAL_ANNOTATION_SIZE_LIMIT
+
+    big = pod(stamped=True)
+    used = sum(len(k) + len(v) for k, v in big["metadata"]["annotations"].items())
+    big["metadata"]["annotations"]["filler"] = "x" * (TOTAL_ANNOTATION_SIZE_LIMIT - used - len("filler") - 10)
+    fake = cluster(big)
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == [] and reasons(fake) == ["ResizeFailed"]
+
+
 def gauge(state: str) -> float:
     return metrics.RESIZES_WAITING.labels(state)._value.get()
 
@@ -883,3 +941,33 @@ def test_the_waiting_gauge_follows_the_pod_through_its_states():
     fake.actuate(KEY)
     run(rec.reconcile(KEY))
     assert (gauge("requested"), gauge("deferred")) == (base["requested"], base["deferred"])
+
+
+def test_applied_removed_after_a_resize_whose_record_was_observed_during_the_write_is_decided_again():
+    """The watch event of step 3 can arrive while the annotate call is still waiting for its reply:
+    the 'finished' bookkeeping must not outlive it, or a later removal of applied-* (with forged
+    originals) is never looked at again and no Event says why nothing happens."""
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    write = fake.annotate
+
+    async def annotate_then_observe(target, annotations, resource_version=None):
+        stored = await write(target, annotations, resource_version)
+        rec.observe(slim_pod(fake.pod_now(KEY)))        # our own write's event, before the reply is back
+        return stored
+    fake.annotate = annotate_then_observe   # type: ignore[method-assign]
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))     # actuated: step 3
+    assert reasons(fake) == ["Resized"]
+    fake.annotate = write       # type: ignore[method-assign]
+    # A tenant drops the record and the MAC and forges the originals.
+    edited = fake.pod_now(KEY)
+    for key in (APPLIED_INSTANCE_TYPE, "workload-resizer.io/applied-at", ORIGINALS_MAC):
+        edited["metadata"]["annotations"].pop(key, None)
+    edited["metadata"]["annotations"]["workload-resizer.io/original-cpu.app"] = "16"
+    fake.cache[KEY] = slim_pod(edited)
+    cached = fake.cache[KEY]
+    rec.observe(cached)
+    assert rec.needs_work(cached, fake.nodes["node-1"]), "the edited pod is never reconciled"
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["Resized", "OriginalsUnverified"] and spec_cpu(fake) == ("800m", "800m")

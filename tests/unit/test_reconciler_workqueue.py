@@ -360,3 +360,15 @@ def test_queue_wait_is_measured_from_the_first_add():
         q.add("a")
         assert q._queued["a"] == first
     run(body)
+
+
+def test_queued_keys_are_not_handed_out_after_shutdown():
+    """After a lost lease nothing new may start: 1,000 queued keys stay queued."""
+    async def body():
+        q = WorkQueue("t")
+        for i in range(1000):
+            q.add(f"ns/pod-{i}")
+        await q.shutdown()
+        handed = [await get_soon(q) for _ in range(3)]
+        assert handed == [None, None, None]
+    run(body)

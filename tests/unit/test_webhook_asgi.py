@@ -220,3 +220,58 @@ def test_skipped_decision_line_has_the_same_fields_as_a_patched_one(caplog):
     assert all(hasattr(skipped, f) and hasattr(patched, f) for f in fields)
     assert skipped.decision == "skipped" and skipped.reason == "NoController" and skipped.originals == {}
     assert skipped.owner == ""
+
+
+# -- overload -----------------------------------------------------------------------------
+def test_overload_answers_at_once_allowing_the_pod_without_a_patch():
+    """With max_inflight reviews already reading their bodies, the next review is answered at
+    once: allowed (its uid echoed), no patch, connection closed; the slow one still completes."""
+    metrics = Metrics(process_metrics=False)
+    app = create_app(metrics, lambda: True, 4 << 20, None, max_inflight=1)
+    release = asyncio.Event()
+
+    async def slow_body():
+        yield REVIEW_2C[:50]
+        await release.wait()
+        yield REVIEW_2C[50:]
+
+    async def body() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as client:
+            slow = asyncio.create_task(client.post("/mutate", content=slow_body()))
+            await asyncio.sleep(0.05)
+            fast = await asyncio.wait_for(client.post("/mutate", content=REVIEW_2C), 2)
+            release.set()
+            return await slow, fast
+
+    slow, fast = run(body())
+    assert fast.status_code == 200 and fast.headers["connection"] == "close"
+    assert fast.json()["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+    assert slow.status_code == 200 and "patch" in slow.json()["response"]
+    assert count(metrics, "overloaded") == 1 and count(metrics, "patched") == 1
+
+
+def test_overload_without_a_findable_uid_is_503_which_failure_policy_ignore_admits():
+    metrics = Metrics(process_metrics=False)
+    app = create_app(metrics, lambda: True, 4 << 20, None, max_inflight=0)
+    r = request(app, "POST", "/mutate", content=b'{"garbage": true}')
+    assert r.status_code == 503 and count(metrics, "overloaded") == 1
+
+
+def test_readiness_fails_while_draining():
+    app, _ = make_app()
+    assert request(app, "GET", "/readyz").status_code == 200
+    app.draining = True
+    assert request(app, "GET", "/readyz").status_code == 503
+    r = request(app, "POST", "/mutate", content=REVIEW_2C)
+    assert r.status_code == 200 and r.headers["connection"] == "close"
+
+
+def test_a_review_with_more_json_objects_than_any_pod_is_not_parsed_but_allowed():
+    app, metrics = make_app()
+    junk = b"[" + b",".join([b"{}"] * 60_000) + b"]"
+    body = REVIEW_2C.replace(b'"spec":{', b'"spec":{"junk":' + junk + b",", 1)
+    r = request(app, "POST", "/mutate", content=body)
+    assert r.status_code == 200 and r.json()["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                                                             "allowed": True}
+    assert count(metrics, "overloaded") == 1

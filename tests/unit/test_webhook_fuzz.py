@@ -131,7 +131,9 @@ def test_random_pod_is_allowed_and_patch_yields_exactly_the_core_originals(pod, 
         return
     after = apply_patch(pod, orjson.loads(base64.b64decode(resp["patch"])))
     owned = {k: v for k, v in after["metadata"]["annotations"].items() if resizer.is_controller_owned_key(k)}
-    assert owned == resizer.originals_from_spec_annotations(pod)
+    stamped = resizer.eligibility(pod).eligible and record["reason"] != "AnnotationsTooLarge"
+    # eligible: exactly the core's originals; otherwise every client-supplied controller key is gone
+    assert owned == (resizer.originals_from_spec_annotations(pod) if stamped else {})
     # and reinvoking on the result changes nothing
     status2, out2, _ = handle_review(envelope(after, uid))
     assert "patch" not in orjson.loads(out2)["response"]
@@ -145,11 +147,9 @@ def test_huge_annotations_are_handled():
         ann[f"workload-resizer.io/original-cpu.forged-{i}"] = "1"
     status, out, record = handle_review(orjson.dumps(review))
     resp = check_response(status, out)["response"]
-    ops = orjson.loads(base64.b64decode(resp["patch"]))
-    # Over the apiserver's annotation size limit (its own 1 MB value): not stamped, since
-    # stamping could only make it bigger, but forged controller-owned keys are still removed.
-    assert sum(op["op"] == "remove" for op in ops) == 2000
-    assert all(op["op"] == "remove" for op in ops)
+    # Over the apiserver's annotation size limit (its own 1 MB value): the apiserver rejects
+    # the pod after admission whatever we do, so it is answered at once, without a patch.
+    assert resp["allowed"] is True and "patch" not in resp
     assert (record["decision"], record["reason"]) == ("skipped", "AnnotationsTooLarge")
 
 

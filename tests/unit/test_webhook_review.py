@@ -180,11 +180,22 @@ def test_reinvocation_after_sidecar_injection_adds_only_the_sidecar():
 
 
 def test_many_containers_are_all_stamped():
-    cs = [container(f"c{i}", {"cpu": f"{i + 1}m", "memory": f"{i + 1}Mi"}) for i in range(1000)]
+    cs = [container(f"c{i}", {"cpu": f"{i + 1}m", "memory": f"{i + 1}Mi"}) for i in range(256)]
     p = pod(containers=cs)
     after = mutated(p)
     assert owned(after["metadata"]["annotations"]) == resizer.originals_from_spec_annotations(p)
-    assert len(owned(after["metadata"]["annotations"])) == 2000
+    assert len(owned(after["metadata"]["annotations"])) == 512
+
+
+def test_too_many_containers_are_admitted_unstamped_with_forged_keys_stripped():
+    """Bounded work per review: originals of thousands of containers cost tens of ms on
+    the single event loop and would not fit the annotation limit anyway."""
+    cs = [container(f"c{i}", {"cpu": "1m"}) for i in range(review_mod.MAX_STAMPED_CONTAINERS + 1)]
+    p = pod(containers=cs, annotations={ORIG + "cpu.c0": "16"})
+    status, resp, record = call(review(p))
+    assert status == 200 and resp["response"]["allowed"] is True
+    assert [op["op"] for op in patch_of(resp)] == ["remove"]
+    assert record["reason"] == "TooManyContainers"
 
 
 # -- pods left alone --------------------------------------------------------------------
@@ -192,7 +203,7 @@ def test_many_containers_are_all_stamped():
     ("p", "reason"),
     [
         (pod(owner=None), "NoController"),
-        (pod(annotations={"workload-resizer.io/skip": "true", ORIG + "cpu.app": "9"}), "SkipAnnotation"),
+        (pod(annotations={"workload-resizer.io/skip": "true"}), "SkipAnnotation"),
         (pod(annotations={"kubernetes.io/config.mirror": "abc"}), "MirrorPod"),
         (pod(owner={"apiVersion": "v1", "kind": "ReplicationController", "name": "rc", "controller": True}),
          "UnsupportedOwnerKind"),
@@ -205,10 +216,25 @@ def test_ineligible_pod_is_allowed_untouched(p, reason):
     assert record["decision"] == "skipped" and record["reason"] == reason == resizer.eligibility(p).reason
 
 
-def test_bare_pod_with_forged_annotations_is_untouched():
-    p = pod(owner=None, annotations={ORIG + "cpu.app": "1"})
-    status, resp, _ = call(review(p))
-    assert patch_of(resp) is None
+@pytest.mark.parametrize(
+    "p",
+    [
+        pod(owner=None, annotations={ORIG + "cpu.app": "16", "keep": "me"}),
+        pod(annotations={"workload-resizer.io/skip": "true", ORIG + "cpu.app": "16", "keep": "me"}),
+        pod(owner={"apiVersion": "v1", "kind": "ReplicationController", "name": "rc", "controller": True},
+            annotations={ORIG + "cpu.app": "16", "keep": "me"}),
+    ],
+    ids=["bare-pod", "skip-annotation", "unsupported-owner"],
+)
+def test_ineligible_pod_loses_forged_controller_keys_on_create(p):
+    """A pod admitted ineligible may become eligible later (skip removed, owner edited):
+    it must not keep a baseline its author chose."""
+    p["metadata"]["annotations"].update({APPLIED + "instance-type": "n2d", resizer.ORIGINALS_MAC: "v1.a.k.x"})
+    status, resp, record = call(review(p))
+    assert status == 200 and resp["response"]["allowed"] is True
+    removed = {op["path"] for op in patch_of(resp) if op["op"] == "remove"}
+    assert removed == {annotation_path(k) for k in p["metadata"]["annotations"] if resizer.is_controller_owned_key(k)}
+    assert record["decision"] == "skipped" and record["stripped"] == 3
 
 
 @pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT"])
@@ -361,7 +387,7 @@ def test_originals_memo_skips_very_large_pods():
     review_mod._originals_cache.clear()
     big = pod(containers=[container(f"c{i}", {"cpu": "1m"}) for i in range(200)])
     assert originals_of(big) == resizer.originals_from_spec_annotations(big)
-    assert review_mod._originals_cache == {}
+    assert len(review_mod._originals_cache) == 0
 
 
 def test_fresh_patch_memo_equals_the_generic_patch():
@@ -371,9 +397,9 @@ def test_fresh_patch_memo_equals_the_generic_patch():
     originals = resizer.originals_from_spec_annotations(pod())
     for create_map in (True, False):
         want = build_patch(None if create_map else {"a": "b"}, originals)
-        got = orjson.loads(base64.b64decode(fresh_patch(originals, create_map)))
+        got = orjson.loads(base64.b64decode(fresh_patch(originals, create_map, b"memo")))
         assert got == want
-        assert fresh_patch(originals, create_map) is fresh_patch(originals, create_map)
+        assert fresh_patch(originals, create_map, b"memo") is fresh_patch(originals, create_map, b"memo")
 
 
 def test_second_replica_gets_the_same_patch_as_the_first():
@@ -384,13 +410,81 @@ def test_second_replica_gets_the_same_patch_as_the_first():
     assert second == first[1:]
 
 
+# -- signed originals -------------------------------------------------------------------
+KEYS = resizer.KeyRing({"k1": b"k" * 32, "k2": b"s" * 32})
+
+
+def call_signed(r: Any, keyring: resizer.KeyRing = KEYS) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    status, body, record = handle_review(orjson.dumps(r), keyring)
+    return status, orjson.loads(body), record
+
+
+def admitted(p: dict[str, Any], resp: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the apiserver stores it after applying the webhook's patch."""
+    ops = patch_of(resp) or []
+    return apply_patch(p, ops) if ops else copy.deepcopy(p)
+
+
+def test_eligible_pod_gets_an_admission_scope_mac_with_the_newest_key():
+    p = pod()
+    _, resp, record = call_signed(review(p))
+    stored = admitted(p, resp)
+    mac = stored["metadata"]["annotations"][resizer.ORIGINALS_MAC]
+    assert resizer.key_id_of(mac) == "k2"
+    stored["metadata"].update(name="web-7d9f-abcde", uid="pod-uid", generation=1)
+    check = resizer.check_originals(stored, KEYS, resizer.originals_from_spec_annotations(stored))
+    assert check.trust is resizer.Trust.TRUSTED and check.scope == "admission"
+
+
+def test_forged_mac_and_originals_are_replaced_not_kept():
+    p = pod(annotations={ORIG + "cpu.app": "16", resizer.ORIGINALS_MAC: "v1.a.k2.forged"})
+    _, resp, _ = call_signed(review(p))
+    stored = admitted(p, resp)["metadata"]["annotations"]
+    assert stored[ORIG + "cpu.app"] == "500m"
+    assert stored[resizer.ORIGINALS_MAC] != "v1.a.k2.forged"
+
+
+def test_replicas_of_one_owner_share_the_memoised_patch_and_other_owners_do_not():
+    a1 = patch_of(call_signed(review(pod()))[1])
+    a2 = patch_of(call_signed(review(pod(), uid="uid-2"))[1])
+    other_owner = pod(owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "u2",
+                             "controller": True})
+    b = patch_of(call_signed(review(other_owner))[1])
+    mac_of = {op["path"]: op.get("value") for op in a1}
+    assert a1 == a2
+    assert {op["path"]: op.get("value") for op in b} != mac_of
+
+
+def test_no_keyring_stamps_unsigned_originals():
+    _, resp, _ = call_signed(review(pod()), resizer.EMPTY_KEYRING)
+    assert not any(op["path"].endswith("originals-mac") for op in patch_of(resp))
+
+
+def test_annotations_over_the_apiserver_limit_are_answered_without_building_a_patch():
+    """The apiserver rejects such a pod after admission anyway; a 52k-key strip patch would
+    cost as much memory as the input many times over."""
+    ann = {f"{ORIG}cpu.f{i}": "16" for i in range(resizer.TOTAL_ANNOTATION_SIZE_LIMIT // 30)}
+    status, resp, record = call(review(pod(annotations=ann)))
+    assert status == 200 and patch_of(resp) is None and record["reason"] == "AnnotationsTooLarge"
+
+
 def test_pods_in_a_namespace_the_scope_excludes_are_allowed_untouched():
     from resizer.scope import namespace_scope
 
     scope = namespace_scope("wr-system", ["shop"])
-    status, body, record = handle_review(orjson.dumps(review(pod())), scope)
+    status, body, record = handle_review(orjson.dumps(review(pod())), scope=scope)
     response = orjson.loads(body)["response"]
     assert status == 200 and response["allowed"] is True and "patch" not in response
     assert (record["decision"], record["reason"], record["namespace"]) == ("skipped", "NamespaceExcluded", "shop")
-    status, body, record = handle_review(orjson.dumps(review(pod())), namespace_scope("wr-system", ["other"]))
+    status, body, record = handle_review(orjson.dumps(review(pod())), scope=namespace_scope("wr-system", ["other"]))
     assert record["decision"] == "patched"
+
+
+def test_forged_controller_keys_are_stripped_even_in_an_excluded_namespace():
+    from resizer.scope import namespace_scope
+
+    p = pod(annotations={ORIG + "cpu.app": "16", resizer.RESIZE_STATE: "forged"})
+    _, body, record = handle_review(orjson.dumps(review(p)), scope=namespace_scope("wr-system", ["shop"]))
+    stored = admitted(p, orjson.loads(body))["metadata"]["annotations"]
+    assert record["reason"] == "NamespaceExcluded"
+    assert ORIG + "cpu.app" not in stored and resizer.RESIZE_STATE not in stored

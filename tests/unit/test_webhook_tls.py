@@ -64,7 +64,8 @@ class Server:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(self.port),
-             "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-level", "warning", *extra],
+             "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-level", "warning",
+             "--shutdown-delay", "0", *extra],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         self.url = f"https://127.0.0.1:{self.port}"
@@ -320,3 +321,92 @@ def test_reloader_keeps_private_copies_readable_only_by_owner(tmp_path):
     finally:
         r.close()
     assert r._private_dir is None
+
+
+# -- cipher suites ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tls12_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tls12")
+    ca, serving = issue()
+    paths = certs.write_pair(str(tmp), serving, ca)
+    srv = Server(Path(paths["tls.crt"]), Path(paths["tls.key"]), "--tls-min-version", "1.2")
+    srv.ca, srv.serving = ca, serving
+    try:
+        srv.wait_listening()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def negotiated(port: int, ctx: ssl.SSLContext) -> tuple[str, str]:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        with ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            return tls.version() or "", tls.cipher()[0]
+
+
+def test_tls13_is_preferred_when_the_client_has_it(tls12_server):
+    assert negotiated(tls12_server.port, client_context(tls12_server.ca))[0] == "TLSv1.3"
+
+
+def test_tls12_offers_only_ecdhe_with_aead(tls12_server):
+    ctx = client_context(tls12_server.ca)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    version, cipher = negotiated(tls12_server.port, ctx)
+    assert version == "TLSv1.2" and cipher.startswith("ECDHE") and ("GCM" in cipher or "CHACHA20" in cipher)
+
+
+@pytest.mark.parametrize("client_ciphers", ["DHE+AESGCM:!ECDHE", "ECDHE+AES:!AESGCM:!CHACHA20", "RSA+AESGCM:!ECDHE:!DHE"],
+                         ids=["DHE", "CBC", "static-RSA"])
+def test_tls12_refuses_dhe_cbc_and_static_rsa_suites(tls12_server, client_ciphers):
+    ctx = client_context(tls12_server.ca)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(client_ciphers)
+    with pytest.raises(ssl.SSLError):
+        negotiated(tls12_server.port, ctx)
+
+
+def test_server_context_forbids_renegotiation_and_compression():
+    from app.tls import new_server_context
+
+    ctx = new_server_context("1.2")
+    assert ctx.options & ssl.OP_NO_RENEGOTIATION and ctx.options & ssl.OP_NO_COMPRESSION
+    tls12 = [c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.2"]
+    assert tls12 and all(n.startswith("ECDHE") and ("GCM" in n or "CHACHA20" in n) for n in tls12)
+
+
+# -- graceful drain -----------------------------------------------------------------------
+def test_sigterm_fails_readiness_first_keeps_serving_then_finishes_in_flight_requests(tmp_path):
+    """The rollout sequence: SIGTERM -> /readyz 503 at once while /mutate still answers (closing
+    each connection) for --shutdown-delay; then no new connections, and a request whose body
+    was still arriving is answered before the process exits 0."""
+    ca, serving = issue()
+    paths = certs.write_pair(str(tmp_path), serving, ca)
+    srv = Server(Path(paths["tls.crt"]), Path(paths["tls.key"]), "--shutdown-delay", "1.5s")
+    srv.wait_listening()
+    ctx = client_context(ca)
+    # A request in flight across the whole drain: headers and half the body now.
+    raw = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    slow = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    slow.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(REVIEW_2C) + REVIEW_2C[:100])
+    with httpx.Client(verify=ctx, base_url=srv.url, timeout=5) as c:
+        assert c.get("/readyz").status_code == 200
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        assert c.get("/readyz").status_code == 503
+        r = c.post("/mutate", content=REVIEW_2C)
+        assert r.status_code == 200 and "patch" in r.json()["response"]
+        assert r.headers["connection"] == "close"
+    time.sleep(1.7)                      # past the delay: the listener is closed
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
+    slow.sendall(REVIEW_2C[100:])
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+        chunk = slow.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    slow.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert srv.proc.wait(15) == 0

@@ -1,0 +1,304 @@
+"""Tamper-evident originals: an HMAC over the baseline values and the pod's identity.
+
+The ``original-*`` annotations are the baseline every resize is computed from, so
+whoever can choose them can make the reconciler raise a pod with its own
+credentials. Their integrity rests on two facts:
+
+* a MAC (``workload-resizer.io/originals-mac``) that only the webhook and the
+  reconciler can compute (key ring from a Secret both mount), over every
+  ``original-*`` key and value of the pod plus what identifies the pod and its
+  controller;
+* ``metadata.generation``, which the apiserver sets to 1 at creation and bumps on
+  every spec change (a resize included) and no client can set: a pod at
+  generation 1 still has exactly the spec its author wrote.
+
+Two scopes of MAC, because the webhook does not know a generated pod's name or
+any pod's uid:
+
+``admission`` (written by the webhook): namespace, the name as sent (empty for
+    ``generateName`` pods), ``generateName`` and the controller reference (kind,
+    apiVersion, name, uid). Siblings of one ReplicaSet share it, so a copy onto a
+    look-alike pod verifies; that is why such originals are only trusted where they
+    cannot raise anything: equal to the spec of a never-changed pod, or (changed pod)
+    equal to its spec or with nothing left to resize.
+``pod`` (written by the reconciler, steps 1 and 3): also the pod's name and uid, so
+    it verifies on that one pod only.
+
+:func:`check_originals` turns that into a verdict; signing and key rotation are in
+:class:`KeyRing` (verify with any key, sign with the newest). No I/O: the keys are
+read by the processes (``ops.keys``).
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from resizer.annotations import ORIGINALS_MAC, is_original_key
+
+__all__ = [
+    "Baseline",
+    "EMPTY_KEYRING",
+    "KeyRing",
+    "KeyRingError",
+    "OriginalsCheck",
+    "PodIdentity",
+    "Trust",
+    "check_originals",
+    "baseline",
+    "key_id_of",
+    "needs_resign",
+    "original_annotations",
+    "pod_mac",
+    "sign_originals",
+]
+
+Scope = Literal["admission", "pod"]
+_VERSION = "v1"
+_SCOPE_CODES: Mapping[str, Scope] = {"a": "admission", "p": "pod"}
+_CODE_OF: Mapping[Scope, str] = {"admission": "a", "pod": "p"}
+_KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
+MIN_KEY_BYTES = 32
+
+
+class KeyRingError(ValueError):
+    """A key ring that cannot be used (bad key id, key too short)."""
+
+
+@dataclass(frozen=True)
+class KeyRing:
+    """HMAC-SHA256 keys by id. Verification accepts any; signing uses the newest.
+
+    "Newest" is the greatest key id, so ids should sort by age (e.g. ``2026-11-23``
+    or ``k0002``): rotating is adding a greater id, retiring is removing an old one.
+    """
+
+    keys: Mapping[str, bytes]
+
+    def __post_init__(self) -> None:
+        for key_id, secret in self.keys.items():
+            if not _KEY_ID.fullmatch(key_id):
+                raise KeyRingError(f"key id {key_id!r} must be 1-63 letters, digits, '-' or '_'")
+            if len(secret) < MIN_KEY_BYTES:
+                raise KeyRingError(f"key {key_id!r} has {len(secret)} bytes; at least {MIN_KEY_BYTES} needed")
+
+    @property
+    def newest(self) -> str | None:
+        return max(self.keys) if self.keys else None
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+
+EMPTY_KEYRING = KeyRing({})
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    """What a MAC binds besides the values. ``uid`` is empty for the admission scope."""
+
+    namespace: str
+    name: str
+    generate_name: str
+    uid: str
+    owner_kind: str
+    owner_api_version: str
+    owner_name: str
+    owner_uid: str
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any], namespace: str | None = None, scope: Scope = "pod") -> PodIdentity:
+        """Identity of ``pod`` for ``scope`` (``namespace`` overrides metadata's: at admission
+        the namespace comes from the request)."""
+        meta = pod.get("metadata") or {}
+        owner: Mapping[str, Any] = next(
+            (o for o in meta.get("ownerReferences") or [] if o.get("controller") is True), {})
+        return cls(
+            namespace=_text(namespace if namespace is not None else meta.get("namespace")),
+            name=_text(meta.get("name")),
+            generate_name=_text(meta.get("generateName")),
+            uid=_text(meta.get("uid")) if scope == "pod" else "",
+            owner_kind=_text(owner.get("kind")),
+            owner_api_version=_text(owner.get("apiVersion")),
+            owner_name=_text(owner.get("name")),
+            owner_uid=_text(owner.get("uid")),
+        )
+
+
+class Trust(enum.Enum):
+    """What the reconciler may do with a pod's ``original-*`` annotations."""
+
+    TRUSTED = "Trusted"                 # use them
+    TRUSTED_IF_ALIGNED = "IfAligned"    # use them only if the spec already matches the plan
+    RECAPTURE = "Recapture"             # never-changed pod: take the originals from its spec
+    REFUSE = "Refuse"                   # changed pod, unverifiable originals: do not resize
+
+
+@dataclass(frozen=True)
+class OriginalsCheck:
+    trust: Trust
+    reason: str                         # why, for events and logs
+    scope: Scope | None = None          # of the MAC that verified
+    key_id: str | None = None           # of the key that verified
+    tampered: bool = False              # originals or a MAC were present but rejected
+
+
+def original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The pod's ``original-*`` annotations (what a MAC covers)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return {k: v for k, v in annotations.items() if is_original_key(k)}
+
+
+def sign_originals(keyring: KeyRing, originals: Mapping[str, str], identity: PodIdentity, scope: Scope) -> str:
+    """The ``originals-mac`` annotation value for ``originals`` on the pod ``identity`` names."""
+    key_id = keyring.newest
+    if key_id is None:
+        raise KeyRingError("no key to sign with")
+    mac = _mac(keyring.keys[key_id], originals, identity, scope)
+    return f"{_VERSION}.{_CODE_OF[scope]}.{key_id}.{mac}"
+
+
+def key_id_of(value: Any) -> str | None:
+    """Key id of a well-formed MAC value, else None."""
+    parsed = _parse(value)
+    return parsed[1] if parsed else None
+
+
+def check_originals(pod: Mapping[str, Any], keyring: KeyRing,
+                    spec_originals: Mapping[str, str]) -> OriginalsCheck:
+    """May the reconciler trust this pod's ``original-*`` annotations?
+
+    ``spec_originals`` is ``originals_from_spec_annotations(pod)`` (the spec as it is now).
+    """
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    originals = original_annotations(pod)
+    generation = meta.get("generation")
+    # No generation (an apiserver older than 1.35): whether the spec changed cannot be known.
+    changed = generation > 1 if isinstance(generation, int) else True
+    changed_text = f"generation {generation}" if isinstance(generation, int) else "no metadata.generation"
+
+    mac_value = annotations.get(ORIGINALS_MAC)
+    problem = _verify(mac_value, keyring, originals, pod)
+    if isinstance(problem, str):
+        present = bool(originals) or mac_value is not None
+        if not changed and originals and originals == dict(spec_originals) and mac_value is None:
+            # Unsigned (e.g. no keys configured) but exactly what a re-capture would write.
+            return OriginalsCheck(Trust.TRUSTED, "equal to the unchanged spec")
+        if not changed:
+            why = f"{problem}; " if present else ""
+            return OriginalsCheck(Trust.RECAPTURE, f"{why}original resources taken from the unchanged spec",
+                                  tampered=present)
+        return OriginalsCheck(Trust.REFUSE, f"{problem}, and the pod's spec has changed since creation "
+                                            f"({changed_text}): its original resources cannot be known",
+                              tampered=present)
+    scope, key_id = problem
+    if scope == "pod":
+        return OriginalsCheck(Trust.TRUSTED, "verified", scope, key_id)
+    # Admission scope: valid on every look-alike sibling too.
+    matches_spec = originals == dict(spec_originals)
+    if matches_spec:
+        return OriginalsCheck(Trust.TRUSTED, "verified, equal to the spec", scope, key_id)
+    if not changed:
+        return OriginalsCheck(Trust.RECAPTURE, "original resources signed for another pod of the same owner "
+                                               "differ from this unchanged pod's spec; taken from the spec",
+                              scope, key_id, tampered=True)
+    return OriginalsCheck(Trust.TRUSTED_IF_ALIGNED, f"original resources signed at admission only and the spec "
+                                                    f"has changed since ({changed_text})", scope, key_id)
+
+
+def _verify(value: Any, keyring: KeyRing, originals: Mapping[str, str],
+            pod: Mapping[str, Any]) -> tuple[Scope, str] | str:
+    """(scope, key id) of a MAC that verifies, else why not."""
+    if value is None:
+        return "no originals MAC" if originals else "no original resources recorded"
+    parsed = _parse(value)
+    if parsed is None:
+        return "malformed originals MAC"
+    scope, key_id, mac = parsed
+    if not keyring:
+        return "no key configured to verify the originals MAC"
+    secret = keyring.keys.get(key_id)
+    if secret is None:
+        return f"originals MAC signed with unknown key {key_id!r}"
+    candidates = [PodIdentity.of(pod, scope=scope)]
+    if scope == "admission":
+        # The webhook saw no name for a generateName pod: try that form too.
+        candidates.append(PodIdentity(**{**candidates[0].__dict__, "name": ""}))
+    for identity in candidates:
+        if hmac.compare_digest(_mac(secret, originals, identity, scope), mac):
+            return scope, key_id
+    return "originals MAC does not match the values and the pod"
+
+
+def _parse(value: Any) -> tuple[Scope, str, str] | None:
+    if not isinstance(value, str):
+        return None
+    parts = value.split(".")
+    if len(parts) != 4 or parts[0] != _VERSION or parts[1] not in _SCOPE_CODES:
+        return None
+    return _SCOPE_CODES[parts[1]], parts[2], parts[3]
+
+
+def _mac(secret: bytes, originals: Mapping[str, str], identity: PodIdentity, scope: Scope) -> str:
+    message = json.dumps(
+        [_VERSION, scope, identity.__dict__, sorted((str(k), str(v)) for k, v in originals.items())],
+        separators=(",", ":"), sort_keys=True, ensure_ascii=True,
+    ).encode()
+    digest = hmac.new(secret, message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the reconciler plans from and what it must write first.
+
+    ``pod`` is the pod to plan from (recaptured: its ``original-*`` annotations
+    removed, so the spec is the baseline); ``stamp`` is the annotations merge patch of
+    step 1 (None: nothing to write), ``None`` values deleting rejected keys.
+    """
+
+    check: OriginalsCheck
+    pod: Mapping[str, Any]
+    stamp: dict[str, str | None] | None
+
+
+def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str, str]) -> Baseline:
+    """The reconciler's originals decision for ``pod`` (see :func:`check_originals`)."""
+    result = check_originals(pod, keyring, spec_originals)
+    if result.trust is not Trust.RECAPTURE:
+        return Baseline(result, pod, None)
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    kept = {k: v for k, v in annotations.items() if not is_original_key(k) and k != ORIGINALS_MAC}
+    view = {**pod, "metadata": {**meta, "annotations": kept}}
+    stamp: dict[str, str | None] = {k: None for k in annotations if is_original_key(k) or k == ORIGINALS_MAC}
+    stamp.update(spec_originals)
+    if keyring:
+        stamp[ORIGINALS_MAC] = sign_originals(keyring, spec_originals, PodIdentity.of(pod), "pod")
+    return Baseline(result, view, stamp)
+
+
+def pod_mac(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str]:
+    """``{ORIGINALS_MAC: ...}`` binding the pod's current originals to this pod (empty without keys)."""
+    if not keyring:
+        return {}
+    return {ORIGINALS_MAC: sign_originals(keyring, original_annotations(pod), PodIdentity.of(pod), "pod")}
+
+
+def needs_resign(pod: Mapping[str, Any], keyring: KeyRing) -> bool:
+    """A MAC signed with a key other than the newest (rotation): re-sign while it still verifies."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ORIGINALS_MAC)
+    key_id = key_id_of(value)
+    return bool(keyring) and key_id is not None and key_id != keyring.newest and key_id in keyring.keys

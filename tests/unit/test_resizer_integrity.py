@@ -1,0 +1,242 @@
+"""resizer.integrity: who may choose a pod's baseline, decided from the annotations,
+the MAC, metadata.generation and the spec."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from resizer import (
+    ORIGINALS_MAC,
+    KeyRing,
+    KeyRingError,
+    PodIdentity,
+    Trust,
+    check_originals,
+    key_id_of,
+    originals_from_spec_annotations,
+    sign_originals,
+)
+
+OLD, NEW = "2026-01-01", "2026-06-01"
+RING = KeyRing({OLD: b"o" * 32, NEW: b"n" * 32})
+OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "rs-uid", "controller": True}
+
+
+def make_pod(cpu: str = "500m", name: str = "web-7d9f-abcde", uid: str = "pod-uid", generation: int = 1,
+             annotations: dict[str, str] | None = None, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "shop", "name": name, "generateName": "web-7d9f-", "uid": uid,
+                     "generation": generation, "annotations": dict(annotations or {}),
+                     "ownerReferences": [owner or OWNER]},
+        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]},
+    }
+
+
+def stamped_at_admission(pod: dict[str, Any], ring: KeyRing = RING) -> dict[str, Any]:
+    """As the webhook stamps it: the name was not known yet (generateName)."""
+    at_admission = copy.deepcopy(pod)
+    at_admission["metadata"].pop("name")
+    originals = originals_from_spec_annotations(pod)
+    mac = sign_originals(ring, originals, PodIdentity.of(at_admission, scope="admission"), "admission")
+    pod["metadata"]["annotations"].update({**originals, ORIGINALS_MAC: mac})
+    return pod
+
+
+def stamped_by_reconciler(pod: dict[str, Any], originals: dict[str, str] | None = None,
+                          ring: KeyRing = RING) -> dict[str, Any]:
+    originals = originals if originals is not None else originals_from_spec_annotations(pod)
+    mac = sign_originals(ring, originals, PodIdentity.of(pod), "pod")
+    pod["metadata"]["annotations"].update({**originals, ORIGINALS_MAC: mac})
+    return pod
+
+
+def check(pod: dict[str, Any], ring: KeyRing = RING):
+    return check_originals(pod, ring, originals_from_spec_annotations(pod))
+
+
+def resize_spec(pod: dict[str, Any], cpu: str) -> dict[str, Any]:
+    """What pods/resize does: the spec changes, the apiserver bumps the generation."""
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}
+    pod["metadata"]["generation"] += 1
+    return pod
+
+
+CPU = "workload-resizer.io/original-cpu.app"
+
+
+def test_webhook_stamp_on_an_unchanged_pod_is_trusted() -> None:
+    result = check(stamped_at_admission(make_pod()))
+    assert result.trust is Trust.TRUSTED and result.scope == "admission" and result.key_id == NEW
+
+
+def test_reconciler_stamp_is_trusted_after_a_resize() -> None:
+    pod = resize_spec(stamped_by_reconciler(make_pod("1")), "800m")
+    assert check(pod).trust is Trust.TRUSTED
+
+
+def test_any_current_key_verifies_and_the_newest_signs() -> None:
+    pod = stamped_by_reconciler(make_pod(), ring=KeyRing({OLD: b"o" * 32}))
+    assert key_id_of(pod["metadata"]["annotations"][ORIGINALS_MAC]) == OLD
+    result = check(resize_spec(pod, "400m"))
+    assert result.trust is Trust.TRUSTED and result.key_id == OLD
+    assert key_id_of(stamped_by_reconciler(make_pod())["metadata"]["annotations"][ORIGINALS_MAC]) == NEW
+
+
+def test_a_retired_key_makes_a_resized_pod_unverifiable() -> None:
+    pod = resize_spec(stamped_by_reconciler(make_pod("1"), ring=KeyRing({OLD: b"o" * 32})), "800m")
+    result = check(pod, KeyRing({NEW: b"n" * 32}))
+    assert result.trust is Trust.REFUSE and "unknown key" in result.reason
+
+
+def test_edited_value_on_a_resized_pod_is_refused() -> None:
+    pod = resize_spec(stamped_by_reconciler(make_pod("1")), "800m")
+    pod["metadata"]["annotations"][CPU] = "16"
+    result = check(pod)
+    assert result.trust is Trust.REFUSE and result.tampered and "generation 2" in result.reason
+
+
+def test_edited_value_on_an_unchanged_pod_is_recaptured_from_the_spec() -> None:
+    pod = stamped_by_reconciler(make_pod("500m"))
+    pod["metadata"]["annotations"][CPU] = "16"
+    result = check(pod)
+    assert result.trust is Trust.RECAPTURE and result.tampered
+
+
+def test_an_added_original_key_breaks_the_mac() -> None:
+    pod = resize_spec(stamped_by_reconciler(make_pod("1")), "800m")
+    pod["metadata"]["annotations"]["workload-resizer.io/original-memory.app"] = "64Gi"
+    assert check(pod).trust is Trust.REFUSE
+
+
+def test_forged_values_without_a_mac_on_an_unchanged_pod_are_recaptured() -> None:
+    pod = make_pod("500m", annotations={CPU: "16", "workload-resizer.io/original-cpu-limit.app": "16"})
+    result = check(pod)
+    assert result.trust is Trust.RECAPTURE and result.tampered
+
+
+def test_no_originals_on_an_unchanged_pod_is_a_plain_capture() -> None:
+    result = check(make_pod())
+    assert result.trust is Trust.RECAPTURE and not result.tampered
+
+
+def test_no_originals_on_a_changed_pod_is_refused_not_compounded() -> None:
+    assert check(resize_spec(make_pod("1"), "800m")).trust is Trust.REFUSE
+
+
+def test_removing_the_applied_annotation_does_not_make_a_resized_pod_look_new() -> None:
+    pod = resize_spec(make_pod("1", annotations={CPU: "16"}), "800m")
+    assert check(pod).trust is Trust.REFUSE
+
+
+def test_reconciler_mac_copied_to_another_pod_does_not_verify() -> None:
+    victim = resize_spec(stamped_by_reconciler(make_pod("16")), "12800m")
+    copy_ = make_pod("100m", name="web-7d9f-zzzzz", uid="other-uid", generation=2,
+                     annotations={k: v for k, v in victim["metadata"]["annotations"].items()})
+    assert check(copy_).trust is Trust.REFUSE
+
+
+def test_admission_mac_copied_to_an_unchanged_sibling_is_recaptured() -> None:
+    legit = stamped_at_admission(make_pod("16"))
+    copy_ = make_pod("100m", name="web-7d9f-zzzzz", uid="other-uid",
+                     annotations=dict(legit["metadata"]["annotations"]))
+    result = check(copy_)
+    assert result.trust is Trust.RECAPTURE and result.tampered
+
+
+def test_admission_mac_copied_to_a_changed_sibling_is_trusted_only_if_aligned() -> None:
+    legit = stamped_at_admission(make_pod("16"))
+    copy_ = make_pod("100m", name="web-7d9f-zzzzz", uid="other-uid", generation=2,
+                     annotations=dict(legit["metadata"]["annotations"]))
+    assert check(copy_).trust is Trust.TRUSTED_IF_ALIGNED
+
+
+def test_admission_mac_after_a_crash_between_resize_and_applied_is_usable_if_aligned() -> None:
+    pod = resize_spec(stamped_at_admission(make_pod("1")), "800m")
+    assert check(pod).trust is Trust.TRUSTED_IF_ALIGNED
+
+
+def test_admission_mac_does_not_verify_under_another_owner() -> None:
+    pod = stamped_at_admission(make_pod("1"))
+    pod["metadata"]["ownerReferences"] = [{**OWNER, "uid": "other-rs"}]
+    resize_spec(pod, "800m")
+    assert check(pod).trust is Trust.REFUSE
+
+
+def test_admission_mac_of_a_named_pod_verifies() -> None:
+    pod = make_pod("1", name="db-0")
+    originals = originals_from_spec_annotations(pod)
+    mac = sign_originals(RING, originals, PodIdentity.of(pod, scope="admission"), "admission")
+    pod["metadata"]["annotations"].update({**originals, ORIGINALS_MAC: mac})
+    assert check(resize_spec(pod, "800m")).trust is Trust.TRUSTED_IF_ALIGNED
+    assert check(make_pod("1", name="db-0", annotations=dict(pod["metadata"]["annotations"]))).trust \
+        is Trust.TRUSTED
+
+
+@pytest.mark.parametrize("mac", ["", "v1", "v2.p.k.x", "v1.x.k.x", "v1.p.k", 7])
+def test_malformed_mac_is_unverifiable(mac: Any) -> None:
+    pod = resize_spec(make_pod("1", annotations={CPU: "1", ORIGINALS_MAC: mac}), "800m")
+    assert check(pod).trust is Trust.REFUSE
+
+
+def test_without_keys_nothing_verifies_but_unchanged_pods_still_work() -> None:
+    empty = KeyRing({})
+    pod = stamped_by_reconciler(make_pod("1"))
+    assert check(pod, empty).trust is Trust.RECAPTURE
+    assert check(resize_spec(pod, "800m"), empty).trust is Trust.REFUSE
+
+
+def test_without_a_generation_a_pod_counts_as_changed() -> None:
+    """An apiserver that does not set metadata.generation cannot tell us the spec is the author's."""
+    pod = make_pod("1", annotations={CPU: "16"})
+    del pod["metadata"]["generation"]
+    assert check(pod).trust is Trust.REFUSE
+
+
+def test_unsigned_originals_equal_to_an_unchanged_spec_are_trusted_without_a_write() -> None:
+    from resizer import baseline
+
+    pod = make_pod("500m", annotations=originals_from_spec_annotations(make_pod("500m")))
+    result = baseline(pod, KeyRing({}), originals_from_spec_annotations(pod))
+    assert result.check.trust is Trust.TRUSTED and result.stamp is None
+
+
+@pytest.mark.parametrize(("keys", "error"), [({"bad.id": b"x" * 32}, "key id"), ({"k": b"short"}, "bytes")])
+def test_bad_key_rings_are_rejected(keys: dict[str, bytes], error: str) -> None:
+    with pytest.raises(KeyRingError, match=error):
+        KeyRing(keys)
+
+
+def test_baseline_recapture_plans_from_the_spec_and_stamps_a_pod_mac() -> None:
+    from resizer import baseline, read_originals
+
+    pod = make_pod("500m", annotations={CPU: "16", ORIGINALS_MAC: "v1.a.k.forged", "other": "x"})
+    result = baseline(pod, RING, originals_from_spec_annotations(pod))
+    assert result.check.trust is Trust.RECAPTURE
+    assert read_originals(result.pod)["app"].cpu.request == read_originals(make_pod("500m"))["app"].cpu.request
+    assert result.stamp is not None and result.stamp[CPU] == "500m"
+    after = copy.deepcopy(pod)
+    after["metadata"]["annotations"] = {k: v for k, v in {**pod["metadata"]["annotations"], **result.stamp}.items()
+                                        if v is not None}
+    assert check(after).trust is Trust.TRUSTED and check(after).scope == "pod"
+
+
+def test_baseline_of_trusted_originals_writes_nothing() -> None:
+    from resizer import baseline
+
+    pod = stamped_at_admission(make_pod())
+    result = baseline(pod, RING, originals_from_spec_annotations(pod))
+    assert result.stamp is None and result.pod is pod
+
+
+def test_pod_mac_upgrades_an_admission_stamp_and_needs_resign_tracks_rotation() -> None:
+    from resizer import needs_resign, pod_mac
+
+    old_ring = KeyRing({OLD: b"o" * 32})
+    pod = stamped_at_admission(make_pod("1"), ring=old_ring)
+    assert not needs_resign(pod, old_ring)
+    assert needs_resign(pod, RING)
+    pod["metadata"]["annotations"].update(pod_mac(pod, RING))
+    assert not needs_resign(pod, RING)
+    assert check(resize_spec(pod, "800m")).scope == "pod"
