@@ -228,8 +228,12 @@ class PodResizeReconciler:
                 or annotations.get(APPLIED_INSTANCE_TYPE) != node_type or recorded == spec_size(pod):
             return None
         try:
+            # Only originals bound to this pod (resizer.integrity): adopting the spec as our
+            # re-alignment would otherwise sign originals nobody verified at step 3.
+            if baseline(pod, self._keyring(), originals_from_spec_annotations(pod)).check.trust is not Trust.TRUSTED:
+                return None
             plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
-        except (OriginalsError, PlanError):
+        except (OriginalsError, PlanError, QuantityError):
             return None
         return plan if plan.outcome == "AlreadyAligned" else None
 

@@ -971,3 +971,20 @@ def test_applied_removed_after_a_resize_whose_record_was_observed_during_the_wri
     assert rec.needs_work(cached, fake.nodes["node-1"]), "the edited pod is never reconciled"
     run(rec.reconcile(KEY))
     assert reasons(fake) == ["Resized", "OriginalsUnverified"] and spec_cpu(fake) == ("800m", "800m")
+
+
+def test_an_unreported_size_on_a_pod_whose_originals_are_not_bound_to_it_is_not_adopted():
+    """A spec that differs from applied-size and equals the plan looks like our interrupted
+    re-alignment; with originals nobody can verify it is not followed (and not signed)."""
+    sized = sized_on_n4()                       # applied-size records 800m
+    for kind in ("requests", "limits"):
+        sized["spec"]["containers"][0]["resources"][kind]["cpu"] = "500m"     # what FASTER plans
+    sized["metadata"]["generation"] = 3
+    del sized["metadata"]["annotations"][ORIGINALS_MAC]
+    fake = cluster(sized)
+    rec = reconciler(fake, config=FASTER)
+    assert rec._unreported_realignment(fake.pod(KEY), "n4") is None
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec.reconcile(KEY))
+    assert fake.writes == [] and "Resized" not in reasons(fake)
+    assert ORIGINALS_MAC not in annotations(fake)
