@@ -80,8 +80,11 @@ class LeaderElector:
             started = time.monotonic()
             self._lost_to = None
             try:
-                renewed = await asyncio.wait_for(self._try_acquire_or_renew(), remaining)
-            except asyncio.TimeoutError:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation of
+                # hold() that arrives as the renewal ends, and hold() then never returns.
+                async with asyncio.timeout(remaining):
+                    renewed = await self._try_acquire_or_renew()
+            except TimeoutError:
                 log.warning("lease renewal timed out", extra={"lease": f"{self.namespace}/{self.name}",
                                                               "timeout_s": round(remaining, 3)})
                 renewed = False
