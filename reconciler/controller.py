@@ -626,10 +626,13 @@ class PodResizeReconciler:
         raise AssertionError("unreachable")
 
     def _resized_by_us(self, pod: Obj, node_type: str) -> bool:
-        """The spec holds a resize this reconciler requested for ``node_type`` (in flight, or its
-        outcome recorded in the resize-state annotation, which only the controller may write)."""
+        """The spec holds a resize this reconciler requested: in flight (for any node type, with
+        no spec change since: the node may have been relabelled before the kubelet actuated it),
+        or its outcome for ``node_type`` recorded in the resize-state annotation, which only the
+        controller may write. Its originals were verified before that resize."""
         flight = self._in_flight.get(_uid(pod))
-        if flight is not None and flight.node_type == node_type:
+        if flight is not None and (flight.node_type == node_type
+                                   or flight.generation == pod["metadata"].get("generation")):
             return True
         return _state(pod, node_type) is not None
 

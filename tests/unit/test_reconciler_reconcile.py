@@ -913,6 +913,35 @@ def test_forged_originals_on_a_resized_pod_are_refused_with_a_warning_and_no_wri
     assert spec_cpu(fake) == ("800m", "800m")
 
 
+def test_a_node_relabelled_before_the_kubelet_actuated_our_resize_gets_the_pod_resized_for_its_new_type():
+    # Signed at admission only until step 3; the spec changed because of our own resize (soak drill).
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    assert spec_cpu(fake) == ("800m", "800m") and fake.events == []
+    fake.add_node("node-1", {LABEL: "c3"})
+    fake.sync()
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "resize"], "re-planned from the originals for c3, nothing refused"
+    assert spec_cpu(fake) == ("769m", "769m")
+    fake.actuate(KEY)
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["Resized"] and annotations(fake)[APPLIED_INSTANCE_TYPE] == "c3"
+
+
+def test_a_node_relabelled_after_someone_else_changed_our_resize_is_still_refused():
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    stored = fake.pod_now(KEY)
+    stored["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "900m"
+    stored["metadata"]["generation"] += 1
+    fake.add_node("node-1", {LABEL: "c3"})
+    fake.sync()
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize"] and reasons(fake) == ["OriginalsUnverified"]
+
+
 def test_step_three_does_not_fit_the_annotation_limit_so_nothing_is_resized():
     """The guard counts what steps 1 and 3 write: originals, MAC and applied-*."""
     from resizer import TOTAL_ANNOTATION_SIZE_LIMIT
