@@ -16,7 +16,6 @@ cgroup, and how many API writes it cost (a stalled resize must cost none over a 
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +34,7 @@ from tests.cluster.test_real_node import (
     wait_resized_truthfully,
 )
 from tests.cluster.test_reconciler import Harness, guaranteed, metric_snapshot, q, resources, status_resources
-from tests.cluster.test_resize_outcomes import condition, described, state
+from tests.cluster.test_resize_outcomes import assert_quiet_while_stalled, condition, described, state
 from tests.conftest import RealNode
 from devkit.configs import config_yaml
 from devkit.kube import wait_for
@@ -77,16 +76,6 @@ def ours(pod: dict[str, Any]) -> dict[str, str]:
 
 def writes(proc: Any) -> dict[str, float]:
     return metric_snapshot(proc)
-
-
-def assert_quiet(h: Harness, proc: Any, name: str, seconds: float = STALL_WINDOW) -> None:
-    """Over `seconds`, no API write at all (pods, pods/resize, events) and no Resized."""
-    before = writes(proc)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert "Resized" not in [r for _, r in described(h, name)], "Resized while the resize is not actuated"
-        time.sleep(5)
-    assert writes(proc) == before, f"writes while stalled: before {before}, after {writes(proc)}"
 
 
 def show(h: Harness, name: str) -> None:
@@ -142,7 +131,7 @@ def test_infeasible_resize_is_reported_once_left_truthful_and_never_retried(h: H
     assert APPLIED_INSTANCE_TYPE not in ours(pod)
     assert_untouched_container(real_node, before, pod, "1", "256Mi")
 
-    assert_quiet(h, proc, name)
+    assert_quiet_while_stalled(h, proc, name, seconds=STALL_WINDOW)
     pod = h.pod(name)
     assert pod["metadata"]["generation"] == generation, "the infeasible size is not tried again"
     assert described(h, name) == [("Warning", "ResizeInfeasible")]
@@ -185,7 +174,7 @@ def test_deferred_resize_is_kept_reported_and_ends_resized_once_capacity_is_free
         (e for e in h.events(name) if e["reason"] == "ResizeDeferred" and e["type"] == "Warning"), None), timeout=90)
     assert "still deferred after" in warning["message"]
     assert state(h, name)["warned"] is True
-    assert_quiet(h, proc, name)
+    assert_quiet_while_stalled(h, proc, name, seconds=STALL_WINDOW)
     assert described(h, name) == [("Normal", "ResizeDeferred"), ("Warning", "ResizeDeferred")]
 
     # Capacity freed: the kubelet actuates the kept resize by itself.
@@ -232,7 +221,7 @@ def test_actuation_error_is_reported_rechecked_with_backoff_then_set_back(h: Har
     assert APPLIED_INSTANCE_TYPE not in ours(pod) and state(h, name)["state"] == "error"
     assert_untouched_container(real_node, before, pod, "1", "256Mi")
 
-    assert_quiet(h, proc, name)
+    assert_quiet_while_stalled(h, proc, name, seconds=STALL_WINDOW)
     assert h.pod(name)["metadata"]["generation"] == 3, "the failing size is not tried again"
     assert described(h, name) == [("Warning", "ResizeError"), ("Warning", "ResizeError")]
     assert writes(proc) == {"PATCH pods": 2, "PATCH pods/resize": 2, "POST events": 2, "PATCH events": 0}
