@@ -63,8 +63,12 @@ class FaultProxy:
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
+            # force_exit: a request held by the "hang" fault never ends, and a graceful
+            # shutdown would wait for it, leaving this thread's loop running after the test.
+            self._server.should_exit = self._server.force_exit = True
         self._thread.join(10)
+        if self._thread.is_alive():
+            raise AssertionError("fault proxy did not stop")
 
     # ---------------------------------------------------------------- serving
 

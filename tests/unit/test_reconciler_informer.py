@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -271,8 +272,13 @@ def test_a_watch_that_closes_at_once_is_retried_with_backoff_not_in_a_tight_loop
     sleeps: list[float] = []
     real_sleep = asyncio.sleep
 
+    this_thread = threading.get_ident()
+
     async def fake_sleep(delay: float) -> None:
-        sleeps.append(delay)
+        # The patch is process-wide (asyncio.sleep itself): a loop another test left running in a
+        # thread (e.g. uvicorn's 0.1 s tick) must not be counted as the informer's backoff.
+        if threading.get_ident() == this_thread:
+            sleeps.append(delay)
         await real_sleep(0)
 
     monkeypatch.setattr("reconciler.informer.asyncio.sleep", fake_sleep)
