@@ -58,6 +58,14 @@ class Metrics:
             "Expiry (notAfter, Unix time) of the serving certificate in use.",
             registry=self.registry,
         )
+        self.worker_restarts = Counter(
+            "workload_resizer_webhook_review_worker_restarts_total",
+            "Review worker processes (deciding reviews over 64 KiB) killed and replaced, by reason: "
+            "crash (exited), timeout (no answer within --large-review-timeout), error (reported one), "
+            "cancelled (shutdown mid-review).",
+            ["reason"],
+            registry=self.registry,
+        )
         # Children resolved once: .labels() is a dict lookup under a lock.
         self.by_result = {r: self.requests.labels(r) for r in REQUEST_RESULTS}
         self.reloads_by_result = {r: self.cert_reloads.labels(r) for r in RELOAD_RESULTS}

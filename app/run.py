@@ -15,6 +15,7 @@ import uvicorn
 from app.metrics import Metrics
 from app.server import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_REQUEST_BYTES, create_app
 from app.tls import CertReloader
+from app.worker import DEFAULT_WORKER_TIMEOUT, ReviewWorkers
 from ops.keys import KeyDirectory
 from ops.malloc import bound_heap_retention
 from resizer import KeyRing
@@ -52,7 +53,9 @@ def build_server(
     max_inflight: int = DEFAULT_MAX_INFLIGHT,
     shutdown_delay: float = 0.0,
     scope: NamespaceScope | None = None,
-) -> tuple[uvicorn.Server, CertReloader]:
+    large_review_workers: int = 1,
+    large_review_timeout: float = DEFAULT_WORKER_TIMEOUT,
+) -> tuple["DrainingServer", CertReloader]:
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
     metrics = metrics if metrics is not None else Metrics()
     reloader = CertReloader(cert_file, key_file, tls_min_version, cert_reload_interval, metrics)
@@ -77,17 +80,25 @@ def build_server(
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         nonlocal key_task
         reloader.start()
+        if large_review_workers > 0:    # before serving: a worker that cannot start fails startup
+            workers = ReviewWorkers(large_review_workers, large_review_timeout,
+                                    restarts=lambda reason: metrics.worker_restarts.labels(reason).inc())
+            await workers.start()
+            app.review_workers = workers
         if keys is not None:
             key_task = asyncio.get_running_loop().create_task(poll_keys())
         log.info("webhook started", extra={"address": bind_address, "port": port,
                                            "tls_min_version": tls_min_version,
                                            "cert_reload_interval_s": cert_reload_interval,
-                                           "max_request_bytes": max_request_bytes})
+                                           "max_request_bytes": max_request_bytes,
+                                           "large_review_workers": large_review_workers})
         try:
             yield
         finally:
             if key_task is not None:
                 key_task.cancel()
+            if app.review_workers is not None:     # in-flight reviews have finished (uvicorn drained)
+                await app.review_workers.stop()
             await reloader.stop()
             reloader.close()
             log.info("webhook stopped")
@@ -168,5 +179,8 @@ def run(**kwargs: Any) -> int:
     try:
         server.run()
     finally:
+        workers = server.mutate_app.review_workers
+        if workers is not None:      # lifespan shutdown did not run (e.g. a second signal)
+            workers.kill_all()
         flush_logging()
     return 0 if server.started else 1

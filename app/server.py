@@ -28,7 +28,8 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.metrics import Metrics
-from app.review import REASON_INTERNAL_ERROR, REJECTED, allowed_response, handle_review, too_large
+from app.review import REASON_INTERNAL_ERROR, REJECTED, SKIPPED, allowed_response, handle_review, too_large
+from app.worker import ReviewWorkers, WorkerFailure, WorkersBusy
 from resizer.scope import NamespaceScope
 from ops.jsonlog import log_fields
 from ops.probes import probe_routes
@@ -48,7 +49,8 @@ DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 # 20,000 takes ~10 ms of the event loop.
 MAX_JSON_CONTAINERS = 20_000
 _TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
-# Bodies above this are decided in the large lane (one at a time, after the waiting ones).
+# Bodies above this are decided in a review worker process (app.worker), or without
+# workers in the large lane (one at a time on the event loop, after the waiting ones).
 LARGE_BODY_BYTES = 64 * 1024
 _UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
 _UID_SEARCH_BYTES = 64 * 1024
@@ -63,7 +65,7 @@ class MutateApp:
 
     __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "max_inflight", "max_buffered_bytes",
                  "draining", "scope", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths",
-                 "_large_lane")
+                 "_large_lane", "review_workers")
 
     def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  max_inflight: int = DEFAULT_MAX_INFLIGHT,
@@ -86,6 +88,8 @@ class MutateApp:
         # Cache of content-length header values -> bytes, most responses share a few sizes.
         self._content_lengths: dict[int, bytes] = {}
         self._large_lane = asyncio.Lock()
+        # Set by the lifespan when --large-review-workers > 0; None: large reviews are decided here.
+        self.review_workers: ReviewWorkers | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == MUTATE_PATH:
@@ -108,12 +112,14 @@ class MutateApp:
         finally:
             self._inflight -= 1
 
-    async def _overloaded(self, send: Send, start: float, head: bytes, why: str) -> None:
+    async def _overloaded(self, send: Send, start: float, head: bytes, why: str,
+                          reason: str = "Overloaded") -> None:
         """Answer without deciding: allowed, no patch (the reconciler captures the originals
         from the spec later, as when the webhook is down), connection closed so the rest of
-        the body is never read. Without a findable uid, 503: failurePolicy Ignore admits."""
+        the body is never read. Without a findable uid, 503: failurePolicy Ignore admits.
+        ``reason`` InternalError (a review worker fault) counts as an error, not overload."""
         match = _UID.search(head, 0, _UID_SEARCH_BYTES)
-        record = {"decision": "skipped", "reason": "Overloaded", "error": why}
+        record = {"decision": SKIPPED, "reason": reason, "error": why}
         if match is None:
             await self._respond(send, 503, b'{"error":"overloaded","code":503}', close=True)
             self._account(start, 503, record)
@@ -201,7 +207,19 @@ class MutateApp:
             # hold the event loop for as long as it takes.
             await self._overloaded(send, start, body, _TOO_MANY_OBJECTS)
             return
-        if len(body) > LARGE_BODY_BYTES:
+        workers = self.review_workers
+        if len(body) > LARGE_BODY_BYTES and workers is not None:
+            # Off the event loop: small reviews and probes go on meanwhile.
+            try:
+                status, payload, record = await workers.decide(
+                    body, self.keyring.keys, self.scope, time.monotonic() + workers.timeout - (_perf() - start))
+            except WorkersBusy as busy:
+                await self._overloaded(send, start, body, str(busy))
+                return
+            except WorkerFailure as failure:
+                await self._overloaded(send, start, body, str(failure), REASON_INTERNAL_ERROR)
+                return
+        elif len(body) > LARGE_BODY_BYTES:
             # Deciding holds the event loop for as long as parsing takes (~5 ms per MiB, more for
             # many small objects): large reviews are decided one at a time, and only after the
             # reviews already waiting, so a flood of them cannot stack up in front of small ones.
@@ -234,7 +252,7 @@ class MutateApp:
         elapsed = _perf() - start
         self._observe(elapsed)
         record["duration_ms"] = round(elapsed * 1000.0, 3)
-        if status != 200 and record.get("reason") != "Overloaded":
+        if status != 200 and record.get("reason") not in ("Overloaded", REASON_INTERNAL_ERROR):
             self._by_result["rejected"].inc()
             log_fields(decision_log, logging.WARNING, "admission review rejected", record)
         elif record.get("reason") == "Overloaded":

@@ -1,0 +1,350 @@
+"""Large reviews decided in worker processes, off the event loop.
+
+The webhook is one asyncio event loop, and deciding a review (orjson parse plus the
+review logic, ~5 ms per MiB, up to the 4 MiB body limit) holds it: a small review that
+arrives meanwhile waits. Threads would not help (orjson and the review code hold the
+GIL), so reviews over ``LARGE_BODY_BYTES`` go to a worker process: the loop only writes
+the body to the worker's stdin and reads ``(status, payload, record)`` back from its
+stdout, both non-blocking.
+
+Each worker is ``python -m app.worker``: it reads one request frame at a time, calls
+:func:`app.review.handle_review` and writes one reply frame. It runs at a lower CPU
+priority (nice +10), so that when both compete for a CPU the event loop (small reviews,
+probes) comes first; with glibc's heap retention bounded as in the webhook; and it dies
+with its parent (``PR_SET_PDEATHSIG``) even if the parent is SIGKILLed.
+
+The parent side, :class:`ReviewWorkers`, never lets a worker fault reach the apiserver:
+a worker that dies, does not answer within the time box, or reports an error is killed
+and replaced, and the review gets :class:`WorkerFailure` (the caller answers "allowed, no
+patch"). A review that finds every worker busy for the whole time box gets
+:class:`WorkersBusy` (answered the same way).
+
+Frames: request = ``>II`` (meta length, body length) + meta + body, where meta is a
+pickle of ``(keys, scope)`` (the signing keys as a dict, the namespace scope); reply =
+``>I`` length + pickle of ``(status, payload, record)``, or status -1 with an error
+text. Only the parent writes to a worker, so pickle carries no untrusted input: the
+review body travels as raw bytes and is parsed by orjson only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import os
+import pickle
+import signal
+import struct
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+log = logging.getLogger("workload_resizer.webhook")
+
+REQUEST_HEADER = struct.Struct(">II")
+REPLY_HEADER = struct.Struct(">I")
+WORKER_ERROR = -1
+READY = b"R"
+DEFAULT_WORKER_TIMEOUT = 2.0
+WORKER_NICENESS = 10
+_PR_SET_PDEATHSIG = 1
+_PARENT_ENV = "WR_WORKER_PARENT_PID"
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+
+Decision = tuple[int, bytes, dict[str, Any]]
+
+
+class WorkerFailure(Exception):
+    """The worker could not decide: ``reason`` is ``crash``, ``timeout`` or ``error``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"review worker {reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class WorkersBusy(Exception):
+    """No worker became free within the time box (or the workers are stopped)."""
+
+
+# ---------------------------------------------------------------- parent side
+
+def worker_command() -> list[str]:
+    return [sys.executable, "-m", "app.worker"]
+
+
+class ReviewWorker:
+    """One worker process and its pipes; one review at a time."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def decide(self, body: bytes, meta: bytes) -> Decision:
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(REQUEST_HEADER.pack(len(meta), len(body)))
+        stdin.write(meta)
+        stdin.write(body)
+        await stdin.drain()
+        (length,) = REPLY_HEADER.unpack(await stdout.readexactly(REPLY_HEADER.size))
+        status, payload, record = pickle.loads(await stdout.readexactly(length))
+        if status == WORKER_ERROR:
+            raise WorkerFailure("error", str(payload))
+        return status, payload, record
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+
+
+async def start_worker(command: list[str] | None = None, start_timeout: float = 60.0) -> ReviewWorker:
+    """Spawn a worker and wait for its ready byte (it has imported the review code)."""
+    env = dict(os.environ)
+    env[_PARENT_ENV] = str(os.getpid())
+    # The worker must import this package however the webhook was started (installed, or
+    # `python -m app` from a checkout).
+    root = _PACKAGE_ROOT
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    process = await asyncio.create_subprocess_exec(
+        *(command or worker_command()), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        env=env, limit=2 ** 20)
+    worker = ReviewWorker(process)
+    try:
+        assert process.stdout is not None
+        ready = await asyncio.wait_for(process.stdout.readexactly(len(READY)), start_timeout)
+        if ready != READY:
+            raise RuntimeError(f"review worker sent {ready!r} instead of its ready byte")
+    except BaseException:
+        worker.kill()
+        await process.wait()
+        raise
+    return worker
+
+
+class ReviewWorkers:
+    """A fixed number of review workers; a faulty one is killed and replaced.
+
+    ``restarts`` is called with the reason (``crash``, ``timeout``, ``error``) each time a
+    worker is replaced, e.g. to count it.
+    """
+
+    def __init__(self, count: int = 1, timeout: float = DEFAULT_WORKER_TIMEOUT,
+                 command: list[str] | None = None,
+                 restarts: Callable[[str], None] = lambda reason: None) -> None:
+        if count < 1:
+            raise ValueError("at least one review worker")
+        self.count = count
+        self.timeout = timeout
+        self.command = command
+        self._on_restart = restarts
+        self._idle: asyncio.Queue[ReviewWorker] = asyncio.Queue()
+        self._all: set[ReviewWorker] = set()
+        self._replacing: set[asyncio.Task[None]] = set()
+        self._stopped = False
+        self._meta_cache: tuple[Any, Any, bytes] | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return sorted(w.pid for w in self._all)
+
+    async def start(self) -> None:
+        """Start every worker (raises if one cannot start)."""
+        workers = await asyncio.gather(*(start_worker(self.command) for _ in range(self.count)))
+        for worker in workers:
+            self._all.add(worker)
+            self._idle.put_nowait(worker)
+        log.info("review workers started", extra={"workers": self.count, "pids": self.pids,
+                                                   "timeout_s": self.timeout})
+
+    def _meta(self, keys: Any, scope: Any) -> bytes:
+        cached = self._meta_cache
+        if cached is not None and cached[0] is keys and cached[1] is scope:
+            return cached[2]
+        meta = pickle.dumps((dict(keys), scope), protocol=pickle.HIGHEST_PROTOCOL)
+        self._meta_cache = (keys, scope, meta)
+        return meta
+
+    async def decide(self, body: bytes, keys: Any, scope: Any, deadline: float) -> Decision:
+        """Decide on ``body`` in a worker, answering by ``deadline`` (``time.monotonic()``).
+
+        A decision still running at the deadline goes on in the background (its worker is
+        killed only when it exceeds ``timeout``) and this raises :class:`WorkersBusy`, as
+        when no worker becomes free in time; a worker fault raises :class:`WorkerFailure`.
+        Nothing else is raised.
+        """
+        if self._stopped:
+            raise WorkersBusy("review workers stopped")
+        try:
+            worker = await asyncio.wait_for(self._idle.get(), max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, asyncio.TimeoutError):
+            raise WorkersBusy(f"no review worker free within {self.timeout:g}s") from None
+        task = asyncio.get_running_loop().create_task(self._run(worker, body, self._meta(keys, scope)))
+        task.add_done_callback(_consume)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, asyncio.TimeoutError):
+            raise WorkersBusy(f"no decision within {self.timeout:g}s") from None
+
+    async def _run(self, worker: ReviewWorker, body: bytes, meta: bytes) -> Decision:
+        try:
+            result = await asyncio.wait_for(worker.decide(body, meta), self.timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            self._replace(worker, "timeout")
+            raise WorkerFailure("timeout", f"no answer within {self.timeout:g}s") from None
+        except WorkerFailure as failure:
+            self._replace(worker, failure.reason)
+            raise
+        except (asyncio.IncompleteReadError, ConnectionError) as err:
+            code = worker.process.returncode
+            self._replace(worker, "crash")
+            raise WorkerFailure("crash", f"worker pid {worker.pid} gone ({err!r}, exit code {code})") from None
+        except asyncio.CancelledError:       # only at loop teardown: the pipe is mid-frame
+            self._replace(worker, "cancelled")
+            raise
+        except Exception as err:  # e.g. an unpicklable reply: our bug
+            self._replace(worker, "error")
+            raise WorkerFailure("error", repr(err)) from None
+        self._idle.put_nowait(worker)
+        return result
+
+    def _replace(self, worker: ReviewWorker, reason: str) -> None:
+        worker.kill()
+        self._all.discard(worker)
+        log.error("review worker replaced", extra={"reason": reason, "pid": worker.pid})
+        self._on_restart(reason)
+        if not self._stopped:
+            task = asyncio.get_running_loop().create_task(self._start_replacement(worker))
+            self._replacing.add(task)
+            task.add_done_callback(self._replacing.discard)
+
+    async def _start_replacement(self, old: ReviewWorker) -> None:
+        await old.process.wait()       # reap it
+        delay = 0.1
+        while not self._stopped:
+            try:
+                worker = await start_worker(self.command)
+            except Exception as err:
+                log.error("review worker failed to start; retrying", extra={"error": repr(err)})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if self._stopped:
+                worker.kill()
+                await worker.process.wait()
+                return
+            self._all.add(worker)
+            self._idle.put_nowait(worker)
+            return
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Close every worker's stdin (it exits after its current review), then reap; kill
+        whatever is still running after ``grace`` seconds."""
+        self._stopped = True
+        for task in list(self._replacing):
+            task.cancel()
+        workers = list(self._all)
+        for worker in workers:
+            if worker.process.stdin is not None:
+                worker.process.stdin.close()
+        waits = [asyncio.ensure_future(w.process.wait()) for w in workers]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=grace)
+            for worker in workers:
+                worker.kill()
+            if pending:
+                await asyncio.wait(pending, timeout=grace)
+        self._all.clear()
+        log.info("review workers stopped")
+
+    def kill_all(self) -> None:
+        """Last resort (the loop is gone): SIGKILL every worker still running."""
+        self._stopped = True
+        for worker in self._all:
+            worker.kill()
+
+
+def _consume(task: asyncio.Task[Decision]) -> None:
+    """Retrieve the outcome of a decision nobody waits for any more (past its deadline)."""
+    if not task.cancelled():
+        task.exception()
+
+
+# ---------------------------------------------------------------- worker side
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent exits, however it exits (Linux only)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    parent = os.environ.get(_PARENT_ENV)
+    if parent and os.getppid() != int(parent):     # the parent died before prctl took effect
+        os._exit(0)
+
+
+def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:
+    data = stream.read(n)
+    if len(data) < n:
+        return None
+    return data
+
+
+def serve(decide: Callable[[bytes, Any, Any], Decision] | None = None) -> int:
+    """The worker's main loop: frames from stdin, answers on stdout, until EOF."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent drains; it closes our stdin
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
+    from ops.malloc import bound_heap_retention
+
+    bound_heap_retention(arena_max=1)
+    import resizer
+    from app.review import handle_review
+
+    decision: Callable[[bytes, Any, Any], Decision] = decide or handle_review
+
+    # The reply channel is a private copy of stdout; fd 1 goes to stderr so that no stray
+    # print can corrupt a frame.
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    requests = sys.stdin.buffer
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    replies.write(READY)
+    replies.flush()
+    while True:
+        header = _read_exactly(requests, REQUEST_HEADER.size)
+        if header is None:
+            return 0
+        meta_len, body_len = REQUEST_HEADER.unpack(header)
+        meta = _read_exactly(requests, meta_len)
+        body = _read_exactly(requests, body_len)
+        if meta is None or body is None:
+            return 0
+        try:
+            keys, scope = pickle.loads(meta)
+            reply = pickle.dumps(decision(body, resizer.KeyRing(keys), scope), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as err:
+            reply = pickle.dumps((WORKER_ERROR, f"{err!r}\n{traceback.format_exc()}", {}))
+        del body, meta
+        replies.write(REPLY_HEADER.pack(len(reply)))
+        replies.write(reply)
+        replies.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

@@ -1,0 +1,253 @@
+"""Reviews over 64 KiB are decided in worker processes (app.worker), real ones here.
+
+A worker fault (crash, hang, error) answers that review "allowed, no patch" at once,
+counts and logs it, and the worker is replaced; the webhook never leaves a worker behind.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+import certs
+from app.metrics import Metrics
+from app.review import handle_review
+from app.server import LARGE_BODY_BYTES, create_app
+from app.worker import ReviewWorkers, WorkersBusy
+from resizer import KeyRing
+from tests.unit.review_worker_faults import COMMAND, CRASH, HANG, RAISE
+from tests.unit.test_webhook_tls import Server, client_context
+
+ROOT = Path(__file__).resolve().parents[2]
+REVIEW_2C = (ROOT / "bench" / "data" / "review-2c.json").read_bytes()
+KEYRING = KeyRing({"k0001": b"s" * 32})
+
+
+def large_review(marker: bytes = b"", uid: str = "large-uid-1") -> bytes:
+    """The bench review padded past LARGE_BODY_BYTES with an annotation (and a fault marker)."""
+    review = json.loads(REVIEW_2C)
+    review["request"]["uid"] = uid
+    review["request"]["object"]["metadata"].setdefault("annotations", {})["pad"] = (
+        marker.decode() + "x" * (LARGE_BODY_BYTES + 1000))
+    return json.dumps(review).encode()
+
+
+def patch_of(response: httpx.Response) -> list[dict[str, Any]] | None:
+    body = response.json()["response"]
+    return orjson.loads(base64.b64decode(body["patch"])) if "patch" in body else None
+
+
+def count(metrics: Metrics, name: str, labels: dict[str, str]) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def requests_total(metrics: Metrics, result: str) -> float:
+    return count(metrics, "workload_resizer_webhook_requests_total", {"result": result})
+
+
+def restarts(metrics: Metrics, reason: str) -> float:
+    return count(metrics, "workload_resizer_webhook_review_worker_restarts_total", {"reason": reason})
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def until(predicate, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def with_app(scenario, time_box: float = 5.0, command: list[str] | None = COMMAND):
+    """Run ``scenario(client, app, metrics, workers)`` against the ASGI app with started workers."""
+    metrics = Metrics(process_metrics=False)
+    app = create_app(metrics)
+    app.keyring = KEYRING
+    workers = ReviewWorkers(1, time_box, command=command,
+                            restarts=lambda reason: metrics.worker_restarts.labels(reason).inc())
+    await workers.start()
+    app.review_workers = workers
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://webhook", timeout=60) as client:
+            return await scenario(client, app, metrics, workers)
+    finally:
+        pids = workers.pids
+        await workers.stop()
+        assert not any(alive(pid) for pid in pids), "a worker outlived stop()"
+
+
+def test_a_large_review_gets_the_same_answer_from_the_worker_as_on_the_loop():
+    body = large_review()
+
+    async def scenario(client, app, metrics, workers):
+        r = await client.post("/mutate", content=body)
+        return r, workers.pids
+
+    r, pids = asyncio.run(with_app(scenario, command=None))
+    status, payload, _ = handle_review(body, KEYRING)
+    assert r.status_code == status == 200 and r.content == payload
+    assert patch_of(r) and len(pids) == 1
+
+
+def test_a_crashing_worker_answers_allowed_without_patch_and_is_replaced():
+    async def scenario(client, app, metrics, workers):
+        (old,) = workers.pids
+        r = await client.post("/mutate", content=large_review(CRASH, uid="crash-uid"))
+        assert r.status_code == 200 and r.headers["connection"] == "close"
+        assert r.json()["response"] == {"uid": "crash-uid", "allowed": True}
+        assert requests_total(metrics, "error") == 1 and restarts(metrics, "crash") == 1
+        after = await client.post("/mutate", content=large_review())   # waits for the replacement
+        assert patch_of(after) and workers.pids != [old] and not alive(old)
+
+    asyncio.run(with_app(scenario))
+
+
+def test_an_erring_worker_answers_allowed_without_patch_and_is_replaced(caplog):
+    async def scenario(client, app, metrics, workers):
+        (old,) = workers.pids
+        r = await client.post("/mutate", content=large_review(RAISE, uid="raise-uid"))
+        assert r.status_code == 200 and r.json()["response"] == {"uid": "raise-uid", "allowed": True}
+        assert requests_total(metrics, "error") == 1 and restarts(metrics, "error") == 1
+        after = await client.post("/mutate", content=large_review())
+        assert patch_of(after) and workers.pids != [old]
+
+    asyncio.run(with_app(scenario))
+    errors = [r for r in caplog.records if r.name == "workload_resizer.webhook" and r.levelname == "ERROR"]
+    assert any("injected fault" in str(getattr(r, "error", "")) for r in errors)
+
+
+def test_a_hanging_worker_is_answered_by_the_time_box_then_killed_while_small_reviews_go_on():
+    async def scenario(client, app, metrics, workers):
+        (old,) = workers.pids
+        hung = asyncio.ensure_future(client.post("/mutate", content=large_review(HANG, uid="hang-uid")))
+        # Small reviews are decided on the loop while the large one is in the worker.
+        while not hung.done():
+            small = await client.post("/mutate", content=REVIEW_2C)
+            assert patch_of(small)
+            await asyncio.sleep(0.05)
+        r = hung.result()
+        assert r.status_code == 200 and r.json()["response"] == {"uid": "hang-uid", "allowed": True}
+        # Answered by the time box (as under overload); the worker is killed when its own
+        # time box (started a moment later) runs out.
+        assert requests_total(metrics, "overloaded") == 1
+        assert await until(lambda: restarts(metrics, "timeout") == 1)
+        after = await client.post("/mutate", content=large_review())
+        assert patch_of(after) and not alive(old)
+        return requests_total(metrics, "patched")
+
+    patched = asyncio.run(with_app(scenario, time_box=1.0))
+    assert patched >= 2
+
+
+def test_a_review_finding_every_worker_busy_is_answered_as_overloaded(caplog):
+    async def scenario(client, app, metrics, workers):
+        hung = asyncio.ensure_future(client.post("/mutate", content=large_review(HANG, uid="hang-uid")))
+        await asyncio.sleep(0.2)
+        busy = await client.post("/mutate", content=large_review(uid="busy-uid"))
+        assert busy.json()["response"] == {"uid": "busy-uid", "allowed": True}
+        await hung
+        assert requests_total(metrics, "overloaded") == 2 and requests_total(metrics, "patched") == 0
+
+    asyncio.run(with_app(scenario, time_box=1.0))
+    errors = {getattr(r, "error", "") for r in caplog.records if getattr(r, "reason", "") == "Overloaded"}
+    assert "no review worker free within 1s" in errors
+
+
+def test_stopped_workers_take_no_review():
+    async def scenario():
+        workers = ReviewWorkers(1, 1.0)
+        await workers.start()
+        (pid,) = workers.pids
+        await workers.stop()
+        assert not alive(pid)
+        with pytest.raises(WorkersBusy):
+            await workers.decide(large_review(), {}, None, time.monotonic() + 1)
+
+    asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------- the real webhook process
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                pass
+    return found
+
+
+def wait_for(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def tls_pair(tmp_path: Path):
+    ca = certs.generate_ca()
+    leaf = certs.issue_serving_cert(ca, ips=["127.0.0.1"])
+    paths = certs.write_pair(str(tmp_path), leaf, ca)
+    return Path(paths["tls.crt"]), Path(paths["tls.key"]), ca
+
+
+def post(server: Server, ca, body: bytes) -> httpx.Response:
+    with httpx.Client(verify=client_context(ca), timeout=30) as client:
+        return client.post(server.url + "/mutate", content=body)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL])
+def test_the_webhook_leaves_no_worker_behind(tls_pair, stop_signal):
+    cert, key, ca = tls_pair
+    server = Server(cert, key)
+    try:
+        server.wait_listening()
+        assert wait_for(lambda: len(children(server.proc.pid)) == 1), "no review worker started"
+        (worker,) = children(server.proc.pid)
+        r = post(server, ca, large_review())
+        assert r.status_code == 200 and patch_of(r)
+        assert children(server.proc.pid) == [worker]
+        server.proc.send_signal(stop_signal)
+        server.proc.wait(30)
+        # SIGTERM: drained and stopped by the webhook; SIGKILL: PR_SET_PDEATHSIG.
+        assert wait_for(lambda: not alive(worker)), f"worker {worker} outlived the webhook"
+        if stop_signal == signal.SIGTERM:
+            assert server.proc.returncode == 0
+    finally:
+        server.stop()
+
+
+def test_without_workers_large_reviews_are_decided_in_the_webhook_process(tls_pair):
+    cert, key, ca = tls_pair
+    server = Server(cert, key, "--large-review-workers", "0")
+    try:
+        server.wait_listening()
+        r = post(server, ca, large_review())
+        assert r.status_code == 200 and patch_of(r) and children(server.proc.pid) == []
+    finally:
+        server.stop()
