@@ -11,12 +11,14 @@ there are two):
    (log-uniform), each unique (defeating every cache): thousands of containers, huge
    annotation values, thousands of forged controller keys, deep junk, truncated JSON,
    bodies over the limit. The webhook's RSS is sampled throughout; the result is its peak
-   and final RSS against ``--rss-bound`` (128 MiB).
+   and final RSS against ``--rss-bound`` (128 MiB), and its review workers' (the processes
+   deciding reviews over 64 KiB) against ``--worker-rss-bound`` (64 MiB each).
 2. **latency**: a legitimate client (one keep-alive connection, a 2-container review, back
    to back) alone, then while the hostile clients run: p50/p99 of both.
-3. **drain**: legitimate clients on 8 connections that, like an endpoints controller, stop
-   opening connections once ``/readyz`` fails; SIGTERM in the middle. Every request sent
-   must succeed and the process must exit 0.
+3. **drain**: legitimate clients on 8 connections (plus one sending ~1 MiB reviews, decided
+   by a review worker) that, like an endpoints controller, stop opening connections once
+   ``/readyz`` fails; SIGTERM in the middle. Every request sent must succeed, the process
+   must exit 0 and leave no review worker running.
 
 The clients run in this process (threads, mostly in C: ssl and sockets); their CPU is
 printed next to the server's so it is visible whether the load generator was the limit.
@@ -25,6 +27,7 @@ Only 127.0.0.1 is contacted; every process started is stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import math
@@ -52,6 +55,17 @@ LEGIT = (ROOT / "bench" / "data" / "review-2c.json").read_bytes()
 LIMIT = 4 * 1024 * 1024
 
 
+def _large_legit() -> bytes:
+    """The legitimate review padded to ~1 MiB with an annotation: decided by a review worker."""
+    review = json.loads(LEGIT)
+    container = review["request"]["object"]["spec"]["containers"][0]
+    container.setdefault("env", []).append({"name": "PAD", "value": "p" * (1 << 20)})
+    return json.dumps(review).encode()
+
+
+LARGE_LEGIT = _large_legit()
+
+
 def log(msg: str) -> None:
     print(f"[hostile] {msg}", file=sys.stderr, flush=True)
 
@@ -73,10 +87,49 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return fields.get("VmRSS", 0), fields.get("VmHWM", 0)
 
 
+def children(pid: int) -> list[int]:
+    """The webhook's child processes (its review workers)."""
+    found: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.extend(int(c) for c in f.read().split())
+    except OSError:
+        pass
+    return found
+
+
+def tree_rss_kib(pid: int, hwm: dict[int, int]) -> tuple[int, int]:
+    """(webhook VmRSS, workers' VmRSS summed) in KiB; records each process's VmHWM in ``hwm``."""
+    rss, hwm[pid] = rss_kib(pid)
+    workers = 0
+    for child in children(pid):
+        try:
+            child_rss, hwm[child] = rss_kib(child)
+        except OSError:
+            continue
+        workers += child_rss
+    return rss, workers
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds(pid: int) -> float:
+    """CPU of pid's children: the running ones plus those it has reaped (cutime + cstime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    reaped = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    running = 0.0
+    for child in children(pid):
+        try:
+            running += cpu_seconds(child)
+        except OSError:
+            pass
+    return reaped + running
 
 
 # ---------------------------------------------------------------- hostile bodies
@@ -182,7 +235,13 @@ def legit_loop(port: int, ctx: ssl.SSLContext, stop: threading.Event, latencies:
 
 
 def hostile_worker(port: int, ctx: ssl.SSLContext, jobs: list[tuple[int, int, str]], lock: threading.Lock,
-                   stats: dict) -> None:
+                   stats: dict, core: str | None = None) -> None:
+    # Building multi-MiB bodies (json.dumps) is the load generator's heavy part: kept off the
+    # webhook's core, and behind the legit client.
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        if core:
+            os.sched_setaffinity(threading.get_native_id(), {int(c) for c in core.split(",")})
     conn = Conn(port, ctx)
     while True:
         with lock:
@@ -270,17 +329,20 @@ def phase_memory_and_latency(args, port: int, pid: int, ctx: ssl.SSLContext, caf
     sizes = hostile_sizes(args.hostile, args.seed)
     jobs = [(size, i % 5, f"{i:06d}{random.Random(i).randrange(1 << 30):x}") for i, size in enumerate(sizes)]
     lock, stats = threading.Lock(), {}
-    samples: list[tuple[int, int]] = []
+    samples: list[tuple[int, int]] = []      # (webhook, workers) VmRSS KiB
+    hwm: dict[int, int] = {}                 # VmHWM KiB by pid (workers replaced count separately)
     done = threading.Event()
 
     def sampler() -> None:
         while not done.is_set():
-            samples.append(rss_kib(pid))
+            samples.append(tree_rss_kib(pid, hwm))
             time.sleep(0.2)
     threading.Thread(target=sampler, daemon=True).start()
     log(f"{len(jobs)} hostile reviews on {args.hostile_connections} connections, legit client alongside")
+    worker_pids = children(pid)
     cpu0, self0, t0 = cpu_seconds(pid), resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-    workers = [threading.Thread(target=hostile_worker, args=(port, ctx, jobs, lock, stats))
+    wcpu0 = children_cpu_seconds(pid)
+    workers = [threading.Thread(target=hostile_worker, args=(port, ctx, jobs, lock, stats, args.hostile_core))
                for _ in range(args.hostile_connections)]
     for w in workers:
         w.start()
@@ -290,16 +352,23 @@ def phase_memory_and_latency(args, port: int, pid: int, ctx: ssl.SSLContext, caf
     lat, errs, legit_cpu = legit.finish()
     elapsed = time.monotonic() - t0
     cpu1, self1 = cpu_seconds(pid), resource.getrusage(resource.RUSAGE_SELF)
+    workers_now = children(pid)
+    wcpu1 = children_cpu_seconds(pid)
     time.sleep(1)
     done.set()
-    final_rss, hwm = rss_kib(pid)
+    final_rss, final_workers = tree_rss_kib(pid, hwm)
+    worker_hwm = [hwm[w] for w in hwm if w != pid]
     return {
         "hostile": args.hostile, "hostile_bytes": stats.get("bytes", 0), "statuses": {
             k: v for k, v in stats.items() if isinstance(k, int)}, "client_errors": stats.get("client-errors", 0),
         "first_client_error": stats.get("first-error"),
-        "elapsed_s": elapsed, "server_cpu_s": cpu1 - cpu0,
+        "elapsed_s": elapsed, "server_cpu_s": cpu1 - cpu0, "worker_cpu_s": wcpu1 - wcpu0,
+        "workers": len(workers_now), "workers_replaced": len(set(workers_now) - set(worker_pids)),
+        "worker_rss_hwm_mib": max(worker_hwm, default=0) / 1024,
+        "worker_rss_final_mib": final_workers / 1024,
+        "total_rss_peak_mib": max((r + w for r, w in samples), default=0) / 1024,
         "client_cpu_s": (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime),
-        "rss_peak_mib": max(r for r, _ in samples) / 1024, "rss_hwm_mib": hwm / 1024,
+        "rss_peak_mib": max(r for r, _ in samples) / 1024, "rss_hwm_mib": hwm[pid] / 1024,
         "rss_final_mib": final_rss / 1024,
         "legit_alone": {"n": len(base_lat), "p50_ms": pct(base_lat, 50), "p99_ms": pct(base_lat, 99),
                         "errors": len(base_err), "first_errors": base_err[:3], "client_cpu_s": base_cpu},
@@ -330,7 +399,7 @@ def phase_drain(args, work: Path, crt: str, key: str, keys: Path, ctx: ssl.SSLCo
                 ready.clear()
             time.sleep(0.1)
 
-    def client() -> None:
+    def client(body: bytes = LEGIT) -> None:
         conn = Conn(port, ctx)
         while not stop.is_set():
             if conn.c is None and not ready.is_set():
@@ -339,27 +408,43 @@ def phase_drain(args, work: Path, crt: str, key: str, keys: Path, ctx: ssl.SSLCo
             with lock:
                 sent[0] += 1
             try:
-                status, data, _ = conn.post(LEGIT)
+                status, data, _ = conn.post(body)
                 if status != 200 or b'"patch"' not in data:
-                    failed.append(f"HTTP {status}")
+                    failed.append(f"HTTP {status}" + (" (large)" if body is LARGE_LEGIT else ""))
+                elif body is LARGE_LEGIT:
+                    large_ok[0] += 1
             except Exception as err:
                 failed.append(repr(err))
             lat.append((time.perf_counter() - t0) * 1000)
         conn.close()
 
     threading.Thread(target=readiness, daemon=True).start()
+    large_ok = [0]
+    # 8 connections of small reviews, one of ~1 MiB reviews (decided by a review worker).
     clients = [threading.Thread(target=client) for _ in range(8)]
+    clients.append(threading.Thread(target=client, args=(LARGE_LEGIT,)))
     for c in clients:
         c.start()
     time.sleep(args.drain_seconds)
+    workers = children(proc.pid)
     log("SIGTERM during the load run")
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(60)
+    time.sleep(0.5)
+    left = [w for w in workers if os.path.exists(f"/proc/{w}") and not _zombie(w)]
     stop.set()
     for c in clients:
         c.join()
     return {"sent": sent[0], "failed": len(failed), "first_failures": failed[:3], "exit_code": code,
-            "p99_ms": pct(lat, 99)}
+            "p99_ms": pct(lat, 99), "large_ok": large_ok[0], "workers": len(workers), "workers_left": left}
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def main() -> int:
@@ -369,7 +454,11 @@ def main() -> int:
     p.add_argument("--legit-seconds", type=float, default=10, help="legit-alone baseline window")
     p.add_argument("--drain-seconds", type=float, default=4, help="load before the SIGTERM")
     p.add_argument("--rss-bound", type=float, default=128, help="MiB")
+    p.add_argument("--worker-rss-bound", type=float, default=64, help="MiB, per review worker")
     p.add_argument("--server-core", default="0", help="CPU the webhook is pinned to ('' = none)")
+    p.add_argument("--hostile-core", default="1",
+                   help="CPU the hostile clients' threads are pinned to ('' = none); the legit client is "
+                        "not pinned (a closed loop, it runs while the webhook waits)")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--json", type=Path)
     p.add_argument("--webhook-flag", action="append", default=[], metavar="FLAG",
@@ -399,22 +488,31 @@ def main() -> int:
     print(f"hostile reviews: {mem['hostile']} ({mem['hostile_bytes'] / 2**20:.0f} MiB, 1 KiB .. "
           f"{LIMIT * 1.02 / 2**20:.1f} MiB log-uniform, 5 shapes) in {mem['elapsed_s']:.1f}s; statuses "
           f"{mem['statuses']}, client errors {mem['client_errors']}")
-    print(f"CPU: webhook {mem['server_cpu_s']:.1f}s, load generator: hostile clients {mem['client_cpu_s']:.1f}s, "
+    print(f"CPU: webhook {mem['server_cpu_s']:.1f}s + review workers {mem['worker_cpu_s']:.1f}s, load generator: hostile clients {mem['client_cpu_s']:.1f}s, "
           f"legit client {mem['legit_under_hostile']['client_cpu_s']:.1f}s; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     bound = "met" if mem["rss_hwm_mib"] <= args.rss_bound else "NOT met"
+    worker_bound = "met" if mem["worker_rss_hwm_mib"] <= args.worker_rss_bound else "NOT met"
     print(f"webhook RSS: peak {mem['rss_hwm_mib']:.1f} MiB (VmHWM), after {mem['rss_final_mib']:.1f} MiB; "
           f"bound {args.rss_bound:.0f} MiB: {bound}")
+    print(f"review workers: {mem['workers']} ({mem['workers_replaced']} replaced); RSS peak {mem['worker_rss_hwm_mib']:.1f} "
+          f"MiB (VmHWM, largest worker), after {mem['worker_rss_final_mib']:.1f} MiB; bound "
+          f"{args.worker_rss_bound:.0f} MiB each: {worker_bound}; webhook + workers sampled peak "
+          f"{mem['total_rss_peak_mib']:.1f} MiB")
     a, h = mem["legit_alone"], mem["legit_under_hostile"]
     print(f"legit 2-container review, 1 connection: alone p50 {a['p50_ms']:.2f} ms p99 {a['p99_ms']:.2f} ms "
           f"({a['n']} reqs, {a['errors']} errors); with hostile load p50 {h['p50_ms']:.2f} ms "
           f"p99 {h['p99_ms']:.2f} ms ({h['n']} reqs, {h['errors']} errors {h['first_errors']})")
-    print(f"SIGTERM during load (8 connections, 2s drain delay): {drain['sent']} requests sent, "
+    print(f"SIGTERM during load (8 connections of small reviews + 1 of ~1 MiB ones, 2s drain delay): "
+          f"{drain['sent']} requests sent ({drain['large_ok']} large ones patched), "
           f"{drain['failed']} failed {drain['first_failures']}, exit code {drain['exit_code']}, "
-          f"p99 {drain['p99_ms']:.2f} ms")
+          f"p99 {drain['p99_ms']:.2f} ms; review workers left running after exit: "
+          f"{len(drain['workers_left'])} of {drain['workers']}")
     if args.json:
         args.json.write_text(json.dumps({"memory": mem, "drain": drain}, indent=2))
-    return 0 if bound == "met" and drain["failed"] == 0 and drain["exit_code"] == 0 else 1
+    ok = (bound == "met" and worker_bound == "met" and drain["failed"] == 0 and drain["exit_code"] == 0
+          and not drain["workers_left"])
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
