@@ -50,7 +50,7 @@ REPLY_HEADER = struct.Struct(">I")
 WORKER_ERROR = -1
 READY = b"R"
 DEFAULT_WORKER_TIMEOUT = 2.0
-WORKER_NICENESS = 10
+WORKER_NICENESS = 19
 _PR_SET_PDEATHSIG = 1
 _PARENT_ENV = "WR_WORKER_PARENT_PID"
 
@@ -293,6 +293,16 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
+def _yield_cpu_to_the_event_loop() -> None:
+    """Run only when the webhook's event loop does not: SCHED_IDLE (a waking normal task
+    preempts it at once; allowed unprivileged), else the lowest niceness we may take."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        with contextlib.suppress(OSError):
+            os.nice(WORKER_NICENESS)
+
+
 def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:
     data = stream.read(n)
     if len(data) < n:
@@ -305,8 +315,7 @@ def serve(decide: Callable[[bytes, Any, Any], Decision] | None = None) -> int:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent drains; it closes our stdin
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        os.nice(WORKER_NICENESS)
+    _yield_cpu_to_the_event_loop()
     from ops.malloc import bound_heap_retention
 
     bound_heap_retention(arena_max=1)

@@ -73,6 +73,7 @@ CUSTOM = {
     "webhook": {"replicas": 3, "port": 9443, "tlsMinVersion": "1.3", "certReloadInterval": "1m",
                 "maxRequestBytes": "8MiB", "httpKeepAliveTimeout": "100s", "shutdownTimeout": "5s",
                 "logLevel": "debug", "logFormat": "text", "logFlushInterval": "0",
+                "largeReviewWorkers": 0, "largeReviewTimeout": "1500ms",
                 "extraArgs": ["--log-level=warning"], "failurePolicy": "Fail", "timeoutSeconds": 5,
                 "excludeNamespaces": ["monitoring"], "priorityClassName": "system-cluster-critical",
                 "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -271,6 +272,7 @@ def test_custom_values(helm: str) -> None:
     assert container(webhook)["image"] == "registry.example/workload-resizer:1.2.3"
     assert container(webhook)["imagePullPolicy"] == "Always"
     assert container(webhook)["ports"][0]["containerPort"] == 9443
+    assert {"--large-review-workers=0", "--large-review-timeout=1500ms"} <= set(container(webhook)["args"])
     spec = webhook["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-cluster-critical"
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}

@@ -44,6 +44,15 @@ def test_defaults():
     assert args.cert_reload_interval == 10 and args.max_request_bytes == 4 << 20
     assert args.log_format == "json" and args.log_level == "info" and args.log_flush_interval == 0.1
     assert args.http_keep_alive_timeout == 120 and args.shutdown_timeout == 20
+    assert args.large_review_workers == 1 and args.large_review_timeout == 2
+
+
+@pytest.mark.parametrize("flags", [["--large-review-workers", "-1"], ["--large-review-timeout", "0"],
+                                   ["--large-review-workers", "two"]])
+def test_bad_large_review_flags_fail_fast(flags):
+    r = subprocess.run([sys.executable, "-m", "app", "--tls-cert-file", "c", "--tls-key-file", "k", *flags],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--large-review" in r.stderr
 
 
 def test_help_documents_every_flag():
@@ -51,7 +60,8 @@ def test_help_documents_every_flag():
     assert r.returncode == 0
     for flag in ("--bind-address", "--port", "--tls-cert-file", "--tls-key-file", "--tls-min-version",
                  "--cert-reload-interval", "--max-request-bytes", "--log-level", "--log-format",
-                 "--http-keep-alive-timeout", "--shutdown-timeout", "--log-flush-interval"):
+                 "--http-keep-alive-timeout", "--shutdown-timeout", "--log-flush-interval",
+                 "--large-review-workers", "--large-review-timeout"):
         assert flag in r.stdout
 
 
