@@ -159,7 +159,15 @@ class ReviewWorkers:
 
     async def start(self) -> None:
         """Start every worker (raises if one cannot start)."""
-        workers = await asyncio.gather(*(start_worker(self.command) for _ in range(self.count)))
+        started = await asyncio.gather(*(start_worker(self.command) for _ in range(self.count)),
+                                       return_exceptions=True)
+        workers = [w for w in started if isinstance(w, ReviewWorker)]
+        failed = [e for e in started if not isinstance(e, ReviewWorker)]
+        if failed:
+            for worker in workers:
+                worker.kill()
+                await worker.process.wait()
+            raise RuntimeError(f"review worker did not start: {failed[0]!r}") from failed[0]
         for worker in workers:
             self._all.add(worker)
             self._idle.put_nowait(worker)

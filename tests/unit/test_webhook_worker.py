@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,13 @@ def test_without_workers_large_reviews_are_decided_in_the_webhook_process(tls_pa
         assert r.status_code == 200 and patch_of(r) and children(server.proc.pid) == []
     finally:
         server.stop()
+
+
+def test_a_worker_that_cannot_start_fails_startup_and_leaves_nothing_running():
+    async def scenario():
+        workers = ReviewWorkers(2, 1.0, command=[sys.executable, "-c", "import sys; sys.exit(1)"])
+        with pytest.raises(RuntimeError, match="review worker did not start"):
+            await workers.start()
+        assert workers.pids == []
+
+    asyncio.run(scenario())
