@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import base64
 import enum
-import hashlib
 import hmac
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import orjson
 
 from resizer.annotations import ORIGINALS_MAC, is_original_key
 
@@ -248,12 +249,20 @@ def _parse(value: Any) -> tuple[Scope, str, str] | None:
 
 
 def _mac(secret: bytes, originals: Mapping[str, str], identity: PodIdentity, scope: Scope) -> str:
-    message = json.dumps(
-        [_VERSION, scope, identity.__dict__, sorted((str(k), str(v)) for k, v in originals.items())],
-        separators=(",", ":"), sort_keys=True, ensure_ascii=True,
-    ).encode()
-    digest = hmac.new(secret, message, hashlib.sha256).digest()
+    digest = hmac.digest(secret, _message(originals, identity, scope), "sha256")
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _message(originals: Mapping[str, str], identity: PodIdentity, scope: Scope) -> bytes:
+    """What a MAC covers: compact JSON, keys sorted, non-ASCII escaped (the format MACs
+    on existing pods were signed over, so it must never change)."""
+    parts = [_VERSION, scope, identity.__dict__, sorted((str(k), str(v)) for k, v in originals.items())]
+    # orjson writes the same bytes as json.dumps below whenever the result is ASCII (it never
+    # escapes non-ASCII, so that case takes the slow path); ~10x cheaper per MAC.
+    fast = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
+    if fast.isascii():
+        return fast
+    return json.dumps(parts, separators=(",", ":"), sort_keys=True, ensure_ascii=True).encode()
 
 
 def _text(value: Any) -> str:
