@@ -254,3 +254,11 @@ def test_macs_already_on_pods_keep_verifying(originals: dict[str, str], namespac
     an earlier version (stdlib json); any change of the encoding would make them unverifiable."""
     identity = PodIdentity(namespace, "web-1", "web-", "uid-1", "ReplicaSet", "apps/v1", "web", "rs-uid")
     assert sign_originals(KeyRing({"k1": b"k" * 32}), originals, identity, scope) == mac
+
+
+def test_the_stand_in_for_a_pod_mac_has_its_exact_size() -> None:
+    from resizer import pod_mac, pod_mac_stand_in
+
+    pod = make_pod()
+    assert {k: len(v) for k, v in pod_mac_stand_in(RING).items()} == {k: len(v) for k, v in pod_mac(pod, RING).items()}
+    assert pod_mac_stand_in(KeyRing({})) == {} == pod_mac(pod, KeyRing({}))
