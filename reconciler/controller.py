@@ -38,6 +38,7 @@ from reconciler.events import object_reference
 from reconciler.informer import object_key
 from reconciler.kube import ApiError
 from reconciler.outcome import (
+    SPEC_SIZE_CHARS,
     Observation,
     ResizeState,
     Stage,
@@ -70,9 +71,9 @@ from resizer import (
     fits_annotation_limit,
     needs_resign,
     original_annotations,
-    originals_from_spec_annotations,
     plan_resize,
     pod_mac,
+    pod_mac_stand_in,
     resolve_policy,
 )
 from resizer.realign import realignment
@@ -230,7 +231,7 @@ class PodResizeReconciler:
         try:
             # Only originals bound to this pod (resizer.integrity): adopting the spec as our
             # re-alignment would otherwise sign originals nobody verified at step 3.
-            if baseline(pod, self._keyring(), originals_from_spec_annotations(pod)).check.trust is not Trust.TRUSTED:
+            if baseline(pod, self._keyring()).check.trust is not Trust.TRUSTED:
                 return None
             plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
         except (OriginalsError, PlanError, QuantityError):
@@ -324,7 +325,7 @@ class PodResizeReconciler:
         generation = self._config.generation      # the config version the plan below is made with
         try:
             # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
-            base = baseline(pod, self._keyring(), originals_from_spec_annotations(pod))
+            base = baseline(pod, self._keyring())
             if base.check.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED) and self._resized_by_us(pod, node_type):
                 # Our own resize, being followed to actuation: its originals were verified before it
                 # (the spec changed because of it; step 3 binds them to the pod with a pod MAC).
@@ -370,8 +371,9 @@ class PodResizeReconciler:
         config = self._config.config
         assert config is not None
         # Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded.
-        final = {**(base.stamp or original_annotations(pod)), **pod_mac(base.pod, self._keyring()),
-                 APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339()}
+        # (Stand-ins of the right size for the MAC and the size digest: only their length counts here.)
+        final = {**(base.stamp or original_annotations(pod)), **pod_mac_stand_in(self._keyring()),
+                 APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(), APPLIED_SIZE: "-" * SPEC_SIZE_CHARS}
         if not fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None}):
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
                                         "the original resources and what was applied do not fit in the pod's "
@@ -616,7 +618,7 @@ class PodResizeReconciler:
                 if err.status != 409 or attempt == 1:
                     raise
             pod = await self._writer.get(pod)
-            again = baseline(pod, self._keyring(), originals_from_spec_annotations(pod))
+            again = baseline(pod, self._keyring())
             if again.check.trust is Trust.TRUSTED:
                 return pod, True
             if again.stamp is None:     # refused or trusted only if aligned: decide again from scratch
@@ -642,7 +644,7 @@ class PodResizeReconciler:
         if self._options.dry_run or not needs_resign(pod, keyring):
             return DONE
         try:
-            trusted = baseline(pod, keyring, originals_from_spec_annotations(pod)).check.trust is Trust.TRUSTED
+            trusted = baseline(pod, keyring).check.trust is Trust.TRUSTED
         except (OriginalsError, QuantityError):
             return DONE
         if trusted:

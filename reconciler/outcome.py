@@ -113,11 +113,14 @@ def _values(resources: Obj | None) -> dict[tuple[str, str], Fraction]:
     return values
 
 
+SPEC_SIZE_CHARS = 16
+
+
 def spec_size(pod: Obj) -> str:
     """A short digest of every container's cpu/memory requests and limits, by value (1 == 1000m)."""
     sized = sorted((c["name"], kind, name, str(value)) for c in pod["spec"].get("containers") or []
                    for (kind, name), value in _values(c.get("resources")).items())
-    return hashlib.sha256(repr(sized).encode()).hexdigest()[:16]
+    return hashlib.sha256(repr(sized).encode()).hexdigest()[:SPEC_SIZE_CHARS]
 
 
 def revert_patch(pod: Obj) -> Obj:

@@ -55,7 +55,7 @@ class Reconciler:
                         "spec never changed are resized")
         creds = load_credentials(args.kubeconfig)
         self.client = KubeClient(creds, qps=args.kube_api_qps, burst=args.kube_api_burst,
-                                 max_connections=args.concurrency + 8)
+                                 max_connections=args.concurrency + 8, drop_managed_fields=True)
         # The lease gets its own connections, outside the workers' rate limit and pool: a
         # renewal must never queue behind a burst of resizes.
         self.lease_client = KubeClient(creds, qps=0, burst=1, max_connections=2) if args.leader_elect else None

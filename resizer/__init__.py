@@ -51,6 +51,7 @@ from resizer.integrity import (
     needs_resign,
     original_annotations,
     pod_mac,
+    pod_mac_stand_in,
     sign_originals,
 )
 from resizer.originals import (
@@ -99,6 +100,7 @@ __all__ = [
     "baseline",
     "needs_resign",
     "pod_mac",
+    "pod_mac_stand_in",
     "check_originals",
     "key_id_of",
     "original_annotations",

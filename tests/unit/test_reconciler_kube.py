@@ -8,7 +8,9 @@ client's behaviour on the wire, so they are tested there. No cluster.
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,7 @@ from reconciler.kube import (
     TransportError,
     WatchExpired,
     WatchIdle,
+    _loads_trimmed,
     _resource_label,
 )
 from reconciler.ratelimit import TokenBucket
@@ -502,3 +505,81 @@ def test_a_watch_line_that_is_not_a_json_object_is_an_api_error(line: str):
     events, err = _collect(lambda req: Reply(200, [body]))
     assert [e["object"]["metadata"]["name"] for e in events] == ["a"]
     assert isinstance(err, ApiError) and err.reason == "UnexpectedReply"
+
+
+# ------------------------------------------------------------------ managedFields dropped before decoding
+
+DATA = Path(__file__).parent / "data"
+# Bytes exactly as kube-apiserver v1.36.4 wrote them (GET of a pod our reconciler resized, and of a KWOK node).
+APISERVER_OBJECTS = ["apiserver-pod.json", "apiserver-node.json"]
+
+
+def _without_managed(obj: dict) -> dict:
+    trimmed = copy.deepcopy(obj)
+    trimmed["metadata"]["managedFields"] = []
+    return trimmed
+
+
+@pytest.mark.parametrize("name", APISERVER_OBJECTS)
+def test_an_apiserver_object_decodes_to_itself_minus_managed_fields(name):
+    raw = (DATA / name).read_bytes().strip()
+    full = orjson.loads(raw)
+    assert len(full["metadata"]["managedFields"]) >= 2, "the sample must carry managedFields"
+    assert _loads_trimmed(raw, watch_event=False) == _without_managed(full)
+    event = b'{"type":"MODIFIED","object":' + raw + b"}"
+    assert _loads_trimmed(event, watch_event=True) == {"type": "MODIFIED", "object": _without_managed(full)}
+
+
+def test_text_that_looks_like_the_markers_inside_strings_changes_nothing():
+    full = orjson.loads((DATA / "apiserver-pod.json").read_bytes())
+    full["metadata"]["annotations"]["x"] = '"managedFields":[ ]},"spec": ]}'
+    full["metadata"]["labels"]["managedFields"] = "v"
+    full["metadata"]["managedFields"][0]["manager"] = ']},"spec":{'
+    assert _loads_trimmed(orjson.dumps(full), watch_event=False) == _without_managed(full)
+
+
+@pytest.mark.parametrize("layout", [
+    # keys sorted (e.g. re-serialised by a proxy): name, resourceVersion, ... come after managedFields
+    lambda obj: orjson.dumps(obj, option=orjson.OPT_SORT_KEYS),
+    # a list: not trimmed at all
+    lambda obj: orjson.dumps({"kind": "PodList", "metadata": {"resourceVersion": "9"}, "items": [obj, obj]}),
+    # no spec after the metadata (e.g. a ConfigMap)
+    lambda obj: orjson.dumps({"metadata": obj["metadata"], "data": {"a": "b"}}),
+])
+def test_any_other_layout_is_left_to_a_full_decode(layout):
+    full = orjson.loads((DATA / "apiserver-pod.json").read_bytes())
+    full["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = True
+    assert _loads_trimmed(layout(full), watch_event=False) is None
+
+
+def _trimming_client(server_url: str, context: Any) -> KubeClient:
+    return KubeClient(Credentials(server=server_url, ssl_context=context, token=lambda: None), qps=0, burst=1,
+                      max_connections=2, drop_managed_fields=True)
+
+
+def test_a_client_told_to_drops_managed_fields_of_replies_and_watch_events_and_keeps_the_rest():
+    raw = (DATA / "apiserver-pod.json").read_bytes().strip()
+    full = orjson.loads(raw)
+    sorted_keys = orjson.dumps(full, option=orjson.OPT_SORT_KEYS)
+
+    def handler(req: Seen) -> Reply:
+        if req.query.get("watch"):
+            return Reply(200, [b'{"type":"ADDED","object":' + raw + b"}\n" +
+                               b'{"type":"MODIFIED","object":' + sorted_keys + b"}\n"])
+        return Reply(200, raw)
+
+    async def body() -> tuple[dict, list[dict]]:
+        server = KubeServer(handler)
+        await server.start()
+        client = _trimming_client(server.url, server.client_context())
+        try:
+            reply = await client.patch("/api/v1/namespaces/ns/pods/p", {"metadata": {}})
+            events = [e async for e in client.watch("/api/v1/pods", "1", {}, server_timeout=300, idle_timeout=5)]
+            return reply, events
+        finally:
+            await client.close()
+            await server.stop()
+    reply, events = asyncio.run(body())
+    assert reply == _without_managed(full)
+    assert events[0]["object"] == _without_managed(full)
+    assert events[1]["object"] == full, "a layout it cannot vouch for is decoded whole"

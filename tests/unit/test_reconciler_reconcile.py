@@ -954,6 +954,29 @@ def test_step_three_does_not_fit_the_annotation_limit_so_nothing_is_resized():
     assert fake.ops() == [] and reasons(fake) == ["ResizeFailed"]
 
 
+@pytest.mark.parametrize("over", [0, 1])
+def test_the_size_guard_counts_every_key_step_three_writes_to_the_byte(over):
+    from resizer import TOTAL_ANNOTATION_SIZE_LIMIT, is_controller_owned_key
+
+    done = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(done)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))
+    ours = sum(len(k) + len(v) for k, v in annotations(done).items() if is_controller_owned_key(k))
+    assert APPLIED_SIZE in annotations(done)
+    big = pod(stamped=True)
+    room = TOTAL_ANNOTATION_SIZE_LIMIT - ours - len("filler") + over     # the total, when done: limit + over
+    big["metadata"]["annotations"]["filler"] = "x" * room
+    fake = cluster(big, auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    run(rec.reconcile(KEY))
+    if over == 0:
+        assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
+    else:
+        assert fake.ops() == [] and reasons(fake) == ["ResizeFailed"]
+
+
 def gauge(state: str) -> float:
     return metrics.RESIZES_WAITING.labels(state)._value.get()
 

@@ -240,3 +240,25 @@ def test_pod_mac_upgrades_an_admission_stamp_and_needs_resign_tracks_rotation() 
     pod["metadata"]["annotations"].update(pod_mac(pod, RING))
     assert not needs_resign(pod, RING)
     assert check(resize_spec(pod, "800m")).scope == "pod"
+
+
+@pytest.mark.parametrize("originals, namespace, scope, mac", [
+    ({"workload-resizer.io/original-cpu.app": "500m"}, "shop", "pod",
+     "v1.p.k1.G7DObZkYP0rxasP2WO5lLI1rX227_D2KfNI_mAQPzpI"),
+    ({"workload-resizer.io/original-cpu.\u00e4pp": "500m"}, "sh\u00f6p", "admission",     # non-ASCII: escaped
+     "v1.a.k1.cRy-Eas9zaoaK432UUVN10B3CFk1j7tAF1DbySeHRZs"),
+])
+def test_macs_already_on_pods_keep_verifying(originals: dict[str, str], namespace: str, scope: Any,
+                                             mac: str) -> None:
+    """The signed message's encoding is a compatibility contract: these values were signed by
+    an earlier version (stdlib json); any change of the encoding would make them unverifiable."""
+    identity = PodIdentity(namespace, "web-1", "web-", "uid-1", "ReplicaSet", "apps/v1", "web", "rs-uid")
+    assert sign_originals(KeyRing({"k1": b"k" * 32}), originals, identity, scope) == mac
+
+
+def test_the_stand_in_for_a_pod_mac_has_its_exact_size() -> None:
+    from resizer import pod_mac, pod_mac_stand_in
+
+    pod = make_pod()
+    assert {k: len(v) for k, v in pod_mac_stand_in(RING).items()} == {k: len(v) for k, v in pod_mac(pod, RING).items()}
+    assert pod_mac_stand_in(KeyRing({})) == {} == pod_mac(pod, KeyRing({}))
