@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,10 +29,28 @@ from devkit.kube import Kube, wait_for
 __all__ = ["HACK_CLUSTER", "REPO", "Cluster"]
 
 
+_SESSION_TMP: str | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     capture = config.pluginmanager.getplugin("capturemanager")
     if capture is not None:
         progress.show_through(capture.global_and_fixture_disabled)
+    # Certificates, keys and kubeconfigs the tests and devkit write with tempfile land in one
+    # directory of this session, removed at its end whatever the tests forgot (they used to pile
+    # up in /tmp, private keys included). Only this process's tempfile: the cluster's processes
+    # keep the real TMPDIR, as a kept cluster outlives the session.
+    global _SESSION_TMP
+    _SESSION_TMP = tempfile.mkdtemp(prefix="wr-tests-")
+    tempfile.tempdir = _SESSION_TMP
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _SESSION_TMP
+    if _SESSION_TMP is not None:
+        tempfile.tempdir = None
+        shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+        _SESSION_TMP = None
 
 
 @dataclass

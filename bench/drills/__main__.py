@@ -67,14 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     run = {"command": command, "size": args.size, "started": stamp, "machine_at_start": machine(),
            "results": []}
-    for drill in chosen:
-        result = run_drill(drill, args.size, base, args.out, args.keep_cluster, args.scheduler_qps, args.keep_logs)
-        payload = {"command": " ".join(["python -m bench.drills", drill.name, f"--size {args.size}", *extra]),
-                   "finished": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                   "machine": machine(), **result.__dict__}
-        write_json(args.out / f"drill-{drill.name}-{args.size}.json", payload)
-        run["results"].append(payload)
-        print_result(result)
+    try:
+        for drill in chosen:
+            result = run_drill(drill, args.size, base, args.out, args.keep_cluster, args.scheduler_qps,
+                               args.keep_logs)
+            payload = {"command": " ".join(["python -m bench.drills", drill.name, f"--size {args.size}", *extra]),
+                       "finished": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                       "machine": machine(), **result.__dict__}
+            write_json(args.out / f"drill-{drill.name}-{args.size}.json", payload)
+            run["results"].append(payload)
+            print_result(result)
+    finally:
+        if args.cluster_dir is None and not any(base.iterdir()):
+            base.rmdir()   # our own temporary base, emptied by the drills (kept clusters stay)
     run["machine_at_end"] = machine()
     write_json(args.out / f"drills-{args.size}-{stamp}.json", run)
     failed = [r["drill"] for r in run["results"] if not r["passed"]]

@@ -48,12 +48,13 @@ def helm() -> str:
 
 
 def provided_certs(namespace: str, service: str = "workload-resizer-webhook") -> dict[str, str]:
-    out = Path(tempfile.mkdtemp(prefix="chart-certs-"))
-    subprocess.run([sys.executable, "-m", "certs", "--out-dir", str(out), "--service", service,
-                    "--namespace", namespace, "--ca-bundle-file", str(out / "ca.b64")],
-                   cwd=REPO, check=True, capture_output=True, text=True, timeout=60)
-    return {"caBundle": (out / "ca.crt").read_text(), "cert": (out / "tls.crt").read_text(),
-            "key": (out / "tls.key").read_text()}
+    with tempfile.TemporaryDirectory(prefix="chart-certs-") as tmp:
+        out = Path(tmp)
+        subprocess.run([sys.executable, "-m", "certs", "--out-dir", str(out), "--service", service,
+                        "--namespace", namespace, "--ca-bundle-file", str(out / "ca.b64")],
+                       cwd=REPO, check=True, capture_output=True, text=True, timeout=60)
+        return {"caBundle": (out / "ca.crt").read_text(), "cert": (out / "tls.crt").read_text(),
+                "key": (out / "tls.key").read_text()}
 
 
 CUSTOM = {
