@@ -199,6 +199,55 @@ def test_unknown_fields_nested() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("edit", "path", "message"),
+    [
+        (lambda d: d.update(baselineNodeType=5), "baselineNodeType", "must be a string, got 5"),
+        (lambda d: d.update(baselineNodeType=None), "baselineNodeType", "must be a string, got null"),
+        (lambda d: d.update(nodeTypes=["n2d"]), "nodeTypes", "must be a mapping, got a list"),
+        (lambda d: d["nodeTypes"].update({7: {"cpuPerf": 1, "memPerf": 1}}), "nodeTypes.7",
+         "key must be a string, got 7"),
+        (lambda d: d["nodeTypes"].update(n4="fast"), "nodeTypes.n4", "must be a mapping, got 'fast'"),
+        (lambda d: d.update(overrides=None), "overrides", "must be a list, got null"),
+        (lambda d: d.update(overrides={"name": "x"}), "overrides", "must be a list, got a mapping"),
+        (lambda d: d.update(overrides=[{"name": 3, "match": {"computeClass": "spot"}}]), "overrides[0].name",
+         "must be a string, got 3"),
+        (lambda d: d.update(overrides=[override(match={"podLabel": {"tier": 1}})]), "overrides[0].match.podLabel.tier",
+         "must be a string, got 1"),
+        (lambda d: d.update(podLabels={"team": None}), "podLabels.team", "must be a mapping, got null"),
+        (lambda d: d.update(computeClasses={"spot": {"memoryLimitDecrease": True}}),
+         "computeClasses.spot.memoryLimitDecrease", "must be 'Never' or 'Allow', got True"),
+        (lambda d: d.update(memoryLimitDecrease=None), "memoryLimitDecrease", "must be 'Never' or 'Allow', got null"),
+    ],
+    ids=["baseline-int", "baseline-null", "node-types-list", "node-type-int-key", "node-type-text", "overrides-null",
+         "overrides-mapping", "override-name-int", "label-value-int", "labels-null", "mld-bool", "mld-null"],
+)
+def test_wrong_types_are_reported_at_their_path(edit: Callable[[dict[str, Any]], None], path: str,
+                                                message: str) -> None:
+    document = copy.deepcopy(BASE)
+    edit(document)
+    with pytest.raises(ConfigError) as raised:
+        ResizerConfig.from_document(document)
+    assert raised.value.errors == [(path, message)]
+    assert errors_of(yaml.safe_dump(document))[path] == message
+
+
+def test_optional_fields_may_be_null() -> None:
+    document = {**BASE, "computeClasses": {"spot": {"baselineNodeType": None, "nodeTypes": None,
+                                                    "bounds": {"cpu": None, "memory": {"min": None}}}},
+                "overrides": [override(match={"computeClass": "spot", "podLabel": None})]}
+    config = compile_config(ResizerConfig.from_document(document))
+    assert config.document.overrides[0].match.podLabel is None
+    assert config.policies.compute_classes["spot"] == config.policies.default.__class__(
+        **{**config.policies.default.__dict__, "rule": "computeClass:spot"})
+
+
+def test_the_parsed_document_cannot_be_changed() -> None:
+    config = load_config(SAMPLE_CONFIG)
+    with pytest.raises(TypeError):
+        config.node_types["n4"] = config.node_types["n2d"]  # type: ignore[index]
+
+
 @pytest.mark.parametrize("text", ["- a\n- b\n", "just text", "", "{unclosed"])
 def test_document_that_is_not_a_mapping_is_reported_at_root(text: str) -> None:
     assert list(errors_of(text)) == ["(root)"]
@@ -380,7 +429,7 @@ def test_memory_limit_decrease_is_global_and_per_block() -> None:
 def test_memory_limit_decrease_accepts_only_its_values() -> None:
     with pytest.raises(ConfigError) as error:
         load_config(SAMPLE_CONFIG + "memoryLimitDecrease: sometimes\n")
-    assert error.value.errors == [("memoryLimitDecrease", "Input should be 'Never' or 'Allow'")]
+    assert error.value.errors == [("memoryLimitDecrease", "must be 'Never' or 'Allow', got 'sometimes'")]
 
 
 def test_block_baseline_replaces_the_global_one() -> None:
@@ -393,10 +442,10 @@ def test_policies_are_precomputed_and_shared_between_pods() -> None:
 
 
 def test_a_document_validated_on_its_own_is_compiled_with_the_cross_field_checks() -> None:
-    config = compile_config(ResizerConfig.model_validate(BASE))
+    config = compile_config(ResizerConfig.from_document(BASE))
     assert isinstance(config, CompiledConfig)
     assert resolve_policy(config, make_pod()).rule == "global"
-    broken = ResizerConfig.model_validate({**BASE, "baselineNodeType": "t2a"})
+    broken = ResizerConfig.from_document({**BASE, "baselineNodeType": "t2a"})
     with pytest.raises(ConfigError) as error:
         compile_config(broken)
     assert error.value.errors == [("baselineNodeType", "'t2a' is not one of the node types (c3, n2d, n4)")]
@@ -411,5 +460,5 @@ def test_the_partial_config_keeps_the_valid_parts_of_a_broken_document() -> None
 
 
 def test_a_valid_document_has_no_missing_part() -> None:
-    partial = PartialConfig.of(ResizerConfig.model_validate(BASE))
+    partial = PartialConfig.of(ResizerConfig.from_document(BASE))
     assert None not in (partial.baselineNodeType, partial.nodeTypes, partial.bounds)
