@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -378,6 +378,20 @@ class PodResizeReconciler:
             return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
                                         "the original resources and what was applied do not fit in the pod's "
                                         "annotations (256 KiB limit), so they cannot be recorded; not resized")
+        if base.stamp is not None and not plan.patch and not base.check.tampered:
+            # Already aligned: no resize will follow, so the originals and the record of what was
+            # applied go in one write, conditional on the resourceVersion the originals were read
+            # from (no step between them for a crash to fall into). A conflict takes steps 1 and 3.
+            try:
+                return await self._applied(pod, node_type, plan, generation, Reason.ALREADY_ALIGNED,
+                                           _aligned_message(plan, context), originals=base.stamp)
+            except ApiError as err:
+                if err.status != 409:
+                    if err.retryable:
+                        raise
+                    return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
+                                                f"cannot record the original resources ({err.message}); "
+                                                "not resized")
         # Step 1: originals, if the webhook did not stamp them (or they were rejected).
         if base.stamp is not None:
             try:
@@ -422,17 +436,22 @@ class PodResizeReconciler:
         return DONE
 
     async def _applied(self, pod: Obj, node_type: str, plan: ResizePlan, generation: int, reason: Reason,
-                       message: str) -> Result:
+                       message: str, originals: Mapping[str, str | None] | None = None) -> Result:
         """Step 3: record that the pod has its size for the node type, then report it.
 
         `generation` is the config version the plan was made with: no re-alignment check
-        is due for it (else the watch event of this very write would re-plan the pod)."""
+        is due for it (else the watch event of this very write would re-plan the pod).
+        With `originals` (step 1's annotations, for a pod that needs no resize) both go in
+        one write, conditional on the pod's resourceVersion (409 when it changed)."""
         self._realign_checked[_uid(pod)] = generation
+        signed = pod if originals is None else _with_annotations(pod, originals)
         # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
-        annotations: dict[str, str | None] = {APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(),
-                                              APPLIED_SIZE: spec_size(pod), **pod_mac(pod, self._keyring())}
+        annotations: dict[str, str | None] = {**(originals or {}), APPLIED_INSTANCE_TYPE: node_type,
+                                              APPLIED_AT: rfc3339(), APPLIED_SIZE: spec_size(pod),
+                                              **pod_mac(signed, self._keyring())}
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
+        resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
         uid = _uid(pod)
         # Recorded before the write: the watch event of the write may be observed while we wait
         # for the reply, and observe() forgets the entry once the cache shows it (set after, it
@@ -440,7 +459,7 @@ class PodResizeReconciler:
         before = self._finished.get(uid)
         self._finished[uid] = node_type
         try:
-            await self._writer.annotate(pod, annotations)
+            await self._writer.record(pod, annotations, resource_version=resource_version)
         except BaseException:
             if before is None:
                 self._finished.pop(uid, None)
@@ -578,7 +597,7 @@ class PodResizeReconciler:
         return DONE
 
     async def _record(self, pod: Obj, state: ResizeState) -> None:
-        await self._writer.annotate(pod, {RESIZE_STATE: state.encode()})
+        await self._writer.record(pod, {RESIZE_STATE: state.encode()})
         self._fault(Step.STATE)
 
     async def _revert(self, pod: Obj) -> None:
@@ -648,7 +667,7 @@ class PodResizeReconciler:
         except (OriginalsError, QuantityError):
             return DONE
         if trusted:
-            await self._writer.annotate(pod, pod_mac(pod, keyring), resource_version=pod["metadata"]["resourceVersion"])
+            await self._writer.record(pod, pod_mac(pod, keyring), resource_version=pod["metadata"]["resourceVersion"])
         return DONE
 
     async def _rejected(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...], plan: ResizePlan,
@@ -753,6 +772,13 @@ def _rfc3339(timestamp: float) -> str:
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def _with_annotations(pod: Obj, changes: Mapping[str, str | None]) -> Obj:
+    """`pod` as a merge patch of these annotations leaves it (None removes a key); `pod` is unchanged."""
+    merged = {**pod["metadata"]["annotations"], **changes}
+    annotations = {key: value for key, value in merged.items() if value is not None}
+    return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
 
 
 def _uid(pod: Obj) -> str:

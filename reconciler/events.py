@@ -16,7 +16,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ops.timestamps import rfc3339
-from reconciler.kube import ApiError, KubeClient
+from reconciler.kube import MERGE_PATCH, ApiError, KubeClient
 from reconciler.ratelimit import TokenBucket
 
 log = logging.getLogger("reconciler.events")
@@ -84,13 +84,13 @@ class EventRecorder:
             "source": {"component": COMPONENT, "host": self._host},
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
-        await self._client.create(f"/api/v1/namespaces/{ref['namespace']}/events", event)
+        await self._client.write("POST", f"/api/v1/namespaces/{ref['namespace']}/events", event)
         self._remember(key, name, 1)
 
     async def _bump(self, ref: dict[str, Any], key: tuple[str, ...], name: str, count: int, _: float) -> None:
         try:
-            await self._client.patch(f"/api/v1/namespaces/{ref['namespace']}/events/{name}",
-                                     {"count": count + 1, "lastTimestamp": rfc3339()})
+            await self._client.write("PATCH", f"/api/v1/namespaces/{ref['namespace']}/events/{name}",
+                                     {"count": count + 1, "lastTimestamp": rfc3339()}, MERGE_PATCH)
         except ApiError as err:
             if err.status != 404:
                 raise

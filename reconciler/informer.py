@@ -134,11 +134,13 @@ class Informer:
             if kind in ("ADDED", "MODIFIED"):
                 old = store.get(key)
                 store[key] = obj
+                if old is None:
+                    gauge.set(len(store))
                 handler("MODIFIED" if old is not None else "ADDED", obj, old)
             elif kind == "DELETED":
                 old = store.pop(key, None)
+                gauge.set(len(store))
                 handler("DELETED", obj, old)
             if rv:
                 self._resource_version = rv
-            gauge.set(len(store))
         return count

@@ -138,7 +138,9 @@ class KubeClient:
         counter.inc()
 
     async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                      params: dict[str, Any] | None = None) -> dict[str, Any]:
+                      params: dict[str, Any] | None = None, decode: bool = True) -> dict[str, Any]:
+        """The reply's JSON object; with `decode=False` the status is checked and {} returned (the
+        body of a 2xx reply is not read: a pod is ~10 KB of JSON its writer may not need)."""
         await self._limiter.take()
         content = orjson.dumps(body) if body is not None else None
         data = self._request_bytes(method, path, params, content, content_type)
@@ -151,6 +153,8 @@ class KubeClient:
         self._count(method, resource, status)
         if status >= 300:
             raise ApiError(status, _json_or_message(raw))
+        if not decode:
+            return {}
         if self._trim:
             value = _loads_trimmed(raw, watch_event=False)
             if value is not None:
@@ -180,6 +184,10 @@ class KubeClient:
 
     async def patch(self, path: str, patch: dict[str, Any], content_type: str = MERGE_PATCH) -> dict[str, Any]:
         return await self.request("PATCH", path, patch, content_type=content_type)
+
+    async def write(self, method: str, path: str, body: Any, content_type: str = "application/json") -> None:
+        """A write whose reply is not needed: its status is checked (ApiError), its body not decoded."""
+        await self.request(method, path, body, content_type=content_type, decode=False)
 
     async def watch(self, path: str, resource_version: str, params: dict[str, Any],
                     server_timeout: int, idle_timeout: float) -> AsyncIterator[dict[str, Any]]:

@@ -44,6 +44,10 @@ class PodWriter(Protocol):
     async def resize(self, pod: Obj, patch: Obj) -> Obj:
         """Strategic-merge-patch the pods/resize subresource."""
 
+    async def record(self, pod: Obj, annotations: Mapping[str, str | None],
+                     resource_version: str | None = None) -> None:
+        """`annotate` when the pod as written is not needed (its reply is not read)."""
+
 
 class EventSink(Protocol):
     async def emit(self, ref: dict[str, Any], event_type: str, reason: str, message: str) -> None:
@@ -103,10 +107,20 @@ class ApiWriter:
 
     async def annotate(self, pod: Obj, annotations: Mapping[str, str | None],
                        resource_version: str | None = None) -> Obj:
-        metadata: Obj = {"annotations": dict(annotations)}
-        if resource_version is not None:
-            metadata = {"resourceVersion": resource_version, **metadata}
-        return slim_pod(await self._client.patch(pod_path(pod), {"metadata": metadata}, MERGE_PATCH))
+        return slim_pod(await self._client.patch(pod_path(pod), _annotations_patch(annotations, resource_version),
+                                                 MERGE_PATCH))
 
     async def resize(self, pod: Obj, patch: Obj) -> Obj:
         return slim_pod(await self._client.patch(pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH))
+
+    async def record(self, pod: Obj, annotations: Mapping[str, str | None],
+                     resource_version: str | None = None) -> None:
+        await self._client.write("PATCH", pod_path(pod), _annotations_patch(annotations, resource_version),
+                                 MERGE_PATCH)
+
+
+def _annotations_patch(annotations: Mapping[str, str | None], resource_version: str | None) -> Obj:
+    metadata: Obj = {"annotations": dict(annotations)}
+    if resource_version is not None:
+        metadata = {"resourceVersion": resource_version, **metadata}
+    return {"metadata": metadata}

@@ -156,6 +156,10 @@ class FakeCluster:
                 current[key] = value
         return self._written(stored)
 
+    async def record(self, pod: Obj, annotations: Mapping[str, str | None],
+                     resource_version: str | None = None) -> None:
+        await self.annotate(pod, annotations, resource_version)
+
     async def resize(self, pod: Obj, patch: Obj) -> Obj:
         self._maybe_fail("resize")
         stored = self._stored(pod)

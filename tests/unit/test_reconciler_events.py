@@ -13,7 +13,7 @@ pytestmark = pytest.mark.timeout(10)
 
 
 class FakeEventsApi:
-    """The create/patch part of KubeClient over an in-memory store of Events."""
+    """The write part of KubeClient (POST/PATCH) over an in-memory store of Events."""
 
     def __init__(self) -> None:
         self.events: dict[str, dict[str, Any]] = {}       # path of the event -> event
@@ -33,6 +33,14 @@ class FakeEventsApi:
             raise ApiError(404, {"reason": "NotFound", "message": f"{path} not found"})
         self.events[path].update(patch)
         return self.events[path]
+
+    async def write(self, method: str, path: str, body: dict[str, Any], content_type: str = "") -> None:
+        """KubeClient.write: the recorder sends a Merge Patch and never reads a reply."""
+        if method == "POST":
+            await self.create(path, body)
+        else:
+            assert (method, content_type) == ("PATCH", "application/merge-patch+json")
+            await self.patch(path, body, content_type)
 
     def _maybe_fail(self) -> None:
         if self.fail_next is not None:

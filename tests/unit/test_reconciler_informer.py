@@ -191,6 +191,20 @@ def test_watch_events_update_the_cache_and_the_resume_version():
     assert informer._resource_version == "13"
 
 
+def test_the_cached_objects_gauge_follows_the_store_through_watch_events():
+    client, handler, informer = _listed([_pod("a", "1")])
+    sizes: list[int] = []
+    client.streams = [[{"type": "ADDED", "object": _pod("b", "11")},
+                       {"type": "MODIFIED", "object": _pod("b", "12")},
+                       {"type": "ADDED", "object": _pod("c", "13")},
+                       {"type": "DELETED", "object": _pod("a", "14")},
+                       {"type": "DELETED", "object": _pod("gone", "15")}]]
+    informer._handler = lambda kind, new, old: sizes.append(int(informer._cached_gauge._value.get()))
+    _watch(informer)
+    assert sizes == [2, 2, 3, 2, 2]
+    assert informer._cached_gauge._value.get() == len(informer.store) == 2
+
+
 def test_a_watch_added_event_for_a_cached_object_is_reported_as_modified():
     client, handler, informer = _listed([_pod("a", "1")])
     client.streams = [[{"type": "ADDED", "object": _pod("a", "11")}]]

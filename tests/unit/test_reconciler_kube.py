@@ -494,6 +494,24 @@ def test_a_successful_reply_that_is_not_a_json_object_is_a_retryable_api_error(b
     assert exc.value.reason == "UnexpectedReply" and exc.value.retryable
 
 
+def test_a_write_checks_the_status_and_does_not_read_the_body():
+    """KubeClient.write: a reply the caller does not need is not decoded (even one that is no JSON)."""
+    seen: list[Seen] = []
+
+    def handler(req: Seen) -> Reply:
+        seen.append(req)
+        return Reply(201, HTML_503)
+
+    result, _ = _request(handler, "write", "POST", "/api/v1/namespaces/ns/events", {"kind": "Event"})
+    assert result is None
+    assert (seen[0].method, seen[0].path, orjson.loads(seen[0].body)) == (
+        "POST", "/api/v1/namespaces/ns/events", {"kind": "Event"})
+    with pytest.raises(ApiError) as exc:
+        _request(lambda req: _json(409, {"reason": "Conflict", "message": "modified"}), "write",
+                 "PATCH", "/api/v1/namespaces/ns/pods/p", {"metadata": {}}, "application/merge-patch+json")
+    assert exc.value.status == 409 and exc.value.reason == "Conflict"
+
+
 def test_odd_status_details_do_not_break_causes():
     assert ApiError(422, {"details": "oops"}).causes == []
     assert ApiError(422, {"details": {"causes": ["x", {"reason": "FieldValueInvalid"}]}}).causes == ["", "FieldValueInvalid"]

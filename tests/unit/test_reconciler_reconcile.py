@@ -22,6 +22,8 @@ from resizer import (
     SAMPLE_CONFIG,
     KeyRing,
     PodIdentity,
+    Trust,
+    baseline,
     load_config,
     missing_original_annotations,
     pod_mac,
@@ -201,12 +203,39 @@ def sized_on_n4(cpu: str = "800m", recorded_size: bool = True) -> dict[str, Any]
     return sized
 
 
-def test_an_unstamped_pod_already_at_its_size_gets_its_originals_then_applied():
+def test_an_unstamped_pod_already_at_its_size_gets_its_originals_and_applied_in_one_conditional_write():
     fake = cluster(pod(), family="n2d")
+    read = fake.cache[KEY]["metadata"]["resourceVersion"]
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == ["annotate"]
+    write = fake.writes[0]
+    assert set(write.body) == set(missing_original_annotations(pod())) | {
+        ORIGINALS_MAC, APPLIED_INSTANCE_TYPE, APPLIED_SIZE, "workload-resizer.io/applied-at"}
+    assert write.resource_version == read
+    assert reasons(fake) == ["AlreadyAligned"]
+    stored = fake.pod_now(KEY)
+    assert baseline(stored, KEYS).check.trust is Trust.TRUSTED, "the MAC covers the originals written with it"
+    assert annotations(fake)[APPLIED_SIZE] == spec_size(stored)
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == ["annotate"], "recorded as aligned: nothing more to do"
+
+
+def test_a_conflict_on_the_one_write_of_an_aligned_pod_takes_the_two_steps():
+    fake = cluster(pod(), family="n2d")
+    fake.fail("annotate", ApiError(409, {"reason": "Conflict", "message": "modified"}))
     run(reconciler(fake).reconcile(KEY))
     assert fake.ops() == ["annotate", "annotate"]
     assert set(fake.writes[0].body) == set(missing_original_annotations(pod())) | {ORIGINALS_MAC}
-    assert reasons(fake) == ["AlreadyAligned"]
+    assert APPLIED_INSTANCE_TYPE in fake.writes[1].body and reasons(fake) == ["AlreadyAligned"]
+    assert baseline(fake.pod_now(KEY), KEYS).check.trust is Trust.TRUSTED
+
+
+def test_a_rejected_one_write_of_an_aligned_pod_is_reported_and_writes_nothing_else():
+    fake = cluster(pod(), family="n2d")
+    fake.fail("annotate", ApiError(422, {"reason": "Invalid", "message": "metadata.annotations: Too long"}))
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.writes == [] and reasons(fake) == ["ResizeFailed"]
+    assert "cannot record the original resources" in fake.events[0].message
 
 
 def test_a_pod_applied_for_its_node_type_is_left_alone():
