@@ -284,7 +284,7 @@ def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
         "decision": SKIPPED, "reason": "", "originals": _NO_ORIGINALS,
     }
     try:
-        status, out = _decide(request, operation, obj, uid, record, keyring, scope)
+        status, out = _decide(request, operation, obj, uid, record, keyring, scope, len(body))
     except Exception as exc:  # our bug: allow the pod unchanged, log and count it
         record["decision"] = SKIPPED
         record["reason"] = REASON_INTERNAL_ERROR
@@ -299,7 +299,8 @@ def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
 
 
 def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any],
-            keyring: resizer.KeyRing, scope: NamespaceScope | None = None) -> tuple[int, bytes]:
+            keyring: resizer.KeyRing, scope: NamespaceScope | None = None,
+            body_size: int | None = None) -> tuple[int, bytes]:
     if operation != "CREATE" or not _is_pod(request):
         record["decision"] = SKIPPED
         record["reason"] = "NotPodCreate"
@@ -321,7 +322,9 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
     record["namespace"] = namespace
     annotations = metadata.get("annotations")
 
-    if isinstance(annotations, dict) and _oversized(annotations):
+    # (Decoded text is never longer than its JSON: a review under the limit cannot hold more.)
+    could_be_oversized = body_size is None or body_size > resizer.TOTAL_ANNOTATION_SIZE_LIMIT
+    if could_be_oversized and isinstance(annotations, dict) and _oversized(annotations):
         # The apiserver rejects this pod anyway (annotations over 256 KiB, checked after
         # admission): answer at once instead of building a patch as large as the input.
         record["decision"] = SKIPPED

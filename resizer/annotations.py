@@ -102,4 +102,6 @@ def fits_annotation_limit(annotations: Mapping[str, Any], originals: Mapping[str
 
 
 def _bytes(text: Any) -> int:
-    return len(text.encode("utf-8", "surrogatepass")) if isinstance(text, str) else len(str(text))
+    if isinstance(text, str):   # isascii() is O(1) on str: no encoding for the usual ASCII text
+        return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return len(str(text))
