@@ -357,13 +357,13 @@ def test_pod_on_very_fast_node_is_clamped_to_the_cpu_minimum(fleet: Fleet) -> No
 
 
 def test_without_webhook_the_reconciler_writes_originals_resize_and_applied(fleet: Fleet) -> None:
-    """No webhook: originals come from the spec at creation, in a third write per pod."""
+    """No webhook: originals come from the spec at creation, in a third write per resized pod."""
     for app in ("base", "fast", "burst", "slow", "hyper"):
         spec = FLEET[app][2]["resources"]
         assert originals(fleet.pod(app)) == expected_originals(spec), app
-    # 5 pods annotated twice (originals, then applied); 4 of them resized (base is aligned);
-    # one event each, unknown included.
-    assert metric_snapshot(fleet.reconciler) == {"PATCH pods": 10, "PATCH pods/resize": 4,
+    # 4 pods resized, annotated twice each (originals, then applied); base is aligned: its
+    # originals and applied-* in one write; one event each, unknown included.
+    assert metric_snapshot(fleet.reconciler) == {"PATCH pods": 9, "PATCH pods/resize": 4,
                                                  "POST events": 6, "PATCH events": 0}
 
 
