@@ -8,10 +8,11 @@ the body to the worker's stdin and reads ``(status, payload, record)`` back from
 stdout, both non-blocking.
 
 Each worker is ``python -m app.worker``: it reads one request frame at a time, calls
-:func:`app.review.handle_review` and writes one reply frame. It runs at a lower CPU
-priority (nice +10), so that when both compete for a CPU the event loop (small reviews,
-probes) comes first; with glibc's heap retention bounded as in the webhook; and it dies
-with its parent (``PR_SET_PDEATHSIG``) even if the parent is SIGKILLed.
+:func:`app.review.handle_review` and writes one reply frame. Once started (its imports
+at normal priority) it runs at SCHED_IDLE (else nice +10), so that when both compete for a
+CPU the event loop (small reviews, probes) comes first; with glibc's heap retention bounded
+as in the webhook; and it dies with its parent (``PR_SET_PDEATHSIG``) even if the parent is
+SIGKILLed.
 
 The parent side, :class:`ReviewWorkers`, never lets a worker fault reach the apiserver:
 a worker that dies, does not answer within the time box, or reports an error is killed
@@ -156,6 +157,11 @@ class ReviewWorkers:
     @property
     def pids(self) -> list[int]:
         return sorted(w.pid for w in self._all)
+
+    @property
+    def free(self) -> int:
+        """Workers waiting for a review."""
+        return self._idle.qsize()
 
     async def start(self) -> None:
         """Start every worker (raises if one cannot start)."""
@@ -323,7 +329,6 @@ def serve(decide: Callable[[bytes, Any, Any], Decision] | None = None) -> int:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent drains; it closes our stdin
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _yield_cpu_to_the_event_loop()
     from ops.malloc import bound_heap_retention
 
     bound_heap_retention(arena_max=1)
@@ -341,6 +346,9 @@ def serve(decide: Callable[[bytes, Any, Any], Decision] | None = None) -> int:
 
     gc.collect()
     gc.freeze()
+    # Only now: started at SCHED_IDLE, the imports above took 35 s instead of 1 s on a node
+    # whose CPUs were busy, and the webhook waits for its workers before it serves.
+    _yield_cpu_to_the_event_loop()
     replies.write(READY)
     replies.flush()
     while True:

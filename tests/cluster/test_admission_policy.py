@@ -42,7 +42,7 @@ def world(cluster: Any, namespace: str) -> Iterator[dict[str, Any]]:
         "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
     try:
         tenant_kubeconfig = kubeconfig_for_token(cluster, tenant_token["status"]["token"])
-        yield {"harness": harness, "ns": namespace, "admin_kubeconfig": cluster.kubeconfig,
+        yield {"harness": harness, "ns": namespace, "admin_kubeconfig": cluster.kubeconfig, "admin": cluster.kube,
                "reconciler": Kube(kubeconfig_for_token(cluster, tokens["reconciler"])),
                "tenant": Kube(tenant_kubeconfig), "tenant_kubeconfig": tenant_kubeconfig}
     finally:
@@ -67,22 +67,38 @@ def running_pod(world: dict[str, Any]) -> str:
     return harness.wait_running("web")[0]["metadata"]["name"]
 
 
-def wait_policy_active(kube: Kube, path: str) -> None:
-    """The apiserver loads new policies asynchronously: wait until a label edit is denied."""
+def wait_policy_active(kube: Kube, path: str, admin: Kube | None = None) -> None:
+    """The apiserver loads new policies asynchronously: wait until a label edit is denied.
+    On a timeout the failure lists the policies and bindings the apiserver has (with `admin`)."""
     def label_denied() -> bool:
         try:
             kube.patch(path, {"metadata": {"labels": {"policy-probe": "x"}}})
         except ApiError as err:
             return err.status in (403, 422)
         return False
-    wait_for("the ValidatingAdmissionPolicy to be enforced", label_denied, timeout=60, interval=0.5)
+    try:
+        wait_for("the ValidatingAdmissionPolicy to be enforced", label_denied, timeout=120, interval=0.5)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{_policies_seen(admin)}") from None
+
+
+def _policies_seen(admin: Kube | None) -> str:
+    if admin is None:
+        return "(no admin client to list the policies)"
+    base = "/apis/admissionregistration.k8s.io/v1"
+    lines = []
+    for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
+        for item in admin.get(f"{base}/{kind}")["items"]:
+            lines.append(f"{kind}/{item['metadata']['name']}: status {item.get('status')}, "
+                         f"created {item['metadata'].get('creationTimestamp')}")
+    return "\n".join(lines) or "no policies or bindings at all"
 
 
 def test_reconciler_identity_changes_only_product_annotations_and_resources(world: dict[str, Any]) -> None:
     me: Kube = world["reconciler"]
     name = running_pod(world)
     path = f"/api/v1/namespaces/{world['ns']}/pods/{name}"
-    wait_policy_active(me, path)
+    wait_policy_active(me, path, world["admin"])
 
     image = denied(lambda: me.patch(path, {"spec": {"containers": [{"name": "app", "image": "evil:1"}]}},
                                     "strategic"))
@@ -133,7 +149,7 @@ def test_reconciler_identity_cannot_change_other_fields_through_resize(world: di
     me: Kube = world["reconciler"]
     name = running_pod(world)
     path = f"/api/v1/namespaces/{world['ns']}/pods/{name}"
-    wait_policy_active(me, path)
+    wait_policy_active(me, path, world["admin"])
     resize_policy = [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]
     try:
         me.patch(f"{path}/resize", {"spec": {"containers": [{"name": "app", "resizePolicy": resize_policy}]}},

@@ -115,7 +115,8 @@ def test_a_crashing_worker_answers_allowed_without_patch_and_is_replaced():
         assert r.status_code == 200 and r.headers["connection"] == "close"
         assert r.json()["response"] == {"uid": "crash-uid", "allowed": True}
         assert requests_total(metrics, "error") == 1 and restarts(metrics, "crash") == 1
-        after = await client.post("/mutate", content=large_review())   # waits for the replacement
+        assert await until(lambda: workers.free == 1), "no replacement worker"
+        after = await client.post("/mutate", content=large_review())
         assert patch_of(after) and workers.pids != [old] and not alive(old)
 
     asyncio.run(with_app(scenario))
@@ -127,6 +128,7 @@ def test_an_erring_worker_answers_allowed_without_patch_and_is_replaced(caplog):
         r = await client.post("/mutate", content=large_review(RAISE, uid="raise-uid"))
         assert r.status_code == 200 and r.json()["response"] == {"uid": "raise-uid", "allowed": True}
         assert requests_total(metrics, "error") == 1 and restarts(metrics, "error") == 1
+        assert await until(lambda: workers.free == 1), "no replacement worker"
         after = await client.post("/mutate", content=large_review())
         assert patch_of(after) and workers.pids != [old]
 
@@ -150,6 +152,9 @@ def test_a_hanging_worker_is_answered_by_the_time_box_then_killed_while_small_re
         # time box (started a moment later) runs out.
         assert requests_total(metrics, "overloaded") == 1
         assert await until(lambda: restarts(metrics, "timeout") == 1)
+        # Its replacement takes the next large review (once started: on a loaded machine that
+        # can take longer than the 1 s time box, and the review would be answered as overloaded).
+        assert await until(lambda: workers.free == 1)
         after = await client.post("/mutate", content=large_review())
         assert patch_of(after) and not alive(old)
         return requests_total(metrics, "patched")
@@ -161,7 +166,10 @@ def test_a_hanging_worker_is_answered_by_the_time_box_then_killed_while_small_re
 def test_a_review_finding_every_worker_busy_is_answered_as_overloaded(caplog):
     async def scenario(client, app, metrics, workers):
         hung = asyncio.ensure_future(client.post("/mutate", content=large_review(HANG, uid="hang-uid")))
-        await asyncio.sleep(0.2)
+        # The hung review holds the only worker; the next one arrives within the hung one's time
+        # box and waits for a free worker no longer than its own (a fixed sleep lost that race
+        # on a loaded machine: the busy review got the worker first and was patched).
+        assert await until(lambda: workers.free == 0, 10)
         busy = await client.post("/mutate", content=large_review(uid="busy-uid"))
         assert busy.json()["response"] == {"uid": "busy-uid", "allowed": True}
         await hung
@@ -170,6 +178,20 @@ def test_a_review_finding_every_worker_busy_is_answered_as_overloaded(caplog):
     asyncio.run(with_app(scenario, time_box=1.0))
     errors = {getattr(r, "error", "") for r in caplog.records if getattr(r, "reason", "") == "Overloaded"}
     assert "no review worker free within 1s" in errors
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
+def test_a_started_worker_yields_the_cpu_to_the_event_loop():
+    async def scenario():
+        workers = ReviewWorkers(1, 1.0)
+        await workers.start()
+        try:
+            (pid,) = workers.pids
+            assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+        finally:
+            await workers.stop()
+
+    asyncio.run(scenario())
 
 
 def test_stopped_workers_take_no_review():
