@@ -162,10 +162,10 @@ class MutateApp:
         if self._inflight > self.max_inflight:
             await self._overloaded(send, start, body, f"more than {self.max_inflight} reviews in flight")
             return
-        # A body of n bytes has at most n brackets: only one longer than the cap needs counting.
-        objects = _json_containers(body) if len(body) > MAX_JSON_CONTAINERS else 0
-        if message.get("more_body", False):
-            objects = _json_containers(body)
+        # A body of n bytes has at most n brackets: a whole body shorter than the cap needs no count.
+        more_body = message.get("more_body", False)
+        objects = _json_containers(body) if more_body or len(body) > MAX_JSON_CONTAINERS else 0
+        if more_body:
             chunks = [body]
             size = len(body)
             try:

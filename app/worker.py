@@ -297,11 +297,10 @@ def _consume(task: asyncio.Task[Decision]) -> None:
 
 def _die_with_parent() -> None:
     """SIGKILL this process when its parent exits, however it exits (Linux only)."""
-    try:
+    # Without prctl (no libc to load): the parent's exit still closes our stdin, which ends serve().
+    with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
     parent = os.environ.get(_PARENT_ENV)
     if parent and os.getppid() != int(parent):     # the parent died before prctl took effect
         os._exit(0)

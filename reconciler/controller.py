@@ -387,20 +387,13 @@ class PodResizeReconciler:
                                            _aligned_message(plan, context), originals=base.stamp)
             except ApiError as err:
                 if err.status != 409:
-                    if err.retryable:
-                        raise
-                    return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
-                                                f"cannot record the original resources ({err.message}); "
-                                                "not resized")
+                    return await self._originals_not_recorded(pod, signature, plan, err)
         # Step 1: originals, if the webhook did not stamp them (or they were rejected).
         if base.stamp is not None:
             try:
                 pod, reread = await self._stamp_originals(pod, base.stamp)
             except ApiError as err:
-                if err.retryable:
-                    raise
-                return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
-                                            f"cannot record the original resources ({err.message}); not resized")
+                return await self._originals_not_recorded(pod, signature, plan, err)
             if base.check.tampered:
                 await self._report(pod, None, EventType.WARNING, Reason.ORIGINALS_REPLACED,
                                    f"original-* annotations rejected ({base.check.reason}); re-captured from "
@@ -434,6 +427,14 @@ class PodResizeReconciler:
                                               config_generation=generation)
         self._wait(_uid(pod), Stage.REQUESTED)
         return DONE
+
+    async def _originals_not_recorded(self, pod: Obj, signature: tuple[Any, ...], plan: ResizePlan,
+                                      err: ApiError) -> Result:
+        """Step 1's write failed: raised again when a retry may succeed, else reported once."""
+        if err.retryable:
+            raise err
+        return await self._terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
+                                    f"cannot record the original resources ({err.message}); not resized")
 
     async def _applied(self, pod: Obj, node_type: str, plan: ResizePlan, generation: int, reason: Reason,
                        message: str, originals: Mapping[str, str | None] | None = None) -> Result:
