@@ -1,22 +1,14 @@
 """Prometheus metrics of the webhook, on a registry of their own.
 
-A registry per :class:`Metrics` instance (instead of prometheus_client's global
-one) keeps tests independent and lets several apps live in one process; the
-process/platform/GC collectors are registered on it so ``/metrics`` still shows
-the usual ``process_*`` series.
+A registry per :class:`Metrics` instance (instead of the process-wide one) keeps
+tests independent and lets several apps live in one process; the process, Python and
+GC collectors are registered on it so ``/metrics`` still shows the usual
+``process_*`` series.
 """
 
 from __future__ import annotations
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    GCCollector,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-)
+from ops.prometheus import Counter, Gauge, Histogram, Registry, register_runtime_collectors
 
 # Webhook calls take well under a millisecond; the apiserver gives up at
 # timeoutSeconds (3 s in webhook-config/).
@@ -27,12 +19,10 @@ RELOAD_RESULTS = ("success", "error")
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None, process_metrics: bool = True) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+    def __init__(self, registry: Registry | None = None, process_metrics: bool = True) -> None:
+        self.registry = registry if registry is not None else Registry()
         if process_metrics:
-            ProcessCollector(registry=self.registry)
-            PlatformCollector(registry=self.registry)
-            GCCollector(registry=self.registry)
+            register_runtime_collectors(self.registry)
         self.requests = Counter(
             "workload_resizer_webhook_requests_total",
             "Admission requests by result: patched (pod stamped), skipped (allowed unchanged), "
@@ -66,6 +56,6 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
-        # Children resolved once: .labels() is a dict lookup under a lock.
+        # Children resolved once: .labels() builds a tuple and looks it up per call.
         self.by_result = {r: self.requests.labels(r) for r in REQUEST_RESULTS}
         self.reloads_by_result = {r: self.cert_reloads.labels(r) for r in RELOAD_RESULTS}

@@ -50,6 +50,7 @@ from bench.drills.observe import (  # noqa: E402
     PodTimeline, bare_resize_ceiling, cpu_seconds, peak_rss_mb, requests_by_verb)
 from devkit.configs import config_yaml  # noqa: E402
 from devkit.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
+from devkit.metrics import metric_sum  # noqa: E402
 from devkit.processes import (  # noqa: E402
     Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active)
 
@@ -149,7 +150,8 @@ def main() -> int:
         last_applied = max(timeline.applied.values())
         align_seconds = last_applied - first_bound
         n = args.replicas
-        requests = requests_by_verb(reconciler.metrics())
+        metrics_text = reconciler.metrics()
+        requests = requests_by_verb(metrics_text)
         writes = sum(v for (m, _), v in requests.items() if m in ("PATCH", "POST", "PUT", "DELETE"))
         figures = {
             "replicas": n, "nodes": len(nodes),
@@ -164,6 +166,9 @@ def main() -> int:
             "pods_stamped_at_admission": sum(1 for name in timeline.applied
                                              if timeline.stamped_at_admission.get(name)),
             "node_gets_per_pod": round(requests.get(("GET", "nodes"), 0) / n, 4),
+            # How often the work queue handed a pod out, and how often a watch event put it in.
+            "reconciles_per_pod": round(metric_sum(metrics_text, "controller_runtime_reconcile_total") / n, 2),
+            "queue_adds_per_pod": round(metric_sum(metrics_text, "workqueue_adds_total") / n, 2),
             "reconciler_peak_rss_mb": round(peak_rss_mb(reconciler.proc.pid), 1),
             "reconciler_cpu_s": round(burst_cpu, 2),
             "reconciler_startup_cpu_s": round(ready_cpu, 2),

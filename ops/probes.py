@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from ops.prometheus import CONTENT_TYPE, REGISTRY, Registry
 
 if TYPE_CHECKING:       # starlette only for the webhook's routes: the reconciler serves without it
     from starlette.routing import BaseRoute
@@ -28,7 +28,7 @@ def readiness(checks: Mapping[str, Check], verbose: bool) -> tuple[int, str]:
     return (200 if ok else 503), "\n".join(lines) + f"\nreadyz check {'passed' if ok else 'failed'}\n"
 
 
-def probe_routes(checks: Mapping[str, Check], registry: CollectorRegistry = REGISTRY) -> list[BaseRoute]:
+def probe_routes(checks: Mapping[str, Check], registry: Registry = REGISTRY) -> list[BaseRoute]:
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse, Response
     from starlette.routing import Route
@@ -41,7 +41,7 @@ def probe_routes(checks: Mapping[str, Check], registry: CollectorRegistry = REGI
         return PlainTextResponse(body, status_code=status)
 
     async def metrics(_: Request) -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(registry.exposition(), media_type=CONTENT_TYPE)
 
     return [Route("/healthz", healthz), Route("/livez", healthz), Route("/readyz", readyz),
             Route("/metrics", metrics)]

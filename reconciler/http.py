@@ -18,9 +18,8 @@ from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-
 from ops.probes import Check, readiness
+from ops.prometheus import CONTENT_TYPE, REGISTRY, Registry
 
 log = logging.getLogger("reconciler.http")
 
@@ -36,7 +35,7 @@ class ProbeApp:
     """What the endpoints answer: the readiness checks and the metrics registry."""
 
     checks: Mapping[str, Check]
-    registry: CollectorRegistry = REGISTRY
+    registry: Registry = REGISTRY
 
     def respond(self, method: str, target: str) -> tuple[int, str, bytes]:
         """(status, content type, body) of one request."""
@@ -46,7 +45,7 @@ class ProbeApp:
         if method not in ("GET", "HEAD"):
             return 405, TEXT, b"method not allowed\n"
         if url.path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
+            return 200, CONTENT_TYPE, self.registry.exposition()
         if url.path == "/readyz":
             verbose = any(param.partition("=")[0] == "verbose" for param in url.query.split("&"))
             status, body = readiness(self.checks, verbose)

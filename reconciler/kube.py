@@ -132,7 +132,7 @@ class KubeClient:
 
     def _count(self, method: str, resource: str, status: int | str) -> None:
         key = (method, resource, status)
-        counter = self._counters.get(key)       # labels() is a lock and a tuple per call
+        counter = self._counters.get(key)       # labels() builds a tuple of strings per call
         if counter is None:
             counter = self._counters[key] = metrics.API_REQUESTS.labels(method, resource, str(status))
         counter.inc()

@@ -1,7 +1,7 @@
 """Prometheus metrics of the reconciler, named like controller-runtime's."""
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from ops.prometheus import Counter, Gauge, Histogram
 
 CONTROLLER = "pod-resizer"
 

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-
 from devkit.configs import config_yaml
 from devkit.metrics import metric_sum, samples
+from ops.prometheus import Counter, Gauge, Registry
 from resizer import SAMPLE_CONFIG, load_config
 from tests.conftest import foreign_webhooks
 
@@ -23,13 +22,13 @@ def test_extra_families_and_bounds_are_in_the_config() -> None:
 
 
 def test_metric_sum_adds_the_samples_whose_labels_match() -> None:
-    registry = CollectorRegistry()
+    registry = Registry()
     requests = Counter("rest_client_requests", "requests", ["method", "resource"], registry=registry)
     requests.labels("PATCH", "pods/resize").inc(2)
     requests.labels("PATCH", "pods").inc(3)
     requests.labels("GET", "pods").inc(5)
     Gauge("leader_election_master_status", "leader", registry=registry).set(1)
-    text = generate_latest(registry).decode()
+    text = registry.exposition().decode()
 
     assert metric_sum(text, "rest_client_requests_total", method="PATCH") == 5
     assert metric_sum(text, "rest_client_requests_total", method="PATCH", resource="pods/resize") == 2

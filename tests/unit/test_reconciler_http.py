@@ -4,13 +4,12 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from prometheus_client import CollectorRegistry, Counter
-
+from ops.prometheus import Counter, Registry
 from reconciler.http import MAX_REQUEST_BYTES, ProbeApp, ProbeServer
 
 
 def app(config_ok: bool = True) -> ProbeApp:
-    registry = CollectorRegistry()
+    registry = Registry()
     Counter("probe_test_total", "A metric only this test registers.", registry=registry).inc()
     return ProbeApp({"config": lambda: (config_ok, "loaded" if config_ok else "not loaded yet"),
                      "caches": lambda: (True, "synced")}, registry)

@@ -199,10 +199,10 @@ def test_the_cached_objects_gauge_follows_the_store_through_watch_events():
                        {"type": "ADDED", "object": _pod("c", "13")},
                        {"type": "DELETED", "object": _pod("a", "14")},
                        {"type": "DELETED", "object": _pod("gone", "15")}]]
-    informer._handler = lambda kind, new, old: sizes.append(int(informer._cached_gauge._value.get()))
+    informer._handler = lambda kind, new, old: sizes.append(int(informer._cached_gauge.value))
     _watch(informer)
     assert sizes == [2, 2, 3, 2, 2]
-    assert informer._cached_gauge._value.get() == len(informer.store) == 2
+    assert informer._cached_gauge.value == len(informer.store) == 2
 
 
 def test_a_watch_added_event_for_a_cached_object_is_reported_as_modified():

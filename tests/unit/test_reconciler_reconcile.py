@@ -1007,7 +1007,7 @@ def test_the_size_guard_counts_every_key_step_three_writes_to_the_byte(over):
 
 
 def gauge(state: str) -> float:
-    return metrics.RESIZES_WAITING.labels(state)._value.get()
+    return metrics.RESIZES_WAITING.labels(state).value
 
 
 def test_the_waiting_gauge_follows_the_pod_through_its_states():

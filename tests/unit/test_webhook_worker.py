@@ -24,6 +24,7 @@ from app.metrics import Metrics
 from app.review import handle_review
 from app.server import LARGE_BODY_BYTES, create_app
 from app.worker import ReviewWorkers, WorkersBusy
+from devkit.metrics import metric_sum
 from resizer import KeyRing
 from tests.unit.review_worker_faults import COMMAND, CRASH, HANG, RAISE
 from tests.unit.test_webhook_tls import Server, client_context
@@ -48,7 +49,7 @@ def patch_of(response: httpx.Response) -> list[dict[str, Any]] | None:
 
 
 def count(metrics: Metrics, name: str, labels: dict[str, str]) -> float:
-    return metrics.registry.get_sample_value(name, labels) or 0.0
+    return metric_sum(metrics.registry.exposition().decode(), name, **labels)
 
 
 def requests_total(metrics: Metrics, result: str) -> float:
