@@ -12,8 +12,9 @@ running. Prints:
 - the reconciler's peak RSS;
 - the reconciler's CPU: user+system seconds of its process (from /proc/<pid>/stat),
   startup included, up to the last aligned pod, and per aligned pod; the machine's
-  load average (the CPU-seconds are the robust figure on a shared machine, the times
-  are not);
+  load average and the hypervisor's steal over the burst (on a VM whose host is busy,
+  steal slows everything, and the same work costs every process more CPU-seconds:
+  compare figures from runs with little steal);
 - request -> actuation latency p50/p99 (from the Resized Events: Resized waits for the kubelet);
 - the ceiling: how long the apiserver takes to accept N bare pods/resize patches
   sent by a minimal async client (same run, same pods).
@@ -58,6 +59,17 @@ NAMESPACE = "bench-burst"
 PRODUCT_PACKAGES = ("resizer", "reconciler", "app", "ops", "certs")
 BENCH_LABEL = "workload-resizer.io/bench"
 CONFIG = config_yaml(cpu=("10m", "16"), memory=("16Mi", "32Gi"))
+
+
+def machine_cpu_times() -> list[int]:
+    """The machine's cumulative CPU times (user nice system idle iowait irq softirq steal), in ticks."""
+    with open("/proc/stat") as stat:
+        return [int(v) for v in stat.readline().split()[1:9]]
+
+
+def steal_fraction(before: list[int], after: list[int]) -> float:
+    deltas = [b - a for a, b in zip(before, after, strict=True)]
+    return deltas[7] / sum(deltas) if sum(deltas) else 0.0
 
 
 def cluster_up() -> str:
@@ -131,6 +143,7 @@ def main() -> int:
         reconciler.wait_ready()
         ready_cpu = cpu_seconds(reconciler.proc.pid)
         load_before = os.getloadavg()
+        cpu_times_before = machine_cpu_times()
         if args.profile:
             profiler = start_profiler(reconciler.proc.pid, args.profile, args.profile_format, args.profile_native)
         timeline.start()
@@ -142,6 +155,7 @@ def main() -> int:
         wait_for(f"{args.replicas} aligned pods", lambda: len(timeline.applied) >= args.replicas,
                  timeout=args.timeout, interval=0.5)
         burst_cpu = cpu_seconds(reconciler.proc.pid)
+        steal = steal_fraction(cpu_times_before, machine_cpu_times())
         timeline.stop()
         if profiler is not None:
             stop_profiler(profiler)
@@ -177,6 +191,9 @@ def main() -> int:
             "webhook": not args.no_webhook,
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            # CPU time the hypervisor gave to other guests while this machine wanted it: a VM
+            # with steal runs slower and every process's CPU-seconds per operation go up.
+            "steal_percent": round(100 * steal, 1),
         }
         figures.update(actuation_latency(kube))
         if not args.no_ceiling:
