@@ -25,7 +25,6 @@ __all__ = [
     "Gauge",
     "Histogram",
     "Registry",
-    "exposition",
     "register_runtime_collectors",
 ]
 
@@ -57,10 +56,6 @@ class Registry:
 
 
 REGISTRY = Registry()       # the reconciler's (one per process); the webhook makes its own
-
-
-def exposition(registry: Registry = REGISTRY) -> bytes:
-    return registry.exposition()
 
 
 def format_value(value: float) -> str:
@@ -98,11 +93,20 @@ def _head(name: str, help_text: str, kind: str) -> list[str]:
     return [f"# HELP {name} {_escape_help(help_text)}", f"# TYPE {name} {kind}"]
 
 
-class _CounterChild:
+class _ValueChild:
+    """One sample: a counter's or a gauge's value for one set of label values."""
+
     __slots__ = ("value",)
 
     def __init__(self) -> None:
         self.value = 0.0
+
+    def samples(self, name: str, labelnames: tuple[str, ...], key: tuple[str, ...]) -> Iterable[str]:
+        yield f"{name}{_label_text(labelnames, key)} {format_value(self.value)}"
+
+
+class _CounterChild(_ValueChild):
+    __slots__ = ()
 
     def inc(self, amount: float = 1.0) -> None:
         if amount < 0:
@@ -110,11 +114,8 @@ class _CounterChild:
         self.value += amount
 
 
-class _GaugeChild:
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
+class _GaugeChild(_ValueChild):
+    __slots__ = ()
 
     def inc(self, amount: float = 1.0) -> None:
         self.value += amount
@@ -141,6 +142,16 @@ class _HistogramChild:
                 self.counts[i] += 1
                 return
 
+    def samples(self, name: str, labelnames: tuple[str, ...], key: tuple[str, ...]) -> Iterable[str]:
+        cumulative = 0
+        for bound, count in zip(self._bounds, self.counts, strict=True):
+            cumulative += count
+            labels = _label_text([*labelnames, "le"], [*key, format_value(bound)])
+            yield f"{name}_bucket{labels} {format_value(cumulative)}"
+        plain = _label_text(labelnames, key)
+        yield f"{name}_count{plain} {format_value(cumulative)}"
+        yield f"{name}_sum{plain} {format_value(self.sum)}"
+
 
 C = TypeVar("C", _CounterChild, _GaugeChild, _HistogramChild)
 
@@ -148,11 +159,13 @@ C = TypeVar("C", _CounterChild, _GaugeChild, _HistogramChild)
 class _Family(Generic[C]):
     """A metric family: its children by label values (one child, ``()``, without labels)."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
-                 registry: Registry | None, new_child: Callable[[], C]) -> None:
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: Registry | None,
+                 kind: str, new_child: Callable[[], C], sample_name: str | None = None) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self._kind = kind
+        self._sample_name = sample_name or name
         self._new_child: Callable[[], C] = new_child
         self._children: dict[tuple[str, ...], C] = {}
         if not self.labelnames:
@@ -174,11 +187,10 @@ class _Family(Generic[C]):
             raise ValueError(f"{self.name} has labels {self.labelnames}: use .labels(...)")
         return self._children[()]
 
-    def _samples(self) -> list[tuple[tuple[str, ...], C]]:
-        return list(self._children.items())
-
     def lines(self) -> Iterable[str]:
-        raise NotImplementedError
+        yield from _head(self._sample_name, self.documentation, self._kind)
+        for key, child in list(self._children.items()):
+            yield from child.samples(self._sample_name, self.labelnames, key)
 
 
 class Counter(_Family[_CounterChild]):
@@ -186,7 +198,8 @@ class Counter(_Family[_CounterChild]):
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
                  registry: Registry | None = REGISTRY) -> None:
-        super().__init__(name.removesuffix("_total"), documentation, labelnames, registry, _CounterChild)
+        family = name.removesuffix("_total")
+        super().__init__(family, documentation, labelnames, registry, "counter", _CounterChild, f"{family}_total")
 
     def inc(self, amount: float = 1.0) -> None:
         self._only().inc(amount)
@@ -195,17 +208,11 @@ class Counter(_Family[_CounterChild]):
     def value(self) -> float:
         return self._only().value
 
-    def lines(self) -> Iterable[str]:
-        sample = f"{self.name}_total"
-        yield from _head(sample, self.documentation, "counter")
-        for key, child in self._samples():
-            yield f"{sample}{_label_text(self.labelnames, key)} {format_value(child.value)}"
-
 
 class Gauge(_Family[_GaugeChild]):
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
                  registry: Registry | None = REGISTRY) -> None:
-        super().__init__(name, documentation, labelnames, registry, _GaugeChild)
+        super().__init__(name, documentation, labelnames, registry, "gauge", _GaugeChild)
 
     def set(self, value: float) -> None:
         self._only().set(value)
@@ -220,11 +227,6 @@ class Gauge(_Family[_GaugeChild]):
     def value(self) -> float:
         return self._only().value
 
-    def lines(self) -> Iterable[str]:
-        yield from _head(self.name, self.documentation, "gauge")
-        for key, child in self._samples():
-            yield f"{self.name}{_label_text(self.labelnames, key)} {format_value(child.value)}"
-
 
 DEFAULT_BUCKETS = (.005, .01, .025, .05, .075, .1, .25, .5, .75, 1.0, 2.5, 5.0, 7.5, 10.0)
 
@@ -238,23 +240,11 @@ class Histogram(_Family[_HistogramChild]):
         if bounds[-1] != _INF:
             bounds.append(_INF)
         self._bounds = tuple(bounds)
-        super().__init__(name, documentation, labelnames, registry, lambda: _HistogramChild(self._bounds))
+        super().__init__(name, documentation, labelnames, registry, "histogram",
+                         lambda: _HistogramChild(self._bounds))
 
     def observe(self, value: float) -> None:
         self._only().observe(value)
-
-    def lines(self) -> Iterable[str]:
-        yield from _head(self.name, self.documentation, "histogram")
-        bound_texts = [format_value(b) for b in self._bounds]
-        for key, child in self._samples():
-            cumulative = 0
-            for bound, count in zip(bound_texts, child.counts, strict=True):
-                cumulative += count
-                labels = _label_text([*self.labelnames, "le"], [*key, bound])
-                yield f"{self.name}_bucket{labels} {format_value(cumulative)}"
-            plain = _label_text(self.labelnames, key)
-            yield f"{self.name}_count{plain} {format_value(cumulative)}"
-            yield f"{self.name}_sum{plain} {format_value(child.sum)}"
 
 
 class _Computed:
