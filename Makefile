@@ -27,6 +27,8 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo
+	@unformatted="$$(gofmt -l bench/gowebhook bench/goreconciler)"; \
+	  if [ -n "$$unformatted" ]; then echo "gofmt -w these Go files: $$unformatted" >&2; exit 1; fi
 
 unit-test: venv
 	$(PYTEST) tests/unit

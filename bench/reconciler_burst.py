@@ -21,6 +21,14 @@ running. Prints:
 
     .venv/bin/python bench/reconciler_burst.py [--replicas 1000] [--json out.json]
     .venv/bin/python bench/reconciler_burst.py --replicas 500 --no-webhook   # the reconciler stamps originals
+    .venv/bin/python bench/reconciler_burst.py --replicas 500 --no-webhook --controller go
+
+`--controller go` runs ``bench/goreconciler`` instead: the design's controller written
+with controller-runtime and its defaults (one worker, an uncached Node GET per pod, the
+three writes as separate PATCHes, client-go's EventRecorder), built with `go build`. Same
+cluster, same burst, same figures, so Python and Go can be compared run by run
+(alternate them: the machine's speed moves between runs). `--controller both` runs
+Python then Go, `--rounds K` repeats that, and the summary prints Python/Go ratios.
 
 Where the CPU goes: `--profile FILE` runs py-spy (`pip install py-spy`) on the reconciler
 from before the Deployment is created until the last pod is aligned, as
@@ -44,6 +52,8 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -53,7 +63,7 @@ from devkit.configs import config_yaml  # noqa: E402
 from devkit.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
 from devkit.metrics import metric_sum  # noqa: E402
 from devkit.processes import (  # noqa: E402
-    Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active)
+    Process, Reconciler, Webhook, free_port, register_webhook, unregister_webhook, wait_webhook_active)
 
 NAMESPACE = "bench-burst"
 PRODUCT_PACKAGES = ("resizer", "reconciler", "app", "ops", "certs")
@@ -105,10 +115,46 @@ def _gone(kube: Kube, path: str) -> bool:
     return False
 
 
+GO_DIR = REPO / "bench" / "goreconciler"
+
+
+class GoReconciler(Process):
+    """bench/goreconciler: the design's controller on controller-runtime, for comparison."""
+
+    def __init__(self, binary: Path, kubeconfig: str) -> None:
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        super().__init__("goreconciler", [
+            str(binary), f"--kubeconfig={kubeconfig}", f"--config-namespace={NAMESPACE}",
+            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}", "--config-refresh-interval=2s"])
+
+    def metrics(self) -> str:
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+def build_go_reconciler() -> Path:
+    if not shutil.which("go"):
+        sys.exit("--controller go needs the go toolchain")
+    target = REPO / "bench" / "out" / "goreconciler"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["go", "build", "-o", str(target), "."], cwd=GO_DIR, check=True)
+    return target
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--replicas", type=int, default=1000)
     parser.add_argument("--nodes-per-family", type=int, default=4)
+    parser.add_argument("--controller", choices=("python", "go", "both"), default="python",
+                        help="our reconciler, the controller-runtime baseline, or both alternately")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the run (or the python/go pair) K times")
     parser.add_argument("--concurrency", type=int, default=16, help="reconciler --concurrency")
     parser.add_argument("--qps", type=float, default=500, help="reconciler --kube-api-qps")
     parser.add_argument("--burst", type=int, default=1000, help="reconciler --kube-api-burst")
@@ -120,14 +166,32 @@ def main() -> int:
     parser.add_argument("--profile-format", default="raw", choices=["raw", "speedscope", "flamegraph"])
     parser.add_argument("--profile-native", action="store_true",
                         help="py-spy --native: also sample C/Cython frames (uvloop, ssl, orjson)")
-    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--json", help="also write the figures to this file (a list when there are several runs)")
     parser.add_argument("--keep", action="store_true", help="leave the namespace and nodes in place")
     args = parser.parse_args()
+    if args.profile and (args.controller != "python" or args.rounds != 1):
+        parser.error("--profile profiles one run of the python reconciler")
 
     kubeconfig = cluster_up()
     kube = Kube(kubeconfig)
+    go_binary = build_go_reconciler() if args.controller in ("go", "both") else None
+    order = {"python": ["python"], "go": ["go"], "both": ["python", "go"]}[args.controller]
+    runs: list[dict] = []
+    for _ in range(args.rounds):
+        for controller in order:
+            figures = run_burst(kube, kubeconfig, args, go_binary if controller == "go" else None)
+            _print(figures)
+            runs.append(figures)
+    if args.controller == "both":
+        _print_ratios(runs)
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs[0] if len(runs) == 1 else runs, indent=2))
+    return 0
+
+
+def run_burst(kube: Kube, kubeconfig: str, args: argparse.Namespace, go_binary: Path | None) -> dict:
+    """One burst on a fresh namespace and fresh nodes: our reconciler, or the Go one if `go_binary`."""
     nodes = setup(kube, args.nodes_per_family)
-    byte_compile()
     webhook, hook_name = None, None
     if not args.no_webhook:
         webhook = Webhook("--log-level=warning")
@@ -135,8 +199,14 @@ def main() -> int:
         hook_name = register_webhook(kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench",
                                      namespaces=[NAMESPACE])
         wait_webhook_active(kube, NAMESPACE)
-    reconciler = Reconciler(kubeconfig, f"--config-namespace={NAMESPACE}", f"--concurrency={args.concurrency}",
-                            f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}", "--log-level=warning")
+    reconciler: Reconciler | GoReconciler
+    if go_binary is None:
+        byte_compile()
+        reconciler = Reconciler(kubeconfig, f"--config-namespace={NAMESPACE}", f"--concurrency={args.concurrency}",
+                                f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}",
+                                "--log-level=warning")
+    else:
+        reconciler = GoReconciler(go_binary, kubeconfig)
     timeline = PodTimeline(kube, NAMESPACE)
     profiler: subprocess.Popen | None = None
     try:
@@ -165,9 +235,15 @@ def main() -> int:
         align_seconds = last_applied - first_bound
         n = args.replicas
         metrics_text = reconciler.metrics()
-        requests = requests_by_verb(metrics_text)
+        requests = requests_by_verb(metrics_text, "rest_client_requests_total" if go_binary is None
+                                    else "bench_rest_client_requests_total")
+        if go_binary is not None:
+            # Its informer's LIST/WATCH of pods and the ConfigMap polls are counted too; ours
+            # does not count its watch connections. Neither matters per pod at this scale.
+            requests = {key: v for key, v in requests.items() if key[1] != "configmaps"}
         writes = sum(v for (m, _), v in requests.items() if m in ("PATCH", "POST", "PUT", "DELETE"))
         figures = {
+            "controller": "python" if go_binary is None else "go (controller-runtime, bench/goreconciler)",
             "replicas": n, "nodes": len(nodes),
             "create_to_last_aligned_s": round(last_applied - created, 2),
             "first_bound_to_last_aligned_s": round(align_seconds, 2),
@@ -205,22 +281,35 @@ def main() -> int:
             else:
                 figures["bare_resize_ceiling_s"] = round(ceiling, 2)
                 figures["align_vs_ceiling"] = round(align_seconds / ceiling, 2)
-        _print(figures)
-        if args.json:
-            Path(args.json).write_text(json.dumps(figures, indent=2))
-        return 0
+        return figures
     finally:
         timeline.stop()
         if profiler is not None and profiler.poll() is None:
             profiler.kill()
         reconciler.terminate()
-        if webhook is not None:
+        if webhook is not None and hook_name is not None:
             webhook.terminate()
             unregister_webhook(kube, hook_name)
         if not args.keep:
             kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
             for node in nodes:
                 kube.delete(f"/api/v1/nodes/{node}")
+
+
+def _print_ratios(runs: list[dict]) -> None:
+    """Python/Go per pair of consecutive runs: the machine's speed moves less within a pair."""
+    print("\npython / go, pair by pair (CPU per aligned pod, alignment time, peak RSS):")
+    ratios = []
+    for py, go in zip(runs[0::2], runs[1::2], strict=True):
+        cpu = py["reconciler_cpu_ms_per_aligned_pod"] / go["reconciler_cpu_ms_per_aligned_pod"]
+        ratios.append(cpu)
+        print(f"  cpu {py['reconciler_cpu_ms_per_aligned_pod']:.2f} / {go['reconciler_cpu_ms_per_aligned_pod']:.2f} ms"
+              f" = {cpu:.2f}x   align {py['first_bound_to_last_aligned_s']:.1f} / "
+              f"{go['first_bound_to_last_aligned_s']:.1f} s   rss {py['reconciler_peak_rss_mb']:.1f} / "
+              f"{go['reconciler_peak_rss_mb']:.1f} MiB   writes/pod {py['writes_per_pod']} / {go['writes_per_pod']}"
+              f"   steal {py['steal_percent']} / {go['steal_percent']} %")
+    if ratios:
+        print(f"  median cpu ratio {sorted(ratios)[len(ratios) // 2]:.2f}x over {len(ratios)} pair(s)")
 
 
 def actuation_latency(kube: Kube) -> dict[str, float]:
@@ -267,9 +356,11 @@ def stop_profiler(proc: subprocess.Popen) -> None:
 
 
 def _print(figures: dict) -> None:
-    print(f"\nreconciler burst: {figures['replicas']} pods on {figures['nodes']} KWOK nodes "
+    print(f"\n{figures['controller']} reconciler burst: {figures['replicas']} pods on {figures['nodes']} KWOK nodes "
           f"(n2d/n4/c3), machine: {os.cpu_count()} cores")
     for key, value in figures.items():
+        if key == "controller":
+            continue
         if key == "requests_per_pod":
             print("  API requests per pod (reconciler):")
             for name, per_pod in value.items():

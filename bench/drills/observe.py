@@ -209,10 +209,10 @@ def trend(times: list[float], values: list[float], warmup_fraction: float = 0.1)
 # ----------------------------------------------------------------------------- Prometheus text
 
 
-def requests_by_verb(metrics_text: str) -> dict[tuple[str, str], float]:
-    """{(method, resource): count} from the reconciler's rest_client_requests_total."""
+def requests_by_verb(metrics_text: str, metric: str = "rest_client_requests_total") -> dict[tuple[str, str], float]:
+    """{(method, resource): count} from the reconciler's rest_client_requests_total (or `metric`)."""
     totals: dict[tuple[str, str], float] = {}
-    for labels, value in samples(metrics_text, "rest_client_requests_total"):
+    for labels, value in samples(metrics_text, metric):
         key = (labels["method"], labels["resource"])
         totals[key] = totals.get(key, 0) + value
     return totals
