@@ -121,13 +121,13 @@ GO_DIR = REPO / "bench" / "goreconciler"
 class GoReconciler(Process):
     """bench/goreconciler: the design's controller on controller-runtime, for comparison."""
 
-    def __init__(self, binary: Path, kubeconfig: str) -> None:
+    def __init__(self, binary: Path, kubeconfig: str, *flags: str) -> None:
         self.metrics_port = free_port()
         self.health_port = free_port()
         super().__init__("goreconciler", [
             str(binary), f"--kubeconfig={kubeconfig}", f"--config-namespace={NAMESPACE}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-            f"--health-probe-bind-address=127.0.0.1:{self.health_port}", "--config-refresh-interval=2s"])
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}", "--config-refresh-interval=2s", *flags])
 
     def metrics(self) -> str:
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
@@ -155,6 +155,8 @@ def main() -> int:
     parser.add_argument("--controller", choices=("python", "go", "both"), default="python",
                         help="our reconciler, the controller-runtime baseline, or both alternately")
     parser.add_argument("--rounds", type=int, default=1, help="repeat the run (or the python/go pair) K times")
+    parser.add_argument("--go-flag", action="append", default=[], metavar="FLAG",
+                        help="extra flag of bench/goreconciler (repeatable), e.g. --go-flag=--zap-log-level=info")
     parser.add_argument("--concurrency", type=int, default=16, help="reconciler --concurrency")
     parser.add_argument("--qps", type=float, default=500, help="reconciler --kube-api-qps")
     parser.add_argument("--burst", type=int, default=1000, help="reconciler --kube-api-burst")
@@ -206,7 +208,7 @@ def run_burst(kube: Kube, kubeconfig: str, args: argparse.Namespace, go_binary: 
                                 f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}",
                                 "--log-level=warning")
     else:
-        reconciler = GoReconciler(go_binary, kubeconfig)
+        reconciler = GoReconciler(go_binary, kubeconfig, *args.go_flag)
     timeline = PodTimeline(kube, NAMESPACE)
     profiler: subprocess.Popen | None = None
     try:
