@@ -5,17 +5,45 @@ node selector, container resources and resize policies, QoS class, whether the
 kubelet reports container resources, the resize conditions and the observed
 generation; a node's labels and allocatable cpu/memory) and drops the rest (env, volumes, probes,
 managedFields, ...), which is most of a pod's size.
+
+String values that pods of one workload share (namespace, labels, annotation values,
+owner, node name, quantities, phase, condition reasons) are interned: the JSON decoder
+makes a fresh string for each of them in each pod, and at 10,000 cached pods those
+copies were about a quarter of the cache (~1.7 KiB of ~6 KiB per slim pod).
 """
 from __future__ import annotations
 
+from sys import intern
 from typing import Any
 
 Obj = dict[str, Any]     # a Kubernetes object as decoded JSON (the one alias for it)
 
-_DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+_DROPPED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 _RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
 # What reconciler.outcome reads of a resize condition.
 _CONDITION_FIELDS = ("type", "reason", "message", "observedGeneration", "lastTransitionTime")
+
+
+def _shared_str(value: Any) -> Any:
+    return intern(value) if type(value) is str else value
+
+
+def _shared(mapping: Obj) -> Obj:
+    """A flat mapping (labels, annotations, an owner reference) with its string values replaced by
+    equal interned ones, in place: rebuilding each mapping would cost more than the interning."""
+    for k, v in mapping.items():
+        if type(v) is str:
+            mapping[k] = intern(v)
+    return mapping
+
+
+def _shared_resources(resources: Any) -> Any:
+    """{"requests": {...}, "limits": {...}} with the quantities interned (in place)."""
+    if type(resources) is dict:
+        for v in resources.values():
+            if type(v) is dict:
+                _shared(v)
+    return resources
 
 
 def slim_pod(pod: Obj) -> Obj:
@@ -23,39 +51,38 @@ def slim_pod(pod: Obj) -> Obj:
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     annotations = meta.get("annotations") or {}
-    if any(k in annotations for k in _DROPPED_ANNOTATIONS):
-        annotations = {k: v for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS}
     slim_meta: Obj = {
         "name": meta.get("name"),
-        "generateName": meta.get("generateName"),     # bound by the webhook's originals MAC
-        "namespace": meta.get("namespace"),
+        "generateName": _shared_str(meta.get("generateName")),     # bound by the webhook's originals MAC
+        "namespace": _shared_str(meta.get("namespace")),
         "uid": meta.get("uid"),
         "resourceVersion": meta.get("resourceVersion"),
         "generation": meta.get("generation"),
-        "labels": meta.get("labels") or {},
-        "annotations": annotations,
-        "ownerReferences": [o for o in meta.get("ownerReferences") or [] if o.get("controller")],
+        "labels": _shared(meta.get("labels") or {}),
+        "annotations": _shared(annotations if _DROPPED_ANNOTATION not in annotations else
+                               {k: v for k, v in annotations.items() if k != _DROPPED_ANNOTATION}),
+        "ownerReferences": [_shared(o) for o in meta.get("ownerReferences") or [] if o.get("controller")],
     }
     if meta.get("deletionTimestamp"):
         slim_meta["deletionTimestamp"] = meta["deletionTimestamp"]
     slim_spec: Obj = {
-        "nodeName": spec.get("nodeName"),
+        "nodeName": _shared_str(spec.get("nodeName")),
         "containers": [_slim_container(c) for c in spec.get("containers") or []],
         "initContainers": [_slim_container(c) for c in spec.get("initContainers") or []],
     }
     if spec.get("nodeSelector"):
-        slim_spec["nodeSelector"] = spec["nodeSelector"]
+        slim_spec["nodeSelector"] = _shared(spec["nodeSelector"])
     if spec.get("resources"):
-        slim_spec["resources"] = spec["resources"]
+        slim_spec["resources"] = _shared_resources(spec["resources"])
     slim_status: Obj = {
-        "phase": status.get("phase"),
-        "qosClass": status.get("qosClass"),
+        "phase": _shared_str(status.get("phase")),
+        "qosClass": _shared_str(status.get("qosClass")),
         "containerStatuses": [
-            {"name": s.get("name"), "resources": s.get("resources"),
+            {"name": _shared_str(s.get("name")), "resources": _shared_resources(s.get("resources")),
              "running": "running" in (s.get("state") or {})}
             for s in status.get("containerStatuses") or []
         ],
-        "conditions": [{k: c[k] for k in _CONDITION_FIELDS if k in c}
+        "conditions": [{k: _shared_str(c[k]) for k in _CONDITION_FIELDS if k in c}
                        for c in status.get("conditions") or [] if c.get("type") in _RESIZE_CONDITIONS],
     }
     if status.get("observedGeneration") is not None:
@@ -64,11 +91,12 @@ def slim_pod(pod: Obj) -> Obj:
 
 
 def _slim_container(container: Obj) -> Obj:
-    slim: Obj = {"name": container.get("name"), "resources": container.get("resources") or {}}
+    slim: Obj = {"name": _shared_str(container.get("name")),
+                 "resources": _shared_resources(container.get("resources") or {})}
     if container.get("resizePolicy"):
-        slim["resizePolicy"] = container["resizePolicy"]
+        slim["resizePolicy"] = [_shared(p) if type(p) is dict else p for p in container["resizePolicy"]]
     if container.get("restartPolicy"):
-        slim["restartPolicy"] = container["restartPolicy"]
+        slim["restartPolicy"] = _shared_str(container["restartPolicy"])
     return slim
 
 

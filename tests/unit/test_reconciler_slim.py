@@ -272,6 +272,31 @@ def test_slimming_does_not_modify_the_full_pod():
     assert pod == before
 
 
+def test_values_pods_of_a_workload_share_are_one_string_in_the_cache():
+    # Two pods decoded separately, as the watch decodes them: each has its own copies.
+    text = json.dumps(_pods()["already-resized-with-originals"])
+    first, second = slim_pod(json.loads(text)), slim_pod(json.loads(text))
+
+    def same(path):
+        a, b = first, second
+        for key in path:
+            a, b = a[key], b[key]
+        assert a == b and a is b, path
+
+    same(("metadata", "namespace"))
+    same(("metadata", "generateName"))
+    for key in first["metadata"]["labels"]:
+        same(("metadata", "labels", key))
+    for key in first["metadata"]["annotations"]:
+        same(("metadata", "annotations", key))
+    same(("metadata", "ownerReferences", 0, "uid"))
+    same(("spec", "nodeName"))
+    for kind, quantities in first["spec"]["containers"][0]["resources"].items():
+        for name in quantities:
+            same(("spec", "containers", 0, "resources", kind, name))
+    same(("status", "qosClass"))
+
+
 def test_managed_fields_and_bookkeeping_metadata_are_dropped():
     meta = slim_pod(_pods()["deployment-burstable"])["metadata"]
     assert "managedFields" not in meta
