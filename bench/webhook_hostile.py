@@ -23,6 +23,11 @@ there are two):
 The clients run in this process (threads, mostly in C: ssl and sockets); their CPU is
 printed next to the server's so it is visible whether the load generator was the limit.
 Only 127.0.0.1 is contacted; every process started is stopped.
+
+``--server go`` runs phases 1 and 2 against ``bench/gowebhook/server`` instead (Go
+net/http, GOMAXPROCS=1, pinned the same way, same body limit): how much a server that
+decides every review on its one core lets the hostile load raise the legitimate p99 on
+this machine. It has no drain, review workers or bounds to check.
 """
 from __future__ import annotations
 
@@ -263,6 +268,26 @@ def hostile_worker(port: int, ctx: ssl.SSLContext, jobs: list[tuple[int, int, st
 
 # ---------------------------------------------------------------- phases
 
+def start_go_server(work: Path, crt: str, key: str, core: str | None) -> tuple:
+    from bench.webhook_bench import build_go
+    binary, _ = build_go(work / "go")
+    port = free_port()
+    argv = [str(binary), "-addr", f"127.0.0.1:{port}", "-cert", crt, "-key", key, "-log=false",
+            f"-max-request-bytes={LIMIT}"]
+    if core is not None and shutil.which("taskset"):
+        argv = ["taskset", "-c", core, *argv]
+    logf = open(work / f"go-server-{port}.log", "wb")
+    proc = subprocess.Popen(argv, stdout=logf, stderr=logf, cwd=ROOT, env=dict(os.environ, GOMAXPROCS="1"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("go webhook did not start")
+
+
 def start_server(work: Path, crt: str, key: str, keys: Path, core: str | None, delay: str = "0",
                  flags: tuple[str, ...] = ()) -> tuple:
     port = free_port()
@@ -460,6 +485,8 @@ def main() -> int:
                    help="CPU the hostile clients' threads are pinned to ('' = none); the legit client is "
                         "not pinned (a closed loop, it runs while the webhook waits)")
     p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--server", choices=("python", "go"), default="python",
+                   help="go: bench/gowebhook's net/http server, latency phases only")
     p.add_argument("--json", type=Path)
     p.add_argument("--webhook-flag", action="append", default=[], metavar="FLAG",
                    help="extra flag of `python -m app` (repeatable), e.g. --webhook-flag=--max-request-bytes=1MiB")
@@ -473,6 +500,8 @@ def main() -> int:
         keys.mkdir()
         (keys / "k0001").write_text(os.urandom(32).hex())
         ctx = ssl.create_default_context(cafile=paths["ca.crt"])
+        if args.server == "go":
+            return run_go_server(args, work, paths, ctx)
         proc, port = start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core,
                                   flags=tuple(args.webhook_flag))
         try:
@@ -513,6 +542,27 @@ def main() -> int:
     ok = (bound == "met" and worker_bound == "met" and drain["failed"] == 0 and drain["exit_code"] == 0
           and not drain["workers_left"])
     return 0 if ok else 1
+
+
+def run_go_server(args, work: Path, paths: dict, ctx: ssl.SSLContext) -> int:
+    proc, port = start_go_server(work, paths["tls.crt"], paths["tls.key"], args.server_core)
+    try:
+        mem = phase_memory_and_latency(args, port, proc.pid, ctx, paths["ca.crt"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    a, h = mem["legit_alone"], mem["legit_under_hostile"]
+    print()
+    print(f"go net/http server (GOMAXPROCS=1): {mem['hostile']} hostile reviews ({mem['hostile_bytes'] / 2**20:.0f} "
+          f"MiB) in {mem['elapsed_s']:.1f}s; statuses {mem['statuses']}, client errors {mem['client_errors']}")
+    print(f"CPU: server {mem['server_cpu_s']:.1f}s, hostile clients {mem['client_cpu_s']:.1f}s, legit client "
+          f"{h['client_cpu_s']:.1f}s; RSS peak {mem['rss_hwm_mib']:.1f} MiB")
+    print(f"legit 2-container review, 1 connection: alone p50 {a['p50_ms']:.2f} ms p99 {a['p99_ms']:.2f} ms "
+          f"({a['n']} reqs, {a['errors']} errors); with hostile load p50 {h['p50_ms']:.2f} ms "
+          f"p99 {h['p99_ms']:.2f} ms ({h['n']} reqs, {h['errors']} errors {h['first_errors']})")
+    if args.json:
+        args.json.write_text(json.dumps({"memory": mem}, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
