@@ -268,16 +268,13 @@ def hostile_worker(port: int, ctx: ssl.SSLContext, jobs: list[tuple[int, int, st
 
 # ---------------------------------------------------------------- phases
 
-def start_go_server(work: Path, crt: str, key: str, core: str | None) -> tuple:
-    from bench.webhook_bench import build_go
-    binary, _ = build_go(work / "go")
-    port = free_port()
-    argv = [str(binary), "-addr", f"127.0.0.1:{port}", "-cert", crt, "-key", key, "-log=false",
-            f"-max-request-bytes={LIMIT}"]
+def _launch(work: Path, name: str, argv: list[str], port: int, core: str | None,
+            env: dict[str, str] | None = None) -> tuple:
+    """Start a server (pinned to `core`), its output to work/<name>-<port>.log; wait until it listens."""
     if core is not None and shutil.which("taskset"):
         argv = ["taskset", "-c", core, *argv]
-    logf = open(work / f"go-server-{port}.log", "wb")
-    proc = subprocess.Popen(argv, stdout=logf, stderr=logf, cwd=ROOT, env=dict(os.environ, GOMAXPROCS="1"))
+    logf = open(work / f"{name}-{port}.log", "wb")
+    proc = subprocess.Popen(argv, stdout=logf, stderr=logf, cwd=ROOT, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -285,7 +282,16 @@ def start_go_server(work: Path, crt: str, key: str, core: str | None) -> tuple:
             return proc, port
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError("go webhook did not start")
+    raise RuntimeError(f"{name} did not start")
+
+
+def start_go_server(work: Path, crt: str, key: str, core: str | None) -> tuple:
+    from bench.webhook_bench import build_go
+    binary, _ = build_go(work / "go")
+    port = free_port()
+    argv = [str(binary), "-addr", f"127.0.0.1:{port}", "-cert", crt, "-key", key, "-log=false",
+            f"-max-request-bytes={LIMIT}"]
+    return _launch(work, "go-server", argv, port, core, env=dict(os.environ, GOMAXPROCS="1"))
 
 
 def start_server(work: Path, crt: str, key: str, keys: Path, core: str | None, delay: str = "0",
@@ -294,18 +300,7 @@ def start_server(work: Path, crt: str, key: str, keys: Path, core: str | None, d
     argv = [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", crt, "--tls-key-file", key, "--log-level", "warning",
             "--originals-key-dir", str(keys), "--shutdown-delay", delay, *flags]
-    if core is not None and shutil.which("taskset"):
-        argv = ["taskset", "-c", core, *argv]
-    logf = open(work / f"server-{port}.log", "wb")
-    proc = subprocess.Popen(argv, stdout=logf, stderr=logf, cwd=ROOT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("webhook did not start")
+    return _launch(work, "server", argv, port, core)
 
 
 class LegitClient:
