@@ -52,7 +52,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -118,25 +117,17 @@ def _gone(kube: Kube, path: str) -> bool:
 GO_DIR = REPO / "bench" / "goreconciler"
 
 
-class GoReconciler(Process):
-    """bench/goreconciler: the design's controller on controller-runtime, for comparison."""
+class GoReconciler(Reconciler):
+    """bench/goreconciler: the design's controller on controller-runtime, for comparison (the
+    same metrics and readiness endpoints as ours, so only the command line differs)."""
 
     def __init__(self, binary: Path, kubeconfig: str, *flags: str) -> None:
         self.metrics_port = free_port()
         self.health_port = free_port()
-        super().__init__("goreconciler", [
+        Process.__init__(self, "goreconciler", [
             str(binary), f"--kubeconfig={kubeconfig}", f"--config-namespace={NAMESPACE}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             f"--health-probe-bind-address=127.0.0.1:{self.health_port}", "--config-refresh-interval=2s", *flags])
-
-    def metrics(self) -> str:
-        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
-
-    def ready(self) -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
 
 
 def build_go_reconciler() -> Path:
@@ -201,7 +192,7 @@ def run_burst(kube: Kube, kubeconfig: str, args: argparse.Namespace, go_binary: 
         hook_name = register_webhook(kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench",
                                      namespaces=[NAMESPACE])
         wait_webhook_active(kube, NAMESPACE)
-    reconciler: Reconciler | GoReconciler
+    reconciler: Reconciler
     if go_binary is None:
         byte_compile()
         reconciler = Reconciler(kubeconfig, f"--config-namespace={NAMESPACE}", f"--concurrency={args.concurrency}",
@@ -239,10 +230,6 @@ def run_burst(kube: Kube, kubeconfig: str, args: argparse.Namespace, go_binary: 
         metrics_text = reconciler.metrics()
         requests = requests_by_verb(metrics_text, "rest_client_requests_total" if go_binary is None
                                     else "bench_rest_client_requests_total")
-        if go_binary is not None:
-            # Its informer's LIST/WATCH of pods and the ConfigMap polls are counted too; ours
-            # does not count its watch connections. Neither matters per pod at this scale.
-            requests = {key: v for key, v in requests.items() if key[1] != "configmaps"}
         writes = sum(v for (m, _), v in requests.items() if m in ("PATCH", "POST", "PUT", "DELETE"))
         figures = {
             "controller": "python" if go_binary is None else "go (controller-runtime, bench/goreconciler)",

@@ -116,11 +116,18 @@ func (p *configPoller) Start(ctx context.Context) error {
 
 // ------------------------------------------------------------------ sizing
 
+// resourcePlan is one resource (cpu or memory) of one container.
+type resourcePlan struct {
+	resource   corev1.ResourceName
+	annotation string            // where its original is kept
+	original   resource.Quantity // the annotation if present, else the spec's request
+	want       resource.Quantity // original x ratio, within bounds
+	mirror     bool              // a limit was set: keep it equal (QoS must not change)
+}
+
 type containerPlan struct {
-	name                 string
-	origCPU, origMem     *resource.Quantity
-	wantCPU, wantMem     *resource.Quantity
-	mirrorCPU, mirrorMem bool // a limit was set: keep it equal (QoS must not change)
+	name      string
+	resources []resourcePlan
 }
 
 func scaled(q resource.Quantity, ratio float64, milli bool, b limits) resource.Quantity {
@@ -154,28 +161,32 @@ func baselineOf(pod *corev1.Pod, key string, spec corev1.ResourceList, name core
 
 func plan(pod *corev1.Pod, cfg *sizingConfig, family familyPerf) []containerPlan {
 	base := cfg.NodeTypes[cfg.BaselineNodeType]
+	kinds := []struct {
+		name       corev1.ResourceName
+		annotation string
+		ratio      float64
+		milli      bool
+		bounds     limits
+	}{
+		{corev1.ResourceCPU, originalCPU, base.CPUPerf / family.CPUPerf, true, cfg.Bounds.CPU},
+		{corev1.ResourceMemory, originalMemory, base.MemPerf / family.MemPerf, false, cfg.Bounds.Memory},
+	}
 	var plans []containerPlan
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
-		p := containerPlan{
-			name:    c.Name,
-			origCPU: baselineOf(pod, originalCPU+c.Name, c.Resources.Requests, corev1.ResourceCPU),
-			origMem: baselineOf(pod, originalMemory+c.Name, c.Resources.Requests, corev1.ResourceMemory),
+		p := containerPlan{name: c.Name}
+		for _, k := range kinds {
+			original := baselineOf(pod, k.annotation+c.Name, c.Resources.Requests, k.name)
+			if original == nil {
+				continue
+			}
+			_, mirror := c.Resources.Limits[k.name]
+			p.resources = append(p.resources, resourcePlan{resource: k.name, annotation: k.annotation + c.Name,
+				original: *original, want: scaled(*original, k.ratio, k.milli, k.bounds), mirror: mirror})
 		}
-		if p.origCPU == nil && p.origMem == nil {
-			continue
+		if len(p.resources) > 0 {
+			plans = append(plans, p)
 		}
-		_, p.mirrorCPU = c.Resources.Limits[corev1.ResourceCPU]
-		_, p.mirrorMem = c.Resources.Limits[corev1.ResourceMemory]
-		if p.origCPU != nil {
-			q := scaled(*p.origCPU, base.CPUPerf/family.CPUPerf, true, cfg.Bounds.CPU)
-			p.wantCPU = &q
-		}
-		if p.origMem != nil {
-			q := scaled(*p.origMem, base.MemPerf/family.MemPerf, false, cfg.Bounds.Memory)
-			p.wantMem = &q
-		}
-		plans = append(plans, p)
 	}
 	return plans
 }
@@ -241,14 +252,9 @@ func (r *podResizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// 1. originals first, so a crash before step 3 re-derives the same target.
 	missing := map[string]string{}
 	for _, p := range plans {
-		if p.origCPU != nil {
-			if _, ok := pod.Annotations[originalCPU+p.name]; !ok {
-				missing[originalCPU+p.name] = p.origCPU.String()
-			}
-		}
-		if p.origMem != nil {
-			if _, ok := pod.Annotations[originalMemory+p.name]; !ok {
-				missing[originalMemory+p.name] = p.origMem.String()
+		for _, r := range p.resources {
+			if _, ok := pod.Annotations[r.annotation]; !ok {
+				missing[r.annotation] = r.original.String()
 			}
 		}
 	}
@@ -295,22 +301,13 @@ func resizeBody(pod *corev1.Pod, plans []containerPlan) []byte {
 			}
 		}
 		requests, lims := map[string]string{}, map[string]string{}
-		if p.wantCPU != nil {
-			if cur, ok := current[corev1.ResourceCPU]; !ok || cur.Cmp(*p.wantCPU) != 0 {
+		for _, r := range p.resources {
+			if cur, ok := current[r.resource]; !ok || cur.Cmp(r.want) != 0 {
 				changed = true
 			}
-			requests["cpu"] = p.wantCPU.String()
-			if p.mirrorCPU {
-				lims["cpu"] = p.wantCPU.String()
-			}
-		}
-		if p.wantMem != nil {
-			if cur, ok := current[corev1.ResourceMemory]; !ok || cur.Cmp(*p.wantMem) != 0 {
-				changed = true
-			}
-			requests["memory"] = p.wantMem.String()
-			if p.mirrorMem {
-				lims["memory"] = p.wantMem.String()
+			requests[string(r.resource)] = r.want.String()
+			if r.mirror {
+				lims[string(r.resource)] = r.want.String()
 			}
 		}
 		res := map[string]any{"requests": requests}
