@@ -25,11 +25,12 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.metrics import Metrics
-from app.review import REASON_INTERNAL_ERROR, REJECTED, SKIPPED, allowed_response, handle_review, too_large
-from app.worker import ReviewWorkers, WorkerFailure, WorkersBusy
+from app.review import (INLINE_MAX_BYTES, INLINE_MAX_VALUES, REASON_INTERNAL_ERROR, REJECTED, SKIPPED,
+                        allowed_response, handle_review, handle_review_inline, too_large)
+from app.worker import Decision, ReviewWorkers, WorkerFailure, WorkersBusy
 from resizer.scope import NamespaceScope
 from ops.jsonlog import log_fields
 from ops.probes import probe_routes
@@ -49,9 +50,14 @@ DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 # 20,000 takes ~10 ms of the event loop.
 MAX_JSON_CONTAINERS = 20_000
 _TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
-# Bodies above this are decided in a review worker process (app.worker), or without
-# workers in the large lane (one at a time on the event loop, after the waiting ones).
-LARGE_BODY_BYTES = 64 * 1024
+# Reviews too costly for the event loop (app.review.INLINE_MAX_*: over 16 KiB, too many
+# JSON values, containers or annotations) are decided in a review worker process
+# (app.worker), or without workers in the large lane (one at a time on the event loop,
+# after the waiting ones).
+
+# How long a large body's sender may keep the read lane (MutateApp._receive_in_turn)
+# waiting for its next chunk before the next large body gets its turn.
+READ_TURN_SECONDS = 0.05
 _UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
 _UID_SEARCH_BYTES = 64 * 1024
 
@@ -65,7 +71,7 @@ class MutateApp:
 
     __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "max_inflight", "max_buffered_bytes",
                  "draining", "scope", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths",
-                 "_large_lane", "review_workers")
+                 "_large_lane", "_read_lane", "review_workers")
 
     def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  max_inflight: int = DEFAULT_MAX_INFLIGHT,
@@ -88,6 +94,7 @@ class MutateApp:
         # Cache of content-length header values -> bytes, most responses share a few sizes.
         self._content_lengths: dict[int, bytes] = {}
         self._large_lane = asyncio.Lock()
+        self._read_lane = asyncio.Lock()
         # Set by the lifespan when --large-review-workers > 0; None: large reviews are decided here.
         self.review_workers: ReviewWorkers | None = None
 
@@ -162,19 +169,18 @@ class MutateApp:
         if self._inflight > self.max_inflight:
             await self._overloaded(send, start, body, f"more than {self.max_inflight} reviews in flight")
             return
-        # A body of n bytes has at most n brackets: a whole body shorter than the cap needs no count.
         more_body = message.get("more_body", False)
-        objects = _json_containers(body) if more_body or len(body) > MAX_JSON_CONTAINERS else 0
+        objects = _json_containers(body)
+        parts = [body]
+        size = len(body)
         if more_body:
-            chunks = [body]
-            size = len(body)
             try:
                 self._buffered += size
                 while True:
                     if objects > MAX_JSON_CONTAINERS:      # the rest is never read
-                        await self._overloaded(send, start, chunks[0], _TOO_MANY_OBJECTS)
+                        await self._overloaded(send, start, parts[0], _TOO_MANY_OBJECTS)
                         return
-                    message = await receive()
+                    message = await (receive() if size <= INLINE_MAX_BYTES else self._receive_in_turn(receive))
                     if message["type"] != "http.request":  # client went away
                         return
                     chunk = message.get("body", b"")
@@ -185,54 +191,81 @@ class MutateApp:
                         self._account(start, status, record)
                         return
                     if self._buffered + len(chunk) > self.max_buffered_bytes:
-                        await self._overloaded(send, start, chunks[0],
+                        await self._overloaded(send, start, parts[0],
                                                f"more than {self.max_buffered_bytes} body bytes buffered")
                         return
                     self._buffered += len(chunk)
-                    chunks.append(chunk)
+                    parts.append(chunk)
                     objects += _json_containers(chunk)
                     if not message.get("more_body", False):
                         break
             finally:
-                self._buffered -= sum(map(len, chunks))
-            body = b"".join(chunks)
-            del chunks
-        elif len(body) > limit:
+                self._buffered -= sum(map(len, parts))
+        elif size > limit:
             status, payload, record = too_large(limit)
             await self._respond(send, status, payload, close=True)
             self._account(start, status, record)
             return
+        del body
 
         if objects > MAX_JSON_CONTAINERS:
             # Parsing would build more Python objects than any real pod has (memory grows with
             # objects, not bytes: a 4 MiB review of tiny objects is ~100 MiB once parsed), and
             # hold the event loop for as long as it takes.
-            await self._overloaded(send, start, body, _TOO_MANY_OBJECTS)
+            await self._overloaded(send, start, parts[0], _TOO_MANY_OBJECTS)
             return
-        workers = self.review_workers
-        if len(body) > LARGE_BODY_BYTES and workers is not None:
-            # Off the event loop: small reviews and probes go on meanwhile.
+        decision = None
+        if size <= INLINE_MAX_BYTES:
+            small = parts[0] if len(parts) == 1 else b"".join(parts)
+            if objects + small.count(b",") <= INLINE_MAX_VALUES:
+                decision = handle_review_inline(small, self.keyring, self.scope)
+            del small
+        if decision is None:
             try:
-                status, payload, record = await workers.decide(
-                    body, self.keyring.keys, self.scope, time.monotonic() + workers.timeout - (_perf() - start))
+                decision = await self._decide_costly(parts, start)
             except WorkersBusy as busy:
-                await self._overloaded(send, start, body, str(busy))
+                await self._overloaded(send, start, parts[0], str(busy))
                 return
             except WorkerFailure as failure:
-                await self._overloaded(send, start, body, str(failure), REASON_INTERNAL_ERROR)
+                await self._overloaded(send, start, parts[0], str(failure), REASON_INTERNAL_ERROR)
                 return
-        elif len(body) > LARGE_BODY_BYTES:
-            # Deciding holds the event loop for as long as parsing takes (~5 ms per MiB, more for
-            # many small objects): large reviews are decided one at a time, and only after the
-            # reviews already waiting, so a flood of them cannot stack up in front of small ones.
-            async with self._large_lane:
-                await asyncio.sleep(0)
-                status, payload, record = handle_review(body, self.keyring, self.scope)
-        else:
-            status, payload, record = handle_review(body, self.keyring, self.scope)
-        del body
+        del parts
+        status, payload, record = decision
         await self._respond(send, status, payload, close=self.draining)
         self._account(start, status, record)
+
+    async def _receive_in_turn(self, receive: Receive) -> Message:
+        """The next body chunk of a large review, read in turn with the other large ones.
+
+        Reading a chunk (TLS decryption of up to 256 KiB, then counting) holds the event loop
+        for a few tenths of a millisecond. One large body is read at a time, a chunk per turn
+        (the others stay paused by uvicorn's flow control, which reads no further than 64 KiB
+        ahead until ``receive`` is called), so however many large reviews are in flight, a
+        small review waits for at most one such chunk. A sender slower than
+        ``READ_TURN_SECONDS`` gives its turn away and waits for the next one.
+        """
+        while True:
+            async with self._read_lane:
+                try:
+                    return await asyncio.wait_for(receive(), READ_TURN_SECONDS)
+                except (TimeoutError, asyncio.TimeoutError):
+                    pass
+
+    async def _decide_costly(self, parts: list[bytes], start: float) -> Decision:
+        """Decide a review too costly for the event loop (the body in ``parts``). Raises
+        :class:`WorkersBusy` or :class:`WorkerFailure` when a review worker could not."""
+        workers = self.review_workers
+        if workers is not None:
+            # Off the event loop: small reviews and probes go on meanwhile. The parts go to
+            # the worker's pipe as they are (joining 4 MiB holds the loop for milliseconds).
+            return await workers.decide(
+                parts, self.keyring.keys, self.scope, time.monotonic() + workers.timeout - (_perf() - start))
+        # Deciding holds the event loop for as long as parsing takes (~5 ms per MiB, more for
+        # many small objects): costly reviews are decided one at a time, and only after the
+        # reviews already waiting, so a flood of them cannot stack up in front of small ones.
+        async with self._large_lane:
+            await asyncio.sleep(0)
+            return handle_review(b"".join(parts), self.keyring, self.scope)
 
     async def _respond(self, send: Send, status: int, payload: bytes, close: bool = False,
                        extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:

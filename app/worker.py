@@ -1,11 +1,11 @@
-"""Large reviews decided in worker processes, off the event loop.
+"""Costly reviews decided in worker processes, off the event loop.
 
 The webhook is one asyncio event loop, and deciding a review (orjson parse plus the
-review logic, ~5 ms per MiB, up to the 4 MiB body limit) holds it: a small review that
-arrives meanwhile waits. Threads would not help (orjson and the review code hold the
-GIL), so reviews over ``LARGE_BODY_BYTES`` go to a worker process: the loop only writes
-the body to the worker's stdin and reads ``(status, payload, record)`` back from its
-stdout, both non-blocking.
+review logic, ~5 ms per MiB up to the 4 MiB body limit, ~120 us per container) holds it:
+a small review that arrives meanwhile waits. Threads would not help (orjson and the review
+code hold the GIL), so reviews too costly for the loop (``app.review.INLINE_MAX_*``) go to
+a worker process: the loop only writes the body to the worker's stdin and reads
+``(status, payload, record)`` back from its stdout, both non-blocking.
 
 Each worker is ``python -m app.worker``: it reads one request frame at a time, calls
 :func:`app.review.handle_review` and writes one reply frame. Once started (its imports
@@ -89,12 +89,13 @@ class ReviewWorker:
     def pid(self) -> int:
         return self.process.pid
 
-    async def decide(self, body: bytes, meta: bytes) -> Decision:
+    async def decide(self, parts: list[bytes], meta: bytes) -> Decision:
+        """Decide on the review whose body is the concatenation of ``parts``."""
         stdin, stdout = self.process.stdin, self.process.stdout
         assert stdin is not None and stdout is not None
-        stdin.write(REQUEST_HEADER.pack(len(meta), len(body)))
+        stdin.write(REQUEST_HEADER.pack(len(meta), sum(map(len, parts))))
         stdin.write(meta)
-        stdin.write(body)
+        stdin.writelines(parts)
         await stdin.drain()
         (length,) = REPLY_HEADER.unpack(await stdout.readexactly(REPLY_HEADER.size))
         status, payload, record = pickle.loads(await stdout.readexactly(length))
@@ -188,8 +189,9 @@ class ReviewWorkers:
         self._meta_cache = (keys, scope, meta)
         return meta
 
-    async def decide(self, body: bytes, keys: Any, scope: Any, deadline: float) -> Decision:
-        """Decide on ``body`` in a worker, answering by ``deadline`` (``time.monotonic()``).
+    async def decide(self, body: bytes | list[bytes], keys: Any, scope: Any, deadline: float) -> Decision:
+        """Decide on ``body`` (bytes, or a list of parts to concatenate) in a worker, answering
+        by ``deadline`` (``time.monotonic()``).
 
         A decision still running at the deadline goes on in the background (its worker is
         killed only when it exceeds ``timeout``) and this raises :class:`WorkersBusy`, as
@@ -202,16 +204,17 @@ class ReviewWorkers:
             worker = await asyncio.wait_for(self._idle.get(), max(0.0, deadline - time.monotonic()))
         except (TimeoutError, asyncio.TimeoutError):
             raise WorkersBusy(f"no review worker free within {self.timeout:g}s") from None
-        task = asyncio.get_running_loop().create_task(self._run(worker, body, self._meta(keys, scope)))
+        parts = [body] if isinstance(body, bytes) else body
+        task = asyncio.get_running_loop().create_task(self._run(worker, parts, self._meta(keys, scope)))
         task.add_done_callback(_consume)
         try:
             return await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - time.monotonic()))
         except (TimeoutError, asyncio.TimeoutError):
             raise WorkersBusy(f"no decision within {self.timeout:g}s") from None
 
-    async def _run(self, worker: ReviewWorker, body: bytes, meta: bytes) -> Decision:
+    async def _run(self, worker: ReviewWorker, parts: list[bytes], meta: bytes) -> Decision:
         try:
-            result = await asyncio.wait_for(worker.decide(body, meta), self.timeout)
+            result = await asyncio.wait_for(worker.decide(parts, meta), self.timeout)
         except (TimeoutError, asyncio.TimeoutError):
             self._replace(worker, "timeout")
             raise WorkerFailure("timeout", f"no answer within {self.timeout:g}s") from None

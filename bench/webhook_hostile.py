@@ -307,11 +307,15 @@ class LegitClient:
     """The legitimate client in a process of its own: the hostile clients' body building
     (json.dumps of megabytes, holding this process's GIL) must not show up as webhook latency."""
 
+    core: str | None = None     # set from --legit-core / --legit-nice in main()
+    nice = 0
+
     def __init__(self, port: int, cafile: str) -> None:
         mp = multiprocessing.get_context("spawn")
         self.stop = mp.Event()
         self.results = mp.Queue()
-        self.proc = mp.Process(target=_legit_process, args=(port, cafile, self.stop, self.results), daemon=True)
+        self.proc = mp.Process(target=_legit_process, args=(port, cafile, self.stop, self.results,
+                                                            LegitClient.core, LegitClient.nice), daemon=True)
 
     def start(self) -> LegitClient:
         self.proc.start()
@@ -325,7 +329,11 @@ class LegitClient:
         return lat, errs, cpu
 
 
-def _legit_process(port: int, cafile: str, stop, results) -> None:
+def _legit_process(port: int, cafile: str, stop, results, core: str | None = None, nice: int = 0) -> None:
+    if core:
+        os.sched_setaffinity(0, {int(c) for c in core.split(",")})
+    if nice:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
     ctx = ssl.create_default_context(cafile=cafile)
     flag = threading.Event()
     threading.Thread(target=lambda: (stop.wait(), flag.set()), daemon=True).start()
@@ -479,6 +487,8 @@ def main() -> int:
     p.add_argument("--hostile-core", default="1",
                    help="CPU the hostile clients' threads are pinned to ('' = none); the legit client is "
                         "not pinned (a closed loop, it runs while the webhook waits)")
+    p.add_argument("--legit-core", default="", help="CPU the legitimate client is pinned to ('' = none)")
+    p.add_argument("--legit-nice", type=int, default=0, help="niceness of the legitimate client's process")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--server", choices=("python", "go"), default="python",
                    help="go: bench/gowebhook's net/http server, latency phases only")
@@ -486,6 +496,7 @@ def main() -> int:
     p.add_argument("--webhook-flag", action="append", default=[], metavar="FLAG",
                    help="extra flag of `python -m app` (repeatable), e.g. --webhook-flag=--max-request-bytes=1MiB")
     args = p.parse_args()
+    LegitClient.core, LegitClient.nice = args.legit_core or None, args.legit_nice
     args.server_core = args.server_core or None
     work = Path(tempfile.mkdtemp(prefix="wr-hostile-"))
     try:

@@ -203,7 +203,7 @@ def test_failure_outside_the_decision_is_a_400_not_a_500(monkeypatch):
     def broken(*_a, **_k):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("app.server.handle_review", broken)
+    monkeypatch.setattr("app.server.handle_review_inline", broken)
     r = request(app, "POST", "/mutate", content=REVIEW_2C)
     assert r.status_code == 400
     assert count(metrics, "error") == 1

@@ -22,7 +22,8 @@ import pytest
 import certs
 from app.metrics import Metrics
 from app.review import handle_review
-from app.server import LARGE_BODY_BYTES, create_app
+from app.review import INLINE_MAX_BYTES
+from app.server import create_app
 from app.worker import ReviewWorkers, WorkersBusy
 from devkit.metrics import metric_sum
 from resizer import KeyRing
@@ -35,11 +36,11 @@ KEYRING = KeyRing({"k0001": b"s" * 32})
 
 
 def large_review(marker: bytes = b"", uid: str = "large-uid-1") -> bytes:
-    """The bench review padded past LARGE_BODY_BYTES with an annotation (and a fault marker)."""
+    """The bench review padded past INLINE_MAX_BYTES with an annotation (and a fault marker)."""
     review = json.loads(REVIEW_2C)
     review["request"]["uid"] = uid
     review["request"]["object"]["metadata"].setdefault("annotations", {})["pad"] = (
-        marker.decode() + "x" * (LARGE_BODY_BYTES + 1000))
+        marker.decode() + "x" * (INLINE_MAX_BYTES + 1000))
     return json.dumps(review).encode()
 
 
