@@ -50,7 +50,7 @@ class Metrics:
         )
         self.worker_restarts = Counter(
             "workload_resizer_webhook_review_worker_restarts_total",
-            "Review worker processes (deciding reviews over 64 KiB) killed and replaced, by reason: "
+            "Review worker processes (deciding the costly reviews) killed and replaced, by reason: "
             "crash (exited), timeout (no answer within --large-review-timeout), error (reported one), "
             "cancelled (shutdown mid-review).",
             ["reason"],

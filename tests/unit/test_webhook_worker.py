@@ -1,4 +1,5 @@
-"""Reviews over 64 KiB are decided in worker processes (app.worker), real ones here.
+"""Costly reviews (over 16 KiB, or many values, annotations or new containers) are decided in
+worker processes (app.worker), real ones here.
 
 A worker fault (crash, hang, error) answers that review "allowed, no patch" at once,
 counts and logs it, and the worker is replaced; the webhook never leaves a worker behind.
