@@ -10,8 +10,14 @@ calls it synchronously for every pod CREATE in the cluster, within
 decision itself — routing, a Request object, dependency resolution, a
 Response object, and middleware layers. Here a request is: read the body in
 chunks up to ``--max-request-bytes`` (413 beyond, without buffering the rest),
-``orjson`` in and out (``app.review.handle_review``), two ``send`` calls with
+``orjson`` in and out (``app.review.handle_review_inline``), two ``send`` calls with
 precomputed headers, one counter, one histogram observation and one log line.
+
+Only cheap reviews are decided on the event loop (``app.review.INLINE_MAX_*``: at most
+16 KiB, 2,048 JSON values, 64 annotations, 4 containers not memoised); the others go to a
+review worker process (``app.worker``), or without workers to the large lane (one at a time
+on the event loop, after the waiting ones). Bodies over 16 KiB are read in turn, one at a
+time (``MutateApp._receive_in_turn``).
 """
 
 from __future__ import annotations
@@ -50,11 +56,6 @@ DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 # 20,000 takes ~10 ms of the event loop.
 MAX_JSON_CONTAINERS = 20_000
 _TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
-# Reviews too costly for the event loop (app.review.INLINE_MAX_*: over 16 KiB, too many
-# JSON values, containers or annotations) are decided in a review worker process
-# (app.worker), or without workers in the large lane (one at a time on the event loop,
-# after the waiting ones).
-
 # How long a large body's sender may keep the read lane (MutateApp._receive_in_turn)
 # waiting for its next chunk before the next large body gets its turn.
 READ_TURN_SECONDS = 0.05
