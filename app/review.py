@@ -58,7 +58,7 @@ MAX_STAMPED_CONTAINERS = 256
 # containers: 1.9 ms), stripping forged keys ~5 us per key. Costlier reviews are decided by
 # a review worker (app.worker), else one at a time in the large lane (app.server).
 INLINE_MAX_BYTES = 16 * 1024
-INLINE_MAX_VALUES = 2048          # JSON objects + arrays + commas
+INLINE_MAX_VALUES = 2048          # commas: JSON values after the first of each object/array
 INLINE_MAX_CONTAINERS = 4         # spec.containers whose originals are not memoised
 INLINE_MAX_ANNOTATIONS = 64
 

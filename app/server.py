@@ -171,7 +171,8 @@ class MutateApp:
             await self._overloaded(send, start, body, f"more than {self.max_inflight} reviews in flight")
             return
         more_body = message.get("more_body", False)
-        objects = _json_containers(body)
+        # A body of n bytes has at most n brackets: a whole body shorter than the cap needs no count.
+        objects = _json_containers(body) if more_body or len(body) > MAX_JSON_CONTAINERS else 0
         parts = [body]
         size = len(body)
         if more_body:
@@ -218,7 +219,9 @@ class MutateApp:
         decision = None
         if size <= INLINE_MAX_BYTES:
             small = parts[0] if len(parts) == 1 else b"".join(parts)
-            if objects + small.count(b",") <= INLINE_MAX_VALUES:
+            # Values beyond the first of each object or array follow a comma; nesting without
+            # commas is cut short by orjson's depth limit (1,024), so commas bound the parse.
+            if small.count(b",") <= INLINE_MAX_VALUES:
                 decision = handle_review_inline(small, self.keyring, self.scope)
             del small
         if decision is None:
