@@ -77,7 +77,9 @@ def wait_policy_active(kube: Kube, path: str, admin: Kube | None = None) -> None
     them until its policy source refreshed 300 s later (its log: "refreshing policies" at
     startup, then nothing for 5 minutes): the create events were lost. With `admin`, the
     policies and bindings are touched (an annotation) every NUDGE_SECONDS while not enforced,
-    which the policy source does see; a policy that is wrong still fails here."""
+    which may or may not help (a run after it still missed them: the touch does not bump the
+    generation); the wait is longer than the apiserver's 300 s periodic refresh, which did
+    enforce them. A policy that is wrong still fails here."""
     last_nudge = [time.monotonic()]
 
     def label_denied() -> bool:
@@ -90,7 +92,7 @@ def wait_policy_active(kube: Kube, path: str, admin: Kube | None = None) -> None
             _touch_policies(admin, path.split("/")[4])
         return False
     try:
-        wait_for("the ValidatingAdmissionPolicy to be enforced", label_denied, timeout=300, interval=0.5)
+        wait_for("the ValidatingAdmissionPolicy to be enforced", label_denied, timeout=330, interval=0.5)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{_policies_seen(admin)}") from None
 
