@@ -250,10 +250,9 @@ class MutateApp:
         """
         while True:
             async with self._read_lane:
-                try:
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     return await asyncio.wait_for(receive(), READ_TURN_SECONDS)
-                except (TimeoutError, asyncio.TimeoutError):
-                    pass
+            # Nothing came within the turn: the next large body reads, this one queues again.
 
     async def _decide_costly(self, parts: list[bytes], start: float) -> Decision:
         """Decide a review too costly for the event loop (the body in ``parts``). Raises
