@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +22,7 @@ from tests.cluster.test_reconciler import Harness, guaranteed, ours
 from devkit.chart import ensure_helm
 from devkit.kube import ApiError, Kube, wait_for
 from devkit.processes import REPO
-from devkit.rbac import ADMISSION, TEST_LABEL, install_rbac, kubeconfig_for_token, uninstall_rbac
+from devkit.rbac import install_rbac, kubeconfig_for_token, uninstall_rbac
 
 ORIGINAL_CPU = "workload-resizer.io/original-cpu.app"
 
@@ -69,44 +68,20 @@ def running_pod(world: dict[str, Any]) -> str:
 
 
 def wait_policy_active(kube: Kube, path: str, admin: Kube | None = None) -> None:
-    """The apiserver loads new policies asynchronously: wait until a label edit is denied.
-    On a timeout the failure lists the policies and bindings the apiserver has (with `admin`).
-
-    On an apiserver up for a few seconds (the first test of a `make test` right after `make
-    demo`), kube-apiserver v1.36.4 stored and type-checked the policies yet did not enforce
-    them until its policy source refreshed 300 s later (its log: "refreshing policies" at
-    startup, then nothing for 5 minutes): the create events were lost. With `admin`, the
-    policies and bindings are touched (an annotation) every NUDGE_SECONDS while not enforced,
-    which may or may not help (a run after it still missed them: the touch does not bump the
-    generation); the wait is longer than the apiserver's 300 s periodic refresh, which did
-    enforce them. A policy that is wrong still fails here."""
-    last_nudge = [time.monotonic()]
+    """The apiserver loads new policies asynchronously (within about a second): wait until a
+    label edit is denied. Each probe sets a new value: the policy denies changes, and a probe
+    that landed before the policy was enforced would make every later identical one a no-op
+    that is rightly allowed (which once looked like a policy the apiserver ignored for
+    minutes). On a timeout the failure lists the policies and bindings the apiserver has
+    (with `admin`)."""
+    attempts = iter(range(1, 10_000))
 
     def label_denied() -> bool:
-        try:
-            kube.patch(path, {"metadata": {"labels": {"policy-probe": "x"}}})
-        except ApiError as err:
-            return err.status in (403, 422)
-        if admin is not None and time.monotonic() - last_nudge[0] > NUDGE_SECONDS:
-            last_nudge[0] = time.monotonic()
-            _touch_policies(admin, path.split("/")[4])
-        return False
+        return _denied_now(lambda: kube.patch(path, {"metadata": {"labels": {"policy-probe": str(next(attempts))}}}))
     try:
-        wait_for("the ValidatingAdmissionPolicy to be enforced", label_denied, timeout=330, interval=0.5)
+        wait_for("the ValidatingAdmissionPolicy to be enforced", label_denied, timeout=60, interval=0.5)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{_policies_seen(admin)}") from None
-
-
-NUDGE_SECONDS = 15.0
-
-
-def _touch_policies(admin: Kube, namespace: str) -> None:
-    for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
-        for item in admin.get(f"{ADMISSION}/{kind}", labelSelector=f"{TEST_LABEL}={namespace}")["items"]:
-            admin.patch(f"{ADMISSION}/{kind}/{item['metadata']['name']}",
-                        {"metadata": {"annotations": {"workload-resizer.io/test-nudge": str(time.time())}}})
-    print(f"[policy] not enforced after {NUDGE_SECONDS:g}s: policies and bindings of {namespace} touched",
-          file=sys.stderr)
 
 
 def _policies_seen(admin: Kube | None) -> str:
