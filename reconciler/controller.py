@@ -322,6 +322,8 @@ class PodResizeReconciler:
         if flight is not None and flight.node_type == node_type and (pod["metadata"].get("generation") or 0) < \
                 flight.generation:
             return DONE     # the cache has not caught up with our own resize yet
+        if (pod["metadata"].get("generation") or 0) < self._reverted.get(_uid(pod), 0):
+            return DONE     # nor with our own revert (e.g. the event of the state recorded before it)
         generation = self._config.generation      # the config version the plan below is made with
         try:
             # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
@@ -534,19 +536,33 @@ class PodResizeReconciler:
         return DONE
 
     async def _infeasible(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, message: str) -> Result:
-        """The kubelet will never take this size: record it, then set the spec back to the actual size."""
+        """The kubelet will never take this size: record it, then set the spec back to the actual size.
+
+        Both writes are conditional on the pod as read: the revert is computed from the status
+        in hand, and a kubelet that actuated the size meanwhile (e.g. its node grew) must not
+        have it taken back (nor the pod marked infeasible). On a conflict the watch delivers
+        the newer pod and it is decided again."""
         self._wait(_uid(pod), Stage.INFEASIBLE)
         state = _state(pod, node_type)
         size = size_fingerprint(plan)
-        if state is None or state.state != Stage.INFEASIBLE or state.size != size:
-            await self._record(pod, ResizeState(Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"),
-                                                size, allocatable_fingerprint(node)))
-            metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
-            await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_INFEASIBLE,
-                               f"node {pod['spec']['nodeName']} cannot take the new size ({message}); the spec is "
-                               f"set back to what the containers have, and this size is not tried again until the "
-                               f"node's type or allocatable or the planned size changes")
-        await self._revert(pod)
+        allocatable = allocatable_fingerprint(node)
+        resource_version = pod["metadata"]["resourceVersion"]
+        try:
+            if state is None or state.state != Stage.INFEASIBLE or state.size != size \
+                    or state.allocatable != allocatable:
+                # (Recorded again when only the allocatable changed: parked at the node as it is now.)
+                resource_version = await self._record(pod, ResizeState(
+                    Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"), size, allocatable),
+                    resource_version=resource_version)
+                metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
+                await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_INFEASIBLE,
+                                   f"node {pod['spec']['nodeName']} cannot take the new size ({message}); the spec "
+                                   f"is set back to what the containers have, and this size is not tried again "
+                                   f"until the node's type or allocatable or the planned size changes")
+            await self._revert(pod, resource_version)
+        except ApiError as err:
+            if err.status != 409:
+                raise
         return DONE
 
     async def _failing(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan,
@@ -560,9 +576,10 @@ class PodResizeReconciler:
         flight = self._in_flight.setdefault(uid, InFlight(node_type, pod["metadata"].get("generation") or 0,
                                                           _parse_time(_requested_at(pod, node_type)),
                                                           _summary_from_originals(plan)))
+        resource_version = pod["metadata"]["resourceVersion"]
         if state is None or state.state != Stage.ERROR or state.size != size:
-            await self._record(pod, ResizeState(Stage.ERROR, node_type, pod["metadata"].get("generation"), size,
-                                                allocatable_fingerprint(node)))
+            resource_version = await self._record(pod, ResizeState(
+                Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)))
             metrics.RESIZE_OUTCOMES.labels("error").inc()
             await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
                                f"the kubelet could not actuate the resize: {observation.message}")
@@ -570,12 +587,18 @@ class PodResizeReconciler:
             flight.next_error_check = now + self._options.error_backoff
         if now < flight.next_error_check:
             return Result(requeue_after=flight.next_error_check - now)
-        flight.error_checks += 1
-        if flight.error_checks < self._options.error_retries:
+        if flight.error_checks + 1 < self._options.error_retries:
+            flight.error_checks += 1
             flight.next_error_check = now + self._options.error_backoff * 2 ** flight.error_checks
             return Result(requeue_after=flight.next_error_check - now)
+        try:
+            await self._revert(pod, resource_version)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+            return DONE     # the pod changed since it was read (the kubelet may have actuated it): decided again
+        flight.error_checks += 1
         metrics.RESIZE_OUTCOMES.labels("error_reverted").inc()
-        await self._revert(pod)
         await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
                            f"the resize still failed after {flight.error_checks} checks; the spec is set back to "
                            f"what the containers have: {observation.message}")
@@ -597,19 +620,22 @@ class PodResizeReconciler:
                            f"(it takes effect when they restart); wanted for {context}")
         return DONE
 
-    async def _record(self, pod: Obj, state: ResizeState) -> None:
-        await self._writer.record(pod, {RESIZE_STATE: state.encode()})
+    async def _record(self, pod: Obj, state: ResizeState, resource_version: str | None = None) -> str:
+        """Write the resize-state annotation (with `resource_version`, conditional on it); returns
+        the pod's resourceVersion after the write (a revert that follows is conditional on it)."""
+        written = await self._writer.annotate(pod, {RESIZE_STATE: state.encode()}, resource_version=resource_version)
         self._fault(Step.STATE)
+        return str(written["metadata"]["resourceVersion"])
 
-    async def _revert(self, pod: Obj) -> None:
+    async def _revert(self, pod: Obj, resource_version: str) -> None:
+        """Set the spec back to what the containers of `pod` have, conditional on `resource_version`
+        (the pod as read, or as our own write of its state left it): 409 if anything changed since."""
         uid = _uid(pod)
-        if (pod["metadata"].get("generation") or 0) < self._reverted.get(uid, 0):
-            return      # the cache has not caught up with our own revert yet (e.g. the event of the record)
         patch = revert_patch(pod)
         if not patch:
             return
         try:
-            reverted = await self._writer.resize(pod, patch)
+            reverted = await self._writer.resize(pod, patch, resource_version=resource_version)
         except ApiError as err:
             if err.retryable or err.status != 404:
                 raise

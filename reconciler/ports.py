@@ -41,8 +41,8 @@ class PodWriter(Protocol):
                        resource_version: str | None = None) -> Obj:
         """Merge-patch annotations (None deletes a key); with `resource_version`, conditional on it (409)."""
 
-    async def resize(self, pod: Obj, patch: Obj) -> Obj:
-        """Strategic-merge-patch the pods/resize subresource."""
+    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None) -> Obj:
+        """Strategic-merge-patch the pods/resize subresource; with `resource_version`, conditional on it (409)."""
 
     async def record(self, pod: Obj, annotations: Mapping[str, str | None],
                      resource_version: str | None = None) -> None:
@@ -110,7 +110,9 @@ class ApiWriter:
         return slim_pod(await self._client.patch(pod_path(pod), _annotations_patch(annotations, resource_version),
                                                  MERGE_PATCH))
 
-    async def resize(self, pod: Obj, patch: Obj) -> Obj:
+    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None) -> Obj:
+        if resource_version is not None:
+            patch = {**patch, "metadata": {"resourceVersion": resource_version}}
         return slim_pod(await self._client.patch(pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH))
 
     async def record(self, pod: Obj, annotations: Mapping[str, str | None],

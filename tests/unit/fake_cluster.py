@@ -160,10 +160,12 @@ class FakeCluster:
                      resource_version: str | None = None) -> None:
         await self.annotate(pod, annotations, resource_version)
 
-    async def resize(self, pod: Obj, patch: Obj) -> Obj:
+    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None) -> Obj:
         self._maybe_fail("resize")
         stored = self._stored(pod)
-        self.writes.append(Write("resize", _key(stored), copy.deepcopy(patch)))
+        if resource_version is not None and resource_version != stored["metadata"]["resourceVersion"]:
+            raise ApiError(409, {"reason": "Conflict", "message": "the object has been modified"})
+        self.writes.append(Write("resize", _key(stored), copy.deepcopy(patch), resource_version))
         by_name = {c["name"]: c for c in stored["spec"]["containers"]}
         for change in patch.get("spec", {}).get("containers", []):
             resources = by_name[change["name"]].setdefault("resources", {})

@@ -686,6 +686,62 @@ def test_an_infeasible_size_is_retried_when_the_node_allocatable_changes():
     assert fake.writes[-1].body == RESIZE_TO_800M
 
 
+def test_a_size_the_kubelet_actuates_while_its_infeasible_mark_is_being_read_is_not_set_back():
+    """The node grew: the kubelet took the size it had marked Infeasible, but the cache still
+    shows the mark. Nothing is recorded or set back (both writes are conditional on the pod
+    as read); the newer pod, once delivered, is reported Resized."""
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    stale = copy.deepcopy(fake.cache[KEY])
+    fake.actuate(KEY)
+    fake.cache[KEY] = stale
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize"] and reasons(fake) == []
+    assert spec_cpu(fake) == ("800m", "800m")
+    fake.sync()
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["Resized"] and spec_cpu(fake) == ("800m", "800m")
+    assert annotations(fake)[APPLIED_INSTANCE_TYPE] == "n4" and RESIZE_STATE not in annotations(fake)
+
+
+def test_the_revert_of_a_recorded_infeasible_size_is_conditional_on_the_pod_as_read():
+    """After a crash between recording Infeasible and the revert, the kubelet actuated the size
+    meanwhile and the cache lags: the revert is refused by the precondition, not sent blind."""
+    fake = cluster(pod(stamped=True))
+    run(reconciler(fake).reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    with pytest.raises(Crash):
+        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+    fake.sync()
+    stale = copy.deepcopy(fake.cache[KEY])
+    fake.actuate(KEY)
+    fake.cache[KEY] = stale
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and spec_cpu(fake) == ("800m", "800m"), "no revert sent"
+
+
+def test_an_infeasible_size_still_infeasible_after_the_node_changed_is_parked_at_the_new_allocatable():
+    """Retried because the allocatable changed, and still refused: recorded again (with the new
+    allocatable) and reported again, then left alone until the node changes once more."""
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    run(rec.reconcile(KEY))
+    fake.settle(KEY)
+    fake.add_node("node-1", {LABEL: "n4"}, cpu="6")
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    run(rec.reconcile(KEY))
+    fake.settle(KEY)
+    assert recorded_state(fake).allocatable == "cpu=6,memory=32Gi"
+    assert reasons(fake) == ["ResizeInfeasible", "ResizeInfeasible"] and spec_cpu(fake) == ("1", "1")
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    assert fake.ops() == ["resize", "annotate", "resize", "resize", "annotate", "resize"]
+
+
 def test_an_infeasible_size_is_retried_when_the_config_plans_another_size():
     fake = cluster(pod(stamped=True))
     rec = reconciler(fake)
@@ -795,6 +851,23 @@ def test_an_actuation_error_that_clears_ends_resized():
     fake.actuate(KEY)
     run(rec.reconcile(KEY))
     assert reasons(fake) == ["ResizeError", "Resized"] and RESIZE_STATE not in annotations(fake)
+
+
+def test_a_failing_resize_the_kubelet_actuates_as_we_give_up_is_not_set_back():
+    """The give-up revert is conditional on the pod as read: the kubelet got it right meanwhile
+    (the cache has not shown it yet), so nothing is set back and the newer pod ends Resized."""
+    clock = FakeClock()
+    fake, rec = failing_pod(clock)
+    for _ in range(3):      # reported, rechecked after 30 s and 60 s; the check after 120 s gives up
+        clock.advance(run(rec.reconcile(KEY)).requeue_after)
+    stale = copy.deepcopy(fake.cache[KEY])
+    fake.actuate(KEY)
+    fake.cache[KEY] = stale
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["ResizeError"], "no revert, no give-up"
+    fake.sync()
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["ResizeError", "Resized"] and spec_cpu(fake) == ("800m", "800m")
 
 
 def test_a_crash_after_recording_an_actuation_error_reports_it_once_and_still_gives_up_in_bounds():
