@@ -141,8 +141,11 @@ def run(ctx: Context, p: Params) -> None:
                   rss.second_half_max <= rss.first_half_max * 1.10 + p.rss_slack_mb,
                   f"peak {rss.first_half_max:.1f} -> {rss.second_half_max:.1f} MiB, median {rss.first:.1f} -> "
                   f"{rss.last:.1f} MiB, slope {rss.slope_per_hour:+.1f} MiB/h over {len(series)} samples")
-        ctx.check(f"{name} open descriptors flat (second half never above the first half's peak + {p.fd_slack})",
-                  fds.second_half_max <= fds.first_half_max + p.fd_slack,
+        # Medians, not peaks: a burst of apiserver connections (idle 27 -> 37 for seconds) is no
+        # leak, and failed the check whenever it fell in the second half; a leak moves the median.
+        ctx.check(f"{name} open descriptors flat (last quarter's median at most the first quarter's + "
+                  f"{p.fd_slack})",
+                  fds.last <= fds.first + p.fd_slack,
                   f"peak {fds.first_half_max:.0f} -> {fds.second_half_max:.0f}, median {fds.first:.0f} -> {fds.last:.0f}")
     ctx.check("reconciler and webhook still the first processes", len(lives.lives) == 1 and rec.alive and hook.alive)
     ctx.end_state(Expectations(FINAL_CONFIG), count_resizes=False, settle=120)
