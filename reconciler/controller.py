@@ -578,8 +578,14 @@ class PodResizeReconciler:
                                                           _summary_from_originals(plan)))
         resource_version = pod["metadata"]["resourceVersion"]
         if state is None or state.state != Stage.ERROR or state.size != size:
-            resource_version = await self._record(pod, ResizeState(
-                Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)))
+            try:    # conditional like the revert that may follow: both judge the status in hand
+                resource_version = await self._record(pod, ResizeState(
+                    Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)),
+                    resource_version=resource_version)
+            except ApiError as err:
+                if err.status != 409:
+                    raise
+                return DONE     # the pod changed since it was read: its watch event decides again
             metrics.RESIZE_OUTCOMES.labels("error").inc()
             await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
                                f"the kubelet could not actuate the resize: {observation.message}")
