@@ -22,9 +22,9 @@ venv: $(VENV)/.installed
 test: venv
 	$(PYTEST) tests
 
-## Types (mypy: strict for resizer/, reconciler/, app/), lint rules (ruff) and import layers (import-linter).
+## Types (mypy: strict for resizer/, reconciler/, app/), lint rules (ruff, also over the extensionless hack/cluster) and import layers (import-linter).
 lint: venv
-	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff check . hack/cluster
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo
 	@unformatted="$$(gofmt -l bench/gowebhook bench/goreconciler)"; \
