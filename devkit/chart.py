@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from devkit.progress import run_visible
+from devkit.tempdirs import temporary_directory
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "chart"
@@ -40,7 +41,7 @@ def ensure_helm() -> str:
 
 @functools.cache
 def _helm_home() -> Path:
-    return Path(tempfile.mkdtemp(prefix="helm-home-"))
+    return temporary_directory("helm-home-")
 
 
 def helm_env() -> dict[str, str]:
@@ -63,7 +64,7 @@ def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedP
 def _values_args(values: dict[str, Any] | None, set_values: list[str] | None) -> list[str]:
     args: list[str] = []
     if values:
-        fd, path = tempfile.mkstemp(prefix="values-", suffix=".yaml")
+        fd, path = tempfile.mkstemp(prefix="values-", suffix=".yaml", dir=_helm_home())
         with os.fdopen(fd, "w") as f:
             json.dump(values, f)          # JSON is YAML
         args += ["-f", path]

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from devkit.processes import free_port
+from devkit.tempdirs import temporary_directory
 
 HTML_503 = b"<html><head><title>503 Service Unavailable</title></head><body>upstream unavailable</body></html>"
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
@@ -57,7 +56,7 @@ class FaultProxy:
                   "users": [{"name": "u", "user": {"token": token}}],
                   "contexts": [{"name": "c", "context": {"cluster": "proxy", "user": "u"}}],
                   "current-context": "c"}
-        path = Path(tempfile.mkdtemp(prefix="proxy-kubeconfig-")) / "kubeconfig"
+        path = temporary_directory("proxy-kubeconfig-") / "kubeconfig"
         path.write_text(json.dumps(config))
         return str(path)
 

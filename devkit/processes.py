@@ -16,6 +16,7 @@ import httpx
 
 from devkit.kube import ApiError
 from devkit.metrics import metric_sum
+from devkit.tempdirs import temporary_directory
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,13 +24,22 @@ REPO = Path(__file__).resolve().parents[1]
 _KEY_DIR: Path | None = None
 
 
-def originals_key_dir() -> Path:
-    """One originals HMAC key directory per test process, shared by every webhook and
-    reconciler it starts (as the chart mounts one Secret into both)."""
+def originals_key_dir(directory: Path | None = None) -> Path:
+    """One originals HMAC key directory per process, shared by every webhook and reconciler
+    it starts (as the chart mounts one Secret into both). The first call decides where:
+    `directory`, kept with its key (the demo's, whose processes outlive it and whose pods
+    stay signed with it across runs), else a temporary one removed when this process exits."""
     global _KEY_DIR
     if _KEY_DIR is None:
-        _KEY_DIR = Path(tempfile.mkdtemp(prefix="originals-keys-"))
-        (_KEY_DIR / "k0001").write_bytes(os.urandom(24).hex().encode())
+        if directory is None:
+            _KEY_DIR = temporary_directory("originals-keys-")
+        else:
+            directory.mkdir(parents=True, exist_ok=True)
+            _KEY_DIR = directory
+        key = _KEY_DIR / "k0001"
+        if not key.exists():
+            key.write_bytes(os.urandom(24).hex().encode())
+            key.chmod(0o600)
     return _KEY_DIR
 
 
@@ -137,7 +147,7 @@ class WebhookCerts:
     """A CA and a serving certificate for 127.0.0.1, made by `python -m certs`."""
 
     def __init__(self, directory: str | Path | None = None, ip: str = "127.0.0.1") -> None:
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="webhook-certs-"))
+        self.directory = Path(directory) if directory else temporary_directory("webhook-certs-")
         bundle_file = self.directory / "ca.b64"
         subprocess.run([sys.executable, "-m", "certs", "--out-dir", str(self.directory), "--ip", ip,
                         "--ca-bundle-file", str(bundle_file)], cwd=REPO, check=True, capture_output=True,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import yaml
 
 from devkit.chart import render
 from devkit.kube import Kube
+from devkit.tempdirs import temporary_directory
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
@@ -106,7 +106,7 @@ def kubeconfig_for_token(cluster: Any, token: str) -> str:
         "contexts": [{"name": "token", "context": {"cluster": "cluster", "user": "token"}}],
         "current-context": "token",
     }
-    directory = Path(tempfile.mkdtemp(prefix="kubeconfig-token-"))
+    directory = temporary_directory("kubeconfig-token-")
     path = directory / "kubeconfig"
     path.write_text(json.dumps(out, indent=2))
     path.chmod(0o600)

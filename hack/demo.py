@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from devkit.cluster import ClusterError, LocalCluster, cluster_dir_for_demo  # noqa: E402
 from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
-from devkit.processes import Reconciler, Webhook, WebhookCerts, register_webhook  # noqa: E402
+from devkit.processes import Reconciler, Webhook, WebhookCerts, originals_key_dir, register_webhook  # noqa: E402
 from resizer import APPLIED_INSTANCE_TYPE, SAMPLE_CONFIG, original_key  # noqa: E402
 
 CLUSTER = LocalCluster(cluster_dir_for_demo())
@@ -249,6 +249,9 @@ def main(argv: list[str]) -> int:
     kube = cluster_up()
     kubeconfig = CLUSTER.kubeconfig
     DEMO.mkdir(parents=True, exist_ok=True)
+    # The webhook's and the reconciler's originals key: in the demo's state (they outlive this
+    # process, and a second run keeps verifying the pods the first one stamped).
+    originals_key_dir(DEMO / "originals-keys")
     add_nodes()
     add_real_node()
     apply_config(kube)
