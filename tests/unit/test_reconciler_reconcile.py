@@ -658,13 +658,19 @@ def test_the_event_of_recording_infeasible_does_not_revert_a_second_time():
     assert fake.ops() == ["resize", "annotate", "resize"] and reasons(fake) == ["ResizeInfeasible"]
 
 
-def test_an_infeasible_size_is_not_retried_while_node_and_plan_stay_the_same():
+def set_back_as_infeasible() -> tuple[FakeCluster, PodResizeReconciler]:
+    """A pod resized, marked Infeasible by the kubelet, then set back and settled."""
     fake = cluster(pod(stamped=True))
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
     run(rec.reconcile(KEY))
     fake.settle(KEY)
+    return fake, rec
+
+
+def test_an_infeasible_size_is_not_retried_while_node_and_plan_stay_the_same():
+    fake, rec = set_back_as_infeasible()
     for reconciler_ in (rec, reconciler(fake)):         # this process, and a restarted one
         for _ in range(3):
             run(reconciler_.reconcile(KEY))
@@ -673,12 +679,7 @@ def test_an_infeasible_size_is_not_retried_while_node_and_plan_stay_the_same():
 
 
 def test_an_infeasible_size_is_retried_when_the_node_allocatable_changes():
-    fake = cluster(pod(stamped=True))
-    rec = reconciler(fake)
-    run(rec.reconcile(KEY))
-    fake.mark_infeasible(KEY)
-    run(rec.reconcile(KEY))
-    fake.settle(KEY)
+    fake, rec = set_back_as_infeasible()
     fake.add_node("node-1", {LABEL: "n4"}, cpu="16")
     assert rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
     run(rec.reconcile(KEY))
@@ -725,12 +726,7 @@ def test_the_revert_of_a_recorded_infeasible_size_is_conditional_on_the_pod_as_r
 def test_an_infeasible_size_still_infeasible_after_the_node_changed_is_parked_at_the_new_allocatable():
     """Retried because the allocatable changed, and still refused: recorded again (with the new
     allocatable) and reported again, then left alone until the node changes once more."""
-    fake = cluster(pod(stamped=True))
-    rec = reconciler(fake)
-    run(rec.reconcile(KEY))
-    fake.mark_infeasible(KEY)
-    run(rec.reconcile(KEY))
-    fake.settle(KEY)
+    fake, rec = set_back_as_infeasible()
     fake.add_node("node-1", {LABEL: "n4"}, cpu="6")
     run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
@@ -743,12 +739,7 @@ def test_an_infeasible_size_still_infeasible_after_the_node_changed_is_parked_at
 
 
 def test_an_infeasible_size_is_retried_when_the_config_plans_another_size():
-    fake = cluster(pod(stamped=True))
-    rec = reconciler(fake)
-    run(rec.reconcile(KEY))
-    fake.mark_infeasible(KEY)
-    run(rec.reconcile(KEY))
-    fake.settle(KEY)
+    fake, rec = set_back_as_infeasible()
     faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
     rec2 = reconciler(fake, config=faster)
     assert rec2.needs_work(fake.pod(KEY), run(fake.node("node-1")))
