@@ -30,6 +30,7 @@ review body travels as raw bytes and is parsed by orjson only.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
@@ -38,6 +39,7 @@ import os
 import pickle
 import signal
 import struct
+import subprocess
 import sys
 import time
 import traceback
@@ -79,10 +81,83 @@ def worker_command() -> list[str]:
     return [sys.executable, "-m", "app.worker"]
 
 
+# Workers are spawned from this thread, not the event loop's: uvloop forks on the loop's
+# thread (~7 ms with an 80 MiB heap, during which no review is answered: a stall per worker
+# replaced after a timeout), subprocess.Popen uses vfork and the loop goes on meanwhile. One
+# long-lived thread, as PR_SET_PDEATHSIG follows the thread that spawned the worker.
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="review-worker-spawner")
+
+
+class WorkerProcess:
+    """A worker process spawned by ``_SPAWNER``, its pipes as asyncio streams."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdin: asyncio.StreamWriter,
+                 stdout: asyncio.StreamReader) -> None:
+        self._popen = popen
+        self.stdin = stdin
+        self.stdout = stdout
+
+    @classmethod
+    async def spawn(cls, argv: list[str], env: dict[str, str]) -> WorkerProcess:
+        loop = asyncio.get_running_loop()
+        popen = await loop.run_in_executor(_SPAWNER, _popen, argv, env)
+        assert popen.stdin is not None and popen.stdout is not None
+        try:
+            stdout = asyncio.StreamReader(limit=2 ** 20)
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout), popen.stdout)
+            transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, popen.stdin)
+            stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        except BaseException:
+            popen.kill()
+            await loop.run_in_executor(_SPAWNER, popen.wait)
+            raise
+        return cls(popen, stdin, stdout)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()       # reaps it once it has exited
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+    async def wait(self) -> int:
+        """Its exit code, once it has exited (reaped through a pidfd, without a thread per wait)."""
+        code = self._popen.poll()
+        if code is not None:
+            return code
+        loop = asyncio.get_running_loop()
+        try:
+            pidfd = os.pidfd_open(self._popen.pid)
+        except (AttributeError, OSError):       # no pidfd (old kernel) or already gone
+            return await loop.run_in_executor(None, self._popen.wait)
+        try:
+            exited: asyncio.Future[None] = loop.create_future()
+
+            def readable() -> None:
+                if not exited.done():
+                    exited.set_result(None)
+            loop.add_reader(pidfd, readable)
+            try:
+                await exited
+            finally:
+                loop.remove_reader(pidfd)
+        finally:
+            os.close(pidfd)
+        return self._popen.wait()
+
+
+def _popen(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+
+
 class ReviewWorker:
     """One worker process and its pipes; one review at a time."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: WorkerProcess) -> None:
         self.process = process
 
     @property
@@ -117,9 +192,7 @@ async def start_worker(command: list[str] | None = None, start_timeout: float = 
     # `python -m app` from a checkout).
     root = _PACKAGE_ROOT
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    process = await asyncio.create_subprocess_exec(
-        *(command or worker_command()), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        env=env, limit=2 ** 20)
+    process = await WorkerProcess.spawn(command or worker_command(), env)
     worker = ReviewWorker(process)
     try:
         assert process.stdout is not None

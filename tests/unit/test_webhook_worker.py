@@ -197,6 +197,35 @@ def test_a_started_worker_yields_the_cpu_to_the_event_loop():
     asyncio.run(scenario())
 
 
+def test_workers_are_spawned_off_the_event_loop_thread(monkeypatch):
+    """Forking on the loop's thread held every review for ~7 ms per worker (re)started; the
+    spawn runs on the spawner thread while the loop goes on."""
+    import threading
+
+    from app import worker as worker_module
+
+    spawned_on = []
+    real_popen = worker_module._popen
+
+    def recording_popen(argv, env):
+        spawned_on.append(threading.current_thread())
+        return real_popen(argv, env)
+
+    monkeypatch.setattr(worker_module, "_popen", recording_popen)
+
+    async def scenario():
+        workers = ReviewWorkers(1, 1.0)
+        await workers.start()
+        try:
+            status, _, _ = await workers.decide(large_review(), {}, None, time.monotonic() + 10)
+            assert status == 200
+        finally:
+            await workers.stop()
+
+    asyncio.run(scenario())
+    assert len(spawned_on) == 1 and spawned_on[0] is not threading.main_thread()
+
+
 def test_stopped_workers_take_no_review():
     async def scenario():
         workers = ReviewWorkers(1, 1.0)
