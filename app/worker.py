@@ -92,10 +92,11 @@ class WorkerProcess:
     """A worker process spawned by ``_SPAWNER``, its pipes as asyncio streams."""
 
     def __init__(self, popen: subprocess.Popen[bytes], stdin: asyncio.StreamWriter,
-                 stdout: asyncio.StreamReader) -> None:
+                 stdout: asyncio.StreamReader, stdout_transport: asyncio.BaseTransport) -> None:
         self._popen = popen
         self.stdin = stdin
         self.stdout = stdout
+        self._stdout_transport = stdout_transport
 
     @classmethod
     async def spawn(cls, argv: list[str], env: dict[str, str]) -> WorkerProcess:
@@ -104,14 +105,15 @@ class WorkerProcess:
         assert popen.stdin is not None and popen.stdout is not None
         try:
             stdout = asyncio.StreamReader(limit=2 ** 20)
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout), popen.stdout)
+            stdout_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
+                                                               popen.stdout)
             transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, popen.stdin)
             stdin = asyncio.StreamWriter(transport, protocol, None, loop)
         except BaseException:
             popen.kill()
             await loop.run_in_executor(_SPAWNER, popen.wait)
             raise
-        return cls(popen, stdin, stdout)
+        return cls(popen, stdin, stdout, stdout_transport)
 
     @property
     def pid(self) -> int:
@@ -125,7 +127,15 @@ class WorkerProcess:
         self._popen.kill()
 
     async def wait(self) -> int:
-        """Its exit code, once it has exited (reaped through a pidfd, without a thread per wait)."""
+        """Its exit code, once it has exited (reaped through a pidfd, without a thread per
+        wait); its pipes are closed then."""
+        try:
+            return await self._exited()
+        finally:
+            self.stdin.close()
+            self._stdout_transport.close()
+
+    async def _exited(self) -> int:
         code = self._popen.poll()
         if code is not None:
             return code

@@ -226,6 +226,28 @@ def test_workers_are_spawned_off_the_event_loop_thread(monkeypatch):
     assert len(spawned_on) == 1 and spawned_on[0] is not threading.main_thread()
 
 
+def test_workers_started_and_killed_leave_no_descriptor_behind():
+    """Each replacement of a faulty worker must give its pipes back (one descriptor per
+    replacement stayed open before: a slow leak under hostile load)."""
+    from app.worker import start_worker
+
+    async def scenario():
+        worker = await start_worker()       # the first start opens what stays (the spawner thread)
+        worker.kill()
+        await worker.process.wait()
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(10):
+            worker = await start_worker()
+            worker.kill()
+            await worker.process.wait()
+        await asyncio.sleep(0.1)
+        return before, len(os.listdir("/proc/self/fd"))
+
+    uvloop = pytest.importorskip("uvloop")      # the webhook's loop (app.run), where pipes leaked
+    before, after = uvloop.run(scenario())
+    assert after <= before, (before, after)
+
+
 def test_stopped_workers_take_no_review():
     async def scenario():
         workers = ReviewWorkers(1, 1.0)
