@@ -18,6 +18,7 @@ writes of info/debug lines (:class:`BatchingStreamHandler`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -175,9 +176,8 @@ class BatchingStreamHandler(logging.StreamHandler):
     def close(self) -> None:
         self._stop.set()
         try:
-            self.flush()
-        except ValueError:  # the stream was closed under us
-            pass
+            with contextlib.suppress(ValueError):   # the stream was closed under us
+                self.flush()
         finally:
             super().close()
 
@@ -185,10 +185,8 @@ class BatchingStreamHandler(logging.StreamHandler):
 def flush_logging() -> None:
     """Flush every handler of the root logger (call before exiting on a signal)."""
     for handler in logging.getLogger().handlers:
-        try:
+        with contextlib.suppress(Exception):    # one broken stream must not keep the others unflushed
             handler.flush()
-        except Exception:  # pragma: no cover
-            pass
 
 
 def configure_logging(

@@ -10,6 +10,7 @@ several times the CPU and memory per pod, and a general-purpose HTTP client
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator
@@ -216,10 +217,8 @@ class KubeClient:
                     continue
                 event = _loads_trimmed(line, watch_event=True) if trim else None
                 if event is None:
-                    try:
+                    with contextlib.suppress(orjson.JSONDecodeError):   # not JSON: UnexpectedReply below
                         event = loads(line)
-                    except orjson.JSONDecodeError:
-                        pass
                 if type(event) is not dict:
                     event = _json_object(status, line)    # raises ApiError(UnexpectedReply)
                 if event.get("type") == "ERROR":
