@@ -218,6 +218,20 @@ class Conn:
             self.c = None
 
 
+def legit_summary(latencies: list[float], errors: list, client_cpu_s: float) -> dict:
+    return {"n": len(latencies), "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99),
+            "errors": len(errors), "first_errors": errors[:3], "client_cpu_s": client_cpu_s}
+
+
+def legit_line(mem: dict) -> str:
+    """The legitimate client's figures alone, under the hostile load, and alone again."""
+    a, h, z = mem["legit_alone"], mem["legit_under_hostile"], mem["legit_alone_after"]
+    return (f"legit 2-container review, 1 connection: alone p50 {a['p50_ms']:.2f} ms p99 {a['p99_ms']:.2f} ms "
+            f"({a['n']} reqs, {a['errors']} errors); with hostile load p50 {h['p50_ms']:.2f} ms "
+            f"p99 {h['p99_ms']:.2f} ms ({h['n']} reqs, {h['errors']} errors {h['first_errors']}); alone again "
+            f"p50 {z['p50_ms']:.2f} ms p99 {z['p99_ms']:.2f} ms ({z['n']} reqs, {z['errors']} errors)")
+
+
 def pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -405,12 +419,9 @@ def phase_memory_and_latency(args, port: int, pid: int, ctx: ssl.SSLContext, caf
         "client_cpu_s": (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime),
         "rss_peak_mib": max(r for r, _ in samples) / 1024, "rss_hwm_mib": hwm[pid] / 1024,
         "rss_final_mib": final_rss / 1024,
-        "legit_alone_after": {"n": len(after_lat), "p50_ms": pct(after_lat, 50), "p99_ms": pct(after_lat, 99),
-                              "errors": len(after_err), "first_errors": after_err[:3], "client_cpu_s": after_cpu},
-        "legit_alone": {"n": len(base_lat), "p50_ms": pct(base_lat, 50), "p99_ms": pct(base_lat, 99),
-                        "errors": len(base_err), "first_errors": base_err[:3], "client_cpu_s": base_cpu},
-        "legit_under_hostile": {"n": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
-                                "errors": len(errs), "first_errors": errs[:3], "client_cpu_s": legit_cpu},
+        "legit_alone_after": legit_summary(after_lat, after_err, after_cpu),
+        "legit_alone": legit_summary(base_lat, base_err, base_cpu),
+        "legit_under_hostile": legit_summary(lat, errs, legit_cpu),
     }
 
 
@@ -544,12 +555,7 @@ def main() -> int:
           f"MiB (VmHWM, largest worker), after {mem['worker_rss_final_mib']:.1f} MiB; bound "
           f"{args.worker_rss_bound:.0f} MiB each: {worker_bound}; webhook + workers sampled peak "
           f"{mem['total_rss_peak_mib']:.1f} MiB")
-    a, h = mem["legit_alone"], mem["legit_under_hostile"]
-    z = mem["legit_alone_after"]
-    print(f"legit 2-container review, 1 connection: alone p50 {a['p50_ms']:.2f} ms p99 {a['p99_ms']:.2f} ms "
-          f"({a['n']} reqs, {a['errors']} errors); with hostile load p50 {h['p50_ms']:.2f} ms "
-          f"p99 {h['p99_ms']:.2f} ms ({h['n']} reqs, {h['errors']} errors {h['first_errors']}); alone again "
-          f"p50 {z['p50_ms']:.2f} ms p99 {z['p99_ms']:.2f} ms ({z['n']} reqs, {z['errors']} errors)")
+    print(legit_line(mem))
     print(f"SIGTERM during load (8 connections of small reviews + 1 of ~1 MiB ones, 2s drain delay): "
           f"{drain['sent']} requests sent ({drain['large_ok']} large ones patched), "
           f"{drain['failed']} failed {drain['first_failures']}, exit code {drain['exit_code']}, "
@@ -569,17 +575,13 @@ def run_go_server(args, work: Path, paths: dict, ctx: ssl.SSLContext) -> int:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
-    a, h = mem["legit_alone"], mem["legit_under_hostile"]
+    h = mem["legit_under_hostile"]
     print()
     print(f"go net/http server (GOMAXPROCS=1): {mem['hostile']} hostile reviews ({mem['hostile_bytes'] / 2**20:.0f} "
           f"MiB) in {mem['elapsed_s']:.1f}s; statuses {mem['statuses']}, client errors {mem['client_errors']}")
     print(f"CPU: server {mem['server_cpu_s']:.1f}s, hostile clients {mem['client_cpu_s']:.1f}s, legit client "
           f"{h['client_cpu_s']:.1f}s; RSS peak {mem['rss_hwm_mib']:.1f} MiB")
-    z = mem["legit_alone_after"]
-    print(f"legit 2-container review, 1 connection: alone p50 {a['p50_ms']:.2f} ms p99 {a['p99_ms']:.2f} ms "
-          f"({a['n']} reqs, {a['errors']} errors); with hostile load p50 {h['p50_ms']:.2f} ms "
-          f"p99 {h['p99_ms']:.2f} ms ({h['n']} reqs, {h['errors']} errors {h['first_errors']}); alone again "
-          f"p50 {z['p50_ms']:.2f} ms p99 {z['p99_ms']:.2f} ms ({z['n']} reqs, {z['errors']} errors)")
+    print(legit_line(mem))
     if args.json:
         args.json.write_text(json.dumps({"memory": mem}, indent=2))
     return 0

@@ -489,10 +489,17 @@ class PodResizeReconciler:
             return DONE
         if observation.stage == Stage.DEFERRED:
             return await self._deferred(pod, node_type, observation)
-        if observation.stage == Stage.INFEASIBLE:
-            return await self._infeasible(pod, node, node_type, plan, observation.message)
-        if observation.stage == Stage.ERROR:
-            return await self._failing(pod, node, node_type, plan, observation)
+        try:
+            if observation.stage == Stage.INFEASIBLE:
+                return await self._infeasible(pod, node, node_type, plan, observation.message)
+            if observation.stage == Stage.ERROR:
+                return await self._failing(pod, node, node_type, plan, observation)
+        except ApiError as err:
+            # Their writes are conditional on the pod as read (they judge the status in hand):
+            # it changed, e.g. the kubelet took the size after all. Its watch event decides again.
+            if err.status != 409:
+                raise
+            return DONE
         return await self._unsupported(pod, node_type, plan, context)
 
     async def _actuated(self, pod: Obj, node_type: str, plan: ResizePlan, context: str, generation: int) -> Result:
@@ -538,31 +545,25 @@ class PodResizeReconciler:
     async def _infeasible(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, message: str) -> Result:
         """The kubelet will never take this size: record it, then set the spec back to the actual size.
 
-        Both writes are conditional on the pod as read: the revert is computed from the status
-        in hand, and a kubelet that actuated the size meanwhile (e.g. its node grew) must not
-        have it taken back (nor the pod marked infeasible). On a conflict the watch delivers
-        the newer pod and it is decided again."""
+        Both writes are conditional on the pod as read (409 otherwise, see _follow): the revert
+        is computed from the status in hand, and a kubelet that actuated the size meanwhile
+        (e.g. its node grew) must not have it taken back (nor the pod marked infeasible)."""
         self._wait(_uid(pod), Stage.INFEASIBLE)
         state = _state(pod, node_type)
         size = size_fingerprint(plan)
         allocatable = allocatable_fingerprint(node)
         resource_version = pod["metadata"]["resourceVersion"]
-        try:
-            if state is None or state.state != Stage.INFEASIBLE or state.size != size \
-                    or state.allocatable != allocatable:
-                # (Recorded again when only the allocatable changed: parked at the node as it is now.)
-                resource_version = await self._record(pod, ResizeState(
-                    Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"), size, allocatable),
-                    resource_version=resource_version)
-                metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
-                await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_INFEASIBLE,
-                                   f"node {pod['spec']['nodeName']} cannot take the new size ({message}); the spec "
-                                   f"is set back to what the containers have, and this size is not tried again "
-                                   f"until the node's type or allocatable or the planned size changes")
-            await self._revert(pod, resource_version)
-        except ApiError as err:
-            if err.status != 409:
-                raise
+        if state is None or state.state != Stage.INFEASIBLE or state.size != size or state.allocatable != allocatable:
+            # (Recorded again when only the allocatable changed: parked at the node as it is now.)
+            resource_version = await self._record(pod, ResizeState(
+                Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"), size, allocatable),
+                resource_version=resource_version)
+            metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
+            await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_INFEASIBLE,
+                               f"node {pod['spec']['nodeName']} cannot take the new size ({message}); the spec is "
+                               f"set back to what the containers have, and this size is not tried again until the "
+                               f"node's type or allocatable or the planned size changes")
+        await self._revert(pod, resource_version)
         return DONE
 
     async def _failing(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan,
@@ -578,14 +579,10 @@ class PodResizeReconciler:
                                                           _summary_from_originals(plan)))
         resource_version = pod["metadata"]["resourceVersion"]
         if state is None or state.state != Stage.ERROR or state.size != size:
-            try:    # conditional like the revert that may follow: both judge the status in hand
-                resource_version = await self._record(pod, ResizeState(
-                    Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)),
-                    resource_version=resource_version)
-            except ApiError as err:
-                if err.status != 409:
-                    raise
-                return DONE     # the pod changed since it was read: its watch event decides again
+            # Conditional like the revert that may follow (409 otherwise, see _follow).
+            resource_version = await self._record(pod, ResizeState(
+                Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)),
+                resource_version=resource_version)
             metrics.RESIZE_OUTCOMES.labels("error").inc()
             await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
                                f"the kubelet could not actuate the resize: {observation.message}")
@@ -597,12 +594,7 @@ class PodResizeReconciler:
             flight.error_checks += 1
             flight.next_error_check = now + self._options.error_backoff * 2 ** flight.error_checks
             return Result(requeue_after=flight.next_error_check - now)
-        try:
-            await self._revert(pod, resource_version)
-        except ApiError as err:
-            if err.status != 409:
-                raise
-            return DONE     # the pod changed since it was read (the kubelet may have actuated it): decided again
+        await self._revert(pod, resource_version)       # a 409 leaves the checks as they are
         flight.error_checks += 1
         metrics.RESIZE_OUTCOMES.labels("error_reverted").inc()
         await self._report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
