@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,8 +33,8 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.metrics import Metrics
-from app.review import (INLINE_MAX_BYTES, INLINE_MAX_VALUES, REASON_INTERNAL_ERROR, REJECTED, SKIPPED,
-                        allowed_response, handle_review, handle_review_inline, too_large)
+from app.review import (INLINE_MAX_BYTES, INLINE_MAX_VALUES, REASON_INTERNAL_ERROR, REASON_OVERLOADED, REJECTED,
+                        handle_review, handle_review_inline, too_large, undecided)
 from app.worker import Decision, ReviewWorkers, WorkerFailure, WorkersBusy
 from resizer.scope import NamespaceScope
 from ops.jsonlog import log_fields
@@ -50,17 +49,9 @@ DEFAULT_MAX_INFLIGHT = 32
 # Request bodies held in memory at once, all requests together: beyond it a request
 # gets the overload answer instead of more buffering (memory bounded by bytes).
 DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
-# JSON objects + arrays in one review beyond which it is not parsed (answered as under
-# overload, counted as the body arrives). A pod of MAX_STAMPED_CONTAINERS (256) containers,
-# each with resources, ports, probes, a few mounts and twenty env vars, has ~10,000; parsing
-# 20,000 takes ~10 ms of the event loop.
-MAX_JSON_CONTAINERS = 20_000
-_TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
 # How long a large body's sender may keep the read lane (MutateApp._receive_in_turn)
 # waiting for its next chunk before the next large body gets its turn.
 READ_TURN_SECONDS = 0.05
-_UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
-_UID_SEARCH_BYTES = 64 * 1024
 
 _JSON_HEADER = (b"content-type", b"application/json")
 _CLOSE_HEADER = (b"connection", b"close")
@@ -121,19 +112,13 @@ class MutateApp:
             self._inflight -= 1
 
     async def _overloaded(self, send: Send, start: float, head: bytes, why: str,
-                          reason: str = "Overloaded") -> None:
-        """Answer without deciding: allowed, no patch (the reconciler captures the originals
-        from the spec later, as when the webhook is down), connection closed so the rest of
-        the body is never read. Without a findable uid, 503: failurePolicy Ignore admits.
-        ``reason`` InternalError (a review worker fault) counts as an error, not overload."""
-        match = _UID.search(head, 0, _UID_SEARCH_BYTES)
-        record = {"decision": SKIPPED, "reason": reason, "error": why}
-        if match is None:
-            await self._respond(send, 503, b'{"error":"overloaded","code":503}', close=True)
-            self._account(start, 503, record)
-            return
-        await self._respond(send, 200, allowed_response(match.group(1).decode("ascii")), close=True)
-        self._account(start, 200, record)
+                          reason: str = REASON_OVERLOADED) -> None:
+        """Answer without deciding (:func:`app.review.undecided`), connection closed so the rest
+        of the body is never read. ``reason`` InternalError (a review worker fault) counts as an
+        error, not overload."""
+        status, payload, record = undecided(head, why, reason)
+        await self._respond(send, status, payload, close=True)
+        self._account(start, status, record)
 
     async def _mutate(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = _perf()
@@ -171,17 +156,12 @@ class MutateApp:
             await self._overloaded(send, start, body, f"more than {self.max_inflight} reviews in flight")
             return
         more_body = message.get("more_body", False)
-        # A body of n bytes has at most n brackets: a whole body shorter than the cap needs no count.
-        objects = _json_containers(body) if more_body or len(body) > MAX_JSON_CONTAINERS else 0
         parts = [body]
         size = len(body)
         if more_body:
             try:
                 self._buffered += size
                 while True:
-                    if objects > MAX_JSON_CONTAINERS:      # the rest is never read
-                        await self._overloaded(send, start, parts[0], _TOO_MANY_OBJECTS)
-                        return
                     message = await (receive() if size <= INLINE_MAX_BYTES else self._receive_in_turn(receive))
                     if message["type"] != "http.request":  # client went away
                         return
@@ -198,7 +178,6 @@ class MutateApp:
                         return
                     self._buffered += len(chunk)
                     parts.append(chunk)
-                    objects += _json_containers(chunk)
                     if not message.get("more_body", False):
                         break
             finally:
@@ -210,12 +189,6 @@ class MutateApp:
             return
         del body
 
-        if objects > MAX_JSON_CONTAINERS:
-            # Parsing would build more Python objects than any real pod has (memory grows with
-            # objects, not bytes: a 4 MiB review of tiny objects is ~100 MiB once parsed), and
-            # hold the event loop for as long as it takes.
-            await self._overloaded(send, start, parts[0], _TOO_MANY_OBJECTS)
-            return
         decision = None
         if size <= INLINE_MAX_BYTES:
             small = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -290,10 +263,10 @@ class MutateApp:
         elapsed = _perf() - start
         self._observe(elapsed)
         record["duration_ms"] = round(elapsed * 1000.0, 3)
-        if status != 200 and record.get("reason") not in ("Overloaded", REASON_INTERNAL_ERROR):
+        if status != 200 and record.get("reason") not in (REASON_OVERLOADED, REASON_INTERNAL_ERROR):
             self._by_result["rejected"].inc()
             log_fields(decision_log, logging.WARNING, "admission review rejected", record)
-        elif record.get("reason") == "Overloaded":
+        elif record.get("reason") == REASON_OVERLOADED:
             self._by_result["overloaded"].inc()
             log_fields(decision_log, logging.WARNING, "admission review answered without a decision", record)
         elif record.get("reason") == REASON_INTERNAL_ERROR:
@@ -302,11 +275,6 @@ class MutateApp:
         else:
             self._by_result[record["decision"]].inc()
             log_fields(decision_log, logging.INFO, "admission decision", record)
-
-
-def _json_containers(chunk: bytes) -> int:
-    """Upper bound of the JSON objects + arrays in ``chunk`` (brackets inside strings count too)."""
-    return chunk.count(b"{") + chunk.count(b"[")
 
 
 def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None,

@@ -173,9 +173,17 @@ def test_lone_surrogate_uid_is_rejected_not_crashed():
 
 
 def test_deeply_nested_json_is_400():
-    status, out, _ = handle_review(b"[" * 100_000 + b"]" * 100_000)
+    status, out, _ = handle_review(b"[" * 10_000 + b"]" * 10_000)
     assert status == 400
     check_response(status, out)
+
+
+def test_more_brackets_than_any_pod_has_are_not_parsed():
+    """100,000 brackets: answered without parsing (no uid to echo: 503, which failurePolicy
+    Ignore admits), not a 400 from the parser's depth limit."""
+    status, out, record = handle_review(b"[" * 100_000 + b"]" * 100_000)
+    assert status == 503 and record["reason"] == "Overloaded"
+    assert "more than 20000 JSON objects/arrays" in record["error"]
 
 
 @settings(max_examples=40, deadline=None, database=None)

@@ -111,6 +111,23 @@ def test_a_large_review_gets_the_same_answer_from_the_worker_as_on_the_loop():
     assert patch_of(r) and len(pids) == 1
 
 
+def test_a_review_of_more_json_objects_than_any_pod_is_refused_by_the_worker_unparsed():
+    """Counted by the worker, not on the event loop: the whole body is read, handed over, and
+    answered "allowed, no patch" without being parsed; the worker stays and decides the next one."""
+    async def scenario(client, app, metrics, workers):
+        (pid,) = workers.pids
+        review = json.loads(REVIEW_2C)
+        review["request"]["uid"] = "junk-uid"
+        review["request"]["object"]["spec"]["junk"] = [{}] * 60_000
+        junk = await client.post("/mutate", content=json.dumps(review).encode())
+        assert junk.status_code == 200 and junk.json()["response"] == {"uid": "junk-uid", "allowed": True}
+        assert requests_total(metrics, "overloaded") == 1
+        after = await client.post("/mutate", content=large_review())
+        assert patch_of(after) and workers.pids == [pid]
+
+    asyncio.run(with_app(scenario, command=None))
+
+
 def test_a_crashing_worker_answers_allowed_without_patch_and_is_replaced():
     async def scenario(client, app, metrics, workers):
         (old,) = workers.pids
