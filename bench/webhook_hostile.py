@@ -26,6 +26,13 @@ The clients run in this process (threads, mostly in C: ssl and sockets); their C
 printed next to the server's so it is visible whether the load generator was the limit.
 Only 127.0.0.1 is contacted; every process started is stopped.
 
+``--reference`` adds a fourth phase, the same hostile set against what strict priority across
+processes would give: the hostile reviews go to a second webhook on the same core at
+``SCHED_IDLE`` (preempted at once whenever the first one has work) while the legitimate
+client talks to a first webhook that sees no hostile traffic. What its legitimate p99 still
+gains under the load is this machine's and the load generator's share (kernel, caches, the
+shared CPU); the difference between phase 2 and this one is the webhook's own.
+
 ``--server go`` runs phases 1 and 2 against ``bench/gowebhook/server`` instead (Go
 net/http, GOMAXPROCS=1, pinned the same way, same body limit): how much a server that
 decides every review on its one core lets the hostile load raise the legitimate p99 on
@@ -370,7 +377,9 @@ def run_legit(port: int, cafile: str, seconds: float) -> tuple[list[float], list
     return client.finish()
 
 
-def phase_memory_and_latency(args, port: int, pid: int, ctx: ssl.SSLContext, cafile: str) -> dict:
+def phase_memory_and_latency(args, port: int, pid: int, ctx: ssl.SSLContext, cafile: str,
+                             hostile_port: int | None = None) -> dict:
+    """Phases 1 and 2; the hostile reviews go to ``hostile_port`` if given (the reference)."""
     log("legit alone")
     base_lat, base_err, base_cpu = run_legit(port, cafile, args.legit_seconds)
     sizes = hostile_sizes(args.hostile, args.seed)
@@ -389,7 +398,8 @@ def phase_memory_and_latency(args, port: int, pid: int, ctx: ssl.SSLContext, caf
     worker_pids = children(pid)
     cpu0, self0, t0 = cpu_seconds(pid), resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
     wcpu0 = children_cpu_seconds(pid)
-    workers = [threading.Thread(target=hostile_worker, args=(port, ctx, jobs, lock, stats, args.hostile_core))
+    workers = [threading.Thread(target=hostile_worker,
+                                args=(hostile_port or port, ctx, jobs, lock, stats, args.hostile_core))
                for _ in range(args.hostile_connections)]
     for w in workers:
         w.start()
@@ -487,6 +497,23 @@ def phase_drain(args, work: Path, crt: str, key: str, keys: Path, ctx: ssl.SSLCo
             "p99_ms": pct(lat, 99), "large_ok": large_ok[0], "workers": len(workers), "workers_left": left}
 
 
+def phase_reference(args, work: Path, paths: dict, keys: Path, ctx: ssl.SSLContext) -> dict:
+    """The latency phase with strict priority across processes: the hostile reviews to a sink
+    webhook at SCHED_IDLE, the legitimate ones to another webhook, both on the server's core."""
+    target, port = start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core,
+                                flags=tuple(args.webhook_flag))
+    sink, sink_port = start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core,
+                                   flags=tuple(args.webhook_flag))
+    try:
+        for pid in (sink.pid, *children(sink.pid)):
+            os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        return phase_memory_and_latency(args, port, target.pid, ctx, paths["ca.crt"], hostile_port=sink_port)
+    finally:
+        for proc in (target, sink):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
 def _zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -513,6 +540,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--server", choices=("python", "go"), default="python",
                    help="go: bench/gowebhook's net/http server, latency phases only")
+    p.add_argument("--reference", action="store_true",
+                   help="also measure the legit p99 under the same load with strict priority across processes "
+                        "(hostile reviews to a second webhook at SCHED_IDLE)")
     p.add_argument("--json", type=Path)
     p.add_argument("--webhook-flag", action="append", default=[], metavar="FLAG",
                    help="extra flag of `python -m app` (repeatable), e.g. --webhook-flag=--max-request-bytes=1MiB")
@@ -537,6 +567,7 @@ def main() -> int:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         drain = phase_drain(args, work, paths["tls.crt"], paths["tls.key"], keys, ctx)
+        reference = phase_reference(args, work, paths, keys, ctx) if args.reference else None
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -561,8 +592,13 @@ def main() -> int:
           f"{drain['failed']} failed {drain['first_failures']}, exit code {drain['exit_code']}, "
           f"p99 {drain['p99_ms']:.2f} ms; review workers left running after exit: "
           f"{len(drain['workers_left'])} of {drain['workers']}")
+    if reference is not None:
+        print("strict-priority reference (hostile reviews to a second webhook at SCHED_IDLE on the same core): "
+              + legit_line(reference))
+        print(f"legit p99 with hostile load: this webhook {mem['legit_under_hostile']['p99_ms']:.2f} ms, "
+              f"strict-priority reference {reference['legit_under_hostile']['p99_ms']:.2f} ms")
     if args.json:
-        args.json.write_text(json.dumps({"memory": mem, "drain": drain}, indent=2))
+        args.json.write_text(json.dumps({"memory": mem, "drain": drain, "reference": reference}, indent=2))
     ok = (bound == "met" and worker_bound == "met" and drain["failed"] == 0 and drain["exit_code"] == 0
           and not drain["workers_left"])
     return 0 if ok else 1
