@@ -214,7 +214,7 @@ class MutateApp:
     async def _receive_in_turn(self, receive: Receive) -> Message:
         """The next body chunk of a large review, read in turn with the other large ones.
 
-        Reading a chunk (TLS decryption of up to 256 KiB, then counting) holds the event loop
+        Reading a chunk (TLS decryption of up to 256 KiB, a few copies) holds the event loop
         for a few tenths of a millisecond. One large body is read at a time, a chunk per turn
         (the others stay paused by uvicorn's flow control, which reads no further than 64 KiB
         ahead until ``receive`` is called), so however many large reviews are in flight, a
