@@ -113,7 +113,9 @@ def test_a_large_review_gets_the_same_answer_from_the_worker_as_on_the_loop():
 
 def test_a_review_of_more_json_objects_than_any_pod_is_refused_by_the_worker_unparsed():
     """Counted by the worker, not on the event loop: the whole body is read, handed over, and
-    answered "allowed, no patch" without being parsed; the worker stays and decides the next one."""
+    answered "allowed, no patch" without being parsed, on a connection kept alive (the loop's
+    own refusals close it, leaving the rest of a body unread); the worker stays and decides
+    the next one."""
     async def scenario(client, app, metrics, workers):
         (pid,) = workers.pids
         review = json.loads(REVIEW_2C)
@@ -121,6 +123,7 @@ def test_a_review_of_more_json_objects_than_any_pod_is_refused_by_the_worker_unp
         review["request"]["object"]["spec"]["junk"] = [{}] * 60_000
         junk = await client.post("/mutate", content=json.dumps(review).encode())
         assert junk.status_code == 200 and junk.json()["response"] == {"uid": "junk-uid", "allowed": True}
+        assert junk.headers.get("connection") != "close"
         assert requests_total(metrics, "overloaded") == 1
         after = await client.post("/mutate", content=large_review())
         assert patch_of(after) and workers.pids == [pid]
