@@ -59,8 +59,9 @@ TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
 _UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
 _UID_SEARCH_BYTES = 64 * 1024
 # Pods with more spec containers are admitted with forged keys stripped but unstamped:
-# their originals cost ~40 us per container to compute on the single event loop, and a
-# few hundred containers' originals would not fit the 256 KiB annotation limit anyway.
+# their originals cost ~120 us per container to compute, sign and patch when not memoised
+# (a review worker's time, ~30 ms for 256), and a few hundred containers' originals would
+# not fit the 256 KiB annotation limit anyway.
 MAX_STAMPED_CONTAINERS = 256
 # A review decided on the webhook's event loop holds every other review up meanwhile, so
 # only reviews that cost well under a millisecond are decided there (the caller checks the

@@ -500,18 +500,24 @@ def phase_drain(args, work: Path, crt: str, key: str, keys: Path, ctx: ssl.SSLCo
 def phase_reference(args, work: Path, paths: dict, keys: Path, ctx: ssl.SSLContext) -> dict:
     """The latency phase with strict priority across processes: the hostile reviews to a sink
     webhook at SCHED_IDLE, the legitimate ones to another webhook, both on the server's core."""
-    target, port = start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core,
-                                flags=tuple(args.webhook_flag))
-    sink, sink_port = start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core,
-                                   flags=tuple(args.webhook_flag))
+    started: list[tuple[subprocess.Popen, int]] = []
     try:
+        for _ in range(2):      # the legitimate client's webhook, then the hostile reviews' sink
+            started.append(start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core,
+                                        flags=tuple(args.webhook_flag)))
+        (target, port), (sink, sink_port) = started
         for pid in (sink.pid, *children(sink.pid)):
             os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
         return phase_memory_and_latency(args, port, target.pid, ctx, paths["ca.crt"], hostile_port=sink_port)
     finally:
-        for proc in (target, sink):
+        for proc, _ in started:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+        for proc, _ in started:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _zombie(pid: int) -> bool:
