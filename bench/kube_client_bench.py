@@ -35,7 +35,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from reconciler.kube import Credentials, KubeClient, load_credentials  # noqa: E402
+from reconciler.kube.client import Credentials, KubeClient, load_credentials  # noqa: E402
 
 REVIEW = REPO / "bench" / "data" / "review-2c.json"
 NAMESPACE = "default"

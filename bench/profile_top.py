@@ -16,11 +16,11 @@ from collections import Counter
 from pathlib import Path
 
 GROUPS = {
-    "HTTP client (reconciler/kube.py + library)": re.compile(
-        r"\((?:reconciler/kube\.py|reconciler/transport\.py|.*httpx/|.*httpcore/|.*anyio/|.*h11/|.*aiohttp/)"),
+    "HTTP client (reconciler/kube/client.py + library)": re.compile(
+        r"\((?:reconciler/kube/client\.py|reconciler/kube/transport\.py|.*httpx/|.*httpcore/|.*anyio/|.*h11/|.*aiohttp/)"),
     "importlib at run time": re.compile(r"<frozen importlib"),
-    "Events (reconciler/events.py)": re.compile(r"\(reconciler/events\.py"),
-    "watch path (informer + slim)": re.compile(r"\(reconciler/(?:informer|slim)\.py"),
+    "Events (reconciler/kube/events.py)": re.compile(r"\(reconciler/kube/events\.py"),
+    "watch path (informer + slim)": re.compile(r"\(reconciler/kube/(?:informer|slim)\.py"),
     "logging": re.compile(r"logging/__init__\.py|ops/jsonlog\.py"),
     "pure core (resizer/)": re.compile(r"\(resizer/"),
     "TLS (ssl / sslproto)": re.compile(r"ssl\.py|sslproto\.py"),

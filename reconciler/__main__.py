@@ -18,9 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in COMMANDS:        # python -m reconciler plan|restore ...
         return commands_main(argv)
-    args = options.parse(argv)
+    settings = options.parse(argv)
     from reconciler.run import main as run   # heavy imports only after --help/parse errors
-    return run(args)
+    return run(settings)
 
 
 if __name__ == "__main__":

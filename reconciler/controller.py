@@ -34,8 +34,8 @@ from typing import Any
 
 from ops.timestamps import rfc3339
 from reconciler import metrics
-from reconciler.events import object_reference
-from reconciler.informer import object_key
+from reconciler.kube.events import object_reference
+from reconciler.kube.informer import object_key
 from reconciler.kube import ApiError
 from reconciler.outcome import (
     SPEC_SIZE_CHARS,
@@ -47,10 +47,11 @@ from reconciler.outcome import (
     revert_patch,
     spec_size,
 )
-from reconciler.ratelimit import TokenBucket
+from reconciler.kube.ratelimit import TokenBucket
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault, pod_path
 from reconciler.reasons import EventType, Reason
-from reconciler.slim import status_fingerprint
+from reconciler.settings import ControllerSettings
+from reconciler.kube.slim import status_fingerprint
 from resizer import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
@@ -95,21 +96,6 @@ class Step:
     REVERT = "revert"       # the spec set back to what the containers actually have
 
 
-@dataclass(frozen=True)
-class Options:
-    node_type_label: str
-    dry_run: bool = False
-    resize_restart_containers: bool = False
-    realign: bool = True
-    max_resizes_per_second: float = 10.0
-    # A resize the kubelet keeps deferring is reported as a Warning after this long (seconds).
-    deferred_timeout: float = 900.0
-    # A resize the kubelet fails to actuate is re-checked this often (backoff doubling from
-    # error_backoff) before the spec is set back to what the containers actually have.
-    error_retries: int = 3
-    error_backoff: float = 30.0
-
-
 @dataclass
 class InFlight:
     """A resize this process requested and has not seen end yet (memory only)."""
@@ -135,7 +121,7 @@ class PodResizeReconciler:
     """reconcile(namespace/name) of one pod, plus the predicate the manager filters events with."""
 
     def __init__(self, reader: PodReader, writer: PodWriter, events: EventSink, config: ConfigView,
-                 options: Options, fault: FaultHook = no_fault, clock: Callable[[], float] = time.time,
+                 options: ControllerSettings, fault: FaultHook = no_fault, clock: Callable[[], float] = time.time,
                  keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING) -> None:
         self._reader = reader
         self._keyring = keyring     # the originals MAC keys in force (they rotate)

@@ -14,12 +14,14 @@ import time
 from collections.abc import Callable
 
 from reconciler import metrics
-from reconciler.controller import Options, PodResizeReconciler
-from reconciler.informer import Informer, object_key
+from reconciler.kube import metrics as kube_metrics
+from reconciler.controller import PodResizeReconciler
+from reconciler.kube.informer import Informer, object_key
 from reconciler.kube import ApiError, KubeClient
+from reconciler.settings import ControllerSettings
 from reconciler.ports import ApiWriter, CachedReader, ConfigView, EventSink, FaultHook, Obj, no_fault
-from reconciler.slim import slim_node, slim_pod
-from reconciler.workqueue import WorkQueue
+from reconciler.kube.slim import slim_node, slim_pod
+from reconciler.kube.workqueue import WorkQueue
 from resizer import EMPTY_KEYRING, KeyRing, needs_resign
 
 log = logging.getLogger("reconciler")
@@ -30,7 +32,7 @@ PodFilter = Callable[[Obj], bool]
 
 class Manager:
     def __init__(self, client: KubeClient, events: EventSink, config: ConfigView, queue: WorkQueue,
-                 options: Options, idle_timeout: float = 90.0, fault: FaultHook = no_fault,
+                 options: ControllerSettings, idle_timeout: float = 90.0, fault: FaultHook = no_fault,
                  pod_filters: tuple[PodFilter, ...] = (),
                  keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING) -> None:
         self.queue = queue
@@ -66,7 +68,7 @@ class Manager:
         success = metrics.RECONCILE_TOTAL.labels(controller, "success")
         requeued = metrics.RECONCILE_TOTAL.labels(controller, "requeue_after")
         reconcile_time = metrics.RECONCILE_TIME.labels(controller)
-        work_time = metrics.QUEUE_WORK.labels(self.queue.name)
+        work_time = kube_metrics.QUEUE_WORK.labels(self.queue.name)
         while (key := await self.queue.get()) is not None:
             started = time.monotonic()
             active.inc()

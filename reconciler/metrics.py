@@ -1,10 +1,10 @@
-"""Prometheus metrics of the reconciler, named like controller-runtime's."""
+"""Prometheus metrics of the reconciler, named like controller-runtime's (the client machinery's
+are in reconciler.kube.metrics)."""
 from __future__ import annotations
 
 from ops.prometheus import Counter, Gauge, Histogram
 
 CONTROLLER = "pod-resizer"
-
 RECONCILE_TOTAL = Counter(
     "controller_runtime_reconcile_total", "Total number of reconciliations per controller and result.",
     ["controller", "result"])
@@ -19,21 +19,6 @@ ACTIVE_WORKERS = Gauge(
 MAX_WORKERS = Gauge(
     "controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent reconciles per controller.",
     ["controller"])
-
-QUEUE_DEPTH = Gauge("workqueue_depth", "Current depth of workqueue.", ["name"])
-QUEUE_ADDS = Counter("workqueue_adds_total", "Total number of adds handled by workqueue.", ["name"])
-QUEUE_RETRIES = Counter("workqueue_retries_total", "Total number of retries handled by workqueue.", ["name"])
-QUEUE_LATENCY = Histogram(
-    "workqueue_queue_duration_seconds", "How long an item stays in workqueue before being requested.",
-    ["name"], buckets=(0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300))
-QUEUE_WORK = Histogram(
-    "workqueue_work_duration_seconds", "How long processing an item from workqueue takes.",
-    ["name"], buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60))
-
-API_REQUESTS = Counter(
-    "rest_client_requests_total", "Number of HTTP requests to the apiserver, by method, resource and code.",
-    ["method", "resource", "code"])
-
 OUTCOMES = Counter(
     "workload_resizer_outcomes_total", "Decisions per outcome (the Event reasons).", ["reason"])
 CONFIG_VALID = Gauge(
@@ -44,13 +29,6 @@ CONFIG_ERRORS = Counter(
     "workload_resizer_config_errors_total", "ConfigMap contents rejected by validation, or missing.")
 CONFIG_RELOADS = Counter(
     "workload_resizer_config_reloads_total", "Valid config versions taken into use.")
-LEADER = Gauge(
-    "leader_election_master_status", "1 if this instance is the leader of the named lease.", ["name"])
-WATCH_RESTARTS = Counter(
-    "workload_resizer_watch_restarts_total", "Watch streams restarted, by resource and cause.", ["resource", "cause"])
-CACHED_OBJECTS = Gauge(
-    "workload_resizer_cached_objects", "Objects held in the reconciler's caches.", ["resource"])
-
 RESIZES_WAITING = Gauge(
     "workload_resizer_resizes_waiting",
     "Pods whose resize has not been actuated, by state (requested, deferred, infeasible, error).", ["state"])

@@ -3,13 +3,12 @@ namespace informer (started only when the scope has a label selector)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from reconciler.informer import Informer
+from reconciler.kube.informer import Informer
 from reconciler.kube import KubeClient
 from resizer.scope import NamespaceScope
+from reconciler.kube.slim import Obj
 
-Obj = dict[str, Any]
 
 
 def slim_namespace(namespace: Obj) -> Obj:

@@ -1,4 +1,5 @@
-"""Command-line flags of `python -m reconciler`, named like the Go ecosystem's."""
+"""Command-line flags of `python -m reconciler`, named like the Go ecosystem's, turned into
+:class:`reconciler.settings.ReconcilerSettings` (the defaults live there)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,15 @@ import socket
 import uuid
 
 from ops.flags import boolean, duration, positive_float, positive_int, string_list
+from reconciler.settings import (
+    CONFIG_NAME,
+    CONFIG_NAMESPACE,
+    NODE_TYPE_LABEL,
+    ApiSettings,
+    ControllerSettings,
+    LeaderElectionSettings,
+    ReconcilerSettings,
+)
 from resizer.scope import ScopeError, namespace_scope
 
 
@@ -25,11 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="restart a watch that delivered nothing (not even a bookmark) for this long")
 
     sizing = p.add_argument_group("sizing")
-    sizing.add_argument("--node-type-label", default="cloud.google.com/machine-family",
+    sizing.add_argument("--node-type-label", default=NODE_TYPE_LABEL,
                         help="node label whose value names the node type in the config's nodeTypes")
-    sizing.add_argument("--config-namespace", default="workload-resizer-system",
+    sizing.add_argument("--config-namespace", default=CONFIG_NAMESPACE,
                         help="namespace of the config ConfigMap")
-    sizing.add_argument("--config-name", default="workload-resizer-config",
+    sizing.add_argument("--config-name", default=CONFIG_NAME,
                         help="name of the config ConfigMap (key config.yaml)")
     sizing.add_argument("--config-refresh-interval", type=duration, default=30.0,
                         help="also re-read the ConfigMap this often, besides watching it")
@@ -98,16 +108,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
-    if args.leader_election_namespace is None:
-        args.leader_election_namespace = args.config_namespace
-    if args.leader_election_identity is None:
-        args.leader_election_identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+def parse(argv: list[str] | None = None) -> ReconcilerSettings:
+    """The settings the flags in `argv` describe; exits with a usage error on a bad combination."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
-        build_parser().error("--leader-election-renew-deadline must be shorter than the lease duration")
+        parser.error("--leader-election-renew-deadline must be shorter than the lease duration")
     try:
-        args.scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
+        scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
-        build_parser().error(str(error))
-    return args
+        parser.error(str(error))
+    return ReconcilerSettings(
+        api=ApiSettings(kubeconfig=args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
+                        watch_idle_timeout=args.watch_idle_timeout),
+        controller=ControllerSettings(
+            node_type_label=args.node_type_label, dry_run=args.dry_run,
+            resize_restart_containers=args.resize_restart_containers, realign=args.realign,
+            max_resizes_per_second=args.max_resizes_per_second, deferred_timeout=args.resize_deferred_timeout,
+            error_retries=args.resize_error_retries, error_backoff=args.resize_error_backoff),
+        leader_election=LeaderElectionSettings(
+            enabled=args.leader_elect,
+            namespace=args.leader_election_namespace or args.config_namespace,
+            name=args.leader_election_id,
+            identity=args.leader_election_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+            lease_duration=args.leader_election_lease_duration,
+            renew_deadline=args.leader_election_renew_deadline,
+            retry_period=args.leader_election_retry_period),
+        scope=scope,
+        config_namespace=args.config_namespace,
+        config_name=args.config_name,
+        config_refresh_interval=args.config_refresh_interval,
+        originals_key_dir=args.originals_key_dir,
+        concurrency=args.concurrency,
+        metrics_bind_address=args.metrics_bind_address,
+        health_probe_bind_address=args.health_probe_bind_address,
+        log_level=args.log_level,
+        log_format=args.log_format,
+        shutdown_timeout=args.shutdown_timeout,
+    )

@@ -21,11 +21,10 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any
 
 from resizer import QuantityError, parse_quantity
+from reconciler.kube.slim import Obj
 
-Obj = dict[str, Any]
 
 PENDING = "PodResizePending"
 IN_PROGRESS = "PodResizeInProgress"

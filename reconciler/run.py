@@ -1,7 +1,6 @@
 """Wiring: credentials, caches, leader election, workers, probes, shutdown."""
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -16,14 +15,14 @@ from ops.keys import KeyDirectory, KeyDirectoryError
 from ops.probes import Check
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
-from reconciler.controller import Options
-from reconciler.events import EventRecorder
+from reconciler.kube.events import EventRecorder
 from reconciler.kube import KubeClient, load_credentials
-from reconciler.leader import FencedClient, LeaderElector, LeadershipLost
+from reconciler.kube.leader import FencedClient, LeaderElector, LeadershipLost
 from reconciler.manager import Manager
 from reconciler.namespaces import ScopedNamespaces
 from reconciler.ports import FaultHook, no_fault
-from reconciler.workqueue import WorkQueue
+from reconciler.settings import ReconcilerSettings
+from reconciler.kube.workqueue import WorkQueue
 from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 
 log = logging.getLogger("reconciler")
@@ -46,41 +45,36 @@ def crash_hook(step_name: str | None) -> FaultHook:
 
 
 class Reconciler:
-    def __init__(self, args: argparse.Namespace, keys: KeyDirectory | None = None) -> None:
-        self.args = args
+    def __init__(self, settings: ReconcilerSettings, keys: KeyDirectory | None = None) -> None:
+        self.settings = settings
         self.keys = keys
         self.keyring = KeyRing(keys.keys) if keys is not None else EMPTY_KEYRING
         if keys is None:
             log.warning("no --originals-key-dir: original-* annotations cannot be verified; only pods whose "
                         "spec never changed are resized")
-        creds = load_credentials(args.kubeconfig)
-        self.client = KubeClient(creds, qps=args.kube_api_qps, burst=args.kube_api_burst,
-                                 max_connections=args.concurrency + 8, drop_managed_fields=True)
+        api, election = settings.api, settings.leader_election
+        creds = load_credentials(api.kubeconfig)
+        self.client = KubeClient(creds, qps=api.qps, burst=api.burst,
+                                 max_connections=settings.concurrency + 8, drop_managed_fields=True)
         # The lease gets its own connections, outside the workers' rate limit and pool: a
         # renewal must never queue behind a burst of resizes.
-        self.lease_client = KubeClient(creds, qps=0, burst=1, max_connections=2) if args.leader_elect else None
+        self.lease_client = KubeClient(creds, qps=0, burst=1, max_connections=2) if election.enabled else None
         self.elector = LeaderElector(
-            self.lease_client or self.client, args.leader_election_namespace, args.leader_election_id,
-            args.leader_election_identity, args.leader_election_lease_duration,
-            args.leader_election_renew_deadline, args.leader_election_retry_period) if args.leader_elect else None
+            self.lease_client or self.client, election.namespace, election.name, election.identity,
+            election.lease_duration, election.renew_deadline, election.retry_period) if election.enabled else None
         # Workers and events write through the fence: nothing is sent once the lease may be lost.
         writer: Any = FencedClient(self.client, self.elector.may_write) if self.elector else self.client
         self.recorder = EventRecorder(writer)
         self.queue = WorkQueue("pod-resizer")
-        self.config = ConfigSource(self.client, self.recorder, args.config_namespace, args.config_name,
-                                   args.config_refresh_interval, on_change=self._config_changed,
-                                   idle_timeout=args.watch_idle_timeout)
+        self.config = ConfigSource(self.client, self.recorder, settings.config_namespace, settings.config_name,
+                                   settings.config_refresh_interval, on_change=self._config_changed,
+                                   idle_timeout=api.watch_idle_timeout)
         # The namespace scope; a namespace whose labels change re-evaluates every cached pod.
-        self.namespaces = ScopedNamespaces(self.client, args.scope, lambda _: self.manager.on_config_change(),
-                                           args.watch_idle_timeout)
+        self.namespaces = ScopedNamespaces(self.client, settings.scope, lambda _: self.manager.on_config_change(),
+                                           api.watch_idle_timeout)
         self.manager = Manager(
-            writer, self.recorder, self.config, self.queue,
-            Options(node_type_label=args.node_type_label, dry_run=args.dry_run,
-                    resize_restart_containers=args.resize_restart_containers, realign=args.realign,
-                    max_resizes_per_second=args.max_resizes_per_second,
-                    deferred_timeout=args.resize_deferred_timeout, error_retries=args.resize_error_retries,
-                    error_backoff=args.resize_error_backoff),
-            idle_timeout=args.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
+            writer, self.recorder, self.config, self.queue, settings.controller,
+            idle_timeout=api.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
             pod_filters=(self.namespaces.includes,), keyring=lambda: self.keyring)
         self.stop = asyncio.Event()
         self.active = False
@@ -91,7 +85,7 @@ class Reconciler:
     async def _poll_keys(self) -> None:
         """Re-read --originals-key-dir; a rotation re-signs the pods signed with older keys."""
         while True:
-            await asyncio.sleep(self.args.config_refresh_interval)
+            await asyncio.sleep(self.settings.config_refresh_interval)
             if self.keys is None:
                 continue
             try:
@@ -174,10 +168,10 @@ class Reconciler:
             synced = asyncio.create_task(self._wait_synced())
             done, _ = await asyncio.wait({stopped, synced, *background}, return_when=asyncio.FIRST_COMPLETED)
             if synced in done:
-                log.info("caches synced; starting workers", extra={"workers": self.args.concurrency})
-                metrics.MAX_WORKERS.labels(metrics.CONTROLLER).set(self.args.concurrency)
+                log.info("caches synced; starting workers", extra={"workers": self.settings.concurrency})
+                metrics.MAX_WORKERS.labels(metrics.CONTROLLER).set(self.settings.concurrency)
                 workers = [asyncio.create_task(self.manager.worker(), name=f"worker-{i}")
-                           for i in range(self.args.concurrency)]
+                           for i in range(self.settings.concurrency)]
                 # A worker only ends by crashing: that must stop the process, not go unnoticed.
                 done, _ = await asyncio.wait({stopped, *background, *workers}, return_when=asyncio.FIRST_COMPLETED)
             synced.cancel()
@@ -212,7 +206,7 @@ class Reconciler:
             for task in workers:
                 task.cancel()
         if workers:
-            _, pending = await asyncio.wait(workers, timeout=self.args.shutdown_timeout)
+            _, pending = await asyncio.wait(workers, timeout=self.settings.shutdown_timeout)
             for task in pending:
                 task.cancel()
         for task in [*background, stopped]:
@@ -225,7 +219,7 @@ class Reconciler:
     def _listen(self) -> dict[str, socket.socket]:
         """Bind every metrics/probe address now: a port already taken is a startup error, not a
         reconciler running without health or metrics endpoints."""
-        addresses = {a for a in (self.args.metrics_bind_address, self.args.health_probe_bind_address) if a != "0"}
+        addresses = {a for a in (self.settings.metrics_bind_address, self.settings.health_probe_bind_address) if a != "0"}
         listeners: dict[str, socket.socket] = {}
         try:
             for address in sorted(addresses):
@@ -273,10 +267,10 @@ def _bind(address: str) -> socket.socket:
     return sock
 
 
-def main(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
+def main(settings: ReconcilerSettings) -> int:
+    configure_logging(settings.log_level, settings.log_format)
     try:
-        keys = KeyDirectory(args.originals_key_dir) if args.originals_key_dir else None
+        keys = KeyDirectory(settings.originals_key_dir) if settings.originals_key_dir else None
         if keys is not None:
             KeyRing(keys.keys)
     except (KeyDirectoryError, KeyRingError) as err:
@@ -290,7 +284,7 @@ def main(args: argparse.Namespace) -> int:
         runner = asyncio.run
 
     async def _run() -> int:
-        return await Reconciler(args, keys).run()
+        return await Reconciler(settings, keys).run()
 
     with contextlib.suppress(KeyboardInterrupt):
         code: int = runner(_run())

@@ -253,9 +253,10 @@ def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
         webhook_parser().parse_args(wargs[1:])
         parsed = reconciler_parse(rargs[1:])
         if values is CUSTOM:
-            assert parsed.dry_run and parsed.resize_restart_containers and parsed.kube_api_burst == 1000000
-            assert parsed.config_name == "sizing" and parsed.leader_election_id == "resizer-lock"
-            assert parsed.kubeconfig == "/etc/kube/config"          # extraArgs come last
+            assert parsed.controller.dry_run and parsed.controller.resize_restart_containers
+            assert parsed.api.burst == 1000000
+            assert parsed.config_name == "sizing" and parsed.leader_election.name == "resizer-lock"
+            assert parsed.api.kubeconfig == "/etc/kube/config"          # extraArgs come last
             assert wargs[-1] == "--log-level=warning"
             assert parser_flags(reconciler_parser()) - flags(rargs) == {"--leader-election-identity"}
             assert parser_flags(webhook_parser()) - flags(wargs) == set()

@@ -6,19 +6,30 @@ import sys
 
 import pytest
 
-from reconciler.commands import parse
+from reconciler import options
+from reconciler.commands.cli import parse
+from reconciler.settings import PlanSettings, RestoreSettings
 
 
 def test_plan_flags_mirror_the_reconcilers_and_build_the_same_scope() -> None:
-    args = parse(["plan", "--namespace=wr", "--exclude-namespaces=a,b", "--namespace-selector=!skip",
+    settings = parse(["plan", "--namespace=wr", "--exclude-namespaces=a,b", "--namespace-selector=!skip",
                   "--config-file=c.yaml", "-o", "json", "--no-realign"])
-    assert args.scope.excluded == {"kube-system", "wr", "a", "b"}
-    assert (args.config_file, args.output, args.realign) == ("c.yaml", "json", False)
+    assert settings.scope.excluded == {"kube-system", "wr", "a", "b"}
+    assert (settings.config_file, settings.output, settings.realign) == ("c.yaml", "json", False)
+
+
+def test_plan_plans_with_the_reconcilers_defaults() -> None:
+    plan, reconciler = parse(["plan"]), options.parse([])
+    assert isinstance(plan, PlanSettings)
+    assert (plan.node_type_label, plan.config_namespace, plan.config_name, plan.realign) == \
+        (reconciler.controller.node_type_label, reconciler.config_namespace, reconciler.config_name,
+         reconciler.controller.realign)
 
 
 def test_restore_is_rate_limited_by_default() -> None:
-    args = parse(["restore"])
-    assert args.max_resizes_per_second == 10.0 and not args.dry_run
+    settings = parse(["restore"])
+    assert isinstance(settings, RestoreSettings)
+    assert settings.max_resizes_per_second == 10.0 and not settings.dry_run
 
 
 @pytest.mark.parametrize("argv", [["plan", "--namespace-selector=a in ("], ["restore", "--max-resizes-per-second=0"],

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from reconciler.controller import _decision_record, _live_and_bound, _pod_path, _situation
-from reconciler.slim import slim_pod
+from reconciler.kube.slim import slim_pod
 from resizer import SAMPLE_CONFIG, load_config, plan_resize, resolve_policy
 
 CONFIG = load_config(SAMPLE_CONFIG)     # n2d baseline; n4 cpuPerf 1.25; bounds cpu 50m..16, memory 64Mi..32Gi
@@ -173,9 +173,9 @@ def test_an_unbound_pod_is_not_live():
 def _manager():
     import asyncio
 
-    from reconciler.controller import Options
+    from reconciler.settings import ControllerSettings
     from reconciler.manager import Manager
-    from reconciler.workqueue import WorkQueue
+    from reconciler.kube.workqueue import WorkQueue
 
     class NoConfig:
         config = None
@@ -183,7 +183,7 @@ def _manager():
 
     async def make():
         return Manager(object(), object(), NoConfig(), WorkQueue("t"),  # type: ignore[arg-type]
-                       Options(node_type_label="family"))
+                       ControllerSettings(node_type_label="family"))
     return asyncio.run(make())
 
 

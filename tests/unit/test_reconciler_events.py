@@ -1,4 +1,4 @@
-"""reconciler.events.EventRecorder: aggregation, spam filter, truncation (fake API client)."""
+"""reconciler.kube.events.EventRecorder: aggregation, spam filter, truncation (fake API client)."""
 from __future__ import annotations
 
 import asyncio
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.events import MAX_MESSAGE, EventRecorder, object_reference
-from reconciler.kube import ApiError
+from reconciler.kube.events import MAX_MESSAGE, EventRecorder, object_reference
+from reconciler.kube.client import ApiError
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -1,4 +1,4 @@
-"""reconciler.informer.Informer: paged list, relist diff and watch events into the cache (fake client)."""
+"""reconciler.kube.informer.Informer: paged list, relist diff and watch events into the cache (fake client)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from reconciler.informer import Informer, object_key
-from reconciler.kube import WatchExpired
-from reconciler.slim import slim_pod
+from reconciler.kube.informer import Informer, object_key
+from reconciler.kube.client import WatchExpired
+from reconciler.kube.slim import slim_pod
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -295,7 +295,7 @@ def test_a_watch_that_closes_at_once_is_retried_with_backoff_not_in_a_tight_loop
             sleeps.append(delay)
         await real_sleep(0)
 
-    monkeypatch.setattr("reconciler.informer.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("reconciler.kube.informer.asyncio.sleep", fake_sleep)
     informer = _informer(client, handler)
 
     async def body() -> None:

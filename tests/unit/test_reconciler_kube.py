@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from reconciler.kube import (
+from reconciler.kube.client import (
     MERGE_PATCH,
     ApiError,
     Credentials,
@@ -28,7 +28,7 @@ from reconciler.kube import (
     _loads_trimmed,
     _resource_label,
 )
-from reconciler.ratelimit import TokenBucket
+from reconciler.kube.ratelimit import TokenBucket
 from tests.unit.kube_server import Handler, KubeServer, Reply, Seen, tls_pair
 
 pytestmark = pytest.mark.timeout(10)

@@ -4,10 +4,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from reconciler.controller import Options
+from reconciler.settings import ControllerSettings
 from reconciler.manager import Manager
-from reconciler.slim import slim_node, slim_pod
-from reconciler.workqueue import WorkQueue
+from reconciler.kube.slim import slim_node, slim_pod
+from reconciler.kube.workqueue import WorkQueue
 from tests.unit.fake_cluster import FakeCluster, FakeConfig
 from tests.unit.test_reconciler_reconcile import CONFIG, LABEL, pod
 
@@ -24,7 +24,7 @@ def queued(queue: WorkQueue) -> list[str]:
 def manager(**kwargs: Any) -> Manager:
     fake = FakeCluster()
     return Manager(None, fake, FakeConfig(CONFIG), WorkQueue("test"),  # type: ignore[arg-type]
-                   Options(node_type_label=LABEL), **kwargs)
+                   ControllerSettings(node_type_label=LABEL), **kwargs)
 
 
 def test_a_pod_event_queues_its_key_once_its_node_is_typed():

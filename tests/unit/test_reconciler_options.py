@@ -52,23 +52,23 @@ def test_positive_int_rejects_less_than_one(text):
 
 
 def test_duration_flags_are_parsed_into_seconds():
-    args = parse(["--watch-idle-timeout", "1m30s", "--config-refresh-interval", "500ms",
+    settings = parse(["--watch-idle-timeout", "1m30s", "--config-refresh-interval", "500ms",
                   "--shutdown-timeout", "45"])
-    assert (args.watch_idle_timeout, args.config_refresh_interval, args.shutdown_timeout) == (90.0, 0.5, 45.0)
+    assert (settings.api.watch_idle_timeout, settings.config_refresh_interval, settings.shutdown_timeout) == (90.0, 0.5, 45.0)
 
 
 def test_lease_namespace_defaults_to_the_config_namespace():
-    args = parse(["--config-namespace", "resizer"])
-    assert args.leader_election_namespace == "resizer"
+    settings = parse(["--config-namespace", "resizer"])
+    assert settings.leader_election.namespace == "resizer"
 
 
 def test_explicit_lease_namespace_is_kept():
-    args = parse(["--config-namespace", "resizer", "--leader-election-namespace", "leases"])
-    assert args.leader_election_namespace == "leases"
+    settings = parse(["--config-namespace", "resizer", "--leader-election-namespace", "leases"])
+    assert settings.leader_election.namespace == "leases"
 
 
 def test_default_identity_is_hostname_with_a_random_suffix():
-    first, second = parse([]).leader_election_identity, parse([]).leader_election_identity
+    first, second = parse([]).leader_election.identity, parse([]).leader_election.identity
     assert first.startswith(socket.gethostname() + "_")
     assert first != second
 
@@ -81,8 +81,8 @@ def test_renew_deadline_must_be_shorter_than_the_lease_duration(capsys):
 
 
 def test_renew_deadline_shorter_than_the_lease_duration_is_accepted():
-    args = parse(["--leader-election-lease-duration", "1m", "--leader-election-renew-deadline", "40s"])
-    assert (args.leader_election_lease_duration, args.leader_election_renew_deadline) == (60.0, 40.0)
+    settings = parse(["--leader-election-lease-duration", "1m", "--leader-election-renew-deadline", "40s"])
+    assert (settings.leader_election.lease_duration, settings.leader_election.renew_deadline) == (60.0, 40.0)
 
 
 def test_a_malformed_duration_flag_is_a_usage_error(capsys):
@@ -99,10 +99,10 @@ def test_zero_concurrency_is_a_usage_error(capsys):
 
 
 def test_defaults_describe_a_usable_configuration():
-    args = parse([])
-    assert args.leader_election_renew_deadline < args.leader_election_lease_duration
-    assert args.kube_api_qps > 0 and args.kube_api_burst >= 1 and args.concurrency >= 1
-    assert not args.dry_run and not args.leader_elect
+    settings = parse([])
+    assert settings.leader_election.renew_deadline < settings.leader_election.lease_duration
+    assert settings.api.qps > 0 and settings.api.burst >= 1 and settings.concurrency >= 1
+    assert not settings.controller.dry_run and not settings.leader_election.enabled
 
 
 def test_a_nan_lease_duration_is_a_usage_error_not_a_crash_at_election_time(capsys):
@@ -115,9 +115,9 @@ def test_a_nan_lease_duration_is_a_usage_error_not_a_crash_at_election_time(caps
 
 def test_scope_flags_build_the_shared_namespace_scope(monkeypatch) -> None:
     monkeypatch.setenv("POD_NAMESPACE", "wr-system")
-    args = parse(["--exclude-namespaces", "monitoring, batch", "--namespace-selector", "!skip"])
-    assert args.scope.excluded == {"kube-system", "wr-system", "monitoring", "batch"}
-    assert args.scope.selector_text() == "!skip"
+    settings = parse(["--exclude-namespaces", "monitoring, batch", "--namespace-selector", "!skip"])
+    assert settings.scope.excluded == {"kube-system", "wr-system", "monitoring", "batch"}
+    assert settings.scope.selector_text() == "!skip"
 
 
 def test_a_bad_namespace_selector_fails_fast(capsys) -> None:
@@ -129,10 +129,10 @@ def test_a_bad_namespace_selector_fails_fast(capsys) -> None:
 
 
 def test_realignment_is_on_by_default_and_rate_limited() -> None:
-    args = parse([])
-    assert args.realign is True and args.max_resizes_per_second == 10.0
-    args = parse(["--realign=false", "--max-resizes-per-second=0.5"])
-    assert args.realign is False and args.max_resizes_per_second == 0.5
+    settings = parse([])
+    assert settings.controller.realign is True and settings.controller.max_resizes_per_second == 10.0
+    settings = parse(["--realign=false", "--max-resizes-per-second=0.5"])
+    assert settings.controller.realign is False and settings.controller.max_resizes_per_second == 0.5
 
 
 @pytest.mark.parametrize("flag", ["--realign=maybe", "--max-resizes-per-second=0", "--max-resizes-per-second=x"])

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 
 from reconciler import metrics
-from reconciler.controller import DONE, Options, PodResizeReconciler, Result, Step
-from reconciler.kube import ApiError
+from reconciler.controller import DONE, PodResizeReconciler, Result, Step
+from reconciler.settings import ControllerSettings
+from reconciler.kube.client import ApiError
 from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import no_fault
-from reconciler.slim import slim_pod
+from reconciler.kube.slim import slim_pod
 from reconciler.outcome import spec_size
 from resizer import (
     APPLIED_INSTANCE_TYPE,
@@ -85,7 +86,7 @@ KEYS = KeyRing({"k0001": b"k" * 32})      # the originals MAC keys, as the chart
 
 def reconciler(fake: FakeCluster, config: Any = CONFIG, fault=no_fault, clock: FakeClock | None = None,
                **options: Any) -> PodResizeReconciler:
-    return PodResizeReconciler(fake, fake, fake, FakeConfig(config), Options(node_type_label=LABEL, **options),
+    return PodResizeReconciler(fake, fake, fake, FakeConfig(config), ControllerSettings(node_type_label=LABEL, **options),
                                fault, clock or FakeClock(), keyring=lambda: KEYS)
 
 
@@ -294,7 +295,7 @@ def test_a_config_change_while_the_kubelet_is_silent_resizes_again_for_the_new_c
     faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
     fake = cluster(pod(stamped=True))
     config = FakeConfig(CONFIG)
-    rec = PodResizeReconciler(fake, fake, fake, config, Options(node_type_label=LABEL), no_fault, FakeClock())
+    rec = PodResizeReconciler(fake, fake, fake, config, ControllerSettings(node_type_label=LABEL), no_fault, FakeClock())
     node = run(fake.node("node-1"))
     run(rec.reconcile(KEY))
     config.config, config.generation = faster, 2
@@ -430,12 +431,12 @@ def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
     node = {"metadata": {"name": "node-1", "labels": {LABEL: "n4"}}}
     faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
     config = FakeConfig(CONFIG)
-    rec = PodResizeReconciler(*(cluster(),) * 3, config, Options(node_type_label=LABEL))
+    rec = PodResizeReconciler(*(cluster(),) * 3, config, ControllerSettings(node_type_label=LABEL))
     assert not rec.needs_work(sized_on_n4(), node)       # this config changes nothing for it
     config.config, config.generation = faster, 2
     assert rec.needs_work(sized_on_n4(), node)           # the new one does
     assert not rec.needs_work(sized_on_n4(), node)       # asked once per config version
-    off = PodResizeReconciler(*(cluster(),) * 3, FakeConfig(faster, 2), Options(node_type_label=LABEL, realign=False))
+    off = PodResizeReconciler(*(cluster(),) * 3, FakeConfig(faster, 2), ControllerSettings(node_type_label=LABEL, realign=False))
     assert not off.needs_work(sized_on_n4(), node)
 
 

@@ -1,4 +1,4 @@
-"""reconciler.slim: the cached projections keep what the core reads and drop the rest."""
+"""reconciler.kube.slim: the cached projections keep what the core reads and drop the rest."""
 from __future__ import annotations
 
 import copy
@@ -9,7 +9,7 @@ import pytest
 
 from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from reconciler.controller import _live_and_bound
-from reconciler.slim import slim_node, slim_pod, status_fingerprint
+from reconciler.kube.slim import slim_node, slim_pod, status_fingerprint
 from resizer import (
     OriginalsError,
     eligibility,

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reconciler import metrics
-from reconciler.kube import ApiError, KubeClient, WatchExpired, WatchIdle
-from reconciler.slim import Obj
+from reconciler.kube import metrics
+from reconciler.kube.client import ApiError, KubeClient, WatchExpired, WatchIdle
+from reconciler.kube.slim import Obj
 
-log = logging.getLogger("reconciler.informer")
+log = logging.getLogger("reconciler.kube.informer")
 
 Handler = Callable[[str, Obj, Obj | None], None]   # (ADDED|MODIFIED|DELETED, new, old)
 

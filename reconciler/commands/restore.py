@@ -9,7 +9,6 @@ listed again; a run killed at any point is finished by running it again.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import signal
@@ -19,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
-from reconciler.plan_command import list_all
-from reconciler.slim import slim_pod
+from reconciler.commands.plan import list_all
+from reconciler.kube.slim import slim_pod
+from reconciler.settings import RestoreSettings
 from resizer.originals import OriginalsError
 from resizer.restore import managed_annotation_keys, restore_patch
 
@@ -210,18 +210,19 @@ def _pod_path(pod: dict[str, Any], subresource: str | None = None) -> str:
     return f"{path}/{subresource}" if subresource else path
 
 
-def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
 
     async def go() -> Summary:
-        client = KubeClient(load_credentials(args.kubeconfig, args.context), qps=args.kube_api_qps,
-                            burst=args.kube_api_burst, max_connections=4)
-        restorer = Restorer(client, args.max_resizes_per_second, args.dry_run, out)
+        api = settings.api
+        client = KubeClient(load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst,
+                            max_connections=4)
+        restorer = Restorer(client, settings.max_resizes_per_second, settings.dry_run, out)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, restorer.stop.set)
         try:
-            return await restorer.run(args.page_size, args.only_namespace)
+            return await restorer.run(settings.api.page_size, settings.only_namespace)
         except Denied as denied:
             out.write(denied.explain() + "\n")
             restorer.summary.denied = True
@@ -239,9 +240,9 @@ def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                   "run again with such credentials to finish.\n")
         return 1
     elapsed = time.monotonic() - started
-    verb = "would be" if args.dry_run else "were"
+    verb = "would be" if settings.dry_run else "were"
     out.write(f"Summary: {summary.managed} managed pods; {summary.resized} {verb} resized back to their originals, "
-              f"{summary.cleaned} {'would only lose' if args.dry_run else 'only lost'} their annotations, "
+              f"{summary.cleaned} {'would only lose' if settings.dry_run else 'only lost'} their annotations, "
               f"{summary.gone} disappeared meanwhile, {len(summary.failed)} failed; {elapsed:.1f}s.\n")
     if summary.failed:
         out.write("Failed (annotations kept, run again once fixed):\n")

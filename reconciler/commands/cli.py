@@ -11,6 +11,14 @@ import os
 import sys
 
 from ops.flags import duration, positive_float, positive_int, string_list
+from reconciler.settings import (
+    CONFIG_NAME,
+    CONFIG_NAMESPACE,
+    NODE_TYPE_LABEL,
+    ApiSettings,
+    PlanSettings,
+    RestoreSettings,
+)
 from resizer.scope import ScopeError, namespace_scope
 
 COMMANDS = ("plan", "restore")
@@ -45,10 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     sizing = plan.add_argument_group("what to plan with (the reconciler's flags)")
     sizing.add_argument("--config-file", default=None,
                         help="a candidate config.yaml to plan with instead of the ConfigMap")
-    sizing.add_argument("--config-namespace", default="workload-resizer-system")
-    sizing.add_argument("--config-name", default="workload-resizer-config")
-    sizing.add_argument("--node-type-label", default="cloud.google.com/machine-family")
-    sizing.add_argument("--namespace", default="workload-resizer-system",
+    sizing.add_argument("--config-namespace", default=CONFIG_NAMESPACE)
+    sizing.add_argument("--config-name", default=CONFIG_NAME)
+    sizing.add_argument("--node-type-label", default=NODE_TYPE_LABEL)
+    sizing.add_argument("--namespace", default=CONFIG_NAMESPACE,
                         help="the product's own namespace (always out of scope)")
     sizing.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]")
     sizing.add_argument("--namespace-selector", default="", metavar="SELECTOR")
@@ -83,24 +91,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parse(argv: list[str]) -> PlanSettings | RestoreSettings:
+    """The settings of the command `argv` names; exits with a usage error on bad flags."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "plan":
-        try:
-            args.scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
-        except ScopeError as error:
-            parser.error(str(error))
-    return args
+    api = ApiSettings(kubeconfig=args.kubeconfig, context=args.context, qps=args.kube_api_qps,
+                      burst=args.kube_api_burst, page_size=args.page_size)
+    if args.command == "restore":
+        return RestoreSettings(api=api, max_resizes_per_second=args.max_resizes_per_second, dry_run=args.dry_run,
+                               only_namespace=args.only_namespace, shutdown_timeout=args.shutdown_timeout)
+    try:
+        scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
+    except ScopeError as error:
+        parser.error(str(error))
+    return PlanSettings(api=api, scope=scope, config_file=args.config_file, config_namespace=args.config_namespace,
+                        config_name=args.config_name, node_type_label=args.node_type_label,
+                        resize_restart_containers=args.resize_restart_containers, realign=args.realign,
+                        output=args.output, show_aligned=args.show_aligned)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
-    if args.command == "plan":
-        from reconciler.plan_command import run_plan
-        return run_plan(args)
-    from reconciler.restore_command import run_restore
-    return run_restore(args)
+    settings = parse(sys.argv[1:] if argv is None else argv)
+    if isinstance(settings, PlanSettings):
+        from reconciler.commands.plan import run_plan
+        return run_plan(settings)
+    from reconciler.commands.restore import run_restore
+    return run_restore(settings)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Thin asynchronous Kubernetes API client: raw JSON over keep-alive HTTP/1.1, nothing more.
 
 Credentials (kubeconfig or in-cluster, token refresh) come from
-reconciler.credentials; requests go through a small pool of
-persistent connections (reconciler.transport: asyncio protocols + the httptools
+reconciler.kube.credentials; requests go through a small pool of
+persistent connections (reconciler.kube.transport: asyncio protocols + the httptools
 parser) and bodies are parsed with orjson into plain dicts, which is what the pure
 core consumes. Deserialising into the official client's model classes would cost
 several times the CPU and memory per pod, and a general-purpose HTTP client
@@ -20,10 +20,10 @@ from urllib.parse import urlencode
 import httptools
 import orjson
 
-from reconciler import metrics
-from reconciler.credentials import Credentials, load_credentials
-from reconciler.ratelimit import TokenBucket
-from reconciler.transport import Connection, Pool, ServerClosed
+from reconciler.kube import metrics
+from reconciler.kube.credentials import Credentials, load_credentials
+from reconciler.kube.ratelimit import TokenBucket
+from reconciler.kube.transport import Connection, Pool, ServerClosed
 
 __all__ = ["ApiError", "Credentials", "KubeClient", "TokenBucket", "TransportError", "WatchExpired",
            "WatchIdle", "load_credentials"]

@@ -7,7 +7,6 @@ Nothing is written.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -17,14 +16,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from reconciler.kube import ApiError, KubeClient, load_credentials
-from reconciler.slim import slim_pod
+from reconciler.kube.slim import slim_pod
+from reconciler.settings import CONFIG_KEY, PlanSettings
 from resizer.config import CompiledConfig, ConfigError, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
 from resizer.quantity import format_cpu, format_memory
 from resizer.scope import NamespaceScope
-
-CONFIG_KEY = "config.yaml"
-
 
 class CommandError(Exception):
     """A problem the admin must fix (bad config, unreachable cluster, missing ConfigMap)."""
@@ -46,17 +43,17 @@ async def list_all(client: KubeClient, path: str, page_size: int,
         query["continue"] = token
 
 
-async def read_config(client: KubeClient, args: argparse.Namespace) -> tuple[CompiledConfig, str]:
-    if args.config_file:
-        source = args.config_file
+async def read_config(client: KubeClient, settings: PlanSettings) -> tuple[CompiledConfig, str]:
+    if settings.config_file:
+        source = settings.config_file
         try:
-            text = await asyncio.to_thread(Path(args.config_file).read_text)
+            text = await asyncio.to_thread(Path(settings.config_file).read_text)
         except OSError as err:
             raise CommandError(f"cannot read {source}: {err}") from None
     else:
-        source = f"ConfigMap {args.config_namespace}/{args.config_name}"
+        source = f"ConfigMap {settings.config_namespace}/{settings.config_name}"
         try:
-            configmap = await client.get(f"/api/v1/namespaces/{args.config_namespace}/configmaps/{args.config_name}")
+            configmap = await client.get(f"/api/v1/namespaces/{settings.config_namespace}/configmaps/{settings.config_name}")
         except ApiError as err:
             raise CommandError(f"cannot read {source}: {err} (pass --config-file to plan a candidate config)") from None
         data = (configmap.get("data") or {}).get(CONFIG_KEY)
@@ -69,34 +66,35 @@ async def read_config(client: KubeClient, args: argparse.Namespace) -> tuple[Com
         raise CommandError(f"invalid config in {source}:\n{err}") from None
 
 
-async def gather_forecast(client: KubeClient, args: argparse.Namespace, scope: NamespaceScope,
+async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: NamespaceScope,
                           skip_applied: bool) -> tuple[FleetForecast, dict[str, Any]]:
     started = time.monotonic()
-    config, source = await read_config(client, args)
+    config, source = await read_config(client, settings)
     pods, nodes = await asyncio.gather(
-        list_all(client, "/api/v1/pods", args.page_size, slim_pod, fieldSelector="spec.nodeName!="),
-        list_all(client, "/api/v1/nodes", args.page_size))
+        list_all(client, "/api/v1/pods", settings.api.page_size, slim_pod, fieldSelector="spec.nodeName!="),
+        list_all(client, "/api/v1/nodes", settings.api.page_size))
     namespace_labels = None
     if scope.needs_labels:
-        namespaces = await list_all(client, "/api/v1/namespaces", args.page_size)
+        namespaces = await list_all(client, "/api/v1/namespaces", settings.api.page_size)
         namespace_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
     listed = time.monotonic()
-    node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(args.node_type_label)
+    node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(settings.node_type_label)
                   for n in nodes}
     forecast = forecast_fleet(pods, node_types, config, scope, namespace_labels,
-                              args.resize_restart_containers, skip_applied=skip_applied)
+                              settings.resize_restart_containers, skip_applied=skip_applied)
     done = time.monotonic()
     info = {"config": source, "pods": len(pods), "nodes": len(nodes),
             "listSeconds": round(listed - started, 3), "planSeconds": round(done - listed, 3)}
     return forecast, info
 
 
-def run_plan(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
     async def go() -> tuple[FleetForecast, dict[str, Any]]:
-        client = KubeClient(load_credentials(args.kubeconfig, args.context), qps=args.kube_api_qps,
-                            burst=args.kube_api_burst, max_connections=4, timeout=120.0)
+        api = settings.api
+        client = KubeClient(load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst,
+                            max_connections=4, timeout=120.0)
         try:
-            return await gather_forecast(client, args, args.scope, skip_applied=not args.realign)
+            return await gather_forecast(client, settings, settings.scope, skip_applied=not settings.realign)
         finally:
             await client.close()
 
@@ -108,11 +106,11 @@ def run_plan(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except (ApiError, OSError) as err:
         print(f"error: cannot read the cluster: {err}", file=sys.stderr)
         return 1
-    if args.output == "json":
+    if settings.output == "json":
         json.dump(forecast_json(forecast, info), out, indent=2)
         out.write("\n")
     else:
-        out.write(forecast_table(forecast, info, show_aligned=args.show_aligned))
+        out.write(forecast_table(forecast, info, show_aligned=settings.show_aligned))
     return 0
 
 

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ops.timestamps import rfc3339_micro
-from reconciler import metrics
-from reconciler.kube import MERGE_PATCH, ApiError, KubeClient
+from reconciler.kube import metrics
+from reconciler.kube.client import MERGE_PATCH, ApiError, KubeClient
 
-log = logging.getLogger("reconciler.leader")
+log = logging.getLogger("reconciler.kube.leader")
 
 
 class LeadershipLost(Exception):

@@ -1,0 +1,21 @@
+"""A small client-go-like Kubernetes client: raw JSON over pooled keep-alive connections,
+informers, a work queue, leader election and an event recorder.
+
+It imports nothing of the controller (import-linter enforces it), so it could stand alone.
+"""
+from reconciler.kube.client import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    UNEXPECTED_REPLY,
+    ApiError,
+    Credentials,
+    KubeClient,
+    TokenBucket,
+    TransportError,
+    WatchExpired,
+    WatchIdle,
+    load_credentials,
+)
+
+__all__ = ["MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "UNEXPECTED_REPLY", "ApiError", "Credentials", "KubeClient",
+           "TokenBucket", "TransportError", "WatchExpired", "WatchIdle", "load_credentials"]

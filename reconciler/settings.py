@@ -1,0 +1,103 @@
+"""Typed settings of the reconciler and the admin commands, built once from the flags.
+
+The defaults both share (the node-type label, where the ConfigMap lives) are defined here
+once; ``reconciler.options`` and ``reconciler.commands.cli`` turn flags into these objects,
+and nothing past the entry points sees an argparse Namespace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from resizer.scope import NamespaceScope
+
+NODE_TYPE_LABEL = "cloud.google.com/machine-family"
+CONFIG_NAMESPACE = "workload-resizer-system"
+CONFIG_NAME = "workload-resizer-config"
+CONFIG_KEY = "config.yaml"
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """How to reach the apiserver."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    qps: float = 100.0
+    burst: int = 200
+    page_size: int = 500
+    watch_idle_timeout: float = 90.0
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """What the pod resizer decides with (the controller's options)."""
+
+    node_type_label: str = NODE_TYPE_LABEL
+    dry_run: bool = False
+    resize_restart_containers: bool = False
+    realign: bool = True
+    max_resizes_per_second: float = 10.0
+    # A resize the kubelet keeps deferring is reported as a Warning after this long (seconds).
+    deferred_timeout: float = 900.0
+    # A resize the kubelet fails to actuate is re-checked this often (backoff doubling from
+    # error_backoff) before the spec is set back to what the containers actually have.
+    error_retries: int = 3
+    error_backoff: float = 30.0
+
+
+@dataclass(frozen=True)
+class LeaderElectionSettings:
+    enabled: bool = False
+    namespace: str = CONFIG_NAMESPACE
+    name: str = "workload-resizer-reconciler"
+    identity: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+@dataclass(frozen=True)
+class ReconcilerSettings:
+    """Everything `python -m reconciler` runs with."""
+
+    api: ApiSettings = field(default_factory=ApiSettings)
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+    leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
+    scope: NamespaceScope = field(default_factory=lambda: NamespaceScope())
+    config_namespace: str = CONFIG_NAMESPACE
+    config_name: str = CONFIG_NAME
+    config_refresh_interval: float = 30.0
+    originals_key_dir: str = ""
+    concurrency: int = 8
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    log_level: str = "info"
+    log_format: str = "json"
+    shutdown_timeout: float = 20.0
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """`workload-resizer plan`: what to plan with (the reconciler's sizing settings) and how to print it."""
+
+    api: ApiSettings = field(default_factory=lambda: ApiSettings(qps=50.0, burst=100))
+    scope: NamespaceScope = field(default_factory=lambda: NamespaceScope())
+    config_file: str | None = None
+    config_namespace: str = CONFIG_NAMESPACE
+    config_name: str = CONFIG_NAME
+    node_type_label: str = NODE_TYPE_LABEL
+    resize_restart_containers: bool = False
+    realign: bool = True
+    output: str = "table"
+    show_aligned: bool = False
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    """`workload-resizer restore`."""
+
+    api: ApiSettings = field(default_factory=lambda: ApiSettings(qps=20.0, burst=40))
+    max_resizes_per_second: float = 10.0
+    dry_run: bool = False
+    only_namespace: str = ""
+    shutdown_timeout: float = 10.0
