@@ -61,7 +61,6 @@ from resizer import (
     RESIZE_STATE,
     Baseline,
     KeyRing,
-    OriginalsCheck,
     OriginalsError,
     PlanError,
     QuantityError,
@@ -107,6 +106,9 @@ class InFlight:
     error_checks: int = 0
     next_error_check: float = 0.0
     config_generation: int | None = None     # the config version it was planned with (None: unknown)
+    # The original-* annotations verified and resized from (None: not known to be verified, e.g. a
+    # failing resize first seen after a restart): the baseline authority trusts them while unchanged.
+    originals: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,8 @@ class PodResizeReconciler:
         log.info("following a re-alignment requested before this reconciler started",
                  extra={"pod": object_key(pod), "generation": pod["metadata"].get("generation")})
         self._in_flight[_uid(pod)] = InFlight(plan.node_type, pod["metadata"].get("generation") or 0, None,
-                                              _summary_from_originals(plan), "re-aligned")
+                                              _summary_from_originals(plan), "re-aligned",
+                                              originals=original_annotations(pod))
 
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""
@@ -313,11 +316,7 @@ class PodResizeReconciler:
         generation = self._config.generation      # the config version the plan below is made with
         try:
             # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
-            base = baseline(pod, self._keyring())
-            if base.check.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED) and self._resized_by_us(pod, node_type):
-                # Our own resize, being followed to actuation: its originals were verified before it
-                # (the spec changed because of it; step 3 binds them to the pod with a pod MAC).
-                base = Baseline(OriginalsCheck(Trust.TRUSTED, "verified before our resize"), pod, None)
+            base = baseline(pod, self._keyring(), vouched=self._vouched(pod, node_type))
             if base.check.trust is Trust.REFUSE:
                 return await self._terminal(pod, signature, None, EventType.WARNING, Reason.ORIGINALS_UNVERIFIED,
                                             f"not resized: {base.check.reason}")
@@ -403,16 +402,18 @@ class PodResizeReconciler:
         if realigned:
             await self._realign_limiter.take()      # --max-resizes-per-second
         try:
-            resized = await self._writer.resize(pod, plan.patch)
+            # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
+            # planned from a pod that changed meanwhile, is refused (409) instead of landing.
+            resized = await self._writer.resize(pod, plan.patch, resource_version=pod["metadata"]["resourceVersion"])
         except ApiError as err:
-            if err.retryable:
+            if err.retryable:       # a 409 included: retried from the cache with backoff
                 raise
             return await self._rejected(pod, node, node_type, signature, plan, context, err)
         self._fault(Step.RESIZE)
         self._in_flight[_uid(pod)] = InFlight(node_type, resized["metadata"].get("generation") or 0,
                                               self._clock(), plan.summary(),
                                               "re-aligned" if realigned else "resized",
-                                              config_generation=generation)
+                                              config_generation=generation, originals=original_annotations(pod))
         self._wait(_uid(pod), Stage.REQUESTED)
         return DONE
 
@@ -437,7 +438,7 @@ class PodResizeReconciler:
         # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
         annotations: dict[str, str | None] = {**(originals or {}), APPLIED_INSTANCE_TYPE: node_type,
                                               APPLIED_AT: rfc3339(), APPLIED_SIZE: spec_size(pod),
-                                              **pod_mac(signed, self._keyring())}
+                                              **self._binding(signed, node_type)}
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
         resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
@@ -606,8 +607,13 @@ class PodResizeReconciler:
 
     async def _record(self, pod: Obj, state: ResizeState, resource_version: str | None = None) -> str:
         """Write the resize-state annotation (with `resource_version`, conditional on it); returns
-        the pod's resourceVersion after the write (a revert that follows is conditional on it)."""
-        written = await self._writer.annotate(pod, {RESIZE_STATE: state.encode()}, resource_version=resource_version)
+        the pod's resourceVersion after the write (a revert that follows is conditional on it).
+
+        The state itself vouches for nothing (anyone who can write annotations can forge it): the
+        same write binds the originals our resize was planned from to the pod, so that a restarted
+        reconciler still trusts them."""
+        written = await self._writer.annotate(pod, {RESIZE_STATE: state.encode(), **self._binding(pod, state.node_type)},
+                                              resource_version=resource_version)
         self._fault(Step.STATE)
         return str(written["metadata"]["resourceVersion"])
 
@@ -657,16 +663,26 @@ class PodResizeReconciler:
             stamp = again.stamp
         raise AssertionError("unreachable")
 
-    def _resized_by_us(self, pod: Obj, node_type: str) -> bool:
-        """The spec holds a resize this reconciler requested: in flight (for any node type, with
-        no spec change since: the node may have been relabelled before the kubelet actuated it),
-        or its outcome for ``node_type`` recorded in the resize-state annotation, which only the
-        controller may write. Its originals were verified before that resize."""
+    def _vouched(self, pod: Obj, node_type: str) -> Mapping[str, str] | None:
+        """The originals this process verified and resized the pod from, while the spec holds that
+        resize: in flight for this node type, or for any type with no spec change since (the node may
+        have been relabelled before the kubelet actuated it). The baseline authority trusts them
+        while the pod still carries exactly those."""
         flight = self._in_flight.get(_uid(pod))
         if flight is not None and (flight.node_type == node_type
                                    or flight.generation == pod["metadata"].get("generation")):
-            return True
-        return _state(pod, node_type) is not None
+            return flight.originals
+        return None
+
+    def _binding(self, pod: Obj, node_type: str) -> dict[str, str]:
+        """A pod MAC over the pod's originals, if the baseline authority lets us bind them to it."""
+        keyring = self._keyring()
+        try:
+            if not baseline(pod, keyring, vouched=self._vouched(pod, node_type)).may_sign:
+                return {}
+        except (OriginalsError, QuantityError):
+            return {}
+        return pod_mac(pod, keyring)
 
     async def _resign(self, pod: Obj) -> Result:
         """An aligned pod signed with an older key (rotation): re-sign its verified originals with the newest."""

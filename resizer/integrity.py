@@ -24,9 +24,15 @@ any pod's uid:
 ``pod`` (written by the reconciler, steps 1 and 3): also the pod's name and uid, so
     it verifies on that one pod only.
 
-:func:`check_originals` turns that into a verdict; signing and key rotation are in
-:class:`KeyRing` (verify with any key, sign with the newest). No I/O: the keys are
-read by the processes (``ops.keys``).
+:func:`baseline` is the product's one baseline authority: the reconciler, ``plan``,
+``restore`` and the re-alignment check all take the values they may scale from (or put
+back) from it, and nothing unsigned vouches for anything (the resize-state annotation
+included). An admission-scope MAC can be minted for any values through a made-up
+AdmissionReview, so it is only ever trusted where the spec itself is the baseline;
+only a pod MAC (or this process's own memory of a resize it requested) vouches for
+originals that differ from the spec. Signing and key rotation are in :class:`KeyRing`
+(verify with any key, sign with the newest). No I/O: the keys are read by the
+processes (``ops.keys``).
 """
 
 from __future__ import annotations
@@ -139,8 +145,10 @@ class PodIdentity:
 class Trust(enum.Enum):
     """What the reconciler may do with a pod's ``original-*`` annotations."""
 
-    TRUSTED = "Trusted"                 # use them
-    TRUSTED_IF_ALIGNED = "IfAligned"    # use them only if the spec already matches the plan
+    TRUSTED = "Trusted"                 # use them: resize from them, bind them to the pod
+    # Signed at admission only, on a changed spec: they may explain a spec that already matches
+    # their plan (a resize of ours whose record a crash cut off), never drive or sign anything.
+    TRUSTED_IF_ALIGNED = "IfAligned"
     RECAPTURE = "Recapture"             # never-changed pod: take the originals from its spec
     REFUSE = "Refuse"                   # changed pod, unverifiable originals: do not resize
 
@@ -176,13 +184,26 @@ def key_id_of(value: Any) -> str | None:
 
 
 def check_originals(pod: Mapping[str, Any], keyring: KeyRing,
-                    spec_originals: Mapping[str, str] | None = None) -> OriginalsCheck:
-    """May the reconciler trust this pod's ``original-*`` annotations?
+                    spec_originals: Mapping[str, str] | None = None,
+                    vouched: Mapping[str, str] | None = None) -> OriginalsCheck:
+    """May the product trust this pod's ``original-*`` annotations?
 
     ``spec_originals`` is ``originals_from_spec_annotations(pod)`` (the spec as it is now);
     None: computed only if the verdict depends on it (a pod MAC that verifies does not).
-    Raises :class:`OriginalsError` / :class:`QuantityError` for a spec it cannot read.
+    ``vouched``: the ``original-*`` annotations this process verified and resized the pod
+    from (its memory of a resize in flight); they vouch only while the pod still carries
+    exactly those. Raises :class:`OriginalsError` / :class:`QuantityError` for a spec it
+    cannot read.
     """
+    verdict = _check(pod, keyring, spec_originals)
+    if verdict.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED) and vouched is not None \
+            and dict(vouched) == original_annotations(pod):
+        return OriginalsCheck(Trust.TRUSTED, "verified before this reconciler's resize", verdict.scope,
+                              verdict.key_id)
+    return verdict
+
+
+def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str, str] | None) -> OriginalsCheck:
     def spec() -> dict[str, str]:
         return dict(spec_originals) if spec_originals is not None else originals_from_spec_annotations(pod)
 
@@ -279,7 +300,7 @@ def _text(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Baseline:
-    """What the reconciler plans from and what it must write first.
+    """The baseline authority's decision: what the product may scale from, and why.
 
     ``pod`` is the pod to plan from (recaptured: its ``original-*`` annotations
     removed, so the spec is the baseline); ``stamp`` is the annotations merge patch of
@@ -290,10 +311,26 @@ class Baseline:
     pod: Mapping[str, Any]
     stamp: dict[str, str | None] | None
 
+    @property
+    def may_resize(self) -> bool:
+        """Whether a resize may be planned from ``pod``'s originals."""
+        return self.check.trust in (Trust.TRUSTED, Trust.RECAPTURE)
 
-def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str, str] | None = None) -> Baseline:
-    """The reconciler's originals decision for ``pod`` (see :func:`check_originals`)."""
-    result = check_originals(pod, keyring, spec_originals)
+    @property
+    def may_sign(self) -> bool:
+        """Whether the pod's own ``original-*`` annotations may be bound to it with a pod MAC
+        (recaptured ones are in ``stamp``, signed already)."""
+        return self.check.trust is Trust.TRUSTED
+
+    @property
+    def refused(self) -> bool:
+        return self.check.trust is Trust.REFUSE
+
+
+def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str, str] | None = None,
+             vouched: Mapping[str, str] | None = None) -> Baseline:
+    """The one baseline authority: the originals decision for ``pod`` (see :func:`check_originals`)."""
+    result = check_originals(pod, keyring, spec_originals, vouched)
     if result.trust is not Trust.RECAPTURE:
         return Baseline(result, pod, None)
     if spec_originals is None:

@@ -1134,3 +1134,84 @@ def test_an_unreported_size_on_a_pod_whose_originals_are_not_bound_to_it_is_not_
     run(rec.reconcile(KEY))
     assert fake.writes == [] and "Resized" not in reasons(fake)
     assert ORIGINALS_MAC not in annotations(fake)
+
+
+# ------------------------------------------------------------------ a tenant's forgeries (issue: one baseline authority)
+
+
+def _admission_signed(full: dict[str, Any], originals: dict[str, str]) -> None:
+    """What a made-up AdmissionReview obtains from the webhook: an admission MAC over any values."""
+    identity = PodIdentity.of(full, "shop", "admission")
+    full["metadata"]["annotations"].update(
+        {**originals, ORIGINALS_MAC: sign_originals(KEYS, originals, identity, "admission")})
+
+
+EIGHT_CPUS = {"workload-resizer.io/original-cpu.app": "8", "workload-resizer.io/original-cpu-limit.app": "8",
+              "workload-resizer.io/original-memory.app": "256Mi",
+              "workload-resizer.io/original-memory-limit.app": "256Mi"}
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "admission-mac-from-the-oracle"])
+def test_a_forged_resize_state_does_not_vouch_for_forged_originals(signed: bool):
+    forged = pod(cpu="100m")
+    forged["metadata"]["generation"] = 2        # a scheduling gate removed after creation
+    if signed:
+        _admission_signed(forged, EIGHT_CPUS)
+    else:
+        forged["metadata"]["annotations"].update(EIGHT_CPUS)
+    forged["metadata"]["annotations"][RESIZE_STATE] = ResizeState(Stage.DEFERRED, "n4", 1).encode()
+    fake = cluster(forged, auto_actuate=True)
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == [] and spec_cpu(fake) == ("100m", "100m"), "never 8 x 0.8 = 6400m"
+    assert reasons(fake) == ["OriginalsUnverified"]
+
+
+def test_admission_signed_originals_explain_an_aligned_spec_but_are_never_bound_to_the_pod():
+    # Oracle-minted originals of 1.25 CPU on a 1-CPU pod (generation 2): "aligned" for n4 (x 0.8).
+    forged = pod(cpu="1")
+    forged["metadata"]["generation"] = forged["status"]["observedGeneration"] = 2
+    _admission_signed(forged, {"workload-resizer.io/original-cpu.app": "1250m",
+                               "workload-resizer.io/original-cpu-limit.app": "1250m",
+                               "workload-resizer.io/original-memory.app": "256Mi",
+                               "workload-resizer.io/original-memory-limit.app": "256Mi"})
+    fake = cluster(forged, auto_actuate=True)
+    run(reconciler(fake).reconcile(KEY))
+    assert annotations(fake)[APPLIED_INSTANCE_TYPE] == "n4", "recorded as aligned"
+    mac = annotations(fake)[ORIGINALS_MAC]
+    assert mac.split(".")[1] == "a", "still only signed at admission: no pod MAC for unverified originals"
+    fake.add_node("node-1", {LABEL: "n2d"})     # relabelled: 1250m x 1.0 would raise the pod
+    fake.sync()
+    run(reconciler(fake).reconcile(KEY))
+    assert "resize" not in fake.ops() and spec_cpu(fake) == ("1", "1")
+    assert reasons(fake)[-1] == "OriginalsUnverified"
+
+
+def test_a_deferral_binds_the_verified_originals_to_the_pod_so_a_restart_still_trusts_them():
+    fake, rec = deferred_pod()
+    run(rec.reconcile(KEY))                     # the process that resized records the deferral
+    assert annotations(fake)[ORIGINALS_MAC].split(".")[1] == "p", "bound to this pod in the same write"
+    fake.add_node("node-1", {LABEL: "c3"})      # relabelled while deferred, after a restart
+    fake.sync()
+    run(reconciler(fake).reconcile(KEY))
+    assert spec_cpu(fake) == ("769m", "769m"), "re-planned from the bound originals, nothing refused"
+
+
+def test_a_deferral_first_seen_after_a_restart_binds_nothing():
+    fake, _ = deferred_pod()
+    run(reconciler(fake).reconcile(KEY))        # no memory of the resize: nothing vouches for it
+    assert annotations(fake)[ORIGINALS_MAC].split(".")[1] == "a"
+    assert recorded_state(fake).state == Stage.DEFERRED
+
+
+def test_the_resize_is_conditional_on_the_pod_as_read_and_a_conflict_reports_nothing():
+    fake = cluster(pod())
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    (resize,) = [w for w in fake.writes if w.op == "resize"]
+    assert resize.resource_version is not None, "a deposed leader's late resize must not land"
+    fake2 = cluster(pod(stamped=True))
+    fake2.fail("resize", ApiError(409, {"reason": "Conflict", "message": "the object has been modified"}))
+    with pytest.raises(ApiError) as conflict:
+        run(reconciler(fake2).reconcile(KEY))
+    assert conflict.value.retryable, "the manager retries it from the cache, with backoff"
+    assert fake2.events == [] and spec_cpu(fake2) == ("1", "1")
