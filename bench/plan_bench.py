@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from devkit.cluster import LocalCluster  # noqa: E402
+from devkit.processes import originals_key_dir  # noqa: E402
 from bench.drills.harness import Burst, Context, say, wait  # noqa: E402
 from bench.drills.workload import list_pods  # noqa: E402
 
@@ -31,7 +32,8 @@ def run_plan(kubeconfig: str, namespace: str, output: str) -> dict[str, float | 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "reconciler", "plan", f"--kubeconfig={kubeconfig}",
-                           f"--config-namespace={namespace}", "-o", output, "--kube-api-qps=50"],
+                           f"--config-namespace={namespace}", "-o", output, "--kube-api-qps=50",
+                           f"--originals-key-dir={originals_key_dir()}"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

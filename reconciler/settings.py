@@ -14,6 +14,7 @@ NODE_TYPE_LABEL = "cloud.google.com/machine-family"
 CONFIG_NAMESPACE = "workload-resizer-system"
 CONFIG_NAME = "workload-resizer-config"
 CONFIG_KEY = "config.yaml"
+ORIGINALS_KEYS_SECRET = f"{CONFIG_NAMESPACE}/workload-resizer-originals-keys"   # the chart's, by default
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,21 @@ class ReconcilerSettings:
 
 
 @dataclass(frozen=True)
+class KeySettings:
+    """Where the admin commands read the originals MAC keys: a directory (as the reconciler
+    mounts it) or, by default, the chart's Secret through the API."""
+
+    key_dir: str = ""
+    secret: str = ORIGINALS_KEYS_SECRET          # namespace/name
+
+
+@dataclass(frozen=True)
 class PlanSettings:
     """`workload-resizer plan`: what to plan with (the reconciler's sizing settings) and how to print it."""
 
     api: ApiSettings = field(default_factory=lambda: ApiSettings(qps=50.0, burst=100))
     scope: NamespaceScope = field(default_factory=lambda: NamespaceScope())
+    keys: KeySettings = field(default_factory=KeySettings)
     config_file: str | None = None
     config_namespace: str = CONFIG_NAMESPACE
     config_name: str = CONFIG_NAME
@@ -97,6 +108,10 @@ class RestoreSettings:
     """`workload-resizer restore`."""
 
     api: ApiSettings = field(default_factory=lambda: ApiSettings(qps=20.0, burst=40))
+    scope: NamespaceScope = field(default_factory=lambda: NamespaceScope())
+    keys: KeySettings = field(default_factory=KeySettings)
+    # Pods whose originals cannot be verified keep their spec; also remove their annotations.
+    remove_unverified: bool = False
     max_resizes_per_second: float = 10.0
     dry_run: bool = False
     only_namespace: str = ""

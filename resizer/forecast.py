@@ -1,8 +1,10 @@
 """What the product would do to a set of pods: the `plan` command's pure core.
 
 Every decision is the reconciler's own: the namespace scope (:mod:`resizer.scope`),
-eligibility (:mod:`resizer.eligibility`), the policy of the pod (:func:`resolve_policy`)
-and :func:`resizer.plan.plan_resize`. This module only groups the results per workload
+eligibility (:mod:`resizer.eligibility`), the baseline authority
+(:func:`resizer.integrity.baseline`: originals it cannot verify are held, as the
+reconciler holds them), the policy of the pod (:func:`resolve_policy`) and
+:func:`resizer.plan.plan_resize`. This module only groups the results per workload
 and node type and adds up the requests freed or added.
 """
 
@@ -16,6 +18,7 @@ from typing import Any
 from resizer.annotations import APPLIED_INSTANCE_TYPE
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
+from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
 from resizer.originals import OriginalsError
 from resizer.plan import PlanError, ResizePlan, plan_resize
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
@@ -110,6 +113,7 @@ def forecast_fleet(
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
     resize_restart_containers: bool = False,
     skip_applied: bool = False,
+    keyring: KeyRing = EMPTY_KEYRING,
 ) -> FleetForecast:
     """Forecast every pod. ``node_types`` maps node name -> value of the node-type label
     (None: unlabelled); ``namespace_labels`` is needed when the scope has a selector.
@@ -150,10 +154,23 @@ def forecast_fleet(
         if skip_applied and (metadata.get("annotations") or {}).get(APPLIED_INSTANCE_TYPE) == node_type:
             skip("AlreadyApplied")
             continue
-        plan_key = _plan_key(pod, node_type)
+        try:
+            decision = baseline(pod, keyring)   # per pod: a MAC binds the pod's identity
+        except (OriginalsError, QuantityError) as error:
+            not_resized.append(replace(forecast_pod(pod, node, node_type, config, resize_restart_containers),
+                                       outcome="ResizeFailed", detail=str(error)))
+            continue
+        if decision.refused:
+            not_resized.append(replace(forecast_pod(pod, node, node_type, config, resize_restart_containers),
+                                       outcome="OriginalsUnverified", detail=decision.check.reason))
+            continue
+        plan_key = _plan_key(decision.pod, node_type)
         shared = memo.get(plan_key)
         if shared is None:
-            shared = memo[plan_key] = forecast_pod(pod, node, node_type, config, resize_restart_containers)
+            shared = memo[plan_key] = forecast_pod(decision.pod, node, node_type, config, resize_restart_containers)
+        if decision.check.trust is Trust.TRUSTED_IF_ALIGNED and shared.outcome == "Resize":
+            shared = replace(shared, outcome="OriginalsUnverified",
+                             detail=f"{decision.check.reason}, and the pod is not aligned with them")
         forecast = replace(shared, namespace=namespace, name=str(metadata.get("name")), workload=workload_of(pod),
                            node=node)
         if forecast.outcome in ("Resize", "AlreadyAligned"):

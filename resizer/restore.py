@@ -5,18 +5,63 @@ Write order, the mirror of the reconciler's recovery contract: first the
 product's annotations. A crash between the two leaves the originals on a pod whose
 spec already equals them, so the next run only removes the annotations; removing
 them first would lose the only record of the author's sizes.
+
+What to put back is the baseline authority's decision (:func:`resizer.integrity.baseline`):
+restore never raises a pod from values it cannot verify, and never touches a pod outside
+the product's scope or one it would not size.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from resizer.annotations import is_controller_owned_key, original_key
+from resizer.eligibility import eligibility
+from resizer.integrity import KeyRing, Trust, baseline
 from resizer.originals import OriginalsError
 from resizer.quantity import QuantityError, coerce_quantity
+from resizer.scope import NamespaceScope
 
-__all__ = ["managed_annotation_keys", "restore_patch"]
+__all__ = ["RestoreDecision", "managed_annotation_keys", "restore_decision", "restore_patch"]
+
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class RestoreDecision:
+    """What restore does to one pod: ``patch`` (pods/resize back to verified originals, ``{}``
+    for none), then remove the product's annotations -- unless ``held`` says why the pod is
+    left as it is (its annotations kept, so nothing is lost)."""
+
+    patch: dict[str, Any]
+    held: str | None = None
+
+
+def restore_decision(pod: Mapping[str, Any], keyring: KeyRing, scope: NamespaceScope | None = None,
+                     namespace_labels: Mapping[str, str] | None = None) -> RestoreDecision:
+    """Decide one pod. Raises :class:`OriginalsError` for an unusable annotation."""
+    metadata = pod.get("metadata") or {}
+    namespace = str(metadata.get("namespace") or "")
+    if scope is not None:
+        excluded = scope.exclusion(namespace, namespace_labels)
+        if excluded is not None:
+            return RestoreDecision({}, f"out of the product's scope ({excluded})")
+    verdict = eligibility(pod)
+    if not verdict.eligible:
+        return RestoreDecision({}, f"not a pod the product sizes ({verdict.reason})")
+    if (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
+        return RestoreDecision({})
+    try:
+        decision = baseline(pod, keyring)
+    except QuantityError as error:
+        raise OriginalsError(f"the pod's spec has an unreadable quantity: {error}") from None
+    if decision.check.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED):
+        return RestoreDecision({}, f"original resources not verified: {decision.check.reason}")
+    # Trusted: put them back. Re-captured (forged originals on a never-changed spec): the spec
+    # is the baseline, so there is nothing to resize.
+    return RestoreDecision(restore_patch(decision.pod))
 
 _KINDS = (("requests", "request"), ("limits", "limit"))
 

@@ -15,7 +15,9 @@ from reconciler.settings import (
     CONFIG_NAME,
     CONFIG_NAMESPACE,
     NODE_TYPE_LABEL,
+    ORIGINALS_KEYS_SECRET,
     ApiSettings,
+    KeySettings,
     PlanSettings,
     RestoreSettings,
 )
@@ -32,6 +34,23 @@ def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
     api.add_argument("--kube-api-qps", type=positive_float, default=qps, help="client-side requests per second")
     api.add_argument("--kube-api-burst", type=positive_int, default=int(qps * 2), help="client-side burst")
     api.add_argument("--page-size", type=positive_int, default=500, help="items per LIST page")
+
+
+def _scope_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--namespace", default=CONFIG_NAMESPACE,
+                       help="the product's own namespace (always out of scope)")
+    group.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
+                       help="namespaces out of scope besides kube-system and --namespace (the reconciler's flag)")
+    group.add_argument("--namespace-selector", default="", metavar="SELECTOR",
+                       help="label selector a pod's namespace must match to be in scope (the reconciler's flag)")
+
+
+def _key_flags(p: argparse.ArgumentParser) -> None:
+    keys = p.add_argument_group("originals keys (to verify the original-* annotations)")
+    keys.add_argument("--originals-key-dir", default="", metavar="DIR",
+                      help="directory of the HMAC keys, as the reconciler mounts it (default: read the Secret)")
+    keys.add_argument("--originals-keys-secret", default=ORIGINALS_KEYS_SECRET, metavar="NAMESPACE/NAME",
+                      help="the Secret holding the keys (the chart's), read through the API")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,14 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     sizing.add_argument("--config-namespace", default=CONFIG_NAMESPACE)
     sizing.add_argument("--config-name", default=CONFIG_NAME)
     sizing.add_argument("--node-type-label", default=NODE_TYPE_LABEL)
-    sizing.add_argument("--namespace", default=CONFIG_NAMESPACE,
-                        help="the product's own namespace (always out of scope)")
-    sizing.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]")
-    sizing.add_argument("--namespace-selector", default="", metavar="SELECTOR")
+    _scope_flags(sizing)
     sizing.add_argument("--resize-restart-containers", action="store_true")
     sizing.add_argument("--no-realign", dest="realign", action="store_false",
                         help="plan as a reconciler with --realign=false: pods already sized for their node "
                              "type are left alone")
+    _key_flags(plan)
     output = plan.add_argument_group("output")
     output.add_argument("-o", "--output", choices=("table", "json"), default="table")
     output.add_argument("--show-aligned", action="store_true", help="also list workloads nothing changes for")
@@ -81,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "workload-resizer.io/* annotations: run restore with such credentials, or after "
                     "helm uninstall.")
     _cluster_flags(restore, 20.0)
+    _scope_flags(restore.add_argument_group("scope (the reconciler's flags): pods outside it are left alone"))
+    _key_flags(restore)
+    restore.add_argument("--remove-unverified", action="store_true",
+                         help="pods whose originals cannot be verified keep their spec; also remove their "
+                              "workload-resizer.io annotations (default: keep them and report the pod)")
     restore.add_argument("--max-resizes-per-second", type=positive_float, default=10.0,
                          help="pods restored per second at most")
     restore.add_argument("--dry-run", action="store_true", help="print what would be restored, change nothing")
@@ -97,14 +119,18 @@ def parse(argv: list[str]) -> PlanSettings | RestoreSettings:
     args = parser.parse_args(argv)
     api = ApiSettings(kubeconfig=args.kubeconfig, context=args.context, qps=args.kube_api_qps,
                       burst=args.kube_api_burst, page_size=args.page_size)
-    if args.command == "restore":
-        return RestoreSettings(api=api, max_resizes_per_second=args.max_resizes_per_second, dry_run=args.dry_run,
-                               only_namespace=args.only_namespace, shutdown_timeout=args.shutdown_timeout)
     try:
         scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
         parser.error(str(error))
-    return PlanSettings(api=api, scope=scope, config_file=args.config_file, config_namespace=args.config_namespace,
+    if args.originals_keys_secret.count("/") != 1 or not all(args.originals_keys_secret.split("/")):
+        parser.error("--originals-keys-secret must be NAMESPACE/NAME")
+    keys = KeySettings(key_dir=args.originals_key_dir, secret=args.originals_keys_secret)
+    if args.command == "restore":
+        return RestoreSettings(api=api, scope=scope, keys=keys, remove_unverified=args.remove_unverified,
+                               max_resizes_per_second=args.max_resizes_per_second, dry_run=args.dry_run,
+                               only_namespace=args.only_namespace, shutdown_timeout=args.shutdown_timeout)
+    return PlanSettings(api=api, scope=scope, keys=keys, config_file=args.config_file, config_namespace=args.config_namespace,
                         config_name=args.config_name, node_type_label=args.node_type_label,
                         resize_restart_containers=args.resize_restart_containers, realign=args.realign,
                         output=args.output, show_aligned=args.show_aligned)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from reconciler.kube import ApiError, KubeClient, load_credentials
+from reconciler.commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from reconciler.kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, PlanSettings
 from resizer.config import CompiledConfig, ConfigError, load_config
@@ -70,6 +71,10 @@ async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: Nam
                           skip_applied: bool) -> tuple[FleetForecast, dict[str, Any]]:
     started = time.monotonic()
     config, source = await read_config(client, settings)
+    try:
+        keyring, warning = await load_keyring(client, settings.keys)
+    except (KeyRingError, KeyDirectoryError) as err:
+        raise CommandError(f"originals keys: {err}") from None
     pods, nodes = await asyncio.gather(
         list_all(client, "/api/v1/pods", settings.api.page_size, slim_pod, fieldSelector="spec.nodeName!="),
         list_all(client, "/api/v1/nodes", settings.api.page_size))
@@ -81,9 +86,9 @@ async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: Nam
     node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(settings.node_type_label)
                   for n in nodes}
     forecast = forecast_fleet(pods, node_types, config, scope, namespace_labels,
-                              settings.resize_restart_containers, skip_applied=skip_applied)
+                              settings.resize_restart_containers, skip_applied=skip_applied, keyring=keyring)
     done = time.monotonic()
-    info = {"config": source, "pods": len(pods), "nodes": len(nodes),
+    info = {"config": source, "pods": len(pods), "nodes": len(nodes), "keys": warning or "verified",
             "listSeconds": round(listed - started, 3), "planSeconds": round(done - listed, 3)}
     return forecast, info
 
@@ -153,6 +158,8 @@ def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: 
         lines.append("Left alone: " + ", ".join(f"{count} {reason}" for reason, count in forecast.skipped.items()))
     lines.append(f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in "
                  f"{info['listSeconds']}s, planned in {info['planSeconds']}s.")
+    if info.get("keys", "verified") != "verified":
+        lines.append(f"Warning: {info['keys']}: pods whose spec changed since admission show as OriginalsUnverified.")
     return "\n".join(lines) + "\n"
 
 

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
+from reconciler.commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from reconciler.commands.plan import list_all
 from reconciler.kube.slim import slim_pod
 from reconciler.settings import RestoreSettings
+from resizer import EMPTY_KEYRING, KeyRing
 from resizer.originals import OriginalsError
-from resizer.restore import managed_annotation_keys, restore_patch
+from resizer.restore import managed_annotation_keys, restore_decision
+from resizer.scope import NamespaceScope
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 ATTEMPTS = 5     # a status update by the kubelet between our read and write is a conflict
@@ -35,6 +38,7 @@ class Summary:
     cleaned: int = 0            # spec already at the originals: annotations removed only
     gone: int = 0               # deleted meanwhile
     failed: dict[str, str] = field(default_factory=dict)   # pod -> why (annotations kept)
+    held: dict[str, str] = field(default_factory=dict)     # pod -> why its spec is left as it is
     interrupted: bool = False
     denied: bool = False        # the apiserver refuses these credentials the writes (see Denied)
 
@@ -44,8 +48,14 @@ class Summary:
 
 
 class Restorer:
-    def __init__(self, client: KubeClient, rate: float, dry_run: bool, out: TextIO) -> None:
+    def __init__(self, client: KubeClient, rate: float, dry_run: bool, out: TextIO,
+                 keyring: KeyRing = EMPTY_KEYRING, scope: NamespaceScope | None = None,
+                 remove_unverified: bool = False) -> None:
         self._client = client
+        self._keyring = keyring
+        self._scope = scope or NamespaceScope()
+        self._remove_unverified = remove_unverified
+        self._namespace_labels: dict[str, dict[str, str]] = {}
         self._interval = 1.0 / rate
         self._dry_run = dry_run
         self._out = out
@@ -59,6 +69,9 @@ class Restorer:
         pods = [pod for pod in await list_all(self._client, collection, page_size, slim_pod)
                 if managed_annotation_keys(pod) and "deletionTimestamp" not in pod["metadata"]]
         self.summary.managed = len(pods)
+        if self._scope.needs_labels:
+            namespaces = await list_all(self._client, "/api/v1/namespaces", page_size)
+            self._namespace_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
         self._say(f"{len(pods)} pods carry workload-resizer.io annotations"
                   + (" (dry run: nothing is changed)" if self._dry_run else ""))
         if pods:
@@ -126,8 +139,12 @@ class Restorer:
         if not keys:
             self.summary.cleaned += 1       # someone else finished it meanwhile
             return None
-        terminal = pod.get("status", {}).get("phase") in TERMINAL_PHASES
-        patch = {} if terminal else restore_patch(pod)
+        decision = restore_decision(pod, self._keyring, self._scope,
+                                    self._namespace_labels.get(pod["metadata"]["namespace"]))
+        if decision.held is not None and not self._remove_unverified:
+            self.summary.held[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = decision.held
+            return f"left as it is: {decision.held}; its annotations are kept"
+        patch = decision.patch
         if self._dry_run:
             self.summary.resized += bool(patch)
             self.summary.cleaned += not patch
@@ -138,7 +155,7 @@ class Restorer:
             self._resized_now[pod["metadata"].get("uid", "")] = patch
             # The originals stay until the spec holds them: removing them is the second write.
             pod = await self._client.get(_pod_path(pod))
-            if restore_patch(pod):
+            if restore_decision(pod, self._keyring).patch:
                 raise _Conflict()
         body = {"metadata": {"resourceVersion": pod["metadata"]["resourceVersion"],
                              "annotations": {key: None for key in managed_annotation_keys(pod)}}}
@@ -149,6 +166,9 @@ class Restorer:
                 raise _Conflict() from None
             raise
         sent = self._resized_now.get(pod["metadata"].get("uid", ""))
+        if decision.held is not None:
+            self.summary.cleaned += 1
+            return f"left as it is ({decision.held}); annotations removed (--remove-unverified)"
         if sent is not None:
             self.summary.resized += 1
             return f"resized back to its originals {_describe(sent)}; annotations removed"
@@ -217,7 +237,18 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
         api = settings.api
         client = KubeClient(load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst,
                             max_connections=4)
-        restorer = Restorer(client, settings.max_resizes_per_second, settings.dry_run, out)
+        try:
+            keyring, warning = await load_keyring(client, settings.keys)
+        except (KeyRingError, KeyDirectoryError) as err:
+            out.write(f"error: originals keys: {err}\n")
+            restorer = Restorer(client, settings.max_resizes_per_second, settings.dry_run, out)
+            restorer.summary.failed["(keys)"] = str(err)
+            await client.close()
+            return restorer.summary
+        if warning:
+            out.write(f"warning: {warning}; pods whose spec changed since admission are left as they are\n")
+        restorer = Restorer(client, settings.max_resizes_per_second, settings.dry_run, out, keyring,
+                            settings.scope, settings.remove_unverified)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, restorer.stop.set)
@@ -243,7 +274,12 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
     verb = "would be" if settings.dry_run else "were"
     out.write(f"Summary: {summary.managed} managed pods; {summary.resized} {verb} resized back to their originals, "
               f"{summary.cleaned} {'would only lose' if settings.dry_run else 'only lost'} their annotations, "
-              f"{summary.gone} disappeared meanwhile, {len(summary.failed)} failed; {elapsed:.1f}s.\n")
+              f"{summary.gone} disappeared meanwhile, {len(summary.held)} left as they are, "
+              f"{len(summary.failed)} failed; {elapsed:.1f}s.\n")
+    if summary.held:
+        out.write("Left as they are (spec unchanged, annotations kept; --remove-unverified removes them):\n")
+        for name, why in summary.held.items():
+            out.write(f"  {name}: {why}\n")
     if summary.failed:
         out.write("Failed (annotations kept, run again once fixed):\n")
         for name, why in summary.failed.items():
@@ -251,4 +287,4 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
     if summary.interrupted:
         out.write("Interrupted: run the same command again to finish.\n")
         return 130
-    return 1 if summary.failed else 0
+    return 1 if summary.failed or summary.held else 0

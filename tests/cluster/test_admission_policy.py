@@ -21,7 +21,7 @@ import resizer
 from tests.cluster.test_reconciler import Harness, guaranteed, ours
 from devkit.chart import ensure_helm
 from devkit.kube import ApiError, Kube, wait_for
-from devkit.processes import REPO
+from devkit.processes import REPO, originals_key_dir
 from devkit.rbac import install_rbac, kubeconfig_for_token, uninstall_rbac
 
 ORIGINAL_CPU = "workload-resizer.io/original-cpu.app"
@@ -172,7 +172,8 @@ def _denied_now(call: Any) -> bool:
 
 def restore(kubeconfig: str, namespace: str, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={kubeconfig}",
-                           f"--only-namespace={namespace}", *flags], cwd=REPO, capture_output=True, text=True,
+                           f"--only-namespace={namespace}", f"--originals-key-dir={originals_key_dir()}", *flags],
+                          cwd=REPO, capture_output=True, text=True,
                           timeout=120)
 
 

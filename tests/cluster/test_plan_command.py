@@ -23,7 +23,7 @@ from tests.cluster.test_reconciler import (
     guaranteed,
 )
 from devkit.kube import container
-from devkit.processes import REPO
+from devkit.processes import REPO, originals_key_dir
 
 WORKLOADS = {
     # deployment: (node type, containers, replicas, pod annotations)
@@ -42,7 +42,8 @@ WORKLOADS = {
 def run_plan(h: Harness, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "reconciler", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
-         f"--config-namespace={h.ns}", f"--node-type-label={h.label}", *extra],
+         f"--config-namespace={h.ns}", f"--node-type-label={h.label}",
+         f"--originals-key-dir={originals_key_dir()}", *extra],
         cwd=REPO, capture_output=True, text=True, timeout=120)
 
 

@@ -14,7 +14,7 @@ from tests.cluster.test_reconciler import (
     ours,
 )
 from devkit.kube import wait_for
-from devkit.processes import REPO, Process
+from devkit.processes import REPO, Process, originals_key_dir
 
 WORKLOADS = {"web": ("n4", guaranteed(), 6), "api": ("c3", burstable(), 5), "base": ("n2d", guaranteed(), 2)}
 
@@ -26,7 +26,7 @@ def spec_of(pod: dict[str, Any]) -> dict[str, Any]:
 
 def restore_argv(h: Harness, rate: str) -> list[str]:
     return [sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
-            f"--max-resizes-per-second={rate}"]
+            f"--max-resizes-per-second={rate}", f"--originals-key-dir={originals_key_dir()}"]
 
 
 def test_restore_returns_every_managed_pod_to_its_originals_even_after_a_sigkill(h: Harness) -> None:

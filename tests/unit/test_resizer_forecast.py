@@ -14,6 +14,7 @@ from .test_resizer_support import container, guaranteed, make_pod, sample_config
 def bound(pod: dict[str, Any], node: str, namespace: str = "shop", name: str = "web-1",
           labels: dict[str, str] | None = None) -> dict[str, Any]:
     pod["metadata"].update(namespace=namespace, name=name)
+    pod["metadata"].setdefault("generation", 1)       # as the apiserver sets it at creation
     if labels:
         pod["metadata"]["labels"] = labels
     pod["spec"]["nodeName"] = node

@@ -1,0 +1,38 @@
+"""The originals MAC keys for the admin commands: a key directory, or the chart's Secret."""
+from __future__ import annotations
+
+import base64
+import binascii
+
+from ops.keys import KeyDirectoryError, read_key_directory
+from reconciler.kube import ApiError, KubeClient
+from reconciler.settings import KeySettings
+from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
+
+
+async def load_keyring(client: KubeClient, settings: KeySettings) -> tuple[KeyRing, str | None]:
+    """The key ring, and a warning when there is none (then only pods whose spec never changed,
+    or equals their originals, can be verified). Raises KeyRingError/KeyDirectoryError for keys
+    that are present but unusable (a mistake the admin must fix)."""
+    if settings.key_dir:
+        return KeyRing(read_key_directory(settings.key_dir)), None
+    namespace, name = settings.secret.split("/", 1)
+    try:
+        secret = await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+    except ApiError as err:
+        if err.status in (403, 404):
+            return EMPTY_KEYRING, (f"cannot read the originals keys (Secret {settings.secret}: {err.status} "
+                                   f"{err.reason}); pass --originals-key-dir or --originals-keys-secret")
+        raise
+    keys: dict[str, bytes] = {}
+    for key_id, value in (secret.get("data") or {}).items():
+        try:
+            keys[str(key_id)] = base64.b64decode(str(value), validate=True).strip()
+        except (binascii.Error, ValueError):
+            raise KeyRingError(f"Secret {settings.secret}: key {key_id!r} is not base64") from None
+    if not keys:
+        return EMPTY_KEYRING, f"the Secret {settings.secret} holds no originals key"
+    return KeyRing(keys), None
+
+
+__all__ = ["KeyDirectoryError", "KeyRingError", "load_keyring"]
