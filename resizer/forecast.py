@@ -157,20 +157,18 @@ def forecast_fleet(
         try:
             decision = baseline(pod, keyring)   # per pod: a MAC binds the pod's identity
         except (OriginalsError, QuantityError) as error:
-            not_resized.append(replace(forecast_pod(pod, node, node_type, config, resize_restart_containers),
-                                       outcome="ResizeFailed", detail=str(error)))
+            not_resized.append(_held(pod, node, node_type, "ResizeFailed", str(error)))
             continue
         if decision.refused:
-            not_resized.append(replace(forecast_pod(pod, node, node_type, config, resize_restart_containers),
-                                       outcome="OriginalsUnverified", detail=decision.check.reason))
+            not_resized.append(_held(pod, node, node_type, "OriginalsUnverified", decision.check.reason))
             continue
         plan_key = _plan_key(decision.pod, node_type)
         shared = memo.get(plan_key)
         if shared is None:
             shared = memo[plan_key] = forecast_pod(decision.pod, node, node_type, config, resize_restart_containers)
         if decision.check.trust is Trust.TRUSTED_IF_ALIGNED and shared.outcome == "Resize":
-            shared = replace(shared, outcome="OriginalsUnverified",
-                             detail=f"{decision.check.reason}, and the pod is not aligned with them")
+            shared = _held(pod, node, node_type, "OriginalsUnverified",
+                           f"{decision.check.reason}, and the pod is not aligned with them")
         forecast = replace(shared, namespace=namespace, name=str(metadata.get("name")), workload=workload_of(pod),
                            node=node)
         if forecast.outcome in ("Resize", "AlreadyAligned"):
@@ -180,6 +178,14 @@ def forecast_fleet(
             not_resized.append(forecast)
     ordered = [groups[key] for key in sorted(groups)]
     return FleetForecast(ordered, dict(sorted(skipped.items())), not_resized)
+
+
+def _held(pod: Mapping[str, Any], node: str, node_type: str, outcome: str, detail: str) -> PodForecast:
+    """A pod the reconciler would leave as it is, and why."""
+    metadata = pod.get("metadata") or {}
+    cpu, memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
+    return PodForecast(str(metadata.get("namespace")), str(metadata.get("name")), workload_of(pod), node, node_type,
+                       outcome, cpu, cpu, memory, memory, None, detail)
 
 
 def _plan_key(pod: Mapping[str, Any], node_type: str) -> str:

@@ -212,7 +212,9 @@ def test_restore_without_keys_cannot_verify_a_resized_pod() -> None:
 def test_plan_holds_what_the_reconciler_refuses() -> None:
     plan = forecast_fleet([forged_after_a_resize()], {"node-1": "n4"}, CONFIG, SCOPE, keyring=RING)
     assert plan.resized == 0
-    assert [p.outcome for p in plan.not_resized] == ["OriginalsUnverified"]
+    (held,) = plan.not_resized
+    assert held.outcome == "OriginalsUnverified"
+    assert (held.desired_cpu, held.desired_memory) == (held.current_cpu, held.current_memory), "left as it is"
 
 
 def test_plan_holds_minted_originals_on_a_gated_pod() -> None:

@@ -1,0 +1,236 @@
+"""A tenant against every program of the product, on the real apiserver (the adversarial matrix).
+
+Routes past the webhook's strip: the webhook down, an undecided answer (a review over
+its object cap), MACs minted through a made-up AdmissionReview (the signing oracle),
+annotations and MACs copied from another pod, and a namespace out of the product's
+scope; each time the tenant also bumps metadata.generation by removing a scheduling
+gate. Forged fields: original-* (8 CPU), with a resize-state or applied-* alongside.
+Programs: the reconciler, `plan` and `restore`.
+
+The author wrote 500m (Guaranteed) on n4 nodes (ratio 1/1.25): no program may take a
+pod above 500m x 0.8 = 400m, put one back above 500m, or touch one out of scope.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from resizer import APPLIED_INSTANCE_TYPE, APPLIED_SIZE, ORIGINALS_MAC, RESIZE_STATE, original_key
+from tests.cluster.test_reconciler import Harness, guaranteed, make_namespace, ours, q, resources
+from tests.cluster.test_webhook_cluster import Registration
+from devkit.kube import deployment, wait_for
+from devkit.processes import REPO, Webhook, WebhookCerts, originals_key_dir
+
+AUTHOR = guaranteed(cpu="500m")
+AUTHORED, CEILING = q("500m"), q("400m")
+GATE = "example.com/tenant-gate"
+EIGHT = {original_key("app", "cpu", "request"): "8", original_key("app", "cpu", "limit"): "8",
+         original_key("app", "memory", "request"): "256Mi", original_key("app", "memory", "limit"): "256Mi"}
+FORGERIES = {
+    "originals": {},
+    "state": {RESIZE_STATE: '{"state":"deferred","nodeType":"n4","generation":1}'},
+    "applied": {APPLIED_INSTANCE_TYPE: "c3", APPLIED_SIZE: "0" * 16},
+}
+
+
+@pytest.fixture(scope="module")
+def webhook() -> Iterator[Webhook]:
+    proc = Webhook(certs=WebhookCerts())
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.terminate()
+        proc.close()
+
+
+# ---------------------------------------------------------------- the tenant's moves
+
+
+def gated_deployments(h: Harness, node: str, annotations: dict[str, dict[str, str]]) -> dict[str, str]:
+    """One gated single-pod Deployment per forgery, its template carrying `annotations[forgery]`;
+    returns forgery -> the pod's name once the pods exist (Pending: gated)."""
+    for forgery, template_annotations in annotations.items():
+        manifest = deployment(forgery, 1, [AUTHOR], node_selector={"kubernetes.io/hostname": node},
+                              annotations=template_annotations)
+        manifest["spec"]["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
+        h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+    return {forgery: h.wait_pods(forgery, 1, lambda p: True, "created")[0]["metadata"]["name"]
+            for forgery in annotations}
+
+
+def annotate(h: Harness, name: str, annotations: dict[str, str]) -> None:
+    h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"annotations": annotations}})
+
+
+def ungate(h: Harness, names: dict[str, str]) -> None:
+    """Removing the gate is a spec change: the apiserver bumps metadata.generation to 2."""
+    for name in names.values():
+        h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", [{"op": "remove", "path": "/spec/schedulingGates"}],
+                     kind="json")
+    for forgery in names:
+        h.wait_running(forgery)
+
+
+def minted(webhook: Webhook, pod: dict[str, Any], originals: dict[str, str]) -> dict[str, str]:
+    """The signing oracle: a made-up AdmissionReview for the pod's identity with an 8-CPU spec.
+    Returns the annotations the webhook's patch would set (the originals and their MAC)."""
+    fake = json.loads(json.dumps(pod))
+    fake["metadata"].pop("name", None)
+    fake["metadata"]["annotations"] = {}
+    cpu = originals[original_key("app", "cpu", "request")]
+    fake["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "256Mi"},
+                                                  "limits": {"cpu": cpu, "memory": "256Mi"}}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                          "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+                          "namespace": pod["metadata"]["namespace"], "object": fake,
+                          "userInfo": {"username": "tenant"}}}
+    context = ssl.create_default_context(cafile=webhook.certs.ca_file)
+    answer = httpx.post(webhook.url, json=review, verify=context, timeout=10).json()["response"]
+    patch = json.loads(base64.b64decode(answer["patch"]))
+    annotations: dict[str, str] = {}
+    for op in patch:
+        if op["path"] == "/metadata/annotations":
+            annotations.update(op["value"])
+        elif op["path"].startswith("/metadata/annotations/"):
+            annotations[op["path"].rsplit("/", 1)[1].replace("~1", "/")] = op["value"]
+    assert annotations.get(ORIGINALS_MAC, "").startswith("v1.a."), f"the oracle answers: {annotations}"
+    return {k: v for k, v in annotations.items() if "original" in k}
+
+
+# ---------------------------------------------------------------- the programs' verdicts
+
+
+def plan(h: Harness, *flags: str) -> dict[str, dict[str, Any]]:
+    proc = subprocess.run([sys.executable, "-m", "reconciler", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
+                           f"--config-namespace={h.ns}", f"--node-type-label={h.label}", "-o", "json",
+                           f"--originals-key-dir={originals_key_dir()}", *flags],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    pods = [p for w in out["workloads"] for p in w["podPlans"]] + out["notResized"]
+    return {p["name"]: p for p in pods if p["namespace"] == h.ns}
+
+
+def restore_dry_run(h: Harness, *flags: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
+                           f"--only-namespace={h.ns}", "--dry-run", f"--originals-key-dir={originals_key_dir()}",
+                           *flags], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def never_above_the_invariant(h: Harness, names: dict[str, str], *flags: str,
+                              expected_event: str | None = "OriginalsUnverified") -> None:
+    for forgery, name in names.items():
+        if expected_event is not None:
+            event = h.wait_event(name, expected_event, timeout=60)
+            assert event["type"] == "Warning", (forgery, event)
+        pod = h.pod(name)
+        assert resources(pod)["requests"]["cpu"] <= AUTHORED, (forgery, "the reconciler raised it")
+        assert resources(pod)["limits"]["cpu"] <= AUTHORED, forgery
+        assert pod["metadata"]["generation"] == 2, (forgery, "the reconciler resized it")
+    planned = plan(h, *flags)
+    for forgery, name in names.items():
+        entry = planned.get(name)
+        if entry is not None:
+            cpu = entry["requests"]["cpu"]
+            limit = CEILING if entry["outcome"] == "Resize" else AUTHORED
+            assert q(f"{cpu['desiredMillicores']}m") <= limit, (forgery, "plan forecasts a raise", entry)
+    restored = restore_dry_run(h, *flags)
+    for forgery, name in names.items():
+        line = next((ln for ln in restored.splitlines() if ln.startswith(f"{h.ns}/{name}:")), "")
+        assert "would resize back" not in line, (forgery, "restore would raise it", line)
+        assert "left as it is" in line or "would remove" in line, (forgery, line)
+
+
+# ---------------------------------------------------------------- the routes
+
+
+def test_webhook_down_forged_template_then_a_generation_bump(h: Harness) -> None:
+    node = h.node("n4", "n4")
+    h.reconciler()
+    names = gated_deployments(h, node, {f: {**EIGHT, **extra} for f, extra in FORGERIES.items()})
+    assert all(ours(h.pod(n)).get(original_key("app", "cpu", "request")) == "8" for n in names.values())
+    ungate(h, names)
+    never_above_the_invariant(h, names)
+
+
+def test_undecided_webhook_answer_keeps_forgeries_that_still_lift_nothing(h: Harness, webhook: Webhook) -> None:
+    node = h.node("n4", "n4")
+    h.reconciler()
+    padding = {"example.com/padding": "{" * 20_001}      # over the webhook's object cap: "allowed, no patch"
+    with Registration(h.kube, h.ns, webhook):
+        names = gated_deployments(h, node, {f: {**EIGHT, **extra, **padding} for f, extra in FORGERIES.items()})
+    ungate(h, names)
+    forged_kept = all(ours(h.pod(n)).get(original_key("app", "cpu", "request")) == "8" for n in names.values())
+    # Undecided, the forgeries reached the pod; had the webhook decided, it replaced them with the
+    # spec's values (then the pods are resized from 500m, as any other).
+    never_above_the_invariant(h, names, expected_event="OriginalsUnverified" if forged_kept else None)
+
+
+def test_macs_minted_through_a_made_up_review_lift_nothing(h: Harness, webhook: Webhook) -> None:
+    node = h.node("n4", "n4")
+    h.reconciler()
+    names = gated_deployments(h, node, {f: {} for f in FORGERIES})
+    for forgery, name in names.items():
+        annotate(h, name, {**minted(webhook, h.pod(name), EIGHT), **FORGERIES[forgery]})
+    ungate(h, names)
+    never_above_the_invariant(h, names)
+
+
+def test_originals_and_mac_copied_from_another_pod_lift_nothing(h: Harness, webhook: Webhook) -> None:
+    node = h.node("n4", "n4")
+    h.reconciler()
+    with Registration(h.kube, h.ns, webhook):
+        h.deploy("big", node, [guaranteed(cpu="8")])
+        big = h.wait_running("big")[0]
+        h.wait_event(big["metadata"]["name"], "Resized", timeout=60)
+        copied = {k: v for k, v in ours(h.pod(big["metadata"]["name"])).items()
+                  if "original" in k or k == ORIGINALS_MAC}
+        assert copied[ORIGINALS_MAC].startswith("v1.p."), "bound to the big pod by the reconciler"
+        names = gated_deployments(h, node, {f: {} for f in FORGERIES})
+    for forgery, name in names.items():
+        annotate(h, name, {**copied, **FORGERIES[forgery]})
+    ungate(h, names)
+    never_above_the_invariant(h, names)
+
+
+def test_pods_out_of_scope_are_touched_by_no_program(h: Harness) -> None:
+    node = h.node("n4", "n4")
+    scope = f"--exclude-namespaces={h.ns}"
+    h.reconciler(scope)
+    names = gated_deployments(h, node, {f: {**EIGHT, **extra} for f, extra in FORGERIES.items()})
+    ungate(h, names)
+    # A pod in scope, on the same node, after them: once it is resized the reconciler has seen them all.
+    other = make_namespace(h.kube, "in-scope")
+    try:
+        h.kube.create(f"/apis/apps/v1/namespaces/{other}/deployments",
+                      deployment("control", 1, [AUTHOR], node_selector={"kubernetes.io/hostname": node}))
+        control = wait_for("the control pod", lambda: next(iter(h.kube.pods(other, "app=control")), None))
+        wait_for("the control pod resized", lambda: next(
+            (e for e in h.kube.events_for(other, control["metadata"]["name"]) if e["reason"] == "Resized"), None),
+            timeout=60)
+        for name in names.values():
+            pod = h.pod(name)
+            assert h.events(name) == [], f"{name}: out of scope, yet decided"
+            assert resources(pod)["requests"]["cpu"] == AUTHORED and pod["metadata"]["generation"] == 2
+            assert ours(pod)[original_key("app", "cpu", "request")] == "8", "not even re-stamped"
+        planned = plan(h, scope)
+        assert not planned, f"plan lists pods out of scope: {sorted(planned)}"
+        restored = restore_dry_run(h, scope)
+        for name in names.values():
+            line = next(ln for ln in restored.splitlines() if ln.startswith(f"{h.ns}/{name}:"))
+            assert "out of the product's scope" in line, line
+    finally:
+        h.kube.delete(f"/api/v1/namespaces/{other}")
