@@ -53,6 +53,7 @@ from resizer.originals import originals_from_spec_annotations
 
 __all__ = [
     "Baseline",
+    "admission_stamp",
     "EMPTY_KEYRING",
     "KeyRing",
     "KeyRingError",
@@ -344,6 +345,19 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
     if keyring:
         stamp[ORIGINALS_MAC] = sign_originals(keyring, spec_originals, PodIdentity.of(pod), "pod")
     return Baseline(result, view, stamp)
+
+
+def admission_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
+                    spec_originals: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The authority's rule at admission: the spec the author sent is the baseline, whatever
+    the pod carries. Returns the ``original-*`` annotations to stamp (``spec_originals``, or
+    computed from the spec) with their admission MAC (none without keys); every other
+    controller-owned key the client sent is to be removed."""
+    originals = dict(spec_originals) if spec_originals is not None else originals_from_spec_annotations(pod)
+    if not originals or not keyring:
+        return originals
+    identity = PodIdentity.of(pod, namespace, "admission")
+    return {**originals, ORIGINALS_MAC: sign_originals(keyring, originals, identity, "admission")}
 
 
 def pod_mac(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str]:

@@ -223,3 +223,18 @@ def test_plan_holds_minted_originals_on_a_gated_pod() -> None:
     act(pod, ("mint", 8000))
     plan = forecast_fleet([pod], {"node-1": "n4"}, CONFIG, SCOPE, keyring=RING)
     assert plan.resized == 0 and [p.outcome for p in plan.not_resized] == ["OriginalsUnverified"]
+
+
+def test_at_admission_the_spec_is_the_baseline_whatever_the_pod_carries() -> None:
+    from resizer import admission_stamp
+
+    sent = admitted(500, 64, stamped=False)
+    act(sent, ("forge", 8000))
+    sent["metadata"]["name"] = ""                # a generated pod has no name at admission
+    stamp = admission_stamp(sent, "shop", RING)
+    assert stamp[PREFIX + "original-cpu.app"] == "500m" and stamp[ORIGINALS_MAC].startswith("v1.a.")
+    stored = admitted(500, 64, stamped=False)    # as the apiserver stores it, with the stamp
+    stored["metadata"]["annotations"] = stamp
+    decision = baseline(stored, RING)
+    assert decision.may_resize and decision.check.scope == "admission"
+    assert values(read_originals(decision.pod)) == values(read_originals(admitted(500, 64)))
