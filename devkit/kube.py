@@ -150,6 +150,7 @@ PLURALS = {
     "ResourceQuota": "resourcequotas", "NetworkPolicy": "networkpolicies",
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    "Issuer": "issuers", "Certificate": "certificates",             # cert-manager.io
 }
 CLUSTER_SCOPED = {"namespaces", "nodes", "clusterroles", "clusterrolebindings",
                   "mutatingwebhookconfigurations", "validatingwebhookconfigurations",
