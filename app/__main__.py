@@ -50,10 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "and its connection closed: overload never delays or blocks pod creation.")
     p.add_argument("--large-review-workers", type=int, default=1, metavar="N",
                    help="Worker processes deciding the reviews too costly for the event loop (over 16KiB, over "
-                        "2048 JSON values or 64 annotations, or over 4 containers not seen before: parsing takes "
-                        "~5 ms per MiB, each new container ~0.1 ms), so that small reviews never wait behind "
-                        "them. Each is a Python process of its own (RSS ~25-60MiB), at a lower CPU priority. "
-                        "0: decide them on the event loop, one at a time.")
+                        "2048 JSON values or 64 annotations, or over 4 containers not seen before), so that small "
+                        "reviews never wait behind them. Each is a Python process of its own (RSS under 64MiB), "
+                        "at a lower CPU priority. 0: decide them on the event loop, one at a time.")
     p.add_argument("--large-review-timeout", type=parse_duration, metavar="DURATION", default="2s",
                    help="A large review not decided this long after it arrived is answered 'allowed, no patch'; "
                         "a worker still busy with one review after this long is killed and replaced. Keep it "

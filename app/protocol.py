@@ -1,18 +1,11 @@
 """uvicorn's httptools protocol, writing each response in one piece.
 
-uvicorn writes the status line and headers on ``http.response.start`` and the
-body on ``http.response.body``: two ``transport.write`` calls. Over TLS each
-one is encrypted into its own TLS record and sent with its own ``send``
-syscall. :class:`CoalescingHttpToolsProtocol` hands uvicorn a thin transport
-proxy that collects writes and passes them on as one ``write`` when the
-response completes (or, for anything else, at the next event-loop iteration,
-or before the connection is closed). Same bytes, same order; one record and
-one syscall per response instead of two.
-
-It only overrides ``connection_made`` (to wrap the transport) and
-``on_response_complete`` (to flush), both part of asyncio's / uvicorn's
-protocol surface; if httptools is missing, uvicorn's h11 protocol is used
-unmodified (see app/run.py).
+uvicorn writes the headers and the body with two ``transport.write`` calls; over TLS that
+is two records and two ``send`` syscalls per response. :class:`CoalescingHttpToolsProtocol`
+wraps the transport to collect the writes and pass them on as one when the response
+completes (else at the next event-loop iteration, or before the connection closes): same
+bytes, same order. It overrides only ``connection_made`` and ``on_response_complete``;
+without httptools, uvicorn's h11 protocol is used unmodified (see app/run.py).
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """AdmissionReview in, AdmissionReview out: the webhook's decision, free of I/O.
 
-``handle_review(body)`` returns ``(status_code, response_bytes, record)``:
-
-* 200 with an ``admission.k8s.io/v1`` AdmissionReview echoing the request uid,
-  always ``allowed: true``; for an eligible pod CREATE it carries a base64
-  JSONPatch that sets every ``workload-resizer.io/original-*`` annotation the
-  shared core (:mod:`resizer`) computes from the spec and removes any other
-  controller-owned annotation (``original-*`` / ``applied-*``) the client sent:
-  a copied manifest must not carry stale state and a tenant must not pick its
-  own baseline.
-* 400 (413 for a body over the limit, checked by the caller) with a JSON
-  ``{"error": ...}`` body when the request is not a usable AdmissionReview.
-
-Which pods are eligible and what the originals are is decided by the shared
-core only (``resizer.eligibility`` / ``resizer.originals_from_spec_annotations``
-/ ``resizer.is_controller_owned_key``); this module only turns that into a
-patch. Any unexpected exception while deciding is caught: the pod is allowed
-unchanged (the webhook must never block pod creation because of our bug) and
-the record says ``reason: InternalError`` so the caller logs and counts it.
-
-``record`` is a dict of log fields: ``uid``, ``pod`` (name, else generateName),
-``namespace``, ``owner`` (``Kind/name`` of the controller, or empty),
-``decision`` (``patched``/``skipped``; ``rejected`` for 4xx), ``reason``,
-``originals`` (the annotations the pod ends up with, empty unless eligible) and,
-on errors, ``error``/``stack``; the caller adds ``duration_ms``.
+``handle_review(body)`` returns ``(status_code, response_bytes, record)``: 200 with an
+AdmissionReview that is always ``allowed: true`` (for an eligible pod CREATE with a JSONPatch
+that sets the ``original-*`` annotations the shared core, :mod:`resizer`, computes, and removes
+every controller-owned annotation the client sent: a copied manifest must not carry stale
+state, a tenant must not pick its own baseline), or 400 when the body is not a usable review.
+Eligibility and originals are the core's decisions only. Any unexpected exception allows the
+pod unchanged (our bug must never block pod creation) with ``reason: InternalError``.
+``record`` holds the log fields (``uid``, ``pod``, ``namespace``, ``owner``, ``decision``,
+``reason``, ``originals``; ``error``/``stack`` on errors); the caller adds ``duration_ms``.
 """
 
 from __future__ import annotations
@@ -50,26 +35,25 @@ REASON_INTERNAL_ERROR = "InternalError"
 REASON_OVERLOADED = "Overloaded"
 # JSON objects + arrays in one review beyond which it is not parsed (answered "allowed, no
 # patch", as under overload). A pod of MAX_STAMPED_CONTAINERS (256) containers, each with
-# resources, ports, probes, a few mounts and twenty env vars, has ~10,000; parsing 20,000
-# takes ~10 ms, and memory grows with objects, not bytes: a 4 MiB review of tiny objects is
-# ~100 MiB once parsed. Counted (~2 ns per byte) where the review is decided, off the event
-# loop: on the loop, counting a 256 KiB chunk held every other review up for ~0.5 ms.
+# resources, ports, probes, a few mounts and twenty env vars, has ~10,000. Parsing time and
+# memory grow with objects, not bytes: a 4 MiB review of tiny objects parses to many times its
+# size. Counted where the review is decided, off the event loop: counting on the loop, chunk
+# by chunk as the body arrived, held every other review up.
 MAX_JSON_CONTAINERS = 20_000
 TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
 _UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
 _UID_SEARCH_BYTES = 64 * 1024
 # Pods with more spec containers are admitted with forged keys stripped but unstamped:
-# their originals cost ~120 us per container to compute, sign and patch when not memoised
-# (a review worker's time, ~30 ms for 256), and a few hundred containers' originals would
-# not fit the 256 KiB annotation limit anyway.
+# every container's originals cost CPU to compute, sign and patch when not memoised (a
+# review worker's time), and a few hundred containers' originals would not fit the 256 KiB
+# annotation limit anyway.
 MAX_STAMPED_CONTAINERS = 256
 # A review decided on the webhook's event loop holds every other review up meanwhile, so
 # only reviews that cost well under a millisecond are decided there (the caller checks the
-# byte bounds before parsing, handle_review_inline the rest). Measured: parsing costs up to
-# ~0.2 us per JSON value (objects with distinct keys; 64 KiB of them: 1.7 ms), the originals,
-# their MAC and patch ~120 us per container with four quantities when not memoised (16
-# containers: 1.9 ms), stripping forged keys ~5 us per key. Costlier reviews are decided by
-# a review worker (app.worker), else one at a time in the large lane (app.server).
+# byte bounds before parsing, handle_review_inline the rest); the bounds follow what parsing
+# per JSON value, originals per unmemoised container and stripping per forged key cost
+# (docs/performance.md). Costlier reviews are decided by a review worker (app.worker), else
+# one at a time in the large lane (app.server).
 INLINE_MAX_BYTES = 16 * 1024
 INLINE_MAX_VALUES = 2048          # commas: JSON values after the first of each object/array
 INLINE_MAX_CONTAINERS = 4         # spec.containers whose originals are not memoised
@@ -84,11 +68,11 @@ _b64 = base64.b64encode
 
 # -- memo of the core's originals ---------------------------------------------------
 # resizer.originals_from_spec_annotations parses and canonicalises every quantity
-# exactly (Fractions): ~10 us per value, ~100 us for a 2-container pod, most of a
-# request's CPU. Its result depends only on each spec container's name and
-# resources (its contract: "the spec as it is now"; tests/unit/test_webhook_review.py
-# checks that varying anything else leaves it unchanged), and replicas of one
-# workload share those, so the result is memoised on exactly that projection.
+# exactly (Fractions), most of a request's CPU. Its result depends only on each spec
+# container's name and resources (its contract: "the spec as it is now";
+# tests/unit/test_webhook_review.py checks that varying anything else leaves it
+# unchanged), and replicas of one workload share those, so the result is memoised on
+# exactly that projection.
 # The rules stay in the core: a miss calls it, a hit returns what it returned.
 # Every cache here is bounded in bytes (keys and values as counted by
 # ByteBoundedCache), whatever the input; huge pods are answered without caching.

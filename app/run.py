@@ -173,7 +173,7 @@ def run(**kwargs: Any) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # Everything allocated so far (FastAPI, pydantic, uvicorn) lives as long as the
     # process: keep it out of the cyclic GC's sight so a full collection while
-    # serving scans a few thousand objects instead of ~60k (a ~50 ms pause).
+    # serving scans a few thousand objects instead of tens of thousands (a long pause).
     gc.collect()
     gc.freeze()
     try:

@@ -1,23 +1,13 @@
 """The webhook's ASGI application and the uvicorn runner.
 
-``POST /mutate`` is served by :class:`MutateApp`, a raw ASGI app placed in
-front of FastAPI; everything else (``/healthz``, ``/readyz``, ``/metrics`` and
-the lifespan events) is passed to FastAPI.
-
-Why not a FastAPI route for ``/mutate``: it is the only hot path (the apiserver
-calls it synchronously for every pod CREATE in the cluster, within
-``timeoutSeconds``) and a FastAPI route costs several times the work of the
-decision itself — routing, a Request object, dependency resolution, a
-Response object, and middleware layers. Here a request is: read the body in
-chunks up to ``--max-request-bytes`` (413 beyond, without buffering the rest),
-``orjson`` in and out (``app.review.handle_review_inline``), two ``send`` calls with
-precomputed headers, one counter, one histogram observation and one log line.
-
-Only cheap reviews are decided on the event loop (``app.review.INLINE_MAX_*``: at most
-16 KiB, 2,048 JSON values, 64 annotations, 4 containers not memoised); the others go to a
-review worker process (``app.worker``), or without workers to the large lane (one at a time
-on the event loop, after the waiting ones). Bodies over 16 KiB are read in turn, one at a
-time (``MutateApp._receive_in_turn``).
+``POST /mutate``, the only hot path (the apiserver calls it synchronously for every pod
+CREATE), is served by :class:`MutateApp`, a raw ASGI app in front of FastAPI, because a
+FastAPI route costs several times the decision itself (routing, Request and Response
+objects, dependencies, middleware). Everything else (``/healthz``, ``/readyz``,
+``/metrics``, lifespan) goes to FastAPI. Only cheap reviews are decided on the event loop
+(``app.review.INLINE_MAX_*``); the others go to a review worker (``app.worker``), or without
+workers to the large lane (one at a time, after the waiting ones). Bodies over 16 KiB are
+read in turn, one at a time (``MutateApp._receive_in_turn``).
 """
 
 from __future__ import annotations
@@ -236,8 +226,8 @@ class MutateApp:
             # the worker's pipe as they are (joining 4 MiB holds the loop for milliseconds).
             return await workers.decide(
                 parts, self.keyring.keys, self.scope, time.monotonic() + workers.timeout - (_perf() - start))
-        # Deciding holds the event loop for as long as parsing takes (~5 ms per MiB, more for
-        # many small objects): costly reviews are decided one at a time, and only after the
+        # Deciding holds the event loop for as long as parsing takes (it grows with the body,
+        # more for many small objects): costly reviews are decided one at a time, and only after the
         # reviews already waiting, so a flood of them cannot stack up in front of small ones.
         async with self._large_lane:
             await asyncio.sleep(0)

@@ -1,34 +1,14 @@
 """Serving certificate: one live ``ssl.SSLContext``, reloaded in place on rotation.
 
-uvicorn hands the SSLContext it is given to ``loop.create_server``; every new
-connection builds its SSL object from that context, so calling
-``load_cert_chain`` on the *same* context makes new handshakes present the new
-certificate while established connections carry on. No restart, no dropped
-requests.
-
-How a rotation is picked up (``CertReloader.poll``), every
-``--cert-reload-interval``:
-
-1. resolve the real paths of the cert and key (a kubelet-mounted Secret swaps
-   a ``..data`` symlink to a new timestamped directory), read both files, and
-   resolve again: if a swap happened while reading, try again next time;
-2. hash the pair; unchanged, or the pair already rejected: done;
-3. write the pair to a private directory (memory-backed ``/dev/shm`` when
-   possible, 0700/0600), so what is validated is exactly what is loaded, even
-   if the source changes or disappears meanwhile;
-4. validate on a scratch SSLContext (``load_cert_chain`` also checks that the
-   key matches the certificate) and parse the certificate (a certificate that
-   has already expired is refused);
-5. load the same private files into the live context. A bad pair never reaches
-   the live context: the previous certificate keeps being served, the reason is
-   logged and ``workload_resizer_webhook_cert_reloads_total{result="error"}`` is
-   incremented (once per bad pair, not every poll).
-
-All of this runs on the event loop thread: ``load_cert_chain`` sets the
-certificate and then the key, and a handshake must never start between the two;
-handshakes happen on the loop thread too, so they cannot interleave. The files
-are tiny; a poll that finds nothing new costs two stats, two small reads and a
-hash.
+Every new connection builds its SSL object from the context uvicorn was given, so loading a
+new pair into that *same* context makes new handshakes present it while established
+connections carry on: no restart, no dropped request. ``CertReloader.poll`` (every
+``--cert-reload-interval``) reads the pair consistently across a kubelet's ``..data``
+symlink swap, validates a private copy on a scratch context (key matches, not expired) and
+only then loads that copy into the live one: a bad pair is never served, the previous
+certificate stays, and the failure is logged and counted once. It runs on the event loop's
+thread, as handshakes do, so none starts between ``load_cert_chain`` setting the certificate
+and the key.
 """
 
 from __future__ import annotations

@@ -1,30 +1,15 @@
 """Costly reviews decided in worker processes, off the event loop.
 
-The webhook is one asyncio event loop, and deciding a review (orjson parse plus the
-review logic, ~5 ms per MiB up to the 4 MiB body limit, ~120 us per container) holds it:
-a small review that arrives meanwhile waits. Threads would not help (orjson and the review
-code hold the GIL), so reviews too costly for the loop (``app.review.INLINE_MAX_*``) go to
-a worker process: the loop only writes the body to the worker's stdin and reads
-``(status, payload, record)`` back from its stdout, both non-blocking.
-
-Each worker is ``python -m app.worker``: it reads one request frame at a time, calls
-:func:`app.review.handle_review` and writes one reply frame. Once started (its imports
-at normal priority) it runs at SCHED_IDLE (else nice +10), so that when both compete for a
-CPU the event loop (small reviews, probes) comes first; with glibc's heap retention bounded
-as in the webhook; and it dies with its parent (``PR_SET_PDEATHSIG``) even if the parent is
-SIGKILLed.
-
-The parent side, :class:`ReviewWorkers`, never lets a worker fault reach the apiserver:
-a worker that dies, does not answer within the time box, or reports an error is killed
-and replaced, and the review gets :class:`WorkerFailure` (the caller answers "allowed, no
-patch"). A review that finds every worker busy for the whole time box gets
-:class:`WorkersBusy` (answered the same way).
-
-Frames: request = ``>II`` (meta length, body length) + meta + body, where meta is a
-pickle of ``(keys, scope)`` (the signing keys as a dict, the namespace scope); reply =
-``>I`` length + pickle of ``(status, payload, record)``, or status -1 with an error
-text. Only the parent writes to a worker, so pickle carries no untrusted input: the
-review body travels as raw bytes and is parsed by orjson only.
+Deciding a review holds the webhook's one event loop, and a small review that arrives
+meanwhile waits; threads would not help (orjson and the review code hold the GIL). So reviews
+too costly for the loop (``app.review.INLINE_MAX_*``) go to ``python -m app.worker``
+processes: the loop only pipes the body over and reads ``(status, payload, record)`` back. A
+worker runs at SCHED_IDLE once started, so the loop (small reviews, probes) comes first, and
+dies with its parent (``PR_SET_PDEATHSIG``). :class:`ReviewWorkers` never lets a worker fault
+reach the apiserver: a worker that dies, errs or overruns the time box is replaced and the
+review answered "allowed, no patch" (:class:`WorkerFailure`, :class:`WorkersBusy`).
+Frames carry pickles written only by the parent; the review body travels as raw bytes and
+is parsed by orjson only, so pickle never sees untrusted input.
 """
 
 from __future__ import annotations
@@ -48,6 +33,8 @@ from typing import Any, BinaryIO, Callable
 
 log = logging.getLogger("workload_resizer.webhook")
 
+# Request frame: (meta length, body length) + pickle of (keys, scope) + the raw body.
+# Reply frame: length + pickle of (status, payload, record); status WORKER_ERROR with a text.
 REQUEST_HEADER = struct.Struct(">II")
 REPLY_HEADER = struct.Struct(">I")
 WORKER_ERROR = -1
@@ -82,8 +69,9 @@ def worker_command() -> list[str]:
 
 
 # Workers are spawned from this thread, not the event loop's: uvloop forks on the loop's
-# thread (~7 ms with an 80 MiB heap, during which no review is answered: a stall per worker
-# replaced after a timeout), subprocess.Popen uses vfork and the loop goes on meanwhile. One
+# thread, copying the page tables of the whole heap while no review is answered (a stall an
+# attacker could trigger, one per worker replaced after a timeout); subprocess.Popen uses
+# vfork and the loop goes on meanwhile. One
 # long-lived thread, as PR_SET_PDEATHSIG follows the thread that spawned the worker.
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="review-worker-spawner")
 
