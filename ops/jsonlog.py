@@ -1,19 +1,11 @@
 """One-line-per-record logging shared by the webhook and the reconciler.
 
-``configure_logging(level, fmt)`` installs a single handler on the root logger
-that writes either one JSON object per line (``fmt="json"``, the default in
-the binaries) or a human-readable ``key=value`` line (``fmt="text"``).
-
-Structured fields are passed the standard way, ``log.info("msg", extra={...})``;
-every ``extra`` key is merged into the JSON object. Each JSON line carries
-``ts`` (RFC 3339, UTC, milliseconds), ``level``, ``logger``, ``msg`` and, when an
-exception is attached, ``error`` and ``stack``.
-
-Hot paths (the webhook logs one line per admission decision) can use
-:func:`log_fields`, which skips the standard library's caller lookup and the
-``extra`` collision checks but still goes through the logger's level, filters
-and handlers, so the output is identical; and ``flush_interval`` batches the
-writes of info/debug lines (:class:`BatchingStreamHandler`).
+``configure_logging(level, fmt)`` installs one root handler writing a JSON object per line
+(``ts`` RFC 3339 UTC, ``level``, ``logger``, ``msg``, every ``extra`` key; ``error`` and
+``stack`` with an exception) or a ``key=value`` text line. Hot paths (the webhook logs one
+line per admission decision) use :func:`log_fields`, which skips the standard library's
+caller lookup but keeps its levels, filters and handlers, so the output is the same; and
+``flush_interval`` batches info/debug writes (:class:`BatchingStreamHandler`).
 """
 
 from __future__ import annotations

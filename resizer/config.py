@@ -1,18 +1,11 @@
 """The ``config.yaml`` of the workload-resizer ConfigMap, and policy resolution per pod.
 
-Merge semantics of a policy block (an override, a ``podAnnotations``/``podLabels``
-value or a ``computeClasses`` entry) over the global settings:
-
-* a field the block leaves out falls back to the global value;
-* ``nodeTypes`` is overlaid entry by entry: a block entry replaces the global entry of
-  the same name, every other global entry is inherited;
-* ``bounds`` is overlaid per resource and per side: a block that sets only
-  ``bounds.cpu.min`` keeps the global ``bounds.cpu.max`` and the global memory bounds.
-
-Precedence when several blocks could apply to a pod: the first override (in list
-order) whose ``match`` fully holds, then ``podAnnotations``, then ``podLabels``, then
-``computeClasses``, then the global settings. Within ``podAnnotations`` and
-``podLabels`` the pod's matching keys are tried in lexicographic order of the key.
+A policy block (an override, a ``podAnnotations``/``podLabels`` value or a
+``computeClasses`` entry) is overlaid on the global settings: a field it leaves out falls
+back to the global one, ``nodeTypes`` per entry, ``bounds`` per resource and side.
+Precedence: the first override (list order) whose ``match`` fully holds, then
+``podAnnotations``, ``podLabels`` (a pod's matching keys in lexicographic order),
+``computeClasses``, then the global settings (docs/configuration.md).
 """
 
 from __future__ import annotations

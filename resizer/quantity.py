@@ -109,7 +109,7 @@ def round_ratio(numerator: int, denominator: int) -> int:
     """``numerator / denominator`` (denominator > 0) rounded half away from zero.
 
     Integer arithmetic only: the reconciler sizes every pod through this, and building
-    a Fraction per step costs ~20x more.
+    a Fraction per step costs many times more.
     """
     quotient, remainder = divmod(abs(numerator), denominator)
     rounded = quotient + (2 * remainder >= denominator)
