@@ -277,7 +277,7 @@ def test_memory_limit_decrease_below_usage_is_an_error_and_changes_nothing(h: Ha
 
     The check is only as fresh as the kubelet's stats: a decrease sent before they show the
     usage (seconds after the container started) is applied, and the kernel OOM-kills the
-    container (observed on 1.36.4, cgroup v1; see README).
+    container (observed on 1.36.4, cgroup v1; see docs/development.md "A real node").
     """
     pod = deploy(h, "holder", real_node, args=["-hold-mib", "200"])
     name = pod["metadata"]["name"]

@@ -40,7 +40,7 @@ from devkit.configs import config_yaml
 from devkit.kube import wait_for
 
 # The harness's families plus one whose memory is twice as fast (256Mi -> 128Mi), with memory
-# limits allowed to follow it down (README "Memory-limit decreases").
+# limits allowed to follow it down (docs/how-it-works.md "Memory-limit decreases").
 CONFIG_YAML = config_yaml(extra_node_types={"slow": (0.5, 1.0), "hyper": (100.0, 1.0), "memfast": (1.0, 2.0)}) \
     + "memoryLimitDecrease: Allow\n"
 # How long a stalled resize is watched for writes (the acceptance window).
