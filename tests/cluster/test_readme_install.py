@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from devkit.chart import CHART, ensure_helm, helm_env
+from devkit.chart import CHART, ensure_helm, find, helm_env, render
 from devkit.kube import ApiError, Kube, collection_path, wait_for
 from devkit.progress import run_visible
 from resizer.config import load_config
@@ -68,6 +68,16 @@ def test_readme_marks_the_install() -> None:
     assert [argv[:2] for argv in install] == [["helm", "install"]], install
     assert "values.yaml" in install[0], "the install command does not use the values README shows"
     assert [argv[:2] for argv in uninstall] == [["helm", "uninstall"], ["workload-resizer", "restore"]], uninstall
+
+
+def test_readme_values_render() -> None:
+    """README's values pass the chart's schema and give a ConfigMap the reconciler accepts
+    (helm template: no cluster needed, so a broken README fails fast)."""
+    files, install, _ = marked_blocks(README.read_text())
+    values = yaml.safe_load(files["values.yaml"])
+    docs = render(ensure_helm(), namespace=_flag(install[0], "-n", "--namespace"), values=values)
+    config = load_config(find(docs, "ConfigMap")["data"]["config.yaml"])
+    assert set(config.node_types) == set(values["config"]["nodeTypes"])
 
 
 def _flag(argv: list[str], *names: str) -> str:
