@@ -3,10 +3,11 @@
 The fenced blocks README.md marks with ``<!-- readme-install: FILE -->`` (a file the admin
 writes), ``<!-- readme-install -->`` (the install commands) and ``<!-- readme-uninstall -->``
 are taken from README.md itself and run against the local cluster, from a directory holding
-the values file and ``chart/`` as a checkout does. Only the helm binary (the pinned one),
-the kubeconfig (the test cluster's) and the admin command's path are supplied here; nothing
-is added to the commands but ``--dry-run`` for ``restore`` (it would otherwise act on every
-pod of the shared test cluster; tests/cluster/test_restore_command.py proves restore itself).
+the values file and ``chart/`` as a checkout does. Only the binaries' paths (the pinned helm,
+the cluster's kubectl, the package's admin command) and the kubeconfig (the test cluster's)
+are supplied here; nothing is added to the commands but ``--dry-run`` for ``restore`` (it
+would otherwise act on every pod of the shared test cluster, and exit 1 for another test's
+leftovers; tests/cluster/test_restore_command.py proves restore itself).
 
 cert-manager, which README lists as a requirement, is installed first (hack/certmanager/run
 install, as tests/cluster/test_chart.py does). While the release exists, its webhook
@@ -67,7 +68,11 @@ def test_readme_marks_the_install() -> None:
     assert "values.yaml" in files, "README.md marks no values block (<!-- readme-install: values.yaml -->)"
     assert [argv[:2] for argv in install] == [["helm", "install"]], install
     assert "values.yaml" in install[0], "the install command does not use the values README shows"
-    assert [argv[:2] for argv in uninstall] == [["helm", "uninstall"], ["workload-resizer", "restore"]], uninstall
+    steps = [argv[:2] for argv in uninstall]
+    assert ["workload-resizer", "restore"] in steps and steps[-1] == ["helm", "uninstall"], uninstall
+    restore = steps.index(["workload-resizer", "restore"])
+    assert any(argv[:2] == ["kubectl", "-n"] and "scale" in argv and "--replicas=0" in argv
+               for argv in uninstall[:restore]), "README must stop the reconciler before restore"
 
 
 def test_readme_values_render() -> None:
@@ -104,11 +109,13 @@ class Admin:
     def __init__(self, cluster: Any, workdir: Path) -> None:
         self.workdir = workdir
         self.helm = ensure_helm()
+        self.kubectl = str(Path(cluster.bin_dir) / "kubectl")
         self.env = {**helm_env(), "KUBECONFIG": cluster.kubeconfig,
                     "PATH": f"{Path(sys.executable).parent}:{cluster.bin_dir}:{os.environ['PATH']}"}
 
     def run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-        program = {"helm": self.helm, "workload-resizer": str(Path(sys.executable).parent / "workload-resizer")}
+        program = {"helm": self.helm, "kubectl": self.kubectl,
+                   "workload-resizer": str(Path(sys.executable).parent / "workload-resizer")}
         assert argv[0] in program, f"README.md asks to run {argv[0]!r}, which this test does not know"
         proc = subprocess.run([program[argv[0]], *argv[1:]], cwd=self.workdir, env=self.env,
                               capture_output=True, text=True, timeout=600)
@@ -211,9 +218,16 @@ def test_install_as_the_readme_says(cluster: Any, readme_release: Any) -> None:
     assert hook["failurePolicy"] == "Ignore"
     assert hook["clientConfig"]["service"]["namespace"] == namespace
 
-    # Uninstall as README says (restore only as a dry run: see the module's docstring).
+    # Uninstall as README says (restore only as a dry run: see the module's docstring). It
+    # finds the release's originals keys by itself (the chart's Secret), and says so.
     for argv in uninstall:
-        admin.run([*argv, "--dry-run"] if argv[0] == "workload-resizer" else argv)
+        if argv[0] != "workload-resizer":
+            admin.run(argv)
+            continue
+        proc = admin.run([*argv, "--dry-run"], check=False)
+        output = proc.stdout + proc.stderr
+        assert "Summary:" in output and proc.returncode in (0, 1), output
+        assert "warning:" not in output and "error:" not in output, output
     wait_for("the release's webhook configuration removed", lambda: not _webhook_configurations_of(kube, namespace))
     for doc in docs:
         if doc["kind"] in ("Deployment", "ClusterRole", "ValidatingAdmissionPolicy"):
