@@ -5,7 +5,7 @@ import os
 import sys
 
 # We use no pydantic plugins: skip pydantic's scan of every installed distribution's entry
-# points at the first model build (~0.09 CPU-s of the reconciler's startup). An explicit
+# points at the first model build (a share of the reconciler's startup). An explicit
 # setting in the environment wins.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 

@@ -1,26 +1,15 @@
 """The pod resizer's reconcile(key): decide from the pure core, write in the recovery-safe order.
 
-Per pod, writes happen in this order, and the order is the recovery contract:
-
-1. original-* annotations (only the missing keys, with a resourceVersion
-   precondition so they describe the spec we read);
-2. the pods/resize patch, computed from the originals (never from the spec);
-3. applied-instance-type / applied-at / applied-size, once the kubelet has actuated the new size
-   (followed from the pod watch, see reconciler.outcome), and then the Resized Event.
-
-A crash between any two steps leaves a state from which the next pass reaches
-the same end state: after 1 the originals are read back, after 2 the plan finds
-the spec already aligned and follows the resize in flight to step 3, after 3 the
-pod is filtered out. Reordering these steps re-introduces compounding resizes.
-
-A resize that does not end actuated (deferred, infeasible, failing, on a node that
-cannot resize) is recorded in the resize-state annotation before it is reported,
-so that it is reported once and an infeasible size is never retried while the
-node and the plan stay the same (README "Resize states").
-
-The reconciler reads and writes only through the interfaces of reconciler.ports;
-the informers, the event-to-key mapping and the workers are the manager's
-(reconciler.manager).
+Per pod, writes happen in this order, and the order is the recovery contract: (1) the missing
+original-* annotations, conditional on the resourceVersion read, so they describe the spec we
+read; (2) the pods/resize patch, computed from the originals (never from the spec); (3)
+applied-instance-type / applied-at / applied-size once the kubelet has actuated the new size
+(followed from the pod watch, see reconciler.outcome), then the Resized Event. A crash between
+any two steps leaves a state from which the next pass reaches the same end state; reordering
+them re-introduces compounding resizes. A resize that does not end actuated is recorded in the
+resize-state annotation before it is reported, so it is reported once and an infeasible size
+is not retried while the node and the plan stay the same (docs/how-it-works.md). Reads and
+writes go only through the interfaces of reconciler.ports.
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """/healthz, /livez, /readyz and /metrics for the reconciler (plain HTTP/1.1, no TLS).
 
-A small server on the reconciler's own event loop, on the httptools parser the client
-already uses: four GET endpoints do not need an ASGI stack (uvicorn + starlette cost
-~0.08 CPU-s of the reconciler's startup and a 10 Hz timer while it idles). Keep-alive
-as HTTP/1.1 asks; HEAD like GET without the body; anything else 405; unknown paths
-404; a request it cannot parse 400, and the connection is closed. The reconciler owns
-the signals; `stop()` closes the listeners and the connections.
+A small server on the reconciler's own event loop, on the httptools parser the client already
+uses: four GET endpoints do not need an ASGI stack (uvicorn + starlette cost startup CPU and a
+10 Hz timer while the reconciler idles). Keep-alive as HTTP/1.1 asks; HEAD like GET without
+the body; anything else 405; unknown paths 404; a request it cannot parse 400, and the
+connection is closed. The reconciler owns the signals; `stop()` closes the listeners and the
+connections.
 """
 from __future__ import annotations
 

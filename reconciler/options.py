@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
                              "changed are resized (from their spec)")
 
-    outcome = p.add_argument_group("resize outcomes (README: Resize states)")
+    outcome = p.add_argument_group("resize outcomes (docs/how-it-works.md: Resize states)")
     outcome.add_argument("--resize-deferred-timeout", type=duration, default=900.0,
                          help="a resize the kubelet still defers after this long gets a Warning event "
                               "(it is kept: the kubelet applies it when the node has room)")

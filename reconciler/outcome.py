@@ -1,18 +1,11 @@
 """Where a pod's in-place resize stands, read from the pod alone (pure, no I/O).
 
-The kubelet reports a resize through (KEP-1287):
-
-- ``status.observedGeneration``: the ``metadata.generation`` of the spec it has seen;
-- ``PodResizePending`` (reason ``Deferred``: fits the node but not now, retried by the
-  kubelet; ``Infeasible``: never, not re-evaluated until the spec changes), whose
-  ``observedGeneration`` is the generation it was last attempted for;
-- ``PodResizeInProgress`` (allocated != actuated; reason ``Error`` with the runtime's
-  message when actuation failed; the kubelet retries on each pod sync);
-- ``status.containerStatuses[].resources``: what the running containers actually have.
-
-A resize is *actuated* when the kubelet has observed the spec's generation, no resize
-condition is present, and every running container's status resources equal its spec
-resources by value.
+The kubelet reports a resize (KEP-1287) through ``status.observedGeneration``,
+``PodResizePending`` (``Deferred``: retried by the kubelet; ``Infeasible``: never, until the
+spec changes), ``PodResizeInProgress`` (reason ``Error`` when actuation failed; retried on each
+pod sync) and ``status.containerStatuses[].resources`` (what the containers have). A resize is
+*actuated* when the kubelet has observed the spec's generation, no resize condition is
+present, and every running container's status resources equal its spec by value.
 """
 from __future__ import annotations
 

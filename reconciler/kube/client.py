@@ -100,7 +100,7 @@ class KubeClient:
     def __init__(self, creds: Credentials, qps: float, burst: int, max_connections: int,
                  timeout: float = 30.0, drop_managed_fields: bool = False) -> None:
         """`drop_managed_fields`: objects come back without `metadata.managedFields` (the
-        reconciler never reads them; they are ~40% of a pod's JSON and most of its objects)."""
+        reconciler never reads them; they are a large part of a pod's JSON and most of its objects)."""
         self.server = creds.server
         self._trim = drop_managed_fields
         self._token = creds.token
@@ -141,7 +141,7 @@ class KubeClient:
     async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                       params: dict[str, Any] | None = None, decode: bool = True) -> dict[str, Any]:
         """The reply's JSON object; with `decode=False` the status is checked and {} returned (the
-        body of a 2xx reply is not read: a pod is ~10 KB of JSON its writer may not need)."""
+        body of a 2xx reply is not read: a pod is kilobytes of JSON its writer may not need)."""
         await self._limiter.take()
         content = orjson.dumps(body) if body is not None else None
         data = self._request_bytes(method, path, params, content, content_type)

@@ -1,18 +1,14 @@
 """Leader election on a coordination.k8s.io/v1 Lease, as client-go does it.
 
-Expiry is judged by when *we* last saw the lease record change, not by the
-holder's clock (clock skew between replicas must not hand out two leases).
-Updates carry the resourceVersion, so two candidates can never both win.
-
-While leading, every renewal attempt is bounded by the renew deadline (a hung
-request is cut off, not waited for), and :meth:`LeaderElector.may_write` is false
-from the moment the renew deadline has passed since the last successful renewal
-began: :class:`FencedClient` refuses writes from then on, whatever the workers are
-doing, and :meth:`hold` raises :class:`LeadershipLost` at that moment (or at once
-when the lease is seen held by someone else). The renew deadline is shorter than
-the lease duration, so the last write is sent before any standby can take over.
-Any failure of an attempt (API error, transport error, an unparsable reply) is a
-failed attempt, never an exception out of acquire() or hold().
+Expiry is judged by when *we* last saw the lease record change, not by the holder's clock
+(clock skew must not hand out two leases); updates carry the resourceVersion, so two
+candidates never both win. While leading, each renewal is bounded by the renew deadline, and
+from the moment that deadline has passed since the last successful renewal began,
+:meth:`LeaderElector.may_write` is false: :class:`FencedClient` refuses writes and
+:meth:`hold` raises :class:`LeadershipLost` (at once, too, when someone else holds the lease).
+The renew deadline is shorter than the lease duration, so the last write is sent before any
+standby can take over. Any failed attempt is a failed attempt, never an exception out of
+acquire() or hold().
 """
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
 """Projections of API objects down to the fields the reconciler reads.
 
-A cached pod keeps what the pure core looks at (owner, labels, annotations,
-node selector, container resources and resize policies, QoS class, whether the
-kubelet reports container resources, the resize conditions and the observed
-generation; a node's labels and allocatable cpu/memory) and drops the rest (env, volumes, probes,
-managedFields, ...), which is most of a pod's size.
-
-String values that pods of one workload share (namespace, labels, annotation values,
-owner, node name, quantities, phase, condition reasons) are interned: the JSON decoder
-makes a fresh string for each of them in each pod, and at 10,000 cached pods those
-copies were about a quarter of the cache (~1.7 KiB of ~6 KiB per slim pod).
+A cached pod keeps what the pure core looks at (owner, labels, annotations, node selector,
+container resources and resize policies, QoS class, whether the kubelet reports container
+resources, the resize conditions and the observed generation; a node's labels and
+allocatable cpu/memory) and drops the rest (env, volumes, probes, managedFields, ...), most of
+a pod's size. String values that pods of one workload share (namespace, labels, annotation
+values, owner, node name, quantities, phase, condition reasons) are interned: the JSON decoder
+makes a fresh copy of each in each pod, a large share of the cache at scale.
 """
 from __future__ import annotations
 

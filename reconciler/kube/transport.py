@@ -1,24 +1,13 @@
 """Keep-alive HTTP/1.1 to one server on asyncio protocols, parsed by httptools.
 
-The reconciler talks to exactly one apiserver, a few requests per pod and a few
-long watches. A general-purpose client (httpx: connection pool, h11, anyio stream
-wrappers, cancel scopes, and a failed `import sniffio` per request when sniffio is
-absent) spent most of the reconciler's CPU on that; this module is the part of it
-the reconciler needs:
-
-- a bounded pool of persistent connections (`max_connections`, watches included),
-  handed out LIFO, with waiters queued when all are busy;
-- TLS from the caller's SSLContext (client certificates, CA) on the event loop's
-  own TLS transport;
-- one write per request, the response parsed by httptools (the same C parser the
-  webhook's server uses), chunked bodies de-chunked by it;
-- a request timeout (the whole exchange) and, for streams, an idle timeout;
-- a request that meets a kept-alive connection the server has just closed (before any
-  byte of an answer) is sent once more on a fresh connection, as Go's net/http does.
-
-Errors are the builtin ones: `TimeoutError` when a timeout fires, `ConnectionError`
-when the connection fails or breaks, `OSError` from connecting; reconciler.kube
-maps them onto its error tree.
+The reconciler talks to exactly one apiserver, a few requests per pod and a few long watches;
+a general-purpose client (httpx: pool, h11, anyio wrappers, cancel scopes) spent most of the
+reconciler's CPU on that. This is the part it needs: a bounded pool of persistent connections
+(LIFO, watches included, waiters queued), TLS from the caller's SSLContext, one write per
+request, responses parsed by httptools (the webhook server's C parser), a request timeout and
+an idle timeout for streams, and a request that meets a kept-alive connection the server just
+closed sent once more on a fresh one, as Go's net/http does. Errors are the builtin ones
+(`TimeoutError`, `ConnectionError`, `OSError`); reconciler.kube maps them onto its own.
 """
 from __future__ import annotations
 
