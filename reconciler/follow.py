@@ -1,0 +1,207 @@
+"""Following a requested resize to its end: what the kubelet reports about the spec that holds the plan.
+
+Actuated ends in step 3 (reconciler.writes); deferred, infeasible, failing and unsupported are
+recorded in the resize-state annotation before they are reported, and an infeasible or finally
+failing size is set back to what the containers have (README "Resize states").
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from reconciler import metrics
+from reconciler.kube import ApiError
+from reconciler.memory import DONE, Context, InFlight, Result, Step
+from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, observe, revert_patch
+from reconciler.pods import (
+    duration,
+    format_time,
+    parse_time,
+    pod_uid,
+    recorded_state,
+    requested_at,
+    size_fingerprint,
+    summary_from_originals,
+)
+from reconciler.ports import Obj
+from reconciler.reasons import EventType, Reason
+from reconciler.report import Reporter
+from reconciler.writes import Writes
+from resizer import ResizePlan
+
+
+class Follow:
+    """Acts on the kubelet's report about a resize in the spec: records, reports, sets back."""
+
+    def __init__(self, context: Context, reporter: Reporter, writes: Writes) -> None:
+        self._c = context
+        self._reporter = reporter
+        self._writes = writes
+
+    async def follow(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, context: str,
+                     generation: int) -> Result:
+        """The spec holds the plan; act on what the kubelet reports about it."""
+        observation = observe(pod)
+        if observation.stage == Stage.ACTUATED:
+            return await self._actuated(pod, node_type, plan, context, generation)
+        if observation.stage == Stage.REQUESTED:
+            self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
+            return DONE
+        if observation.stage == Stage.DEFERRED:
+            return await self._deferred(pod, node_type, observation)
+        try:
+            if observation.stage == Stage.INFEASIBLE:
+                return await self._infeasible(pod, node, node_type, plan, observation.message)
+            if observation.stage == Stage.ERROR:
+                return await self._failing(pod, node, node_type, plan, observation)
+        except ApiError as err:
+            # Their writes are conditional on the pod as read (they judge the status in hand):
+            # it changed, e.g. the kubelet took the size after all. Its watch event decides again.
+            if err.status != 409:
+                raise
+            return DONE
+        return await self._unsupported(pod, node_type, plan, context)
+
+    async def _actuated(self, pod: Obj, node_type: str, plan: ResizePlan, context: str, generation: int) -> Result:
+        flight = self._c.memory.in_flight.get(pod_uid(pod))
+        requested = flight.requested_at if flight is not None and flight.requested_at is not None \
+            else parse_time(requested_at(pod, node_type))
+        summary = flight.summary if flight is not None else summary_from_originals(plan)
+        message = f"{flight.verb if flight is not None else 'resized'} for {context}: {summary}"
+        if requested is not None:
+            latency = max(0.0, self._c.clock() - requested)
+            metrics.RESIZE_ACTUATION.observe(latency)
+            message += f"; actuated {latency:.2f}s after the request"
+        else:
+            message += "; actuated (requested before this reconciler started)"
+        metrics.RESIZE_OUTCOMES.labels("actuated").inc()
+        reason = Reason.BOUNDS_CLAMPED if plan.clamped else Reason.RESIZED
+        return await self._writes.applied(pod, node_type, plan, generation, reason, message)
+
+    async def _deferred(self, pod: Obj, node_type: str, observation: Observation) -> Result:
+        self._c.memory.wait(pod_uid(pod), Stage.DEFERRED)
+        generation = pod["metadata"].get("generation")
+        state = recorded_state(pod, node_type)
+        if state is None or state.state != Stage.DEFERRED or state.generation != generation:
+            state = ResizeState(Stage.DEFERRED, node_type, generation,
+                                requested_at=self._requested_stamp(pod, node_type))
+            await self._writes.record(pod, state)
+            metrics.RESIZE_OUTCOMES.labels("deferred").inc()
+            await self._reporter.report(pod, None, EventType.NORMAL, Reason.RESIZE_DEFERRED,
+                                        f"the kubelet deferred the resize (it retries by itself): "
+                                        f"{observation.message}")
+        since = parse_time(observation.since) or parse_time(state.requested_at) or self._c.clock()
+        waited = self._c.clock() - since
+        if state.warned:
+            return DONE
+        if waited < self._c.options.deferred_timeout:
+            return Result(requeue_after=self._c.options.deferred_timeout - waited + 1.0)
+        await self._writes.record(pod, replace(state, warned=True))
+        metrics.RESIZE_OUTCOMES.labels("deferred_too_long").inc()
+        await self._reporter.report(pod, None, EventType.WARNING, Reason.RESIZE_DEFERRED,
+                                    f"the resize is still deferred after {duration(waited)} (kept: the kubelet "
+                                    f"applies it as soon as the node has room): {observation.message}")
+        return DONE
+
+    async def _infeasible(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, message: str) -> Result:
+        """The kubelet will never take this size: record it, then set the spec back to the actual size.
+
+        Both writes are conditional on the pod as read (409 otherwise, see follow): the revert
+        is computed from the status in hand, and a kubelet that actuated the size meanwhile
+        (e.g. its node grew) must not have it taken back (nor the pod marked infeasible)."""
+        self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
+        state = recorded_state(pod, node_type)
+        size = size_fingerprint(plan)
+        allocatable = allocatable_fingerprint(node)
+        resource_version = pod["metadata"]["resourceVersion"]
+        if state is None or state.state != Stage.INFEASIBLE or state.size != size or state.allocatable != allocatable:
+            # (Recorded again when only the allocatable changed: parked at the node as it is now.)
+            resource_version = await self._writes.record(pod, ResizeState(
+                Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"), size, allocatable),
+                resource_version=resource_version)
+            metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
+            await self._reporter.report(pod, plan, EventType.WARNING, Reason.RESIZE_INFEASIBLE,
+                                        f"node {pod['spec']['nodeName']} cannot take the new size ({message}); the "
+                                        f"spec is set back to what the containers have, and this size is not tried "
+                                        f"again until the node's type or allocatable or the planned size changes")
+        await self._revert(pod, resource_version)
+        return DONE
+
+    async def _failing(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan,
+                       observation: Observation) -> Result:
+        """Actuation failed: the kubelet retries on each pod sync; we re-check with backoff, then give up."""
+        uid = pod_uid(pod)
+        self._c.memory.wait(uid, Stage.ERROR)
+        state = recorded_state(pod, node_type)
+        size = size_fingerprint(plan)
+        now = self._c.clock()
+        flight = self._c.memory.in_flight.setdefault(uid, InFlight(
+            node_type, pod["metadata"].get("generation") or 0, parse_time(requested_at(pod, node_type)),
+            summary_from_originals(plan)))
+        resource_version = pod["metadata"]["resourceVersion"]
+        if state is None or state.state != Stage.ERROR or state.size != size:
+            # Conditional like the revert that may follow (409 otherwise, see follow).
+            resource_version = await self._writes.record(pod, ResizeState(
+                Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)),
+                resource_version=resource_version)
+            metrics.RESIZE_OUTCOMES.labels("error").inc()
+            await self._reporter.report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
+                                        f"the kubelet could not actuate the resize: {observation.message}")
+        if flight.next_error_check == 0.0:
+            flight.next_error_check = now + self._c.options.error_backoff
+        if now < flight.next_error_check:
+            return Result(requeue_after=flight.next_error_check - now)
+        if flight.error_checks + 1 < self._c.options.error_retries:
+            flight.error_checks += 1
+            flight.next_error_check = now + self._c.options.error_backoff * 2 ** flight.error_checks
+            return Result(requeue_after=flight.next_error_check - now)
+        return await self._give_up(pod, plan, flight, observation, resource_version)
+
+    async def _give_up(self, pod: Obj, plan: ResizePlan, flight: InFlight, observation: Observation,
+                       resource_version: str) -> Result:
+        """The last check of a failing resize: set the spec back to what the containers have."""
+        await self._revert(pod, resource_version)       # a 409 leaves the checks as they are
+        flight.error_checks += 1
+        metrics.RESIZE_OUTCOMES.labels("error_reverted").inc()
+        await self._reporter.report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
+                                    f"the resize still failed after {flight.error_checks} checks; the spec is set "
+                                    f"back to what the containers have: {observation.message}")
+        return DONE
+
+    async def _unsupported(self, pod: Obj, node_type: str, plan: ResizePlan, context: str) -> Result:
+        """Resized before its containers ran, on a node whose kubelet turns out not to resize in place."""
+        uid = pod_uid(pod)
+        self._c.memory.in_flight.pop(uid, None)
+        self._c.memory.wait(uid, None)
+        state = recorded_state(pod, node_type)
+        if state is not None and state.state == Stage.UNSUPPORTED:
+            return DONE
+        await self._writes.record(pod, ResizeState(Stage.UNSUPPORTED, node_type, pod["metadata"].get("generation")))
+        metrics.RESIZE_OUTCOMES.labels("unsupported").inc()
+        await self._reporter.report(pod, plan, EventType.WARNING, Reason.RESIZE_UNSUPPORTED,
+                                    f"node {pod['spec']['nodeName']} does not support in-place resize: the spec was "
+                                    f"resized before the containers started and the running containers do not "
+                                    f"have the new size (it takes effect when they restart); wanted for {context}")
+        return DONE
+
+    async def _revert(self, pod: Obj, resource_version: str) -> None:
+        """Set the spec back to what the containers of `pod` have, conditional on `resource_version`
+        (the pod as read, or as our own write of its state left it): 409 if anything changed since."""
+        uid = pod_uid(pod)
+        patch = revert_patch(pod)
+        if not patch:
+            return
+        try:
+            reverted = await self._c.writer.resize(pod, patch, resource_version=resource_version)
+        except ApiError as err:
+            if err.retryable or err.status != 404:
+                raise
+            return
+        self._c.memory.reverted[uid] = reverted["metadata"].get("generation") or 0
+        self._c.memory.in_flight.pop(uid, None)
+        self._c.fault(Step.REVERT)
+
+    def _requested_stamp(self, pod: Obj, node_type: str) -> str:
+        flight = self._c.memory.in_flight.get(pod_uid(pod))
+        if flight is not None and flight.requested_at is not None:
+            return format_time(flight.requested_at)
+        return requested_at(pod, node_type)

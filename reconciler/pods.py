@@ -1,0 +1,92 @@
+"""What the controller reads off a pod (and off a plan for it): pure helpers shared by its parts."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any
+
+from reconciler.kube.informer import object_key
+from reconciler.kube.slim import status_fingerprint
+from reconciler.outcome import ResizeState
+from reconciler.ports import Obj
+from resizer import PREFIX, RESIZE_STATE, ResizePlan
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def live_and_bound(pod: Obj) -> bool:
+    return bool(pod["spec"].get("nodeName")) and "deletionTimestamp" not in pod["metadata"] \
+        and pod["status"].get("phase") not in TERMINAL_PHASES
+
+
+def situation(pod: Obj, node_type: str, config_generation: int) -> tuple[Any, ...]:
+    """What a terminal decision depended on; the same situation is not decided twice."""
+    ours = tuple(sorted((k, v) for k, v in pod["metadata"]["annotations"].items() if k.startswith(PREFIX)))
+    return node_type, config_generation, status_fingerprint(pod), ours
+
+
+def recorded_state(pod: Obj, node_type: str) -> ResizeState | None:
+    """The pod's recorded resize state, if it is about this node type."""
+    state = ResizeState.decode(pod["metadata"]["annotations"].get(RESIZE_STATE))
+    return state if state is not None and state.node_type == node_type else None
+
+
+def requested_at(pod: Obj, node_type: str) -> str:
+    state = recorded_state(pod, node_type)
+    return state.requested_at if state is not None else ""
+
+
+def size_fingerprint(plan: ResizePlan) -> str:
+    """The planned size (per container and resource: request and limit), as a short digest."""
+    targets = sorted((c.container, c.resource, c.desired_request, c.desired_limit)
+                     for c in plan.changes if c.skipped is None)
+    return hashlib.sha256(repr(targets).encode()).hexdigest()[:16]
+
+
+def resized_from_originals(plan: ResizePlan) -> bool:
+    """Whether the spec differs from the originals, i.e. the pod was resized at some point."""
+    return any(c.current_request != c.original_request or
+               (c.original_limit is not None and c.current_limit != c.original_limit)
+               for c in plan.changes if c.skipped is None)
+
+
+def summary_from_originals(plan: ResizePlan) -> str:
+    """The plan as a change from the originals (when the spec already holds it)."""
+    from_originals = replace(plan, changes=tuple(
+        replace(c, current_request=c.original_request, current_limit=c.original_limit) for c in plan.changes))
+    return from_originals.summary()
+
+
+def aligned_message(plan: ResizePlan, context: str) -> str:
+    return f"already aligned for {context}" + (f": {plan.summary()}" if plan.changes else "")
+
+
+def parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def format_time(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def with_annotations(pod: Obj, changes: Mapping[str, str | None]) -> Obj:
+    """`pod` as a merge patch of these annotations leaves it (None removes a key); `pod` is unchanged."""
+    merged = {**pod["metadata"]["annotations"], **changes}
+    annotations = {key: value for key, value in merged.items() if value is not None}
+    return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
+
+
+def pod_uid(pod: Obj) -> str:
+    return pod["metadata"].get("uid") or object_key(pod)
