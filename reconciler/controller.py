@@ -1,10 +1,6 @@
-"""The pod resizer's reconcile(key): decide from the pure core what a pod needs, then have it written
-(reconciler.writes, in the recovery-safe order its docstring gives) or followed to its end
-(reconciler.follow).
-
-The reconciler reads and writes only through the interfaces of reconciler.ports;
-the informers, the event-to-key mapping and the workers are the manager's
-(reconciler.manager).
+"""The pod resizer's reconcile(key): decide from the pure core what a pod needs, then have it
+written (reconciler.writes, in the recovery-safe order its docstring gives) or followed to its
+end (reconciler.follow). Reads and writes go only through the interfaces of reconciler.ports.
 """
 from __future__ import annotations
 
@@ -35,6 +31,7 @@ from resizer import (
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
     EMPTY_KEYRING,
+    Baseline,
     RESIZE_STATE,
     KeyRing,
     OriginalsError,
@@ -173,15 +170,7 @@ class PodResizeReconciler:
 
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""
-        uid = pod_uid(pod)
-        annotations = pod["metadata"]["annotations"]
-        if uid in self._memory.finished and annotations.get(APPLIED_INSTANCE_TYPE) == self._memory.finished[uid]:
-            del self._memory.finished[uid]
-        if RESIZE_STATE in annotations and uid not in self._memory.waiting:
-            # After a restart: count the stalled resizes recorded on pods (the gauge).
-            state = ResizeState.decode(annotations[RESIZE_STATE])
-            if state is not None and state.state in (Stage.DEFERRED, Stage.INFEASIBLE, Stage.ERROR):
-                self._memory.wait(uid, state.state)
+        self._memory.observe(pod_uid(pod), pod["metadata"]["annotations"])
 
     def forget(self, pod: Obj) -> None:
         """`pod` was deleted."""
@@ -193,28 +182,20 @@ class PodResizeReconciler:
             if pod is not None:
                 self._memory.wait(pod_uid(pod), None)
             return DONE
-        node_name = pod["spec"]["nodeName"]
-        node = await self._reader.node(node_name)
-        node_type = node["metadata"]["labels"].get(self._options.node_type_label) if node is not None else None
+        node, node_type = await self._node_type(key, pod)
         if not node_type:
-            log.debug("node has no type label; skipping", extra={
-                "pod": key, "node": node_name, "nodeExists": node is not None, "label": self._options.node_type_label})
             return DONE
         flight = self._memory.in_flight.get(pod_uid(pod))
         if flight is not None and self._awaiting_kubelet(pod, node_type, flight):
             return DONE     # queued before our resize (e.g. dirty while we wrote it): nothing to do yet
-        config = self._config.config
-        unreported = self._unreported_realignment(pod, node_type) if pod_uid(pod) not in self._memory.in_flight else None
-        if unreported is not None:
-            self._adopt(pod, unreported)
-        in_flight = pod_uid(pod) in self._memory.in_flight        # a re-alignment being followed to actuation
-        if node_type in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._memory.finished.get(pod_uid(pod))) \
-                and not in_flight and (not self._options.realign or config is None
-                                       or realignment(pod, config, node_type,
-                                                      self._options.resize_restart_containers) is None):
+        if pod_uid(pod) not in self._memory.in_flight:
+            unreported = self._unreported_realignment(pod, node_type)
+            if unreported is not None:
+                self._adopt(pod, unreported)
+        if self._sized(pod, node_type):
             self._memory.wait(pod_uid(pod), None)
             return await self._writes.resign(pod)
-        if config is None:
+        if self._config.config is None:
             return Result(requeue_after=5.0)
         signature = situation(pod, node_type, self._config.generation)
         if self._memory.decided.get(pod_uid(pod)) == signature:
@@ -222,55 +203,98 @@ class PodResizeReconciler:
         assert node is not None
         return await self._decide(pod, node, node_type, signature)
 
+    async def _node_type(self, key: str, pod: Obj) -> tuple[Obj | None, str | None]:
+        """The pod's node and its type label (None: not labelled, or no such node)."""
+        node_name = pod["spec"]["nodeName"]
+        node = await self._reader.node(node_name)
+        label = self._options.node_type_label
+        node_type = node["metadata"]["labels"].get(label) if node is not None else None
+        if not node_type:
+            log.debug("node has no type label; skipping", extra={
+                "pod": key, "node": node_name, "nodeExists": node is not None, "label": label})
+        return node, node_type
+
+    def _sized(self, pod: Obj, node_type: str) -> bool:
+        """Sized for this node type, with no re-alignment in flight nor due under the config in use."""
+        uid, config = pod_uid(pod), self._config.config
+        if node_type not in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._memory.finished.get(uid)):
+            return False
+        if uid in self._memory.in_flight:       # a re-alignment being followed to actuation
+            return False
+        return not self._options.realign or config is None \
+            or realignment(pod, config, node_type, self._options.resize_restart_containers) is None
+
     async def _decide(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...]) -> Result:
-        config = self._config.config
-        assert config is not None
         flight = self._memory.in_flight.get(pod_uid(pod))
-        if flight is not None and flight.node_type == node_type and (pod["metadata"].get("generation") or 0) < \
-                flight.generation:
-            return DONE     # the cache has not caught up with our own resize yet
-        if (pod["metadata"].get("generation") or 0) < self._memory.reverted.get(pod_uid(pod), 0):
-            return DONE     # nor with our own revert (e.g. the event of the state recorded before it)
+        if self._cache_behind(pod, node_type, flight):
+            return DONE
         generation = self._config.generation      # the config version the plan below is made with
-        try:
-            # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
-            base = baseline(pod, self._context.keyring(), vouched=self._writes.vouched(pod, node_type))
-            if base.check.trust is Trust.REFUSE:
-                return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.ORIGINALS_UNVERIFIED,
-                                            f"not resized: {base.check.reason}")
-            plan = plan_resize(base.pod, resolve_policy(config, pod), node_type,
-                               self._options.resize_restart_containers)
-        except (OriginalsError, QuantityError) as err:
-            return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
-                                        f"cannot read the pod's original resources: {err}")
-        except PlanError as err:        # reported once, like a corrupt original: a retry cannot help
-            return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
-                                        f"cannot size the pod: {err}")
-        if base.check.trust is Trust.TRUSTED_IF_ALIGNED and plan.patch:
-            return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.ORIGINALS_UNVERIFIED,
-                                        f"not resized: {base.check.reason}, and the pod is not aligned with "
-                                        f"them: {plan.summary()}")
+        planned = await self._plan(pod, node_type, signature)
+        if isinstance(planned, Result):
+            return planned
+        base, plan = planned
         context = f"node type {node_type} (baseline {plan.baseline_node_type}, rule {plan.rule})"
-        if plan.outcome == "UnknownNodeType":
-            return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.UNKNOWN_NODE_TYPE,
-                                        f"node type {node_type!r} of node {pod['spec']['nodeName']} is not in "
-                                        f"the config's nodeTypes (rule {plan.rule}); pod left unchanged")
-        if plan.outcome == "QoSChange":
-            return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
-                                        f"not resized for {context}: {plan.summary()}")
-        if self._options.dry_run:
-            reason = Reason.WOULD_RESIZE if plan.patch else Reason.ALREADY_ALIGNED
-            return await self._reporter.terminal(pod, signature, plan, EventType.NORMAL, reason,
-                                        f"dry run, {context}: {plan.summary()}")
+        refused = await self._refused(pod, node_type, signature, base, plan, context)
+        if refused is not None:
+            return refused
         if plan.patch:
             if self._parked(pod, node, node_type, plan):
                 return DONE
             return await self._writes.write(pod, node, node_type, signature, plan, context, base, generation)
         if flight is None and not resized_from_originals(plan) and recorded_state(pod, node_type) is None:
-            return await self._writes.write(pod, node, node_type, signature, plan, context, base,    # originals, applied
-                                     generation)
+            # Aligned and never resized: only the originals and the record of what was applied to write.
+            return await self._writes.write(pod, node, node_type, signature, plan, context, base, generation)
         return await self._follow.follow(pod, node, node_type, plan, context, generation)
 
+    def _cache_behind(self, pod: Obj, node_type: str, flight: InFlight | None) -> bool:
+        """The cached pod is older than our own last write to its spec."""
+        generation = pod["metadata"].get("generation") or 0
+        if flight is not None and flight.node_type == node_type and generation < flight.generation:
+            return True     # the cache has not caught up with our own resize yet
+        # Nor with our own revert (e.g. the event of the state recorded before it).
+        return generation < self._memory.reverted.get(pod_uid(pod), 0)
+
+    async def _plan(self, pod: Obj, node_type: str,
+                    signature: tuple[Any, ...]) -> tuple[Baseline, ResizePlan] | Result:
+        """The pod's verified baseline and its plan for the node type, or the terminal decision
+        (reported once) when there is none."""
+        config = self._config.config
+        assert config is not None
+        try:
+            # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
+            base = baseline(pod, self._context.keyring(), vouched=self._writes.vouched(pod, node_type))
+            if base.check.trust is Trust.REFUSE:
+                return await self._reporter.terminal(pod, signature, None, EventType.WARNING,
+                                                     Reason.ORIGINALS_UNVERIFIED, f"not resized: {base.check.reason}")
+            return base, plan_resize(base.pod, resolve_policy(config, pod), node_type,
+                                     self._options.resize_restart_containers)
+        except (OriginalsError, QuantityError) as err:
+            return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
+                                                 f"cannot read the pod's original resources: {err}")
+        except PlanError as err:        # reported once, like a corrupt original: a retry cannot help
+            return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
+                                                 f"cannot size the pod: {err}")
+
+    async def _refused(self, pod: Obj, node_type: str, signature: tuple[Any, ...], base: Baseline,
+                       plan: ResizePlan, context: str) -> Result | None:
+        """The terminal decision (reported once) for a plan that is not to be written, else None."""
+        terminal = self._reporter.terminal
+        if base.check.trust is Trust.TRUSTED_IF_ALIGNED and plan.patch:
+            return await terminal(pod, signature, plan, EventType.WARNING, Reason.ORIGINALS_UNVERIFIED,
+                                  f"not resized: {base.check.reason}, and the pod is not aligned with "
+                                  f"them: {plan.summary()}")
+        if plan.outcome == "UnknownNodeType":
+            return await terminal(pod, signature, plan, EventType.WARNING, Reason.UNKNOWN_NODE_TYPE,
+                                  f"node type {node_type!r} of node {pod['spec']['nodeName']} is not in "
+                                  f"the config's nodeTypes (rule {plan.rule}); pod left unchanged")
+        if plan.outcome == "QoSChange":
+            return await terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
+                                  f"not resized for {context}: {plan.summary()}")
+        if self._options.dry_run:
+            reason = Reason.WOULD_RESIZE if plan.patch else Reason.ALREADY_ALIGNED
+            return await terminal(pod, signature, plan, EventType.NORMAL, reason,
+                                  f"dry run, {context}: {plan.summary()}")
+        return None
 
 # Old private names, kept for callers that imported them.
 _live_and_bound = live_and_bound

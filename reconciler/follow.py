@@ -2,7 +2,7 @@
 
 Actuated ends in step 3 (reconciler.writes); deferred, infeasible, failing and unsupported are
 recorded in the resize-state annotation before they are reported, and an infeasible or finally
-failing size is set back to what the containers have (README "Resize states").
+failing size is set back to what the containers have (docs/how-it-works.md).
 """
 from __future__ import annotations
 

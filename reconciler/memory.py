@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler import metrics
-from reconciler.outcome import Stage
+from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import ConfigView, FaultHook, PodWriter
 from reconciler.settings import ControllerSettings
-from resizer import KeyRing
+from resizer import APPLIED_INSTANCE_TYPE, RESIZE_STATE, KeyRing
 
 
 class Step:
@@ -74,6 +74,16 @@ class Memory:
                 metrics.RESIZES_WAITING.labels(old.value).dec()
             if stage is not None:
                 metrics.RESIZES_WAITING.labels(stage.value).inc()
+
+    def observe(self, uid: str, annotations: Mapping[str, str]) -> None:
+        """The pod's annotations as a watch event shows them."""
+        if uid in self.finished and annotations.get(APPLIED_INSTANCE_TYPE) == self.finished[uid]:
+            del self.finished[uid]
+        if RESIZE_STATE in annotations and uid not in self.waiting:
+            # After a restart: count the stalled resizes recorded on pods (the gauge).
+            state = ResizeState.decode(annotations[RESIZE_STATE])
+            if state is not None and state.state in (Stage.DEFERRED, Stage.INFEASIBLE, Stage.ERROR):
+                self.wait(uid, state.state)
 
     def forget(self, uid: str) -> None:
         """The pod was deleted."""

@@ -1,22 +1,14 @@
 """The pod resizer's writes, in the recovery-safe order.
 
-Per pod, writes happen in this order, and the order is the recovery contract:
-
-1. original-* annotations (only the missing keys, with a resourceVersion
-   precondition so they describe the spec we read);
-2. the pods/resize patch, computed from the originals (never from the spec);
-3. applied-instance-type / applied-at / applied-size, once the kubelet has actuated the new size
-   (followed from the pod watch, see reconciler.follow and reconciler.outcome), and then the Resized Event.
-
-A crash between any two steps leaves a state from which the next pass reaches
-the same end state: after 1 the originals are read back, after 2 the plan finds
-the spec already aligned and follows the resize in flight to step 3, after 3 the
-pod is filtered out. Reordering these steps re-introduces compounding resizes.
-
-A resize that does not end actuated (deferred, infeasible, failing, on a node that
-cannot resize) is recorded in the resize-state annotation before it is reported
-(record), so that it is reported once and an infeasible size is never retried while
-the node and the plan stay the same (README "Resize states").
+Per pod, writes happen in this order, and the order is the recovery contract: (1) the missing
+original-* annotations, conditional on the resourceVersion read, so they describe the spec we
+read; (2) the pods/resize patch, computed from the originals (never from the spec); (3)
+applied-instance-type / applied-at / applied-size once the kubelet has actuated the new size
+(followed from the pod watch, see reconciler.follow), then the Resized Event. A crash between
+any two steps leaves a state from which the next pass reaches the same end state; reordering
+them re-introduces compounding resizes. A resize that does not end actuated is recorded in the
+resize-state annotation (record) before it is reported, so it is reported once and an infeasible
+size is not retried while the node and the plan stay the same (docs/how-it-works.md).
 """
 from __future__ import annotations
 
@@ -76,15 +68,10 @@ class Writes:
                                                  "pod's annotations (256 KiB limit), so they cannot be recorded; "
                                                  "not resized")
         if base.stamp is not None and not plan.patch and not base.check.tampered:
-            # Already aligned: no resize will follow, so the originals and the record of what was
-            # applied go in one write, conditional on the resourceVersion the originals were read
-            # from (no step between them for a crash to fall into). A conflict takes steps 1 and 3.
-            try:
-                return await self.applied(pod, node_type, plan, generation, Reason.ALREADY_ALIGNED,
-                                          aligned_message(plan, context), originals=base.stamp)
-            except ApiError as err:
-                if err.status != 409:
-                    return await self._originals_not_recorded(pod, signature, plan, err)
+            done = await self._originals_and_applied(pod, node_type, signature, plan, context, base.stamp,
+                                                     generation)
+            if done is not None:
+                return done
         # Step 1: originals, if the webhook did not stamp them (or they were rejected).
         if base.stamp is not None:
             try:
@@ -104,6 +91,20 @@ class Writes:
             return await self.applied(pod, node_type, plan, generation, Reason.ALREADY_ALIGNED,
                                       aligned_message(plan, context))
         return await self._resize(pod, node, node_type, signature, plan, context, generation)
+
+    async def _originals_and_applied(self, pod: Obj, node_type: str, signature: tuple[Any, ...],
+                                     plan: ResizePlan, context: str, stamp: dict[str, str | None],
+                                     generation: int) -> Result | None:
+        """Already aligned: no resize will follow, so the originals and the record of what was
+        applied go in one write, conditional on the resourceVersion the originals were read
+        from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3."""
+        try:
+            return await self.applied(pod, node_type, plan, generation, Reason.ALREADY_ALIGNED,
+                                      aligned_message(plan, context), originals=stamp)
+        except ApiError as err:
+            if err.status != 409:
+                return await self._originals_not_recorded(pod, signature, plan, err)
+        return None
 
     def _fits(self, pod: Obj, node_type: str, base: Baseline) -> bool:
         """Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded.
