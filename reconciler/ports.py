@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from reconciler.kube.informer import Informer
-from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
+from reconciler.kube import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
 from reconciler.kube.slim import Obj as Obj  # re-exported: the ports' object type (defined once, in slim)
 from reconciler.kube.slim import slim_node, slim_pod
 from resizer import CompiledConfig
@@ -41,8 +41,11 @@ class PodWriter(Protocol):
                        resource_version: str | None = None) -> Obj:
         """Merge-patch annotations (None deletes a key); with `resource_version`, conditional on it (409)."""
 
-    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None) -> Obj:
-        """Strategic-merge-patch the pods/resize subresource; with `resource_version`, conditional on it (409)."""
+    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None,
+                     if_generation: int | None = None) -> Obj:
+        """Patch the pods/resize subresource with `patch` (a strategic merge patch's shape); with
+        `resource_version`, conditional on it, with `if_generation`, on the pod's uid and
+        metadata.generation only (a status update meanwhile does not conflict): 409 otherwise."""
 
     async def record(self, pod: Obj, annotations: Mapping[str, str | None],
                      resource_version: str | None = None) -> None:
@@ -110,15 +113,64 @@ class ApiWriter:
         return slim_pod(await self._client.patch(pod_path(pod), _annotations_patch(annotations, resource_version),
                                                  MERGE_PATCH))
 
-    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None) -> Obj:
+    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None,
+                     if_generation: int | None = None) -> Obj:
+        if if_generation is not None:
+            try:
+                return slim_pod(await self._client.patch(pod_path(pod, "resize"),
+                                                         fenced_resize_patch(pod, patch, if_generation), JSON_PATCH))
+            except ApiError as err:
+                # A failed `test` is a 422 the apiserver does not tell from other invalid patches:
+                # it is a conflict if the pod is no longer the one planned from.
+                if err.status == 422 and await self._changed(pod, if_generation):
+                    raise ApiError(409, {"reason": "Conflict",
+                                         "message": "the pod changed since it was read (uid or generation)"}) from None
+                raise
         if resource_version is not None:
             patch = {**patch, "metadata": {"resourceVersion": resource_version}}
         return slim_pod(await self._client.patch(pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH))
+
+    async def _changed(self, pod: Obj, generation: int) -> bool:
+        try:
+            now = (await self._client.get(pod_path(pod)))["metadata"]
+        except ApiError as err:
+            if err.status == 404:
+                return True
+            raise
+        return bool(now.get("uid") != pod["metadata"].get("uid") or now.get("generation") != generation)
 
     async def record(self, pod: Obj, annotations: Mapping[str, str | None],
                      resource_version: str | None = None) -> None:
         await self._client.write("PATCH", pod_path(pod), _annotations_patch(annotations, resource_version),
                                  MERGE_PATCH)
+
+
+def fenced_resize_patch(pod: Obj, patch: Obj, generation: int) -> list[Obj]:
+    """`patch` as a JSON patch whose first operations test the pod's uid and metadata.generation
+    (and each container's position by name): it lands only on the spec it was planned from, so a
+    deposed leader's resize still on the wire cannot undo its successor's."""
+    ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]},
+                      {"op": "test", "path": "/metadata/generation", "value": generation}]
+    index = {c["name"]: i for i, c in enumerate(pod["spec"]["containers"])}
+    for change in (patch.get("spec") or {}).get("containers") or []:
+        i = index[change["name"]]
+        base = f"/spec/containers/{i}"
+        ops.append({"op": "test", "path": f"{base}/name", "value": change["name"]})
+        current = pod["spec"]["containers"][i].get("resources")
+        if not current:
+            ops.append({"op": "add", "path": f"{base}/resources", "value": change["resources"]})
+            continue
+        for kind, values in change["resources"].items():
+            if kind not in current:
+                ops.append({"op": "add", "path": f"{base}/resources/{kind}", "value": values})
+                continue
+            ops.extend({"op": "add", "path": f"{base}/resources/{kind}/{_pointer(name)}", "value": value}
+                       for name, value in values.items())
+    return ops
+
+
+def _pointer(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
 
 
 def _annotations_patch(annotations: Mapping[str, str | None], resource_version: str | None) -> Obj:

@@ -130,7 +130,7 @@ class Writes:
         try:
             # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
             # planned from a pod that changed meanwhile, is refused (409) instead of landing.
-            resized = await self._c.writer.resize(pod, plan.patch, resource_version=pod["metadata"]["resourceVersion"])
+            resized = await self._c.writer.resize(pod, plan.patch, if_generation=pod["metadata"].get("generation"))
         except ApiError as err:
             if err.retryable:       # a 409 included: retried from the cache with backoff
                 raise

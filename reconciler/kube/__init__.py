@@ -4,6 +4,7 @@ informers, a work queue, leader election and an event recorder.
 It imports nothing of the controller (import-linter enforces it), so it could stand alone.
 """
 from reconciler.kube.client import (
+    JSON_PATCH,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     UNEXPECTED_REPLY,
@@ -17,5 +18,5 @@ from reconciler.kube.client import (
     load_credentials,
 )
 
-__all__ = ["MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "UNEXPECTED_REPLY", "ApiError", "Credentials", "KubeClient",
+__all__ = ["JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "UNEXPECTED_REPLY", "ApiError", "Credentials", "KubeClient",
            "TokenBucket", "TransportError", "WatchExpired", "WatchIdle", "load_credentials"]

@@ -33,6 +33,7 @@ log = logging.getLogger("reconciler.kube")
 UNEXPECTED_REPLY = "UnexpectedReply"     # ApiError.reason of a reply that is not a JSON object
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 class ApiError(Exception):
@@ -183,7 +184,7 @@ class KubeClient:
     async def update(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         return await self.request("PUT", path, obj)
 
-    async def patch(self, path: str, patch: dict[str, Any], content_type: str = MERGE_PATCH) -> dict[str, Any]:
+    async def patch(self, path: str, patch: dict[str, Any] | list[dict[str, Any]], content_type: str = MERGE_PATCH) -> dict[str, Any]:
         return await self.request("PATCH", path, patch, content_type=content_type)
 
     async def write(self, method: str, path: str, body: Any, content_type: str = "application/json") -> None:

@@ -23,6 +23,7 @@ class Write:
     pod: str                # namespace/name
     body: Obj
     resource_version: str | None = None
+    if_generation: int | None = None
 
 
 @dataclass
@@ -160,12 +161,15 @@ class FakeCluster:
                      resource_version: str | None = None) -> None:
         await self.annotate(pod, annotations, resource_version)
 
-    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None) -> Obj:
+    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None,
+                     if_generation: int | None = None) -> Obj:
         self._maybe_fail("resize")
         stored = self._stored(pod)
         if resource_version is not None and resource_version != stored["metadata"]["resourceVersion"]:
             raise ApiError(409, {"reason": "Conflict", "message": "the object has been modified"})
-        self.writes.append(Write("resize", _key(stored), copy.deepcopy(patch), resource_version))
+        if if_generation is not None and if_generation != stored["metadata"].get("generation", 1):
+            raise ApiError(409, {"reason": "Conflict", "message": "the pod changed since it was read"})
+        self.writes.append(Write("resize", _key(stored), copy.deepcopy(patch), resource_version, if_generation))
         by_name = {c["name"]: c for c in stored["spec"]["containers"]}
         for change in patch.get("spec", {}).get("containers", []):
             resources = by_name[change["name"]].setdefault("resources", {})

@@ -1208,7 +1208,7 @@ def test_the_resize_is_conditional_on_the_pod_as_read_and_a_conflict_reports_not
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
     (resize,) = [w for w in fake.writes if w.op == "resize"]
-    assert resize.resource_version is not None, "a deposed leader's late resize must not land"
+    assert resize.if_generation == 1, "a deposed leader's late resize must not land on a newer spec"
     fake2 = cluster(pod(stamped=True))
     fake2.fail("resize", ApiError(409, {"reason": "Conflict", "message": "the object has been modified"}))
     with pytest.raises(ApiError) as conflict:
