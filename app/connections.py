@@ -1,0 +1,255 @@
+"""Connection limits in front of uvicorn's HTTP protocol: a read deadline and a cap.
+
+uvicorn has no deadline for a request to arrive: a client that opens a connection and
+sends nothing, or part of the headers, or part of the body, holds the connection (and,
+in a body, the bytes it sent) for as long as it likes, and nothing caps the number of
+connections. :func:`guarded_protocol` wraps the HTTP protocol class uvicorn was
+configured with (composition: uvicorn's protocol runs unmodified) so that
+
+* every request must arrive, headers and body, within ``read_timeout`` of its first
+  byte (a new connection's first request: of the end of the TLS handshake); otherwise
+  the connection is closed. The ASGI app says when it has read a body
+  (:meth:`GuardedConnection.request_read`) and when it has answered
+  (:meth:`GuardedConnection.responded`), through :func:`current_connection`;
+* at most ``max_connections`` connections are open. A new connection beyond that closes
+  the connection that has waited longest for its request to arrive, else the one idle
+  longest between requests; when every connection has a request being decided, the new
+  connection is closed at once (refused). So however many connections a client holds
+  open, the apiserver's next connection gets in, and reviews whose body is complete are
+  never dropped for it.
+
+Both are counted (``workload_resizer_webhook_connections_*``) and logged, at most one
+line per kind every ``LOG_INTERVAL_SECONDS`` with the number of events since the last.
+
+Connections still in the TLS handshake are not seen here (the protocol gets the
+connection once the handshake completes); the event loop gives up on a handshake after
+60 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from typing import Any, Callable, cast
+
+from app.metrics import Metrics
+
+log = logging.getLogger("workload_resizer.webhook")
+
+DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_READ_TIMEOUT = 1.0
+LOG_INTERVAL_SECONDS = 10.0
+
+# The connection whose bytes are being parsed, seen by the ASGI task uvicorn starts for a
+# request (tasks copy the context they are created in, inside data_received).
+_CURRENT: contextvars.ContextVar[GuardedConnection | None] = contextvars.ContextVar(
+    "workload_resizer_connection", default=None)
+
+# Connection states
+_READING = 0     # waiting for (the rest of) a request: the read deadline runs
+_DECIDING = 1    # request read, answer not yet sent
+_IDLE = 2        # answered, no byte of the next request yet (uvicorn's keep-alive timeout runs)
+
+
+def current_connection() -> GuardedConnection | None:
+    """The guarded connection the calling ASGI request arrived on (None: not guarded)."""
+    return _CURRENT.get()
+
+
+class RateLimitedLog:
+    """A warning at most every ``interval`` seconds, with the count of events since the last one."""
+
+    __slots__ = ("message", "interval", "_last", "_suppressed", "_clock")
+
+    def __init__(self, message: str, interval: float = LOG_INTERVAL_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.message = message
+        self.interval = interval
+        self._clock = clock
+        self._last = -interval
+        self._suppressed = 0
+
+    def event(self, **fields: Any) -> None:
+        self._suppressed += 1
+        now = self._clock()
+        if now - self._last >= self.interval:
+            log.warning(self.message, extra={**fields, "count": self._suppressed,
+                                             "interval_s": self.interval})
+            self._last = now
+            self._suppressed = 0
+
+
+class ConnectionGuard:
+    """The open connections of one server, and its limits."""
+
+    def __init__(self, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 read_timeout: float = DEFAULT_READ_TIMEOUT, metrics: Metrics | None = None) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        if read_timeout <= 0:
+            raise ValueError("read_timeout must be positive")
+        self.max_connections = max_connections
+        self.read_timeout = read_timeout
+        metrics = metrics if metrics is not None else Metrics(process_metrics=False)
+        self._gauge = metrics.connections
+        self._refused = metrics.connections_refused
+        self._timed_out = metrics.connections_closed.labels("read_timeout")
+        self._evicted = metrics.connections_closed.labels("evicted")
+        self._refused_log = RateLimitedLog("connection refused: every connection has a review being decided")
+        self._timeout_log = RateLimitedLog("connection closed: request not read within the read timeout")
+        self._evicted_log = RateLimitedLog("connection closed to make room for a new one")
+        self.open: dict[GuardedConnection, None] = {}     # in order of arrival
+
+    def admit(self, connection: GuardedConnection) -> bool:
+        """Register a new connection; False: refused (the caller closes it)."""
+        if len(self.open) >= self.max_connections:
+            victim = self._eviction_candidate()
+            if victim is None:
+                self._refused.inc()
+                self._refused_log.event(max_connections=self.max_connections)
+                return False
+            self._evicted.inc()
+            self._evicted_log.event(max_connections=self.max_connections,
+                                    state="reading" if victim.state == _READING else "idle")
+            self.release(victim)
+            victim.close()
+        self.open[connection] = None
+        self._gauge.set(len(self.open))
+        return True
+
+    def release(self, connection: GuardedConnection) -> None:
+        if self.open.pop(connection, 0) is None:
+            self._gauge.set(len(self.open))
+
+    def _eviction_candidate(self) -> GuardedConnection | None:
+        reading: GuardedConnection | None = None
+        idle: GuardedConnection | None = None
+        for connection in self.open:
+            if connection.state == _READING:
+                if reading is None or connection.since < reading.since:
+                    reading = connection
+            elif connection.state == _IDLE and (idle is None or connection.since < idle.since):
+                idle = connection
+        return reading if reading is not None else idle
+
+    def timed_out(self, connection: GuardedConnection) -> None:
+        self._timed_out.inc()
+        self._timeout_log.event(read_timeout_s=self.read_timeout)
+
+
+class GuardedConnection(asyncio.Protocol):
+    """One connection: uvicorn's protocol (``inner``) behind the read deadline and the cap."""
+
+    __slots__ = ("inner", "guard", "loop", "transport", "state", "since", "early", "_timer")
+
+    def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard) -> None:
+        self.inner = inner
+        self.guard = guard
+        self.loop = asyncio.get_event_loop()
+        self.transport: asyncio.Transport | None = None
+        self.state = _READING
+        self.since = 0.0        # when the current state began (loop time)
+        self.early = -1.0       # loop time of a next request's first byte while deciding (-1: none)
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio protocol ----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)     # a stream transport (TCP, TLS)
+        if not self.guard.admit(self):
+            self.transport = None
+            cast(asyncio.Transport, transport).abort()
+            return
+        self._start_reading(self.loop.time())
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport is None:      # refused or closed by us
+            return
+        if self.state == _IDLE:
+            self._start_reading(self.loop.time())
+        elif self.state == _DECIDING and self.early < 0:
+            self.early = self.loop.time()
+        token = _CURRENT.set(self)
+        try:
+            self.inner.data_received(data)
+        finally:
+            _CURRENT.reset(token)
+
+    def eof_received(self) -> bool | None:
+        if self.transport is None:
+            return None
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        if self.transport is None:      # refused: uvicorn never saw it
+            return
+        self.guard.release(self)
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    # -- told by the ASGI app --------------------------------------------------------------
+    def request_read(self) -> None:
+        """The current request has arrived in full: the read deadline stops."""
+        self._cancel_timer()
+        self.state = _DECIDING
+        self.since = self.loop.time()
+        self.early = -1.0
+
+    def responded(self) -> None:
+        """The answer to the current request is sent."""
+        if self.state == _READING:      # answered before reading it all (413, overload): no change
+            return
+        if self.early >= 0:             # the next request began meanwhile: its deadline runs from then
+            self._start_reading(self.early)
+            return
+        self.state = _IDLE
+        self.since = self.loop.time()
+
+    # -- internals -------------------------------------------------------------------------
+    def _start_reading(self, since: float) -> None:
+        self.state = _READING
+        self.since = since
+        self.early = -1.0
+        self._cancel_timer()
+        self._timer = self.loop.call_at(since + self.guard.read_timeout, self._read_timeout)
+
+    def _read_timeout(self) -> None:
+        self._timer = None
+        if self.state == _READING and self.transport is not None:
+            self.guard.timed_out(self)
+            self.close()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self) -> None:
+        """Drop the connection at once (uvicorn's protocol sees connection_lost, its request a
+        disconnect). Not a TLS close: that would wait up to 30 s for the peer's close_notify,
+        which a client that stalls on purpose never sends."""
+        self._cancel_timer()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+
+def guarded_protocol(inner: Callable[..., asyncio.Protocol], guard: ConnectionGuard) -> type[asyncio.Protocol]:
+    """A protocol class for uvicorn's ``Config.http_protocol_class``: each connection is
+    ``inner(**kwargs)`` (uvicorn's HTTP protocol, built with the arguments uvicorn passes)
+    behind ``guard``."""
+
+    class Guarded(GuardedConnection):
+        __slots__ = ()
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(inner(**kwargs), guard)
+
+    return Guarded
