@@ -30,14 +30,6 @@ def _have(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _http_protocol() -> Any:
-    if _have("httptools"):
-        from app.protocol import CoalescingHttpToolsProtocol
-
-        return CoalescingHttpToolsProtocol
-    return "h11"
-
-
 def build_server(
     *,
     bind_address: str = "0.0.0.0",
@@ -117,7 +109,7 @@ def build_server(
         port=port,
         # uvloop + httptools when installed (they roughly double throughput), else pure asyncio + h11.
         loop="uvloop" if _have("uvloop") else "asyncio",
-        http=_http_protocol(),
+        http="httptools" if _have("httptools") else "h11",
         ws="none",
         lifespan="on",
         interface="asgi3",
