@@ -8,9 +8,9 @@
 For each count N of ``--stalled``, against a fresh ``python -m app`` (TLS, signing key,
 pinned to core 0):
 
-1. an attacker process opens N TLS connections and stalls each one: a third send the
-   headers of a review and 100 bytes of its body, a third half the request headers, a
-   third nothing at all. Whenever the webhook drops one, the attacker opens another at
+1. an attacker process opens N TLS connections and stalls each one (``--stall``; mix: a
+   third send the headers of a review and 100 bytes of its body, a third half the request
+   headers, a third nothing at all). Whenever the webhook drops one, the attacker opens another at
    once, so N stay open or in the making for the whole window;
 2. meanwhile the legitimate client (another process, on the other core, like the
    apiserver) posts the 2-container review back to back for ``--seconds``: on one
@@ -56,7 +56,7 @@ from bench.webhook_hostile import LEGIT, Conn, cpu_seconds, free_port, pct, rss_
 
 HEADERS = (b"POST /mutate HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\n"
            b"Content-Length: %d\r\n\r\n" % len(LEGIT))
-STALLS = (HEADERS + LEGIT[:100], HEADERS[:40], b"")     # body, headers, nothing
+STALLS = {"body": HEADERS + LEGIT[:100], "headers": HEADERS[:40], "silent": b""}
 
 
 def log(msg: str) -> None:
@@ -65,7 +65,8 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------- attacker
 
-def _attacker(port: int, cafile: str, count: int, stop, ready, report, core: str | None) -> None:
+def _attacker(port: int, cafile: str, count: int, stop, ready, report, core: str | None,
+              kinds: tuple[str, ...]) -> None:
     """Keep ``count`` stalled connections open until ``stop``; report (opened, dropped, cpu)."""
     if core:
         os.sched_setaffinity(0, {int(c) for c in core.split(",")})
@@ -79,7 +80,7 @@ def _attacker(port: int, cafile: str, count: int, stop, ready, report, core: str
         try:
             raw = socket.create_connection(("127.0.0.1", port), timeout=10)
             sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-            sock.sendall(STALLS[i % len(STALLS)])
+            sock.sendall(STALLS[kinds[i % len(kinds)]])
             sock.setblocking(False)
         except OSError:
             failed += 1
@@ -206,7 +207,7 @@ def run_one(args, stalled: int, work: Path, paths: dict, keys: Path, ctx: ssl.SS
     mp = multiprocessing.get_context("spawn")
     stop, ready, attack_report, legit_report = mp.Event(), mp.Event(), mp.Queue(), mp.Queue()
     attacker = mp.Process(target=_attacker, args=(port, paths["ca.crt"], stalled, stop, ready, attack_report,
-                                                  args.attacker_core), daemon=True)
+                                                  args.attacker_core, args.kinds), daemon=True)
     try:
         cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
         attacker.start()
@@ -275,6 +276,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stalled", default="33,100,500,2000", help="comma-separated counts of stalled connections")
     p.add_argument("--seconds", type=float, default=8, help="legit client's window per count")
+    p.add_argument("--stall", choices=("mix", *STALLS), default="mix",
+                   help="where each connection stalls: in the body, in the headers, silent after the handshake, "
+                        "or a third of each (mix)")
     p.add_argument("--server-core", default="0", help="CPU the webhook is pinned to ('' = none)")
     p.add_argument("--legit-core", default="1", help="CPU of the legitimate client ('' = none)")
     p.add_argument("--attacker-core", default="1", help="CPU of the attacker ('' = none)")
@@ -284,6 +288,7 @@ def main() -> int:
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     args.server_core = args.server_core or None
+    args.kinds = tuple(STALLS) if args.stall == "mix" else (args.stall,)
     counts = [int(c) for c in args.stalled.split(",") if c]
     need = max(counts) * 2 + 256
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -304,7 +309,7 @@ def main() -> int:
             print(line(results[-1], args.seconds), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\nwebhook: {args.app_dir} {' '.join(args.webhook_flag)}; {args.seconds:g}s per count; "
+    print(f"\nwebhook: {args.app_dir} {' '.join(args.webhook_flag)}; stall: {args.stall}; {args.seconds:g}s per count; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
