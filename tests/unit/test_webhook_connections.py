@@ -19,7 +19,7 @@ import httpx
 import orjson
 import pytest
 
-from app.connections import ConnectionGuard, GuardedConnection
+from app.connections import ConnectionGuard, GuardedConnection, RateLimitedLog
 from app.metrics import Metrics
 from devkit.metrics import metric_sum
 from tests.unit.test_webhook_tls import REVIEW_2C, Server, client_context, issue
@@ -223,3 +223,14 @@ def test_guard_times_a_pipelined_request_from_its_first_byte():
         assert transport.aborted
 
     asyncio.run(body())
+
+
+def test_rate_limited_log_says_how_many_events_it_stood_for(caplog):
+    now = [100.0]
+    limited = RateLimitedLog("connection closed", interval=10.0, clock=lambda: now[0])
+    with caplog.at_level("WARNING", logger="workload_resizer.webhook"):
+        for step in range(25):          # one event a second for 25 s
+            now[0] = 100.0 + step
+            limited.event(max_connections=4)
+    counts = [record.count for record in caplog.records if record.msg == "connection closed"]
+    assert counts == [1, 10, 10]        # at 0 s, 10 s, 20 s; the last 4 wait for the next line
