@@ -8,7 +8,7 @@ configured with (composition: uvicorn's protocol runs unmodified) so that
 
 * every request must arrive, headers and body, within ``read_timeout`` of its first
   byte (a new connection's first request: of the end of the TLS handshake); otherwise
-  the connection is closed. The ASGI app says when it has read a body
+  the connection is dropped (by a sweep, so within 1.25 ``read_timeout``). The ASGI app says when it has read a body
   (:meth:`GuardedConnection.request_read`) and when it has answered
   (:meth:`GuardedConnection.responded`), through :func:`current_connection`;
 * at most ``max_connections`` connections are open. A new connection beyond that closes
@@ -51,6 +51,7 @@ _CURRENT: contextvars.ContextVar[GuardedConnection | None] = contextvars.Context
 _READING = 0     # waiting for (the rest of) a request: the read deadline runs
 _DECIDING = 1    # request read, answer not yet sent
 _IDLE = 2        # answered, no byte of the next request yet (uvicorn's keep-alive timeout runs)
+_DROPPED = 3     # closed by the guard
 
 
 def current_connection() -> GuardedConnection | None:
@@ -82,7 +83,13 @@ class RateLimitedLog:
 
 
 class ConnectionGuard:
-    """The open connections of one server, and its limits."""
+    """The open connections of one server, and its limits.
+
+    The read deadline is checked by a sweep every ``read_timeout / 4`` (at most every
+    second) while connections are open, not by a timer per request: a request then costs
+    two attribute writes, and a connection is dropped between 1 and 1.25 read timeouts
+    after its request began.
+    """
 
     def __init__(self, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  read_timeout: float = DEFAULT_READ_TIMEOUT, metrics: Metrics | None = None) -> None:
@@ -92,6 +99,7 @@ class ConnectionGuard:
             raise ValueError("read_timeout must be positive")
         self.max_connections = max_connections
         self.read_timeout = read_timeout
+        self.sweep_interval = min(read_timeout / 4, 1.0)
         metrics = metrics if metrics is not None else Metrics(process_metrics=False)
         self._gauge = metrics.connections
         self._refused = metrics.connections_refused
@@ -101,6 +109,7 @@ class ConnectionGuard:
         self._timeout_log = RateLimitedLog("connection closed: request not read within the read timeout")
         self._evicted_log = RateLimitedLog("connection closed to make room for a new one")
         self.open: dict[GuardedConnection, None] = {}     # in order of arrival
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def admit(self, connection: GuardedConnection) -> bool:
         """Register a new connection; False: refused (the caller closes it)."""
@@ -113,10 +122,11 @@ class ConnectionGuard:
             self._evicted.inc()
             self._evicted_log.event(max_connections=self.max_connections,
                                     state="reading" if victim.state == _READING else "idle")
-            self.release(victim)
-            victim.close()
+            victim.drop()
         self.open[connection] = None
         self._gauge.set(len(self.open))
+        if self._sweeper is None:
+            self._sweeper = connection.loop.call_later(self.sweep_interval, self._sweep, connection.loop)
         return True
 
     def release(self, connection: GuardedConnection) -> None:
@@ -134,15 +144,23 @@ class ConnectionGuard:
                 idle = connection
         return reading if reading is not None else idle
 
-    def timed_out(self, connection: GuardedConnection) -> None:
-        self._timed_out.inc()
-        self._timeout_log.event(read_timeout_s=self.read_timeout)
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self.open:
+            self._sweeper = None
+            return
+        started_before = loop.time() - self.read_timeout
+        late = [c for c in self.open if c.state == _READING and c.since <= started_before]
+        for connection in late:
+            self._timed_out.inc()
+            self._timeout_log.event(read_timeout_s=self.read_timeout)
+            connection.drop()
+        self._sweeper = loop.call_later(self.sweep_interval, self._sweep, loop)
 
 
 class GuardedConnection(asyncio.Protocol):
     """One connection: uvicorn's protocol (``inner``) behind the read deadline and the cap."""
 
-    __slots__ = ("inner", "guard", "loop", "transport", "state", "since", "early", "_timer")
+    __slots__ = ("inner", "guard", "loop", "transport", "state", "since", "early")
 
     def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard) -> None:
         self.inner = inner
@@ -152,23 +170,23 @@ class GuardedConnection(asyncio.Protocol):
         self.state = _READING
         self.since = 0.0        # when the current state began (loop time)
         self.early = -1.0       # loop time of a next request's first byte while deciding (-1: none)
-        self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio protocol ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)     # a stream transport (TCP, TLS)
+        self.since = self.loop.time()
         if not self.guard.admit(self):
             self.transport = None
             cast(asyncio.Transport, transport).abort()
             return
-        self._start_reading(self.loop.time())
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.transport is None:      # refused or closed by us
+        if self.transport is None:      # refused
             return
         if self.state == _IDLE:
-            self._start_reading(self.loop.time())
+            self.state = _READING
+            self.since = self.loop.time()
         elif self.state == _DECIDING and self.early < 0:
             self.early = self.loop.time()
         token = _CURRENT.set(self)
@@ -183,7 +201,6 @@ class GuardedConnection(asyncio.Protocol):
         return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timer()
         if self.transport is None:      # refused: uvicorn never saw it
             return
         self.guard.release(self)
@@ -198,45 +215,27 @@ class GuardedConnection(asyncio.Protocol):
     # -- told by the ASGI app --------------------------------------------------------------
     def request_read(self) -> None:
         """The current request has arrived in full: the read deadline stops."""
-        self._cancel_timer()
         self.state = _DECIDING
-        self.since = self.loop.time()
         self.early = -1.0
 
     def responded(self) -> None:
         """The answer to the current request is sent."""
-        if self.state == _READING:      # answered before reading it all (413, overload): no change
+        if self.state != _DECIDING:     # answered before reading it all (413, overload), or dropped
             return
         if self.early >= 0:             # the next request began meanwhile: its deadline runs from then
-            self._start_reading(self.early)
+            self.state = _READING
+            self.since = self.early
+            self.early = -1.0
             return
         self.state = _IDLE
         self.since = self.loop.time()
 
-    # -- internals -------------------------------------------------------------------------
-    def _start_reading(self, since: float) -> None:
-        self.state = _READING
-        self.since = since
-        self.early = -1.0
-        self._cancel_timer()
-        self._timer = self.loop.call_at(since + self.guard.read_timeout, self._read_timeout)
-
-    def _read_timeout(self) -> None:
-        self._timer = None
-        if self.state == _READING and self.transport is not None:
-            self.guard.timed_out(self)
-            self.close()
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def close(self) -> None:
-        """Drop the connection at once (uvicorn's protocol sees connection_lost, its request a
-        disconnect). Not a TLS close: that would wait up to 30 s for the peer's close_notify,
-        which a client that stalls on purpose never sends."""
-        self._cancel_timer()
+    def drop(self) -> None:
+        """Drop the connection at once and stop counting it (uvicorn's protocol sees
+        connection_lost, its request a disconnect). Not a TLS close: that would wait up to
+        30 s for the peer's close_notify, which a client that stalls on purpose never sends."""
+        self.state = _DROPPED
+        self.guard.release(self)
         if self.transport is not None and not self.transport.is_closing():
             self.transport.abort()
 

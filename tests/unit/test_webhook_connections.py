@@ -219,8 +219,8 @@ def test_guard_times_a_pipelined_request_from_its_first_byte():
         connection.data_received(b"POST /mutate HTTP/1.1\r\n")
         await asyncio.sleep(0.15)
         connection.responded()
-        await asyncio.sleep(0.1)
-        assert transport.aborted
+        await asyncio.sleep(0.05 + 0.05 + 0.02)      # past its deadline plus one sweep interval
+        assert transport.aborted and not guard.open
 
     asyncio.run(body())
 
