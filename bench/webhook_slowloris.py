@@ -266,8 +266,8 @@ def line(r: dict, seconds: float) -> str:
             f"{k['max_ms']:.1f} ms | fresh conn p50 {f['p50_ms']:.2f} p99 {f['p99_ms']:.2f} max {f['max_ms']:.1f} ms | "
             f"full {o.get('full', 0)} undecided {o.get('undecided', 0)} failed {o.get('failed', 0)} "
             f"other {sum(v for key, v in o.items() if key not in ('full', 'undecided', 'failed'))} | "
-            f"dropped: read-timeout {r['dropped_read_timeout']:.0f} evicted {r['evicted']:.0f} refused "
-            f"{r['refused']:.0f} (attacker opened {a['opened']}) | webhook cpu {r['server_cpu_s'] / r['elapsed_s']:.2f} "
+            f"open at the end {r['open_connections']:.0f}, dropped: read-timeout {r['dropped_read_timeout']:.0f} "
+            f"evicted {r['evicted']:.0f} refused {r['refused']:.0f} (attacker opened {a['opened']}) | webhook cpu {r['server_cpu_s'] / r['elapsed_s']:.2f} "
             f"rss peak {r['server_rss_peak_mib']:.1f} MiB | attacker cpu {a['cpu_s'] / r['elapsed_s']:.2f} legit client cpu "
             f"{r['legit_cpu_s'] / seconds:.2f}")
 
