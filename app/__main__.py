@@ -45,12 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-read-timeout", type=parse_duration, metavar="DURATION", default="1s",
                    help="A request's headers and body must arrive within this long of its first byte (a new "
                         "connection's first request: of the TLS handshake's end), else the connection is "
-                        "dropped (checked every quarter of it). Bounds what a client that never finishes a request holds; keep it well below "
-                        "the webhook configuration's timeoutSeconds.")
+                        "dropped (checked every quarter of it). Bounds what a client that never finishes a "
+                        "request holds; keep it well below the webhook configuration's timeoutSeconds.")
     p.add_argument("--max-connections", type=int, default=1024, metavar="N",
                    help="Open connections at most. A new connection beyond that closes the one that has waited "
                         "longest for its request, else the one idle longest; refused only when every connection "
-                        "has a review being decided. Each idle connection costs ~50KiB.")
+                        "has a review being decided.")
     p.add_argument("--shutdown-timeout", type=parse_duration, metavar="DURATION", default="20s",
                    help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.")
     p.add_argument("--max-inflight-reviews", type=int, default=32, metavar="N",
