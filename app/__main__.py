@@ -42,12 +42,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-keep-alive-timeout", type=parse_duration, metavar="DURATION", default="120s",
                    help="Close idle keep-alive connections after this long. Keep it above the apiserver's idle "
                         "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).")
+    p.add_argument("--http-read-timeout", type=parse_duration, metavar="DURATION", default="1s",
+                   help="A request's headers and body must arrive within this long of its first byte (a new "
+                        "connection's first request: of the TLS handshake's end), else the connection is "
+                        "dropped (checked every quarter of it). Bounds what a client that never finishes a "
+                        "request holds; keep it well below the webhook configuration's timeoutSeconds.")
+    p.add_argument("--max-connections", type=int, default=1024, metavar="N",
+                   help="Open connections at most. A new connection beyond that closes the one that has waited "
+                        "longest for its request, else the one idle longest; refused only when every connection "
+                        "has a review being decided.")
     p.add_argument("--shutdown-timeout", type=parse_duration, metavar="DURATION", default="20s",
                    help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.")
     p.add_argument("--max-inflight-reviews", type=int, default=32, metavar="N",
-                   help="Reviews read at once; beyond that (or beyond 16MiB of buffered bodies) a review is "
-                        "answered at once 'allowed, no patch' (the reconciler captures the originals later) "
-                        "and its connection closed: overload never delays or blocks pod creation.")
+                   help="Costly reviews (see --large-review-workers) waiting for their decision at once; beyond "
+                        "that (or beyond 16MiB of buffered large bodies) a review is answered at once 'allowed, "
+                        "no patch' (the reconciler captures the originals later) and its connection closed: "
+                        "overload never delays or blocks pod creation. Reviews still arriving do not count "
+                        "(--max-connections, --http-read-timeout bound them).")
     p.add_argument("--large-review-workers", type=int, default=1, metavar="N",
                    help="Worker processes deciding the reviews too costly for the event loop (over 16KiB, over "
                         "2048 JSON values or 64 annotations, or over 4 containers not seen before), so that small "
@@ -95,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--large-review-workers must be 0 or more")
     if args.large_review_timeout <= 0:
         parser.error("--large-review-timeout must be positive")
+    if args.http_read_timeout <= 0:
+        parser.error("--http-read-timeout must be positive")
+    if args.max_connections < 1:
+        parser.error("--max-connections must be at least 1")
+    if args.max_inflight_reviews < 0:
+        parser.error("--max-inflight-reviews must be 0 or more")
     try:
         scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
@@ -124,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 shutdown_delay=args.shutdown_delay,
                 large_review_workers=args.large_review_workers,
                 large_review_timeout=args.large_review_timeout,
+                max_connections=args.max_connections,
+                read_timeout=args.http_read_timeout,
                 scope=scope,
             )
     except (KeyDirectoryError, KeyRingError) as err:

@@ -56,6 +56,25 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.connections = Gauge(
+            "workload_resizer_webhook_connections",
+            "Open connections (TLS handshake done), at most --max-connections.",
+            registry=self.registry,
+        )
+        self.connections_refused = Counter(
+            "workload_resizer_webhook_connections_refused_total",
+            "New connections closed at once: --max-connections reached and every open connection "
+            "had a review being decided.",
+            registry=self.registry,
+        )
+        self.connections_closed = Counter(
+            "workload_resizer_webhook_connections_closed_total",
+            "Connections the webhook dropped, by reason: read_timeout (a request not read in full "
+            "within --http-read-timeout of its first byte), evicted (the connection waiting longest "
+            "for its request, else idle longest, closed to admit a new one at --max-connections).",
+            ["reason"],
+            registry=self.registry,
+        )
         # Children resolved once: .labels() builds a tuple and looks it up per call.
         self.by_result = {r: self.requests.labels(r) for r in REQUEST_RESULTS}
         self.reloads_by_result = {r: self.cert_reloads.labels(r) for r in RELOAD_RESULTS}

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator
 
 import uvicorn
 
+from app.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT, ConnectionGuard, guarded_protocol
 from app.metrics import Metrics
 from app.server import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_REQUEST_BYTES, create_app
 from app.tls import CertReloader
@@ -27,14 +28,6 @@ log = logging.getLogger("workload_resizer.webhook")
 
 def _have(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
-
-
-def _http_protocol() -> Any:
-    if _have("httptools"):
-        from app.protocol import CoalescingHttpToolsProtocol
-
-        return CoalescingHttpToolsProtocol
-    return "h11"
 
 
 def build_server(
@@ -55,6 +48,8 @@ def build_server(
     scope: NamespaceScope | None = None,
     large_review_workers: int = 1,
     large_review_timeout: float = DEFAULT_WORKER_TIMEOUT,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
 ) -> tuple["DrainingServer", CertReloader]:
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
     metrics = metrics if metrics is not None else Metrics()
@@ -91,7 +86,9 @@ def build_server(
                                            "tls_min_version": tls_min_version,
                                            "cert_reload_interval_s": cert_reload_interval,
                                            "max_request_bytes": max_request_bytes,
-                                           "large_review_workers": large_review_workers})
+                                           "large_review_workers": large_review_workers,
+                                           "max_connections": max_connections,
+                                           "http_read_timeout_s": read_timeout})
         try:
             yield
         finally:
@@ -112,7 +109,7 @@ def build_server(
         port=port,
         # uvloop + httptools when installed (they roughly double throughput), else pure asyncio + h11.
         loop="uvloop" if _have("uvloop") else "asyncio",
-        http=_http_protocol(),
+        http="httptools" if _have("httptools") else "h11",
         ws="none",
         lifespan="on",
         interface="asgi3",
@@ -126,6 +123,9 @@ def build_server(
         proxy_headers=False,
     )
     config.load()
+    # Each connection: uvicorn's protocol, unmodified, behind the read deadline and the cap.
+    config.http_protocol_class = guarded_protocol(config.http_protocol_class,
+                                                  ConnectionGuard(max_connections, read_timeout, metrics))
     if config.ssl is not reloader.context:  # reloads must go into the context uvicorn serves with
         raise RuntimeError("uvicorn did not take the reloadable SSLContext")
     return DrainingServer(config, app, shutdown_delay), reloader

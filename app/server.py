@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.connections import GuardedConnection, current_connection
 from app.metrics import Metrics
 from app.review import (INLINE_MAX_BYTES, INLINE_MAX_VALUES, REASON_INTERNAL_ERROR, REASON_OVERLOADED, REJECTED,
                         handle_review, handle_review_inline, too_large, undecided)
@@ -63,8 +64,11 @@ class MutateApp:
         self.scope = scope
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
-        # Overload: more reviews in flight (reading their body) than this, or more body
-        # bytes buffered than max_buffered_bytes, get a fast "allowed, no patch" answer.
+        # Overload: more costly reviews waiting for their decision than this, or a large body
+        # beyond max_buffered_bytes buffered, get a fast "allowed, no patch" answer. Bodies
+        # still arriving do not count: a client that never finishes its body must not take
+        # the room of reviews that are complete (those bodies are bounded by the connection
+        # cap and the read deadline, app.connections).
         self.max_inflight = max_inflight
         self.max_buffered_bytes = max(max_buffered_bytes, max_request_bytes)
         self.draining = False     # SIGTERM received: readiness fails, connections are closed after each answer
@@ -81,9 +85,11 @@ class MutateApp:
         self.review_workers: ReviewWorkers | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The connection's read deadline (app.connections) runs until the request is read.
+        connection = current_connection()
         if scope["type"] == "http" and scope["path"] == MUTATE_PATH:
             try:
-                await self.mutate(scope, receive, send)
+                await self._mutate(scope, receive, send, connection)
             except Exception:  # a bug here must not turn into uvicorn's 500
                 self._by_result["error"].inc()
                 decision_log.exception("webhook request failed")
@@ -91,15 +97,17 @@ class MutateApp:
                 # admits; if one did, the connection is already beyond help.
                 with contextlib.suppress(Exception):
                     await self._respond(send, 400, b'{"error":"internal error","code":400}', close=True)
+            finally:
+                if connection is not None:
+                    connection.responded()
+        elif connection is not None:        # probes and metrics: bodiless GETs
+            connection.request_read()
+            try:
+                await self.fallback(scope, receive, send)
+            finally:
+                connection.responded()
         else:
             await self.fallback(scope, receive, send)
-
-    async def mutate(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._inflight += 1
-        try:
-            await self._mutate(scope, receive, send)
-        finally:
-            self._inflight -= 1
 
     async def _overloaded(self, send: Send, start: float, head: bytes, why: str,
                           reason: str = REASON_OVERLOADED) -> None:
@@ -110,9 +118,12 @@ class MutateApp:
         await self._respond(send, status, payload, close=True)
         self._account(start, status, record)
 
-    async def _mutate(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _mutate(self, scope: Scope, receive: Receive, send: Send,
+                      connection: GuardedConnection | None = None) -> None:
         start = _perf()
         if scope["method"] != "POST":
+            if connection is not None:
+                connection.request_read()
             await self._respond(send, 405, b'{"error":"use POST","code":405}', extra=((b"allow", b"POST"),))
             self._account(start, 405, {"decision": REJECTED, "reason": "MethodNotAllowed"})
             return
@@ -142,9 +153,6 @@ class MutateApp:
         if message["type"] != "http.request":      # client went away
             return
         body = message.get("body", b"")
-        if self._inflight > self.max_inflight:
-            await self._overloaded(send, start, body, f"more than {self.max_inflight} reviews in flight")
-            return
         more_body = message.get("more_body", False)
         parts = [body]
         size = len(body)
@@ -162,7 +170,8 @@ class MutateApp:
                         await self._respond(send, status, payload, close=True)
                         self._account(start, status, record)
                         return
-                    if self._buffered + len(chunk) > self.max_buffered_bytes:
+                    # Small bodies are bounded by --max-connections: they never wait for room.
+                    if size > INLINE_MAX_BYTES and self._buffered + len(chunk) > self.max_buffered_bytes:
                         await self._overloaded(send, start, parts[0],
                                                f"more than {self.max_buffered_bytes} body bytes buffered")
                         return
@@ -178,6 +187,8 @@ class MutateApp:
             self._account(start, status, record)
             return
         del body
+        if connection is not None:
+            connection.request_read()
 
         decision = None
         if size <= INLINE_MAX_BYTES:
@@ -188,6 +199,11 @@ class MutateApp:
                 decision = handle_review_inline(small, self.keyring, self.scope)
             del small
         if decision is None:
+            if self._inflight >= self.max_inflight:
+                await self._overloaded(send, start, parts[0], f"{self.max_inflight} reviews already waiting "
+                                       "for a review worker")
+                return
+            self._inflight += 1
             try:
                 decision = await self._decide_costly(parts, start)
             except WorkersBusy as busy:
@@ -196,6 +212,8 @@ class MutateApp:
             except WorkerFailure as failure:
                 await self._overloaded(send, start, parts[0], str(failure), REASON_INTERNAL_ERROR)
                 return
+            finally:
+                self._inflight -= 1
         del parts
         status, payload, record = decision
         await self._respond(send, status, payload, close=self.draining)

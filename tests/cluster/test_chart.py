@@ -75,6 +75,7 @@ CUSTOM = {
                 "maxRequestBytes": "8MiB", "httpKeepAliveTimeout": "100s", "shutdownTimeout": "5s",
                 "logLevel": "debug", "logFormat": "text", "logFlushInterval": "0",
                 "largeReviewWorkers": 0, "largeReviewTimeout": "1500ms",
+                "httpReadTimeout": "750ms", "maxConnections": 300,
                 "extraArgs": ["--log-level=warning"], "failurePolicy": "Fail", "timeoutSeconds": 5,
                 "excludeNamespaces": ["monitoring"], "priorityClassName": "system-cluster-critical",
                 "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -105,6 +106,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "dry-run": {"reconciler": {"dryRun": True}},
     "no-leader-election": {"reconciler": {"leaderElection": {"enabled": False}, "replicas": 1}},
     "existing-issuer": {"tls": {"certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}}}},
+    "webhook-from-apiserver": {"networkPolicy": {
+        "apiserverCIDRs": ["10.0.0.10/32", "fd00::/64"],
+        "webhookExtraIngressFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}},
 }
 
 
@@ -274,7 +278,8 @@ def test_custom_values(helm: str) -> None:
     assert container(webhook)["image"] == "registry.example/workload-resizer:1.2.3"
     assert container(webhook)["imagePullPolicy"] == "Always"
     assert container(webhook)["ports"][0]["containerPort"] == 9443
-    assert {"--large-review-workers=0", "--large-review-timeout=1500ms"} <= set(container(webhook)["args"])
+    assert {"--large-review-workers=0", "--large-review-timeout=1500ms", "--http-read-timeout=750ms",
+            "--max-connections=300"} <= set(container(webhook)["args"])
     spec = webhook["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-cluster-critical"
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
@@ -299,6 +304,25 @@ def test_custom_values(helm: str) -> None:
                                                                           "monitoring"]
     assert hook["clientConfig"]["service"] == {"name": "resizer-webhook", "namespace": "other",
                                                "path": "/mutate", "port": 443}
+
+
+def test_webhook_network_policy_admits_any_source_unless_restricted(helm: str) -> None:
+    """Default: the webhook's port from anywhere (as before). With apiserverCIDRs (and extra
+    peers): only from those, on that port; egress stays closed either way."""
+    policy = find(render(helm, namespace=NS), "NetworkPolicy", "workload-resizer-webhook")
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
+    assert policy["spec"]["egress"] == []
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    docs = render(helm, namespace=NS, values={
+        "networkPolicy": {"apiserverCIDRs": ["10.0.0.10/32", "fd00::/64"], "webhookExtraIngressFrom": [prometheus]},
+        "webhook": {"port": 9443}})
+    policy = find(docs, "NetworkPolicy", "workload-resizer-webhook")
+    assert policy["spec"]["ingress"] == [{
+        "ports": [{"port": 9443, "protocol": "TCP"}],
+        "from": [{"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "fd00::/64"}}, prometheus]}]
+    assert policy["spec"]["egress"] == []
+    only_peers = render(helm, namespace=NS, values={"networkPolicy": {"webhookExtraIngressFrom": [prometheus]}})
+    assert find(only_peers, "NetworkPolicy", "workload-resizer-webhook")["spec"]["ingress"][0]["from"] == [prometheus]
 
 
 def test_scope_is_set_once_for_both_programs_and_the_webhook_configuration(helm: str) -> None:
@@ -504,6 +528,9 @@ def test_tls_mode_helm_keeps_the_certificate_on_upgrade(cluster, helm: str, name
     (["config.nodeTypes.n4.cpuPerf=-1"], "/config/nodeTypes/n4/cpuPerf"),
     (["config.bounds.cpu.min=lots"], "/config/bounds/cpu/min"),
     (["image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+    (["networkPolicy.apiserverCIDRs[0]=10.0.0.1"], "/networkPolicy/apiserverCIDRs/0"),    # not a CIDR
+    (["webhook.maxConnections=0"], "/webhook/maxConnections"),
+    (["webhook.httpReadTimeout=soon"], "/webhook/httpReadTimeout"),
     (["reconciler.extraArgs[0]=dry-run"], "/reconciler/extraArgs/0"),
 ])
 def test_schema_rejects_bad_values(helm: str, bad: list[str], where: str) -> None:

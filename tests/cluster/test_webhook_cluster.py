@@ -12,6 +12,8 @@ webhook's own decision log as well as the pod.
 """
 from __future__ import annotations
 
+import socket
+import ssl
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -180,6 +182,66 @@ def test_bare_pod_and_skip_annotated_pod_lose_forged_keys_but_get_no_originals(
     assert [(r["decision"], r["reason"]) for r in registered.decision_for("bare")] == [("skipped", "NoController")]
     assert [(r["decision"], r["reason"]) for r in registered.decision_for("optout-")] == \
         [("skipped", "SkipAnnotation")]
+
+
+STALLED_CONNECTIONS = 40      # more than --max-inflight-reviews (32)
+
+
+def stall(webhook: Webhook, count: int) -> list[ssl.SSLSocket]:
+    """``count`` TLS connections to the webhook, each with a review's headers and 100 bytes
+    of its body sent, and never the rest."""
+    context = ssl.create_default_context(cafile=webhook.certs.ca_file)
+    body = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"stall-' + b"x" * 80
+    head = (b"POST /mutate HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 4000\r\n\r\n")
+    stalled = []
+    for _ in range(count):
+        sock = context.wrap_socket(socket.create_connection(("127.0.0.1", webhook.port), timeout=10),
+                                   server_hostname="127.0.0.1")
+        sock.sendall(head + body[:100])
+        stalled.append(sock)
+    return stalled
+
+
+def still_open(sock: ssl.SSLSocket) -> bool:
+    sock.settimeout(0.05)
+    try:
+        return sock.recv(1) != b""
+    except TimeoutError:
+        return True
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def test_pods_are_stamped_while_connections_stall_their_bodies(cluster: Any, namespace: str,
+                                                               certs: WebhookCerts) -> None:
+    """A client holding more stalled connections than reviews in flight (and a read timeout
+    long enough that they stay stalled throughout): pods created through the apiserver still
+    get their originals, decided in full, well within timeoutSeconds."""
+    slow = Webhook("--http-read-timeout=120s", certs=certs, name="webhook-stalled")
+    stalled: list[ssl.SSLSocket] = []
+    try:
+        slow.wait_ready()
+        stalled = stall(slow, STALLED_CONNECTIONS)
+        with Registration(cluster.kube, namespace, slow) as registration:
+            app = guaranteed(cpu="1500m", memory="1Gi")
+            started = time.monotonic()
+            create_deployment(cluster.kube, namespace, deployment("busy", 3, [app], node_selector=NOWHERE))
+            pods = wait_pods(cluster.kube, namespace, "busy", 3)
+            for pod in pods:
+                assert originals(pod) == expected_originals(app["resources"]), ours(pod)
+                assert ORIGINALS_MAC in ours(pod)
+            mine = registration.decision_for("busy-")
+            assert [r["decision"] for r in mine] == ["patched"] * 3, mine
+            assert all(r["duration_ms"] < 1000 for r in mine), mine
+            assert time.monotonic() - started < 30
+        assert sum(map(still_open, stalled)) == STALLED_CONNECTIONS, "the stall held throughout"
+        assert slow.metric("workload_resizer_webhook_requests_total", result="overloaded") == 0
+    finally:
+        for sock in stalled:
+            sock.close()
+        slow.terminate()
+        slow.close()
 
 
 def foreign_webhooks(kube: Any, mine: str) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import logging
 from pathlib import Path
 from typing import Any
@@ -224,38 +225,100 @@ def test_skipped_decision_line_has_the_same_fields_as_a_patched_one(caplog):
 
 
 # -- overload -----------------------------------------------------------------------------
+class BlockedWorkers:
+    """Stands in for app.worker.ReviewWorkers: every decision waits until ``release`` is set."""
+
+    timeout = 2.0
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.entered = asyncio.Event()
+
+    async def decide(self, body: Any, keys: Any, scope: Any, deadline: float) -> tuple[int, bytes, dict[str, Any]]:
+        from app.review import handle_review
+        self.entered.set()
+        await self.release.wait()
+        return handle_review(body if isinstance(body, bytes) else b"".join(body))
+
+
+_fresh = itertools.count(1000)
+
+
+def costly_review(uid: str) -> bytes:
+    """The bench review with 8 containers never seen before (so not memoised): decided by a
+    review worker, not inline."""
+    base = next(_fresh) * 10
+    doc = orjson.loads(REVIEW_2C)
+    doc["request"]["uid"] = uid
+    template = doc["request"]["object"]["spec"]["containers"][0]
+    doc["request"]["object"]["spec"]["containers"] = [
+        {**template, "name": f"c{i}", "resources": {"requests": {"cpu": f"{base + i}m"}}} for i in range(8)]
+    return orjson.dumps(doc)
+
+
 def test_overload_answers_at_once_allowing_the_pod_without_a_patch():
-    """With max_inflight reviews already reading their bodies, the next review is answered at
-    once: allowed (its uid echoed), no patch, connection closed; the slow one still completes."""
+    """With max_inflight costly reviews already waiting for a review worker, the next costly
+    review is answered at once: allowed (its uid echoed), no patch, connection closed; a small
+    review is still decided; the waiting one still completes."""
     metrics = Metrics(process_metrics=False)
     app = create_app(metrics, lambda: True, 4 << 20, None, max_inflight=1)
-    release = asyncio.Event()
+    workers = BlockedWorkers()
+    app.review_workers = workers  # type: ignore[assignment]
 
-    async def slow_body():
+    async def body() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as client:
+            waiting = asyncio.create_task(client.post("/mutate", content=costly_review("uid-waiting")))
+            await asyncio.wait_for(workers.entered.wait(), 2)
+            shed = await asyncio.wait_for(client.post("/mutate", content=costly_review("uid-shed")), 2)
+            small = await asyncio.wait_for(client.post("/mutate", content=REVIEW_2C), 2)
+            workers.release.set()
+            return await waiting, shed, small
+
+    waiting, shed, small = run(body())
+    assert shed.status_code == 200 and shed.headers["connection"] == "close"
+    assert shed.json()["response"] == {"uid": "uid-shed", "allowed": True}
+    assert small.status_code == 200 and "patch" in small.json()["response"]
+    assert waiting.status_code == 200 and "patch" in waiting.json()["response"]
+    assert count(metrics, "overloaded") == 1 and count(metrics, "patched") == 2
+
+
+def test_bodies_still_arriving_do_not_take_the_room_of_complete_reviews():
+    """A client that never finishes its bodies holds no in-flight room: with more stalled
+    bodies open than --max-inflight-reviews, a complete review (small, or costly for a worker)
+    is still decided with its patch."""
+    metrics = Metrics(process_metrics=False)
+    app = create_app(metrics, lambda: True, 4 << 20, None, max_inflight=2)
+    workers = BlockedWorkers()
+    workers.release.set()
+    app.review_workers = workers  # type: ignore[assignment]
+    never = asyncio.Event()
+
+    async def stalled_body():
         yield REVIEW_2C[:50]
-        await release.wait()
-        yield REVIEW_2C[50:]
+        await never.wait()
 
     async def body() -> tuple[httpx.Response, httpx.Response]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as client:
-            slow = asyncio.create_task(client.post("/mutate", content=slow_body()))
+            stalled = [asyncio.create_task(client.post("/mutate", content=stalled_body())) for _ in range(5)]
             await asyncio.sleep(0.05)
-            fast = await asyncio.wait_for(client.post("/mutate", content=REVIEW_2C), 2)
-            release.set()
-            return await slow, fast
+            small = await asyncio.wait_for(client.post("/mutate", content=REVIEW_2C), 2)
+            costly = await asyncio.wait_for(client.post("/mutate", content=costly_review("uid-costly")), 2)
+            for task in stalled:
+                task.cancel()
+            await asyncio.gather(*stalled, return_exceptions=True)
+            return small, costly
 
-    slow, fast = run(body())
-    assert fast.status_code == 200 and fast.headers["connection"] == "close"
-    assert fast.json()["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
-    assert slow.status_code == 200 and "patch" in slow.json()["response"]
-    assert count(metrics, "overloaded") == 1 and count(metrics, "patched") == 1
+    small, costly = run(body())
+    assert "patch" in small.json()["response"] and "patch" in costly.json()["response"]
+    assert count(metrics, "overloaded") == 0 and count(metrics, "patched") == 2
 
 
 def test_overload_without_a_findable_uid_is_503_which_failure_policy_ignore_admits():
     metrics = Metrics(process_metrics=False)
     app = create_app(metrics, lambda: True, 4 << 20, None, max_inflight=0)
-    r = request(app, "POST", "/mutate", content=b'{"garbage": true}')
+    r = request(app, "POST", "/mutate", content=costly_review("uid-x").replace(b'"uid"', b'"xid"'))
     assert r.status_code == 503 and count(metrics, "overloaded") == 1
 
 

@@ -45,6 +45,7 @@ def test_defaults():
     assert args.log_format == "json" and args.log_level == "info" and args.log_flush_interval == 0.1
     assert args.http_keep_alive_timeout == 120 and args.shutdown_timeout == 20
     assert args.large_review_workers == 1 and args.large_review_timeout == 2
+    assert args.http_read_timeout == 1 and args.max_connections == 1024 and args.max_inflight_reviews == 32
 
 
 @pytest.mark.parametrize("flags", [["--large-review-workers", "-1"], ["--large-review-timeout", "0"],
@@ -55,13 +56,22 @@ def test_bad_large_review_flags_fail_fast(flags):
     assert r.returncode == 2 and "--large-review" in r.stderr
 
 
+@pytest.mark.parametrize(("flags", "named"), [(["--http-read-timeout", "0"], "--http-read-timeout"),
+                                              (["--max-connections", "0"], "--max-connections"),
+                                              (["--max-inflight-reviews", "-1"], "--max-inflight-reviews")])
+def test_bad_connection_limits_fail_fast(flags, named):
+    r = subprocess.run([sys.executable, "-m", "app", "--tls-cert-file", "c", "--tls-key-file", "k", *flags],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and named in r.stderr
+
+
 def test_help_documents_every_flag():
     r = subprocess.run([sys.executable, "-m", "app", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0
     for flag in ("--bind-address", "--port", "--tls-cert-file", "--tls-key-file", "--tls-min-version",
                  "--cert-reload-interval", "--max-request-bytes", "--log-level", "--log-format",
                  "--http-keep-alive-timeout", "--shutdown-timeout", "--log-flush-interval",
-                 "--large-review-workers", "--large-review-timeout"):
+                 "--large-review-workers", "--large-review-timeout", "--http-read-timeout", "--max-connections"):
         assert flag in r.stdout
 
 

@@ -444,6 +444,28 @@ def test_forged_mac_and_originals_are_replaced_not_kept():
     assert stored[resizer.ORIGINALS_MAC] != "v1.a.k2.forged"
 
 
+def test_a_made_up_review_obtains_only_an_admission_scope_mac_over_the_spec_it_sent():
+    """The signing oracle: anyone who can reach the webhook can post a review of their own
+    making (any namespace, name, uid, owner, values). What comes back is what the apiserver's
+    own review would get: originals computed from the spec sent (never from annotations sent)
+    and an admission-scope MAC (no uid bound), never a pod-scope one."""
+    victim = pod(name="victim", containers=[container("app", {"cpu": "64", "memory": "256Gi"})],
+                 annotations={ORIG + "cpu.app": "128", resizer.ORIGINALS_MAC: "v1.p.k2.forged"})
+    victim["metadata"].update(uid="victim-uid", generation=1)
+    _, resp, _ = call_signed(review(victim))
+    stored = admitted(victim, resp)
+    notes = stored["metadata"]["annotations"]
+    assert owned(notes) == {**resizer.originals_from_spec_annotations(victim), resizer.ORIGINALS_MAC: notes[
+        resizer.ORIGINALS_MAC]}
+    assert notes[ORIG + "cpu.app"] == "64"
+    assert notes[resizer.ORIGINALS_MAC].startswith("v1.a.k2.")            # admission scope, newest key
+    pod_scope = resizer.sign_originals(KEYS, resizer.original_annotations(stored),
+                                       resizer.PodIdentity.of(stored), "pod")
+    assert notes[resizer.ORIGINALS_MAC] != pod_scope
+    check = resizer.check_originals(stored, KEYS, resizer.originals_from_spec_annotations(stored))
+    assert check.scope == "admission"
+
+
 def test_replicas_of_one_owner_share_the_memoised_patch_and_other_owners_do_not():
     a1 = patch_of(call_signed(review(pod()))[1])
     a2 = patch_of(call_signed(review(pod(), uid="uid-2"))[1])

@@ -382,7 +382,9 @@ def test_sigterm_fails_readiness_first_keeps_serving_then_finishes_in_flight_req
     was still arriving is answered before the process exits 0."""
     ca, serving = issue()
     paths = certs.write_pair(str(tmp_path), serving, ca)
-    srv = Server(Path(paths["tls.crt"]), Path(paths["tls.key"]), "--shutdown-delay", "1.5s")
+    # The slow request below takes ~2 s to arrive: a read timeout above that.
+    srv = Server(Path(paths["tls.crt"]), Path(paths["tls.key"]), "--shutdown-delay", "1.5s",
+                 "--http-read-timeout", "10s")
     srv.wait_listening()
     ctx = client_context(ca)
     # A request in flight across the whole drain: headers and half the body now.
