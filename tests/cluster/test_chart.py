@@ -676,8 +676,19 @@ def test_reconciler_identity_can_do_its_job_and_nothing_more(cluster, rbac, name
     assert can(me, "create", "leases", namespace, group=leases)
     assert can(me, "get", "leases", namespace, name=lease, group=leases)
     assert can(me, "update", "leases", namespace, name=lease, group=leases)
+    # The originals key Secret: created at the first start, then only read, by name.
+    keys = f"{names['fullname']}-originals-keys"
+    assert can(me, "create", "secrets", namespace)
+    assert can(me, "get", "secrets", namespace, name=keys)
 
     forbidden = [
+        dict(verb="update", resource="secrets", namespace=namespace, name=keys),
+        dict(verb="patch", resource="secrets", namespace=namespace, name=keys),
+        dict(verb="delete", resource="secrets", namespace=namespace, name=keys),
+        dict(verb="list", resource="secrets", namespace=namespace),
+        dict(verb="watch", resource="secrets", namespace=namespace),
+        dict(verb="get", resource="secrets", namespace=namespace, name="other"),
+        dict(verb="create", resource="secrets", namespace="default"),
         dict(verb="delete", resource="pods", namespace="default"),
         dict(verb="create", resource="pods", namespace="default"),
         dict(verb="update", resource="pods", namespace="default"),
