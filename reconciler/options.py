@@ -67,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "for the original-* annotations: the Secret shared with the webhook; re-read every "
                              "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
                              "changed are resized (from their spec)")
-    sizing.add_argument("--originals-keys-secret", default="", metavar="NAME",
-                        help="Secret in --config-namespace holding the HMAC keys (data entry name = key id), "
+    sizing.add_argument("--originals-keys-secret", default="", metavar="NAMESPACE/NAME",
+                        help="Secret holding the HMAC keys (data entry name = key id), "
                              "read through the API and re-read every --config-refresh-interval; created with one "
                              "random key (k0001) when it does not exist, never written otherwise (the webhook "
                              "mounts it). Instead of --originals-key-dir")
@@ -119,6 +119,9 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
     args = parser.parse_args(argv)
     if args.originals_key_dir and args.originals_keys_secret:
         parser.error("--originals-key-dir and --originals-keys-secret are alternatives: set one")
+    if args.originals_keys_secret and (args.originals_keys_secret.count("/") != 1
+                                       or not all(args.originals_keys_secret.split("/"))):
+        parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
         parser.error("--leader-election-renew-deadline must be shorter than the lease duration")
     try:

@@ -54,7 +54,7 @@ class Reconciler:
         creds = load_credentials(api.kubeconfig)
         self.client = KubeClient(creds, qps=api.qps, burst=api.burst,
                                  max_connections=settings.concurrency + 8, drop_managed_fields=True)
-        self.secret_keys = SecretKeys(self.client, settings.config_namespace, settings.originals_keys_secret) \
+        self.secret_keys = SecretKeys(self.client, *settings.originals_keys_secret.split("/", 1)) \
             if settings.originals_keys_secret else None
         if keys is None and self.secret_keys is None:
             log.warning("no --originals-key-dir or --originals-keys-secret: original-* annotations cannot be "

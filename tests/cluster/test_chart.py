@@ -208,7 +208,7 @@ def test_default_render(helm: str) -> None:
     args = container(reconciler)["args"]
     assert args[0] == "reconciler" and "--leader-elect" in args
     assert "--config-name=workload-resizer-config" in args and f"--config-namespace={NS}" in args
-    assert "--originals-keys-secret=workload-resizer-originals-keys" in args
+    assert f"--originals-keys-secret={NS}/workload-resizer-originals-keys" in args
     assert not [a for a in args if a.startswith("--originals-key-dir")]
     assert "volumeMounts" not in container(reconciler) or all(
         "originals" not in m["mountPath"] for m in container(reconciler)["volumeMounts"])

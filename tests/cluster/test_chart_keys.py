@@ -82,7 +82,8 @@ def test_helm_template_twice_then_a_config_edit_realigns_every_pod(world: dict[s
     assert not [d for d in first if d["kind"] == "Secret" and "originals" in d["metadata"]["name"]], \
         "no key material in a render"
     secret_flag = next(a for a in container_args(first, names["reconciler"]) if a.startswith("--originals-keys-secret="))
-    secret_name = secret_flag.split("=", 1)[1]
+    secret_namespace, secret_name = secret_flag.split("=", 1)[1].split("/")
+    assert secret_namespace == ns
     webhook_args = container_args(first, names["webhook"])
     assert "--originals-keys-optional" in webhook_args
 

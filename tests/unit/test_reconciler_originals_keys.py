@@ -56,7 +56,11 @@ def test_tenant_chosen_ids_cannot_flood_the_log(caplog: pytest.LogCaptureFixture
 
 
 def test_the_key_secret_flag_and_the_key_directory_are_alternatives(capsys: pytest.CaptureFixture[str]) -> None:
-    assert parse(["--originals-keys-secret=wr-originals-keys"]).originals_keys_secret == "wr-originals-keys"
+    assert parse(["--originals-keys-secret=wr/wr-originals-keys"]).originals_keys_secret == "wr/wr-originals-keys"
     with pytest.raises(SystemExit):
-        parse(["--originals-keys-secret=s", "--originals-key-dir=/keys"])
+        parse(["--originals-keys-secret=wr/s", "--originals-key-dir=/keys"])
     assert "alternatives" in capsys.readouterr().err
+    for bad in ("s", "a/b/c", "/s", "wr/"):
+        with pytest.raises(SystemExit):
+            parse([f"--originals-keys-secret={bad}"])
+        assert "NAMESPACE/NAME" in capsys.readouterr().err
