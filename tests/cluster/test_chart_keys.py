@@ -12,15 +12,17 @@ A key that goes missing is loud (gauge, log) and putting it back heals it.
 from __future__ import annotations
 
 import base64
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from resizer import ORIGINALS_MAC, key_id_of
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, q, resources
-from devkit.chart import ensure_helm, render
+from devkit.chart import CHART, ensure_helm, render, run_helm
 from devkit.kube import Kube, wait_for
 from devkit.processes import (Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active,
                               webhook_probe_pod)
@@ -142,3 +144,60 @@ def test_helm_template_twice_then_a_config_edit_realigns_every_pod(world: dict[s
             "workload_resizer_originals_unknown_key_pods") == 0, timeout=30)
     finally:
         unregister_webhook(kube, hook)
+
+
+# The template of the chart versions before this one: the key rendered with lookup (a new
+# random key whenever lookup finds nothing, as under helm template).
+OLD_KEYS_TEMPLATE = """{{- if not .Values.originalsKeys.existingSecret }}
+{{- $name := include "wr.originalsKeysSecretName" . -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace $name -}}
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ $name }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "wr.labels" . | nindent 4 }}
+type: Opaque
+data:
+{{- if and $existing $existing.data }}
+  {{- toYaml $existing.data | nindent 2 }}
+{{- else }}
+  k0001: {{ randAlphaNum 64 | b64enc | quote }}
+{{- end }}
+{{- end }}
+"""
+
+
+def test_helm_upgrade_from_a_chart_that_rendered_the_key_keeps_it(cluster: Any, namespace: str) -> None:
+    """Helm deletes what a new chart version no longer renders: the upgrade renders the old
+    Secret once more, as it is, with helm.sh/resource-policy: keep, so it survives this
+    upgrade, the next ones and an uninstall."""
+    kube: Kube = cluster.kube
+    helm = ensure_helm()
+    old_chart = temporary_directory("old-chart-") / "chart"
+    shutil.copytree(CHART, old_chart)
+    (old_chart / "templates" / "originals-keys.yaml").write_text(OLD_KEYS_TEMPLATE)
+    values = temporary_directory("values-") / "values.yaml"
+    # The webhook configuration matches no namespace: nothing else in the shared cluster meets it.
+    values.write_text(yaml.safe_dump({
+        "fullnameOverride": chart_names(namespace)["fullname"], "tls": {"mode": "helm"},
+        "scope": {"namespaceSelector": {"matchLabels": {"workload-resizer.io/test-never-matches": namespace}}},
+        "admissionPolicy": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}}))
+    name = f"{chart_names(namespace)['fullname']}-originals-keys"
+    path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
+
+    def helm_run(*args: str) -> None:
+        run_helm(helm, *args, "-n", namespace, "--kubeconfig", str(cluster.kubeconfig))
+
+    helm_run("install", "keys", str(old_chart), "-f", str(values))
+    try:
+        before = kube.get(path)["data"]
+        for _ in range(2):
+            helm_run("upgrade", "keys", str(CHART), "-f", str(values))
+            secret = kube.get(path)
+            assert secret["data"] == before
+            assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    finally:
+        helm_run("uninstall", "keys")
+    assert kube.get(path)["data"] == before, "kept after uninstall"
