@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "original-* annotations; the mounted Secret shared with the reconciler. Re-read every "
                         "--cert-reload-interval. Empty: originals are stamped unsigned (the reconciler then "
                         "trusts them only on pods whose spec never changed).")
+    p.add_argument("--originals-keys-optional", action="store_true",
+                   help="An empty or absent --originals-key-dir at startup is not an error: originals are "
+                        "stamped unsigned until a key appears (a Secret volume mounted optional, whose Secret "
+                        "the reconciler creates at its first start: the chart's default).")
     p.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
                    help="Namespaces whose pods are never stamped, besides kube-system and --namespace. "
                         "Set the same list on the reconciler (the chart sets both from scope.*).")
@@ -137,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keep_alive_timeout=args.http_keep_alive_timeout,
                 shutdown_timeout=args.shutdown_timeout,
                 originals_key_dir=args.originals_key_dir,
+                originals_keys_optional=args.originals_keys_optional,
                 max_inflight=args.max_inflight_reviews,
                 shutdown_delay=args.shutdown_delay,
                 large_review_workers=args.large_review_workers,

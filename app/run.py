@@ -43,6 +43,7 @@ def build_server(
     shutdown_timeout: float | None = 20.0,
     metrics: Metrics | None = None,
     originals_key_dir: str = "",
+    originals_keys_optional: bool = False,
     max_inflight: int = DEFAULT_MAX_INFLIGHT,
     shutdown_delay: float = 0.0,
     scope: NamespaceScope | None = None,
@@ -59,7 +60,8 @@ def build_server(
         log.error("no usable serving certificate yet; not ready until one is loaded",
                   extra={"cert_file": cert_file, "key_file": key_file})
 
-    keys = KeyDirectory(originals_key_dir) if originals_key_dir else None   # fails fast on a bad directory
+    # Fails fast on a bad directory (on an empty one too, unless optional).
+    keys = KeyDirectory(originals_key_dir, originals_keys_optional) if originals_key_dir else None
     if keys is None:
         log.warning("no --originals-key-dir: original-* annotations are stamped unsigned")
     key_task: asyncio.Task[None] | None = None

@@ -4,12 +4,17 @@
     kubeconfig = proxy.kubeconfig(token)      # the client talks to the proxy with this token
     proxy.fault = "hang"                      # lease requests never answer
     proxy.fault = "html503"                   # lease requests get an HTML 503 page
+    proxy.hold_resizes = True                 # PATCHes to pods/<name>/resize are read, then held
+    proxy.held                                # paths of the requests held so far
+    proxy.release()                           # forward the held requests (and stop holding)
     proxy.writes                              # every non-GET request: (arrival time, method, path, status)
 
 Requests (watches included, streamed) are forwarded to the real apiserver with the
 client's own Authorization header, so the apiserver's RBAC and admission judge them; the
-proxy only records what arrives and, for lease requests, injects the fault. Times are
-time.monotonic() of this process, comparable with the test's own clock.
+proxy only records what arrives and, for lease requests, injects the fault. A held resize
+is a write already on the wire: its bytes were sent, the apiserver sees them only on
+release(), even after the client gave up or exited. Times are time.monotonic() of this
+process, comparable with the test's own clock.
 """
 from __future__ import annotations
 
@@ -41,6 +46,10 @@ class FaultProxy:
         self.fault: str | None = None
         self.writes: list[tuple[float, str, str, int]] = []
         self.lease_renewals: list[tuple[float, int]] = []     # (start, status) of lease PUT/POST
+        self.hold_resizes = False
+        self.held: list[str] = []
+        self._released: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._server: uvicorn.Server | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -59,6 +68,12 @@ class FaultProxy:
         path = temporary_directory("proxy-kubeconfig-") / "kubeconfig"
         path.write_text(json.dumps(config))
         return str(path)
+
+    def release(self) -> None:
+        """Forward every held resize and hold no more."""
+        self.hold_resizes = False
+        assert self._loop is not None and self._released is not None
+        self._loop.call_soon_threadsafe(self._released.set)
 
     def close(self) -> None:
         if self._server is not None:
@@ -80,6 +95,7 @@ class FaultProxy:
         asyncio.run(self._serve())
 
     async def _serve(self) -> None:
+        self._loop, self._released = asyncio.get_running_loop(), asyncio.Event()
         self._client = httpx.AsyncClient(base_url=self.upstream, verify=self.tls, timeout=httpx.Timeout(
             30, read=None))
         assert self._server is not None
@@ -97,6 +113,10 @@ class FaultProxy:
         if lease and self.fault == "html503":
             return Response(HTML_503, status_code=503, media_type="text/html")
         body = await request.body()
+        if self.hold_resizes and request.method == "PATCH" and path.endswith("/resize"):
+            assert self._released is not None
+            self.held.append(path)
+            await self._released.wait()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         upstream = self._client.build_request(request.method, path, params=request.url.query or None,
                                               content=body or None, headers=headers)

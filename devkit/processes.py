@@ -44,7 +44,7 @@ def originals_key_dir(directory: Path | None = None) -> Path:
 
 
 def _with_key_dir(flags: tuple[str, ...]) -> list[str]:
-    if any(f.startswith("--originals-key-dir") for f in flags):
+    if any(f.startswith(("--originals-key-dir", "--originals-keys-secret")) for f in flags):
         return list(flags)
     return [f"--originals-key-dir={originals_key_dir()}", *flags]
 

@@ -58,8 +58,12 @@ def install_rbac(kube: Kube, helm: str, namespace: str, *, fullname: str | None 
     names = chart_names(namespace, fullname)
     merged: dict[str, Any] = {"fullnameOverride": names["fullname"], "tls": {"mode": "helm"},
                               "commonLabels": {TEST_LABEL: namespace},
+                              # The tests' pods live in the release namespace, which the chart's
+                              # scope always excludes: the policy confines resizes to it only when
+                              # a test asks for it (values).
                               "admissionPolicy": {"namespaceSelector": {
-                                  "matchLabels": {"kubernetes.io/metadata.name": namespace}}}}
+                                  "matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                                  "confineResizesToScope": False}}
     merged.update(values or {})
     docs = render(helm, namespace=namespace, values=merged)
     kinds = set(RBAC_KINDS) | ({"ConfigMap"} if with_config else set()) | (set(POLICY_KINDS) if with_policy else set())

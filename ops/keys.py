@@ -1,21 +1,31 @@
-"""The originals-integrity key ring, read from a mounted Secret directory.
+"""The originals-integrity key ring, read from a mounted Secret directory or a Secret's data.
 
-One file per key: the file name is the key id, the content the key (surrounding
-whitespace stripped, at least 32 bytes). Names starting with ``.`` are skipped
-(the kubelet's ``..data`` symlinks of a Secret volume). The directory is re-read
+One file (Secret data entry) per key: the name is the key id, the content the key
+(surrounding whitespace stripped, at least 32 bytes). Names starting with ``.`` are
+skipped (the kubelet's ``..data`` symlinks of a Secret volume). The directory is re-read
 by :meth:`KeyDirectory.poll`, so a rotated Secret takes effect without a restart;
-a directory that becomes unreadable or empty keeps the last good keys.
+a directory that becomes unreadable or empty keeps the last good keys. An ``optional``
+directory (a Secret volume mounted ``optional: true`` whose Secret the reconciler creates
+at its first start) may be empty or absent at startup: the keys count from when they appear.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import logging
 import os
+import secrets
+from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger("workload_resizer.keys")
 
 MIN_KEY_BYTES = 32
+# The id of the key the reconciler generates for a Secret it creates; later keys (rotation)
+# count up in resizer.KeyRing's natural order: k0002, ..., k0010.
+FIRST_KEY_ID = "k0001"
+GENERATED_KEY_CHARS = 64
 
 
 class KeyDirectoryError(ValueError):
@@ -35,32 +45,79 @@ def read_key_directory(directory: str | os.PathLike[str]) -> dict[str, bytes]:
         if not file.is_file():
             continue
         try:
-            secret = file.read_bytes().strip()
+            secret = file.read_bytes()
         except OSError as err:
             raise KeyDirectoryError(f"cannot read key {file}: {err.strerror or err}") from None
-        if len(secret) < MIN_KEY_BYTES:
-            raise KeyDirectoryError(f"key {name!r} in {path} has {len(secret)} bytes; at least {MIN_KEY_BYTES} needed")
-        keys[name] = secret
+        keys[name] = _usable(name, secret, str(path))
     if not keys:
         raise KeyDirectoryError(f"key directory {path} holds no key")
     return keys
 
 
+def keys_from_secret_data(data: Mapping[str, str] | None, where: str) -> dict[str, bytes]:
+    """Key id -> key bytes of a Secret's ``data`` (base64 values), by the directory's rules."""
+    keys: dict[str, bytes] = {}
+    for name, encoded in sorted((data or {}).items()):
+        if name.startswith("."):
+            continue
+        try:
+            secret = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            raise KeyDirectoryError(f"key {name!r} in {where} is not valid base64") from None
+        keys[name] = _usable(name, secret, where)
+    if not keys:
+        raise KeyDirectoryError(f"{where} holds no key")
+    return keys
+
+
+def generate_key() -> bytes:
+    """A new random key: 64 URL-safe characters (384 bits), printable for `kubectl get -o yaml`."""
+    return secrets.token_urlsafe(GENERATED_KEY_CHARS * 3 // 4).encode("ascii")
+
+
+def keys_digest(keys: Mapping[str, bytes]) -> str:
+    """Changes whenever a key id or key does; reveals nothing of the keys."""
+    return _digest(dict(keys))
+
+
+def _has_entries(directory: Path) -> bool:
+    try:
+        return any(not entry.name.startswith(".") for entry in directory.iterdir())
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True     # unreadable: not "no key yet"
+
+
+def _usable(name: str, secret: bytes, where: str) -> bytes:
+    secret = secret.strip()
+    if len(secret) < MIN_KEY_BYTES:
+        raise KeyDirectoryError(f"key {name!r} in {where} has {len(secret)} bytes; at least {MIN_KEY_BYTES} needed")
+    return secret
+
+
 class KeyDirectory:
     """The current keys of a directory; :meth:`poll` re-reads it and reports a change."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], optional: bool = False) -> None:
         self.directory = Path(directory)
-        self.keys: dict[str, bytes] = read_key_directory(self.directory)   # fail fast at startup
-        self._digest = _digest(self.keys)
         self.error: str | None = None
+        try:
+            self.keys: dict[str, bytes] = read_key_directory(self.directory)   # fail fast at startup
+        except KeyDirectoryError as err:
+            if not optional or _has_entries(self.directory):
+                raise       # a key that is there but unusable is an error even when optional
+            log.warning("no originals key yet; original-* annotations are stamped unsigned until one appears",
+                        extra={"directory": str(self.directory)})
+            self.keys, self.error = {}, str(err)
+        self._digest = _digest(self.keys)
 
     def poll(self) -> bool:
         """Re-read the directory; True when the keys changed. Errors keep the last good keys."""
         try:
             keys = read_key_directory(self.directory)
         except KeyDirectoryError as err:
-            if self.error != str(err):
+            if self.error != str(err) and self.keys:
                 log.error("originals keys unreadable; keeping the last good ones", extra={"error": str(err)})
             self.error = str(err)
             return False

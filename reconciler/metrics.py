@@ -40,3 +40,7 @@ RESIZE_OUTCOMES = Counter(
     "workload_resizer_resize_outcomes_total",
     "Resizes by how they ended or stalled (actuated, deferred, deferred_too_long, infeasible, error, "
     "error_reverted, unsupported).", ["outcome"])
+ORIGINALS_UNKNOWN_KEY_PODS = Gauge(
+    "workload_resizer_originals_unknown_key_pods",
+    "Pods in scope whose originals-mac names a key id the reconciler does not have (their originals no "
+    "longer verify: put the key back into the Secret).")

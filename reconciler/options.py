@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "for the original-* annotations: the Secret shared with the webhook; re-read every "
                              "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
                              "changed are resized (from their spec)")
+    sizing.add_argument("--originals-keys-secret", default="", metavar="NAMESPACE/NAME",
+                        help="Secret holding the HMAC keys (data entry name = key id), "
+                             "read through the API and re-read every --config-refresh-interval; created with one "
+                             "random key (k0001) when it does not exist, never written otherwise (the webhook "
+                             "mounts it). Instead of --originals-key-dir")
 
     outcome = p.add_argument_group("resize outcomes (docs/how-it-works.md: Resize states)")
     outcome.add_argument("--resize-deferred-timeout", type=duration, default=900.0,
@@ -112,6 +117,11 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
     """The settings the flags in `argv` describe; exits with a usage error on a bad combination."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.originals_key_dir and args.originals_keys_secret:
+        parser.error("--originals-key-dir and --originals-keys-secret are alternatives: set one")
+    if args.originals_keys_secret and (args.originals_keys_secret.count("/") != 1
+                                       or not all(args.originals_keys_secret.split("/"))):
+        parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
         parser.error("--leader-election-renew-deadline must be shorter than the lease duration")
     try:
@@ -139,6 +149,7 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
         config_name=args.config_name,
         config_refresh_interval=args.config_refresh_interval,
         originals_key_dir=args.originals_key_dir,
+        originals_keys_secret=args.originals_keys_secret,
         concurrency=args.concurrency,
         metrics_bind_address=args.metrics_bind_address,
         health_probe_bind_address=args.health_probe_bind_address,

@@ -20,6 +20,7 @@ from reconciler.kube import KubeClient, load_credentials
 from reconciler.kube.leader import FencedClient, LeaderElector, LeadershipLost
 from reconciler.manager import Manager
 from reconciler.namespaces import ScopedNamespaces
+from reconciler.originals_keys import KeySecretError, SecretKeys, UnknownKeyWatch
 from reconciler.ports import FaultHook, no_fault
 from reconciler.settings import ReconcilerSettings
 from reconciler.kube.workqueue import WorkQueue
@@ -49,13 +50,16 @@ class Reconciler:
         self.settings = settings
         self.keys = keys
         self.keyring = KeyRing(keys.keys) if keys is not None else EMPTY_KEYRING
-        if keys is None:
-            log.warning("no --originals-key-dir: original-* annotations cannot be verified; only pods whose "
-                        "spec never changed are resized")
         api, election = settings.api, settings.leader_election
         creds = load_credentials(api.kubeconfig)
         self.client = KubeClient(creds, qps=api.qps, burst=api.burst,
                                  max_connections=settings.concurrency + 8, drop_managed_fields=True)
+        self.secret_keys = SecretKeys(self.client, *settings.originals_keys_secret.split("/", 1)) \
+            if settings.originals_keys_secret else None
+        if keys is None and self.secret_keys is None:
+            log.warning("no --originals-key-dir or --originals-keys-secret: original-* annotations cannot be "
+                        "verified; only pods whose spec never changed are resized")
+        self.unknown_keys = UnknownKeyWatch()
         # The lease gets its own connections, outside the workers' rate limit and pool: a
         # renewal must never queue behind a burst of resizes.
         self.lease_client = KubeClient(creds, qps=0, burst=1, max_connections=2) if election.enabled else None
@@ -82,18 +86,38 @@ class Reconciler:
     def _config_changed(self) -> None:
         self.manager.on_config_change()
 
+    async def _load_secret_keys(self) -> bool:
+        """--originals-keys-secret: read the Secret (created when absent) before any work."""
+        if self.secret_keys is None:
+            return True
+        try:
+            await self.secret_keys.ensure()
+        except KeySecretError as err:
+            log.error("originals keys unusable; exiting", extra={"error": str(err)})
+            return False
+        self.keyring = KeyRing(self.secret_keys.keys)
+        log.info("originals keys loaded", extra={"secret": self.secret_keys.where,
+                                                 "keyIds": sorted(self.secret_keys.keys)})
+        return True
+
     async def _poll_keys(self) -> None:
-        """Re-read --originals-key-dir; a rotation re-signs the pods signed with older keys."""
+        """Re-read the keys every --config-refresh-interval (a rotation re-signs the pods signed with
+        older keys), and count the pods signed with a key that is not there."""
+        await self.manager.wait_synced()
         while True:
-            await asyncio.sleep(self.settings.config_refresh_interval)
-            if self.keys is None:
-                continue
             try:
-                if self.keys.poll():
+                if self.keys is not None and self.keys.poll():
                     self.keyring = KeyRing(self.keys.keys)
+                    self.manager.on_keys_change()
+                if self.secret_keys is not None and await self.secret_keys.poll():
+                    self.keyring = KeyRing(self.secret_keys.keys)
                     self.manager.on_keys_change()
             except KeyRingError as err:
                 log.error("originals keys unusable; keeping the last good ones", extra={"error": str(err)})
+            if self.keys is not None or self.secret_keys is not None:
+                self.unknown_keys.update((pod for pod in self.manager.pods.store.values()
+                                          if self.namespaces.includes(pod)), self.keyring)
+            await asyncio.sleep(self.settings.config_refresh_interval)
 
     # ---- probes
 
@@ -129,7 +153,7 @@ class Reconciler:
         servers = self._start_http(listeners)
         code = 0
         try:
-            code = await self._lead_and_work()
+            code = await self._lead_and_work() if await self._load_secret_keys() else 2
         finally:
             await self._stop_http(servers)
             await self.client.close()

@@ -69,6 +69,7 @@ class ReconcilerSettings:
     config_name: str = CONFIG_NAME
     config_refresh_interval: float = 30.0
     originals_key_dir: str = ""
+    originals_keys_secret: str = ""     # namespace/name; created when absent
     concurrency: int = 8
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"

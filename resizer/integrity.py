@@ -63,6 +63,7 @@ __all__ = [
     "check_originals",
     "baseline",
     "key_id_of",
+    "key_id_order",
     "needs_resign",
     "original_annotations",
     "pod_mac",
@@ -87,8 +88,12 @@ class KeyRingError(ValueError):
 class KeyRing:
     """HMAC-SHA256 keys by id. Verification accepts any; signing uses the newest.
 
-    "Newest" is the greatest key id, so ids should sort by age (e.g. ``2026-11-23``
-    or ``k0002``): rotating is adding a greater id, retiring is removing an old one.
+    "Newest" is the greatest key id in natural order: ids are compared run by run,
+    a run of digits as a number and any other run as text (so ``k10`` > ``k9`` and
+    ``2026-11-23`` > ``2026-9-30``); ids that compare equal that way (``k01``,
+    ``k1``) are ordered as plain strings. Ids should therefore count up with age
+    (e.g. ``k0002`` or ``2026-11-23``): rotating is adding a greater id, retiring is
+    removing an old one.
     """
 
     keys: Mapping[str, bytes]
@@ -102,13 +107,22 @@ class KeyRing:
 
     @property
     def newest(self) -> str | None:
-        return max(self.keys) if self.keys else None
+        return max(self.keys, key=key_id_order) if self.keys else None
 
     def __bool__(self) -> bool:
         return bool(self.keys)
 
 
 EMPTY_KEYRING = KeyRing({})
+_DIGIT_RUNS = re.compile(r"([0-9]+)", re.ASCII)
+
+
+def key_id_order(key_id: str) -> tuple[list[str | int], str]:
+    """Sort key of a key id in :attr:`KeyRing.newest`'s natural order."""
+    # re.split with a capturing group alternates text (even places) and digits (odd
+    # places), so two ids never compare a number with text.
+    runs: list[str | int] = [int(run) if i % 2 else run for i, run in enumerate(_DIGIT_RUNS.split(key_id))]
+    return runs, key_id
 
 
 @dataclass(frozen=True)

@@ -162,3 +162,30 @@ imagePullSecrets:
 - --exclude-namespaces={{ include "wr.excludedNamespaces" . | fromJsonArray | join "," }}
 - {{ printf "--namespace-selector=%s" (include "wr.namespaceSelectorText" .) | quote }}
 {{- end -}}
+
+{{/* CEL (ValidatingAdmissionPolicy): true when the request's namespace is in the scope
+(scope.*: the excluded names, and the label selector on variables.nsLabels, the labels of
+namespaceObject). */}}
+{{- define "wr.scopeCEL" -}}
+{{- $sel := .Values.scope.namespaceSelector -}}
+{{- $labels := "variables.nsLabels" -}}
+{{- $terms := list (printf "!(request.namespace in %s)" (include "wr.excludedNamespaces" .)) -}}
+{{- range $k, $v := ($sel.matchLabels | default dict) -}}
+{{- $terms = append $terms (printf "(%s in %s && %s[%s] == %s)" (toJson $k) $labels $labels (toJson $k) (toJson $v)) -}}
+{{- end -}}
+{{- range ($sel.matchExpressions | default list) -}}
+{{- $k := toJson .key -}}
+{{- if eq .operator "In" -}}
+{{- $terms = append $terms (printf "(%s in %s && %s[%s] in %s)" $k $labels $labels $k (toJson .values)) -}}
+{{- else if eq .operator "NotIn" -}}
+{{- $terms = append $terms (printf "(!(%s in %s) || !(%s[%s] in %s))" $k $labels $labels $k (toJson .values)) -}}
+{{- else if eq .operator "Exists" -}}
+{{- $terms = append $terms (printf "(%s in %s)" $k $labels) -}}
+{{- else if eq .operator "DoesNotExist" -}}
+{{- $terms = append $terms (printf "!(%s in %s)" $k $labels) -}}
+{{- else -}}
+{{- fail (printf "scope.namespaceSelector: unsupported operator %q" .operator) -}}
+{{- end -}}
+{{- end -}}
+{{- join " && " $terms -}}
+{{- end -}}

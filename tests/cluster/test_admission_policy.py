@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 import resizer
-from tests.cluster.test_reconciler import Harness, guaranteed, ours
+from tests.cluster.test_reconciler import Harness, guaranteed, make_namespace, ours, q, resources
 from devkit.chart import ensure_helm
 from devkit.kube import ApiError, Kube, wait_for
-from devkit.processes import REPO, originals_key_dir
-from devkit.rbac import install_rbac, kubeconfig_for_token, uninstall_rbac
+from devkit.processes import REPO, Webhook, originals_key_dir, register_webhook, unregister_webhook, wait_webhook_active
+from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 
 ORIGINAL_CPU = "workload-resizer.io/original-cpu.app"
 
@@ -42,7 +42,7 @@ def world(cluster: Any, namespace: str) -> Iterator[dict[str, Any]]:
         "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
     try:
         tenant_kubeconfig = kubeconfig_for_token(cluster, tenant_token["status"]["token"])
-        yield {"harness": harness, "ns": namespace, "admin_kubeconfig": cluster.kubeconfig, "admin": cluster.kube,
+        yield {"harness": harness, "ns": namespace, "names": chart_names(namespace), "admin_kubeconfig": cluster.kubeconfig, "admin": cluster.kube,
                "reconciler": Kube(kubeconfig_for_token(cluster, tokens["reconciler"])),
                "tenant": Kube(tenant_kubeconfig), "tenant_kubeconfig": tenant_kubeconfig}
     finally:
@@ -223,3 +223,168 @@ def test_restore_needs_an_exempt_principal_says_so_and_changes_nothing(world: di
     finally:
         kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}")
         kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}")
+
+
+# ---------------------------------------------------------------- CREATE, pods/status, scope
+
+ADMISSION_MAC = "v1.a.k0001." + "A" * 43     # the form the webhook writes (a MAC only the keys verify)
+POD_MAC = "v1.p.k0001." + "A" * 43           # the reconciler's form: never on a pod being created
+
+
+def bare_pod(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": "no-such-node"},
+                     "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                     "resources": {"requests": {"cpu": "100m"}}}]}}
+
+
+def wait_create_policy_active(kube: Kube, ns: str) -> None:
+    wait_for("the CREATE policy to be enforced", lambda: _denied_now(lambda: kube.request(
+        "POST", f"/api/v1/namespaces/{ns}/pods", bare_pod("probe", {"workload-resizer.io/applied-at": "x"}),
+        params={"dryRun": "All"})), timeout=60, interval=0.5)
+
+
+def test_without_the_webhook_nobody_creates_a_pod_with_keys_only_workload_resizer_writes(
+        world: dict[str, Any]) -> None:
+    """No webhook registered (as when it is skipped): applied-*, resize-state and a pod-scope
+    originals-mac are denied at creation; the author's own keys, and what the webhook writes,
+    are not; exempt admins may still."""
+    tenant: Kube = world["tenant"]
+    ns = world["ns"]
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    wait_create_policy_active(tenant, ns)
+    for i, forged in enumerate([{"workload-resizer.io/applied-instance-type": "n4"},
+                                {"workload-resizer.io/applied-size": "x"},
+                                {"workload-resizer.io/resize-state": "{}"},
+                                {ORIGINAL_CPU: "16", "workload-resizer.io/originals-mac": POD_MAC},
+                                {ORIGINAL_CPU: "16", "workload-resizer.io/originals-mac": "v1.a.k0001.short"}]):
+        manifest = bare_pod(f"forged-{i}", forged)
+        message = denied(lambda: tenant.create(pods, manifest))  # noqa: B023 (called at once)
+        assert "written by workload-resizer only" in message and "system:serviceaccount:" in message
+    tenant.create(pods, bare_pod("authored", {"workload-resizer.io/skip": "true", "note": "mine"}))
+    tenant.create(pods, bare_pod("webhook-form", {ORIGINAL_CPU: "16", "workload-resizer.io/originals-mac":
+                                                  ADMISSION_MAC}))
+    world["admin"].create(pods, bare_pod("admin", {"workload-resizer.io/applied-instance-type": "n4"}))
+
+
+def test_with_the_webhook_forged_keys_are_stripped_and_down_they_are_denied(world: dict[str, Any]) -> None:
+    """The webhook's own stamp passes the CREATE policy (validation runs after mutation); with
+    the webhook registered but down (failurePolicy Ignore), the forged pod is denied."""
+    tenant: Kube = world["tenant"]
+    ns, kube = world["ns"], world["admin"]
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    forged = {"workload-resizer.io/applied-instance-type": "n4", ORIGINAL_CPU: "16",
+              "workload-resizer.io/originals-mac": POD_MAC}
+    owned = bare_pod("stamped", forged)
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                                             "uid": "00000000-0000-0000-0000-000000000001", "controller": True}]
+    wait_create_policy_active(tenant, ns)
+    webhook = Webhook()
+    name = f"workload-resizer-{ns}"
+    try:
+        webhook.wait_ready()
+        register_webhook(kube, webhook.url, webhook.certs.ca_bundle, name=name, namespaces=[ns])
+        wait_webhook_active(kube, ns)
+        pod = tenant.create(pods, owned)
+        annotations = pod["metadata"]["annotations"]
+        assert annotations[ORIGINAL_CPU] == "100m", "the webhook's stamp, not the forged value"
+        assert annotations["workload-resizer.io/originals-mac"].startswith("v1.a.")
+        assert "workload-resizer.io/applied-instance-type" not in annotations
+
+        webhook.terminate()
+        owned["metadata"]["name"] = "forged"
+        denied(lambda: tenant.create(pods, owned))
+    finally:
+        unregister_webhook(kube, name)
+        webhook.close()
+
+
+def test_annotations_cannot_be_changed_through_pods_status(world: dict[str, Any]) -> None:
+    """The apiserver keeps annotation changes sent to pods/status: the policy covers it."""
+    tenant: Kube = world["tenant"]
+    ns, admin = world["ns"], world["admin"]
+    admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "status-writer"},
+        "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]}]})
+    admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "status-writer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "status-writer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
+    pod = admin.create(f"/api/v1/namespaces/{ns}/pods", bare_pod("status", {ORIGINAL_CPU: "100m"}))
+    path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/status"
+    # The gap: an annotation change through pods/status is stored (here by an exempt admin).
+    admin.patch(path, {"metadata": {"annotations": {ORIGINAL_CPU: "200m"}}})
+    assert world["harness"].pod("status")["metadata"]["annotations"][ORIGINAL_CPU] == "200m"
+
+    attempts = iter(range(1, 10_000))
+    wait_for("the policy to be enforced on pods/status", lambda: _denied_now(lambda: tenant.patch(
+        path, {"metadata": {"annotations": {"workload-resizer.io/probe": str(next(attempts))}}})), timeout=60)
+    message = denied(lambda: tenant.patch(path, {"metadata": {"annotations": {ORIGINAL_CPU: "16"}}}))
+    assert "managed by workload-resizer" in message
+    assert world["harness"].pod("status")["metadata"]["annotations"][ORIGINAL_CPU] == "200m"
+    tenant.patch(path, {"metadata": {"annotations": {"note": "status writers keep their other annotations"}}})
+
+
+def test_reconciler_identity_never_writes_status_nor_resizes_a_skipped_pod(world: dict[str, Any]) -> None:
+    me: Kube = world["reconciler"]
+    harness: Harness = world["harness"]
+    name = running_pod(world)
+    path = f"/api/v1/namespaces/{world['ns']}/pods/{name}"
+    wait_policy_active(me, path, world["admin"])
+    # RBAC refuses pods/status first: lend the identity the verb, so the policy is what answers.
+    ns, admin = world["ns"], world["admin"]
+    admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "lent-status"},
+        "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}]})
+    admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "lent-status"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lent-status"},
+        "subjects": [{"kind": "ServiceAccount", "name": f"{world['names']['reconciler']}", "namespace": ns}]})
+    message = wait_for("the lent verb to reach the policy", lambda: (
+        m if "never writes pods/status" in (m := denied(lambda: me.patch(
+            f"{path}/status", {"metadata": {"annotations": {"workload-resizer.io/applied-at": "x"}}}))) else None),
+        timeout=30)
+    assert "Forbidden" in message or "403" in message
+
+    harness.deploy("skipped", harness.nodes[0], [guaranteed()], annotations={"workload-resizer.io/skip": "true"})
+    skipped = harness.wait_running("skipped")[0]["metadata"]["name"]
+    message = denied(lambda: me.patch(f"/api/v1/namespaces/{world['ns']}/pods/{skipped}/resize", {
+        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "900m"},
+                                                              "limits": {"cpu": "900m"}}}]}}, "strategic"))
+    assert "may resize only eligible pods" in message and "not eligible" in message
+
+
+def test_reconciler_resizes_only_in_namespaces_in_scope(cluster: Any, namespace: str) -> None:
+    """confineResizesToScope: the release namespace never, a namespace matching
+    scope.namespaceSelector yes, and no more once its label changes."""
+    kube: Kube = cluster.kube
+    other = make_namespace(kube, "wr-scope")
+    label = f"scope-{namespace}"
+    kube.patch(f"/api/v1/namespaces/{other}", {"metadata": {"labels": {label: "in"}}})
+    values = {"admissionPolicy": {"confineResizesToScope": True, "namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace, other]}]}},
+              "scope": {"namespaceSelector": {"matchLabels": {label: "in"}}}}
+    tokens = install_rbac(kube, ensure_helm(), namespace, values=values)
+    home, away = Harness(cluster, namespace), Harness(cluster, other)
+    try:
+        me = Kube(kubeconfig_for_token(cluster, tokens["reconciler"]))
+        node = home.node("n4", "n4")
+        pods = []
+        for harness in (home, away):
+            harness.deploy("web", node, [guaranteed()])
+            pods.append(f"/api/v1/namespaces/{harness.ns}/pods/{harness.wait_running('web')[0]['metadata']['name']}")
+        wait_policy_active(me, pods[0], kube)
+
+        def resize(path: str, cpu: str) -> Any:
+            return me.patch(f"{path}/resize", {"spec": {"containers": [{"name": "app", "resources": {
+                "requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}, "strategic")
+        assert "out of scope" in denied(lambda: resize(pods[0], "800m")), "the release namespace"
+        resize(pods[1], "800m")
+        kube.patch(f"/api/v1/namespaces/{other}", {"metadata": {"labels": {label: "out"}}})
+        assert "out of scope" in denied(lambda: resize(pods[1], "700m"))
+        assert resources(away.pod(pods[1].rsplit("/", 1)[1]))["requests"]["cpu"] == q("800m")
+    finally:
+        home.close(print_logs=False)
+        away.close(print_logs=False)
+        uninstall_rbac(kube, namespace)
+        kube.delete(f"/api/v1/namespaces/{other}")

@@ -156,7 +156,6 @@ def test_default_render(helm: str) -> None:
         ("MutatingWebhookConfiguration", "workload-resizer"),
         ("Issuer", "workload-resizer-selfsigned"), ("Certificate", "workload-resizer-ca"),
         ("Issuer", "workload-resizer-ca"), ("Certificate", "workload-resizer-webhook"),
-        ("Secret", "workload-resizer-originals-keys"),
         ("ValidatingAdmissionPolicy", "workload-resizer-reconciler-confined"),
         ("ValidatingAdmissionPolicyBinding", "workload-resizer-reconciler-confined"),
         ("ValidatingAdmissionPolicy", "workload-resizer-annotations-protected"),
@@ -200,6 +199,12 @@ def test_default_render(helm: str) -> None:
     mounts = {m["mountPath"]: m for m in container(webhook)["volumeMounts"]}
     tls_volume = next(v for v in pod["volumes"] if v["name"] == mounts["/etc/workload-resizer/tls"]["name"])
     assert tls_volume["secret"]["secretName"] == "workload-resizer-webhook-tls"
+    # No key in any render: the reconciler creates the Secret, the webhook mounts it optional.
+    keys_volume = next(v for v in pod["volumes"]
+                       if v["name"] == mounts["/etc/workload-resizer/originals-keys"]["name"])
+    assert keys_volume["secret"]["secretName"] == "workload-resizer-originals-keys"
+    assert keys_volume["secret"]["optional"] is True
+    assert "--originals-keys-optional" in container(webhook)["args"]
 
     # The reconciler: 2 replicas, leader election, probes on the probe port.
     reconciler = find(docs, "Deployment", "workload-resizer-reconciler")
@@ -207,6 +212,10 @@ def test_default_render(helm: str) -> None:
     args = container(reconciler)["args"]
     assert args[0] == "reconciler" and "--leader-elect" in args
     assert "--config-name=workload-resizer-config" in args and f"--config-namespace={NS}" in args
+    assert f"--originals-keys-secret={NS}/workload-resizer-originals-keys" in args
+    assert not [a for a in args if a.startswith("--originals-key-dir")]
+    assert "volumeMounts" not in container(reconciler) or all(
+        "originals" not in m["mountPath"] for m in container(reconciler)["volumeMounts"])
     ports = {p["name"]: p["containerPort"] for p in container(reconciler)["ports"]}
     assert ports == {"http-metrics": 8080, "http-probes": 8081}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
@@ -248,12 +257,19 @@ def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
     """The rendered args parse with the programs' own parsers, and every flag is rendered from
     the structured values (except those that make no sense in a pod)."""
     not_from_values = {"--kubeconfig", "--leader-election-identity"}
+    # The reconciler's keys: --originals-keys-secret (the default) or, with
+    # originalsKeys.existingSecret, --originals-key-dir (the mounted Secret); never both.
+    alternative = {"--originals-key-dir"}
     for values in ({}, CUSTOM):
         docs = render(helm, namespace=NS, values=values)
         webhook = [d for d in find_all(docs, "Deployment") if d["metadata"]["name"].endswith("-webhook")][0]
         reconciler = [d for d in find_all(docs, "Deployment") if d["metadata"]["name"].endswith("-reconciler")][0]
         wargs, rargs = container(webhook)["args"], container(reconciler)["args"]
         assert wargs[0] == "app" and rargs[0] == "reconciler"
+        mine = render(helm, namespace=NS, values={**values, "originalsKeys": {"existingSecret": "mine"}})
+        mine_args = container(next(d for d in find_all(mine, "Deployment") if d["metadata"]["name"] == reconciler[
+            "metadata"]["name"]))["args"]
+        assert reconciler_parse(mine_args[1:]).originals_key_dir and "--originals-keys-secret" not in flags(mine_args)
         webhook_parser().parse_args(wargs[1:])
         parsed = reconciler_parse(rargs[1:])
         if values is CUSTOM:
@@ -262,11 +278,11 @@ def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
             assert parsed.config_name == "sizing" and parsed.leader_election.name == "resizer-lock"
             assert parsed.api.kubeconfig == "/etc/kube/config"          # extraArgs come last
             assert wargs[-1] == "--log-level=warning"
-            assert parser_flags(reconciler_parser()) - flags(rargs) == {"--leader-election-identity"}
+            assert parser_flags(reconciler_parser()) - flags(rargs) == {"--leader-election-identity"} | alternative
             assert parser_flags(webhook_parser()) - flags(wargs) == set()
         else:
             assert parser_flags(reconciler_parser()) - flags(rargs) == \
-                not_from_values | {"--dry-run", "--resize-restart-containers"}
+                not_from_values | {"--dry-run", "--resize-restart-containers"} | alternative
             assert parser_flags(webhook_parser()) - flags(wargs) == set()
 
 
@@ -429,8 +445,7 @@ def test_cert_manager_objects(helm: str) -> None:
     for doc in docs:
         if doc["kind"] in CERT_MANAGER_KINDS:
             assert doc["apiVersion"] == "cert-manager.io/v1"
-    assert [d["metadata"]["name"] for d in find_all(docs, "Secret")] == ["workload-resizer-originals-keys"], \
-        "the TLS Secret is cert-manager's to write"
+    assert find_all(docs, "Secret") == [], "the TLS Secret is cert-manager's, the keys the reconciler's"
     # An existing issuer replaces the chart's own CA chain.
     docs = render(helm, namespace=NS, values=VARIANTS["existing-issuer"])
     assert [d["metadata"]["name"] for d in docs if d["kind"] in CERT_MANAGER_KINDS] == ["workload-resizer-webhook"]
@@ -561,6 +576,9 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["workload-resizer-config"],
          "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["workload-resizer-originals-keys"],
+         "verbs": ["get"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
          "resourceNames": ["workload-resizer-reconciler"], "verbs": ["get", "update"]},
@@ -572,6 +590,9 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
                                       "name": "workload-resizer-reconciler"}
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "workload-resizer-reconciler",
                                         "namespace": NS}]
+    # With a Secret of one's own, no Secret rights.
+    docs = render(helm, namespace=NS, values={"originalsKeys": {"existingSecret": "mine"}})
+    assert all("secrets" not in r["resources"] for r in find(docs, "Role")["rules"])
     # Without leader election, no Lease rights.
     docs = render(helm, namespace=NS, values=VARIANTS["no-leader-election"])
     assert all("leases" not in r["resources"] for r in find(docs, "Role")["rules"])
@@ -682,8 +703,19 @@ def test_reconciler_identity_can_do_its_job_and_nothing_more(cluster, rbac, name
     assert can(me, "create", "leases", namespace, group=leases)
     assert can(me, "get", "leases", namespace, name=lease, group=leases)
     assert can(me, "update", "leases", namespace, name=lease, group=leases)
+    # The originals key Secret: created at the first start, then only read, by name.
+    keys = f"{names['fullname']}-originals-keys"
+    assert can(me, "create", "secrets", namespace)
+    assert can(me, "get", "secrets", namespace, name=keys)
 
     forbidden = [
+        dict(verb="update", resource="secrets", namespace=namespace, name=keys),
+        dict(verb="patch", resource="secrets", namespace=namespace, name=keys),
+        dict(verb="delete", resource="secrets", namespace=namespace, name=keys),
+        dict(verb="list", resource="secrets", namespace=namespace),
+        dict(verb="watch", resource="secrets", namespace=namespace),
+        dict(verb="get", resource="secrets", namespace=namespace, name="other"),
+        dict(verb="create", resource="secrets", namespace="default"),
         dict(verb="delete", resource="pods", namespace="default"),
         dict(verb="create", resource="pods", namespace="default"),
         dict(verb="update", resource="pods", namespace="default"),

@@ -6,6 +6,8 @@ leader talks directly. After a fault on the old leader's lease renewals (a hung 
 HTML 503 pages from a "proxy") or the lease being taken by another identity, the old
 leader must make zero writes after its renew deadline (counted from the start of its last
 successful renewal), exit non-zero, and the new leader must take over and do the work.
+A resize the old leader sent before the fault but that reaches the apiserver only after the
+hand-over must be refused: it is conditional on the resourceVersion it was planned from.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.test_reconciler import Harness, guaranteed
+from tests.cluster.test_reconciler import Harness, applied, guaranteed, q, resources
+from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from devkit.chart import ensure_helm
 from devkit.faultproxy import FaultProxy
 from devkit.kube import wait_for
@@ -90,4 +93,43 @@ def test_old_leader_makes_no_write_after_its_renew_deadline_and_the_new_one_take
 
     wait_for("new to lead", lambda: holder(harness, names) == "new", timeout=LEASE_DURATION * 5)
     harness.wait_applied("during", "n4", 10, timeout=90)
+    assert new.metric("rest_client_requests_total", code="403") == 0
+
+
+def test_a_deposed_leaders_resize_still_on_the_wire_is_refused_and_the_new_leaders_size_stays(world) -> None:
+    """The fence stops new writes, not one already sent: the old leader's pods/resize PATCH is
+    held at the proxy while it loses the lease and the new leader re-sizes the pod for a newer
+    config; released, the apiserver refuses it (409: the resourceVersion it was planned from
+    is gone) and the pod keeps the new leader's size."""
+    harness: Harness = world["harness"]
+    names, proxy = world["names"], world["proxy"]
+    node = harness.node("n4", "n4")
+    proxy.hold_resizes = True
+    old = start(world, "old")
+    wait_for("old to lead", lambda: holder(harness, names) == "old")
+    harness.deploy("web", node, [guaranteed(cpu="1000m")])
+    wait_for("the old leader's resize to be on the wire", lambda: proxy.held, timeout=60)
+    pod_name = proxy.held[0].split("/")[-2]
+    assert resources(harness.pod(pod_name))["limits"]["cpu"] == q("1000m"), "held: not applied yet"
+
+    # A newer config (n4 twice the baseline: 500m instead of the held 800m), then the hand-over.
+    harness.kube.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": names["config"], "namespace": harness.ns},
+                        "data": {"config.yaml": config_yaml(node_types={**DESIGN_NODE_TYPES, "n4": (2.0, 1.0)})}},
+                       harness.ns)
+    proxy.fault = "hang"
+    new = start(world, "new")
+    assert old.wait_exit(LEASE_DURATION * 4) != 0
+    wait_for("new to lead", lambda: holder(harness, names) == "new", timeout=LEASE_DURATION * 5)
+    wait_for("the new leader's size", lambda: resources(harness.pod(pod_name))["limits"]["cpu"] == q("500m")
+             and applied(harness.pod(pod_name)) == "n4", timeout=60)
+
+    proxy.release()
+    late = wait_for("the held resize to be answered", lambda: [
+        w for w in proxy.writes if w[1] == "PATCH" and w[2].endswith(f"/pods/{pod_name}/resize")], timeout=30)
+    # (A retry the old leader made before the fence, if any, was held too: every one is refused.)
+    assert late and all(w[3] == 409 for w in late), f"the deposed leader's resize must be refused: {late}"
+    time.sleep(2)   # would a late write land, the pod shows it by now
+    pod = harness.pod(pod_name)
+    assert resources(pod)["limits"]["cpu"] == q("500m") == resources(pod)["requests"]["cpu"]
     assert new.metric("rest_client_requests_total", code="403") == 0

@@ -16,6 +16,7 @@ happens, so no later test session finds a foreign webhook.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import re
@@ -32,6 +33,9 @@ import yaml
 from devkit.chart import CHART, ensure_helm, find, helm_env, render
 from devkit.kube import ApiError, Kube, collection_path, wait_for
 from devkit.progress import run_visible
+from devkit.rbac import kubeconfig_for_token
+from reconciler.kube import KubeClient, load_credentials
+from reconciler.originals_keys import SecretKeys
 from resizer.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,7 +192,8 @@ def test_install_as_the_readme_says(cluster: Any, readme_release: Any) -> None:
     docs = [d for d in yaml.safe_load_all(manifest) if d]
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "Service", "ConfigMap", "MutatingWebhookConfiguration", "ClusterRole", "Role",
-            "Certificate", "Issuer", "ValidatingAdmissionPolicy", "NetworkPolicy", "Secret"} <= kinds, kinds
+            "Certificate", "Issuer", "ValidatingAdmissionPolicy", "NetworkPolicy"} <= kinds, kinds
+    assert "Secret" not in kinds, "no key material in the release: the reconciler creates the keys Secret"
     for doc in docs:
         assert _exists(kube, _object_path(doc, namespace)), f"{doc['kind']} {doc['metadata']['name']} not created"
 
@@ -218,8 +223,12 @@ def test_install_as_the_readme_says(cluster: Any, readme_release: Any) -> None:
     assert hook["failurePolicy"] == "Ignore"
     assert hook["clientConfig"]["service"]["namespace"] == namespace
 
+    # The reconciler's first start creates the keys Secret (here its code with its ServiceAccount:
+    # the KWOK nodes run no container).
+    _reconciler_first_start(cluster, kube, docs, namespace)
+
     # Uninstall as README says (restore only as a dry run: see the module's docstring). It
-    # finds the release's originals keys by itself (the chart's Secret), and says so.
+    # finds the release's originals keys by itself (the Secret the reconciler made), and says so.
     for argv in uninstall:
         if argv[0] != "workload-resizer":
             admin.run(argv)
@@ -232,6 +241,26 @@ def test_install_as_the_readme_says(cluster: Any, readme_release: Any) -> None:
     for doc in docs:
         if doc["kind"] in ("Deployment", "ClusterRole", "ValidatingAdmissionPolicy"):
             assert not _exists(kube, _object_path(doc, namespace)), f"{doc['kind']} left after helm uninstall"
+
+
+def _reconciler_first_start(cluster: Any, kube: Kube, docs: list[dict[str, Any]], namespace: str) -> None:
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-reconciler")]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    secret_namespace, secret_name = next(a.split("=", 1)[1] for a in args
+                                         if a.startswith("--originals-keys-secret=")).split("/")
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    token = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}})
+
+    async def ensure() -> None:
+        client = KubeClient(load_credentials(kubeconfig_for_token(cluster, token["status"]["token"])),
+                            qps=0, burst=1, max_connections=1)
+        try:
+            await SecretKeys(client, secret_namespace, secret_name).ensure()
+        finally:
+            await client.close()
+    asyncio.run(ensure())
+    assert list(kube.get(f"/api/v1/namespaces/{secret_namespace}/secrets/{secret_name}")["data"]) == ["k0001"]
 
 
 def _tls_secret(kube: Kube, namespace: str) -> dict[str, Any] | None:

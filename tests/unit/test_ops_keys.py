@@ -5,7 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from ops.keys import KeyDirectory, KeyDirectoryError, read_key_directory
+import base64
+
+from ops.keys import (FIRST_KEY_ID, KeyDirectory, KeyDirectoryError, generate_key, keys_from_secret_data,
+                      read_key_directory)
 
 
 def test_reads_one_key_per_file_and_skips_kubelet_dot_entries(tmp_path: Path) -> None:
@@ -39,3 +42,35 @@ def test_poll_picks_up_a_rotation_and_keeps_the_last_good_keys_on_error(tmp_path
     (tmp_path / "k1").unlink()
     (tmp_path / "k2").unlink()
     assert not keys.poll() and set(keys.keys) == {"k1", "k2"} and "no key" in (keys.error or "")
+
+
+def test_an_optional_directory_may_start_empty_or_absent_and_its_keys_count_when_they_appear(
+        tmp_path: Path) -> None:
+    (tmp_path / "..data").mkdir()                     # what the kubelet leaves for a missing optional Secret
+    keys = KeyDirectory(tmp_path, optional=True)
+    assert keys.keys == {} and not keys.poll()
+    (tmp_path / "k0001").write_bytes(b"1" * 64)
+    assert keys.poll() and keys.keys == {"k0001": b"1" * 64}
+    assert KeyDirectory(tmp_path / "absent", optional=True).keys == {}
+
+
+def test_an_optional_directory_with_an_unusable_key_still_fails_fast(tmp_path: Path) -> None:
+    (tmp_path / "k0001").write_bytes(b"short")
+    with pytest.raises(KeyDirectoryError, match="at least 32"):
+        KeyDirectory(tmp_path, optional=True)
+
+
+def test_secret_data_follows_the_directory_rules() -> None:
+    data = {"k0001": base64.b64encode(b"a" * 40 + b"\n").decode()}
+    assert keys_from_secret_data(data, "Secret ns/keys") == {"k0001": b"a" * 40}
+    for bad, message in [({}, "Secret ns/keys holds no key"), (None, "holds no key"),
+                         ({"k1": base64.b64encode(b"short").decode()}, "at least 32"),
+                         ({"k1": "not base64!"}, "not valid base64")]:
+        with pytest.raises(KeyDirectoryError, match=message):
+            keys_from_secret_data(bad, "Secret ns/keys")
+
+
+def test_generated_keys_are_long_printable_and_distinct() -> None:
+    first, second = generate_key(), generate_key()
+    assert len(first) == 64 and first.isascii() and first.strip() == first and first != second
+    assert keys_from_secret_data({FIRST_KEY_ID: base64.b64encode(first).decode()}, "s") == {"k0001": first}

@@ -18,6 +18,7 @@ from resizer import (
     originals_from_spec_annotations,
     sign_originals,
 )
+from resizer.integrity import key_id_order
 
 OLD, NEW = "2026-01-01", "2026-06-01"
 RING = KeyRing({OLD: b"o" * 32, NEW: b"n" * 32})
@@ -262,3 +263,30 @@ def test_the_stand_in_for_a_pod_mac_has_its_exact_size() -> None:
     pod = make_pod()
     assert {k: len(v) for k, v in pod_mac_stand_in(RING).items()} == {k: len(v) for k, v in pod_mac(pod, RING).items()}
     assert pod_mac_stand_in(KeyRing({})) == {} == pod_mac(pod, KeyRing({}))
+
+
+@pytest.mark.parametrize(("ids", "newest"), [
+    (["k9", "k10"], "k10"),                           # not the greatest string ("k9")
+    (["k0009", "k0010", "k0002"], "k0010"),
+    (["2026-9-30", "2026-11-23"], "2026-11-23"),
+    (["2026-01-01", "2026-06-01"], "2026-06-01"),
+    (["k1", "k01"], "k1"),                             # equal as numbers: plain string order decides
+    (["k2", "k2a"], "k2a"),
+    (["a", "b10", "b9"], "b10"),
+    (["only"], "only"),
+])
+def test_the_newest_key_is_the_greatest_id_in_natural_order(ids: list[str], newest: str) -> None:
+    for order in (ids, list(reversed(ids))):
+        assert KeyRing({key_id: b"k" * 32 for key_id in order}).newest == newest
+
+
+def test_ids_mixing_digits_and_text_at_the_same_place_still_compare() -> None:
+    ring = KeyRing({"2026-11-23": b"d" * 32, "k0002": b"k" * 32, "0": b"z" * 32, "Z_1": b"u" * 32})
+    assert ring.newest == "k0002"
+    assert sorted(ring.keys, key=key_id_order) == ["0", "2026-11-23", "Z_1", "k0002"]
+
+
+def test_the_newest_signs_after_a_tenth_key() -> None:
+    ring = KeyRing({f"k{n}": bytes([n]) * 32 for n in range(1, 11)})
+    value = sign_originals(ring, {}, PodIdentity.of(make_pod()), "pod")
+    assert key_id_of(value) == "k10"
