@@ -1,10 +1,7 @@
 """The originals MAC keys for the admin commands: a key directory, or the chart's Secret."""
 from __future__ import annotations
 
-import base64
-import binascii
-
-from ops.keys import KeyDirectoryError, read_key_directory
+from ops.keys import KeyDirectoryError, keys_from_secret_data, read_key_directory
 from reconciler.kube import ApiError, KubeClient
 from reconciler.settings import KeySettings
 from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
@@ -24,15 +21,9 @@ async def load_keyring(client: KubeClient, settings: KeySettings) -> tuple[KeyRi
             return EMPTY_KEYRING, (f"cannot read the originals keys (Secret {settings.secret}: {err.status} "
                                    f"{err.reason}); pass --originals-key-dir or --originals-keys-secret")
         raise
-    keys: dict[str, bytes] = {}
-    for key_id, value in (secret.get("data") or {}).items():
-        try:
-            keys[str(key_id)] = base64.b64decode(str(value), validate=True).strip()
-        except (binascii.Error, ValueError):
-            raise KeyRingError(f"Secret {settings.secret}: key {key_id!r} is not base64") from None
-    if not keys:
+    if not secret.get("data"):
         return EMPTY_KEYRING, f"the Secret {settings.secret} holds no originals key"
-    return KeyRing(keys), None
+    return KeyRing(keys_from_secret_data(secret["data"], f"Secret {settings.secret}")), None
 
 
 __all__ = ["KeyDirectoryError", "KeyRingError", "load_keyring"]

@@ -409,7 +409,8 @@ def test_relabelled_node_resizes_its_pod_from_the_originals(h: Harness) -> None:
     assert resources(pod)["requests"]["cpu"] == q("769m")
     assert resources(pod)["limits"]["cpu"] == q("769m")
     assert originals(pod) == first_originals
-    assert h.reasons(name) == ["AlreadyAligned", "Resized", "Resized"]
+    # The Event follows the applied-* write (step 3): wait for it, then nothing more.
+    wait_for("the second Resized event", lambda: h.reasons(name) == ["AlreadyAligned", "Resized", "Resized"])
 
 
 def test_node_without_resize_support_gets_one_resize_unsupported_event_and_no_retries(h: Harness) -> None:
