@@ -429,12 +429,11 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         return 200, _allowed(uid, _strip(annotations, record))
 
     originals, memo_key = _originals_and_key(obj)
-    stamp = originals
-    if originals and keyring:
+    # The baseline authority's rule at admission: the spec sent is the baseline, whatever the pod carries.
+    stamp = resizer.admission_stamp(obj, namespace, keyring, originals)
+    if memo_key is not None and resizer.ORIGINALS_MAC in stamp:
         identity = resizer.PodIdentity.of(obj, namespace, "admission")
-        stamp = {**originals, resizer.ORIGINALS_MAC: resizer.sign_originals(keyring, originals, identity, "admission")}
-        if memo_key is not None:
-            memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), (keyring.newest or "").encode()))
+        memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), (keyring.newest or "").encode()))
     record["originals"] = originals
     if stamp and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, stamp):
         # Stamping would push the pod over the apiserver's annotation size limit and so
