@@ -45,17 +45,19 @@ def emit(part: str, case: str, **figures: Any) -> None:
     print(json.dumps({"part": part, "case": case, **figures}), flush=True)
 
 
-def import_cost(statement: str) -> dict[str, float]:
-    """CPU seconds and peak RSS of a fresh interpreter that runs ``statement``, minus a bare
-    interpreter's (best of 5 each)."""
+def import_cost(statement: str, baseline: str = "pass") -> dict[str, float]:
+    """CPU seconds and peak RSS of a fresh interpreter that runs ``statement``, minus one that
+    runs ``baseline`` (best of 5 each)."""
     def cost(code: str) -> tuple[float, float]:
+        # VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec.
         script = (f"import resource\n{code}\nr = resource.getrusage(resource.RUSAGE_SELF)\n"
-                  "print(r.ru_utime + r.ru_stime, r.ru_maxrss)")
+                  "hwm = next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+                  "print(r.ru_utime + r.ru_stime, hwm)")
         runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                                env={**os.environ, "PYTHONPATH": SUBPROCESS_PATH}, cwd=REPO).stdout.split()
                 for _ in range(5)]
         return min(float(cpu) for cpu, _ in runs), min(int(rss) for _, rss in runs) / 1024
-    (cpu, rss), (bare_cpu, bare_rss) = cost(statement), cost("pass")
+    (cpu, rss), (bare_cpu, bare_rss) = cost(f"{baseline}\n{statement}"), cost(baseline)
     return {"cpu_s": round(cpu - bare_cpu, 3), "rss_mib": round(rss - bare_rss, 1)}
 
 
@@ -108,9 +110,113 @@ def bench_config(repeat: int) -> None:
          module=module.__file__)
 
 
+# ---- metrics: per review / per reconcile, per scrape --------------------------------------------
+
+HANDWRITTEN_COMMIT = "efd8d7a"      # the last commit with the hand-written ops/prometheus.py and ops/jsonlog.py
+
+
+def handwritten(path: str, name: str) -> Any:
+    """The hand-written module at ``path`` as of HANDWRITTEN_COMMIT, loaded under ``name``."""
+    import importlib.util
+    source = subprocess.run(["git", "show", f"{HANDWRITTEN_COMMIT}:{path}"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None))
+    sys.modules[name] = module
+    exec(compile(source, f"{HANDWRITTEN_COMMIT}:{path}", "exec"), module.__dict__)
+    return module
+
+
+WEBHOOK_LIBRARIES = "import fastapi, uvicorn, uvloop, httptools, orjson, yaml, pydantic, cryptography.x509, asyncio, ssl"
+RECONCILER_LIBRARIES = "import uvloop, httptools, orjson, yaml, pydantic, asyncio, ssl, logging, resizer.config"
+OUTCOME_REASONS = [f"Reason{i}" for i in range(16)]
+
+
+def fill_reconciler_like(kind: Any, registry: Any) -> dict[str, Any]:
+    """The reconciler's families with realistic series counts (~40 families, ~300 series with buckets);
+    returns the metrics a reconcile updates."""
+    counter, gauge, histogram = kind.Counter, kind.Gauge, kind.Histogram
+    outcomes = counter("workload_resizer_outcomes_total", "Outcomes.", ["reason"], registry=registry)
+    requests = counter("rest_client_requests_total", "Requests.", ["method", "resource", "code"], registry=registry)
+    depth = gauge("workqueue_depth", "Depth.", ["name"], registry=registry)
+    work = histogram("workqueue_work_duration_seconds", "Work.", ["name"],
+                     buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60), registry=registry)
+    latency = histogram("rest_client_request_duration_seconds", "Latency.", ["verb"],
+                        buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15), registry=registry)
+    for reason in OUTCOME_REASONS:
+        outcomes.labels(reason).inc()
+    for method in ("GET", "LIST", "WATCH", "PATCH", "POST", "PUT"):
+        for resource in ("pods", "nodes", "configmaps", "leases", "events"):
+            for code in ("200", "201", "409"):
+                requests.labels(method, resource, code).inc()
+        latency.labels(method).observe(0.01)
+    for name in ("pods", "nodes", "configmaps"):
+        depth.labels(name).set(3)
+        work.labels(name).observe(0.02)
+    for i in range(30):
+        gauge(f"workload_resizer_extra_{i}", "Filler gauge.", registry=registry).set(i)
+    return {"outcomes": outcomes, "requests": requests, "depth": depth, "work": work, "latency": latency}
+
+
+def bench_metrics(repeat: int) -> None:
+    import prometheus_client
+    prometheus_client.disable_created_metrics()
+    ours = handwritten("ops/prometheus.py", "handwritten_prometheus")
+
+    def library_page(registry: Any) -> Callable[[], bytes]:
+        for collector in (prometheus_client.ProcessCollector, prometheus_client.PlatformCollector,
+                          prometheus_client.GCCollector):
+            collector(registry=registry)
+        return lambda: prometheus_client.generate_latest(registry)
+
+    def handwritten_page(registry: Any) -> Callable[[], bytes]:
+        ours.register_runtime_collectors(registry)
+        return registry.exposition  # type: ignore[no-any-return]
+
+    bench_metrics_of("hand-written", ours, ours.Registry(), handwritten_page, repeat)
+    bench_metrics_of("prometheus_client", prometheus_client, prometheus_client.CollectorRegistry(), library_page,
+                     repeat)
+    emit("metrics", "import (fresh process, one-off)", impl="prometheus_client",
+         **import_cost("import prometheus_client"))
+    emit("metrics", "import into a process that already runs FastAPI/uvicorn/pydantic (the webhook's)",
+         impl="prometheus_client", **import_cost("import prometheus_client", WEBHOOK_LIBRARIES))
+    emit("metrics", "import into a process that already runs the reconciler's libraries",
+         impl="prometheus_client", **import_cost("import prometheus_client", RECONCILER_LIBRARIES))
+
+
+def bench_metrics_of(label: str, kind: Any, registry: Any, page: Callable[[Any], Callable[[], bytes]],
+                     repeat: int) -> None:
+    duration_buckets = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+    requests = kind.Counter("workload_resizer_webhook_requests_total", "Requests.", ["result"], registry=registry)
+    duration = kind.Histogram("workload_resizer_webhook_request_duration_seconds", "Duration.",
+                              buckets=duration_buckets, registry=registry)
+    patched, observe = requests.labels("patched"), duration.observe
+
+    def review() -> None:       # what the webhook does per admission review (children resolved once)
+        patched.inc()
+        observe(0.00042)
+
+    emit("metrics", "per admission review (1 inc, 1 observe)", impl=label,
+         us_per_call=round(per_call_us(review, repeat), 3))
+    rec = fill_reconciler_like(kind, registry)
+
+    def reconcile() -> None:    # a reconcile's updates, label lookups included
+        rec["outcomes"].labels("Reason3").inc()
+        rec["requests"].labels("PATCH", "pods", "200").inc()
+        rec["latency"].labels("PATCH").observe(0.012)
+        rec["depth"].labels("pods").dec()
+        rec["work"].labels("pods").observe(0.004)
+
+    emit("metrics", "per reconcile (5 updates with .labels())", impl=label,
+         us_per_call=round(per_call_us(reconcile, repeat), 3))
+    scrape = page(registry)
+    text = scrape()
+    emit("metrics", "per scrape of /metrics (reconciler-like page + process/python series)", impl=label,
+         us_per_call=round(per_call_us(scrape, repeat), 1), lines=text.count(b"\n"), bytes=len(text))
+
+
 # ---- main -------------------------------------------------------------------------------------
 
-PARTS: dict[str, Callable[[int], None]] = {"config": bench_config}
+PARTS: dict[str, Callable[[int], None]] = {"config": bench_config, "metrics": bench_metrics}
 
 
 def main() -> int:
