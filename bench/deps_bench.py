@@ -214,9 +214,46 @@ def bench_metrics_of(label: str, kind: Any, registry: Any, page: Callable[[Any],
          us_per_call=round(per_call_us(scrape, repeat), 1), lines=text.count(b"\n"), bytes=len(text))
 
 
+# ---- jsonlog: per log line ------------------------------------------------------------------------
+
+def bench_jsonlog(repeat: int) -> None:
+    import io
+    import logging
+    from pythonjsonlogger.orjson import OrjsonFormatter
+    ours = handwritten("ops/jsonlog.py", "handwritten_jsonlog")
+    fields = {"uid": "6f1c2d9e-1111-2222-3333-444455556666", "namespace": "default", "pod": "web-5d8f7-abcde",
+              "decision": "patched", "rule": "global", "node_type": None, "duration_ms": 0.412,
+              "patch_ops": 3}
+    record = logging.LogRecord("app.review", logging.INFO, "", 0, "admission decision", None, None)
+    record.__dict__.update(fields)
+    record.message = record.getMessage()
+    from ops.jsonlog import JSONFormatter
+    formatters = {"hand-written ops.jsonlog": ours.JSONFormatter(),
+                  "ops.jsonlog on python-json-logger (same line)": JSONFormatter(),
+                  "python-json-logger as published (message, extras)": OrjsonFormatter()}
+    for label, formatter in formatters.items():
+        line = formatter.format(record)
+        emit("jsonlog", "format one admission-decision line (8 fields)", impl=label,
+             us_per_call=round(per_call_us(lambda formatter=formatter: formatter.format(record), repeat), 2),
+             line=line)
+    logger = logging.getLogger("bench.jsonlog")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    for label, formatter in formatters.items():
+        handler = logging.StreamHandler(io.StringIO())
+        handler.setFormatter(formatter)
+        logger.handlers[:] = [handler]
+        emit("jsonlog", "log one line through the logger (log_fields, StreamHandler to memory)", impl=label,
+             us_per_call=round(per_call_us(lambda: ours.log_fields(logger, logging.INFO, "admission decision",
+                                                                   fields), repeat), 2))
+        handler.stream = io.StringIO()
+    emit("jsonlog", "import (fresh process, one-off)", impl="python-json-logger",
+         **import_cost("import pythonjsonlogger.orjson", "import orjson, logging"))
+
+
 # ---- main -------------------------------------------------------------------------------------
 
-PARTS: dict[str, Callable[[int], None]] = {"config": bench_config, "metrics": bench_metrics}
+PARTS: dict[str, Callable[[int], None]] = {"config": bench_config, "metrics": bench_metrics, "jsonlog": bench_jsonlog}
 
 
 def main() -> int:
