@@ -9,6 +9,7 @@ model-building time is printed too, as a one-off start-up figure.
     .venv/bin/python bench/deps_bench.py config            # per ConfigMap change, per pod
     .venv/bin/python bench/deps_bench.py metrics           # per reconcile/review, per scrape
     .venv/bin/python bench/deps_bench.py jsonlog           # per log line
+    .venv/bin/python bench/deps_bench.py http              # the reconciler's probe server: idle, per probe/scrape
     .venv/bin/python bench/deps_bench.py all
 
 To compare with a tree from before a change, run the same script with that tree first on
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import timeit
@@ -251,12 +253,126 @@ def bench_jsonlog(repeat: int) -> None:
          **import_cost("import pythonjsonlogger.orjson", "import orjson, logging"))
 
 
+# ---- http: the reconciler's probes/metrics server, idle and per request ---------------------------
+
+SERVERS = ("hand-written (reconciler.http on httptools)", "uvicorn + starlette (ops.probes routes), Server.serve()",
+           "uvicorn + starlette, startup()/shutdown() without uvicorn's 10 Hz main loop, no Date header")
+
+
+def serve(kind: int, port_file: str) -> None:
+    """The child process of bench_http: one probes/metrics server on the reconciler's loop."""
+    import asyncio
+    import prometheus_client
+    import uvloop
+    from ops.prometheus import REGISTRY
+    fill_reconciler_like(prometheus_client, REGISTRY)
+    checks = {"config": lambda: (True, "loaded"), "caches": lambda: (True, "synced"),
+              "leader": lambda: (True, "elected")}
+    sock = __import__("socket").create_server(("127.0.0.1", 0))
+    Path(port_file).write_text(str(sock.getsockname()[1]))
+
+    async def main() -> None:
+        if kind == 0:
+            from reconciler.http import ProbeApp, ProbeServer
+            await ProbeServer(ProbeApp(checks), "127.0.0.1:0").serve([sock])
+        else:
+            import uvicorn
+            from starlette.applications import Starlette
+            from ops.probes import probe_routes
+            config = uvicorn.Config(Starlette(routes=probe_routes(checks)), loop="none", http="httptools",
+                                    lifespan="off", access_log=False, log_level="warning", date_header=kind == 1)
+            server = uvicorn.Server(config)
+            if kind == 1:
+                await server.serve([sock])
+                return
+            config.load()
+            server.lifespan = config.lifespan_class(config)
+            await server.startup([sock])
+            await asyncio.Event().wait()
+
+    uvloop.run(main())
+
+
+def child_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))) / 1024
+
+
+def http_get(port: int, path: str, sock: Any = None) -> bytes:
+    """One GET; a new connection (as the kubelet probes) unless ``sock`` is given (as Prometheus scrapes)."""
+    import socket
+    own = sock is None
+    conn = socket.create_connection(("127.0.0.1", port)) if own else sock
+    conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{'Connection: close' if own else ''}\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        body += conn.recv(65536)
+    if own:
+        conn.close()
+    return head.split(b" ", 2)[1]
+
+
+def bench_http(repeat: int, idle_s: float = 30.0, probes: int = 500, scrapes: int = 100) -> None:
+    import socket
+    import tempfile
+    import time
+    for kind, label in enumerate(SERVERS):
+        with tempfile.TemporaryDirectory() as tmp:
+            port_file = f"{tmp}/port"
+            child = subprocess.Popen([sys.executable, __file__, "--serve", str(kind), port_file], cwd=REPO,
+                                     env={**os.environ, "PYTHONPATH": SUBPROCESS_PATH})
+            try:
+                deadline = time.monotonic() + 30
+                while not Path(port_file).exists() or not Path(port_file).read_text():
+                    assert time.monotonic() < deadline and child.poll() is None, "server did not start"
+                    time.sleep(0.05)
+                port = int(Path(port_file).read_text())
+                while True:
+                    try:
+                        assert http_get(port, "/readyz") == b"200"
+                        break
+                    except ConnectionRefusedError:
+                        time.sleep(0.05)
+                started_cpu = child_cpu_s(child.pid)
+                time.sleep(idle_s)
+                idle = child_cpu_s(child.pid) - started_cpu
+                before = child_cpu_s(child.pid)
+                for _ in range(probes):
+                    assert http_get(port, "/readyz") == b"200"
+                per_probe = (child_cpu_s(child.pid) - before) / probes
+                scraper = socket.create_connection(("127.0.0.1", port))
+                before = child_cpu_s(child.pid)
+                for _ in range(scrapes):
+                    assert http_get(port, "/metrics", scraper) == b"200"
+                per_scrape = (child_cpu_s(child.pid) - before) / scrapes
+                scraper.close()
+                emit("http", "reconciler probes/metrics server", impl=label,
+                     idle_cpu_ms_per_s=round(idle / idle_s * 1000, 3),
+                     cpu_us_per_probe_new_connection=round(per_probe * 1e6), cpu_us_per_scrape=round(per_scrape * 1e6),
+                     rss_mib=round(child_rss_mib(child.pid), 1))
+            finally:
+                child.terminate()
+                child.wait(10)
+
+
 # ---- main -------------------------------------------------------------------------------------
 
-PARTS: dict[str, Callable[[int], None]] = {"config": bench_config, "metrics": bench_metrics, "jsonlog": bench_jsonlog}
+PARTS: dict[str, Callable[[int], None]] = {"config": bench_config, "metrics": bench_metrics, "jsonlog": bench_jsonlog, "http": bench_http}
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--serve"]:
+        serve(int(sys.argv[2]), sys.argv[3])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=[*PARTS, "all"])
     parser.add_argument("--repeat", type=int, default=7, help="timeit rounds; the best is printed")
