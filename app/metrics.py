@@ -3,12 +3,12 @@
 A registry per :class:`Metrics` instance (instead of the process-wide one) keeps
 tests independent and lets several apps live in one process; the process, Python and
 GC collectors are registered on it so ``/metrics`` still shows the usual
-``process_*`` series.
+``process_*`` series (:func:`ops.prometheus.new_registry`).
 """
 
 from __future__ import annotations
 
-from ops.prometheus import Counter, Gauge, Histogram, Registry, register_runtime_collectors
+from ops.prometheus import CollectorRegistry, Counter, Gauge, Histogram, new_registry
 
 # Webhook calls take well under a millisecond; the apiserver gives up at
 # timeoutSeconds (3 s in webhook-config/).
@@ -19,10 +19,8 @@ RELOAD_RESULTS = ("success", "error")
 
 
 class Metrics:
-    def __init__(self, registry: Registry | None = None, process_metrics: bool = True) -> None:
-        self.registry = registry if registry is not None else Registry()
-        if process_metrics:
-            register_runtime_collectors(self.registry)
+    def __init__(self, registry: CollectorRegistry | None = None, process_metrics: bool = True) -> None:
+        self.registry = registry if registry is not None else new_registry(runtime_collectors=process_metrics)
         self.requests = Counter(
             "workload_resizer_webhook_requests_total",
             "Admission requests by result: patched (pod stamped), skipped (allowed unchanged), "

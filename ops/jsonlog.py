@@ -5,7 +5,8 @@
 ``stack`` with an exception) or a ``key=value`` text line. Hot paths (the webhook logs one
 line per admission decision) use :func:`log_fields`, which skips the standard library's
 caller lookup but keeps its levels, filters and handlers, so the output is the same; and
-``flush_interval`` batches info/debug writes (:class:`BatchingStreamHandler`).
+``flush_interval`` batches info/debug writes (:class:`BatchingStreamHandler`). The JSON line
+is written by python-json-logger's orjson formatter.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from typing import IO, Any, Mapping
 
 import orjson
+from pythonjsonlogger.orjson import OrjsonFormatter
 
 from ops.timestamps import rfc3339_millis
 
@@ -66,40 +68,41 @@ def _default(obj: Any) -> Any:
 _ORJSON_OPTS = orjson.OPT_NON_STR_KEYS
 
 
-class JSONFormatter(logging.Formatter):
-    """Formats a record as one compact JSON object (no trailing newline)."""
+class JSONFormatter(OrjsonFormatter):
+    """One compact JSON object per record (no trailing newline): python-json-logger's orjson
+    formatter writing the project's line, ``ts`` (RFC 3339, UTC, ms), ``level``, ``logger``,
+    ``msg``, the ``extra`` fields, then ``error``/``stack`` for an exception. An extra field
+    never replaces one of the first four, and an odd value (a >64-bit int) is written as its
+    repr rather than losing the line."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        msg = record.msg if not record.args else record.getMessage()
-        if not isinstance(msg, str):
-            msg = str(msg)
-        out: dict[str, Any] = {
-            "ts": rfc3339_millis(record.created),
-            "level": _level_name(record.levelno),
-            "logger": record.name,
-            "msg": msg,
-        }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD_ATTRS and key not in out:
-                out[key] = value
+    def __init__(self) -> None:
+        super().__init__("%(message)s", rename_fields={"message": "msg", "exc_info": "stack"},
+                         reserved_attrs=list(_STANDARD_ATTRS), json_default=_default)
+
+    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
+                   message_dict: dict[str, Any]) -> None:
+        fields: dict[str, Any] = {}
+        super().add_fields(fields, record, message_dict)
+        log_data.update(ts=rfc3339_millis(record.created), level=_level_name(record.levelno), logger=record.name,
+                        msg=fields.pop("msg"))
+        stack = fields.pop("stack", None)
+        log_data.update((key, value) for key, value in fields.items() if key not in log_data)
         if record.exc_info and record.exc_info[0] is not None:
-            out["error"] = repr(record.exc_info[1])
-            out["stack"] = self.formatException(record.exc_info)
-        elif record.exc_text:
-            out["stack"] = record.exc_text
-        if record.stack_info:
-            out["stack_info"] = record.stack_info
+            log_data["error"] = repr(record.exc_info[1])
+        if stack is not None:
+            log_data["stack"] = stack
+
+    def jsonify_log_record(self, log_data: dict[str, Any]) -> str:
         try:
-            return orjson.dumps(out, default=_default, option=_ORJSON_OPTS).decode()
+            return orjson.dumps(log_data, default=_default, option=_ORJSON_OPTS).decode()
         except (TypeError, orjson.JSONEncodeError):
-            # Never lose a line because a field is odd (e.g. a >64-bit int).
             safe = {}
-            for k, v in out.items():
+            for key, value in log_data.items():
                 try:
-                    orjson.dumps(v, default=_default, option=_ORJSON_OPTS)
-                    safe[k] = v
+                    orjson.dumps(value, default=_default, option=_ORJSON_OPTS)
+                    safe[key] = value
                 except (TypeError, orjson.JSONEncodeError):
-                    safe[k] = repr(v)
+                    safe[key] = repr(value)
             return orjson.dumps(safe, default=_default, option=_ORJSON_OPTS).decode()
 
 

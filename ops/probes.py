@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ops.prometheus import CONTENT_TYPE, REGISTRY, Registry
+from ops.prometheus import CONTENT_TYPE, REGISTRY, CollectorRegistry, exposition
 
 if TYPE_CHECKING:       # starlette only for the webhook's routes: the reconciler serves without it
     from starlette.routing import BaseRoute
@@ -28,7 +28,7 @@ def readiness(checks: Mapping[str, Check], verbose: bool) -> tuple[int, str]:
     return (200 if ok else 503), "\n".join(lines) + f"\nreadyz check {'passed' if ok else 'failed'}\n"
 
 
-def probe_routes(checks: Mapping[str, Check], registry: Registry = REGISTRY) -> list[BaseRoute]:
+def probe_routes(checks: Mapping[str, Check], registry: CollectorRegistry = REGISTRY) -> list[BaseRoute]:
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse, Response
     from starlette.routing import Route
@@ -41,7 +41,7 @@ def probe_routes(checks: Mapping[str, Check], registry: Registry = REGISTRY) -> 
         return PlainTextResponse(body, status_code=status)
 
     async def metrics(_: Request) -> Response:
-        return Response(registry.exposition(), media_type=CONTENT_TYPE)
+        return Response(exposition(registry), media_type=CONTENT_TYPE)
 
     return [Route("/healthz", healthz), Route("/livez", healthz), Route("/readyz", readyz),
             Route("/metrics", metrics)]

@@ -1,17 +1,11 @@
 """`python -m reconciler --help`"""
 from __future__ import annotations
 
-import os
 import sys
 
-# We use no pydantic plugins: skip pydantic's scan of every installed distribution's entry
-# points at the first model build (a share of the reconciler's startup). An explicit
-# setting in the environment wins.
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-
-from reconciler import options  # noqa: E402
-from reconciler.commands import COMMANDS  # noqa: E402
-from reconciler.commands import main as commands_main  # noqa: E402
+from reconciler import options
+from reconciler.commands import COMMANDS
+from reconciler.commands import main as commands_main
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import httptools
 from ops.probes import Check, readiness
-from ops.prometheus import CONTENT_TYPE, REGISTRY, Registry
+from ops.prometheus import CONTENT_TYPE, REGISTRY, CollectorRegistry, exposition
 
 log = logging.getLogger("reconciler.http")
 
@@ -35,7 +35,7 @@ class ProbeApp:
     """What the endpoints answer: the readiness checks and the metrics registry."""
 
     checks: Mapping[str, Check]
-    registry: Registry = REGISTRY
+    registry: CollectorRegistry = REGISTRY
 
     def respond(self, method: str, target: str) -> tuple[int, str, bytes]:
         """(status, content type, body) of one request."""
@@ -45,7 +45,7 @@ class ProbeApp:
         if method not in ("GET", "HEAD"):
             return 405, TEXT, b"method not allowed\n"
         if url.path == "/metrics":
-            return 200, CONTENT_TYPE, self.registry.exposition()
+            return 200, CONTENT_TYPE, exposition(self.registry)
         if url.path == "/readyz":
             verbose = any(param.partition("=")[0] == "verbose" for param in url.query.split("&"))
             status, body = readiness(self.checks, verbose)

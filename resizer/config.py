@@ -10,14 +10,27 @@ Precedence: the first override (list order) whose ``match`` fully holds, then
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from resizer.quantity import QuantityError, Resource, coerce_quantity, to_bytes, to_millicores
 
@@ -45,6 +58,7 @@ __all__ = [
     "Override",
     "OverrideMatch",
     "PartialConfig",
+    "PodMatch",
     "Policy",
     "PolicyBlock",
     "PolicyTable",
@@ -139,148 +153,189 @@ class Policy:
 class PolicyTable:
     """The merged policy of every rule of a config, in precedence order."""
 
-    overrides: tuple[tuple[OverrideMatch, Policy], ...]
+    overrides: tuple[tuple[PodMatch, Policy], ...]
     pod_annotations: tuple[tuple[str, Mapping[str, Policy]], ...]
     pod_labels: tuple[tuple[str, Mapping[str, Policy]], ...]
     compute_classes: Mapping[str, Policy]
     default: Policy
 
 
-# ---- the document's structure -----------------------------------------------------------
-# Plain frozen dataclasses checked by the small parsers below (no pydantic: building its
-# models was ~0.25 CPU-s of every reconciler start, a third of its cost for a 500-pod burst).
-# Field names are the document's (camelCase) so paths in errors read like the YAML.
+# ---- the document's structure: pydantic models ------------------------------------------
+# Strict (no coercion: a number is not a string, a set is not a list), unknown fields refused,
+# frozen, mappings read-only. Field names are the document's (camelCase) so paths in errors
+# read like the YAML. Pydantic runs once per ConfigMap change: the per-pod path
+# (resolve_policy) reads only the plain dataclasses compiled from these models.
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+FrozenMap = Annotated[Mapping[_K, _V], AfterValidator(MappingProxyType)]
+"""A mapping validated as a dict of its key and value types, then made read-only."""
+Perf = Annotated[Fraction, PlainValidator(_perf)]
+NonNegativeQuantity = Annotated[Fraction, PlainValidator(_non_negative_quantity)]
 
 
-@dataclass(frozen=True, kw_only=True)
-class NodeTypeSpec:
+def _list_to_tuple(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class NodeTypeSpec(_Strict):
     """Performance of one machine family relative to the others (higher = faster)."""
 
-    cpuPerf: Fraction
-    memPerf: Fraction
+    cpuPerf: Perf
+    memPerf: Perf
 
 
-@dataclass(frozen=True, kw_only=True)
-class ResourceBounds:
+class ResourceBounds(_Strict):
     """Bounds of one resource in a policy block; each side optional (falls back to global)."""
 
-    min: Fraction | None = None
-    max: Fraction | None = None
+    min: NonNegativeQuantity | None = None
+    max: NonNegativeQuantity | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class RequiredResourceBounds:
+class RequiredResourceBounds(_Strict):
     """Global bounds of one resource; both sides required."""
 
-    min: Fraction
-    max: Fraction
+    min: NonNegativeQuantity
+    max: NonNegativeQuantity
 
 
-@dataclass(frozen=True, kw_only=True)
-class BoundsSpec:
+class BoundsSpec(_Strict):
     cpu: ResourceBounds | None = None
     memory: ResourceBounds | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class GlobalBounds:
+class GlobalBounds(_Strict):
     cpu: RequiredResourceBounds
     memory: RequiredResourceBounds
 
 
-@dataclass(frozen=True, kw_only=True)
-class PolicyBlock:
+class PolicyBlock(_Strict):
     """Settings for the pods a block applies to, merged over the global settings as the
     module docstring describes (missing fields fall back; nodeTypes and bounds overlay)."""
 
     baselineNodeType: str | None = None
-    nodeTypes: Mapping[str, NodeTypeSpec] | None = None
+    nodeTypes: FrozenMap[str, NodeTypeSpec] | None = None
     bounds: BoundsSpec | None = None
     memoryLimitDecrease: MemoryLimitDecrease | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class OverrideMatch:
+class OverrideMatch(_Strict):
     """Criteria of an override; all given criteria must hold (AND)."""
 
     computeClass: str | None = None
-    podLabel: Mapping[str, str] | None = None
-    podAnnotation: Mapping[str, str] | None = None
+    podLabel: FrozenMap[str, str] | None = None
+    podAnnotation: FrozenMap[str, str] | None = None
 
-    def holds(self, labels: Mapping[str, str], annotations: Mapping[str, str], compute_class: str | None) -> bool:
-        return (
-            (self.computeClass is None or self.computeClass == compute_class)
-            and _includes(labels, self.podLabel)
-            and _includes(annotations, self.podAnnotation)
-        )
+    @model_validator(mode="after")
+    def _has_a_criterion(self) -> OverrideMatch:
+        if self.computeClass is None and not self.podLabel and not self.podAnnotation:
+            raise ValueError("needs at least one of computeClass, podLabel, podAnnotation")
+        return self
 
 
-@dataclass(frozen=True, kw_only=True)
 class Override(PolicyBlock):
     """A named policy block applied to the pods its ``match`` selects."""
 
     name: str
     match: OverrideMatch
 
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, name: str) -> str:
+        if not name.strip():
+            raise ValueError("must not be empty")
+        return name
 
-@dataclass(frozen=True, kw_only=True)
-class ResizerConfig:
+
+class ResizerConfig(_Strict):
     """The validated ``config.yaml`` document (structure only). :func:`load_config`
     returns it compiled (:class:`CompiledConfig`), cross-field checks included."""
 
     baselineNodeType: str
-    nodeTypes: Mapping[str, NodeTypeSpec]
+    nodeTypes: FrozenMap[str, NodeTypeSpec]
     bounds: GlobalBounds
     # Never (default): a memory limit is never set below the author's. Lowering one below
     # the container's usage fails on cgroup v1 (the kernel refuses; the resize stays
     # InProgress) and risks an OOM kill on cgroup v2 (KEP-1287, "Memory Limit Decreases").
     memoryLimitDecrease: MemoryLimitDecrease = "Never"
-    overrides: tuple[Override, ...] = ()
-    podAnnotations: Mapping[str, Mapping[str, PolicyBlock]] = field(default_factory=dict)
-    podLabels: Mapping[str, Mapping[str, PolicyBlock]] = field(default_factory=dict)
-    computeClasses: Mapping[str, PolicyBlock] = field(default_factory=dict)
+    overrides: Annotated[tuple[Override, ...], BeforeValidator(_list_to_tuple)] = ()
+    podAnnotations: FrozenMap[str, FrozenMap[str, PolicyBlock]] = Field(default_factory=lambda: MappingProxyType({}))
+    podLabels: FrozenMap[str, FrozenMap[str, PolicyBlock]] = Field(default_factory=lambda: MappingProxyType({}))
+    computeClasses: FrozenMap[str, PolicyBlock] = Field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def from_document(cls, document: object) -> ResizerConfig:
         """The structure of a parsed YAML document; :class:`ConfigError` lists every problem."""
-        errors: list[_Error] = []
-        config: ResizerConfig = _RESIZER_CONFIG(document, (), errors)
-        if config is _INVALID:
-            raise ConfigError([(_path(loc), message) for loc, message in errors])
-        return config
-
-
-# ---- parsers: value, location, error list -> the typed value or _INVALID -------------------
-
-_Loc = tuple[int | str, ...]
-_Error = tuple[_Loc, str]
-_INVALID: Any = object()
-_Parser = Callable[[object, _Loc, list[_Error]], Any]
-
-
-def _checked(check: Callable[[object], Any]) -> _Parser:
-    """A parser from a function that returns the value or raises ValueError."""
-
-    def parse(value: object, loc: _Loc, errors: list[_Error]) -> Any:
         try:
-            return check(value)
-        except ValueError as error:
-            errors.append((loc, str(error)))
-            return _INVALID
-
-    return parse
+            return cls.model_validate(document)
+        except ValidationError as error:
+            raise ConfigError(_structural_errors(error)) from None
 
 
-def _string(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"must be a string, got {_shown(value)}")
-    return value
+@dataclass(frozen=True)
+class PodMatch:
+    """An override's criteria, compiled for the per-pod path; all given criteria must hold."""
+
+    compute_class: str | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+    @classmethod
+    def of(cls, match: OverrideMatch) -> PodMatch:
+        return cls(match.computeClass, MappingProxyType(dict(match.podLabel or {})),
+                   MappingProxyType(dict(match.podAnnotation or {})))
+
+    def holds(self, labels: Mapping[str, str], annotations: Mapping[str, str], compute_class: str | None) -> bool:
+        return (
+            (self.compute_class is None or self.compute_class == compute_class)
+            and _includes(labels, self.labels)
+            and _includes(annotations, self.annotations)
+        )
 
 
-def _memory_limit_decrease(value: object) -> MemoryLimitDecrease:
-    if value == "Never" or value == "Allow":
-        return value
-    raise ValueError(f"must be 'Never' or 'Allow', got {_shown(value)}")
+# ---- pydantic's errors as (field path, message) ---------------------------------------------
+
+_MAPPING_ERRORS = frozenset({"dict_type", "mapping_type", "model_type", "model_attributes_type"})
+_LIST_ERRORS = frozenset({"list_type", "tuple_type"})
+
+
+def _structural_errors(error: ValidationError) -> list[tuple[str, str]]:
+    """One error per problem: what is under a key that is not a string is not checked further."""
+    details = error.errors(include_url=False)
+    bad_keys = [detail["loc"][:-1] for detail in details if _is_key_error(detail)]
+    return [_path_and_message(detail) for detail in details
+            if _is_key_error(detail) or not any(detail["loc"][:len(key)] == key for key in bad_keys)]
+
+
+def _is_key_error(detail: Mapping[str, Any]) -> bool:
+    """Pydantic reports a key that is not a string at ``(..., key, "[key]")`` (key as an int
+    or its repr); a field that happens to be named "[key]" does not repeat its value there."""
+    loc, value = detail["loc"], detail.get("input")
+    return (detail["type"] == "string_type" and len(loc) >= 2 and loc[-1] == "[key]"
+            and loc[-2] in (value, repr(value), str(value)))
+
+
+def _path_and_message(detail: Mapping[str, Any]) -> tuple[str, str]:
+    loc, kind, value = detail["loc"], detail["type"], detail.get("input")
+    if _is_key_error(detail):
+        return _path((*loc[:-2], str(value))), f"key must be a string, got {value!r}"
+    if kind == "extra_forbidden":
+        return _path(loc), "unknown field"
+    if kind == "missing":
+        return _path(loc), "field required"
+    if kind == "string_type":
+        return _path(loc), f"must be a string, got {_shown(value)}"
+    if kind in _MAPPING_ERRORS:
+        return _path(loc), f"must be a mapping, got {_shown(value)}"
+    if kind in _LIST_ERRORS:
+        return _path(loc), f"must be a list, got {_shown(value)}"
+    if kind == "literal_error":
+        return _path(loc), f"must be {(detail.get('ctx') or {}).get('expected')}, got {_shown(value)}"
+    return _path(loc), str(detail["msg"]).removeprefix("Value error, ")
 
 
 def _shown(value: object) -> str:
@@ -289,122 +344,21 @@ def _shown(value: object) -> str:
     return "null" if value is None else repr(value)
 
 
-def _optional(parser: _Parser) -> _Parser:
-    def parse(value: object, loc: _Loc, errors: list[_Error]) -> Any:
-        return None if value is None else parser(value, loc, errors)
-
-    return parse
+_T = TypeVar("_T")
 
 
-def _mapping_of(parser: _Parser, frozen: bool = True) -> _Parser:
-    """A mapping with string keys, each value checked by ``parser``."""
-
-    def parse(value: object, loc: _Loc, errors: list[_Error]) -> Any:
-        if not isinstance(value, dict):
-            errors.append((loc, f"must be a mapping, got {_shown(value)}"))
-            return _INVALID
-        before = len(errors)
-        parsed = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                errors.append(((*loc, str(key)), f"key must be a string, got {key!r}"))
-                continue
-            parsed[key] = parser(item, (*loc, key), errors)
-        if len(errors) > before:
-            return _INVALID
-        return MappingProxyType(parsed) if frozen else parsed
-
-    return parse
+def _valid_or_none(adapter: TypeAdapter[_T], value: object) -> _T | None:
+    try:
+        return adapter.validate_python(value)
+    except ValidationError:
+        return None
 
 
-def _list_of(parser: _Parser) -> _Parser:
-    def parse(value: object, loc: _Loc, errors: list[_Error]) -> Any:
-        if not isinstance(value, list):
-            errors.append((loc, f"must be a list, got {_shown(value)}"))
-            return _INVALID
-        before = len(errors)
-        parsed = tuple(parser(item, (*loc, index), errors) for index, item in enumerate(value))
-        return _INVALID if len(errors) > before else parsed
-
-    return parse
-
-
-def _model(cls: type, fields: Mapping[str, tuple[_Parser, bool]],
-           check: Callable[[Any], str | None] | None = None) -> _Parser:
-    """A mapping with exactly these fields ((parser, required) each), unknown fields refused;
-    ``check`` then sees the built object and returns a message for the whole, or None."""
-
-    def parse(value: object, loc: _Loc, errors: list[_Error]) -> Any:
-        if not isinstance(value, dict):
-            errors.append((loc, f"must be a mapping, got {_shown(value)}"))
-            return _INVALID
-        before = len(errors)
-        parsed = {}
-        for name, (parser, required) in fields.items():
-            if name in value:
-                parsed[name] = parser(value[name], (*loc, name), errors)
-            elif required:
-                errors.append(((*loc, name), "field required"))
-        errors.extend(((*loc, str(key)), "unknown field") for key in value if key not in fields)
-        if len(errors) > before:
-            return _INVALID
-        built = cls(**parsed)
-        message = check(built) if check is not None else None
-        if message is not None:
-            errors.append((loc, message))
-            return _INVALID
-        return built
-
-    return parse
-
-
-def _override_match_check(match: OverrideMatch) -> str | None:
-    if match.computeClass is None and not match.podLabel and not match.podAnnotation:
-        return "needs at least one of computeClass, podLabel, podAnnotation"
-    return None
-
-
-def _override_name(value: object) -> str:
-    name = _string(value)
-    if not name.strip():
-        raise ValueError("must not be empty")
-    return name
-
-
-_STR = _checked(_string)
-_PERF = _checked(_perf)
-_QUANTITY = _checked(_non_negative_quantity)
-_NODE_TYPES = _mapping_of(_model(NodeTypeSpec, {"cpuPerf": (_PERF, True), "memPerf": (_PERF, True)}))
-_OPTIONAL_BOUNDS = _model(ResourceBounds, {"min": (_optional(_QUANTITY), False), "max": (_optional(_QUANTITY), False)})
-_REQUIRED_BOUNDS = _model(RequiredResourceBounds, {"min": (_QUANTITY, True), "max": (_QUANTITY, True)})
-_GLOBAL_BOUNDS = _model(GlobalBounds, {"cpu": (_REQUIRED_BOUNDS, True), "memory": (_REQUIRED_BOUNDS, True)})
-_BLOCK_FIELDS: dict[str, tuple[_Parser, bool]] = {
-    "baselineNodeType": (_optional(_STR), False),
-    "nodeTypes": (_optional(_NODE_TYPES), False),
-    "bounds": (_optional(_model(BoundsSpec, {"cpu": (_optional(_OPTIONAL_BOUNDS), False),
-                                              "memory": (_optional(_OPTIONAL_BOUNDS), False)})), False),
-    "memoryLimitDecrease": (_optional(_checked(_memory_limit_decrease)), False),
-}
-_BLOCK = _model(PolicyBlock, _BLOCK_FIELDS)
-_LABELS = _mapping_of(_STR)
-_OVERRIDE = _model(Override, {
-    **_BLOCK_FIELDS,
-    "name": (_checked(_override_name), True),
-    "match": (_model(OverrideMatch, {"computeClass": (_optional(_STR), False),
-                                     "podLabel": (_optional(_LABELS), False),
-                                     "podAnnotation": (_optional(_LABELS), False)},
-                     check=_override_match_check), True),
-})
-_RESIZER_CONFIG = _model(ResizerConfig, {
-    "baselineNodeType": (_STR, True),
-    "nodeTypes": (_NODE_TYPES, True),
-    "bounds": (_GLOBAL_BOUNDS, True),
-    "memoryLimitDecrease": (_checked(_memory_limit_decrease), False),
-    "overrides": (_list_of(_OVERRIDE), False),
-    "podAnnotations": (_mapping_of(_mapping_of(_BLOCK)), False),
-    "podLabels": (_mapping_of(_mapping_of(_BLOCK)), False),
-    "computeClasses": (_mapping_of(_BLOCK), False),
-})
+_STR: TypeAdapter[str] = TypeAdapter(Annotated[str, Strict()])
+_NODE_TYPES: TypeAdapter[Mapping[str, NodeTypeSpec]] = TypeAdapter(Annotated[FrozenMap[str, NodeTypeSpec], Strict()])
+_GLOBAL_BOUNDS: TypeAdapter[GlobalBounds] = TypeAdapter(GlobalBounds)
+_OVERRIDE: TypeAdapter[Override] = TypeAdapter(Override)
+_BLOCK: TypeAdapter[PolicyBlock] = TypeAdapter(PolicyBlock)
 
 
 @dataclass(frozen=True)
@@ -461,11 +415,10 @@ def load_config(text: str) -> CompiledConfig:
     of the document that is itself structurally valid.
     """
     document = _parse_yaml(text)
-    errors: list[_Error] = []
-    config = _RESIZER_CONFIG(document, (), errors)
-    if config is _INVALID:
-        structural = [(_path(loc), message) for loc, message in errors]
-        raise ConfigError(structural + _semantic_errors(_valid_parts(document)))
+    try:
+        config = ResizerConfig.model_validate(document)
+    except ValidationError as error:
+        raise ConfigError(_structural_errors(error) + _semantic_errors(_valid_parts(document))) from None
     return compile_config(config)
 
 
@@ -510,18 +463,15 @@ def _parse_yaml(text: str) -> dict[str, Any]:
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
+    """``overrides[2].match``: the only list of the document is ``overrides``; any other
+    int in a location is a mapping key that YAML read as a number."""
     path = ""
-    for part in loc:
-        if isinstance(part, int):
+    for index, part in enumerate(loc):
+        if isinstance(part, int) and index == 1 and loc[0] == "overrides":
             path += f"[{part}]"
         else:
-            path += f".{part}" if path else part
+            path += f".{part}" if path else str(part)
     return path or "(root)"
-
-
-def _valid_or_none(parser: _Parser, value: object) -> Any:
-    parsed = parser(value, (), [])
-    return None if parsed is _INVALID else parsed
 
 
 def _valid_parts(document: Mapping[str, Any]) -> PartialConfig:
@@ -647,7 +597,7 @@ def _compile(config: ResizerConfig) -> PolicyTable:
 
     return PolicyTable(
         overrides=tuple(
-            (override.match, _policy(config, f"override:{override.name}", override)) for override in config.overrides
+            (PodMatch.of(override.match), _policy(config, f"override:{override.name}", override)) for override in config.overrides
         ),
         pod_annotations=tuple(
             (key, by_value("podAnnotation", key, config.podAnnotations[key])) for key in sorted(config.podAnnotations)

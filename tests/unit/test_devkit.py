@@ -5,7 +5,7 @@ from typing import Any
 
 from devkit.configs import config_yaml
 from devkit.metrics import metric_sum, samples
-from ops.prometheus import Counter, Gauge, Registry
+from ops.prometheus import Counter, Gauge, exposition, new_registry
 from resizer import SAMPLE_CONFIG, load_config
 from tests.conftest import foreign_webhooks
 
@@ -22,13 +22,13 @@ def test_extra_families_and_bounds_are_in_the_config() -> None:
 
 
 def test_metric_sum_adds_the_samples_whose_labels_match() -> None:
-    registry = Registry()
+    registry = new_registry(runtime_collectors=False)
     requests = Counter("rest_client_requests", "requests", ["method", "resource"], registry=registry)
     requests.labels("PATCH", "pods/resize").inc(2)
     requests.labels("PATCH", "pods").inc(3)
     requests.labels("GET", "pods").inc(5)
     Gauge("leader_election_master_status", "leader", registry=registry).set(1)
-    text = registry.exposition().decode()
+    text = exposition(registry).decode()
 
     assert metric_sum(text, "rest_client_requests_total", method="PATCH") == 5
     assert metric_sum(text, "rest_client_requests_total", method="PATCH", resource="pods/resize") == 2

@@ -7,7 +7,7 @@ import httpx
 from starlette.applications import Starlette
 
 from ops.probes import probe_routes, readiness
-from ops.prometheus import Counter, Registry
+from ops.prometheus import Counter, new_registry
 
 
 def test_ready_is_a_plain_ok_unless_asked_for_details() -> None:
@@ -24,7 +24,7 @@ def test_a_failing_check_makes_it_503_with_every_check_listed() -> None:
 
 
 def test_routes_serve_health_readiness_and_the_given_registry() -> None:
-    registry = Registry()
+    registry = new_registry(runtime_collectors=False)
     Counter("probe_test_hits", "hits", registry=registry).inc()
     app = Starlette(routes=probe_routes({"x": lambda: (False, "no")}, registry))
 

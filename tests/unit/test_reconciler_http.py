@@ -4,12 +4,12 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from ops.prometheus import Counter, Registry
+from ops.prometheus import Counter, new_registry
 from reconciler.http import MAX_REQUEST_BYTES, ProbeApp, ProbeServer
 
 
 def app(config_ok: bool = True) -> ProbeApp:
-    registry = Registry()
+    registry = new_registry(runtime_collectors=False)
     Counter("probe_test_total", "A metric only this test registers.", registry=registry).inc()
     return ProbeApp({"config": lambda: (config_ok, "loaded" if config_ok else "not loaded yet"),
                      "caches": lambda: (True, "synced")}, registry)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ops.prometheus import REGISTRY
 from reconciler.kube.informer import Informer, object_key
 from reconciler.kube.client import WatchExpired
 from reconciler.kube.slim import slim_pod
@@ -199,10 +200,16 @@ def test_the_cached_objects_gauge_follows_the_store_through_watch_events():
                        {"type": "ADDED", "object": _pod("c", "13")},
                        {"type": "DELETED", "object": _pod("a", "14")},
                        {"type": "DELETED", "object": _pod("gone", "15")}]]
-    informer._handler = lambda kind, new, old: sizes.append(int(informer._cached_gauge.value))
+    informer._handler = lambda kind, new, old: sizes.append(int(_cached(informer)))
     _watch(informer)
     assert sizes == [2, 2, 3, 2, 2]
-    assert informer._cached_gauge.value == len(informer.store) == 2
+    assert _cached(informer) == len(informer.store) == 2
+
+
+def _cached(informer: Informer) -> float:
+    value = REGISTRY.get_sample_value("workload_resizer_cached_objects", {"resource": informer.resource})
+    assert value is not None
+    return value
 
 
 def test_a_watch_added_event_for_a_cached_object_is_reported_as_modified():

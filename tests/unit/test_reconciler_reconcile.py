@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ops.prometheus import REGISTRY
 from reconciler import metrics
 from reconciler.controller import DONE, PodResizeReconciler, Result, Step
 from reconciler.settings import ControllerSettings
@@ -1072,7 +1073,8 @@ def test_the_size_guard_counts_every_key_step_three_writes_to_the_byte(over):
 
 
 def gauge(state: str) -> float:
-    return metrics.RESIZES_WAITING.labels(state).value
+    metrics.RESIZES_WAITING.labels(state)       # the series exists once used; 0 until then
+    return REGISTRY.get_sample_value("workload_resizer_resizes_waiting", {"state": state}) or 0.0
 
 
 def test_the_waiting_gauge_follows_the_pod_through_its_states():

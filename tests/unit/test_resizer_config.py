@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -462,3 +463,24 @@ def test_the_partial_config_keeps_the_valid_parts_of_a_broken_document() -> None
 def test_a_valid_document_has_no_missing_part() -> None:
     partial = PartialConfig.of(ResizerConfig.from_document(BASE))
     assert None not in (partial.baselineNodeType, partial.nodeTypes, partial.bounds)
+
+
+def test_the_per_pod_path_reads_plain_objects_not_pydantic_models() -> None:
+    """pydantic runs per ConfigMap change; what resolve_policy reads per pod is compiled to
+    dataclasses and read-only mappings, whatever the config's sections."""
+    from pydantic import BaseModel
+
+    def models_in(value: object) -> list[object]:
+        if isinstance(value, BaseModel):
+            return [value]
+        if isinstance(value, Mapping):
+            return [m for item in value.values() for m in models_in(item)]
+        if isinstance(value, tuple):
+            return [m for item in value for m in models_in(item)]
+        if dataclasses.is_dataclass(value):
+            return [m for f in dataclasses.fields(value) for m in models_in(getattr(value, f.name))]
+        return []
+
+    config = load_config(PRECEDENCE_CONFIG)
+    assert config.policies.overrides and config.policies.pod_labels and config.policies.compute_classes
+    assert models_in(config.policies) == []

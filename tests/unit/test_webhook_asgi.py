@@ -13,6 +13,7 @@ import httpx
 import orjson
 
 from app.metrics import Metrics
+from ops.prometheus import exposition
 from app.server import create_app
 from devkit.metrics import metric_sum
 
@@ -39,7 +40,7 @@ def make_app(ready: bool = True, max_request_bytes: int = 4 << 20):
 
 
 def count(metrics: Metrics, result: str) -> float:
-    return metric_sum(metrics.registry.exposition().decode(), "workload_resizer_webhook_requests_total", result=result)
+    return metric_sum(exposition(metrics.registry).decode(), "workload_resizer_webhook_requests_total", result=result)
 
 
 def test_mutate_patches_the_bench_review():
@@ -51,7 +52,7 @@ def test_mutate_patches_the_bench_review():
     ops = orjson.loads(base64.b64decode(body["patch"]))
     assert {op["path"] for op in ops} >= {"/metadata/annotations/workload-resizer.io~1original-cpu.api"}
     assert count(metrics, "patched") == 1
-    assert metric_sum(metrics.registry.exposition().decode(), "workload_resizer_webhook_request_duration_seconds_count") == 1
+    assert metric_sum(exposition(metrics.registry).decode(), "workload_resizer_webhook_request_duration_seconds_count") == 1
 
 
 def test_mutate_with_query_string_is_served():

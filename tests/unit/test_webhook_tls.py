@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import hashes
 
 import certs
 from app.metrics import Metrics
+from ops.prometheus import exposition
 from app.tls import CertReloader
 from devkit.metrics import metric_sum
 
@@ -278,7 +279,7 @@ def test_reloader_is_not_ready_until_certificate_files_appear(tmp_path):
     certs.write_pair(str(tmp_path), serving, ca)
     assert r.poll() is True and r.loaded
     assert r.info.sha256 == serving.cert.fingerprint(hashes.SHA256()).hex()
-    assert metric_sum(metrics.registry.exposition().decode(), "workload_resizer_webhook_cert_not_after_timestamp_seconds") > time.time()
+    assert metric_sum(exposition(metrics.registry).decode(), "workload_resizer_webhook_cert_not_after_timestamp_seconds") > time.time()
 
 
 def test_reloader_ignores_unchanged_files(tmp_path):

@@ -22,6 +22,7 @@ import pytest
 
 import certs
 from app.metrics import Metrics
+from ops.prometheus import exposition
 from app.review import handle_review
 from app.review import INLINE_MAX_BYTES
 from app.server import create_app
@@ -51,7 +52,7 @@ def patch_of(response: httpx.Response) -> list[dict[str, Any]] | None:
 
 
 def count(metrics: Metrics, name: str, labels: dict[str, str]) -> float:
-    return metric_sum(metrics.registry.exposition().decode(), name, **labels)
+    return metric_sum(exposition(metrics.registry).decode(), name, **labels)
 
 
 def requests_total(metrics: Metrics, result: str) -> float:
