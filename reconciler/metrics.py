@@ -40,3 +40,28 @@ RESIZE_OUTCOMES = Counter(
     "workload_resizer_resize_outcomes_total",
     "Resizes by how they ended or stalled (actuated, deferred, deferred_too_long, infeasible, error, "
     "error_reverted, unsupported).", ["outcome"])
+
+# The label values known in advance start at 0 (controller-runtime does this for its results):
+# a series that first appears at 1 shows no increase() in PromQL, so an alert on the first
+# failure after a (re)start would never fire.
+RESIZE_OUTCOME_VALUES = ("actuated", "deferred", "deferred_too_long", "infeasible", "error", "error_reverted",
+                         "unsupported")
+WAITING_STATES = ("requested", "deferred", "infeasible", "error")
+RECONCILE_RESULTS = ("success", "error", "requeue_after")
+
+
+def _start_known_series_at_zero() -> None:
+    from reconciler.reasons import Reason
+
+    for outcome in RESIZE_OUTCOME_VALUES:
+        RESIZE_OUTCOMES.labels(outcome)
+    for state in WAITING_STATES:
+        RESIZES_WAITING.labels(state)
+    for reason in Reason:
+        OUTCOMES.labels(reason.value)
+    for result in RECONCILE_RESULTS:
+        RECONCILE_TOTAL.labels(CONTROLLER, result)
+    RECONCILE_ERRORS.labels(CONTROLLER)
+
+
+_start_known_series_at_zero()

@@ -162,3 +162,11 @@ imagePullSecrets:
 - --exclude-namespaces={{ include "wr.excludedNamespaces" . | fromJsonArray | join "," }}
 - {{ printf "--namespace-selector=%s" (include "wr.namespaceSelectorText" .) | quote }}
 {{- end -}}
+
+{{/* PromQL label matchers (without braces) of the webhook's and the reconciler's scrape targets. */}}
+{{- define "wr.webhookSelector" -}}
+{{- .Values.monitoring.webhookSelector | default (printf "job=%q" (include "wr.webhookName" .)) -}}
+{{- end -}}
+{{- define "wr.reconcilerSelector" -}}
+{{- .Values.monitoring.reconcilerSelector | default (printf "job=%q" (include "wr.reconcilerName" .)) -}}
+{{- end -}}
