@@ -47,16 +47,17 @@ def read_png(path: Path) -> Image:
         raise ValueError(f"{path} is not a PNG")
     pos = len(SIGNATURE)
     header: tuple[int, ...] = ()
+    chunk_kind: bytes
     compressed = b""
     while pos < len(data):
         (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        chunk_kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
         pos += 12 + length
-        if kind == b"IHDR":
+        if chunk_kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
-        elif kind == b"IDAT":
+        elif chunk_kind == b"IDAT":
             compressed += body
-        elif kind == b"IEND":
+        elif chunk_kind == b"IEND":
             break
     width, height, depth, colour, _, _, interlace = header
     if depth != 8 or colour not in CHANNELS or interlace:
@@ -68,7 +69,8 @@ def read_png(path: Path) -> Image:
     previous = bytearray(stride)
     for y in range(height):
         offset = y * (stride + 1)
-        kind, line = raw[offset], bytearray(raw[offset + 1:offset + 1 + stride])
+        kind = raw[offset]
+        line = bytearray(raw[offset + 1:offset + 1 + stride])
         for i in range(stride):
             left = line[i - channels] if i >= channels else 0
             up, corner = previous[i], (previous[i - channels] if i >= channels else 0)
