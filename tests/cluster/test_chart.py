@@ -854,12 +854,14 @@ def test_monitoring_objects_pass_the_prometheus_operators_crds(cluster, helm: st
     module version), and the dashboard ConfigMap: server-side dry-run, strict field validation."""
     from devkit.tools import prometheus_operator_crds
 
+    def established(name: str) -> bool:
+        crd = cluster.kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in (crd.get("status") or {}).get("conditions") or [])
+
     for crd in prometheus_operator_crds("prometheusrules", "podmonitors"):
         cluster.kube.apply(crd)
-        wait_for(f"CRD {crd['metadata']['name']} established", lambda name=crd["metadata"]["name"]: any(
-            c["type"] == "Established" and c["status"] == "True" for c in cluster.kube.get(
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").get("status", {}).get(
-                "conditions", [])))
+        wait_for(f"CRD {crd['metadata']['name']} established", lambda name=crd["metadata"]["name"]: established(name))
     docs = render(helm, namespace=namespace, values={**MONITORING, "fullnameOverride": chart_names(namespace)["fullname"]})
     monitoring = [d for d in docs if d["kind"] in ("PrometheusRule", "PodMonitor")
                   or d["metadata"]["name"].endswith("-dashboard")]
