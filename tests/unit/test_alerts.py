@@ -249,7 +249,7 @@ def test_bad_monitoring_values_are_refused(helm: str) -> None:
 
 def exported_metric_names() -> set[str]:
     """Every sample name the reconciler and the webhook expose (their registries, as scraped)."""
-    code = ("import reconciler.metrics, sys\n"
+    code = ("import reconciler.metrics, reconciler.kube.metrics, sys\n"
             "from ops.prometheus import REGISTRY\n"
             "from app.metrics import Metrics\n"
             "sys.stdout.write((REGISTRY.exposition() + Metrics().registry.exposition()).decode())\n")
