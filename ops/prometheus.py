@@ -11,6 +11,7 @@ for the same metrics, minus its ``*_created`` series (controller-runtime has non
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import os
 import resource
@@ -21,6 +22,7 @@ from typing import Generic, Protocol, TypeVar
 __all__ = [
     "CONTENT_TYPE",
     "REGISTRY",
+    "ComputedGauge",
     "Counter",
     "Gauge",
     "Histogram",
@@ -245,6 +247,33 @@ class Histogram(_Family[_HistogramChild]):
 
     def observe(self, value: float) -> None:
         self._only().observe(value)
+
+
+class ComputedGauge:
+    """A gauge family whose samples ``(label values, value)`` are computed when scraped (nothing
+    kept between scrapes: a label set that is gone simply is not shown). A callback that fails
+    shows the family without samples rather than failing the whole scrape."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 samples: Callable[[], Iterable[tuple[Sequence[str], float]]],
+                 registry: Registry | None = REGISTRY) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._samples = samples
+        if registry is not None:
+            registry.register(self, name)
+
+    def lines(self) -> Iterable[str]:
+        try:
+            samples = list(self._samples())
+        except Exception:           # one family must not take /metrics down
+            logging.getLogger("metrics").exception("computing %s failed; shown without samples", self.name)
+            samples = []
+        lines = _head(self.name, self.documentation, "gauge")
+        for values, value in samples:
+            lines.append(f"{self.name}{_label_text(self.labelnames, values)} {format_value(value)}")
+        return lines
 
 
 class _Computed:

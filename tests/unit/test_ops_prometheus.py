@@ -122,3 +122,18 @@ def test_runtime_collectors_report_this_process() -> None:
              for s in f.samples if "_created" not in s.name}
     ours = {s.name for f in text_string_to_metric_families(registry.exposition().decode()) for s in f.samples}
     assert ours == names
+
+
+def test_computed_gauge_is_read_when_scraped_and_a_failing_one_shows_no_samples() -> None:
+    from ops.prometheus import ComputedGauge, Registry
+
+    registry = Registry()
+    values = {"n4": 2.5}
+    ComputedGauge("x_requests", "Summed.", ["node_type"], lambda: [((k,), v) for k, v in values.items()],
+                  registry=registry)
+    ComputedGauge("x_broken", "Fails.", ["a"], lambda: [(("1",), 1 / 0)], registry=registry)
+    assert registry.exposition().decode().splitlines() == [
+        "# HELP x_requests Summed.", "# TYPE x_requests gauge", 'x_requests{node_type="n4"} 2.5',
+        "# HELP x_broken Fails.", "# TYPE x_broken gauge"]
+    values.clear()
+    assert 'x_requests{' not in registry.exposition().decode()
