@@ -27,6 +27,13 @@ def quantile(q: float, metric: str, selector: str) -> str:
     return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{selector}}}[{RATE}])))"
 
 
+def freed(resource: str) -> str:
+    def total(state: str) -> str:
+        return (f'sum by (node_type) (workload_resizer_managed_requests{{{R},resource="{resource}",'
+                f'state="{state}"}})')
+    return f"{total('original')} - {total('current')}"
+
+
 # (title, kind, unit, [(expr, legend)], description)
 Panel = tuple[str, str, str, list[tuple[str, str]], str]
 
@@ -43,6 +50,21 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ("Webhook certificate expires in", "stat", "s",
          [(f"min(workload_resizer_webhook_cert_not_after_timestamp_seconds{{{W}}}) - time()", "")],
          "Time left on the serving certificate in use (alert: WorkloadResizerWebhookCertificateExpiring)."),
+    ]),
+    ("What was freed", [
+        ("CPU requests freed", "timeseries", "none",
+         [(freed("cpu"), "{{node_type}}")],
+         "Summed CPU requests (cores) of the managed pods as authored minus as now, per node type "
+         "(negative: added). `workload-resizer report` lists them per workload."),
+        ("Memory requests freed", "timeseries", "bytes",
+         [(freed("memory"), "{{node_type}}")],
+         "Summed memory requests of the managed pods as authored minus as now, per node type (negative: added)."),
+        ("CPU requests, as authored and now", "timeseries", "none",
+         [(f'sum by (node_type, state) (workload_resizer_managed_requests{{{R},resource="cpu"}})',
+           "{{node_type}} {{state}}")], "state original: as authored; current: as the pods run now (cores)."),
+        ("Managed pods", "timeseries", "none",
+         [(f"sum by (node_type) (workload_resizer_managed_pods{{{R}}})", "{{node_type}}")],
+         "Pods the reconciler manages with trusted originals, per node type."),
     ]),
     ("Admission webhook", [
         ("Admission requests by result", "timeseries", "reqps",

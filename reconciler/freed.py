@@ -29,11 +29,12 @@ def requests_by_node_type(pods: Iterable[Obj], node_types: Mapping[str, str | No
 
 class FreedRequests:
     """The source of the ``workload_resizer_managed_*`` gauges: the totals, computed at most once
-    per ``ttl`` seconds (one scrape reads both gauges)."""
+    per ``ttl`` seconds (one scrape reads both gauges; a short ttl so that the next scrape, or a
+    second Prometheus, never sees an older state)."""
 
     def __init__(self, pods: Callable[[], Iterable[Obj]], nodes: Callable[[], Iterable[Obj]],
                  config: Callable[[], CompiledConfig | None], keyring: Callable[[], KeyRing],
-                 node_type_label: str, resize_restart_containers: bool = False, ttl: float = 1.0,
+                 node_type_label: str, resize_restart_containers: bool = False, ttl: float = 0.25,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._pods, self._nodes, self._config, self._keyring = pods, nodes, config, keyring
         self._label = node_type_label

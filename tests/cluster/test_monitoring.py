@@ -85,9 +85,13 @@ def test_every_dashboard_panel_returns_data_and_the_alerts_follow_the_processes(
     h.wait_applied("b", "n4", 1)
     h.wait_status_follows("g", 2)
     h.wait_status_follows("b", 1)
-    wait_for("Prometheus has scraped the three actuated resizes", lambda: finite(result := prometheus.query(
-        f'sum(workload_resizer_resize_outcomes_total{{job="{RECONCILER_JOB}",outcome="actuated"}})'))
-        and float(result[0]["value"][1]) == 3, timeout=30)
+    for what, expr in (("the three actuated resizes", "sum(workload_resizer_resize_outcomes_total"
+                                                      f'{{job="{RECONCILER_JOB}",outcome="actuated"}}) == 3'),
+                       ("the three pods resized, as managed pods", "sum(workload_resizer_managed_requests"
+                                                                   f'{{job="{RECONCILER_JOB}",resource="cpu",'
+                                                                   'state="current"}) * 1000 == 2000 and '
+                                                                   "sum(workload_resizer_managed_pods) == 3")):
+        wait_for(f"Prometheus has scraped {what}", lambda expr=expr: finite(prometheus.query(expr)), timeout=30)
     assert reconciler.metric("workload_resizer_webhook_requests_total") == 0     # (the names do not mix)
     assert webhook.metric("workload_resizer_webhook_requests_total", result="patched") >= 3
 
@@ -99,6 +103,11 @@ def test_every_dashboard_panel_returns_data_and_the_alerts_follow_the_processes(
     stats = {title: float(prometheus.query(expr)[0]["value"][1]) for title, expr in queries
              if title in ("Reconciler replicas up", "Leader", "Config valid", "Webhook replicas up")}
     assert stats == {"Reconciler replicas up": 1, "Leader": 1, "Config valid": 1, "Webhook replicas up": 1}
+    # What was freed on n4 (cpuPerf 1.25): 2 x (1000m -> 800m) + (500m -> 400m); memory unchanged.
+    freed = {title: {r["metric"]["node_type"]: float(r["value"][1]) for r in prometheus.query(expr)}
+             for title, expr in queries if title in ("CPU requests freed", "Memory requests freed", "Managed pods")}
+    assert freed == {"CPU requests freed": {"n4": 0.5}, "Memory requests freed": {"n4": 0.0},
+                     "Managed pods": {"n4": 3.0}}
 
     # The alert rules on the same data: nothing pending or firing on a healthy cluster ...
     wait_for("every rule evaluated", lambda: all(not rule["lastEvaluation"].startswith("0001")
