@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from resizer.annotations import APPLIED_INSTANCE_TYPE
 from resizer.config import CompiledConfig, resolve_policy
@@ -28,6 +28,7 @@ __all__ = ["FleetForecast", "PodForecast", "RequestTotals", "WorkloadForecast", 
            "managed_requests", "workload_of"]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+K = TypeVar("K", str, tuple[str, str, str])
 
 
 def is_live_and_bound(pod: Mapping[str, Any]) -> bool:
@@ -136,15 +137,15 @@ class RequestTotals:
         return self.original_memory - self.current_memory
 
 
-def managed_requests(forecast: FleetForecast, key: Callable[[PodForecast], str]) -> dict[str, RequestTotals]:
+def managed_requests(forecast: FleetForecast, key: Callable[[PodForecast], K]) -> dict[K, RequestTotals]:
     """The requests of the pods the product manages (trusted baseline, sized or to be sized), added
     up per ``key`` (e.g. the node type), sorted by it. Pods it holds back (``not_resized``: no
     trusted baseline, or no plan) are not in them: what they were authored with cannot be told."""
-    totals: dict[str, RequestTotals] = {}
+    totals: dict[K, RequestTotals] = {}
     for group in forecast.workloads:
         for pod in group.pods:
             totals.setdefault(key(pod), RequestTotals()).add(pod)
-    return dict(sorted(totals.items()))
+    return {k: totals[k] for k in sorted(totals)}
 
 
 def forecast_fleet(
