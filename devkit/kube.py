@@ -151,8 +151,10 @@ PLURALS = {
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
     "Issuer": "issuers", "Certificate": "certificates",             # cert-manager.io
+    "CustomResourceDefinition": "customresourcedefinitions",
+    "PrometheusRule": "prometheusrules", "PodMonitor": "podmonitors",   # monitoring.coreos.com
 }
-CLUSTER_SCOPED = {"namespaces", "nodes", "clusterroles", "clusterrolebindings",
+CLUSTER_SCOPED = {"namespaces", "nodes", "clusterroles", "clusterrolebindings", "customresourcedefinitions",
                   "mutatingwebhookconfigurations", "validatingwebhookconfigurations",
                   "validatingadmissionpolicies", "validatingadmissionpolicybindings"}
 

@@ -2,7 +2,10 @@
 are in reconciler.kube.metrics)."""
 from __future__ import annotations
 
-from ops.prometheus import Counter, Gauge, Histogram
+from collections.abc import Callable, Iterator, Mapping
+
+from ops.prometheus import ComputedGauge, Counter, Gauge, Histogram
+from resizer.forecast import RequestTotals
 
 CONTROLLER = "pod-resizer"
 RECONCILE_TOTAL = Counter(
@@ -44,3 +47,60 @@ ORIGINALS_UNKNOWN_KEY_PODS = Gauge(
     "workload_resizer_originals_unknown_key_pods",
     "Pods in scope whose originals-mac names a key id the reconciler does not have (their originals no "
     "longer verify: put the key back into the Secret).")
+
+# The label values known in advance start at 0 (controller-runtime does this for its results):
+# a series that first appears at 1 shows no increase() in PromQL, so an alert on the first
+# failure after a (re)start would never fire.
+RESIZE_OUTCOME_VALUES = ("actuated", "deferred", "deferred_too_long", "infeasible", "error", "error_reverted",
+                         "unsupported")
+WAITING_STATES = ("requested", "deferred", "infeasible", "error")
+RECONCILE_RESULTS = ("success", "error", "requeue_after")
+
+
+def _start_known_series_at_zero() -> None:
+    from reconciler.reasons import Reason
+
+    for outcome in RESIZE_OUTCOME_VALUES:
+        RESIZE_OUTCOMES.labels(outcome)
+    for state in WAITING_STATES:
+        RESIZES_WAITING.labels(state)
+    for reason in Reason:
+        OUTCOMES.labels(reason.value)
+    for result in RECONCILE_RESULTS:
+        RECONCILE_TOTAL.labels(CONTROLLER, result)
+    RECONCILE_ERRORS.labels(CONTROLLER)
+
+
+_start_known_series_at_zero()
+
+
+# ---- what was freed: the managed pods' requests per node type (reconciler.freed), when scraped
+
+# The running reconciler's source (one per process; none: no samples, e.g. a standby replica).
+freed_source: list[Callable[[], Mapping[str, RequestTotals]]] = []
+
+
+def _managed_request_samples() -> Iterator[tuple[tuple[str, str, str], float]]:
+    for source in freed_source[-1:]:
+        for node_type, totals in source().items():
+            yield ("cpu", node_type, "original"), totals.original_cpu / 1000
+            yield ("cpu", node_type, "current"), totals.current_cpu / 1000
+            yield ("memory", node_type, "original"), float(totals.original_memory)
+            yield ("memory", node_type, "current"), float(totals.current_memory)
+
+
+def _managed_pod_samples() -> Iterator[tuple[tuple[str], float]]:
+    for source in freed_source[-1:]:
+        for node_type, totals in source().items():
+            yield (node_type,), float(totals.pods)
+
+
+MANAGED_REQUESTS = ComputedGauge(
+    "workload_resizer_managed_requests",
+    "Summed container requests of the pods the reconciler manages (trusted originals), by resource "
+    "(cpu in cores, memory in bytes), node type and state: original (as authored) or current. "
+    "original - current is what was freed (negative: added).",
+    ["resource", "node_type", "state"], _managed_request_samples)
+MANAGED_PODS = ComputedGauge(
+    "workload_resizer_managed_pods", "Pods the reconciler manages (trusted originals), by node type.",
+    ["node_type"], _managed_pod_samples)

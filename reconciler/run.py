@@ -15,6 +15,7 @@ from ops.keys import KeyDirectory, KeyDirectoryError
 from ops.probes import Check
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
+from reconciler.freed import FreedRequests
 from reconciler.kube.events import EventRecorder
 from reconciler.kube import KubeClient, load_credentials
 from reconciler.kube.leader import FencedClient, LeaderElector, LeadershipLost
@@ -80,6 +81,13 @@ class Reconciler:
             writer, self.recorder, self.config, self.queue, settings.controller,
             idle_timeout=api.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
             pod_filters=(self.namespaces.includes,), keyring=lambda: self.keyring)
+        # What was freed (the workload_resizer_managed_* gauges), from the caches when scraped.
+        freed = FreedRequests(
+            pods=lambda: (pod for pod in self.manager.pods.store.values() if self.namespaces.includes(pod)),
+            nodes=lambda: self.manager.nodes.store.values(), config=lambda: self.config.config,
+            keyring=lambda: self.keyring, node_type_label=settings.controller.node_type_label,
+            resize_restart_containers=settings.controller.resize_restart_containers)
+        metrics.freed_source[:] = [freed.totals]
         self.stop = asyncio.Event()
         self.active = False
 

@@ -105,6 +105,12 @@ class PlanSettings:
 
 
 @dataclass(frozen=True)
+class ReportSettings(PlanSettings):
+    """`workload-resizer report`: what the product freed, read with the same sizing settings as `plan`
+    (output: table, json or html)."""
+
+
+@dataclass(frozen=True)
 class RestoreSettings:
     """`workload-resizer restore`."""
 

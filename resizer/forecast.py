@@ -13,20 +13,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from resizer.annotations import APPLIED_INSTANCE_TYPE
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
 from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
-from resizer.originals import OriginalsError
+from resizer.originals import OriginalsError, read_originals
 from resizer.plan import PlanError, ResizePlan, plan_resize
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
 
-__all__ = ["FleetForecast", "PodForecast", "WorkloadForecast", "forecast_fleet", "is_live_and_bound", "workload_of"]
+__all__ = ["FleetForecast", "PodForecast", "RequestTotals", "WorkloadForecast", "forecast_fleet", "is_live_and_bound",
+           "managed_requests", "workload_of"]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+K = TypeVar("K", str, tuple[str, str, str])
 
 
 def is_live_and_bound(pod: Mapping[str, Any]) -> bool:
@@ -68,6 +70,9 @@ class PodForecast:
     desired_memory: int
     plan: ResizePlan | None = None
     detail: str = ""
+    # The requests as authored (the baseline's originals; the current ones when unreadable).
+    original_cpu: int = 0
+    original_memory: int = 0
 
 
 @dataclass
@@ -103,6 +108,44 @@ class FleetForecast:
     @property
     def resized(self) -> int:
         return sum(group.resized for group in self.workloads)
+
+
+@dataclass
+class RequestTotals:
+    """Summed requests of a set of managed pods: as authored (original) and as now (current);
+    cpu in millicores, memory in bytes. ``freed_*`` is original - current (negative: added)."""
+
+    pods: int = 0
+    original_cpu: int = 0
+    current_cpu: int = 0
+    original_memory: int = 0
+    current_memory: int = 0
+
+    def add(self, pod: PodForecast) -> None:
+        self.pods += 1
+        self.original_cpu += pod.original_cpu
+        self.current_cpu += pod.current_cpu
+        self.original_memory += pod.original_memory
+        self.current_memory += pod.current_memory
+
+    @property
+    def freed_cpu(self) -> int:
+        return self.original_cpu - self.current_cpu
+
+    @property
+    def freed_memory(self) -> int:
+        return self.original_memory - self.current_memory
+
+
+def managed_requests(forecast: FleetForecast, key: Callable[[PodForecast], K]) -> dict[K, RequestTotals]:
+    """The requests of the pods the product manages (trusted baseline, sized or to be sized), added
+    up per ``key`` (e.g. the node type), sorted by it. Pods it holds back (``not_resized``: no
+    trusted baseline, or no plan) are not in them: what they were authored with cannot be told."""
+    totals: dict[K, RequestTotals] = {}
+    for group in forecast.workloads:
+        for pod in group.pods:
+            totals.setdefault(key(pod), RequestTotals()).add(pod)
+    return {k: totals[k] for k in sorted(totals)}
 
 
 def forecast_fleet(
@@ -202,6 +245,10 @@ def forecast_pod(
 ) -> PodForecast:
     metadata = pod.get("metadata") or {}
     current_cpu, current_memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
+    try:
+        original_cpu, original_memory = _original_requests(pod)
+    except (OriginalsError, QuantityError):
+        original_cpu, original_memory = current_cpu, current_memory
 
     def result(outcome: str, plan: ResizePlan | None = None, detail: str = "") -> PodForecast:
         desired_cpu, desired_memory = current_cpu, current_memory
@@ -211,6 +258,7 @@ def forecast_pod(
         return PodForecast(
             str(metadata.get("namespace")), str(metadata.get("name")), workload_of(pod), node, node_type, outcome,
             current_cpu, desired_cpu, current_memory, desired_memory, plan, detail or (plan.summary() if plan else ""),
+            original_cpu, original_memory,
         )
 
     try:
@@ -226,6 +274,18 @@ def _delta(plan: ResizePlan, resource: str) -> int:
         for change in plan.changes
         if change.resource == resource and change.skipped is None
     )
+
+
+def _original_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """Millicores and bytes of the ``spec.containers`` requests as authored: the ``original-*``
+    annotations of ``pod`` (the baseline authority's view), the spec where there are none."""
+    cpu = memory = 0
+    for original in read_originals(pod).values():
+        if original.cpu.request is not None:
+            cpu += to_millicores(original.cpu.request)
+        if original.memory.request is not None:
+            memory += to_bytes(original.memory.request)
+    return cpu, memory
 
 
 def _requests(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str) -> int:

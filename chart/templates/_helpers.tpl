@@ -188,4 +188,13 @@ namespaceObject). */}}
 {{- end -}}
 {{- end -}}
 {{- join " && " $terms -}}
+
+{{- end -}}
+
+{{/* PromQL label matchers (without braces) of the webhook's and the reconciler's scrape targets. */}}
+{{- define "wr.webhookSelector" -}}
+{{- .Values.monitoring.webhookSelector | default (printf "job=%q" (include "wr.webhookName" .)) -}}
+{{- end -}}
+{{- define "wr.reconcilerSelector" -}}
+{{- .Values.monitoring.reconcilerSelector | default (printf "job=%q" (include "wr.reconcilerName" .)) -}}
 {{- end -}}

@@ -1,7 +1,7 @@
-"""The admin's commands: `workload-resizer plan` and `workload-resizer restore`.
+"""The admin's commands: `workload-resizer plan`, `report` and `restore`.
 
-Also reachable as `python -m reconciler plan|restore` and, installed on $PATH, as the
-kubectl plugin `kubectl workload-resizer plan|restore` (console script
+Also reachable as `python -m reconciler plan|report|restore` and, installed on $PATH, as the
+kubectl plugin `kubectl workload-resizer plan|report|restore` (console script
 `kubectl-workload_resizer`).
 """
 from __future__ import annotations
@@ -19,11 +19,12 @@ from reconciler.settings import (
     ApiSettings,
     KeySettings,
     PlanSettings,
+    ReportSettings,
     RestoreSettings,
 )
 from resizer.scope import ScopeError, namespace_scope
 
-COMMANDS = ("plan", "restore")
+COMMANDS = ("plan", "report", "restore")
 
 
 def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
@@ -53,12 +54,24 @@ def _key_flags(p: argparse.ArgumentParser) -> None:
                       help="the Secret holding the keys (the chart's), read through the API")
 
 
+def _sizing_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    sizing = p.add_argument_group("what to decide with (the reconciler's flags)")
+    sizing.add_argument("--config-file", default=None,
+                        help="a candidate config.yaml to use instead of the ConfigMap")
+    sizing.add_argument("--config-namespace", default=CONFIG_NAMESPACE)
+    sizing.add_argument("--config-name", default=CONFIG_NAME)
+    sizing.add_argument("--node-type-label", default=NODE_TYPE_LABEL)
+    _scope_flags(sizing)
+    sizing.add_argument("--resize-restart-containers", action="store_true")
+    return sizing
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="workload-resizer",
-        description="Admin commands of workload-resizer: preview what it would do (plan) and undo "
-                    "everything it did (restore).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{plan,restore}")
+        description="Admin commands of workload-resizer: preview what it would do (plan), show what it "
+                    "freed (report) and undo everything it did (restore).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{plan,report,restore}")
 
     plan = sub.add_parser(
         "plan", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -69,14 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "node type the pods affected, current -> desired requests, and the CPU and memory "
                     "requests freed (-) or added (+), per workload and in total. Writes nothing.")
     _cluster_flags(plan, 50.0)
-    sizing = plan.add_argument_group("what to plan with (the reconciler's flags)")
-    sizing.add_argument("--config-file", default=None,
-                        help="a candidate config.yaml to plan with instead of the ConfigMap")
-    sizing.add_argument("--config-namespace", default=CONFIG_NAMESPACE)
-    sizing.add_argument("--config-name", default=CONFIG_NAME)
-    sizing.add_argument("--node-type-label", default=NODE_TYPE_LABEL)
-    _scope_flags(sizing)
-    sizing.add_argument("--resize-restart-containers", action="store_true")
+    sizing = _sizing_flags(plan)
     sizing.add_argument("--no-realign", dest="realign", action="store_false",
                         help="plan as a reconciler with --realign=false: pods already sized for their node "
                              "type are left alone")
@@ -84,6 +90,23 @@ def build_parser() -> argparse.ArgumentParser:
     output = plan.add_argument_group("output")
     output.add_argument("-o", "--output", choices=("table", "json"), default="table")
     output.add_argument("--show-aligned", action="store_true", help="also list workloads nothing changes for")
+
+    report = sub.add_parser(
+        "report", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="print the CPU and memory requests freed (or added) so far, per node type and workload, and "
+             "the pods held back and why (read-only)",
+        description="Read the cluster (one paged LIST of pods and nodes) and print what the product has "
+                    "done: the managed pods' requests as authored (their verified originals) and as now, "
+                    "per node type and per workload, what that freed (or added), and the pods it holds "
+                    "back (not resized yet, deferred or infeasible on their node, originals that cannot be "
+                    "verified, unknown node types) and why. The same decisions as `plan` and the "
+                    "reconciler. -o html writes one self-contained page (no external assets) with a "
+                    "chart per node type. Writes nothing to the cluster.")
+    _cluster_flags(report, 50.0)
+    _sizing_flags(report)
+    _key_flags(report)
+    report.add_argument_group("output").add_argument("-o", "--output", choices=("table", "json", "html"),
+                                                     default="table")
 
     restore = sub.add_parser(
         "restore", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -113,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: list[str]) -> PlanSettings | RestoreSettings:
+def parse(argv: list[str]) -> PlanSettings | ReportSettings | RestoreSettings:
     """The settings of the command `argv` names; exits with a usage error on bad flags."""
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -130,6 +153,11 @@ def parse(argv: list[str]) -> PlanSettings | RestoreSettings:
         return RestoreSettings(api=api, scope=scope, keys=keys, remove_unverified=args.remove_unverified,
                                max_resizes_per_second=args.max_resizes_per_second, dry_run=args.dry_run,
                                only_namespace=args.only_namespace, shutdown_timeout=args.shutdown_timeout)
+    if args.command == "report":
+        return ReportSettings(api=api, scope=scope, keys=keys, config_file=args.config_file,
+                              config_namespace=args.config_namespace, config_name=args.config_name,
+                              node_type_label=args.node_type_label,
+                              resize_restart_containers=args.resize_restart_containers, output=args.output)
     return PlanSettings(api=api, scope=scope, keys=keys, config_file=args.config_file, config_namespace=args.config_namespace,
                         config_name=args.config_name, node_type_label=args.node_type_label,
                         resize_restart_containers=args.resize_restart_containers, realign=args.realign,
@@ -138,6 +166,9 @@ def parse(argv: list[str]) -> PlanSettings | RestoreSettings:
 
 def main(argv: list[str] | None = None) -> int:
     settings = parse(sys.argv[1:] if argv is None else argv)
+    if isinstance(settings, ReportSettings):
+        from reconciler.commands.report import run_report
+        return run_report(settings)
     if isinstance(settings, PlanSettings):
         from reconciler.commands.plan import run_plan
         return run_plan(settings)

@@ -68,7 +68,10 @@ async def read_config(client: KubeClient, settings: PlanSettings) -> tuple[Compi
 
 
 async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: NamespaceScope,
-                          skip_applied: bool) -> tuple[FleetForecast, dict[str, Any]]:
+                          skip_applied: bool,
+                          listed_pods: list[dict[str, Any]] | None = None) -> tuple[FleetForecast, dict[str, Any]]:
+    """Read the cluster and forecast every pod; ``listed_pods``, if given, receives the (slim)
+    bound pods read (what `report` needs to say why a pod is held back)."""
     started = time.monotonic()
     config, source = await read_config(client, settings)
     try:
@@ -83,6 +86,8 @@ async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: Nam
         namespaces = await list_all(client, "/api/v1/namespaces", settings.api.page_size)
         namespace_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
     listed = time.monotonic()
+    if listed_pods is not None:
+        listed_pods.extend(pods)
     node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(settings.node_type_label)
                   for n in nodes}
     forecast = forecast_fleet(pods, node_types, config, scope, namespace_labels,

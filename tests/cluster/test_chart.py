@@ -865,3 +865,52 @@ def test_cert_manager_mode_issues_and_injects(cluster, helm: str, namespace: str
         wait_for(f"webhook /readyz over TLS as {server_name}", lambda: _readyz_over_tls(webhook, context, server_name))
     finally:
         webhook.close()
+
+
+# --------------------------------------------------------------------------- monitoring (opt-in)
+
+MONITORING = {"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kps"}},
+                             "prometheusRule": {"enabled": True, "alertLabels": {"team": "platform"},
+                                                "runbookUrl": "https://example.com/operations"},
+                             "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Platform"}}}}
+
+
+def test_helm_lint_with_monitoring(helm: str) -> None:
+    proc = lint(helm, values=MONITORING)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[ERROR]" not in proc.stdout and "[WARNING]" not in proc.stdout, proc.stdout
+
+
+def test_monitoring_objects_pass_the_prometheus_operators_crds(cluster, helm: str, namespace: str) -> None:
+    """The PodMonitors and the PrometheusRule against the Prometheus Operator's own CRDs (pinned
+    module version), and the dashboard ConfigMap: server-side dry-run, strict field validation."""
+    from devkit.tools import prometheus_operator_crds
+
+    def established(name: str) -> bool:
+        crd = cluster.kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in (crd.get("status") or {}).get("conditions") or [])
+
+    for crd in prometheus_operator_crds("prometheusrules", "podmonitors"):
+        cluster.kube.apply(crd)
+        wait_for(f"CRD {crd['metadata']['name']} established", lambda name=crd["metadata"]["name"]: established(name))
+    docs = render(helm, namespace=namespace, values={**MONITORING, "fullnameOverride": chart_names(namespace)["fullname"]})
+    monitoring = [d for d in docs if d["kind"] in ("PrometheusRule", "PodMonitor")
+                  or d["metadata"]["name"].endswith("-dashboard")]
+    assert sorted(d["kind"] for d in monitoring) == ["ConfigMap", "PodMonitor", "PodMonitor", "PrometheusRule"]
+
+    def dry_run(doc: dict[str, Any]) -> dict[str, Any]:
+        # The CRD's discovery may lag its Established condition by a moment.
+        return wait_for(f"{doc['kind']} {doc['metadata']['name']} accepted", lambda: cluster.kube.request(
+            "POST", collection_path(doc, namespace), doc, params={"dryRun": "All", "fieldValidation": "Strict"}),
+            timeout=30)
+
+    for doc in monitoring:
+        assert dry_run(doc)["metadata"]["name"] == doc["metadata"]["name"]
+    # The validation is real: a misspelled field of a PodMonitor is refused.
+    bad = json.loads(json.dumps(find_all(monitoring, "PodMonitor")[0]))
+    bad["spec"]["podMetricsEndpoints"][0]["intervall"] = "30s"
+    with pytest.raises(ApiError) as refused:
+        cluster.kube.request("POST", collection_path(bad, namespace), bad,
+                             params={"dryRun": "All", "fieldValidation": "Strict"})
+    assert "intervall" in str(refused.value)

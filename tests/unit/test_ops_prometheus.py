@@ -105,3 +105,18 @@ def test_misuse_is_an_error_not_a_wrong_series() -> None:
     with pytest.raises(ValueError):
         Counter("c", "again", registry=registry)
     assert registry.get_sample_value("c_total", {"a": "x"}) == 0
+
+
+def test_computed_gauge_is_read_when_scraped_and_a_failing_one_shows_no_samples() -> None:
+    from ops.prometheus import ComputedGauge, exposition, new_registry
+
+    registry = new_registry(runtime_collectors=False)
+    values = {"n4": 2.5}
+    ComputedGauge("x_requests", "Summed.", ["node_type"], lambda: [((k,), v) for k, v in values.items()],
+                  registry=registry)
+    ComputedGauge("x_broken", "Fails.", ["a"], lambda: [(("1",), 1 / 0)], registry=registry)
+    assert exposition(registry).decode().splitlines() == [
+        "# HELP x_requests Summed.", "# TYPE x_requests gauge", 'x_requests{node_type="n4"} 2.5',
+        "# HELP x_broken Fails.", "# TYPE x_broken gauge"]
+    values.clear()
+    assert 'x_requests{' not in exposition(registry).decode()

@@ -1,0 +1,57 @@
+"""What the product freed, as metrics: the managed pods' requests summed per node type, as
+authored (their baseline's originals) and as now, computed from the caches when scraped.
+
+One series per resource x node type x state (no per-pod series). The pods counted are those
+the reconciler manages with a trusted baseline: the same decisions as `plan` and `report`
+(:func:`resizer.forecast.forecast_fleet`), over the pods and nodes the reconciler has cached.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from reconciler.ports import Obj
+from resizer import KeyRing
+from resizer.config import CompiledConfig
+from resizer.forecast import RequestTotals, forecast_fleet, managed_requests
+from resizer.scope import NamespaceScope
+
+EVERY_NAMESPACE = NamespaceScope(excluded=frozenset())     # the pods given are already in scope
+
+
+def requests_by_node_type(pods: Iterable[Obj], node_types: Mapping[str, str | None], config: CompiledConfig,
+                          keyring: KeyRing, resize_restart_containers: bool = False) -> dict[str, RequestTotals]:
+    """The managed pods' requests per node type (``pods``: bound pods already in the namespace scope)."""
+    forecast = forecast_fleet(pods, node_types, config, EVERY_NAMESPACE, None, resize_restart_containers,
+                              keyring=keyring)
+    return managed_requests(forecast, key=lambda pod: pod.node_type)
+
+
+class FreedRequests:
+    """The source of the ``workload_resizer_managed_*`` gauges: the totals, computed at most once
+    per ``ttl`` seconds (one scrape reads both gauges; a short ttl so that the next scrape, or a
+    second Prometheus, never sees an older state)."""
+
+    def __init__(self, pods: Callable[[], Iterable[Obj]], nodes: Callable[[], Iterable[Obj]],
+                 config: Callable[[], CompiledConfig | None], keyring: Callable[[], KeyRing],
+                 node_type_label: str, resize_restart_containers: bool = False, ttl: float = 0.25,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._pods, self._nodes, self._config, self._keyring = pods, nodes, config, keyring
+        self._label = node_type_label
+        self._restart = resize_restart_containers
+        self._ttl = ttl
+        self._clock = clock
+        self._cached: tuple[float, dict[str, RequestTotals]] | None = None
+
+    def totals(self) -> dict[str, RequestTotals]:
+        now = self._clock()
+        if self._cached is not None and now - self._cached[0] < self._ttl:
+            return self._cached[1]
+        config = self._config()
+        totals: dict[str, RequestTotals] = {}
+        if config is not None:
+            node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(self._label)
+                          for n in self._nodes()}
+            totals = requests_by_node_type(self._pods(), node_types, config, self._keyring(), self._restart)
+        self._cached = (now, totals)
+        return totals
