@@ -247,7 +247,7 @@ def _mapping_value(node: yaml.Node | None, key: str) -> yaml.Node | None:
     if not isinstance(node, yaml.MappingNode):
         return None
     for key_node, value_node in node.value:
-        if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.value == key and isinstance(value_node, yaml.Node):
             return value_node
     return None
 

@@ -179,7 +179,7 @@ def benchmark_pod(settings: CalibrateSettings, target: Target, run_id: str, atte
 def pod_verdict(pod: Mapping[str, Any]) -> tuple[str, str]:
     """("done", termination message) | ("failed", why) | ("waiting", what it waits for)."""
     status = pod.get("status") or {}
-    container = next((s for s in status.get("containerStatuses") or [] if s.get("name") == CONTAINER), {})
+    container: Mapping[str, Any] = next((s for s in status.get("containerStatuses") or [] if s.get("name") == CONTAINER), {})
     state = container.get("state") or {}
     terminated = state.get("terminated")
     if status.get("phase") == "Succeeded" and terminated:
@@ -192,7 +192,7 @@ def pod_verdict(pod: Mapping[str, Any]) -> tuple[str, str]:
     waiting = state.get("waiting") or {}
     if waiting.get("reason") in STUCK_REASONS:
         return "failed", f"the container cannot start: {waiting['reason']}: {waiting.get('message', '')}"
-    scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    scheduled: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
     if scheduled.get("status") == "False":
         return "waiting", f"not scheduled: {scheduled.get('message') or scheduled.get('reason')}"
     return "waiting", f"{status.get('phase', 'Pending')}" + (f" ({waiting['reason']})" if waiting.get("reason") else "")
