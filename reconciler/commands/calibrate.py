@@ -57,6 +57,9 @@ TYPE_LABEL = "workload-resizer.io/calibration-node-type"
 CONTAINER = "benchmark"
 POLL_SECONDS = 1.0
 LOG_TAIL_LINES = 20
+# Below this share of a CPU on the baseline, other load held the benchmark back there and
+# every ratio against it comes out too high (the built-in benchmark reports its share).
+BUSY_BASELINE_SHARE = 0.95
 # Container waiting reasons that will not resolve by waiting.
 STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
                            "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
@@ -468,12 +471,12 @@ def _perf(value: Fraction | None) -> str:
 
 def report_table(report: Report, settings: CalibrateSettings) -> str:
     percent = f"{report.confidence * 100:g}%"
-    rows: list[tuple[str, ...]] = [("NODE TYPE", "NODE", "RUNS", "SCORE MEAN", "STDEV", "MIN..MAX", "RATIO",
-                                    f"{percent} CI", "CPUPERF NOW", "MEASURED", "ACTION")]
+    rows: list[tuple[str, ...]] = [("NODE TYPE", "NODE", "RUNS", "SCORE MEAN", "STDEV", "MIN..MAX", "CPU SHARE",
+                                    "RATIO", f"{percent} CI", "CPUPERF NOW", "MEASURED", "ACTION")]
     for t in report.types:
         r = t.result
         if t.summary is None or t.ratio is None:
-            rows.append((r.node_type, r.target.node or "-", str(len(r.scores)), "-", "-", "-", "-", "-",
+            rows.append((r.node_type, r.target.node or "-", str(len(r.scores)), "-", "-", "-", "-", "-", "-",
                          _perf(t.configured), "-", "FAILED"))
             continue
         s = t.summary
@@ -482,19 +485,27 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
         measured = _perf(t.configured) if base or t.suggestion is None else _perf(t.suggestion.measured)
         action = "baseline" if base else ("add" if t.configured is None else "change"
                                           if t.suggestion and t.suggestion.change else "keep (inside the CI)")
+        share = f"{_mean_share(r):.0%}" if r.cpu_shares else "-"
         rows.append((r.node_type, r.target.node, str(s.runs), _g(s.mean), f"{_g(s.stdev, 2)} ({s.relative_stdev:.1%})",
-                     f"{_g(s.minimum)}..{_g(s.maximum)}", _g(t.ratio.value, 3), ci, _perf(t.configured), measured,
-                     action))
+                     f"{_g(s.minimum)}..{_g(s.maximum)}", share, _g(t.ratio.value, 3), ci, _perf(t.configured),
+                     measured, action))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     for t in report.failed:
         lines.append(f"{t.result.node_type}: {t.result.error}")
+    baseline_result = report.types[0].result
+    if baseline_result.cpu_shares and _mean_share(baseline_result) < BUSY_BASELINE_SHARE:
+        lines.append(f"Warning: the benchmark got only {_mean_share(baseline_result):.0%} of a CPU on "
+                     f"{baseline_result.target.node}: other load competed there, so the ratios to {report.baseline} come out too high. Calibrate on an "
+                     "idle baseline node, or with --cpu a whole CPU under the static CPU manager policy.")
     lines += [
         "",
         f"Score: work per wall second of {'the benchmark command' if settings.command else 'the built-in benchmark (single thread; geometric mean of integer, floating-point and cache-resident pointer-chase kernels, millions of operations/s)'}"
         f", {settings.repeats} runs per type in pods of cpu {settings.cpu} (Guaranteed).",
         f"Ratio: mean score / the baseline's ({report.baseline}); CI: {percent} confidence interval of that ratio "
         "(Welch t on log scale). MEASURED = the baseline's cpuPerf x ratio. A configured value inside the CI is kept.",
+        "CPU SHARE: the benchmark's CPU time / wall time (built-in benchmark): below 100% a quota or other load "
+        "held it back.",
     ]
     diff = list(difflib.unified_diff(report.old_text.splitlines(), report.new_text.splitlines(),
                                      f"{report.config_source} (now)", "suggested", lineterm=""))
@@ -514,6 +525,10 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mean_share(result: TypeResult) -> float:
+    return sum(result.cpu_shares) / len(result.cpu_shares)
+
+
 def report_json(report: Report, settings: CalibrateSettings) -> dict[str, Any]:
     def entry(t: TypeReport) -> dict[str, Any]:
         r = t.result
@@ -522,7 +537,7 @@ def report_json(report: Report, settings: CalibrateSettings) -> dict[str, Any]:
         if r.error:
             item["error"] = r.error
         if r.cpu_shares:
-            item["cpuShare"] = round(sum(r.cpu_shares) / len(r.cpu_shares), 4)
+            item["cpuShare"] = round(_mean_share(r), 4)
         if t.summary is not None:
             s = t.summary
             item.update({"mean": s.mean, "stdev": s.stdev, "min": s.minimum, "max": s.maximum})

@@ -177,3 +177,15 @@ def test_table_and_json_say_what_was_measured_and_suggested() -> None:
     assert document["changes"] == {"slow": "0.5"} and document["applied"] is False and document["failed"] == []
     slow = document["nodeTypes"][1]
     assert slow["measuredCpuPerf"] == "0.5" and slow["ratio"]["low"] < 0.5 < slow["ratio"]["high"]
+
+
+def test_a_busy_baseline_is_called_out() -> None:
+    busy = results([100.0, 102.0, 98.0], [50.0, 51.0, 49.0])
+    busy[0].cpu_shares, busy[1].cpu_shares = [0.9, 0.88, 0.9], [0.5, 0.5, 0.5]
+    reports, changes, text = evaluate(busy, load_config(CONFIG), "n2d", 0.95, CONFIG)
+    table = report_table(Report("n2d", reports, "cm", CONFIG, text, changes, 0.95, 1.0), CalibrateSettings())
+    assert "Warning: the benchmark got only 89% of a CPU on a" in table and "50%" in table
+    busy[0].cpu_shares = [0.99, 0.98]
+    reports, changes, text = evaluate(busy, load_config(CONFIG), "n2d", 0.95, CONFIG)
+    assert "Warning" not in report_table(Report("n2d", reports, "cm", CONFIG, text, changes, 0.95, 1.0),
+                                         CalibrateSettings())
