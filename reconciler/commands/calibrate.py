@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import difflib
 import json
+import re
 import signal
 import sys
 import time
@@ -158,7 +159,7 @@ def benchmark_pod(settings: CalibrateSettings, target: Target, run_id: str, atte
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
-            "generateName": f"{APP}-{target.node_type[:30].lower().strip('-.')}-{attempt}-",
+            "generateName": f"{APP}-{_name_part(target.node_type)}-{attempt}-",
             "labels": {APP_LABEL: APP, RUN_LABEL: run_id, TYPE_LABEL: target.node_type},
             "annotations": {SKIP: "true"},
         },
@@ -177,6 +178,11 @@ def benchmark_pod(settings: CalibrateSettings, target: Target, run_id: str, atte
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}],
         },
     }
+
+
+def _name_part(node_type: str) -> str:
+    """A node type as part of a pod name (label values may hold '_' and capitals; names may not)."""
+    return re.sub(r"[^a-z0-9]+", "-", node_type.lower())[:30].strip("-") or "type"
 
 
 def pod_verdict(pod: Mapping[str, Any]) -> tuple[str, str]:

@@ -12,6 +12,7 @@ running reconciler then re-aligns a pod on the slow node, which the container's 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import uuid
@@ -197,3 +198,24 @@ def test_clear_errors_change_nothing(h: Harness, nodes: tuple[RealNode, RealNode
     assert proc.returncode == 2 and "baseline node type n2d: every Ready node is tainted" in proc.stderr, proc.stderr
     assert config_text(h) == CONFIG
     assert benchmark_pods(h) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_calibration_deletes_its_pods(h: Harness, nodes: tuple[RealNode, RealNode],
+                                                     sig: signal.Signals) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reconciler", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
+         f"--config-namespace={h.ns}", f"--node-type-label={h.label}", f"--namespace={h.ns}",
+         f"--toleration={TAINT}", "--host-network", "--repeats=3", "--benchmark-duration=30s", "--apply"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("both benchmark pods", lambda: len(benchmark_pods(h)) == 2 or None, timeout=START_TIMEOUT)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted; its benchmark pods are deleted, the config is unchanged" in err
+    assert benchmark_pods(h) == []
+    assert config_text(h) == CONFIG

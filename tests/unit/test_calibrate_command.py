@@ -189,3 +189,9 @@ def test_a_busy_baseline_is_called_out() -> None:
     reports, changes, text = evaluate(busy, load_config(CONFIG), "n2d", 0.95, CONFIG)
     assert "Warning" not in report_table(Report("n2d", reports, "cm", CONFIG, text, changes, 0.95, 1.0),
                                          CalibrateSettings())
+
+
+def test_pod_names_come_from_any_label_value() -> None:
+    for node_type, prefix in (("n2d", "workload-resizer-calibrate-n2d-1-"), ("Big_Box.v2", "workload-resizer-calibrate-big-box-v2-1-"),
+                              ("__", "workload-resizer-calibrate-type-1-")):
+        assert benchmark_pod(CalibrateSettings(), Target(node_type, "a"), "r", 1)["metadata"]["generateName"] == prefix
