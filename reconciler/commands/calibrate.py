@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import difflib
 import json
 import re
@@ -61,6 +62,8 @@ LOG_TAIL_LINES = 20
 # Below this share of a CPU on the baseline, other load held the benchmark back there and
 # every ratio against it comes out too high (the built-in benchmark reports its share).
 BUSY_BASELINE_SHARE = 0.95
+BUILT_IN = ("the built-in benchmark (single thread; geometric mean of integer, floating-point and cache-resident "
+            "pointer-chase kernels, millions of operations/s)")
 # Container waiting reasons that will not resolve by waiting.
 STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
                            "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
@@ -208,10 +211,9 @@ def pod_verdict(pod: Mapping[str, Any]) -> tuple[str, str]:
 
 
 class Calibration:
-    def __init__(self, client: KubeClient, settings: CalibrateSettings, out: TextIO) -> None:
+    def __init__(self, client: KubeClient, settings: CalibrateSettings) -> None:
         self._client = client
         self._settings = settings
-        self._out = out
         self._pods = f"/api/v1/namespaces/{settings.namespace}/pods"
         self.run_id = uuid.uuid4().hex[:10]
         self._live: set[str] = set()
@@ -399,7 +401,7 @@ async def read_config(client: KubeClient, settings: CalibrateSettings) -> tuple[
         raise CommandError(f"invalid config in {source}:\n{err}") from None
 
 
-async def calibrate(client: KubeClient, settings: CalibrateSettings, out: TextIO) -> Report:
+async def calibrate(client: KubeClient, settings: CalibrateSettings) -> Report:
     started = time.monotonic()
     config, text, resource_version, source = await read_config(client, settings)
     baseline = settings.baseline_node_type or config.baseline_node_type
@@ -413,7 +415,7 @@ async def calibrate(client: KubeClient, settings: CalibrateSettings, out: TextIO
     if len(targets) < 2:
         raise CommandError(f"only the baseline type {baseline} was found (label {settings.node_type_label}): "
                            "nothing to compare it with")
-    run = Calibration(client, settings, out)
+    run = Calibration(client, settings)
     results = await run.run_rounds(targets)
     reports, changes, new_text = evaluate(results, config, baseline, settings.confidence, text)
     report = Report(baseline, reports, source, text, new_text, changes, settings.confidence,
@@ -426,7 +428,7 @@ async def calibrate(client: KubeClient, settings: CalibrateSettings, out: TextIO
             if err.status == 409:
                 raise CommandError(f"{source} changed while calibrating; nothing applied, run calibrate again") from None
             raise CommandError(f"cannot update {source}: {err}") from None
-        report = Report(**{**report.__dict__, "applied": True})
+        report = dataclasses.replace(report, applied=True)
     return report
 
 
@@ -440,7 +442,7 @@ def run_calibrate(settings: CalibrateSettings, out: TextIO = sys.stdout) -> int:
         if task is not None:
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
         try:
-            return await calibrate(client, settings, out)
+            return await calibrate(client, settings)
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
             await client.close()
@@ -502,12 +504,13 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
     baseline_result = report.types[0].result
     if baseline_result.cpu_shares and _mean_share(baseline_result) < BUSY_BASELINE_SHARE:
         lines.append(f"Warning: the benchmark got only {_mean_share(baseline_result):.0%} of a CPU on "
-                     f"{baseline_result.target.node}: other load competed there, so the ratios to {report.baseline} come out too high. Calibrate on an "
-                     "idle baseline node, or with --cpu a whole CPU under the static CPU manager policy.")
+                     f"{baseline_result.target.node}: other load competed there, so the ratios to "
+                     f"{report.baseline} come out too high. Calibrate on an idle baseline node (whole CPUs in "
+                     "--cpu get exclusive cores under the kubelet's static CPU manager policy).")
     lines += [
         "",
-        f"Score: work per wall second of {'the benchmark command' if settings.command else 'the built-in benchmark (single thread; geometric mean of integer, floating-point and cache-resident pointer-chase kernels, millions of operations/s)'}"
-        f", {settings.repeats} runs per type in pods of cpu {settings.cpu} (Guaranteed).",
+        f"Score: work per wall second of {'the benchmark command' if settings.command else BUILT_IN}, "
+        f"{settings.repeats} runs per type in pods of cpu {settings.cpu} (Guaranteed).",
         f"Ratio: mean score / the baseline's ({report.baseline}); CI: {percent} confidence interval of that ratio "
         "(Welch t on log scale). MEASURED = the baseline's cpuPerf x ratio. A configured value inside the CI is kept.",
         "CPU SHARE: the benchmark's CPU time / wall time (built-in benchmark): below 100% a quota or other load "
