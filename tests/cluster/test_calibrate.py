@@ -154,18 +154,24 @@ def test_calibrate_measures_the_imposed_ratio_and_apply_realigns_the_slow_node(
     assert after != before
 
 
-def test_a_right_value_is_kept_and_nothing_is_written(h: Harness, nodes: tuple[RealNode, RealNode]) -> None:
+def test_a_value_inside_the_interval_is_kept(h: Harness, nodes: tuple[RealNode, RealNode]) -> None:
+    """slow configured at the imposed 0.5: kept when the measured interval holds it (nothing written),
+    else replaced by the measurement; either way the table says which, and the ConfigMap agrees."""
     right = CONFIG.replace("slow: { cpuPerf: 1.0,", "slow: { cpuPerf: 0.5,")
     h.config(right)
-    version = h.kube.get(f"/api/v1/namespaces/{h.ns}/configmaps/{CONFIG_NAME}")["metadata"]["resourceVersion"]
-    proc = calibrate(h, "--repeats=3", "--benchmark-duration=1s", "--apply")
+    path = f"/api/v1/namespaces/{h.ns}/configmaps/{CONFIG_NAME}"
+    version = h.kube.get(path)["metadata"]["resourceVersion"]
+    proc = calibrate(h, "--repeats=3", "--apply", "-o", "json")
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    table = proc.stdout
-    assert "keep (inside the CI)" in table or "change" in table, table
-    if "keep (inside the CI)" in table:
-        assert "needs no change" in table
-        assert h.kube.get(f"/api/v1/namespaces/{h.ns}/configmaps/{CONFIG_NAME}")["metadata"]["resourceVersion"] == version
-    assert "NODE TYPE" in table and nodes[1].name in table
+    result = json.loads(proc.stdout)
+    slow = next(t for t in result["nodeTypes"] if t["nodeType"] == "slow")
+    assert abs(slow["ratio"]["value"] - IMPOSED_RATIO) <= 0.1 * IMPOSED_RATIO, slow
+    inside = slow["ratio"]["low"] <= IMPOSED_RATIO <= slow["ratio"]["high"]
+    assert slow["change"] is not inside and result["applied"] is not inside
+    if inside:
+        assert result["changes"] == {} and h.kube.get(path)["metadata"]["resourceVersion"] == version
+    else:
+        assert config_text(h) == right.replace("cpuPerf: 0.5,", f"cpuPerf: {slow['measuredCpuPerf']},")
     assert benchmark_pods(h) == []
 
 
