@@ -238,6 +238,9 @@ class Calibration:
         except BenchmarkError as err:
             result.error = f"run {attempt}: {err}"
             return
+        except (ApiError, TransportError) as err:
+            result.error = f"run {attempt}: the API refused or failed a request: {err}"
+            return
         result.scores.append(score)
         share = details.get("cpuShare")
         if isinstance(share, (int, float)) and not isinstance(share, bool):
@@ -265,7 +268,13 @@ class Calibration:
             except ApiError as err:
                 if err.status == 404:
                     raise BenchmarkError(f"pod {name} was deleted while it ran") from None
-                raise
+                if not err.retryable:
+                    raise
+                await asyncio.sleep(POLL_SECONDS)
+                continue
+            except TransportError:      # the apiserver restarting, a dropped connection: poll again
+                await asyncio.sleep(POLL_SECONDS)
+                continue
             verdict, what = pod_verdict(pod)
             if verdict == "done":
                 return what

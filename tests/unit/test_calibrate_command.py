@@ -195,3 +195,95 @@ def test_pod_names_come_from_any_label_value() -> None:
     for node_type, prefix in (("n2d", "workload-resizer-calibrate-n2d-1-"), ("Big_Box.v2", "workload-resizer-calibrate-big-box-v2-1-"),
                               ("__", "workload-resizer-calibrate-type-1-")):
         assert benchmark_pod(CalibrateSettings(), Target(node_type, "a"), "r", 1)["metadata"]["generateName"] == prefix
+
+
+# ---------------------------------------------------------------- the runs, against a scripted API
+
+@pytest.fixture(autouse=True)
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("reconciler.commands.calibrate.POLL_SECONDS", 0.01)
+
+
+class ScriptedApi:
+    """Just what Calibration calls: each created pod answers GETs from `states` in turn."""
+
+    def __init__(self, states: list[Any]) -> None:
+        self.states = states
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+
+    async def create(self, path: str, pod: dict[str, Any]) -> dict[str, Any]:
+        name = f"{pod['metadata']['generateName']}{len(self.created)}"
+        self.created.append(name)
+        return {"metadata": {"name": name}}
+
+    async def get(self, path: str, **params: Any) -> dict[str, Any]:
+        if "labelSelector" in params:
+            return {"items": [{"metadata": {"name": n}} for n in self.created if n not in self.deleted]}
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        if isinstance(state, Exception):
+            raise state
+        return {"spec": {"nodeName": "a"}, **state}
+
+    async def request(self, method: str, path: str, body: Any = None, decode: bool = True) -> dict[str, Any]:
+        assert method == "DELETE" and body["gracePeriodSeconds"] == 0
+        self.deleted.append(path.rsplit("/", 1)[1])
+        return {}
+
+
+def run_rounds(api: ScriptedApi, repeats: int = 2) -> list[TypeResult]:
+    import asyncio
+
+    import reconciler.commands.calibrate as module
+    calibration = module.Calibration(api, CalibrateSettings(repeats=repeats, timeout=5))  # type: ignore[arg-type]
+    return asyncio.run(calibration.run_rounds([Target("n2d", "a"), Target("slow", "s")]))
+
+
+def test_runs_survive_a_transient_api_error_and_delete_every_pod() -> None:
+    from reconciler.kube import ApiError
+    done = pod("Succeeded", {"terminated": {"exitCode": 0, "message": '{"score": 7, "cpuShare": 0.99}'}})
+    api = ScriptedApi([ApiError(503, {"message": "apiserver restarting"}), pod("Pending", {}), done])
+    base, slow = run_rounds(api)
+    assert (base.scores, slow.scores, base.error, slow.error) == ([7.0, 7.0], [7.0, 7.0], "", "")
+    assert base.cpu_shares == [0.99, 0.99]
+    assert len(api.created) == 4 and sorted(api.deleted) == sorted(api.created)
+
+
+def test_a_failing_type_stops_its_own_runs_only() -> None:
+    from reconciler.kube import ApiError
+    api = ScriptedApi([ApiError(403, {"message": "forbidden"})])
+    base, slow = run_rounds(api)
+    assert "the API refused or failed a request" in base.error and "forbidden" in base.error
+    assert len(api.created) == 2, "no second round after the baseline failed"
+    assert sorted(api.deleted) == sorted(api.created)
+    bad = ScriptedApi([pod("Succeeded", {"terminated": {"exitCode": 0, "message": "done, no JSON"}})])
+    base, _ = run_rounds(bad)
+    assert "termination message: the last line is not JSON" in base.error
+
+
+def test_cancelled_runs_delete_their_pods() -> None:
+    import asyncio
+
+    import reconciler.commands.calibrate as module
+    api = ScriptedApi([pod("Running", {"running": {}})])
+
+    async def body() -> None:
+        both_created = asyncio.Event()
+        create = api.create
+
+        async def create_and_tell(path: str, manifest: dict[str, Any]) -> dict[str, Any]:
+            created = await create(path, manifest)
+            if len(api.created) == 2:
+                both_created.set()
+            return created
+
+        api.create = create_and_tell  # type: ignore[method-assign]
+        calibration = module.Calibration(api, CalibrateSettings(repeats=3, timeout=60))  # type: ignore[arg-type]
+        task = asyncio.create_task(calibration.run_rounds([Target("n2d", "a"), Target("slow", "s")]))
+        await asyncio.wait_for(both_created.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(body())
+    assert len(api.created) == 2 and sorted(api.deleted) == sorted(api.created)
