@@ -123,3 +123,33 @@ class RestoreSettings:
     dry_run: bool = False
     only_namespace: str = ""
     shutdown_timeout: float = 10.0
+
+
+# The benchmark image hack/cluster builds and imports into its real nodes (hack/node/images/calibrate).
+CALIBRATE_IMAGE = "workload-resizer.local/calibrate:1"
+
+
+@dataclass(frozen=True)
+class CalibrateSettings:
+    """`workload-resizer calibrate`: which node types to benchmark, how, and where the result goes."""
+
+    api: ApiSettings = field(default_factory=lambda: ApiSettings(qps=20.0, burst=40))
+    config_namespace: str = CONFIG_NAMESPACE
+    config_name: str = CONFIG_NAME
+    node_type_label: str = NODE_TYPE_LABEL
+    node_types: tuple[str, ...] = ()             # empty: every type found on the nodes
+    baseline_node_type: str = ""                 # empty: the config's baselineNodeType
+    repeats: int = 5
+    confidence: float = 0.95
+    cpu: str = "1"                               # the benchmark pod's request = limit
+    memory: str = "64Mi"
+    timeout: float = 300.0                       # per run: scheduling, start and the benchmark
+    namespace: str = CONFIG_NAMESPACE            # where the benchmark pods run
+    image: str = CALIBRATE_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    command: tuple[str, ...] = ()                # empty: the image's entrypoint
+    benchmark_seconds: float = 2.0               # the built-in benchmark's wall time per kernel
+    tolerations: tuple[tuple[str, str, str], ...] = ()   # (key, value, effect); "" value: Exists
+    host_network: bool = False
+    output: str = "table"
+    apply: bool = False

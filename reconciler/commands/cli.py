@@ -1,13 +1,15 @@
-"""The admin's commands: `workload-resizer plan`, `report` and `restore`.
+"""The admin's commands: `workload-resizer plan`, `report`, `restore` and `calibrate`.
 
-Also reachable as `python -m reconciler plan|report|restore` and, installed on $PATH, as the
-kubectl plugin `kubectl workload-resizer plan|report|restore` (console script
+Also reachable as `python -m reconciler plan|report|restore|calibrate` and, installed on $PATH, as
+the kubectl plugin `kubectl workload-resizer plan|report|restore|calibrate` (console script
 `kubectl-workload_resizer`).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shlex
 import sys
 
 from ops.flags import duration, positive_float, positive_int, string_list
@@ -16,15 +18,19 @@ from reconciler.settings import (
     CONFIG_NAMESPACE,
     NODE_TYPE_LABEL,
     ORIGINALS_KEYS_SECRET,
+    CALIBRATE_IMAGE,
     ApiSettings,
+    CalibrateSettings,
     KeySettings,
     PlanSettings,
     ReportSettings,
     RestoreSettings,
 )
+from resizer.quantity import QuantityError, parse_quantity
 from resizer.scope import ScopeError, namespace_scope
 
-COMMANDS = ("plan", "report", "restore")
+COMMANDS = ("plan", "report", "restore", "calibrate")
+_TOLERATION = re.compile(r"([^=:]+)(?:=([^:]*))?(?::(NoSchedule|PreferNoSchedule|NoExecute))?")
 
 
 def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
@@ -70,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="workload-resizer",
         description="Admin commands of workload-resizer: preview what it would do (plan), show what it "
-                    "freed (report) and undo everything it did (restore).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{plan,report,restore}")
+                    "freed (report), undo everything it did (restore) and measure each node type's cpuPerf "
+                    "(calibrate).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{plan,report,restore,calibrate}")
 
     plan = sub.add_parser(
         "plan", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -133,15 +140,97 @@ def build_parser() -> argparse.ArgumentParser:
                          help="restore only the pods of this namespace (default: every namespace)")
     restore.add_argument("--shutdown-timeout", type=duration, default=10.0,
                          help="on SIGTERM/SIGINT, finish the pod in progress for at most this long")
+    _calibrate_parser(sub)
     return p
 
 
-def parse(argv: list[str]) -> PlanSettings | ReportSettings | RestoreSettings:
+def _calibrate_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    calibrate = sub.add_parser(
+        "calibrate", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="benchmark one node of each node type and suggest (or --apply) nodeTypes.<type>.cpuPerf",
+        description="Run a short single-thread CPU benchmark pod (Guaranteed, --cpu) --repeats times on one "
+                    "node of each node type, all types at once, and report per type the score, its spread, "
+                    "the ratio to the baseline type with a confidence interval and the cpuPerf it suggests; "
+                    "--apply writes the changed values into the ConfigMap (a configured value inside the "
+                    "interval is kept). The benchmark pods are deleted as they finish and on any exit. A "
+                    "benchmark of your own (--image/--command) must print its result as its last line, "
+                    'JSON {"score": <work per second>}, or write that line to /dev/termination-log.')
+    _cluster_flags(calibrate, 20.0)
+    what = calibrate.add_argument_group("what to measure")
+    what.add_argument("--node-types", type=string_list, default=[], metavar="TYPE[,TYPE...]",
+                      help="node types to measure (default: every value of --node-type-label on the nodes); "
+                           "the baseline is always measured")
+    what.add_argument("--baseline-node-type", default="", metavar="TYPE",
+                      help="the type the ratios are relative to (default: the config's baselineNodeType)")
+    what.add_argument("--node-type-label", default=NODE_TYPE_LABEL)
+    what.add_argument("--repeats", type=positive_int, default=5, help="benchmark runs per node type (at least 2)")
+    what.add_argument("--confidence", type=positive_float, default=0.95, help="of the ratio's interval (0..1)")
+    pods = calibrate.add_argument_group("the benchmark pods")
+    pods.add_argument("--namespace", default=CONFIG_NAMESPACE,
+                      help="where they run (default: the product's namespace, which it never resizes)")
+    pods.add_argument("--cpu", default="1", help="CPU request = limit of the benchmark container")
+    pods.add_argument("--memory", default="64Mi", help="memory request = limit of the benchmark container")
+    pods.add_argument("--timeout", type=duration, default=300.0,
+                      help="per run: scheduling, start and the benchmark itself")
+    pods.add_argument("--image", default=CALIBRATE_IMAGE, help="the benchmark image")
+    pods.add_argument("--image-pull-policy", choices=("Always", "IfNotPresent", "Never"), default="IfNotPresent")
+    pods.add_argument("--command", dest="benchmark_command", default="", metavar="'CMD ARG...'",
+                      help="the benchmark command (shell words; default: the image's entrypoint)")
+    pods.add_argument("--benchmark-duration", type=duration, default=2.0,
+                      help="the built-in benchmark's wall time per kernel (three kernels)")
+    pods.add_argument("--host-network", action="store_true",
+                      help="run the benchmark pods in the node's network namespace (nodes without a pod network)")
+    pods.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
+                      help="tolerate a taint of the nodes (repeatable)")
+    config = calibrate.add_argument_group("the config")
+    config.add_argument("--config-namespace", default=CONFIG_NAMESPACE)
+    config.add_argument("--config-name", default=CONFIG_NAME)
+    config.add_argument("--apply", action="store_true",
+                        help="write the suggested cpuPerf values into the ConfigMap (only if every type measured)")
+    calibrate.add_argument("-o", "--output", choices=("table", "json"), default="table")
+
+
+def _calibrate_settings(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                        api: ApiSettings) -> CalibrateSettings:
+    if args.repeats < 2:
+        parser.error("--repeats must be at least 2: one run has no spread to judge the ratio by")
+    if not 0 < args.confidence < 1:
+        parser.error("--confidence must be between 0 and 1, e.g. 0.95")
+    if args.timeout <= 0 or args.benchmark_duration <= 0:
+        parser.error("--timeout and --benchmark-duration must be positive")
+    tolerations = []
+    for text in args.toleration:
+        match = _TOLERATION.fullmatch(text)
+        if match is None:
+            parser.error(f"--toleration {text!r}: KEY[=VALUE][:NoSchedule|PreferNoSchedule|NoExecute]")
+        tolerations.append((match.group(1), match.group(2) or "", match.group(3) or ""))
+    try:
+        command = tuple(shlex.split(args.benchmark_command))
+    except ValueError as error:
+        parser.error(f"--command: {error}")
+    for flag, value in (("--cpu", args.cpu), ("--memory", args.memory)):
+        try:
+            if parse_quantity(value) <= 0:
+                raise QuantityError("not positive")
+        except QuantityError as error:
+            parser.error(f"{flag} {value!r}: {error}")
+    return CalibrateSettings(
+        api=api, config_namespace=args.config_namespace, config_name=args.config_name,
+        node_type_label=args.node_type_label, node_types=tuple(args.node_types),
+        baseline_node_type=args.baseline_node_type, repeats=args.repeats, confidence=args.confidence,
+        cpu=args.cpu, memory=args.memory, timeout=args.timeout, namespace=args.namespace, image=args.image,
+        image_pull_policy=args.image_pull_policy, command=command, benchmark_seconds=args.benchmark_duration,
+        tolerations=tuple(tolerations), host_network=args.host_network, output=args.output, apply=args.apply)
+
+
+def parse(argv: list[str]) -> PlanSettings | ReportSettings | RestoreSettings | CalibrateSettings:
     """The settings of the command `argv` names; exits with a usage error on bad flags."""
     parser = build_parser()
     args = parser.parse_args(argv)
     api = ApiSettings(kubeconfig=args.kubeconfig, context=args.context, qps=args.kube_api_qps,
                       burst=args.kube_api_burst, page_size=args.page_size)
+    if args.command == "calibrate":
+        return _calibrate_settings(parser, args, api)
     try:
         scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
@@ -172,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(settings, PlanSettings):
         from reconciler.commands.plan import run_plan
         return run_plan(settings)
+    if isinstance(settings, CalibrateSettings):
+        from reconciler.commands.calibrate import run_calibrate
+        return run_calibrate(settings)
     from reconciler.commands.restore import run_restore
     return run_restore(settings)
 

@@ -178,6 +178,21 @@ class KubeClient:
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
         return await self.request("GET", path, params=params or None)
 
+    async def get_text(self, path: str, **params: Any) -> str:
+        """A reply that is not JSON (e.g. pods/NAME/log), as text."""
+        await self._limiter.take()
+        data = self._request_bytes("GET", path, params or None, None, None)
+        resource = _resource_label(path)
+        try:
+            status, raw = await self._send(data)
+        except (OSError, httptools.HttpParserError) as err:
+            self._count("GET", resource, "<error>")
+            raise TransportError(f"GET {path}: {err!r}") from err
+        self._count("GET", resource, status)
+        if status >= 300:
+            raise ApiError(status, _json_or_message(raw))
+        return raw.decode(errors="replace")
+
     async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, obj)
 

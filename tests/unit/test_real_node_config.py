@@ -117,3 +117,31 @@ def test_cgroup_name_is_per_cluster_and_node(cluster: ModuleType, monkeypatch: p
     assert cluster.RealNode("n2").cgroup != first
     monkeypatch.setattr(cluster, "STATE", tmp_path)
     assert cluster.RealNode("n1").cgroup != first
+
+
+def test_node_cpu_flags(cluster: ModuleType) -> None:
+    cpu = cluster.NodeCpu.parse("50000/100000", 8192)
+    assert (cpu.quota_us, cpu.period_us, cpu.shares) == (50000, 100000, 8192)
+    assert cluster.NodeCpu.parse(None, None) == cluster.NodeCpu()
+    for quota, shares in (("half", None), ("50000", None), ("500/100000", None), ("50000/100", None),
+                          (None, 1), (None, 300000)):
+        with pytest.raises(cluster.ClusterError):
+            cluster.NodeCpu.parse(quota, shares)
+
+
+def test_kubelet_of_a_quota_node_sets_no_container_quotas_on_cgroup_v1(cluster: ModuleType, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    quota = cluster.NodeCpu.parse("50000/100000", None)
+    monkeypatch.setattr(cluster, "cgroup_version", lambda: 1)
+    assert not quota.kubelet_may_set_quotas and cluster.NodeCpu().kubelet_may_set_quotas
+    monkeypatch.setattr(cluster, "cgroup_version", lambda: 2)
+    assert quota.kubelet_may_set_quotas
+    ports = {"kubelet": 1, "kubelet_healthz": 2}
+    node = cluster.RealNode("n1")
+    assert json.loads(cluster.kubelet_config(node, ports, tmp_path, "0"))["cpuCFSQuota"] is True
+    assert json.loads(cluster.kubelet_config(node, ports, tmp_path, "0", cpu_cfs_quota=False))["cpuCFSQuota"] is False
+
+
+def test_node_images_include_the_calibrate_benchmark(cluster: ModuleType) -> None:
+    spec = cluster.node_images_spec()
+    assert "./calibrate" in spec.packages and "calibrate/main.go" in spec.files

@@ -601,3 +601,21 @@ def test_a_client_told_to_drops_managed_fields_of_replies_and_watch_events_and_k
     assert reply == _without_managed(full)
     assert events[0]["object"] == _without_managed(full)
     assert events[1]["object"] == full, "a layout it cannot vouch for is decoded whole"
+
+
+def test_get_text_returns_a_plain_reply_and_raises_on_errors():
+    def handler(req: Seen) -> Reply:
+        if req.path.endswith("/log"):
+            return Reply(200, b'warming up\n{"score": 12.5}\n')
+        return _json(404, {"kind": "Status", "reason": "NotFound", "message": "pods \"x\" not found"})
+
+    async def use(client: KubeClient) -> tuple[str, ApiError]:
+        text = await client.get_text("/api/v1/namespaces/ns/pods/p/log", container="c", tailLines=20)
+        with pytest.raises(ApiError) as caught:
+            await client.get_text("/api/v1/namespaces/ns/pods/x")
+        return text, caught.value
+
+    (text, error), server = _run(handler, use)
+    assert text == 'warming up\n{"score": 12.5}\n'
+    assert error.status == 404
+    assert server.seen[0].query == {"container": "c", "tailLines": "20"}
