@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ops.prometheus import format_value as go
 from reconciler import metrics
 from reconciler.freed import FreedRequests, requests_by_node_type
 from resizer import originals_from_spec_annotations
@@ -63,6 +62,12 @@ def test_totals_are_the_sums_over_managed_pods_of_original_minus_current() -> No
     assert list(by_workload) == ["shop/ReplicaSet/web-7d9f"] and by_workload["shop/ReplicaSet/web-7d9f"].pods == 4
 
 
+def samples(gauge: Any) -> dict[tuple[str, ...], float]:
+    """The gauge's samples as a scrape sees them: label values (in labelnames order) -> value."""
+    return {tuple(s.labels[name] for name in gauge.labelnames): s.value
+            for family in gauge.collect() for s in family.samples}
+
+
 def test_the_original_of_an_unverifiable_pod_is_never_counted() -> None:
     """Forged originals of a resized pod would show as freed requests: the pod is held back instead."""
     forged = tampered(pod("a", 1000, 256, resized_percent=80))
@@ -83,22 +88,17 @@ def test_the_gauges_have_one_series_per_resource_node_type_and_state() -> None:
     saved = list(metrics.freed_source)
     metrics.freed_source[:] = [source.totals]
     try:
-        text = "\n".join(metrics.MANAGED_REQUESTS.lines())
-        pods_text = "\n".join(metrics.MANAGED_PODS.lines())
+        requests = samples(metrics.MANAGED_REQUESTS)
+        managed = samples(metrics.MANAGED_PODS)
     finally:
         metrics.freed_source[:] = saved
-    samples = [line for line in text.splitlines() if not line.startswith("#")]
-    assert sorted(samples) == sorted([
-        'workload_resizer_managed_requests{node_type="n4",resource="cpu",state="original"} 2.5',
-        'workload_resizer_managed_requests{node_type="n4",resource="cpu",state="current"} 2.2',
-        f'workload_resizer_managed_requests{{node_type="n4",resource="memory",state="original"}} {go(896 << 20)}',
-        f'workload_resizer_managed_requests{{node_type="n4",resource="memory",state="current"}} {go(896 << 20)}',
-        'workload_resizer_managed_requests{node_type="n2d",resource="cpu",state="original"} 2.0',
-        'workload_resizer_managed_requests{node_type="n2d",resource="cpu",state="current"} 2.0',
-        f'workload_resizer_managed_requests{{node_type="n2d",resource="memory",state="original"}} {go(1 << 30)}',
-        f'workload_resizer_managed_requests{{node_type="n2d",resource="memory",state="current"}} {go(1 << 30)}',
-    ])
-    assert 'workload_resizer_managed_pods{node_type="n4"} 3.0' in pods_text
+    assert requests == {
+        ("cpu", "n4", "original"): 2.5, ("cpu", "n4", "current"): 2.2,
+        ("memory", "n4", "original"): float(896 << 20), ("memory", "n4", "current"): float(896 << 20),
+        ("cpu", "n2d", "original"): 2.0, ("cpu", "n2d", "current"): 2.0,
+        ("memory", "n2d", "original"): float(1 << 30), ("memory", "n2d", "current"): float(1 << 30),
+    }
+    assert managed == {("n4",): 3.0, ("n2d",): 1.0}
     assert len(calls) == 1, "one computation per scrape (both gauges), not one per gauge"
     clock[0] = 5.0
     source.totals()
@@ -111,6 +111,32 @@ def test_no_config_no_samples_and_no_source_no_samples() -> None:
     saved = list(metrics.freed_source)
     metrics.freed_source[:] = []
     try:
-        assert [line for line in metrics.MANAGED_REQUESTS.lines() if not line.startswith("#")] == []
+        assert samples(metrics.MANAGED_REQUESTS) == {}
     finally:
         metrics.freed_source[:] = saved
+
+
+def test_a_steady_cluster_is_summed_from_each_pods_kept_share(monkeypatch: Any) -> None:
+    import reconciler.freed as freed
+
+    pods, nodes = fleet()[:4], [{"metadata": {"name": n, "labels": {"family": t}}} for n, t in NODES.items()]
+    for i, p in enumerate(pods):
+        p["metadata"]["resourceVersion"] = str(i)
+    computed: list[str] = []
+    real = freed.requests_by_node_type
+
+    def counting(one: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+        computed.append(one[0]["metadata"]["name"])
+        return real(one, *args, **kwargs)
+
+    monkeypatch.setattr(freed, "requests_by_node_type", counting)
+    clock = [0.0]
+    source = FreedRequests(lambda: pods, lambda: nodes, lambda: CONFIG, lambda: RING, node_type_label="family",
+                           clock=lambda: clock[0])
+    first = source.totals()
+    assert sorted(computed) == ["a", "b", "c", "d"]
+    clock[0] = 10.0
+    assert source.totals() == first and len(computed) == 4, "nothing changed: no pod planned again"
+    pods[2]["metadata"]["resourceVersion"] = "99"      # one pod changed (e.g. resized)
+    clock[0] = 20.0
+    assert source.totals() == first and computed[4:] == ["c"]
