@@ -225,7 +225,7 @@ def test_install_as_the_readme_says(cluster: Any, readme_release: Any) -> None:
 
     # The reconciler's first start creates the keys Secret (here its code with its ServiceAccount:
     # the KWOK nodes run no container).
-    _reconciler_first_start(cluster, kube, docs, namespace)
+    keys_secret = _reconciler_first_start(cluster, kube, docs, namespace)
 
     # Uninstall as README says (restore only as a dry run: see the module's docstring). It
     # finds the release's originals keys by itself (the Secret the reconciler made), and says so.
@@ -237,13 +237,15 @@ def test_install_as_the_readme_says(cluster: Any, readme_release: Any) -> None:
         output = proc.stdout + proc.stderr
         assert "Summary:" in output and proc.returncode in (0, 1), output
         assert "warning:" not in output and "error:" not in output, output
+    assert not _exists(kube, keys_secret), "README's uninstall leaves the reconciler's keys Secret behind"
     wait_for("the release's webhook configuration removed", lambda: not _webhook_configurations_of(kube, namespace))
     for doc in docs:
         if doc["kind"] in ("Deployment", "ClusterRole", "ValidatingAdmissionPolicy"):
             assert not _exists(kube, _object_path(doc, namespace)), f"{doc['kind']} left after helm uninstall"
 
 
-def _reconciler_first_start(cluster: Any, kube: Kube, docs: list[dict[str, Any]], namespace: str) -> None:
+def _reconciler_first_start(cluster: Any, kube: Kube, docs: list[dict[str, Any]], namespace: str) -> str:
+    """Make the keys Secret as the reconciler's first start does; returns its API path."""
     (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-reconciler")]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     secret_namespace, secret_name = next(a.split("=", 1)[1] for a in args
@@ -260,7 +262,9 @@ def _reconciler_first_start(cluster: Any, kube: Kube, docs: list[dict[str, Any]]
         finally:
             await client.close()
     asyncio.run(ensure())
-    assert list(kube.get(f"/api/v1/namespaces/{secret_namespace}/secrets/{secret_name}")["data"]) == ["k0001"]
+    path = f"/api/v1/namespaces/{secret_namespace}/secrets/{secret_name}"
+    assert list(kube.get(path)["data"]) == ["k0001"]
+    return path
 
 
 def _tls_secret(kube: Kube, namespace: str) -> dict[str, Any] | None:
