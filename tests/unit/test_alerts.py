@@ -250,9 +250,9 @@ def test_bad_monitoring_values_are_refused(helm: str) -> None:
 def exported_metric_names() -> set[str]:
     """Every sample name the reconciler and the webhook expose (their registries, as scraped)."""
     code = ("import reconciler.metrics, reconciler.kube.metrics, sys\n"
-            "from ops.prometheus import REGISTRY\n"
+            "from ops.prometheus import REGISTRY, exposition\n"
             "from app.metrics import Metrics\n"
-            "sys.stdout.write((REGISTRY.exposition() + Metrics().registry.exposition()).decode())\n")
+            "sys.stdout.write((exposition(REGISTRY) + exposition(Metrics().registry)).decode())\n")
     text = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           check=True, timeout=60).stdout
     names = set()

@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from app.connections import ConnectionGuard, GuardedConnection, RateLimitedLog
+from ops.prometheus import exposition
 from app.metrics import Metrics
 from devkit.metrics import metric_sum
 from tests.unit.test_webhook_tls import REVIEW_2C, Server, client_context, issue
@@ -198,7 +199,7 @@ def test_guard_evicts_a_reading_connection_before_an_idle_one_and_refuses_when_a
         fifth, fifth_t = open_one()                 # everyone deciding: refused
         assert fifth_t.aborted and not isinstance(fifth.inner, FakeInner) or not fifth.inner.made  # type: ignore
         assert set(guard.open) == {third, fourth}
-        text = metrics.registry.exposition().decode()
+        text = exposition(metrics.registry).decode()
         assert metric_sum(text, "workload_resizer_webhook_connections_refused_total") == 1
         assert metric_sum(text, "workload_resizer_webhook_connections_closed_total", reason="evicted") == 2
         assert metric_sum(text, "workload_resizer_webhook_connections") == 2
