@@ -116,6 +116,7 @@ def serve_connect(conn: socket.socket, state_dir: Path) -> None:
             conn.close()
         log(f"CONNECT failed: {err}")
         return
+    log(f"CONNECT {target}: dialled in {netns}")
     conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
     relay(conn, upstream)
 
