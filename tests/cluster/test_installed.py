@@ -3,11 +3,13 @@
 Once per module: the image is built from a clean copy of the checkout by buildah
 (`hack/image build`, on the local Debian base), exported as an OCI archive and imported into
 two real nodes' containerd (`hack/cluster load-image`); cert-manager runs; the chart is
-installed with `helm install` as README says, with the image reference and
-hack/chart/real-nodes.yaml (hostNetwork, the real nodes' toleration and selector) as the only
-values. Then a Deployment of 3 pods spread over the two real nodes and a KWOK node is resized
-by the in-cluster webhook and reconciler, the leader is killed, and `helm uninstall` +
-`restore` are checked to leave nothing of ours behind.
+installed by README's own install command and values.yaml (the marked blocks
+tests/cluster/test_readme_install.py reads), with only these added: the image reference,
+hack/chart/real-nodes.yaml (hostNetwork, the real nodes' toleration and selector), a node
+selector for this test's nodes, and --wait. Then a Deployment of 3 pods spread over the two
+real nodes and a KWOK node is resized by the in-cluster webhook and reconciler, the leader is
+stopped, and README's uninstall commands (restore limited to the test's namespace) are
+checked to leave nothing of ours behind.
 
 Figures (build time, image size, `helm install` to the first `Resized`, leader takeover) are
 printed: run with -s or -rP to see them.
@@ -30,10 +32,11 @@ from typing import Any
 
 import pytest
 
-from devkit.chart import CHART, ensure_helm, helm_env
+from devkit.chart import CHART
 from devkit.kube import Kube, wait_for
 from devkit.progress import run_visible
 from devkit.tempdirs import temporary_directory
+from tests.cluster.test_readme_install import README, Admin, _flag, marked_blocks
 from tests.cluster.test_real_node import START_TIMEOUT, TAINT, WORKLOAD_IMAGE, container_cgroups
 from tests.conftest import HACK_CLUSTER, REPO, read_real_node
 
@@ -56,7 +59,8 @@ REPLICAS = 3
 class Installed:
     kube: Kube
     env: dict[str, str]
-    helm: str
+    admin: Admin             # runs README's commands
+    uninstall: list[list[str]]   # README's uninstall commands
     ns: str                  # the release namespace
     app_ns: str              # the workload's namespace
     nodes: list[str]         # the two real nodes
@@ -67,12 +71,6 @@ class Installed:
         proc = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=self.env, timeout=120)
         if check:
             assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
-        return proc
-
-    def helm_cmd(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**helm_env(), "KUBECONFIG": self.env["KUBECONFIG"]}
-        proc = subprocess.run([self.helm, *args], capture_output=True, text=True, env=env, timeout=600)
-        assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stderr}"
         return proc
 
     def our_pods(self, component: str) -> list[dict[str, Any]]:
@@ -91,9 +89,13 @@ class Installed:
         for pod in self.our_pods("reconciler"):
             for line in self.kubectl("logs", "-n", self.ns, pod["metadata"]["name"]).stdout.splitlines():
                 entry = parse(line)
-                if entry.get("logger") == "reconciler.leader" and entry.get("identity"):
+                if entry.get("msg") in ("waiting for leadership", "became leader") and entry.get("identity"):
                     found[entry["identity"]] = pod["metadata"]["name"]
         return found
+
+
+def namespace_exists(kube: Kube, name: str) -> bool:
+    return any(n["metadata"]["name"] == name for n in kube.get("/api/v1/namespaces")["items"])
 
 
 def parse(line: str) -> dict[str, Any]:
@@ -172,8 +174,18 @@ def installed(cluster: Any) -> Iterator[Installed]:
     kwok_node = f"inst-{suffix}-kwok"
     work = temporary_directory("installed-")
     added: list[str] = []
-    inst = Installed(kube=cluster.kube, env=env, helm=ensure_helm(), ns=f"wr-system-{suffix}",
+    files, install, uninstall = marked_blocks(README.read_text())
+    (work / "admin").mkdir()
+    (work / "admin" / "chart").symlink_to(CHART)
+    for name, content in files.items():
+        (work / "admin" / name).write_text(content)
+    admin = Admin(cluster, work / "admin")
+    release_ns = _flag(install[0], "-n", "--namespace")
+    inst = Installed(kube=cluster.kube, env=env, admin=admin, uninstall=uninstall, ns=release_ns,
                      app_ns=f"installed-{suffix}", nodes=nodes, kwok_node=kwok_node, figures=figures)
+    admin.run(["helm", "uninstall", RELEASE, "-n", release_ns, "--wait"], check=False)   # an interrupted run's
+    cluster.kube.delete(f"/api/v1/namespaces/{release_ns}")
+    wait_for(f"namespace {release_ns} gone", lambda: not namespace_exists(cluster.kube, release_ns), timeout=180)
     try:
         started = time.monotonic()
         build = run_visible([str(HACK_IMAGE), "build", "--tag", image,
@@ -198,12 +210,14 @@ def installed(cluster: Any) -> Iterator[Installed]:
             assert run_visible([str(CERT_MANAGER), step], env=env).returncode == 0, f"cert-manager {step}"
 
         install_started = time.monotonic()
-        inst.helm_cmd("install", RELEASE, str(CHART), "-n", inst.ns, "--create-namespace",
-                      "--set", f"image.repository={IMAGE_REPOSITORY}", "--set", f"image.tag={tag}",
-                      "-f", str(REAL_NODE_VALUES), "--wait", "--timeout", "10m",
-                      # Only this test's real nodes have the image (the session may have others).
-                      "--set-string", f"webhook.nodeSelector.{label}=1",
-                      "--set-string", f"reconciler.nodeSelector.{label}=1")
+        (helm_install,) = install
+        assert helm_install[:3] == ["helm", "install", RELEASE], helm_install
+        admin.run([*helm_install, "--set", f"image.repository={IMAGE_REPOSITORY}", "--set", f"image.tag={tag}",
+                   "-f", str(REAL_NODE_VALUES),
+                   # Only this test's real nodes have the image (the session may have others).
+                   "--set-string", f"webhook.nodeSelector.{label}=1",
+                   "--set-string", f"reconciler.nodeSelector.{label}=1",
+                   "--wait", "--timeout", "10m"])
         figures["helm install --wait (s)"] = time.monotonic() - install_started
         cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": inst.app_ns}})
@@ -218,8 +232,7 @@ def installed(cluster: Any) -> Iterator[Installed]:
         yield inst
     finally:
         print("\n".join(f"[installed] {k}: {v:.1f}" for k, v in figures.items()), file=sys.stderr)
-        subprocess.run([inst.helm, "uninstall", RELEASE, "-n", inst.ns, "--wait"], capture_output=True,
-                       env={**helm_env(), "KUBECONFIG": env["KUBECONFIG"]}, timeout=300)
+        admin.run(["helm", "uninstall", RELEASE, "-n", release_ns, "--wait"], check=False)
         for ns in (inst.app_ns, inst.ns):
             cluster.kube.delete(f"/api/v1/namespaces/{ns}")
         for node in added:
@@ -334,15 +347,15 @@ def test_a_stopped_leader_is_replaced_within_the_lease_duration(installed: Insta
     assert any(parse(line).get("msg") == "became leader" for line in log.splitlines()), log[-2000:]
 
 
-def test_helm_uninstall_and_restore_leave_nothing_behind(installed: Installed) -> None:
+def test_readmes_uninstall_leaves_nothing_behind(installed: Installed) -> None:
+    """README's uninstall: the reconciler scaled to 0, restore, helm uninstall."""
     kube = installed.kube
-    installed.helm_cmd("uninstall", RELEASE, "-n", installed.ns, "--wait")
+    for argv in installed.uninstall:
+        if argv[:2] == ["workload-resizer", "restore"]:
+            argv = [*argv, f"--only-namespace={installed.app_ns}"]      # not other tests' pods
+        print(installed.admin.run(argv).stdout[-2000:])
     wait_for("our pods to be gone", lambda: not installed.our_pods("webhook") + installed.our_pods("reconciler"),
              timeout=120)
-    restore = subprocess.run([sys.executable, "-m", "reconciler", "restore",
-                              f"--kubeconfig={installed.env['KUBECONFIG']}", f"--only-namespace={installed.app_ns}"],
-                             cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert restore.returncode == 0, restore.stdout + restore.stderr
     for pod in installed.app_pods():
         name = pod["metadata"]["name"]
         assert not [k for k in pod["metadata"].get("annotations") or {} if k.startswith(OURS)], name
@@ -374,5 +387,4 @@ def test_helm_uninstall_and_restore_leave_nothing_behind(installed: Installed) -
     assert left == {"configmaps": ["kube-root-ca.crt"], "serviceaccounts": ["default"], "leases": [RECONCILER],
                     "secrets": [f"{RELEASE}-ca", f"{WEBHOOK}-tls"]}, left
     kube.delete(f"/api/v1/namespaces/{installed.ns}")
-    wait_for(f"namespace {installed.ns} gone", lambda: not [
-        n for n in kube.get("/api/v1/namespaces")["items"] if n["metadata"]["name"] == installed.ns], timeout=120)
+    wait_for(f"namespace {installed.ns} gone", lambda: not namespace_exists(kube, installed.ns), timeout=120)
