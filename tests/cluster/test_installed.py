@@ -238,6 +238,7 @@ def installed(cluster: Any) -> Iterator[Installed]:
         for node in added:
             subprocess.run([str(HACK_CLUSTER), "remove-node", node], capture_output=True, env=env, timeout=300)
         shutil.rmtree(work, ignore_errors=True)
+        subprocess.run([str(HACK_IMAGE), "remove", "--tag", image], capture_output=True, timeout=120)
 
 
 def seconds_between(earlier: str, later: str) -> float:
