@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: all venv test unit-test cluster-test test-1.35 cluster-up cluster-down demo demo-down lint helm chart-lint image certmanager-build certmanager-up drills drills-ci bench clean
+.PHONY: all venv test unit-test cluster-test test-installed test-1.35 cluster-up cluster-down demo demo-down lint helm chart-lint image image-load certmanager-build certmanager-up drills drills-ci bench clean
 
 all: test
 
@@ -18,13 +18,14 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-## All tests: unit tests, then the cluster tests against hack/cluster (brought up if needed).
+## All tests: unit tests, then the cluster tests against hack/cluster (brought up if needed),
+## but the installed product (test-installed: builds the image, minutes; .ci/run runs it).
 test: venv
-	$(PYTEST) tests
+	$(PYTEST) -m "not installed" tests
 
 ## Types (mypy: strict for resizer/, reconciler/, app/), lint rules (ruff, also over the extensionless hack/cluster) and import layers (import-linter).
 lint: venv
-	$(VENV)/bin/ruff check . hack/cluster
+	$(VENV)/bin/ruff check . hack/cluster hack/image
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo
 	@unformatted="$$(gofmt -l bench/gowebhook bench/goreconciler)"; \
@@ -34,7 +35,11 @@ unit-test: venv
 	$(PYTEST) tests/unit
 
 cluster-test: venv
-	$(PYTEST) tests/cluster
+	$(PYTEST) -m "not installed" tests/cluster
+
+## The image built by buildah and the chart installed on real nodes (tests/cluster/test_installed.py).
+test-installed: venv
+	$(PYTEST) -m installed -rP tests/cluster/test_installed.py
 
 ## The control-plane suite against Kubernetes 1.35 (first GA of in-place resize), in its own state dir.
 test-1.35: venv
@@ -76,9 +81,16 @@ certmanager-up: cluster-up
 chart-lint:
 	$$(hack/tools build helm) lint --strict chart
 
-## Where a Docker engine exists (CI proves the image's install steps without one: tests/unit/test_dockerfile.py).
+## The image, built from the Dockerfile by buildah (Debian's; installed when missing) on a Debian base
+## built locally (the public python:3.11-slim cannot be pulled here). With Docker: docker build .
+IMAGE ?= workload-resizer.local/workload-resizer:dev
 image:
-	docker build -t workload-resizer:dev .
+	hack/image build --tag $(IMAGE)
+
+## The image imported into hack/cluster's real nodes' containerd (an OCI archive; hack/cluster load-image).
+image-load: image
+	@archive=$$(mktemp --suffix=.oci.tar) && hack/image archive $$archive --tag $(IMAGE) >/dev/null && \
+	  hack/cluster load-image $$archive; rc=$$?; rm -f $$archive; exit $$rc
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache

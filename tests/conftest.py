@@ -137,7 +137,7 @@ class RealNode:
     cgroup: str          # the kubelet's cgroupRoot, without the leading /
     directory: Path      # its state: STATE/nodes/NAME
     ns_inode: int        # its private mount namespace
-    kubelet_port: int    # the kubelet's HTTPS port on 127.0.0.1 (x509 clients of the cluster CA)
+    kubelet_port: int    # the kubelet's HTTPS port on the node's IP, in its network namespace
     pki: Path            # the cluster's CA and admin client certificate
 
 

@@ -547,12 +547,25 @@ def test_tls_mode_helm_keeps_the_certificate_on_upgrade(cluster, helm: str, name
     (["webhook.maxConnections=0"], "/webhook/maxConnections"),
     (["webhook.httpReadTimeout=soon"], "/webhook/httpReadTimeout"),
     (["reconciler.extraArgs[0]=dry-run"], "/reconciler/extraArgs/0"),
+    (["webhook.hostNetwork=sometimes"], "/webhook/hostNetwork"),
 ])
 def test_schema_rejects_bad_values(helm: str, bad: list[str], where: str) -> None:
     proc = template(helm, set_values=bad, check=False)
     assert proc.returncode != 0, f"--set {bad} was accepted"
     assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
     assert where in proc.stderr, proc.stderr
+
+
+def test_host_network_is_off_by_default_and_per_component(helm: str) -> None:
+    for deployment in find_all(render(helm), "Deployment"):
+        spec = deployment["spec"]["template"]["spec"]
+        assert "hostNetwork" not in spec and "dnsPolicy" not in spec
+    docs = render(helm, set_values=["reconciler.hostNetwork=true"])
+    webhook = find(docs, "Deployment", "workload-resizer-webhook")["spec"]["template"]["spec"]
+    reconciler = find(docs, "Deployment", "workload-resizer-reconciler")["spec"]["template"]["spec"]
+    assert "hostNetwork" not in webhook
+    # In the node's network namespace, cluster DNS still resolves Services.
+    assert (reconciler["hostNetwork"], reconciler["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
 
 
 def test_kube_version_requirement(helm: str) -> None:

@@ -9,7 +9,6 @@ container's cgroup files on the host.
 from __future__ import annotations
 
 import os
-import ssl
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -17,7 +16,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from resizer import RESIZE_STATE
@@ -68,12 +66,11 @@ def container_id(pod: dict[str, Any]) -> str:
     return app_status(pod)["containerID"].split("://", 1)[1]
 
 
-def kubelet_memory_usage(node: RealNode, pod: dict[str, Any]) -> int:
-    """The container's memory usage as the kubelet's stats provider sees it (its /stats/summary
-    on 127.0.0.1, the numbers its memory-decrease check uses); 0 until it has any."""
-    context = ssl.create_default_context(cafile=str(node.pki / "ca.crt"))
-    context.load_cert_chain(str(node.pki / "admin.crt"), str(node.pki / "admin.key"))
-    summary = httpx.get(f"https://127.0.0.1:{node.kubelet_port}/stats/summary", verify=context, timeout=10).json()
+def kubelet_memory_usage(kube: Kube, node: RealNode, pod: dict[str, Any]) -> int:
+    """The container's memory usage as the kubelet's stats provider sees it (its /stats/summary,
+    through the apiserver's node proxy: the numbers its memory-decrease check uses); 0 until it
+    has any."""
+    summary = kube.get(f"/api/v1/nodes/{node.name}/proxy/stats/summary")
     for stats in summary.get("pods") or []:
         if stats["podRef"]["uid"] == pod["metadata"]["uid"]:
             for c in stats.get("containers") or []:
@@ -281,7 +278,7 @@ def test_memory_limit_decrease_below_usage_is_an_error_and_changes_nothing(h: Ha
     """
     pod = deploy(h, "holder", real_node, args=["-hold-mib", "200"])
     name = pod["metadata"]["name"]
-    wait_for("the kubelet's stats to show the 200 MiB", lambda: kubelet_memory_usage(real_node, pod) >= 200 << 20,
+    wait_for("the kubelet's stats to show the 200 MiB", lambda: kubelet_memory_usage(h.kube, real_node, pod) >= 200 << 20,
              timeout=START_TIMEOUT)
     h.kube.resize(h.ns, name, memory_patch("128Mi"))
     condition = wait_for("PodResizeInProgress reason Error", lambda: next(

@@ -200,7 +200,7 @@ def test_actuation_error_is_reported_rechecked_with_backoff_then_set_back(h: Har
     h.relabel(real_node.name, "memfast")
     before = deploy(h, "holder", real_node, args=["-hold-mib", "200"])      # 1 CPU, 256Mi, using 200 MiB
     name = before["metadata"]["name"]
-    wait_for("the kubelet's stats to show the 200 MiB", lambda: kubelet_memory_usage(real_node, before) >= 200 << 20,
+    wait_for("the kubelet's stats to show the 200 MiB", lambda: kubelet_memory_usage(h.kube, real_node, before) >= 200 << 20,
              timeout=START_TIMEOUT)
     proc = h.reconciler("--resize-error-backoff=5s", "--resize-error-retries=2")
     first = h.wait_event(name, "ResizeError", timeout=START_TIMEOUT)

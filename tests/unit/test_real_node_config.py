@@ -91,8 +91,11 @@ def test_containerd_config(cluster: ModuleType, monkeypatch: pytest.MonkeyPatch,
 
 def test_kubelet_config(cluster: ModuleType, tmp_path: Path) -> None:
     node = cluster.RealNode("n1")
-    config = json.loads(cluster.kubelet_config(node, {"kubelet": 4001, "kubelet_healthz": 4002}, tmp_path, "100m"))
-    assert (config["address"], config["port"], config["readOnlyPort"]) == ("127.0.0.1", 4001, 0)
+    config = json.loads(cluster.kubelet_config(node, "198.18.0.2", {"kubelet": 4001, "kubelet_healthz": 4002},
+                                               tmp_path, "100m"))
+    # The node's IP exists only in its own network namespace: the apiserver reaches it through
+    # the egress proxy (logs, exec); nothing on the machine's network can.
+    assert (config["address"], config["port"], config["readOnlyPort"]) == ("198.18.0.2", 4001, 0)
     assert (config["healthzBindAddress"], config["healthzPort"]) == ("127.0.0.1", 4002)
     assert config["authentication"]["anonymous"]["enabled"] is False
     assert config["cgroupDriver"] == "cgroupfs"
@@ -138,10 +141,31 @@ def test_kubelet_of_a_quota_node_sets_no_container_quotas_on_cgroup_v1(cluster: 
     assert quota.kubelet_may_set_quotas
     ports = {"kubelet": 1, "kubelet_healthz": 2}
     node = cluster.RealNode("n1")
-    assert json.loads(cluster.kubelet_config(node, ports, tmp_path, "0"))["cpuCFSQuota"] is True
-    assert json.loads(cluster.kubelet_config(node, ports, tmp_path, "0", cpu_cfs_quota=False))["cpuCFSQuota"] is False
+    assert json.loads(cluster.kubelet_config(node, "198.18.0.2", ports, tmp_path, "0"))["cpuCFSQuota"] is True
+    assert json.loads(cluster.kubelet_config(node, "198.18.0.2", ports, tmp_path, "0",
+                                             cpu_cfs_quota=False))["cpuCFSQuota"] is False
 
 
 def test_node_images_include_the_calibrate_benchmark(cluster: ModuleType) -> None:
     spec = cluster.node_images_spec()
     assert "./calibrate" in spec.packages and "calibrate/main.go" in spec.files
+
+
+def test_node_ips_are_distinct_and_never_a_real_networks(cluster: ModuleType) -> None:
+    state: dict = {"real_nodes": {}}
+    first = cluster.node_ip(state)
+    assert first == "198.18.0.2"                 # RFC 2544 benchmarking range
+    state["real_nodes"]["a"] = {"ip": first}
+    state["real_nodes"]["b"] = {"ip": "198.18.0.3"}
+    assert cluster.node_ip(state) == "198.18.0.4"
+    del state["real_nodes"]["a"]
+    assert cluster.node_ip(state) == "198.18.0.2"    # freed by remove-node, reused
+
+
+def test_egress_selector_sends_only_cluster_traffic_to_the_proxy(cluster: ModuleType, tmp_path: Path) -> None:
+    config = json.loads(cluster.egress_selector_config(tmp_path / "egress.sock"))
+    assert config["kind"] == "EgressSelectorConfiguration"
+    by_name = {s["name"]: s["connection"] for s in config["egressSelections"]}
+    assert by_name["cluster"] == {"proxyProtocol": "HTTPConnect",
+                                  "transport": {"uds": {"udsName": str(tmp_path / "egress.sock")}}}
+    assert by_name["controlplane"] == by_name["etcd"] == {"proxyProtocol": "Direct"}

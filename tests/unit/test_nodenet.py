@@ -1,0 +1,105 @@
+"""hack/nodenet.py's egress proxy: CONNECT to a real node's address is relayed (dialled in that
+node's network namespace), anything else is refused at once and never dialled."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hack import nodenet
+
+# setns(2) into a network namespace, even the caller's own, needs CAP_SYS_ADMIN.
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="setns needs CAP_SYS_ADMIN (run as root, as CI does)")
+
+
+@pytest.fixture
+def echo_server() -> Iterator[int]:
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(1024):
+                    conn.sendall(data.upper())
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """The egress proxy on a unix socket, for a state dir whose one real node is this process's
+    own network namespace at 127.0.0.1."""
+    state = tmp_path / "state"
+    state.mkdir()
+    sock = tmp_path / "egress.sock"
+    args = argparse.Namespace(state=str(state), socket=str(sock))
+    threading.Thread(target=nodenet.egress, args=(args,), daemon=True).start()
+    for _ in range(100):
+        if sock.exists():
+            break
+        threading.Event().wait(0.02)
+    yield state, sock
+
+
+def write_nodes(state: Path, nodes: dict[str, dict[str, str]]) -> None:
+    (state / "state.json").write_text(json.dumps({"real_nodes": nodes}))
+
+
+def connect(sock: Path, target: str) -> tuple[socket.socket, bytes]:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(5)
+    client.connect(str(sock))
+    client.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = client.recv(1024)
+        if not chunk:
+            break
+        head += chunk
+    return client, head
+
+
+@needs_root
+def test_connect_to_a_real_nodes_address_is_relayed_inside_its_namespace(
+        proxy: tuple[Path, Path], echo_server: int) -> None:
+    state, sock = proxy
+    write_nodes(state, {"n1": {"ip": "127.0.0.1", "netns": "/proc/self/ns/net"}})
+    client, head = connect(sock, f"127.0.0.1:{echo_server}")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    client.sendall(b"hello")
+    assert client.recv(1024) == b"HELLO"
+    client.close()
+
+
+def test_connect_to_any_other_address_is_refused_without_dialling(proxy: tuple[Path, Path], echo_server: int) -> None:
+    state, sock = proxy
+    write_nodes(state, {"n1": {"ip": "198.18.0.2", "netns": "/proc/self/ns/net"}})
+    # The echo server listens there, but 127.0.0.1 is no real node's address: never dialled.
+    client, head = connect(sock, f"127.0.0.1:{echo_server}")
+    assert head.startswith(b"HTTP/1.1 502"), head
+    assert client.recv(1024) == b""       # closed
+    client.close()
+
+
+def test_a_missing_state_file_refuses_everything(proxy: tuple[Path, Path]) -> None:
+    _, sock = proxy
+    client, head = connect(sock, "198.18.0.2:10250")
+    assert head.startswith(b"HTTP/1.1 502"), head
+    client.close()
+
+
+def test_split_host_port() -> None:
+    assert nodenet.split_host_port("10.96.0.1:443") == ("10.96.0.1", 443)
+    assert nodenet.split_host_port("[::1]:8443") == ("::1", 8443)
