@@ -189,10 +189,11 @@ def test_clear_errors_change_nothing(h: Harness, nodes: tuple[RealNode, RealNode
     assert proc.returncode == 1, proc.stderr + proc.stdout
     assert "ErrImageNeverPull" in proc.stdout and "FAILED" in proc.stdout
 
-    # A benchmark that prints no score line: which contract it broke.
+    # No termination message: the score line is read from the log (kubectl logs works on the real
+    # node: the apiserver reaches its kubelet through the node's network namespace).
     proc = calibrate(h, "--repeats=2", "--command", "/calibrate -duration=100ms -termination-log=")
-    assert proc.returncode == 1, proc.stderr + proc.stdout
-    assert "empty termination message and its log cannot be read" in proc.stdout
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    # A benchmark that fails: which contract it broke.
     proc = calibrate(h, "--repeats=2", "--command", "/calibrate -duration=100ms -nope")
     assert proc.returncode == 1 and "the benchmark failed (exit code 2" in proc.stdout, proc.stdout
 
