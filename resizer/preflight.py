@@ -56,11 +56,12 @@ class Hold:
     constraint: Constraint
     name: str
     detail: str
+    subject: str = ""       # what of the object refuses it (a quota's resource name, a node's resource)
 
     @property
     def fingerprint(self) -> str:
-        """What identifies this hold: the same one is reported once."""
-        return f"{self.constraint}/{self.name}: {self.detail}"
+        """What identifies this hold (not the amounts, which move while it waits): reported once."""
+        return f"{self.constraint}/{self.name}/{self.subject or self.detail}"
 
     def message(self) -> str:
         what = {"LimitRange": "LimitRange", "ResourceQuota": "ResourceQuota", "NodeHeadroom": "node"}[self.constraint]
@@ -213,9 +214,9 @@ def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any],
         for quota in sorted(quotas, key=lambda o: str((o.get("metadata") or {}).get("name"))):
             if not _quota_applies(quota, best_effort):
                 continue
-            detail = _quota_excess(quota, before, after)
-            if detail is not None:
-                return Hold("ResourceQuota", str((quota.get("metadata") or {}).get("name")), detail)
+            excess = _quota_excess(quota, before, after)
+            if excess is not None:
+                return Hold("ResourceQuota", str((quota.get("metadata") or {}).get("name")), excess[1], excess[0])
     except QuantityError:
         return None
     return None
@@ -231,7 +232,8 @@ def _quota_applies(quota: Mapping[str, Any], best_effort: bool) -> bool:
     return not (("BestEffort" in scopes and not best_effort) or ("NotBestEffort" in scopes and best_effort))
 
 
-def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> str | None:
+def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> tuple[str, str] | None:
+    """The quota's resource name the change exceeds, and how."""
     status = quota.get("status") or {}
     hard = status.get("hard") or (quota.get("spec") or {}).get("hard") or {}
     used = status.get("used") or {}
@@ -246,8 +248,8 @@ def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> st
         in_use = _amount(resource, used.get(name, 0))
         limit = _amount(resource, value)
         if in_use + delta > limit:
-            return (f"{name}: used {_show(resource, in_use)} + {_show(resource, delta)} would exceed "
-                    f"hard {value}")
+            return name, (f"{name}: used {_show(resource, in_use)} + {_show(resource, delta)} would exceed "
+                          f"hard {value}")
     return None
 
 
@@ -285,7 +287,7 @@ def node_hold(node: Mapping[str, Any], pod: Mapping[str, Any], resized: Mapping[
             if want > room:
                 return Hold("NodeHeadroom", str((node.get("metadata") or {}).get("name")),
                             f"{r}: needs {_show(r, want)}, {_show(r, max(room, 0))} free of "
-                            f"{allocatable[r]} allocatable")
+                            f"{allocatable[r]} allocatable", r)
     except QuantityError:
         return None
     return None

@@ -109,7 +109,8 @@ def test_quota_charges_the_increase_only() -> None:
     p = pod(container("app", "500m"))
     nearly_full = quota("q", {"requests.cpu": "2"}, {"requests.cpu": "1800m"})
     hold = quota_hold(p, apply_patch(p, resize("app", "800m")), [nearly_full])
-    assert hold == Hold("ResourceQuota", "q", "requests.cpu: used 1800m + 300m would exceed hard 2")
+    assert hold == Hold("ResourceQuota", "q", "requests.cpu: used 1800m + 300m would exceed hard 2", "requests.cpu")
+    assert hold.fingerprint == "ResourceQuota/q/requests.cpu"
     assert quota_hold(p, apply_patch(p, resize("app", "700m")), [nearly_full]) is None     # exactly fills it
     assert quota_hold(p, apply_patch(p, resize("app", "100m")), [quota("q", {"cpu": "1"}, {"cpu": "5"})]) is None
 
