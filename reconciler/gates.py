@@ -27,6 +27,9 @@ class Held:
     report: bool = True             # False: a transient wait (a cache not synced yet), not worth an Event
 
 
+VPA = "VerticalPodAutoscaler"
+
+
 class Gate(Protocol):
     def admit(self, pod: Obj) -> Held | None:
         """Before planning: whether the pod is to be left alone."""
@@ -71,7 +74,9 @@ class HoldMemory:
             metrics.RESIZES_HELD.labels(held.constraint).inc()
         return held.report and (old is None or old.fingerprint != held.fingerprint)
 
-    def release(self, uid: str) -> None:
-        old = self._held.pop(uid, None)
-        if old is not None:
+    def release(self, uid: str, constraint: str | None = None) -> None:
+        """The pod is no longer held (only if held for `constraint`, when given)."""
+        old = self._held.get(uid)
+        if old is not None and constraint in (None, old.constraint):
+            del self._held[uid]
             metrics.RESIZES_HELD.labels(old.constraint).dec()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from reconciler.gates import Held
+from reconciler.gates import VPA, Held
 from reconciler.kube import KubeClient
 from reconciler.kube.informer import Informer, object_key
 from reconciler.kube.slim import Obj
@@ -81,10 +81,10 @@ class Preflight:
         if verdict is None:
             return None
         if isinstance(verdict, Unresolved):
-            return Held(Reason.VPA_MANAGED, "VerticalPodAutoscaler",
+            return Held(Reason.VPA_MANAGED, VPA,
                         f"waiting for {verdict.owner.kind} {verdict.owner.name} in the cache", "unresolved",
                         requeue_after=UNRESOLVED_RETRY, report=False)
-        return Held(Reason.VPA_MANAGED, "VerticalPodAutoscaler", verdict.message(),
+        return Held(Reason.VPA_MANAGED, VPA, verdict.message(),
                     f"VerticalPodAutoscaler/{verdict.vpa}/{verdict.mode}")
 
     def preflight(self, pod: Obj, node: Obj, patch: Obj) -> Held | None:
