@@ -28,6 +28,9 @@ from resizer import EMPTY_KEYRING, KeyRing, needs_resign
 
 log = logging.getLogger("reconciler")
 
+# Tests and embedders that do not ask for them get no preflight and no VPA watch.
+NO_PREFLIGHT = PreflightSettings(checks=(), skip_vpa_managed=False)
+
 # A pod-event filter: False means the manager never queues the pod (e.g. a namespace scope).
 PodFilter = Callable[[Obj], bool]
 
@@ -37,7 +40,7 @@ class Manager:
                  options: ControllerSettings, idle_timeout: float = 90.0, fault: FaultHook = no_fault,
                  pod_filters: tuple[PodFilter, ...] = (),
                  keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING,
-                 preflight: PreflightSettings = PreflightSettings(checks=(), skip_vpa_managed=False),
+                 preflight: PreflightSettings = NO_PREFLIGHT,
                  recheck_interval: float = 30.0) -> None:
         self.queue = queue
         self._options = options
