@@ -13,6 +13,7 @@ Guaranteed container is planned to grow to 2 cpu.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,20 @@ def test_vpa_in_an_updating_mode_is_left_alone_and_off_composes(h: Harness) -> N
                  {"spec": {"updatePolicy": {"updateMode": "Off"}}})
     h.wait_applied("managed", "slow")
     assert reconciler.metric("workload_resizer_resizes_held", constraint="VerticalPodAutoscaler") == 0
+
+
+def test_plan_shows_what_preflight_would_hold(h: Harness) -> None:
+    from tests.cluster.test_plan_command import run_plan
+    node = h.node("plan", "slow")
+    h.kube.create(f"/api/v1/namespaces/{h.ns}/limitranges", {
+        "metadata": {"name": "cpu-max"}, "spec": {"limits": [{"type": "Container", "max": {"cpu": "1500m"}}]}})
+    h.deploy("web", node, [guaranteed()])
+    pod = h.wait_running("web")[0]
+    done = run_plan(h, "--output=json")
+    assert done.returncode == 0, done.stderr
+    held = [e for e in json.loads(done.stdout)["held"] if e["namespace"] == h.ns]
+    assert held == [{"namespace": h.ns, "name": pod["metadata"]["name"], "node": node, "reason": "ResizeHeld",
+                     "constraint": "LimitRange", "object": "cpu-max",
+                     "detail": "container app: cpu limit 2 is above the maximum 1500m"}]
+    table = run_plan(h)
+    assert f"{h.ns}/{pod['metadata']['name']} on {node}: ResizeHeld: LimitRange cpu-max" in table.stdout, table.stdout
