@@ -25,6 +25,8 @@ class Held:
     fingerprint: str                # the same hold is reported once
     requeue_after: float | None = None
     report: bool = True             # False: a transient wait (a cache not synced yet), not worth an Event
+    # Held at most this long (seconds), then sent anyway (None: until the constraint changes).
+    at_most: float | None = None
 
 
 VPA = "VerticalPodAutoscaler"
@@ -59,15 +61,21 @@ class HoldMemory:
 
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
+        self._since: dict[str, float] = {}      # when the pod's current hold began (clock seconds)
 
     @property
     def held(self) -> Mapping[str, Held]:
         return self._held
 
-    def hold(self, uid: str, held: Held) -> bool:
+    def since(self, uid: str) -> float | None:
+        return self._since.get(uid)
+
+    def hold(self, uid: str, held: Held, now: float = 0.0) -> bool:
         """Record the pod as held; True if this hold was not the pod's last one (report it)."""
         old = self._held.get(uid)
         self._held[uid] = held
+        if old is None or old.fingerprint != held.fingerprint:
+            self._since[uid] = now
         if old is None or old.constraint != held.constraint:
             if old is not None:
                 metrics.RESIZES_HELD.labels(old.constraint).dec()
@@ -79,4 +87,5 @@ class HoldMemory:
         old = self._held.get(uid)
         if old is not None and constraint in (None, old.constraint):
             del self._held[uid]
+            self._since.pop(uid, None)
             metrics.RESIZES_HELD.labels(old.constraint).dec()

@@ -91,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "them would refuse is held (one ResizeHeld event) and decided again when the constraint "
                             "changes. Any of: " + ", ".join(PREFLIGHT_CHECKS) + " (empty: none; needs list/watch on "
                             "limitranges and resourcequotas)")
+    gates.add_argument("--node-room-wait", type=duration, default=600.0,
+                       help="an increase held for room on its node (NodeHeadroom: decreases there still pending, or "
+                            "the node full) is sent after this long anyway; the kubelet then keeps it Deferred "
+                            "until room frees")
+    gates.add_argument("--upsize-critical-pods", type=boolean, default=False, metavar="BOOL",
+                       help="also grow pods at system-cluster-critical priority or above (the kubelet may evict "
+                            "other pods to admit them); false: their increases are held (ResizeHeld)")
     gates.add_argument("--skip-vpa-managed", type=boolean, default=True, metavar="BOOL",
                        help="leave alone (one VPAManaged event) pods whose owner a VerticalPodAutoscaler in an "
                             "updating mode (Auto, Recreate, InPlaceOrRecreate, InPlace) targets; Off and Initial "
@@ -154,7 +161,8 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
             max_resizes_per_second=args.max_resizes_per_second, deferred_timeout=args.resize_deferred_timeout,
             error_retries=args.resize_error_retries, error_backoff=args.resize_error_backoff),
         preflight=PreflightSettings(checks=tuple(dict.fromkeys(args.preflight_checks)),
-                                    skip_vpa_managed=args.skip_vpa_managed),
+                                    skip_vpa_managed=args.skip_vpa_managed, node_room_wait=args.node_room_wait,
+                                    upsize_critical_pods=args.upsize_critical_pods),
         leader_election=LeaderElectionSettings(
             enabled=args.leader_elect,
             namespace=args.leader_election_namespace or args.config_namespace,

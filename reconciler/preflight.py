@@ -19,7 +19,7 @@ from reconciler.kube.slim import Obj
 from reconciler.reasons import Reason
 from reconciler.settings import PreflightSettings
 from reconciler.vpa import VpaWatch
-from resizer.preflight import Hold, apply_patch, limit_range_hold, node_hold, quota_hold
+from resizer.preflight import Hold, apply_patch, critical_hold, limit_range_hold, node_hold, quota_hold
 from resizer.vpa import Unresolved
 
 log = logging.getLogger("reconciler.preflight")
@@ -96,12 +96,19 @@ class Preflight:
         waits_for = ("node", str(node["metadata"]["name"])) if hold.constraint == "NodeHeadroom" \
             else ("namespace", str(pod["metadata"].get("namespace")))
         self._waiting.setdefault(waits_for, set()).add(key)
-        return Held(Reason.RESIZE_HELD, hold.constraint, hold.message(), hold.fingerprint)
+        room = hold.constraint == "NodeHeadroom" and "beyond" not in hold.subject    # not one that can never fit
+        return Held(Reason.RESIZE_HELD, hold.constraint, hold.message(), hold.fingerprint,
+                    requeue_after=self.settings.node_room_wait if room else None,
+                    at_most=self.settings.node_room_wait if room else None)
 
     def judge(self, pod: Obj, node: Obj | None, patch: Obj) -> Hold | None:
         """The first constraint that would refuse `patch` (pods/resize) for `pod` on `node`."""
         namespace = str(pod["metadata"].get("namespace"))
         resized = apply_patch(pod, patch)
+        if not self.settings.upsize_critical_pods:
+            hold = critical_hold(pod, resized)
+            if hold is not None:
+                return hold
         if self.limit_ranges is not None:
             hold = limit_range_hold(resized, _in_namespace(self.limit_ranges, namespace))
             if hold is not None:

@@ -56,6 +56,10 @@ class PreflightSettings:
 
     checks: tuple[str, ...] = PREFLIGHT_CHECKS
     skip_vpa_managed: bool = True
+    # An increase waits for room on its node at most this long (seconds), then is sent: the
+    # kubelet keeps it Deferred and applies it once room frees (reported as such).
+    node_room_wait: float = 600.0
+    upsize_critical_pods: bool = False
 
     @property
     def limit_ranges(self) -> bool:

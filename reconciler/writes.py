@@ -135,7 +135,7 @@ class Writes:
             await self._realign_limiter.take()      # --max-resizes-per-second
         async with self._node_locks[str(pod["spec"]["nodeName"])]:
             held = self._c.gate.preflight(pod, node, plan.patch)    # a resize that would be refused
-            if held is not None:
+            if held is not None and not self._waited_enough(pod, held):
                 return await self.held(pod, plan, held)
             self._c.holds.release(pod_uid(pod))
             try:
@@ -159,10 +159,24 @@ class Writes:
     async def held(self, pod: Obj, plan: ResizePlan | None, held: Held) -> Result:
         """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`);
         each distinct hold is reported once."""
-        if self._c.holds.hold(pod_uid(pod), held):
+        uid = pod_uid(pod)
+        if self._c.holds.hold(uid, held, self._c.clock()):
             event_type = EventType.WARNING if held.constraint in ("LimitRange", "ResourceQuota") else EventType.NORMAL
             await self._reporter.report(pod, plan, event_type, held.reason, held.message)
+        if held.at_most is not None and held.requeue_after is not None:
+            since = self._c.holds.since(uid) or self._c.clock()
+            return Result(requeue_after=max(1.0, since + held.at_most - self._c.clock()))
         return Result(requeue_after=held.requeue_after)
+
+    def _waited_enough(self, pod: Obj, held: Held) -> bool:
+        """A bounded hold (room on the node) that has lasted its bound: the resize goes out anyway."""
+        if held.at_most is None:
+            return False
+        previous = self._c.holds.held.get(pod_uid(pod))
+        since = self._c.holds.since(pod_uid(pod))
+        if previous is None or previous.fingerprint != held.fingerprint or since is None:
+            return False
+        return self._c.clock() - since >= held.at_most
 
     async def _originals_not_recorded(self, pod: Obj, signature: tuple[Any, ...], plan: ResizePlan,
                                       err: ApiError) -> Result:

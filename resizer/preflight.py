@@ -30,13 +30,17 @@ __all__ = [
     "Constraint",
     "Hold",
     "apply_patch",
+    "critical_hold",
     "limit_range_hold",
     "node_hold",
     "pod_totals",
     "quota_hold",
 ]
 
-Constraint = Literal["LimitRange", "ResourceQuota", "NodeHeadroom"]
+Constraint = Literal["LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPriority"]
+# system-cluster-critical and system-node-critical and above: the kubelet may evict other pods to
+# admit them (KEP-1287), so growing them in place is the admin's choice.
+CRITICAL_PRIORITY = 2_000_000_000
 Kind = Literal["requests", "limits"]
 _RESOURCES = ("cpu", "memory")
 # ResourceQuota resource names a pod's cpu and memory are charged to.
@@ -64,6 +68,8 @@ class Hold:
         return f"{self.constraint}/{self.name}/{self.subject or self.detail}"
 
     def message(self) -> str:
+        if self.constraint == "CriticalPriority":
+            return f"resize held: {self.detail}"
         what = {"LimitRange": "LimitRange", "ResourceQuota": "ResourceQuota", "NodeHeadroom": "node"}[self.constraint]
         return f"resize held: {what} {self.name} would refuse it ({self.detail}); retried when it changes"
 
@@ -283,11 +289,34 @@ def node_hold(node: Mapping[str, Any], pod: Mapping[str, Any], resized: Mapping[
                 used[r] += max(spec_totals.get(("requests", r), 0), actual.get(r, 0))
         for r in growing:
             want = after.get(("requests", r), 0)
-            room = _amount(r, allocatable[r]) - used[r]
-            if want > room:
-                return Hold("NodeHeadroom", str((node.get("metadata") or {}).get("name")),
-                            f"{r}: needs {_show(r, want)}, {_show(r, max(room, 0))} free of "
-                            f"{allocatable[r]} allocatable", r)
+            total = _amount(r, allocatable[r])
+            room = total - used[r]
+            name = str((node.get("metadata") or {}).get("name"))
+            if want > total:        # what the kubelet calls Infeasible: never, until the node grows
+                return Hold("NodeHeadroom", name, f"{r}: needs {_show(r, want)}, more than the node's "
+                                                  f"{allocatable[r]} allocatable", f"{r} beyond allocatable")
+            if want > room:         # Deferred: once other pods free room
+                return Hold("NodeHeadroom", name, f"{r}: needs {_show(r, want)}, {_show(r, max(room, 0))} free of "
+                                                  f"{allocatable[r]} allocatable", r)
     except QuantityError:
         return None
     return None
+
+
+# ---------------------------------------------------------------- critical pods
+
+def critical_hold(pod: Mapping[str, Any], resized: Mapping[str, Any]) -> Hold | None:
+    """An increase of a pod at system-cluster-critical priority or above (held unless allowed)."""
+    priority = (pod.get("spec") or {}).get("priority")
+    if not isinstance(priority, int) or priority < CRITICAL_PRIORITY:
+        return None
+    try:
+        before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
+    except QuantityError:
+        return None
+    growing = [r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0)]
+    if not growing:
+        return None
+    return Hold("CriticalPriority", str(priority),
+                f"pod priority {priority} is system-critical: growing its {' and '.join(growing)} in place may "
+                f"make the kubelet evict other pods (--upsize-critical-pods allows it)", "upsize")

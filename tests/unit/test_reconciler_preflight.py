@@ -36,15 +36,17 @@ class World:
     """The fake apiserver, a reconciler with a Preflight gate over hand-filled caches."""
 
     def __init__(self, fake: FakeCluster, checks: tuple[str, ...] = ("LimitRange", "ResourceQuota", "NodeHeadroom"),
-                 vpa: VpaWatch | None = None, config: Any = CONFIG) -> None:
+                 vpa: VpaWatch | None = None, config: Any = CONFIG, **settings: Any) -> None:
         self.fake = fake
         self.requeued: list[str] = []
-        self.preflight = Preflight(None, PreflightSettings(checks=checks, skip_vpa_managed=vpa is not None),  # type: ignore[arg-type]
+        self.clock = FakeClock()
+        self.preflight = Preflight(None, PreflightSettings(checks=checks, skip_vpa_managed=vpa is not None,  # type: ignore[arg-type]
+                                                           **settings),
                                    self.node_pods, self.requeued.extend, vpa)
         for cache in self.preflight.informers:
             cache.synced.set()
         self.reconciler = PodResizeReconciler(fake, fake, fake, FakeConfig(config),
-                                              ControllerSettings(node_type_label=LABEL), clock=FakeClock(),
+                                              ControllerSettings(node_type_label=LABEL), clock=self.clock,
                                               keyring=lambda: KEYS, gate=self.preflight)
 
     def node_pods(self, node: str) -> list[dict[str, Any]]:
@@ -138,6 +140,49 @@ def test_an_increase_waits_for_the_room_a_pending_decrease_frees() -> None:
     assert w2.requeued == [KEY]
     w2.reconcile()
     assert w2.fake.ops().count("resize") == 1
+
+
+def crowded(w: World) -> None:
+    """Another pod on the node holds 6 of its 8 cpu: 2 - 1 free, the pod's growth (+1 cpu) needs 2 in all."""
+    other = pod(cpu="6500m")
+    other["metadata"].update(name="db-1", uid="uid-2")
+    w.fake.add_pod(other)
+
+
+def test_an_increase_waits_for_room_at_most_node_room_wait_then_is_sent() -> None:
+    w = world_growing(node_room_wait=300.0)
+    crowded(w)
+    result = w.reconcile()
+    assert "resize" not in w.fake.ops() and result.requeue_after == 300.0
+    w.clock.advance(200)
+    assert w.reconcile().requeue_after == 100.0 and reasons(w.fake) == ["ResizeHeld"]
+    w.clock.advance(100)
+    w.reconcile()
+    assert w.fake.ops().count("resize") == 1 and reasons(w.fake) == ["ResizeHeld"]     # the kubelet takes it from here
+
+
+def test_more_than_the_whole_node_is_held_without_a_bound() -> None:
+    w = world_growing(node_room_wait=1.0)
+    w.fake.nodes["node-1"]["status"]["allocatable"]["cpu"] = "1500m"
+    assert w.reconcile().requeue_after is None
+    w.clock.advance(10)
+    w.reconcile()
+    assert "resize" not in w.fake.ops() and "more than the node's 1500m allocatable" in w.fake.events[0].message
+
+
+def test_critical_pods_are_not_grown_unless_allowed() -> None:
+    for allowed in (False, True):
+        fake = cluster(pod(stamped=True), family="slow")
+        for key in fake.pods:
+            fake.pods[key]["spec"]["priority"] = 2_000_001_000      # system-node-critical
+        fake.sync()
+        w = World(fake, config=GROW_CONFIG, upsize_critical_pods=allowed)
+        w.reconcile()
+        if allowed:
+            assert w.fake.ops().count("resize") == 1
+        else:
+            assert "resize" not in w.fake.ops() and reasons(w.fake) == ["ResizeHeld"]
+            assert "system-critical" in w.fake.events[0].message
 
 
 def test_a_resize_just_sent_counts_on_its_node_until_the_cache_shows_it() -> None:

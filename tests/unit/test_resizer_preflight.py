@@ -151,3 +151,9 @@ def test_node_room_counts_the_larger_of_spec_and_actual_of_other_pods() -> None:
 def test_a_decrease_always_fits() -> None:
     me = pod(container("c0", "3"))
     assert node_hold(NODE, me, apply_patch(me, resize("c0", "2")), [pod(container("c0", "4"))]) is None
+
+
+def test_more_than_the_whole_node_is_named_so() -> None:
+    me = pod(container("c0", "3"))
+    hold = node_hold(NODE, me, apply_patch(me, resize("c0", "5")), [])
+    assert hold is not None and hold.detail == "cpu: needs 5, more than the node's 4 allocatable"
