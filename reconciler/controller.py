@@ -294,6 +294,9 @@ class PodResizeReconciler:
             return await terminal(pod, signature, plan, EventType.WARNING, Reason.UNKNOWN_NODE_TYPE,
                                   f"node type {node_type!r} of node {pod['spec']['nodeName']} is not in "
                                   f"the config's nodeTypes (rule {plan.rule}); pod left unchanged")
+        if plan.outcome == "PodLevelResources":
+            return await terminal(pod, signature, plan, EventType.WARNING, Reason.POD_LEVEL_RESOURCES,
+                                  f"not resized for {context}: {plan.summary()}")
         if plan.outcome == "QoSChange":
             return await terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
                                   f"not resized for {context}: {plan.summary()}")

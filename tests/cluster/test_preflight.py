@@ -14,12 +14,13 @@ Guaranteed container is planned to grow to 2 cpu.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from devkit.kube import ApiError, wait_for
+from devkit.kube import ApiError, deployment, wait_for
 from resizer import SKIP
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, resources
 
@@ -146,3 +147,21 @@ def test_plan_shows_what_preflight_would_hold(h: Harness) -> None:
                      "detail": "container app: cpu limit 2 is above the maximum 1500m"}]
     table = run_plan(h)
     assert f"{h.ns}/{pod['metadata']['name']} on {node}: ResizeHeld: LimitRange cpu-max" in table.stdout, table.stdout
+
+
+def test_pod_level_resources_are_left_alone_with_an_event(h: Harness) -> None:
+    node = h.node("podlevel", "slow")
+    manifest = deployment("pl", 1, [guaranteed()], node_selector={"kubernetes.io/hostname": node})
+    manifest["spec"]["template"]["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "256Mi"},
+                                                         "limits": {"cpu": "1", "memory": "256Mi"}}
+    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+    pod = h.wait_running("pl")[0]
+    name = pod["metadata"]["name"]
+    before = resizes_served(h)
+    h.reconciler()
+    event = h.wait_event(name, "PodLevelResources")
+    assert event["type"] == "Warning" and "spec.resources" in event["message"], event
+    h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"labels": {"poke": "1"}}})
+    time.sleep(2)
+    assert resizes_served(h) == before and h.reasons(name) == ["PodLevelResources"]
+    assert resources(h.pod(name)) == resources(pod) and applied(h.pod(name)) is None

@@ -237,3 +237,15 @@ def test_an_owner_not_cached_yet_is_waited_for_quietly() -> None:
     w = World(cluster(pod(stamped=True)), vpa=watch)
     result = w.reconcile()
     assert w.fake.writes == [] and reasons(w.fake) == [] and result.requeue_after is not None
+
+
+def test_a_pod_with_pod_level_resources_is_left_alone_once() -> None:
+    fake = cluster(pod(stamped=True))
+    for key in fake.pods:
+        fake.pods[key]["spec"]["resources"] = {"requests": {"cpu": "2", "memory": "512Mi"}}
+    fake.sync()
+    w = World(fake)
+    w.reconcile()
+    w.reconcile()
+    assert w.fake.writes == [] and reasons(w.fake) == ["PodLevelResources"]
+    assert w.fake.events[0].type == "Warning" and "spec.resources" in w.fake.events[0].message

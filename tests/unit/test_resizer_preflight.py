@@ -157,3 +157,17 @@ def test_more_than_the_whole_node_is_named_so() -> None:
     me = pod(container("c0", "3"))
     hold = node_hold(NODE, me, apply_patch(me, resize("c0", "5")), [])
     assert hold is not None and hold.detail == "cpu: needs 5, more than the node's 4 allocatable"
+
+
+# ---------------------------------------------------------------- pod-level resources (plan)
+
+def test_a_pod_with_pod_level_resources_is_not_planned() -> None:
+    from resizer import SAMPLE_CONFIG, load_config, plan_resize, resolve_policy
+    config = load_config(SAMPLE_CONFIG)
+    p = pod(container("app", "1"))
+    assert plan_resize(p, resolve_policy(config, p), "n4").outcome == "Resize"
+    p["spec"]["resources"] = {"requests": {"cpu": "2"}}
+    plan = plan_resize(p, resolve_policy(config, p), "n4")
+    assert plan.outcome == "PodLevelResources" and plan.patch == {} and "pod-level resources" in plan.summary()
+    p["spec"]["resources"] = {"requests": {"hugepages-2Mi": "2Mi"}}      # no cpu or memory at pod level
+    assert plan_resize(p, resolve_policy(config, p), "n4").outcome == "Resize"
