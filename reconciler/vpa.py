@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from reconciler.kube import ApiError, KubeClient
@@ -21,6 +22,10 @@ log = logging.getLogger("reconciler.vpa")
 
 GROUP_VERSION = "/apis/autoscaling.k8s.io/v1"
 RESOURCE = "verticalpodautoscalers"
+# An owner still missing from a synced cache this long after it was first looked up does not
+# exist (e.g. a ReplicaSet deleted with its pods orphaned): the chain ends there. Shorter, and a
+# pod seen before its ReplicaSet's watch event could be resized under a VPA.
+OWNER_GRACE = 30.0
 # The owners a pod's chain goes through, by kind: where to list them.
 OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
 
@@ -52,7 +57,7 @@ class VpaWatch:
     """
 
     def __init__(self, client: KubeClient, on_change: Callable[[str | None], None], idle_timeout: float = 90.0,
-                 recheck_interval: float = 30.0) -> None:
+                 recheck_interval: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
         self._on_change = on_change
         self._idle_timeout = idle_timeout
@@ -62,6 +67,8 @@ class VpaWatch:
         self.owners: dict[str, Informer] = {}
         self._index: dict[str, dict[Owner, tuple[str, str]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._clock = clock
+        self._missing_since: dict[tuple[str, str, str], float] = {}     # owners looked up and not cached
         self.checked = asyncio.Event()      # discovery answered once
 
     # ---- the answer
@@ -92,7 +99,8 @@ class VpaWatch:
             return NO_OWNER         # a kind we do not follow: the chain ends here
         cached = informer.store.get(f"{namespace}/{owner.name}")
         if cached is None:
-            return None
+            first = self._missing_since.setdefault((namespace, owner.kind, owner.name), self._clock())
+            return NO_OWNER if self._clock() - first >= OWNER_GRACE else None
         parent = cached["metadata"]["owner"]
         return Owner(str(parent["kind"]), str(parent["name"])) if parent else NO_OWNER
 
@@ -142,8 +150,9 @@ class VpaWatch:
     def _start(self) -> None:
         self.vpas = Informer(self._client, RESOURCE, f"{GROUP_VERSION}/{RESOURCE}", slim_vpa, self._on_vpa,
                              idle_timeout=self._idle_timeout)
-        self.owners = {kind: Informer(self._client, path.rsplit("/", 1)[-1], path, slim_owned, self._on_owner,
-                                      idle_timeout=self._idle_timeout) for kind, path in OWNER_PATHS.items()}
+        self.owners = {kind: Informer(self._client, path.rsplit("/", 1)[-1], path, slim_owned,
+                                      self._owner_handler(kind), idle_timeout=self._idle_timeout)
+                       for kind, path in OWNER_PATHS.items()}
         self._tasks = [asyncio.create_task(i.run(), name=f"vpa {i.resource}") for i in self._informers()]
         for task in self._tasks:
             task.add_done_callback(_log_crash)
@@ -155,6 +164,7 @@ class VpaWatch:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks, self.vpas, self.owners, self._index = [], None, {}, {}
+        self._missing_since.clear()
 
     def _on_vpa(self, kind: str, vpa: Obj, old: Obj | None) -> None:
         if old is not None and kind != "DELETED" and old["spec"] == vpa["spec"]:
@@ -163,12 +173,14 @@ class VpaWatch:
         self._index = vpa_index(self.vpas.store.values())
         self._on_change(str(vpa["metadata"].get("namespace") or ""))
 
-    def _on_owner(self, kind: str, obj: Obj, old: Obj | None) -> None:
-        """A new owner completes the chain of pods seen before it (held as Unresolved meanwhile)."""
-        if kind == "ADDED" and self.synced:
+    def _owner_handler(self, owner_kind: str) -> Callable[[str, Obj, Obj | None], None]:
+        def on_owner(kind: str, obj: Obj, old: Obj | None) -> None:
+            """A new owner completes the chain of pods seen before it (held as Unresolved meanwhile)."""
             namespace = str(obj["metadata"].get("namespace") or "")
-            if namespace in self._index:
+            self._missing_since.pop((namespace, owner_kind, str(obj["metadata"].get("name"))), None)
+            if kind == "ADDED" and self.synced and namespace in self._index:
                 self._on_change(namespace)
+        return on_owner
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:

@@ -13,6 +13,7 @@ from reconciler.kube.informer import Informer
 from reconciler.preflight import Preflight, slim_limit_range, slim_quota
 from reconciler.settings import ControllerSettings, PreflightSettings
 from reconciler.vpa import VpaWatch, slim_owned, slim_vpa
+from resizer.vpa import Unresolved
 from resizer import SAMPLE_CONFIG, load_config
 from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
 from tests.unit.test_reconciler_reconcile import CONFIG, KEY, KEYS, LABEL, cluster, pod, reasons, spec_cpu
@@ -249,3 +250,20 @@ def test_a_pod_with_pod_level_resources_is_left_alone_once() -> None:
     w.reconcile()
     assert w.fake.writes == [] and reasons(w.fake) == ["PodLevelResources"]
     assert w.fake.events[0].type == "Warning" and "spec.resources" in w.fake.events[0].message
+
+
+def test_an_owner_that_never_appears_ends_the_chain_after_a_grace() -> None:
+    from reconciler.vpa import OWNER_GRACE
+    now = [0.0]
+    watch = VpaWatch(None, lambda _: None, clock=lambda: now[0])       # type: ignore[arg-type]
+    watch.served = True
+    watch.checked.set()
+    watch.vpas = vpa_watch("Auto").vpas
+    watch.owners = {"ReplicaSet": informer("replicasets", slim_owned), "Job": informer("jobs", slim_owned)}
+    watch._on_vpa("ADDED", next(iter(watch.vpas.store.values())), None)
+    orphan = pod()
+    assert isinstance(watch.verdict(orphan), Unresolved)
+    now[0] = OWNER_GRACE - 1
+    assert isinstance(watch.verdict(orphan), Unresolved)
+    now[0] = OWNER_GRACE
+    assert watch.verdict(orphan) is None        # no such ReplicaSet: no VPA targets the pod
