@@ -32,8 +32,8 @@ OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1
 
 def slim_vpa(vpa: Obj) -> Obj:
     meta = vpa.get("metadata") or {}
-    spec = vpa.get("spec") or {}
-    target = spec.get("targetRef") or {}
+    spec: Obj = vpa["spec"] if isinstance(vpa.get("spec"), dict) else {}
+    target: Obj = spec["targetRef"] if isinstance(spec.get("targetRef"), dict) else {}
     return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
                          "resourceVersion": meta.get("resourceVersion")},
             "spec": {"targetRef": {k: target.get(k) for k in ("apiVersion", "kind", "name")},

@@ -67,10 +67,15 @@ class VpaVerdict:
 VpaIndex = Mapping[str, Mapping[Owner, tuple[str, str]]]
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a mapping, else empty: a VPA is a custom resource, its schema is whatever
+    the installed CRD says, and a malformed one must match nothing rather than break the cache."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def update_mode(vpa: Mapping[str, Any]) -> str:
     """The VPA's update mode, ``Auto`` when unset (as VPA itself defaults it)."""
-    policy = (vpa.get("spec") or {}).get("updatePolicy") or {}
-    mode = policy.get("updateMode")
+    mode = _mapping(_mapping(_mapping(vpa).get("spec")).get("updatePolicy")).get("updateMode")
     return mode if isinstance(mode, str) and mode else DEFAULT_MODE
 
 
@@ -78,10 +83,10 @@ def vpa_index(vpas: Iterable[Mapping[str, Any]]) -> dict[str, dict[Owner, tuple[
     """The targets of the VPAs that update running pods, by namespace (a VPA without a usable
     targetRef matches nothing). Several VPAs on one target: the first name in order wins."""
     index: dict[str, dict[Owner, tuple[str, str]]] = {}
-    for vpa in sorted(vpas, key=lambda v: str((v.get("metadata") or {}).get("name"))):
-        meta = vpa.get("metadata") or {}
+    for vpa in sorted(vpas, key=lambda v: str(_mapping(_mapping(v).get("metadata")).get("name"))):
+        meta = _mapping(vpa.get("metadata"))
         mode = update_mode(vpa)
-        target = (vpa.get("spec") or {}).get("targetRef") or {}
+        target = _mapping(_mapping(vpa.get("spec")).get("targetRef"))
         kind, name = target.get("kind"), target.get("name")
         if mode in NON_UPDATING_MODES or not isinstance(kind, str) or not isinstance(name, str) or not kind or not name:
             continue

@@ -267,3 +267,10 @@ def test_an_owner_that_never_appears_ends_the_chain_after_a_grace() -> None:
     assert isinstance(watch.verdict(orphan), Unresolved)
     now[0] = OWNER_GRACE
     assert watch.verdict(orphan) is None        # no such ReplicaSet: no VPA targets the pod
+
+
+def test_slim_vpa_survives_a_malformed_object() -> None:
+    slim = slim_vpa({"metadata": {"name": "v", "namespace": "shop"}, "spec": {"targetRef": "web", "updatePolicy": 1}})
+    assert slim["spec"] == {"targetRef": {"apiVersion": None, "kind": None, "name": None},
+                            "updatePolicy": {"updateMode": "Auto"}}
+    assert slim_vpa({"metadata": {}, "spec": "x"})["spec"]["targetRef"]["kind"] is None

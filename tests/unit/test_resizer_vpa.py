@@ -96,3 +96,14 @@ def test_vpa_without_target_is_ignored() -> None:
 def test_first_vpa_by_name_wins_on_a_shared_target() -> None:
     index = vpa_index([vpa("z", "Deployment", "web", "Recreate"), vpa("a", "Deployment", "web", "Auto")])
     assert index["ns"][Owner("Deployment", "web")] == ("a", "Auto")
+
+
+@pytest.mark.parametrize("spec", [None, "x", {"targetRef": "web"}, {"targetRef": {"kind": 3, "name": ["web"]}},
+                                  {"targetRef": {"kind": "Deployment", "name": "web"}, "updatePolicy": "Auto"},
+                                  {"targetRef": {"kind": "Deployment", "name": "web"}, "updatePolicy": {"updateMode": 7}}])
+def test_malformed_vpas_match_nothing_or_default(spec: Any) -> None:
+    """A CRD without VPA's schema lets anything through: it must never break the index."""
+    index = vpa_index([{"metadata": {"name": "v", "namespace": "ns"}, "spec": spec}, {"metadata": "x"}, {}])
+    targets = index.get("ns", {})
+    assert set(targets) <= {Owner("Deployment", "web")}
+    assert all(mode == "Auto" for _, mode in targets.values())
