@@ -12,6 +12,7 @@ from typing import Any
 from reconciler.kube.informer import object_key
 from reconciler.memory import DONE, Context, InFlight, Memory, Result, Step
 from reconciler.follow import Follow
+from reconciler.gates import VPA, Gate, OpenGate
 from reconciler.outcome import ResizeState, Stage, allocatable_fingerprint, observe, spec_size
 from reconciler.pods import (
     live_and_bound,
@@ -58,12 +59,12 @@ class PodResizeReconciler:
 
     def __init__(self, reader: PodReader, writer: PodWriter, events: EventSink, config: ConfigView,
                  options: ControllerSettings, fault: FaultHook = no_fault, clock: Callable[[], float] = time.time,
-                 keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING) -> None:
+                 keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING, gate: Gate | None = None) -> None:
         self._reader = reader
         self._config = config
         self._options = options
         self._memory = Memory()
-        self._context = Context(writer, config, options, fault, clock, keyring, self._memory)
+        self._context = Context(writer, config, options, fault, clock, keyring, self._memory, gate or OpenGate())
         self._reporter = Reporter(events, self._memory, options)
         self._writes = Writes(self._context, self._reporter)
         self._follow = Follow(self._context, self._reporter, self._writes)
@@ -175,6 +176,7 @@ class PodResizeReconciler:
     def forget(self, pod: Obj) -> None:
         """`pod` was deleted."""
         self._memory.forget(pod_uid(pod))
+        self._context.holds.release(pod_uid(pod))
 
     async def reconcile(self, key: str) -> Result:
         pod = self._reader.pod(key)
@@ -194,6 +196,7 @@ class PodResizeReconciler:
                 self._adopt(pod, unreported)
         if self._sized(pod, node_type):
             self._memory.wait(pod_uid(pod), None)
+            self._context.holds.release(pod_uid(pod))
             return await self._writes.resign(pod)
         if self._config.config is None:
             return Result(requeue_after=5.0)
@@ -228,6 +231,10 @@ class PodResizeReconciler:
         flight = self._memory.in_flight.get(pod_uid(pod))
         if self._cache_behind(pod, node_type, flight):
             return DONE
+        held = self._context.gate.admit(pod)        # left to another controller (an updating VPA)
+        if held is not None:
+            return await self._writes.held(pod, None, held)
+        self._context.holds.release(pod_uid(pod), VPA)
         generation = self._config.generation      # the config version the plan below is made with
         planned = await self._plan(pod, node_type, signature)
         if isinstance(planned, Result):
@@ -287,6 +294,9 @@ class PodResizeReconciler:
             return await terminal(pod, signature, plan, EventType.WARNING, Reason.UNKNOWN_NODE_TYPE,
                                   f"node type {node_type!r} of node {pod['spec']['nodeName']} is not in "
                                   f"the config's nodeTypes (rule {plan.rule}); pod left unchanged")
+        if plan.outcome == "PodLevelResources":
+            return await terminal(pod, signature, plan, EventType.WARNING, Reason.POD_LEVEL_RESOURCES,
+                                  f"not resized for {context}: {plan.summary()}")
         if plan.outcome == "QoSChange":
             return await terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
                                   f"not resized for {context}: {plan.summary()}")

@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from reconciler import metrics
 from reconciler.kube import metrics as kube_metrics
 from reconciler.controller import PodResizeReconciler
 from reconciler.kube.informer import Informer, object_key
 from reconciler.kube import ApiError, KubeClient
-from reconciler.settings import ControllerSettings
+from reconciler.preflight import Preflight
+from reconciler.settings import ControllerSettings, PreflightSettings
+from reconciler.vpa import VpaWatch
 from reconciler.ports import ApiWriter, CachedReader, ConfigView, EventSink, FaultHook, Obj, no_fault
 from reconciler.kube.slim import slim_node, slim_pod
 from reconciler.kube.workqueue import WorkQueue
 from resizer import EMPTY_KEYRING, KeyRing, needs_resign
 
 log = logging.getLogger("reconciler")
+
+# Tests and embedders that do not ask for them get no preflight and no VPA watch.
+NO_PREFLIGHT = PreflightSettings(checks=(), skip_vpa_managed=False)
 
 # A pod-event filter: False means the manager never queues the pod (e.g. a namespace scope).
 PodFilter = Callable[[Obj], bool]
@@ -34,7 +39,9 @@ class Manager:
     def __init__(self, client: KubeClient, events: EventSink, config: ConfigView, queue: WorkQueue,
                  options: ControllerSettings, idle_timeout: float = 90.0, fault: FaultHook = no_fault,
                  pod_filters: tuple[PodFilter, ...] = (),
-                 keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING) -> None:
+                 keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING,
+                 preflight: PreflightSettings = NO_PREFLIGHT,
+                 recheck_interval: float = 30.0) -> None:
         self.queue = queue
         self._options = options
         self._pod_filters = pod_filters
@@ -43,23 +50,31 @@ class Manager:
                              params={"fieldSelector": "spec.nodeName!="}, idle_timeout=idle_timeout)
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node,
                               idle_timeout=idle_timeout)
+        # Other controllers' VPAs and the constraints a resize is judged against before it is sent.
+        self.vpa = VpaWatch(client, self._on_vpa_change, idle_timeout, recheck_interval) \
+            if preflight.skip_vpa_managed else None
+        self.preflight = Preflight(client, preflight, self._node_pods, self._requeue, self.vpa, idle_timeout)
         self.reconciler = PodResizeReconciler(CachedReader(client, self.pods, self.nodes),
-                                              ApiWriter(client), events, config, options, fault, keyring=keyring)
+                                              ApiWriter(client), events, config, options, fault, keyring=keyring,
+                                              gate=self.preflight)
         self._keyring = keyring
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def informers(self) -> tuple[Informer, ...]:
-        return self.nodes, self.pods
+        return self.nodes, self.pods, *self.preflight.informers
 
     @property
     def synced(self) -> bool:
-        return all(informer.synced.is_set() for informer in self.informers)
+        return all(informer.synced.is_set() for informer in self.informers) \
+            and (self.vpa is None or self.vpa.synced)
 
     async def wait_synced(self) -> None:
         for informer in self.informers:
             await informer.synced.wait()
+        if self.vpa is not None:
+            await self.vpa.wait_synced()
 
     async def worker(self) -> None:
         """Reconcile queued keys until the queue shuts down; errors are retried with backoff."""
@@ -110,16 +125,19 @@ class Manager:
         if kind == "DELETED":
             self.queue.drop(key)
             self.reconciler.forget(pod)
+            self.preflight.forget(pod)
             pods = self._pods_on_node.get(node)
             if pods is not None:
                 pods.discard(key)
                 if not pods:
                     del self._pods_on_node[node]
+            self.preflight.pod_changed(node)
             return
         self.reconciler.observe(pod)
         self._pods_on_node.setdefault(node, set()).add(key)
         if self._wants(pod):
             self.queue.add(key)
+        self.preflight.pod_changed(node)     # room freed (or taken) on the node
 
     def _on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
         name = node["metadata"]["name"]
@@ -138,6 +156,20 @@ class Manager:
     def on_config_change(self) -> None:
         for key, pod in self.pods.store.items():
             if self._wants(pod):
+                self.queue.add(key)
+
+    def _node_pods(self, node: str) -> list[Obj]:
+        store = self.pods.store
+        return [pod for key in self._pods_on_node.get(node, ()) if (pod := store.get(key)) is not None]
+
+    def _requeue(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.queue.add(key)
+
+    def _on_vpa_change(self, namespace: str | None) -> None:
+        """The VPAs of `namespace` (None: of all) changed: its pods are decided again."""
+        for key, pod in self.pods.store.items():
+            if (namespace is None or pod["metadata"].get("namespace") == namespace) and self._wants(pod):
                 self.queue.add(key)
 
     def on_keys_change(self) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler import metrics
+from reconciler.gates import Gate, HoldMemory, OpenGate
 from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import ConfigView, FaultHook, PodWriter
 from reconciler.settings import ControllerSettings
@@ -106,3 +107,6 @@ class Context:
     clock: Callable[[], float]
     keyring: Callable[[], KeyRing]     # the originals MAC keys in force (they rotate)
     memory: Memory
+    # What a pod passes before it is planned and before its resize is sent (reconciler.gates).
+    gate: Gate = field(default_factory=OpenGate)
+    holds: HoldMemory = field(default_factory=HoldMemory)

@@ -43,6 +43,10 @@ RESIZE_OUTCOMES = Counter(
     "workload_resizer_resize_outcomes_total",
     "Resizes by how they ended or stalled (actuated, deferred, deferred_too_long, infeasible, error, "
     "error_reverted, unsupported).", ["outcome"])
+RESIZES_HELD = Gauge(
+    "workload_resizer_resizes_held",
+    "Pods whose resize is not sent because a constraint would refuse it or another controller sizes them, "
+    "by constraint (LimitRange, ResourceQuota, NodeHeadroom, VerticalPodAutoscaler).", ["constraint"])
 ORIGINALS_UNKNOWN_KEY_PODS = Gauge(
     "workload_resizer_originals_unknown_key_pods",
     "Pods in scope whose originals-mac names a key id the reconciler does not have (their originals no "
@@ -55,6 +59,7 @@ RESIZE_OUTCOME_VALUES = ("actuated", "deferred", "deferred_too_long", "infeasibl
                          "unsupported")
 WAITING_STATES = ("requested", "deferred", "infeasible", "error")
 RECONCILE_RESULTS = ("success", "error", "requeue_after")
+HELD_CONSTRAINTS = ("LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPriority", "VerticalPodAutoscaler")
 
 
 def _start_known_series_at_zero() -> None:
@@ -64,6 +69,8 @@ def _start_known_series_at_zero() -> None:
         RESIZE_OUTCOMES.labels(outcome)
     for state in WAITING_STATES:
         RESIZES_WAITING.labels(state)
+    for constraint in HELD_CONSTRAINTS:
+        RESIZES_HELD.labels(constraint)
     for reason in Reason:
         OUTCOMES.labels(reason.value)
     for result in RECONCILE_RESULTS:

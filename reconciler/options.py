@@ -14,7 +14,9 @@ from reconciler.settings import (
     NODE_TYPE_LABEL,
     ApiSettings,
     ControllerSettings,
+    PREFLIGHT_CHECKS,
     LeaderElectionSettings,
+    PreflightSettings,
     ReconcilerSettings,
 )
 from resizer.scope import ScopeError, namespace_scope
@@ -83,6 +85,25 @@ def build_parser() -> argparse.ArgumentParser:
     outcome.add_argument("--resize-error-backoff", type=duration, default=30.0,
                          help="first wait between those checks; doubles after each")
 
+    gates = p.add_argument_group("preflight and other controllers (docs/how-it-works.md)")
+    gates.add_argument("--preflight-checks", type=string_list, default=list(PREFLIGHT_CHECKS), metavar="CHECK[,...]",
+                       help="what a resize is judged against before it is sent, from cached state; a resize one of "
+                            "them would refuse is held (one ResizeHeld event) and decided again when the constraint "
+                            "changes. Any of: " + ", ".join(PREFLIGHT_CHECKS) + " (empty: none; needs list/watch on "
+                            "limitranges and resourcequotas)")
+    gates.add_argument("--node-room-wait", type=duration, default=600.0,
+                       help="an increase held for room on its node (NodeHeadroom: decreases there still pending, or "
+                            "the node full) is sent after this long anyway; the kubelet then keeps it Deferred "
+                            "until room frees")
+    gates.add_argument("--upsize-critical-pods", type=boolean, default=False, metavar="BOOL",
+                       help="also grow pods at system-cluster-critical priority or above (the kubelet may evict "
+                            "other pods to admit them); false: their increases are held (ResizeHeld)")
+    gates.add_argument("--skip-vpa-managed", type=boolean, default=True, metavar="BOOL",
+                       help="leave alone (one VPAManaged event) pods whose owner a VerticalPodAutoscaler in an "
+                            "updating mode (Auto, Recreate, InPlaceOrRecreate, InPlace) targets; Off and Initial "
+                            "compose. Needs list/watch on verticalpodautoscalers, replicasets and jobs where the "
+                            "VPA CRD is installed")
+
     work = p.add_argument_group("work")
     work.add_argument("--concurrency", type=positive_int, default=8, help="pods reconciled at the same time")
 
@@ -124,6 +145,9 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
         parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
         parser.error("--leader-election-renew-deadline must be shorter than the lease duration")
+    unknown = sorted(set(args.preflight_checks) - set(PREFLIGHT_CHECKS))
+    if unknown:
+        parser.error(f"--preflight-checks: unknown {', '.join(unknown)} (known: {', '.join(PREFLIGHT_CHECKS)})")
     try:
         scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
@@ -136,6 +160,9 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
             resize_restart_containers=args.resize_restart_containers, realign=args.realign,
             max_resizes_per_second=args.max_resizes_per_second, deferred_timeout=args.resize_deferred_timeout,
             error_retries=args.resize_error_retries, error_backoff=args.resize_error_backoff),
+        preflight=PreflightSettings(checks=tuple(dict.fromkeys(args.preflight_checks)),
+                                    skip_vpa_managed=args.skip_vpa_managed, node_room_wait=args.node_room_wait,
+                                    upsize_critical_pods=args.upsize_critical_pods),
         leader_election=LeaderElectionSettings(
             enabled=args.leader_elect,
             namespace=args.leader_election_namespace or args.config_namespace,

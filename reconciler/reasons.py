@@ -27,5 +27,8 @@ class Reason(StrEnum):
     RESIZE_DEFERRED = "ResizeDeferred"          # the kubelet deferred the resize (Normal; Warning when too long)
     RESIZE_INFEASIBLE = "ResizeInfeasible"      # the node can never take the size; spec set back to the actual
     RESIZE_ERROR = "ResizeError"                # the kubelet failed to actuate (its message)
+    RESIZE_HELD = "ResizeHeld"                  # not sent: a LimitRange, ResourceQuota or the node's room would refuse it
+    POD_LEVEL_RESOURCES = "PodLevelResources"   # left alone: the pod sets spec.resources (pod level)
+    VPA_MANAGED = "VPAManaged"                  # left alone: an updating VerticalPodAutoscaler sizes the pod
     # The config.
     INVALID_CONFIG = "InvalidConfig"

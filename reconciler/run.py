@@ -80,7 +80,8 @@ class Reconciler:
         self.manager = Manager(
             writer, self.recorder, self.config, self.queue, settings.controller,
             idle_timeout=api.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
-            pod_filters=(self.namespaces.includes,), keyring=lambda: self.keyring)
+            pod_filters=(self.namespaces.includes,), keyring=lambda: self.keyring,
+            preflight=settings.preflight, recheck_interval=settings.config_refresh_interval)
         # What was freed (the workload_resizer_managed_* gauges), from the caches when scraped.
         freed = FreedRequests(
             pods=lambda: (pod for pod in self.manager.pods.store.values() if self.namespaces.includes(pod)),
@@ -192,6 +193,8 @@ class Reconciler:
             *((informer.resource, informer.run()) for informer in self.manager.informers))]
         if self.namespaces.informer is not None:
             background.append(asyncio.create_task(self.namespaces.informer.run(), name="namespaces"))
+        if self.manager.vpa is not None:
+            background.append(asyncio.create_task(self.manager.vpa.run(), name="vpa"))
         if self.elector is not None:
             background.append(asyncio.create_task(self.elector.hold(), name="lease"))
         workers: list[asyncio.Task[None]] = []

@@ -46,6 +46,34 @@ class ControllerSettings:
     error_backoff: float = 30.0
 
 
+PREFLIGHT_CHECKS = ("LimitRange", "ResourceQuota", "NodeHeadroom")
+
+
+@dataclass(frozen=True)
+class PreflightSettings:
+    """What a resize is judged against before it is sent, and whether pods an updating
+    VerticalPodAutoscaler sizes are left alone."""
+
+    checks: tuple[str, ...] = PREFLIGHT_CHECKS
+    skip_vpa_managed: bool = True
+    # An increase waits for room on its node at most this long (seconds), then is sent: the
+    # kubelet keeps it Deferred and applies it once room frees (reported as such).
+    node_room_wait: float = 600.0
+    upsize_critical_pods: bool = False
+
+    @property
+    def limit_ranges(self) -> bool:
+        return "LimitRange" in self.checks
+
+    @property
+    def quotas(self) -> bool:
+        return "ResourceQuota" in self.checks
+
+    @property
+    def node_room(self) -> bool:
+        return "NodeHeadroom" in self.checks
+
+
 @dataclass(frozen=True)
 class LeaderElectionSettings:
     enabled: bool = False
@@ -63,6 +91,7 @@ class ReconcilerSettings:
 
     api: ApiSettings = field(default_factory=ApiSettings)
     controller: ControllerSettings = field(default_factory=ControllerSettings)
+    preflight: PreflightSettings = field(default_factory=PreflightSettings)
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
     scope: NamespaceScope = field(default_factory=lambda: NamespaceScope())
     config_namespace: str = CONFIG_NAMESPACE

@@ -12,12 +12,15 @@ size is not retried while the node and the plan stay the same (docs/how-it-works
 """
 from __future__ import annotations
 
+import asyncio
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 from ops.timestamps import rfc3339
 from reconciler import metrics
 from reconciler.kube import ApiError
+from reconciler.gates import Held
 from reconciler.kube.ratelimit import TokenBucket
 from reconciler.memory import DONE, Context, InFlight, Result, Step
 from reconciler.outcome import SPEC_SIZE_CHARS, ResizeState, Stage, allocatable_fingerprint, spec_size
@@ -57,6 +60,9 @@ class Writes:
         self._reporter = reporter
         # The limiter of resizes of pods already sized (--max-resizes-per-second).
         self._realign_limiter = TokenBucket(context.options.max_resizes_per_second, 1)
+        # One preflight-and-resize at a time per node: two increases judged at once would both
+        # count the same free room.
+        self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def write(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...],
                     plan: ResizePlan, context: str, base: Baseline, generation: int) -> Result:
@@ -127,14 +133,21 @@ class Writes:
         realigned = APPLIED_INSTANCE_TYPE in pod["metadata"]["annotations"]
         if realigned:
             await self._realign_limiter.take()      # --max-resizes-per-second
-        try:
-            # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
-            # planned from a pod that changed meanwhile, is refused (409) instead of landing.
-            resized = await self._c.writer.resize(pod, plan.patch, if_generation=pod["metadata"].get("generation"))
-        except ApiError as err:
-            if err.retryable:       # a 409 included: retried from the cache with backoff
-                raise
-            return await self._rejected(pod, node, node_type, signature, plan, context, err)
+        async with self._node_locks[str(pod["spec"]["nodeName"])]:
+            held = self._c.gate.preflight(pod, node, plan.patch)    # a resize that would be refused
+            if held is not None and not self._waited_enough(pod, held):
+                return await self.held(pod, plan, held)
+            self._c.holds.release(pod_uid(pod))
+            try:
+                # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
+                # planned from a pod that changed meanwhile, is refused (409) instead of landing.
+                resized = await self._c.writer.resize(pod, plan.patch,
+                                                      if_generation=pod["metadata"].get("generation"))
+            except ApiError as err:
+                if err.retryable:       # a 409 included: retried from the cache with backoff
+                    raise
+                return await self._rejected(pod, node, node_type, signature, plan, context, err)
+            self._c.gate.sent(pod, plan.patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
         self._c.memory.in_flight[pod_uid(pod)] = InFlight(
             node_type, resized["metadata"].get("generation") or 0, self._c.clock(), plan.summary(),
@@ -142,6 +155,28 @@ class Writes:
             originals=original_annotations(pod))
         self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
         return DONE
+
+    async def held(self, pod: Obj, plan: ResizePlan | None, held: Held) -> Result:
+        """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`);
+        each distinct hold is reported once."""
+        uid = pod_uid(pod)
+        if self._c.holds.hold(uid, held, self._c.clock()):
+            event_type = EventType.WARNING if held.constraint in ("LimitRange", "ResourceQuota") else EventType.NORMAL
+            await self._reporter.report(pod, plan, event_type, held.reason, held.message)
+        if held.at_most is not None and held.requeue_after is not None:
+            since = self._c.holds.since(uid) or self._c.clock()
+            return Result(requeue_after=max(1.0, since + held.at_most - self._c.clock()))
+        return Result(requeue_after=held.requeue_after)
+
+    def _waited_enough(self, pod: Obj, held: Held) -> bool:
+        """A bounded hold (room on the node) that has lasted its bound: the resize goes out anyway."""
+        if held.at_most is None:
+            return False
+        previous = self._c.holds.held.get(pod_uid(pod))
+        since = self._c.holds.since(pod_uid(pod))
+        if previous is None or previous.fingerprint != held.fingerprint or since is None:
+            return False
+        return self._c.clock() - since >= held.at_most
 
     async def _originals_not_recorded(self, pod: Obj, signature: tuple[Any, ...], plan: ResizePlan,
                                       err: ApiError) -> Result:

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 Clamp = Literal["min", "max"]
-Outcome = Literal["Resize", "AlreadyAligned", "UnknownNodeType", "QoSChange", "NothingToSize"]
+Outcome = Literal["Resize", "AlreadyAligned", "UnknownNodeType", "QoSChange", "NothingToSize", "PodLevelResources"]
 
 RESTART_CONTAINER_POLICY = "RestartContainerPolicy"
 MEMORY_LIMIT_KEPT = "memoryLimitDecrease=Never"
@@ -98,7 +98,8 @@ class ResizePlan:
 
     ``outcome`` is ``Resize`` (non-empty patch), ``AlreadyAligned`` (spec already equals
     the target), ``UnknownNodeType``, ``QoSChange`` (target would change the QoS class,
-    so nothing is patched) or ``NothingToSize`` (no container has a sizable resource).
+    so nothing is patched), ``NothingToSize`` (no container has a sizable resource) or
+    ``PodLevelResources`` (the pod sets ``spec.resources``: not sized, see ``summary``).
     """
 
     node_type: str
@@ -120,6 +121,10 @@ class ResizePlan:
         """One line for an Event, e.g. ``app: cpu 1 -> 800m (limit 1 -> 800m), memory 1Gi -> 1Gi``."""
         if self.outcome == "UnknownNodeType":
             return f"node type {self.node_type!r} is not in the configuration"
+        if self.outcome == "PodLevelResources":
+            return ("the pod sets pod-level resources (spec.resources), which the scheduler counts instead of "
+                    "its containers': resizing only the containers would save nothing and could exceed the "
+                    "pod-level limits; left alone")
         if self.outcome == "NothingToSize" and not self.changes:
             return "no container has a cpu or memory request to size"
         text = "; ".join(
@@ -202,6 +207,8 @@ def plan_resize(
     node = policy.node_types.get(node_type)
     if node is None:
         return plan("UnknownNodeType")
+    if _pod_level(pod):
+        return plan("PodLevelResources")
     ratios = _ratios(policy.node_types[policy.baseline_node_type], node)
     bounds: dict[Resource, Bounds] = {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds}
     keep_memory_limits = policy.memory_limit_decrease == "Never"
@@ -356,3 +363,9 @@ def _by_container(changes: tuple[ResourceChange, ...]) -> dict[str, list[Resourc
 
 def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list((pod.get("spec") or {}).get("containers") or [])
+
+
+def _pod_level(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod sets pod-level cpu or memory (KEP-2837 ``spec.resources``)."""
+    resources = (pod.get("spec") or {}).get("resources") or {}
+    return any(r in (resources.get(kind) or {}) for kind in ("requests", "limits") for r in _RESOURCES)

@@ -21,8 +21,13 @@ from reconciler.kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, PlanSettings
 from resizer.config import CompiledConfig, ConfigError, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
+from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
 from resizer.quantity import format_cpu, format_memory
 from resizer.scope import NamespaceScope
+from resizer.vpa import NO_OWNER, Owner, VpaVerdict, managing_vpa, vpa_index
+
+VPA_PATH = "/apis/autoscaling.k8s.io/v1"
+OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
 
 class CommandError(Exception):
     """A problem the admin must fix (bad config, unreachable cluster, missing ConfigMap)."""
@@ -92,10 +97,91 @@ async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: Nam
                   for n in nodes}
     forecast = forecast_fleet(pods, node_types, config, scope, namespace_labels,
                               settings.resize_restart_containers, skip_applied=skip_applied, keyring=keyring)
+    constraints = await read_constraints(client, settings.api.page_size, forecast)
+    held = preflight_verdicts(forecast, pods, nodes, constraints)
     done = time.monotonic()
     info = {"config": source, "pods": len(pods), "nodes": len(nodes), "keys": warning or "verified",
-            "listSeconds": round(listed - started, 3), "planSeconds": round(done - listed, 3)}
+            "listSeconds": round(listed - started, 3), "planSeconds": round(done - listed, 3), "held": held,
+            "preflightNotJudged": constraints.get("notJudged", [])}
     return forecast, info
+
+
+async def read_constraints(client: KubeClient, page_size: int, forecast: FleetForecast) -> dict[str, Any]:
+    """What the reconciler's preflight judges with: LimitRanges, ResourceQuotas and, where the
+    VerticalPodAutoscaler CRD is served, VPAs and the owners between pods and their targets.
+    Read only when some pod would be resized; what cannot be read is named, not judged."""
+    found: dict[str, Any] = {"limitranges": [], "resourcequotas": [], "vpas": [], "owners": {}, "notJudged": []}
+    if not any(g.resized for g in forecast.workloads):
+        return found
+
+    async def read(name: str, path: str) -> list[dict[str, Any]]:
+        try:
+            return await list_all(client, path, page_size)
+        except ApiError as err:
+            found["notJudged"].append(f"{name}: {err.message or err.status}")
+            return []
+
+    found["limitranges"] = await read("LimitRange", "/api/v1/limitranges")
+    found["resourcequotas"] = await read("ResourceQuota", "/api/v1/resourcequotas")
+    try:
+        served = any(r.get("name") == "verticalpodautoscalers"
+                     for r in (await client.get(VPA_PATH)).get("resources") or [])
+    except ApiError as err:
+        if err.status != 404:
+            found["notJudged"].append(f"VerticalPodAutoscaler: {err.message or err.status}")
+        served = False
+    if served:
+        found["vpas"] = await read("VerticalPodAutoscaler", f"{VPA_PATH}/verticalpodautoscalers")
+        if vpa_index(found["vpas"]):
+            for kind, path in OWNER_PATHS.items():
+                for item in await read(kind, path):
+                    meta = item.get("metadata") or {}
+                    ref = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+                    found["owners"][(meta.get("namespace"), Owner(kind, str(meta.get("name"))))] = \
+                        Owner(str(ref.get("kind")), str(ref.get("name"))) if ref else NO_OWNER
+    return found
+
+
+def preflight_verdicts(forecast: FleetForecast, pods: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                       constraints: dict[str, Any]) -> list[dict[str, str]]:
+    """The resizes the reconciler would hold instead of sending, and why (each pod judged
+    against the cluster as it is now, as the reconciler would judge it first)."""
+    by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for bound in pods:
+        by_node.setdefault(str(bound["spec"].get("nodeName")), []).append(bound)
+    node_objects = {n["metadata"]["name"]: n for n in nodes}
+    index = vpa_index(constraints["vpas"])
+    owners: dict[tuple[str, Owner], Owner] = constraints["owners"]
+    held: list[dict[str, str]] = []
+    for group in forecast.workloads:
+        for entry in group.pods:
+            pod = by_key.get(f"{entry.namespace}/{entry.name}")
+            if pod is None or entry.plan is None or not entry.plan.patch:
+                continue
+            verdict = managing_vpa(pod, lambda ns, owner: owners.get((ns, owner)), index)
+            if isinstance(verdict, VpaVerdict):
+                held.append(_held_entry(entry, "VPAManaged", "VerticalPodAutoscaler", verdict.vpa, verdict.message()))
+                continue
+            resized = apply_patch(pod, entry.plan.patch)
+            namespace = entry.namespace
+            hold = limit_range_hold(resized, [o for o in constraints["limitranges"]
+                                              if o["metadata"].get("namespace") == namespace]) \
+                or quota_hold(pod, resized, [o for o in constraints["resourcequotas"]
+                                             if o["metadata"].get("namespace") == namespace])
+            node = node_objects.get(entry.node)
+            if hold is None and node is not None:
+                others = [o for o in by_node.get(entry.node, []) if o["metadata"].get("uid") != pod["metadata"].get("uid")
+                          and o["status"].get("phase") not in ("Succeeded", "Failed")]
+                hold = node_hold(node, pod, resized, others)
+            if hold is not None:
+                held.append(_held_entry(entry, "ResizeHeld", hold.constraint, hold.name, hold.detail))
+    return held
+
+
+def _held_entry(entry: PodForecast, reason: str, constraint: str, name: str, detail: str) -> dict[str, str]:
+    return {"namespace": entry.namespace, "name": entry.name, "node": entry.node, "reason": reason,
+            "constraint": constraint, "object": name, "detail": detail}
 
 
 def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
@@ -159,6 +245,13 @@ def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: 
         lines.append("Not resized (the reconciler reports these with a Warning Event):")
         for pod in forecast.not_resized:
             lines.append(f"  {pod.namespace}/{pod.name} on {pod.node} ({pod.node_type}): {pod.outcome}: {pod.detail}")
+    if info.get("held"):
+        lines.append("Held by preflight (not sent until the constraint changes; the reconciler reports each once):")
+        for held in info["held"]:
+            lines.append(f"  {held['namespace']}/{held['name']} on {held['node']}: {held['reason']}: "
+                         f"{held['constraint']} {held['object']}: {held['detail']}")
+    if info.get("preflightNotJudged"):
+        lines.append("Preflight not judged (cannot read): " + "; ".join(info["preflightNotJudged"]))
     if forecast.skipped:
         lines.append("Left alone: " + ", ".join(f"{count} {reason}" for reason, count in forecast.skipped.items()))
     lines.append(f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in "

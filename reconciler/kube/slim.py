@@ -69,6 +69,8 @@ def slim_pod(pod: Obj) -> Obj:
     }
     if spec.get("nodeSelector"):
         slim_spec["nodeSelector"] = _shared(spec["nodeSelector"])
+    if spec.get("priority") is not None:
+        slim_spec["priority"] = spec["priority"]       # an upsize of a critical pod may evict others
     if spec.get("resources"):
         slim_spec["resources"] = _shared_resources(spec["resources"])
     slim_status: Obj = {

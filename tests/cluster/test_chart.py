@@ -583,7 +583,15 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        # Preflight (reconciler.preflightChecks) and VPA coexistence (reconciler.skipVPAManaged): read only.
+        {"apiGroups": [""], "resources": ["limitranges", "resourcequotas"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
     ]
+    # Both off: none of those rights.
+    docs_off = render(helm, namespace=NS, values={"reconciler": {"preflightChecks": [], "skipVPAManaged": False}})
+    assert len(find(docs_off, "ClusterRole")["rules"]) == 5
     assert [d["metadata"]["name"] for d in find_all(docs, "Role")] == ["workload-resizer-reconciler"]
     assert find(docs, "Role")["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["workload-resizer-config"],

@@ -34,7 +34,13 @@ from tests.cluster.test_real_node import (
     wait_resized_truthfully,
 )
 from tests.cluster.test_reconciler import Harness, guaranteed, metric_snapshot, q, resources, status_resources
-from tests.cluster.test_resize_outcomes import assert_quiet_while_stalled, condition, described, state
+from tests.cluster.test_resize_outcomes import (
+    WITHOUT_NODE_PREFLIGHT,
+    assert_quiet_while_stalled,
+    condition,
+    described,
+    state,
+)
 from tests.conftest import RealNode
 from devkit.configs import config_yaml
 from devkit.kube import wait_for
@@ -106,7 +112,7 @@ def test_infeasible_resize_is_reported_once_left_truthful_and_never_retried(h: H
     h.relabel(real_node.name, "slow")
     before = deploy(h, "big", real_node)           # 1 CPU, 256Mi
     name = before["metadata"]["name"]
-    proc = h.reconciler()
+    proc = h.reconciler(WITHOUT_NODE_PREFLIGHT)
     event = h.wait_event(name, "ResizeInfeasible", timeout=START_TIMEOUT)
     assert event["type"] == "Warning"
     if h.cluster.version >= "v1.36":
@@ -158,7 +164,7 @@ def test_deferred_resize_is_kept_reported_and_ends_resized_once_capacity_is_free
     before = deploy(h, "grower", real_node, cpu="500m", memory="64Mi")
     name = before["metadata"]["name"]
 
-    proc = h.reconciler("--resize-deferred-timeout=30s")
+    proc = h.reconciler("--resize-deferred-timeout=30s", WITHOUT_NODE_PREFLIGHT)
     event = h.wait_event(name, "ResizeDeferred", timeout=START_TIMEOUT)
     assert event["type"] == "Normal" and "Node didn't have enough resource: cpu" in event["message"], event
     pod = h.pod(name)

@@ -1,0 +1,177 @@
+"""The gates of reconciler.gates, answered from cached state (no API call per pod): LimitRanges
+and ResourceQuotas from their informers, the node's other pods from the pod cache, VPAs from
+reconciler.vpa. The judgements are resizer.preflight's and resizer.vpa's.
+
+Pods held for a namespace's LimitRange or quota are requeued when one of those changes (quota
+freed, LimitRange edited); pods held for their node's room when a pod on that node changes
+(a decrease actuated, a pod deleted). A resize just sent counts at its new size on its node
+until the pod cache shows it, so two increases decided at once cannot both take the same room.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from reconciler.gates import VPA, Held
+from reconciler.kube import KubeClient
+from reconciler.kube.informer import Informer, object_key
+from reconciler.kube.slim import Obj
+from reconciler.reasons import Reason
+from reconciler.settings import PreflightSettings
+from reconciler.vpa import VpaWatch
+from resizer.preflight import Hold, apply_patch, critical_hold, limit_range_hold, node_hold, quota_hold
+from resizer.vpa import Unresolved
+
+log = logging.getLogger("reconciler.preflight")
+
+UNRESOLVED_RETRY = 2.0      # seconds: a pod whose VPA status the caches cannot tell yet is looked at again
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def slim_limit_range(obj: Obj) -> Obj:
+    meta = obj.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion")},
+            "spec": {"limits": [item for item in (obj.get("spec") or {}).get("limits") or []
+                                if item.get("type") in ("Container", "Pod")]}}
+
+
+def slim_quota(obj: Obj) -> Obj:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion")},
+            "spec": {k: spec[k] for k in ("hard", "scopes", "scopeSelector") if spec.get(k)},
+            "status": {"hard": status.get("hard") or {}, "used": status.get("used") or {}}}
+
+
+class Preflight:
+    """A reconciler.gates.Gate over the caches.
+
+    `node_pods(node)` gives the cached pods bound to a node; `requeue(keys)` queues pods again.
+    """
+
+    def __init__(self, client: KubeClient, settings: PreflightSettings, node_pods: Callable[[str], Iterable[Obj]],
+                 requeue: Callable[[Iterable[str]], None], vpa: VpaWatch | None = None,
+                 idle_timeout: float = 90.0) -> None:
+        self.settings = settings
+        self.vpa = vpa if settings.skip_vpa_managed else None
+        self._node_pods = node_pods
+        self._requeue = requeue
+        self.limit_ranges = Informer(client, "limitranges", "/api/v1/limitranges", slim_limit_range,
+                                     self._on_namespaced, idle_timeout=idle_timeout) if settings.limit_ranges else None
+        self.quotas = Informer(client, "resourcequotas", "/api/v1/resourcequotas", slim_quota,
+                               self._on_namespaced, idle_timeout=idle_timeout) if settings.quotas else None
+        # Pods held, by what they wait for: ("namespace", ns) or ("node", name) -> pod keys.
+        self._waiting: dict[tuple[str, str], set[str]] = {}
+        # Resizes sent and not yet in the cache: node -> pod uid -> (generation, resized spec).
+        self._sent: dict[str, dict[str, tuple[int, Obj]]] = {}
+
+    @property
+    def informers(self) -> tuple[Informer, ...]:
+        return tuple(i for i in (self.limit_ranges, self.quotas) if i is not None)
+
+    # ---- the gate
+
+    def admit(self, pod: Obj) -> Held | None:
+        if self.vpa is None:
+            return None
+        verdict = self.vpa.verdict(pod)
+        if verdict is None:
+            return None
+        if isinstance(verdict, Unresolved):
+            return Held(Reason.VPA_MANAGED, VPA,
+                        f"waiting for {verdict.owner.kind} {verdict.owner.name} in the cache", "unresolved",
+                        requeue_after=UNRESOLVED_RETRY, report=False)
+        return Held(Reason.VPA_MANAGED, VPA, verdict.message(),
+                    f"VerticalPodAutoscaler/{verdict.vpa}/{verdict.mode}")
+
+    def preflight(self, pod: Obj, node: Obj, patch: Obj) -> Held | None:
+        key = object_key(pod)
+        self._stop_waiting(key)
+        hold = self.judge(pod, node, patch)
+        if hold is None:
+            return None
+        waits_for = ("node", str(node["metadata"]["name"])) if hold.constraint == "NodeHeadroom" \
+            else ("namespace", str(pod["metadata"].get("namespace")))
+        self._waiting.setdefault(waits_for, set()).add(key)
+        room = hold.constraint == "NodeHeadroom" and "beyond" not in hold.subject    # not one that can never fit
+        return Held(Reason.RESIZE_HELD, hold.constraint, hold.message(), hold.fingerprint,
+                    requeue_after=self.settings.node_room_wait if room else None,
+                    at_most=self.settings.node_room_wait if room else None)
+
+    def judge(self, pod: Obj, node: Obj | None, patch: Obj) -> Hold | None:
+        """The first constraint that would refuse `patch` (pods/resize) for `pod` on `node`."""
+        namespace = str(pod["metadata"].get("namespace"))
+        resized = apply_patch(pod, patch)
+        if not self.settings.upsize_critical_pods:
+            hold = critical_hold(pod, resized)
+            if hold is not None:
+                return hold
+        if self.limit_ranges is not None:
+            hold = limit_range_hold(resized, _in_namespace(self.limit_ranges, namespace))
+            if hold is not None:
+                return hold
+        if self.quotas is not None:
+            hold = quota_hold(pod, resized, _in_namespace(self.quotas, namespace))
+            if hold is not None:
+                return hold
+        if self.settings.node_room and node is not None:
+            return node_hold(node, pod, resized, self._others(pod))
+        return None
+
+    def sent(self, pod: Obj, patch: Obj, generation: int) -> None:
+        node = str(pod["spec"].get("nodeName"))
+        self._sent.setdefault(node, {})[str(pod["metadata"].get("uid"))] = (generation, apply_patch(pod, patch))
+
+    def _others(self, pod: Obj) -> list[Obj]:
+        """The node's other live pods; a resize we sent counts at its size until the cache shows it."""
+        node = str(pod["spec"].get("nodeName"))
+        sent = self._sent.get(node, {})
+        others = []
+        for other in self._node_pods(node):
+            uid = other["metadata"].get("uid")
+            if uid == pod["metadata"].get("uid") or other["status"].get("phase") in TERMINAL_PHASES:
+                continue
+            pending = sent.get(str(uid))
+            if pending is not None and (other["metadata"].get("generation") or 0) < pending[0]:
+                other = {**other, "spec": pending[1]}
+            elif pending is not None:
+                del sent[str(uid)]
+            others.append(other)
+        return others
+
+    # ---- what to look at again
+
+    def _stop_waiting(self, key: str) -> None:
+        for what, keys in list(self._waiting.items()):
+            keys.discard(key)
+            if not keys:
+                del self._waiting[what]
+
+    def forget(self, pod: Obj) -> None:
+        self._stop_waiting(object_key(pod))
+        sent = self._sent.get(str(pod["spec"].get("nodeName")))
+        if sent is not None:
+            sent.pop(str(pod["metadata"].get("uid")), None)
+
+    def pod_changed(self, node: str) -> None:
+        """A pod on `node` changed or went away: the pods held for its room are decided again."""
+        keys = self._waiting.get(("node", node))
+        if keys:
+            self._requeue(list(keys))
+
+    def _on_namespaced(self, kind: str, obj: Obj, old: Obj | None) -> None:
+        if old is not None and kind != "DELETED" and old.get("spec") == obj.get("spec") \
+                and old.get("status") == obj.get("status"):
+            return
+        keys = self._waiting.get(("namespace", str(obj["metadata"].get("namespace"))))
+        if keys:
+            log.debug("constraint changed; held pods decided again", extra={
+                "object": object_key(obj), "pods": len(keys)})
+            self._requeue(list(keys))
+
+
+def _in_namespace(informer: Informer, namespace: str) -> list[Obj]:
+    return [o for o in informer.store.values() if o["metadata"].get("namespace") == namespace]

@@ -1,0 +1,188 @@
+"""VerticalPodAutoscalers on the reconciler's side: is the CRD served, which VPAs update running
+pods, and the owners (ReplicaSets, Jobs) that lead from a pod to a VPA's target, all cached.
+
+The CRD is looked up by discovery at start and again every `recheck_interval`: installed
+later, its informers start; removed, they stop and every pod is looked at again. The
+decision itself is resizer.vpa's.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from reconciler.kube import ApiError, KubeClient
+from reconciler.kube.informer import Informer
+from reconciler.kube.slim import Obj
+from resizer.vpa import NO_OWNER, Owner, Unresolved, VpaVerdict, managing_vpa, update_mode, vpa_index
+
+log = logging.getLogger("reconciler.vpa")
+
+GROUP_VERSION = "/apis/autoscaling.k8s.io/v1"
+RESOURCE = "verticalpodautoscalers"
+# An owner still missing from a synced cache this long after it was first looked up does not
+# exist (e.g. a ReplicaSet deleted with its pods orphaned): the chain ends there. Shorter, and a
+# pod seen before its ReplicaSet's watch event could be resized under a VPA.
+OWNER_GRACE = 30.0
+# The owners a pod's chain goes through, by kind: where to list them.
+OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
+
+
+def slim_vpa(vpa: Obj) -> Obj:
+    meta = vpa.get("metadata") or {}
+    spec: Obj = vpa["spec"] if isinstance(vpa.get("spec"), dict) else {}
+    target: Obj = spec["targetRef"] if isinstance(spec.get("targetRef"), dict) else {}
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion")},
+            "spec": {"targetRef": {k: target.get(k) for k in ("apiVersion", "kind", "name")},
+                     "updatePolicy": {"updateMode": update_mode(vpa)}}}
+
+
+def slim_owned(obj: Obj) -> Obj:
+    """A ReplicaSet or Job reduced to its name and controller owner."""
+    meta = obj.get("metadata") or {}
+    owner = next(({"kind": o.get("kind"), "name": o.get("name")}
+                  for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion"), "owner": owner}}
+
+
+class VpaWatch:
+    """Answers "does an updating VPA manage this pod?" from cached state.
+
+    `on_change(namespace)` is called when the VPAs of a namespace change (None: of every
+    namespace, e.g. the CRD appeared or went away), so its pods are decided again.
+    """
+
+    def __init__(self, client: KubeClient, on_change: Callable[[str | None], None], idle_timeout: float = 90.0,
+                 recheck_interval: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._client = client
+        self._on_change = on_change
+        self._idle_timeout = idle_timeout
+        self._recheck_interval = recheck_interval
+        self.served = False
+        self.vpas: Informer | None = None
+        self.owners: dict[str, Informer] = {}
+        self._index: dict[str, dict[Owner, tuple[str, str]]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._clock = clock
+        self._missing_since: dict[tuple[str, str, str], float] = {}     # owners looked up and not cached
+        self.checked = asyncio.Event()      # discovery answered once
+
+    # ---- the answer
+
+    @property
+    def synced(self) -> bool:
+        """Discovery answered and, where the CRD is served, every cache holds a full list."""
+        if not self.checked.is_set():
+            return False
+        return not self.served or all(i.synced.is_set() for i in self._informers())
+
+    async def wait_synced(self) -> None:
+        await self.checked.wait()
+        for informer in self._informers():
+            await informer.synced.wait()
+
+    def verdict(self, pod: Obj) -> VpaVerdict | Unresolved | None:
+        if not self.served:
+            return None
+        if not self.synced:
+            meta = pod["metadata"]
+            return Unresolved(Owner("VerticalPodAutoscaler", f"{meta.get('namespace')}/* (cache not synced)"))
+        return managing_vpa(pod, self._owner_of, self._index)
+
+    def _owner_of(self, namespace: str, owner: Owner) -> Owner | None:
+        informer = self.owners.get(owner.kind)
+        if informer is None:
+            return NO_OWNER         # a kind we do not follow: the chain ends here
+        cached = informer.store.get(f"{namespace}/{owner.name}")
+        if cached is None:
+            first = self._missing_since.setdefault((namespace, owner.kind, owner.name), self._clock())
+            return NO_OWNER if self._clock() - first >= OWNER_GRACE else None
+        parent = cached["metadata"]["owner"]
+        return Owner(str(parent["kind"]), str(parent["name"])) if parent else NO_OWNER
+
+    # ---- discovery and informers
+
+    async def run(self) -> None:
+        try:
+            while True:
+                if await self._check():
+                    self.checked.set()      # (startup waits for a first answer: never resize blind)
+                await asyncio.sleep(self._recheck_interval if self.checked.is_set() else 2.0)
+        finally:
+            await self._stop()
+
+    async def _check(self) -> bool:
+        """Discovery again; whether it answered."""
+        try:
+            served = await self._discover()
+        except (ApiError, OSError) as err:
+            log.warning("cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
+                        extra={"error": str(err) or repr(err), "served": self.served})
+            return False
+        if served == self.served:
+            return True
+        log.info("VerticalPodAutoscaler CRD found: pods managed by an updating VPA are left alone" if served
+                 else "VerticalPodAutoscaler CRD gone: no pod is left alone for a VPA any more")
+        self.served = served
+        if served:
+            self._start()
+        else:
+            await self._stop()
+            self._on_change(None)
+        return True
+
+    async def _discover(self) -> bool:
+        try:
+            resources = await self._client.get(GROUP_VERSION)
+        except ApiError as err:
+            if err.status == 404:
+                return False
+            raise
+        return any(r.get("name") == RESOURCE for r in resources.get("resources") or [])
+
+    def _informers(self) -> list[Informer]:
+        return [*([self.vpas] if self.vpas is not None else []), *self.owners.values()]
+
+    def _start(self) -> None:
+        self.vpas = Informer(self._client, RESOURCE, f"{GROUP_VERSION}/{RESOURCE}", slim_vpa, self._on_vpa,
+                             idle_timeout=self._idle_timeout)
+        self.owners = {kind: Informer(self._client, path.rsplit("/", 1)[-1], path, slim_owned,
+                                      self._owner_handler(kind), idle_timeout=self._idle_timeout)
+                       for kind, path in OWNER_PATHS.items()}
+        self._tasks = [asyncio.create_task(i.run(), name=f"vpa {i.resource}") for i in self._informers()]
+        for task in self._tasks:
+            task.add_done_callback(_log_crash)
+
+    async def _stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks, self.vpas, self.owners, self._index = [], None, {}, {}
+        self._missing_since.clear()
+
+    def _on_vpa(self, kind: str, vpa: Obj, old: Obj | None) -> None:
+        if old is not None and kind != "DELETED" and old["spec"] == vpa["spec"]:
+            return
+        assert self.vpas is not None
+        self._index = vpa_index(self.vpas.store.values())
+        self._on_change(str(vpa["metadata"].get("namespace") or ""))
+
+    def _owner_handler(self, owner_kind: str) -> Callable[[str, Obj, Obj | None], None]:
+        def on_owner(kind: str, obj: Obj, old: Obj | None) -> None:
+            """A new owner completes the chain of pods seen before it (held as Unresolved meanwhile)."""
+            namespace = str(obj["metadata"].get("namespace") or "")
+            self._missing_since.pop((namespace, owner_kind, str(obj["metadata"].get("name"))), None)
+            if kind == "ADDED" and self.synced and namespace in self._index:
+                self._on_change(namespace)
+        return on_owner
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("VPA informer stopped", extra={"task": task.get_name(), "error": repr(task.exception())})

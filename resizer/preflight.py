@@ -1,0 +1,322 @@
+"""Whether a planned resize would be refused, judged before it is sent, from cached objects.
+
+Three judges, each answering with the :class:`Hold` that names the constraint, or None:
+
+- :func:`limit_range_hold`: the namespace's LimitRanges (type Container and Pod: min, max,
+  maxLimitRequestRatio for cpu and memory), checked as the LimitRanger admission plugin checks
+  a pods/resize request: on the whole resized pod.
+- :func:`quota_hold`: the namespace's ResourceQuotas (requests.cpu/cpu, requests.memory/memory,
+  limits.cpu, limits.memory), charged as the quota admission charges a resize: by the change of
+  the pod's totals; a decrease is never refused. Quotas with scopes other than BestEffort /
+  NotBestEffort are not judged (the pod fields they need are not cached): the apiserver decides.
+- :func:`node_hold`: the node's room, counted as the kubelet admits a resize: its allocatable
+  minus, for every other pod on it, the larger of what its spec requests and what its
+  containers have; a decrease always fits.
+
+Pods and objects are the JSON shapes the API uses; amounts are millicores and bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+from resizer.qos import pod_qos_class
+from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory, to_bytes, to_millicores
+
+__all__ = [
+    "Constraint",
+    "Hold",
+    "apply_patch",
+    "critical_hold",
+    "limit_range_hold",
+    "node_hold",
+    "pod_totals",
+    "quota_hold",
+]
+
+Constraint = Literal["LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPriority"]
+# system-cluster-critical and system-node-critical and above: the kubelet may evict other pods to
+# admit them (KEP-1287), so growing them in place is the admin's choice.
+CRITICAL_PRIORITY = 2_000_000_000
+Kind = Literal["requests", "limits"]
+_RESOURCES = ("cpu", "memory")
+# ResourceQuota resource names a pod's cpu and memory are charged to.
+_QUOTA_NAMES: Mapping[str, tuple[Kind, str]] = {
+    "cpu": ("requests", "cpu"), "requests.cpu": ("requests", "cpu"), "limits.cpu": ("limits", "cpu"),
+    "memory": ("requests", "memory"), "requests.memory": ("requests", "memory"),
+    "limits.memory": ("limits", "memory")}
+_JUDGED_SCOPES = frozenset({"BestEffort", "NotBestEffort"})
+
+Totals = dict[tuple[Kind, str], int]        # (requests|limits, cpu|memory) -> amount
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A resize not sent because `constraint` (the object `name`) would refuse it."""
+
+    constraint: Constraint
+    name: str
+    detail: str
+    subject: str = ""       # what of the object refuses it (a quota's resource name, a node's resource)
+
+    @property
+    def fingerprint(self) -> str:
+        """What identifies this hold (not the amounts, which move while it waits): reported once."""
+        return f"{self.constraint}/{self.name}/{self.subject or self.detail}"
+
+    def message(self) -> str:
+        if self.constraint == "CriticalPriority":
+            return f"resize held: {self.detail}"
+        what = {"LimitRange": "LimitRange", "ResourceQuota": "ResourceQuota", "NodeHeadroom": "node"}[self.constraint]
+        return f"resize held: {what} {self.name} would refuse it ({self.detail}); retried when it changes"
+
+
+# ---------------------------------------------------------------- amounts
+
+def _amount(resource: str, value: Any) -> int:
+    quantity: Fraction = coerce_quantity(value)
+    return to_millicores(quantity) if resource == "cpu" else to_bytes(quantity)
+
+
+def _show(resource: str, amount: int) -> str:
+    return format_cpu(amount) if resource == "cpu" else format_memory(amount)
+
+
+def _container_amounts(container: Mapping[str, Any], kind: Kind) -> dict[str, int]:
+    values = ((container.get("resources") or {}).get(kind)) or {}
+    return {r: _amount(r, values[r]) for r in _RESOURCES if r in values}
+
+
+def pod_totals(spec: Mapping[str, Any]) -> Totals:
+    """The pod's effective requests and limits, as the scheduler and quota count them: pod-level
+    ``spec.resources`` where set, else the containers' sum (restartable init containers included),
+    at least the largest plain init container (with the sidecars started before it)."""
+    totals: Totals = {}
+    pod_level = spec.get("resources") or {}
+    for kind in ("requests", "limits"):
+        level = _container_amounts({"resources": pod_level}, kind)
+        sidecars: dict[str, int] = {}
+        init_peak: dict[str, int] = {}
+        for init in spec.get("initContainers") or []:
+            amounts = _container_amounts(init, kind)
+            if init.get("restartPolicy") == "Always":
+                for r, v in amounts.items():
+                    sidecars[r] = sidecars.get(r, 0) + v
+            else:
+                for r, v in amounts.items():
+                    init_peak[r] = max(init_peak.get(r, 0), v + sidecars.get(r, 0))
+        running = dict(sidecars)
+        for container in spec.get("containers") or []:
+            for r, v in _container_amounts(container, kind).items():
+                running[r] = running.get(r, 0) + v
+        for r in _RESOURCES:
+            if r in level:
+                totals[(kind, r)] = level[r]
+            elif r in running or r in init_peak:
+                totals[(kind, r)] = max(running.get(r, 0), init_peak.get(r, 0))
+    return totals
+
+
+def apply_patch(pod: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's spec as a pods/resize strategic merge patch of container resources leaves it."""
+    spec = dict(pod.get("spec") or {})
+    patched = patch.get("spec") or {}
+    for field in ("containers", "initContainers"):
+        changes = {c.get("name"): c.get("resources") or {} for c in patched.get(field) or []}
+        if not changes:
+            continue
+        spec[field] = [_merged(c, changes.get(c.get("name"))) for c in spec.get(field) or []]
+    if patched.get("resources"):
+        spec["resources"] = _merge_resources(spec.get("resources") or {}, patched["resources"])
+    return spec
+
+
+def _merged(container: Mapping[str, Any], resources: Mapping[str, Any] | None) -> dict[str, Any]:
+    if resources is None:
+        return dict(container)
+    return {**container, "resources": _merge_resources(container.get("resources") or {}, resources)}
+
+
+def _merge_resources(current: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
+    merged = {kind: dict(current.get(kind) or {}) for kind in ("requests", "limits") if current.get(kind)}
+    for kind in ("requests", "limits"):
+        for resource, value in (change.get(kind) or {}).items():
+            if value is None:
+                merged.get(kind, {}).pop(resource, None)
+            else:
+                merged.setdefault(kind, {})[resource] = value
+    return merged
+
+
+# ---------------------------------------------------------------- LimitRange
+
+def limit_range_hold(spec: Mapping[str, Any], limit_ranges: Iterable[Mapping[str, Any]]) -> Hold | None:
+    """The first LimitRange item the resized pod spec `spec` violates."""
+    try:
+        for limit_range in sorted(limit_ranges, key=lambda o: str((o.get("metadata") or {}).get("name"))):
+            name = str((limit_range.get("metadata") or {}).get("name"))
+            for item in (limit_range.get("spec") or {}).get("limits") or []:
+                detail = _limit_item_violation(spec, item)
+                if detail is not None:
+                    return Hold("LimitRange", name, detail)
+    except QuantityError:
+        return None     # a value we cannot read: the apiserver judges it
+    return None
+
+
+def _limit_item_violation(spec: Mapping[str, Any], item: Mapping[str, Any]) -> str | None:
+    kind = item.get("type")
+    if kind == "Container":
+        for container in spec.get("containers") or []:
+            detail = _violation(item, _container_amounts(container, "requests"), _container_amounts(container, "limits"))
+            if detail is not None:
+                return f"container {container.get('name')}: {detail}"
+    elif kind == "Pod":
+        totals = pod_totals(spec)
+        requests = {r: v for (k, r), v in totals.items() if k == "requests"}
+        limits = {r: v for (k, r), v in totals.items() if k == "limits"}
+        detail = _violation(item, requests, limits)
+        if detail is not None:
+            return f"pod: {detail}"
+    return None
+
+
+def _violation(item: Mapping[str, Any], requests: Mapping[str, int], limits: Mapping[str, int]) -> str | None:
+    """What of min, max and maxLimitRequestRatio the amounts break (like the LimitRanger's checks)."""
+    for resource in _RESOURCES:
+        request, limit = requests.get(resource), limits.get(resource)
+        minimum = (item.get("min") or {}).get(resource)
+        if minimum is not None:
+            floor = _amount(resource, minimum)
+            if request is not None and request < floor:
+                return f"{resource} request {_show(resource, request)} is below the minimum {minimum}"
+            if limit is not None and limit < floor:
+                return f"{resource} limit {_show(resource, limit)} is below the minimum {minimum}"
+        maximum = (item.get("max") or {}).get(resource)
+        if maximum is not None:
+            ceiling = _amount(resource, maximum)
+            if limit is not None and limit > ceiling:
+                return f"{resource} limit {_show(resource, limit)} is above the maximum {maximum}"
+            if request is not None and request > ceiling:
+                return f"{resource} request {_show(resource, request)} is above the maximum {maximum}"
+        ratio = (item.get("maxLimitRequestRatio") or {}).get(resource)
+        if ratio is not None and request and limit and Fraction(limit, request) > coerce_quantity(ratio):
+            return (f"{resource} limit/request ratio {float(Fraction(limit, request)):.3g} is above "
+                    f"maxLimitRequestRatio {ratio}")
+    return None
+
+
+# ---------------------------------------------------------------- ResourceQuota
+
+def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any],
+               quotas: Iterable[Mapping[str, Any]]) -> Hold | None:
+    """The first ResourceQuota the change from `pod`'s spec to the `resized` spec would exceed."""
+    try:
+        before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
+        best_effort = pod_qos_class(resized) == "BestEffort"
+        for quota in sorted(quotas, key=lambda o: str((o.get("metadata") or {}).get("name"))):
+            if not _quota_applies(quota, best_effort):
+                continue
+            excess = _quota_excess(quota, before, after)
+            if excess is not None:
+                return Hold("ResourceQuota", str((quota.get("metadata") or {}).get("name")), excess[1], excess[0])
+    except QuantityError:
+        return None
+    return None
+
+
+def _quota_applies(quota: Mapping[str, Any], best_effort: bool) -> bool:
+    spec = quota.get("spec") or {}
+    scopes = set(spec.get("scopes") or [])
+    if spec.get("scopeSelector"):
+        return False
+    if not scopes <= _JUDGED_SCOPES:
+        return False
+    return not (("BestEffort" in scopes and not best_effort) or ("NotBestEffort" in scopes and best_effort))
+
+
+def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> tuple[str, str] | None:
+    """The quota's resource name the change exceeds, and how."""
+    status = quota.get("status") or {}
+    hard = status.get("hard") or (quota.get("spec") or {}).get("hard") or {}
+    used = status.get("used") or {}
+    for name, value in sorted(hard.items()):
+        charged = _QUOTA_NAMES.get(name)
+        if charged is None:
+            continue
+        resource = charged[1]
+        delta = after.get(charged, 0) - before.get(charged, 0)
+        if delta <= 0:
+            continue
+        in_use = _amount(resource, used.get(name, 0))
+        limit = _amount(resource, value)
+        if in_use + delta > limit:
+            return name, (f"{name}: used {_show(resource, in_use)} + {_show(resource, delta)} would exceed "
+                          f"hard {value}")
+    return None
+
+
+# ---------------------------------------------------------------- node headroom
+
+def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """What the pod's containers have (their reported resources), summed."""
+    total: dict[str, int] = {}
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        for r, v in _container_amounts(status, "requests").items():
+            total[r] = total.get(r, 0) + v
+    return total
+
+
+def node_hold(node: Mapping[str, Any], pod: Mapping[str, Any], resized: Mapping[str, Any],
+              others: Iterable[Mapping[str, Any]]) -> Hold | None:
+    """Whether the node lacks the room an increase of `pod`'s requests (to the `resized` spec)
+    needs, counting each of the `others` (the node's other live pods) at the larger of its spec
+    requests and what its containers have."""
+    try:
+        before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        growing = [r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0)
+                   and r in allocatable]
+        if not growing:
+            return None
+        used = {r: 0 for r in growing}
+        for other in others:
+            spec_totals, actual = pod_totals(other.get("spec") or {}), _status_requests(other)
+            for r in growing:
+                used[r] += max(spec_totals.get(("requests", r), 0), actual.get(r, 0))
+        for r in growing:
+            want = after.get(("requests", r), 0)
+            total = _amount(r, allocatable[r])
+            room = total - used[r]
+            name = str((node.get("metadata") or {}).get("name"))
+            if want > total:        # what the kubelet calls Infeasible: never, until the node grows
+                return Hold("NodeHeadroom", name, f"{r}: needs {_show(r, want)}, more than the node's "
+                                                  f"{allocatable[r]} allocatable", f"{r} beyond allocatable")
+            if want > room:         # Deferred: once other pods free room
+                return Hold("NodeHeadroom", name, f"{r}: needs {_show(r, want)}, {_show(r, max(room, 0))} free of "
+                                                  f"{allocatable[r]} allocatable", r)
+    except QuantityError:
+        return None
+    return None
+
+
+# ---------------------------------------------------------------- critical pods
+
+def critical_hold(pod: Mapping[str, Any], resized: Mapping[str, Any]) -> Hold | None:
+    """An increase of a pod at system-cluster-critical priority or above (held unless allowed)."""
+    priority = (pod.get("spec") or {}).get("priority")
+    if not isinstance(priority, int) or priority < CRITICAL_PRIORITY:
+        return None
+    try:
+        before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
+    except QuantityError:
+        return None
+    growing = [r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0)]
+    if not growing:
+        return None
+    return Hold("CriticalPriority", str(priority),
+                f"pod priority {priority} is system-critical: growing its {' and '.join(growing)} in place may "
+                f"make the kubelet evict other pods (--upsize-critical-pods allows it)", "upsize")

@@ -1,0 +1,137 @@
+"""Which VerticalPodAutoscaler, if any, also writes a pod's requests.
+
+A VPA whose ``spec.updatePolicy.updateMode`` updates running pods (Recreate, InPlaceOrRecreate,
+InPlace, Auto, and Auto is the default when the mode is unset) sets the requests of the pods of
+its ``spec.targetRef``; resizing those pods too makes two controllers fight over the same
+fields. ``Off`` and ``Initial`` never touch a running pod, so they compose: what VPA set at
+admission is what the webhook stamps as the originals.
+
+The target is matched against the pod's chain of controller owners (a Deployment's pod is owned
+by a ReplicaSet, owned by the Deployment), resolved through a lookup the caller answers from
+its caches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "NON_UPDATING_MODES",
+    "NO_OWNER",
+    "Owner",
+    "OwnerLookup",
+    "Unresolved",
+    "VpaIndex",
+    "VpaVerdict",
+    "managing_vpa",
+    "owner_chain",
+    "update_mode",
+    "vpa_index",
+]
+
+DEFAULT_MODE = "Auto"
+NON_UPDATING_MODES = frozenset({"Off", "Initial"})
+# Owners whose own controller owner is worth looking up (ReplicaSet -> Deployment, Job -> CronJob,
+# ReplicationController -> DeploymentConfig); any other kind ends the chain.
+INTERMEDIATE_KINDS = frozenset({"ReplicaSet", "Job", "ReplicationController"})
+MAX_CHAIN = 4
+
+
+@dataclass(frozen=True)
+class Owner:
+    kind: str
+    name: str
+
+
+NO_OWNER = Owner("", "")    # what a lookup answers for an object it knows and that has no controller owner
+# (namespace, owner) -> its controller owner, NO_OWNER if it has none, None if it is not known (yet).
+OwnerLookup = Callable[[str, Owner], "Owner | None"]
+
+
+@dataclass(frozen=True)
+class VpaVerdict:
+    """An updating VPA that targets one of the pod's owners."""
+
+    vpa: str
+    mode: str
+    target: Owner
+
+    def message(self) -> str:
+        return (f"left alone: VerticalPodAutoscaler {self.vpa} (updateMode {self.mode}) manages the requests "
+                f"of {self.target.kind} {self.target.name}; two controllers writing requests would fight")
+
+
+# namespace -> target -> (vpa name, mode), updating VPAs only.
+VpaIndex = Mapping[str, Mapping[Owner, tuple[str, str]]]
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a mapping, else empty: a VPA is a custom resource, its schema is whatever
+    the installed CRD says, and a malformed one must match nothing rather than break the cache."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def update_mode(vpa: Mapping[str, Any]) -> str:
+    """The VPA's update mode, ``Auto`` when unset (as VPA itself defaults it)."""
+    mode = _mapping(_mapping(_mapping(vpa).get("spec")).get("updatePolicy")).get("updateMode")
+    return mode if isinstance(mode, str) and mode else DEFAULT_MODE
+
+
+def vpa_index(vpas: Iterable[Mapping[str, Any]]) -> dict[str, dict[Owner, tuple[str, str]]]:
+    """The targets of the VPAs that update running pods, by namespace (a VPA without a usable
+    targetRef matches nothing). Several VPAs on one target: the first name in order wins."""
+    index: dict[str, dict[Owner, tuple[str, str]]] = {}
+    for vpa in sorted(vpas, key=lambda v: str(_mapping(_mapping(v).get("metadata")).get("name"))):
+        meta = _mapping(vpa.get("metadata"))
+        mode = update_mode(vpa)
+        target = _mapping(_mapping(vpa.get("spec")).get("targetRef"))
+        kind, name = target.get("kind"), target.get("name")
+        if mode in NON_UPDATING_MODES or not isinstance(kind, str) or not isinstance(name, str) or not kind or not name:
+            continue
+        index.setdefault(str(meta.get("namespace") or ""), {}).setdefault(Owner(kind, name),
+                                                                          (str(meta.get("name")), mode))
+    return index
+
+
+def owner_chain(pod: Mapping[str, Any], lookup: OwnerLookup) -> tuple[tuple[Owner, ...], bool]:
+    """The pod's controller owners, nearest first, and whether the chain is complete (False when
+    an intermediate owner, e.g. the ReplicaSet, is not known to the lookup yet)."""
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    ref = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    if ref is None:
+        return (), True
+    chain = [Owner(str(ref.get("kind")), str(ref.get("name")))]
+    while chain[-1].kind in INTERMEDIATE_KINDS and len(chain) < MAX_CHAIN:
+        parent = lookup(namespace, chain[-1])
+        if parent is None:
+            return tuple(chain), False
+        if parent == NO_OWNER:
+            break
+        chain.append(parent)
+    return tuple(chain), True
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """Whether an updating VPA manages the pod cannot be told yet: an owner is missing from the
+    caches while an updating VPA in the namespace might target it (decide later, never resize
+    meanwhile)."""
+
+    owner: Owner
+
+
+def managing_vpa(pod: Mapping[str, Any], lookup: OwnerLookup, index: VpaIndex) -> VpaVerdict | Unresolved | None:
+    """The updating VPA managing the pod, None if there is none, or Unresolved."""
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    targets = index.get(namespace)
+    if not targets:
+        return None
+    chain, complete = owner_chain(pod, lookup)
+    for owner in chain:
+        found = targets.get(owner)
+        if found is not None:
+            return VpaVerdict(found[0], found[1], owner)
+    return None if complete else Unresolved(chain[-1])

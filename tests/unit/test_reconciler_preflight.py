@@ -1,0 +1,283 @@
+"""The gates in reconcile(key): a pod an updating VPA sizes is left alone, a resize a LimitRange,
+ResourceQuota or the node's room would refuse is not sent; each hold is reported once and
+decided again when its constraint changes."""
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from reconciler import metrics
+from reconciler.controller import PodResizeReconciler
+from reconciler.kube.informer import Informer
+from reconciler.preflight import Preflight, slim_limit_range, slim_quota
+from reconciler.settings import ControllerSettings, PreflightSettings
+from reconciler.vpa import VpaWatch, slim_owned, slim_vpa
+from resizer.vpa import Unresolved
+from resizer import SAMPLE_CONFIG, load_config
+from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
+from tests.unit.test_reconciler_reconcile import CONFIG, KEY, KEYS, LABEL, cluster, pod, reasons, spec_cpu
+
+
+def informer(resource: str, slim: Any, *objects: dict[str, Any]) -> Informer:
+    cache = Informer(None, resource, "/", slim, lambda *_: None)      # type: ignore[arg-type]
+    for obj in objects:
+        meta = slim(obj)["metadata"]
+        cache.store[f"{meta['namespace']}/{meta['name']}"] = slim(obj)
+    cache.synced.set()
+    return cache
+
+
+def held_gauge(constraint: str) -> float:
+    metrics.RESIZES_HELD.labels(constraint)
+    return REGISTRY.get_sample_value("workload_resizer_resizes_held", {"constraint": constraint}) or 0.0
+
+
+def limit_range(max_cpu: str) -> dict[str, Any]:
+    return {"metadata": {"name": "limits", "namespace": "shop"},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": max_cpu}}]}}
+
+
+class World:
+    """The fake apiserver, a reconciler with a Preflight gate over hand-filled caches."""
+
+    def __init__(self, fake: FakeCluster, checks: tuple[str, ...] = ("LimitRange", "ResourceQuota", "NodeHeadroom"),
+                 vpa: VpaWatch | None = None, config: Any = CONFIG, **settings: Any) -> None:
+        self.fake = fake
+        self.requeued: list[str] = []
+        self.clock = FakeClock()
+        self.preflight = Preflight(None, PreflightSettings(checks=checks, skip_vpa_managed=vpa is not None,  # type: ignore[arg-type]
+                                                           **settings),
+                                   self.node_pods, self.requeued.extend, vpa)
+        for cache in self.preflight.informers:
+            cache.synced.set()
+        self.reconciler = PodResizeReconciler(fake, fake, fake, FakeConfig(config),
+                                              ControllerSettings(node_type_label=LABEL), clock=self.clock,
+                                              keyring=lambda: KEYS, gate=self.preflight)
+
+    def node_pods(self, node: str) -> list[dict[str, Any]]:
+        return [p for p in self.fake.cache.values() if p["spec"].get("nodeName") == node]
+
+    def reconcile(self, key: str = KEY) -> Any:
+        return asyncio.run(self.reconciler.reconcile(key))
+
+
+# The sample config plus a node type half as fast as the baseline: a 1-cpu pod grows to 2 cpu there.
+GROW_CONFIG = load_config(SAMPLE_CONFIG.replace("nodeTypes:", "nodeTypes:\n  slow: {cpuPerf: 0.5, memPerf: 1.0}", 1))
+
+
+def world_growing(**kwargs: Any) -> World:
+    """A stamped 1-cpu pod on a `slow` node (8 cpu allocatable), planned to grow to 2 cpu."""
+    return World(cluster(pod(stamped=True), family="slow"), config=GROW_CONFIG, **kwargs)
+
+
+# ---------------------------------------------------------------- LimitRange
+
+def test_a_resize_beyond_the_limit_range_is_not_sent_and_reported_once() -> None:
+    w = world_growing()
+    assert w.preflight.limit_ranges is not None
+    w.preflight.limit_ranges.store["shop/limits"] = slim_limit_range(limit_range("1500m"))
+    before = held_gauge("LimitRange")
+    result = w.reconcile()
+    assert "resize" not in w.fake.ops()
+    assert reasons(w.fake) == ["ResizeHeld"]
+    assert "LimitRange limits" in w.fake.events[0].message and "above the maximum 1500m" in w.fake.events[0].message
+    assert w.fake.events[0].type == "Warning"
+    assert result.requeue_after is None         # decided again when the LimitRange changes, not in a loop
+    assert held_gauge("LimitRange") == before + 1
+    w.reconcile()
+    assert reasons(w.fake) == ["ResizeHeld"] and "resize" not in w.fake.ops()
+    # The LimitRange is edited: the held pod is queued again, and its resize goes out.
+    w.preflight.limit_ranges.store["shop/limits"] = slim_limit_range(limit_range("4"))
+    w.preflight._on_namespaced("MODIFIED", w.preflight.limit_ranges.store["shop/limits"],
+                               slim_limit_range(limit_range("1500m")))
+    assert w.requeued == [KEY]
+    w.fake.sync()
+    w.reconcile()
+    assert w.fake.ops().count("resize") == 1 and spec_cpu(w.fake) == ("2", "2")
+    assert held_gauge("LimitRange") == before
+
+
+def test_a_nearly_full_quota_holds_an_increase() -> None:
+    w = world_growing()
+    assert w.preflight.quotas is not None
+    quota = {"metadata": {"name": "compute", "namespace": "shop"}, "spec": {"hard": {"requests.cpu": "3"}},
+             "status": {"hard": {"requests.cpu": "3"}, "used": {"requests.cpu": "2500m"}}}
+    w.preflight.quotas.store["shop/compute"] = slim_quota(quota)
+    w.reconcile()
+    assert "resize" not in w.fake.ops() and reasons(w.fake) == ["ResizeHeld"]
+    assert "ResourceQuota compute" in w.fake.events[0].message
+    freed = copy.deepcopy(quota)
+    freed["status"]["used"]["requests.cpu"] = "1"
+    w.preflight.quotas.store["shop/compute"] = slim_quota(freed)
+    w.preflight._on_namespaced("MODIFIED", slim_quota(freed), slim_quota(quota))
+    assert w.requeued == [KEY]
+    w.fake.sync()
+    w.reconcile()
+    assert w.fake.ops().count("resize") == 1
+
+
+def test_without_checks_the_same_resize_is_sent() -> None:
+    w = world_growing(checks=())
+    w.reconcile()
+    assert w.fake.ops().count("resize") == 1 and reasons(w.fake) == []
+
+
+# ---------------------------------------------------------------- node room
+
+def test_an_increase_waits_for_the_room_a_pending_decrease_frees() -> None:
+    w = world_growing()
+    w.fake.nodes["node-1"]["status"]["allocatable"]["cpu"] = "4"
+    other = pod(cpu="1")        # spec already shrunk to 1 cpu, the kubelet has not actuated it: it has 2
+    other["metadata"].update(name="db-1", uid="uid-2")
+    other["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"] = "2"
+    w.fake.add_pod(other)
+    w.reconcile()       # needs 2 cpu; 4 - 2 (the other's actual) = 2 free... exactly fits
+    assert w.fake.ops().count("resize") == 1
+    w2 = world_growing()
+    w2.fake.nodes["node-1"]["status"]["allocatable"]["cpu"] = "3500m"
+    w2.fake.add_pod(other)
+    w2.reconcile()
+    assert "resize" not in w2.fake.ops() and reasons(w2.fake) == ["ResizeHeld"]
+    assert w2.fake.events[0].type == "Normal" and "node node-1" in w2.fake.events[0].message
+    # The decrease is actuated: a pod event on the node queues the held pod again.
+    w2.fake.cache["shop/db-1"]["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"] = "1"
+    w2.preflight.pod_changed("node-1")
+    assert w2.requeued == [KEY]
+    w2.reconcile()
+    assert w2.fake.ops().count("resize") == 1
+
+
+def crowded(w: World) -> None:
+    """Another pod on the node holds 6 of its 8 cpu: 2 - 1 free, the pod's growth (+1 cpu) needs 2 in all."""
+    other = pod(cpu="6500m")
+    other["metadata"].update(name="db-1", uid="uid-2")
+    w.fake.add_pod(other)
+
+
+def test_an_increase_waits_for_room_at_most_node_room_wait_then_is_sent() -> None:
+    w = world_growing(node_room_wait=300.0)
+    crowded(w)
+    result = w.reconcile()
+    assert "resize" not in w.fake.ops() and result.requeue_after == 300.0
+    w.clock.advance(200)
+    assert w.reconcile().requeue_after == 100.0 and reasons(w.fake) == ["ResizeHeld"]
+    w.clock.advance(100)
+    w.reconcile()
+    assert w.fake.ops().count("resize") == 1 and reasons(w.fake) == ["ResizeHeld"]     # the kubelet takes it from here
+
+
+def test_more_than_the_whole_node_is_held_without_a_bound() -> None:
+    w = world_growing(node_room_wait=1.0)
+    w.fake.nodes["node-1"]["status"]["allocatable"]["cpu"] = "1500m"
+    assert w.reconcile().requeue_after is None
+    w.clock.advance(10)
+    w.reconcile()
+    assert "resize" not in w.fake.ops() and "more than the node's 1500m allocatable" in w.fake.events[0].message
+
+
+def test_critical_pods_are_not_grown_unless_allowed() -> None:
+    for allowed in (False, True):
+        fake = cluster(pod(stamped=True), family="slow")
+        for key in fake.pods:
+            fake.pods[key]["spec"]["priority"] = 2_000_001_000      # system-node-critical
+        fake.sync()
+        w = World(fake, config=GROW_CONFIG, upsize_critical_pods=allowed)
+        w.reconcile()
+        if allowed:
+            assert w.fake.ops().count("resize") == 1
+        else:
+            assert "resize" not in w.fake.ops() and reasons(w.fake) == ["ResizeHeld"]
+            assert "system-critical" in w.fake.events[0].message
+
+
+def test_a_resize_just_sent_counts_on_its_node_until_the_cache_shows_it() -> None:
+    w = world_growing()
+    node = w.fake.nodes["node-1"]
+    w.preflight.sent(w.fake.cache[KEY], {"spec": {"containers": [{"name": "app", "resources": {
+        "requests": {"cpu": "7"}}}]}}, generation=5)
+    other = pod(cpu="1")
+    other["metadata"].update(name="db-1", uid="uid-2")
+    held = w.preflight.judge(other, node, {"spec": {"containers": [{"name": "app", "resources": {
+        "requests": {"cpu": "2"}}}]}})
+    assert held is not None and held.constraint == "NodeHeadroom"      # 8 - 7 (sent, not yet cached) < 2
+
+
+# ---------------------------------------------------------------- VPA
+
+def vpa_watch(mode: str) -> VpaWatch:
+    watch = VpaWatch(None, lambda _: None)       # type: ignore[arg-type]
+    watch.served = True
+    watch.checked.set()
+    watch.vpas = informer("verticalpodautoscalers", slim_vpa, {
+        "metadata": {"name": "web-vpa", "namespace": "shop"},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web-deploy"},
+                 "updatePolicy": {"updateMode": mode}}})
+    watch.owners = {"ReplicaSet": informer("replicasets", slim_owned, {
+        "metadata": {"name": "web", "namespace": "shop",
+                     "ownerReferences": [{"kind": "Deployment", "name": "web-deploy", "controller": True}]}}),
+        "Job": informer("jobs", slim_owned)}
+    watch._on_vpa("ADDED", next(iter(watch.vpas.store.values())), None)
+    return watch
+
+
+def test_a_pod_under_an_updating_vpa_is_left_alone_with_one_event() -> None:
+    w = World(cluster(pod(stamped=False)), vpa=vpa_watch("InPlaceOrRecreate"))
+    w.reconcile()
+    w.reconcile()
+    assert w.fake.writes == []          # not even the originals
+    assert reasons(w.fake) == ["VPAManaged"]
+    assert "VerticalPodAutoscaler web-vpa (updateMode InPlaceOrRecreate)" in w.fake.events[0].message
+    assert "Deployment web-deploy" in w.fake.events[0].message
+
+
+def test_a_vpa_in_off_mode_composes() -> None:
+    w = World(cluster(pod(stamped=True)), vpa=vpa_watch("Off"))
+    w.reconcile()
+    assert "resize" in w.fake.ops() and "VPAManaged" not in reasons(w.fake)
+
+
+def test_an_owner_not_cached_yet_is_waited_for_quietly() -> None:
+    watch = vpa_watch("Auto")
+    watch.owners["ReplicaSet"].store.clear()
+    w = World(cluster(pod(stamped=True)), vpa=watch)
+    result = w.reconcile()
+    assert w.fake.writes == [] and reasons(w.fake) == [] and result.requeue_after is not None
+
+
+def test_a_pod_with_pod_level_resources_is_left_alone_once() -> None:
+    fake = cluster(pod(stamped=True))
+    for key in fake.pods:
+        fake.pods[key]["spec"]["resources"] = {"requests": {"cpu": "2", "memory": "512Mi"}}
+    fake.sync()
+    w = World(fake)
+    w.reconcile()
+    w.reconcile()
+    assert w.fake.writes == [] and reasons(w.fake) == ["PodLevelResources"]
+    assert w.fake.events[0].type == "Warning" and "spec.resources" in w.fake.events[0].message
+
+
+def test_an_owner_that_never_appears_ends_the_chain_after_a_grace() -> None:
+    from reconciler.vpa import OWNER_GRACE
+    now = [0.0]
+    watch = VpaWatch(None, lambda _: None, clock=lambda: now[0])       # type: ignore[arg-type]
+    watch.served = True
+    watch.checked.set()
+    watch.vpas = vpa_watch("Auto").vpas
+    watch.owners = {"ReplicaSet": informer("replicasets", slim_owned), "Job": informer("jobs", slim_owned)}
+    watch._on_vpa("ADDED", next(iter(watch.vpas.store.values())), None)
+    orphan = pod()
+    assert isinstance(watch.verdict(orphan), Unresolved)
+    now[0] = OWNER_GRACE - 1
+    assert isinstance(watch.verdict(orphan), Unresolved)
+    now[0] = OWNER_GRACE
+    assert watch.verdict(orphan) is None        # no such ReplicaSet: no VPA targets the pod
+
+
+def test_slim_vpa_survives_a_malformed_object() -> None:
+    slim = slim_vpa({"metadata": {"name": "v", "namespace": "shop"}, "spec": {"targetRef": "web", "updatePolicy": 1}})
+    assert slim["spec"] == {"targetRef": {"apiVersion": None, "kind": None, "name": None},
+                            "updatePolicy": {"updateMode": "Auto"}}
+    assert slim_vpa({"metadata": {}, "spec": "x"})["spec"]["targetRef"]["kind"] is None
