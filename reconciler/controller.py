@@ -28,6 +28,7 @@ from reconciler.reasons import EventType, Reason
 from reconciler.report import Reporter, decision_record
 from reconciler.settings import ControllerSettings
 from reconciler.writes import Writes
+from reconciler.authority import vouched
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
@@ -229,11 +230,11 @@ class PodResizeReconciler:
 
     async def _decide(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...]) -> Result:
         flight = self._memory.in_flight.get(pod_uid(pod))
-        if self._cache_behind(pod, node_type, flight):
+        if self._memory.cache_behind(pod_uid(pod), pod["metadata"].get("generation") or 0, node_type, flight):
             return DONE
         held = self._context.gate.admit(pod)        # left to another controller (an updating VPA)
         if held is not None:
-            return await self._writes.held(pod, None, held)
+            return await self._writes.holding.held(pod, None, held)
         self._context.holds.release(pod_uid(pod), VPA)
         generation = self._config.generation      # the config version the plan below is made with
         planned = await self._plan(pod, node_type, signature)
@@ -253,14 +254,6 @@ class PodResizeReconciler:
             return await self._writes.write(pod, node, node_type, signature, plan, context, base, generation)
         return await self._follow.follow(pod, node, node_type, plan, context, generation)
 
-    def _cache_behind(self, pod: Obj, node_type: str, flight: InFlight | None) -> bool:
-        """The cached pod is older than our own last write to its spec."""
-        generation = pod["metadata"].get("generation") or 0
-        if flight is not None and flight.node_type == node_type and generation < flight.generation:
-            return True     # the cache has not caught up with our own resize yet
-        # Nor with our own revert (e.g. the event of the state recorded before it).
-        return generation < self._memory.reverted.get(pod_uid(pod), 0)
-
     async def _plan(self, pod: Obj, node_type: str,
                     signature: tuple[Any, ...]) -> tuple[Baseline, ResizePlan] | Result:
         """The pod's verified baseline and its plan for the node type, or the terminal decision
@@ -269,7 +262,7 @@ class PodResizeReconciler:
         assert config is not None
         try:
             # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
-            base = baseline(pod, self._context.keyring(), vouched=self._writes.vouched(pod, node_type))
+            base = baseline(pod, self._context.keyring(), vouched=vouched(self._memory, pod, node_type))
             if base.check.trust is Trust.REFUSE:
                 return await self._reporter.terminal(pod, signature, None, EventType.WARNING,
                                                      Reason.ORIGINALS_UNVERIFIED, f"not resized: {base.check.reason}")

@@ -65,6 +65,13 @@ class Memory:
     # Re-alignment: the config version each sized pod was last re-planned for.
     realign_checked: dict[str, int] = field(default_factory=dict)
 
+
+    def cache_behind(self, uid: str, generation: int, node_type: str, flight: InFlight | None) -> bool:
+        """A cached pod at `generation` is older than our own last write to its spec."""
+        if flight is not None and flight.node_type == node_type and generation < flight.generation:
+            return True     # the cache has not caught up with our own resize yet
+        # Nor with our own revert (e.g. the event of the state recorded before it).
+        return generation < self.reverted.get(uid, 0)
     def wait(self, uid: str, stage: Stage | None) -> None:
         """Track the pod's waiting state for the gauge (None: not waiting)."""
         old = self.waiting.pop(uid, None) if stage is None else self.waiting.get(uid)

@@ -12,15 +12,14 @@ size is not retried while the node and the plan stay the same (docs/how-it-works
 """
 from __future__ import annotations
 
-import asyncio
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 from ops.timestamps import rfc3339
 from reconciler import metrics
 from reconciler.kube import ApiError
-from reconciler.gates import Held
+from reconciler.authority import binding
+from reconciler.holding import Holding
 from reconciler.kube.ratelimit import TokenBucket
 from reconciler.memory import DONE, Context, InFlight, Result, Step
 from reconciler.outcome import SPEC_SIZE_CHARS, ResizeState, Stage, allocatable_fingerprint, spec_size
@@ -60,9 +59,7 @@ class Writes:
         self._reporter = reporter
         # The limiter of resizes of pods already sized (--max-resizes-per-second).
         self._realign_limiter = TokenBucket(context.options.max_resizes_per_second, 1)
-        # One preflight-and-resize at a time per node: two increases judged at once would both
-        # count the same free room.
-        self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.holding = Holding(context, reporter)
 
     async def write(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...],
                     plan: ResizePlan, context: str, base: Baseline, generation: int) -> Result:
@@ -133,10 +130,10 @@ class Writes:
         realigned = APPLIED_INSTANCE_TYPE in pod["metadata"]["annotations"]
         if realigned:
             await self._realign_limiter.take()      # --max-resizes-per-second
-        async with self._node_locks[str(pod["spec"]["nodeName"])]:
+        async with self.holding.node_lock(pod):
             held = self._c.gate.preflight(pod, node, plan.patch)    # a resize that would be refused
-            if held is not None and not self._waited_enough(pod, held):
-                return await self.held(pod, plan, held)
+            if held is not None and not self.holding.waited_enough(pod, held):
+                return await self.holding.held(pod, plan, held)
             self._c.holds.release(pod_uid(pod))
             try:
                 # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
@@ -155,28 +152,6 @@ class Writes:
             originals=original_annotations(pod))
         self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
         return DONE
-
-    async def held(self, pod: Obj, plan: ResizePlan | None, held: Held) -> Result:
-        """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`);
-        each distinct hold is reported once."""
-        uid = pod_uid(pod)
-        if self._c.holds.hold(uid, held, self._c.clock()):
-            event_type = EventType.WARNING if held.constraint in ("LimitRange", "ResourceQuota") else EventType.NORMAL
-            await self._reporter.report(pod, plan, event_type, held.reason, held.message)
-        if held.at_most is not None and held.requeue_after is not None:
-            since = self._c.holds.since(uid) or self._c.clock()
-            return Result(requeue_after=max(1.0, since + held.at_most - self._c.clock()))
-        return Result(requeue_after=held.requeue_after)
-
-    def _waited_enough(self, pod: Obj, held: Held) -> bool:
-        """A bounded hold (room on the node) that has lasted its bound: the resize goes out anyway."""
-        if held.at_most is None:
-            return False
-        previous = self._c.holds.held.get(pod_uid(pod))
-        since = self._c.holds.since(pod_uid(pod))
-        if previous is None or previous.fingerprint != held.fingerprint or since is None:
-            return False
-        return self._c.clock() - since >= held.at_most
 
     async def _originals_not_recorded(self, pod: Obj, signature: tuple[Any, ...], plan: ResizePlan,
                                       err: ApiError) -> Result:
@@ -199,7 +174,7 @@ class Writes:
         # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
         annotations: dict[str, str | None] = {**(originals or {}), APPLIED_INSTANCE_TYPE: node_type,
                                               APPLIED_AT: rfc3339(), APPLIED_SIZE: spec_size(pod),
-                                              **self.binding(signed, node_type)}
+                                              **binding(self._c, signed, node_type)}
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
         resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
@@ -236,7 +211,7 @@ class Writes:
         same write binds the originals our resize was planned from to the pod, so that a restarted
         reconciler still trusts them."""
         written = await self._c.writer.annotate(pod, {RESIZE_STATE: state.encode(),
-                                                      **self.binding(pod, state.node_type)},
+                                                      **binding(self._c, pod, state.node_type)},
                                                 resource_version=resource_version)
         self._c.fault(Step.STATE)
         return str(written["metadata"]["resourceVersion"])
@@ -264,27 +239,6 @@ class Writes:
                                                                       "were recorded"})
             stamp = again.stamp
         raise AssertionError("unreachable")
-
-    def vouched(self, pod: Obj, node_type: str) -> Mapping[str, str] | None:
-        """The originals this process verified and resized the pod from, while the spec holds that
-        resize: in flight for this node type, or for any type with no spec change since (the node may
-        have been relabelled before the kubelet actuated it). The baseline authority trusts them
-        while the pod still carries exactly those."""
-        flight = self._c.memory.in_flight.get(pod_uid(pod))
-        if flight is not None and (flight.node_type == node_type
-                                   or flight.generation == pod["metadata"].get("generation")):
-            return flight.originals
-        return None
-
-    def binding(self, pod: Obj, node_type: str) -> dict[str, str]:
-        """A pod MAC over the pod's originals, if the baseline authority lets us bind them to it."""
-        keyring = self._c.keyring()
-        try:
-            if not baseline(pod, keyring, vouched=self.vouched(pod, node_type)).may_sign:
-                return {}
-        except (OriginalsError, QuantityError):
-            return {}
-        return pod_mac(pod, keyring)
 
     async def resign(self, pod: Obj) -> Result:
         """An aligned pod signed with an older key (rotation): re-sign its verified originals with the newest."""
