@@ -42,11 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-keep-alive-timeout", type=parse_duration, metavar="DURATION", default="120s",
                    help="Close idle keep-alive connections after this long. Keep it above the apiserver's idle "
                         "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).")
-    p.add_argument("--http-read-timeout", type=parse_duration, metavar="DURATION", default="1s",
+    p.add_argument("--http-read-timeout", type=parse_duration, metavar="DURATION", default="3s",
                    help="A request's headers and body must arrive within this long of its first byte (a new "
                         "connection's first request: of the TLS handshake's end), else the connection is "
                         "dropped (checked every quarter of it). Bounds what a client that never finishes a "
-                        "request holds; keep it well below the webhook configuration's timeoutSeconds.")
+                        "request holds. The apiserver gives up at the webhook configuration's timeoutSeconds "
+                        "anyway: shorter only drops the apiserver's own requests when this process is short "
+                        "of CPU (a throttled pod reads late what has arrived).")
     p.add_argument("--max-connections", type=int, default=1024, metavar="N",
                    help="Open connections at most. A new connection beyond that closes the one that has waited "
                         "longest for its request, else the one idle longest; refused only when every connection "

@@ -45,7 +45,7 @@ def test_defaults():
     assert args.log_format == "json" and args.log_level == "info" and args.log_flush_interval == 0.1
     assert args.http_keep_alive_timeout == 120 and args.shutdown_timeout == 20
     assert args.large_review_workers == 1 and args.large_review_timeout == 2
-    assert args.http_read_timeout == 1 and args.max_connections == 1024 and args.max_inflight_reviews == 32
+    assert args.http_read_timeout == 3 and args.max_connections == 1024 and args.max_inflight_reviews == 32
 
 
 @pytest.mark.parametrize("flags", [["--large-review-workers", "-1"], ["--large-review-timeout", "0"],
