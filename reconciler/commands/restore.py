@@ -10,11 +10,13 @@ listed again; a run killed at any point is finished by running it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Coroutine
 from typing import Any, TextIO
 
 from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
@@ -230,6 +232,27 @@ def _pod_path(pod: dict[str, Any], subresource: str | None = None) -> str:
     return f"{path}/{subresource}" if subresource else path
 
 
+async def _bounded(restorer: Restorer, work: Coroutine[Any, Any, Summary], grace: float) -> Summary:
+    """`work`, given at most `grace` seconds after a signal to finish the pod in progress; then
+    cancelled (the pod's annotations are kept until its spec holds the originals, so a rerun
+    finishes it)."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(restorer.stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            await asyncio.wait({task}, timeout=grace)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            restorer.summary.interrupted = True
+            return restorer.summary
+        return task.result()
+    finally:
+        stopping.cancel()
+
+
 def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
 
@@ -253,7 +276,8 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, restorer.stop.set)
         try:
-            return await restorer.run(settings.api.page_size, settings.only_namespace)
+            return await _bounded(restorer, restorer.run(settings.api.page_size, settings.only_namespace),
+                                  settings.shutdown_timeout)
         except Denied as denied:
             out.write(denied.explain() + "\n")
             restorer.summary.denied = True

@@ -43,3 +43,27 @@ def test_python_m_reconciler_dispatches_the_commands() -> None:
     out = subprocess.run([sys.executable, "-m", "reconciler", "plan", "--help"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and "--config-file" in out.stdout
+
+
+def test_restore_gives_the_pod_in_progress_at_most_the_shutdown_timeout_after_a_signal() -> None:
+    import asyncio
+    import time
+
+    from reconciler.commands.restore import Restorer, Summary, _bounded
+
+    async def scenario(finishes_in: float) -> tuple[Summary, float]:
+        restorer = Restorer(client=None, rate=1.0, dry_run=True, out=None)  # type: ignore[arg-type]
+
+        async def work() -> Summary:
+            await asyncio.sleep(finishes_in)
+            return Summary(managed=7)
+
+        asyncio.get_running_loop().call_later(0.05, restorer.stop.set)       # SIGTERM
+        started = time.monotonic()
+        summary = await _bounded(restorer, work(), grace=0.2)
+        return summary, time.monotonic() - started
+
+    stuck, took = asyncio.run(scenario(finishes_in=30))
+    assert stuck.interrupted and took < 2, "cut off after the grace period"
+    done, _ = asyncio.run(scenario(finishes_in=0.1))
+    assert done.managed == 7 and not done.interrupted, "the pod in progress finishes within the grace"
