@@ -58,9 +58,15 @@ def write_nodes(state: Path, nodes: dict[str, dict[str, str]]) -> None:
 
 
 def connect(sock: Path, target: str) -> tuple[socket.socket, bytes]:
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.settimeout(5)
-    client.connect(str(sock))
+    for _ in range(100):        # the socket file exists from bind(), connections from listen()
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(5)
+        try:
+            client.connect(str(sock))
+            break
+        except ConnectionRefusedError:
+            client.close()
+            threading.Event().wait(0.02)
     client.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head:
