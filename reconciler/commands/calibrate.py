@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, TextIO
 
-from reconciler.commands.plan import CommandError, list_all
+from reconciler.commands.plan import CommandError, list_all, run_command
 from reconciler.kube import ApiError, KubeClient, load_credentials
 from reconciler.kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
@@ -457,16 +457,12 @@ def run_calibrate(settings: CalibrateSettings, out: TextIO = sys.stdout) -> int:
             await client.close()
 
     try:
-        report = asyncio.run(go())
+        report = run_command(go, unreachable="cannot reach the cluster")
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("calibrate: interrupted; its benchmark pods are deleted, the config is unchanged", file=sys.stderr)
         return 130
-    except CommandError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (ApiError, OSError) as err:
-        print(f"error: cannot reach the cluster: {err}", file=sys.stderr)
-        return 1
+    if isinstance(report, int):
+        return report
     if settings.output == "json":
         json.dump(report_json(report, settings), out, indent=2)
         out.write("\n")

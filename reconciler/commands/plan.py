@@ -11,9 +11,9 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from reconciler.kube import ApiError, KubeClient, load_credentials
 from reconciler.commands.keys import KeyDirectoryError, KeyRingError, load_keyring
@@ -31,6 +31,22 @@ OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1
 
 class CommandError(Exception):
     """A problem the admin must fix (bad config, unreachable cluster, missing ConfigMap)."""
+
+
+T = TypeVar("T")
+
+
+def run_command(go: Callable[[], Coroutine[Any, Any, T]], unreachable: str = "cannot read the cluster") -> T | int:
+    """`go()` run to completion, or the exit code of its failure, said on stderr: 2 for a
+    CommandError (the admin's to fix), 1 when the cluster cannot be read."""
+    try:
+        return asyncio.run(go())
+    except CommandError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (ApiError, OSError) as err:
+        print(f"error: {unreachable}: {err}", file=sys.stderr)
+        return 1
 
 
 async def list_all(client: KubeClient, path: str, page_size: int,
@@ -194,14 +210,10 @@ def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
         finally:
             await client.close()
 
-    try:
-        forecast, info = asyncio.run(go())
-    except CommandError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (ApiError, OSError) as err:
-        print(f"error: cannot read the cluster: {err}", file=sys.stderr)
-        return 1
+    result = run_command(go)
+    if isinstance(result, int):
+        return result
+    forecast, info = result
     if settings.output == "json":
         json.dump(forecast_json(forecast, info), out, indent=2)
         out.write("\n")

@@ -12,15 +12,14 @@ as what it was authored with cannot be told.
 """
 from __future__ import annotations
 
-import asyncio
 import html
 import json
 import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from reconciler.commands.plan import CommandError, _align, gather_forecast
-from reconciler.kube import ApiError, KubeClient, load_credentials
+from reconciler.commands.plan import _align, gather_forecast, run_command
+from reconciler.kube import KubeClient, load_credentials
 from reconciler.outcome import Stage, observe
 from reconciler.settings import ReportSettings
 from resizer.forecast import FleetForecast, PodForecast, RequestTotals, managed_requests
@@ -97,14 +96,9 @@ def run_report(settings: ReportSettings, out: TextIO = sys.stdout) -> int:
         finally:
             await client.close()
 
-    try:
-        report = asyncio.run(go())
-    except CommandError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (ApiError, OSError) as err:
-        print(f"error: cannot read the cluster: {err}", file=sys.stderr)
-        return 1
+    report = run_command(go)
+    if isinstance(report, int):
+        return report
     if settings.output == "json":
         json.dump(report_json(report), out, indent=2)
         out.write("\n")

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from devkit.processes import Webhook, WebhookCerts
 from tests.cluster.test_reconciler import Harness
 
 
@@ -18,3 +19,15 @@ def h(cluster: Any, namespace: str) -> Iterator[Harness]:
         yield harness
     finally:
         harness.close()
+
+
+@pytest.fixture(scope="module")
+def webhook() -> Iterator[Webhook]:
+    """A webhook process of the test module's own (not registered: tests register it when needed)."""
+    proc = Webhook(certs=WebhookCerts())
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.terminate()
+        proc.close()

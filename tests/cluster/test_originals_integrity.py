@@ -6,31 +6,18 @@ pod's requests must never exceed 500m x 0.8 = 400m, and the pod's Events must sa
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 
 from resizer import ORIGINALS_MAC, original_key
 from tests.cluster.test_reconciler import Harness, guaranteed, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
 from devkit.kube import wait_for
-from devkit.processes import Webhook, WebhookCerts
+from devkit.processes import Webhook
 
 AUTHOR = guaranteed(cpu="500m")
 CEILING = q("400m")                # 500m x baselinePerf 1.0 / n4 cpuPerf 1.25
 FORGED = {original_key("app", "cpu", "request"): "16", original_key("app", "cpu", "limit"): "16"}
-
-
-@pytest.fixture(scope="module")
-def webhook() -> Iterator[Webhook]:
-    proc = Webhook(certs=WebhookCerts())
-    try:
-        proc.wait_ready()
-        yield proc
-    finally:
-        proc.terminate()
-        proc.close()
 
 
 def cpu(pod: dict[str, Any]) -> Any:

@@ -18,17 +18,15 @@ import ssl
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from resizer import APPLIED_INSTANCE_TYPE, APPLIED_SIZE, ORIGINALS_MAC, RESIZE_STATE, original_key
 from tests.cluster.test_reconciler import Harness, guaranteed, make_namespace, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
 from devkit.kube import deployment, wait_for
-from devkit.processes import REPO, Webhook, WebhookCerts, originals_key_dir
+from devkit.processes import REPO, Webhook, originals_key_dir
 
 AUTHOR = guaranteed(cpu="500m")
 AUTHORED, CEILING = q("500m"), q("400m")
@@ -40,17 +38,6 @@ FORGERIES = {
     "state": {RESIZE_STATE: '{"state":"deferred","nodeType":"n4","generation":1}'},
     "applied": {APPLIED_INSTANCE_TYPE: "c3", APPLIED_SIZE: "0" * 16},
 }
-
-
-@pytest.fixture(scope="module")
-def webhook() -> Iterator[Webhook]:
-    proc = Webhook(certs=WebhookCerts())
-    try:
-        proc.wait_ready()
-        yield proc
-    finally:
-        proc.terminate()
-        proc.close()
 
 
 # ---------------------------------------------------------------- the tenant's moves
