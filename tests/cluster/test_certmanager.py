@@ -138,7 +138,7 @@ def secret_data(kube: Kube, ns: str, name: str) -> dict[str, bytes]:
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
 
 
 def served_certificate(port: int, ca_file: Path) -> x509.Certificate:

@@ -855,7 +855,7 @@ def test_cert_manager_mode_issues_and_injects(cluster, helm: str, namespace: str
             kube.create(issuers if doc["kind"] == "Issuer" else certificates, doc)
 
     def ready(path: str) -> bool:
-        conditions = kube.get(path).get("status", {}).get("conditions", [])
+        conditions = (kube.get(path).get("status") or {}).get("conditions") or []
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     wait_for("the self-signed Issuer Ready (cert-manager's controller running)",

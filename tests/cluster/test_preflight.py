@@ -104,10 +104,10 @@ def test_vpa_in_an_updating_mode_is_left_alone_and_off_composes(h: Harness) -> N
     except ApiError as err:
         if err.status != 409:       # installed by an earlier test of this session: the same manifest
             raise
-    wait_for("VPA CRD established", lambda: any(
-        c["type"] == "Established" and c["status"] == "True" for c in h.kube.get(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/verticalpodautoscalers.autoscaling.k8s.io")
-        .get("status", {}).get("conditions", [])), timeout=30)
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/verticalpodautoscalers.autoscaling.k8s.io"
+    wait_for("VPA CRD established", lambda: any(   # conditions are null until the apiserver sets them
+        c["type"] == "Established" and c["status"] == "True"
+        for c in (h.kube.get(crd).get("status") or {}).get("conditions") or []), timeout=30)
     node = h.node("vpa", "slow")
     for app, mode in (("managed", "InPlaceOrRecreate"), ("advised", "Off")):
         h.kube.create(f"/apis/autoscaling.k8s.io/v1/namespaces/{h.ns}/verticalpodautoscalers", {
