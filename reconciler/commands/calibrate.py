@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, TextIO
 
-from reconciler.commands.plan import CommandError, list_all, run_command
+from reconciler.commands.plan import CommandError, compile_config, list_all, read_configmap, run_command
 from reconciler.kube import ApiError, KubeClient, load_credentials
 from reconciler.kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
@@ -396,18 +396,8 @@ def evaluate(results: list[TypeResult], config: CompiledConfig, baseline: str, c
 
 async def read_config(client: KubeClient, settings: CalibrateSettings) -> tuple[CompiledConfig, str, str, str]:
     """The ConfigMap's config (compiled), its text, resourceVersion and a name for messages."""
-    source = f"ConfigMap {settings.config_namespace}/{settings.config_name}"
-    try:
-        configmap = await client.get(f"/api/v1/namespaces/{settings.config_namespace}/configmaps/{settings.config_name}")
-    except ApiError as err:
-        raise CommandError(f"cannot read {source}: {err}") from None
-    text = (configmap.get("data") or {}).get(CONFIG_KEY)
-    if not isinstance(text, str):
-        raise CommandError(f"{source} has no key {CONFIG_KEY}")
-    try:
-        return load_config(text), text, configmap["metadata"]["resourceVersion"], source
-    except ConfigError as err:
-        raise CommandError(f"invalid config in {source}:\n{err}") from None
+    text, resource_version, source = await read_configmap(client, settings.config_namespace, settings.config_name)
+    return compile_config(text, source), text, resource_version, source
 
 
 async def calibrate(client: KubeClient, settings: CalibrateSettings) -> Report:

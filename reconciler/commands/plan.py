@@ -73,17 +73,27 @@ async def read_config(client: KubeClient, settings: PlanSettings) -> tuple[Compi
         except OSError as err:
             raise CommandError(f"cannot read {source}: {err}") from None
     else:
-        source = f"ConfigMap {settings.config_namespace}/{settings.config_name}"
-        try:
-            configmap = await client.get(f"/api/v1/namespaces/{settings.config_namespace}/configmaps/{settings.config_name}")
-        except ApiError as err:
-            raise CommandError(f"cannot read {source}: {err} (pass --config-file to plan a candidate config)") from None
-        data = (configmap.get("data") or {}).get(CONFIG_KEY)
-        if not isinstance(data, str):
-            raise CommandError(f"{source} has no key {CONFIG_KEY}")
-        text = data
+        text, _, source = await read_configmap(client, settings.config_namespace, settings.config_name,
+                                               " (pass --config-file to plan a candidate config)")
+    return compile_config(text, source), source
+
+
+async def read_configmap(client: KubeClient, namespace: str, name: str, hint: str = "") -> tuple[str, str, str]:
+    """The product ConfigMap's config.yaml text, its resourceVersion and a name for messages."""
+    source = f"ConfigMap {namespace}/{name}"
     try:
-        return load_config(text), source
+        configmap = await client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+    except ApiError as err:
+        raise CommandError(f"cannot read {source}: {err}{hint}") from None
+    text = (configmap.get("data") or {}).get(CONFIG_KEY)
+    if not isinstance(text, str):
+        raise CommandError(f"{source} has no key {CONFIG_KEY}")
+    return text, str(configmap["metadata"]["resourceVersion"]), source
+
+
+def compile_config(text: str, source: str) -> CompiledConfig:
+    try:
+        return load_config(text)
     except ConfigError as err:
         raise CommandError(f"invalid config in {source}:\n{err}") from None
 

@@ -16,7 +16,7 @@ import pytest
 
 from devkit.configs import config_yaml
 from tests.cluster.test_real_node import START_TIMEOUT, real_deployment
-from tests.cluster.test_real_node_outcomes import allocatable_millicores, show, wait_until_alone
+from tests.cluster.test_real_node_outcomes import alone_on_the_real_node, allocatable_millicores, show
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, q, resources, status_resources
 from tests.conftest import RealNode
 
@@ -32,14 +32,7 @@ PODS = 4
 
 @pytest.fixture
 def h(cluster: Any, namespace: str, real_node: RealNode) -> Iterator[Harness]:
-    harness = Harness(cluster, namespace)
-    harness.config(CONFIG_YAML)
-    wait_until_alone(harness, real_node)
-    try:
-        yield harness
-    finally:
-        harness.close()
-        cluster.kube.patch(f"/api/v1/nodes/{real_node.name}", {"metadata": {"labels": {harness.label: None}}})
+    yield from alone_on_the_real_node(cluster, namespace, real_node, CONFIG_YAML)
 
 
 def deploy_direction(h: Harness, node: RealNode, direction: str, cpu: str) -> None:

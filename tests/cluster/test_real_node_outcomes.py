@@ -53,16 +53,22 @@ CONFIG_YAML = config_yaml(extra_node_types={"slow": (0.5, 1.0), "hyper": (100.0,
 STALL_WINDOW = 60
 
 
-@pytest.fixture
-def h(cluster: Any, namespace: str, real_node: RealNode) -> Iterator[Harness]:
+def alone_on_the_real_node(cluster: Any, namespace: str, node: RealNode, config: str) -> Iterator[Harness]:
+    """A harness with `config`, once no other test's pod is left on the real node; the node loses
+    the harness's type label afterwards."""
     harness = Harness(cluster, namespace)
-    harness.config(CONFIG_YAML)
-    wait_until_alone(harness, real_node)
+    harness.config(config)
+    wait_until_alone(harness, node)
     try:
         yield harness
     finally:
         harness.close()
-        cluster.kube.patch(f"/api/v1/nodes/{real_node.name}", {"metadata": {"labels": {harness.label: None}}})
+        cluster.kube.patch(f"/api/v1/nodes/{node.name}", {"metadata": {"labels": {harness.label: None}}})
+
+
+@pytest.fixture
+def h(cluster: Any, namespace: str, real_node: RealNode) -> Iterator[Harness]:
+    yield from alone_on_the_real_node(cluster, namespace, real_node, CONFIG_YAML)
 
 
 def wait_until_alone(h: Harness, node: RealNode) -> None:
