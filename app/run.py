@@ -19,7 +19,7 @@ from app.tls import CertReloader
 from app.worker import DEFAULT_WORKER_TIMEOUT, ReviewWorkers
 from ops.keys import KeyDirectory
 from ops.malloc import bound_heap_retention
-from resizer import KeyRing
+from resizer import KeyRing, KeyRingError
 from ops.jsonlog import flush_logging
 from resizer.scope import NamespaceScope
 
@@ -28,6 +28,19 @@ log = logging.getLogger("workload_resizer.webhook")
 
 def _have(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+def reloaded_keyring(keys: KeyDirectory, current: KeyRing) -> KeyRing:
+    """The key ring after re-reading ``keys``: ``current`` when nothing changed or when the
+    new keys are unusable (an invalid key id or a short key must not stop the reload loop,
+    or the webhook would sign with a retired key until restarted)."""
+    if not keys.poll():
+        return current
+    try:
+        return KeyRing(keys.keys)
+    except KeyRingError as err:
+        log.error("originals keys unusable; keeping the last good ones", extra={"error": str(err)})
+        return current
 
 
 def build_server(
@@ -70,8 +83,7 @@ def build_server(
         assert keys is not None
         while True:
             await asyncio.sleep(max(cert_reload_interval, 1.0))
-            if keys.poll():
-                app.keyring = KeyRing(keys.keys)
+            app.keyring = reloaded_keyring(keys, app.keyring)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:

@@ -23,7 +23,7 @@ from reconciler.pods import (
     size_fingerprint,
     summary_from_originals,
 )
-from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault, pod_path
+from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault
 from reconciler.reasons import EventType, Reason
 from reconciler.report import Reporter, decision_record
 from reconciler.settings import ControllerSettings
@@ -298,9 +298,3 @@ class PodResizeReconciler:
             return await terminal(pod, signature, plan, EventType.NORMAL, reason,
                                   f"dry run, {context}: {plan.summary()}")
         return None
-
-# Old private names, kept for callers that imported them.
-_live_and_bound = live_and_bound
-_situation = situation
-_decision_record = decision_record
-_pod_path = pod_path

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.controller import _decision_record, _live_and_bound, _pod_path, _situation
+from reconciler.controller import decision_record, live_and_bound, situation
+from reconciler.ports import pod_path
 from reconciler.kube.slim import slim_pod
 from resizer import SAMPLE_CONFIG, load_config, plan_resize, resolve_policy
 
@@ -42,18 +43,18 @@ def _plan(pod: dict[str, Any], node_type: str = "n4"):
     return plan_resize(pod, resolve_policy(CONFIG, pod), node_type)
 
 
-# ------------------------------------------------------------------ _decision_record
+# ------------------------------------------------------------------ decision_record
 
 
 def test_decision_record_without_a_plan_names_pod_node_outcome_and_mode():
     pod = _pod([_container("app", {"cpu": "1"})])
-    assert _decision_record(pod, None, "ResizeFailed", False) == {
+    assert decision_record(pod, None, "ResizeFailed", False) == {
         "pod": "web-1", "namespace": "shop", "node": "node-1", "outcome": "ResizeFailed", "dryRun": False}
 
 
 def test_decision_record_with_a_plan_lists_each_change_in_whole_units():
     pod = _pod([_container("app", {"cpu": "1", "memory": "512Mi"})])
-    record = _decision_record(pod, _plan(pod), "Resized", True)
+    record = decision_record(pod, _plan(pod), "Resized", True)
     assert (record["nodeType"], record["baseline"], record["rule"], record["dryRun"]) == ("n4", "n2d", "global", True)
     assert record["changes"] == [
         {"container": "app", "resource": "cpu", "original": 1000, "desired": 800, "current": 1000,
@@ -65,46 +66,46 @@ def test_decision_record_with_a_plan_lists_each_change_in_whole_units():
 
 def test_decision_record_includes_limits_only_for_resources_that_have_one():
     pod = _pod([_container("app", {"cpu": "1", "memory": "512Mi"}, limits={"cpu": "2"})])
-    cpu, memory = _decision_record(pod, _plan(pod), "Resized", False)["changes"]
+    cpu, memory = decision_record(pod, _plan(pod), "Resized", False)["changes"]
     assert (cpu["originalLimit"], cpu["desiredLimit"]) == (2000, 1600)
     assert "originalLimit" not in memory and "desiredLimit" not in memory
 
 
 def test_decision_record_marks_a_clamped_change():
     pod = _pod([_container("app", {"cpu": "60m"})])
-    [cpu] = _decision_record(pod, _plan(pod), "BoundsClamped", False)["changes"]
+    [cpu] = decision_record(pod, _plan(pod), "BoundsClamped", False)["changes"]
     assert cpu["desired"] == 50 and cpu["clamped"] == "min"
 
 
 def test_decision_record_marks_a_skipped_change_and_omits_unset_flags():
     pod = _pod([_container("app", {"cpu": "1", "memory": "1Gi"}, restart=("memory",))])
-    cpu, memory = _decision_record(pod, _plan(pod), "Resized", False)["changes"]
+    cpu, memory = decision_record(pod, _plan(pod), "Resized", False)["changes"]
     assert memory["skipped"] == "RestartContainerPolicy"
     assert "skipped" not in cpu and "clamped" not in cpu
 
 
 def test_decision_record_of_an_unknown_node_type_has_no_changes():
     pod = _pod([_container("app", {"cpu": "1"})])
-    record = _decision_record(pod, _plan(pod, "z9"), "UnknownNodeType", False)
+    record = decision_record(pod, _plan(pod, "z9"), "UnknownNodeType", False)
     assert record["nodeType"] == "z9" and record["changes"] == []
 
 
-# ------------------------------------------------------------------ _situation
+# ------------------------------------------------------------------ situation
 
 
 def test_the_same_pod_in_the_same_circumstances_is_the_same_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
-    assert _situation(pod, "n4", 3) == _situation(copy.deepcopy(pod), "n4", 3)
+    assert situation(pod, "n4", 3) == situation(copy.deepcopy(pod), "n4", 3)
 
 
 def test_another_node_type_is_another_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
-    assert _situation(pod, "n4", 3) != _situation(pod, "c3", 3)
+    assert situation(pod, "n4", 3) != situation(pod, "c3", 3)
 
 
 def test_a_new_config_generation_is_another_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
-    assert _situation(pod, "n4", 3) != _situation(pod, "n4", 4)
+    assert situation(pod, "n4", 3) != situation(pod, "n4", 4)
 
 
 def test_a_container_that_starts_reporting_resources_is_another_situation():
@@ -112,20 +113,20 @@ def test_a_container_that_starts_reporting_resources_is_another_situation():
     containers = [_container("app", {"cpu": "1"})]
     silent = _pod(containers, statuses=[{"name": "app", "state": {"running": {}}}])
     reporting = _pod(containers)
-    assert _situation(silent, "n4", 1) != _situation(reporting, "n4", 1)
+    assert situation(silent, "n4", 1) != situation(reporting, "n4", 1)
 
 
 def test_a_change_to_our_annotations_is_another_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
     stamped = _pod([_container("app", {"cpu": "1"})], annotations={"workload-resizer.io/original-cpu.app": "1"})
-    assert _situation(pod, "n4", 1) != _situation(stamped, "n4", 1)
+    assert situation(pod, "n4", 1) != situation(stamped, "n4", 1)
 
 
 def test_foreign_annotations_and_spec_churn_are_the_same_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
     other = _pod([_container("app", {"cpu": "1"})], annotations={"deployment.kubernetes.io/revision": "7"})
     other["metadata"]["resourceVersion"] = "99"
-    assert _situation(pod, "n4", 1) == _situation(other, "n4", 1)
+    assert situation(pod, "n4", 1) == situation(other, "n4", 1)
 
 
 def test_annotation_order_does_not_change_the_situation():
@@ -133,12 +134,12 @@ def test_annotation_order_does_not_change_the_situation():
         "workload-resizer.io/original-cpu.app": "1", "workload-resizer.io/original-memory.app": "1Gi"})
     second = _pod([_container("app", {"cpu": "1"})], annotations={
         "workload-resizer.io/original-memory.app": "1Gi", "workload-resizer.io/original-cpu.app": "1"})
-    assert _situation(first, "n4", 1) == _situation(second, "n4", 1)
+    assert situation(first, "n4", 1) == situation(second, "n4", 1)
 
 
 def test_a_situation_is_hashable():
     pod = _pod([_container("app", {"cpu": "1"})])
-    assert hash(_situation(pod, "n4", 1)) == hash(_situation(copy.deepcopy(pod), "n4", 1))
+    assert hash(situation(pod, "n4", 1)) == hash(situation(copy.deepcopy(pod), "n4", 1))
 
 
 # ------------------------------------------------------------------ small helpers
@@ -149,22 +150,22 @@ def test_a_situation_is_hashable():
     ("resize", "/api/v1/namespaces/shop/pods/web-1/resize"),
 ])
 def test_pod_path(subresource, path):
-    assert _pod_path(_pod([]), subresource) == path
+    assert pod_path(_pod([]), subresource) == path
 
 
 def test_a_running_bound_pod_is_live():
-    assert _live_and_bound(_pod([_container("app", {"cpu": "1"})]))
+    assert live_and_bound(_pod([_container("app", {"cpu": "1"})]))
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
 def test_a_finished_pod_is_not_live(phase):
-    assert not _live_and_bound(_pod([_container("app", {"cpu": "1"})], phase=phase))
+    assert not live_and_bound(_pod([_container("app", {"cpu": "1"})], phase=phase))
 
 
 def test_an_unbound_pod_is_not_live():
     pod = _pod([_container("app", {"cpu": "1"})])
     pod["spec"]["nodeName"] = None
-    assert not _live_and_bound(pod)
+    assert not live_and_bound(pod)
 
 
 # ------------------------------------------------------------------ bookkeeping that must not leak
