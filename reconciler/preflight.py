@@ -59,10 +59,15 @@ class Preflight:
         self.vpa = vpa if settings.skip_vpa_managed else None
         self._node_pods = node_pods
         self._requeue = requeue
+        # Each resize looks at its namespace's LimitRanges and quotas only: kept by namespace.
+        self._limit_ranges_by_ns = NamespaceIndex()
+        self._quotas_by_ns = NamespaceIndex()
         self.limit_ranges = Informer(client, "limitranges", "/api/v1/limitranges", slim_limit_range,
-                                     self._on_namespaced, idle_timeout=idle_timeout) if settings.limit_ranges else None
+                                     self._handler(self._limit_ranges_by_ns),
+                                     idle_timeout=idle_timeout) if settings.limit_ranges else None
         self.quotas = Informer(client, "resourcequotas", "/api/v1/resourcequotas", slim_quota,
-                               self._on_namespaced, idle_timeout=idle_timeout) if settings.quotas else None
+                               self._handler(self._quotas_by_ns),
+                               idle_timeout=idle_timeout) if settings.quotas else None
         # Pods held, by what they wait for: ("namespace", ns) or ("node", name) -> pod keys.
         self._waiting: dict[tuple[str, str], set[str]] = {}
         # Resizes sent and not yet in the cache: node -> pod uid -> (generation, resized spec).
@@ -110,11 +115,11 @@ class Preflight:
             if hold is not None:
                 return hold
         if self.limit_ranges is not None:
-            hold = limit_range_hold(resized, _in_namespace(self.limit_ranges, namespace))
+            hold = limit_range_hold(resized, self._limit_ranges_by_ns.get(namespace))
             if hold is not None:
                 return hold
         if self.quotas is not None:
-            hold = quota_hold(pod, resized, _in_namespace(self.quotas, namespace))
+            hold = quota_hold(pod, resized, self._quotas_by_ns.get(namespace))
             if hold is not None:
                 return hold
         if self.settings.node_room and node is not None:
@@ -162,6 +167,12 @@ class Preflight:
         if keys:
             self._requeue(list(keys))
 
+    def _handler(self, index: NamespaceIndex) -> Callable[[str, Obj, Obj | None], None]:
+        def handle(kind: str, obj: Obj, old: Obj | None) -> None:
+            index.apply(kind, obj)
+            self._on_namespaced(kind, obj, old)
+        return handle
+
     def _on_namespaced(self, kind: str, obj: Obj, old: Obj | None) -> None:
         if old is not None and kind != "DELETED" and old.get("spec") == obj.get("spec") \
                 and old.get("status") == obj.get("status"):
@@ -173,5 +184,22 @@ class Preflight:
             self._requeue(list(keys))
 
 
-def _in_namespace(informer: Informer, namespace: str) -> list[Obj]:
-    return [o for o in informer.store.values() if o["metadata"].get("namespace") == namespace]
+class NamespaceIndex:
+    """An informer's objects by namespace, kept current from its events (list included)."""
+
+    def __init__(self) -> None:
+        self._by_namespace: dict[str, dict[str, Obj]] = {}
+
+    def apply(self, kind: str, obj: Obj) -> None:
+        namespace = str(obj["metadata"].get("namespace"))
+        if kind == "DELETED":
+            objects = self._by_namespace.get(namespace)
+            if objects is not None:
+                objects.pop(object_key(obj), None)
+                if not objects:
+                    del self._by_namespace[namespace]
+        else:
+            self._by_namespace.setdefault(namespace, {})[object_key(obj)] = obj
+
+    def get(self, namespace: str) -> list[Obj]:
+        return list((self._by_namespace.get(namespace) or {}).values())

@@ -30,6 +30,14 @@ def informer(resource: str, slim: Any, *objects: dict[str, Any]) -> Informer:
     return cache
 
 
+def deliver(cache: Informer, obj: dict[str, Any]) -> None:
+    """What the informer does with a watch event: store the object, then call its handler."""
+    key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+    old = cache.store.get(key)
+    cache.store[key] = obj
+    cache._handler("MODIFIED" if old is not None else "ADDED", obj, old)
+
+
 def held_gauge(constraint: str) -> float:
     metrics.RESIZES_HELD.labels(constraint)
     return REGISTRY.get_sample_value("workload_resizer_resizes_held", {"constraint": constraint}) or 0.0
@@ -78,7 +86,7 @@ def world_growing(**kwargs: Any) -> World:
 def test_a_resize_beyond_the_limit_range_is_not_sent_and_reported_once() -> None:
     w = world_growing()
     assert w.preflight.limit_ranges is not None
-    w.preflight.limit_ranges.store["shop/limits"] = slim_limit_range(limit_range("1500m"))
+    deliver(w.preflight.limit_ranges, slim_limit_range(limit_range("1500m")))
     before = held_gauge("LimitRange")
     result = w.reconcile()
     assert "resize" not in w.fake.ops()
@@ -90,9 +98,7 @@ def test_a_resize_beyond_the_limit_range_is_not_sent_and_reported_once() -> None
     w.reconcile()
     assert reasons(w.fake) == ["ResizeHeld"] and "resize" not in w.fake.ops()
     # The LimitRange is edited: the held pod is queued again, and its resize goes out.
-    w.preflight.limit_ranges.store["shop/limits"] = slim_limit_range(limit_range("4"))
-    w.preflight._on_namespaced("MODIFIED", w.preflight.limit_ranges.store["shop/limits"],
-                               slim_limit_range(limit_range("1500m")))
+    deliver(w.preflight.limit_ranges, slim_limit_range(limit_range("4")))
     assert w.requeued == [KEY]
     w.fake.sync()
     w.reconcile()
@@ -105,14 +111,13 @@ def test_a_nearly_full_quota_holds_an_increase() -> None:
     assert w.preflight.quotas is not None
     quota = {"metadata": {"name": "compute", "namespace": "shop"}, "spec": {"hard": {"requests.cpu": "3"}},
              "status": {"hard": {"requests.cpu": "3"}, "used": {"requests.cpu": "2500m"}}}
-    w.preflight.quotas.store["shop/compute"] = slim_quota(quota)
+    deliver(w.preflight.quotas, slim_quota(quota))
     w.reconcile()
     assert "resize" not in w.fake.ops() and reasons(w.fake) == ["ResizeHeld"]
     assert "ResourceQuota compute" in w.fake.events[0].message
     freed = copy.deepcopy(quota)
     freed["status"]["used"]["requests.cpu"] = "1"
-    w.preflight.quotas.store["shop/compute"] = slim_quota(freed)
-    w.preflight._on_namespaced("MODIFIED", slim_quota(freed), slim_quota(quota))
+    deliver(w.preflight.quotas, slim_quota(freed))
     assert w.requeued == [KEY]
     w.fake.sync()
     w.reconcile()
@@ -281,3 +286,27 @@ def test_slim_vpa_survives_a_malformed_object() -> None:
     assert slim["spec"] == {"targetRef": {"apiVersion": None, "kind": None, "name": None},
                             "updatePolicy": {"updateMode": "Auto"}}
     assert slim_vpa({"metadata": {}, "spec": "x"})["spec"]["targetRef"]["kind"] is None
+
+
+# ---------------------------------------------------------------- the namespace index
+
+def test_a_resize_sees_only_its_namespaces_constraints_and_deleted_ones_are_gone() -> None:
+    w = world_growing()
+    assert w.preflight.limit_ranges is not None
+    other = slim_limit_range({**limit_range("100m"), "metadata": {"name": "limits", "namespace": "other"}})
+    deliver(w.preflight.limit_ranges, other)
+    w.reconcile()
+    assert w.fake.ops().count("resize") == 1, "another namespace's LimitRange must not hold this pod"
+    here = slim_limit_range(limit_range("100m"))
+    deliver(w.preflight.limit_ranges, here)
+    assert w.preflight.judge(*_growing_args(w)) is not None
+    w.preflight.limit_ranges.store.pop("shop/limits")
+    w.preflight.limit_ranges._handler("DELETED", here, here)
+    assert w.preflight.judge(*_growing_args(w)) is None
+
+
+def _growing_args(w: World) -> tuple[Any, Any, Any]:
+    pod = copy.deepcopy(w.fake.cache[KEY])
+    patch = {"spec": {"containers": [{"name": c["name"], "resources": {"requests": {"cpu": "4"}}}
+                                     for c in pod["spec"]["containers"]]}}
+    return pod, None, patch
