@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from devkit.configs import DESIGN_NODE_TYPES, config_yaml
-from reconciler.controller import _live_and_bound
+from reconciler.controller import live_and_bound
 from reconciler.kube.slim import slim_node, slim_pod, status_fingerprint
 from resizer import (
     OriginalsError,
@@ -225,7 +225,7 @@ def test_qos_class_of_the_slim_spec_is_the_same(name):
 @pytest.mark.parametrize("name", POD_NAMES)
 def test_live_and_bound_is_the_same_on_the_slim_pod(name):
     pod = _pods()[name]
-    assert _live_and_bound(slim_pod(pod)) == _live_and_bound(pod)
+    assert live_and_bound(slim_pod(pod)) == live_and_bound(pod)
 
 
 def test_the_realistic_pods_exercise_every_outcome_the_comparison_relies_on():
@@ -346,7 +346,7 @@ def test_deletion_timestamp_is_kept_so_terminating_pods_are_skipped():
     pod["metadata"]["deletionTimestamp"] = "2025-01-01T01:00:00Z"
     slim = slim_pod(pod)
     assert slim["metadata"]["deletionTimestamp"] == "2025-01-01T01:00:00Z"
-    assert not _live_and_bound(slim)
+    assert not live_and_bound(slim)
 
 
 def test_pod_level_resources_are_kept():
