@@ -16,12 +16,15 @@ from __future__ import annotations
 import base64
 import re
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 import resizer
 from resizer.scope import NamespaceScope
+
+if TYPE_CHECKING:
+    from app.sizing import SizingContext
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -32,6 +35,8 @@ SKIPPED = "skipped"
 REJECTED = "rejected"
 
 REASON_INTERNAL_ERROR = "InternalError"
+REASON_SIZED = "SizedAtAdmission"         # created at its size for the node type it is pinned to
+REASON_WOULD_RESIZE = "WouldResize"       # --dry-run: the size it would have been created at
 REASON_OVERLOADED = "Overloaded"
 # JSON objects + arrays in one review beyond which it is not parsed (answered "allowed, no
 # patch", as under overload). A pod of MAX_STAMPED_CONTAINERS (256) containers, each with
@@ -190,11 +195,13 @@ def undecided(head: bytes, why: str, reason: str = REASON_OVERLOADED) -> tuple[i
     return 200, _allowed(match.group(1).decode("ascii")), record
 
 
-def _allowed(uid: str, patch_b64: str | None = None) -> bytes:
+def _allowed(uid: str, patch_b64: str | None = None, warnings: list[str] | None = None) -> bytes:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch_b64 is not None:
         response["patchType"] = "JSONPatch"
         response["patch"] = patch_b64
+    if warnings:
+        response["warnings"] = warnings
     return _DUMPS({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 
@@ -270,7 +277,8 @@ def _str(value: Any) -> str:
 
 
 def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
-                  scope: NamespaceScope | None = None) -> tuple[int, bytes, dict[str, Any]]:
+                  scope: NamespaceScope | None = None,
+                  sizing: SizingContext | None = None) -> tuple[int, bytes, dict[str, Any]]:
     """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned).
     Pods in a namespace ``scope`` excludes by name are skipped (``NamespaceExcluded``; forged
     controller-owned keys still stripped): the apiserver applies the label part of the scope
@@ -282,21 +290,22 @@ def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
     review = _parse(body)
     if isinstance(review, tuple):
         return review
-    return _handle(review, len(body), keyring, scope)
+    return _handle(review, len(body), keyring, scope, sizing)
 
 
 def handle_review_inline(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
-                         scope: NamespaceScope | None = None) -> tuple[int, bytes, dict[str, Any]] | None:
+                         scope: NamespaceScope | None = None,
+                         sizing: SizingContext | None = None) -> tuple[int, bytes, dict[str, Any]] | None:
     """:func:`handle_review` for the event loop: None, without deciding, when the review is
     too costly to decide there (more than ``INLINE_MAX_ANNOTATIONS`` annotations, or more
     than ``INLINE_MAX_CONTAINERS`` containers whose originals are not memoised); the caller
-    decides it elsewhere."""
+    decides it elsewhere. ``sizing``: what sizing at admission needs (None: stamp only)."""
     review = _parse(body)
     if isinstance(review, tuple):
         return review
     if _costly(review):
         return None
-    return _handle(review, len(body), keyring, scope)
+    return _handle(review, len(body), keyring, scope, sizing)
 
 
 def _parse(body: bytes) -> dict[str, Any] | tuple[int, bytes, dict[str, Any]]:
@@ -334,7 +343,7 @@ def _originals_memoised(containers: list[Any]) -> bool:
 
 
 def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,
-            scope: NamespaceScope | None) -> tuple[int, bytes, dict[str, Any]]:
+            scope: NamespaceScope | None, sizing: SizingContext | None = None) -> tuple[int, bytes, dict[str, Any]]:
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
         return _error(
             400,
@@ -358,7 +367,7 @@ def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,
         "decision": SKIPPED, "reason": "", "originals": _NO_ORIGINALS,
     }
     try:
-        status, out = _decide(request, operation, obj, uid, record, keyring, scope, body_size)
+        status, out = _decide(request, operation, obj, uid, record, keyring, scope, body_size, sizing)
     except Exception as exc:  # our bug: allow the pod unchanged, log and count it
         record["decision"] = SKIPPED
         record["reason"] = REASON_INTERNAL_ERROR
@@ -374,7 +383,7 @@ def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,
 
 def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any],
             keyring: resizer.KeyRing, scope: NamespaceScope | None = None,
-            body_size: int | None = None) -> tuple[int, bytes]:
+            body_size: int | None = None, sizing: SizingContext | None = None) -> tuple[int, bytes]:
     if operation != "CREATE" or not _is_pod(request):
         record["decision"] = SKIPPED
         record["reason"] = "NotPodCreate"
@@ -435,6 +444,18 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         identity = resizer.PodIdentity.of(obj, namespace, "admission")
         memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), (keyring.newest or "").encode()))
     record["originals"] = originals
+    warnings: list[str] | None = None
+    if sizing is not None and stamp:
+        sized = _sized_at_admission(obj, namespace, keyring, originals, sizing, record)
+        if sized is not None and not sizing.dry_run:
+            ops, sized_stamp = sized
+            if resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, sized_stamp):
+                record["decision"] = PATCHED
+                record["reason"] = REASON_SIZED
+                return 200, _allowed(uid, _encode(build_patch(annotations, sized_stamp) + ops))
+        elif sized is not None:
+            warnings = [f"workload-resizer (dry run): {REASON_WOULD_RESIZE} at admission for node type "
+                        f"{record['sizedFor']}: {record['wouldResize']}"]
     if stamp and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, stamp):
         # Stamping would push the pod over the apiserver's annotation size limit and so
         # block its creation. Admit it unstamped (forged keys still stripped); the
@@ -450,11 +471,36 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         if not ops:
             record["decision"] = SKIPPED
             record["reason"] = "AlreadyStamped" if stamp else "NothingToStamp"
-            return 200, _allowed(uid)
+            return 200, _allowed(uid, None, warnings)
         patch = _encode(ops)
     record["decision"] = PATCHED
     record["reason"] = verdict.reason
-    return 200, _allowed(uid, patch)
+    return 200, _allowed(uid, patch, warnings)
+
+
+def _sized_at_admission(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
+                        sizing: SizingContext, record: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, str]] | None:
+    """The ops setting the pod's size for the node type it is pinned to, and the annotations to
+    stamp with them (originals, record, sized-scope MAC); None: not determined at admission, or
+    nothing to change (today's path: stamp only). Never raises: sizing is best effort."""
+    if not keyring:
+        return None     # nothing could vouch for originals that differ from the spec
+    try:
+        node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
+        if node_type is None:
+            return None
+        decided = resizer.admission_sizing(pod, sizing.config, node_type)
+        if decided is None:
+            return None
+        stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
+    except Exception as exc:  # our bug or an odd spec: the pod is stamped as today
+        record["sizingError"] = repr(exc)
+        return None
+    if not stamp:
+        return None
+    record["sizedFor"] = node_type
+    record["wouldResize" if sizing.dry_run else "sized"] = decided.plan.summary()
+    return list(decided.ops), stamp
 
 
 def _oversized(annotations: dict[str, Any]) -> bool:

@@ -107,11 +107,12 @@ def _term_types(term: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozen
         if not isinstance(expr, Mapping) or expr.get("operator") != "In" or not isinstance(expr.get("values"), list):
             continue
         if kind == "label" and expr.get("key") == label:
-            allowed: frozenset[str] | None = frozenset(v for v in expr["values"] if isinstance(v, str))
+            allowed = frozenset(v for v in expr["values"] if isinstance(v, str))
         elif kind == "field" and expr.get("key") == _NODE_NAME_FIELD:
-            allowed = _types_of_nodes(expr["values"], nodes)
-            if allowed is None:
+            named = _types_of_nodes(expr["values"], nodes)
+            if named is None:
                 return None     # a node we do not know: its type cannot be told
+            allowed = named
         else:
             continue
         result = allowed if result is None else result & allowed
