@@ -123,7 +123,7 @@ def test_pinned_pods_are_created_at_their_size_and_the_others_sized_after_bindin
     h, nodes = sized
     before = resizes_served(h)
     create_all(h, nodes)
-    ds = h.wait_running("ds", 3)
+    h.wait_running("ds", 3)
     for app in ("selector", "affinity-n4", "affinity-n4-c3", "nodename"):
         h.wait_running(app)
     # Created at their size: as stored, before the reconciler runs.
@@ -179,12 +179,12 @@ def test_a_config_edit_and_a_node_relabel_re_align_them_from_their_originals(
     # n4 twice as fast: 1 CPU / 2 = 500m from the originals (compounding from 800m would give 400m).
     h.config(CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 2.0"))
     for pod_name in (name, ds_n4):
-        wait_for(f"{pod_name} re-aligned to 500m", lambda: cpu(h.pod(pod_name)) == (q("500m"), q("500m")),
+        wait_for(f"{pod_name} re-aligned to 500m", lambda n=pod_name: cpu(h.pod(n)) == (q("500m"), q("500m")),
                  timeout=60)
     # The node becomes a c3: 1 CPU / 1.3 = 769m from the originals (from 500m it would be 385m).
     h.relabel(nodes["n4"], "c3")
     for pod_name in (name, ds_n4):
-        wait_for(f"{pod_name} re-aligned to 769m", lambda: cpu(h.pod(pod_name)) == (q("769m"), q("769m")),
+        wait_for(f"{pod_name} re-aligned to 769m", lambda n=pod_name: cpu(h.pod(n)) == (q("769m"), q("769m")),
                  timeout=60)
         assert ours(h.pod(pod_name))[original_key("app", "cpu", "request")] == "1"
     h.wait_applied("selector", "c3", timeout=60)

@@ -14,7 +14,6 @@ import pytest
 import resizer
 from app.metrics import Metrics
 from app.review import handle_review, handle_review_inline
-from app.server import create_app
 from app.sizing import ClusterView, SizingContext
 from app.worker import ReviewWorkers
 from devkit.jsonpatch import apply_patch
