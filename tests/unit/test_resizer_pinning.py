@@ -220,3 +220,44 @@ def test_without_keys_nothing_is_sized() -> None:
     assert sizing is not None
     assert sized_stamp(sent, "shop", resizer.EMPTY_KEYRING, originals_from_spec_annotations(sent), "n4",
                        sizing.sized) == {}
+
+
+def test_restore_puts_a_pod_sized_at_admission_back_to_its_originals() -> None:
+    from resizer.restore import restore_decision
+    stored = created(pod({"nodeSelector": {LABEL: "n4"}}))
+    stored["status"] = {"phase": "Running"}
+    decision = restore_decision(stored, KEYS)
+    assert decision.held is None
+    assert decision.patch == {"spec": {"containers": [{"name": "app", "resources": {
+        "requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
+
+
+def test_plan_shows_which_pods_were_sized_at_admission() -> None:
+    from resizer.forecast import forecast_fleet
+    from resizer.scope import namespace_scope
+    stored = created(pod({"nodeSelector": {LABEL: "n4"}}))
+    stored["spec"]["nodeName"] = "node-n4"
+    stored["status"] = {"phase": "Running"}
+    other = created(pod({"nodeSelector": {LABEL: "n4"}}), name="web-other")
+    other["metadata"]["annotations"] = {}
+    other["spec"]["nodeName"] = "node-n4"
+    other["status"] = {"phase": "Running"}
+    forecast = forecast_fleet([stored, other], NODES, CONFIG, namespace_scope(None, [], ""), keyring=KEYS)
+    by_name = {p.name: p for g in forecast.workloads for p in g.pods}
+    assert by_name["web-abcde"].sized_at_admission == "n4" and by_name["web-abcde"].outcome == "AlreadyAligned"
+    assert by_name["web-other"].sized_at_admission == ""
+
+
+def test_the_plan_table_names_the_pods_sized_at_admission() -> None:
+    from reconciler.commands.plan import forecast_json, forecast_table
+    from resizer.forecast import forecast_fleet
+    from resizer.scope import namespace_scope
+    stored = created(pod({"nodeSelector": {LABEL: "n4"}}))
+    stored["spec"]["nodeName"] = "node-n4"
+    stored["status"] = {"phase": "Running"}
+    forecast = forecast_fleet([stored], NODES, CONFIG, namespace_scope(None, [], ""), keyring=KEYS)
+    info = {"config": "test", "pods": 1, "nodes": 1, "listSeconds": 0, "planSeconds": 0}
+    assert "Sized at admission (created at their size by the webhook): 1 pods: shop/web-abcde (n4)." \
+        in forecast_table(forecast, info)
+    (entry,) = forecast_json(forecast, info)["workloads"][0]["podPlans"]
+    assert entry["sizedAtAdmission"] == "n4"
