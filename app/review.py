@@ -485,22 +485,53 @@ def _sized_at_admission(pod: dict[str, Any], namespace: str, keyring: resizer.Ke
     nothing to change (today's path: stamp only). Never raises: sizing is best effort."""
     if not keyring:
         return None     # nothing could vouch for originals that differ from the spec
-    try:
-        node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
-        if node_type is None:
+    key = _sized_key(pod, namespace, keyring, sizing)
+    hit = _sized_cache.get(key) if key is not None else None
+    if hit is None:
+        try:
+            hit = _size(pod, namespace, keyring, originals, sizing)
+        except Exception as exc:  # our bug or an odd spec: the pod is stamped as today
+            record["sizingError"] = repr(exc)
             return None
-        decided = resizer.admission_sizing(pod, sizing.config, node_type)
-        if decided is None:
-            return None
-        stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
-    except Exception as exc:  # our bug or an odd spec: the pod is stamped as today
-        record["sizingError"] = repr(exc)
+        if key is not None:
+            _sized_cache.put(key, hit, len(key) + (len(_DUMPS(hit)) if hit else 0))
+    if not hit:
         return None
-    if not stamp:
-        return None
+    ops, stamp, node_type, summary = hit
     record["sizedFor"] = node_type
-    record["wouldResize" if sizing.dry_run else "sized"] = decided.plan.summary()
-    return list(decided.ops), stamp
+    record["wouldResize" if sizing.dry_run else "sized"] = summary
+    return list(ops), stamp
+
+
+# The sized patch of replicas of one workload is the same: memoised on the whole pod as sent
+# (every field any rule may read), the namespace, the signing key and the sizing context's
+# version (node labels and config). Pods too large to key are decided unmemoised.
+_sized_cache = ByteBoundedCache(2 * 1024 * 1024)
+_SIZED_KEY_MAX = 16 * 1024
+_NOT_SIZED: tuple[()] = ()
+
+
+def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, sizing: SizingContext) -> bytes | None:
+    try:
+        key = _DUMPS((namespace, sizing.version, keyring.newest or "", pod))
+    except Exception:  # odd shapes (e.g. integers beyond 64 bits): not memoised
+        return None
+    return key if len(key) <= _SIZED_KEY_MAX else None
+
+
+def _size(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
+          sizing: SizingContext) -> tuple[Any, ...]:
+    """(ops, stamp, node type, summary) of the pod's sizing at admission, or ``_NOT_SIZED``."""
+    node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
+    if node_type is None:
+        return _NOT_SIZED
+    decided = resizer.admission_sizing(pod, sizing.config, node_type)
+    if decided is None:
+        return _NOT_SIZED
+    stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
+    if not stamp:
+        return _NOT_SIZED
+    return tuple(decided.ops), stamp, node_type, decided.plan.summary()
 
 
 def _oversized(annotations: dict[str, Any]) -> bool:

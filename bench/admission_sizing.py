@@ -212,9 +212,11 @@ def burst(kube: Kube, kubeconfig: str, replicas: int, sized: bool, timeout: floa
             kube.delete(f"/api/v1/nodes/{node}")
 
 
-def review(i: int, pinned: bool) -> bytes:
+def review(i: int, pinned: bool, distinct: bool = False) -> bytes:
+    """A review of an n4-pinned replica; `distinct`: each of another size (nothing memoised)."""
+    cpu = f"{1000 + i}m" if distinct else "1"
     spec: dict[str, Any] = {"containers": [{"name": "app", "image": "example.com/app:1", "resources": {
-        "requests": {"cpu": "1", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}}}]}
+        "requests": {"cpu": cpu, "memory": "128Mi"}, "limits": {"cpu": cpu, "memory": "128Mi"}}}]}
     if pinned:
         spec["nodeSelector"] = {LABEL: "n4"}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
@@ -227,7 +229,7 @@ def review(i: int, pinned: bool) -> bytes:
         "operation": "CREATE", "object": pod}})
 
 
-def latency(kube: Kube, kubeconfig: str, reviews: int, sized: bool) -> dict[str, Any]:
+def latency(kube: Kube, kubeconfig: str, reviews: int, sized: bool, distinct: bool) -> dict[str, Any]:
     nodes = setup(kube, 3)
     webhook = Webhook("--log-level=warning", *(sizing_flags(kubeconfig) if sized else []))
     try:
@@ -237,9 +239,9 @@ def latency(kube: Kube, kubeconfig: str, reviews: int, sized: bool) -> dict[str,
             if sized:
                 wait_for("the webhook sizing", lambda: "spec" in str(orjson.loads(__import__("base64").b64decode(
                     client.post(webhook.url, content=review(0, True)).json()["response"]["patch"]))), timeout=60)
-            bodies = [review(i, True) for i in range(reviews)]
-            for body in bodies[:200]:       # warm up: connection, caches
-                client.post(webhook.url, content=body)
+            for i in range(200):       # warm up: connection, code paths
+                client.post(webhook.url, content=review(reviews + 1 + i, True, distinct))
+            bodies = [review(i, True, distinct) for i in range(reviews)]
             times = []
             client_cpu, server_cpu = time.process_time(), cpu_seconds(webhook.proc.pid)
             for body in bodies:
@@ -250,7 +252,8 @@ def latency(kube: Kube, kubeconfig: str, reviews: int, sized: bool) -> dict[str,
             client_cpu, server_cpu = time.process_time() - client_cpu, cpu_seconds(webhook.proc.pid) - server_cpu
             patched = orjson.loads(__import__("base64").b64decode(answer.json()["response"]["patch"]))
         return {
-            "mode": "--size-at-admission (node lookup + sizing)" if sized else "stamp only",
+            "mode": ("--size-at-admission (node lookup + sizing)" if sized else "stamp only")
+            + (", every pod of another size" if distinct else ", replicas of one workload"),
             "reviews": reviews, "sized": any(op["path"].startswith("/spec/") for op in patched),
             "p50_ms": round(statistics.median(times) * 1000, 3), "p99_ms": round(percentile(times, 99) * 1000, 3),
             "webhook_cpu_ms_per_review": round(server_cpu * 1000 / reviews, 3),
@@ -278,7 +281,8 @@ def main() -> int:
         results["burst"] = [burst(kube, kubeconfig, args.replicas, sized, args.timeout) for sized in (False, True)]
         for figures in results["burst"]:
             print(json.dumps(figures, indent=2))
-    results["latency"] = [latency(kube, kubeconfig, args.reviews, sized) for sized in (False, True)]
+    results["latency"] = [latency(kube, kubeconfig, args.reviews, sized, distinct)
+                          for distinct in (False, True) for sized in (False, True)]
     for figures in results["latency"]:
         print(json.dumps(figures, indent=2))
     results["loadavg_after"] = os.getloadavg()

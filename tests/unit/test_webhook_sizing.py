@@ -13,6 +13,7 @@ import pytest
 
 import resizer
 from app.metrics import Metrics
+from app import review as review_mod
 from app.review import handle_review, handle_review_inline
 from app.sizing import ClusterView, SizingContext
 from app.worker import ReviewWorkers
@@ -99,6 +100,7 @@ def test_a_sizing_failure_never_blocks_the_pod(monkeypatch: pytest.MonkeyPatch) 
     def broken(*args: Any) -> None:
         raise RuntimeError("bug")
     monkeypatch.setattr(resizer, "admission_sizing", broken)
+    review_mod._sized_cache.clear()
     obj = pinned({"nodeSelector": {LABEL: "n4"}})
     _, created, record = decide(obj, context())
     assert cpu(created) == ("1", "1") and "RuntimeError" in record["sizingError"]
@@ -164,3 +166,13 @@ def test_the_view_keeps_the_last_good_config_and_tracks_node_labels() -> None:
     second = view.context
     assert second is not None and second.version > first.version and dict(second.nodes) == {"a": "c3"}
     assert second.config is first.config
+
+
+def test_replicas_share_a_memoised_sizing_until_the_nodes_or_config_change() -> None:
+    review_mod._sized_cache.clear()
+    obj = pinned({"nodeName": "n4-a"})
+    first = decide(obj, context(version=11))[1]
+    assert len(review_mod._sized_cache) == 1
+    assert decide(obj, context(version=11))[1] == first and len(review_mod._sized_cache) == 1
+    relabelled = decide(obj, context(version=12, nodes={**NODES, "n4-a": "c3"}))[1]
+    assert cpu(first) == ("800m", "800m") and cpu(relabelled) == ("769m", "769m")
