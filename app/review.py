@@ -495,6 +495,9 @@ def _sized_at_admission(pod: dict[str, Any], namespace: str, keyring: resizer.Ke
             return None
         if key is not None:
             _sized_cache.put(key, hit, len(key) + (len(_DUMPS(hit)) if hit else 0))
+    if len(hit) == 1:
+        record["sizingHeld"] = hit[0]
+        return None
     if not hit:
         return None
     ops, stamp, node_type, summary = hit
@@ -521,13 +524,17 @@ def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, si
 
 def _size(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
           sizing: SizingContext) -> tuple[Any, ...]:
-    """(ops, stamp, node type, summary) of the pod's sizing at admission, or ``_NOT_SIZED``."""
+    """(ops, stamp, node type, summary) of the pod's sizing at admission, ``(why,)`` when it is held
+    (:func:`resizer.admission_hold`), or ``_NOT_SIZED``."""
     node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
     if node_type is None:
         return _NOT_SIZED
     decided = resizer.admission_sizing(pod, sizing.config, node_type)
     if decided is None:
         return _NOT_SIZED
+    held = resizer.admission_hold(pod, decided, sizing.limit_ranges.get(namespace, ()))
+    if held is not None:
+        return (held,)
     stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
     if not stamp:
         return _NOT_SIZED

@@ -1,7 +1,8 @@
 """What the webhook needs to size pods at admission: the node types and the config, from watches.
 
 :class:`ClusterView` lists and watches the nodes (their node-type label only) and the config
-ConfigMap through ``reconciler.kube`` (the product's Kubernetes client; the one import of the
+ConfigMap, and the LimitRanges (a size one would refuse is not given at CREATE), through
+``reconciler.kube`` (the product's Kubernetes client; the one import of the
 reconciler package the webhook makes, see pyproject.toml). An invalid config keeps the last
 good one in force, as in the reconciler. :class:`SizingContext` is an immutable snapshot of
 both, versioned: the review workers receive it only when its version changed, so a review never
@@ -33,23 +34,32 @@ class SizingContext:
     Pickled as its config text (a compiled config holds read-only mappings pickle refuses) and
     compiled again once per version by the receiving review worker."""
 
-    __slots__ = ("version", "label", "nodes", "config_text", "config", "dry_run")
+    __slots__ = ("version", "label", "nodes", "config_text", "config", "dry_run", "limit_ranges")
 
     def __init__(self, version: int, label: str, nodes: Mapping[str, str | None], config_text: str,
-                 config: CompiledConfig | None = None, dry_run: bool = False) -> None:
+                 config: CompiledConfig | None = None, dry_run: bool = False,
+                 limit_ranges: Mapping[str, tuple[dict[str, Any], ...]] | None = None) -> None:
         self.version = version
         self.label = label
         self.nodes = nodes
         self.config_text = config_text
         self.config = config if config is not None else load_config(config_text)
         self.dry_run = dry_run
+        self.limit_ranges = limit_ranges if limit_ranges is not None else {}    # namespace -> its LimitRanges
 
-    def __getstate__(self) -> tuple[int, str, dict[str, str | None], str, bool]:
-        return self.version, self.label, dict(self.nodes), self.config_text, self.dry_run
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.version, self.label, dict(self.nodes), self.config_text, self.dry_run, dict(self.limit_ranges)
 
-    def __setstate__(self, state: tuple[int, str, dict[str, str | None], str, bool]) -> None:
-        version, label, nodes, text, dry_run = state
-        self.__init__(version, label, MappingProxyType(nodes), text, None, dry_run)  # type: ignore[misc]
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        version, label, nodes, text, dry_run, limit_ranges = state
+        self.__init__(version, label, MappingProxyType(nodes), text, None, dry_run,  # type: ignore[misc]
+                      MappingProxyType(limit_ranges))
+
+
+def slim_limit_range(limit_range: dict[str, Any]) -> dict[str, Any]:
+    meta = limit_range.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion")}, "spec": limit_range.get("spec") or {}}
 
 
 def slim_node_labels(node: dict[str, Any]) -> dict[str, Any]:
@@ -78,6 +88,8 @@ class ClusterView:
         self._dirty = True
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node_labels, self._on_node,
                               idle_timeout=idle_timeout)
+        self.limitranges = Informer(client, "limitranges", "/api/v1/limitranges", slim_limit_range,
+                                    lambda kind, obj, old: self._changed(), idle_timeout=idle_timeout)
         self.configmaps = Informer(
             client, "configmaps", f"/api/v1/namespaces/{config_namespace}/configmaps", slim=lambda cm: cm,
             handler=self._on_configmap, params={"fieldSelector": f"metadata.name={config_name}"},
@@ -88,17 +100,24 @@ class ClusterView:
         """The current snapshot (rebuilt after a change, at most once per change)."""
         if self._dirty:
             self._dirty = False
-            if self._config is None or not self.nodes.synced.is_set():
+            if self._config is None or not self.nodes.synced.is_set() or not self.limitranges.synced.is_set():
                 self._context = None
             else:
                 self._version += 1
+                by_namespace: dict[str, list[dict[str, Any]]] = {}
+                for limit_range in self.limitranges.store.values():
+                    by_namespace.setdefault(str(limit_range["metadata"].get("namespace")), []).append(limit_range)
                 self._context = SizingContext(self._version, self.label, MappingProxyType(dict(self._types)),
-                                              self._config_text, self._config, self.dry_run)
+                                              self._config_text, self._config, self.dry_run,
+                                              MappingProxyType({ns: tuple(lrs) for ns, lrs in by_namespace.items()}))
         return self._context
 
     async def run(self) -> None:
         """Watch until cancelled (the informers resume and re-list on their own)."""
-        await asyncio.gather(self.nodes.run(), self.configmaps.run())
+        await asyncio.gather(self.nodes.run(), self.limitranges.run(), self.configmaps.run())
+
+    def _changed(self) -> None:
+        self._dirty = True
 
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = node["metadata"]["name"]

@@ -93,8 +93,8 @@ class Writes:
                 plan = plan_resize(pod, resolve_policy(config, pod), node_type,
                                    self._c.options.resize_restart_containers)
         if not plan.patch:
-            return await self.applied(pod, node_type, plan, generation, Reason.ALREADY_ALIGNED,
-                                      aligned_message(plan, context))
+            return await self.applied(pod, node_type, plan, generation,
+                                      *self._aligned(pod, plan, context, base.check.scope == "sized"))
         return await self._resize(pod, node, node_type, signature, plan, context, generation)
 
     async def _originals_and_applied(self, pod: Obj, node_type: str, signature: tuple[Any, ...],
@@ -104,12 +104,7 @@ class Writes:
         applied go in one write, conditional on the resourceVersion the originals were read
         from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3.
         ``sized``: the webhook created the pod at this size (``stamp`` binds its originals)."""
-        reason, message = Reason.ALREADY_ALIGNED, aligned_message(plan, context)
-        if sized:
-            reason = Reason.SIZED_AT_ADMISSION
-            message = (f"created at its size for {context} (the webhook knew the node type "
-                       f"{pod['metadata']['annotations'].get(SIZED_AT_ADMISSION)!r} at admission): "
-                       f"{summary_from_originals(plan)}")
+        reason, message = self._aligned(pod, plan, context, sized)
         try:
             return await self.applied(pod, node_type, plan, generation, reason, message, originals=stamp)
         except ApiError as err:
@@ -117,10 +112,19 @@ class Writes:
                 return await self._originals_not_recorded(pod, signature, plan, err)
         return None
 
+    @staticmethod
+    def _aligned(pod: Obj, plan: ResizePlan, context: str, sized: bool) -> tuple[Reason, str]:
+        """The report of a pod that needs no resize; ``sized``: the webhook created it at this size."""
+        if not sized:
+            return Reason.ALREADY_ALIGNED, aligned_message(plan, context)
+        return Reason.SIZED_AT_ADMISSION, (
+            f"created at its size for {context} (the webhook knew the node type "
+            f"{pod['metadata']['annotations'].get(SIZED_AT_ADMISSION)!r} at admission): {summary_from_originals(plan)}")
+
     def _fits(self, pod: Obj, node_type: str, base: Baseline) -> bool:
         """Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded.
         (Stand-ins of the right size for the MAC and the size digest: only their length counts here.)"""
-        final = {**(base.stamp or original_annotations(pod)), **pod_mac_stand_in(self._c.keyring()),
+        final = {**original_annotations(pod), **(base.stamp or {}), **pod_mac_stand_in(self._c.keyring()),
                  APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(), APPLIED_SIZE: "-" * SPEC_SIZE_CHARS}
         return fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None})
 

@@ -65,7 +65,7 @@ from resizer.originals import (
     originals_from_spec_annotations,
     read_originals,
 )
-from resizer.pinning import AdmissionSizing, admission_sizing, pinned_node_type, pinned_types
+from resizer.pinning import AdmissionSizing, admission_hold, admission_sizing, pinned_node_type, pinned_types
 from resizer.plan import PlanError, ResizePlan, ResourceChange, desired_limit, desired_quantity, plan_resize
 from resizer.qos import pod_qos_class
 from resizer.quantity import (
@@ -103,6 +103,7 @@ __all__ = [
     "Trust",
     "Baseline",
     "AdmissionSizing",
+    "admission_hold",
     "admission_sizing",
     "admission_stamp",
     "pinned_node_type",

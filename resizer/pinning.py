@@ -20,9 +20,10 @@ from resizer.annotations import is_controller_owned_key
 from resizer.config import CompiledConfig, Policy, resolve_policy
 from resizer.originals import originals_from_spec_annotations
 from resizer.plan import ResizePlan, plan_resize
+from resizer.preflight import limit_range_hold
 from resizer.quantity import format_cpu, format_memory
 
-__all__ = ["AdmissionSizing", "admission_sizing", "pinned_node_type", "pinned_types"]
+__all__ = ["AdmissionSizing", "admission_hold", "admission_sizing", "pinned_node_type", "pinned_types"]
 
 # node name -> its node-type label value (None: the node has no such label)
 NodeTypes = Mapping[str, str | None]
@@ -183,3 +184,18 @@ def _ops(pod: Mapping[str, Any], plan: ResizePlan) -> list[dict[str, Any]]:
                 ops.append({"op": "add", "path": f"{base}/{kind}", "value": {change.resource: value}})
                 resources = {**resources, kind: {}}
     return ops
+
+
+def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
+                   limit_ranges: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why the pod is not to be created at ``sizing`` (None: it may be). The apiserver judges
+    the pod as mutated against LimitRanges and ResourceQuotas at CREATE, where a refusal would
+    block its creation: a size that grows anything (a quota the author's size fits may not fit
+    it) or that a LimitRange of its namespace refuses is left to the reconciler after binding,
+    whose preflight holds such a resize instead."""
+    grown = [c for c in sizing.plan.changed if c.desired_request > (c.current_request or 0)
+             or (c.desired_limit is not None and c.current_limit is not None and c.desired_limit > c.current_limit)]
+    if grown:
+        return f"the size grows {grown[0].container}'s {grown[0].resource} (a ResourceQuota is judged at CREATE)"
+    hold = limit_range_hold(_sized_pod(pod, sizing.plan).get("spec") or {}, limit_ranges)
+    return None if hold is None else f"LimitRange {hold.name} would refuse the size: {hold.detail}"

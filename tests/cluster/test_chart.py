@@ -191,7 +191,7 @@ def test_default_render(helm: str) -> None:
     assert "--size-at-admission=true" in container(webhook)["args"]
     assert find(docs, "ServiceAccount", "workload-resizer-webhook")["automountServiceAccountToken"] is False
     assert find(docs, "ClusterRole", "workload-resizer-webhook")["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}]
     service = find(docs, "Service")
     (port,) = service["spec"]["ports"]
     assert port["port"] == 443 and port["targetPort"] == "https"

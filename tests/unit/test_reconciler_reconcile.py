@@ -1286,3 +1286,13 @@ def test_a_sized_record_copied_onto_a_pod_of_another_size_is_re_captured_from_it
     run(reconciler(fake).reconcile(KEY))
     assert "OriginalsReplaced" in reasons(fake)
     assert fake.writes[0].body["workload-resizer.io/original-cpu.app"] == "2", "the spec, not the forged 1 CPU"
+
+
+def test_a_conflict_on_the_one_write_of_a_pod_sized_at_admission_still_reports_it_once():
+    fake = cluster(sized_at_admission())
+    fake.fail("annotate", ApiError(409, {"reason": "Conflict", "message": "modified"}))
+    run(reconciler(fake).reconcile(KEY))
+    assert "resize" not in fake.ops()
+    assert reasons(fake) == ["SizedAtAdmission"]
+    check = baseline(fake.pod_now(KEY), KEYS).check
+    assert check.trust is Trust.TRUSTED and check.scope == "pod"

@@ -27,9 +27,10 @@ KEYS = KeyRing({"k0001": b"s" * 32})
 NODES = {"n4-a": "n4", "c3-a": "c3", "n2d-a": "n2d"}
 
 
-def context(dry_run: bool = False, version: int = 1, nodes: dict[str, str | None] | None = None) -> SizingContext:
+def context(dry_run: bool = False, version: int = 1, nodes: dict[str, str | None] | None = None,
+            limit_ranges: dict[str, tuple[dict[str, Any], ...]] | None = None) -> SizingContext:
     return SizingContext(version, LABEL, nodes if nodes is not None else dict(NODES), SAMPLE_CONFIG,
-                         dry_run=dry_run)
+                         dry_run=dry_run, limit_ranges=limit_ranges)
 
 
 def pinned(spec: dict[str, Any]) -> dict[str, Any]:
@@ -158,6 +159,9 @@ def test_the_view_keeps_the_last_good_config_and_tracks_node_labels() -> None:
     view.apply_config({"data": {"config.yaml": SAMPLE_CONFIG}})
     view._on_node("ADDED", {"metadata": {"name": "a", "labels": {LABEL: "n4"}}}, None)
     view.nodes.synced.set()
+    assert view.context is None, "until the LimitRanges are known too"
+    view.limitranges.synced.set()
+    view._changed()
     first = view.context
     assert first is not None and dict(first.nodes) == {"a": "n4"}
     view.apply_config({"data": {"config.yaml": "baselineNodeType: [nope"}})
@@ -176,3 +180,19 @@ def test_replicas_share_a_memoised_sizing_until_the_nodes_or_config_change() -> 
     assert decide(obj, context(version=11))[1] == first and len(review_mod._sized_cache) == 1
     relabelled = decide(obj, context(version=12, nodes={**NODES, "n4-a": "c3"}))[1]
     assert cpu(first) == ("800m", "800m") and cpu(relabelled) == ("769m", "769m")
+
+
+def test_a_size_that_grows_or_that_a_limit_range_refuses_is_left_to_the_reconciler() -> None:
+    review_mod._sized_cache.clear()
+    slow = SizingContext(21, LABEL, {"slow-a": "slow"}, SAMPLE_CONFIG.replace(
+        "nodeTypes:\n", "nodeTypes:\n  slow: { cpuPerf: 0.5, memPerf: 1.0 }\n"))
+    _, created, record = decide(pinned({"nodeName": "slow-a"}), slow)
+    assert cpu(created) == ("1", "1") and "grows" in record["sizingHeld"], record
+    floor = {"metadata": {"name": "floor", "namespace": "shop"}, "spec": {"limits": [
+        {"type": "Container", "min": {"cpu": "900m"}}]}}
+    _, created, record = decide(pinned({"nodeName": "n4-a"}), context(version=22, limit_ranges={"shop": (floor,)}))
+    assert cpu(created) == ("1", "1") and "LimitRange floor" in record["sizingHeld"], record
+    other_namespace = context(version=23, limit_ranges={"elsewhere": (floor,)})
+    assert cpu(decide(pinned({"nodeName": "n4-a"}), other_namespace)[1]) == ("800m", "800m")
+    copied = pickle.loads(pickle.dumps(context(version=24, limit_ranges={"shop": (floor,)})))
+    assert dict(copied.limit_ranges) == {"shop": (floor,)}
