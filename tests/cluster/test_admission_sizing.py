@@ -245,3 +245,30 @@ def test_the_real_kubelet_starts_a_pinned_pod_at_its_size(on_real_node: Harness,
         assert qos(now) == "Guaranteed" and app_status(now)["restartCount"] == 0
         assert cgroup_limits(real_node, container_id(now)) == implied_limits(q("800m"), q("256Mi"))
         assert resizes_served(h) == before, "no resize: started at its size"
+
+
+def test_a_size_a_limit_range_would_refuse_is_not_given_and_never_blocks_the_pod(h: Harness) -> None:
+    h.node("n4", "n4")
+    webhook = sizing_webhook(h)
+    with Registration(h.kube, h.ns, webhook) as registration:
+        # (After the registration: its probe pod of 100m would not pass this LimitRange.)
+        h.kube.create(f"/api/v1/namespaces/{h.ns}/limitranges", {
+            "apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "floor"},
+            "spec": {"limits": [{"type": "Container", "min": {"cpu": "900m"}}]}})
+
+        def held() -> bool:
+            _probe(h)
+            return any("LimitRange floor" in str(r.get("sizingHeld")) for r in webhook_records(webhook, h.ns))
+        wait_for("the webhook to hold the size for the LimitRange", held, timeout=60)
+        h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", pinned_deployment("selector", {h.label: "n4"}))
+        (pod,) = h.wait_running("selector")
+        assert cpu(pod) == (q("1"), q("1")) and pod["metadata"]["generation"] == 1
+        assert SIZED_AT_ADMISSION not in ours(pod)
+        (record,) = registration.decision_for("selector-")
+        assert "LimitRange floor" in record["sizingHeld"] and record["decision"] == "patched"
+        h.kube.delete(f"/api/v1/namespaces/{h.ns}/limitranges/floor")     # the unregistration probes again
+
+
+def webhook_records(webhook: Webhook, namespace: str) -> list[dict[str, Any]]:
+    from devkit.processes import webhook_decisions
+    return webhook_decisions(webhook, namespace)
