@@ -331,10 +331,14 @@ def test_custom_values(helm: str) -> None:
 
 def test_webhook_network_policy_admits_any_source_unless_restricted(helm: str) -> None:
     """Default: the webhook's port from anywhere (as before). With apiserverCIDRs (and extra
-    peers): only from those, on that port; egress stays closed either way."""
+    peers): only from those, on that port. Egress: open to reach the apiserver while it sizes at
+    admission (the default), closed without."""
     policy = find(render(helm, namespace=NS), "NetworkPolicy", "workload-resizer-webhook")
     assert policy["spec"]["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
-    assert policy["spec"]["egress"] == []
+    assert policy["spec"]["policyTypes"] == ["Ingress"] and "egress" not in policy["spec"]
+    closed = find(render(helm, namespace=NS, values={"webhook": {"sizeAtAdmission": False}}), "NetworkPolicy",
+                  "workload-resizer-webhook")
+    assert closed["spec"]["policyTypes"] == ["Ingress", "Egress"] and closed["spec"]["egress"] == []
     prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     docs = render(helm, namespace=NS, values={
         "networkPolicy": {"apiserverCIDRs": ["10.0.0.10/32", "fd00::/64"], "webhookExtraIngressFrom": [prometheus]},
@@ -343,7 +347,6 @@ def test_webhook_network_policy_admits_any_source_unless_restricted(helm: str) -
     assert policy["spec"]["ingress"] == [{
         "ports": [{"port": 9443, "protocol": "TCP"}],
         "from": [{"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "fd00::/64"}}, prometheus]}]
-    assert policy["spec"]["egress"] == []
     only_peers = render(helm, namespace=NS, values={"networkPolicy": {"webhookExtraIngressFrom": [prometheus]}})
     assert find(only_peers, "NetworkPolicy", "workload-resizer-webhook")["spec"]["ingress"][0]["from"] == [prometheus]
 
