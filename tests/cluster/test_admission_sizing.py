@@ -272,3 +272,28 @@ def test_a_size_a_limit_range_would_refuse_is_not_given_and_never_blocks_the_pod
 def webhook_records(webhook: Webhook, namespace: str) -> list[dict[str, Any]]:
     from devkit.processes import webhook_decisions
     return webhook_decisions(webhook, namespace)
+
+
+def test_plan_shows_and_restore_returns_the_pods_sized_at_admission(sized: tuple[Harness, dict[str, str]]) -> None:
+    import subprocess
+    import sys
+
+    from devkit.processes import REPO, originals_key_dir
+    from tests.cluster.test_tenant_matrix import plan
+
+    h, _ = sized
+    reconciler = h.reconciler()
+    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", pinned_deployment("selector", {h.label: "n4"}))
+    (pod,) = h.wait_running("selector")
+    name = pod["metadata"]["name"]
+    h.wait_event(name, "SizedAtAdmission", timeout=60)
+    entry = plan(h)[name]
+    assert entry["sizedAtAdmission"] == "n4" and entry["outcome"] == "AlreadyAligned", entry
+    reconciler.terminate()
+    restored = subprocess.run([sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
+                               f"--only-namespace={h.ns}", f"--originals-key-dir={originals_key_dir()}"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    now = h.pod(name)
+    assert cpu(now) == (q("1"), q("1")) and ours(now) == {}, "back to the author's size, nothing of ours left"
+    assert now["metadata"]["generation"] == 2, "one resize: the restore"
