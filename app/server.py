@@ -292,6 +292,8 @@ class MutateApp:
             self._by_result[record["decision"]].inc()
             if "sizedFor" in record:
                 self.metrics.sized["would_resize" if "wouldResize" in record else "sized"].inc()
+            elif "sizingHeld" in record:
+                self.metrics.sized["held"].inc()
             elif "sizingError" in record:
                 self.metrics.sized["error"].inc()
             log_fields(decision_log, logging.INFO, "admission decision", record)

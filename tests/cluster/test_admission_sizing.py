@@ -266,6 +266,7 @@ def test_a_size_a_limit_range_would_refuse_is_not_given_and_never_blocks_the_pod
         assert SIZED_AT_ADMISSION not in ours(pod)
         (record,) = registration.decision_for("selector-")
         assert "LimitRange floor" in record["sizingHeld"] and record["decision"] == "patched"
+        assert webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="held") >= 1
         h.kube.delete(f"/api/v1/namespaces/{h.ns}/limitranges/floor")     # the unregistration probes again
 
 
