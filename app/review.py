@@ -5,8 +5,11 @@ AdmissionReview that is always ``allowed: true`` (for an eligible pod CREATE wit
 that sets the ``original-*`` annotations the shared core, :mod:`resizer`, computes, and removes
 every controller-owned annotation the client sent: a copied manifest must not carry stale
 state, a tenant must not pick its own baseline), or 400 when the body is not a usable review.
-Eligibility and originals are the core's decisions only. Any unexpected exception allows the
-pod unchanged (our bug must never block pod creation) with ``reason: InternalError``.
+Eligibility and originals are the core's decisions only. With a sizing context
+(:mod:`app.sizing`, ``--size-at-admission``) a pod whose node type is known at admission is also
+given its size there (:mod:`resizer.pinning`), with the sized-scope MAC instead of the admission
+one. Any unexpected exception allows the pod unchanged (our bug must never block pod creation)
+with ``reason: InternalError``; a failure of the sizing alone leaves the pod stamped only.
 ``record`` holds the log fields (``uid``, ``pod``, ``namespace``, ``owner``, ``decision``,
 ``reason``, ``originals``; ``error``/``stack`` on errors); the caller adds ``duration_ms``.
 """
