@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from reconciler.kube import ApiError, KubeClient
+from reconciler.kube import KubeClient
 from reconciler.kube.informer import Informer
 from resizer import CompiledConfig, ConfigError, load_config
 
@@ -29,7 +29,8 @@ CONFIG_KEY = "config.yaml"
 
 
 class SizingContext:
-    """The node table (node name -> node-type label value) and the config in force, as of ``version``.
+    """The node table (node name -> node-type label value), the LimitRanges by namespace and the
+    config in force, as of ``version``.
 
     Pickled as its config text (a compiled config holds read-only mappings pickle refuses) and
     compiled again once per version by the receiving review worker."""
@@ -165,7 +166,7 @@ async def watch_cluster(view: ClusterView) -> None:
             await view.run()
         except asyncio.CancelledError:
             raise
-        except (ApiError, OSError, Exception) as err:  # noqa: BLE001 - sizing at admission is best effort
+        except Exception as err:  # noqa: BLE001 - sizing at admission is best effort: never ends the webhook
             log.error("cluster view for sizing at admission failed; retrying", extra={"error": repr(err)})
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
