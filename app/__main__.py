@@ -10,7 +10,8 @@ import sys
 from typing import Sequence
 
 from ops.flags import byte_size as parse_size
-from ops.flags import string_list
+from ops.flags import boolean, string_list
+from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
 from ops.flags import duration as parse_duration
 
 log = logging.getLogger("workload_resizer.webhook")
@@ -92,6 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "namespaceSelector applies it (the chart renders both from scope.*).")
     p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
                    help="The product's own namespace, always excluded (default: $POD_NAMESPACE).")
+    p.add_argument("--size-at-admission", type=boolean, default=False, metavar="BOOL",
+                   help="Create pods whose node type is known at admission (spec.nodeName, a DaemonSet's node "
+                        "affinity, a nodeSelector or required node affinity on --node-type-label naming types "
+                        "of equal performance) at their size for it, with the reconciler's sizing rules. Needs "
+                        "list/watch on nodes and the config ConfigMap (--kubeconfig or in-cluster), and "
+                        "--originals-key-dir. Until both are known, and on any error, pods are stamped only.")
+    p.add_argument("--dry-run", action="store_true",
+                   help="With --size-at-admission: change no pod's size; report what it would have been as an "
+                        "AdmissionReview warning (WouldResize), a log field and a metric.")
+    p.add_argument("--kubeconfig", default=None, metavar="PATH",
+                   help="kubeconfig for --size-at-admission; default: in-cluster config, then $KUBECONFIG.")
+    p.add_argument("--node-type-label", default=NODE_TYPE_LABEL,
+                   help="Node label naming the node type in the config's nodeTypes (as the reconciler's).")
+    p.add_argument("--config-namespace", default=CONFIG_NAMESPACE, help="Namespace of the config ConfigMap.")
+    p.add_argument("--config-name", default=CONFIG_NAME, help="Name of the config ConfigMap (key config.yaml).")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="Minimum log level. 'info' logs one line per admission decision.")
     p.add_argument("--log-format", choices=("json", "text"), default="json",
@@ -123,6 +139,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ScopeError as error:
         parser.error(str(error))
 
+    from app.run import SizingSettings
+
+    sizing = SizingSettings(args.kubeconfig, args.config_namespace, args.config_name, args.node_type_label,
+                            args.dry_run) if args.size_at_admission else None
+    if args.dry_run and not args.size_at_admission:
+        parser.error("--dry-run needs --size-at-admission")
     from ops.jsonlog import configure_logging
 
     configure_logging(args.log_level, args.log_format, flush_interval=args.log_flush_interval)
@@ -151,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_connections=args.max_connections,
                 read_timeout=args.http_read_timeout,
                 scope=scope,
+                sizing=sizing,
             )
     except (KeyDirectoryError, KeyRingError) as err:
         print(f"error: --originals-key-dir: {err}", file=sys.stderr)

@@ -16,6 +16,7 @@ DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 REQUEST_RESULTS = ("patched", "skipped", "error", "rejected", "overloaded")
 RELOAD_RESULTS = ("success", "error")
+SIZED_RESULTS = ("sized", "would_resize", "held", "error")
 
 
 class Metrics:
@@ -73,6 +74,16 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.sized_at_admission = Counter(
+            "workload_resizer_webhook_sized_at_admission_total",
+            "Pods whose node type was known at admission, by result: sized (created at their size), "
+            "would_resize (--dry-run: reported in a warning, not changed), held (the size would grow "
+            "something or a LimitRange would refuse it: sized after binding), error (sizing failed; "
+            "stamped only, as without sizing).",
+            ["result"],
+            registry=self.registry,
+        )
         # Children resolved once: .labels() builds a tuple and looks it up per call.
         self.by_result = {r: self.requests.labels(r) for r in REQUEST_RESULTS}
         self.reloads_by_result = {r: self.cert_reloads.labels(r) for r in RELOAD_RESULTS}
+        self.sized = {r: self.sized_at_admission.labels(r) for r in SIZED_RESULTS}

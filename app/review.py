@@ -5,8 +5,11 @@ AdmissionReview that is always ``allowed: true`` (for an eligible pod CREATE wit
 that sets the ``original-*`` annotations the shared core, :mod:`resizer`, computes, and removes
 every controller-owned annotation the client sent: a copied manifest must not carry stale
 state, a tenant must not pick its own baseline), or 400 when the body is not a usable review.
-Eligibility and originals are the core's decisions only. Any unexpected exception allows the
-pod unchanged (our bug must never block pod creation) with ``reason: InternalError``.
+Eligibility and originals are the core's decisions only. With a sizing context
+(:mod:`app.sizing`, ``--size-at-admission``) a pod whose node type is known at admission is also
+given its size there (:mod:`resizer.pinning`), with the sized-scope MAC instead of the admission
+one. Any unexpected exception allows the pod unchanged (our bug must never block pod creation)
+with ``reason: InternalError``; a failure of the sizing alone leaves the pod stamped only.
 ``record`` holds the log fields (``uid``, ``pod``, ``namespace``, ``owner``, ``decision``,
 ``reason``, ``originals``; ``error``/``stack`` on errors); the caller adds ``duration_ms``.
 """
@@ -16,12 +19,15 @@ from __future__ import annotations
 import base64
 import re
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 import resizer
 from resizer.scope import NamespaceScope
+
+if TYPE_CHECKING:
+    from app.sizing import SizingContext
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -32,6 +38,8 @@ SKIPPED = "skipped"
 REJECTED = "rejected"
 
 REASON_INTERNAL_ERROR = "InternalError"
+REASON_SIZED = "SizedAtAdmission"         # created at its size for the node type it is pinned to
+REASON_WOULD_RESIZE = "WouldResize"       # --dry-run: the size it would have been created at
 REASON_OVERLOADED = "Overloaded"
 # JSON objects + arrays in one review beyond which it is not parsed (answered "allowed, no
 # patch", as under overload). A pod of MAX_STAMPED_CONTAINERS (256) containers, each with
@@ -190,11 +198,13 @@ def undecided(head: bytes, why: str, reason: str = REASON_OVERLOADED) -> tuple[i
     return 200, _allowed(match.group(1).decode("ascii")), record
 
 
-def _allowed(uid: str, patch_b64: str | None = None) -> bytes:
+def _allowed(uid: str, patch_b64: str | None = None, warnings: list[str] | None = None) -> bytes:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch_b64 is not None:
         response["patchType"] = "JSONPatch"
         response["patch"] = patch_b64
+    if warnings:
+        response["warnings"] = warnings
     return _DUMPS({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 
@@ -270,7 +280,8 @@ def _str(value: Any) -> str:
 
 
 def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
-                  scope: NamespaceScope | None = None) -> tuple[int, bytes, dict[str, Any]]:
+                  scope: NamespaceScope | None = None,
+                  sizing: SizingContext | None = None) -> tuple[int, bytes, dict[str, Any]]:
     """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned).
     Pods in a namespace ``scope`` excludes by name are skipped (``NamespaceExcluded``; forged
     controller-owned keys still stripped): the apiserver applies the label part of the scope
@@ -282,21 +293,22 @@ def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
     review = _parse(body)
     if isinstance(review, tuple):
         return review
-    return _handle(review, len(body), keyring, scope)
+    return _handle(review, len(body), keyring, scope, sizing)
 
 
 def handle_review_inline(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
-                         scope: NamespaceScope | None = None) -> tuple[int, bytes, dict[str, Any]] | None:
+                         scope: NamespaceScope | None = None,
+                         sizing: SizingContext | None = None) -> tuple[int, bytes, dict[str, Any]] | None:
     """:func:`handle_review` for the event loop: None, without deciding, when the review is
     too costly to decide there (more than ``INLINE_MAX_ANNOTATIONS`` annotations, or more
     than ``INLINE_MAX_CONTAINERS`` containers whose originals are not memoised); the caller
-    decides it elsewhere."""
+    decides it elsewhere. ``sizing``: what sizing at admission needs (None: stamp only)."""
     review = _parse(body)
     if isinstance(review, tuple):
         return review
     if _costly(review):
         return None
-    return _handle(review, len(body), keyring, scope)
+    return _handle(review, len(body), keyring, scope, sizing)
 
 
 def _parse(body: bytes) -> dict[str, Any] | tuple[int, bytes, dict[str, Any]]:
@@ -334,7 +346,7 @@ def _originals_memoised(containers: list[Any]) -> bool:
 
 
 def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,
-            scope: NamespaceScope | None) -> tuple[int, bytes, dict[str, Any]]:
+            scope: NamespaceScope | None, sizing: SizingContext | None = None) -> tuple[int, bytes, dict[str, Any]]:
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
         return _error(
             400,
@@ -358,7 +370,7 @@ def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,
         "decision": SKIPPED, "reason": "", "originals": _NO_ORIGINALS,
     }
     try:
-        status, out = _decide(request, operation, obj, uid, record, keyring, scope, body_size)
+        status, out = _decide(request, operation, obj, uid, record, keyring, scope, body_size, sizing)
     except Exception as exc:  # our bug: allow the pod unchanged, log and count it
         record["decision"] = SKIPPED
         record["reason"] = REASON_INTERNAL_ERROR
@@ -374,7 +386,7 @@ def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,
 
 def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any],
             keyring: resizer.KeyRing, scope: NamespaceScope | None = None,
-            body_size: int | None = None) -> tuple[int, bytes]:
+            body_size: int | None = None, sizing: SizingContext | None = None) -> tuple[int, bytes]:
     if operation != "CREATE" or not _is_pod(request):
         record["decision"] = SKIPPED
         record["reason"] = "NotPodCreate"
@@ -435,6 +447,18 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         identity = resizer.PodIdentity.of(obj, namespace, "admission")
         memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), (keyring.newest or "").encode()))
     record["originals"] = originals
+    warnings: list[str] | None = None
+    if sizing is not None and stamp:
+        sized = _sized_at_admission(obj, namespace, keyring, originals, sizing, record)
+        if sized is not None and not sizing.dry_run:
+            ops, sized_stamp = sized
+            if resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, sized_stamp):
+                record["decision"] = PATCHED
+                record["reason"] = REASON_SIZED
+                return 200, _allowed(uid, _encode(build_patch(annotations, sized_stamp) + ops))
+        elif sized is not None:
+            warnings = [f"workload-resizer (dry run): {REASON_WOULD_RESIZE} at admission for node type "
+                        f"{record['sizedFor']}: {record['wouldResize']}"]
     if stamp and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, stamp):
         # Stamping would push the pod over the apiserver's annotation size limit and so
         # block its creation. Admit it unstamped (forged keys still stripped); the
@@ -450,11 +474,74 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         if not ops:
             record["decision"] = SKIPPED
             record["reason"] = "AlreadyStamped" if stamp else "NothingToStamp"
-            return 200, _allowed(uid)
+            return 200, _allowed(uid, None, warnings)
         patch = _encode(ops)
     record["decision"] = PATCHED
     record["reason"] = verdict.reason
-    return 200, _allowed(uid, patch)
+    return 200, _allowed(uid, patch, warnings)
+
+
+def _sized_at_admission(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
+                        sizing: SizingContext, record: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, str]] | None:
+    """The ops setting the pod's size for the node type it is pinned to, and the annotations to
+    stamp with them (originals, record, sized-scope MAC); None: not determined at admission, or
+    nothing to change (today's path: stamp only). Never raises: sizing is best effort."""
+    if not keyring:
+        return None     # nothing could vouch for originals that differ from the spec
+    key = _sized_key(pod, namespace, keyring, sizing)
+    hit = _sized_cache.get(key) if key is not None else None
+    if hit is None:
+        try:
+            hit = _size(pod, namespace, keyring, originals, sizing)
+        except Exception as exc:  # our bug or an odd spec: the pod is stamped as today
+            record["sizingError"] = repr(exc)
+            return None
+        if key is not None:
+            _sized_cache.put(key, hit, len(key) + (len(_DUMPS(hit)) if hit else 0))
+    if len(hit) == 1:
+        record["sizingHeld"] = hit[0]
+        return None
+    if not hit:
+        return None
+    ops, stamp, node_type, summary = hit
+    record["sizedFor"] = node_type
+    record["wouldResize" if sizing.dry_run else "sized"] = summary
+    return list(ops), stamp
+
+
+# The sized patch of replicas of one workload is the same: memoised on the whole pod as sent
+# (every field any rule may read), the namespace, the signing key and the sizing context's
+# version (node labels and config). Pods too large to key are decided unmemoised.
+_sized_cache = ByteBoundedCache(2 * 1024 * 1024)
+_SIZED_KEY_MAX = 16 * 1024
+_NOT_SIZED: tuple[()] = ()
+
+
+def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, sizing: SizingContext) -> bytes | None:
+    try:
+        key = _DUMPS((namespace, sizing.version, keyring.newest or "", pod))
+    except Exception:  # odd shapes (e.g. integers beyond 64 bits): not memoised
+        return None
+    return key if len(key) <= _SIZED_KEY_MAX else None
+
+
+def _size(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
+          sizing: SizingContext) -> tuple[Any, ...]:
+    """(ops, stamp, node type, summary) of the pod's sizing at admission, ``(why,)`` when it is held
+    (:func:`resizer.admission_hold`), or ``_NOT_SIZED``."""
+    node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
+    if node_type is None:
+        return _NOT_SIZED
+    decided = resizer.admission_sizing(pod, sizing.config, node_type)
+    if decided is None:
+        return _NOT_SIZED
+    held = resizer.admission_hold(pod, decided, sizing.limit_ranges.get(namespace, ()))
+    if held is not None:
+        return (held,)
+    stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
+    if not stamp:
+        return _NOT_SIZED
+    return tuple(decided.ops), stamp, node_type, decided.plan.summary()
 
 
 def _oversized(annotations: dict[str, Any]) -> bool:

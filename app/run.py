@@ -8,12 +8,14 @@ import gc
 import importlib.util
 import logging
 import signal
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import uvicorn
 
 from app.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT, ConnectionGuard, guarded_protocol
 from app.metrics import Metrics
+from app.sizing import ClusterView, watch_cluster
 from app.server import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_REQUEST_BYTES, create_app
 from app.tls import CertReloader
 from app.worker import DEFAULT_WORKER_TIMEOUT, ReviewWorkers
@@ -21,6 +23,7 @@ from ops.keys import KeyDirectory
 from ops.malloc import bound_heap_retention
 from resizer import KeyRing, KeyRingError
 from ops.jsonlog import flush_logging
+from reconciler.kube import KubeClient, load_credentials
 from resizer.scope import NamespaceScope
 
 log = logging.getLogger("workload_resizer.webhook")
@@ -41,6 +44,29 @@ def reloaded_keyring(keys: KeyDirectory, current: KeyRing) -> KeyRing:
     except KeyRingError as err:
         log.error("originals keys unusable; keeping the last good ones", extra={"error": str(err)})
         return current
+
+
+@dataclass(frozen=True)
+class SizingSettings:
+    """Where the webhook finds what sizing at admission needs (--size-at-admission)."""
+
+    kubeconfig: str | None
+    config_namespace: str
+    config_name: str
+    node_type_label: str
+    dry_run: bool = False
+
+
+def _cluster_view(sizing: SizingSettings) -> tuple[KubeClient, ClusterView] | None:
+    """The client and the view, or None (logged) when no credentials can be loaded: stamp only."""
+    try:
+        creds = load_credentials(sizing.kubeconfig)
+    except Exception as err:  # noqa: BLE001 - any loader failure: serve without sizing
+        log.error("no Kubernetes credentials: pods are stamped, not sized at admission", extra={"error": repr(err)})
+        return None
+    client = KubeClient(creds, qps=20.0, burst=40, max_connections=4, drop_managed_fields=True)
+    return client, ClusterView(client, sizing.config_namespace, sizing.config_name, sizing.node_type_label,
+                               sizing.dry_run)
 
 
 def build_server(
@@ -64,6 +90,7 @@ def build_server(
     large_review_timeout: float = DEFAULT_WORKER_TIMEOUT,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
+    sizing: SizingSettings | None = None,
 ) -> tuple["DrainingServer", CertReloader]:
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
     metrics = metrics if metrics is not None else Metrics()
@@ -78,6 +105,7 @@ def build_server(
     if keys is None:
         log.warning("no --originals-key-dir: original-* annotations are stamped unsigned")
     key_task: asyncio.Task[None] | None = None
+    view_task: asyncio.Task[None] | None = None
 
     async def poll_keys() -> None:
         assert keys is not None
@@ -87,7 +115,7 @@ def build_server(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
-        nonlocal key_task
+        nonlocal key_task, view_task
         reloader.start()
         if large_review_workers > 0:    # before serving: a worker that cannot start fails startup
             workers = ReviewWorkers(large_review_workers, large_review_timeout,
@@ -96,18 +124,30 @@ def build_server(
             app.review_workers = workers
         if keys is not None:
             key_task = asyncio.get_running_loop().create_task(poll_keys())
+        view = _cluster_view(sizing) if sizing is not None else None
+        if view is not None:
+            app.cluster = view[1]
+            view_task = asyncio.get_running_loop().create_task(watch_cluster(view[1]))
         log.info("webhook started", extra={"address": bind_address, "port": port,
                                            "tls_min_version": tls_min_version,
                                            "cert_reload_interval_s": cert_reload_interval,
                                            "max_request_bytes": max_request_bytes,
                                            "large_review_workers": large_review_workers,
                                            "max_connections": max_connections,
-                                           "http_read_timeout_s": read_timeout})
+                                           "http_read_timeout_s": read_timeout,
+                                           "size_at_admission": sizing is not None,
+                                           "dry_run": sizing is not None and sizing.dry_run})
         try:
             yield
         finally:
             if key_task is not None:
                 key_task.cancel()
+            if view_task is not None:
+                view_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await view_task
+            if view is not None:
+                await view[0].close()
             if app.review_workers is not None:     # in-flight reviews have finished (uvicorn drained)
                 await app.review_workers.stop()
             await reloader.stop()

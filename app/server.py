@@ -26,6 +26,7 @@ from app.connections import GuardedConnection, current_connection
 from app.metrics import Metrics
 from app.review import (INLINE_MAX_BYTES, INLINE_MAX_VALUES, REASON_INTERNAL_ERROR, REASON_OVERLOADED, REJECTED,
                         handle_review, handle_review_inline, too_large, undecided)
+from app.sizing import ClusterView, SizingContext
 from app.worker import Decision, ReviewWorkers, WorkerFailure, WorkersBusy
 from resizer.scope import NamespaceScope
 from ops.jsonlog import log_fields
@@ -54,7 +55,7 @@ class MutateApp:
 
     __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "max_inflight", "max_buffered_bytes",
                  "draining", "scope", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths",
-                 "_large_lane", "_read_lane", "review_workers")
+                 "_large_lane", "_read_lane", "review_workers", "cluster")
 
     def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  max_inflight: int = DEFAULT_MAX_INFLIGHT,
@@ -83,6 +84,8 @@ class MutateApp:
         self._read_lane = asyncio.Lock()
         # Set by the lifespan when --large-review-workers > 0; None: large reviews are decided here.
         self.review_workers: ReviewWorkers | None = None
+        # Nodes and config for sizing at admission (--size-at-admission); None: stamp only.
+        self.cluster: ClusterView | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The connection's read deadline (app.connections) runs until the request is read.
@@ -196,7 +199,7 @@ class MutateApp:
             # Values beyond the first of each object or array follow a comma; nesting without
             # commas is cut short by orjson's depth limit (1,024), so commas bound the parse.
             if small.count(b",") <= INLINE_MAX_VALUES:
-                decision = handle_review_inline(small, self.keyring, self.scope)
+                decision = handle_review_inline(small, self.keyring, self.scope, self._sizing())
             del small
         if decision is None:
             if self._inflight >= self.max_inflight:
@@ -243,13 +246,18 @@ class MutateApp:
             # Off the event loop: small reviews and probes go on meanwhile. The parts go to
             # the worker's pipe as they are (joining 4 MiB holds the loop for milliseconds).
             return await workers.decide(
-                parts, self.keyring.keys, self.scope, time.monotonic() + workers.timeout - (_perf() - start))
+                parts, self.keyring.keys, self.scope, time.monotonic() + workers.timeout - (_perf() - start),
+                self._sizing())
         # Deciding holds the event loop for as long as parsing takes (it grows with the body,
         # more for many small objects): costly reviews are decided one at a time, and only after the
         # reviews already waiting, so a flood of them cannot stack up in front of small ones.
         async with self._large_lane:
             await asyncio.sleep(0)
-            return handle_review(b"".join(parts), self.keyring, self.scope)
+            return handle_review(b"".join(parts), self.keyring, self.scope, self._sizing())
+
+    def _sizing(self) -> SizingContext | None:
+        cluster = self.cluster
+        return cluster.context if cluster is not None else None
 
     async def _respond(self, send: Send, status: int, payload: bytes, close: bool = False,
                        extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -282,6 +290,12 @@ class MutateApp:
             log_fields(decision_log, logging.ERROR, "admission decision", record)
         else:
             self._by_result[record["decision"]].inc()
+            if "sizedFor" in record:
+                self.metrics.sized["would_resize" if "wouldResize" in record else "sized"].inc()
+            elif "sizingHeld" in record:
+                self.metrics.sized["held"].inc()
+            elif "sizingError" in record:
+                self.metrics.sized["error"].inc()
             log_fields(decision_log, logging.INFO, "admission decision", record)
 
 

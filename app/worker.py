@@ -33,7 +33,9 @@ from typing import Any, BinaryIO, Callable
 
 log = logging.getLogger("workload_resizer.webhook")
 
-# Request frame: (meta length, body length) + pickle of (keys, scope) + the raw body.
+# Request frame: (meta length, body length) + pickle of (keys, scope, sizing version, sizing
+# context or None) + the raw body. The sizing context (app.sizing) goes to a worker only when its
+# version is new to that worker; the worker keeps the last one it received.
 # Reply frame: length + pickle of (status, payload, record); status WORKER_ERROR with a text.
 REQUEST_HEADER = struct.Struct(">II")
 REPLY_HEADER = struct.Struct(">I")
@@ -157,6 +159,7 @@ class ReviewWorker:
 
     def __init__(self, process: WorkerProcess) -> None:
         self.process = process
+        self.sizing_version: int | None = None     # of the sizing context this worker holds
 
     @property
     def pid(self) -> int:
@@ -224,7 +227,7 @@ class ReviewWorkers:
         self._all: set[ReviewWorker] = set()
         self._replacing: set[asyncio.Task[None]] = set()
         self._stopped = False
-        self._meta_cache: tuple[Any, Any, bytes] | None = None
+        self._meta_cache: dict[bool, tuple[Any, Any, Any, bytes]] = {}
 
     @property
     def pids(self) -> list[int]:
@@ -252,17 +255,22 @@ class ReviewWorkers:
         log.info("review workers started", extra={"workers": self.count, "pids": self.pids,
                                                    "timeout_s": self.timeout})
 
-    def _meta(self, keys: Any, scope: Any) -> bytes:
-        cached = self._meta_cache
-        if cached is not None and cached[0] is keys and cached[1] is scope:
-            return cached[2]
-        meta = pickle.dumps((dict(keys), scope), protocol=pickle.HIGHEST_PROTOCOL)
-        self._meta_cache = (keys, scope, meta)
+    def _meta(self, keys: Any, scope: Any, sizing: Any, worker: ReviewWorker) -> bytes:
+        version = getattr(sizing, "version", None)
+        full = sizing is not None and worker.sizing_version != version
+        worker.sizing_version = version
+        cached = self._meta_cache.get(full)
+        if cached is not None and cached[0] is keys and cached[1] is scope and cached[2] is sizing:
+            return cached[3]
+        meta = pickle.dumps((dict(keys), scope, version, sizing if full else None),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+        self._meta_cache[full] = (keys, scope, sizing, meta)
         return meta
 
-    async def decide(self, body: bytes | list[bytes], keys: Any, scope: Any, deadline: float) -> Decision:
+    async def decide(self, body: bytes | list[bytes], keys: Any, scope: Any, deadline: float,
+                     sizing: Any = None) -> Decision:
         """Decide on ``body`` (bytes, or a list of parts to concatenate) in a worker, answering
-        by ``deadline`` (``time.monotonic()``).
+        by ``deadline`` (``time.monotonic()``), with the sizing context ``sizing`` (app.sizing; None: none).
 
         A decision still running at the deadline goes on in the background (its worker is
         killed only when it exceeds ``timeout``) and this raises :class:`WorkersBusy`, as
@@ -276,7 +284,7 @@ class ReviewWorkers:
         except (TimeoutError, asyncio.TimeoutError):
             raise WorkersBusy(f"no review worker free within {self.timeout:g}s") from None
         parts = [body] if isinstance(body, bytes) else body
-        task = asyncio.get_running_loop().create_task(self._run(worker, parts, self._meta(keys, scope)))
+        task = asyncio.get_running_loop().create_task(self._run(worker, parts, self._meta(keys, scope, sizing, worker)))
         task.add_done_callback(_consume)
         try:
             return await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - time.monotonic()))
@@ -397,7 +405,7 @@ def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:
     return data
 
 
-def serve(decide: Callable[[bytes, Any, Any], Decision] | None = None) -> int:
+def serve(decide: Callable[..., Decision] | None = None) -> int:
     """The worker's main loop: frames from stdin, answers on stdout, until EOF."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent drains; it closes our stdin
@@ -408,7 +416,8 @@ def serve(decide: Callable[[bytes, Any, Any], Decision] | None = None) -> int:
     import resizer
     from app.review import handle_review
 
-    decision: Callable[[bytes, Any, Any], Decision] = decide or handle_review
+    decision: Callable[..., Decision] = decide or handle_review
+    sizing: Any = None      # the last sizing context received
 
     # The reply channel is a private copy of stdout; fd 1 goes to stderr so that no stray
     # print can corrupt a frame.
@@ -434,8 +443,12 @@ def serve(decide: Callable[[bytes, Any, Any], Decision] | None = None) -> int:
         if meta is None or body is None:
             return 0
         try:
-            keys, scope = pickle.loads(meta)
-            reply = pickle.dumps(decision(body, resizer.KeyRing(keys), scope), protocol=pickle.HIGHEST_PROTOCOL)
+            keys, scope, version, sent = pickle.loads(meta)
+            if sent is not None:
+                sizing = sent
+            context = sizing if version is not None and getattr(sizing, "version", None) == version else None
+            args = (body, resizer.KeyRing(keys), scope) + ((context,) if context is not None else ())
+            reply = pickle.dumps(decision(*args), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
             reply = pickle.dumps((WORKER_ERROR, f"{err!r}\n{traceback.format_exc()}", {}))
         del body, meta

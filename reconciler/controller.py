@@ -249,6 +249,9 @@ class PodResizeReconciler:
             if self._parked(pod, node, node_type, plan):
                 return DONE
             return await self._writes.write(pod, node, node_type, signature, plan, context, base, generation)
+        if base.check.scope == "sized" and base.stamp is not None and not plan.patch:
+            # Created at its size by the webhook: bind its originals, record it applied, report it (one write).
+            return await self._writes.write(pod, node, node_type, signature, plan, context, base, generation)
         if flight is None and not resized_from_originals(plan) and recorded_state(pod, node_type) is None:
             # Aligned and never resized: only the originals and the record of what was applied to write.
             return await self._writes.write(pod, node, node_type, signature, plan, context, base, generation)

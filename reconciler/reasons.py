@@ -18,6 +18,7 @@ class Reason(StrEnum):
     RESIZED = "Resized"                         # resized to the plan, and the kubelet actuated it
     BOUNDS_CLAMPED = "BoundsClamped"            # resized, and a bound limited the plan
     ALREADY_ALIGNED = "AlreadyAligned"          # the spec already matched the plan
+    SIZED_AT_ADMISSION = "SizedAtAdmission"     # created at its size by the webhook (node type known at CREATE)
     WOULD_RESIZE = "WouldResize"                # --dry-run: what a resize would have been
     UNKNOWN_NODE_TYPE = "UnknownNodeType"       # the node's type is not in the config
     RESIZE_UNSUPPORTED = "ResizeUnsupported"    # the node's kubelet cannot resize in place

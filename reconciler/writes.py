@@ -23,7 +23,8 @@ from reconciler.holding import Holding
 from reconciler.kube.ratelimit import TokenBucket
 from reconciler.memory import DONE, Context, InFlight, Result, Step
 from reconciler.outcome import SPEC_SIZE_CHARS, ResizeState, Stage, allocatable_fingerprint, spec_size
-from reconciler.pods import pod_uid, aligned_message, situation, size_fingerprint, with_annotations
+from reconciler.pods import (aligned_message, pod_uid, situation, size_fingerprint, summary_from_originals,
+                             with_annotations)
 from reconciler.ports import Obj
 from reconciler.reasons import EventType, Reason
 from reconciler.report import Reporter
@@ -32,6 +33,7 @@ from resizer import (
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
     RESIZE_STATE,
+    SIZED_AT_ADMISSION,
     Baseline,
     OriginalsError,
     QuantityError,
@@ -72,7 +74,7 @@ class Writes:
                                                  "not resized")
         if base.stamp is not None and not plan.patch and not base.check.tampered:
             done = await self._originals_and_applied(pod, node_type, signature, plan, context, base.stamp,
-                                                     generation)
+                                                     generation, base.check.scope == "sized")
             if done is not None:
                 return done
         # Step 1: originals, if the webhook did not stamp them (or they were rejected).
@@ -91,28 +93,38 @@ class Writes:
                 plan = plan_resize(pod, resolve_policy(config, pod), node_type,
                                    self._c.options.resize_restart_containers)
         if not plan.patch:
-            return await self.applied(pod, node_type, plan, generation, Reason.ALREADY_ALIGNED,
-                                      aligned_message(plan, context))
+            return await self.applied(pod, node_type, plan, generation,
+                                      *self._aligned(pod, plan, context, base.check.scope == "sized"))
         return await self._resize(pod, node, node_type, signature, plan, context, generation)
 
     async def _originals_and_applied(self, pod: Obj, node_type: str, signature: tuple[Any, ...],
                                      plan: ResizePlan, context: str, stamp: dict[str, str | None],
-                                     generation: int) -> Result | None:
+                                     generation: int, sized: bool = False) -> Result | None:
         """Already aligned: no resize will follow, so the originals and the record of what was
         applied go in one write, conditional on the resourceVersion the originals were read
-        from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3."""
+        from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3.
+        ``sized``: the webhook created the pod at this size (``stamp`` binds its originals)."""
+        reason, message = self._aligned(pod, plan, context, sized)
         try:
-            return await self.applied(pod, node_type, plan, generation, Reason.ALREADY_ALIGNED,
-                                      aligned_message(plan, context), originals=stamp)
+            return await self.applied(pod, node_type, plan, generation, reason, message, originals=stamp)
         except ApiError as err:
             if err.status != 409:
                 return await self._originals_not_recorded(pod, signature, plan, err)
         return None
 
+    @staticmethod
+    def _aligned(pod: Obj, plan: ResizePlan, context: str, sized: bool) -> tuple[Reason, str]:
+        """The report of a pod that needs no resize; ``sized``: the webhook created it at this size."""
+        if not sized:
+            return Reason.ALREADY_ALIGNED, aligned_message(plan, context)
+        return Reason.SIZED_AT_ADMISSION, (
+            f"created at its size for {context} (the webhook knew the node type "
+            f"{pod['metadata']['annotations'].get(SIZED_AT_ADMISSION)!r} at admission): {summary_from_originals(plan)}")
+
     def _fits(self, pod: Obj, node_type: str, base: Baseline) -> bool:
         """Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded.
         (Stand-ins of the right size for the MAC and the size digest: only their length counts here.)"""
-        final = {**(base.stamp or original_annotations(pod)), **pod_mac_stand_in(self._c.keyring()),
+        final = {**original_annotations(pod), **(base.stamp or {}), **pod_mac_stand_in(self._c.keyring()),
                  APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(), APPLIED_SIZE: "-" * SPEC_SIZE_CHARS}
         return fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None})
 

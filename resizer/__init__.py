@@ -15,6 +15,7 @@ from resizer.annotations import (
     ORIGINALS_MAC,
     PREFIX,
     RESIZE_STATE,
+    SIZED_AT_ADMISSION,
     SKIP,
     TOTAL_ANNOTATION_SIZE_LIMIT,
     fits_annotation_limit,
@@ -54,6 +55,7 @@ from resizer.integrity import (
     pod_mac,
     pod_mac_stand_in,
     sign_originals,
+    sized_stamp,
 )
 from resizer.originals import (
     ContainerOriginals,
@@ -63,6 +65,7 @@ from resizer.originals import (
     originals_from_spec_annotations,
     read_originals,
 )
+from resizer.pinning import AdmissionSizing, admission_hold, admission_sizing, pinned_node_type, pinned_types
 from resizer.plan import PlanError, ResizePlan, ResourceChange, desired_limit, desired_quantity, plan_resize
 from resizer.qos import pod_qos_class
 from resizer.quantity import (
@@ -85,6 +88,7 @@ __all__ = [
     "ORIGINALS_MAC",
     "PREFIX",
     "RESIZE_STATE",
+    "SIZED_AT_ADMISSION",
     "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "Bounds",
@@ -98,7 +102,13 @@ __all__ = [
     "PodIdentity",
     "Trust",
     "Baseline",
+    "AdmissionSizing",
+    "admission_hold",
+    "admission_sizing",
     "admission_stamp",
+    "pinned_node_type",
+    "pinned_types",
+    "sized_stamp",
     "baseline",
     "needs_resign",
     "pod_mac",

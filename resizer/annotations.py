@@ -16,6 +16,7 @@ __all__ = [
     "ORIGINALS_MAC",
     "PREFIX",
     "RESIZE_STATE",
+    "SIZED_AT_ADMISSION",
     "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "fits_annotation_limit",
@@ -33,6 +34,9 @@ APPLIED_AT = PREFIX + "applied-at"
 APPLIED_SIZE = PREFIX + "applied-size"
 # HMAC over the original-* values and the pod's identity (resizer.integrity).
 ORIGINALS_MAC = PREFIX + "originals-mac"
+# The webhook's record that it sized the pod at CREATE for this node type (resizer.pinning);
+# covered by the sized-scope MAC (resizer.integrity) until the reconciler binds the originals.
+SIZED_AT_ADMISSION = PREFIX + "sized-at-admission"
 # The reconciler's record of a resize that has not ended actuated (deferred, infeasible, ...).
 RESIZE_STATE = PREFIX + "resize-state"
 # Set by the kubelet on the API copy of a static pod.
@@ -82,8 +86,10 @@ def _original_key(container: str, resource: str, kind: str) -> str:
 
 
 def is_controller_owned_key(key: str) -> bool:
-    """True for the ``original-*``, ``applied-*``, integrity and resize-state keys only the controller may set."""
-    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key in (ORIGINALS_MAC, RESIZE_STATE)
+    """True for the ``original-*``, ``applied-*``, integrity, resize-state and sized-at-admission keys
+    only the controller may set."""
+    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key in (ORIGINALS_MAC, RESIZE_STATE,
+                                                                          SIZED_AT_ADMISSION)
 
 
 def is_original_key(key: str) -> bool:

@@ -48,6 +48,9 @@ bounds:
 
 __all__ = [
     "COMPUTE_CLASS_SELECTOR",
+    "CONFIG_NAME",
+    "CONFIG_NAMESPACE",
+    "NODE_TYPE_LABEL",
     "Bounds",
     "BoundsSpec",
     "CompiledConfig",
@@ -71,6 +74,10 @@ __all__ = [
 ]
 
 COMPUTE_CLASS_SELECTOR = "cloud.google.com/compute-class"
+# Where the webhook and the reconciler find the node type and the config, unless told otherwise.
+NODE_TYPE_LABEL = "cloud.google.com/machine-family"
+CONFIG_NAMESPACE = "workload-resizer-system"
+CONFIG_NAME = "workload-resizer-config"
 
 MemoryLimitDecrease = Literal["Never", "Allow"]
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")

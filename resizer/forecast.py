@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from resizer.annotations import APPLIED_INSTANCE_TYPE
+from resizer.annotations import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
 from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
@@ -73,6 +73,8 @@ class PodForecast:
     # The requests as authored (the baseline's originals; the current ones when unreadable).
     original_cpu: int = 0
     original_memory: int = 0
+    # The node type the webhook sized the pod for at CREATE (its sized-at-admission record), if any.
+    sized_at_admission: str = ""
 
 
 @dataclass
@@ -212,8 +214,9 @@ def forecast_fleet(
         if decision.check.trust is Trust.TRUSTED_IF_ALIGNED and shared.outcome == "Resize":
             shared = _held(pod, node, node_type, "OriginalsUnverified",
                            f"{decision.check.reason}, and the pod is not aligned with them")
+        record = (metadata.get("annotations") or {}).get(SIZED_AT_ADMISSION)
         forecast = replace(shared, namespace=namespace, name=str(metadata.get("name")), workload=workload_of(pod),
-                           node=node)
+                           node=node, sized_at_admission=record if isinstance(record, str) else "")
         if forecast.outcome in ("Resize", "AlreadyAligned"):
             key = (namespace, forecast.workload, node_type)
             groups.setdefault(key, WorkloadForecast(*key)).pods.append(forecast)

@@ -23,6 +23,15 @@ any pod's uid:
     equal to its spec or with nothing left to resize.
 ``pod`` (written by the reconciler, steps 1 and 3): also the pod's name and uid, so
     it verifies on that one pod only.
+``sized`` (written by the webhook when it sized the pod at CREATE for a node type known
+    then, :mod:`resizer.pinning`): the admission identity over the originals, the
+    ``sized-at-admission`` record AND the spec values it wrote. It verifies only while the
+    spec still holds exactly those values, and on a never-changed pod (generation 1) it is
+    trusted although the originals differ from the spec: whoever mints such a MAC through a
+    made-up review gets exactly the pod an honest author who wrote those originals with that
+    pin gets, and every later size is computed from the originals, as for that author
+    (docs/security.md). The reconciler binds the originals with a pod MAC at once, so
+    trust no longer depends on generation 1.
 
 :func:`baseline` is the product's one baseline authority: the reconciler, ``plan``,
 ``restore`` and the re-alignment check all take the values they may scale from (or put
@@ -42,18 +51,19 @@ import enum
 import hmac
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
-from resizer.annotations import ORIGINALS_MAC, is_original_key
+from resizer.annotations import ORIGINALS_MAC, SIZED_AT_ADMISSION, is_original_key
 from resizer.originals import originals_from_spec_annotations
 
 __all__ = [
     "Baseline",
     "admission_stamp",
+    "sized_stamp",
     "EMPTY_KEYRING",
     "KeyRing",
     "KeyRingError",
@@ -71,10 +81,12 @@ __all__ = [
     "sign_originals",
 ]
 
-Scope = Literal["admission", "pod"]
+Scope = Literal["admission", "pod", "sized"]
 _VERSION = "v1"
-_SCOPE_CODES: Mapping[str, Scope] = {"a": "admission", "p": "pod"}
-_CODE_OF: Mapping[Scope, str] = {"admission": "a", "pod": "p"}
+_SCOPE_CODES: Mapping[str, Scope] = {"a": "admission", "p": "pod", "s": "sized"}
+_CODE_OF: Mapping[Scope, str] = {"admission": "a", "pod": "p", "sized": "s"}
+# Prefix of the sized values' entries in what a sized MAC covers (never an annotation key).
+_SIZED_VALUE = "sized:"
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
 MIN_KEY_BYTES = 32
 _MAC_CHARS = 43          # HMAC-SHA256, unpadded URL-safe base64
@@ -231,7 +243,7 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
     changed_text = f"generation {generation}" if isinstance(generation, int) else "no metadata.generation"
 
     mac_value = annotations.get(ORIGINALS_MAC)
-    problem = _verify(mac_value, keyring, originals, pod)
+    problem = _verify(mac_value, keyring, originals, pod, spec)
     if isinstance(problem, str):
         present = bool(originals) or mac_value is not None
         if not changed and originals and mac_value is None and originals == spec():
@@ -247,6 +259,10 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
     scope, key_id = problem
     if scope == "pod":
         return OriginalsCheck(Trust.TRUSTED, "verified", scope, key_id)
+    if scope == "sized" and not changed:
+        # The MAC covers the spec values it verified against: the pod is exactly as the webhook sized it.
+        return OriginalsCheck(Trust.TRUSTED, f"verified, sized at admission for node type "
+                                             f"{annotations.get(SIZED_AT_ADMISSION)!r}", scope, key_id)
     # Admission scope: valid on every look-alike sibling too.
     matches_spec = originals == spec()
     if matches_spec:
@@ -260,7 +276,7 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
 
 
 def _verify(value: Any, keyring: KeyRing, originals: Mapping[str, str],
-            pod: Mapping[str, Any]) -> tuple[Scope, str] | str:
+            pod: Mapping[str, Any], spec: Callable[[], Mapping[str, str]]) -> tuple[Scope, str] | str:
     """(scope, key id) of a MAC that verifies, else why not."""
     if value is None:
         return "no originals MAC" if originals else "no original resources recorded"
@@ -273,8 +289,13 @@ def _verify(value: Any, keyring: KeyRing, originals: Mapping[str, str],
     secret = keyring.keys.get(key_id)
     if secret is None:
         return f"originals MAC signed with unknown key {key_id!r}"
+    if scope == "sized":
+        record = ((pod.get("metadata") or {}).get("annotations") or {}).get(SIZED_AT_ADMISSION)
+        if not isinstance(record, str):
+            return "sized-at-admission MAC without its record"
+        originals = _sized_cover(originals, record, spec())
     candidates = [PodIdentity.of(pod, scope=scope)]
-    if scope == "admission":
+    if scope != "pod":
         # The webhook saw no name for a generateName pod: try that form too.
         candidates.append(PodIdentity(**{**candidates[0].__dict__, "name": ""}))
     for identity in candidates:
@@ -346,6 +367,11 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
              vouched: Mapping[str, str] | None = None) -> Baseline:
     """The one baseline authority: the originals decision for ``pod`` (see :func:`check_originals`)."""
     result = check_originals(pod, keyring, spec_originals, vouched)
+    if result.scope == "sized" and result.trust is Trust.TRUSTED:
+        # Trusted only while the spec is unchanged: bind the originals to this pod before any write
+        # to its spec (step 1, conditional on the pod as read).
+        binding: dict[str, str | None] = {**pod_mac(pod, keyring)}
+        return Baseline(result, pod, binding)
     if result.trust is not Trust.RECAPTURE:
         return Baseline(result, pod, None)
     if spec_originals is None:
@@ -372,6 +398,24 @@ def admission_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
         return originals
     identity = PodIdentity.of(pod, namespace, "admission")
     return {**originals, ORIGINALS_MAC: sign_originals(keyring, originals, identity, "admission")}
+
+
+def sized_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing, originals: Mapping[str, str],
+                node_type: str, sized: Mapping[str, str]) -> dict[str, str]:
+    """The authority's rule for a pod the webhook sizes at admission: ``originals`` (from the spec
+    as sent) with the ``sized-at-admission`` record ``node_type`` and a sized-scope MAC over
+    both and ``sized`` (``originals_from_spec_annotations`` of the pod as sized). Without keys:
+    empty, the pod is not to be sized (nothing could vouch for originals that differ from its spec)."""
+    if not originals or not keyring:
+        return {}
+    identity = PodIdentity.of(pod, namespace, "sized")
+    mac = sign_originals(keyring, _sized_cover(originals, node_type, sized), identity, "sized")
+    return {**originals, SIZED_AT_ADMISSION: node_type, ORIGINALS_MAC: mac}
+
+
+def _sized_cover(originals: Mapping[str, str], record: str, sized: Mapping[str, str]) -> dict[str, str]:
+    """What a sized-scope MAC covers besides the identity."""
+    return {**originals, SIZED_AT_ADMISSION: record, **{_SIZED_VALUE + k: v for k, v in sized.items()}}
 
 
 def pod_mac(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str]:

@@ -274,6 +274,11 @@ def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: 
                          f"{held['constraint']} {held['object']}: {held['detail']}")
     if info.get("preflightNotJudged"):
         lines.append("Preflight not judged (cannot read): " + "; ".join(info["preflightNotJudged"]))
+    sized = [pod for group in forecast.workloads for pod in group.pods if pod.sized_at_admission]
+    if sized:
+        shown = ", ".join(f"{p.namespace}/{p.name} ({p.sized_at_admission})" for p in sized[:10])
+        more = f" and {len(sized) - 10} more" if len(sized) > 10 else ""
+        lines.append(f"Sized at admission (created at their size by the webhook): {len(sized)} pods: {shown}{more}.")
     if forecast.skipped:
         lines.append("Left alone: " + ", ".join(f"{count} {reason}" for reason, count in forecast.skipped.items()))
     lines.append(f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in "
@@ -313,6 +318,8 @@ def forecast_json(forecast: FleetForecast, info: dict[str, Any]) -> dict[str, An
                  "requests": amounts(pod.current_cpu, pod.desired_cpu, pod.current_memory, pod.desired_memory)}
         if pod.plan is not None:
             entry["patch"] = pod.plan.patch
+        if pod.sized_at_admission:
+            entry["sizedAtAdmission"] = pod.sized_at_admission
         return entry
 
     return {

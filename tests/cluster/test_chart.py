@@ -150,6 +150,9 @@ def test_default_render(helm: str) -> None:
         ("ConfigMap", "workload-resizer-config"),
         ("ClusterRole", "workload-resizer-reconciler"), ("ClusterRoleBinding", "workload-resizer-reconciler"),
         ("Role", "workload-resizer-reconciler"), ("RoleBinding", "workload-resizer-reconciler"),
+        # Sizing at admission (webhook.sizeAtAdmission): read node labels, LimitRanges, the config.
+        ("ClusterRole", "workload-resizer-webhook"), ("ClusterRoleBinding", "workload-resizer-webhook"),
+        ("Role", "workload-resizer-webhook"), ("RoleBinding", "workload-resizer-webhook"),
         ("Service", "workload-resizer-webhook"),
         ("Deployment", "workload-resizer-webhook"), ("Deployment", "workload-resizer-reconciler"),
         ("PodDisruptionBudget", "workload-resizer-webhook"), ("PodDisruptionBudget", "workload-resizer-reconciler"),
@@ -186,8 +189,12 @@ def test_default_render(helm: str) -> None:
     (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == webhook["spec"]["selector"]["matchLabels"]
-    assert pod["automountServiceAccountToken"] is False
+    # The token is mounted for sizing at admission only (nodes and the config ConfigMap, read only).
+    assert pod["automountServiceAccountToken"] is True
+    assert "--size-at-admission=true" in container(webhook)["args"]
     assert find(docs, "ServiceAccount", "workload-resizer-webhook")["automountServiceAccountToken"] is False
+    assert find(docs, "ClusterRole", "workload-resizer-webhook")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}]
     service = find(docs, "Service")
     (port,) = service["spec"]["ports"]
     assert port["port"] == 443 and port["targetPort"] == "https"
@@ -279,11 +286,11 @@ def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
             assert parsed.api.kubeconfig == "/etc/kube/config"          # extraArgs come last
             assert wargs[-1] == "--log-level=warning"
             assert parser_flags(reconciler_parser()) - flags(rargs) == {"--leader-election-identity"} | alternative
-            assert parser_flags(webhook_parser()) - flags(wargs) == set()
+            assert parser_flags(webhook_parser()) - flags(wargs) == {"--kubeconfig"}
         else:
             assert parser_flags(reconciler_parser()) - flags(rargs) == \
                 not_from_values | {"--dry-run", "--resize-restart-containers"} | alternative
-            assert parser_flags(webhook_parser()) - flags(wargs) == set()
+            assert parser_flags(webhook_parser()) - flags(wargs) == {"--kubeconfig", "--dry-run"}
 
 
 def test_custom_values(helm: str) -> None:
@@ -324,10 +331,14 @@ def test_custom_values(helm: str) -> None:
 
 def test_webhook_network_policy_admits_any_source_unless_restricted(helm: str) -> None:
     """Default: the webhook's port from anywhere (as before). With apiserverCIDRs (and extra
-    peers): only from those, on that port; egress stays closed either way."""
+    peers): only from those, on that port. Egress: open to reach the apiserver while it sizes at
+    admission (the default), closed without."""
     policy = find(render(helm, namespace=NS), "NetworkPolicy", "workload-resizer-webhook")
     assert policy["spec"]["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
-    assert policy["spec"]["egress"] == []
+    assert policy["spec"]["policyTypes"] == ["Ingress"] and "egress" not in policy["spec"]
+    closed = find(render(helm, namespace=NS, values={"webhook": {"sizeAtAdmission": False}}), "NetworkPolicy",
+                  "workload-resizer-webhook")
+    assert closed["spec"]["policyTypes"] == ["Ingress", "Egress"] and closed["spec"]["egress"] == []
     prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     docs = render(helm, namespace=NS, values={
         "networkPolicy": {"apiserverCIDRs": ["10.0.0.10/32", "fd00::/64"], "webhookExtraIngressFrom": [prometheus]},
@@ -336,7 +347,6 @@ def test_webhook_network_policy_admits_any_source_unless_restricted(helm: str) -
     assert policy["spec"]["ingress"] == [{
         "ports": [{"port": 9443, "protocol": "TCP"}],
         "from": [{"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "fd00::/64"}}, prometheus]}]
-    assert policy["spec"]["egress"] == []
     only_peers = render(helm, namespace=NS, values={"networkPolicy": {"webhookExtraIngressFrom": [prometheus]}})
     assert find(only_peers, "NetworkPolicy", "workload-resizer-webhook")["spec"]["ingress"][0]["from"] == [prometheus]
 
@@ -417,9 +427,10 @@ def test_release_namespace(helm: str) -> None:
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "platform-addons"]}]
     assert hook["clientConfig"]["service"]["namespace"] == "platform-addons"
     for kind in ("ClusterRoleBinding", "RoleBinding"):
-        (subject,) = find(docs, kind)["subjects"]
-        assert subject == {"kind": "ServiceAccount", "name": "workload-resizer-reconciler",
-                           "namespace": "platform-addons"}
+        for component in ("reconciler", "webhook"):
+            (subject,) = find(docs, kind, f"workload-resizer-{component}")["subjects"]
+            assert subject == {"kind": "ServiceAccount", "name": f"workload-resizer-{component}",
+                               "namespace": "platform-addons"}
     cert = find(docs, "Certificate", "workload-resizer-webhook")
     assert "workload-resizer-webhook.platform-addons.svc" in cert["spec"]["dnsNames"]
     args = container(find(docs, "Deployment", "workload-resizer-reconciler"))["args"]
@@ -576,8 +587,9 @@ def test_kube_version_requirement(helm: str) -> None:
 
 def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
     docs = render(helm, namespace=NS)
-    assert [d["metadata"]["name"] for d in find_all(docs, "ClusterRole")] == ["workload-resizer-reconciler"]
-    assert find(docs, "ClusterRole")["rules"] == [
+    assert [d["metadata"]["name"] for d in find_all(docs, "ClusterRole")] == ["workload-resizer-reconciler",
+                                                                               "workload-resizer-webhook"]
+    assert find(docs, "ClusterRole", "workload-resizer-reconciler")["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
@@ -591,9 +603,10 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
     ]
     # Both off: none of those rights.
     docs_off = render(helm, namespace=NS, values={"reconciler": {"preflightChecks": [], "skipVPAManaged": False}})
-    assert len(find(docs_off, "ClusterRole")["rules"]) == 5
-    assert [d["metadata"]["name"] for d in find_all(docs, "Role")] == ["workload-resizer-reconciler"]
-    assert find(docs, "Role")["rules"] == [
+    assert len(find(docs_off, "ClusterRole", "workload-resizer-reconciler")["rules"]) == 5
+    assert [d["metadata"]["name"] for d in find_all(docs, "Role")] == ["workload-resizer-reconciler",
+                                                                        "workload-resizer-webhook"]
+    assert find(docs, "Role", "workload-resizer-reconciler")["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["workload-resizer-config"],
          "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
@@ -604,19 +617,33 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
          "resourceNames": ["workload-resizer-reconciler"], "verbs": ["get", "update"]},
     ]
-    # Bound to the reconciler only; the webhook's ServiceAccount has no binding at all.
+    # The webhook (sizing at admission) reads node labels, LimitRanges and its config; writes nothing.
+    assert find(docs, "ClusterRole", "workload-resizer-webhook")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}]
+    assert find(docs, "Role", "workload-resizer-webhook")["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["workload-resizer-config"],
+         "verbs": ["get", "list", "watch"]}]
+    # Each bound to its own ServiceAccount only.
     for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
-        binding = find(docs, kind)
-        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
-                                      "name": "workload-resizer-reconciler"}
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "workload-resizer-reconciler",
-                                        "namespace": NS}]
+        for component in ("reconciler", "webhook"):
+            binding = find(docs, kind, f"workload-resizer-{component}")
+            assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
+                                          "name": f"workload-resizer-{component}"}
+            assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"workload-resizer-{component}",
+                                            "namespace": NS}]
+    # Without sizing at admission the webhook has no roles, no bindings and no token.
+    docs_stamp_only = render(helm, namespace=NS, values={"webhook": {"sizeAtAdmission": False}})
+    assert not [d for d in docs_stamp_only if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+                and d["metadata"]["name"] == "workload-resizer-webhook"]
+    stamp_only = find(docs_stamp_only, "Deployment", "workload-resizer-webhook")
+    assert stamp_only["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert "--size-at-admission=false" in container(stamp_only)["args"]
     # With a Secret of one's own, no Secret rights.
     docs = render(helm, namespace=NS, values={"originalsKeys": {"existingSecret": "mine"}})
-    assert all("secrets" not in r["resources"] for r in find(docs, "Role")["rules"])
+    assert all("secrets" not in r["resources"] for r in find(docs, "Role", "workload-resizer-reconciler")["rules"])
     # Without leader election, no Lease rights.
     docs = render(helm, namespace=NS, values=VARIANTS["no-leader-election"])
-    assert all("leases" not in r["resources"] for r in find(docs, "Role")["rules"])
+    assert all("leases" not in r["resources"] for r in find(docs, "Role", "workload-resizer-reconciler")["rules"])
     # (and with one replica, no PodDisruptionBudget that would block node drains)
     assert [d["metadata"]["name"] for d in find_all(docs, "PodDisruptionBudget")] == ["workload-resizer-webhook"]
     assert "--leader-elect" not in container(find(docs, "Deployment", "workload-resizer-reconciler"))["args"]
@@ -801,24 +828,74 @@ def test_reconciler_identity_can_do_its_job_and_nothing_more(cluster, rbac, name
     assert status(me, "DELETE", f"{lease_path}/{lease}") == 403
 
 
-def test_webhook_identity_has_no_api_permissions(cluster, rbac, namespace: str) -> None:
+def test_webhook_identity_may_only_read_nodes_limit_ranges_and_its_config(cluster, rbac, namespace: str) -> None:
     names = chart_names(namespace)
     me = Kube(kubeconfig_for_token(cluster, rbac["webhook"]))
+    for verb, resource, ns, name in (("list", "nodes", None, None), ("watch", "nodes", None, None),
+                                     ("list", "limitranges", None, None), ("watch", "limitranges", None, None),
+                                     ("get", "configmaps", namespace, names["config"]),
+                                     ("watch", "configmaps", namespace, names["config"])):
+        assert can(me, verb, resource, ns, name=name), f"webhook may not {verb} {resource}"
     for attrs in (dict(verb="get", resource="pods", namespace=namespace),
                   dict(verb="list", resource="pods"),
-                  dict(verb="get", resource="configmaps", namespace=namespace, name=names["config"]),
+                  dict(verb="get", resource="configmaps", namespace=namespace, name="other"),
+                  dict(verb="list", resource="configmaps", namespace=namespace),
                   dict(verb="get", resource="secrets", namespace=namespace),
                   dict(verb="create", resource="events", namespace=namespace),
-                  dict(verb="get", resource="nodes")):
+                  dict(verb="get", resource="nodes"), dict(verb="patch", resource="nodes"),
+                  dict(verb="patch", resource="pods", namespace=namespace)):
         assert not can(me, **attrs), f"webhook may {attrs}"
     rules = me.create("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
         "spec": {"namespace": namespace}})["status"]["resourceRules"]
-    # Only what every authenticated user has (self reviews), nothing from the chart.
+    # What every authenticated user has (self reviews) and the chart's read-only sizing rules.
     granted = {(g, r) for rule in rules for g in rule.get("apiGroups", []) for r in rule.get("resources", [])}
     assert granted <= {("authorization.k8s.io", "selfsubjectaccessreviews"),
                        ("authorization.k8s.io", "selfsubjectrulesreviews"),
-                       ("authentication.k8s.io", "selfsubjectreviews")}, granted
+                       ("authentication.k8s.io", "selfsubjectreviews"),
+                       ("", "nodes"), ("", "limitranges"), ("", "configmaps")}, granted
+    verbs = {v for rule in rules if set(rule.get("resources", [])) & {"nodes", "limitranges", "configmaps"}
+             for v in rule.get("verbs", [])}
+    assert verbs <= {"get", "list", "watch"}, verbs
+
+
+def test_the_webhook_identity_is_enough_to_size_at_admission(cluster, rbac, namespace: str) -> None:
+    """The webhook, with the chart's token only, watches nodes, LimitRanges and its ConfigMap and
+    sizes a pinned pod (a review sent straight to it)."""
+    import uuid
+
+    import httpx
+
+    names = chart_names(namespace)
+    label = f"e2e.workload-resizer.io/family-{uuid.uuid4().hex[:8]}"
+    node = f"{namespace}-n4"[:63]
+    cluster.add_node(node, labels={label: "n4"})
+    proc = Webhook("--size-at-admission=true", f"--kubeconfig={kubeconfig_for_token(cluster, rbac['webhook'])}",
+                   f"--config-namespace={namespace}", f"--config-name={names['config']}",
+                   f"--node-type-label={label}", name="webhook-chart-identity")
+    try:
+        proc.wait_ready()
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "generateName": "web-", "namespace": "default", "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": True}]},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "x", "resources": {
+                "requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+            "namespace": "default", "object": pod}}
+        context = ssl.create_default_context(cafile=proc.certs.ca_file)
+
+        def sized() -> bool:
+            answer = httpx.post(proc.url, json=review, verify=context, timeout=10).json()["response"]
+            ops = json.loads(base64.b64decode(answer["patch"]))
+            return {"op": "add", "path": "/spec/containers/0/resources/requests/cpu", "value": "800m"} in ops
+        wait_for("the webhook to size with the chart's RBAC", sized, timeout=60)
+        assert "forbidden" not in proc.logs().lower()
+    finally:
+        proc.terminate()
+        proc.close()
+        cluster.kube.delete(f"/api/v1/nodes/{node}")
 
 
 def test_rbac_helper_objects_are_owned_by_the_namespace(cluster, rbac, namespace: str) -> None:

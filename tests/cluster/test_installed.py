@@ -314,6 +314,13 @@ def test_a_deployment_on_real_and_kwok_nodes_is_resized_by_the_installed_product
         assert (cpu["original"], cpu["desired"]) == (500, 400), decisions[name]
     # As README shows it: by Deployment (kubectl picks one of the two replicas).
     assert installed.kubectl("logs", "-n", installed.ns, f"deploy/{RECONCILER}").stdout
+    # The webhook sizes at admission (the chart's default): with its token, through its NetworkPolicy,
+    # it has listed the nodes and LimitRanges and loaded the config.
+    webhook_log = installed.kubectl("logs", "-n", installed.ns, f"deploy/{WEBHOOK}").stdout
+    webhook_records = [e for e in map(parse, webhook_log.splitlines()) if e]
+    assert {e.get("resource") for e in webhook_records if e.get("msg") == "listed"} >= {"nodes", "limitranges"}, \
+        webhook_log[-3000:]
+    assert any(e.get("msg") == "config loaded for sizing at admission" for e in webhook_records), webhook_log[-3000:]
 
 
 def test_a_stopped_leader_is_replaced_within_the_lease_duration(installed: Installed) -> None:

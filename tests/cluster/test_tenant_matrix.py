@@ -221,3 +221,87 @@ def test_pods_out_of_scope_are_touched_by_no_program(h: Harness) -> None:
             assert "out of the product's scope" in line, line
     finally:
         h.kube.delete(f"/api/v1/namespaces/{other}")
+
+
+# ---------------------------------------------------------------- sized at admission (docs/security.md)
+
+
+def sizing_oracle(h: Harness) -> Webhook:
+    """A webhook that sizes at admission (for the tenant's made-up reviews; registered for nobody)."""
+    proc = Webhook("--size-at-admission=true", f"--kubeconfig={h.cluster.kubeconfig}", f"--config-namespace={h.ns}",
+                   f"--node-type-label={h.label}", name="webhook-sizing-oracle")
+    h.processes.append(proc)
+    proc.wait_ready()
+    return proc
+
+
+def minted_sized(h: Harness, webhook: Webhook, pod: dict[str, Any], cpu: str) -> tuple[dict[str, str], str]:
+    """A made-up review of the pod's identity, authored at `cpu` and pinned to n4: the annotations
+    the webhook's answer sets (originals, record, sized MAC) and the cpu it sizes the pod to."""
+    fake = json.loads(json.dumps(pod))
+    fake["metadata"].pop("name", None)
+    fake["metadata"]["annotations"] = {}
+    fake["spec"]["nodeSelector"] = {h.label: "n4"}
+    fake["spec"].pop("nodeName", None)
+    fake["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "256Mi"},
+                                                  "limits": {"cpu": cpu, "memory": "256Mi"}}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                          "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+                          "namespace": pod["metadata"]["namespace"], "object": fake}}
+    context = ssl.create_default_context(cafile=webhook.certs.ca_file)
+
+    def answer() -> list[dict[str, Any]] | None:
+        response = httpx.post(webhook.url, json=review, verify=context, timeout=10).json()["response"]
+        ops = json.loads(base64.b64decode(response["patch"]))
+        return ops if any(op["path"].startswith("/spec/") for op in ops) else None      # sized once synced
+    ops = wait_for("the oracle to size at admission", answer, timeout=60)
+    annotations = {op["path"].rsplit("/", 1)[1].replace("~1", "/"): op["value"] for op in ops
+                   if op["path"].startswith("/metadata/annotations/")}
+    sized_cpu = next(op["value"] for op in ops if op["path"].endswith("/requests/cpu"))
+    assert annotations[ORIGINALS_MAC].startswith("v1.s."), annotations
+    return annotations, sized_cpu
+
+
+def test_sized_records_minted_through_a_made_up_review_lift_nothing(h: Harness) -> None:
+    node = h.node("n4", "n4")
+    oracle = sizing_oracle(h)
+    h.reconciler()
+    names = gated_deployments(h, node, {f: {} for f in FORGERIES})
+    for forgery, name in names.items():
+        annotations, sized_cpu = minted_sized(h, oracle, h.pod(name), "8")
+        assert sized_cpu == "6400m"
+        annotate(h, name, {**annotations, **FORGERIES[forgery]})
+    ungate(h, names)
+    never_above_the_invariant(h, names)
+
+
+def test_a_minted_sized_record_gives_the_pod_an_honest_author_gets(h: Harness) -> None:
+    """The tenant creates pods at the sized values of 8-CPU originals (6400m, what an n4-pinned
+    8-CPU pod is created at) and copies minted sized records onto them, unchanged since creation:
+    trusted, and sized exactly like the honest author's pods of 8 CPU on every node type."""
+    n4, n2d = h.node("n4", "n4"), h.node("n2d", "n2d")
+    oracle = sizing_oracle(h)
+    with Registration(h.kube, h.ns, oracle):
+        manifest = deployment("honest-n4", 1, [guaranteed(cpu="8")], node_selector={h.label: "n4"})
+        h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+        honest_n4 = h.wait_running("honest-n4")[0]
+    h.deploy("honest-n2d", n2d, [guaranteed(cpu="8")])
+    tenants = {}
+    for app, node in (("tenant-n4", n4), ("tenant-n2d", n2d)):
+        h.deploy(app, node, [guaranteed(cpu="6400m")])
+        pod = h.wait_running(app)[0]
+        annotations, sized_cpu = minted_sized(h, oracle, pod, "8")
+        assert sized_cpu == "6400m"
+        annotate(h, pod["metadata"]["name"], annotations)
+        tenants[app] = pod["metadata"]["name"]
+    assert all(h.pod(name)["metadata"]["generation"] == 1 for name in tenants.values())
+    h.reconciler()
+    h.wait_event(tenants["tenant-n4"], "SizedAtAdmission", timeout=60)
+    h.wait_event(honest_n4["metadata"]["name"], "SizedAtAdmission", timeout=60)
+    h.wait_applied("tenant-n2d", "n2d", timeout=60)
+    h.wait_applied("honest-n2d", "n2d", timeout=60)
+    for tenant, honest in (("tenant-n4", "honest-n4"), ("tenant-n2d", "honest-n2d")):
+        (t,), (o,) = h.pods(tenant), h.pods(honest)
+        assert resources(t) == resources(o), (tenant, resources(t), resources(o))
+    assert resources(h.pods("tenant-n2d")[0])["requests"]["cpu"] == q("8"), "the 8-CPU author's size on n2d"

@@ -4,7 +4,9 @@ A tenant can create pods (through the webhook or past it), forge or copy any of 
 annotations, mint admission-scope MACs for any values (a made-up AdmissionReview), and
 bump metadata.generation without changing resources (e.g. removing a scheduling gate).
 Whatever the sequence, every program of the product (reconciler, plan, restore) scales
-from, binds, or puts back only the values the author's pod was admitted with.
+from, binds, or puts back only the values the author's pod was admitted with, or (a sized
+record minted through a made-up review, docs/security.md) those of an honest author whose
+pod, pinned to that node type, would have been created exactly as this one is.
 """
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from hypothesis import strategies as st
 from resizer import (
     ORIGINALS_MAC,
     RESIZE_STATE,
+    SIZED_AT_ADMISSION,
     KeyRing,
+    admission_sizing,
     PodIdentity,
     baseline,
     load_config,
@@ -25,6 +29,7 @@ from resizer import (
     pod_mac,
     read_originals,
     sign_originals,
+    sized_stamp,
 )
 from resizer.forecast import forecast_fleet
 from resizer.restore import restore_decision
@@ -70,6 +75,36 @@ def mint_admission_mac(pod: dict[str, Any], originals: dict[str, str]) -> None:
     pod["metadata"]["annotations"] = {**annotations, **originals, ORIGINALS_MAC: mac}
 
 
+def authored_pinned(cpu_milli: int, memory: str) -> dict[str, Any]:
+    """The review an author sends for a pod of `cpu_milli` pinned to n4 (identity as at admission)."""
+    return {"metadata": {"namespace": "shop", "name": "", "generateName": "web-7d9f-", "ownerReferences": [dict(OWNER)]},
+            "spec": {"nodeSelector": {"type": "n4"}, "containers": [{"name": "app", "resources": {
+                "requests": {"cpu": f"{cpu_milli}m", "memory": memory},
+                "limits": {"cpu": f"{cpu_milli}m", "memory": memory}}}]}}
+
+
+def mint_sized_record(pod: dict[str, Any], cpu_milli: int) -> None:
+    """What the webhook answers a made-up review of an n4-pinned pod authored at `cpu_milli`."""
+    memory = pod["spec"]["containers"][0]["resources"]["requests"]["memory"]
+    review = authored_pinned(cpu_milli, memory)
+    sizing = admission_sizing(review, CONFIG, "n4")
+    if sizing is None:
+        return
+    stamp = sized_stamp(review, "shop", RING, originals_from_spec_annotations(review), "n4", sizing.sized)
+    annotations = {k: v for k, v in pod["metadata"]["annotations"].items() if not k.startswith(PREFIX + "original-")}
+    pod["metadata"]["annotations"] = {**annotations, **stamp}
+
+
+def honest_author_of(pod: dict[str, Any], originals: dict[tuple[str, str], Any]) -> bool:
+    """Whether an author who wrote `originals` pinned to the pod's recorded type would have had
+    exactly this pod created (never changed since)."""
+    (cpu, _), (memory, _) = originals[("app", "cpu")], originals[("app", "memory")]
+    review = authored_pinned(int(cpu * 1000), f"{int(memory)}")
+    sizing = admission_sizing(review, CONFIG, pod["metadata"]["annotations"].get(SIZED_AT_ADMISSION, ""))
+    return sizing is not None and pod["metadata"]["generation"] == 1 \
+        and dict(sizing.sized) == originals_from_spec_annotations(pod)
+
+
 def resized_by_the_product(pod: dict[str, Any], factor_percent: int) -> None:
     """Steps 2 and 3 of the reconciler: the spec at the plan, the originals bound to the pod."""
     container = pod["spec"]["containers"][0]
@@ -89,6 +124,8 @@ quantities = st.integers(min_value=1, max_value=64_000)
 tenant_actions = st.lists(st.one_of(
     st.tuples(st.just("forge"), quantities),            # original-cpu* = N millicores, unsigned
     st.tuples(st.just("mint"), quantities),             # original-cpu* = N, MAC from a made-up review
+    st.tuples(st.just("mint-sized"), quantities),       # a sized record for originals N pinned to n4
+    st.tuples(st.just("mint-sized"), st.just(0)),       # ... for the N whose n4 size is the spec now
     st.tuples(st.just("copy"), quantities),             # MAC and originals of a sibling admitted at N
     st.tuples(st.just("state"), st.sampled_from(["deferred", "infeasible", "error", "unsupported"])),
     st.tuples(st.just("applied"), st.sampled_from(["n2d", "n4"])),
@@ -107,6 +144,8 @@ def act(pod: dict[str, Any], action: tuple[str, Any]) -> None:
     elif kind == "mint":
         mint_admission_mac(pod, {**{k: v for k, v in annotations.items() if k.startswith(PREFIX + "original-")},
                                  **forged})
+    elif kind == "mint-sized":
+        mint_sized_record(pod, arg or _milli(pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]) * 5 // 4)
     elif kind == "copy":
         sibling = admitted(arg, 64, name="web-7d9f-zzzzz", uid="other-uid")
         annotations.update({k: v for k, v in sibling["metadata"]["annotations"].items()})
@@ -133,6 +172,9 @@ def test_no_sequence_of_tenant_actions_moves_the_baseline_off_the_admitted_value
     if resized is not None:
         # The product resizes only from what the authority lets it (as the reconciler does).
         decision = baseline(pod, RING)
+        minted = values(read_originals(decision.pod))
+        if decision.check.scope == "sized" and minted != author and honest_author_of(pod, minted):
+            author = minted         # exactly the pod of an author of these values: from now on, theirs
         if decision.may_resize:
             if decision.stamp is not None:       # step 1: re-captured originals, bound to the pod
                 pod["metadata"]["annotations"] = {k: v for k, v in {**pod["metadata"]["annotations"],
@@ -146,7 +188,13 @@ def test_no_sequence_of_tenant_actions_moves_the_baseline_off_the_admitted_value
     for vouched in (None, genuine):
         decision = baseline(pod, RING, vouched=vouched)
         if decision.may_resize or decision.may_sign:
-            assert values(read_originals(decision.pod)) == author, decision.check
+            trusted = values(read_originals(decision.pod))
+            if decision.check.scope == "sized" and trusted != author:
+                assert honest_author_of(pod, trusted), decision.check
+                author = trusted
+            else:
+                assert trusted == author, decision.check
+    cpu = int(author[("app", "cpu")][0] * 1000)
     held = restore_decision(pod, RING, SCOPE)
     if held.patch:
         (container,) = held.patch["spec"]["containers"]

@@ -1217,3 +1217,82 @@ def test_the_resize_is_conditional_on_the_pod_as_read_and_a_conflict_reports_not
         run(reconciler(fake2).reconcile(KEY))
     assert conflict.value.retryable, "the manager retries it from the cache, with backoff"
     assert fake2.events == [] and spec_cpu(fake2) == ("1", "1")
+
+
+# ------------------------------------------------------------------ pods sized at admission
+
+
+def sized_at_admission(node_type: str = "n4") -> dict[str, Any]:
+    """A pod the webhook created at its n4 size (800m from the author's 1 CPU), generation 1."""
+    from resizer import admission_sizing, originals_from_spec_annotations, sized_stamp
+    sent = pod()
+    sizing = admission_sizing(sent, CONFIG, node_type)
+    assert sizing is not None
+    created = pod(cpu="800m")
+    created["metadata"]["annotations"] = sized_stamp(sent, "shop", KEYS, originals_from_spec_annotations(sent),
+                                                     node_type, sizing.sized)
+    created["metadata"]["generation"] = 1
+    return created
+
+
+def test_a_pod_sized_at_admission_costs_one_audit_write_and_one_event_and_no_resize():
+    fake = cluster(sized_at_admission())
+    read = fake.cache[KEY]["metadata"]["resourceVersion"]
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["annotate"], "no resize: created at its size"
+    write = fake.writes[0]
+    assert write.resource_version == read, "conditional on the spec the sized MAC verified"
+    assert write.body[ORIGINALS_MAC].startswith("v1.p.") and write.body[APPLIED_INSTANCE_TYPE] == "n4"
+    assert reasons(fake) == ["SizedAtAdmission"]
+    assert "cpu 1 -> 800m" in fake.events[0].message
+    stored = fake.pod_now(KEY)
+    check = baseline(stored, KEYS).check
+    assert check.trust is Trust.TRUSTED and check.scope == "pod", "bound to the pod: no longer needs generation 1"
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["annotate"] and reasons(fake) == ["SizedAtAdmission"]
+
+
+def test_a_pod_sized_at_admission_on_a_relabelled_node_is_bound_then_resized_from_its_originals():
+    fake = cluster(sized_at_admission(), family="c3")
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == ["annotate", "resize"], "the originals are bound before the spec changes"
+    assert fake.writes[0].body[ORIGINALS_MAC].startswith("v1.p.")
+    assert fake.writes[1].body == {"spec": {"containers": [{"name": "app", "resources": {
+        "requests": {"cpu": "769m"}, "limits": {"cpu": "769m"}}}]}}, "1 CPU x 1/1.3, not 800m x 1/1.3"
+
+
+def test_a_later_config_edit_re_aligns_a_pod_sized_at_admission_from_its_originals():
+    fake = cluster(sized_at_admission())
+    config = FakeConfig(CONFIG)
+    rec = PodResizeReconciler(fake, fake, fake, config, ControllerSettings(node_type_label=LABEL),
+                              no_fault, FakeClock(), keyring=lambda: KEYS)
+    run(rec.reconcile(KEY))
+    config.config = load_config(SAMPLE_CONFIG.replace("n4:  { cpuPerf: 1.25", "n4:  { cpuPerf: 2.0"))
+    config.generation += 1
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["annotate", "resize"]
+    assert fake.writes[1].body == {"spec": {"containers": [{"name": "app", "resources": {
+        "requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}}]}}, "1 CPU / 2, not 800m / 2"
+
+
+def test_a_sized_record_copied_onto_a_pod_of_another_size_is_re_captured_from_its_spec():
+    forged = sized_at_admission()
+    forged["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "256Mi"},
+                                                    "limits": {"cpu": "2", "memory": "256Mi"}}
+    forged["status"]["containerStatuses"][0]["resources"] = copy.deepcopy(
+        forged["spec"]["containers"][0]["resources"])
+    fake = cluster(forged)
+    run(reconciler(fake).reconcile(KEY))
+    assert "OriginalsReplaced" in reasons(fake)
+    assert fake.writes[0].body["workload-resizer.io/original-cpu.app"] == "2", "the spec, not the forged 1 CPU"
+
+
+def test_a_conflict_on_the_one_write_of_a_pod_sized_at_admission_still_reports_it_once():
+    fake = cluster(sized_at_admission())
+    fake.fail("annotate", ApiError(409, {"reason": "Conflict", "message": "modified"}))
+    run(reconciler(fake).reconcile(KEY))
+    assert "resize" not in fake.ops()
+    assert reasons(fake) == ["SizedAtAdmission"]
+    check = baseline(fake.pod_now(KEY), KEYS).check
+    assert check.trust is Trust.TRUSTED and check.scope == "pod"

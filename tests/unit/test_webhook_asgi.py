@@ -235,7 +235,8 @@ class BlockedWorkers:
         self.release = asyncio.Event()
         self.entered = asyncio.Event()
 
-    async def decide(self, body: Any, keys: Any, scope: Any, deadline: float) -> tuple[int, bytes, dict[str, Any]]:
+    async def decide(self, body: Any, keys: Any, scope: Any, deadline: float,
+                     sizing: Any = None) -> tuple[int, bytes, dict[str, Any]]:
         from app.review import handle_review
         self.entered.set()
         await self.release.wait()

@@ -51,10 +51,11 @@ class RecordingWorkers:
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
 
-    async def decide(self, body: Any, keys: Any, scope: Any, deadline: float) -> tuple[int, bytes, dict[str, Any]]:
+    async def decide(self, body: Any, keys: Any, scope: Any, deadline: float,
+                     sizing: Any = None) -> tuple[int, bytes, dict[str, Any]]:
         joined = body if isinstance(body, bytes) else b"".join(body)
         self.bodies.append(joined)
-        return handle_review(joined, KeyRing(keys), scope)
+        return handle_review(joined, KeyRing(keys), scope, sizing)
 
 
 def make_app():

@@ -1,0 +1,201 @@
+"""Sizing at admission: the node type a pod is pinned to when it is created, and its size there.
+
+A pod's machine family is often known before it is scheduled: a DaemonSet pod is pinned to
+its node (required node affinity ``matchFields metadata.name In [<node>]``), a pod may be
+created with ``spec.nodeName``, and a ``nodeSelector`` or a required node affinity may pin the
+node-type label. When every node type the pod may run on has the same performance (per
+resource, in the rule block that applies to the pod), its size there is known at CREATE: the
+webhook writes it into the pod (:func:`admission_sizing`, the same :func:`resizer.plan.plan_resize`
+the reconciler uses, from the spec as sent). Anything else (no pin, types of different
+performance, an unknown node or type) is left to the reconciler after binding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from resizer.annotations import is_controller_owned_key
+from resizer.config import CompiledConfig, Policy, resolve_policy
+from resizer.originals import originals_from_spec_annotations
+from resizer.plan import ResizePlan, plan_resize
+from resizer.preflight import limit_range_hold
+from resizer.quantity import format_cpu, format_memory
+
+__all__ = ["AdmissionSizing", "admission_hold", "admission_sizing", "pinned_node_type", "pinned_types"]
+
+# node name -> its node-type label value (None: the node has no such label)
+NodeTypes = Mapping[str, str | None]
+_NODE_NAME_FIELD = "metadata.name"
+
+
+def pinned_types(pod: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozenset[str] | None:
+    """The node types the pod can only run on, as its spec says at admission; None when it does
+    not say (or names a node that is not known, or not labelled). ``spec.nodeName``, the
+    ``nodeSelector`` on ``label`` and the required node affinity (terms ORed, each term's
+    expressions and fields ANDed) all hold, so their sets intersect."""
+    spec = pod.get("spec") or {}
+    sets: list[frozenset[str] | None] = []
+    node_name = spec.get("nodeName")
+    if node_name:
+        sets.append(_types_of_nodes([node_name], nodes))
+    selector = spec.get("nodeSelector") or {}
+    if isinstance(selector, Mapping) and isinstance(selector.get(label), str):
+        sets.append(frozenset([selector[label]]))
+    terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms"))
+    if terms:
+        sets.append(_terms_types(terms, nodes, label))
+    known = [s for s in sets if s is not None]
+    if not known or (node_name and sets[0] is None):
+        return None
+    result = known[0]
+    for other in known[1:]:
+        result &= other
+    return result or None
+
+
+def pinned_node_type(pod: Mapping[str, Any], nodes: NodeTypes, config: CompiledConfig, label: str) -> str | None:
+    """The node type the pod will run on, if it is determined at admission: every type it is
+    pinned to (:func:`pinned_types`) is in the config and has the same cpu and memory
+    performance under the policy that applies to the pod. The least name of them (they size
+    alike); None otherwise."""
+    types = pinned_types(pod, nodes, label)
+    if types is None:
+        return None
+    return _one_performance(types, resolve_policy(config, pod))
+
+
+def _one_performance(types: frozenset[str], policy: Policy) -> str | None:
+    profiles = [policy.node_types.get(t) for t in types]
+    if any(p is None for p in profiles):
+        return None
+    perfs = {(p.cpu_perf, p.mem_perf) for p in profiles if p is not None}
+    return min(types) if len(perfs) == 1 else None
+
+
+def _types_of_nodes(names: Iterable[Any], nodes: NodeTypes) -> frozenset[str] | None:
+    types = set()
+    for name in names:
+        node_type = nodes.get(name) if isinstance(name, str) else None
+        if node_type is None:
+            return None
+        types.add(node_type)
+    return frozenset(types) or None
+
+
+def _terms_types(terms: Any, nodes: NodeTypes, label: str) -> frozenset[str] | None:
+    """The union of what each term allows; None when any term does not pin a type."""
+    if not isinstance(terms, list):
+        return None
+    union: set[str] = set()
+    for term in terms:
+        allowed = _term_types(term, nodes, label) if isinstance(term, Mapping) else None
+        if allowed is None:
+            return None
+        union |= allowed
+    return frozenset(union) or None
+
+
+def _term_types(term: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozenset[str] | None:
+    """The types one term allows (its requirements ANDed); None when none of them pins a type.
+    Requirements on other labels or fields only narrow the nodes further: ignored."""
+    result: frozenset[str] | None = None
+    pins = [(expr, "label") for expr in term.get("matchExpressions") or []] + \
+        [(expr, "field") for expr in term.get("matchFields") or []]
+    for expr, kind in pins:
+        if not isinstance(expr, Mapping) or expr.get("operator") != "In" or not isinstance(expr.get("values"), list):
+            continue
+        if kind == "label" and expr.get("key") == label:
+            allowed = frozenset(v for v in expr["values"] if isinstance(v, str))
+        elif kind == "field" and expr.get("key") == _NODE_NAME_FIELD:
+            named = _types_of_nodes(expr["values"], nodes)
+            if named is None:
+                return None     # a node we do not know: its type cannot be told
+            allowed = named
+        else:
+            continue
+        result = allowed if result is None else result & allowed
+    return result
+
+
+@dataclass(frozen=True)
+class AdmissionSizing:
+    """The pod's size on ``node_type`` (``plan``), as JSONPatch ops on the pod as sent (``ops``)
+    and as the spec values after them (``sized``, in ``originals_from_spec_annotations`` form:
+    what the sized-scope MAC covers)."""
+
+    node_type: str
+    plan: ResizePlan
+    ops: tuple[dict[str, Any], ...]
+    sized: Mapping[str, str]
+
+
+def admission_sizing(pod: Mapping[str, Any], config: CompiledConfig, node_type: str) -> AdmissionSizing | None:
+    """The sizing of the pod as sent for ``node_type``, by the reconciler's own rules (the spec is
+    the baseline; restart-policy resources left alone, as the reconciler's default). None when
+    there is nothing to change (aligned already, or not sized: unknown type, QoS change,
+    pod-level resources, nothing sizable). Raises like :func:`resizer.plan.plan_resize`."""
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    # The spec as sent is the baseline, whatever original-* the client wrote.
+    as_sent = {**pod, "metadata": {**metadata, "annotations": {
+        k: v for k, v in annotations.items() if not is_controller_owned_key(k)}}}
+    plan = plan_resize(as_sent, resolve_policy(config, as_sent), node_type)
+    if plan.outcome != "Resize":
+        return None
+    return AdmissionSizing(node_type, plan, tuple(_ops(pod, plan)),
+                           originals_from_spec_annotations(_sized_pod(pod, plan)))
+
+
+def _sized_pod(pod: Mapping[str, Any], plan: ResizePlan) -> dict[str, Any]:
+    """``pod`` with the plan's changes in its spec (what the ops leave)."""
+    containers = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = {kind: dict(values or {}) for kind, values in (container.get("resources") or {}).items()}
+        for change in plan.changed:
+            if change.container != container.get("name"):
+                continue
+            for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
+                if amount is not None:
+                    resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
+        containers.append({**container, "resources": resources})
+    return {**pod, "spec": {**(pod.get("spec") or {}), "containers": containers}}
+
+
+_FORMAT = {"cpu": format_cpu, "memory": format_memory}
+
+
+def _ops(pod: Mapping[str, Any], plan: ResizePlan) -> list[dict[str, Any]]:
+    index = {c.get("name"): i for i, c in enumerate((pod.get("spec") or {}).get("containers") or [])}
+    ops: list[dict[str, Any]] = []
+    for change in plan.changed:
+        container = pod["spec"]["containers"][index[change.container]]
+        base = f"/spec/containers/{index[change.container]}/resources"
+        resources = container.get("resources") or {}
+        for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
+            if amount is None:
+                continue
+            value = _FORMAT[change.resource](amount)
+            if isinstance(resources.get(kind), Mapping):
+                ops.append({"op": "add", "path": f"{base}/{kind}/{change.resource}", "value": value})
+            else:   # (the apiserver defaults requests from limits before admission: not expected)
+                ops.append({"op": "add", "path": f"{base}/{kind}", "value": {change.resource: value}})
+                resources = {**resources, kind: {}}
+    return ops
+
+
+def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
+                   limit_ranges: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why the pod is not to be created at ``sizing`` (None: it may be). The apiserver judges
+    the pod as mutated against LimitRanges and ResourceQuotas at CREATE, where a refusal would
+    block its creation: a size that grows anything (a quota the author's size fits may not fit
+    it) or that a LimitRange of its namespace refuses is left to the reconciler after binding,
+    whose preflight holds such a resize instead."""
+    grown = [c for c in sizing.plan.changed if c.desired_request > (c.current_request or 0)
+             or (c.desired_limit is not None and c.current_limit is not None and c.desired_limit > c.current_limit)]
+    if grown:
+        return f"the size grows {grown[0].container}'s {grown[0].resource} (a ResourceQuota is judged at CREATE)"
+    hold = limit_range_hold(_sized_pod(pod, sizing.plan).get("spec") or {}, limit_ranges)
+    return None if hold is None else f"LimitRange {hold.name} would refuse the size: {hold.detail}"
