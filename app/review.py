@@ -136,7 +136,7 @@ def _originals_and_key(pod: dict[str, Any]) -> tuple[dict[str, str], bytes | Non
     """The originals and the memo key they are cached under (None: not cacheable)."""
     try:
         containers = pod["spec"]["containers"]
-        key = _DUMPS([(c["name"], c.get("resources")) for c in containers])
+        key = _DUMPS([(c["name"], c.get("resources")) for c in containers] + _pod_level_part(pod["spec"]))
     except Exception:  # odd shapes: let the core decide (and raise) uncached
         return resizer.originals_from_spec_annotations(pod), None
     if len(key) > _ORIGINALS_KEY_MAX:  # unusually many containers: not worth the memory
@@ -333,16 +333,23 @@ def _costly(review: dict[str, Any]) -> bool:
         return True
     containers = spec.get("containers") if isinstance(spec, dict) else None
     if isinstance(containers, list) and len(containers) > INLINE_MAX_CONTAINERS:
-        return not _originals_memoised(containers)    # replicas of a workload stay cheap
+        return not _originals_memoised(containers, spec if isinstance(spec, dict) else {})    # replicas stay cheap
     return False
 
 
-def _originals_memoised(containers: list[Any]) -> bool:
+def _originals_memoised(containers: list[Any], spec: dict[str, Any]) -> bool:
     try:
-        key = _DUMPS([(c["name"], c.get("resources")) for c in containers])
+        key = _DUMPS([(c["name"], c.get("resources")) for c in containers] + _pod_level_part(spec))
     except Exception:
         return False
     return _originals_cache.get(key) is not None
+
+
+def _pod_level_part(spec: dict[str, Any]) -> list[Any]:
+    """The pod level (spec.resources) in the originals' memo key, under a name no container has;
+    nothing when unset (the key pods without pod-level resources always had)."""
+    resources = spec.get("resources")
+    return [("", resources)] if resources else []
 
 
 def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,

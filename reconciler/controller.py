@@ -129,7 +129,7 @@ class PodResizeReconciler:
         if plan is None:
             try:
                 plan = plan_resize(pod, resolve_policy(config, pod), node_type,
-                                   self._options.resize_restart_containers)
+                                   self._options.resize_restart_containers, self._context.pod_level(node))
             except (OriginalsError, PlanError):
                 return False
         return state.size == size_fingerprint(plan) and bool(plan.patch)
@@ -141,7 +141,8 @@ class PodResizeReconciler:
         if not self._options.realign or config is None or self._memory.realign_checked.get(uid) == generation:
             return False
         self._memory.realign_checked[uid] = generation
-        return realignment(pod, config, node_type, self._options.resize_restart_containers) is not None
+        return realignment(pod, config, node_type, self._options.resize_restart_containers,
+                           self._context.pod_level(None)) is not None
 
     def _unreported_realignment(self, pod: Obj, node_type: str) -> ResizePlan | None:
         """The plan, if the spec holds a re-alignment (the spec equals the plan) whose size is not
@@ -157,7 +158,8 @@ class PodResizeReconciler:
             # re-alignment would otherwise sign originals nobody verified at step 3.
             if baseline(pod, self._context.keyring()).check.trust is not Trust.TRUSTED:
                 return None
-            plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers)
+            plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers,
+                               self._context.pod_level(None))
         except (OriginalsError, PlanError, QuantityError):
             return None
         return plan if plan.outcome == "AlreadyAligned" else None
@@ -226,7 +228,8 @@ class PodResizeReconciler:
         if uid in self._memory.in_flight:       # a re-alignment being followed to actuation
             return False
         return not self._options.realign or config is None \
-            or realignment(pod, config, node_type, self._options.resize_restart_containers) is None
+            or realignment(pod, config, node_type, self._options.resize_restart_containers,
+                           self._context.pod_level(None)) is None
 
     async def _decide(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...]) -> Result:
         flight = self._memory.in_flight.get(pod_uid(pod))
@@ -237,7 +240,7 @@ class PodResizeReconciler:
             return await self._writes.holding.held(pod, None, held)
         self._context.holds.release(pod_uid(pod), VPA)
         generation = self._config.generation      # the config version the plan below is made with
-        planned = await self._plan(pod, node_type, signature)
+        planned = await self._plan(pod, node, node_type, signature)
         if isinstance(planned, Result):
             return planned
         base, plan = planned
@@ -257,7 +260,7 @@ class PodResizeReconciler:
             return await self._writes.write(pod, node, node_type, signature, plan, context, base, generation)
         return await self._follow.follow(pod, node, node_type, plan, context, generation)
 
-    async def _plan(self, pod: Obj, node_type: str,
+    async def _plan(self, pod: Obj, node: Obj, node_type: str,
                     signature: tuple[Any, ...]) -> tuple[Baseline, ResizePlan] | Result:
         """The pod's verified baseline and its plan for the node type, or the terminal decision
         (reported once) when there is none."""
@@ -270,7 +273,7 @@ class PodResizeReconciler:
                 return await self._reporter.terminal(pod, signature, None, EventType.WARNING,
                                                      Reason.ORIGINALS_UNVERIFIED, f"not resized: {base.check.reason}")
             return base, plan_resize(base.pod, resolve_policy(config, pod), node_type,
-                                     self._options.resize_restart_containers)
+                                     self._options.resize_restart_containers, self._context.pod_level(node))
         except (OriginalsError, QuantityError) as err:
             return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
                                                  f"cannot read the pod's original resources: {err}")
@@ -291,8 +294,10 @@ class PodResizeReconciler:
                                   f"node type {node_type!r} of node {pod['spec']['nodeName']} is not in "
                                   f"the config's nodeTypes (rule {plan.rule}); pod left unchanged")
         if plan.outcome == "PodLevelResources":
+            refused = self._memory.pod_level_refused
+            why = f" (the apiserver refused such a resize: {refused})" if refused is not None else ""
             return await terminal(pod, signature, plan, EventType.WARNING, Reason.POD_LEVEL_RESOURCES,
-                                  f"not resized for {context}: {plan.summary()}")
+                                  f"not resized for {context}: {plan.summary()}{why}")
         if plan.outcome == "QoSChange":
             return await terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
                                   f"not resized for {context}: {plan.summary()}")

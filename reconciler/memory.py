@@ -8,9 +8,9 @@ from typing import Any
 from reconciler import metrics
 from reconciler.gates import Gate, HoldMemory, OpenGate
 from reconciler.outcome import ResizeState, Stage
-from reconciler.ports import ConfigView, FaultHook, PodWriter
+from reconciler.ports import ConfigView, FaultHook, Obj, PodWriter
 from reconciler.settings import ControllerSettings
-from resizer import APPLIED_INSTANCE_TYPE, RESIZE_STATE, KeyRing
+from resizer import APPLIED_INSTANCE_TYPE, RESIZE_STATE, KeyRing, node_resizes_pod_level
 
 
 class Step:
@@ -64,6 +64,9 @@ class Memory:
     finished: dict[str, str] = field(default_factory=dict)
     # Re-alignment: the config version each sized pod was last re-planned for.
     realign_checked: dict[str, int] = field(default_factory=dict)
+    # The apiserver's refusal of a pod-level resize (its InPlacePodLevelResourcesVerticalScaling
+    # gate off): pods with spec.resources are left alone for the rest of this process's life.
+    pod_level_refused: str | None = None
 
 
     def cache_behind(self, uid: str, generation: int, node_type: str, flight: InFlight | None) -> bool:
@@ -117,3 +120,9 @@ class Context:
     # What a pod passes before it is planned and before its resize is sent (reconciler.gates).
     gate: Gate = field(default_factory=OpenGate)
     holds: HoldMemory = field(default_factory=HoldMemory)
+
+    def pod_level(self, node: Obj | None) -> bool:
+        """Whether pods with pod-level resources are resized (at both levels) on `node` (None: a
+        node that resized them before): the node declares the feature and the apiserver has not
+        refused such a resize to this process."""
+        return self.memory.pod_level_refused is None and (node is None or node_resizes_pod_level(node))

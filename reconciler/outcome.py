@@ -73,9 +73,18 @@ def observe(pod: Obj) -> Observation:
         return Observation(Stage.REQUESTED)
     if pending is not None or progress is not None:
         return Observation(Stage.REQUESTED)
-    if all(same_resources(c.get("resources"), statuses[c["name"]].get("resources")) for c in containers):
+    if all(same_resources(c.get("resources"), statuses[c["name"]].get("resources")) for c in containers) \
+            and _pod_level_actuated(pod):
         return Observation(Stage.ACTUATED)
     return Observation(Stage.REQUESTED)
+
+
+def _pod_level_actuated(pod: Obj) -> bool:
+    """The pod-level values (spec.resources) are what the pod has (status.resources, reported by
+    kubelets that resize them, KEP-5419); a kubelet that reports none says nothing about them."""
+    spec = pod["spec"].get("resources")
+    actual = (pod.get("status") or {}).get("resources")
+    return not spec or actual is None or same_resources(spec, actual)
 
 
 def _current(condition: Obj, generation: int | None) -> bool:
@@ -109,9 +118,13 @@ SPEC_SIZE_CHARS = 16
 
 
 def spec_size(pod: Obj) -> str:
-    """A short digest of every container's cpu/memory requests and limits, by value (1 == 1000m)."""
+    """A short digest of every container's cpu/memory requests and limits, by value (1 == 1000m),
+    and of the pod level's (spec.resources), when set."""
     sized = sorted((c["name"], kind, name, str(value)) for c in pod["spec"].get("containers") or []
                    for (kind, name), value in _values(c.get("resources")).items())
+    if pod["spec"].get("resources"):    # absent: the digest pods without pod-level resources always had
+        sized.extend(sorted(("", kind, name, str(value))
+                            for (kind, name), value in _values(pod["spec"]["resources"]).items()))
     return hashlib.sha256(repr(sized).encode()).hexdigest()[:SPEC_SIZE_CHARS]
 
 
@@ -125,17 +138,26 @@ def revert_patch(pod: Obj) -> Obj:
     containers = []
     for container in pod["spec"].get("containers") or []:
         actual = (statuses.get(container["name"]) or {}).get("resources") or {}
-        spec = container.get("resources") or {}
-        resources: dict[str, dict[str, str]] = {}
-        for kind in _KINDS:
-            for name in _RESOURCES:
-                have = (actual.get(kind) or {}).get(name)
-                want = (spec.get(kind) or {}).get(name)
-                if have is not None and (want is None or not same_resources({kind: {name: want}}, {kind: {name: have}})):
-                    resources.setdefault(kind, {})[name] = have
+        resources = _differences(container.get("resources") or {}, actual)
         if resources:
             containers.append({"name": container["name"], "resources": resources})
-    return {"spec": {"containers": containers}} if containers else {}
+    spec: Obj = {"containers": containers} if containers else {}
+    if pod["spec"].get("resources"):    # the pod level too, in the same patch (what the pod has)
+        pod_level = _differences(pod["spec"]["resources"], (pod.get("status") or {}).get("resources") or {})
+        if pod_level:
+            spec["resources"] = pod_level
+    return {"spec": spec} if spec else {}
+
+
+def _differences(spec: Obj, actual: Obj) -> dict[str, dict[str, str]]:
+    resources: dict[str, dict[str, str]] = {}
+    for kind in _KINDS:
+        for name in _RESOURCES:
+            have = (actual.get(kind) or {}).get(name)
+            want = (spec.get(kind) or {}).get(name)
+            if have is not None and (want is None or not same_resources({kind: {name: want}}, {kind: {name: have}})):
+                resources.setdefault(kind, {})[name] = have
+    return resources
 
 
 # ---------------------------------------------------------------- the state annotation

@@ -156,16 +156,23 @@ def fenced_resize_patch(pod: Obj, patch: Obj, generation: int) -> list[Obj]:
         i = index[change["name"]]
         base = f"/spec/containers/{i}"
         ops.append({"op": "test", "path": f"{base}/name", "value": change["name"]})
-        current = pod["spec"]["containers"][i].get("resources")
-        if not current:
-            ops.append({"op": "add", "path": f"{base}/resources", "value": change["resources"]})
+        ops.extend(_resources_ops(base, pod["spec"]["containers"][i].get("resources"), change["resources"]))
+    pod_level = (patch.get("spec") or {}).get("resources")
+    if pod_level:       # the pod level (spec.resources) in the same patch: one atomic resize
+        ops.extend(_resources_ops("/spec", pod["spec"].get("resources"), pod_level))
+    return ops
+
+
+def _resources_ops(base: str, current: Obj | None, change: Obj) -> list[Obj]:
+    if not current:
+        return [{"op": "add", "path": f"{base}/resources", "value": change}]
+    ops: list[Obj] = []
+    for kind, values in change.items():
+        if kind not in current:
+            ops.append({"op": "add", "path": f"{base}/resources/{kind}", "value": values})
             continue
-        for kind, values in change["resources"].items():
-            if kind not in current:
-                ops.append({"op": "add", "path": f"{base}/resources/{kind}", "value": values})
-                continue
-            ops.extend({"op": "add", "path": f"{base}/resources/{kind}/{_pointer(name)}", "value": value}
-                       for name, value in values.items())
+        ops.extend({"op": "add", "path": f"{base}/resources/{kind}/{_pointer(name)}", "value": value}
+                   for name, value in values.items())
     return ops
 
 

@@ -50,6 +50,11 @@ from resizer import (
 )
 
 UNSUPPORTED_MESSAGE = "without support for resize"
+# In the apiserver's refusal of a pods/resize that changes spec.resources while its
+# InPlacePodLevelResourcesVerticalScaling gate is off, and of the NodeDeclaredFeatureValidator's
+# on a node that does not declare that feature.
+POD_LEVEL_REFUSED = "InPlacePodLevelResourcesVerticalScaling"
+GATE_OFF = "feature gate is disabled"
 NODE_CAPACITY = "NodeCapacity"      # the cause of the 1.36+ apiserver's (PodResizeValidator) refusal
 
 
@@ -77,7 +82,8 @@ class Writes:
                                                      generation, base.check.scope == "sized")
             if done is not None:
                 return done
-        # Step 1: originals, if the webhook did not stamp them (or they were rejected).
+        # Step 1: originals, if the webhook did not stamp them (or they were rejected, or the
+        # pod-level ones are missing: stamped before they were recorded).
         if base.stamp is not None:
             try:
                 pod, reread = await self._stamp_originals(pod, base.stamp)
@@ -91,7 +97,7 @@ class Writes:
             if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
                 generation = self._c.config.generation
                 plan = plan_resize(pod, resolve_policy(config, pod), node_type,
-                                   self._c.options.resize_restart_containers)
+                                   self._c.options.resize_restart_containers, self._c.pod_level(node))
         if not plan.patch:
             return await self.applied(pod, node_type, plan, generation,
                                       *self._aligned(pod, plan, context, base.check.scope == "sized"))
@@ -244,7 +250,7 @@ class Writes:
                     raise
             pod = await self._c.writer.get(pod)
             again = baseline(pod, self._c.keyring())
-            if again.check.trust is Trust.TRUSTED:
+            if again.check.trust is Trust.TRUSTED and again.stamp is None:
                 return pod, True
             if again.stamp is None:     # refused or trusted only if aligned: decide again from scratch
                 raise ApiError(409, {"reason": "Conflict", "message": "the pod changed while its originals "
@@ -276,6 +282,15 @@ class Writes:
             return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_UNSUPPORTED,
                                                  f"node {pod['spec']['nodeName']} does not support in-place resize; "
                                                  f"wanted for {context}: {plan.summary()}")
+        if plan.patch.get("spec", {}).get("resources") and POD_LEVEL_REFUSED in err.message:
+            if GATE_OFF in err.message:
+                # The apiserver's gate is off (cluster-wide): learnt once, pods with pod-level
+                # resources are left alone for the rest of this process's life.
+                self._c.memory.pod_level_refused = err.message
+            return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.POD_LEVEL_RESOURCES,
+                                                 f"not resized for {context}: the apiserver cannot resize pod-level "
+                                                 f"resources ({err.message}); pods that set spec.resources are "
+                                                 f"left alone")
         if NODE_CAPACITY in err.causes:
             return await self._refused_capacity(pod, node, node_type, plan, context, err)
         return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,

@@ -22,6 +22,7 @@ from resizer.annotations import (
     is_controller_owned_key,
     is_original_key,
     original_key,
+    pod_original_key,
 )
 from resizer.config import (
     COMPUTE_CLASS_SELECTOR,
@@ -66,7 +67,16 @@ from resizer.originals import (
     read_originals,
 )
 from resizer.pinning import AdmissionSizing, admission_hold, admission_sizing, pinned_node_type, pinned_types
-from resizer.plan import PlanError, ResizePlan, ResourceChange, desired_limit, desired_quantity, plan_resize
+from resizer.plan import (
+    POD_LEVEL,
+    PlanError,
+    ResizePlan,
+    ResourceChange,
+    desired_limit,
+    desired_quantity,
+    node_resizes_pod_level,
+    plan_resize,
+)
 from resizer.qos import pod_qos_class
 from resizer.quantity import (
     QuantityError,
@@ -144,6 +154,9 @@ __all__ = [
     "originals_from_spec_annotations",
     "parse_quantity",
     "plan_resize",
+    "POD_LEVEL",
+    "node_resizes_pod_level",
+    "pod_original_key",
     "pod_qos_class",
     "read_originals",
     "resolve_policy",

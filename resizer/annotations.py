@@ -23,6 +23,7 @@ __all__ = [
     "is_controller_owned_key",
     "is_original_key",
     "original_key",
+    "pod_original_key",
 ]
 
 PREFIX = "workload-resizer.io/"
@@ -83,6 +84,15 @@ def _original_key(container: str, resource: str, kind: str) -> str:
     if not _QUALIFIED_NAME.fullmatch(name):
         raise ValueError(f"container name {container!r} cannot form a valid annotation key")
     return PREFIX + name
+
+
+def pod_original_key(resource: Literal["cpu", "memory"], kind: Literal["request", "limit"]) -> str:
+    """Annotation key holding the pod-level (``spec.resources``) baseline request or limit:
+    ``workload-resizer.io/original-pod-cpu``, ``original-pod-cpu-limit``, likewise for memory.
+    Never equal to a container's key (those have a ``.<container>`` suffix)."""
+    if resource not in ("cpu", "memory") or kind not in ("request", "limit"):
+        raise ValueError(f"unsupported original key {resource!r}/{kind!r}")
+    return f"{_ORIGINAL_PREFIX}pod-{resource}" + ("-limit" if kind == "limit" else "")
 
 
 def is_controller_owned_key(key: str) -> bool:

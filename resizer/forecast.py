@@ -10,7 +10,7 @@ and node type and adds up the requests freed or added.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -19,8 +19,8 @@ from resizer.annotations import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
 from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
-from resizer.originals import OriginalsError, read_originals
-from resizer.plan import PlanError, ResizePlan, plan_resize
+from resizer.originals import OriginalsError, read_originals, read_pod_originals
+from resizer.plan import POD_LEVEL, PlanError, ResizePlan, plan_resize
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
 
@@ -159,9 +159,12 @@ def forecast_fleet(
     resize_restart_containers: bool = False,
     skip_applied: bool = False,
     keyring: KeyRing = EMPTY_KEYRING,
+    pod_level_nodes: Collection[str] = frozenset(),
 ) -> FleetForecast:
     """Forecast every pod. ``node_types`` maps node name -> value of the node-type label
-    (None: unlabelled); ``namespace_labels`` is needed when the scope has a selector.
+    (None: unlabelled); ``namespace_labels`` is needed when the scope has a selector;
+    ``pod_level_nodes``: the nodes that resize pod-level resources in place (others leave pods
+    with ``spec.resources`` alone, see :func:`resizer.plan.node_resizes_pod_level`).
     ``skip_applied``: pods already sized for their node's type are left alone (re-alignment
     off), as the reconciler does."""
     groups: dict[tuple[str, str, str], WorkloadForecast] = {}
@@ -207,10 +210,12 @@ def forecast_fleet(
         if decision.refused:
             not_resized.append(_held(pod, node, node_type, "OriginalsUnverified", decision.check.reason))
             continue
-        plan_key = _plan_key(decision.pod, node_type)
+        pod_level = node in pod_level_nodes
+        plan_key = _plan_key(decision.pod, node_type) + str(pod_level)
         shared = memo.get(plan_key)
         if shared is None:
-            shared = memo[plan_key] = forecast_pod(decision.pod, node, node_type, config, resize_restart_containers)
+            shared = memo[plan_key] = forecast_pod(decision.pod, node, node_type, config, resize_restart_containers,
+                                                   pod_level)
         if decision.check.trust is Trust.TRUSTED_IF_ALIGNED and shared.outcome == "Resize":
             shared = _held(pod, node, node_type, "OriginalsUnverified",
                            f"{decision.check.reason}, and the pod is not aligned with them")
@@ -244,7 +249,8 @@ def _plan_key(pod: Mapping[str, Any], node_type: str) -> str:
 
 
 def forecast_pod(
-    pod: Mapping[str, Any], node: str, node_type: str, config: CompiledConfig, resize_restart_containers: bool
+    pod: Mapping[str, Any], node: str, node_type: str, config: CompiledConfig, resize_restart_containers: bool,
+    pod_level: bool = False,
 ) -> PodForecast:
     metadata = pod.get("metadata") or {}
     current_cpu, current_memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
@@ -265,18 +271,17 @@ def forecast_pod(
         )
 
     try:
-        plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers)
+        plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level)
     except (OriginalsError, PlanError) as error:
         return result("ResizeFailed", detail=str(error))
     return result(plan.outcome, plan)
 
 
 def _delta(plan: ResizePlan, resource: str) -> int:
-    return sum(
-        change.desired_request - (change.current_request or 0)
-        for change in plan.changes
-        if change.resource == resource and change.skipped is None
-    )
+    """The change of the pod's request the scheduler counts: the pod level's where it is set."""
+    changes = [c for c in plan.changes if c.resource == resource and c.skipped is None]
+    pod_level = [c for c in changes if c.container == POD_LEVEL]
+    return sum(change.desired_request - (change.current_request or 0) for change in pod_level or changes)
 
 
 def _original_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
@@ -288,10 +293,21 @@ def _original_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
             cpu += to_millicores(original.cpu.request)
         if original.memory.request is not None:
             memory += to_bytes(original.memory.request)
+    pod_level = read_pod_originals(pod)
+    if pod_level is not None and pod_level.cpu.request is not None:
+        cpu = to_millicores(pod_level.cpu.request)
+    if pod_level is not None and pod_level.memory.request is not None:
+        memory = to_bytes(pod_level.memory.request)
     return cpu, memory
 
 
 def _requests(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str) -> int:
+    pod_level = (((pod.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(resource)
+    if pod_level is not None:
+        try:
+            return units(coerce_quantity(pod_level))
+        except QuantityError:
+            pass
     total = 0
     for container in (pod.get("spec") or {}).get("containers") or []:
         value = ((container.get("resources") or {}).get("requests") or {}).get(resource)

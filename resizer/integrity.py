@@ -58,7 +58,7 @@ from typing import Any, Literal
 import orjson
 
 from resizer.annotations import ORIGINALS_MAC, SIZED_AT_ADMISSION, is_original_key
-from resizer.originals import originals_from_spec_annotations
+from resizer.originals import POD_ORIGINAL_KEYS, missing_pod_level_originals, originals_from_spec_annotations
 
 __all__ = [
     "Baseline",
@@ -246,7 +246,7 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
     problem = _verify(mac_value, keyring, originals, pod, spec)
     if isinstance(problem, str):
         present = bool(originals) or mac_value is not None
-        if not changed and originals and mac_value is None and originals == spec():
+        if not changed and originals and mac_value is None and _equal_or_upgraded(originals, spec()):
             # Unsigned (e.g. no keys configured) but exactly what a re-capture would write.
             return OriginalsCheck(Trust.TRUSTED, "equal to the unchanged spec")
         if not changed:
@@ -264,15 +264,25 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
         return OriginalsCheck(Trust.TRUSTED, f"verified, sized at admission for node type "
                                              f"{annotations.get(SIZED_AT_ADMISSION)!r}", scope, key_id)
     # Admission scope: valid on every look-alike sibling too.
-    matches_spec = originals == spec()
-    if matches_spec:
+    current = spec()
+    if originals == current:
         return OriginalsCheck(Trust.TRUSTED, "verified, equal to the spec", scope, key_id)
+    if not changed and _equal_or_upgraded(originals, current):
+        return OriginalsCheck(Trust.TRUSTED, "verified, equal to the unchanged spec (stamped before pod-level "
+                                             "originals were recorded)", scope, key_id)
     if not changed:
         return OriginalsCheck(Trust.RECAPTURE, "original resources signed for another pod of the same owner "
                                                "differ from this unchanged pod's spec; taken from the spec",
                               scope, key_id, tampered=True)
     return OriginalsCheck(Trust.TRUSTED_IF_ALIGNED, f"original resources signed at admission only and the spec "
                                                     f"has changed since ({changed_text})", scope, key_id)
+
+
+def _equal_or_upgraded(originals: Mapping[str, str], spec: Mapping[str, str]) -> bool:
+    """Every recorded key equals the spec and only pod-level keys are missing: what a pod stamped
+    before pod-level originals were recorded carries (trusted only on a never-changed pod)."""
+    return all(spec.get(key) == value for key, value in originals.items()) \
+        and set(spec) - set(originals) <= POD_ORIGINAL_KEYS
 
 
 def _verify(value: Any, keyring: KeyRing, originals: Mapping[str, str],
@@ -340,7 +350,9 @@ class Baseline:
 
     ``pod`` is the pod to plan from (recaptured: its ``original-*`` annotations
     removed, so the spec is the baseline); ``stamp`` is the annotations merge patch of
-    step 1 (None: nothing to write), ``None`` values deleting rejected keys.
+    step 1 (None: nothing to write), ``None`` values deleting rejected keys. A trusted
+    pod stamped before pod-level originals were recorded gets a stamp too: its pod-level
+    originals, from the spec, with a pod MAC over all of them.
     """
 
     check: OriginalsCheck
@@ -372,6 +384,8 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
         # to its spec (step 1, conditional on the pod as read).
         binding: dict[str, str | None] = {**pod_mac(pod, keyring)}
         return Baseline(result, pod, binding)
+    if result.trust is Trust.TRUSTED:
+        return Baseline(result, pod, _pod_level_completion(pod, keyring))
     if result.trust is not Trust.RECAPTURE:
         return Baseline(result, pod, None)
     if spec_originals is None:
@@ -385,6 +399,20 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
     if keyring:
         stamp[ORIGINALS_MAC] = sign_originals(keyring, spec_originals, PodIdentity.of(pod), "pod")
     return Baseline(result, view, stamp)
+
+
+def _pod_level_completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
+    """Trusted originals without the pod-level keys: the pod level was never resized by us (older
+    versions left such pods alone; newer ones record before they resize, and a pod MAC binds every
+    key), so its baseline is the spec. Step 1 records it, with a pod MAC over all the originals."""
+    missing = missing_pod_level_originals(pod)
+    if not missing:
+        return None
+    stamp: dict[str, str | None] = dict(missing)
+    if keyring:
+        stamp[ORIGINALS_MAC] = sign_originals(keyring, {**original_annotations(pod), **missing},
+                                              PodIdentity.of(pod), "pod")
+    return stamp
 
 
 def admission_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,

@@ -12,16 +12,19 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from resizer.annotations import original_key
+from resizer.annotations import original_key, pod_original_key
 from resizer.quantity import QuantityError, Resource, coerce_quantity, format_cpu, format_memory
 
 __all__ = [
     "ContainerOriginals",
     "OriginalsError",
+    "POD_ORIGINAL_KEYS",
     "ResourceOriginal",
     "missing_original_annotations",
+    "missing_pod_level_originals",
     "originals_from_spec_annotations",
     "read_originals",
+    "read_pod_originals",
 ]
 
 Kind = Literal["request", "limit"]
@@ -30,6 +33,9 @@ _KINDS: tuple[Kind, ...] = ("request", "limit")
 _SPEC_FIELD: Mapping[Kind, str] = {"request": "requests", "limit": "limits"}
 _UNITS_PER_BASE: Mapping[Resource, int] = {"cpu": 1000, "memory": 1}
 _FORMATTERS = {"cpu": format_cpu, "memory": format_memory}
+# The pod-level (spec.resources) keys, which pods stamped before pod-level sizing lack.
+POD_ORIGINAL_KEYS: frozenset[str] = frozenset(
+    pod_original_key(resource, kind) for resource in _RESOURCES for kind in _KINDS)
 
 
 class OriginalsError(ValueError):
@@ -72,17 +78,46 @@ def read_originals(pod: Mapping[str, Any]) -> dict[str, ContainerOriginals]:
     }
 
 
+def read_pod_originals(pod: Mapping[str, Any]) -> ContainerOriginals | None:
+    """Baselines of the pod-level ``spec.resources`` (KEP-2837), None when the pod sets no
+    pod-level cpu or memory. Like :func:`read_originals`: the annotation when present, else the
+    spec; a corrupt annotation raises :class:`OriginalsError`."""
+    level = _pod_level(pod)
+    if not any(_spec_resources(level, kind).get(r) is not None for r in _RESOURCES for kind in _KINDS):
+        return None
+    annotations = _annotations(pod)
+    values = {(resource, kind): _value(annotations, pod_original_key(resource, kind), level, resource, kind, "pod")
+              for resource in _RESOURCES for kind in _KINDS}
+    return ContainerOriginals(
+        name="",
+        cpu=ResourceOriginal(request=values[("cpu", "request")], limit=values[("cpu", "limit")]),
+        memory=ResourceOriginal(request=values[("memory", "request")], limit=values[("memory", "limit")]),
+    )
+
+
 def originals_from_spec_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
-    """Every ``original-*`` annotation describing the spec as it is now (for the webhook).
+    """Every ``original-*`` annotation describing the spec as it is now (for the webhook):
+    the containers' and the pod level's (``spec.resources``).
 
     Values are canonical (``format_cpu``/``format_memory``) when the quantity is a whole
     number of millicores/bytes, otherwise the spec's own string.
     """
-    return {
+    originals = {
         original_key(container["name"], resource, kind): _canonical(resource, value)
         for container in _containers(pod)
         for resource, kind, value in _spec_values(container)
     }
+    originals.update((pod_original_key(resource, kind), _canonical(resource, value))
+                     for resource, kind, value in _spec_values(_pod_level(pod)))
+    return originals
+
+
+def missing_pod_level_originals(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The pod-level subset of :func:`missing_original_annotations` (keys a pod stamped before
+    pod-level sizing lacks)."""
+    present = _annotations(pod)
+    return {key: value for key, value in originals_from_spec_annotations(pod).items()
+            if key in POD_ORIGINAL_KEYS and key not in present}
 
 
 def missing_original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -102,15 +137,20 @@ def _original_value(
     annotations: Mapping[str, Any], container: Mapping[str, Any], resource: Resource, kind: Kind
 ) -> Fraction | None:
     key = original_key(container["name"], resource, kind)
+    return _value(annotations, key, container, resource, kind, f"container {container['name']!r}")
+
+
+def _value(annotations: Mapping[str, Any], key: str, holder: Mapping[str, Any], resource: Resource, kind: Kind,
+           what: str) -> Fraction | None:
     if key in annotations:
         return _parse_annotation(key, annotations[key])
-    spec_value = _spec_resources(container, kind).get(resource)
+    spec_value = _spec_resources(holder, kind).get(resource)
     if spec_value is None:
         return None
     try:
         return coerce_quantity(spec_value)
     except QuantityError as error:
-        raise OriginalsError(f"container {container['name']!r} has an invalid {resource} {kind}: {error}") from None
+        raise OriginalsError(f"{what} has an invalid {resource} {kind}: {error}") from None
 
 
 def _parse_annotation(key: str, value: object) -> Fraction:
@@ -142,6 +182,11 @@ def _canonical(resource: Resource, value: Any) -> str:
 
 def _spec_resources(container: Mapping[str, Any], kind: Kind) -> Mapping[str, Any]:
     return (container.get("resources") or {}).get(_SPEC_FIELD[kind]) or {}
+
+
+def _pod_level(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod's ``spec.resources`` shaped like a container (``{"resources": ...}``)."""
+    return {"resources": (pod.get("spec") or {}).get("resources") or {}}
 
 
 def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:

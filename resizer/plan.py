@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
 from resizer.config import Bounds, NodeProfile, Policy
-from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals
+from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals, read_pod_originals
+from resizer.preflight import pod_totals
 from resizer.qos import QoSClass, pod_qos_class
 from resizer.quantity import (
     MAX_QUANTITY,
@@ -23,6 +24,9 @@ from resizer.quantity import (
 )
 
 __all__ = [
+    "POD_LEVEL",
+    "POD_LEVEL_RESIZE_FEATURE",
+    "node_resizes_pod_level",
     "Clamp",
     "Outcome",
     "PlanError",
@@ -36,6 +40,11 @@ __all__ = [
 Clamp = Literal["min", "max"]
 Outcome = Literal["Resize", "AlreadyAligned", "UnknownNodeType", "QoSChange", "NothingToSize", "PodLevelResources"]
 
+# What a node's kubelet declares (status.declaredFeatures, KEP-5328) when it resizes pod-level
+# resources in place (KEP-5419); the apiserver refuses such a resize on a node without it.
+POD_LEVEL_RESIZE_FEATURE = "InPlacePodLevelResourcesVerticalScaling"
+# The ResourceChange.container of the pod-level (spec.resources) values: no container's name.
+POD_LEVEL = ""
 RESTART_CONTAINER_POLICY = "RestartContainerPolicy"
 MEMORY_LIMIT_KEPT = "memoryLimitDecrease=Never"
 # The largest amount a quantity can hold, in the plan's units (Kubernetes caps a quantity
@@ -123,15 +132,25 @@ class ResizePlan:
             return f"node type {self.node_type!r} is not in the configuration"
         if self.outcome == "PodLevelResources":
             return ("the pod sets pod-level resources (spec.resources), which the scheduler counts instead of "
-                    "its containers': resizing only the containers would save nothing and could exceed the "
-                    "pod-level limits; left alone")
+                    "its containers', and its node cannot resize them in place (Kubernetes 1.36+ with "
+                    "InPlacePodLevelResourcesVerticalScaling on, declared in the node's status.declaredFeatures): "
+                    "resizing only the containers would save nothing and could exceed the pod-level limits; "
+                    "left alone")
         if self.outcome == "NothingToSize" and not self.changes:
             return "no container has a cpu or memory request to size"
         text = "; ".join(
-            f"{container}: {', '.join(change.describe() for change in changes)}"
+            f"{container or 'pod level'}: {', '.join(change.describe() for change in changes)}"
             for container, changes in _by_container(self.changes).items()
         )
         return f"would change the QoS class: {text}" if self.outcome == "QoSChange" else text
+
+
+def node_resizes_pod_level(node: Mapping[str, Any] | None) -> bool:
+    """Whether the node's kubelet resizes pod-level resources in place: it declares the feature
+    in ``status.declaredFeatures``. Kubelets of 1.35 (no such resize) declare nothing by default,
+    a 1.36 kubelet with the feature gate off leaves it out."""
+    features = ((node or {}).get("status") or {}).get("declaredFeatures") or []
+    return isinstance(features, list) and POD_LEVEL_RESIZE_FEATURE in features
 
 
 class PlanError(ValueError):
@@ -185,6 +204,7 @@ def plan_resize(
     policy: Policy,
     node_type: str,
     resize_restart_containers: bool = False,
+    pod_level: bool = False,
 ) -> ResizePlan:
     """Plan the resize of ``spec.containers`` for a pod bound to a ``node_type`` node.
 
@@ -197,6 +217,11 @@ def plan_resize(
     ``resize_restart_containers``. Raises :class:`resizer.originals.OriginalsError` on a
     corrupt baseline annotation and :class:`PlanError` when a value cannot be expressed
     as a Kubernetes quantity.
+
+    A pod with pod-level ``spec.resources`` (KEP-2837) is sized at both levels in one patch
+    when ``pod_level`` (its node can resize them, KEP-5419), else left alone
+    (``PodLevelResources``): each pod-level value like a container's, then raised where the
+    apiserver's validation needs it (:func:`_pod_level_change`).
     """
 
     def plan(
@@ -207,12 +232,18 @@ def plan_resize(
     node = policy.node_types.get(node_type)
     if node is None:
         return plan("UnknownNodeType")
-    if _pod_level(pod):
+    if _pod_level(pod) and not pod_level:
         return plan("PodLevelResources")
     ratios = _ratios(policy.node_types[policy.baseline_node_type], node)
     bounds: dict[Resource, Bounds] = {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds}
     keep_memory_limits = policy.memory_limit_decrease == "Never"
     changes = tuple(_changes(pod, read_originals(pod), ratios, bounds, resize_restart_containers, keep_memory_limits))
+    pod_originals = read_pod_originals(pod)
+    if pod_originals is not None:
+        try:
+            changes += tuple(_pod_level_changes(pod, pod_originals, changes, ratios, bounds, keep_memory_limits))
+        except QuantityError as error:
+            raise PlanError(f"cannot read the containers' resources: {error}") from None
     if all(change.skipped is not None for change in changes):
         return plan("NothingToSize", changes)
     try:
@@ -308,6 +339,44 @@ def _resource_change(
     )
 
 
+def _pod_level_changes(
+    pod: Mapping[str, Any],
+    originals: ContainerOriginals,
+    container_changes: tuple[ResourceChange, ...],
+    ratios: Mapping[Resource, Fraction],
+    bounds: Mapping[Resource, Bounds],
+    keep_memory_limits: bool,
+) -> Iterator[ResourceChange]:
+    """The pod-level values (``spec.resources``), each like a container's, then raised to what
+    the apiserver validates against the resized containers: a pod-level request at least the
+    containers' aggregate request, a pod-level limit at least every container's limit
+    (and a pod-level limit equal to its request stays equal, so the QoS class holds)."""
+    containers_spec = {**_resized_spec(pod, container_changes), "resources": None}
+    aggregate = pod_totals(containers_spec)
+    level = {"resources": (pod.get("spec") or {}).get("resources") or {}}
+    for resource in _RESOURCES:
+        change = _resource_change(level | {"name": POD_LEVEL}, resource, originals.of(resource), ratios[resource],
+                                  bounds[resource], False, keep_memory_limits and resource == "memory")
+        if change is None:
+            continue
+        needed_request = aggregate.get(("requests", resource), 0)
+        needed_limit = max((_current(c, "limits", resource) or 0 for c in containers_spec["containers"]), default=0)
+        yield _within_validation(change, needed_request, needed_limit)
+
+
+def _within_validation(change: ResourceChange, needed_request: int, needed_limit: int) -> ResourceChange:
+    request, limit = max(change.desired_request, needed_request), change.desired_limit
+    if limit is not None:
+        limit = max(limit, needed_limit, request)
+        if change.original_limit == change.original_request:
+            request = limit         # Guaranteed at pod level: request and limit move together
+        elif change.original_limit is not None and change.original_limit > change.original_request:
+            limit = max(limit, request + 1)     # Burstable stays Burstable
+    if (request, limit) == (change.desired_request, change.desired_limit):
+        return change
+    return replace(change, desired_request=request, desired_limit=limit, clamped=None)
+
+
 def _current(container: Mapping[str, Any], kind: str, resource: Resource) -> int | None:
     value = ((container.get("resources") or {}).get(kind) or {}).get(resource)
     return None if value is None else _TO_UNITS[resource](coerce_quantity(value))
@@ -329,20 +398,30 @@ def _current_qos(pod: Mapping[str, Any]) -> QoSClass:
 def _resized_spec(pod: Mapping[str, Any], changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
     """The pod spec as it would be with every (non-skipped) target applied."""
     targets = _by_container(tuple(change for change in changes if change.skipped is None))
-    containers = []
-    for container in _containers(pod):
-        resources = {kind: dict(values or {}) for kind, values in (container.get("resources") or {}).items()}
-        for change in targets.get(container["name"], ()):
-            for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
-                if amount is not None:
-                    resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
-        containers.append({**container, "resources": resources})
-    return {**(pod.get("spec") or {}), "containers": containers}
+    spec = dict(pod.get("spec") or {})
+    spec["containers"] = [{**container, "resources": _targets_applied(container.get("resources"),
+                                                                      targets.get(container["name"], ()))}
+                          for container in _containers(pod)]
+    if POD_LEVEL in targets:
+        spec["resources"] = _targets_applied(spec.get("resources"), targets[POD_LEVEL])
+    return spec
+
+
+def _targets_applied(current: Mapping[str, Any] | None, changes: Iterable[ResourceChange]) -> dict[str, Any]:
+    resources = {kind: dict(values or {}) for kind, values in (current or {}).items()}
+    for change in changes:
+        for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
+            if amount is not None:
+                resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
+    return resources
 
 
 def _patch(changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
-    """Strategic merge patch for ``pods/resize``: only containers and resources that
-    differ from the spec; request and limit of a changed resource are sent together."""
+    """Strategic merge patch for ``pods/resize``: only containers (and the pod level,
+    ``spec.resources``) and resources that differ from the spec; request and limit of a
+    changed resource are sent together. Both levels go in the one patch: the apiserver
+    validates them against each other, and the kubelet actuates them together."""
+    spec: dict[str, Any] = {}
     containers = []
     for container, container_changes in _by_container(tuple(c for c in changes if c.changed)).items():
         resources: dict[str, dict[str, str]] = {}
@@ -350,8 +429,13 @@ def _patch(changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
             resources.setdefault("requests", {})[change.resource] = _FORMAT[change.resource](change.desired_request)
             if change.desired_limit is not None:
                 resources.setdefault("limits", {})[change.resource] = _FORMAT[change.resource](change.desired_limit)
-        containers.append({"name": container, "resources": resources})
-    return {"spec": {"containers": containers}} if containers else {}
+        if container == POD_LEVEL:
+            spec["resources"] = resources
+        else:
+            containers.append({"name": container, "resources": resources})
+    if containers:
+        spec["containers"] = containers
+    return {"spec": spec} if spec else {}
 
 
 def _by_container(changes: tuple[ResourceChange, ...]) -> dict[str, list[ResourceChange]]:

@@ -20,7 +20,8 @@ __all__ = ["realignment"]
 
 
 def realignment(
-    pod: Mapping[str, Any], config: CompiledConfig, node_type: str, resize_restart_containers: bool = False
+    pod: Mapping[str, Any], config: CompiledConfig, node_type: str, resize_restart_containers: bool = False,
+    pod_level: bool = False,
 ) -> ResizePlan | None:
     """The resize plan of a pod sized for ``node_type`` earlier, if the config now wants
     it different; None when nothing would change, the pod was never sized for this node
@@ -30,7 +31,7 @@ def realignment(
     if annotations.get(APPLIED_INSTANCE_TYPE) != node_type or missing_original_annotations(pod):
         return None
     try:
-        plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers)
+        plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level)
     except (OriginalsError, PlanError):
         return None
     return plan if plan.outcome == "Resize" and plan.patch else None

@@ -13,11 +13,12 @@ the product's scope or one it would not size.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.annotations import is_controller_owned_key, original_key
+from resizer.annotations import is_controller_owned_key, original_key, pod_original_key
 from resizer.eligibility import eligibility
 from resizer.integrity import KeyRing, Trust, baseline
 from resizer.originals import OriginalsError
@@ -77,21 +78,34 @@ def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     (only the values that differ from the spec, compared by value); ``{}`` when the spec
     already holds the originals. Raises :class:`OriginalsError` for an unusable annotation."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    spec = pod.get("spec") or {}
     containers = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources: dict[str, dict[str, str]] = {}
-        for spec_field, kind in _KINDS:
-            current = (container.get("resources") or {}).get(spec_field) or {}
-            for resource in ("cpu", "memory"):
-                key = original_key(container["name"], resource, kind)  # type: ignore[arg-type]
-                if key not in annotations:
-                    continue
-                original = annotations[key]
-                if not _same(original, current.get(resource), key):
-                    resources.setdefault(spec_field, {})[resource] = original
+    for container in spec.get("containers") or []:
+        resources = _put_back(annotations, container.get("resources"), functools.partial(original_key, container["name"]))
         if resources:
             containers.append({"name": container["name"], "resources": resources})
-    return {"spec": {"containers": containers}} if containers else {}
+    patch: dict[str, Any] = {"containers": containers} if containers else {}
+    # The pod level (spec.resources) goes back in the same patch: the apiserver validates the
+    # two levels against each other.
+    pod_level = _put_back(annotations, spec.get("resources"), pod_original_key)
+    if pod_level:
+        patch["resources"] = pod_level
+    return {"spec": patch} if patch else {}
+
+
+def _put_back(annotations: Mapping[str, Any], current_resources: Mapping[str, Any] | None,
+              key_of: Callable[[Any, Any], str]) -> dict[str, dict[str, str]]:
+    resources: dict[str, dict[str, str]] = {}
+    for spec_field, kind in _KINDS:
+        current = (current_resources or {}).get(spec_field) or {}
+        for resource in ("cpu", "memory"):
+            key = key_of(resource, kind)
+            if key not in annotations:
+                continue
+            original = annotations[key]
+            if not _same(original, current.get(resource), key):
+                resources.setdefault(spec_field, {})[resource] = original
+    return resources
 
 
 def _same(original: Any, current: Any, key: str) -> bool:

@@ -21,6 +21,7 @@ from reconciler.kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, PlanSettings
 from resizer.config import CompiledConfig, ConfigError, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
+from resizer.plan import node_resizes_pod_level
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
 from resizer.quantity import format_cpu, format_memory
 from resizer.scope import NamespaceScope
@@ -122,7 +123,8 @@ async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: Nam
     node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(settings.node_type_label)
                   for n in nodes}
     forecast = forecast_fleet(pods, node_types, config, scope, namespace_labels,
-                              settings.resize_restart_containers, skip_applied=skip_applied, keyring=keyring)
+                              settings.resize_restart_containers, skip_applied=skip_applied, keyring=keyring,
+                              pod_level_nodes={n["metadata"]["name"] for n in nodes if node_resizes_pod_level(n)})
     constraints = await read_constraints(client, settings.api.page_size, forecast)
     held = preflight_verdicts(forecast, pods, nodes, constraints)
     done = time.monotonic()

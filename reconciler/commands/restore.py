@@ -150,7 +150,7 @@ class Restorer:
         if self._dry_run:
             self.summary.resized += bool(patch)
             self.summary.cleaned += not patch
-            return f"would resize back: {json.dumps(patch['spec']['containers'])}" if patch \
+            return f"would resize back: {json.dumps(patch['spec'])}" if patch \
                 else f"would remove {len(keys)} annotations"
         if patch:
             await self._client.patch(_pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH)
@@ -219,10 +219,13 @@ def _policy_denial(err: ApiError) -> bool:
 
 def _describe(patch: dict[str, Any]) -> str:
     parts = []
-    for container in patch["spec"]["containers"]:
-        values = ", ".join(f"{kind} {resource}={value}" for kind, resources in container["resources"].items()
+    levels = [(c["name"], c["resources"]) for c in patch["spec"].get("containers") or []]
+    if patch["spec"].get("resources"):
+        levels.append(("pod level", patch["spec"]["resources"]))
+    for name, changed in levels:
+        values = ", ".join(f"{kind} {resource}={value}" for kind, resources in changed.items()
                            for resource, value in resources.items())
-        parts.append(f"{container['name']}: {values}")
+        parts.append(f"{name}: {values}")
     return "(" + "; ".join(parts) + ")"
 
 

@@ -3,7 +3,7 @@
 A cached pod keeps what the pure core looks at (owner, labels, annotations, node selector,
 container resources and resize policies, QoS class, whether the kubelet reports container
 resources, the resize conditions and the observed generation; a node's labels and
-allocatable cpu/memory) and drops the rest (env, volumes, probes, managedFields, ...), most of
+allocatable cpu/memory and declared features) and drops the rest (env, volumes, probes, managedFields, ...), most of
 a pod's size. String values that pods of one workload share (namespace, labels, annotation
 values, owner, node name, quantities, phase, condition reasons) are interned: the JSON decoder
 makes a fresh copy of each in each pod, a large share of the cache at scale.
@@ -86,6 +86,8 @@ def slim_pod(pod: Obj) -> Obj:
     }
     if status.get("observedGeneration") is not None:
         slim_status["observedGeneration"] = status["observedGeneration"]
+    if status.get("resources"):     # what the pod level has (kubelets that resize it)
+        slim_status["resources"] = _shared_resources(status["resources"])
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
 
 
@@ -101,10 +103,15 @@ def _slim_container(container: Obj) -> Obj:
 
 def slim_node(node: Obj) -> Obj:
     meta = node.get("metadata") or {}
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion"),
-                         "labels": meta.get("labels") or {}},
-            "status": {"allocatable": {k: allocatable[k] for k in ("cpu", "memory") if k in allocatable}}}
+    status = node.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    slim: Obj = {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion"),
+                              "labels": meta.get("labels") or {}},
+                 "status": {"allocatable": {k: allocatable[k] for k in ("cpu", "memory") if k in allocatable}}}
+    features = status.get("declaredFeatures")
+    if type(features) is list:      # whether the node resizes pod-level resources (resizer.plan)
+        slim["status"]["declaredFeatures"] = [_shared_str(f) for f in features]
+    return slim
 
 
 def status_fingerprint(pod: Obj) -> tuple[Any, ...]:
