@@ -48,9 +48,13 @@ class FakeCluster:
 
     # ------------------------------------------------------------------ test setup
 
-    def add_node(self, name: str, labels: Mapping[str, str], cpu: str = "8", memory: str = "32Gi") -> None:
+    def add_node(self, name: str, labels: Mapping[str, str], cpu: str = "8", memory: str = "32Gi",
+                 declared_features: list[str] | None = None) -> None:
+        status: Obj = {"allocatable": {"cpu": cpu, "memory": memory}}
+        if declared_features is not None:
+            status["declaredFeatures"] = list(declared_features)
         self.nodes[name] = slim_node({"metadata": {"name": name, "resourceVersion": "1", "labels": dict(labels)},
-                                      "status": {"allocatable": {"cpu": cpu, "memory": memory}}})
+                                      "status": status})
 
     def add_pod(self, pod: Obj) -> str:
         pod = copy.deepcopy(pod)
@@ -83,6 +87,8 @@ class FakeCluster:
         by_name = {c["name"]: c for c in pod["spec"]["containers"]}
         for status in pod["status"]["containerStatuses"]:
             status["resources"] = copy.deepcopy(by_name[status["name"]]["resources"])
+        if pod["spec"].get("resources"):
+            pod["status"]["resources"] = copy.deepcopy(pod["spec"]["resources"])
         self._kubelet_status(pod, [])
 
     def defer(self, key: str, message: str = "Node didn't have enough resource: cpu") -> None:
@@ -175,6 +181,8 @@ class FakeCluster:
             resources = by_name[change["name"]].setdefault("resources", {})
             for kind, values in change.get("resources", {}).items():
                 resources.setdefault(kind, {}).update(values)
+        for kind, values in patch.get("spec", {}).get("resources", {}).items():
+            stored["spec"].setdefault("resources", {}).setdefault(kind, {}).update(values)
         stored["metadata"]["generation"] = stored["metadata"].get("generation", 1) + 1
         written = self._written(stored)
         if self.auto_actuate:

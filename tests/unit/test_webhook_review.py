@@ -383,6 +383,16 @@ def test_originals_memo_misses_when_resources_differ():
     assert originals_of(b) == resizer.originals_from_spec_annotations(b)
 
 
+def test_originals_memo_misses_when_pod_level_resources_differ():
+    review_mod._originals_cache.clear()
+    a = pod(containers=[container("app", {"cpu": "500m"})])
+    b = copy.deepcopy(a)
+    b["spec"]["resources"] = {"requests": {"cpu": "1"}}
+    assert originals_of(a) == resizer.originals_from_spec_annotations(a)
+    assert originals_of(b) == resizer.originals_from_spec_annotations(b)
+    assert originals_of(b)["workload-resizer.io/original-pod-cpu"] == "1"
+
+
 def test_originals_memo_skips_very_large_pods():
     review_mod._originals_cache.clear()
     big = pod(containers=[container(f"c{i}", {"cpu": "1m"}) for i in range(200)])
