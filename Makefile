@@ -43,7 +43,7 @@ test-installed: venv
 
 ## The control-plane suite against Kubernetes 1.35 (first GA of in-place resize), in its own state dir.
 test-1.35: venv
-	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) tests/cluster/test_control_plane.py tests/cluster/test_resize_plans.py
+	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) tests/cluster/test_control_plane.py tests/cluster/test_resize_plans.py tests/cluster/test_pod_level_resources.py
 
 ## Proof under faults, load and scale (issue sizes: 10k pods, 30-minute soak; each drill in its own cluster).
 drills: venv

@@ -251,6 +251,66 @@ def test_resize_beyond_allocatable(h: Harness, real_node: RealNode) -> None:
     assert cgroup_limits(real_node, container_id(now)) == implied_limits(q("1"), q("256Mi"))
 
 
+def pod_cgroup_limits(node: RealNode, cid: str) -> dict[str, int | None]:
+    """The POD's cgroup values (the parent of its container's cgroup): where the kubelet puts
+    pod-level limits (KEP-2837)."""
+    dirs = {controller: path.parent for controller, path in container_cgroups(node, cid).items()}
+
+    def read(path: Path) -> str:
+        return path.read_text().strip()
+
+    if "v2" in dirs:
+        quota, _ = read(dirs["v2"] / "cpu.max").split()
+        memory = read(dirs["v2"] / "memory.max")
+        return {"cpu_quota_us": None if quota == "max" else int(quota),
+                "cpu_weight": int(read(dirs["v2"] / "cpu.weight")),
+                "memory_limit_bytes": None if memory == "max" else int(memory)}
+    quota = int(read(dirs["cpu"] / "cpu.cfs_quota_us"))
+    return {"cpu_quota_us": None if quota == -1 else quota, "cpu_shares": int(read(dirs["cpu"] / "cpu.shares")),
+            "memory_limit_bytes": int(read(dirs["memory"] / "memory.limit_in_bytes"))}
+
+
+def implied_pod_limits(cpu_request: Fraction, cpu_limit: Fraction, memory_limit: Fraction) -> dict[str, int | None]:
+    """The pod cgroup values the kubelet derives from pod-level resources (ResourceConfigForPod)."""
+    shares = int(cpu_request * 1000) * 1024 // 1000
+    values: dict[str, int | None] = {"cpu_quota_us": int(cpu_limit * 1000) * PERIOD_US // 1000,
+                                     "memory_limit_bytes": int(memory_limit)}
+    if (CGROUP / "cgroup.controllers").exists():
+        values["cpu_weight"] = 1 + ((shares - 2) * 9999) // 262142
+    else:
+        values["cpu_shares"] = shares
+    return values
+
+
+def test_pod_level_resources_are_resized_in_place_at_both_levels(h: Harness, real_node: RealNode) -> None:
+    """The kubelet actuates a pod-level resize (KEP-5419) with the containers': pod spec, status
+    and the POD cgroup say the new pod-level values, the container's its own; one pods/resize,
+    no restart. n4 (cpuPerf 1.25): cpu x 0.8."""
+    manifest = real_deployment("podlevel", real_node, [
+        {"name": "app", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}}])
+    manifest["spec"]["template"]["spec"]["resources"] = {
+        "requests": {"cpu": "500m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+    pod = h.wait_pods("podlevel", 1, lambda p: p["status"].get("phase") == "Running" and all(
+        s.get("ready") for s in p["status"].get("containerStatuses") or [{}]), "Running on the real node",
+        timeout=START_TIMEOUT)[0]
+    name, cid = pod["metadata"]["name"], container_id(pod)
+    assert pod_cgroup_limits(real_node, cid) == implied_pod_limits(q("500m"), q("1"), q("256Mi"))
+    proc = h.reconciler()
+    h.wait_applied("podlevel", "n4", timeout=START_TIMEOUT)
+    want = {"requests": {"cpu": q("400m"), "memory": q("128Mi")}, "limits": {"cpu": q("800m"), "memory": q("256Mi")}}
+    now = wait_for("pod-level status follows", lambda: (p := h.pod(name)) and {
+        kind: {r: q(v) for r, v in ((p["status"].get("resources") or {}).get(kind) or {}).items()}
+        for kind in ("requests", "limits")} == want and p, timeout=START_TIMEOUT)
+    assert {kind: {r: q(v) for r, v in now["spec"]["resources"][kind].items()} for kind in want} == want
+    assert resources(now)["requests"] == {"cpu": q("200m"), "memory": q("64Mi")}
+    assert status_resources(now)["requests"]["cpu"] == q("200m")
+    assert now["metadata"]["generation"] == 2, "both levels in one resize"
+    assert metric_snapshot(proc)["PATCH pods/resize"] == 1
+    assert app_status(now)["restartCount"] == 0 and container_id(now) == cid
+    assert pod_cgroup_limits(real_node, cid) == implied_pod_limits(q("400m"), q("800m"), q("256Mi"))
+
+
 def memory_patch(memory: str) -> dict[str, Any]:
     return {"spec": {"containers": [{"name": "app", "resources": {
         "requests": {"memory": memory}, "limits": {"memory": memory}}}]}}
