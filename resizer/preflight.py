@@ -262,12 +262,14 @@ def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> tu
 # ---------------------------------------------------------------- node headroom
 
 def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
-    """What the pod's containers have (their reported resources), summed."""
+    """What the pod has: its containers' reported resources, summed, or, for a resource the pod
+    sets at pod level, what the kubelet reports applied at pod level (status.resources)."""
     total: dict[str, int] = {}
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         for r, v in _container_amounts(status, "requests").items():
             total[r] = total.get(r, 0) + v
-    return total
+    pod_level = _container_amounts(pod.get("status") or {}, "requests")
+    return {**total, **pod_level}
 
 
 def node_hold(node: Mapping[str, Any], pod: Mapping[str, Any], resized: Mapping[str, Any],

@@ -159,6 +159,27 @@ def test_more_than_the_whole_node_is_named_so() -> None:
     assert hold is not None and hold.detail == "cpu: needs 5, more than the node's 4 allocatable"
 
 
+def test_node_room_counts_what_a_pod_level_pod_has_at_pod_level() -> None:
+    me = pod(container("c0", "1"))
+    other = pod(container("c0", "100m"))
+    other["spec"]["resources"] = {"requests": {"cpu": "1"}}          # spec shrunk to 1 cpu ...
+    other["status"]["resources"] = {"requests": {"cpu": "2500m"}}    # ... the kubelet still gives it 2500m
+    hold = node_hold(NODE, me, apply_patch(me, resize("c0", "2")), [other])
+    assert hold is not None and hold.detail == "cpu: needs 2, 1500m free of 4 allocatable"
+
+
+def test_a_pod_level_resize_is_judged_on_the_pod_level_values() -> None:
+    me = pod(container("c0", "500m"))
+    me["spec"]["resources"] = {"requests": {"cpu": "1"}}
+    grown = apply_patch(me, {"spec": {"resources": {"requests": {"cpu": "3500m"}},
+                                      "containers": [{"name": "c0", "resources": {"requests": {"cpu": "1"}}}]}})
+    hold = node_hold(NODE, me, grown, [pod(container("c0", "1"))])
+    assert hold is not None and hold.detail == "cpu: needs 3500m, 3 free of 4 allocatable"
+    quota_ = quota("q", {"requests.cpu": "4"}, {"requests.cpu": "2"})
+    assert quota_hold(me, grown, [quota_]) is not None and quota_hold(me, apply_patch(me, {"spec": {
+        "containers": [{"name": "c0", "resources": {"requests": {"cpu": "1"}}}]}}), [quota_]) is None
+
+
 # ---------------------------------------------------------------- pod-level resources (plan)
 
 def test_a_pod_with_pod_level_resources_is_not_planned() -> None:
