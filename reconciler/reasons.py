@@ -29,7 +29,7 @@ class Reason(StrEnum):
     RESIZE_INFEASIBLE = "ResizeInfeasible"      # the node can never take the size; spec set back to the actual
     RESIZE_ERROR = "ResizeError"                # the kubelet failed to actuate (its message)
     RESIZE_HELD = "ResizeHeld"                  # not sent: a LimitRange, ResourceQuota or the node's room would refuse it
-    POD_LEVEL_RESOURCES = "PodLevelResources"   # left alone: the pod sets spec.resources (pod level)
+    POD_LEVEL_RESOURCES = "PodLevelResources"   # left alone: spec.resources set, the node cannot resize it
     VPA_MANAGED = "VPAManaged"                  # left alone: an updating VerticalPodAutoscaler sizes the pod
     # The config.
     INVALID_CONFIG = "InvalidConfig"

@@ -56,7 +56,8 @@ def workload_of(pod: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class PodForecast:
-    """One pod: the outcome and its summed ``spec.containers`` requests now and planned."""
+    """One pod: the outcome and its requests now and planned (summed ``spec.containers``, or the
+    pod level where ``spec.resources`` sets them)."""
 
     namespace: str
     name: str

@@ -32,6 +32,7 @@ from resizer.plan import POD_LEVEL_RESIZE_FEATURE, ResizePlan, plan_resize
 from resizer.preflight import apply_patch
 from resizer.qos import pod_qos_class
 from resizer.restore import restore_decision, restore_patch
+from resizer.scope import namespace_scope
 from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
 from tests.unit.test_reconciler_reconcile import KEY, KEYS, LABEL, reasons
 from reconciler.controller import PodResizeReconciler
@@ -332,3 +333,15 @@ def test_the_apiservers_refusal_is_learnt_once() -> None:
     asyncio.run(reconciler.reconcile("shop/web-2"))
     assert len(fake.failures["resize"]) == 1, "no other pod-level resize sent by this process"
     assert reasons(fake) == ["PodLevelResources", "PodLevelResources"]
+
+
+def test_plan_forecasts_the_pod_level_request_where_the_node_resizes_it() -> None:
+    from resizer.forecast import forecast_fleet
+    pod = pod_with_pod_level()
+    forecast = forecast_fleet([pod], {"node-1": "n4"}, CONFIG, namespace_scope(None), pod_level_nodes={"node-1"})
+    [group] = forecast.workloads
+    [planned] = group.pods
+    assert planned.outcome == "Resize"
+    assert (planned.current_cpu, planned.desired_cpu) == (1000, 800), "the pod level, not the containers' sum"
+    left = forecast_fleet([pod], {"node-1": "n4"}, CONFIG, namespace_scope(None))
+    assert [p.outcome for p in left.not_resized] == ["PodLevelResources"]
