@@ -8,10 +8,10 @@ the reconciler manages with a trusted baseline: the same decisions as `plan` and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from reconciler.ports import Obj
-from resizer import KeyRing
+from resizer import KeyRing, node_resizes_pod_level
 from resizer.config import CompiledConfig
 from resizer.forecast import RequestTotals, forecast_fleet, managed_requests
 from resizer.scope import NamespaceScope
@@ -20,10 +20,12 @@ EVERY_NAMESPACE = NamespaceScope(excluded=frozenset())     # the pods given are 
 
 
 def requests_by_node_type(pods: Iterable[Obj], node_types: Mapping[str, str | None], config: CompiledConfig,
-                          keyring: KeyRing, resize_restart_containers: bool = False) -> dict[str, RequestTotals]:
-    """The managed pods' requests per node type (``pods``: bound pods already in the namespace scope)."""
+                          keyring: KeyRing, resize_restart_containers: bool = False,
+                          pod_level_nodes: Collection[str] = frozenset()) -> dict[str, RequestTotals]:
+    """The managed pods' requests per node type (``pods``: bound pods already in the namespace scope;
+    ``pod_level_nodes``: the nodes that resize pod-level resources)."""
     forecast = forecast_fleet(pods, node_types, config, EVERY_NAMESPACE, None, resize_restart_containers,
-                              keyring=keyring)
+                              keyring=keyring, pod_level_nodes=pod_level_nodes)
     return managed_requests(forecast, key=lambda pod: pod.node_type)
 
 
@@ -56,24 +58,26 @@ class FreedRequests:
         config = self._config()
         totals: dict[str, RequestTotals] = {}
         if config is not None:
-            node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(self._label)
-                          for n in self._nodes()}
-            totals = self._sum(self._pods(), node_types, config, self._keyring())
+            nodes = list(self._nodes())
+            node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(self._label) for n in nodes}
+            pod_level = frozenset(n["metadata"]["name"] for n in nodes if node_resizes_pod_level(n))
+            totals = self._sum(self._pods(), node_types, config, self._keyring(), pod_level)
         self._cached = (now, totals)
         return totals
 
     def _sum(self, pods: Iterable[Obj], node_types: Mapping[str, str | None], config: CompiledConfig,
-             keyring: KeyRing) -> dict[str, RequestTotals]:
+             keyring: KeyRing, pod_level: frozenset[str] = frozenset()) -> dict[str, RequestTotals]:
         shares: dict[str, tuple[tuple[object, ...], tuple[str, RequestTotals] | None]] = {}
         totals: dict[str, RequestTotals] = {}
         for pod in pods:
             meta = pod["metadata"]
             uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
             node = (pod.get("spec") or {}).get("nodeName")
-            key = (meta.get("resourceVersion"), node_types.get(node) if node else None, id(config), keyring)
+            key = (meta.get("resourceVersion"), node_types.get(node) if node else None, id(config), keyring,
+                   node in pod_level)
             known = self._shares.get(uid)
             if known is None or known[0] != key:
-                computed = requests_by_node_type([pod], node_types, config, keyring, self._restart)
+                computed = requests_by_node_type([pod], node_types, config, keyring, self._restart, pod_level)
                 known = (key, next(iter(computed.items()), None))
             shares[uid] = known
             if known[1] is not None:

@@ -140,3 +140,21 @@ def test_a_steady_cluster_is_summed_from_each_pods_kept_share(monkeypatch: Any) 
     pods[2]["metadata"]["resourceVersion"] = "99"      # one pod changed (e.g. resized)
     clock[0] = 20.0
     assert source.totals() == first and computed[4:] == ["c"]
+
+
+def test_pods_with_pod_level_resources_count_where_their_node_resizes_them() -> None:
+    p = pod("plr", 500, 256)
+    p["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "512Mi"}}
+    p["status"]["qosClass"] = "Burstable"      # the pod level decides it
+    mint_admission_mac(p, originals_from_spec_annotations(p))
+
+    def node(declared: list[str]) -> dict[str, Any]:
+        return {"metadata": {"name": "node-1", "labels": {"family": "n4"}}, "status": {"declaredFeatures": declared}}
+
+    for declared, counted in (([], 0), (["InPlacePodLevelResourcesVerticalScaling"], 1)):
+        source = FreedRequests(lambda: [p], lambda d=declared: [node(d)], lambda: CONFIG, lambda: RING,
+                               node_type_label="family")
+        totals = source.totals()
+        assert sum(t.pods for t in totals.values()) == counted, declared
+        if counted:
+            assert totals["n4"].original_cpu == 1000, "the pod level, what the scheduler counts"
