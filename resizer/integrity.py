@@ -33,6 +33,12 @@ any pod's uid:
     (docs/security.md). The reconciler binds the originals with a pod MAC at once, so
     trust no longer depends on generation 1.
 
+Pod-level originals (``original-pod-*``) came later: a pod stamped before carries none.
+Under a pod MAC a missing pod-level key means the pod level was never resized by us, and on
+a never-changed pod an admission MAC over originals that equal the spec except for the
+missing pod-level keys is trusted; either way the pod level's baseline is the spec, recorded
+(signed with a pod MAC over every key) at step 1 before any resize.
+
 :func:`baseline` is the product's one baseline authority: the reconciler, ``plan``,
 ``restore`` and the re-alignment check all take the values they may scale from (or put
 back) from it, and nothing unsigned vouches for anything (the resize-state annotation

@@ -150,8 +150,13 @@ def test_plan_shows_what_preflight_would_hold(h: Harness) -> None:
     assert f"{h.ns}/{pod['metadata']['name']} on {node}: ResizeHeld: LimitRange cpu-max" in table.stdout, table.stdout
 
 
-def test_pod_level_resources_are_left_alone_with_an_event(h: Harness) -> None:
+def test_pod_level_resources_are_left_alone_where_the_node_cannot_resize_them(h: Harness) -> None:
+    """A kubelet without pod-level resize (its gate off) does not declare it: nothing is sent.
+    (Where the node declares it, see test_pod_level_resources.py.)"""
     node = h.node("podlevel", "slow")
+    declared = h.kube.get(f"/api/v1/nodes/{node}")["status"].get("declaredFeatures") or []
+    h.kube.patch(f"/api/v1/nodes/{node}/status", {"status": {"declaredFeatures": [
+        f for f in declared if f != "InPlacePodLevelResourcesVerticalScaling"]}})
     manifest = deployment("pl", 1, [guaranteed()], node_selector={"kubernetes.io/hostname": node})
     manifest["spec"]["template"]["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "256Mi"},
                                                          "limits": {"cpu": "1", "memory": "256Mi"}}
@@ -162,6 +167,7 @@ def test_pod_level_resources_are_left_alone_with_an_event(h: Harness) -> None:
     h.reconciler()
     event = h.wait_event(name, "PodLevelResources")
     assert event["type"] == "Warning" and "spec.resources" in event["message"], event
+    assert "declaredFeatures" in event["message"], event
     h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"labels": {"poke": "1"}}})
     time.sleep(2)
     assert resizes_served(h) == before and h.reasons(name) == ["PodLevelResources"]
