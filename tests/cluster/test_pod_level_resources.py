@@ -20,11 +20,12 @@ from typing import Any
 from devkit.kube import container, deployment, wait_for
 from devkit.processes import REPO
 from ops.keys import read_key_directory
-from resizer import KeyRing, Trust, baseline, parse_quantity, pod_original_key
+from resizer import ORIGINALS_MAC, KeyRing, Trust, baseline, parse_quantity, pod_original_key
 from tests.cluster.test_preflight import resizes_served
 from tests.cluster.test_reconciler import Harness, applied, ours
 from tests.cluster.test_restore_command import restore_argv
-from devkit.processes import originals_key_dir
+from devkit.processes import Webhook, originals_key_dir
+from tests.cluster.test_webhook_cluster import Registration
 
 POD_LEVEL = {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
 # Burstable containers under the pod-level values; on `slow` (cpuPerf 0.5) every cpu doubles.
@@ -103,3 +104,28 @@ def test_pod_level_resources_are_resized_with_the_containers_or_left_alone(h: Ha
     assert values(back["spec"]["resources"]) == values(POD_LEVEL)
     assert cpu_of(back, "app") == (Fraction(4, 10), Fraction(8, 10)) and cpu_of(back, "side") == (Fraction(1, 10), None)
     assert resizes_served(h) == before + 2
+
+
+def test_the_webhook_stamps_pod_level_originals_and_the_reconciler_binds_them(h: Harness, webhook: Webhook) -> None:
+    """At creation the webhook records both levels (admission MAC); the reconciler needs no step-1
+    write of its own, resizes from them (1.36) and binds them to the pod."""
+    node = h.node("plrw", "slow")
+    with Registration(h.kube, h.ns, webhook):
+        pod = deploy_pod_level(h, node)
+    annotations = pod["metadata"]["annotations"]
+    assert {annotations.get(pod_original_key("cpu", "request")), annotations.get(pod_original_key("cpu", "limit")),
+            annotations.get(pod_original_key("memory", "request")),
+            annotations.get(pod_original_key("memory", "limit"))} == {"1", "2", "512Mi", "1Gi"}
+    assert annotations[ORIGINALS_MAC].startswith("v1.a."), "signed at admission"
+    stamped = {k: v for k, v in annotations.items() if "/original-" in k}
+    reconciler = h.reconciler()
+    if minor(h) < 36:
+        h.wait_event(pod["metadata"]["name"], "PodLevelResources")
+        return
+    resized = h.wait_applied("plr", "slow")[0]
+    assert values(resized["spec"]["resources"]) == DOUBLED
+    assert {k: v for k, v in resized["metadata"]["annotations"].items() if "/original-" in k} == stamped
+    assert resized["metadata"]["annotations"][ORIGINALS_MAC].startswith("v1.p.")
+    # annotations written: applied-* only (no originals to record), one resize.
+    assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods") == 1
+    assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods/resize") == 1
