@@ -221,7 +221,7 @@ def plan_resize(
     A pod with pod-level ``spec.resources`` (KEP-2837) is sized at both levels in one patch
     when ``pod_level`` (its node can resize them, KEP-5419), else left alone
     (``PodLevelResources``): each pod-level value like a container's, then raised where the
-    apiserver's validation needs it (:func:`_pod_level_change`).
+    apiserver's validation needs it (:func:`_pod_level_changes`).
     """
 
     def plan(
