@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
-from resizer import RESIZE_STATE
+from devkit.processes import REPO, originals_key_dir
+from ops.keys import read_key_directory
+from resizer import RESIZE_STATE, KeyRing, Trust, baseline, pod_original_key
+from tests.cluster.test_restore_command import restore_argv
 from tests.cluster.test_reconciler import Harness, expected_originals, guaranteed, metric_snapshot, originals, q, \
     resources, status_resources
 from tests.conftest import HACK_CLUSTER, RealNode, cluster_state_dir, read_real_node
@@ -309,6 +312,22 @@ def test_pod_level_resources_are_resized_in_place_at_both_levels(h: Harness, rea
     assert metric_snapshot(proc)["PATCH pods/resize"] == 1
     assert app_status(now)["restartCount"] == 0 and container_id(now) == cid
     assert pod_cgroup_limits(real_node, cid) == implied_pod_limits(q("400m"), q("800m"), q("256Mi"))
+    check = baseline(now, KeyRing(read_key_directory(originals_key_dir()))).check
+    assert (check.trust, check.scope) == (Trust.TRUSTED, "pod"), check
+    assert now["metadata"]["annotations"][pod_original_key("cpu", "limit")] == "1"
+
+    # restore: both levels back in one resize, actuated by the kubelet (pod cgroup included).
+    proc.terminate()
+    result = subprocess.run(restore_argv(h, "20") + [f"--only-namespace={h.ns}"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    authored = {"requests": {"cpu": q("500m"), "memory": q("128Mi")}, "limits": {"cpu": q("1"), "memory": q("256Mi")}}
+    wait_for("pod-level status back", lambda: (p := h.pod(name)) and {
+        kind: {r: q(v) for r, v in ((p["status"].get("resources") or {}).get(kind) or {}).items()}
+        for kind in ("requests", "limits")} == authored and p, timeout=START_TIMEOUT)
+    back = h.pod(name)
+    assert back["metadata"]["generation"] == 3 and status_resources(back)["requests"]["cpu"] == q("250m")
+    assert pod_cgroup_limits(real_node, cid) == implied_pod_limits(q("500m"), q("1"), q("256Mi"))
 
 
 def memory_patch(memory: str) -> dict[str, Any]:
