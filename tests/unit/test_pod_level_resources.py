@@ -150,6 +150,13 @@ def test_the_node_says_whether_it_resizes_pod_level_resources() -> None:
     assert node_resizes_pod_level(slim_node(node)), "the cache keeps what decides it"
 
 
+def test_the_cache_keeps_what_the_pod_level_has() -> None:
+    pod = pod_with_pod_level()
+    pod["status"]["resources"] = {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}
+    assert slim_pod(pod)["status"]["resources"] == pod["status"]["resources"]
+    assert "resources" not in slim_pod(pod_with_pod_level())["status"]
+
+
 # ---------------------------------------------------------------- originals of the pod level
 
 def test_the_webhook_stamps_pod_level_originals_too() -> None:
