@@ -288,7 +288,8 @@ def implied_pod_limits(cpu_request: Fraction, cpu_limit: Fraction, memory_limit:
 def test_pod_level_resources_are_resized_in_place_at_both_levels(h: Harness, real_node: RealNode) -> None:
     """The kubelet actuates a pod-level resize (KEP-5419) with the containers': pod spec, status
     and the POD cgroup say the new pod-level values, the container's its own; one pods/resize,
-    no restart. n4 (cpuPerf 1.25): cpu x 0.8."""
+    no restart; restore puts it all back. n4 (cpuPerf 1.25): cpu x 0.8. On 1.35 (no pod-level
+    resize; its kubelet declares nothing) the pod is left alone with an Event."""
     manifest = real_deployment("podlevel", real_node, [
         {"name": "app", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}}])
     manifest["spec"]["template"]["spec"]["resources"] = {
@@ -300,6 +301,15 @@ def test_pod_level_resources_are_resized_in_place_at_both_levels(h: Harness, rea
     name, cid = pod["metadata"]["name"], container_id(pod)
     assert pod_cgroup_limits(real_node, cid) == implied_pod_limits(q("500m"), q("1"), q("256Mi"))
     proc = h.reconciler()
+    if h.cluster.version < "v1.36":
+        # A 1.35 kubelet declares no pod-level resize: left alone, nothing sent.
+        event = h.wait_event(name, "PodLevelResources", timeout=START_TIMEOUT)
+        assert event["type"] == "Warning" and "declaredFeatures" in event["message"], event
+        assert metric_snapshot(proc)["PATCH pods/resize"] == 0 and h.pod(name)["metadata"]["generation"] == 1
+        assert pod_cgroup_limits(real_node, cid) == implied_pod_limits(q("500m"), q("1"), q("256Mi"))
+        return
+    declared = h.kube.get(f"/api/v1/nodes/{real_node.name}")["status"].get("declaredFeatures") or []
+    assert "InPlacePodLevelResourcesVerticalScaling" in declared, declared
     h.wait_applied("podlevel", "n4", timeout=START_TIMEOUT)
     want = {"requests": {"cpu": q("400m"), "memory": q("128Mi")}, "limits": {"cpu": q("800m"), "memory": q("256Mi")}}
     now = wait_for("pod-level status follows", lambda: (p := h.pod(name)) and {
