@@ -203,10 +203,10 @@ class PodResizeReconciler:
             return await self._writes.resign(pod)
         if self._config.config is None:
             return Result(requeue_after=5.0)
-        signature = situation(pod, node_type, self._config.generation)
+        assert node is not None
+        signature = situation(pod, node_type, self._config.generation, self._context.pod_level(node))
         if self._memory.decided.get(pod_uid(pod)) == signature:
             return DONE
-        assert node is not None
         return await self._decide(pod, node, node_type, signature)
 
     async def _node_type(self, key: str, pod: Obj) -> tuple[Obj | None, str | None]:

@@ -21,10 +21,13 @@ def live_and_bound(pod: Obj) -> bool:
         and pod["status"].get("phase") not in TERMINAL_PHASES
 
 
-def situation(pod: Obj, node_type: str, config_generation: int) -> tuple[Any, ...]:
-    """What a terminal decision depended on; the same situation is not decided twice."""
+def situation(pod: Obj, node_type: str, config_generation: int, pod_level: bool = False) -> tuple[Any, ...]:
+    """What a terminal decision depended on; the same situation is not decided twice. `pod_level`:
+    whether pod-level resources can be resized on the pod's node (a pod that sets them is decided
+    again when that changes, e.g. its kubelet starts declaring the feature)."""
     ours = tuple(sorted((k, v) for k, v in pod["metadata"]["annotations"].items() if k.startswith(PREFIX)))
-    return node_type, config_generation, status_fingerprint(pod), ours
+    sized_at_pod_level = pod_level if pod["spec"].get("resources") else None
+    return node_type, config_generation, status_fingerprint(pod), ours, sized_at_pod_level
 
 
 def recorded_state(pod: Obj, node_type: str) -> ResizeState | None:

@@ -352,3 +352,12 @@ def test_plan_forecasts_the_pod_level_request_where_the_node_resizes_it() -> Non
     assert (planned.current_cpu, planned.desired_cpu) == (1000, 800), "the pod level, not the containers' sum"
     left = forecast_fleet([pod], {"node-1": "n4"}, CONFIG, namespace_scope(None))
     assert [p.outcome for p in left.not_resized] == ["PodLevelResources"]
+
+
+def test_a_node_that_starts_declaring_it_gets_the_pod_resized() -> None:
+    fake, reconciler = world(["InPlacePodVerticalScaling"])
+    reconcile(reconciler, 2)
+    assert fake.writes == [] and reasons(fake) == ["PodLevelResources"]
+    fake.add_node("node-1", {LABEL: "n4"}, declared_features=[POD_LEVEL_RESIZE_FEATURE])   # kubelet upgraded
+    reconcile(reconciler, 3)
+    assert [w.op for w in fake.writes][:2] == ["annotate", "resize"] and "Resized" in reasons(fake)
