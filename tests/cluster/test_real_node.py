@@ -318,8 +318,9 @@ def test_pod_level_resources_are_resized_in_place_at_both_levels(h: Harness, rea
     assert {kind: {r: q(v) for r, v in now["spec"]["resources"][kind].items()} for kind in want} == want
     assert resources(now)["requests"] == {"cpu": q("200m"), "memory": q("64Mi")}
     assert status_resources(now)["requests"]["cpu"] == q("200m")
+    # (The reconciler's own resize count is not this pod's alone: pods of earlier tests may still
+    # be terminating on the shared real node.)
     assert now["metadata"]["generation"] == 2, "both levels in one resize"
-    assert metric_snapshot(proc)["PATCH pods/resize"] == 1
     assert app_status(now)["restartCount"] == 0 and container_id(now) == cid
     assert pod_cgroup_limits(real_node, cid) == implied_pod_limits(q("400m"), q("800m"), q("256Mi"))
     check = baseline(now, KeyRing(read_key_directory(originals_key_dir()))).check
