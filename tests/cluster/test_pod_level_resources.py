@@ -17,7 +17,9 @@ import subprocess
 from fractions import Fraction
 from typing import Any
 
-from devkit.kube import container, deployment, wait_for
+import pytest
+
+from devkit.kube import ApiError, container, deployment, wait_for
 from devkit.processes import REPO
 from ops.keys import read_key_directory
 from resizer import ORIGINALS_MAC, KeyRing, Trust, baseline, parse_quantity, pod_original_key
@@ -129,3 +131,32 @@ def test_the_webhook_stamps_pod_level_originals_and_the_reconciler_binds_them(h:
     # annotations written: applied-* only (no originals to record), one resize.
     assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods") == 1
     assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods/resize") == 1
+
+
+def test_the_apiserver_accepts_the_pod_level_floor_it_demands(h: Harness) -> None:
+    """`hyper` (cpuPerf 100) floors both containers at the 50m bound (100m together) while the pod
+    level would scale to 50m: the apiserver refuses a pod-level request below the containers'
+    aggregate (shown first), and accepts the plan, which raises it to 100m. On 1.35 the apiserver
+    refuses any pod-level resize, with the words the reconciler maps to PodLevelResources."""
+    from reconciler.writes import GATE_OFF, POD_LEVEL_REFUSED
+    node = h.node("floor", "hyper")
+    manifest = deployment("floor", 1, [container("a", {"cpu": "50m", "memory": "64Mi"}),
+                                       container("b", {"cpu": "200m", "memory": "64Mi"})],
+                          node_selector={"kubernetes.io/hostname": node})
+    manifest["spec"]["template"]["spec"]["resources"] = {"requests": {"cpu": "250m"}, "limits": {"cpu": "500m"}}
+    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+    name = h.wait_running("floor")[0]["metadata"]["name"]
+    below = {"spec": {"resources": {"requests": {"cpu": "50m"}, "limits": {"cpu": "100m"}},
+                      "containers": [{"name": "b", "resources": {"requests": {"cpu": "50m"}}}]}}
+    with pytest.raises(ApiError) as refused:
+        h.kube.resize(h.ns, name, below)
+    if minor(h) < 36:
+        assert POD_LEVEL_REFUSED in refused.value.body["message"] and GATE_OFF in refused.value.body["message"]
+        return
+    assert "must be greater than or equal to aggregate container requests" in refused.value.body["message"]
+    h.reconciler()
+    resized = h.wait_applied("floor", "hyper")[0]
+    # (The apiserver defaulted the pod-level memory request to the containers' 128Mi: kept.)
+    assert values(resized["spec"]["resources"]) == {"requests": {"cpu": Fraction(1, 10), "memory": 128 * 2**20},
+                                                    "limits": {"cpu": Fraction(101, 1000)}}
+    assert [cpu_of(resized, c)[0] for c in ("a", "b")] == [Fraction(5, 100), Fraction(5, 100)]
