@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 
-from resizer import QuantityError, parse_quantity
+from resizer import QuantityError, original_key, parse_quantity, sidecars
 from reconciler.kube.slim import Obj
 
 
@@ -73,9 +73,18 @@ def observe(pod: Obj) -> Observation:
         return Observation(Stage.REQUESTED)
     if pending is not None or progress is not None:
         return Observation(Stage.REQUESTED)
-    if all(same_resources(c.get("resources"), statuses[c["name"]].get("resources")) for c in containers):
+    if all(same_resources(c.get("resources"), statuses[c["name"]].get("resources")) for c in containers) \
+            and _sidecars_actuated(pod):
         return Observation(Stage.ACTUATED)
     return Observation(Stage.REQUESTED)
+
+
+def _sidecars_actuated(pod: Obj) -> bool:
+    """Every sidecar that reports its resources has its spec (one that reports none, e.g. not
+    running, does not hold the pod's resize back)."""
+    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("initContainerStatuses") or []}
+    return all(same_resources(c.get("resources"), statuses[c["name"]]["resources"]) for c in sidecars(pod)
+               if (statuses.get(c["name"]) or {}).get("resources") is not None)
 
 
 def _current(condition: Obj, generation: int | None) -> bool:
@@ -109,33 +118,49 @@ SPEC_SIZE_CHARS = 16
 
 
 def spec_size(pod: Obj) -> str:
-    """A short digest of every container's cpu/memory requests and limits, by value (1 == 1000m)."""
-    sized = sorted((c["name"], kind, name, str(value)) for c in pod["spec"].get("containers") or []
-                   for (kind, name), value in _values(c.get("resources")).items())
-    return hashlib.sha256(repr(sized).encode()).hexdigest()[:SPEC_SIZE_CHARS]
+    """A short digest of every container's cpu/memory requests and limits, by value (1 == 1000m),
+    and of every sidecar's that has originals recorded (one without was never sized: leaving it
+    out keeps the digests recorded before sidecars could be sized)."""
+    recorded = pod["metadata"].get("annotations") or {}
+    sized = [*(pod["spec"].get("containers") or []),
+             *(c for c in sidecars(pod) if any(original_key(c["name"], r, k) in recorded
+                                               for r in ("cpu", "memory") for k in ("request", "limit")))]
+    digest = sorted((c["name"], kind, name, str(value)) for c in sized
+                    for (kind, name), value in _values(c.get("resources")).items())
+    return hashlib.sha256(repr(digest).encode()).hexdigest()[:SPEC_SIZE_CHARS]
 
 
 def revert_patch(pod: Obj) -> Obj:
-    """The pods/resize patch that sets each container's spec back to what it actually has.
+    """The pods/resize patch that sets each container's (and sidecar's) spec back to what it
+    actually has.
 
     Only cpu/memory values that differ are sent; a value the container does not
     report is left as it is.
     """
-    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
-    containers = []
-    for container in pod["spec"].get("containers") or []:
-        actual = (statuses.get(container["name"]) or {}).get("resources") or {}
-        spec = container.get("resources") or {}
-        resources: dict[str, dict[str, str]] = {}
-        for kind in _KINDS:
-            for name in _RESOURCES:
-                have = (actual.get(kind) or {}).get(name)
-                want = (spec.get(kind) or {}).get(name)
-                if have is not None and (want is None or not same_resources({kind: {name: want}}, {kind: {name: have}})):
-                    resources.setdefault(kind, {})[name] = have
-        if resources:
-            containers.append({"name": container["name"], "resources": resources})
-    return {"spec": {"containers": containers}} if containers else {}
+    status = pod.get("status") or {}
+    patch: dict[str, list[Obj]] = {}
+    for field, containers, statuses in (
+            ("containers", pod["spec"].get("containers") or [], status.get("containerStatuses")),
+            ("initContainers", sidecars(pod), status.get("initContainerStatuses"))):
+        by_name = {s.get("name"): s for s in statuses or []}
+        for container in containers:
+            resources = _differing(container.get("resources") or {},
+                                   (by_name.get(container["name"]) or {}).get("resources") or {})
+            if resources:
+                patch.setdefault(field, []).append({"name": container["name"], "resources": resources})
+    return {"spec": patch} if patch else {}
+
+
+def _differing(spec: Obj, actual: Obj) -> dict[str, dict[str, str]]:
+    """The actual cpu/memory values that differ from the spec's."""
+    resources: dict[str, dict[str, str]] = {}
+    for kind in _KINDS:
+        for name in _RESOURCES:
+            have = (actual.get(kind) or {}).get(name)
+            want = (spec.get(kind) or {}).get(name)
+            if have is not None and (want is None or not same_resources({kind: {name: want}}, {kind: {name: have}})):
+                resources.setdefault(kind, {})[name] = have
+    return resources
 
 
 # ---------------------------------------------------------------- the state annotation

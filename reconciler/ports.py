@@ -151,12 +151,19 @@ def fenced_resize_patch(pod: Obj, patch: Obj, generation: int) -> list[Obj]:
     deposed leader's resize still on the wire cannot undo its successor's."""
     ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]},
                       {"op": "test", "path": "/metadata/generation", "value": generation}]
-    index = {c["name"]: i for i, c in enumerate(pod["spec"]["containers"])}
-    for change in (patch.get("spec") or {}).get("containers") or []:
+    for field in ("containers", "initContainers"):     # initContainers: sidecars
+        ops += _container_ops(pod, field, (patch.get("spec") or {}).get(field) or [])
+    return ops
+
+
+def _container_ops(pod: Obj, field: str, changes: list[Obj]) -> list[Obj]:
+    ops: list[Obj] = []
+    index = {c["name"]: i for i, c in enumerate(pod["spec"].get(field) or [])}
+    for change in changes:
         i = index[change["name"]]
-        base = f"/spec/containers/{i}"
+        base = f"/spec/{field}/{i}"
         ops.append({"op": "test", "path": f"{base}/name", "value": change["name"]})
-        current = pod["spec"]["containers"][i].get("resources")
+        current = pod["spec"][field][i].get("resources")
         if not current:
             ops.append({"op": "add", "path": f"{base}/resources", "value": change["resources"]})
             continue

@@ -112,7 +112,7 @@ class Writes:
     def _fits(self, pod: Obj, node_type: str, base: Baseline) -> bool:
         """Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded.
         (Stand-ins of the right size for the MAC and the size digest: only their length counts here.)"""
-        final = {**(base.stamp or original_annotations(pod)), **pod_mac_stand_in(self._c.keyring()),
+        final = {**original_annotations(pod), **(base.stamp or {}), **pod_mac_stand_in(self._c.keyring()),
                  APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(), APPLIED_SIZE: "-" * SPEC_SIZE_CHARS}
         return fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None})
 
@@ -232,7 +232,7 @@ class Writes:
                     raise
             pod = await self._c.writer.get(pod)
             again = baseline(pod, self._c.keyring())
-            if again.check.trust is Trust.TRUSTED:
+            if again.check.trust is Trust.TRUSTED and again.stamp is None:
                 return pod, True
             if again.stamp is None:     # refused or trusted only if aligned: decide again from scratch
                 raise ApiError(409, {"reason": "Conflict", "message": "the pod changed while its originals "

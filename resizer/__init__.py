@@ -62,6 +62,8 @@ from resizer.originals import (
     missing_original_annotations,
     originals_from_spec_annotations,
     read_originals,
+    sidecar_original_keys,
+    sidecars,
 )
 from resizer.plan import PlanError, ResizePlan, ResourceChange, desired_limit, desired_quantity, plan_resize
 from resizer.qos import pod_qos_class
@@ -138,6 +140,8 @@ __all__ = [
     "read_originals",
     "resolve_policy",
     "round_half_away",
+    "sidecar_original_keys",
+    "sidecars",
     "to_bytes",
     "to_millicores",
 ]

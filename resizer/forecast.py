@@ -19,7 +19,7 @@ from resizer.annotations import APPLIED_INSTANCE_TYPE
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
 from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
-from resizer.originals import OriginalsError, read_originals
+from resizer.originals import OriginalsError, read_originals, sidecars
 from resizer.plan import PlanError, ResizePlan, plan_resize
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
@@ -277,7 +277,7 @@ def _delta(plan: ResizePlan, resource: str) -> int:
 
 
 def _original_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
-    """Millicores and bytes of the ``spec.containers`` requests as authored: the ``original-*``
+    """Millicores and bytes of the containers' and sidecars' requests as authored: the ``original-*``
     annotations of ``pod`` (the baseline authority's view), the spec where there are none."""
     cpu = memory = 0
     for original in read_originals(pod).values():
@@ -290,7 +290,7 @@ def _original_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
 
 def _requests(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str) -> int:
     total = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
+    for container in [*((pod.get("spec") or {}).get("containers") or []), *sidecars(pod)]:
         value = ((container.get("resources") or {}).get("requests") or {}).get(resource)
         if value is not None:
             try:

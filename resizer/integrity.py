@@ -49,7 +49,7 @@ from typing import Any, Literal
 import orjson
 
 from resizer.annotations import ORIGINALS_MAC, is_original_key
-from resizer.originals import originals_from_spec_annotations
+from resizer.originals import missing_original_annotations, originals_from_spec_annotations, sidecar_original_keys
 
 __all__ = [
     "Baseline",
@@ -77,6 +77,7 @@ _SCOPE_CODES: Mapping[str, Scope] = {"a": "admission", "p": "pod"}
 _CODE_OF: Mapping[Scope, str] = {"admission": "a", "pod": "p"}
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
 MIN_KEY_BYTES = 32
+_VOUCHED = "verified before this reconciler's resize"
 _MAC_CHARS = 43          # HMAC-SHA256, unpadded URL-safe base64
 
 
@@ -213,8 +214,7 @@ def check_originals(pod: Mapping[str, Any], keyring: KeyRing,
     verdict = _check(pod, keyring, spec_originals)
     if verdict.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED) and vouched is not None \
             and dict(vouched) == original_annotations(pod):
-        return OriginalsCheck(Trust.TRUSTED, "verified before this reconciler's resize", verdict.scope,
-                              verdict.key_id)
+        return OriginalsCheck(Trust.TRUSTED, _VOUCHED, verdict.scope, verdict.key_id)
     return verdict
 
 
@@ -234,7 +234,7 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
     problem = _verify(mac_value, keyring, originals, pod)
     if isinstance(problem, str):
         present = bool(originals) or mac_value is not None
-        if not changed and originals and mac_value is None and originals == spec():
+        if not changed and originals and mac_value is None and _spec_but_new_keys(pod, originals, spec()):
             # Unsigned (e.g. no keys configured) but exactly what a re-capture would write.
             return OriginalsCheck(Trust.TRUSTED, "equal to the unchanged spec")
         if not changed:
@@ -251,12 +251,25 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
     matches_spec = originals == spec()
     if matches_spec:
         return OriginalsCheck(Trust.TRUSTED, "verified, equal to the spec", scope, key_id)
+    if not changed and _spec_but_new_keys(pod, originals, spec()):
+        # Stamped before sidecars had keys: the spec of a never-changed pod is its baseline anyway.
+        return OriginalsCheck(Trust.TRUSTED, "verified, equal to the spec (sidecars not recorded yet)",
+                              scope, key_id)
     if not changed:
         return OriginalsCheck(Trust.RECAPTURE, "original resources signed for another pod of the same owner "
                                                "differ from this unchanged pod's spec; taken from the spec",
                               scope, key_id, tampered=True)
     return OriginalsCheck(Trust.TRUSTED_IF_ALIGNED, f"original resources signed at admission only and the spec "
                                                     f"has changed since ({changed_text})", scope, key_id)
+
+
+def _spec_but_new_keys(pod: Mapping[str, Any], originals: Mapping[str, str], spec: Mapping[str, str]) -> bool:
+    """Every recorded original equals the spec's and only keys that older versions did not
+    stamp (a sidecar's) are missing: what a webhook of an older version stamped."""
+    if any(spec.get(key) != value for key, value in originals.items()):
+        return False
+    missing = spec.keys() - originals.keys()
+    return not missing or missing <= sidecar_original_keys(pod)
 
 
 def _verify(value: Any, keyring: KeyRing, originals: Mapping[str, str],
@@ -319,7 +332,10 @@ class Baseline:
 
     ``pod`` is the pod to plan from (recaptured: its ``original-*`` annotations
     removed, so the spec is the baseline); ``stamp`` is the annotations merge patch of
-    step 1 (None: nothing to write), ``None`` values deleting rejected keys.
+    step 1 (None: nothing to write), ``None`` values deleting rejected keys. A trusted pod
+    whose sidecars have no originals yet (stamped by an older version, which never sized
+    them: their spec is their baseline) gets them in ``stamp``, bound by a pod MAC, so
+    they are recorded before anything is resized.
     """
 
     check: OriginalsCheck
@@ -346,6 +362,9 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
              vouched: Mapping[str, str] | None = None) -> Baseline:
     """The one baseline authority: the originals decision for ``pod`` (see :func:`check_originals`)."""
     result = check_originals(pod, keyring, spec_originals, vouched)
+    if result.trust is Trust.TRUSTED:
+        # (Vouched originals are those step 1 recorded: the spec holds our resize, not a baseline.)
+        return Baseline(result, pod, None if result.reason == _VOUCHED else _new_keys_stamp(pod, keyring))
     if result.trust is not Trust.RECAPTURE:
         return Baseline(result, pod, None)
     if spec_originals is None:
@@ -359,6 +378,18 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
     if keyring:
         stamp[ORIGINALS_MAC] = sign_originals(keyring, spec_originals, PodIdentity.of(pod), "pod")
     return Baseline(result, view, stamp)
+
+
+def _new_keys_stamp(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
+    """The missing sidecar originals (their spec) with a pod MAC over all originals, or None."""
+    missing = {k: v for k, v in missing_original_annotations(pod).items() if k in sidecar_original_keys(pod)}
+    if not missing:
+        return None
+    stamp: dict[str, str | None] = dict(missing)
+    if keyring:
+        signed = {**original_annotations(pod), **missing}
+        stamp[ORIGINALS_MAC] = sign_originals(keyring, signed, PodIdentity.of(pod), "pod")
+    return stamp
 
 
 def admission_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,

@@ -22,6 +22,8 @@ __all__ = [
     "missing_original_annotations",
     "originals_from_spec_annotations",
     "read_originals",
+    "sidecar_original_keys",
+    "sidecars",
 ]
 
 Kind = Literal["request", "limit"]
@@ -55,7 +57,8 @@ class ContainerOriginals:
 
 
 def read_originals(pod: Mapping[str, Any]) -> dict[str, ContainerOriginals]:
-    """Baselines of every ``spec.containers`` entry, keyed by container name.
+    """Baselines of every ``spec.containers`` entry and every sidecar (:func:`sidecars`), keyed
+    by container name (names are unique across containers and init containers).
 
     Each of the four values (cpu/memory x request/limit) comes from its annotation when
     present, otherwise from the spec. A corrupt annotation raises :class:`OriginalsError`:
@@ -68,7 +71,7 @@ def read_originals(pod: Mapping[str, Any]) -> dict[str, ContainerOriginals]:
             cpu=_resource_original(annotations, container, "cpu"),
             memory=_resource_original(annotations, container, "memory"),
         )
-        for container in _containers(pod)
+        for container in _resizable(pod)
     }
 
 
@@ -76,11 +79,12 @@ def originals_from_spec_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     """Every ``original-*`` annotation describing the spec as it is now (for the webhook).
 
     Values are canonical (``format_cpu``/``format_memory``) when the quantity is a whole
-    number of millicores/bytes, otherwise the spec's own string.
+    number of millicores/bytes, otherwise the spec's own string. Sidecars are included
+    whether or not a policy sizes them: the baseline must exist if an admin opts in later.
     """
     return {
         original_key(container["name"], resource, kind): _canonical(resource, value)
-        for container in _containers(pod)
+        for container in _resizable(pod)
         for resource, kind, value in _spec_values(container)
     }
 
@@ -89,6 +93,20 @@ def missing_original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     """The subset of :func:`originals_from_spec_annotations` not yet on the pod."""
     present = _annotations(pod)
     return {key: value for key, value in originals_from_spec_annotations(pod).items() if key not in present}
+
+
+def sidecars(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pod's restartable init containers (``restartPolicy: Always``): sidecars, which the
+    kubelet resizes in place like containers (Kubernetes 1.33+). Plain init containers are not."""
+    inits = (pod.get("spec") or {}).get("initContainers") or []
+    return [init for init in inits if init.get("restartPolicy") == "Always"]
+
+
+def sidecar_original_keys(pod: Mapping[str, Any]) -> frozenset[str]:
+    """Every ``original-*`` key a sidecar of the pod can have (stamped since sidecars can be
+    sized: a pod stamped before lacks them)."""
+    return frozenset(original_key(sidecar["name"], resource, kind)
+                     for sidecar in sidecars(pod) for resource in _RESOURCES for kind in _KINDS)
 
 
 def _resource_original(
@@ -144,8 +162,8 @@ def _spec_resources(container: Mapping[str, Any], kind: Kind) -> Mapping[str, An
     return (container.get("resources") or {}).get(_SPEC_FIELD[kind]) or {}
 
 
-def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list((pod.get("spec") or {}).get("containers") or [])
+def _resizable(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [*((pod.get("spec") or {}).get("containers") or []), *sidecars(pod)]
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
 from resizer.config import Bounds, NodeProfile, Policy
-from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals
+from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals, sidecars
 from resizer.qos import QoSClass, pod_qos_class
 from resizer.quantity import (
     MAX_QUANTITY,
@@ -37,6 +37,7 @@ Clamp = Literal["min", "max"]
 Outcome = Literal["Resize", "AlreadyAligned", "UnknownNodeType", "QoSChange", "NothingToSize", "PodLevelResources"]
 
 RESTART_CONTAINER_POLICY = "RestartContainerPolicy"
+SIDECARS_OFF = "sidecars=false"
 MEMORY_LIMIT_KEPT = "memoryLimitDecrease=Never"
 # The largest amount a quantity can hold, in the plan's units (Kubernetes caps a quantity
 # at 2^63-1 base units): a limit grows with the ratio only up to here.
@@ -64,6 +65,7 @@ class ResourceChange:
     clamped: Clamp | None = None
     skipped: str | None = None
     held: str | None = None
+    sidecar: bool = False       # a restartable init container (patched under spec.initContainers)
 
     @property
     def changed(self) -> bool:
@@ -128,7 +130,8 @@ class ResizePlan:
         if self.outcome == "NothingToSize" and not self.changes:
             return "no container has a cpu or memory request to size"
         text = "; ".join(
-            f"{container}: {', '.join(change.describe() for change in changes)}"
+            f"{container}{' (sidecar)' if changes[0].sidecar else ''}: "
+            f"{', '.join(change.describe() for change in changes)}"
             for container, changes in _by_container(self.changes).items()
         )
         return f"would change the QoS class: {text}" if self.outcome == "QoSChange" else text
@@ -194,7 +197,10 @@ def plan_resize(
     default) a memory limit is never set below its original: the limit is held, and so
     is the request of a container whose memory limit equals its request. Resources
     whose ``resizePolicy`` is ``RestartContainer`` are left alone unless
-    ``resize_restart_containers``. Raises :class:`resizer.originals.OriginalsError` on a
+    ``resize_restart_containers``. Sidecars (restartable init containers) are sized the same
+    way when the policy opts in (``sidecars: true``); otherwise one that differs from its
+    recorded original (sized while the opt-in was on) is planned back to it, and the others
+    are not in the plan. Raises :class:`resizer.originals.OriginalsError` on a
     corrupt baseline annotation and :class:`PlanError` when a value cannot be expressed
     as a Kubernetes quantity.
     """
@@ -212,7 +218,8 @@ def plan_resize(
     ratios = _ratios(policy.node_types[policy.baseline_node_type], node)
     bounds: dict[Resource, Bounds] = {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds}
     keep_memory_limits = policy.memory_limit_decrease == "Never"
-    changes = tuple(_changes(pod, read_originals(pod), ratios, bounds, resize_restart_containers, keep_memory_limits))
+    changes = tuple(_changes(pod, read_originals(pod), ratios, bounds, resize_restart_containers, keep_memory_limits,
+                             policy.sidecars))
     if all(change.skipped is not None for change in changes):
         return plan("NothingToSize", changes)
     try:
@@ -237,22 +244,47 @@ def _changes(
     bounds: Mapping[Resource, Bounds],
     resize_restart_containers: bool,
     keep_memory_limits: bool,
+    size_sidecars: bool,
 ) -> Iterator[ResourceChange]:
     for container in _containers(pod):
-        restart_resources = set() if resize_restart_containers else _restart_resources(container)
-        container_originals = originals[container["name"]]
-        for resource in _RESOURCES:
-            change = _resource_change(
-                container,
-                resource,
-                container_originals.of(resource),
-                ratios[resource],
-                bounds[resource],
-                resource in restart_resources,
-                keep_memory_limits and resource == "memory",
-            )
-            if change is not None:
-                yield change
+        yield from _container_changes(container, originals, ratios, bounds, resize_restart_containers,
+                                      keep_memory_limits)
+    unchanged = {resource: Fraction(1) for resource in _RESOURCES}
+    for sidecar in sidecars(pod):
+        if size_sidecars:
+            yield from _container_changes(sidecar, originals, ratios, bounds, resize_restart_containers,
+                                          keep_memory_limits, sidecar=True)
+            continue
+        # Not sized: back to its original if it differs (sized while the opt-in was on).
+        for change in _container_changes(sidecar, originals, unchanged, bounds, resize_restart_containers,
+                                         keep_memory_limits, sidecar=True):
+            if change.changed:
+                yield replace(change, held=SIDECARS_OFF)
+
+
+def _container_changes(
+    container: Mapping[str, Any],
+    originals: Mapping[str, ContainerOriginals],
+    ratios: Mapping[Resource, Fraction],
+    bounds: Mapping[Resource, Bounds],
+    resize_restart_containers: bool,
+    keep_memory_limits: bool,
+    sidecar: bool = False,
+) -> Iterator[ResourceChange]:
+    restart_resources = set() if resize_restart_containers else _restart_resources(container)
+    container_originals = originals[container["name"]]
+    for resource in _RESOURCES:
+        change = _resource_change(
+            container,
+            resource,
+            container_originals.of(resource),
+            ratios[resource],
+            bounds[resource],
+            resource in restart_resources,
+            keep_memory_limits and resource == "memory",
+        )
+        if change is not None:
+            yield replace(change, sidecar=True) if sidecar else change
 
 
 def _resource_change(
@@ -329,29 +361,36 @@ def _current_qos(pod: Mapping[str, Any]) -> QoSClass:
 def _resized_spec(pod: Mapping[str, Any], changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
     """The pod spec as it would be with every (non-skipped) target applied."""
     targets = _by_container(tuple(change for change in changes if change.skipped is None))
-    containers = []
-    for container in _containers(pod):
-        resources = {kind: dict(values or {}) for kind, values in (container.get("resources") or {}).items()}
-        for change in targets.get(container["name"], ()):
-            for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
-                if amount is not None:
-                    resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
-        containers.append({**container, "resources": resources})
-    return {**(pod.get("spec") or {}), "containers": containers}
+    spec = pod.get("spec") or {}
+    resized = {field: [_resized_container(container, targets.get(container["name"], ()))
+                       for container in spec.get(field) or []]
+               for field in ("containers", "initContainers") if field in spec}
+    return {**spec, **resized}
+
+
+def _resized_container(container: Mapping[str, Any], changes: Iterable[ResourceChange]) -> dict[str, Any]:
+    resources = {kind: dict(values or {}) for kind, values in (container.get("resources") or {}).items()}
+    for change in changes:
+        for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
+            if amount is not None:
+                resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
+    return {**container, "resources": resources}
 
 
 def _patch(changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
     """Strategic merge patch for ``pods/resize``: only containers and resources that
-    differ from the spec; request and limit of a changed resource are sent together."""
-    containers = []
+    differ from the spec; request and limit of a changed resource are sent together.
+    Sidecars go under ``initContainers``, in the same patch (one atomic resize)."""
+    spec: dict[str, list[dict[str, Any]]] = {}
     for container, container_changes in _by_container(tuple(c for c in changes if c.changed)).items():
         resources: dict[str, dict[str, str]] = {}
         for change in container_changes:
             resources.setdefault("requests", {})[change.resource] = _FORMAT[change.resource](change.desired_request)
             if change.desired_limit is not None:
                 resources.setdefault("limits", {})[change.resource] = _FORMAT[change.resource](change.desired_limit)
-        containers.append({"name": container, "resources": resources})
-    return {"spec": {"containers": containers}} if containers else {}
+        field = "initContainers" if container_changes[0].sidecar else "containers"
+        spec.setdefault(field, []).append({"name": container, "resources": resources})
+    return {"spec": spec} if spec else {}
 
 
 def _by_container(changes: tuple[ResourceChange, ...]) -> dict[str, list[ResourceChange]]:

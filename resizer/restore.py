@@ -20,7 +20,7 @@ from typing import Any
 from resizer.annotations import is_controller_owned_key, original_key
 from resizer.eligibility import eligibility
 from resizer.integrity import KeyRing, Trust, baseline
-from resizer.originals import OriginalsError
+from resizer.originals import OriginalsError, sidecars
 from resizer.quantity import QuantityError, coerce_quantity
 from resizer.scope import NamespaceScope
 
@@ -74,24 +74,34 @@ def managed_annotation_keys(pod: Mapping[str, Any]) -> list[str]:
 
 def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The ``pods/resize`` strategic merge patch that puts every recorded original back
+    (containers, and sidecars under ``initContainers``)
     (only the values that differ from the spec, compared by value); ``{}`` when the spec
     already holds the originals. Raises :class:`OriginalsError` for an unusable annotation."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    containers = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources: dict[str, dict[str, str]] = {}
-        for spec_field, kind in _KINDS:
-            current = (container.get("resources") or {}).get(spec_field) or {}
-            for resource in ("cpu", "memory"):
-                key = original_key(container["name"], resource, kind)  # type: ignore[arg-type]
-                if key not in annotations:
-                    continue
-                original = annotations[key]
-                if not _same(original, current.get(resource), key):
-                    resources.setdefault(spec_field, {})[resource] = original
-        if resources:
-            containers.append({"name": container["name"], "resources": resources})
-    return {"spec": {"containers": containers}} if containers else {}
+    spec: dict[str, list[dict[str, Any]]] = {}
+    for field, containers in (("containers", (pod.get("spec") or {}).get("containers") or []),
+                              ("initContainers", sidecars(pod))):
+        for container in containers:
+            resources = _restored(container, annotations)
+            if resources:
+                spec.setdefault(field, []).append({"name": container["name"], "resources": resources})
+    return {"spec": spec} if spec else {}
+
+
+def _restored(container: Mapping[str, Any], annotations: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The container's recorded originals that differ from its spec (a sidecar without
+    originals was never sized: nothing to put back)."""
+    resources: dict[str, dict[str, str]] = {}
+    for spec_field, kind in _KINDS:
+        current = (container.get("resources") or {}).get(spec_field) or {}
+        for resource in ("cpu", "memory"):
+            key = original_key(container["name"], resource, kind)  # type: ignore[arg-type]
+            if key not in annotations:
+                continue
+            original = annotations[key]
+            if not _same(original, current.get(resource), key):
+                resources.setdefault(spec_field, {})[resource] = original
+    return resources
 
 
 def _same(original: Any, current: Any, key: str) -> bool:

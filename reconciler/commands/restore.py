@@ -150,7 +150,7 @@ class Restorer:
         if self._dry_run:
             self.summary.resized += bool(patch)
             self.summary.cleaned += not patch
-            return f"would resize back: {json.dumps(patch['spec']['containers'])}" if patch \
+            return f"would resize back: {json.dumps(_entries(patch))}" if patch \
                 else f"would remove {len(keys)} annotations"
         if patch:
             await self._client.patch(_pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH)
@@ -217,9 +217,14 @@ def _policy_denial(err: ApiError) -> bool:
     return "ValidatingAdmissionPolicy" in err.message
 
 
+def _entries(patch: dict[str, Any]) -> list[dict[str, Any]]:
+    """The patch's containers, then its sidecars (spec.initContainers)."""
+    return [*patch["spec"].get("containers", []), *patch["spec"].get("initContainers", [])]
+
+
 def _describe(patch: dict[str, Any]) -> str:
     parts = []
-    for container in patch["spec"]["containers"]:
+    for container in _entries(patch):
         values = ", ".join(f"{kind} {resource}={value}" for kind, resources in container["resources"].items()
                            for resource, value in resources.items())
         parts.append(f"{container['name']}: {values}")
