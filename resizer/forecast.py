@@ -56,7 +56,7 @@ def workload_of(pod: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class PodForecast:
-    """One pod: the outcome and its summed ``spec.containers`` requests now and planned."""
+    """One pod: the outcome and its summed requests (containers and sidecars) now and planned."""
 
     namespace: str
     name: str

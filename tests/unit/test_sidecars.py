@@ -11,6 +11,7 @@ from app import review as review_mod
 from reconciler.kube.slim import slim_pod
 from reconciler.outcome import Stage, observe, revert_patch, spec_size
 from reconciler.ports import fenced_resize_patch
+from reconciler.report import decision_record
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     ORIGINALS_MAC,
@@ -28,8 +29,9 @@ from resizer import (
     resolve_policy,
     sign_originals,
 )
+from resizer.forecast import forecast_pod
 from resizer.plan import plan_resize
-from resizer.preflight import limit_range_hold
+from resizer.preflight import apply_patch, limit_range_hold, node_hold, pod_totals
 from resizer.realign import realignment
 from resizer.restore import restore_patch
 
@@ -328,3 +330,29 @@ def test_the_fenced_resize_patch_addresses_sidecars_by_position() -> None:
     assert {"op": "test", "path": "/spec/initContainers/1/name", "value": "proxy"} in ops
     assert {"op": "add", "path": "/spec/initContainers/1/resources/requests/cpu", "value": "400m"} in ops
     assert not any(op["path"].startswith("/spec/containers") for op in ops)
+
+
+def test_plan_and_the_decision_log_show_sidecars() -> None:
+    pod = pod_with()
+    on = forecast_pod(pod, "node-1", "n4", load_config(ON), False)
+    assert (on.current_cpu, on.desired_cpu, on.original_cpu) == (1500, 1200, 1500)
+    assert "proxy (sidecar): cpu 500m -> 400m" in on.detail
+    off = forecast_pod(pod, "node-1", "n4", load_config(SAMPLE_CONFIG), False)
+    assert (off.current_cpu, off.desired_cpu) == (1500, 1300)
+    record = decision_record({**pod, "metadata": {**pod["metadata"]}, "spec": {**pod["spec"], "nodeName": "n"}},
+                             on.plan, "Resized", False)
+    assert [(c["container"], c.get("sidecar", False)) for c in record["changes"] if c["resource"] == "cpu"] == \
+        [("app", False), ("proxy", True)]
+
+
+def test_preflight_counts_a_sidecar_resized_by_the_patch() -> None:
+    pod = pod_with()
+    node = {"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "2", "memory": "8Gi"}}}
+    grow = {"spec": {"initContainers": [{"name": "proxy", "resources": {"requests": {"cpu": "1200m"},
+                                                                        "limits": {"cpu": "1200m"}}}]}}
+    resized = apply_patch(pod, grow)
+    assert pod_totals(resized)[("requests", "cpu")] == 2200
+    hold = node_hold(node, pod, resized, [])
+    assert hold is not None and hold.constraint == "NodeHeadroom" and "2200m" in hold.detail
+    assert node_hold(node, pod, apply_patch(pod, {"spec": {"initContainers": [
+        {"name": "proxy", "resources": {"requests": {"cpu": "900m"}, "limits": {"cpu": "900m"}}}]}}), []) is None
