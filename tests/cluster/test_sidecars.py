@@ -37,6 +37,7 @@ from tests.cluster.test_reconciler import (
     ours,
     q,
     resources,
+    status_resources,
 )
 from tests.cluster.test_webhook_cluster import Registration
 from devkit.kube import deployment, wait_for
@@ -194,8 +195,8 @@ def stamp_as_before(h: Harness, pod: dict[str, Any], resized_to: str | None) -> 
         return h.pod(name)
     h.kube.patch(f"{path}/resize", {"spec": {"containers": [{"name": "app", "resources": {
         "requests": {"cpu": resized_to}, "limits": {"cpu": resized_to}}}]}}, "strategic")
-    pod = wait_for("the app resized by hand", lambda: p if resources(p := h.pod(name), "app") == sized(
-        resized_to, "256Mi") else None, timeout=30)
+    pod = wait_for("the app resized by hand and actuated", lambda: p if resources(p := h.pod(name), "app") ==
+                   status_resources(p, "app") == sized(resized_to, "256Mi") else None, timeout=30)
     record = {**app, APPLIED_INSTANCE_TYPE: "n4", APPLIED_SIZE: spec_size(pod),
               ORIGINALS_MAC: sign_originals(keyring(), app, PodIdentity.of(pod), "pod")}
     h.kube.patch(path, {"metadata": {"annotations": record}})
@@ -228,7 +229,8 @@ def test_a_pod_resized_before_sidecar_originals_gets_them_before_its_sidecar_is_
     proc = h.reconciler()
     time.sleep(5)
     assert metric_snapshot(proc) == {"PATCH pods": 0, "PATCH pods/resize": 0, "POST events": 0, "PATCH events": 0}
-    assert h.pod(name)["metadata"]["resourceVersion"] == pod["metadata"]["resourceVersion"]
+    now = h.pod(name)
+    assert (now["metadata"]["generation"], ours(now)) == (generation, ours(pod))
 
     edit_config(h, proc, SIDECARS_ON)
     pod = wait_proxy(h, name, "400m")
