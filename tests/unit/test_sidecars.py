@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 
 from app import review as review_mod
+from reconciler.controller import PodResizeReconciler, Step
 from reconciler.kube.slim import slim_pod
 from reconciler.outcome import Stage, observe, revert_patch, spec_size
 from reconciler.ports import fenced_resize_patch
 from reconciler.report import decision_record
+from reconciler.settings import ControllerSettings
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     ORIGINALS_MAC,
@@ -35,6 +37,8 @@ from resizer.preflight import apply_patch, limit_range_hold, node_hold, pod_tota
 from resizer.realign import realignment
 from resizer.restore import restore_patch
 
+from .fake_cluster import FakeClock, FakeCluster, FakeConfig
+from .test_reconciler_reconcile import run
 from .test_resizer_support import SAMPLE_CONFIG, apply_resize_patch, container, guaranteed
 
 RING = KeyRing({"k1": b"k" * 32})
@@ -356,3 +360,54 @@ def test_preflight_counts_a_sidecar_resized_by_the_patch() -> None:
     assert hold is not None and hold.constraint == "NodeHeadroom" and "2200m" in hold.detail
     assert node_hold(node, pod, apply_patch(pod, {"spec": {"initContainers": [
         {"name": "proxy", "resources": {"requests": {"cpu": "900m"}, "limits": {"cpu": "900m"}}}]}}), []) is None
+
+
+# ---------------------------------------------------------------- reconcile: the write order
+
+def test_a_pod_sized_before_sidecars_had_originals_records_them_before_its_sidecar_is_resized() -> None:
+    """Resized by an older version (app 800m, pod MAC over the app's originals); opted in now:
+    step 1 records the sidecar's originals (its spec) bound by a pod MAC, then one resize."""
+    label, key = "example.com/family", "shop/web-7d9f-abcde"
+    resized = pod_with(app_cpu="800m", generation=2)
+    old = pod_stamped(resized, containers_only(pod_with()))
+    old["metadata"]["annotations"].update({APPLIED_INSTANCE_TYPE: "n4", "workload-resizer.io/applied-size":
+                                           spec_size(old)})
+    old["spec"]["nodeName"] = "node-1"
+    status = [{"name": c["name"], "state": {"running": {}}, "resources": copy.deepcopy(c["resources"])}
+              for c in [*old["spec"]["containers"], old["spec"]["initContainers"][0]]]
+    old["status"] = {"phase": "Running", "qosClass": "Guaranteed", "observedGeneration": 2,
+                     "containerStatuses": status[:1], "initContainerStatuses": status[1:]}
+
+    def reconciler(fake: FakeCluster, fault: Any = lambda step: None) -> PodResizeReconciler:
+        return PodResizeReconciler(fake, fake, fake, FakeConfig(load_config(ON)),
+                                   ControllerSettings(node_type_label=label), fault, FakeClock(), keyring=lambda: RING)
+
+    fake = FakeCluster()
+    fake.add_node("node-1", {label: "n4"})
+    fake.add_pod(old)
+
+    class Crash(Exception):
+        pass
+
+    def crash(step: str) -> None:
+        if step == Step.ORIGINALS:
+            raise Crash(step)
+    with pytest.raises(Crash):
+        run(reconciler(fake, crash).reconcile(key))
+    assert fake.ops() == ["annotate"]
+    stamp = fake.writes[0].body
+    assert {k for k in stamp if k != ORIGINALS_MAC} == keys_of("proxy") and stamp[ORIGINALS_MAC].startswith("v1.p.")
+    assert fake.writes[0].resource_version is not None
+    # A restarted reconciler resizes the sidecar from the originals step 1 recorded.
+    rec = reconciler(fake)
+    run(rec.reconcile(key))
+    assert fake.ops() == ["annotate", "resize"]
+    assert fake.writes[1].body == {"spec": {"initContainers": [
+        {"name": "proxy", "resources": {"requests": {"cpu": "400m"}, "limits": {"cpu": "400m"}}}]}}
+    fake.actuate(key)
+    run(rec.reconcile(key))
+    assert fake.ops() == ["annotate", "resize", "annotate"]
+    final = fake.pod_now(key)
+    assert check_originals(final, RING).scope == "pod"
+    assert final["metadata"]["annotations"]["workload-resizer.io/applied-size"] == spec_size(final)
+    assert [e.type for e in fake.events] == ["Normal"]
