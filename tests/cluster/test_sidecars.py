@@ -9,6 +9,7 @@ edit put the proxy back. Pods stamped by a version that had no sidecar originals
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -121,11 +122,26 @@ def test_opted_in_sidecar_is_resized_with_its_containers_in_one_resize_and_resto
     assert not any(".setup" in key for key in ours(admitted))
     assert admitted["metadata"]["annotations"][ORIGINALS_MAC].startswith("v1.a.")
 
+    # `plan` shows the sidecar's resize, and counts it.
+    planned = subprocess.run([sys.executable, "-m", "reconciler", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
+                              f"--config-namespace={h.ns}", f"--node-type-label={h.label}",
+                              f"--originals-key-dir={originals_key_dir()}", "-o", "json"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert planned.returncode == 0, planned.stderr
+    pod_plan = next(p for w in json.loads(planned.stdout)["workloads"] for p in w["podPlans"] if p["name"] == name)
+    assert "proxy (sidecar): cpu 500m -> 400m" in pod_plan["detail"]
+    assert pod_plan["requests"]["cpu"]["currentMillicores"] == 1500
+    assert pod_plan["requests"]["cpu"]["desiredMillicores"] == 1200
+
     proc = h.reconciler()
     h.wait_applied("web", "n4")
     pod = wait_proxy(h, name, "400m")
     assert sizes(pod) == (sized("800m", "256Mi"), sized("400m", "128Mi"), sized("200m", "64Mi"))
     assert pod["metadata"]["generation"] == 2, "one resize for the container and the sidecar"
+    assert pod_plan["patch"] == {"spec": {
+        "containers": [{"name": "app", "resources": {"requests": {"cpu": "800m"}, "limits": {"cpu": "800m"}}}],
+        "initContainers": [{"name": "proxy", "resources": {"requests": {"cpu": "400m"}, "limits": {"cpu": "400m"}}}],
+    }}
     assert pod["status"]["qosClass"] == "Guaranteed"
     assert_signed_for_the_pod(pod)
     assert ours(pod)[APPLIED_SIZE] == spec_size(pod)
