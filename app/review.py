@@ -135,8 +135,7 @@ def originals_of(pod: dict[str, Any]) -> dict[str, str]:
 def _originals_and_key(pod: dict[str, Any]) -> tuple[dict[str, str], bytes | None]:
     """The originals and the memo key they are cached under (None: not cacheable)."""
     try:
-        containers = pod["spec"]["containers"]
-        key = _DUMPS([(c["name"], c.get("resources")) for c in containers] + _pod_level_part(pod["spec"]))
+        key = _memo_key(pod["spec"])
     except Exception:  # odd shapes: let the core decide (and raise) uncached
         return resizer.originals_from_spec_annotations(pod), None
     if len(key) > _ORIGINALS_KEY_MAX:  # unusually many containers: not worth the memory
@@ -331,25 +330,30 @@ def _costly(review: dict[str, Any]) -> bool:
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if isinstance(annotations, dict) and len(annotations) > INLINE_MAX_ANNOTATIONS:
         return True
-    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict):
+        return False
+    containers = spec.get("containers")
     if isinstance(containers, list) and len(containers) > INLINE_MAX_CONTAINERS:
-        return not _originals_memoised(containers, spec if isinstance(spec, dict) else {})    # replicas stay cheap
+        return not _originals_memoised(spec)    # replicas of a workload stay cheap
     return False
 
 
-def _originals_memoised(containers: list[Any], spec: dict[str, Any]) -> bool:
+def _originals_memoised(spec: dict[str, Any]) -> bool:
     try:
-        key = _DUMPS([(c["name"], c.get("resources")) for c in containers] + _pod_level_part(spec))
+        key = _memo_key(spec)
     except Exception:
         return False
     return _originals_cache.get(key) is not None
 
 
-def _pod_level_part(spec: dict[str, Any]) -> list[Any]:
-    """The pod level (spec.resources) in the originals' memo key, under a name no container has;
-    nothing when unset (the key pods without pod-level resources always had)."""
-    resources = spec.get("resources")
-    return [("", resources)] if resources else []
+def _memo_key(spec: dict[str, Any]) -> bytes:
+    """What the originals of a spec depend on: the names and resources of the containers and of
+    the restartable init containers (sidecars, which have originals too), and the pod level
+    (spec.resources)."""
+    key = [(c["name"], c.get("resources")) for c in spec["containers"]]
+    sidecars = [(c["name"], c.get("resources")) for c in spec.get("initContainers") or ()
+                if c.get("restartPolicy") == "Always"]
+    return _DUMPS([key, sidecars, spec.get("resources") or None])
 
 
 def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 
-from resizer import QuantityError, parse_quantity
+from resizer import QuantityError, original_key, parse_quantity, sidecars
 from reconciler.kube.slim import Obj
 
 
@@ -74,11 +74,17 @@ def observe(pod: Obj) -> Observation:
     if pending is not None or progress is not None:
         return Observation(Stage.REQUESTED)
     if all(same_resources(c.get("resources"), statuses[c["name"]].get("resources")) for c in containers) \
-            and _pod_level_actuated(pod):
+            and _sidecars_actuated(pod) and _pod_level_actuated(pod):
         return Observation(Stage.ACTUATED)
     return Observation(Stage.REQUESTED)
 
 
+def _sidecars_actuated(pod: Obj) -> bool:
+    """Every sidecar that reports its resources has its spec (one that reports none, e.g. not
+    running, does not hold the pod's resize back)."""
+    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("initContainerStatuses") or []}
+    return all(same_resources(c.get("resources"), statuses[c["name"]]["resources"]) for c in sidecars(pod)
+               if (statuses.get(c["name"]) or {}).get("resources") is not None)
 def _pod_level_actuated(pod: Obj) -> bool:
     """The pod-level values (spec.resources) are what the pod has (status.resources, reported by
     kubelets that resize them, KEP-5419); a kubelet that reports none says nothing about them."""
@@ -119,31 +125,41 @@ SPEC_SIZE_CHARS = 16
 
 def spec_size(pod: Obj) -> str:
     """A short digest of every container's cpu/memory requests and limits, by value (1 == 1000m),
-    and of the pod level's (spec.resources), when set."""
-    sized = sorted((c["name"], kind, name, str(value)) for c in pod["spec"].get("containers") or []
-                   for (kind, name), value in _values(c.get("resources")).items())
+    of every sidecar's that has originals recorded (one without was never sized: leaving it out
+    keeps the digests recorded before sidecars could be sized), and of the pod level's
+    (spec.resources), when set."""
+    recorded = pod["metadata"].get("annotations") or {}
+    sized = [*(pod["spec"].get("containers") or []),
+             *(c for c in sidecars(pod) if any(original_key(c["name"], r, k) in recorded
+                                               for r in ("cpu", "memory") for k in ("request", "limit")))]
+    digest = sorted((c["name"], kind, name, str(value)) for c in sized
+                    for (kind, name), value in _values(c.get("resources")).items())
     if pod["spec"].get("resources"):    # absent: the digest pods without pod-level resources always had
-        sized.extend(sorted(("", kind, name, str(value))
-                            for (kind, name), value in _values(pod["spec"]["resources"]).items()))
-    return hashlib.sha256(repr(sized).encode()).hexdigest()[:SPEC_SIZE_CHARS]
+        digest.extend(sorted(("", kind, name, str(value))
+                             for (kind, name), value in _values(pod["spec"]["resources"]).items()))
+    return hashlib.sha256(repr(digest).encode()).hexdigest()[:SPEC_SIZE_CHARS]
 
 
 def revert_patch(pod: Obj) -> Obj:
-    """The pods/resize patch that sets each container's spec back to what it actually has.
+    """The pods/resize patch that sets each container's (and sidecar's) spec back to what it
+    actually has.
 
     Only cpu/memory values that differ are sent; a value the container does not
     report is left as it is.
     """
-    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
-    containers = []
-    for container in pod["spec"].get("containers") or []:
-        actual = (statuses.get(container["name"]) or {}).get("resources") or {}
-        resources = _differences(container.get("resources") or {}, actual)
-        if resources:
-            containers.append({"name": container["name"], "resources": resources})
-    spec: Obj = {"containers": containers} if containers else {}
+    status = pod.get("status") or {}
+    spec: Obj = {}
+    for field, containers, statuses in (
+            ("containers", pod["spec"].get("containers") or [], status.get("containerStatuses")),
+            ("initContainers", sidecars(pod), status.get("initContainerStatuses"))):
+        by_name = {s.get("name"): s for s in statuses or []}
+        for container in containers:
+            resources = _differences(container.get("resources") or {},
+                                     (by_name.get(container["name"]) or {}).get("resources") or {})
+            if resources:
+                spec.setdefault(field, []).append({"name": container["name"], "resources": resources})
     if pod["spec"].get("resources"):    # the pod level too, in the same patch (what the pod has)
-        pod_level = _differences(pod["spec"]["resources"], (pod.get("status") or {}).get("resources") or {})
+        pod_level = _differences(pod["spec"]["resources"], status.get("resources") or {})
         if pod_level:
             spec["resources"] = pod_level
     return {"spec": spec} if spec else {}

@@ -151,12 +151,13 @@ def fenced_resize_patch(pod: Obj, patch: Obj, generation: int) -> list[Obj]:
     deposed leader's resize still on the wire cannot undo its successor's."""
     ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]},
                       {"op": "test", "path": "/metadata/generation", "value": generation}]
-    index = {c["name"]: i for i, c in enumerate(pod["spec"]["containers"])}
-    for change in (patch.get("spec") or {}).get("containers") or []:
-        i = index[change["name"]]
-        base = f"/spec/containers/{i}"
-        ops.append({"op": "test", "path": f"{base}/name", "value": change["name"]})
-        ops.extend(_resources_ops(base, pod["spec"]["containers"][i].get("resources"), change["resources"]))
+    for field in ("containers", "initContainers"):     # initContainers: sidecars
+        index = {c["name"]: i for i, c in enumerate(pod["spec"].get(field) or [])}
+        for change in (patch.get("spec") or {}).get(field) or []:
+            i = index[change["name"]]
+            base = f"/spec/{field}/{i}"
+            ops.append({"op": "test", "path": f"{base}/name", "value": change["name"]})
+            ops.extend(_resources_ops(base, pod["spec"][field][i].get("resources"), change["resources"]))
     pod_level = (patch.get("spec") or {}).get("resources")
     if pod_level:       # the pod level (spec.resources) in the same patch: one atomic resize
         ops.extend(_resources_ops("/spec", pod["spec"].get("resources"), pod_level))

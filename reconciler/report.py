@@ -59,4 +59,6 @@ def _change_record(change: Any) -> dict[str, Any]:
         record["clamped"] = change.clamped
     if change.skipped:
         record["skipped"] = change.skipped
+    if change.sidecar:
+        record["sidecar"] = True
     return record

@@ -65,6 +65,8 @@ from resizer.originals import (
     missing_original_annotations,
     originals_from_spec_annotations,
     read_originals,
+    sidecar_original_keys,
+    sidecars,
 )
 from resizer.pinning import AdmissionSizing, admission_hold, admission_sizing, pinned_node_type, pinned_types
 from resizer.plan import (
@@ -161,6 +163,8 @@ __all__ = [
     "read_originals",
     "resolve_policy",
     "round_half_away",
+    "sidecar_original_keys",
+    "sidecars",
     "to_bytes",
     "to_millicores",
 ]

@@ -154,6 +154,7 @@ class Policy:
     cpu_bounds: Bounds
     memory_bounds: Bounds
     memory_limit_decrease: MemoryLimitDecrease = "Never"
+    sidecars: bool = False      # restartable init containers sized like containers
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,7 @@ class PolicyBlock(_Strict):
     nodeTypes: FrozenMap[str, NodeTypeSpec] | None = None
     bounds: BoundsSpec | None = None
     memoryLimitDecrease: MemoryLimitDecrease | None = None
+    sidecars: bool | None = None
 
 
 class OverrideMatch(_Strict):
@@ -269,6 +271,10 @@ class ResizerConfig(_Strict):
     # the container's usage fails on cgroup v1 (the kernel refuses; the resize stays
     # InProgress) and risks an OOM kill on cgroup v2 (KEP-1287, "Memory Limit Decreases").
     memoryLimitDecrease: MemoryLimitDecrease = "Never"
+    # false (default): restartable init containers (sidecars) are left alone. Their in-place
+    # resize needs Kubernetes 1.33+, and a sidecar (a proxy, a log shipper) is often sized for
+    # its own load, not for the node's speed: the admin opts in where the ratio fits it.
+    sidecars: bool = False
     overrides: Annotated[tuple[Override, ...], BeforeValidator(_list_to_tuple)] = ()
     podAnnotations: FrozenMap[str, FrozenMap[str, PolicyBlock]] = Field(default_factory=lambda: MappingProxyType({}))
     podLabels: FrozenMap[str, FrozenMap[str, PolicyBlock]] = Field(default_factory=lambda: MappingProxyType({}))
@@ -629,10 +635,12 @@ def _policy(config: ResizerConfig, rule: str, block: PolicyBlock | None) -> Poli
         if block is not None and block.memoryLimitDecrease is not None
         else config.memoryLimitDecrease
     )
+    sidecars = block.sidecars if block is not None and block.sidecars is not None else config.sidecars
     return Policy(
         rule=rule,
         baseline_node_type=baseline,
         memory_limit_decrease=memory_limit_decrease,
+        sidecars=sidecars,
         node_types=MappingProxyType(
             {name: NodeProfile(name, spec.cpuPerf, spec.memPerf) for name, spec in node_types.items()}
         ),

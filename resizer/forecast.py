@@ -19,7 +19,7 @@ from resizer.annotations import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
 from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
-from resizer.originals import OriginalsError, read_originals, read_pod_originals
+from resizer.originals import OriginalsError, read_originals, read_pod_originals, sidecars
 from resizer.plan import POD_LEVEL, PlanError, ResizePlan, plan_resize
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
@@ -56,8 +56,8 @@ def workload_of(pod: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class PodForecast:
-    """One pod: the outcome and its requests now and planned (summed ``spec.containers``, or the
-    pod level where ``spec.resources`` sets them)."""
+    """One pod: the outcome and its requests now and planned (summed over its containers and
+    sidecars, or the pod level where ``spec.resources`` sets them)."""
 
     namespace: str
     name: str
@@ -286,7 +286,7 @@ def _delta(plan: ResizePlan, resource: str) -> int:
 
 
 def _original_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
-    """Millicores and bytes of the ``spec.containers`` requests as authored: the ``original-*``
+    """Millicores and bytes of the containers' and sidecars' requests as authored: the ``original-*``
     annotations of ``pod`` (the baseline authority's view), the spec where there are none."""
     cpu = memory = 0
     for original in read_originals(pod).values():
@@ -310,7 +310,7 @@ def _requests(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str
         except QuantityError:
             pass
     total = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
+    for container in [*((pod.get("spec") or {}).get("containers") or []), *sidecars(pod)]:
         value = ((container.get("resources") or {}).get("requests") or {}).get(resource)
         if value is not None:
             try:

@@ -64,7 +64,12 @@ from typing import Any, Literal
 import orjson
 
 from resizer.annotations import ORIGINALS_MAC, SIZED_AT_ADMISSION, is_original_key
-from resizer.originals import POD_ORIGINAL_KEYS, missing_pod_level_originals, originals_from_spec_annotations
+from resizer.originals import (
+    POD_ORIGINAL_KEYS,
+    missing_original_annotations,
+    originals_from_spec_annotations,
+    sidecar_original_keys,
+)
 
 __all__ = [
     "Baseline",
@@ -95,6 +100,7 @@ _CODE_OF: Mapping[Scope, str] = {"admission": "a", "pod": "p", "sized": "s"}
 _SIZED_VALUE = "sized:"
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
 MIN_KEY_BYTES = 32
+_VOUCHED = "verified before this reconciler's resize"
 _MAC_CHARS = 43          # HMAC-SHA256, unpadded URL-safe base64
 
 
@@ -231,8 +237,7 @@ def check_originals(pod: Mapping[str, Any], keyring: KeyRing,
     verdict = _check(pod, keyring, spec_originals)
     if verdict.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED) and vouched is not None \
             and dict(vouched) == original_annotations(pod):
-        return OriginalsCheck(Trust.TRUSTED, "verified before this reconciler's resize", verdict.scope,
-                              verdict.key_id)
+        return OriginalsCheck(Trust.TRUSTED, _VOUCHED, verdict.scope, verdict.key_id)
     return verdict
 
 
@@ -252,7 +257,7 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
     problem = _verify(mac_value, keyring, originals, pod, spec)
     if isinstance(problem, str):
         present = bool(originals) or mac_value is not None
-        if not changed and originals and mac_value is None and _equal_or_upgraded(originals, spec()):
+        if not changed and originals and mac_value is None and _equal_or_upgraded(pod, originals, spec()):
             # Unsigned (e.g. no keys configured) but exactly what a re-capture would write.
             return OriginalsCheck(Trust.TRUSTED, "equal to the unchanged spec")
         if not changed:
@@ -273,9 +278,9 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
     current = spec()
     if originals == current:
         return OriginalsCheck(Trust.TRUSTED, "verified, equal to the spec", scope, key_id)
-    if not changed and _equal_or_upgraded(originals, current):
+    if not changed and _equal_or_upgraded(pod, originals, current):
         return OriginalsCheck(Trust.TRUSTED, "verified, equal to the unchanged spec (stamped before pod-level "
-                                             "originals were recorded)", scope, key_id)
+                                             "and sidecar originals were recorded)", scope, key_id)
     if not changed:
         return OriginalsCheck(Trust.RECAPTURE, "original resources signed for another pod of the same owner "
                                                "differ from this unchanged pod's spec; taken from the spec",
@@ -284,11 +289,17 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
                                                     f"has changed since ({changed_text})", scope, key_id)
 
 
-def _equal_or_upgraded(originals: Mapping[str, str], spec: Mapping[str, str]) -> bool:
-    """Every recorded key equals the spec and only pod-level keys are missing: what a pod stamped
-    before pod-level originals were recorded carries (trusted only on a never-changed pod)."""
+def _late_keys(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The ``original-*`` keys older versions did not stamp: the pod level's and the sidecars'."""
+    return POD_ORIGINAL_KEYS | sidecar_original_keys(pod)
+
+
+def _equal_or_upgraded(pod: Mapping[str, Any], originals: Mapping[str, str], spec: Mapping[str, str]) -> bool:
+    """Every recorded key equals the spec and only keys older versions did not stamp are missing
+    (:func:`_late_keys`): what a pod stamped before they were recorded carries (trusted only on a
+    never-changed pod)."""
     return all(spec.get(key) == value for key, value in originals.items()) \
-        and set(spec) - set(originals) <= POD_ORIGINAL_KEYS
+        and set(spec) - set(originals) <= _late_keys(pod)
 
 
 def _verify(value: Any, keyring: KeyRing, originals: Mapping[str, str],
@@ -357,8 +368,9 @@ class Baseline:
     ``pod`` is the pod to plan from (recaptured: its ``original-*`` annotations
     removed, so the spec is the baseline); ``stamp`` is the annotations merge patch of
     step 1 (None: nothing to write), ``None`` values deleting rejected keys. A trusted
-    pod stamped before pod-level originals were recorded gets a stamp too: its pod-level
-    originals, from the spec, with a pod MAC over all of them.
+    pod stamped before pod-level or sidecar originals were recorded gets a stamp too: those
+    originals, from the spec (older versions never sized them, so the spec is their
+    baseline), with a pod MAC over all of them, so they are recorded before anything is resized.
     """
 
     check: OriginalsCheck
@@ -391,7 +403,8 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
         binding: dict[str, str | None] = {**pod_mac(pod, keyring)}
         return Baseline(result, pod, binding)
     if result.trust is Trust.TRUSTED:
-        return Baseline(result, pod, _pod_level_completion(pod, keyring))
+        # (Vouched originals are those step 1 recorded: the spec holds our resize, not a baseline.)
+        return Baseline(result, pod, None if result.reason == _VOUCHED else _completion(pod, keyring))
     if result.trust is not Trust.RECAPTURE:
         return Baseline(result, pod, None)
     if spec_originals is None:
@@ -407,11 +420,12 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
     return Baseline(result, view, stamp)
 
 
-def _pod_level_completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
-    """Trusted originals without the pod-level keys: the pod level was never resized by us (older
-    versions left such pods alone; newer ones record before they resize, and a pod MAC binds every
-    key), so its baseline is the spec. Step 1 records it, with a pod MAC over all the originals."""
-    missing = missing_pod_level_originals(pod)
+def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
+    """Trusted originals without the pod-level or a sidecar's keys: never resized by us (older
+    versions left them alone; newer ones record before they resize, and a pod MAC binds every
+    key), so their baseline is the spec. Step 1 records them, with a pod MAC over all the originals."""
+    late = _late_keys(pod)
+    missing = {key: value for key, value in missing_original_annotations(pod).items() if key in late}
     if not missing:
         return None
     stamp: dict[str, str | None] = dict(missing)

@@ -25,6 +25,8 @@ __all__ = [
     "originals_from_spec_annotations",
     "read_originals",
     "read_pod_originals",
+    "sidecar_original_keys",
+    "sidecars",
 ]
 
 Kind = Literal["request", "limit"]
@@ -61,7 +63,8 @@ class ContainerOriginals:
 
 
 def read_originals(pod: Mapping[str, Any]) -> dict[str, ContainerOriginals]:
-    """Baselines of every ``spec.containers`` entry, keyed by container name.
+    """Baselines of every ``spec.containers`` entry and every sidecar (:func:`sidecars`), keyed
+    by container name (names are unique across containers and init containers).
 
     Each of the four values (cpu/memory x request/limit) comes from its annotation when
     present, otherwise from the spec. A corrupt annotation raises :class:`OriginalsError`:
@@ -74,7 +77,7 @@ def read_originals(pod: Mapping[str, Any]) -> dict[str, ContainerOriginals]:
             cpu=_resource_original(annotations, container, "cpu"),
             memory=_resource_original(annotations, container, "memory"),
         )
-        for container in _containers(pod)
+        for container in _resizable(pod)
     }
 
 
@@ -100,11 +103,12 @@ def originals_from_spec_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     the containers' and the pod level's (``spec.resources``).
 
     Values are canonical (``format_cpu``/``format_memory``) when the quantity is a whole
-    number of millicores/bytes, otherwise the spec's own string.
+    number of millicores/bytes, otherwise the spec's own string. Sidecars are included
+    whether or not a policy sizes them: the baseline must exist if an admin opts in later.
     """
     originals = {
         original_key(container["name"], resource, kind): _canonical(resource, value)
-        for container in _containers(pod)
+        for container in _resizable(pod)
         for resource, kind, value in _spec_values(container)
     }
     originals.update((pod_original_key(resource, kind), _canonical(resource, value))
@@ -124,6 +128,20 @@ def missing_original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     """The subset of :func:`originals_from_spec_annotations` not yet on the pod."""
     present = _annotations(pod)
     return {key: value for key, value in originals_from_spec_annotations(pod).items() if key not in present}
+
+
+def sidecars(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pod's restartable init containers (``restartPolicy: Always``): sidecars, which the
+    kubelet resizes in place like containers (Kubernetes 1.33+). Plain init containers are not."""
+    inits = (pod.get("spec") or {}).get("initContainers") or []
+    return [init for init in inits if init.get("restartPolicy") == "Always"]
+
+
+def sidecar_original_keys(pod: Mapping[str, Any]) -> frozenset[str]:
+    """Every ``original-*`` key a sidecar of the pod can have (stamped since sidecars can be
+    sized: a pod stamped before lacks them)."""
+    return frozenset(original_key(sidecar["name"], resource, kind)
+                     for sidecar in sidecars(pod) for resource in _RESOURCES for kind in _KINDS)
 
 
 def _resource_original(
@@ -184,13 +202,11 @@ def _spec_resources(container: Mapping[str, Any], kind: Kind) -> Mapping[str, An
     return (container.get("resources") or {}).get(_SPEC_FIELD[kind]) or {}
 
 
+def _resizable(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [*((pod.get("spec") or {}).get("containers") or []), *sidecars(pod)]
 def _pod_level(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     """The pod's ``spec.resources`` shaped like a container (``{"resources": ...}``)."""
     return {"resources": (pod.get("spec") or {}).get("resources") or {}}
-
-
-def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list((pod.get("spec") or {}).get("containers") or [])
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:

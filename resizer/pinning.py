@@ -150,30 +150,39 @@ def admission_sizing(pod: Mapping[str, Any], config: CompiledConfig, node_type: 
 
 
 def _sized_pod(pod: Mapping[str, Any], plan: ResizePlan) -> dict[str, Any]:
-    """``pod`` with the plan's changes in its spec (what the ops leave)."""
-    containers = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = {kind: dict(values or {}) for kind, values in (container.get("resources") or {}).items()}
-        for change in plan.changed:
-            if change.container != container.get("name"):
-                continue
-            for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
-                if amount is not None:
-                    resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
-        containers.append({**container, "resources": resources})
-    return {**pod, "spec": {**(pod.get("spec") or {}), "containers": containers}}
+    """``pod`` with the plan's changes in its spec (what the ops leave): containers, and the
+    sidecars when a rule opts them in."""
+    spec = dict(pod.get("spec") or {})
+    for field, sidecar in (("containers", False), ("initContainers", True)):
+        if field not in spec:
+            continue
+        sized = []
+        for container in spec.get(field) or []:
+            resources = {kind: dict(values or {}) for kind, values in (container.get("resources") or {}).items()}
+            for change in plan.changed:
+                if change.container != container.get("name") or change.sidecar is not sidecar:
+                    continue
+                for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
+                    if amount is not None:
+                        resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
+            sized.append({**container, "resources": resources})
+        spec[field] = sized
+    return {**pod, "spec": spec}
 
 
 _FORMAT = {"cpu": format_cpu, "memory": format_memory}
 
 
 def _ops(pod: Mapping[str, Any], plan: ResizePlan) -> list[dict[str, Any]]:
-    index = {c.get("name"): i for i, c in enumerate((pod.get("spec") or {}).get("containers") or [])}
+    spec = pod.get("spec") or {}
+    index = {(field, c.get("name")): i for field in ("containers", "initContainers")
+             for i, c in enumerate(spec.get(field) or [])}
     ops: list[dict[str, Any]] = []
     for change in plan.changed:
-        container = pod["spec"]["containers"][index[change.container]]
-        base = f"/spec/containers/{index[change.container]}/resources"
-        resources = container.get("resources") or {}
+        field = "initContainers" if change.sidecar else "containers"
+        position = index[(field, change.container)]
+        base = f"/spec/{field}/{position}/resources"
+        resources = spec[field][position].get("resources") or {}
         for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
             if amount is None:
                 continue

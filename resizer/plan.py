@@ -8,7 +8,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from resizer.config import Bounds, NodeProfile, Policy
-from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals, read_pod_originals
+from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals, read_pod_originals, sidecars
 from resizer.preflight import pod_totals
 from resizer.qos import QoSClass, pod_qos_class
 from resizer.quantity import (
@@ -46,6 +46,7 @@ POD_LEVEL_RESIZE_FEATURE = "InPlacePodLevelResourcesVerticalScaling"
 # The ResourceChange.container of the pod-level (spec.resources) values: no container's name.
 POD_LEVEL = ""
 RESTART_CONTAINER_POLICY = "RestartContainerPolicy"
+SIDECARS_OFF = "sidecars=false"
 MEMORY_LIMIT_KEPT = "memoryLimitDecrease=Never"
 # The largest amount a quantity can hold, in the plan's units (Kubernetes caps a quantity
 # at 2^63-1 base units): a limit grows with the ratio only up to here.
@@ -73,6 +74,7 @@ class ResourceChange:
     clamped: Clamp | None = None
     skipped: str | None = None
     held: str | None = None
+    sidecar: bool = False       # a restartable init container (patched under spec.initContainers)
 
     @property
     def changed(self) -> bool:
@@ -139,7 +141,8 @@ class ResizePlan:
         if self.outcome == "NothingToSize" and not self.changes:
             return "no container has a cpu or memory request to size"
         text = "; ".join(
-            f"{container or 'pod level'}: {', '.join(change.describe() for change in changes)}"
+            f"{container or 'pod level'}{' (sidecar)' if changes[0].sidecar else ''}: "
+            f"{', '.join(change.describe() for change in changes)}"
             for container, changes in _by_container(self.changes).items()
         )
         return f"would change the QoS class: {text}" if self.outcome == "QoSChange" else text
@@ -214,7 +217,10 @@ def plan_resize(
     default) a memory limit is never set below its original: the limit is held, and so
     is the request of a container whose memory limit equals its request. Resources
     whose ``resizePolicy`` is ``RestartContainer`` are left alone unless
-    ``resize_restart_containers``. Raises :class:`resizer.originals.OriginalsError` on a
+    ``resize_restart_containers``. Sidecars (restartable init containers) are sized the same
+    way when the policy opts in (``sidecars: true``); otherwise one that differs from its
+    recorded original (sized while the opt-in was on) is planned back to it, and the others
+    are not in the plan. Raises :class:`resizer.originals.OriginalsError` on a
     corrupt baseline annotation and :class:`PlanError` when a value cannot be expressed
     as a Kubernetes quantity.
 
@@ -237,7 +243,8 @@ def plan_resize(
     ratios = _ratios(policy.node_types[policy.baseline_node_type], node)
     bounds: dict[Resource, Bounds] = {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds}
     keep_memory_limits = policy.memory_limit_decrease == "Never"
-    changes = tuple(_changes(pod, read_originals(pod), ratios, bounds, resize_restart_containers, keep_memory_limits))
+    changes = tuple(_changes(pod, read_originals(pod), ratios, bounds, resize_restart_containers, keep_memory_limits,
+                             policy.sidecars))
     pod_originals = read_pod_originals(pod)
     if pod_originals is not None:
         try:
@@ -268,22 +275,47 @@ def _changes(
     bounds: Mapping[Resource, Bounds],
     resize_restart_containers: bool,
     keep_memory_limits: bool,
+    size_sidecars: bool,
 ) -> Iterator[ResourceChange]:
     for container in _containers(pod):
-        restart_resources = set() if resize_restart_containers else _restart_resources(container)
-        container_originals = originals[container["name"]]
-        for resource in _RESOURCES:
-            change = _resource_change(
-                container,
-                resource,
-                container_originals.of(resource),
-                ratios[resource],
-                bounds[resource],
-                resource in restart_resources,
-                keep_memory_limits and resource == "memory",
-            )
-            if change is not None:
-                yield change
+        yield from _container_changes(container, originals, ratios, bounds, resize_restart_containers,
+                                      keep_memory_limits)
+    unchanged = {resource: Fraction(1) for resource in _RESOURCES}
+    for sidecar in sidecars(pod):
+        if size_sidecars:
+            yield from _container_changes(sidecar, originals, ratios, bounds, resize_restart_containers,
+                                          keep_memory_limits, sidecar=True)
+            continue
+        # Not sized: back to its original if it differs (sized while the opt-in was on).
+        for change in _container_changes(sidecar, originals, unchanged, bounds, resize_restart_containers,
+                                         keep_memory_limits, sidecar=True):
+            if change.changed:
+                yield replace(change, held=SIDECARS_OFF)
+
+
+def _container_changes(
+    container: Mapping[str, Any],
+    originals: Mapping[str, ContainerOriginals],
+    ratios: Mapping[Resource, Fraction],
+    bounds: Mapping[Resource, Bounds],
+    resize_restart_containers: bool,
+    keep_memory_limits: bool,
+    sidecar: bool = False,
+) -> Iterator[ResourceChange]:
+    restart_resources = set() if resize_restart_containers else _restart_resources(container)
+    container_originals = originals[container["name"]]
+    for resource in _RESOURCES:
+        change = _resource_change(
+            container,
+            resource,
+            container_originals.of(resource),
+            ratios[resource],
+            bounds[resource],
+            resource in restart_resources,
+            keep_memory_limits and resource == "memory",
+        )
+        if change is not None:
+            yield replace(change, sidecar=True) if sidecar else change
 
 
 def _resource_change(
@@ -399,9 +431,11 @@ def _resized_spec(pod: Mapping[str, Any], changes: tuple[ResourceChange, ...]) -
     """The pod spec as it would be with every (non-skipped) target applied."""
     targets = _by_container(tuple(change for change in changes if change.skipped is None))
     spec = dict(pod.get("spec") or {})
-    spec["containers"] = [{**container, "resources": _targets_applied(container.get("resources"),
-                                                                      targets.get(container["name"], ()))}
-                          for container in _containers(pod)]
+    for group in ("containers", "initContainers"):     # initContainers: sidecars
+        if group in spec:
+            spec[group] = [{**container, "resources": _targets_applied(container.get("resources"),
+                                                                       targets.get(container["name"], ()))}
+                           for container in spec.get(group) or []]
     if POD_LEVEL in targets:
         spec["resources"] = _targets_applied(spec.get("resources"), targets[POD_LEVEL])
     return spec
@@ -417,12 +451,12 @@ def _targets_applied(current: Mapping[str, Any] | None, changes: Iterable[Resour
 
 
 def _patch(changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
-    """Strategic merge patch for ``pods/resize``: only containers (and the pod level,
-    ``spec.resources``) and resources that differ from the spec; request and limit of a
-    changed resource are sent together. Both levels go in the one patch: the apiserver
-    validates them against each other, and the kubelet actuates them together."""
+    """Strategic merge patch for ``pods/resize``: only containers (sidecars under
+    ``initContainers``, the pod level as ``spec.resources``) and resources that differ from
+    the spec; request and limit of a changed resource are sent together. Everything goes in
+    the one patch: the apiserver validates the levels against each other, and the kubelet
+    actuates them together."""
     spec: dict[str, Any] = {}
-    containers = []
     for container, container_changes in _by_container(tuple(c for c in changes if c.changed)).items():
         resources: dict[str, dict[str, str]] = {}
         for change in container_changes:
@@ -432,9 +466,8 @@ def _patch(changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
         if container == POD_LEVEL:
             spec["resources"] = resources
         else:
-            containers.append({"name": container, "resources": resources})
-    if containers:
-        spec["containers"] = containers
+            field = "initContainers" if container_changes[0].sidecar else "containers"
+            spec.setdefault(field, []).append({"name": container, "resources": resources})
     return {"spec": spec} if spec else {}
 
 

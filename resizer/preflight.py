@@ -169,8 +169,9 @@ def limit_range_hold(spec: Mapping[str, Any], limit_ranges: Iterable[Mapping[str
 
 def _limit_item_violation(spec: Mapping[str, Any], item: Mapping[str, Any]) -> str | None:
     kind = item.get("type")
-    if kind == "Container":
-        for container in spec.get("containers") or []:
+    if kind == "Container":     # sidecars too: the LimitRanger checks init containers like containers
+        sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        for container in [*(spec.get("containers") or []), *sidecars]:
             detail = _violation(item, _container_amounts(container, "requests"), _container_amounts(container, "limits"))
             if detail is not None:
                 return f"container {container.get('name')}: {detail}"
@@ -262,10 +263,15 @@ def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> tu
 # ---------------------------------------------------------------- node headroom
 
 def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
-    """What the pod has: its containers' reported resources, summed, or, for a resource the pod
-    sets at pod level, what the kubelet reports applied at pod level (status.resources)."""
+    """What the pod has: its containers' and sidecars' reported resources, summed, or, for a
+    resource the pod sets at pod level, what the kubelet reports applied at pod level
+    (status.resources)."""
     total: dict[str, int] = {}
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    status_of = pod.get("status") or {}
+    sidecars = {c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or []
+                if c.get("restartPolicy") == "Always"}
+    for status in [*(status_of.get("containerStatuses") or []),
+                   *(s for s in status_of.get("initContainerStatuses") or [] if s.get("name") in sidecars)]:
         for r, v in _container_amounts(status, "requests").items():
             total[r] = total.get(r, 0) + v
     pod_level = _container_amounts(pod.get("status") or {}, "requests")

@@ -13,7 +13,7 @@ from typing import Any
 
 from resizer.annotations import APPLIED_INSTANCE_TYPE
 from resizer.config import CompiledConfig, resolve_policy
-from resizer.originals import OriginalsError, missing_original_annotations
+from resizer.originals import OriginalsError, missing_original_annotations, sidecar_original_keys
 from resizer.plan import PlanError, ResizePlan, plan_resize
 
 __all__ = ["realignment"]
@@ -26,9 +26,11 @@ def realignment(
     """The resize plan of a pod sized for ``node_type`` earlier, if the config now wants
     it different; None when nothing would change, the pod was never sized for this node
     type, its originals are not all recorded, or its plan fails (reported when it was
-    first sized)."""
+    first sized). A sidecar without originals (a pod stamped before sidecars had them) was
+    never sized: its spec is its baseline (resizer.integrity)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(APPLIED_INSTANCE_TYPE) != node_type or missing_original_annotations(pod):
+    if annotations.get(APPLIED_INSTANCE_TYPE) != node_type or \
+            missing_original_annotations(pod).keys() - sidecar_original_keys(pod):
         return None
     try:
         plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level)

@@ -21,7 +21,7 @@ from typing import Any
 from resizer.annotations import is_controller_owned_key, original_key, pod_original_key
 from resizer.eligibility import eligibility
 from resizer.integrity import KeyRing, Trust, baseline
-from resizer.originals import OriginalsError
+from resizer.originals import OriginalsError, sidecars
 from resizer.quantity import QuantityError, coerce_quantity
 from resizer.scope import NamespaceScope
 
@@ -75,16 +75,21 @@ def managed_annotation_keys(pod: Mapping[str, Any]) -> list[str]:
 
 def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The ``pods/resize`` strategic merge patch that puts every recorded original back
+    (containers, and sidecars under ``initContainers``)
     (only the values that differ from the spec, compared by value); ``{}`` when the spec
     already holds the originals. Raises :class:`OriginalsError` for an unusable annotation."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     spec = pod.get("spec") or {}
-    containers = []
-    for container in spec.get("containers") or []:
-        resources = _put_back(annotations, container.get("resources"), functools.partial(original_key, container["name"]))
-        if resources:
-            containers.append({"name": container["name"], "resources": resources})
-    patch: dict[str, Any] = {"containers": containers} if containers else {}
+    patch: dict[str, Any] = {}
+    for field, containers in (("containers", spec.get("containers") or []), ("initContainers", sidecars(pod))):
+        entries = []
+        for container in containers:      # a sidecar without originals was never sized: nothing to put back
+            resources = _put_back(annotations, container.get("resources"),
+                                  functools.partial(original_key, container["name"]))
+            if resources:
+                entries.append({"name": container["name"], "resources": resources})
+        if entries:
+            patch[field] = entries
     # The pod level (spec.resources) goes back in the same patch: the apiserver validates the
     # two levels against each other.
     pod_level = _put_back(annotations, spec.get("resources"), pod_original_key)

@@ -217,9 +217,14 @@ def _policy_denial(err: ApiError) -> bool:
     return "ValidatingAdmissionPolicy" in err.message
 
 
+def _entries(patch: dict[str, Any]) -> list[dict[str, Any]]:
+    """The patch's containers, then its sidecars (spec.initContainers)."""
+    return [*patch["spec"].get("containers", []), *patch["spec"].get("initContainers", [])]
+
+
 def _describe(patch: dict[str, Any]) -> str:
     parts = []
-    levels = [(c["name"], c["resources"]) for c in patch["spec"].get("containers") or []]
+    levels = [(c["name"], c["resources"]) for c in _entries(patch)]
     if patch["spec"].get("resources"):
         levels.append(("pod level", patch["spec"]["resources"]))
     for name, changed in levels:

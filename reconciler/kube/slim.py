@@ -86,6 +86,12 @@ def slim_pod(pod: Obj) -> Obj:
     }
     if status.get("observedGeneration") is not None:
         slim_status["observedGeneration"] = status["observedGeneration"]
+    sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+    if sidecars:    # what a sidecar has (resized in place like a container)
+        slim_status["initContainerStatuses"] = [
+            {"name": _shared_str(s.get("name")), "resources": _shared_resources(s.get("resources")),
+             "running": "running" in (s.get("state") or {})}
+            for s in status.get("initContainerStatuses") or [] if s.get("name") in sidecars]
     if status.get("resources"):     # what the pod level has (kubelets that resize it)
         slim_status["resources"] = _shared_resources(status["resources"])
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}

@@ -20,7 +20,7 @@ import pytest
 import resizer
 from tests.cluster.test_reconciler import Harness, guaranteed, make_namespace, ours, q, resources
 from devkit.chart import ensure_helm
-from devkit.kube import ApiError, Kube, wait_for
+from devkit.kube import ApiError, Kube, deployment, wait_for
 from devkit.processes import REPO, Webhook, originals_key_dir, register_webhook, unregister_webhook, wait_webhook_active
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 
@@ -160,6 +160,38 @@ def test_reconciler_identity_cannot_change_other_fields_through_resize(world: di
         assert err.status in (403, 422), err
     pod = world["harness"].pod(name)
     assert pod["spec"]["containers"][0].get("resizePolicy") != resize_policy
+
+
+def test_reconciler_identity_resizes_sidecars_and_nothing_else_of_init_containers(world: dict[str, Any]) -> None:
+    me: Kube = world["reconciler"]
+    harness: Harness = world["harness"]
+    manifest = deployment("web", 1, [guaranteed()], node_selector={"kubernetes.io/hostname": harness.node("n4", "n4")})
+    proxy = guaranteed("proxy", cpu="500m", memory="128Mi")
+    proxy["restartPolicy"] = "Always"
+    manifest["spec"]["template"]["spec"]["initContainers"] = [proxy, guaranteed("setup", cpu="200m", memory="64Mi")]
+    harness.kube.create(f"/apis/apps/v1/namespaces/{world['ns']}/deployments", manifest)
+    name = harness.wait_running("web")[0]["metadata"]["name"]
+    path = f"/api/v1/namespaces/{world['ns']}/pods/{name}"
+    wait_policy_active(me, path, world["admin"])
+
+    policy = [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]
+    denied(lambda: me.patch(f"{path}/resize", {"spec": {"initContainers": [
+        {"name": "proxy", "resizePolicy": policy}]}}, "strategic"))
+    # A plain init container is never the reconciler's to size: 1.35's apiserver refuses it itself,
+    # 1.36's allows it and the policy refuses it.
+    message = denied(lambda: me.patch(f"{path}/resize", {"spec": {"initContainers": [{"name": "setup", "resources": {
+        "requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}}]}}, "strategic"))
+    assert "may change only container and sidecar resources" in message \
+        or "resources for non-sidecar init containers are immutable" in message, message
+    # The sidecar's resources, with the container's, in one resize.
+    me.patch(f"{path}/resize", {"spec": {
+        "containers": [{"name": "app", "resources": {"requests": {"cpu": "800m"}, "limits": {"cpu": "800m"}}}],
+        "initContainers": [{"name": "proxy", "resources": {"requests": {"cpu": "400m"}, "limits": {"cpu": "400m"}}}]}},
+        "strategic")
+    pod = harness.pod(name)
+    assert [c["resources"]["requests"]["cpu"] for c in pod["spec"]["initContainers"]] == ["400m", "200m"]
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "800m"
+    assert pod["spec"]["initContainers"][0].get("resizePolicy") != policy
 
 
 def _denied_now(call: Any) -> bool:

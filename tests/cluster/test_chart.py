@@ -404,6 +404,8 @@ def test_config_values(helm: str) -> None:
     load_config(text)
     proc = template(helm, set_values=["config.nodeTypes.x.cpuPerf=2", "config.nodeTypes.x.memPerf=1"], check=False)
     assert proc.returncode != 0 and 'config.baselineNodeType "n2d" is not one of config.nodeTypes (x)' in proc.stderr
+    sidecars = yaml.safe_load(find(render(helm, set_values=["config.sidecars=true"]), "ConfigMap")["data"]["config.yaml"])
+    assert sidecars["sidecars"] is True and load_config(yaml.safe_dump(sidecars)).policies.default.sidecars
     docs = render(helm, set_values=["config.create=false"])
     assert not find_all(docs, "ConfigMap")
     assert "--config-name=workload-resizer-config" in container(find(docs, "Deployment",
@@ -559,6 +561,7 @@ def test_tls_mode_helm_keeps_the_certificate_on_upgrade(cluster, helm: str, name
     (["webhook.httpReadTimeout=soon"], "/webhook/httpReadTimeout"),
     (["reconciler.extraArgs[0]=dry-run"], "/reconciler/extraArgs/0"),
     (["webhook.hostNetwork=sometimes"], "/webhook/hostNetwork"),
+    (["config.sidecars=sometimes"], "/config/sidecars"),
 ])
 def test_schema_rejects_bad_values(helm: str, bad: list[str], where: str) -> None:
     proc = template(helm, set_values=bad, check=False)

@@ -84,8 +84,8 @@ class FakeCluster:
     def actuate(self, key: str) -> None:
         """The kubelet applied the spec: status resources follow it, resize conditions go."""
         pod = self.pods[key]
-        by_name = {c["name"]: c for c in pod["spec"]["containers"]}
-        for status in pod["status"]["containerStatuses"]:
+        by_name = {c["name"]: c for c in [*pod["spec"]["containers"], *pod["spec"].get("initContainers", [])]}
+        for status in [*pod["status"]["containerStatuses"], *pod["status"].get("initContainerStatuses", [])]:
             status["resources"] = copy.deepcopy(by_name[status["name"]]["resources"])
         if pod["spec"].get("resources"):
             pod["status"]["resources"] = copy.deepcopy(pod["spec"]["resources"])
@@ -176,8 +176,8 @@ class FakeCluster:
         if if_generation is not None and if_generation != stored["metadata"].get("generation", 1):
             raise ApiError(409, {"reason": "Conflict", "message": "the pod changed since it was read"})
         self.writes.append(Write("resize", _key(stored), copy.deepcopy(patch), resource_version, if_generation))
-        by_name = {c["name"]: c for c in stored["spec"]["containers"]}
-        for change in patch.get("spec", {}).get("containers", []):
+        by_name = {c["name"]: c for c in [*stored["spec"]["containers"], *stored["spec"].get("initContainers", [])]}
+        for change in [*patch.get("spec", {}).get("containers", []), *patch.get("spec", {}).get("initContainers", [])]:
             resources = by_name[change["name"]].setdefault("resources", {})
             for kind, values in change.get("resources", {}).items():
                 resources.setdefault(kind, {}).update(values)

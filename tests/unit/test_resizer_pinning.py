@@ -26,7 +26,7 @@ from resizer import (
 )
 
 LABEL = "cloud.google.com/machine-family"
-CONFIG = load_config("""\
+CONFIG_TEXT = """\
 baselineNodeType: n2d
 nodeTypes:
   n2d: { cpuPerf: 1.0, memPerf: 1.0 }
@@ -40,7 +40,8 @@ bounds:
 podLabels:
   tier:
     special: { nodeTypes: { n4x: { cpuPerf: 2.0, memPerf: 1.0 } } }
-""")
+"""
+CONFIG = load_config(CONFIG_TEXT)
 NODES: dict[str, str | None] = {"node-n4": "n4", "node-n4x": "n4x", "node-c3": "c3", "node-n2d": "n2d",
                                 "node-bare": None, "node-unknown-type": "m9"}
 KEYS = KeyRing({"k1": b"k" * 32})
@@ -120,6 +121,24 @@ def test_sizing_is_the_reconcilers_plan_from_the_spec_as_sent() -> None:
     assert resizer.pod_qos_class(sized["spec"]) == resizer.pod_qos_class(sent["spec"]) == "Guaranteed"
     assert dict(sizing.sized) == originals_from_spec_annotations(sized)
     assert sizing.plan.outcome == "Resize"
+
+
+def test_opted_in_sidecars_are_sized_at_admission_under_init_containers() -> None:
+    config = load_config(CONFIG_TEXT + "sidecars: true\n")
+    sidecar = {"name": "proxy", "restartPolicy": "Always",
+               "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "64Mi"}}}
+    plain = {"name": "setup", "resources": {"requests": {"cpu": "1"}}}
+    sent = pod({"nodeSelector": {LABEL: "n4"}, "initContainers": [plain, sidecar]})
+    sizing = admission_sizing(sent, config, "n4")
+    assert sizing is not None
+    sized = apply_patch(copy.deepcopy(sent), list(sizing.ops))
+    assert sized["spec"]["initContainers"][1]["resources"]["requests"]["cpu"] == "400m"
+    assert sized["spec"]["initContainers"][0] == plain                      # a plain init container: never
+    assert sized["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "800m"
+    assert dict(sizing.sized) == originals_from_spec_annotations(sized)
+    unsized = admission_sizing(sent, CONFIG, "n4")                           # opted out: containers only
+    assert unsized is not None
+    assert apply_patch(copy.deepcopy(sent), list(unsized.ops))["spec"]["initContainers"] == [plain, sidecar]
 
 
 def test_nothing_to_size_on_the_baseline_type_or_without_a_sizable_request() -> None:
