@@ -181,7 +181,7 @@ def test_reconciler_identity_resizes_sidecars_and_nothing_else_of_init_container
     # 1.36's allows it and the policy refuses it.
     message = denied(lambda: me.patch(f"{path}/resize", {"spec": {"initContainers": [{"name": "setup", "resources": {
         "requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}}]}}, "strategic"))
-    assert "may change only container and sidecar resources" in message \
+    assert "may change only container, sidecar and pod-level resources" in message \
         or "resources for non-sidecar init containers are immutable" in message, message
     # The sidecar's resources, with the container's, in one resize.
     me.patch(f"{path}/resize", {"spec": {
