@@ -245,7 +245,7 @@ class PodResizeReconciler:
             return planned
         base, plan = planned
         context = f"node type {node_type} (baseline {plan.baseline_node_type}, rule {plan.rule})"
-        refused = await self._refused(pod, node_type, signature, base, plan, context)
+        refused = await self._refused(pod, node, node_type, signature, base, plan, context)
         if refused is not None:
             return refused
         if plan.patch:
@@ -281,7 +281,7 @@ class PodResizeReconciler:
             return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
                                                  f"cannot size the pod: {err}")
 
-    async def _refused(self, pod: Obj, node_type: str, signature: tuple[Any, ...], base: Baseline,
+    async def _refused(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...], base: Baseline,
                        plan: ResizePlan, context: str) -> Result | None:
         """The terminal decision (reported once) for a plan that is not to be written, else None."""
         terminal = self._reporter.terminal
@@ -303,6 +303,8 @@ class PodResizeReconciler:
                                   f"not resized for {context}: {plan.summary()}")
         if self._options.dry_run:
             reason = Reason.WOULD_RESIZE if plan.patch else Reason.ALREADY_ALIGNED
+            hold = self._context.gate.would_hold(pod, node, plan.patch) if plan.patch else None
+            held = f"; it would be held ({hold})" if hold is not None else ""
             return await terminal(pod, signature, plan, EventType.NORMAL, reason,
-                                  f"dry run, {context}: {plan.summary()}")
+                                  f"dry run, {context}: {plan.summary()}{held}")
         return None

@@ -39,6 +39,9 @@ class Gate(Protocol):
     def preflight(self, pod: Obj, node: Obj, patch: Obj) -> Held | None:
         """Before sending `patch` (pods/resize) for `pod` on `node`: whether it would be refused."""
 
+    def would_hold(self, pod: Obj, node: Obj, patch: Obj) -> str | None:
+        """What would hold `patch` (why, for a dry run's report), remembering nothing."""
+
     def sent(self, pod: Obj, patch: Obj, generation: int) -> None:
         """`patch` was accepted, the pod is at `generation`: count it on its node until the cache shows it."""
 
@@ -50,6 +53,9 @@ class OpenGate:
         return None
 
     def preflight(self, pod: Obj, node: Obj, patch: Obj) -> Held | None:
+        return None
+
+    def would_hold(self, pod: Obj, node: Obj, patch: Obj) -> str | None:
         return None
 
     def sent(self, pod: Obj, patch: Obj, generation: int) -> None:

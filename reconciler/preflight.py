@@ -106,6 +106,10 @@ class Preflight:
                     requeue_after=self.settings.node_room_wait if room else None,
                     at_most=self.settings.node_room_wait if room else None)
 
+    def would_hold(self, pod: Obj, node: Obj, patch: Obj) -> str | None:
+        hold = self.judge(pod, node, patch)
+        return None if hold is None else f"{hold.constraint}: {hold.message()}"
+
     def judge(self, pod: Obj, node: Obj | None, patch: Obj) -> Hold | None:
         """The first constraint that would refuse `patch` (pods/resize) for `pod` on `node`."""
         namespace = str(pod["metadata"].get("namespace"))

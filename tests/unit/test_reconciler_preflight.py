@@ -52,7 +52,8 @@ class World:
     """The fake apiserver, a reconciler with a Preflight gate over hand-filled caches."""
 
     def __init__(self, fake: FakeCluster, checks: tuple[str, ...] = ("LimitRange", "ResourceQuota", "NodeHeadroom"),
-                 vpa: VpaWatch | None = None, config: Any = CONFIG, **settings: Any) -> None:
+                 vpa: VpaWatch | None = None, config: Any = CONFIG, dry_run: bool = False,
+                 **settings: Any) -> None:
         self.fake = fake
         self.requeued: list[str] = []
         self.clock = FakeClock()
@@ -62,7 +63,7 @@ class World:
         for cache in self.preflight.informers:
             cache.synced.set()
         self.reconciler = PodResizeReconciler(fake, fake, fake, FakeConfig(config),
-                                              ControllerSettings(node_type_label=LABEL), clock=self.clock,
+                                              ControllerSettings(node_type_label=LABEL, dry_run=dry_run), clock=self.clock,
                                               keyring=lambda: KEYS, gate=self.preflight)
 
     def node_pods(self, node: str) -> list[dict[str, Any]]:
@@ -122,6 +123,18 @@ def test_a_nearly_full_quota_holds_an_increase() -> None:
     w.fake.sync()
     w.reconcile()
     assert w.fake.ops().count("resize") == 1
+
+
+def test_a_dry_run_reports_what_would_hold_the_resize_and_holds_nothing() -> None:
+    w = world_growing(dry_run=True)
+    assert w.preflight.limit_ranges is not None
+    before = held_gauge("LimitRange")
+    deliver(w.preflight.limit_ranges, slim_limit_range(limit_range("1500m")))
+    w.reconcile()
+    assert w.fake.ops() == [] and reasons(w.fake) == ["WouldResize"]
+    assert "it would be held (LimitRange: " in w.fake.events[0].message
+    assert "above the maximum 1500m" in w.fake.events[0].message
+    assert held_gauge("LimitRange") == before and w.requeued == []
 
 
 def test_without_checks_the_same_resize_is_sent() -> None:
