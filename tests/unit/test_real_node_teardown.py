@@ -69,3 +69,11 @@ def test_a_namespace_is_swept_only_while_its_file_pins_it(cluster: ModuleType, t
     assert not cluster.namespace_pinned(plain, own)
     assert not cluster.namespace_pinned(plain, os.stat(plain).st_ino)   # same number, not a namespace
     assert not cluster.namespace_pinned(tmp_path / "missing", own)
+
+
+def test_its_own_children_are_reaped_by_the_teardown(cluster: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed add-node removes processes it started itself: nobody else would reap them."""
+    child = zombie()
+    monkeypatch.setitem(cluster._STARTED, "containerd@x", child)
+    assert cluster.wait_released({child.pid: cluster.process_start(child.pid)}, 5) == []
+    assert child.returncode == 0
