@@ -509,6 +509,24 @@ def test_down_removes_everything_the_real_node_created(tmp_path: Path) -> None:
     assert after["netns"] - before["netns"] == set()
 
 
+def test_remove_node_returns_once_the_nodes_processes_are_reaped(cluster: Any) -> None:
+    """containerd and the kubelet are orphans (the add-node call that started them has exited):
+    killed, they stay in the process table until init reaps them. remove-node waits for that."""
+    name = f"gone-{uuid.uuid4().hex[:6]}"
+    try:
+        subprocess.run([str(HACK_CLUSTER), "add-node", name, "--real"], env=cluster.env(), check=True,
+                       capture_output=True, timeout=600)
+        node = read_real_node(name)
+        started = {pid: start for pid in processes_in(node.ns_inode) if (start := process_start(pid)) is not None}
+        assert len(started) >= 2, started       # containerd, the kubelet
+    finally:
+        proc = subprocess.run([str(HACK_CLUSTER), "remove-node", name], env=cluster.env(), capture_output=True,
+                              text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    survivors = [pid for pid, start in started.items() if process_start(pid) == start]
+    assert survivors == [], describe_processes(survivors)
+
+
 def processes_mentioning(text: str) -> list[str]:
     found = []
     for entry in Path("/proc").iterdir():
