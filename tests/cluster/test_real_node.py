@@ -8,6 +8,7 @@ container's cgroup files on the host.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
@@ -406,6 +407,49 @@ def processes_in(ns_inode: int) -> list[int]:
     return pids
 
 
+def process_start(pid: int) -> int | None:
+    """pid's start time (clock ticks since boot), None if there is no such pid."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def hold_namespace(pids: list[int]) -> int:
+    """An fd on the mount namespace of the first of pids still running: it keeps the namespace,
+    and so its inode number, from being freed (through /proc, not the node's bind-mounted file,
+    which `down` must be able to unmount)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            return os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
+    raise AssertionError(f"none of {pids} is running")
+
+
+def describe_processes(pids: list[int]) -> str:
+    """What leftover processes are: state (Z: exited, not yet reaped), parent, command line,
+    mount namespace and cgroups."""
+    lines = []
+    for pid in pids:
+        proc = Path(f"/proc/{pid}")
+        try:
+            status = dict(line.split(":\t", 1) for line in (proc / "status").read_text().splitlines()
+                          if ":\t" in line)
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            cgroups = ", ".join(line for line in (proc / "cgroup").read_text().splitlines()
+                                if ":cpu," in line or ":memory:" in line or line.startswith("0::"))
+        except OSError as err:
+            lines.append(f"pid {pid}: gone ({err})")
+            continue
+        try:
+            mnt = os.readlink(proc / "ns" / "mnt")
+        except OSError:
+            mnt = "no mount namespace"
+        lines.append(f"pid {pid} {status.get('Name', '?').strip()} (state {status.get('State', '?').strip()}, "
+                     f"ppid {status.get('PPid', '?').strip()}, {mnt}): {cmdline[:300] or '(no cmdline)'}; "
+                     f"cgroups {cgroups}")
+    return "\n".join(lines)
+
+
 def cgroup_dirs(name: str) -> list[Path]:
     return [d for d in CGROUP.glob(f"*/{name}")] + [d for d in CGROUP.glob(name)]
 
@@ -439,20 +483,48 @@ def test_down_removes_everything_the_real_node_created(tmp_path: Path) -> None:
             (p for p in kube.pods("default", "app=down-check") if p["status"].get("phase") == "Running"), None),
             timeout=START_TIMEOUT)
         processes = processes_in(node.ns_inode)
+        started = {pid: start for pid in processes if (start := process_start(pid)) is not None}
+        # Held open past `down`: a freed namespace's inode number goes at once to the next one
+        # created on the machine (another cluster's container), whose processes are not ours.
+        namespace = hold_namespace(processes)
         cgroups = cgroup_dirs(node.cgroup)
         mounts = mounts_under(node.directory)
         assert len(processes) >= 3, processes      # containerd, the kubelet, the runc shim(s)
         assert container_cgroups(node, container_id(pod)) and cgroups and mounts
     finally:
         cluster("down")
-    assert processes_in(node.ns_inode) == []
-    assert [pid for pid in processes if Path(f"/proc/{pid}").exists()] == []
+    try:
+        left = processes_in(node.ns_inode)
+    finally:
+        os.close(namespace)
+    assert left == [], describe_processes(left)
+    # Gone means reaped too (a zombie still holds its pid); a pid since reused by another process is not ours.
+    survivors = [pid for pid, start in started.items() if process_start(pid) == start]
+    assert survivors == [], describe_processes(survivors)
     assert cgroup_dirs(node.cgroup) == []
     assert mounts_under(state_dir) == []
     assert not state_dir.exists()
     after = machine_snapshot()
     assert after["links"] - before["links"] == set()
     assert after["netns"] - before["netns"] == set()
+
+
+def test_remove_node_returns_once_the_nodes_processes_are_reaped(cluster: Any) -> None:
+    """containerd and the kubelet are orphans (the add-node call that started them has exited):
+    killed, they stay in the process table until init reaps them. remove-node waits for that."""
+    name = f"gone-{uuid.uuid4().hex[:6]}"
+    try:
+        subprocess.run([str(HACK_CLUSTER), "add-node", name, "--real"], env=cluster.env(), check=True,
+                       capture_output=True, timeout=600)
+        node = read_real_node(name)
+        started = {pid: start for pid in processes_in(node.ns_inode) if (start := process_start(pid)) is not None}
+        assert len(started) >= 2, started       # containerd, the kubelet
+    finally:
+        proc = subprocess.run([str(HACK_CLUSTER), "remove-node", name], env=cluster.env(), capture_output=True,
+                              text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    survivors = [pid for pid, start in started.items() if process_start(pid) == start]
+    assert survivors == [], describe_processes(survivors)
 
 
 def processes_mentioning(text: str) -> list[str]:
