@@ -369,3 +369,16 @@ def test_admission_hold_judges_the_pod_level_values() -> None:
     held = admission_hold(pod_level(), shrinking, [floor])
     assert held is not None and "LimitRange floor" in held and "800m" in held, held
     assert admission_hold(pod_level(), shrinking, ()) is None
+
+
+def test_plan_shows_a_pod_sized_at_both_levels_aligned_on_any_node() -> None:
+    from resizer.forecast import forecast_fleet
+    from resizer.scope import namespace_scope
+    stored = created(pod_level())
+    stored["spec"]["nodeName"] = "node-n4"
+    stored["status"] = {"phase": "Running"}
+    for pod_level_nodes in (frozenset(), frozenset({"node-n4"})):
+        forecast = forecast_fleet([stored], NODES, CONFIG, namespace_scope(None, [], ""), keyring=KEYS,
+                                  pod_level_nodes=pod_level_nodes)
+        (entry,) = [p for g in forecast.workloads for p in g.pods]
+        assert entry.outcome == "AlreadyAligned" and entry.sized_at_admission == "n4"
