@@ -44,6 +44,7 @@ from resizer import (
     baseline,
     eligibility,
     original_annotations,
+    plan_bound_pod,
     plan_resize,
     resolve_policy,
 )
@@ -272,8 +273,9 @@ class PodResizeReconciler:
             if base.check.trust is Trust.REFUSE:
                 return await self._reporter.terminal(pod, signature, None, EventType.WARNING,
                                                      Reason.ORIGINALS_UNVERIFIED, f"not resized: {base.check.reason}")
-            return base, plan_resize(base.pod, resolve_policy(config, pod), node_type,
-                                     self._options.resize_restart_containers, self._context.pod_level(node))
+            return base, plan_bound_pod(base.pod, resolve_policy(config, pod), node_type,
+                                        self._options.resize_restart_containers, self._context.pod_level(node),
+                                        base.check.scope == "sized")
         except (OriginalsError, QuantityError) as err:
             return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
                                                  f"cannot read the pod's original resources: {err}")

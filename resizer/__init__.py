@@ -68,7 +68,14 @@ from resizer.originals import (
     sidecar_original_keys,
     sidecars,
 )
-from resizer.pinning import AdmissionSizing, admission_hold, admission_sizing, pinned_node_type, pinned_types
+from resizer.pinning import (
+    AdmissionSizing,
+    admission_hold,
+    admission_sizing,
+    pinned_node_type,
+    pinned_types,
+    plan_bound_pod,
+)
 from resizer.plan import (
     POD_LEVEL,
     PlanError,
@@ -120,6 +127,7 @@ __all__ = [
     "admission_stamp",
     "pinned_node_type",
     "pinned_types",
+    "plan_bound_pod",
     "sized_stamp",
     "baseline",
     "needs_resign",

@@ -20,7 +20,8 @@ from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
 from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
 from resizer.originals import OriginalsError, read_originals, read_pod_originals, sidecars
-from resizer.plan import POD_LEVEL, PlanError, ResizePlan, plan_resize
+from resizer.pinning import plan_bound_pod
+from resizer.plan import POD_LEVEL, PlanError, ResizePlan
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
 
@@ -211,12 +212,12 @@ def forecast_fleet(
         if decision.refused:
             not_resized.append(_held(pod, node, node_type, "OriginalsUnverified", decision.check.reason))
             continue
-        pod_level = node in pod_level_nodes
-        plan_key = _plan_key(decision.pod, node_type) + str(pod_level)
+        pod_level, sized = node in pod_level_nodes, decision.check.scope == "sized"
+        plan_key = _plan_key(decision.pod, node_type) + str((pod_level, sized))
         shared = memo.get(plan_key)
         if shared is None:
             shared = memo[plan_key] = forecast_pod(decision.pod, node, node_type, config, resize_restart_containers,
-                                                   pod_level)
+                                                   pod_level, sized)
         if decision.check.trust is Trust.TRUSTED_IF_ALIGNED and shared.outcome == "Resize":
             shared = _held(pod, node, node_type, "OriginalsUnverified",
                            f"{decision.check.reason}, and the pod is not aligned with them")
@@ -251,7 +252,7 @@ def _plan_key(pod: Mapping[str, Any], node_type: str) -> str:
 
 def forecast_pod(
     pod: Mapping[str, Any], node: str, node_type: str, config: CompiledConfig, resize_restart_containers: bool,
-    pod_level: bool = False,
+    pod_level: bool = False, sized_at_admission: bool = False,
 ) -> PodForecast:
     metadata = pod.get("metadata") or {}
     current_cpu, current_memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
@@ -272,7 +273,8 @@ def forecast_pod(
         )
 
     try:
-        plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level)
+        plan = plan_bound_pod(pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level,
+                              sized_at_admission)
     except (OriginalsError, PlanError) as error:
         return result("ResizeFailed", detail=str(error))
     return result(plan.outcome, plan)

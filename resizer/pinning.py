@@ -19,11 +19,12 @@ from typing import Any
 from resizer.annotations import is_controller_owned_key
 from resizer.config import CompiledConfig, Policy, resolve_policy
 from resizer.originals import originals_from_spec_annotations
-from resizer.plan import ResizePlan, plan_resize
+from resizer.plan import POD_LEVEL, ResizePlan, ResourceChange, plan_resize
 from resizer.preflight import limit_range_hold
 from resizer.quantity import format_cpu, format_memory
 
-__all__ = ["AdmissionSizing", "admission_hold", "admission_sizing", "pinned_node_type", "pinned_types"]
+__all__ = ["AdmissionSizing", "admission_hold", "admission_sizing", "pinned_node_type", "pinned_types",
+           "plan_bound_pod"]
 
 # node name -> its node-type label value (None: the node has no such label)
 NodeTypes = Mapping[str, str | None]
@@ -134,15 +135,18 @@ class AdmissionSizing:
 
 def admission_sizing(pod: Mapping[str, Any], config: CompiledConfig, node_type: str) -> AdmissionSizing | None:
     """The sizing of the pod as sent for ``node_type``, by the reconciler's own rules (the spec is
-    the baseline; restart-policy resources left alone, as the reconciler's default). None when
-    there is nothing to change (aligned already, or not sized: unknown type, QoS change,
-    pod-level resources, nothing sizable). Raises like :func:`resizer.plan.plan_resize`."""
+    the baseline; restart-policy resources left alone, as the reconciler's default). Pod-level
+    resources (``spec.resources``) are sized with the containers: at CREATE they need only the
+    PodLevelResources feature (the apiserver drops them without it, before admission), not the
+    node's in-place pod-level resize. None when there is nothing to change (aligned already, or
+    not sized: unknown type, QoS change, nothing sizable). Raises like
+    :func:`resizer.plan.plan_resize`."""
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     # The spec as sent is the baseline, whatever original-* the client wrote.
     as_sent = {**pod, "metadata": {**metadata, "annotations": {
         k: v for k, v in annotations.items() if not is_controller_owned_key(k)}}}
-    plan = plan_resize(as_sent, resolve_policy(config, as_sent), node_type)
+    plan = plan_resize(as_sent, resolve_policy(config, as_sent), node_type, pod_level=True)
     if plan.outcome != "Resize":
         return None
     return AdmissionSizing(node_type, plan, tuple(_ops(pod, plan)),
@@ -150,24 +154,28 @@ def admission_sizing(pod: Mapping[str, Any], config: CompiledConfig, node_type: 
 
 
 def _sized_pod(pod: Mapping[str, Any], plan: ResizePlan) -> dict[str, Any]:
-    """``pod`` with the plan's changes in its spec (what the ops leave): containers, and the
-    sidecars when a rule opts them in."""
+    """``pod`` with the plan's changes in its spec (what the ops leave): containers, the
+    sidecars when a rule opts them in, and the pod level (``spec.resources``)."""
     spec = dict(pod.get("spec") or {})
+    level = [change for change in plan.changed if change.container == POD_LEVEL]
+    if level:
+        spec["resources"] = _applied(spec.get("resources") or {}, level)
     for field, sidecar in (("containers", False), ("initContainers", True)):
         if field not in spec:
             continue
-        sized = []
-        for container in spec.get(field) or []:
-            resources = {kind: dict(values or {}) for kind, values in (container.get("resources") or {}).items()}
-            for change in plan.changed:
-                if change.container != container.get("name") or change.sidecar is not sidecar:
-                    continue
-                for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
-                    if amount is not None:
-                        resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
-            sized.append({**container, "resources": resources})
-        spec[field] = sized
+        spec[field] = [{**container, "resources": _applied(container.get("resources") or {}, [
+            change for change in plan.changed if change.container == container.get("name")
+            and change.sidecar is sidecar and change.container != POD_LEVEL])} for container in spec.get(field) or []]
     return {**pod, "spec": spec}
+
+
+def _applied(current: Mapping[str, Any], changes: Iterable[ResourceChange]) -> dict[str, Any]:
+    resources = {kind: dict(values or {}) for kind, values in current.items()}
+    for change in changes:
+        for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
+            if amount is not None:
+                resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
+    return resources
 
 
 _FORMAT = {"cpu": format_cpu, "memory": format_memory}
@@ -178,21 +186,39 @@ def _ops(pod: Mapping[str, Any], plan: ResizePlan) -> list[dict[str, Any]]:
     index = {(field, c.get("name")): i for field in ("containers", "initContainers")
              for i, c in enumerate(spec.get(field) or [])}
     ops: list[dict[str, Any]] = []
+    added: set[str] = set()     # the requests/limits maps an op creates (the next resource adds into it)
     for change in plan.changed:
-        field = "initContainers" if change.sidecar else "containers"
-        position = index[(field, change.container)]
-        base = f"/spec/{field}/{position}/resources"
-        resources = spec[field][position].get("resources") or {}
+        if change.container == POD_LEVEL:
+            base, resources = "/spec/resources", spec.get("resources") or {}
+        else:
+            field = "initContainers" if change.sidecar else "containers"
+            position = index[(field, change.container)]
+            base = f"/spec/{field}/{position}/resources"
+            resources = spec[field][position].get("resources") or {}
         for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
             if amount is None:
                 continue
             value = _FORMAT[change.resource](amount)
-            if isinstance(resources.get(kind), Mapping):
+            if isinstance(resources.get(kind), Mapping) or f"{base}/{kind}" in added:
                 ops.append({"op": "add", "path": f"{base}/{kind}/{change.resource}", "value": value})
             else:   # (the apiserver defaults requests from limits before admission: not expected)
                 ops.append({"op": "add", "path": f"{base}/{kind}", "value": {change.resource: value}})
-                resources = {**resources, kind: {}}
+                added.add(f"{base}/{kind}")
     return ops
+
+
+def plan_bound_pod(pod: Mapping[str, Any], policy: Policy, node_type: str, resize_restart_containers: bool,
+                   pod_level: bool, sized_at_admission: bool) -> ResizePlan:
+    """:func:`resizer.plan.plan_resize` for a bound pod; ``sized_at_admission``: its baseline is
+    the webhook's verified sized record. Such a pod with pod-level resources was created at its
+    size at both levels (no in-place resize needed): where its node cannot resize pod level, it
+    is still aligned while both levels hold the plan; only a change (e.g. a config edit) is left
+    alone there."""
+    plan = plan_resize(pod, policy, node_type, resize_restart_containers, pod_level)
+    if plan.outcome != "PodLevelResources" or not sized_at_admission:
+        return plan
+    at_both = plan_resize(pod, policy, node_type, resize_restart_containers, pod_level=True)
+    return at_both if at_both.outcome == "AlreadyAligned" else plan
 
 
 def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
@@ -205,6 +231,7 @@ def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
     grown = [c for c in sizing.plan.changed if c.desired_request > (c.current_request or 0)
              or (c.desired_limit is not None and c.current_limit is not None and c.desired_limit > c.current_limit)]
     if grown:
-        return f"the size grows {grown[0].container}'s {grown[0].resource} (a ResourceQuota is judged at CREATE)"
+        what = "the pod level" if grown[0].container == POD_LEVEL else f"{grown[0].container}'s"
+        return f"the size grows {what} {grown[0].resource} (a ResourceQuota is judged at CREATE)"
     hold = limit_range_hold(_sized_pod(pod, sizing.plan).get("spec") or {}, limit_ranges)
     return None if hold is None else f"LimitRange {hold.name} would refuse the size: {hold.detail}"

@@ -18,7 +18,7 @@ import pytest
 
 from devkit.kube import wait_for
 from devkit.processes import Webhook, WebhookCerts
-from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, original_key
+from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, original_key, pod_original_key
 from tests.cluster.test_real_node import (
     START_TIMEOUT,
     app_status,
@@ -31,7 +31,7 @@ from tests.cluster.test_real_node_outcomes import alone_on_the_real_node
 from tests.cluster.test_reconciler import CONFIG_YAML, Harness, guaranteed, ours, q, qos, resources
 from tests.cluster.test_webhook_cluster import Registration
 from tests.conftest import RealNode
-from devkit.kube import deployment
+from devkit.kube import container, deployment
 
 AUTHOR = guaranteed(cpu="1")        # n2d baseline; n4 cpuPerf 1.25 -> 800m, c3 1.3 -> 769m
 
@@ -188,6 +188,56 @@ def test_a_config_edit_and_a_node_relabel_re_align_them_from_their_originals(
                  timeout=60)
         assert ours(h.pod(pod_name))[original_key("app", "cpu", "request")] == "1"
     h.wait_applied("selector", "c3", timeout=60)
+
+
+def test_a_pod_with_pod_level_resources_is_created_at_its_size_at_both_levels(
+        sized: tuple[Harness, dict[str, str]]) -> None:
+    """spec.resources at CREATE needs only PodLevelResources (on since 1.34), not in-place
+    pod-level resize: the pod is created sized at both levels and bound with one write. A config
+    edit re-aligns both levels from the originals in one pods/resize where the node resizes pod
+    level (1.36 KWOK nodes declare it); on 1.35 that change is left alone (PodLevelResources)."""
+    from tests.cluster.test_pod_level_resources import minor, values
+    h, _ = sized
+    before = resizes_served(h)
+    reconciler = h.reconciler()
+    manifest = deployment("plr", 1, [container("app", {"cpu": "400m", "memory": "256Mi"},
+                                               {"cpu": "800m", "memory": "512Mi"})], node_selector={h.label: "n4"})
+    manifest["spec"]["template"]["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "512Mi"},
+                                                         "limits": {"cpu": "2", "memory": "1Gi"}}
+    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+    (pod,) = h.wait_running("plr")
+    name = pod["metadata"]["name"]
+    # 1 / 1.25 at both levels, as stored at CREATE (memPerf 1.0: memory unchanged).
+    at_n4 = {"requests": {"cpu": q("800m"), "memory": q("512Mi")}, "limits": {"cpu": q("1600m"), "memory": q("1Gi")}}
+    assert values(pod["spec"]["resources"]) == at_n4
+    assert resources(pod) == {"requests": {"cpu": q("320m"), "memory": q("256Mi")},
+                              "limits": {"cpu": q("640m"), "memory": q("512Mi")}}
+    assert ours(pod)[SIZED_AT_ADMISSION] == "n4" and pod["metadata"]["generation"] == 1
+    event = h.wait_event(name, "SizedAtAdmission", timeout=60)
+    assert "pod level: cpu 1 -> 800m" in event["message"], event["message"]
+    now = h.pod(name)
+    assert now["metadata"]["generation"] == 1 and values(now["spec"]["resources"]) == at_n4
+    assert qos(now) == "Burstable" and h.reasons(name) == ["SizedAtAdmission"]
+    annotations = ours(now)
+    assert annotations[pod_original_key("cpu", "request")] == "1", "the author's pod level, signed"
+    assert annotations[ORIGINALS_MAC].startswith("v1.p."), "bound to the pod by the reconciler's one write"
+    assert resizes_served(h) == before, "created at its size: no pods/resize"
+    assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods") == 1
+
+    # n4 twice as fast: from the originals, 1 CPU / 2 = 500m at pod level (from 800m: 400m).
+    h.config(CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 2.0"))
+    if minor(h) < 36:
+        h.wait_event(name, "PodLevelResources", timeout=60)
+        assert values(h.pod(name)["spec"]["resources"]) == at_n4 and resizes_served(h) == before
+        return
+    realigned = wait_for("both levels re-aligned", lambda: (p := h.pod(name)) and values(
+        p["spec"]["resources"])["requests"]["cpu"] == q("500m") and p, timeout=60)
+    assert values(realigned["spec"]["resources"]) == {
+        "requests": {"cpu": q("500m"), "memory": q("512Mi")}, "limits": {"cpu": q("1"), "memory": q("1Gi")}}
+    assert resources(realigned) == {"requests": {"cpu": q("200m"), "memory": q("256Mi")},
+                                    "limits": {"cpu": q("400m"), "memory": q("512Mi")}}
+    assert resizes_served(h) == before + 1, "both levels in one pods/resize"
+    assert ours(realigned)[pod_original_key("cpu", "limit")] == "2"
 
 
 def test_dry_run_reports_would_resize_at_admission_and_changes_nothing(h: Harness) -> None:

@@ -9,17 +9,20 @@ import pytest
 
 import resizer
 from devkit.jsonpatch import apply_patch
+from resizer.preflight import apply_patch as resize_patched
 from resizer import (
     ORIGINALS_MAC,
     SIZED_AT_ADMISSION,
     KeyRing,
     Trust,
+    admission_hold,
     admission_sizing,
     admission_stamp,
     baseline,
     load_config,
     originals_from_spec_annotations,
     pinned_node_type,
+    plan_bound_pod,
     plan_resize,
     resolve_policy,
     sized_stamp,
@@ -280,3 +283,102 @@ def test_the_plan_table_names_the_pods_sized_at_admission() -> None:
         in forecast_table(forecast, info)
     (entry,) = forecast_json(forecast, info)["workloads"][0]["podPlans"]
     assert entry["sizedAtAdmission"] == "n4"
+
+
+# Pod-level resources (spec.resources): sized at both levels at CREATE.
+POD_LEVEL = {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+BURSTABLE = {"requests": {"cpu": "400m", "memory": "256Mi"}, "limits": {"cpu": "800m", "memory": "512Mi"}}
+
+
+def pod_level(level: dict[str, Any] | None = None, containers: dict[str, Any] | None = None,
+              spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    sent = pod({"nodeSelector": {LABEL: "n4"}, "resources": copy.deepcopy(level or POD_LEVEL), **(spec or {})})
+    sent["spec"]["containers"][0]["resources"] = copy.deepcopy(containers or BURSTABLE)
+    return sent
+
+
+def test_pod_level_resources_are_sized_at_admission_at_both_levels() -> None:
+    sent = pod_level()
+    sizing = admission_sizing(sent, CONFIG, "n4")
+    assert sizing is not None
+    sized = apply_patch(copy.deepcopy(sent), list(sizing.ops))
+    # 1 / 1.25 at both levels; memory (memPerf 1.0) unchanged.
+    assert sized["spec"]["resources"] == {"requests": {"cpu": "800m", "memory": "512Mi"},
+                                          "limits": {"cpu": "1600m", "memory": "1Gi"}}
+    assert sized["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "320m", "memory": "256Mi"},
+                                                           "limits": {"cpu": "640m", "memory": "512Mi"}}
+    assert resizer.pod_qos_class(sized["spec"]) == resizer.pod_qos_class(sent["spec"]) == "Burstable"
+    assert dict(sizing.sized) == originals_from_spec_annotations(sized)
+    assert sizing.sized[resizer.pod_original_key("cpu", "request")] == "800m"
+    # What the webhook sizes is the reconciler's plan with pod level on: the same values.
+    planned = plan_resize(sent, resolve_policy(CONFIG, sent), "n4", pod_level=True)
+    assert sized["spec"] == resize_patched(sent, planned.patch)
+
+
+def test_pod_level_values_are_raised_to_what_the_apiserver_validates() -> None:
+    """Two containers clamped at the 50m floor sum to 100m: the pod-level request (120m x 0.8 =
+    96m) is raised to it, as the apiserver requires pod level >= the containers' aggregate."""
+    sent = pod_level({"requests": {"cpu": "120m"}}, {"requests": {"cpu": "60m"}})
+    sent["spec"]["containers"].append({"name": "side", "resources": {"requests": {"cpu": "60m"}}})
+    sizing = admission_sizing(sent, CONFIG, "n4")
+    assert sizing is not None
+    sized = apply_patch(copy.deepcopy(sent), list(sizing.ops))
+    assert [c["resources"]["requests"]["cpu"] for c in sized["spec"]["containers"]] == ["50m", "50m"]
+    assert sized["spec"]["resources"] == {"requests": {"cpu": "100m"}}
+
+
+def test_a_pod_with_pod_level_resources_sized_at_admission_is_aligned_for_the_reconciler() -> None:
+    stored = created(pod_level())
+    decision = baseline(stored, KEYS)
+    assert decision.check.trust is Trust.TRUSTED and decision.check.scope == "sized"
+    assert decision.pod["metadata"]["annotations"][resizer.pod_original_key("cpu", "limit")] == "2"
+    policy = resolve_policy(CONFIG, stored)
+    assert plan_resize(decision.pod, policy, "n4", pod_level=True).outcome == "AlreadyAligned"
+    # A node that cannot resize pod level in place: created at its size, nothing to resize, still aligned.
+    assert plan_bound_pod(decision.pod, policy, "n4", False, False, True).outcome == "AlreadyAligned"
+    assert plan_bound_pod(decision.pod, policy, "n4", False, False, False).outcome == "PodLevelResources"
+    # A config edit re-aligns both levels from the originals (1 CPU / 2.0), not from 800m.
+    faster = load_config(CONFIG_TEXT.replace("n4:  { cpuPerf: 1.25", "n4:  { cpuPerf: 2.0"))
+    edited = resolve_policy(faster, stored)
+    plan = plan_bound_pod(decision.pod, edited, "n4", False, True, True)
+    assert plan.patch == {"spec": {"resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}},
+                                   "containers": [{"name": "app", "resources": {
+                                       "requests": {"cpu": "200m"}, "limits": {"cpu": "400m"}}}]}}
+    # ... where the node can resize pod level; elsewhere the change is left alone.
+    assert plan_bound_pod(decision.pod, edited, "n4", False, False, True).outcome == "PodLevelResources"
+
+
+def test_a_changed_pod_level_value_voids_the_sized_record() -> None:
+    stored = created(pod_level())
+    stored["spec"]["resources"]["requests"]["cpu"] = "900m"
+    decision = baseline(stored, KEYS)
+    assert decision.check.trust is Trust.RECAPTURE and decision.check.tampered
+
+
+def test_admission_hold_judges_the_pod_level_values() -> None:
+    config = load_config(CONFIG_TEXT.replace("bounds:", "  slow: { cpuPerf: 0.5, memPerf: 1.0 }\nbounds:"))
+    # Only the pod level has a cpu request: on a slower type it would grow.
+    sent = pod_level({"requests": {"cpu": "1"}}, {"requests": {"memory": "256Mi"}})
+    growing = admission_sizing(sent, config, "slow")
+    assert growing is not None
+    assert admission_hold(sent, growing, ()) == "the size grows the pod level cpu (a ResourceQuota is judged at CREATE)"
+    # A Pod LimitRange is judged on the pod-level values (what the apiserver counts): 800m < 900m.
+    shrinking = admission_sizing(pod_level(), CONFIG, "n4")
+    assert shrinking is not None
+    floor = {"metadata": {"name": "floor"}, "spec": {"limits": [{"type": "Pod", "min": {"cpu": "900m"}}]}}
+    held = admission_hold(pod_level(), shrinking, [floor])
+    assert held is not None and "LimitRange floor" in held and "800m" in held, held
+    assert admission_hold(pod_level(), shrinking, ()) is None
+
+
+def test_plan_shows_a_pod_sized_at_both_levels_aligned_on_any_node() -> None:
+    from resizer.forecast import forecast_fleet
+    from resizer.scope import namespace_scope
+    stored = created(pod_level())
+    stored["spec"]["nodeName"] = "node-n4"
+    stored["status"] = {"phase": "Running"}
+    for pod_level_nodes in (frozenset(), frozenset({"node-n4"})):
+        forecast = forecast_fleet([stored], NODES, CONFIG, namespace_scope(None, [], ""), keyring=KEYS,
+                                  pod_level_nodes=pod_level_nodes)
+        (entry,) = [p for g in forecast.workloads for p in g.pods]
+        assert entry.outcome == "AlreadyAligned" and entry.sized_at_admission == "n4"
