@@ -91,6 +91,8 @@ class Reconciler:
         metrics.freed_source[:] = [freed.totals]
         self.stop = asyncio.Event()
         self.active = False
+        # --originals-keys-secret: not ready before the Secret is read (or created), standby included.
+        self.keys_loaded = self.secret_keys is None
 
     def _config_changed(self) -> None:
         self.manager.on_config_change()
@@ -105,6 +107,7 @@ class Reconciler:
             log.error("originals keys unusable; exiting", extra={"error": str(err)})
             return False
         self.keyring = KeyRing(self.secret_keys.keys)
+        self.keys_loaded = True
         log.info("originals keys loaded", extra={"secret": self.secret_keys.where,
                                                  "keyIds": sorted(self.secret_keys.keys)})
         return True
@@ -146,7 +149,13 @@ class Reconciler:
             synced = self.manager.synced
             return synced, "synced" if synced else "syncing"
 
-        return {"config": config, "caches": caches}
+        def keys() -> tuple[bool, str]:
+            if self.keys_loaded:
+                return True, "loaded"
+            where = self.secret_keys.where if self.secret_keys is not None else "?"
+            return False, f"reading the originals keys ({where})"
+
+        return {"keys": keys, "config": config, "caches": caches}
 
     # ---- main loop
 
