@@ -304,13 +304,21 @@ def _original_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     return cpu, memory
 
 
+def _pod_level_request(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str) -> int | None:
+    """The pod-level request of ``resource``; None when unset or unreadable (then the containers count)."""
+    value = (((pod.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(resource)
+    if value is None:
+        return None
+    try:
+        return units(coerce_quantity(value))
+    except QuantityError:
+        return None
+
+
 def _requests(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str) -> int:
-    pod_level = (((pod.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(resource)
+    pod_level = _pod_level_request(pod, units, resource)
     if pod_level is not None:
-        try:
-            return units(coerce_quantity(pod_level))
-        except QuantityError:
-            pass
+        return pod_level
     total = 0
     for container in [*((pod.get("spec") or {}).get("containers") or []), *sidecars(pod)]:
         value = ((container.get("resources") or {}).get("requests") or {}).get(resource)

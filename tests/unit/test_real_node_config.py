@@ -5,11 +5,8 @@ Pure functions of their inputs; the real node itself is tested in tests/cluster/
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import io
 import json
-import sys
 import tarfile
 import tomllib
 from pathlib import Path
@@ -17,18 +14,12 @@ from types import ModuleType
 
 import pytest
 
-HACK_CLUSTER = Path(__file__).resolve().parents[2] / "hack" / "cluster"
+from tests.unit.hack_cluster import load_hack_cluster
 
 
 @pytest.fixture(scope="module")
 def cluster() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("hack_cluster", str(HACK_CLUSTER))
-    spec = importlib.util.spec_from_loader("hack_cluster", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hack_cluster"] = module        # dataclasses look their module up
-    loader.exec_module(module)
-    return module
+    return load_hack_cluster()
 
 
 def read_archive(path: Path) -> dict[str, bytes]:

@@ -2,22 +2,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 from reconciler.options import parse
 from reconciler.run import Reconciler
 from resizer import KeyRing
-
-
-def kubeconfig(tmp_path: Path) -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"}))
-    return str(path)
+from tests.unit.test_reconciler_startup import kubeconfig
 
 
 class SecretRead:

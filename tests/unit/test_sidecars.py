@@ -387,7 +387,7 @@ def test_a_pod_sized_before_sidecars_had_originals_records_them_before_its_sidec
     fake.add_pod(old)
 
     class Crash(Exception):
-        pass
+        """The process dies right after step 1."""
 
     def crash(step: str) -> None:
         if step == Step.ORIGINALS:
