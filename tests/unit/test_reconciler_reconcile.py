@@ -751,10 +751,12 @@ def test_an_infeasible_size_is_retried_when_the_config_plans_another_size():
 
 def test_a_crash_between_recording_infeasible_and_the_revert_still_reverts_without_a_second_report():
     fake = cluster(pod(stamped=True))
-    run(reconciler(fake).reconcile(KEY))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
+    rec._fault = crash_after(Step.STATE)    # the record bound the originals it resized from to the pod
     with pytest.raises(Crash):
-        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+        run(rec.reconcile(KEY))
     run(reconciler(fake).reconcile(KEY))
     assert spec_cpu(fake) == ("1", "1") and fake.ops() == ["resize", "annotate", "resize"]
     assert len(fake.events) <= 1
@@ -762,10 +764,12 @@ def test_a_crash_between_recording_infeasible_and_the_revert_still_reverts_witho
 
 def test_a_crash_right_after_the_revert_leaves_the_pod_parked_and_reported_once():
     fake = cluster(pod(stamped=True))
-    run(reconciler(fake).reconcile(KEY))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
+    rec._fault = crash_after(Step.REVERT)
     with pytest.raises(Crash):
-        run(reconciler(fake, fault=crash_after(Step.REVERT)).reconcile(KEY))
+        run(rec.reconcile(KEY))
     fake.settle(KEY)
     restarted = reconciler(fake)
     run(restarted.reconcile(KEY))
@@ -865,10 +869,10 @@ def test_a_failing_resize_the_kubelet_actuates_as_we_give_up_is_not_set_back():
 
 def test_a_crash_after_recording_an_actuation_error_reports_it_once_and_still_gives_up_in_bounds():
     clock = FakeClock()
-    fake, _ = failing_pod(clock)
+    fake, rec = failing_pod(clock)
+    rec._fault = crash_after(Step.STATE)    # the record bound the originals it resized from to the pod
     with pytest.raises(Crash):
-        run(reconciler(fake, clock=clock, fault=crash_after(Step.STATE), error_retries=3,
-                       error_backoff=30.0).reconcile(KEY))
+        run(rec.reconcile(KEY))
     restarted = reconciler(fake, clock=clock, error_retries=3, error_backoff=30.0)
     checks = 0
     while (result := run(restarted.reconcile(KEY))).requeue_after is not None:
