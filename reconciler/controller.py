@@ -259,7 +259,7 @@ class PodResizeReconciler:
         if flight is None and not resized_from_originals(plan) and recorded_state(pod, node_type) is None:
             # Aligned and never resized: only the originals and the record of what was applied to write.
             return await self._writes.write(pod, node, node_type, signature, plan, context, base, generation)
-        return await self._follow.follow(pod, node, node_type, plan, context, generation)
+        return await self._follow.follow(pod, node, node_type, plan, context, generation, base)
 
     async def _plan(self, pod: Obj, node: Obj, node_type: str,
                     signature: tuple[Any, ...]) -> tuple[Baseline, ResizePlan] | Result:

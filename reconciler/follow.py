@@ -2,16 +2,19 @@
 
 Actuated ends in step 3 (reconciler.writes); deferred, infeasible, failing and unsupported are
 recorded in the resize-state annotation before they are reported, and an infeasible or finally
-failing size is set back to what the containers have (docs/how-it-works.md).
+failing size is set back to what the containers have, if that is a size the product knows the pod
+had (reconciler.revert; docs/how-it-works.md).
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 from reconciler import metrics
 from reconciler.kube import ApiError
+from reconciler.kube.informer import object_key
 from reconciler.memory import DONE, Context, InFlight, Result, Step
-from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, observe, revert_patch
+from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, observe
 from reconciler.pods import (
     duration,
     format_time,
@@ -25,8 +28,11 @@ from reconciler.pods import (
 from reconciler.ports import Obj
 from reconciler.reasons import EventType, Reason
 from reconciler.report import Reporter
+from reconciler.revert import Revert, decide_revert, size_of_originals
 from reconciler.writes import Writes
-from resizer import ResizePlan
+from resizer import Baseline, ResizePlan, Trust
+
+log = logging.getLogger(__name__)
 
 
 class Follow:
@@ -38,8 +44,9 @@ class Follow:
         self._writes = writes
 
     async def follow(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, context: str,
-                     generation: int) -> Result:
-        """The spec holds the plan; act on what the kubelet reports about it."""
+                     generation: int, base: Baseline) -> Result:
+        """The spec holds the plan (from ``base``, the baseline authority's decision); act on what
+        the kubelet reports about it."""
         observation = observe(pod)
         if observation.stage == Stage.ACTUATED:
             return await self._actuated(pod, node_type, plan, context, generation)
@@ -50,9 +57,9 @@ class Follow:
             return await self._deferred(pod, node_type, observation)
         try:
             if observation.stage == Stage.INFEASIBLE:
-                return await self._infeasible(pod, node, node_type, plan, observation.message)
+                return await self._infeasible(pod, node, node_type, plan, base, observation.message)
             if observation.stage == Stage.ERROR:
-                return await self._failing(pod, node, node_type, plan, observation)
+                return await self._failing(pod, node, node_type, plan, base, observation)
         except ApiError as err:
             # Their writes are conditional on the pod as read (they judge the status in hand):
             # it changed, e.g. the kubelet took the size after all. Its watch event decides again.
@@ -102,31 +109,43 @@ class Follow:
                                     f"applies it as soon as the node has room): {observation.message}")
         return DONE
 
-    async def _infeasible(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, message: str) -> Result:
-        """The kubelet will never take this size: record it, then set the spec back to the actual size.
+    async def _infeasible(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, base: Baseline,
+                          message: str) -> Result:
+        """The kubelet will never take this size: record it, then set the spec back to the actual size
+        (if the product knows the pod had it; else keep the spec and say so, once).
 
-        Both writes are conditional on the pod as read (409 otherwise, see follow): the revert
+        All writes are conditional on the pod as read (409 otherwise, see follow): the revert
         is computed from the status in hand, and a kubelet that actuated the size meanwhile
         (e.g. its node grew) must not have it taken back (nor the pod marked infeasible)."""
         self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
         state = recorded_state(pod, node_type)
         size = size_fingerprint(plan)
         allocatable = allocatable_fingerprint(node)
+        revert = self._revert_of(pod, base)
         resource_version = pod["metadata"]["resourceVersion"]
         if state is None or state.state != Stage.INFEASIBLE or state.size != size or state.allocatable != allocatable:
             # (Recorded again when only the allocatable changed: parked at the node as it is now.)
             resource_version = await self._writes.record(pod, ResizeState(
-                Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"), size, allocatable),
-                resource_version=resource_version)
+                Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"), size, allocatable,
+                kept=bool(revert.refused)), resource_version=resource_version)
             metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
+            outcome = "the spec is kept at the planned size (see RevertRefused)" if revert.refused else (
+                "the spec is set back to what the containers have, and this size is not tried again until the "
+                "node's type or allocatable or the planned size changes")
             await self._reporter.report(pod, plan, EventType.WARNING, Reason.RESIZE_INFEASIBLE,
-                                        f"node {pod['spec']['nodeName']} cannot take the new size ({message}); the "
-                                        f"spec is set back to what the containers have, and this size is not tried "
-                                        f"again until the node's type or allocatable or the planned size changes")
-        await self._revert(pod, resource_version)
+                                        f"node {pod['spec']['nodeName']} cannot take the new size ({message}); "
+                                        f"{outcome}")
+            if revert.refused:
+                await self._report_kept(pod, plan, revert)
+        elif revert.refused and not state.kept:
+            resource_version = await self._writes.record(pod, replace(state, kept=True),
+                                                         resource_version=resource_version)
+            await self._report_kept(pod, plan, revert)
+        if not revert.refused:
+            await self._revert(pod, revert.patch, resource_version)
         return DONE
 
-    async def _failing(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan,
+    async def _failing(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, base: Baseline,
                        observation: Observation) -> Result:
         """Actuation failed: the kubelet retries on each pod sync; we re-check with backoff, then give up."""
         uid = pod_uid(pod)
@@ -140,9 +159,9 @@ class Follow:
         resource_version = pod["metadata"]["resourceVersion"]
         if state is None or state.state != Stage.ERROR or state.size != size:
             # Conditional like the revert that may follow (409 otherwise, see follow).
-            resource_version = await self._writes.record(pod, ResizeState(
-                Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)),
-                resource_version=resource_version)
+            state = ResizeState(Stage.ERROR, node_type, pod["metadata"].get("generation"), size,
+                                allocatable_fingerprint(node))
+            resource_version = await self._writes.record(pod, state, resource_version=resource_version)
             metrics.RESIZE_OUTCOMES.labels("error").inc()
             await self._reporter.report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
                                         f"the kubelet could not actuate the resize: {observation.message}")
@@ -154,12 +173,23 @@ class Follow:
             flight.error_checks += 1
             flight.next_error_check = now + self._c.options.error_backoff * 2 ** flight.error_checks
             return Result(requeue_after=flight.next_error_check - now)
-        return await self._give_up(pod, plan, flight, observation, resource_version)
+        return await self._give_up(pod, plan, base, flight, state, observation, resource_version)
 
-    async def _give_up(self, pod: Obj, plan: ResizePlan, flight: InFlight, observation: Observation,
-                       resource_version: str) -> Result:
-        """The last check of a failing resize: set the spec back to what the containers have."""
-        await self._revert(pod, resource_version)       # a 409 leaves the checks as they are
+    async def _give_up(self, pod: Obj, plan: ResizePlan, base: Baseline, flight: InFlight, state: ResizeState,
+                       observation: Observation, resource_version: str) -> Result:
+        """The last check of a failing resize: set the spec back to what the containers have (if
+        the product knows the pod had it; else keep the spec and say so, once)."""
+        revert = self._revert_of(pod, base)
+        if revert.refused:
+            if not state.kept:
+                await self._writes.record(pod, replace(state, kept=True), resource_version=resource_version)
+                flight.error_checks += 1
+                await self._reporter.report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
+                                            f"the resize still failed after {flight.error_checks} checks; the spec "
+                                            f"is kept at the planned size (see RevertRefused): {observation.message}")
+                await self._report_kept(pod, plan, revert)
+            return DONE
+        await self._revert(pod, revert.patch, resource_version)     # a 409 leaves the checks as they are
         flight.error_checks += 1
         metrics.RESIZE_OUTCOMES.labels("error_reverted").inc()
         await self._reporter.report(pod, plan, EventType.WARNING, Reason.RESIZE_ERROR,
@@ -183,11 +213,28 @@ class Follow:
                                     f"have the new size (it takes effect when they restart); wanted for {context}")
         return DONE
 
-    async def _revert(self, pod: Obj, resource_version: str) -> None:
-        """Set the spec back to what the containers of `pod` have, conditional on `resource_version`
+    def _revert_of(self, pod: Obj, base: Baseline) -> Revert:
+        """Whether what the containers of `pod` report is a size to set the spec back to
+        (reconciler.revert): the sizes before our resize, from memory, or after a restart the
+        originals (bounding the revert only where the baseline authority trusts them)."""
+        flight = self._c.memory.in_flight.get(pod_uid(pod))
+        before = flight.before if flight is not None else ()
+        return decide_revert(pod, before, None if before else size_of_originals(base.pod),
+                             base.check.trust is Trust.TRUSTED)
+
+    async def _report_kept(self, pod: Obj, plan: ResizePlan, revert: Revert) -> None:
+        metrics.RESIZE_OUTCOMES.labels("revert_refused").inc()
+        log.warning("the containers report resources the product never set: the spec is not set back to them",
+                    extra={"pod": object_key(pod), "reported": revert.reported, "why": revert.refused})
+        await self._reporter.report(pod, plan, EventType.WARNING, Reason.REVERT_REFUSED,
+                                    f"the containers report resources the product never set ({revert.reported}: "
+                                    f"{revert.refused}); the spec is not set back to them and stays at the planned "
+                                    f"size")
+
+    async def _revert(self, pod: Obj, patch: Obj, resource_version: str) -> None:
+        """Send `patch` (what the containers of `pod` have), conditional on `resource_version`
         (the pod as read, or as our own write of its state left it): 409 if anything changed since."""
         uid = pod_uid(pod)
-        patch = revert_patch(pod)
         if not patch:
             return
         try:

@@ -9,6 +9,7 @@ from reconciler import metrics
 from reconciler.gates import Gate, HoldMemory, OpenGate
 from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import ConfigView, FaultHook, Obj, PodWriter
+from reconciler.revert import Size
 from reconciler.settings import ControllerSettings
 from resizer import APPLIED_INSTANCE_TYPE, RESIZE_STATE, KeyRing, node_resizes_pod_level
 
@@ -44,6 +45,10 @@ class InFlight:
     # The original-* annotations verified and resized from (None: not known to be verified, e.g. a
     # failing resize first seen after a restart): the baseline authority trusts them while unchanged.
     originals: Mapping[str, str] | None = None
+    # The sizes the spec held right before this resize and before any earlier one of ours the
+    # kubelet never answered, newest first (empty: unknown, e.g. requested by an earlier process):
+    # what a revert may set the spec back to (reconciler.revert).
+    before: tuple[Size, ...] = ()
 
 
 @dataclass

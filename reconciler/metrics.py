@@ -42,7 +42,7 @@ RESIZE_ACTUATION = Histogram(
 RESIZE_OUTCOMES = Counter(
     "workload_resizer_resize_outcomes_total",
     "Resizes by how they ended or stalled (actuated, deferred, deferred_too_long, infeasible, error, "
-    "error_reverted, unsupported).", ["outcome"])
+    "error_reverted, revert_refused, unsupported).", ["outcome"])
 RESIZES_HELD = Gauge(
     "workload_resizer_resizes_held",
     "Pods whose resize is not sent because a constraint would refuse it or another controller sizes them, "
@@ -56,7 +56,7 @@ ORIGINALS_UNKNOWN_KEY_PODS = Gauge(
 # a series that first appears at 1 shows no increase() in PromQL, so an alert on the first
 # failure after a (re)start would never fire.
 RESIZE_OUTCOME_VALUES = ("actuated", "deferred", "deferred_too_long", "infeasible", "error", "error_reverted",
-                         "unsupported")
+                         "revert_refused", "unsupported")
 WAITING_STATES = ("requested", "deferred", "infeasible", "error")
 RECONCILE_RESULTS = ("success", "error", "requeue_after")
 HELD_CONSTRAINTS = ("LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPriority", "VerticalPodAutoscaler")

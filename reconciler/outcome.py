@@ -193,12 +193,15 @@ class ResizeState:
     requested_at: str = ""          # RFC 3339, when the resize was requested (if known)
     warned: bool = False            # deferred: the too-long Warning was reported
     reverted: bool = False          # infeasible/error: the spec was set back to the actual size
+    # infeasible/error: the containers report a size the product never set, so the spec was kept
+    # at the planned size (the RevertRefused Warning was reported)
+    kept: bool = False
 
     def encode(self) -> str:
         record = {"state": str(self.state), "nodeType": self.node_type, "generation": self.generation}
         for key, value in (("size", self.size), ("allocatable", self.allocatable),
                            ("requestedAt", self.requested_at), ("warned", self.warned),
-                           ("reverted", self.reverted)):
+                           ("reverted", self.reverted), ("kept", self.kept)):
             if value:
                 record[key] = value
         return json.dumps(record, separators=(",", ":"), sort_keys=True)
@@ -216,7 +219,7 @@ class ResizeState:
                 return None
             return ResizeState(state, record["nodeType"], generation, str(record.get("size", "")),
                                str(record.get("allocatable", "")), str(record.get("requestedAt", "")),
-                               bool(record.get("warned")), bool(record.get("reverted")))
+                               bool(record.get("warned")), bool(record.get("reverted")), bool(record.get("kept")))
         except (ValueError, KeyError, TypeError):
             return None
 

@@ -28,6 +28,7 @@ class Reason(StrEnum):
     RESIZE_DEFERRED = "ResizeDeferred"          # the kubelet deferred the resize (Normal; Warning when too long)
     RESIZE_INFEASIBLE = "ResizeInfeasible"      # the node can never take the size; spec set back to the actual
     RESIZE_ERROR = "ResizeError"                # the kubelet failed to actuate (its message)
+    REVERT_REFUSED = "RevertRefused"            # the containers report a size we never set: the spec is kept
     RESIZE_HELD = "ResizeHeld"                  # not sent: a LimitRange, ResourceQuota or the node's room would refuse it
     POD_LEVEL_RESOURCES = "PodLevelResources"   # left alone: spec.resources set, the node cannot resize it
     VPA_MANAGED = "VPAManaged"                  # left alone: an updating VerticalPodAutoscaler sizes the pod

@@ -27,6 +27,7 @@ from reconciler.pods import (aligned_message, pod_uid, situation, size_fingerpri
                              with_annotations)
 from reconciler.ports import Obj
 from reconciler.reasons import EventType, Reason
+from reconciler.revert import sizes_before
 from reconciler.report import Reporter
 from resizer import (
     APPLIED_AT,
@@ -164,10 +165,12 @@ class Writes:
                 return await self._rejected(pod, node, node_type, signature, plan, context, err)
             self._c.gate.sent(pod, plan.patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
+        previous = self._c.memory.in_flight.get(pod_uid(pod))
         self._c.memory.in_flight[pod_uid(pod)] = InFlight(
             node_type, resized["metadata"].get("generation") or 0, self._c.clock(), plan.summary(),
             "re-aligned" if realigned else "resized", config_generation=generation,
-            originals=original_annotations(pod))
+            originals=original_annotations(pod),
+            before=sizes_before(pod, previous.before if previous is not None else ()))
         self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
         return DONE
 

@@ -10,10 +10,14 @@ of API writes.
 """
 from __future__ import annotations
 
+import copy
 import json
 import signal
 import time
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from resizer import RESIZE_STATE
 from tests.cluster.test_reconciler import (
@@ -25,7 +29,10 @@ from tests.cluster.test_reconciler import (
     resources,
     status_resources,
 )
-from devkit.kube import wait_for
+from devkit.chart import ensure_helm
+from devkit.kube import ApiError, Kube, wait_for
+from devkit.processes import Reconciler
+from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 
 # The kubelet's (and the 1.36 apiserver's) own verdict on a size the node cannot take: sent only
 # with the NodeHeadroom preflight off (it would hold the resize instead, see test_preflight.py).
@@ -248,3 +255,112 @@ def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is
     assert [e["count"] for e in h.events(name)] == [1]
     # originals, the resize, the state record, one Event: nothing else.
     assert metric_snapshot(proc) == {"PATCH pods": 2, "PATCH pods/resize": 1, "POST events": 1, "PATCH events": 0}
+
+
+# ---------------------------------------------------------------- a forged status never steers a revert
+
+SEVEN = {"requests": {"cpu": "7", "memory": "16Gi"}, "limits": {"cpu": "7", "memory": "16Gi"}}
+
+
+@pytest.fixture
+def chart_world(h: Harness) -> Iterator[tuple[Harness, dict[str, str], str, Kube]]:
+    """The chart's RBAC, config and admission policies in the test's namespace; (harness, chart
+    names, the reconciler's kubeconfig as the chart's ServiceAccount, a tenant allowed to edit
+    the namespace's pods and to update their status)."""
+    kube, ns = h.kube, h.ns
+    tokens = install_rbac(kube, ensure_helm(), ns)
+    kube.create(f"/api/v1/namespaces/{ns}/serviceaccounts",
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}})
+    kube.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "status-writer"},
+        "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]}]})
+    for role, kind in (("edit", "ClusterRole"), ("status-writer", "Role")):
+        kube.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"tenant-{role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
+    token = kube.create(f"/api/v1/namespaces/{ns}/serviceaccounts/tenant/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    try:
+        yield (h, chart_names(ns), kubeconfig_for_token(h.cluster, tokens["reconciler"]),
+               Kube(kubeconfig_for_token(h.cluster, token["status"]["token"])))
+    finally:
+        uninstall_rbac(kube, ns)
+
+
+def chart_reconciler(h: Harness, names: dict[str, str], kubeconfig: str, name: str) -> Reconciler:
+    """The reconciler as the chart's ServiceAccount, with the chart's config; a failing resize is
+    re-checked only after 10 minutes (this test never lets it give up on its own)."""
+    proc = Reconciler(kubeconfig, f"--config-namespace={h.ns}", f"--config-name={names['config']}",
+                      f"--node-type-label={h.label}", "--resize-error-backoff=10m", name=name)
+    h.processes.append(proc)
+    proc.wait_ready()
+    return proc
+
+
+def forge_infeasible(tenant: Kube, h: Harness, name: str, reported: dict[str, Any]) -> None:
+    """The tenant's pods/status update: the resize is Infeasible and the containers have `reported`
+    (read-modify-write, again on a conflict with the fake kubelet)."""
+    path = f"/api/v1/namespaces/{h.ns}/pods/{name}/status"
+    for _ in range(10):
+        pod = tenant.get(f"/api/v1/namespaces/{h.ns}/pods/{name}")
+        forged = copy.deepcopy(pod)
+        forged["status"]["conditions"] = [c for c in pod["status"].get("conditions") or []
+                                          if c["type"] != "PodResizePending"] + [{
+            "type": "PodResizePending", "status": "True", "reason": "Infeasible",
+            "message": "Node didn't have enough capacity (written by the tenant)",
+            "observedGeneration": pod["metadata"]["generation"],
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+        for status in forged["status"]["containerStatuses"]:
+            status["resources"] = copy.deepcopy(reported)
+        try:
+            tenant.request("PUT", path, forged)
+            return
+        except ApiError as err:
+            if err.status != 409:
+                raise
+    raise AssertionError("the status kept changing under the tenant's update")
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["in-flight", "after-a-restart"])
+def test_a_forged_status_never_steers_a_revert(chart_world, restart: bool) -> None:
+    """While the product's resize (1 CPU/256Mi -> 800m on n4, the chart's config) waits on a
+    kubelet that fails to actuate it, a tenant allowed to update pods/status (the chart's admission
+    policies in force; they guard annotations, not conditions) reports Infeasible with containers
+    at 7 CPU/16Gi. The spec never goes above the admitted 1 CPU x 0.8: nothing is set back, the
+    infeasible state is recorded, one RevertRefused Warning names the forged values. After a
+    restart (no memory of the resize) the same, decided from the pod's originals."""
+    h, names, kubeconfig, tenant = chart_world
+    node = outcome_node(h, "forged", "error")
+    name = one_pod(h, node)
+    proc = chart_reconciler(h, names, kubeconfig, "reconciler-1")
+    h.wait_event(name, "ResizeError")       # the resize is in flight: the kubelet fails to actuate it
+    assert resources(h.pod(name)) == ON_N4 and status_resources(h.pod(name)) == ADMITTED
+    if restart:
+        proc.proc.send_signal(signal.SIGKILL)
+        proc.proc.wait(10)
+    forge_infeasible(tenant, h, name, SEVEN)
+    if restart:
+        proc = chart_reconciler(h, names, kubeconfig, "reconciler-2")
+
+    pod = wait_for("the reconciler's decision on the forged status", lambda: (
+        p if (p := h.pod(name))["metadata"]["generation"] > 2 or "RevertRefused" in h.reasons(name) else None))
+    assert resources(pod) == ON_N4, "the spec stays at admitted x ratio"
+    assert pod["metadata"]["generation"] == 2, "the one resize, no revert"
+    refused = h.wait_event(name, "RevertRefused")
+    assert refused["type"] == "Warning" and "never set" in refused["message"]
+    assert "cpu 7" in refused["message"] and "memory 16Gi" in refused["message"]
+    recorded = state(h, name)
+    assert recorded is not None and recorded["state"] == "infeasible" and recorded["kept"] is True
+    assert described(h, name) == [("Warning", "ResizeError"), ("Warning", "ResizeInfeasible"),
+                                  ("Warning", "RevertRefused")]
+    assert "the spec is kept" in h.wait_event(name, "ResizeInfeasible")["message"]
+    assert any("never set" in line for line in proc.log_lines())
+
+    # Another watch event of the pod (the tenant's own annotation): decided again, still nothing set back.
+    reconciled = proc.metric("controller_runtime_reconcile_total")
+    tenant.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"annotations": {"note": "again"}}})
+    wait_for("another reconcile of the pod", lambda: proc.metric("controller_runtime_reconcile_total") > reconciled)
+    assert proc.metric("rest_client_requests_total", method="PATCH", resource="pods/resize") == (0 if restart else 1)
+    assert resources(h.pod(name)) == ON_N4 and h.pod(name)["metadata"]["generation"] == 2
+    assert [e["count"] for e in h.events(name)] == [1, 1, 1]

@@ -751,10 +751,12 @@ def test_an_infeasible_size_is_retried_when_the_config_plans_another_size():
 
 def test_a_crash_between_recording_infeasible_and_the_revert_still_reverts_without_a_second_report():
     fake = cluster(pod(stamped=True))
-    run(reconciler(fake).reconcile(KEY))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
+    rec._fault = crash_after(Step.STATE)    # the record bound the originals it resized from to the pod
     with pytest.raises(Crash):
-        run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
+        run(rec.reconcile(KEY))
     run(reconciler(fake).reconcile(KEY))
     assert spec_cpu(fake) == ("1", "1") and fake.ops() == ["resize", "annotate", "resize"]
     assert len(fake.events) <= 1
@@ -762,10 +764,12 @@ def test_a_crash_between_recording_infeasible_and_the_revert_still_reverts_witho
 
 def test_a_crash_right_after_the_revert_leaves_the_pod_parked_and_reported_once():
     fake = cluster(pod(stamped=True))
-    run(reconciler(fake).reconcile(KEY))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
+    rec._fault = crash_after(Step.REVERT)
     with pytest.raises(Crash):
-        run(reconciler(fake, fault=crash_after(Step.REVERT)).reconcile(KEY))
+        run(rec.reconcile(KEY))
     fake.settle(KEY)
     restarted = reconciler(fake)
     run(restarted.reconcile(KEY))
@@ -865,10 +869,10 @@ def test_a_failing_resize_the_kubelet_actuates_as_we_give_up_is_not_set_back():
 
 def test_a_crash_after_recording_an_actuation_error_reports_it_once_and_still_gives_up_in_bounds():
     clock = FakeClock()
-    fake, _ = failing_pod(clock)
+    fake, rec = failing_pod(clock)
+    rec._fault = crash_after(Step.STATE)    # the record bound the originals it resized from to the pod
     with pytest.raises(Crash):
-        run(reconciler(fake, clock=clock, fault=crash_after(Step.STATE), error_retries=3,
-                       error_backoff=30.0).reconcile(KEY))
+        run(rec.reconcile(KEY))
     restarted = reconciler(fake, clock=clock, error_retries=3, error_backoff=30.0)
     checks = 0
     while (result := run(restarted.reconcile(KEY))).requeue_after is not None:
@@ -915,6 +919,165 @@ def test_a_node_capacity_cause_sent_under_type_is_not_taken_for_one():
     fake.fail("resize", ApiError(403, {"message": "forbidden", "details": {"causes": [{"type": "NodeCapacity"}]}}))
     run(reconciler(fake).reconcile(KEY))
     assert reasons(fake) == ["ResizeFailed"] and fake.writes == []
+
+
+# ------------------------------------------------------------------ a forged status never steers a revert
+#
+# status.containerStatuses[].resources is written by the kubelet, and by anyone else who may
+# update pods/status: a revert sets the spec back only to a size the product knows the pod had,
+# never above what it had before our resize or the plan.
+
+SEVEN = {"requests": {"cpu": "7", "memory": "16Gi"}, "limits": {"cpu": "7", "memory": "16Gi"}}
+AT_800M = {"requests": {"cpu": "800m", "memory": "256Mi"}, "limits": {"cpu": "800m", "memory": "256Mi"}}
+SLOWER = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 0.5"))     # n4 grows 1 CPU to 2
+
+
+def containers_report(fake: FakeCluster, resources: dict[str, Any]) -> None:
+    """What the containers "have", as a status writer puts it (delivered with the next status write)."""
+    fake.pod_now(KEY)["status"]["containerStatuses"][0]["resources"] = copy.deepcopy(resources)
+
+
+def spec_resources(fake: FakeCluster) -> dict[str, Any]:
+    return fake.pod_now(KEY)["spec"]["containers"][0]["resources"]
+
+
+def resized_then_restarted(pod_: dict[str, Any], config: Any = CONFIG) -> FakeCluster:
+    """The process that resized the pod died before the kubelet answered."""
+    fake = cluster(pod_)
+    with pytest.raises(Crash):
+        run(reconciler(fake, config=config, fault=crash_after(Step.RESIZE)).reconcile(KEY))
+    return fake
+
+
+def test_a_forged_infeasible_status_never_sets_the_spec_to_what_it_reports(caplog):
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))                     # 1 CPU -> 800m, in flight
+    containers_report(fake, SEVEN)
+    fake.mark_infeasible(KEY)
+    for _ in range(3):                          # and the watch events that follow
+        run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"], "the state is recorded, nothing is set back"
+    assert spec_resources(fake) == AT_800M
+    assert events(fake) == [("Warning", "ResizeInfeasible"), ("Warning", "RevertRefused")]
+    assert "the spec is kept" in fake.events[0].message
+    assert "never set" in fake.events[1].message and "cpu 7" in fake.events[1].message
+    assert any(r.levelname == "WARNING" and "never set" in r.getMessage() for r in caplog.records)
+    state = recorded_state(fake)
+    assert state.state == Stage.INFEASIBLE and state.kept
+    run(reconciler(fake).reconcile(KEY))        # a restarted process: nothing twice
+    assert fake.ops() == ["resize", "annotate"] and len(fake.events) == 2
+
+
+def test_a_status_with_the_size_before_for_some_values_only_is_not_set_back():
+    """Whole-pod: cpu as before, memory made up, is not a size the pod had."""
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))
+    containers_report(fake, {"requests": {"cpu": "1", "memory": "16Gi"}, "limits": {"cpu": "1", "memory": "16Gi"}})
+    fake.mark_infeasible(KEY)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and spec_resources(fake) == AT_800M
+    assert reasons(fake) == ["ResizeInfeasible", "RevertRefused"]
+
+
+def test_during_a_re_alignment_the_originals_are_not_a_size_the_containers_had():
+    """In flight from 800m to 500m: 1 CPU (the originals) is above what the pod had and the plan."""
+    fake = cluster(sized_on_n4())
+    rec = reconciler(fake, config=FASTER)
+    run(rec.reconcile(KEY))
+    containers_report(fake, {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}})
+    fake.mark_infeasible(KEY)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate"] and spec_cpu(fake) == ("500m", "500m")
+    assert reasons(fake) == ["ResizeInfeasible", "RevertRefused"]
+
+
+def test_a_resize_replaced_before_the_kubelet_answered_still_sets_back_to_what_runs():
+    """Resized to 800m, re-planned to 500m (config change) before the kubelet answered: the
+    containers still have 1 CPU, the size before the first resize."""
+    fake = cluster(pod(stamped=True))
+    config = FakeConfig(CONFIG)
+    rec = PodResizeReconciler(fake, fake, fake, config, ControllerSettings(node_type_label=LABEL), no_fault,
+                              FakeClock(), keyring=lambda: KEYS)
+    run(rec.reconcile(KEY))
+    config.config, config.generation = FASTER, 2
+    run(rec.reconcile(KEY))
+    fake.mark_infeasible(KEY)
+    run(rec.reconcile(KEY))
+    assert spec_cpu(fake) == ("1", "1") and fake.ops() == ["resize", "resize", "annotate", "resize"]
+    assert reasons(fake) == ["ResizeInfeasible"]
+
+
+def test_after_a_restart_a_forged_status_is_not_set_back_either():
+    fake = resized_then_restarted(pod())            # step 1 bound the originals to the pod
+    containers_report(fake, SEVEN)
+    fake.mark_infeasible(KEY)
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.ops() == ["annotate", "resize", "annotate"] and spec_resources(fake) == AT_800M
+    assert reasons(fake) == ["ResizeInfeasible", "RevertRefused"]
+
+
+def test_after_a_restart_the_pods_verified_originals_are_a_size_to_set_back_to():
+    fake = resized_then_restarted(pod())
+    fake.mark_infeasible(KEY)                       # the containers still have 1 CPU
+    run(reconciler(fake).reconcile(KEY))
+    assert spec_cpu(fake) == ("1", "1") and fake.ops() == ["annotate", "resize", "annotate", "resize"]
+    assert reasons(fake) == ["ResizeInfeasible"]
+
+
+def test_after_a_restart_the_size_recorded_as_applied_is_a_size_to_set_back_to():
+    fake = resized_then_restarted(sized_on_n4(), config=FASTER)    # a re-alignment 800m -> 500m
+    fake.mark_infeasible(KEY)                       # the containers still have 800m
+    run(reconciler(fake, config=FASTER).reconcile(KEY))
+    assert spec_cpu(fake) == ("800m", "800m") and reasons(fake) == ["ResizeInfeasible"]
+
+
+def test_a_recorded_applied_size_never_lifts_a_revert_above_the_originals_and_the_plan():
+    """applied-size is a record, not a credential: a pod created while the webhook was down may
+    carry any digest, e.g. that of the very size its status writer then reports."""
+    forged = pod()
+    forged["metadata"]["annotations"][APPLIED_SIZE] = spec_size(pod(cpu="7", memory="16Gi"))
+    fake = resized_then_restarted(forged)
+    containers_report(fake, SEVEN)
+    fake.mark_infeasible(KEY)
+    run(reconciler(fake).reconcile(KEY))
+    assert spec_resources(fake) == AT_800M and reasons(fake) == ["ResizeInfeasible", "RevertRefused"]
+
+
+def test_after_a_restart_originals_signed_at_admission_only_never_lift_a_revert_above_the_plan():
+    """Nothing tells originals only the webhook signed from ones minted for this pod
+    (resizer.integrity): after a restart they are set back to only where that lowers the spec."""
+    fake = resized_then_restarted(pod(stamped=True))
+    fake.mark_infeasible(KEY)                       # the containers have 1 CPU, above the plan
+    run(reconciler(fake).reconcile(KEY))
+    assert spec_cpu(fake) == ("800m", "800m") and reasons(fake) == ["ResizeInfeasible", "RevertRefused"]
+
+
+def test_after_a_restart_originals_signed_at_admission_only_still_set_a_grown_spec_back_down():
+    fake = resized_then_restarted(pod(stamped=True), config=SLOWER)     # 1 CPU -> 2
+    fake.mark_infeasible(KEY)
+    run(reconciler(fake, config=SLOWER).reconcile(KEY))
+    assert spec_cpu(fake) == ("1", "1") and reasons(fake) == ["ResizeInfeasible"]
+
+
+def test_a_failing_resize_with_a_forged_status_is_kept_at_the_plan_when_given_up():
+    clock = FakeClock()
+    fake, rec = failing_pod(clock)
+    assert run(rec.reconcile(KEY)).requeue_after is not None       # reported, re-checked later
+    containers_report(fake, SEVEN)
+    fake.fail_actuation(KEY)
+    while (result := run(rec.reconcile(KEY))).requeue_after is not None:
+        clock.advance(result.requeue_after)
+    assert fake.ops() == ["resize", "annotate", "annotate"], "the kept state recorded, nothing set back"
+    assert events(fake) == [("Warning", "ResizeError"), ("Warning", "ResizeError"), ("Warning", "RevertRefused")]
+    assert "the spec is kept" in fake.events[1].message
+    assert spec_resources(fake) == AT_800M and recorded_state(fake).kept
+    restarted = reconciler(fake, clock=clock, error_retries=3, error_backoff=30.0)
+    for process in (rec, restarted):
+        for _ in range(5):
+            clock.advance(run(process.reconcile(KEY)).requeue_after or 0.0)
+    assert fake.ops() == ["resize", "annotate", "annotate"] and len(fake.events) == 3, "nothing twice"
 
 
 # ------------------------------------------------------------------ resized before the containers ran
