@@ -194,10 +194,11 @@ def _key_map(pod: Mapping[str, Any]) -> list[tuple[str, dict[Slot, str], dict[Sl
             if key in annotations or legacy == key or legacy not in annotations:
                 continue
             legacy_owners = legacy_owners if legacy_owners is not None else _legacy_owners(containers)
-            other = next((containers[i]["name"] for i in legacy_owners[legacy] if i != index), None)
+            other = next((i for i in legacy_owners[legacy] if i != index), None)
             if other is not None:
+                first, second = (containers[i]["name"] for i in sorted((index, other)))
                 raise KeyCollisionError(
-                    f"containers {other!r} and {name!r} share the annotation {legacy} (the key earlier "
+                    f"containers {first!r} and {second!r} share the annotation {legacy} (the key earlier "
                     f"versions wrote for long names): whose original resources it holds cannot be known")
             held[(resource, kind)] = legacy
         result.append((name, written, held))
