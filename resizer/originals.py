@@ -17,6 +17,7 @@ from another container's values.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -179,7 +180,7 @@ def original_keys(pod: Mapping[str, Any]) -> dict[str, dict[Slot, str]]:
     return {name: held for name, _written, held in _key_map(pod)}
 
 
-def _key_map(pod: Mapping[str, Any]) -> list[tuple[str, dict[Slot, str], dict[Slot, str]]]:
+def _key_map(pod: Mapping[str, Any]) -> list[tuple[str, Mapping[Slot, str], dict[Slot, str]]]:
     """Per resizable container: its name, the keys written today and the keys holding its
     originals on the pod (:func:`original_keys`)."""
     containers = _resizable(pod)
@@ -190,8 +191,10 @@ def _key_map(pod: Mapping[str, Any]) -> list[tuple[str, dict[Slot, str], dict[Sl
         name = container["name"]
         held = dict(written)
         for (resource, kind), key in written.items():
+            if key in annotations:
+                continue
             legacy = legacy_original_key(name, resource, kind)
-            if key in annotations or legacy == key or legacy not in annotations:
+            if legacy == key or legacy not in annotations:
                 continue
             legacy_owners = legacy_owners if legacy_owners is not None else _legacy_owners(containers)
             other = next((i for i in legacy_owners[legacy] if i != index), None)
@@ -226,14 +229,14 @@ def _resource_original(annotations: Mapping[str, Any], keys: Mapping[Slot, str],
     return ResourceOriginal(request=request, limit=limit)
 
 
-def _written_keys(containers: list[Mapping[str, Any]]) -> list[dict[Slot, str]]:
+def _written_keys(containers: list[Mapping[str, Any]]) -> list[Mapping[Slot, str]]:
     """Per container (in order), the keys the product writes its originals under; raises
     :class:`KeyCollisionError` when two containers (or one and the pod level) would share one."""
     owners: dict[str, tuple[int, str]] = {key: (-1, "the pod level") for key in POD_ORIGINAL_KEYS}
     written = []
     for index, container in enumerate(containers):
         name = container["name"]
-        keys = {(resource, kind): original_key(name, resource, kind) for resource, kind in _SLOTS}
+        keys = _keys_of(name)
         for key in keys.values():
             owner, other = owners.setdefault(key, (index, name))
             if owner != index:
@@ -242,6 +245,13 @@ def _written_keys(containers: list[Mapping[str, Any]]) -> list[dict[Slot, str]]:
                 raise KeyCollisionError(f"{what}: their original resources would share the annotation {key}")
         written.append(keys)
     return written
+
+
+# Every read and stamp of a pod looks its containers' keys up: memoised per name (pure; bounded,
+# since names are tenant input). Callers never mutate the mapping returned.
+@functools.lru_cache(maxsize=4096)
+def _keys_of(name: str) -> Mapping[Slot, str]:
+    return {(resource, kind): original_key(name, resource, kind) for resource, kind in _SLOTS}
 
 
 def _legacy_owners(containers: list[Mapping[str, Any]]) -> dict[str, list[int]]:
