@@ -147,7 +147,9 @@ def originals_from_spec_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
 def missing_pod_level_originals(pod: Mapping[str, Any]) -> dict[str, str]:
     """The pod-level subset of :func:`missing_original_annotations` (keys a pod stamped before
     pod-level sizing lacks)."""
-    return {key: value for key, value in missing_original_annotations(pod).items() if key in POD_ORIGINAL_KEYS}
+    present = _annotations(pod)
+    return {key: value for key, value in originals_from_spec_annotations(pod).items()
+            if key in POD_ORIGINAL_KEYS and key not in present}
 
 
 def missing_original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
