@@ -10,7 +10,8 @@ Eligibility and originals are the core's decisions only. With a sizing context
 given its size there (:mod:`resizer.pinning`), with the sized-scope MAC instead of the admission
 one. A pod two of whose resizable containers would share an ``original-*`` key is allowed
 unstamped, forged keys stripped (``reason: CollidingContainerKeys``). Any unexpected exception
-allows the pod unchanged (our bug must never block pod creation) with ``reason: InternalError``; a failure of the sizing alone leaves the pod stamped only.
+allows the pod unchanged (our bug must never block pod creation) with ``reason: InternalError``;
+a failure of the sizing alone leaves the pod stamped only.
 ``record`` holds the log fields (``uid``, ``pod``, ``namespace``, ``owner``, ``decision``,
 ``reason``, ``originals``; ``error``/``stack`` on errors); the caller adds ``duration_ms``.
 """
