@@ -8,8 +8,10 @@ state, a tenant must not pick its own baseline), or 400 when the body is not a u
 Eligibility and originals are the core's decisions only. With a sizing context
 (:mod:`app.sizing`, ``--size-at-admission``) a pod whose node type is known at admission is also
 given its size there (:mod:`resizer.pinning`), with the sized-scope MAC instead of the admission
-one. Any unexpected exception allows the pod unchanged (our bug must never block pod creation)
-with ``reason: InternalError``; a failure of the sizing alone leaves the pod stamped only.
+one. A pod two of whose resizable containers would share an ``original-*`` key is allowed
+unstamped, forged keys stripped (``reason: CollidingContainerKeys``). Any unexpected exception
+allows the pod unchanged (our bug must never block pod creation) with ``reason: InternalError``;
+a failure of the sizing alone leaves the pod stamped only.
 ``record`` holds the log fields (``uid``, ``pod``, ``namespace``, ``owner``, ``decision``,
 ``reason``, ``originals``; ``error``/``stack`` on errors); the caller adds ``duration_ms``.
 """
@@ -41,6 +43,9 @@ REASON_INTERNAL_ERROR = "InternalError"
 REASON_SIZED = "SizedAtAdmission"         # created at its size for the node type it is pinned to
 REASON_WOULD_RESIZE = "WouldResize"       # --dry-run: the size it would have been created at
 REASON_OVERLOADED = "Overloaded"
+# Two resizable containers would share an original-* key (e.g. one name twice: the apiserver
+# validates names after admission): admitted as sent, forged keys stripped, nothing stamped.
+REASON_COLLIDING_KEYS = "CollidingContainerKeys"
 # JSON objects + arrays in one review beyond which it is not parsed (answered "allowed, no
 # patch", as under overload). A pod of MAX_STAMPED_CONTAINERS (256) containers, each with
 # resources, ports, probes, a few mounts and twenty env vars, has ~10,000. Parsing time and
@@ -451,7 +456,13 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         record["reason"] = "TooManyContainers"
         return 200, _allowed(uid, _strip(annotations, record))
 
-    originals, memo_key = _originals_and_key(obj)
+    try:
+        originals, memo_key = _originals_and_key(obj)
+    except resizer.KeyCollisionError as error:     # never one baseline for two containers
+        record["decision"] = SKIPPED
+        record["reason"] = REASON_COLLIDING_KEYS
+        record["error"] = str(error)
+        return 200, _allowed(uid, _strip(annotations, record))
     # The baseline authority's rule at admission: the spec sent is the baseline, whatever the pod carries.
     stamp = resizer.admission_stamp(obj, namespace, keyring, originals)
     if memo_key is not None and resizer.ORIGINALS_MAC in stamp:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
+from typing import Any
 
-from resizer import QuantityError, original_key, parse_quantity, sidecars
+from resizer import OriginalsError, QuantityError, original_keys, parse_quantity, sidecars
 from reconciler.kube.slim import Obj
 
 
@@ -128,16 +130,24 @@ def spec_size(pod: Obj) -> str:
     of every sidecar's that has originals recorded (one without was never sized: leaving it out
     keeps the digests recorded before sidecars could be sized), and of the pod level's
     (spec.resources), when set."""
-    recorded = pod["metadata"].get("annotations") or {}
-    sized = [*(pod["spec"].get("containers") or []),
-             *(c for c in sidecars(pod) if any(original_key(c["name"], r, k) in recorded
-                                               for r in ("cpu", "memory") for k in ("request", "limit")))]
+    sized = [*(pod["spec"].get("containers") or []), *_recorded_sidecars(pod)]
     digest = sorted((c["name"], kind, name, str(value)) for c in sized
                     for (kind, name), value in _values(c.get("resources")).items())
     if pod["spec"].get("resources"):    # absent: the digest pods without pod-level resources always had
         digest.extend(sorted(("", kind, name, str(value))
                              for (kind, name), value in _values(pod["spec"]["resources"]).items()))
     return hashlib.sha256(repr(digest).encode()).hexdigest()[:SPEC_SIZE_CHARS]
+
+
+def _recorded_sidecars(pod: Obj) -> list[Mapping[str, Any]]:
+    """The sidecars with an original recorded under a key :func:`resizer.original_keys` reads; none
+    for a pod whose containers' keys collide (never sized: every program refuses it)."""
+    recorded = pod["metadata"].get("annotations") or {}
+    try:
+        keys = original_keys(pod)
+    except OriginalsError:
+        return []
+    return [c for c in sidecars(pod) if any(key in recorded for key in keys[c["name"]].values())]
 
 
 def revert_patch(pod: Obj) -> Obj:

@@ -60,9 +60,11 @@ from resizer.integrity import (
 )
 from resizer.originals import (
     ContainerOriginals,
+    KeyCollisionError,
     OriginalsError,
     ResourceOriginal,
     missing_original_annotations,
+    original_keys,
     originals_from_spec_annotations,
     read_originals,
     sidecar_original_keys,
@@ -138,6 +140,7 @@ __all__ = [
     "original_annotations",
     "sign_originals",
     "is_original_key",
+    "KeyCollisionError",
     "NodeProfile",
     "OriginalsError",
     "PartialConfig",
@@ -161,6 +164,7 @@ __all__ = [
     "load_config",
     "missing_original_annotations",
     "original_key",
+    "original_keys",
     "originals_from_spec_annotations",
     "parse_quantity",
     "plan_resize",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import re
@@ -22,6 +23,7 @@ __all__ = [
     "fits_annotation_limit",
     "is_controller_owned_key",
     "is_original_key",
+    "legacy_original_key",
     "original_key",
     "pod_original_key",
 ]
@@ -48,7 +50,8 @@ TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 _ORIGINAL_PREFIX = PREFIX + "original-"
 _APPLIED_PREFIX = PREFIX + "applied-"
 _MAX_NAME_LENGTH = 63
-_HASH_LENGTH = 8
+_DIGEST_LENGTH = 26         # lowercase base32 characters of sha256: 130 bits
+_LEGACY_DIGEST_LENGTH = 8   # hex characters of sha256: 32 bits
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
 
 
@@ -57,30 +60,53 @@ def original_key(
     resource: Literal["cpu", "memory"],
     kind: Literal["request", "limit"],
 ) -> str:
-    """Annotation key holding a container's baseline request or limit.
+    """Annotation key the product writes a container's baseline request or limit under.
 
     ``workload-resizer.io/original-cpu.<container>`` (request) or
     ``workload-resizer.io/original-cpu-limit.<container>`` (limit), likewise for memory.
     The part after ``/`` must be a qualified name of at most 63 characters, so a name
-    that would reach 63 characters becomes ``<stem>.<truncated container>-<8 hex of
-    sha256(container)>``, exactly 63 long. Keys that fit verbatim are at most 62
-    characters, so a hashed key can never equal another container's verbatim key.
+    that would reach 63 characters becomes ``<stem>.<truncated container>_<26 lowercase
+    base32 characters of sha256(container)>``, exactly 63 long: 130 bits, so no search
+    finds two container names sharing a key.
+
+    Three forms, never equal to one another: a verbatim key is at most 62 characters; a
+    hashed key and a legacy key (:func:`legacy_original_key`) are 63, and a legacy key has
+    ``-`` ninth from the end where a hashed key has a digest character. So a hashed key never
+    equals another container's verbatim or legacy key, and two names share a key only if
+    sha256 collides on 130 bits. Which annotation holds a given pod's original (a pod stamped
+    before may hold it under the legacy key) is :func:`resizer.originals.original_keys`'
+    answer, never the caller's.
     """
-    return _original_key(container, resource, kind)
+    return _original_key(container, resource, kind, False)
+
+
+def legacy_original_key(
+    container: str,
+    resource: Literal["cpu", "memory"],
+    kind: Literal["request", "limit"],
+) -> str:
+    """The key earlier versions wrote: :func:`original_key` for names whose key fits verbatim,
+    else ``<stem>.<truncated container>-<8 hex of sha256(container)>``, 63 long. 32 bits: two
+    valid names sharing it are found in under a second. Read (where unambiguous), never written."""
+    return _original_key(container, resource, kind, True)
 
 
 # Every pod event of every sized pod looks up its containers' keys: memoise (pure;
 # bounded, since container names are tenant input; errors are not cached).
-@functools.lru_cache(maxsize=4096)
-def _original_key(container: str, resource: str, kind: str) -> str:
+@functools.lru_cache(maxsize=8192)
+def _original_key(container: str, resource: str, kind: str, legacy: bool) -> str:
     if resource not in ("cpu", "memory") or kind not in ("request", "limit"):
         raise ValueError(f"unsupported original key {resource!r}/{kind!r}")
     stem = f"original-{resource}" + ("-limit" if kind == "limit" else "")
     name = f"{stem}.{container}"
     if len(name) >= _MAX_NAME_LENGTH:
-        digest = hashlib.sha256(container.encode()).hexdigest()[:_HASH_LENGTH]
-        keep = _MAX_NAME_LENGTH - len(stem) - len(".-") - _HASH_LENGTH
-        name = f"{stem}.{container[:keep]}-{digest}"
+        digest = hashlib.sha256(container.encode())
+        if legacy:
+            separator, text = "-", digest.hexdigest()[:_LEGACY_DIGEST_LENGTH]
+        else:
+            separator, text = "_", base64.b32encode(digest.digest()).decode("ascii")[:_DIGEST_LENGTH].lower()
+        keep = _MAX_NAME_LENGTH - len(stem) - len(".") - len(separator) - len(text)
+        name = f"{stem}.{container[:keep]}{separator}{text}"
     if not _QUALIFIED_NAME.fullmatch(name):
         raise ValueError(f"container name {container!r} cannot form a valid annotation key")
     return PREFIX + name

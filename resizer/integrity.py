@@ -67,6 +67,8 @@ from resizer.annotations import ORIGINALS_MAC, SIZED_AT_ADMISSION, is_original_k
 from resizer.originals import (
     POD_ORIGINAL_KEYS,
     missing_original_annotations,
+    original_keys,
+    originals_as_recorded,
     originals_from_spec_annotations,
     sidecar_original_keys,
 )
@@ -232,8 +234,10 @@ def check_originals(pod: Mapping[str, Any], keyring: KeyRing,
     ``vouched``: the ``original-*`` annotations this process verified and resized the pod
     from (its memory of a resize in flight); they vouch only while the pod still carries
     exactly those. Raises :class:`OriginalsError` / :class:`QuantityError` for a spec it
-    cannot read.
+    cannot read, and :class:`KeyCollisionError` for a pod two of whose containers map to one
+    ``original-*`` key, whatever its MAC (:func:`resizer.originals.original_keys`).
     """
+    original_keys(pod)
     verdict = _check(pod, keyring, spec_originals)
     if verdict.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED) and vouched is not None \
             and dict(vouched) == original_annotations(pod):
@@ -242,8 +246,9 @@ def check_originals(pod: Mapping[str, Any], keyring: KeyRing,
 
 
 def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str, str] | None) -> OriginalsCheck:
-    def spec() -> dict[str, str]:
-        return dict(spec_originals) if spec_originals is not None else originals_from_spec_annotations(pod)
+    def spec() -> dict[str, str]:     # under the keys the pod's originals use (legacy ones included)
+        return originals_as_recorded(pod, spec_originals if spec_originals is not None
+                                     else originals_from_spec_annotations(pod))
 
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}

@@ -29,10 +29,11 @@ def realignment(
     first sized). A sidecar without originals (a pod stamped before sidecars had them) was
     never sized: its spec is its baseline (resizer.integrity)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(APPLIED_INSTANCE_TYPE) != node_type or \
-            missing_original_annotations(pod).keys() - sidecar_original_keys(pod):
+    if annotations.get(APPLIED_INSTANCE_TYPE) != node_type:
         return None
     try:
+        if missing_original_annotations(pod).keys() - sidecar_original_keys(pod):
+            return None
         plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level)
     except (OriginalsError, PlanError):
         return None

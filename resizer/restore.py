@@ -13,15 +13,14 @@ the product's scope or one it would not size.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.annotations import is_controller_owned_key, original_key, pod_original_key
+from resizer.annotations import is_controller_owned_key, pod_original_key
 from resizer.eligibility import eligibility
 from resizer.integrity import KeyRing, Trust, baseline
-from resizer.originals import OriginalsError, sidecars
+from resizer.originals import OriginalsError, Slot, original_keys, sidecars
 from resizer.quantity import QuantityError, coerce_quantity
 from resizer.scope import NamespaceScope
 
@@ -64,7 +63,9 @@ def restore_decision(pod: Mapping[str, Any], keyring: KeyRing, scope: NamespaceS
     # is the baseline, so there is nothing to resize.
     return RestoreDecision(restore_patch(decision.pod))
 
-_KINDS = (("requests", "request"), ("limits", "limit"))
+_SPEC_FIELDS = {"request": "requests", "limit": "limits"}
+_POD_LEVEL_KEYS: dict[Slot, str] = {(resource, kind): pod_original_key(resource, kind)
+                                    for resource in ("cpu", "memory") for kind in ("request", "limit")}
 
 
 def managed_annotation_keys(pod: Mapping[str, Any]) -> list[str]:
@@ -80,36 +81,35 @@ def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     already holds the originals. Raises :class:`OriginalsError` for an unusable annotation."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     spec = pod.get("spec") or {}
+    keys = original_keys(pod)
     patch: dict[str, Any] = {}
     for field, containers in (("containers", spec.get("containers") or []), ("initContainers", sidecars(pod))):
         entries = []
         for container in containers:      # a sidecar without originals was never sized: nothing to put back
-            resources = _put_back(annotations, container.get("resources"),
-                                  functools.partial(original_key, container["name"]))
+            resources = _put_back(annotations, container.get("resources"), keys[container["name"]])
             if resources:
                 entries.append({"name": container["name"], "resources": resources})
         if entries:
             patch[field] = entries
     # The pod level (spec.resources) goes back in the same patch: the apiserver validates the
     # two levels against each other.
-    pod_level = _put_back(annotations, spec.get("resources"), pod_original_key)
+    pod_level = _put_back(annotations, spec.get("resources"), _POD_LEVEL_KEYS)
     if pod_level:
         patch["resources"] = pod_level
     return {"spec": patch} if patch else {}
 
 
 def _put_back(annotations: Mapping[str, Any], current_resources: Mapping[str, Any] | None,
-              key_of: Callable[[Any, Any], str]) -> dict[str, dict[str, str]]:
+              keys: Mapping[Slot, str]) -> dict[str, dict[str, str]]:
+    """The values to put back: each ``(resource, kind)`` recorded under its key in ``keys``."""
     resources: dict[str, dict[str, str]] = {}
-    for spec_field, kind in _KINDS:
-        current = (current_resources or {}).get(spec_field) or {}
-        for resource in ("cpu", "memory"):
-            key = key_of(resource, kind)
-            if key not in annotations:
-                continue
-            original = annotations[key]
-            if not _same(original, current.get(resource), key):
-                resources.setdefault(spec_field, {})[resource] = original
+    for (resource, kind), key in keys.items():
+        if key not in annotations:
+            continue
+        spec_field = _SPEC_FIELDS[kind]
+        original = annotations[key]
+        if not _same(original, ((current_resources or {}).get(spec_field) or {}).get(resource), key):
+            resources.setdefault(spec_field, {})[resource] = original
     return resources
 
 

@@ -9,6 +9,9 @@ Programs: the reconciler, `plan` and `restore`.
 
 The author wrote 500m (Guaranteed) on n4 nodes (ratio 1/1.25): no program may take a
 pod above 500m x 0.8 = 400m, put one back above 500m, or touch one out of scope.
+
+Containers sharing original-* keys: two valid long names whose (legacy, 8-hex) keys collide,
+a small container and a large one; the small one is never sized from the large one's values.
 """
 from __future__ import annotations
 
@@ -22,7 +25,18 @@ from typing import Any
 
 import httpx
 
-from resizer import APPLIED_INSTANCE_TYPE, APPLIED_SIZE, ORIGINALS_MAC, RESIZE_STATE, original_key
+from ops.keys import read_key_directory
+from resizer import (
+    APPLIED_INSTANCE_TYPE,
+    APPLIED_SIZE,
+    ORIGINALS_MAC,
+    RESIZE_STATE,
+    KeyRing,
+    PodIdentity,
+    original_key,
+    sign_originals,
+)
+from resizer.annotations import legacy_original_key
 from tests.cluster.test_reconciler import Harness, guaranteed, make_namespace, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
 from devkit.kube import deployment, wait_for
@@ -305,3 +319,76 @@ def test_a_minted_sized_record_gives_the_pod_an_honest_author_gets(h: Harness) -
         (t,), (o,) = h.pods(tenant), h.pods(honest)
         assert resources(t) == resources(o), (tenant, resources(t), resources(o))
     assert resources(h.pods("tenant-n2d")[0])["requests"]["cpu"] == q("8"), "the 8-CPU author's size on n2d"
+
+
+# ---------------------------------------------------------------- containers sharing keys (docs/security.md)
+
+# Two valid container names whose 8-hex legacy keys are equal (tests/unit/test_resizer_original_keys.py).
+A = "payments-api-with-a-really-long-name-for-z41osl3f8"
+B = "payments-api-with-a-really-long-name-for-qhtejfsi8"
+SMALL, LARGE = guaranteed(A, cpu="100m", memory="64Mi"), guaranteed(B, cpu="4", memory="8Gi")
+
+
+def test_containers_whose_legacy_keys_collide_are_sized_from_their_own_originals(h: Harness,
+                                                                                webhook: Webhook) -> None:
+    """The issue's measurement: with 8-hex keys the webhook stamped one set for both (the
+    large one's) and the small container ended at 3.2 CPU/8Gi on n4."""
+    node = h.node("n4", "n4")
+    h.reconciler()
+    with Registration(h.kube, h.ns, webhook):
+        h.deploy("twins", node, [SMALL, LARGE])
+        name = h.wait_running("twins")[0]["metadata"]["name"]
+    h.wait_event(name, "Resized", timeout=60)
+    pod = h.pod(name)
+    small, large = resources(pod, A), resources(pod, B)
+    assert small["requests"]["cpu"] <= q("80m") and small["limits"]["cpu"] <= q("80m"), small
+    assert small["requests"]["memory"] <= q("64Mi") and small["limits"]["memory"] <= q("64Mi"), small
+    assert large["requests"]["cpu"] == q("3200m") and large["requests"]["memory"] == q("8Gi"), large
+    annotations = ours(pod)
+    assert annotations[original_key(A, "cpu", "request")] == "100m"
+    assert annotations[original_key(B, "cpu", "request")] == "4"
+
+
+def legacy_stamp(*containers: dict[str, Any]) -> dict[str, str]:
+    """What the previous webhook stamped: one dict under the 8-hex keys (the later container's
+    values overwrote the earlier one's)."""
+    stamp: dict[str, str] = {}
+    for c in containers:
+        for kind in ("request", "limit"):
+            for resource, value in c["resources"][kind + "s"].items():
+                stamp[legacy_original_key(c["name"], resource, kind)] = value
+    return stamp
+
+
+def test_a_pod_left_with_colliding_legacy_originals_is_refused_by_every_program(h: Harness) -> None:
+    """Stamped (and bound by a pod MAC) by the previous version, or forged past the webhook:
+    the reconciler, `plan` and `restore` all refuse it, naming both containers."""
+    node = h.node("n4", "n4")
+    h.reconciler()
+    stamp = legacy_stamp(SMALL, LARGE)
+    assert stamp[legacy_original_key(A, "cpu", "request")] == "4", "the small container carries the large one's"
+    names = {}
+    for route in ("signed", "forged"):
+        manifest = deployment(route, 1, [SMALL, LARGE], node_selector={"kubernetes.io/hostname": node})
+        manifest["spec"]["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
+        h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+        names[route] = h.wait_pods(route, 1, lambda p: True, "created")[0]["metadata"]["name"]
+    keyring = KeyRing(read_key_directory(originals_key_dir()))
+    signed = h.pod(names["signed"])
+    annotate(h, names["signed"], {**stamp, ORIGINALS_MAC: sign_originals(keyring, stamp, PodIdentity.of(signed),
+                                                                          "pod")})
+    annotate(h, names["forged"], stamp)
+    ungate(h, names)
+    for route, name in names.items():
+        event = h.wait_event(name, "ResizeFailed", timeout=60)
+        assert A in event["message"] and B in event["message"], (route, event["message"])
+        pod = h.pod(name)
+        assert pod["metadata"]["generation"] == 2, (route, "resized")
+        assert resources(pod, A)["requests"]["cpu"] == q("100m"), route
+    planned = plan(h)
+    for route, name in names.items():
+        assert planned[name]["outcome"] == "ResizeFailed" and A in planned[name]["detail"], (route, planned[name])
+    restored = restore_dry_run(h)
+    for route, name in names.items():
+        line = next(ln for ln in restored.splitlines() if ln.startswith(f"{h.ns}/{name}:"))
+        assert "NOT restored" in line and A in line and "would resize back" not in line, (route, line)

@@ -56,7 +56,7 @@ def test_original_key_for_a_63_character_container_name_is_truncated_and_hashed(
     for key in keys:
         assert_valid_annotation_key(key)
         assert len(key.partition("/")[2]) == 63
-        assert re.search(r"-[0-9a-f]{8}$", key)
+        assert re.search(r"_[a-z2-7]{26}$", key)
     assert len(set(keys)) == 4
 
 

@@ -198,6 +198,30 @@ def test_too_many_containers_are_admitted_unstamped_with_forged_keys_stripped():
     assert record["reason"] == "TooManyContainers"
 
 
+@pytest.mark.parametrize("shape", ["containers", "sidecar"])
+def test_containers_that_would_share_original_keys_are_admitted_unstamped_with_forged_keys_stripped(shape):
+    """The apiserver validates names only after mutation: a review may name two resizable
+    containers alike. One set of originals for both would size one from the other's values:
+    the pod is admitted as sent, minus the product's keys a client set."""
+    small, large = container("app", {"cpu": "100m"}, {"cpu": "100m"}), container("app", {"cpu": "4"}, {"cpu": "4"})
+    p = pod([small, large] if shape == "containers" else [small],
+            annotations={ORIG + "cpu.app": "16", resizer.ORIGINALS_MAC: "v1.a.k.forged", "keep": "me"})
+    if shape == "sidecar":
+        p["spec"]["initContainers"] = [{**large, "restartPolicy": "Always"}]
+    status, resp, record = call(review(p))
+    assert status == 200 and resp["response"]["allowed"] is True
+    after = apply_patch(p, patch_of(resp))
+    assert after["metadata"]["annotations"] == {"keep": "me"}
+    assert after["spec"] == p["spec"]
+    assert (record["decision"], record["reason"]) == ("skipped", "CollidingContainerKeys")
+    assert "'app'" in record["error"] and record["originals"] == {}
+    clean = pod([small, large] if shape == "containers" else [small])
+    if shape == "sidecar":
+        clean["spec"]["initContainers"] = [{**large, "restartPolicy": "Always"}]
+    status, resp, record = call(review(clean))
+    assert status == 200 and "patch" not in resp["response"] and record["reason"] == "CollidingContainerKeys"
+
+
 # -- pods left alone --------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("p", "reason"),
