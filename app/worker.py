@@ -29,7 +29,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import IO, Any, BinaryIO, Callable
 
 log = logging.getLogger("workload_resizer.webhook")
 
@@ -93,11 +93,13 @@ class WorkerProcess:
         loop = asyncio.get_running_loop()
         popen = await loop.run_in_executor(_SPAWNER, _popen, argv, env)
         assert popen.stdin is not None and popen.stdout is not None
+        read_end, write_end = _PipeEnd.take(loop, popen.stdout), _PipeEnd.take(loop, popen.stdin)
+        popen.stdout = popen.stdin = None
         try:
             stdout = asyncio.StreamReader(limit=2 ** 20)
             stdout_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
-                                                               popen.stdout)
-            transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, popen.stdin)
+                                                               read_end)
+            transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, write_end)
             stdin = asyncio.StreamWriter(transport, protocol, None, loop)
         except BaseException:
             popen.kill()
@@ -148,6 +150,33 @@ class WorkerProcess:
         finally:
             os.close(pidfd)
         return self._popen.wait()
+
+
+class _PipeEnd:
+    """One end of a worker's pipe, for ``connect_read_pipe``/``connect_write_pipe``, closed exactly
+    once whichever event loop takes it. uvloop closes the descriptor itself and then calls the
+    file object's ``close()`` too; a second ``close(2)`` of the number can hit a descriptor the
+    spawner thread has been given meanwhile (a new worker's pipe, which then fails with EBADF).
+    asyncio's own loop only calls ``close()``."""
+
+    def __init__(self, fd: int, closes: bool) -> None:
+        self._fd = fd
+        self._closes = closes
+
+    @classmethod
+    def take(cls, loop: asyncio.AbstractEventLoop, file: IO[bytes]) -> _PipeEnd:
+        """Take the descriptor of ``file`` (detached: ``file`` no longer closes it)."""
+        fd = os.dup(file.fileno())
+        file.close()
+        return cls(fd, closes=not type(loop).__module__.startswith("uvloop"))
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if self._closes and fd >= 0:
+            os.close(fd)
 
 
 def _popen(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
