@@ -187,6 +187,53 @@ def test_existing_mac_formats_are_unchanged() -> None:
                       b'"owner_kind":"","owner_name":"","owner_uid":"","uid":"u"},[["k","v"]]]'
 
 
+def test_sized_macs_already_on_pods_keep_verifying() -> None:
+    """Sized MACs signed by an earlier version (cover: every sized value) keep their bytes: the
+    cover is the sized values restricted to the originals' keys, which on a pod the webhook sized
+    are the same keys."""
+    originals = {"workload-resizer.io/original-cpu.app": "1", "workload-resizer.io/original-cpu-limit.app": "1",
+                 "workload-resizer.io/original-memory.app": "256Mi"}
+    sized = {**originals, "workload-resizer.io/original-cpu.app": "800m",
+             "workload-resizer.io/original-cpu-limit.app": "800m"}
+    stamp = sized_stamp(pod(), "shop", KEYS, originals, "n4", sized)
+    assert stamp[ORIGINALS_MAC] == "v1.s.k1.6BBnP07ri8vogOlF7M3CmBJao5WPffUh6uYW64mCY-c"
+
+
+def injected(stored: dict[str, Any]) -> dict[str, Any]:
+    """``stored`` with a container a later webhook added after the webhook's last call."""
+    later = copy.deepcopy(stored)
+    later["spec"]["containers"].append({"name": "proxy", "resources": {
+        "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}})
+    return later
+
+
+def test_a_container_injected_after_the_webhooks_last_call_gets_its_spec_as_originals() -> None:
+    """The sized MAC covers the spec values of the containers it has originals for: a container
+    another webhook added later does not void it, and the binding write records its originals
+    from the spec (generation 1: as created), so no container is left without a baseline."""
+    later = injected(created(pod({"nodeSelector": {LABEL: "n4"}})))
+    decision = baseline(later, KEYS)
+    assert decision.check.trust is Trust.TRUSTED and decision.check.scope == "sized"
+    assert decision.stamp is not None
+    recorded = {k: v for k, v in decision.stamp.items() if k != ORIGINALS_MAC}
+    assert recorded == {"workload-resizer.io/original-cpu.proxy": "100m",
+                        "workload-resizer.io/original-cpu-limit.proxy": "100m",
+                        "workload-resizer.io/original-memory.proxy": "64Mi",
+                        "workload-resizer.io/original-memory-limit.proxy": "64Mi"}
+    bound = copy.deepcopy(later)
+    bound["metadata"]["annotations"].update(decision.stamp)
+    bound["metadata"]["generation"] = 2
+    after = baseline(bound, KEYS)
+    assert after.check.trust is Trust.TRUSTED and after.check.scope == "pod" and after.stamp is None
+    assert plan_resize(after.pod, resolve_policy(CONFIG, bound), "n4").outcome == "Resize", "the proxy: 80m"
+
+
+def test_an_injected_container_does_not_make_a_changed_sized_pod_trusted() -> None:
+    later = injected(created(pod({"nodeSelector": {LABEL: "n4"}})))
+    later["metadata"]["generation"] = 2
+    assert baseline(later, KEYS).check.trust is not Trust.TRUSTED
+
+
 def test_a_changed_spec_voids_the_sized_mac() -> None:
     stored = created(pod({"nodeSelector": {LABEL: "n4"}}))
     edited = copy.deepcopy(stored)
