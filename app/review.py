@@ -8,7 +8,10 @@ state, a tenant must not pick its own baseline), or 400 when the body is not a u
 Eligibility and originals are the core's decisions only. With a sizing context
 (:mod:`app.sizing`, ``--size-at-admission``) a pod whose node type is known at admission is also
 given its size there (:mod:`resizer.pinning`), with the sized-scope MAC instead of the admission
-one. Any unexpected exception allows the pod unchanged (our bug must never block pod creation)
+one. A pod that carries the webhook's own verified sized record (its answer, called again after a
+later webhook changed the pod) is decided on the values its author wrote, the recorded originals
+(:func:`resizer.admitted_originals`), and patched from what it is now. Any unexpected exception
+allows the pod unchanged (our bug must never block pod creation)
 with ``reason: InternalError``; a failure of the sizing alone leaves the pod stamped only.
 ``record`` holds the log fields (``uid``, ``pod``, ``namespace``, ``owner``, ``decision``,
 ``reason``, ``originals``; ``error``/``stack`` on errors); the caller adds ``duration_ms``.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from resizer.annotations import is_controller_owned_key, original_key, pod_original_key
 from resizer.config import CompiledConfig, Policy, resolve_policy
@@ -243,8 +243,8 @@ def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
 
 
 # -- the webhook called again on its own answer ----------------------------------------------
-_KINDS = (("requests", "request"), ("limits", "limit"))
-_RESOURCES = ("cpu", "memory")
+_KINDS: tuple[tuple[str, Literal["request", "limit"]], ...] = (("requests", "request"), ("limits", "limit"))
+_RESOURCES: tuple[Literal["cpu", "memory"], ...] = ("cpu", "memory")
 _POD_LEVEL_FIELD = "resources"      # spec.resources: the pod level's holder, at /spec
 
 
