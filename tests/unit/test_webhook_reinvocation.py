@@ -187,6 +187,22 @@ def test_a_record_that_does_not_verify_is_not_the_authors(tamper: str) -> None:
     assert "authoredFrom" not in record
 
 
+@pytest.mark.parametrize("pinned", [True, False])
+def test_a_copied_record_gives_the_pod_an_honest_author_of_its_originals_gets(pinned: bool) -> None:
+    """A tenant creates a pod carrying a sized record (and the sized spec) copied from a sibling:
+    the webhook decides on the recorded originals, exactly as for the author who wrote them."""
+    _, sibling, _ = admit(authored("8"))
+    copied = copy.deepcopy(sibling)
+    honest = authored("8")
+    if not pinned:
+        unpin(copied)
+        unpin(honest)
+    _, created, _ = admit(copied)
+    _, honest_created, _ = admit(honest)
+    assert created == honest_created
+    assert cpu(created) == (("6400m", "6400m") if pinned else ("8", "8"))
+
+
 def test_a_gated_pod_is_stamped_only_and_trusted_once_its_gate_is_removed() -> None:
     """Removing a scheduling gate changes the spec (generation 2) before the pod is bound: a sized
     record could no longer be trusted then. Stamped only, its originals equal the spec."""
