@@ -606,7 +606,7 @@ def _as_authored(obj: dict[str, Any], annotations: Any, namespace: str,
     again with its own answer after a later webhook changed the pod."""
     if not isinstance(annotations, dict) or resizer.SIZED_AT_ADMISSION not in annotations or not keyring:
         return None
-    originals = resizer.admitted_originals(obj, namespace, keyring)
+    originals = resizer.admitted_originals(obj, namespace, keyring, originals_of(obj))
     return None if originals is None else resizer.as_authored(obj, originals)
 
 

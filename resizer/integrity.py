@@ -463,13 +463,15 @@ def admission_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
     return {**originals, ORIGINALS_MAC: sign_originals(keyring, originals, identity, "admission")}
 
 
-def admitted_originals(pod: Mapping[str, Any], namespace: str, keyring: KeyRing) -> dict[str, str] | None:
+def admitted_originals(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
+                       spec_originals: Mapping[str, str] | None = None) -> dict[str, str] | None:
     """The ``original-*`` annotations of a pod at admission that carries the webhook's own sized
     record, verified as the webhook wrote it (:func:`sized_stamp`: the admission identity with the
     request's ``namespace`` and the name as sent or empty, the originals, the record and the spec's
     values of the keys the originals have); None for any other pod. Such a pod is the webhook's
     own answer, called again (``reinvocationPolicy: IfNeeded``) after a later mutating webhook
-    changed it: its author wrote the originals, not the spec's sized values."""
+    changed it: its author wrote the originals, not the spec's sized values. ``spec_originals``:
+    ``originals_from_spec_annotations(pod)`` if known."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     record = annotations.get(SIZED_AT_ADMISSION)
     parsed = _parse(annotations.get(ORIGINALS_MAC))
@@ -479,7 +481,8 @@ def admitted_originals(pod: Mapping[str, Any], namespace: str, keyring: KeyRing)
     originals = original_annotations(pod)
     if secret is None or not originals:
         return None
-    covered = _sized_cover(originals, record, originals_from_spec_annotations(pod))
+    spec = spec_originals if spec_originals is not None else originals_from_spec_annotations(pod)
+    covered = _sized_cover(originals, record, spec)
     if not _matches(secret, covered, PodIdentity.of(pod, namespace, "sized"), "sized", parsed[2]):
         return None
     return originals
