@@ -225,3 +225,26 @@ def test_a_fresh_pod_still_takes_the_memoised_path() -> None:
     assert len(review_mod._fresh_patch_cache) == 1
     admit(authored(spec={}))
     assert len(review_mod._fresh_patch_cache) == 1
+
+
+def test_the_sized_metric_counts_the_review_that_sized_not_the_call_again() -> None:
+    import asyncio
+
+    from tests.unit.test_webhook_worker import with_app
+
+    _, first, _ = admit(authored())
+    bodies = [orjson.dumps(review(authored())), orjson.dumps(review(first))]
+
+    class View:
+        context = context()
+
+    async def scenario(client: Any, app: Any, metrics: Any, workers: Any) -> list[float]:
+        app.keyring = KEYS
+        app.cluster = View()
+        counts = []
+        for body in bodies:
+            assert (await client.post("/mutate", content=body)).status_code == 200
+            counts.append(metrics.sized["sized"]._value.get())
+        return counts
+
+    assert asyncio.run(with_app(scenario, command=None)) == [1, 1]
