@@ -429,3 +429,38 @@ def test_plan_shows_a_pod_sized_at_both_levels_aligned_on_any_node() -> None:
                                   pod_level_nodes=pod_level_nodes)
         (entry,) = [p for g in forecast.workloads for p in g.pods]
         assert entry.outcome == "AlreadyAligned" and entry.sized_at_admission == "n4"
+
+
+def test_values_patch_sets_what_differs_by_quantity_and_removes_what_has_no_value() -> None:
+    from resizer import values_patch
+
+    sent = {"spec": {
+        "containers": [{"name": "app", "resources": {"requests": {"cpu": "1000m", "memory": "256Mi"},
+                                                     "limits": {"cpu": "1"}}},
+                       {"name": "bare"}],
+        "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}}},
+                           {"name": "side", "restartPolicy": "Always", "resources": {}}]}}
+    key = resizer.original_key
+    values = {key("app", "cpu", "request"): "1", key("app", "memory", "request"): "256Mi",
+              key("bare", "cpu", "request"): "100m", key("side", "memory", "limit"): "64Mi",
+              resizer.pod_original_key("cpu", "request"): "2"}
+    ops = values_patch(sent, values)
+    assert ops == [
+        {"op": "remove", "path": "/spec/containers/0/resources/limits/cpu"},
+        {"op": "add", "path": "/spec/containers/1/resources", "value": {"requests": {"cpu": "100m"}}},
+        {"op": "add", "path": "/spec/initContainers/1/resources/limits", "value": {"memory": "64Mi"}},
+        {"op": "add", "path": "/spec/resources", "value": {"requests": {"cpu": "2"}}},
+    ], "1000m is 1; a plain init container is not ours"
+    assert values_patch(apply_patch(sent, ops), values) == []
+
+
+def test_as_authored_puts_the_recorded_values_back_and_keeps_the_others() -> None:
+    from resizer import as_authored
+
+    stored = injected(created(pod({"nodeSelector": {LABEL: "n4"}})))
+    originals = resizer.original_annotations(stored)
+    authored = as_authored(stored, originals)
+    assert authored["spec"]["containers"][0]["resources"] == pod()["spec"]["containers"][0]["resources"]
+    assert authored["spec"]["containers"][1] == stored["spec"]["containers"][1], "no originals: as sent"
+    assert authored["metadata"]["annotations"] == {} and stored["metadata"]["annotations"], "input untouched"
+    assert stored["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "800m"
