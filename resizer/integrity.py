@@ -26,11 +26,11 @@ any pod's uid:
 ``sized`` (written by the webhook when it sized the pod at CREATE for a node type known
     then, :mod:`resizer.pinning`): the admission identity over the originals, the
     ``sized-at-admission`` record AND the spec values it wrote (the spec's values of the keys
-    the originals have). It verifies only while the spec still holds exactly those values, and on a never-changed pod (generation 1) it is
-    trusted although the originals differ from the spec: whoever mints such a MAC through a
-    made-up review gets exactly the pod an honest author who wrote those originals with that
-    pin gets, and every later size is computed from the originals, as for that author
-    (docs/security.md). The reconciler binds the originals with a pod MAC at once, so
+    the originals have). It verifies only while the spec still holds exactly those values, and
+    on a never-changed pod (generation 1) it is trusted although the originals differ from the
+    spec: whoever mints such a MAC through a made-up review gets exactly the pod an honest
+    author who wrote those originals with that pin gets, and every later size is computed from
+    the originals, as for that author (docs/security.md). The reconciler binds the originals with a pod MAC at once, so
     trust no longer depends on generation 1.
 
 Pod-level originals (``original-pod-*``) came later: a pod stamped before carries none.
