@@ -8,10 +8,13 @@ state, a tenant must not pick its own baseline), or 400 when the body is not a u
 Eligibility and originals are the core's decisions only. With a sizing context
 (:mod:`app.sizing`, ``--size-at-admission``) a pod whose node type is known at admission is also
 given its size there (:mod:`resizer.pinning`), with the sized-scope MAC instead of the admission
-one. A pod two of whose resizable containers would share an ``original-*`` key is allowed
-unstamped, forged keys stripped (``reason: CollidingContainerKeys``). Any unexpected exception
-allows the pod unchanged (our bug must never block pod creation) with ``reason: InternalError``;
-a failure of the sizing alone leaves the pod stamped only.
+one. A pod that carries the webhook's own verified sized record (its answer, called again after a
+later webhook changed the pod) is decided on the values its author wrote, the recorded originals
+(:func:`resizer.admitted_originals`), and patched from what it is now. A pod two of whose
+resizable containers would share an ``original-*`` key is allowed unstamped, forged keys stripped
+(``reason: CollidingContainerKeys``). Any unexpected exception allows the pod unchanged (our bug
+must never block pod creation) with ``reason: InternalError``; a failure of the sizing alone
+leaves the pod stamped only.
 ``record`` holds the log fields (``uid``, ``pod``, ``namespace``, ``owner``, ``decision``,
 ``reason``, ``originals``; ``error``/``stack`` on errors); the caller adds ``duration_ms``.
 """
@@ -41,6 +44,7 @@ REJECTED = "rejected"
 
 REASON_INTERNAL_ERROR = "InternalError"
 REASON_SIZED = "SizedAtAdmission"         # created at its size for the node type it is pinned to
+REASON_ALREADY_SIZED = "AlreadySized"     # our own sized answer, called again: nothing to change
 REASON_WOULD_RESIZE = "WouldResize"       # --dry-run: the size it would have been created at
 REASON_OVERLOADED = "Overloaded"
 # Two resizable containers would share an original-* key (e.g. one name twice: the apiserver
@@ -432,11 +436,16 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         record["decision"] = SKIPPED
         record["reason"] = "AnnotationsTooLarge"
         return 200, _allowed(uid)
+    # Our own sized answer, called again after a later webhook changed the pod: decided on the
+    # pod its author wrote, the patch computed against the pod as sent.
+    authored = _as_authored(obj, annotations, namespace, keyring)
+    if authored is not None:
+        record["authoredFrom"] = AUTHORED_FROM_RECORD
     if scope is not None and namespace in scope.excluded:
         # Controller-owned keys still go: the scope may change later.
         record["decision"] = SKIPPED
         record["reason"] = "NamespaceExcluded"
-        return 200, _allowed(uid, _strip(annotations, record))
+        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
 
     verdict = resizer.eligibility(obj)
     owner_kind = verdict.owner_kind
@@ -447,37 +456,45 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         # ineligible (skip annotation, odd owner) may become eligible later.
         record["decision"] = SKIPPED
         record["reason"] = verdict.reason
-        return 200, _allowed(uid, _strip(annotations, record))
+        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
 
     spec = obj.get("spec")
     containers = spec.get("containers") if isinstance(spec, dict) else None
     if isinstance(containers, list) and len(containers) > MAX_STAMPED_CONTAINERS:
         record["decision"] = SKIPPED
         record["reason"] = "TooManyContainers"
-        return 200, _allowed(uid, _strip(annotations, record))
+        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
 
+    subject = obj if authored is None else authored
     try:
-        originals, memo_key = _originals_and_key(obj)
+        originals, memo_key = _originals_and_key(subject)
     except resizer.KeyCollisionError as error:     # never one baseline for two containers
         record["decision"] = SKIPPED
         record["reason"] = REASON_COLLIDING_KEYS
         record["error"] = str(error)
-        return 200, _allowed(uid, _strip(annotations, record))
-    # The baseline authority's rule at admission: the spec sent is the baseline, whatever the pod carries.
-    stamp = resizer.admission_stamp(obj, namespace, keyring, originals)
+        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
+    # The baseline authority's rule at admission: the spec authored is the baseline, whatever the pod carries.
+    stamp = resizer.admission_stamp(subject, namespace, keyring, originals)
     if memo_key is not None and resizer.ORIGINALS_MAC in stamp:
-        identity = resizer.PodIdentity.of(obj, namespace, "admission")
+        identity = resizer.PodIdentity.of(subject, namespace, "admission")
         memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), (keyring.newest or "").encode()))
     record["originals"] = originals
     warnings: list[str] | None = None
     if sizing is not None and stamp:
-        sized = _sized_at_admission(obj, namespace, keyring, originals, sizing, record)
+        sized = _sized_at_admission(subject, namespace, keyring, originals, sizing, record)
         if sized is not None and not sizing.dry_run:
-            ops, sized_stamp = sized
+            ops, sized_stamp, sized_values = sized
             if resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, sized_stamp):
+                if authored is not None:
+                    ops = resizer.values_patch(obj, sized_values)
+                ops = build_patch(annotations, sized_stamp) + ops
+                if not ops:
+                    record["decision"] = SKIPPED
+                    record["reason"] = REASON_ALREADY_SIZED
+                    return 200, _allowed(uid)
                 record["decision"] = PATCHED
                 record["reason"] = REASON_SIZED
-                return 200, _allowed(uid, _encode(build_patch(annotations, sized_stamp) + ops))
+                return 200, _allowed(uid, _encode(ops))
         elif sized is not None:
             warnings = [f"workload-resizer (dry run): {REASON_WOULD_RESIZE} at admission for node type "
                         f"{record['sizedFor']}: {record['wouldResize']}"]
@@ -488,11 +505,11 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
         record["decision"] = SKIPPED
         record["reason"] = "AnnotationsTooLarge"
         record["originals"] = _NO_ORIGINALS
-        return 200, _allowed(uid, _strip(annotations, record))
+        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
     if stamp and (not isinstance(annotations, dict) or not any(map(resizer.is_controller_owned_key, annotations))):
         patch = fresh_patch(stamp, not isinstance(annotations, dict), memo_key)
     else:
-        ops = build_patch(annotations, stamp)
+        ops = build_patch(annotations, stamp) + _restoring(obj, authored)
         if not ops:
             record["decision"] = SKIPPED
             record["reason"] = "AlreadyStamped" if stamp else "NothingToStamp"
@@ -504,10 +521,12 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
 
 
 def _sized_at_admission(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
-                        sizing: SizingContext, record: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, str]] | None:
-    """The ops setting the pod's size for the node type it is pinned to, and the annotations to
-    stamp with them (originals, record, sized-scope MAC); None: not determined at admission, or
-    nothing to change (today's path: stamp only). Never raises: sizing is best effort."""
+                        sizing: SizingContext, record: dict[str, Any]
+                        ) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]] | None:
+    """The ops setting the pod's size for the node type it is pinned to, the annotations to
+    stamp with them (originals, record, sized-scope MAC) and the sized spec's values
+    (``originals_from_spec_annotations`` form); None: not determined at admission, or nothing to
+    change (stamp only). Never raises: sizing is best effort."""
     if not keyring:
         return None     # nothing could vouch for originals that differ from the spec
     key = _sized_key(pod, namespace, keyring, sizing)
@@ -525,10 +544,10 @@ def _sized_at_admission(pod: dict[str, Any], namespace: str, keyring: resizer.Ke
         return None
     if not hit:
         return None
-    ops, stamp, node_type, summary = hit
+    ops, stamp, node_type, summary, sized_values = hit
     record["sizedFor"] = node_type
     record["wouldResize" if sizing.dry_run else "sized"] = summary
-    return list(ops), stamp
+    return list(ops), stamp, sized_values
 
 
 # The sized patch of replicas of one workload is the same: memoised on the whole pod as sent
@@ -549,8 +568,8 @@ def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, si
 
 def _size(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
           sizing: SizingContext) -> tuple[Any, ...]:
-    """(ops, stamp, node type, summary) of the pod's sizing at admission, ``(why,)`` when it is held
-    (:func:`resizer.admission_hold`), or ``_NOT_SIZED``."""
+    """(ops, stamp, node type, summary, sized values) of the pod's sizing at admission, ``(why,)``
+    when it is held (:func:`resizer.admission_hold`), or ``_NOT_SIZED``."""
     node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
     if node_type is None:
         return _NOT_SIZED
@@ -563,7 +582,7 @@ def _size(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, origina
     stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
     if not stamp:
         return _NOT_SIZED
-    return tuple(decided.ops), stamp, node_type, decided.plan.summary()
+    return tuple(decided.ops), stamp, node_type, decided.plan.summary(), dict(decided.sized)
 
 
 def _oversized(annotations: dict[str, Any]) -> bool:
@@ -576,12 +595,34 @@ def _oversized(annotations: dict[str, Any]) -> bool:
     return size + sum(len(v) for v in annotations.values() if isinstance(v, str)) > limit
 
 
-def _strip(annotations: Any, record: dict[str, Any]) -> str | None:
-    """The patch removing every client-supplied controller-owned key (None: nothing to remove)."""
-    if not isinstance(annotations, dict):
+def _strip(annotations: Any, record: dict[str, Any], restoring: list[dict[str, Any]]) -> str | None:
+    """The patch removing every client-supplied controller-owned key, with the ``restoring`` ops
+    (None: nothing to change)."""
+    ops = build_patch(annotations, {}) if isinstance(annotations, dict) else []
+    if ops:
+        record["stripped"] = len(ops)
+    ops += restoring
+    return _encode(ops) if ops else None
+
+
+# -- the webhook called again on its own answer -------------------------------------------
+AUTHORED_FROM_RECORD = "sized-at-admission"   # the ``authoredFrom`` log field: the pod as authored came from it
+
+
+def _as_authored(obj: dict[str, Any], annotations: Any, namespace: str,
+                 keyring: resizer.KeyRing) -> dict[str, Any] | None:
+    """The pod as its author wrote it when ``obj`` carries our own sized record, verified by the
+    baseline authority (:func:`resizer.admitted_originals`); None for any other pod (a fresh pod
+    costs one dict lookup). With ``reinvocationPolicy: IfNeeded`` the apiserver calls the webhook
+    again with its own answer after a later webhook changed the pod."""
+    if not isinstance(annotations, dict) or resizer.SIZED_AT_ADMISSION not in annotations or not keyring:
         return None
-    ops = build_patch(annotations, {})
-    if not ops:
-        return None
-    record["stripped"] = len(ops)
-    return _encode(ops)
+    originals = resizer.admitted_originals(obj, namespace, keyring, originals_of(obj))
+    return None if originals is None else resizer.as_authored(obj, originals)
+
+
+def _restoring(obj: dict[str, Any], authored: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The ops putting the authored values back into the pod as sent (none for a pod as authored)."""
+    if authored is None:
+        return []
+    return resizer.values_patch(obj, resizer.originals_from_spec_annotations(authored))

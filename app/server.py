@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.connections import GuardedConnection, current_connection
 from app.metrics import Metrics
-from app.review import (INLINE_MAX_BYTES, INLINE_MAX_VALUES, REASON_INTERNAL_ERROR, REASON_OVERLOADED, REJECTED,
+from app.review import (INLINE_MAX_BYTES, INLINE_MAX_VALUES, REASON_INTERNAL_ERROR, REASON_OVERLOADED, REASON_SIZED, REJECTED,
                         handle_review, handle_review_inline, too_large, undecided)
 from app.sizing import ClusterView, SizingContext
 from app.worker import Decision, ReviewWorkers, WorkerFailure, WorkersBusy
@@ -290,8 +290,10 @@ class MutateApp:
             log_fields(decision_log, logging.ERROR, "admission decision", record)
         else:
             self._by_result[record["decision"]].inc()
-            if "sizedFor" in record:
-                self.metrics.sized["would_resize" if "wouldResize" in record else "sized"].inc()
+            if "wouldResize" in record:
+                self.metrics.sized["would_resize"].inc()
+            elif record.get("reason") == REASON_SIZED:
+                self.metrics.sized["sized"].inc()
             elif "sizingHeld" in record:
                 self.metrics.sized["held"].inc()
             elif "sizingError" in record:

@@ -25,12 +25,12 @@ any pod's uid:
     it verifies on that one pod only.
 ``sized`` (written by the webhook when it sized the pod at CREATE for a node type known
     then, :mod:`resizer.pinning`): the admission identity over the originals, the
-    ``sized-at-admission`` record AND the spec values it wrote. It verifies only while the
-    spec still holds exactly those values, and on a never-changed pod (generation 1) it is
-    trusted although the originals differ from the spec: whoever mints such a MAC through a
-    made-up review gets exactly the pod an honest author who wrote those originals with that
-    pin gets, and every later size is computed from the originals, as for that author
-    (docs/security.md). The reconciler binds the originals with a pod MAC at once, so
+    ``sized-at-admission`` record AND the spec values it wrote (the spec's values of the keys
+    the originals have). It verifies only while the spec still holds exactly those values, and
+    on a never-changed pod (generation 1) it is trusted although the originals differ from the
+    spec: whoever mints such a MAC through a made-up review gets exactly the pod an honest
+    author who wrote those originals with that pin gets, and every later size is computed from
+    the originals, as for that author (docs/security.md). The reconciler binds the originals with a pod MAC at once, so
     trust no longer depends on generation 1.
 
 Pod-level originals (``original-pod-*``) came later: a pod stamped before carries none.
@@ -66,9 +66,11 @@ import orjson
 from resizer.annotations import ORIGINALS_MAC, SIZED_AT_ADMISSION, is_original_key
 from resizer.originals import (
     POD_ORIGINAL_KEYS,
+    OriginalsError,
     missing_original_annotations,
     original_keys,
     originals_as_recorded,
+    originals_as_written,
     originals_from_spec_annotations,
     sidecar_original_keys,
 )
@@ -76,6 +78,7 @@ from resizer.originals import (
 __all__ = [
     "Baseline",
     "admission_stamp",
+    "admitted_originals",
     "sized_stamp",
     "EMPTY_KEYRING",
     "KeyRing",
@@ -326,14 +329,17 @@ def _verify(value: Any, keyring: KeyRing, originals: Mapping[str, str],
         if not isinstance(record, str):
             return "sized-at-admission MAC without its record"
         originals = _sized_cover(originals, record, spec())
-    candidates = [PodIdentity.of(pod, scope=scope)]
+    if _matches(secret, originals, PodIdentity.of(pod, scope=scope), scope, mac):
+        return scope, key_id
+    return "originals MAC does not match the values and the pod"
+
+
+def _matches(secret: bytes, covered: Mapping[str, str], identity: PodIdentity, scope: Scope, mac: str) -> bool:
+    candidates = [identity]
     if scope != "pod":
         # The webhook saw no name for a generateName pod: try that form too.
-        candidates.append(PodIdentity(**{**candidates[0].__dict__, "name": ""}))
-    for identity in candidates:
-        if hmac.compare_digest(_mac(secret, originals, identity, scope), mac):
-            return scope, key_id
-    return "originals MAC does not match the values and the pod"
+        candidates.append(PodIdentity(**{**identity.__dict__, "name": ""}))
+    return any(hmac.compare_digest(_mac(secret, covered, candidate, scope), mac) for candidate in candidates)
 
 
 def _parse(value: Any) -> tuple[Scope, str, str] | None:
@@ -405,8 +411,7 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
     if result.scope == "sized" and result.trust is Trust.TRUSTED:
         # Trusted only while the spec is unchanged: bind the originals to this pod before any write
         # to its spec (step 1, conditional on the pod as read).
-        binding: dict[str, str | None] = {**pod_mac(pod, keyring)}
-        return Baseline(result, pod, binding)
+        return Baseline(result, pod, _sized_binding(pod, keyring))
     if result.trust is Trust.TRUSTED:
         # (Vouched originals are those step 1 recorded: the spec holds our resize, not a baseline.)
         return Baseline(result, pod, None if result.reason == _VOUCHED else _completion(pod, keyring))
@@ -423,6 +428,18 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
     if keyring:
         stamp[ORIGINALS_MAC] = sign_originals(keyring, spec_originals, PodIdentity.of(pod), "pod")
     return Baseline(result, view, stamp)
+
+
+def _sized_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None]:
+    """Step 1 of a pod trusted by its sized record (so never changed): its originals bound to it
+    with a pod MAC, with the spec's values that have no original recorded (a container another
+    webhook added after the webhook's last call: as created, never sized by us, the apiserver calls
+    a webhook again at most once), so no container is ever left without originals."""
+    missing = missing_original_annotations(pod)
+    binding: dict[str, str | None] = dict(missing)
+    binding[ORIGINALS_MAC] = sign_originals(keyring, {**original_annotations(pod), **missing},
+                                            PodIdentity.of(pod), "pod")
+    return binding
 
 
 def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
@@ -453,6 +470,34 @@ def admission_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
     return {**originals, ORIGINALS_MAC: sign_originals(keyring, originals, identity, "admission")}
 
 
+def admitted_originals(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
+                       spec_originals: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The ``original-*`` annotations of a pod at admission that carries the webhook's own sized
+    record, verified as the webhook wrote it (:func:`sized_stamp`: the admission identity with the
+    request's ``namespace`` and the name as sent or empty, the originals, the record and the spec's
+    values of the keys the originals have); None for any other pod. Such a pod is the webhook's
+    own answer, called again (``reinvocationPolicy: IfNeeded``) after a later mutating webhook
+    changed it: its author wrote the originals, not the spec's sized values. ``spec_originals``:
+    ``originals_from_spec_annotations(pod)`` if known."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    record = annotations.get(SIZED_AT_ADMISSION)
+    parsed = _parse(annotations.get(ORIGINALS_MAC))
+    if not isinstance(record, str) or parsed is None or parsed[0] != "sized":
+        return None
+    secret = keyring.keys.get(parsed[1])
+    originals = original_annotations(pod)
+    if secret is None or not originals:
+        return None
+    spec = spec_originals if spec_originals is not None else originals_from_spec_annotations(pod)
+    try:    # (signed under the keys the pod carries: legacy ones too, from a webhook before an upgrade)
+        covered = _sized_cover(originals, record, originals_as_recorded(pod, spec))
+        if not _matches(secret, covered, PodIdentity.of(pod, namespace, "sized"), "sized", parsed[2]):
+            return None
+        return originals_as_written(pod, originals)
+    except OriginalsError:      # colliding keys: no record of ours can describe this pod
+        return None
+
+
 def sized_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing, originals: Mapping[str, str],
                 node_type: str, sized: Mapping[str, str]) -> dict[str, str]:
     """The authority's rule for a pod the webhook sizes at admission: ``originals`` (from the spec
@@ -467,8 +512,12 @@ def sized_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing, origin
 
 
 def _sized_cover(originals: Mapping[str, str], record: str, sized: Mapping[str, str]) -> dict[str, str]:
-    """What a sized-scope MAC covers besides the identity."""
-    return {**originals, SIZED_AT_ADMISSION: record, **{_SIZED_VALUE + k: v for k, v in sized.items()}}
+    """What a sized-scope MAC covers besides the identity: the spec's values restricted to the keys
+    the originals have. Values the webhook wrote all have originals (it records every value of the
+    pod it sizes), so a container another webhook adds afterwards does not void the record; its
+    values were never sized by us, the spec is their baseline."""
+    return {**originals, SIZED_AT_ADMISSION: record,
+            **{_SIZED_VALUE + k: v for k, v in sized.items() if k in originals}}
 
 
 def pod_mac(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str]:

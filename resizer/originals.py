@@ -36,6 +36,7 @@ __all__ = [
     "missing_pod_level_originals",
     "original_keys",
     "originals_as_recorded",
+    "originals_as_written",
     "originals_from_spec_annotations",
     "read_originals",
     "read_pod_originals",
@@ -167,6 +168,13 @@ def originals_as_recorded(pod: Mapping[str, Any], originals: Mapping[str, str]) 
     what compares with, or was signed with, the pod's own annotations."""
     held = _held_keys(pod)
     return {held.get(key, key): value for key, value in originals.items()}
+
+
+def originals_as_written(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[str, str]:
+    """The inverse of :func:`originals_as_recorded`: the pod's ``originals`` under the keys
+    written today (a legacy key's value under the key it stands for)."""
+    today = {held: written for written, held in _held_keys(pod).items()}
+    return {today.get(key, key): value for key, value in originals.items()}
 
 
 def original_keys(pod: Mapping[str, Any]) -> dict[str, dict[Slot, str]]:

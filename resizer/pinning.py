@@ -14,17 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from resizer.annotations import is_controller_owned_key
+from resizer.annotations import is_controller_owned_key, original_key, pod_original_key
 from resizer.config import CompiledConfig, Policy, resolve_policy
 from resizer.originals import originals_from_spec_annotations
 from resizer.plan import POD_LEVEL, ResizePlan, ResourceChange, plan_resize
 from resizer.preflight import limit_range_hold
-from resizer.quantity import format_cpu, format_memory
+from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory
 
-__all__ = ["AdmissionSizing", "admission_hold", "admission_sizing", "pinned_node_type", "pinned_types",
-           "plan_bound_pod"]
+__all__ = ["AdmissionSizing", "admission_hold", "admission_sizing", "as_authored", "pinned_node_type",
+           "pinned_types", "plan_bound_pod", "values_patch"]
 
 # node name -> its node-type label value (None: the node has no such label)
 NodeTypes = Mapping[str, str | None]
@@ -228,6 +228,11 @@ def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
     block its creation: a size that grows anything (a quota the author's size fits may not fit
     it) or that a LimitRange of its namespace refuses is left to the reconciler after binding,
     whose preflight holds such a resize instead."""
+    if (pod.get("spec") or {}).get("schedulingGates"):
+        # Removing a gate changes the spec (generation 2) before the pod can be bound: the sized
+        # record, trusted only on a never-changed spec, would be void by the time the reconciler
+        # sees the pod. Stamped only, its originals equal its spec whatever the generation.
+        return "the pod has scheduling gates (removing one changes its spec, which voids a size given at CREATE)"
     grown = [c for c in sizing.plan.changed if c.desired_request > (c.current_request or 0)
              or (c.desired_limit is not None and c.current_limit is not None and c.desired_limit > c.current_limit)]
     if grown:
@@ -235,3 +240,88 @@ def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
         return f"the size grows {what} {grown[0].resource} (a ResourceQuota is judged at CREATE)"
     hold = limit_range_hold(_sized_pod(pod, sizing.plan).get("spec") or {}, limit_ranges)
     return None if hold is None else f"LimitRange {hold.name} would refuse the size: {hold.detail}"
+
+
+# -- the webhook called again on its own answer ----------------------------------------------
+_KINDS: tuple[tuple[str, Literal["request", "limit"]], ...] = (("requests", "request"), ("limits", "limit"))
+_RESOURCES: tuple[Literal["cpu", "memory"], ...] = ("cpu", "memory")
+_POD_LEVEL_FIELD = "resources"      # spec.resources: the pod level's holder, at /spec
+
+
+def _holders(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+    """(spec field, index, holder) of every place ``original-*`` values describe: the containers,
+    the sidecars (restartable init containers) and the pod level (``spec`` itself, index -1)."""
+    holders = [("containers", i, c) for i, c in enumerate(spec.get("containers") or [])]
+    holders += [("initContainers", i, c) for i, c in enumerate(spec.get("initContainers") or [])
+                if c.get("restartPolicy") == "Always"]
+    return [*holders, (_POD_LEVEL_FIELD, -1, spec)]
+
+
+def _wanted(field: str, holder: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The requests and limits ``values`` (``originals_from_spec_annotations`` form) give one holder."""
+    wanted: dict[str, dict[str, str]] = {}
+    for kind, singular in _KINDS:
+        for resource in _RESOURCES:
+            key = pod_original_key(resource, singular) if field == _POD_LEVEL_FIELD \
+                else original_key(holder["name"], resource, singular)
+            if key in values:
+                wanted.setdefault(kind, {})[resource] = values[key]
+    return wanted
+
+
+def as_authored(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[str, Any]:
+    """``pod`` as its author wrote it, from the originals the webhook recorded when it sized it
+    (:func:`resizer.integrity.admitted_originals`): every recorded value back in the spec, the
+    values without one as the spec has them (added by a later webhook: part of the pod as
+    created), and no controller-owned annotation."""
+    metadata = pod.get("metadata") or {}
+    spec: dict[str, Any] = dict(pod.get("spec") or {})
+    lists = {field: list(spec.get(field) or []) for field in ("containers", "initContainers")}
+    for field, index, holder in _holders(pod.get("spec") or {}):
+        resources = {kind: dict(v or {}) for kind, v in (holder.get("resources") or {}).items()}
+        for kind, recorded in _wanted(field, holder, originals).items():
+            resources.setdefault(kind, {}).update(recorded)
+        if field == _POD_LEVEL_FIELD:
+            if resources:
+                spec["resources"] = resources
+        else:
+            lists[field][index] = {**holder, "resources": resources}
+    spec.update((field, items) for field, items in lists.items() if field in spec)
+    annotations = metadata.get("annotations") or {}
+    return {**pod, "metadata": {**metadata, "annotations": {
+        k: v for k, v in annotations.items() if not is_controller_owned_key(k)}}, "spec": spec}
+
+
+def values_patch(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[dict[str, Any]]:
+    """JSONPatch ops giving ``pod``'s spec exactly the cpu/memory ``values``
+    (``originals_from_spec_annotations`` of the spec it is to have): every value that differs by
+    quantity set, every value without a key removed; none when the spec holds them already."""
+    ops: list[dict[str, Any]] = []
+    for field, index, holder in _holders(pod.get("spec") or {}):
+        base = "/spec/resources" if field == _POD_LEVEL_FIELD else f"/spec/{field}/{index}/resources"
+        wanted = _wanted(field, holder, values)
+        resources = holder.get("resources")
+        if not isinstance(resources, Mapping):
+            if wanted:
+                ops.append({"op": "add", "path": base, "value": wanted})
+            continue
+        for kind, _ in _KINDS:
+            have, want = resources.get(kind), wanted.get(kind, {})
+            if not isinstance(have, Mapping):
+                if want:
+                    ops.append({"op": "add", "path": f"{base}/{kind}", "value": want})
+                continue
+            for resource in _RESOURCES:
+                current, target = have.get(resource), want.get(resource)
+                if target is None and current is not None:
+                    ops.append({"op": "remove", "path": f"{base}/{kind}/{resource}"})
+                elif target is not None and (current is None or not _same_quantity(current, target)):
+                    ops.append({"op": "add", "path": f"{base}/{kind}/{resource}", "value": target})
+    return ops
+
+
+def _same_quantity(current: Any, target: str) -> bool:
+    try:
+        return coerce_quantity(current) == coerce_quantity(target)
+    except QuantityError:
+        return bool(current == target)

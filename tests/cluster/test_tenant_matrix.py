@@ -257,6 +257,7 @@ def minted_sized(h: Harness, webhook: Webhook, pod: dict[str, Any], cpu: str) ->
     fake["metadata"]["annotations"] = {}
     fake["spec"]["nodeSelector"] = {h.label: "n4"}
     fake["spec"].pop("nodeName", None)
+    fake["spec"].pop("schedulingGates", None)      # (a gated pod is not sized at admission: made up without)
     fake["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "256Mi"},
                                                   "limits": {"cpu": cpu, "memory": "256Mi"}}
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",

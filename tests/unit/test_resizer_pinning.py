@@ -187,6 +187,53 @@ def test_existing_mac_formats_are_unchanged() -> None:
                       b'"owner_kind":"","owner_name":"","owner_uid":"","uid":"u"},[["k","v"]]]'
 
 
+def test_sized_macs_already_on_pods_keep_verifying() -> None:
+    """Sized MACs signed by an earlier version (cover: every sized value) keep their bytes: the
+    cover is the sized values restricted to the originals' keys, which on a pod the webhook sized
+    are the same keys."""
+    originals = {"workload-resizer.io/original-cpu.app": "1", "workload-resizer.io/original-cpu-limit.app": "1",
+                 "workload-resizer.io/original-memory.app": "256Mi"}
+    sized = {**originals, "workload-resizer.io/original-cpu.app": "800m",
+             "workload-resizer.io/original-cpu-limit.app": "800m"}
+    stamp = sized_stamp(pod(), "shop", KEYS, originals, "n4", sized)
+    assert stamp[ORIGINALS_MAC] == "v1.s.k1.6BBnP07ri8vogOlF7M3CmBJao5WPffUh6uYW64mCY-c"
+
+
+def injected(stored: dict[str, Any]) -> dict[str, Any]:
+    """``stored`` with a container a later webhook added after the webhook's last call."""
+    later = copy.deepcopy(stored)
+    later["spec"]["containers"].append({"name": "proxy", "resources": {
+        "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}})
+    return later
+
+
+def test_a_container_injected_after_the_webhooks_last_call_gets_its_spec_as_originals() -> None:
+    """The sized MAC covers the spec values of the containers it has originals for: a container
+    another webhook added later does not void it, and the binding write records its originals
+    from the spec (generation 1: as created), so no container is left without a baseline."""
+    later = injected(created(pod({"nodeSelector": {LABEL: "n4"}})))
+    decision = baseline(later, KEYS)
+    assert decision.check.trust is Trust.TRUSTED and decision.check.scope == "sized"
+    assert decision.stamp is not None
+    recorded = {k: v for k, v in decision.stamp.items() if k != ORIGINALS_MAC}
+    assert recorded == {"workload-resizer.io/original-cpu.proxy": "100m",
+                        "workload-resizer.io/original-cpu-limit.proxy": "100m",
+                        "workload-resizer.io/original-memory.proxy": "64Mi",
+                        "workload-resizer.io/original-memory-limit.proxy": "64Mi"}
+    bound = copy.deepcopy(later)
+    bound["metadata"]["annotations"].update(decision.stamp)
+    bound["metadata"]["generation"] = 2
+    after = baseline(bound, KEYS)
+    assert after.check.trust is Trust.TRUSTED and after.check.scope == "pod" and after.stamp is None
+    assert plan_resize(after.pod, resolve_policy(CONFIG, bound), "n4").outcome == "Resize", "the proxy: 80m"
+
+
+def test_an_injected_container_does_not_make_a_changed_sized_pod_trusted() -> None:
+    later = injected(created(pod({"nodeSelector": {LABEL: "n4"}})))
+    later["metadata"]["generation"] = 2
+    assert baseline(later, KEYS).check.trust is not Trust.TRUSTED
+
+
 def test_a_changed_spec_voids_the_sized_mac() -> None:
     stored = created(pod({"nodeSelector": {LABEL: "n4"}}))
     edited = copy.deepcopy(stored)
@@ -382,3 +429,38 @@ def test_plan_shows_a_pod_sized_at_both_levels_aligned_on_any_node() -> None:
                                   pod_level_nodes=pod_level_nodes)
         (entry,) = [p for g in forecast.workloads for p in g.pods]
         assert entry.outcome == "AlreadyAligned" and entry.sized_at_admission == "n4"
+
+
+def test_values_patch_sets_what_differs_by_quantity_and_removes_what_has_no_value() -> None:
+    from resizer import values_patch
+
+    sent = {"spec": {
+        "containers": [{"name": "app", "resources": {"requests": {"cpu": "1000m", "memory": "256Mi"},
+                                                     "limits": {"cpu": "1"}}},
+                       {"name": "bare"}],
+        "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}}},
+                           {"name": "side", "restartPolicy": "Always", "resources": {}}]}}
+    key = resizer.original_key
+    values = {key("app", "cpu", "request"): "1", key("app", "memory", "request"): "256Mi",
+              key("bare", "cpu", "request"): "100m", key("side", "memory", "limit"): "64Mi",
+              resizer.pod_original_key("cpu", "request"): "2"}
+    ops = values_patch(sent, values)
+    assert ops == [
+        {"op": "remove", "path": "/spec/containers/0/resources/limits/cpu"},
+        {"op": "add", "path": "/spec/containers/1/resources", "value": {"requests": {"cpu": "100m"}}},
+        {"op": "add", "path": "/spec/initContainers/1/resources/limits", "value": {"memory": "64Mi"}},
+        {"op": "add", "path": "/spec/resources", "value": {"requests": {"cpu": "2"}}},
+    ], "1000m is 1; a plain init container is not ours"
+    assert values_patch(apply_patch(sent, ops), values) == []
+
+
+def test_as_authored_puts_the_recorded_values_back_and_keeps_the_others() -> None:
+    from resizer import as_authored
+
+    stored = injected(created(pod({"nodeSelector": {LABEL: "n4"}})))
+    originals = resizer.original_annotations(stored)
+    authored = as_authored(stored, originals)
+    assert authored["spec"]["containers"][0]["resources"] == pod()["spec"]["containers"][0]["resources"]
+    assert authored["spec"]["containers"][1] == stored["spec"]["containers"][1], "no originals: as sent"
+    assert authored["metadata"]["annotations"] == {} and stored["metadata"]["annotations"], "input untouched"
+    assert stored["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "800m"
