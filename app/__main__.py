@@ -93,12 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "namespaceSelector applies it (the chart renders both from scope.*).")
     p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
                    help="The product's own namespace, always excluded (default: $POD_NAMESPACE).")
-    p.add_argument("--size-at-admission", type=boolean, default=False, metavar="BOOL",
+    p.add_argument("--size-at-admission", type=boolean, default=True, metavar="BOOL",
                    help="Create pods whose node type is known at admission (spec.nodeName, a DaemonSet's node "
                         "affinity, a nodeSelector or required node affinity on --node-type-label naming types "
                         "of equal performance) at their size for it, with the reconciler's sizing rules. Needs "
-                        "list/watch on nodes and the config ConfigMap (--kubeconfig or in-cluster), and "
-                        "--originals-key-dir. Until both are known, and on any error, pods are stamped only.")
+                        "list/watch on nodes and the config ConfigMap (--kubeconfig or in-cluster): without "
+                        "either the webhook does not start. Also needs --originals-key-dir. Until the nodes, "
+                        "the config and a key are known, and on any error, pods are stamped only. false: "
+                        "stamp only, no API access.")
     p.add_argument("--dry-run", action="store_true",
                    help="With --size-at-admission: change no pod's size; report what it would have been as an "
                         "AdmissionReview warning (WouldResize), a log field and a metric.")
@@ -139,12 +141,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ScopeError as error:
         parser.error(str(error))
 
-    from app.run import SizingSettings
-
-    sizing = SizingSettings(args.kubeconfig, args.config_namespace, args.config_name, args.node_type_label,
-                            args.dry_run) if args.size_at_admission else None
     if args.dry_run and not args.size_at_admission:
         parser.error("--dry-run needs --size-at-admission")
+    from app.run import NoApiserver, SizingSettings, sizing_credentials
+
+    sizing = None
+    if args.size_at_admission:
+        try:
+            credentials = sizing_credentials(args.kubeconfig)
+        except NoApiserver as err:
+            print(f"error: --size-at-admission (on by default) needs the apiserver, from an in-cluster service "
+                  f"account or --kubeconfig: {err}. Pass --kubeconfig, or --size-at-admission=false to stamp "
+                  f"the originals only.", file=sys.stderr)
+            return 2
+        sizing = SizingSettings(credentials, args.config_namespace, args.config_name, args.node_type_label,
+                                args.dry_run)
     from ops.jsonlog import configure_logging
 
     configure_logging(args.log_level, args.log_format, flush_interval=args.log_flush_interval)

@@ -23,7 +23,7 @@ from ops.keys import KeyDirectory
 from ops.malloc import bound_heap_retention
 from resizer import KeyRing, KeyRingError
 from ops.jsonlog import flush_logging
-from reconciler.kube import KubeClient, load_credentials
+from reconciler.kube import Credentials, KubeClient, load_credentials
 from resizer.scope import NamespaceScope
 
 log = logging.getLogger("workload_resizer.webhook")
@@ -46,25 +46,32 @@ def reloaded_keyring(keys: KeyDirectory, current: KeyRing) -> KeyRing:
         return current
 
 
+class NoApiserver(Exception):
+    """Sizing at admission was asked for and no apiserver credentials can be loaded."""
+
+
+def sizing_credentials(kubeconfig: str | None) -> Credentials:
+    """The credentials sizing at admission watches the cluster with: --kubeconfig, else the
+    in-cluster service account, else $KUBECONFIG or ~/.kube/config (NoApiserver: none usable)."""
+    try:
+        return load_credentials(kubeconfig)
+    except Exception as err:  # noqa: BLE001 - any loader's failure (the kubernetes package's too)
+        raise NoApiserver(str(err) or repr(err)) from None
+
+
 @dataclass(frozen=True)
 class SizingSettings:
-    """Where the webhook finds what sizing at admission needs (--size-at-admission)."""
+    """What sizing at admission (--size-at-admission) watches, and with which credentials."""
 
-    kubeconfig: str | None
+    credentials: Credentials
     config_namespace: str
     config_name: str
     node_type_label: str
     dry_run: bool = False
 
 
-def _cluster_view(sizing: SizingSettings) -> tuple[KubeClient, ClusterView] | None:
-    """The client and the view, or None (logged) when no credentials can be loaded: stamp only."""
-    try:
-        creds = load_credentials(sizing.kubeconfig)
-    except Exception as err:  # noqa: BLE001 - any loader failure: serve without sizing
-        log.error("no Kubernetes credentials: pods are stamped, not sized at admission", extra={"error": repr(err)})
-        return None
-    client = KubeClient(creds, qps=20.0, burst=40, max_connections=4, drop_managed_fields=True)
+def _cluster_view(sizing: SizingSettings) -> tuple[KubeClient, ClusterView]:
+    client = KubeClient(sizing.credentials, qps=20.0, burst=40, max_connections=4, drop_managed_fields=True)
     return client, ClusterView(client, sizing.config_namespace, sizing.config_name, sizing.node_type_label,
                                sizing.dry_run)
 

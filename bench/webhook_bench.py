@@ -285,7 +285,7 @@ def main() -> int:
             argv = pinned(args.server_core, [
                 sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
                 "--tls-cert-file", crt, "--tls-key-file", key,
-                "--log-level", "warning" if args.no_log else "info",
+                "--log-level", "warning" if args.no_log else "info", "--size-at-admission=false",
             ])
             return run_one(PY_NAME, argv, dict(os.environ), port, args, loadgen, ca_file, args.review,
                            work / "python.log")

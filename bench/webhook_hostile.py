@@ -325,7 +325,7 @@ def start_server(work: Path, crt: str, key: str, keys: Path, core: str | None, d
     port = free_port()
     argv = [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", crt, "--tls-key-file", key, "--log-level", "warning",
-            "--originals-key-dir", str(keys), "--shutdown-delay", delay, *flags]
+            "--originals-key-dir", str(keys), "--shutdown-delay", delay, "--size-at-admission=false", *flags]
     return _launch(work, "server", argv, port, core)
 
 

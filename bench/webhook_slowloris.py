@@ -185,7 +185,8 @@ def start_webhook(args, work: Path, paths: dict, keys: Path) -> tuple[subprocess
     port = free_port()
     argv = [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", paths["tls.crt"], "--tls-key-file", paths["tls.key"], "--log-level", "error",
-            "--originals-key-dir", str(keys), "--shutdown-delay", "0", *args.webhook_flag]
+            "--originals-key-dir", str(keys), "--shutdown-delay", "0", "--size-at-admission=false",
+            *args.webhook_flag]
     if args.server_core and shutil.which("taskset"):
         argv = ["taskset", "-c", args.server_core, *argv]
     logf = open(work / f"webhook-{port}.log", "wb")

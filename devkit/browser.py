@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from devkit.debian import PackageError, install
 from devkit.tempdirs import temporary_directory
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -14,11 +15,22 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def chromium() -> str:
+    """The browser's path; Debian's `chromium` is installed the first time (as root, see devkit.debian)."""
+    path = _installed()
+    if path is None:
+        install(["chromium"], "rendering `workload-resizer report -o html` in a browser")
+        path = _installed()
+    if path is None:
+        raise PackageError("apt-get installed chromium, and no `chromium` is on PATH")
+    return path
+
+
+def _installed() -> str | None:
     for name in ("chromium", "chromium-browser"):
         path = shutil.which(name)
         if path:
             return path
-    raise AssertionError("headless Chromium is needed: apt-get install chromium (Debian; .ci/run installs it)")
+    return None
 
 
 def _run(page: Path, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -49,6 +49,14 @@ def _with_key_dir(flags: tuple[str, ...]) -> list[str]:
     return [f"--originals-key-dir={originals_key_dir()}", *flags]
 
 
+def _with_sizing_choice(flags: tuple[str, ...]) -> list[str]:
+    """Stamp only unless the caller says otherwise: sizing at admission, the default, needs
+    the apiserver (--kubeconfig), and a webhook without it does not start."""
+    if any(f.startswith("--size-at-admission") for f in flags):
+        return list(flags)
+    return ["--size-at-admission=false", *flags]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,7 +175,7 @@ class Webhook(Process):
         self.port = port or free_port()
         argv = [sys.executable, "-m", "app", "--bind-address=127.0.0.1", f"--port={self.port}",
                 f"--tls-cert-file={self.certs.cert_file}", f"--tls-key-file={self.certs.key_file}",
-                "--log-flush-interval=0", *_with_key_dir(flags)]
+                "--log-flush-interval=0", *_with_key_dir(tuple(_with_sizing_choice(flags)))]
         super().__init__(name, argv, env, log_path)
 
     @property

@@ -26,3 +26,10 @@ def run_visible(argv: list[str], env: Mapping[str, str] | None = None,
     """Run `argv` with its stderr on the terminal; its stdout is captured and returned."""
     with _uncaptured():
         return subprocess.run(argv, stdout=subprocess.PIPE, stderr=None, text=True, env=env, timeout=timeout)
+
+
+def run_shown(argv: list[str], env: Mapping[str, str] | None = None,
+              timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `argv` with both its stdout and stderr on the terminal (stderr's)."""
+    with _uncaptured():
+        return subprocess.run(argv, stdout=2, stderr=None, text=True, env=env, timeout=timeout)

@@ -2,10 +2,18 @@
 """`make demo`: the main job of workload-resizer on a local control plane.
 
 Brings up hack/cluster with n2d, n4 and c3 KWOK nodes, starts the webhook (with
-generated certificates, registered with the apiserver) and the reconciler,
-applies the sample config and a Deployment spread across the machine families,
-waits until every pod is aligned, and prints a before/after table and the
-pods' Events.
+generated certificates, registered with the apiserver) and the reconciler with the
+chart's defaults, applies the sample config, a Deployment spread across the machine
+families (resized in place after binding) and a DaemonSet (its pods' node types are
+known at admission: created at their size), waits until every pod is aligned, and
+prints a before/after table and the pods' Events.
+
+As the chart runs them: the webhook sizes at admission, and the originals keys are the
+Secret the reconciler creates at its first start (workload-resizer-system/
+workload-resizer-originals-keys, where `workload-resizer plan|report|restore` read them);
+the webhook reads them from a directory the demo writes the Secret into, as the kubelet
+projects the Secret volume the chart mounts (until then it stamps unsigned originals,
+which the reconciler signs).
 
 It also joins a REAL node (`hack/cluster add-node real-n4 --real --family n4`:
 containerd + runc + kubelet on this machine) and runs one pod there; the
@@ -22,6 +30,7 @@ reconciler would otherwise act on the tests' pods.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -34,11 +43,15 @@ sys.path.insert(0, str(REPO))
 
 from devkit.cluster import ClusterError, LocalCluster, cluster_dir_for_demo  # noqa: E402
 from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
-from devkit.processes import Reconciler, Webhook, WebhookCerts, originals_key_dir, register_webhook  # noqa: E402
-from resizer import APPLIED_INSTANCE_TYPE, SAMPLE_CONFIG, original_key  # noqa: E402
+from devkit.processes import Reconciler, Webhook, WebhookCerts, register_webhook  # noqa: E402
+from reconciler.settings import ORIGINALS_KEYS_SECRET  # noqa: E402
+from resizer import APPLIED_INSTANCE_TYPE, SAMPLE_CONFIG, SIZED_AT_ADMISSION, original_key  # noqa: E402
 
 CLUSTER = LocalCluster(cluster_dir_for_demo())
 DEMO = CLUSTER.state_dir / "demo"
+# The webhook's view of the originals keys Secret (the chart mounts it into the webhook's pod).
+KEY_VOLUME = DEMO / "originals-keys"
+VENV_BIN = Path(sys.executable).parent          # where `workload-resizer` is installed
 SYSTEM_NS = "workload-resizer-system"
 DEMO_NS = "demo"
 FAMILY_LABEL = "cloud.google.com/machine-family"
@@ -138,21 +151,59 @@ def show_real(kube: Kube, before: dict, cgroup_before: str) -> None:
     print()
 
 
-def start_webhook(kube: Kube) -> None:
-    say("generating webhook certificates (python -m certs) and starting the webhook on 127.0.0.1")
+def start_webhook(kube: Kube, kubeconfig: str) -> None:
+    say("generating webhook certificates (python -m certs) and starting the webhook on 127.0.0.1 "
+        "(sizing at admission)")
     stop("webhook")
-    webhook = Webhook(certs=WebhookCerts(DEMO / "certs"), log_path=DEMO / "webhook.log")
+    webhook = Webhook("--size-at-admission=true", f"--kubeconfig={kubeconfig}", f"--namespace={SYSTEM_NS}",
+                      f"--originals-key-dir={KEY_VOLUME}", "--originals-keys-optional",
+                      certs=WebhookCerts(DEMO / "certs"), log_path=DEMO / "webhook.log")
     (DEMO / "webhook.pid").write_text(str(webhook.proc.pid))
     webhook.wait_ready()
     register_webhook(kube, webhook.url, webhook.certs.ca_bundle)
 
 
 def start_reconciler(kubeconfig: str) -> None:
-    say("starting the reconciler (python -m reconciler)")
+    say(f"starting the reconciler (python -m reconciler; originals keys: Secret {ORIGINALS_KEYS_SECRET}, "
+        "created at its first start)")
     stop("reconciler")
-    reconciler = Reconciler(kubeconfig, log_path=DEMO / "reconciler.log")
+    reconciler = Reconciler(kubeconfig, f"--originals-keys-secret={ORIGINALS_KEYS_SECRET}",
+                            f"--namespace={SYSTEM_NS}", log_path=DEMO / "reconciler.log")
     (DEMO / "reconciler.pid").write_text(str(reconciler.proc.pid))
-    reconciler.wait_ready()
+    reconciler.wait_ready()         # ready once the keys Secret is read (created on a first start)
+
+
+def project_keys(kube: Kube) -> None:
+    """Write the keys Secret into the webhook's key directory, file per key, as the kubelet
+    projects a Secret volume (the webhook re-reads it every --cert-reload-interval)."""
+    namespace, name = ORIGINALS_KEYS_SECRET.split("/")
+    data = kube.get(f"/api/v1/namespaces/{namespace}/secrets/{name}").get("data") or {}
+    keys = {key_id: base64.b64decode(value) for key_id, value in data.items()}
+    KEY_VOLUME.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for stale in [f for f in KEY_VOLUME.iterdir() if f.name not in keys]:
+        stale.unlink()
+    for key_id, key in keys.items():
+        target = KEY_VOLUME / key_id
+        if target.exists() and target.read_bytes() == key:
+            continue
+        staged = KEY_VOLUME / f".{key_id}.new"          # dot files are not keys: swapped in whole
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(key)
+        staged.rename(target)
+
+
+def wait_sizing_active(kube: Kube) -> None:
+    """Until a server-side dry-run pod pinned to n4 comes back sized: the webhook has the key
+    and knows the nodes and the config."""
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "generateName": "sizing-probe-", "namespace": DEMO_NS, "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe", "uid": "probe-uid", "controller": True}]},
+        "spec": {"nodeSelector": {FAMILY_LABEL: "n4"}, "containers": [
+            container("probe", requests={"cpu": "1", "memory": "64Mi"}, limits={"cpu": "1", "memory": "64Mi"})]}}
+    wait_for("the webhook to size at admission (it reads the keys every 10s)", lambda: SIZED_AT_ADMISSION in (
+        kube.request("POST", f"/api/v1/namespaces/{DEMO_NS}/pods", probe, params={"dryRun": "All"})[
+            "metadata"].get("annotations") or {}), timeout=60, interval=0.5)
 
 
 def stop(name: str) -> None:
@@ -186,6 +237,19 @@ def apply_config(kube: Kube) -> None:
         f"/api/v1/namespaces/{DEMO_NS}/serviceaccounts/default"), timeout=30)
 
 
+def apply_daemonset(kube: Kube) -> None:
+    say("creating DaemonSet demo/agent: 500m / 256Mi (Guaranteed) on every demo node; each pod is pinned to its "
+        "node, so the webhook creates it at its size")
+    kube.delete(f"/apis/apps/v1/namespaces/{DEMO_NS}/daemonsets/agent")
+    wait_for("old agent pods gone", lambda: not kube.pods(DEMO_NS, "app=agent"), timeout=60)
+    template = deployment("agent", 1, [container("agent", requests={"cpu": "500m", "memory": "256Mi"},
+                                                 limits={"cpu": "500m", "memory": "256Mi"})],
+                          node_selector={"workload-resizer.io/demo": "true"})["spec"]["template"]
+    kube.create(f"/apis/apps/v1/namespaces/{DEMO_NS}/daemonsets", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template}})
+
+
 def apply_workload(kube: Kube) -> None:
     say("creating Deployment demo/web: 6 replicas of 1 CPU / 1Gi (Guaranteed), spread across n2d, n4 and c3")
     kube.delete(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments/web")
@@ -201,26 +265,38 @@ def apply_workload(kube: Kube) -> None:
 
 def wait_aligned(kube: Kube) -> list[dict]:
     say("waiting for the scheduler to bind the pods and the reconciler to resize them")
+    expected = {"web": 6, "agent": len(NODES)}
 
     def aligned() -> list[dict] | None:
-        pods = kube.pods(DEMO_NS, "app=web")
+        pods = [p for app in expected for p in kube.pods(DEMO_NS, f"app={app}")
+                if "deletionTimestamp" not in p["metadata"]]
         done = [p for p in pods if APPLIED_INSTANCE_TYPE in (p["metadata"].get("annotations") or {})]
-        return pods if len(pods) == 6 and len(done) == 6 else None
+        return pods if len(pods) == len(done) == sum(expected.values()) else None
 
-    return wait_for("6 aligned pods", aligned, timeout=120, interval=0.5)
+    return wait_for(f"{sum(expected.values())} aligned pods", aligned, timeout=120, interval=0.5)
+
+
+def how(pod: dict) -> str:
+    """How the pod got its size."""
+    annotations = pod["metadata"]["annotations"]
+    if SIZED_AT_ADMISSION in annotations:
+        return "created at its size"
+    return "resized in place" if pod["metadata"].get("generation", 1) > 1 else "unchanged"
 
 
 def show(kube: Kube, pods: list[dict]) -> None:
     nodes = {n["metadata"]["name"]: n["metadata"]["labels"].get(FAMILY_LABEL)
              for n in kube.get("/api/v1/nodes")["items"]}
-    rows = [("POD", "NODE", "TYPE", "CPU original -> now", "MEMORY original -> now", "LIMIT cpu", "QOS")]
-    for pod in sorted(pods, key=lambda p: (nodes.get(p["spec"]["nodeName"]) or "", p["metadata"]["name"])):
+    rows = [("POD", "NODE", "TYPE", "CPU original -> now", "MEMORY original -> now", "LIMIT cpu", "QOS", "HOW")]
+    for pod in sorted(pods, key=lambda p: (p["metadata"]["labels"]["app"] != "web",
+                                           nodes.get(p["spec"]["nodeName"]) or "", p["metadata"]["name"])):
         ann = pod["metadata"]["annotations"]
-        res = pod["spec"]["containers"][0]["resources"]
+        app = pod["spec"]["containers"][0]
+        res = app["resources"]
         rows.append((pod["metadata"]["name"], pod["spec"]["nodeName"], nodes.get(pod["spec"]["nodeName"]) or "-",
-                     f"{ann.get(original_key('app', 'cpu', 'request'))} -> {res['requests']['cpu']}",
-                     f"{ann.get(original_key('app', 'memory', 'request'))} -> {res['requests']['memory']}",
-                     res.get("limits", {}).get("cpu", "-"), pod["status"].get("qosClass", "")))
+                     f"{ann.get(original_key(app['name'], 'cpu', 'request'))} -> {res['requests']['cpu']}",
+                     f"{ann.get(original_key(app['name'], 'memory', 'request'))} -> {res['requests']['memory']}",
+                     res.get("limits", {}).get("cpu", "-"), pod["status"].get("qosClass", ""), how(pod)))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     print()
     for row in rows:
@@ -230,7 +306,7 @@ def show(kube: Kube, pods: list[dict]) -> None:
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         for event in kube.events_for(DEMO_NS, pod["metadata"]["name"]):
             if event.get("source", {}).get("component") == "workload-resizer":
-                print(f"  {pod['metadata']['name']:28} {event['type']:8} {event['reason']:15} {event['message']}")
+                print(f"  {pod['metadata']['name']:28} {event['type']:8} {event['reason']:16} {event['message']}")
 
 
 def down() -> None:
@@ -249,30 +325,38 @@ def main(argv: list[str]) -> int:
     kube = cluster_up()
     kubeconfig = CLUSTER.kubeconfig
     DEMO.mkdir(parents=True, exist_ok=True)
-    # The webhook's and the reconciler's originals key: in the demo's state (they outlive this
-    # process, and a second run keeps verifying the pods the first one stamped).
-    originals_key_dir(DEMO / "originals-keys")
     add_nodes()
     add_real_node()
     apply_config(kube)
-    start_webhook(kube)
+    start_webhook(kube, kubeconfig)
     stop("reconciler")
     real_before, real_cgroup_before = apply_real_workload(kube)
     start_reconciler(kubeconfig)
+    project_keys(kube)
     apply_workload(kube)
+    wait_sizing_active(kube)
+    apply_daemonset(kube)
     pods = wait_aligned(kube)
     show(kube, pods)
     show_real(kube, real_before, real_cgroup_before)
-    print(f"""
+    print(look_around(kubeconfig))
+    return 0
+
+
+def look_around(kubeconfig: str) -> str:
+    """What to try next; tests/cluster/test_demo.py runs the `workload-resizer` lines as printed."""
+    return f"""
 Look around (webhook and reconciler keep running; logs in {DEMO}):
-  export PATH={CLUSTER.bin_dir}:$PATH KUBECONFIG={kubeconfig}
+  export PATH={VENV_BIN}:{CLUSTER.bin_dir}:$PATH KUBECONFIG={kubeconfig}
   kubectl -n {DEMO_NS} get pods -o wide
   kubectl -n {DEMO_NS} describe pod <name>
   kubectl -n {DEMO_NS} scale deployment web --replicas=12
+  workload-resizer report
+  workload-resizer report -o html > {DEMO}/report.html
+  workload-resizer plan
   tail -f {DEMO}/reconciler.log
 Stop everything:
-  make demo-down""")
-    return 0
+  make demo-down"""
 
 
 if __name__ == "__main__":

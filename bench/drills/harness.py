@@ -140,7 +140,7 @@ class Context:
     # ---- the product's processes
 
     def webhook(self, certs: WebhookCerts | None = None, port: int | None = None, register: bool = True) -> Webhook:
-        hook = Webhook("--log-level=warning", certs=certs, port=port)
+        hook = Webhook("--log-level=warning", "--size-at-admission=false", certs=certs, port=port)
         self.processes.append(hook)
         hook.wait_ready(60)
         if register:

@@ -277,7 +277,7 @@ def stack(cluster: Any, cert_manager: None, tmp_path_factory: pytest.TempPathFac
         webhook = Process("webhook", [
             sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", str(volume.root / "tls.crt"), "--tls-key-file", str(volume.root / "tls.key"),
-            "--cert-reload-interval", "1s"])
+            "--cert-reload-interval", "1s", "--size-at-admission=false"])
 
         def webhook_ready() -> bool:
             assert webhook is not None and webhook.alive, f"webhook exited:\n{webhook.logs()[-3000:]}"

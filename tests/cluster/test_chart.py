@@ -260,9 +260,28 @@ def test_webhook_configuration_matches_webhook_config_dir(helm: str) -> None:
     assert webhook["failurePolicy"] == "Ignore" and webhook["timeoutSeconds"] == 3
 
 
+# What the chart sets differently from a program's default, on purpose: where it mounts and
+# names things in the pod, and that it runs the reconciler as two replicas with a leader.
+DEPLOYMENT_SPECIFIC = {
+    "webhook": {"tls_cert_file", "tls_key_file", "originals_key_dir", "originals_keys_optional", "namespace",
+                "exclude_namespaces"},
+    "reconciler": {"originals_keys_secret", "namespace", "exclude_namespaces", "leader_elect",
+                   "leader_election_namespace"},
+}
+
+
+def defaults_that_differ(parser, rendered: list[str], required: list[str], program: str) -> dict[str, tuple]:
+    """dest -> (chart's value, program's default) for every flag the default render sets
+    otherwise than the program would by itself, but the deployment-specific ones."""
+    chart, own = vars(parser.parse_args(rendered)), vars(parser.parse_args(required))
+    return {dest: (chart[dest], own[dest]) for dest in chart
+            if chart[dest] != own[dest] and dest not in DEPLOYMENT_SPECIFIC[program]}
+
+
 def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
-    """The rendered args parse with the programs' own parsers, and every flag is rendered from
-    the structured values (except those that make no sense in a pod)."""
+    """The rendered args parse with the programs' own parsers, every flag is rendered from
+    the structured values (except those that make no sense in a pod), and the chart's
+    defaults are the programs' own (one default, whichever way a program is started)."""
     not_from_values = {"--kubeconfig", "--leader-election-identity"}
     # The reconciler's keys: --originals-keys-secret (the default) or, with
     # originalsKeys.existingSecret, --originals-key-dir (the mounted Secret); never both.
@@ -291,6 +310,9 @@ def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
             assert parser_flags(reconciler_parser()) - flags(rargs) == \
                 not_from_values | {"--dry-run", "--resize-restart-containers"} | alternative
             assert parser_flags(webhook_parser()) - flags(wargs) == {"--kubeconfig", "--dry-run"}
+            assert defaults_that_differ(webhook_parser(), wargs[1:], ["--tls-cert-file=c", "--tls-key-file=k"],
+                                        "webhook") == {}
+            assert defaults_that_differ(reconciler_parser(), rargs[1:], [], "reconciler") == {}
 
 
 def test_custom_values(helm: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,37 @@ def test_help_documents_every_flag():
 def test_certificate_flags_are_required():
     with pytest.raises(SystemExit):
         build_parser().parse_args([])
+
+
+def test_sizes_at_admission_by_default_as_the_chart_does():
+    """One default for the webhook and the chart's webhook.sizeAtAdmission: on."""
+    args = build_parser().parse_args(["--tls-cert-file", "c", "--tls-key-file", "k"])
+    assert args.size_at_admission is True
+    assert build_parser().parse_args(["--tls-cert-file", "c", "--tls-key-file", "k",
+                                      "--size-at-admission=false"]).size_at_admission is False
+
+
+def _without_apiserver(tmp_path: Path) -> dict[str, str]:
+    """No in-cluster service account, no $KUBECONFIG, a home without ~/.kube/config."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")}
+    return {**env, "HOME": str(tmp_path)}
+
+
+def test_sizing_without_the_apiserver_fails_fast_naming_the_way_out(tmp_path):
+    """Sizing at admission (the default) needs the apiserver: without a kubeconfig or an
+    in-cluster service account the webhook refuses to start, and says how to stamp only."""
+    r = subprocess.run([sys.executable, "-m", "app", "--tls-cert-file", "c", "--tls-key-file", "k"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60, env=_without_apiserver(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert "--size-at-admission=false" in r.stderr and "--kubeconfig" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_kubeconfig_that_cannot_be_read_fails_fast(tmp_path):
+    missing = tmp_path / "nowhere.kubeconfig"
+    r = subprocess.run([sys.executable, "-m", "app", "--tls-cert-file", "c", "--tls-key-file", "k",
+                        f"--kubeconfig={missing}"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env=_without_apiserver(tmp_path))
+    assert r.returncode == 2 and str(missing) in r.stderr and "--size-at-admission=false" in r.stderr
+    assert "Traceback" not in r.stderr

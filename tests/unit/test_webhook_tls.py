@@ -67,7 +67,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(self.port),
              "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-level", "warning",
-             "--shutdown-delay", "0", *extra],
+             "--shutdown-delay", "0", "--size-at-admission=false", *extra],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         self.url = f"https://127.0.0.1:{self.port}"
