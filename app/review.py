@@ -223,8 +223,9 @@ def _encode(ops: list[dict[str, Any]]) -> str:
 # The common case, a pod straight from its controller (no controller-owned
 # annotation yet), gets the same patch as every replica of its workload: all
 # ``add``s (the originals and their admission-scope MAC), plus creating the map
-# when absent. That encoded patch is memoised on the originals' memo key and what
-# the MAC binds (the replicas of one workload share both).
+# when absent. That encoded patch is memoised on the originals' memo key, what
+# the MAC binds (the replicas of one workload share both) and the signing key's
+# content (a key recreated under the same id must never get the old key's MAC).
 _fresh_patch_cache = ByteBoundedCache(2 * 1024 * 1024)
 
 
@@ -477,7 +478,7 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
     stamp = resizer.admission_stamp(subject, namespace, keyring, originals)
     if memo_key is not None and resizer.ORIGINALS_MAC in stamp:
         identity = resizer.PodIdentity.of(subject, namespace, "admission")
-        memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), (keyring.newest or "").encode()))
+        memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), keyring.fingerprint.encode()))
     record["originals"] = originals
     warnings: list[str] | None = None
     if sizing is not None and stamp:
@@ -560,7 +561,7 @@ _NOT_SIZED: tuple[()] = ()
 
 def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, sizing: SizingContext) -> bytes | None:
     try:
-        key = _DUMPS((namespace, sizing.version, keyring.newest or "", pod))
+        key = _DUMPS((namespace, sizing.version, keyring.fingerprint, pod))
     except Exception:  # odd shapes (e.g. integers beyond 64 bits): not memoised
         return None
     return key if len(key) <= _SIZED_KEY_MAX else None

@@ -447,6 +447,7 @@ def serve(decide: Callable[..., Decision] | None = None) -> int:
 
     decision: Callable[..., Decision] = decide or handle_review
     sizing: Any = None      # the last sizing context received
+    keyring = resizer.EMPTY_KEYRING     # kept while the keys sent are the same (its fingerprint once per ring)
 
     # The reply channel is a private copy of stdout; fd 1 goes to stderr so that no stray
     # print can corrupt a frame.
@@ -476,7 +477,9 @@ def serve(decide: Callable[..., Decision] | None = None) -> int:
             if sent is not None:
                 sizing = sent
             context = sizing if version is not None and getattr(sizing, "version", None) == version else None
-            args = (body, resizer.KeyRing(keys), scope) + ((context,) if context is not None else ())
+            if keys != keyring.keys:
+                keyring = resizer.KeyRing(keys)
+            args = (body, keyring, scope) + ((context,) if context is not None else ())
             reply = pickle.dumps(decision(*args), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
             reply = pickle.dumps((WORKER_ERROR, f"{err!r}\n{traceback.format_exc()}", {}))

@@ -16,16 +16,16 @@ import hashlib
 import logging
 import os
 import secrets
+import string
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 
 log = logging.getLogger("workload_resizer.keys")
 
 MIN_KEY_BYTES = 32
-# The id of the key the reconciler generates for a Secret it creates; later keys (rotation)
-# count up in resizer.KeyRing's natural order: k0002, ..., k0010.
-FIRST_KEY_ID = "k0001"
 GENERATED_KEY_CHARS = 64
+_KEY_ID_SUFFIX_LETTERS = 6
 
 
 class KeyDirectoryError(ValueError):
@@ -73,6 +73,20 @@ def keys_from_secret_data(data: Mapping[str, str] | None, where: str) -> dict[st
 def generate_key() -> bytes:
     """A new random key: 64 URL-safe characters (384 bits), printable for `kubectl get -o yaml`."""
     return secrets.token_urlsafe(GENERATED_KEY_CHARS * 3 // 4).encode("ascii")
+
+
+def new_key_id(now: datetime | None = None) -> str:
+    """The id of a key the reconciler generates: ``k`` + UTC time ``YYYYMMDDHHMMSS`` + ``-`` + random
+    lowercase letters (e.g. ``k20261127000214-qhxzvb``).
+
+    Never an id used before, so the pods signed with a lost key name a key the ring lacks (counted
+    and held) instead of one whose MAC "does not match"; and later in time sorts later in
+    resizer.KeyRing's natural order (the time is one digit run), after the ``k0001`` ... ``k9999``
+    of earlier versions too, so a key put back beside it never becomes the signing one.
+    """
+    stamp = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%d%H%M%S")
+    suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(_KEY_ID_SUFFIX_LETTERS))
+    return f"k{stamp}-{suffix}"
 
 
 def keys_digest(keys: Mapping[str, bytes]) -> str:

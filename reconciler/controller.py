@@ -16,6 +16,7 @@ from reconciler.gates import VPA, Gate, OpenGate
 from reconciler.outcome import ResizeState, Stage, allocatable_fingerprint, observe, spec_size
 from reconciler.pods import (
     live_and_bound,
+    mac_key_known,
     pod_uid,
     recorded_state,
     resized_from_originals,
@@ -205,7 +206,8 @@ class PodResizeReconciler:
         if self._config.config is None:
             return Result(requeue_after=5.0)
         assert node is not None
-        signature = situation(pod, node_type, self._config.generation, self._context.pod_level(node))
+        signature = situation(pod, node_type, self._config.generation, self._context.pod_level(node),
+                              mac_key_known(pod, self._context.keyring()))
         if self._memory.decided.get(pod_uid(pod)) == signature:
             return DONE
         return await self._decide(pod, node, node_type, signature)

@@ -24,7 +24,8 @@ from reconciler.vpa import VpaWatch
 from reconciler.ports import ApiWriter, CachedReader, ConfigView, EventSink, FaultHook, Obj, no_fault
 from reconciler.kube.slim import slim_node, slim_pod
 from reconciler.kube.workqueue import WorkQueue
-from resizer import EMPTY_KEYRING, KeyRing, needs_resign
+from reconciler.pods import mac_key_known
+from resizer import EMPTY_KEYRING, KeyRing
 
 log = logging.getLogger("reconciler")
 
@@ -173,10 +174,12 @@ class Manager:
                 self.queue.add(key)
 
     def on_keys_change(self) -> None:
-        """Key rotation: queue the pods still signed with an older key, to re-sign them while it verifies."""
+        """The keys changed: queue the pods signed with a key of the ring: those signed with an older
+        one are re-signed while it verifies, those held while their key was missing (put back, or
+        reaching the webhook first) are decided again."""
         keyring = self._keyring()
         for key, pod in self.pods.store.items():
-            if needs_resign(pod, keyring) and all(accept(pod) for accept in self._pod_filters):
+            if mac_key_known(pod, keyring) and all(accept(pod) for accept in self._pod_filters):
                 self.queue.add(key)
 
     def _wants(self, pod: Obj) -> bool:

@@ -72,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     sizing.add_argument("--originals-keys-secret", default="", metavar="NAMESPACE/NAME",
                         help="Secret holding the HMAC keys (data entry name = key id), "
                              "read through the API and re-read every --config-refresh-interval; created with one "
-                             "random key (k0001) when it does not exist, never written otherwise (the webhook "
-                             "mounts it). Instead of --originals-key-dir")
+                             "random key under a new id (k<UTC time>-<letters>) when it does not exist, never "
+                             "written otherwise (the webhook mounts it). Instead of --originals-key-dir")
 
     outcome = p.add_argument_group("resize outcomes (docs/how-it-works.md: Resize states)")
     outcome.add_argument("--resize-deferred-timeout", type=duration, default=900.0,

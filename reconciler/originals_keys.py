@@ -3,11 +3,14 @@ and the pods whose MAC names a key that is not in it.
 
 The chart renders no key material (``helm template``, Argo CD, Flux and ``--dry-run`` cannot
 look up the cluster, so a rendered key would be a new one at every render): the reconciler
-creates the Secret at its first start, with one random key ``k0001``, and never writes it
-again. The webhook mounts the same Secret (``optional: true``) and picks the key up when the
-kubelet projects it. A Secret that later disappears or turns unusable keeps the last good
-keys in this process; a restart would then create a new key, and the pods signed with the
-old one show up in ``workload_resizer_originals_unknown_key_pods`` and the log.
+creates the Secret at its first start, with one random key under a new id
+(:func:`ops.keys.new_key_id`), and never writes it again. The webhook mounts the same Secret
+(``optional: true``) and picks the key up when the kubelet projects it. A Secret that later
+disappears or turns unusable keeps the last good keys in this process; a restart then creates a
+new key under another id, so the pods signed with the old one name a key the ring lacks: they
+show up in ``workload_resizer_originals_unknown_key_pods`` and the log, and are held
+(resizer.integrity) until the old key is put back. Secrets of earlier versions (``k0001``) are
+read as they are.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ops.keys import FIRST_KEY_ID, KeyDirectoryError, generate_key, keys_digest, keys_from_secret_data
+from ops.keys import KeyDirectoryError, generate_key, keys_digest, keys_from_secret_data, new_key_id
 from reconciler import metrics
 from reconciler.kube import ApiError, KubeClient
 from resizer import ORIGINALS_MAC, KeyRing, key_id_of
@@ -66,6 +69,7 @@ class SecretKeys:
         self._digest = keys_digest(self.keys)
 
     async def _create(self) -> dict[str, Any]:
+        key_id = new_key_id()
         body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": self.name, "namespace": self.namespace,
                              "labels": {"app.kubernetes.io/part-of": "workload-resizer",
@@ -73,15 +77,16 @@ class SecretKeys:
                              "annotations": {"workload-resizer.io/description": (
                                  "HMAC keys of the pods' original-* annotations, created by the reconciler. "
                                  "Never delete or replace a key that signed pods; rotate by adding a greater id.")}},
-                "data": {FIRST_KEY_ID: base64.b64encode(generate_key()).decode("ascii")}}
+                "data": {key_id: base64.b64encode(generate_key()).decode("ascii")}}
         try:
             created = await self._client.create(f"/api/v1/namespaces/{self.namespace}/secrets", body)
         except ApiError as err:
             if err.status != 409:       # 409: another replica created it first: use that one
                 raise KeySecretError(f"cannot create {self.where}: {err}") from None
             return await self._client.get(self.path)
-        log.warning("created the originals key Secret (first start)", extra={"secret": self.where,
-                                                                            "keyId": FIRST_KEY_ID})
+        log.warning("created the originals key Secret with a new key (a first start; otherwise the Secret "
+                    "was lost: pods signed with an earlier key are held until it is put back)",
+                    extra={"secret": self.where, "keyId": key_id})
         return created
 
     async def poll(self) -> bool:

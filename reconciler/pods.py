@@ -11,7 +11,7 @@ from reconciler.kube.informer import object_key
 from reconciler.kube.slim import status_fingerprint
 from reconciler.outcome import ResizeState
 from reconciler.ports import Obj
-from resizer import PREFIX, RESIZE_STATE, ResizePlan
+from resizer import ORIGINALS_MAC, PREFIX, RESIZE_STATE, KeyRing, ResizePlan, key_id_of
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -21,13 +21,21 @@ def live_and_bound(pod: Obj) -> bool:
         and pod["status"].get("phase") not in TERMINAL_PHASES
 
 
-def situation(pod: Obj, node_type: str, config_generation: int, pod_level: bool = False) -> tuple[Any, ...]:
+def situation(pod: Obj, node_type: str, config_generation: int, pod_level: bool = False,
+              key_known: bool = False) -> tuple[Any, ...]:
     """What a terminal decision depended on; the same situation is not decided twice. `pod_level`:
     whether pod-level resources can be resized on the pod's node (a pod that sets them is decided
-    again when that changes, e.g. its kubelet starts declaring the feature)."""
+    again when that changes, e.g. its kubelet starts declaring the feature). `key_known`
+    (:func:`mac_key_known`): a pod held for a missing key is decided again once the key is back."""
     ours = tuple(sorted((k, v) for k, v in pod["metadata"]["annotations"].items() if k.startswith(PREFIX)))
     sized_at_pod_level = pod_level if pod["spec"].get("resources") else None
-    return node_type, config_generation, status_fingerprint(pod), ours, sized_at_pod_level
+    return node_type, config_generation, status_fingerprint(pod), ours, sized_at_pod_level, key_known
+
+
+def mac_key_known(pod: Obj, keyring: KeyRing) -> bool:
+    """Whether the pod's originals MAC names a key of `keyring` (False without a MAC)."""
+    key_id = key_id_of(pod["metadata"]["annotations"].get(ORIGINALS_MAC))
+    return key_id is not None and key_id in keyring.keys
 
 
 def recorded_state(pod: Obj, node_type: str) -> ResizeState | None:

@@ -23,8 +23,8 @@ from reconciler.holding import Holding
 from reconciler.kube.ratelimit import TokenBucket
 from reconciler.memory import DONE, Context, InFlight, Result, Step
 from reconciler.outcome import SPEC_SIZE_CHARS, ResizeState, Stage, allocatable_fingerprint, spec_size
-from reconciler.pods import (aligned_message, pod_uid, situation, size_fingerprint, summary_from_originals,
-                             with_annotations)
+from reconciler.pods import (aligned_message, mac_key_known, pod_uid, situation, size_fingerprint,
+                             summary_from_originals, with_annotations)
 from reconciler.ports import Obj
 from reconciler.reasons import EventType, Reason
 from reconciler.revert import sizes_before
@@ -94,7 +94,8 @@ class Writes:
             # The stamp changed the annotations the signature covers: a terminal decision
             # below must be keyed on the pod as it is now, or the watch event of our own
             # write looks like a new situation and the pod is decided (and reported) again.
-            signature = situation(pod, node_type, self._c.config.generation, self._c.pod_level(node))
+            signature = situation(pod, node_type, self._c.config.generation, self._c.pod_level(node),
+                                  mac_key_known(pod, self._c.keyring()))
             if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
                 generation = self._c.config.generation
                 plan = plan_resize(pod, resolve_policy(config, pod), node_type,
@@ -290,7 +291,8 @@ class Writes:
                 # The apiserver's gate is off (cluster-wide): learnt once, pods with pod-level
                 # resources are left alone for the rest of this process's life.
                 self._c.memory.pod_level_refused = err.message
-                signature = situation(pod, node_type, self._c.config.generation, self._c.pod_level(node))
+                signature = situation(pod, node_type, self._c.config.generation, self._c.pod_level(node),
+                                      mac_key_known(pod, self._c.keyring()))
             return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.POD_LEVEL_RESOURCES,
                                                  f"not resized for {context}: the apiserver cannot resize pod-level "
                                                  f"resources ({err.message}); pods that set spec.resources are "

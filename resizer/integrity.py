@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import base64
 import enum
+import functools
+import hashlib
 import hmac
 import json
 import re
@@ -107,6 +109,7 @@ _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
 MIN_KEY_BYTES = 32
 _VOUCHED = "verified before this reconciler's resize"
 _MAC_CHARS = 43          # HMAC-SHA256, unpadded URL-safe base64
+_MAC_FORM = re.compile(r"[A-Za-z0-9_-]{43}", re.ASCII)
 
 
 class KeyRingError(ValueError):
@@ -121,7 +124,7 @@ class KeyRing:
     a run of digits as a number and any other run as text (so ``k10`` > ``k9`` and
     ``2026-11-23`` > ``2026-9-30``); ids that compare equal that way (``k01``,
     ``k1``) are ordered as plain strings. Ids should therefore count up with age
-    (e.g. ``k0002`` or ``2026-11-23``): rotating is adding a greater id, retiring is
+    (e.g. ``k20261127000214``, as the reconciler generates them): rotating is adding a greater id, retiring is
     removing an old one.
     """
 
@@ -137,6 +140,15 @@ class KeyRing:
     @property
     def newest(self) -> str | None:
         return max(self.keys, key=key_id_order) if self.keys else None
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """Names the signing key by its id and content ("" without keys), e.g. to key a cache of
+        MACs: a key recreated under the same id signs differently. Reveals nothing of the key."""
+        key_id = self.newest
+        if key_id is None:
+            return ""
+        return hashlib.sha256(key_id.encode() + b"\0" + bytes(self.keys[key_id])).hexdigest()
 
     def __bool__(self) -> bool:
         return bool(self.keys)
@@ -268,6 +280,13 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
         if not changed and originals and mac_value is None and _equal_or_upgraded(pod, originals, spec()):
             # Unsigned (e.g. no keys configured) but exactly what a re-capture would write.
             return OriginalsCheck(Trust.TRUSTED, "equal to the unchanged spec")
+        lost = _lost_key(mac_value, keyring)
+        if not changed and lost is not None and originals and not _equal_or_upgraded(pod, originals, spec()):
+            # Signed with a key that is gone: the spec may be a size we gave (sized at admission),
+            # and re-capturing it would make that size the baseline for good.
+            return OriginalsCheck(Trust.REFUSE, f"originals MAC signed with unknown key {lost!r}; put the key "
+                                                f"back in the Secret (the original resources differ from the "
+                                                f"spec: taking them from it would lose them)", key_id=lost)
         if not changed:
             why = f"{problem}; " if present else ""
             return OriginalsCheck(Trust.RECAPTURE, f"{why}original resources taken from the unchanged spec",
@@ -308,6 +327,16 @@ def _equal_or_upgraded(pod: Mapping[str, Any], originals: Mapping[str, str], spe
     never-changed pod)."""
     return all(spec.get(key) == value for key, value in originals.items()) \
         and set(spec) - set(originals) <= _late_keys(pod)
+
+
+def _lost_key(value: Any, keyring: KeyRing) -> str | None:
+    """The key id a MAC of the form we write names when the ring lacks it (no ring at all
+    included), else None."""
+    parsed = _parse(value)
+    if parsed is None or not _KEY_ID.fullmatch(parsed[1]) or not _MAC_FORM.fullmatch(parsed[2]) \
+            or parsed[1] in keyring.keys:
+        return None
+    return parsed[1]
 
 
 def _verify(value: Any, keyring: KeyRing, originals: Mapping[str, str],

@@ -286,7 +286,8 @@ def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: 
     lines.append(f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in "
                  f"{info['listSeconds']}s, planned in {info['planSeconds']}s.")
     if info.get("keys", "verified") != "verified":
-        lines.append(f"Warning: {info['keys']}: pods whose spec changed since admission show as OriginalsUnverified.")
+        lines.append(f"Warning: {info['keys']}: pods whose spec changed since admission, or whose signed originals "
+                     f"differ from their spec (sized at admission), show as OriginalsUnverified.")
     return "\n".join(lines) + "\n"
 
 

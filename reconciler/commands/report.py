@@ -154,8 +154,8 @@ def report_table(report: Report) -> str:
     lines.append(f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in "
                  f"{info['listSeconds']}s.")
     if info.get("keys", "verified") != "verified":
-        lines.append(f"Warning: {info['keys']}: pods whose spec changed since admission are held back as "
-                     f"OriginalsUnverified.")
+        lines.append(f"Warning: {info['keys']}: pods whose spec changed since admission, or whose signed "
+                     f"originals differ from their spec (sized at admission), are held back as OriginalsUnverified.")
     return "\n".join(lines) + "\n"
 
 

@@ -277,7 +277,8 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
             await client.close()
             return restorer.summary
         if warning:
-            out.write(f"warning: {warning}; pods whose spec changed since admission are left as they are\n")
+            out.write(f"warning: {warning}; pods whose spec changed since admission, or whose signed originals "
+                      f"differ from their spec (sized at admission), are left as they are\n")
         restorer = Restorer(client, settings.max_resizes_per_second, settings.dry_run, out, keyring,
                             settings.scope, settings.remove_unverified)
         loop = asyncio.get_running_loop()

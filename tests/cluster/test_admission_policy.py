@@ -19,12 +19,14 @@ import pytest
 
 import resizer
 from tests.cluster.test_reconciler import Harness, guaranteed, make_namespace, ours, q, resources
+from tests.cluster.test_webhook_cluster import Registration
 from devkit.chart import ensure_helm
 from devkit.kube import ApiError, Kube, deployment, wait_for
 from devkit.processes import REPO, Webhook, originals_key_dir, register_webhook, unregister_webhook, wait_webhook_active
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 
 ORIGINAL_CPU = "workload-resizer.io/original-cpu.app"
+SIZED_AT_ADMISSION = resizer.SIZED_AT_ADMISSION
 
 
 @pytest.fixture
@@ -260,6 +262,7 @@ def test_restore_needs_an_exempt_principal_says_so_and_changes_nothing(world: di
 # ---------------------------------------------------------------- CREATE, pods/status, scope
 
 ADMISSION_MAC = "v1.a.k0001." + "A" * 43     # the form the webhook writes (a MAC only the keys verify)
+SIZED_MAC = "v1.s.k0001." + "A" * 43         # the webhook's, with its sized-at-admission record
 POD_MAC = "v1.p.k0001." + "A" * 43           # the reconciler's form: never on a pod being created
 
 
@@ -289,14 +292,55 @@ def test_without_the_webhook_nobody_creates_a_pod_with_keys_only_workload_resize
                                 {"workload-resizer.io/applied-size": "x"},
                                 {"workload-resizer.io/resize-state": "{}"},
                                 {ORIGINAL_CPU: "16", "workload-resizer.io/originals-mac": POD_MAC},
-                                {ORIGINAL_CPU: "16", "workload-resizer.io/originals-mac": "v1.a.k0001.short"}]):
+                                {ORIGINAL_CPU: "16", "workload-resizer.io/originals-mac": "v1.a.k0001.short"},
+                                # A sized MAC only with its record, the record only with a sized MAC.
+                                {ORIGINAL_CPU: "16", "workload-resizer.io/originals-mac": SIZED_MAC},
+                                {ORIGINAL_CPU: "16", SIZED_AT_ADMISSION: "n4",
+                                 "workload-resizer.io/originals-mac": ADMISSION_MAC},
+                                {ORIGINAL_CPU: "16", SIZED_AT_ADMISSION: "n4"},
+                                {ORIGINAL_CPU: "16", SIZED_AT_ADMISSION: "n4",
+                                 "workload-resizer.io/originals-mac": POD_MAC}]):
         manifest = bare_pod(f"forged-{i}", forged)
         message = denied(lambda: tenant.create(pods, manifest))  # noqa: B023 (called at once)
         assert "written by workload-resizer only" in message and "system:serviceaccount:" in message
     tenant.create(pods, bare_pod("authored", {"workload-resizer.io/skip": "true", "note": "mine"}))
     tenant.create(pods, bare_pod("webhook-form", {ORIGINAL_CPU: "16", "workload-resizer.io/originals-mac":
                                                   ADMISSION_MAC}))
+    tenant.create(pods, bare_pod("webhook-sized-form", {ORIGINAL_CPU: "16", SIZED_AT_ADMISSION: "n4",
+                                                        "workload-resizer.io/originals-mac": SIZED_MAC}))
     world["admin"].create(pods, bare_pod("admin", {"workload-resizer.io/applied-instance-type": "n4"}))
+
+
+def test_pods_the_webhook_sizes_at_admission_pass_the_create_policy(world: dict[str, Any]) -> None:
+    """The chart's defaults together: the webhook sizes at admission and the policies deny.
+    Validation runs after mutation, so the policy judges the webhook's sized record (a `v1.s.`
+    MAC with its `sized-at-admission` annotation): a tenant's own pinned pod and a Deployment's
+    (created by the ReplicaSet controller, not exempt) are created sized."""
+    from tests.cluster.test_admission_sizing import pinned_deployment, sizing_webhook, wait_sizing_active
+
+    harness: Harness = world["harness"]
+    tenant: Kube = world["tenant"]
+    ns = world["ns"]
+    harness.config()
+    harness.node("n4", "n4")
+    wait_create_policy_active(tenant, ns)
+    with Registration(harness.kube, ns, sizing_webhook(harness)):
+        wait_sizing_active(harness, "n4")
+        owned = bare_pod("pinned", {})
+        owned["spec"]["nodeSelector"] = {harness.label: "n4"}
+        owned["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+        owned["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                                                 "uid": "00000000-0000-0000-0000-000000000002", "controller": True}]
+        pod = tenant.request("POST", f"/api/v1/namespaces/{ns}/pods", owned, params={"dryRun": "All"})
+        assert pod["metadata"]["annotations"][SIZED_AT_ADMISSION] == "n4"
+        assert pod["metadata"]["annotations"][resizer.ORIGINALS_MAC].startswith("v1.s.")
+
+        harness.kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments",
+                            pinned_deployment("pinned", {harness.label: "n4"}))
+        (created,) = harness.wait_running("pinned")
+        assert resources(created)["limits"]["cpu"] == q("800m"), "1 CPU sized for n4 at creation"
+        assert ours(created)[SIZED_AT_ADMISSION] == "n4"
+        assert ours(created)[resizer.ORIGINALS_MAC].startswith("v1.s.")
 
 
 def test_with_the_webhook_forged_keys_are_stripped_and_down_they_are_denied(world: dict[str, Any]) -> None:
@@ -329,6 +373,56 @@ def test_with_the_webhook_forged_keys_are_stripped_and_down_they_are_denied(worl
     finally:
         unregister_webhook(kube, name)
         webhook.close()
+
+
+def test_annotations_cannot_be_set_through_a_binding(world: dict[str, Any]) -> None:
+    """The apiserver merges a Binding's metadata.annotations into the pod it binds (pods/binding
+    and the older bindings resource alike): whoever may bind (a scheduler's credentials) is
+    denied any workload-resizer.io/* key there, and binds as usual without one."""
+    tenant: Kube = world["tenant"]
+    harness: Harness = world["harness"]
+    ns, admin = world["ns"], world["admin"]
+    node = harness.node("n4", "n4")
+    admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "binder"},
+        "rules": [{"apiGroups": [""], "resources": ["pods/binding", "bindings"], "verbs": ["create"]}]})
+    admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "binder"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "binder"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
+    unscheduled = bare_pod("unbound", {})
+    unscheduled["spec"] = {"schedulerName": "nobody", "containers": unscheduled["spec"]["containers"]}
+    name = admin.create(f"/api/v1/namespaces/{ns}/pods", unscheduled)["metadata"]["name"]
+
+    def binding(annotations: dict[str, str] | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
+        return {"apiVersion": "v1", "kind": "Binding", "metadata": meta, "target": {"kind": "Node", "name": node}}
+
+    routes = {"pods/binding": f"/api/v1/namespaces/{ns}/pods/{name}/binding",
+              "bindings": f"/api/v1/namespaces/{ns}/bindings"}
+    skip = {"workload-resizer.io/skip": "true"}
+    attempts = iter(range(1, 10_000))
+    wait_for("RBAC and the policy in force on pods/binding", lambda: _denied_by_policy(lambda: tenant.request(
+        "POST", routes["pods/binding"], binding({"workload-resizer.io/probe": str(next(attempts))}),
+        params={"dryRun": "All"})), timeout=60, interval=0.5)
+    for route, path in routes.items():
+        for forged in (skip, {"workload-resizer.io/resize-state": "{}"},
+                       {ORIGINAL_CPU: "16", SIZED_AT_ADMISSION: "n4", "workload-resizer.io/originals-mac": SIZED_MAC}):
+            message = denied(lambda: tenant.create(path, binding(forged)))  # noqa: B023 (called at once)
+            assert "cannot be set through a Binding" in message, (route, message)
+    assert not ours(harness.pod(name)) and not harness.pod(name)["spec"].get("nodeName")
+
+    tenant.create(routes["pods/binding"], binding({"note": "a binder's own annotation"}))
+    bound = harness.pod(name)
+    assert bound["spec"]["nodeName"] == node and bound["metadata"]["annotations"] == {"note": "a binder's own annotation"}
+
+
+def _denied_by_policy(call: Any) -> bool:
+    try:
+        call()
+    except ApiError as err:
+        return err.status == 403 and "ValidatingAdmissionPolicy" in str(err)
+    return False
 
 
 def test_annotations_cannot_be_changed_through_pods_status(world: dict[str, Any]) -> None:

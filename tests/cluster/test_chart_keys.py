@@ -21,14 +21,16 @@ import pytest
 import yaml
 
 from resizer import ORIGINALS_MAC, key_id_of
-from tests.cluster.test_reconciler import Harness, applied, guaranteed, q, resources
+from resizer.integrity import key_id_order
+from tests.cluster.test_reconciler import Harness, applied, guaranteed, ours, q, resources
 from devkit.chart import CHART, ensure_helm, render, run_helm
-from devkit.kube import Kube, wait_for
+from devkit.kube import Kube, deployment, wait_for
 from devkit.processes import (Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active,
                               webhook_probe_pod)
 from devkit.rbac import POLICY_KINDS, RBAC_KINDS, TEST_LABEL, chart_names, kubeconfig_for_token, uninstall_rbac
 from devkit.tempdirs import temporary_directory
 
+CPU_ORIGINAL = "workload-resizer.io/original-cpu.app"
 SAMPLE_TYPES = {"n2d": {"cpuPerf": 1.0, "memPerf": 1.0}, "n4": {"cpuPerf": 1.25, "memPerf": 1.0},
                 "c3": {"cpuPerf": 1.3, "memPerf": 1.0}}
 
@@ -97,7 +99,8 @@ def test_helm_template_twice_then_a_config_edit_realigns_every_pod(world: dict[s
     harness.processes.append(reconciler)
     reconciler.wait_ready()
     secret = kube.get(f"/api/v1/namespaces/{ns}/secrets/{secret_name}")
-    assert list(secret["data"]) == ["k0001"] and len(base64.b64decode(secret["data"]["k0001"])) == 64
+    (key_id,) = secret["data"]
+    assert key_id_order(key_id) > key_id_order("k0001") and len(base64.b64decode(secret["data"][key_id])) == 64
     assert "created the originals key Secret" in reconciler.logs()
 
     # The webhook starts before the kubelet projected the Secret, and picks the key up after.
@@ -112,13 +115,13 @@ def test_helm_template_twice_then_a_config_edit_realigns_every_pod(world: dict[s
         project(secret, key_dir)
         wait_for("the webhook to sign with the key that appeared", lambda: key_id_of(
             (kube.request("POST", f"/api/v1/namespaces/{ns}/pods", webhook_probe_pod(ns), params={"dryRun": "All"})
-             ["metadata"].get("annotations") or {}).get(ORIGINALS_MAC)) == "k0001", timeout=30)
+             ["metadata"].get("annotations") or {}).get(ORIGINALS_MAC)) == key_id, timeout=30)
 
         node = harness.node("n4", "n4")
         harness.deploy("web", node, [guaranteed(cpu="1000m")], replicas=3)
         pods = harness.wait_pods("web", 3, lambda p: applied(p) == "n4"
                                  and resources(p)["limits"]["cpu"] == q("800m"), "sized for n4", timeout=60)
-        assert {key_id_of(p["metadata"]["annotations"][ORIGINALS_MAC]) for p in pods} == {"k0001"}
+        assert {key_id_of(p["metadata"]["annotations"][ORIGINALS_MAC]) for p in pods} == {key_id}
 
         # A second render and apply (a GitOps sync): the key Secret is not the chart's to touch.
         gitops_sync(kube, ns, chart_values(ns))
@@ -134,12 +137,12 @@ def test_helm_template_twice_then_a_config_edit_realigns_every_pod(world: dict[s
 
         # The key going missing is loud; the same key back heals it.
         kube.patch(f"/api/v1/namespaces/{ns}/secrets/{secret_name}",
-                   {"data": {"k0001": None, "k0002": base64.b64encode(b"n" * 64).decode()}})
+                   {"data": {key_id: None, "k0002": base64.b64encode(b"n" * 64).decode()}})
         wait_for("the unknown-key gauge", lambda: reconciler.metric(
             "workload_resizer_originals_unknown_key_pods") == 3, timeout=30)
         assert "pods signed with an originals key the reconciler does not have" in reconciler.logs()
         kube.patch(f"/api/v1/namespaces/{ns}/secrets/{secret_name}",
-                   {"data": {"k0001": secret["data"]["k0001"], "k0002": None}})
+                   {"data": {key_id: secret["data"][key_id], "k0002": None}})
         wait_for("the gauge back at 0", lambda: reconciler.metric(
             "workload_resizer_originals_unknown_key_pods") == 0, timeout=30)
     finally:
@@ -201,3 +204,62 @@ def test_helm_upgrade_from_a_chart_that_rendered_the_key_keeps_it(cluster: Any, 
     finally:
         helm_run("uninstall", "keys")
     assert kube.get(path)["data"] == before, "kept after uninstall"
+
+
+def test_a_lost_key_secret_is_loud_and_a_pod_sized_at_admission_keeps_its_originals(h: Harness) -> None:
+    """The keys Secret is deleted and the reconciler restarts: it creates a Secret with a new key
+    id, so the pods signed with the lost key are counted (gauge, log, alert) and held: a pod
+    authored at 8 CPU and created at 6400m for an n4 keeps original-cpu 8 (re-capturing its spec
+    would make 6400m its baseline for good) and is not resized when its node becomes an n2d.
+    Putting the key back heals it: it is then sized from its originals."""
+    from tests.cluster.test_admission_sizing import sizing_webhook, wait_sizing_active
+    from tests.cluster.test_webhook_cluster import Registration
+
+    ns = h.ns
+    name = f"wr-keys-{ns}"[:63]
+    path = f"/api/v1/namespaces/{ns}/secrets/{name}"
+    secret_flag = f"--originals-keys-secret={ns}/{name}"
+    node = h.node("n4", "n4")
+    first = h.reconciler(secret_flag, name="reconciler-first")
+    secret = h.kube.get(path)
+    (old_id,) = secret["data"]
+    assert old_id != "k0001", "a generated id, never the same twice"
+    key_dir = temporary_directory("projected-keys-")
+    project(secret, key_dir)
+    webhook = sizing_webhook(h, f"--originals-key-dir={key_dir}", "--cert-reload-interval=1s")
+    with Registration(h.kube, ns, webhook):
+        wait_sizing_active(h, "n4")
+        h.kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments",
+                      deployment("sized", 1, [guaranteed(cpu="8")], node_selector={h.label: "n4"}))
+        (pod,) = h.wait_running("sized")
+    pod_name = pod["metadata"]["name"]
+    h.wait_event(pod_name, "SizedAtAdmission", timeout=60)
+    bound = h.pod(pod_name)
+    assert resources(bound)["limits"]["cpu"] == q("6400m") and ours(bound)[CPU_ORIGINAL] == "8"
+    assert key_id_of(ours(bound)[ORIGINALS_MAC]) == old_id
+
+    # The Secret is lost; the reconciler restarts and creates it again.
+    first.close()
+    h.kube.delete(path)
+    second = h.reconciler(secret_flag, name="reconciler-second")
+    (new_id,) = h.kube.get(path)["data"]
+    assert new_id != old_id and key_id_order(new_id) > key_id_order(old_id)
+    wait_for("the lost key's pod counted", lambda: second.metric(
+        "workload_resizer_originals_unknown_key_pods") == 1, timeout=60)
+    assert "pods signed with an originals key the reconciler does not have" in second.logs()
+    now = h.pod(pod_name)
+    assert ours(now)[CPU_ORIGINAL] == "8" and resources(now)["limits"]["cpu"] == q("6400m")
+
+    # Its node becomes an n2d: the pod is decided again, held, and says why.
+    h.relabel(node, "n2d")
+    held = h.wait_event(pod_name, "OriginalsUnverified", timeout=60)
+    assert f"unknown key {old_id!r}" in held["message"] and "put the key back" in held["message"], held
+    now = h.pod(pod_name)
+    assert ours(now)[CPU_ORIGINAL] == "8", "never re-captured from its sized spec"
+    assert resources(now)["limits"]["cpu"] == q("6400m") and now["metadata"]["generation"] == 1
+
+    # The key put back: the pod verifies again and is sized from its originals (8 CPU on an n2d).
+    h.kube.patch(path, {"data": {old_id: secret["data"][old_id]}})
+    h.wait_pods("sized", 1, lambda p: resources(p)["limits"]["cpu"] == q("8"), "sized from its originals",
+                timeout=60)
+    assert second.metric("workload_resizer_originals_unknown_key_pods") == 0

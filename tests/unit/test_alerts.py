@@ -79,6 +79,10 @@ def requests(result: str, values: str) -> dict[str, str]:
     return series("workload_resizer_webhook_requests_total", W, values, result=result)
 
 
+def unknown_key_pods(instance: str, values: str) -> dict[str, str]:
+    return series("workload_resizer_originals_unknown_key_pods", R, values, instance=instance)
+
+
 def latency_buckets(counts: dict[str, str]) -> list[dict[str, str]]:
     return [series("workload_resizer_webhook_request_duration_seconds_bucket", W, v, le=le) for le, v in counts.items()]
 
@@ -118,6 +122,10 @@ CASES: dict[str, tuple[list[Case], list[tuple[list[dict[str, str]], str]]]] = {
     "WorkloadResizerOriginalsUnverified": (
         [([decision("OriginalsUnverified", "0 0 2x20")], "10m", {}, {})],
         [([decision("OriginalsUnverified", "0x90"), decision("OriginalsReplaced", "0+1x90")], "90m")]),
+    "WorkloadResizerOriginalsKeyMissing": (
+        [([unknown_key_pods("a", "0 0 3x20"), unknown_key_pods("b", "0x22")], "15m", {}, {"{{ $value }}": "3"})],
+        [([unknown_key_pods("a", "0x20")], "15m"),
+         ([unknown_key_pods("a", "0 2 2 0x20")], "15m")]),       # a rotation reaching the reconciler later
     "WorkloadResizerWebhookDown": (
         [([up(W, "a", "0x10"), up(W, "b", "0x10")], "10m", {}, {}),
          ([up(R, "r", "1x10")], "10m", {}, {})],

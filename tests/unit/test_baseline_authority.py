@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,7 @@ from resizer import (
     RESIZE_STATE,
     SIZED_AT_ADMISSION,
     KeyRing,
+    Trust,
     admission_sizing,
     PodIdentity,
     baseline,
@@ -286,3 +288,51 @@ def test_at_admission_the_spec_is_the_baseline_whatever_the_pod_carries() -> Non
     decision = baseline(stored, RING)
     assert decision.may_resize and decision.check.scope == "admission"
     assert values(read_originals(decision.pod)) == values(read_originals(admitted(500, 64)))
+
+
+# ---------------------------------------------------------------- a lost key
+
+REPLACEMENT = KeyRing({"k20261127000214-abcdef": b"r" * 32})    # what a recreated keys Secret holds
+
+
+def sized_at_admission(bound: bool) -> dict[str, Any]:
+    """8 CPU pinned to n4, created at 6400m (generation 1), signed with RING's key; `bound`: also
+    bound to the pod by the reconciler's first write (a pod MAC)."""
+    review = authored_pinned(8000, "64Mi")
+    sizing = admission_sizing(review, CONFIG, "n4")
+    assert sizing is not None
+    pod = admitted(6400, 64, stamped=False)
+    pod["metadata"]["annotations"] = sized_stamp(review, "shop", RING, originals_from_spec_annotations(review),
+                                                 "n4", sizing.sized)
+    if bound:
+        pod["metadata"]["annotations"].update(pod_mac(pod, RING))
+    decision = baseline(pod, RING)
+    assert decision.check.trust is Trust.TRUSTED and decision.check.scope == ("pod" if bound else "sized")
+    return pod
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["sized MAC", "pod MAC"])
+@pytest.mark.parametrize("ring", [REPLACEMENT, KeyRing({})], ids=["another key", "no key"])
+def test_originals_signed_with_a_lost_key_are_held_not_recaptured_from_the_spec(bound: bool, ring: KeyRing) -> None:
+    """The spec of a pod sized at admission is not its baseline: re-capturing it would make the
+    sized values its originals for good (8 CPU authored, 6400m forever after)."""
+    pod = sized_at_admission(bound)
+    decision = baseline(pod, ring)
+    assert decision.refused and not decision.may_resize and decision.stamp is None
+    assert "unknown key 'k0001'" in decision.check.reason and "put the key back" in decision.check.reason
+    assert not decision.check.tampered, "a lost key, not a forgery"
+    held = restore_decision(pod, ring, SCOPE)
+    assert held.patch == {} and "unknown key" in (held.held or "")
+    plan = forecast_fleet([pod], {"node-1": "n2d"}, CONFIG, SCOPE, keyring=ring)
+    assert plan.resized == 0 and [p.outcome for p in plan.not_resized] == ["OriginalsUnverified"]
+
+    back = baseline(pod, KeyRing({**ring.keys, **RING.keys}))       # the key put back
+    assert back.may_resize and values(read_originals(back.pod))[("app", "cpu")] == (8, 8)
+
+
+def test_a_lost_key_on_originals_equal_to_the_unchanged_spec_is_recaptured_as_before() -> None:
+    pod = admitted(500, 64)
+    decision = baseline(pod, REPLACEMENT)
+    assert decision.check.trust is Trust.RECAPTURE and decision.may_resize
+    assert values(read_originals(decision.pod)) == values(read_originals(admitted(500, 64)))
+    assert decision.stamp is not None and decision.stamp[ORIGINALS_MAC].startswith("v1.p.k20261127000214-abcdef.")

@@ -1,14 +1,16 @@
 """ops.keys: the key ring from a mounted Secret directory, rotation and bad input."""
 from __future__ import annotations
 
+import base64
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-import base64
-
-from ops.keys import (FIRST_KEY_ID, KeyDirectory, KeyDirectoryError, generate_key, keys_from_secret_data,
+from ops.keys import (KeyDirectory, KeyDirectoryError, generate_key, keys_from_secret_data, new_key_id,
                       read_key_directory)
+from resizer import KeyRing
+from resizer.integrity import key_id_order
 
 
 def test_reads_one_key_per_file_and_skips_kubelet_dot_entries(tmp_path: Path) -> None:
@@ -73,4 +75,23 @@ def test_secret_data_follows_the_directory_rules() -> None:
 def test_generated_keys_are_long_printable_and_distinct() -> None:
     first, second = generate_key(), generate_key()
     assert len(first) == 64 and first.isascii() and first.strip() == first and first != second
-    assert keys_from_secret_data({FIRST_KEY_ID: base64.b64encode(first).decode()}, "s") == {"k0001": first}
+    assert keys_from_secret_data({"k0001": base64.b64encode(first).decode()}, "s") == {"k0001": first}
+
+
+def test_a_generated_key_id_is_new_and_sorts_after_every_earlier_one() -> None:
+    """A lost Secret recreated by the reconciler must never reuse an id: pods signed with the old
+    key then show up as signed with an unknown key (counted, alerted, held), not as forged."""
+    times = [datetime(2026, 11, 27, 0, 2, 14, tzinfo=timezone.utc), datetime(2026, 11, 27, 0, 2, 15, tzinfo=timezone.utc),
+             datetime(2026, 12, 1, tzinfo=timezone.utc), datetime(2099, 1, 1, tzinfo=timezone.utc)]
+    generated = [new_key_id(t) for t in times]
+    assert generated[0].startswith("k20261127000214-")
+    # Ids of earlier versions (k0001, counted-up rotations) and of the documented date form.
+    earlier = ["k0001", "k0002", "k0010", "k9999", "2026-11-23"]
+    for i, key_id in enumerate(generated):
+        assert all(key_id_order(key_id) > key_id_order(before) for before in earlier + generated[:i]), key_id
+        assert KeyRing({k: b"x" * 32 for k in earlier + generated[:i + 1]}).newest == key_id
+    same_second = {new_key_id(times[0]) for _ in range(64)}
+    assert len(same_second) == 64, "new even within one second"
+    now = new_key_id()
+    assert key_id_order(now) > key_id_order(new_key_id(datetime.now(timezone.utc) - timedelta(seconds=2)))
+    assert KeyRing({now: b"x" * 32}).newest == now, "an id the key ring accepts"

@@ -9,7 +9,8 @@ import pytest
 from reconciler.controller import decision_record, live_and_bound, situation
 from reconciler.ports import pod_path
 from reconciler.kube.slim import slim_pod
-from resizer import SAMPLE_CONFIG, load_config, plan_resize, resolve_policy
+from reconciler.pods import mac_key_known
+from resizer import ORIGINALS_MAC, SAMPLE_CONFIG, KeyRing, load_config, plan_resize, resolve_policy
 
 CONFIG = load_config(SAMPLE_CONFIG)     # n2d baseline; n4 cpuPerf 1.25; bounds cpu 50m..16, memory 64Mi..32Gi
 MiB = 1024 ** 2
@@ -106,6 +107,15 @@ def test_another_node_type_is_another_situation():
 def test_a_new_config_generation_is_another_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
     assert situation(pod, "n4", 3) != situation(pod, "n4", 4)
+
+
+def test_the_key_of_the_originals_mac_coming_back_is_another_situation():
+    pod = _pod([_container("app", {"cpu": "1"})])
+    pod["metadata"].setdefault("annotations", {})[ORIGINALS_MAC] = "v1.p.k0001." + "A" * 43
+    missing, back = KeyRing({"k2": b"2" * 32}), KeyRing({"k0001": b"1" * 32, "k2": b"2" * 32})
+    assert not mac_key_known(pod, missing) and mac_key_known(pod, back)
+    assert situation(pod, "n4", 3, key_known=mac_key_known(pod, missing)) != \
+        situation(pod, "n4", 3, key_known=mac_key_known(pod, back))
 
 
 def test_a_container_that_starts_reporting_resources_is_another_situation():

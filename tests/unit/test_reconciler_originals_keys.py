@@ -2,15 +2,19 @@
 (workload_resizer_originals_unknown_key_pods) and each such key id is logged once."""
 from __future__ import annotations
 
+import asyncio
+import base64
 import logging
 from typing import Any
 
 import pytest
 
 from ops.prometheus import REGISTRY
+from reconciler.kube import ApiError
 from reconciler.options import parse
-from reconciler.originals_keys import MAX_WARNED_KEY_IDS, UnknownKeyWatch
+from reconciler.originals_keys import MAX_WARNED_KEY_IDS, SecretKeys, UnknownKeyWatch
 from resizer import ORIGINALS_MAC, KeyRing
+from resizer.integrity import key_id_order
 
 RING = KeyRing({"k0002": b"2" * 32})
 
@@ -68,3 +72,50 @@ def test_the_key_secret_flag_and_the_key_directory_are_alternatives(capsys: pyte
         with pytest.raises(SystemExit):
             parse([f"--originals-keys-secret={bad}"])
         assert "NAMESPACE/NAME" in capsys.readouterr().err
+
+
+class SecretStore:
+    """The apiserver's answers for one Secret: get, create (409 if it exists)."""
+
+    def __init__(self) -> None:
+        self.secret: dict[str, Any] | None = None
+
+    async def get(self, path: str) -> dict[str, Any]:
+        if self.secret is None:
+            raise ApiError(404, {"reason": "NotFound"})
+        return self.secret
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.secret is not None:
+            raise ApiError(409, {"reason": "AlreadyExists"})
+        self.secret = body
+        return body
+
+
+def test_a_recreated_secret_gets_a_new_key_id_so_pods_of_the_lost_key_are_counted(
+        caplog: pytest.LogCaptureFixture) -> None:
+    store = SecretStore()
+    first = SecretKeys(store, "wr", "wr-originals-keys")       # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="reconciler"):
+        asyncio.run(first.ensure())
+    (old_id,) = first.keys
+    assert old_id != "k0001" and len(base64.b64decode(store.secret["data"][old_id])) == 64   # type: ignore[index]
+    assert any(r.__dict__.get("keyId") == old_id for r in caplog.records if "created" in r.getMessage())
+    asyncio.run(SecretKeys(store, "wr", "wr-originals-keys").ensure())   # type: ignore[arg-type]
+    assert list(store.secret["data"]) == [old_id], "an existing Secret is only read"   # type: ignore[index]
+
+    store.secret = None                                         # the Secret is lost
+    again = SecretKeys(store, "wr", "wr-originals-keys")       # type: ignore[arg-type]
+    asyncio.run(again.ensure())
+    (new_id,) = again.keys
+    # (Later in time sorts later: tests/unit/test_ops_keys.py; here both come within one second.)
+    assert new_id != old_id and key_id_order(new_id) > key_id_order("k0001"), "after the ids of earlier versions"
+    assert UnknownKeyWatch().update([pod("sized", mac(old_id))], KeyRing(again.keys)) == 1
+
+
+def test_a_secret_of_an_earlier_version_is_read_as_it_is() -> None:
+    store = SecretStore()
+    store.secret = {"data": {"k0001": base64.b64encode(b"1" * 64).decode()}}
+    keys = SecretKeys(store, "wr", "wr-originals-keys")        # type: ignore[arg-type]
+    asyncio.run(keys.ensure())
+    assert keys.keys == {"k0001": b"1" * 64}

@@ -1459,3 +1459,25 @@ def test_a_conflict_on_the_one_write_of_a_pod_sized_at_admission_still_reports_i
     assert reasons(fake) == ["SizedAtAdmission"]
     check = baseline(fake.pod_now(KEY), KEYS).check
     assert check.trust is Trust.TRUSTED and check.scope == "pod"
+
+
+def test_a_pod_held_for_a_lost_key_keeps_its_originals_and_is_sized_from_them_once_the_key_is_back():
+    """Authored at 1 CPU, created at 800m for an n4 and bound with a key since lost, its node now
+    an n2d: held (never re-captured at 800m); with the key back it is decided again, from 1 CPU."""
+    sized = pod(cpu="800m")
+    sized["metadata"]["annotations"].update(missing_original_annotations(pod(cpu="1")))
+    sized["metadata"]["generation"] = 1
+    sized["metadata"]["annotations"].update(pod_mac(sized, KEYS))
+    fake = cluster(sized, family="n2d")
+    ring = {"now": KeyRing({"k20261127000214-abcdef": b"n" * 32})}
+    rec = PodResizeReconciler(fake, fake, fake, FakeConfig(CONFIG), ControllerSettings(node_type_label=LABEL),
+                              no_fault, FakeClock(), keyring=lambda: ring["now"])
+    assert run(rec.reconcile(KEY)) == DONE
+    assert fake.ops() == [] and reasons(fake) == ["OriginalsUnverified"]
+    assert "unknown key 'k0001'" in fake.events[0].message and "put the key back" in fake.events[0].message
+    assert run(rec.reconcile(KEY)) == DONE and len(fake.events) == 1, "the same situation is decided once"
+    assert annotations(fake)["workload-resizer.io/original-cpu.app"] == "1" and spec_cpu(fake) == ("800m", "800m")
+
+    ring["now"] = KeyRing({**ring["now"].keys, **KEYS.keys})       # the key put back
+    assert run(rec.reconcile(KEY)) == DONE
+    assert "resize" in fake.ops() and fake.writes[-1].body == BACK_TO_1

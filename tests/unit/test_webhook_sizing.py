@@ -196,3 +196,19 @@ def test_a_size_that_grows_or_that_a_limit_range_refuses_is_left_to_the_reconcil
     assert cpu(decide(pinned({"nodeName": "n4-a"}), other_namespace)[1]) == ("800m", "800m")
     copied = pickle.loads(pickle.dumps(context(version=24, limit_ranges={"shop": (floor,)})))
     assert dict(copied.limit_ranges) == {"shop": (floor,)}
+
+
+def test_a_key_recreated_under_the_same_id_never_gets_a_mac_of_the_old_one_from_a_cache() -> None:
+    """Caches are keyed by the signing key's content, not its id: a keys Secret lost and recreated
+    by hand under the same id signs with the new key at once (admission stamp and sized record)."""
+    lost, recreated = KeyRing({"k0001": b"l" * 32}), KeyRing({"k0001": b"r" * 32})
+    for sizing in (None, context(version=21)):
+        obj = pinned({"nodeSelector": {LABEL: "n4"}} if sizing is not None else {})
+        stored = []
+        for ring in (lost, recreated, lost):
+            created = decide(obj, sizing, ring)[1]
+            created["metadata"].update(name="web-7d9f-x", uid="u", generation=1)
+            assert baseline(created, ring).check.trust is Trust.TRUSTED, (sizing, ring.keys)
+            stored.append(created["metadata"]["annotations"][ORIGINALS_MAC])
+        assert stored[0] != stored[1] and stored[0] == stored[2]
+        assert stored[1].startswith("v1.s.k0001." if sizing is not None else "v1.a.k0001.")

@@ -359,3 +359,27 @@ def test_a_worker_that_cannot_start_fails_startup_and_leaves_nothing_running():
         assert workers.pids == []
 
     asyncio.run(scenario())
+
+
+def test_a_worker_signs_with_the_key_it_is_sent_when_only_its_content_changed():
+    """A key recreated under the same id: the worker's caches never answer with a MAC of the old key."""
+    def mac_of(decision: Any) -> str:
+        status, body, _ = decision
+        assert status == 200
+        ops = orjson.loads(base64.b64decode(orjson.loads(body)["response"]["patch"]))
+        return next(op["value"] for op in ops if op["path"].endswith("originals-mac"))
+
+    async def scenario() -> list[str]:
+        workers = ReviewWorkers(1, 5.0)
+        await workers.start()
+        try:
+            macs = []
+            for secret in (b"l" * 32, b"r" * 32, b"l" * 32):
+                macs.append(mac_of(await workers.decide(large_review(), {"k0001": secret}, None,
+                                                        time.monotonic() + 10)))
+            return macs
+        finally:
+            await workers.stop()
+
+    lost, recreated, again = asyncio.run(scenario())
+    assert lost != recreated and lost == again and recreated.startswith("v1.a.k0001.")
