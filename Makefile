@@ -41,9 +41,11 @@ cluster-test: venv
 test-installed: venv
 	$(PYTEST) -m installed -rP tests/cluster/test_installed.py
 
-## The control-plane suite against Kubernetes 1.35 (first GA of in-place resize), in its own state dir.
+## The control-plane suite against Kubernetes 1.35 (first GA of in-place resize), in its own state dir,
+## with the composed matrix's core rows (all but the VPA one).
 test-1.35: venv
-	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) tests/cluster/test_control_plane.py tests/cluster/test_resize_plans.py tests/cluster/test_pod_level_resources.py
+	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) tests/cluster/test_control_plane.py tests/cluster/test_resize_plans.py tests/cluster/test_pod_level_resources.py \
+	  tests/cluster/test_composed.py --deselect tests/cluster/test_composed.py::test_07_pods_an_updating_vpa_manages_are_left_alone
 
 ## Proof under faults, load and scale (issue sizes: 10k pods, 30-minute soak; each drill in its own cluster).
 drills: venv

@@ -6,5 +6,8 @@
 - devkit.metrics    Prometheus text, read with prometheus_client.parser
 - devkit.configs    config.yaml texts from one builder
 - devkit.chart, devkit.rbac  the Helm chart rendered and its RBAC installed for real
+- devkit.localchart the chart's objects applied as rendered, its programs run locally with the chart's args
+- devkit.watch      every version of a namespace's pods, from a watch (for "never" assertions)
+- devkit.labeller   another mutating webhook (adds a label), served from the test process
 - devkit.progress   long first-use builds shown on the terminal, even under pytest
 """

@@ -100,3 +100,9 @@ def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict
 
 def find_all(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
+
+
+def container_args(docs: list[dict[str, Any]], deployment: str) -> list[str]:
+    """The args of the one container of the rendered Deployment `deployment`."""
+    (container,) = find(docs, "Deployment", deployment)["spec"]["template"]["spec"]["containers"]
+    return list(container["args"])

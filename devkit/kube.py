@@ -205,3 +205,20 @@ def container(name: str, requests: dict[str, str] | None = None, limits: dict[st
     if resize_policy:
         c["resizePolicy"] = [{"resourceName": r, "restartPolicy": p} for r, p in resize_policy.items()]
     return c
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def install_crd(kube: Kube, crd: dict[str, Any]) -> None:
+    """Create a CustomResourceDefinition and wait until the apiserver serves it (Established).
+    One already there (an earlier test of the session installed the same manifest) is kept."""
+    try:
+        kube.create(CRDS, crd)
+    except ApiError as err:
+        if err.status != 409:
+            raise
+    path = f"{CRDS}/{crd['metadata']['name']}"
+    wait_for(f"CRD {crd['metadata']['name']} established", lambda: any(   # null until the apiserver sets them
+        c["type"] == "Established" and c["status"] == "True"
+        for c in (kube.get(path).get("status") or {}).get("conditions") or []), timeout=30)

@@ -117,4 +117,29 @@ def kubeconfig_for_token(cluster: Any, token: str) -> str:
     return str(path)
 
 
-__all__ = ["install_rbac", "uninstall_rbac", "kubeconfig_for_token", "chart_names"]
+def tenant_kubeconfig(kube: Kube, cluster: Any, namespace: str, name: str = "tenant",
+                      rules: list[dict[str, Any]] | None = None) -> str:
+    """A tenant as docs/security.md defines one: a ServiceAccount of `namespace` with the built-in
+    `edit` role there, plus `rules` (a Role of its own, e.g. pods/binding to schedule its pods);
+    returns the path of a kubeconfig that authenticates as it (a TokenRequest token)."""
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})
+    kube.create(f"{rbac}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"{name}-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": subject})
+    if rules:
+        kube.create(f"{rbac}/roles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                                      "metadata": {"name": f"{name}-extra"}, "rules": rules})
+        kube.create(f"{rbac}/rolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"{name}-extra"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{name}-extra"},
+            "subjects": subject})
+    token = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    return kubeconfig_for_token(cluster, token["status"]["token"])
+
+
+__all__ = ["install_rbac", "uninstall_rbac", "kubeconfig_for_token", "chart_names", "tenant_kubeconfig"]

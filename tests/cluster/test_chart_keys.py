@@ -23,7 +23,7 @@ import yaml
 from resizer import ORIGINALS_MAC, key_id_of
 from resizer.integrity import key_id_order
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, ours, q, resources
-from devkit.chart import CHART, ensure_helm, render, run_helm
+from devkit.chart import CHART, container_args, ensure_helm, render, run_helm
 from devkit.kube import Kube, deployment, wait_for
 from devkit.processes import (Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active,
                               webhook_probe_pod)
@@ -55,11 +55,6 @@ def gitops_sync(kube: Kube, namespace: str, values: dict[str, Any]) -> list[dict
                 doc["metadata"]["ownerReferences"] = owned
             kube.apply(doc, namespace)
     return docs
-
-
-def container_args(docs: list[dict[str, Any]], name: str) -> list[str]:
-    deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
-    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
 def project(secret: dict[str, Any], directory: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from devkit.kube import ApiError, deployment, wait_for
+from devkit.kube import deployment, install_crd, wait_for
 from resizer import SKIP
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, resources
 
@@ -99,15 +99,7 @@ def test_full_node_holds_the_resize_until_room_is_freed(h: Harness) -> None:
 
 
 def test_vpa_in_an_updating_mode_is_left_alone_and_off_composes(h: Harness) -> None:
-    try:
-        h.kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(VPA_CRD.read_text()))
-    except ApiError as err:
-        if err.status != 409:       # installed by an earlier test of this session: the same manifest
-            raise
-    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/verticalpodautoscalers.autoscaling.k8s.io"
-    wait_for("VPA CRD established", lambda: any(   # conditions are null until the apiserver sets them
-        c["type"] == "Established" and c["status"] == "True"
-        for c in (h.kube.get(crd).get("status") or {}).get("conditions") or []), timeout=30)
+    install_crd(h.kube, yaml.safe_load(VPA_CRD.read_text()))
     node = h.node("vpa", "slow")
     for app, mode in (("managed", "InPlaceOrRecreate"), ("advised", "Off")):
         h.kube.create(f"/apis/autoscaling.k8s.io/v1/namespaces/{h.ns}/verticalpodautoscalers", {
