@@ -52,6 +52,7 @@ from devkit.processes import MUTATING_WEBHOOKS, REPO, wait_webhook_active, wait_
 from devkit.rbac import tenant_kubeconfig
 from devkit.watch import PodHistory
 from reconciler.outcome import spec_size
+from ops.keys import new_key_id
 from resizer import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
@@ -186,7 +187,7 @@ def world(cluster: Any) -> Iterator[World]:
                                             labels={OUTCOME_LABEL: "deferred"})])
         reconciler = chart.start_reconciler()       # creates the originals keys Secret
         projection = chart.project_keys()
-        projection.wait_for("the key the reconciler created", lambda data: "k0001" in data)
+        projection.wait_for("the key the reconciler created", lambda data: len(data) == 1)
         webhook = chart.start_webhook()
         chart.register(webhook)
         registered = kube.get(f"{MUTATING_WEBHOOKS}/{chart.fullname}")["webhooks"]
@@ -707,16 +708,18 @@ def test_10a_a_newer_key_signs_and_both_keys_verify(world: World, row: Row) -> N
     (old,) = row.wait_created("old")
     row.wait_event(old["metadata"]["name"], "Resized")
     reloads = world.reconciler_key_reloads()
-    world.kube.patch(path, {"data": {"k0002": key_data()}})
+    (first,) = world.kube.get(path)["data"]
+    newer = new_key_id()        # sorts after the one the reconciler created
+    world.kube.patch(path, {"data": {newer: key_data()}})
     try:
         # As docs/operations.md says: new pods once both programs have the key.
         wait_for("the reconciler to reload the keys (every --config-refresh-interval)",
                  lambda: world.reconciler_key_reloads() > reloads, timeout=60)
-        wait_for("the webhook to sign with k0002", lambda: world.signing_key() == "k0002", timeout=60)
+        wait_for("the webhook to sign with the newer key", lambda: world.signing_key() == newer, timeout=60)
         row.deploy("new", [guaranteed(cpu="1")], pin_node(world.nodes["n4"]))
         (new,) = row.wait_created("new")
         row.wait_event(new["metadata"]["name"], "Resized")
-        assert key_id_of(ours(row.pod(new["metadata"]["name"]))[ORIGINALS_MAC]) == "k0002"
+        assert key_id_of(ours(row.pod(new["metadata"]["name"]))[ORIGINALS_MAC]) == newer
         pinned = row.expect_created("old-pinned")
         for pod in pinned:
             row.wait_event(pod["metadata"]["name"], "SizedAtAdmission")
@@ -727,11 +730,11 @@ def test_10a_a_newer_key_signs_and_both_keys_verify(world: World, row: Row) -> N
         assert world.reconciler.metric("workload_resizer_originals_unknown_key_pods") == 0
         row.sweep(sizings=2)
     finally:
-        # The world's one key again (this row's pods are gone first: no pod carries k0002).
+        # The world's one key again (this row's pods are gone first: no pod carries the newer key).
         row.retire()
-        world.kube.patch(path, {"data": {"k0002": None}})
+        world.kube.patch(path, {"data": {newer: None}})
         world.restart_reconciler()
-        wait_for("the webhook to sign with k0001 again", lambda: world.signing_key() == "k0001", timeout=60)
+        wait_for("the webhook to sign with the first key again", lambda: world.signing_key() == first, timeout=60)
 
 
 def test_10b_a_lost_key_is_counted_and_nothing_is_recaptured(world: World, row: Row) -> None:
