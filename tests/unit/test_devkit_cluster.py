@@ -23,7 +23,7 @@ def test_other_lines_around_the_exports_are_ignored() -> None:
     UP.split("\n", 1)[1],                       # no PATH line
     UP.split("\n", 1)[0] + "\n",                # no KUBECONFIG line
     "",
-])
+], ids=["first-bytes-read-elsewhere", "no-path", "no-kubeconfig", "nothing"])
 def test_output_without_both_export_lines_is_a_cluster_error_that_shows_it(printed: str) -> None:
     with pytest.raises(ClusterError) as err:
         cluster_env(printed)
