@@ -117,8 +117,13 @@ def client_fd_of(conn: ssl.SSLSocket) -> int:
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         try:
-            probe = socket.socket(fileno=os.dup(fd))
+            copy = os.dup(fd)
         except OSError:
+            continue        # the directory's own descriptor, gone
+        try:
+            probe = socket.socket(fileno=copy)
+        except OSError:
+            os.close(copy)  # not a socket
             continue
         with probe:
             try:
