@@ -7,7 +7,7 @@
 # Build: docker build -t workload-resizer:dev .
 #    or: make image (buildah, on a Debian base built locally: hack/image; PYTHON_IMAGE is
 #        the only base it changes)
-# tests/unit/test_dockerfile.py lints this file with hadolint and replays the
+# tests/tools/test_dockerfile.py lints this file with hadolint and replays the
 # builder's COPY and pip steps (without docker) to prove the image installs and runs.
 
 ARG PYTHON_IMAGE=python:3.11-slim

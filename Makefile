@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: all venv test unit-test cluster-test test-installed test-1.35 cluster-up cluster-down demo demo-down lint helm chart-lint image image-load certmanager-build certmanager-up drills drills-ci bench clean
+.PHONY: all venv test unit-test tools-test cluster-test test-after-unit test-installed test-1.35 cluster-up cluster-down demo demo-down lint helm chart-lint image image-load certmanager-build certmanager-up drills drills-ci bench clean
 
 all: test
 
@@ -18,8 +18,8 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-## All tests: unit tests, then the cluster tests against hack/cluster (brought up if needed),
-## but the installed product (test-installed: builds the image, minutes; .ci/run runs it).
+## All tests: unit tests, the tools' tests, then the cluster tests against hack/cluster (brought
+## up if needed), but the installed product (test-installed: builds the image, minutes; .ci/run runs it).
 test: venv
 	$(PYTEST) -m "not installed" tests
 
@@ -31,11 +31,21 @@ lint: venv
 	@unformatted="$$(gofmt -l bench/gowebhook bench/goreconciler)"; \
 	  if [ -n "$$unformatted" ]; then echo "gofmt -w these Go files: $$unformatted" >&2; exit 1; fi
 
+## Pure and fast: no cluster, no tool to build or run, no root.
 unit-test: venv
 	$(PYTEST) tests/unit
 
+## Tests that build or run external tools: helm and promtool (hack/tools), hadolint, pip.
+tools-test: venv
+	$(PYTEST) tests/tools
+
+## Against the local control plane (and real nodes: root).
 cluster-test: venv
 	$(PYTEST) -m "not installed" tests/cluster
+
+## `make test` but its unit tests (.ci/run runs those first, before any build): one session.
+test-after-unit: venv
+	$(PYTEST) -m "not installed" tests/tools tests/cluster
 
 ## The image built by buildah and the chart installed on real nodes (tests/cluster/test_installed.py).
 test-installed: venv

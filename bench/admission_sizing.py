@@ -60,7 +60,7 @@ class Timeline(threading.Thread):
 
     def __init__(self, kube: Kube) -> None:
         super().__init__(daemon=True)
-        self.kube = kube
+        self.kube = kube.own_connections()     # closed by this thread only (see Kube.own_connections)
         self.final: dict[str, float] = {}
         self.applied: dict[str, float] = {}
         self.sized_at_admission: set[str] = set()
@@ -68,6 +68,12 @@ class Timeline(threading.Thread):
         self.rv = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", limit="1")["metadata"]["resourceVersion"]
 
     def run(self) -> None:
+        try:
+            self.watch()
+        finally:
+            self.kube.http.close()
+
+    def watch(self) -> None:
         while not self.stop.is_set():
             params = {"watch": "1", "resourceVersion": self.rv, "timeoutSeconds": "60"}
             try:
@@ -80,8 +86,6 @@ class Timeline(threading.Thread):
                             self.record(orjson.loads(line))
             except (httpx.HTTPError, orjson.JSONDecodeError):
                 time.sleep(0.5)
-            except RuntimeError:
-                return
 
     def record(self, event: dict[str, Any]) -> None:
         pod = event.get("object") or {}

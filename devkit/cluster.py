@@ -81,10 +81,7 @@ class LocalCluster:
             out = proc.stdout
         else:
             out = self.hack("up", timeout=900)
-        exports = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines()
-                       if line.startswith("export "))
-        self.kubeconfig = exports["KUBECONFIG"]
-        self.bin_dir = exports["PATH"].split(":", 1)[0]
+        self.kubeconfig, self.bin_dir = cluster_env(out)
         self.kube = Kube(self.kubeconfig)
         return self.kube
 
@@ -177,6 +174,16 @@ class LocalCluster:
             key = f"{labels.get('flow_schema')}/{labels.get('reason')}"
             by_flow[key] = by_flow.get(key, 0) + v
         return by_flow
+
+
+def cluster_env(printed: str) -> tuple[str, str]:
+    """The kubeconfig and the Kubernetes binaries' directory from the export lines that
+    `hack/cluster up` prints last (`export PATH=DIR:$PATH`, `export KUBECONFIG=FILE`)."""
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in printed.splitlines()
+                   if line.startswith("export ") and "=" in line)
+    if "KUBECONFIG" not in exports or "PATH" not in exports:
+        raise ClusterError(f"hack/cluster up printed no export line of PATH and KUBECONFIG: {printed!r}")
+    return exports["KUBECONFIG"], exports["PATH"].split(":", 1)[0]
 
 
 def ok_count(by_code: dict[str, float]) -> float:

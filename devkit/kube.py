@@ -6,6 +6,7 @@ check our code with our code. Raw JSON in and out; paths are explicit.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import ssl
 import tempfile
@@ -66,6 +67,17 @@ class Kube:
                                     _materialise(user["client-key-data"], "tls.key", directory))
         self.tls = tls
         self.http = httpx.Client(base_url=self.server, verify=tls, headers=headers, timeout=30)
+
+    def own_connections(self) -> Kube:
+        """The same access through connections of its own, for a thread that reads a stream.
+
+        Only the reading thread may close its sockets: a socket closed under it frees its
+        descriptor number while OpenSSL goes on reading that number, and the next pipe or file
+        opened anywhere in the process takes it (its bytes then go to the thread)."""
+        twin = copy.copy(self)
+        twin.http = httpx.Client(base_url=self.server, verify=self.tls, headers=self.http.headers,
+                                 timeout=self.http.timeout)
+        return twin
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 params: dict[str, Any] | None = None) -> dict[str, Any]:

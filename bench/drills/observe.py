@@ -37,7 +37,9 @@ class PodTimeline:
         self.applied: dict[str, float] = {}
         self.stamped_at_admission: dict[str, bool] = {}
         self.deleted: set[str] = set()
-        self._kube = kube
+        # Its own connections, closed by its own thread: the drill closes `kube` when it ends,
+        # and the watch may still be waiting for its next event then.
+        self._kube = kube.own_connections()
         self._namespace = namespace
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"timeline-{namespace}")
@@ -50,9 +52,16 @@ class PodTimeline:
         return self
 
     def stop(self) -> None:
+        """The thread ends at the watch's next event or end (the cluster going down ends it)."""
         self._stop.set()
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        finally:
+            self._kube.http.close()
+
+    def _watch(self) -> None:
         while not self._stop.is_set():
             params = {"watch": "1", "resourceVersion": self._rv, "timeoutSeconds": "60",
                       "allowWatchBookmarks": "true"}
@@ -66,8 +75,6 @@ class PodTimeline:
                             self._record(orjson.loads(line))
             except (httpx.HTTPError, orjson.JSONDecodeError):
                 time.sleep(0.5)    # e.g. the apiserver is down in a fault drill: resume from _rv
-            except RuntimeError:
-                return             # the client was closed: the drill is over
 
     def _record(self, event: dict[str, Any]) -> None:
         obj = event.get("object") or {}

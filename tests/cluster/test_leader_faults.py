@@ -125,11 +125,15 @@ def test_a_deposed_leaders_resize_still_on_the_wire_is_refused_and_the_new_leade
              and applied(harness.pod(pod_name)) == "n4", timeout=60)
 
     proxy.release()
-    late = wait_for("the held resize to be answered", lambda: [
-        w for w in proxy.writes if w[1] == "PATCH" and w[2].endswith(f"/pods/{pod_name}/resize")], timeout=30)
+    held = [path for path in proxy.held if path.endswith(f"/pods/{pod_name}/resize")]
+
+    def all_answered() -> list[tuple[float, str, str, int]] | None:
+        answered = [w for w in proxy.writes if w[1] == "PATCH" and w[2].endswith(f"/pods/{pod_name}/resize")]
+        return answered if len(answered) == len(held) else None
+    late = wait_for("every held resize answered by the apiserver", all_answered, timeout=30)
     # (A retry the old leader made before the fence, if any, was held too: every one is refused.)
     assert late and all(w[3] in (409, 422) for w in late), f"the deposed leader's resize must be refused: {late}"
-    time.sleep(2)   # would a late write land, the pod shows it by now
+    # Every late write has its answer and the old leader has exited: the pod shows whatever landed.
     pod = harness.pod(pod_name)
     assert resources(pod)["limits"]["cpu"] == q("500m") == resources(pod)["requests"]["cpu"]
     assert new.metric("rest_client_requests_total", code="403") == 0

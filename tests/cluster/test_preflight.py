@@ -14,7 +14,6 @@ Guaranteed container is planned to grow to 2 cpu.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -156,11 +155,11 @@ def test_pod_level_resources_are_left_alone_where_the_node_cannot_resize_them(h:
     pod = h.wait_running("pl")[0]
     name = pod["metadata"]["name"]
     before = resizes_served(h)
-    h.reconciler()
+    proc = h.reconciler()
     event = h.wait_event(name, "PodLevelResources")
     assert event["type"] == "Warning" and "spec.resources" in event["message"], event
     assert "declaredFeatures" in event["message"], event
     h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"labels": {"poke": "1"}}})
-    time.sleep(2)
+    h.sentinel(proc)        # the poke taken up
     assert resizes_served(h) == before and h.reasons(name) == ["PodLevelResources"]
     assert resources(h.pod(name)) == resources(pod) and applied(h.pod(name)) is None

@@ -33,7 +33,7 @@ from tests.cluster.test_real_node import (
     real_deployment,
     wait_resized_truthfully,
 )
-from tests.cluster.test_reconciler import Harness, guaranteed, metric_snapshot, q, resources, status_resources
+from tests.cluster.test_reconciler import Harness, guaranteed, q, resources, status_resources
 from tests.cluster.test_resize_outcomes import (
     WITHOUT_NODE_PREFLIGHT,
     assert_quiet_while_stalled,
@@ -84,10 +84,6 @@ def allocatable_millicores(h: Harness, node: RealNode) -> int:
 
 def ours(pod: dict[str, Any]) -> dict[str, str]:
     return pod["metadata"].get("annotations") or {}
-
-
-def writes(proc: Any) -> dict[str, float]:
-    return metric_snapshot(proc)
 
 
 def show(h: Harness, name: str) -> None:
@@ -147,7 +143,7 @@ def test_infeasible_resize_is_reported_once_left_truthful_and_never_retried(h: H
     pod = h.pod(name)
     assert pod["metadata"]["generation"] == generation, "the infeasible size is not tried again"
     assert described(h, name) == [("Warning", "ResizeInfeasible")]
-    assert writes(proc) == expected_writes
+    assert h.writes_but_sentinels(proc) == expected_writes
     assert proc.metric("workload_resizer_resizes_waiting", state="infeasible") == 1
     show(h, name)
 
@@ -199,7 +195,7 @@ def test_deferred_resize_is_kept_reported_and_ends_resized_once_capacity_is_free
     assert_untouched_container(real_node, before, pod, "1", "64Mi")
     assert described(h, name) == [("Normal", "ResizeDeferred"), ("Warning", "ResizeDeferred"), ("Normal", "Resized")]
     # originals, deferred, warned, applied; one resize; three Events.
-    assert writes(proc) == {"PATCH pods": 4, "PATCH pods/resize": 1, "POST events": 3, "PATCH events": 0}
+    assert h.writes_but_sentinels(proc) == {"PATCH pods": 4, "PATCH pods/resize": 1, "POST events": 3, "PATCH events": 0}
     assert proc.metric("workload_resizer_resizes_waiting", state="deferred") == 0
     assert proc.metric("workload_resizer_resize_actuation_seconds_count") == 1
     show(h, name)
@@ -236,5 +232,5 @@ def test_actuation_error_is_reported_rechecked_with_backoff_then_set_back(h: Har
     assert_quiet_while_stalled(h, proc, name, seconds=STALL_WINDOW)
     assert h.pod(name)["metadata"]["generation"] == 3, "the failing size is not tried again"
     assert described(h, name) == [("Warning", "ResizeError"), ("Warning", "ResizeError")]
-    assert writes(proc) == {"PATCH pods": 2, "PATCH pods/resize": 2, "POST events": 2, "PATCH events": 0}
+    assert h.writes_but_sentinels(proc) == {"PATCH pods": 2, "PATCH pods/resize": 2, "POST events": 2, "PATCH events": 0}
     show(h, name)

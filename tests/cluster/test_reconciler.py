@@ -15,7 +15,6 @@ test_reconciler_*.py files; the webhook in test_webhook_cluster.py.
 """
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from fractions import Fraction
@@ -40,6 +39,14 @@ PATCH_PODS = {"method": "PATCH", "resource": "pods"}
 PATCH_RESIZE = {"method": "PATCH", "resource": "pods/resize"}
 POST_EVENTS = {"method": "POST", "resource": "events"}
 PATCH_EVENTS = {"method": "PATCH", "resource": "events"}
+
+# A node type no config knows: a pod there is decided with one UnknownNodeType Event and nothing
+# written to it (test_pod_on_unknown_node_type_gets_an_event_and_nothing_else), what a sentinel costs.
+# Held Pending by the fake kubelet (no container starts), so it is decided once: a pod is decided
+# again when its phase or containers change.
+SENTINEL_TYPE = "sentinel-unknown"
+START_HELD = "fake-kubelet.workload-resizer.io/start-held"
+SENTINEL_WRITES = {"PATCH pods": 0, "PATCH pods/resize": 0, "POST events": 1, "PATCH events": 0}
 
 
 def q(text: str) -> Fraction:
@@ -109,6 +116,8 @@ class Harness:
         self.label = f"e2e.workload-resizer.io/family-{uuid.uuid4().hex[:8]}"
         self.nodes: list[str] = []
         self.processes: list[Any] = []
+        self._sentinel_node: str | None = None
+        self._sentinels: dict[Reconciler, int] = {}
 
     # -- config, nodes
 
@@ -198,6 +207,41 @@ class Harness:
     def wait_event(self, name: str, reason: str, kind: str = "Pod", timeout: float = 30) -> dict[str, Any]:
         return wait_for(f"{reason} event on {kind} {name}", lambda: next(
             (e for e in self.events(name, kind) if e["reason"] == reason), None), timeout=timeout)
+
+    # -- positive signals, before asserting that something did not happen
+
+    def wait_idle(self, proc: Reconciler, timeout: float = 30) -> None:
+        """Until `proc` has nothing queued and nothing being reconciled: whatever it queued has been
+        decided. A signal for the events it is known to have had: its informers' lists (queued
+        before it is ready), a config reload (every pod is queued as the reload is counted), or
+        those before a sentinel."""
+        wait_for(f"{proc.name} idle", lambda: proc.metric("workqueue_depth") == 0
+                 and proc.metric("controller_runtime_active_workers") == 0, timeout=timeout, interval=0.1)
+
+    def sentinel(self, proc: Reconciler) -> None:
+        """Until `proc` has taken up every pod change made before this call and finished what they
+        queued. The sentinel is a new pod on a node of a type the config does not know: `proc` sees
+        pods through one watch, in order, so its UnknownNodeType Event about the sentinel comes
+        after every earlier pod event was handled (queued or left alone); then nothing is queued or
+        in progress. Costs SENTINEL_WRITES (see `writes_but_sentinels`)."""
+        if self._sentinel_node is None:
+            self._sentinel_node = self.node("sentinel", SENTINEL_TYPE, no_resize=True)   # start-held works there
+        self._sentinels[proc] = self._sentinels.get(proc, 0) + 1
+        app = f"sentinel-{sum(self._sentinels.values())}"
+        self.deploy(app, self._sentinel_node, [guaranteed(cpu="10m", memory="16Mi")],
+                    annotations={START_HELD: "true"})
+        [pod] = self.wait_pods(app, 1, lambda p: bool(p["spec"].get("nodeName")), "bound")
+        self.wait_event(pod["metadata"]["name"], "UnknownNodeType")
+        self.wait_idle(proc)
+
+    def writes_but_sentinels(self, proc: Reconciler) -> dict[str, float]:
+        """metric_snapshot(proc) less what the sentinels cost it."""
+        count = self._sentinels.get(proc, 0)
+        return {k: v - count * SENTINEL_WRITES[k] for k, v in metric_snapshot(proc).items()}
+
+    def outcomes_but_sentinels(self, proc: Reconciler) -> float:
+        """Decisions of `proc` (workload_resizer_outcomes_total) but the sentinels'."""
+        return proc.metric("workload_resizer_outcomes_total") - self._sentinels.get(proc, 0)
 
     # -- teardown
 
@@ -377,7 +421,7 @@ def test_dry_run_records_would_resize_and_patches_nothing(h: Harness) -> None:
     name = before["metadata"]["name"]
     event = h.wait_event(name, "WouldResize")
     assert event["type"] == "Normal" and "800m" in event["message"]
-    time.sleep(2)
+    h.wait_idle(reconciler)     # decided, nothing more queued (a dry run writes no pod: no echo to wait for)
     pod = h.pod(name)
     assert resources(pod) == resources(before)
     assert ours(pod) == {}
@@ -420,7 +464,7 @@ def test_node_without_resize_support_gets_one_resize_unsupported_event_and_no_re
     reconciler = h.reconciler()
     for name in before:
         h.wait_event(name, "ResizeUnsupported")
-    time.sleep(10)
+    h.sentinel(reconciler)      # the echoes of its writes (originals, resize-state) taken up too
     for name, admitted in before.items():
         pod = h.pod(name)
         assert resources(pod) == resources(admitted), "the pod must be left at its size"
@@ -429,13 +473,15 @@ def test_node_without_resize_support_gets_one_resize_unsupported_event_and_no_re
         assert [(e["reason"], e["type"], e["count"]) for e in events] == [("ResizeUnsupported", "Warning", 1)], \
             events
         assert "does not support in-place resize" in events[0]["message"]
-    # One attempt and one decision per pod, ten seconds on: no retry, no requeue storm.
+    # One attempt and one decision per pod, its own writes' echoes taken up: no retry, no requeue
+    # storm, and none scheduled for later (a retry or a later look is counted as it is scheduled).
     # (Not controller_runtime_reconcile_total: the cluster is shared, and other people's
     # pods on nodes without our label are reconciled - to a no-op - as they change.)
     assert reconciler.metric("rest_client_requests_total", **PATCH_RESIZE) == 2, "one resize attempt per pod"
-    assert reconciler.metric("workload_resizer_outcomes_total") == 2
+    assert h.outcomes_but_sentinels(reconciler) == 2
     assert reconciler.metric("workload_resizer_outcomes_total", reason="ResizeUnsupported") == 2
     assert reconciler.metric("workqueue_retries_total") == 0
+    assert reconciler.metric("controller_runtime_reconcile_total", result="requeue_after") == 0
     assert reconciler.metric("controller_runtime_reconcile_errors_total") == 0
     # The originals were written (no webhook here), but nothing after the rejection.
     assert reconciler.metric("rest_client_requests_total", **PATCH_PODS) == 2

@@ -8,7 +8,6 @@ in flight when it dies, so what the second process must still do is exact.
 from __future__ import annotations
 
 import signal
-import time
 from typing import Any
 
 import pytest
@@ -147,7 +146,7 @@ def test_restart_after_everything_is_aligned_writes_nothing(h: Harness) -> None:
     assert first.terminate() == 0, "SIGTERM is a clean shutdown"
 
     second = h.reconciler(name="reconciler-2")
-    time.sleep(3)
+    h.wait_idle(second)     # ready: it listed both pods; idle: whatever it queued of them is decided
     assert metric_snapshot(second) == {"PATCH pods": 0, "PATCH pods/resize": 0, "POST events": 0,
                                        "PATCH events": 0}
     assert second.metric("workload_resizer_outcomes_total") == 0, "no decision was taken again"

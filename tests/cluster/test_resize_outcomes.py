@@ -44,6 +44,7 @@ ADMITTED = {"requests": {"cpu": q("1"), "memory": q("256Mi")}, "limits": {"cpu":
 ON_N4 = {"requests": {"cpu": q("800m"), "memory": q("256Mi")}, "limits": {"cpu": q("800m"), "memory": q("256Mi")}}
 # How long a stalled resize is watched for writes (the issue's acceptance window).
 STALL_WINDOW = 60
+POKE = "e2e.workload-resizer.io/poke"
 
 
 def outcome_node(h: Harness, suffix: str, outcome: str) -> str:
@@ -77,19 +78,18 @@ def unblock(h: Harness, name: str) -> None:
     h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"annotations": {UNBLOCK: "true"}}})
 
 
-def writes(proc: Any) -> float:
-    snapshot = metric_snapshot(proc)
-    return sum(snapshot.values())
-
-
 def assert_quiet_while_stalled(h: Harness, proc: Any, name: str, seconds: float = STALL_WINDOW) -> None:
-    """No write at all (pods, resize, events) while the resize stays stalled; no Resized."""
-    before = writes(proc)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    """No write at all (pods, resize, events) while the resize stays stalled; no Resized. Checked
+    each time the reconciler has taken up a change of the pod (a label poked, then a sentinel),
+    over `seconds` (and at least twice), so whatever the kubelet does meanwhile is taken up too."""
+    before = h.writes_but_sentinels(proc)
+    started, rounds = time.monotonic(), 0
+    while rounds < 2 or time.monotonic() - started < seconds:
+        rounds += 1
+        h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"labels": {POKE: str(rounds)}}})
+        h.sentinel(proc)
         assert "Resized" not in [r for _, r in described(h, name)], "Resized before the new size was actuated"
-        time.sleep(5)
-    assert writes(proc) == before, f"writes while stalled: {metric_snapshot(proc)}"
+        assert h.writes_but_sentinels(proc) == before, f"writes while stalled: {metric_snapshot(proc)}"
 
 
 def test_deferred_resize_is_reported_once_kept_and_ends_resized_when_capacity_frees(h: Harness) -> None:
@@ -174,18 +174,18 @@ def test_sigkill_while_a_resize_is_in_flight_then_restart_ends_with_one_resize_a
     first.proc.wait(10)
 
     second = h.reconciler(name="reconciler-2")
-    time.sleep(5)
+    h.wait_idle(second)     # ready: it listed the pod; idle: decided
     assert metric_snapshot(second)["PATCH pods/resize"] == 0, "nothing resized again"
     unblock(h, name)
     h.wait_event(name, "Resized")
-    time.sleep(3)
+    h.sentinel(second)      # the echo of its applied-* write taken up too
     pod = h.pod(name)
     assert pod["metadata"]["generation"] == 2, "exactly one resize (metadata.generation)"
     assert resources(pod) == ON_N4 and status_resources(pod) == ON_N4 and applied(pod) == "n4"
     assert described(h, name) == [("Normal", "ResizeDeferred"), ("Normal", "Resized")]
     assert [e["count"] for e in h.events(name)] == [1, 1]
-    assert metric_snapshot(second) == {"PATCH pods": 1, "PATCH pods/resize": 0, "POST events": 1,
-                                       "PATCH events": 0}
+    assert h.writes_but_sentinels(second) == {"PATCH pods": 1, "PATCH pods/resize": 0, "POST events": 1,
+                                              "PATCH events": 0}
 
 
 def test_a_size_beyond_the_node_is_infeasible_until_the_node_grows(h: Harness) -> None:
@@ -236,7 +236,7 @@ def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is
     pod = wait_for("the resize accepted before the containers run", lambda: (
         p if (p := h.pod(name))["metadata"]["generation"] == 2 else None))
     assert resources(pod) == ON_N4 and not pod["status"].get("containerStatuses")
-    time.sleep(3)
+    h.sentinel(proc)        # the echo of its resize taken up
     assert described(h, name) == [] and state(h, name) is None, "nothing to report while the pod starts"
 
     h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"annotations": {HOLD_START: None}}})
@@ -254,7 +254,8 @@ def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is
     assert described(h, name) == [("Warning", "ResizeUnsupported")]
     assert [e["count"] for e in h.events(name)] == [1]
     # originals, the resize, the state record, one Event: nothing else.
-    assert metric_snapshot(proc) == {"PATCH pods": 2, "PATCH pods/resize": 1, "POST events": 1, "PATCH events": 0}
+    assert h.writes_but_sentinels(proc) == {"PATCH pods": 2, "PATCH pods/resize": 1, "POST events": 1,
+                                            "PATCH events": 0}
 
 
 # ---------------------------------------------------------------- a forged status never steers a revert

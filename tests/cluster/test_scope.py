@@ -6,7 +6,6 @@ by the reconciler, while a pod in an in-scope namespace beside them is both.
 """
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -79,10 +78,10 @@ def test_pods_out_of_scope_are_never_touched_by_either_program(h: Harness, webho
         for namespace, pod in out_of_scope.items():
             assert ours(pod) == {}, f"the webhook stamped a pod in {namespace}"
 
-        h.reconciler(*flags)
+        reconciler = h.reconciler(*flags)
         resized = h.wait_applied("web", "n4")[0]
         assert resources(resized)["requests"]["cpu"] == q("800m")
-        time.sleep(3)       # the reconciler had every chance to act on the others too
+        h.wait_idle(reconciler)     # it listed the others before it was ready: decided, or never queued
         for namespace, before in out_of_scope.items():
             pod = kube.pod(namespace, before["metadata"]["name"])
             assert ours(pod) == {}, f"the reconciler annotated a pod in {namespace}"

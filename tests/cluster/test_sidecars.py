@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from fractions import Fraction
 from typing import Any
 
@@ -243,7 +242,7 @@ def test_a_pod_resized_before_sidecar_originals_gets_them_before_its_sidecar_is_
     name, generation = pod["metadata"]["name"], pod["metadata"]["generation"]
     # Opted out: the old record still describes the pod; nothing is written (no spurious re-alignment).
     proc = h.reconciler()
-    time.sleep(5)
+    h.wait_idle(proc)       # ready: it listed the pod; idle: decided, or never queued
     assert metric_snapshot(proc) == {"PATCH pods": 0, "PATCH pods/resize": 0, "POST events": 0, "PATCH events": 0}
     now = h.pod(name)
     assert (now["metadata"]["generation"], ours(now)) == (generation, ours(pod))
