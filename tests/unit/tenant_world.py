@@ -426,7 +426,9 @@ class World:
         self.check_restore()
 
     def check_authority(self, vouched: Mapping[str, str] | None, as_the_reconciler_sees_it: bool) -> None:
-        honest = self.honest and self.key_known() and eligibility(self.pod).eligible
+        # (An honest pod is to be trusted when its MAC's key is known, or unsigned and never changed.)
+        unsigned = ORIGINALS_MAC not in annotations(self.pod) and self.pod["metadata"]["generation"] == 1
+        honest = self.honest and (self.key_known() or unsigned) and eligibility(self.pod).eligible
         try:
             decision = baseline(self.pod, self.ring, vouched=vouched)
             trusted = self.trusted(decision)
