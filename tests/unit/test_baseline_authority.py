@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from resizer import (
@@ -157,8 +157,24 @@ steps = st.lists(st.tuples(st.one_of(tenant_moves, world_events, reviews, bumps,
                            st.integers(min_value=0, max_value=2)), max_size=8)
 
 
+def story(cpu: int = 1000, pair: tuple[int, int] | None = None, pin: str | None = None, gated: bool = False,
+          runs_on: str = "n2d", reinvoked: str | None = None, *steps: tuple[tuple[str, Any], int]) -> Any:
+    """One route of issue 34 always played (every run), whatever the random stories reach."""
+    return example(cpu=cpu, pair=pair, memory=64, pin=pin, gated=gated, webhook=True, runs_on=runs_on,
+                   reinvoked=reinvoked, steps=list(steps))
+
+
 @settings(deadline=None, max_examples=1000)
-@given(cpu=quantities, pair=st.none() | st.tuples(quantities, quantities), memory=st.integers(min_value=1, max_value=4096),
+@story(1000, (100, 5000), None, False, "n2d", None, (("legacy-stamp", COLLIDING[1]), 1))   # colliding names
+@story(1000, None, "n4", False, "n2d", "label")                                          # the webhook called again
+@story(1000, None, None, False, "n4", None, (("relabel", "n4"), 1), (("status", (8000, "infeasible")), 0))
+@story(1000, None, None, False, "e2", None, (("relabel", "e2"), 1), (("restart", 0), 0),  # forged statuses
+       (("status", (8000, "error")), 0))
+@story(1000, None, "n4", False, "n2d", None, (("copy-sized", 8000), 1), (("state", "infeasible"), 1))  # generation 1
+@story(8000, None, "n4", False, "n2d", None, (("lose-key", 0), 1), (("key-back", 0), 1))   # a lost key, put back
+@story(1000, None, "n4", True, "n2d", None, (("bump", 0), 1))                               # a gated pod
+@story(1000, None, None, False, "e2", None, (("relabel", "e2"), 2), (("mint-spec", 0), 1))  # the open route
+@given(cpu=st.sampled_from([250, 1000, 8000]) | quantities, pair=st.none() | st.tuples(quantities, quantities), memory=st.integers(min_value=1, max_value=4096),
        pin=st.sampled_from([None, None, "n4", "n4", "n2d", "e2"]), gated=st.booleans(),
        webhook=st.sampled_from([True, True, True, False]), runs_on=st.sampled_from(TYPES),
        reinvoked=st.none() | st.sampled_from(REVIEW_CHANGES), steps=steps)
