@@ -183,3 +183,50 @@ def test_the_docs_test_sees_a_missing_flag() -> None:
     without = [line for line in lines if not line.startswith("| `--concurrency`")]
     assert len(without) == len(lines) - 1
     assert "--concurrency" in option_strings(programs()[heading]) - documented_flags(without)
+
+
+# ---------------------------------------------------------------- docs/security.md: the routes and their proofs
+
+SECURITY = DOCS / "security.md"
+_TEST_REFERENCE = re.compile(r"`(tests/[\w/]+\.py)(?:::(\w+))?`")
+
+
+def missing_tests(text: str) -> list[str]:
+    """Every ``tests/...py`` or ``tests/...py::test_name`` named in ``text`` that does not exist."""
+    missing = []
+    for path, name in _TEST_REFERENCE.findall(text):
+        file = REPO / path
+        if not file.is_file():
+            missing.append(path)
+        elif name and not re.search(rf"^(async )?def {name}\(", file.read_text(), re.MULTILINE):
+            missing.append(f"{path}::{name}")
+    return missing
+
+
+def route_rows(text: str) -> list[list[str]]:
+    """The body rows of the routes table (route, what happens, proven by)."""
+    tables = [cells for cells in table_rows(text.splitlines()) if cells[0] == "__header__"]
+    assert [header[1:] for header in tables].count(["route", "what happens", "proven by"]) == 1, (
+        "docs/security.md needs exactly one table of routes (route | what happens | proven by)")
+    lines = sections(text)["### Routes"]
+    return [cells for cells in table_rows(lines) if cells[0] != "__header__"]
+
+
+def test_every_test_docs_security_names_exists() -> None:
+    assert not missing_tests(SECURITY.read_text()), "docs/security.md names tests that do not exist"
+
+
+def test_security_has_one_routes_table_each_route_once_and_proven() -> None:
+    rows = route_rows(SECURITY.read_text())
+    assert all(len(cells) == 3 for cells in rows), [cells[0] for cells in rows if len(cells) != 3]
+    routes = [cells[0] for cells in rows]
+    assert len(routes) == len(set(routes)), f"routes listed twice: {sorted({r for r in routes if routes.count(r) > 1})}"
+    unproven = [cells[0] for cells in rows if not _TEST_REFERENCE.search(cells[2])]
+    assert not unproven, f"routes without a test: {unproven}"
+
+
+def test_the_docs_test_sees_a_missing_test() -> None:
+    """The check above is not vacuous: a renamed test or a missing file is reported."""
+    text = ("`tests/unit/test_docs.py::test_every_test_docs_security_names_exists`, "
+            "`tests/unit/test_docs.py::test_no_such_thing`, `tests/unit/no_such_file.py`")
+    assert missing_tests(text) == ["tests/unit/test_docs.py::test_no_such_thing", "tests/unit/no_such_file.py"]
