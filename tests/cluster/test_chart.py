@@ -189,12 +189,14 @@ def test_default_render(helm: str) -> None:
     (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == webhook["spec"]["selector"]["matchLabels"]
-    # The token is mounted for sizing at admission only (nodes and the config ConfigMap, read only).
+    # The token is mounted for sizing at admission only (nodes, LimitRanges, VPAs and the config ConfigMap,
+    # read only).
     assert pod["automountServiceAccountToken"] is True
-    assert "--size-at-admission=true" in container(webhook)["args"]
+    assert {"--size-at-admission=true", "--skip-vpa-managed=true"} <= set(container(webhook)["args"])
     assert find(docs, "ServiceAccount", "workload-resizer-webhook")["automountServiceAccountToken"] is False
     assert find(docs, "ClusterRole", "workload-resizer-webhook")["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}]
+        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["list", "watch"]}]
     service = find(docs, "Service")
     (port,) = service["spec"]["ports"]
     assert port["port"] == 443 and port["targetPort"] == "https"
