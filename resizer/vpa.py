@@ -185,11 +185,9 @@ def deployment_of(pod: Mapping[str, Any], owner: Owner) -> str | None:
     return owner.name[: -len(suffix)] if owner.name.endswith(suffix) and len(owner.name) > len(suffix) else None
 
 
-def _may_own(owner: Owner, derived: str | None, target: Owner) -> bool:
-    """Whether ``target`` may sit above ``owner`` in the chain the reconciler follows after binding
-    (an intermediate owner's controller), as far as the pod alone tells."""
-    if owner.kind not in PARENT_KINDS or derived is not None:
-        return False        # the reconciler matches such an owner itself only; a derived chain is known
+def _may_own(owner: Owner, target: Owner) -> bool:
+    """Whether ``target`` may sit above ``owner``, an intermediate controller whose own owner the
+    pod does not name, in the chain the reconciler follows after binding."""
     return target.kind in PARENT_KINDS[owner.kind] or target.kind not in WELL_KNOWN_KINDS
 
 
@@ -210,12 +208,15 @@ def admission_vpa_hold(pod: Mapping[str, Any], namespace: str, index: VpaIndex) 
         return None
     owner = Owner(str(ref.get("kind")), str(ref.get("name")))
     derived = deployment_of(pod, owner)
+    for target in (owner, *([Owner("Deployment", derived)] if derived is not None else [])):
+        found = targets.get(target)
+        if found is not None:
+            return (f"VerticalPodAutoscaler {found[0]} (updateMode {found[1]}) manages the requests of "
+                    f"{target.kind} {target.name}; two controllers writing requests would fight")
+    if owner.kind not in PARENT_KINDS or derived is not None:
+        return None         # the reconciler matches such an owner itself only; a derived chain is known
     for target, (vpa, mode) in targets.items():
-        if target == owner or (derived is not None and target == Owner("Deployment", derived)):
-            return (f"VerticalPodAutoscaler {vpa} (updateMode {mode}) manages the requests of {target.kind} "
-                    f"{target.name}; two controllers writing requests would fight")
-    for target, (vpa, mode) in targets.items():
-        if _may_own(owner, derived, target):
+        if _may_own(owner, target):
             return (f"VerticalPodAutoscaler {vpa} (updateMode {mode}) targets {target.kind} {target.name}, which "
                     f"may own the pod's {owner.kind} {owner.name} (not known at admission; decided after binding)")
     return None
