@@ -104,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="With --size-at-admission: change no pod's size; report what it would have been as an "
                         "AdmissionReview warning (WouldResize), a log field and a metric.")
+    p.add_argument("--skip-vpa-managed", type=boolean, default=True, metavar="BOOL",
+                   help="With --size-at-admission: a pod an updating VerticalPodAutoscaler (not Off or Initial) "
+                        "may manage is not sized at admission, only stamped (its controller, the Deployment its "
+                        "ReplicaSet's name and pod-template-hash label name, or a kind that may own its controller "
+                        "is the VPA's target), as the reconciler's flag of the same name leaves such pods alone. "
+                        "Looks the VPA CRD up by discovery at start and every 30s; where it is served, needs "
+                        "list/watch on verticalpodautoscalers.")
     p.add_argument("--kubeconfig", default=None, metavar="PATH",
                    help="kubeconfig for --size-at-admission; default: in-cluster config, then $KUBECONFIG.")
     p.add_argument("--node-type-label", default=NODE_TYPE_LABEL,
@@ -155,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"the originals only.", file=sys.stderr)
             return 2
         sizing = SizingSettings(credentials, args.config_namespace, args.config_name, args.node_type_label,
-                                args.dry_run)
+                                args.dry_run, args.skip_vpa_managed)
     from ops.jsonlog import configure_logging
 
     configure_logging(args.log_level, args.log_format, flush_interval=args.log_flush_interval)

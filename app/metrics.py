@@ -77,8 +77,9 @@ class Metrics:
         self.sized_at_admission = Counter(
             "workload_resizer_webhook_sized_at_admission_total",
             "Pods whose node type was known at admission, by result: sized (created at their size), "
-            "would_resize (--dry-run: reported in a warning, not changed), held (the size would grow "
-            "something or a LimitRange would refuse it: sized after binding), error (sizing failed; "
+            "would_resize (--dry-run: reported in a warning, not changed), held (an updating "
+            "VerticalPodAutoscaler may manage the pod, the size would grow something, a LimitRange would "
+            "refuse it, or the pod has scheduling gates: decided after binding), error (sizing failed; "
             "stamped only, as without sizing).",
             ["result"],
             registry=self.registry,

@@ -30,6 +30,7 @@ import orjson
 
 import resizer
 from resizer.scope import NamespaceScope
+from resizer.vpa import admission_vpa_hold
 
 if TYPE_CHECKING:
     from app.sizing import SizingContext
@@ -570,14 +571,16 @@ def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, si
 def _size(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
           sizing: SizingContext) -> tuple[Any, ...]:
     """(ops, stamp, node type, summary, sized values) of the pod's sizing at admission, ``(why,)``
-    when it is held (:func:`resizer.admission_hold`), or ``_NOT_SIZED``."""
+    when it is held (an updating VerticalPodAutoscaler may manage it,
+    :func:`resizer.vpa.admission_vpa_hold`, or :func:`resizer.admission_hold`), or ``_NOT_SIZED``."""
     node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
     if node_type is None:
         return _NOT_SIZED
     decided = resizer.admission_sizing(pod, sizing.config, node_type)
     if decided is None:
         return _NOT_SIZED
-    held = resizer.admission_hold(pod, decided, sizing.limit_ranges.get(namespace, ()))
+    held = admission_vpa_hold(pod, namespace, sizing.vpas) or resizer.admission_hold(
+        pod, decided, sizing.limit_ranges.get(namespace, ()))
     if held is not None:
         return (held,)
     stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)

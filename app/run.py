@@ -68,12 +68,13 @@ class SizingSettings:
     config_name: str
     node_type_label: str
     dry_run: bool = False
+    skip_vpa_managed: bool = True
 
 
 def _cluster_view(sizing: SizingSettings) -> tuple[KubeClient, ClusterView]:
     client = KubeClient(sizing.credentials, qps=20.0, burst=40, max_connections=4, drop_managed_fields=True)
     return client, ClusterView(client, sizing.config_namespace, sizing.config_name, sizing.node_type_label,
-                               sizing.dry_run)
+                               sizing.dry_run, skip_vpa_managed=sizing.skip_vpa_managed)
 
 
 def build_server(
@@ -143,7 +144,8 @@ def build_server(
                                            "max_connections": max_connections,
                                            "http_read_timeout_s": read_timeout,
                                            "size_at_admission": sizing is not None,
-                                           "dry_run": sizing is not None and sizing.dry_run})
+                                           "dry_run": sizing is not None and sizing.dry_run,
+                                           "skip_vpa_managed": sizing is not None and sizing.skip_vpa_managed})
         try:
             yield
         finally:

@@ -1,7 +1,8 @@
 """What the webhook needs to size pods at admission: the node types and the config, from watches.
 
 :class:`ClusterView` lists and watches the nodes (their node-type label only) and the config
-ConfigMap, and the LimitRanges (a size one would refuse is not given at CREATE), through
+ConfigMap, the LimitRanges (a size one would refuse is not given at CREATE) and, where their CRD
+is served, the VerticalPodAutoscalers (a pod an updating one may manage is not sized), through
 ``reconciler.kube`` (the product's Kubernetes client; the one import of the
 reconciler package the webhook makes, see pyproject.toml). An invalid config keeps the last
 good one in force, as in the reconciler. :class:`SizingContext` is an immutable snapshot of
@@ -13,33 +14,41 @@ costs an API call nor a copy of the node table. Any failure here leaves reviews 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from reconciler.kube import KubeClient
+from reconciler.kube import ApiError, KubeClient
 from reconciler.kube.informer import Informer
 from resizer import CompiledConfig, ConfigError, load_config
+from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, served_in, slim_vpa, vpa_index
 
 log = logging.getLogger("workload_resizer.webhook")
 
 CONFIG_KEY = "config.yaml"
+# How often the VerticalPodAutoscaler CRD is looked up again (the reconciler's default
+# --config-refresh-interval), and again while discovery has never answered.
+VPA_RECHECK_INTERVAL = 30.0
+VPA_FIRST_RETRY = 2.0
 
 
 class SizingContext:
-    """The node table (node name -> node-type label value), the LimitRanges by namespace and the
-    config in force, as of ``version``.
+    """The node table (node name -> node-type label value), the LimitRanges by namespace, the
+    targets of the updating VerticalPodAutoscalers by namespace (:func:`resizer.vpa.vpa_index`)
+    and the config in force, as of ``version``.
 
     Pickled as its config text (a compiled config holds read-only mappings pickle refuses) and
     compiled again once per version by the receiving review worker."""
 
-    __slots__ = ("version", "label", "nodes", "config_text", "config", "dry_run", "limit_ranges")
+    __slots__ = ("version", "label", "nodes", "config_text", "config", "dry_run", "limit_ranges", "vpas")
 
     def __init__(self, version: int, label: str, nodes: Mapping[str, str | None], config_text: str,
                  config: CompiledConfig | None = None, dry_run: bool = False,
-                 limit_ranges: Mapping[str, tuple[dict[str, Any], ...]] | None = None) -> None:
+                 limit_ranges: Mapping[str, tuple[dict[str, Any], ...]] | None = None,
+                 vpas: VpaIndex | None = None) -> None:
         self.version = version
         self.label = label
         self.nodes = nodes
@@ -47,14 +56,16 @@ class SizingContext:
         self.config = config if config is not None else load_config(config_text)
         self.dry_run = dry_run
         self.limit_ranges = limit_ranges if limit_ranges is not None else {}    # namespace -> its LimitRanges
+        self.vpas: VpaIndex = vpas if vpas is not None else {}
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return self.version, self.label, dict(self.nodes), self.config_text, self.dry_run, dict(self.limit_ranges)
+        return (self.version, self.label, dict(self.nodes), self.config_text, self.dry_run, dict(self.limit_ranges),
+                {namespace: dict(targets) for namespace, targets in self.vpas.items()})
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        version, label, nodes, text, dry_run, limit_ranges = state
+        version, label, nodes, text, dry_run, limit_ranges, vpas = state
         self.__init__(version, label, MappingProxyType(nodes), text, None, dry_run,  # type: ignore[misc]
-                      MappingProxyType(limit_ranges))
+                      MappingProxyType(limit_ranges), vpas)
 
 
 def slim_limit_range(limit_range: dict[str, Any]) -> dict[str, Any]:
@@ -71,15 +82,24 @@ def slim_node_labels(node: dict[str, Any]) -> dict[str, Any]:
 
 
 class ClusterView:
-    """Nodes and the config ConfigMap, watched; :attr:`context` is None until both are known."""
+    """Nodes, LimitRanges, the config ConfigMap and (``skip_vpa_managed``) the VerticalPodAutoscalers,
+    watched; :attr:`context` is None until all are known.
+
+    The VPA CRD is looked up by discovery at start and every ``vpa_recheck_interval`` (installed
+    later, its VPAs are watched from then on; removed, none holds a pod any more), as the
+    reconciler does. While discovery has never answered, or the VPAs of a served CRD are not
+    listed yet, there is no context: pods are stamped only, never sized past a VPA."""
 
     def __init__(self, client: KubeClient, config_namespace: str, config_name: str, label: str,
-                 dry_run: bool = False, idle_timeout: float = 90.0) -> None:
+                 dry_run: bool = False, idle_timeout: float = 90.0, skip_vpa_managed: bool = True,
+                 vpa_recheck_interval: float = VPA_RECHECK_INTERVAL) -> None:
         self.label = label
         self.dry_run = dry_run
         self.config_namespace = config_namespace
         self.config_name = config_name
+        self.skip_vpa_managed = skip_vpa_managed
         self._client = client
+        self._idle_timeout = idle_timeout
         self._types: dict[str, str | None] = {}
         self._config: CompiledConfig | None = None
         self._config_text = ""
@@ -95,27 +115,99 @@ class ClusterView:
             client, "configmaps", f"/api/v1/namespaces/{config_namespace}/configmaps", slim=lambda cm: cm,
             handler=self._on_configmap, params={"fieldSelector": f"metadata.name={config_name}"},
             idle_timeout=idle_timeout)
+        # None: discovery has not answered yet (never with skip_vpa_managed off: nothing to look up).
+        self.vpa_served: bool | None = None if skip_vpa_managed else False
+        self.vpas: Informer | None = None
+        self._vpa_index: dict[str, dict[Owner, tuple[str, str]]] = {}
+        self._vpas_changed = False      # the index is rebuilt with the next context, not per event
+        self._vpa_task: asyncio.Task[None] | None = None
+        self._vpa_recheck_interval = vpa_recheck_interval
 
     @property
     def context(self) -> SizingContext | None:
-        """The current snapshot (rebuilt after a change, at most once per change)."""
-        if self._dirty:
+        """The current snapshot (rebuilt after a change, at most once per change, and once the
+        watches have all listed)."""
+        if self._dirty or (self._context is None and self._ready()):
             self._dirty = False
-            if self._config is None or not self.nodes.synced.is_set() or not self.limitranges.synced.is_set():
+            if not self._ready():
                 self._context = None
             else:
+                if self._vpas_changed and self.vpas is not None:
+                    self._vpa_index, self._vpas_changed = vpa_index(self.vpas.store.values()), False
                 self._version += 1
                 by_namespace: dict[str, list[dict[str, Any]]] = {}
                 for limit_range in self.limitranges.store.values():
                     by_namespace.setdefault(str(limit_range["metadata"].get("namespace")), []).append(limit_range)
                 self._context = SizingContext(self._version, self.label, MappingProxyType(dict(self._types)),
                                               self._config_text, self._config, self.dry_run,
-                                              MappingProxyType({ns: tuple(lrs) for ns, lrs in by_namespace.items()}))
+                                              MappingProxyType({ns: tuple(lrs) for ns, lrs in by_namespace.items()}),
+                                              self._vpa_index)
         return self._context
+
+    def _ready(self) -> bool:
+        vpas_known = self.vpa_served is False or (
+            self.vpa_served is True and self.vpas is not None and self.vpas.synced.is_set())
+        return (self._config is not None and self.nodes.synced.is_set() and self.limitranges.synced.is_set()
+                and vpas_known)
 
     async def run(self) -> None:
         """Watch until cancelled (the informers resume and re-list on their own)."""
-        await asyncio.gather(self.nodes.run(), self.limitranges.run(), self.configmaps.run())
+        await asyncio.gather(self.nodes.run(), self.limitranges.run(), self.configmaps.run(),
+                             *([self._follow_vpas()] if self.skip_vpa_managed else []))
+
+    # ---- VerticalPodAutoscalers
+
+    async def _follow_vpas(self) -> None:
+        try:
+            while True:
+                await self.check_vpas()
+                await asyncio.sleep(self._vpa_recheck_interval if self.vpa_served is not None else VPA_FIRST_RETRY)
+        finally:
+            await self._stop_vpas()
+
+    async def check_vpas(self) -> None:
+        """Discovery again: start or stop watching the VPAs when their CRD came or went."""
+        try:
+            served = await self._vpas_served()
+        except (ApiError, OSError) as err:
+            log.warning("cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
+                        extra={"error": str(err) or repr(err), "served": self.vpa_served})
+            return
+        if served == self.vpa_served:
+            return
+        if served:
+            log.info("VerticalPodAutoscaler CRD found: pods an updating VPA may manage are not sized at admission")
+        elif self.vpa_served:
+            log.info("VerticalPodAutoscaler CRD gone: no pod is held from sizing at admission for a VPA any more")
+        self.vpa_served = served
+        if served:
+            self.vpas = Informer(self._client, RESOURCE, f"{GROUP_VERSION_PATH}/{RESOURCE}", slim_vpa, self._on_vpa,
+                                 idle_timeout=self._idle_timeout)
+            self._vpa_task = asyncio.create_task(self.vpas.run(), name="webhook vpas")
+        else:
+            await self._stop_vpas()
+        self._dirty = True
+
+    async def _vpas_served(self) -> bool:
+        try:
+            return served_in(await self._client.get(GROUP_VERSION_PATH))
+        except ApiError as err:
+            if err.status == 404:
+                return False
+            raise
+
+    async def _stop_vpas(self) -> None:
+        task, self._vpa_task, self.vpas = self._vpa_task, None, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._vpa_index, self._vpas_changed = {}, False
+
+    def _on_vpa(self, kind: str, vpa: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if old is not None and kind != "DELETED" and old["spec"] == vpa["spec"]:
+            return      # (a VPA's recommendation is in its status, updated often)
+        self._vpas_changed = self._dirty = True
 
     def _changed(self) -> None:
         self._dirty = True

@@ -16,28 +16,27 @@ from collections.abc import Callable
 from reconciler.kube import ApiError, KubeClient
 from reconciler.kube.informer import Informer
 from reconciler.kube.slim import Obj
-from resizer.vpa import NO_OWNER, Owner, Unresolved, VpaVerdict, managing_vpa, update_mode, vpa_index
+from resizer.vpa import (
+    GROUP_VERSION_PATH,
+    NO_OWNER,
+    RESOURCE,
+    Owner,
+    Unresolved,
+    VpaVerdict,
+    managing_vpa,
+    served_in,
+    slim_vpa,
+    vpa_index,
+)
 
 log = logging.getLogger("reconciler.vpa")
 
-GROUP_VERSION = "/apis/autoscaling.k8s.io/v1"
-RESOURCE = "verticalpodautoscalers"
 # An owner still missing from a synced cache this long after it was first looked up does not
 # exist (e.g. a ReplicaSet deleted with its pods orphaned): the chain ends there. Shorter, and a
 # pod seen before its ReplicaSet's watch event could be resized under a VPA.
 OWNER_GRACE = 30.0
 # The owners a pod's chain goes through, by kind: where to list them.
 OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
-
-
-def slim_vpa(vpa: Obj) -> Obj:
-    meta = vpa.get("metadata") or {}
-    spec: Obj = vpa["spec"] if isinstance(vpa.get("spec"), dict) else {}
-    target: Obj = spec["targetRef"] if isinstance(spec.get("targetRef"), dict) else {}
-    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                         "resourceVersion": meta.get("resourceVersion")},
-            "spec": {"targetRef": {k: target.get(k) for k in ("apiVersion", "kind", "name")},
-                     "updatePolicy": {"updateMode": update_mode(vpa)}}}
 
 
 def slim_owned(obj: Obj) -> Obj:
@@ -137,18 +136,18 @@ class VpaWatch:
 
     async def _discover(self) -> bool:
         try:
-            resources = await self._client.get(GROUP_VERSION)
+            discovery = await self._client.get(GROUP_VERSION_PATH)
         except ApiError as err:
             if err.status == 404:
                 return False
             raise
-        return any(r.get("name") == RESOURCE for r in resources.get("resources") or [])
+        return served_in(discovery)
 
     def _informers(self) -> list[Informer]:
         return [*([self.vpas] if self.vpas is not None else []), *self.owners.values()]
 
     def _start(self) -> None:
-        self.vpas = Informer(self._client, RESOURCE, f"{GROUP_VERSION}/{RESOURCE}", slim_vpa, self._on_vpa,
+        self.vpas = Informer(self._client, RESOURCE, f"{GROUP_VERSION_PATH}/{RESOURCE}", slim_vpa, self._on_vpa,
                              idle_timeout=self._idle_timeout)
         self.owners = {kind: Informer(self._client, path.rsplit("/", 1)[-1], path, slim_owned,
                                       self._owner_handler(kind), idle_timeout=self._idle_timeout)

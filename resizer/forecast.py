@@ -24,6 +24,7 @@ from resizer.pinning import plan_bound_pod
 from resizer.plan import POD_LEVEL, PlanError, ResizePlan
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
+from resizer.vpa import Owner, deployment_of
 
 __all__ = ["FleetForecast", "PodForecast", "RequestTotals", "WorkloadForecast", "forecast_fleet", "is_live_and_bound",
            "managed_requests", "workload_of"]
@@ -49,10 +50,8 @@ def workload_of(pod: Mapping[str, Any]) -> str:
     if owner is None:
         return "Pod/" + str(metadata.get("name"))
     kind, name = str(owner.get("kind")), str(owner.get("name"))
-    template_hash = (metadata.get("labels") or {}).get("pod-template-hash")
-    if kind == "ReplicaSet" and template_hash and name.endswith("-" + template_hash):
-        return "Deployment/" + name[: -len(template_hash) - 1]
-    return f"{kind}/{name}"
+    deployment = deployment_of(pod, Owner(kind, name))
+    return f"{kind}/{name}" if deployment is None else f"Deployment/{deployment}"
 
 
 @dataclass(frozen=True)

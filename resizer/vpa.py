@@ -8,7 +8,9 @@ admission is what the webhook stamps as the originals.
 
 The target is matched against the pod's chain of controller owners (a Deployment's pod is owned
 by a ReplicaSet, owned by the Deployment), resolved through a lookup the caller answers from
-its caches.
+its caches (:func:`managing_vpa`, the reconciler's, after binding). At admission the webhook has
+the pod as sent and no owner cache: :func:`admission_vpa_hold` decides from the pod alone, a
+superset of what the reconciler may find after binding.
 """
 
 from __future__ import annotations
@@ -18,18 +20,28 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "GROUP_VERSION_PATH",
     "NON_UPDATING_MODES",
     "NO_OWNER",
     "Owner",
     "OwnerLookup",
+    "RESOURCE",
     "Unresolved",
     "VpaIndex",
     "VpaVerdict",
+    "admission_vpa_hold",
+    "deployment_of",
     "managing_vpa",
     "owner_chain",
+    "served_in",
+    "slim_vpa",
     "update_mode",
     "vpa_index",
 ]
+
+# Where VPAs are served (discovery) and listed.
+GROUP_VERSION_PATH = "/apis/autoscaling.k8s.io/v1"
+RESOURCE = "verticalpodautoscalers"
 
 DEFAULT_MODE = "Auto"
 NON_UPDATING_MODES = frozenset({"Off", "Initial"})
@@ -37,6 +49,15 @@ NON_UPDATING_MODES = frozenset({"Off", "Initial"})
 # ReplicationController -> DeploymentConfig); any other kind ends the chain.
 INTERMEDIATE_KINDS = frozenset({"ReplicaSet", "Job", "ReplicationController"})
 MAX_CHAIN = 4
+# The kinds VPA itself knows; any other kind of target is a custom (scalable) resource, which may
+# own any of these.
+WELL_KNOWN_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob",
+                              "ReplicationController"})
+# The kinds of owner an intermediate owner may have besides custom ones (a ReplicationController:
+# custom ones only).
+PARENT_KINDS = {"ReplicaSet": frozenset({"Deployment"}), "Job": frozenset({"CronJob"}),
+                "ReplicationController": frozenset()}
+TEMPLATE_HASH_LABEL = "pod-template-hash"
 
 
 @dataclass(frozen=True)
@@ -77,6 +98,22 @@ def update_mode(vpa: Mapping[str, Any]) -> str:
     """The VPA's update mode, ``Auto`` when unset (as VPA itself defaults it)."""
     mode = _mapping(_mapping(_mapping(vpa).get("spec")).get("updatePolicy")).get("updateMode")
     return mode if isinstance(mode, str) and mode else DEFAULT_MODE
+
+
+def served_in(discovery: Mapping[str, Any]) -> bool:
+    """Whether the discovery document of ``GROUP_VERSION_PATH`` lists the VPA resource."""
+    resources = discovery.get("resources")
+    return isinstance(resources, list) and any(_mapping(r).get("name") == RESOURCE for r in resources)
+
+
+def slim_vpa(vpa: Mapping[str, Any]) -> dict[str, Any]:
+    """A VPA reduced to what the decision reads: its name, namespace, target and update mode."""
+    meta = _mapping(vpa.get("metadata"))
+    target = _mapping(_mapping(vpa.get("spec")).get("targetRef"))
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion")},
+            "spec": {"targetRef": {k: target.get(k) for k in ("apiVersion", "kind", "name")},
+                     "updatePolicy": {"updateMode": update_mode(vpa)}}}
 
 
 def vpa_index(vpas: Iterable[Mapping[str, Any]]) -> dict[str, dict[Owner, tuple[str, str]]]:
@@ -135,3 +172,51 @@ def managing_vpa(pod: Mapping[str, Any], lookup: OwnerLookup, index: VpaIndex) -
         if found is not None:
             return VpaVerdict(found[0], found[1], owner)
     return None if complete else Unresolved(chain[-1])
+
+
+def deployment_of(pod: Mapping[str, Any], owner: Owner) -> str | None:
+    """The Deployment a ReplicaSet-owned pod belongs to, read from the pod alone: the ReplicaSet of
+    a Deployment is named ``<deployment>-<pod-template-hash>`` and stamps that hash on its pods.
+    None when the pod does not say (no hash label, or a name that does not end with it)."""
+    template_hash = _mapping(_mapping(pod.get("metadata")).get("labels")).get(TEMPLATE_HASH_LABEL)
+    if owner.kind != "ReplicaSet" or not isinstance(template_hash, str) or not template_hash:
+        return None
+    suffix = "-" + template_hash
+    return owner.name[: -len(suffix)] if owner.name.endswith(suffix) and len(owner.name) > len(suffix) else None
+
+
+def _may_own(owner: Owner, target: Owner) -> bool:
+    """Whether ``target`` may sit above ``owner``, an intermediate controller whose own owner the
+    pod does not name, in the chain the reconciler follows after binding."""
+    return target.kind in PARENT_KINDS[owner.kind] or target.kind not in WELL_KNOWN_KINDS
+
+
+def admission_vpa_hold(pod: Mapping[str, Any], namespace: str, index: VpaIndex) -> str | None:
+    """Why the pod, as sent at admission, is not to be sized there (None: no updating VPA may
+    manage it). The webhook sees no owner but the pod's own controller: an updating VPA in the
+    namespace holds the pod when its target is that owner, the Deployment its ReplicaSet's name
+    and the pod's template hash name (:func:`deployment_of`), or a kind that may own the
+    controller and that only an API call would tell (a CronJob above a Job, a Deployment above a
+    ReplicaSet the pod does not name, a custom kind above either). The reconciler decides
+    precisely after binding; a pod held here and not managed after all is resized then."""
+    targets = index.get(namespace)
+    if not targets:
+        return None
+    meta = _mapping(pod.get("metadata"))
+    ref = next((_mapping(o) for o in meta.get("ownerReferences") or [] if _mapping(o).get("controller")), None)
+    if ref is None:
+        return None
+    owner = Owner(str(ref.get("kind")), str(ref.get("name")))
+    derived = deployment_of(pod, owner)
+    for target in (owner, *([Owner("Deployment", derived)] if derived is not None else [])):
+        found = targets.get(target)
+        if found is not None:
+            return (f"VerticalPodAutoscaler {found[0]} (updateMode {found[1]}) manages the requests of "
+                    f"{target.kind} {target.name}; two controllers writing requests would fight")
+    if owner.kind not in PARENT_KINDS or derived is not None:
+        return None         # the reconciler matches such an owner itself only; a derived chain is known
+    for target, (vpa, mode) in targets.items():
+        if _may_own(owner, target):
+            return (f"VerticalPodAutoscaler {vpa} (updateMode {mode}) targets {target.kind} {target.name}, which "
+                    f"may own the pod's {owner.kind} {owner.name} (not known at admission; decided after binding)")
+    return None

@@ -6,7 +6,8 @@ no pods/resize request at the apiserver (counted by its own apiserver_request_to
 unchanged, originals signed and then bound to the pod by the reconciler (one SizedAtAdmission
 Event). A pod that may land on types of different performance is sized after binding, as
 before. A config edit and a node relabel re-align such pods from their originals. The real
-kubelet starts a sized pod with the sized cgroup values and never resizes it.
+kubelet starts a sized pod with the sized cgroup values and never resizes it. A pod an updating
+VerticalPodAutoscaler manages is stamped only, whenever its CRD was installed, until it is removed.
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
-from devkit.kube import wait_for
+from devkit.kube import ApiError, wait_for
 from devkit.processes import Webhook, WebhookCerts
 from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, original_key, pod_original_key
 from tests.cluster.test_real_node import (
@@ -351,3 +353,81 @@ def test_plan_shows_and_restore_returns_the_pods_sized_at_admission(sized: tuple
     now = h.pod(name)
     assert cpu(now) == (q("1"), q("1")) and ours(now) == {}, "back to the author's size, nothing of ours left"
     assert now["metadata"]["generation"] == 2, "one resize: the restore"
+
+
+def vpa_probe_held(h: Harness, deployment: str) -> bool:
+    """Whether a dry-run pod of `deployment`'s ReplicaSet (pinned to n4) comes back unsized."""
+    probe = pinned_deployment(deployment, {h.label: "n4"})["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "generateName": "vpa-probe-", "namespace": h.ns,
+        "labels": {**probe["metadata"]["labels"], "pod-template-hash": "5d8f7"}, "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{deployment}-5d8f7", "uid": "probe-uid",
+            "controller": True}]},
+        "spec": probe["spec"]}
+    created = h.kube.request("POST", f"/api/v1/namespaces/{h.ns}/pods", pod, params={"dryRun": "All"})
+    return SIZED_AT_ADMISSION not in (created["metadata"].get("annotations") or {})
+
+
+def test_a_vpa_crd_installed_after_the_webhook_started_holds_its_pods_until_it_is_removed(h: Harness) -> None:
+    """The webhook starts without the VerticalPodAutoscaler CRD (pods sized); the CRD installed
+    later, a Deployment an InPlaceOrRecreate VPA targets is created at its author's size (the
+    decision names the VPA), one whose VPA is Off at its n4 size; the CRD removed, the first
+    Deployment's pods are sized again."""
+    from devkit.kube import CRDS, install_crd
+    from tests.cluster.test_preflight import VPA_CRD
+
+    crd = yaml.safe_load(VPA_CRD.read_text())
+    crd_path = f"{CRDS}/{crd['metadata']['name']}"
+
+    def crd_gone() -> bool:
+        try:
+            h.kube.get(crd_path)
+        except ApiError as err:
+            return err.status == 404
+        return False
+
+    def remove_crd() -> None:
+        h.kube.delete(crd_path)
+        wait_for("the VPA CRD removed", crd_gone, timeout=60)
+
+    remove_crd()        # (an earlier test of the session may have installed it)
+    h.node("n4", "n4")
+    webhook = sizing_webhook(h)
+    try:
+        with Registration(h.kube, h.ns, webhook) as registration:
+            wait_sizing_active(h, "n4")
+            assert not vpa_probe_held(h, "managed")
+            install_crd(h.kube, crd)
+            for app, mode in (("managed", "InPlaceOrRecreate"), ("advised", "Off")):
+                h.kube.create(f"/apis/autoscaling.k8s.io/v1/namespaces/{h.ns}/verticalpodautoscalers", {
+                    "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+                    "metadata": {"name": f"{app}-vpa"},
+                    "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
+                             "updatePolicy": {"updateMode": mode}}})
+            wait_for("the webhook to find the CRD and hold the managed Deployment's pods",
+                     lambda: vpa_probe_held(h, "managed"), timeout=90)
+            assert "VerticalPodAutoscaler CRD found" in webhook.logs()
+            assert not vpa_probe_held(h, "advised"), "Off composes"
+            for app in ("managed", "advised"):
+                h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", pinned_deployment(app, {h.label: "n4"}))
+            (managed,) = h.wait_running("managed")
+            (advised,) = h.wait_running("advised")
+            assert cpu(managed) == (q("1"), q("1")) and SIZED_AT_ADMISSION not in ours(managed)
+            assert ours(managed)[ORIGINALS_MAC].startswith("v1.a."), "stamped"
+            (record,) = registration.decision_for("managed-")
+            assert "VerticalPodAutoscaler managed-vpa (updateMode InPlaceOrRecreate) manages the requests of " \
+                   "Deployment managed" in record["sizingHeld"], record
+            assert cpu(advised) == (q("800m"), q("800m")) and ours(advised)[SIZED_AT_ADMISSION] == "n4"
+            assert webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="held") >= 1
+
+            remove_crd()        # (its VPAs go first: their deletion alone lifts the hold)
+            wait_for("the webhook to find the CRD gone", lambda: "VerticalPodAutoscaler CRD gone" in webhook.logs(),
+                     timeout=90)
+            assert not vpa_probe_held(h, "managed")
+            h.kube.delete(f"/api/v1/namespaces/{h.ns}/pods/{managed['metadata']['name']}", gracePeriodSeconds=0)
+            (replaced,) = h.wait_pods("managed", 1, lambda p: p["metadata"]["name"] != managed["metadata"]["name"]
+                                      and p["status"].get("phase") == "Running", "replaced and Running")
+            assert cpu(replaced) == (q("800m"), q("800m")) and ours(replaced)[SIZED_AT_ADMISSION] == "n4"
+    finally:
+        if crd_gone():
+            install_crd(h.kube, crd)        # as the session's other tests may expect it

@@ -189,12 +189,14 @@ def test_default_render(helm: str) -> None:
     (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == webhook["spec"]["selector"]["matchLabels"]
-    # The token is mounted for sizing at admission only (nodes and the config ConfigMap, read only).
+    # The token is mounted for sizing at admission only (nodes, LimitRanges, VPAs and the config ConfigMap,
+    # read only).
     assert pod["automountServiceAccountToken"] is True
-    assert "--size-at-admission=true" in container(webhook)["args"]
+    assert {"--size-at-admission=true", "--skip-vpa-managed=true"} <= set(container(webhook)["args"])
     assert find(docs, "ServiceAccount", "workload-resizer-webhook")["automountServiceAccountToken"] is False
     assert find(docs, "ClusterRole", "workload-resizer-webhook")["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}]
+        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["list", "watch"]}]
     service = find(docs, "Service")
     (port,) = service["spec"]["ports"]
     assert port["port"] == 443 and port["targetPort"] == "https"
@@ -313,6 +315,19 @@ def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
             assert defaults_that_differ(webhook_parser(), wargs[1:], ["--tls-cert-file=c", "--tls-key-file=k"],
                                         "webhook") == {}
             assert defaults_that_differ(reconciler_parser(), rargs[1:], [], "reconciler") == {}
+
+
+def test_the_webhook_follows_the_reconcilers_vpa_setting(helm: str) -> None:
+    """One value, reconciler.skipVPAManaged, sets both programs' --skip-vpa-managed, whose own
+    defaults agree: a pod the reconciler leaves to a VPA is never sized at admission."""
+    webhook_default = webhook_parser().parse_args(["--tls-cert-file=c", "--tls-key-file=k"]).skip_vpa_managed
+    assert webhook_default is reconciler_parse([]).preflight.skip_vpa_managed is True
+    for skip in (True, False):
+        docs = render(helm, namespace=NS, values={"reconciler": {"skipVPAManaged": skip}})
+        wargs = container(find(docs, "Deployment", "workload-resizer-webhook"))["args"]
+        rargs = container(find(docs, "Deployment", "workload-resizer-reconciler"))["args"]
+        assert webhook_parser().parse_args(wargs[1:]).skip_vpa_managed is skip
+        assert reconciler_parse(rargs[1:]).preflight.skip_vpa_managed is skip
 
 
 def test_custom_values(helm: str) -> None:
@@ -642,8 +657,12 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
          "resourceNames": ["workload-resizer-reconciler"], "verbs": ["get", "update"]},
     ]
-    # The webhook (sizing at admission) reads node labels, LimitRanges and its config; writes nothing.
+    # The webhook (sizing at admission) reads node labels, LimitRanges, VPAs (reconciler.skipVPAManaged) and
+    # its config; writes nothing.
     assert find(docs, "ClusterRole", "workload-resizer-webhook")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["list", "watch"]}]
+    assert find(docs_off, "ClusterRole", "workload-resizer-webhook")["rules"] == [
         {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}]
     assert find(docs, "Role", "workload-resizer-webhook")["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["workload-resizer-config"],
@@ -853,7 +872,7 @@ def test_reconciler_identity_can_do_its_job_and_nothing_more(cluster, rbac, name
     assert status(me, "DELETE", f"{lease_path}/{lease}") == 403
 
 
-def test_webhook_identity_may_only_read_nodes_limit_ranges_and_its_config(cluster, rbac, namespace: str) -> None:
+def test_webhook_identity_may_only_read_nodes_limit_ranges_vpas_and_its_config(cluster, rbac, namespace: str) -> None:
     names = chart_names(namespace)
     me = Kube(kubeconfig_for_token(cluster, rbac["webhook"]))
     for verb, resource, ns, name in (("list", "nodes", None, None), ("watch", "nodes", None, None),
@@ -861,6 +880,11 @@ def test_webhook_identity_may_only_read_nodes_limit_ranges_and_its_config(cluste
                                      ("get", "configmaps", namespace, names["config"]),
                                      ("watch", "configmaps", namespace, names["config"])):
         assert can(me, verb, resource, ns, name=name), f"webhook may not {verb} {resource}"
+    for verb in ("list", "watch"):
+        assert can(me, verb, "verticalpodautoscalers", group="autoscaling.k8s.io"), f"webhook may not {verb} VPAs"
+    for verb in ("get", "create", "patch", "delete"):
+        assert not can(me, verb, "verticalpodautoscalers", namespace, group="autoscaling.k8s.io"), \
+            f"webhook may {verb} VPAs"
     for attrs in (dict(verb="get", resource="pods", namespace=namespace),
                   dict(verb="list", resource="pods"),
                   dict(verb="get", resource="configmaps", namespace=namespace, name="other"),
@@ -878,19 +902,24 @@ def test_webhook_identity_may_only_read_nodes_limit_ranges_and_its_config(cluste
     assert granted <= {("authorization.k8s.io", "selfsubjectaccessreviews"),
                        ("authorization.k8s.io", "selfsubjectrulesreviews"),
                        ("authentication.k8s.io", "selfsubjectreviews"),
-                       ("", "nodes"), ("", "limitranges"), ("", "configmaps")}, granted
-    verbs = {v for rule in rules if set(rule.get("resources", [])) & {"nodes", "limitranges", "configmaps"}
-             for v in rule.get("verbs", [])}
+                       ("", "nodes"), ("", "limitranges"), ("", "configmaps"),
+                       ("autoscaling.k8s.io", "verticalpodautoscalers")}, granted
+    verbs = {v for rule in rules if set(rule.get("resources", [])) & {
+        "nodes", "limitranges", "configmaps", "verticalpodautoscalers"} for v in rule.get("verbs", [])}
     assert verbs <= {"get", "list", "watch"}, verbs
 
 
 def test_the_webhook_identity_is_enough_to_size_at_admission(cluster, rbac, namespace: str) -> None:
-    """The webhook, with the chart's token only, watches nodes, LimitRanges and its ConfigMap and
-    sizes a pinned pod (a review sent straight to it)."""
+    """The webhook, with the chart's token only, watches nodes, LimitRanges, VerticalPodAutoscalers
+    (their CRD installed) and its ConfigMap and sizes a pinned pod (a review sent straight to it)."""
     import uuid
 
     import httpx
 
+    from devkit.kube import install_crd
+    from tests.cluster.test_preflight import VPA_CRD
+
+    install_crd(cluster.kube, yaml.safe_load(VPA_CRD.read_text()))
     names = chart_names(namespace)
     label = f"e2e.workload-resizer.io/family-{uuid.uuid4().hex[:8]}"
     node = f"{namespace}-n4"[:63]
@@ -916,6 +945,7 @@ def test_the_webhook_identity_is_enough_to_size_at_admission(cluster, rbac, name
             ops = json.loads(base64.b64decode(answer["patch"]))
             return {"op": "add", "path": "/spec/containers/0/resources/requests/cpu", "value": "800m"} in ops
         wait_for("the webhook to size with the chart's RBAC", sized, timeout=60)
+        assert "VerticalPodAutoscaler CRD found" in proc.logs()      # and listed: sized only once it is
         assert "forbidden" not in proc.logs().lower()
     finally:
         proc.terminate()

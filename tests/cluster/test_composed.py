@@ -623,13 +623,21 @@ def test_06_opted_in_sidecars_are_sized_with_their_pod(world: World, row: Row) -
 def test_07_pods_an_updating_vpa_manages_are_left_alone(world: World, row: Row) -> None:
     """A VerticalPodAutoscaler in InPlaceOrRecreate mode targets two Deployments (one pinned to
     n4, one whose node is known after binding): their pods keep the author's 1 CPU (generation 1,
-    no pods/resize, not sized at admission), one VPAManaged Event each."""
+    no pods/resize, not sized at admission: the webhook's decision names the VPA), one VPAManaged
+    Event each."""
     before = world.resizes_served()
-    for app, selector in (("vpa-bound", pin_node(world.nodes["n4"])), ("vpa-pinned", world.pin("n4"))):
+    held_before = world.webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="held")
+    apps = (("vpa-bound", pin_node(world.nodes["n4"])), ("vpa-pinned", world.pin("n4")))
+    for app, _ in apps:
         row.kube.create(f"/apis/autoscaling.k8s.io/v1/namespaces/{row.ns}/verticalpodautoscalers", {
             "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": app},
             "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
                      "updatePolicy": {"updateMode": "InPlaceOrRecreate"}}})
+    # The probe's ReplicaSet names no Deployment: held once the webhook has seen an updating VPA here.
+    probe = {"nodeSelector": world.pin("n4"), "containers": [guaranteed()]}
+    wait_for("the webhook to see the VPAs", lambda: SIZED_AT_ADMISSION not in (
+        world.probe(row.ns, probe)["metadata"].get("annotations") or {}), timeout=60)
+    for app, selector in apps:
         row.deploy(app, [guaranteed(cpu="1")], selector)
     (bound,) = row.wait_created("vpa-bound")
     row.wait_event(bound["metadata"]["name"], "VPAManaged")
@@ -639,6 +647,11 @@ def test_07_pods_an_updating_vpa_manages_are_left_alone(world: World, row: Row) 
         for pod in row.pods(app):
             assert cpu(pod) == (q("1"), q("1")) and pod["metadata"]["generation"] == 1, (app, cpu(pod))
             assert SIZED_AT_ADMISSION not in ours(pod), (app, "sized at admission although a VPA manages it")
+    decisions = [r for r in webhook_decisions(world.webhook, row.ns) if str(r.get("pod")).startswith("vpa-pinned-")]
+    assert decisions and all(
+        "VerticalPodAutoscaler vpa-pinned (updateMode InPlaceOrRecreate) manages the requests of Deployment "
+        "vpa-pinned" in str(r.get("sizingHeld")) for r in decisions), decisions
+    assert world.webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="held") >= held_before + 2
     assert world.resizes_served() == before, "no pods/resize"
     row.sweep(sizings=0)
 

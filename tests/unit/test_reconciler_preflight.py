@@ -14,8 +14,8 @@ from reconciler.controller import PodResizeReconciler
 from reconciler.kube.informer import Informer
 from reconciler.preflight import Preflight, slim_limit_range, slim_quota
 from reconciler.settings import ControllerSettings, PreflightSettings
-from reconciler.vpa import VpaWatch, slim_owned, slim_vpa
-from resizer.vpa import Unresolved
+from reconciler.vpa import VpaWatch, slim_owned
+from resizer.vpa import Unresolved, slim_vpa
 from resizer import SAMPLE_CONFIG, load_config
 from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
 from tests.unit.test_reconciler_reconcile import CONFIG, KEY, KEYS, LABEL, cluster, pod, reasons, spec_cpu

@@ -5,7 +5,19 @@ from typing import Any
 
 import pytest
 
-from resizer.vpa import NO_OWNER, Owner, Unresolved, VpaVerdict, managing_vpa, owner_chain, update_mode, vpa_index
+from resizer.vpa import (
+    NO_OWNER,
+    Owner,
+    Unresolved,
+    VpaVerdict,
+    admission_vpa_hold,
+    deployment_of,
+    managing_vpa,
+    owner_chain,
+    served_in,
+    update_mode,
+    vpa_index,
+)
 
 
 def vpa(name: str, kind: str, target: str, mode: str | None = "InPlaceOrRecreate", namespace: str = "ns") -> dict[str, Any]:
@@ -107,3 +119,123 @@ def test_malformed_vpas_match_nothing_or_default(spec: Any) -> None:
     targets = index.get("ns", {})
     assert set(targets) <= {Owner("Deployment", "web")}
     assert all(mode == "Auto" for _, mode in targets.values())
+
+
+# ---- at admission: the pod as sent, no owner cache (resizer.vpa.admission_vpa_hold)
+
+def sent(kind: str | None, name: str = "", template_hash: str | None = None, controller: bool = True) -> dict[str, Any]:
+    """A pod as its controller sends it to admission (no name yet, the template hash label of a ReplicaSet's)."""
+    obj = pod(kind, name, controller=controller)
+    if template_hash is not None:
+        obj["metadata"]["labels"] = {"app": "web", "pod-template-hash": template_hash}
+    return obj
+
+
+def held(obj: dict[str, Any], *vpas: dict[str, Any], namespace: str = "ns") -> str | None:
+    return admission_vpa_hold(obj, namespace, vpa_index(vpas))
+
+
+@pytest.mark.parametrize("kind", ["DaemonSet", "StatefulSet", "Job", "ReplicaSet", "ReplicationController",
+                                  "CloneSet"])
+def test_at_admission_a_vpa_on_the_pods_own_controller_holds_it(kind: str) -> None:
+    why = held(sent(kind, "web"), vpa("v", kind, "web"))
+    assert why is not None and "VerticalPodAutoscaler v (updateMode InPlaceOrRecreate) manages" in why
+    assert f"{kind} web" in why
+    assert held(sent(kind, "web"), vpa("v", kind, "api")) is None, "another of its kind never owns it"
+
+
+def test_at_admission_the_deployment_is_derived_from_the_replicaset_name_and_template_hash() -> None:
+    pod_of_web = sent("ReplicaSet", "web-6d4f", template_hash="6d4f")
+    why = held(pod_of_web, vpa("v", "Deployment", "web", "Recreate"))
+    assert why is not None and "VerticalPodAutoscaler v (updateMode Recreate) manages" in why
+    assert "Deployment web" in why
+    assert held(pod_of_web, vpa("v", "Deployment", "api")) is None, "another Deployment: not its"
+    assert held(pod_of_web, vpa("v", "Deployment", "web-6d4f")) is None
+    assert held(pod_of_web, vpa("v", "StatefulSet", "web"), vpa("c", "CronJob", "web")) is None
+    assert deployment_of(pod_of_web, Owner("ReplicaSet", "web-6d4f")) == "web"
+
+
+@pytest.mark.parametrize("name, template_hash", [("web-6d4f", None), ("web-6d4f", "77aa"), ("6d4f", "6d4f"),
+                                                 ("web-6d4f", "")])
+def test_at_admission_a_replicaset_the_pod_does_not_name_holds_it_for_any_deployment(
+        name: str, template_hash: str | None) -> None:
+    obj = sent("ReplicaSet", name, template_hash=template_hash)
+    assert deployment_of(obj, Owner("ReplicaSet", name)) is None
+    why = held(obj, vpa("v", "Deployment", "anything"))
+    assert why is not None and "may own the pod's ReplicaSet" in why and "Deployment anything" in why
+    assert held(obj, vpa("v", "StatefulSet", "web")) is None, "a StatefulSet never owns a ReplicaSet"
+
+
+def test_at_admission_a_job_is_held_for_any_cronjob_and_not_for_a_deployment() -> None:
+    why = held(sent("Job", "nightly-28000000"), vpa("c", "CronJob", "weekly"))
+    assert why is not None and "CronJob weekly" in why and "may own the pod's Job nightly-28000000" in why
+    assert held(sent("Job", "nightly-1"), vpa("v", "Deployment", "nightly")) is None
+
+
+@pytest.mark.parametrize("owner_kind, name, template_hash", [("Job", "j", None), ("ReplicaSet", "rs", None),
+                                                             ("ReplicationController", "rc", None)])
+def test_at_admission_a_custom_kind_may_own_any_intermediate_controller(owner_kind: str, name: str,
+                                                                        template_hash: str | None) -> None:
+    why = held(sent(owner_kind, name, template_hash), vpa("r", "Rollout", "canary"))
+    assert why is not None and "Rollout canary" in why
+
+
+def test_at_admission_a_custom_kind_never_owns_a_derived_deployment_pod_nor_a_direct_controller() -> None:
+    """The reconciler follows a Deployment's, a StatefulSet's or a DaemonSet's owner no further."""
+    assert held(sent("ReplicaSet", "web-6d4f", template_hash="6d4f"), vpa("r", "Rollout", "canary")) is None
+    for kind in ("StatefulSet", "DaemonSet", "CloneSet"):
+        assert held(sent(kind, "db"), vpa("r", "Rollout", "canary")) is None
+
+
+@pytest.mark.parametrize("mode", ["Off", "Initial"])
+def test_at_admission_off_and_initial_compose(mode: str) -> None:
+    for obj in (sent("ReplicaSet", "web-6d4f", template_hash="6d4f"), sent("ReplicaSet", "rs"), sent("Job", "j")):
+        assert held(obj, vpa("v", "Deployment", "web", mode), vpa("c", "CronJob", "x", mode),
+                    vpa("r", "Rollout", "y", mode)) is None
+
+
+def test_at_admission_only_the_pods_namespace_counts_and_a_pod_without_controller_is_never_held() -> None:
+    obj = sent("ReplicaSet", "web-6d4f", template_hash="6d4f")
+    assert held(obj, vpa("v", "Deployment", "web", namespace="other")) is None
+    assert held(obj, vpa("v", "Deployment", "web", namespace="other"), namespace="other") is not None
+    assert held(sent(None), vpa("v", "Deployment", "web"), vpa("r", "Rollout", "y")) is None
+    assert held(sent("ReplicaSet", "web-6d4f", "6d4f", controller=False), vpa("v", "Deployment", "web")) is None
+
+
+def test_at_admission_an_owner_of_the_pod_is_preferred_over_one_that_may_be() -> None:
+    why = held(sent("Job", "nightly-1"), vpa("a", "CronJob", "nightly"), vpa("b", "Job", "nightly-1"))
+    assert why is not None and why.startswith("VerticalPodAutoscaler b ") and "manages" in why
+
+
+@pytest.mark.parametrize("obj", [{}, {"metadata": "x"}, {"metadata": {"ownerReferences": ["x", None]}},
+                                 {"metadata": {"labels": "x", "ownerReferences": [
+                                     {"kind": "ReplicaSet", "name": "web-1", "controller": True}]}}])
+def test_at_admission_odd_pods_never_raise(obj: dict[str, Any]) -> None:
+    held(obj, vpa("v", "Deployment", "web"))
+
+
+def test_whatever_the_reconciler_finds_after_binding_was_held_at_admission() -> None:
+    """The webhook's decision is a superset of the reconciler's: a pod the reconciler leaves alone
+    for a VPA was never sized at admission."""
+    owners = {("ns", Owner("ReplicaSet", "web-6d4f")): Owner("Deployment", "web"),
+              ("ns", Owner("ReplicaSet", "adopted")): Owner("Deployment", "api"),
+              ("ns", Owner("ReplicaSet", "rolled-5c")): Owner("Rollout", "rolled"),
+              ("ns", Owner("Job", "nightly-1")): Owner("CronJob", "nightly"),
+              ("ns", Owner("Job", "step")): Owner("Workflow", "flow")}
+    pods = [sent("ReplicaSet", "web-6d4f", "6d4f"), sent("ReplicaSet", "adopted"), sent("ReplicaSet", "rolled-5c"),
+            sent("Job", "nightly-1"), sent("Job", "step"), sent("StatefulSet", "db"), sent("DaemonSet", "agent")]
+    targets = [("Deployment", "web"), ("Deployment", "api"), ("Rollout", "rolled"), ("CronJob", "nightly"),
+               ("Workflow", "flow"), ("StatefulSet", "db"), ("DaemonSet", "agent"), ("ReplicaSet", "adopted"),
+               ("Job", "step")]
+    for kind, name in targets:
+        index = vpa_index([vpa("v", kind, name)])
+        for obj in pods:
+            after = managing_vpa(obj, lambda ns, o: owners.get((ns, o), NO_OWNER), index)
+            if isinstance(after, VpaVerdict):
+                assert admission_vpa_hold(obj, "ns", index) is not None, (kind, name, obj["metadata"])
+
+
+def test_served_in_reads_the_discovery_document() -> None:
+    assert served_in({"resources": [{"name": "verticalpodautoscalers/status"}, {"name": "verticalpodautoscalers"}]})
+    assert not served_in({"resources": [{"name": "verticalpodautoscalercheckpoints"}]})
+    assert not served_in({}) and not served_in({"resources": "x"}) and not served_in({"resources": ["x"]})

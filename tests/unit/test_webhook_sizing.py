@@ -19,6 +19,8 @@ from app.sizing import ClusterView, SizingContext
 from app.worker import ReviewWorkers
 from devkit.jsonpatch import apply_patch
 from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, SAMPLE_CONFIG, KeyRing, Trust, baseline
+from reconciler.kube import ApiError
+from resizer.vpa import GROUP_VERSION_PATH, slim_vpa, vpa_index
 from tests.unit.test_webhook_review import container, pod, review
 from tests.unit.test_webhook_worker import large_review, with_app
 
@@ -28,9 +30,17 @@ NODES = {"n4-a": "n4", "c3-a": "c3", "n2d-a": "n2d"}
 
 
 def context(dry_run: bool = False, version: int = 1, nodes: dict[str, str | None] | None = None,
-            limit_ranges: dict[str, tuple[dict[str, Any], ...]] | None = None) -> SizingContext:
+            limit_ranges: dict[str, tuple[dict[str, Any], ...]] | None = None,
+            vpas: list[dict[str, Any]] | None = None) -> SizingContext:
     return SizingContext(version, LABEL, nodes if nodes is not None else dict(NODES), SAMPLE_CONFIG,
-                         dry_run=dry_run, limit_ranges=limit_ranges)
+                         dry_run=dry_run, limit_ranges=limit_ranges, vpas=vpa_index(vpas or []))
+
+
+def a_vpa(target: str, mode: str = "InPlaceOrRecreate", namespace: str = "shop", name: str = "web-vpa",
+          kind: str = "Deployment") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target},
+                     "updatePolicy": {"updateMode": mode}}}
 
 
 def pinned(spec: dict[str, Any]) -> dict[str, Any]:
@@ -154,14 +164,14 @@ def test_inline_and_worker_decide_alike_and_the_context_is_sent_once_per_version
 
 def test_the_view_keeps_the_last_good_config_and_tracks_node_labels() -> None:
     view = ClusterView.__new__(ClusterView)
-    ClusterView.__init__(view, client=None, config_namespace="ns", config_name="cfg", label=LABEL)  # type: ignore[arg-type]
+    ClusterView.__init__(view, client=None, config_namespace="ns", config_name="cfg", label=LABEL,  # type: ignore[arg-type]
+                         skip_vpa_managed=False)
     assert view.context is None
     view.apply_config({"data": {"config.yaml": SAMPLE_CONFIG}})
     view._on_node("ADDED", {"metadata": {"name": "a", "labels": {LABEL: "n4"}}}, None)
     view.nodes.synced.set()
     assert view.context is None, "until the LimitRanges are known too"
-    view.limitranges.synced.set()
-    view._changed()
+    view.limitranges.synced.set()       # (listed empty: no event, and the context is built all the same)
     first = view.context
     assert first is not None and dict(first.nodes) == {"a": "n4"}
     view.apply_config({"data": {"config.yaml": "baselineNodeType: [nope"}})
@@ -212,3 +222,118 @@ def test_a_key_recreated_under_the_same_id_never_gets_a_mac_of_the_old_one_from_
             stored.append(created["metadata"]["annotations"][ORIGINALS_MAC])
         assert stored[0] != stored[1] and stored[0] == stored[2]
         assert stored[1].startswith("v1.s.k0001." if sizing is not None else "v1.a.k0001.")
+
+
+def of_deployment(spec: dict[str, Any]) -> dict[str, Any]:
+    """A pinned pod as the ReplicaSet web-7d9f of Deployment web sends it."""
+    obj = pinned(spec)
+    obj["metadata"]["labels"] = {"app": "web", "pod-template-hash": "7d9f"}
+    return obj
+
+
+def test_a_pod_an_updating_vpa_manages_is_stamped_only_and_the_hold_names_the_vpa() -> None:
+    review_mod._sized_cache.clear()
+    obj = of_deployment({"nodeSelector": {LABEL: "n4"}})
+    response, created, record = decide(obj, context(version=31, vpas=[a_vpa("web")]))
+    assert cpu(created) == ("1", "1") and SIZED_AT_ADMISSION not in created["metadata"]["annotations"]
+    assert created["metadata"]["annotations"][ORIGINALS_MAC].startswith("v1.a."), "stamped as without sizing"
+    assert "VerticalPodAutoscaler web-vpa (updateMode InPlaceOrRecreate)" in record["sizingHeld"], record
+    assert "Deployment web" in record["sizingHeld"] and "sizedFor" not in record and "warnings" not in response
+    dry = decide(obj, context(dry_run=True, version=32, vpas=[a_vpa("web")]))
+    assert "warnings" not in dry[0] and "VerticalPodAutoscaler web-vpa" in dry[2]["sizingHeld"]
+
+
+def test_a_vpa_that_composes_or_targets_another_workload_leaves_the_pod_sized() -> None:
+    review_mod._sized_cache.clear()
+    obj = of_deployment({"nodeName": "n4-a"})
+    for version, vpas in enumerate(([a_vpa("web", "Off")], [a_vpa("web", "Initial")], [a_vpa("api")],
+                                    [a_vpa("web", namespace="elsewhere")]), start=41):
+        _, created, record = decide(obj, context(version=version, vpas=vpas))
+        assert cpu(created) == ("800m", "800m") and "sizingHeld" not in record, (vpas, record)
+
+
+def test_a_replicaset_the_pod_does_not_name_is_held_for_any_updating_deployment_vpa() -> None:
+    review_mod._sized_cache.clear()
+    obj = pinned({"nodeName": "n4-a"})        # ReplicaSet web-7d9f, no pod-template-hash label
+    _, created, record = decide(obj, context(version=51, vpas=[a_vpa("api")]))
+    assert cpu(created) == ("1", "1") and "may own the pod's ReplicaSet web-7d9f" in record["sizingHeld"]
+
+
+def test_the_vpas_survive_pickling_for_the_review_workers() -> None:
+    copied = pickle.loads(pickle.dumps(context(version=61, vpas=[a_vpa("web")])))
+    assert copied.vpas == vpa_index([a_vpa("web")])
+    _, created, record = decide(of_deployment({"nodeName": "n4-a"}), copied)
+    assert cpu(created) == ("1", "1") and "web-vpa" in record["sizingHeld"]
+
+
+class VpaApi:
+    """Discovery of autoscaling.k8s.io/v1 and the VPA list, as the apiserver answers them."""
+
+    def __init__(self) -> None:
+        self.served: bool | None = False       # None: the apiserver cannot be reached
+        self.vpas: list[dict[str, Any]] = []
+
+    async def get(self, path: str, **params: Any) -> dict[str, Any]:
+        if path == GROUP_VERSION_PATH:
+            if self.served is None:
+                raise OSError("connection refused")
+            if not self.served:
+                raise ApiError(404, {"reason": "NotFound"})
+            return {"resources": [{"name": "verticalpodautoscalers"}, {"name": "verticalpodautoscalers/status"}]}
+        if path == f"{GROUP_VERSION_PATH}/verticalpodautoscalers":
+            return {"metadata": {"resourceVersion": "7"}, "items": self.vpas}
+        raise AssertionError(f"unexpected GET {path}")
+
+    async def watch(self, *args: Any) -> Any:
+        await asyncio.Event().wait()
+        yield {}
+
+
+def test_the_view_watches_vpas_only_while_their_crd_is_served_and_never_sizes_blind() -> None:
+    async def scenario() -> None:
+        api = VpaApi()
+        view = ClusterView(api, "ns", "cfg", LABEL)  # type: ignore[arg-type]
+        view.apply_config({"data": {"config.yaml": SAMPLE_CONFIG}})
+        view.nodes.synced.set()
+        view.limitranges.synced.set()
+        api.served = None
+        await view.check_vpas()
+        assert view.context is None, "discovery never answered: stamp only"
+        api.served = False
+        await view.check_vpas()
+        without = view.context
+        assert without is not None and dict(without.vpas) == {} and view.vpas is None
+        api.served, api.vpas = True, [a_vpa("web")]
+        await view.check_vpas()        # installed later
+        assert view.context is None, "until the VPAs are listed"
+        await asyncio.wait_for(view.vpas.synced.wait(), 5)   # type: ignore[union-attr]
+        listed = view.context
+        assert listed is not None and listed.version > without.version and listed.vpas == vpa_index([a_vpa("web")])
+        assert view.context is listed
+        status_only = {**a_vpa("web"), "status": {"recommendation": {}}}
+        view.vpas.store["shop/web-vpa"] = slim_vpa(status_only)    # type: ignore[union-attr]
+        view._on_vpa("MODIFIED", slim_vpa(status_only), slim_vpa(a_vpa("web")))
+        assert view.context is listed, "a recommendation changes nothing"
+        view._on_vpa("MODIFIED", slim_vpa(a_vpa("web", "Off")), slim_vpa(a_vpa("web")))
+        view.vpas.store["shop/web-vpa"] = slim_vpa(a_vpa("web", "Off"))    # type: ignore[union-attr]
+        off = view.context
+        assert off is not None and off.version > listed.version and dict(off.vpas) == {}
+        api.served = None
+        await view.check_vpas()
+        assert view.context is off, "unreachable: the last answer stands"
+        api.served = False
+        await view.check_vpas()        # removed
+        gone = view.context
+        assert gone is not None and dict(gone.vpas) == {} and view.vpas is None
+    asyncio.run(scenario())
+
+
+def test_with_skip_vpa_managed_off_the_view_never_looks_vpas_up() -> None:
+    api = VpaApi()
+    api.served = None
+    view = ClusterView(api, "ns", "cfg", LABEL, skip_vpa_managed=False)  # type: ignore[arg-type]
+    view.apply_config({"data": {"config.yaml": SAMPLE_CONFIG}})
+    view.nodes.synced.set()
+    view.limitranges.synced.set()
+    context = view.context
+    assert context is not None and dict(context.vpas) == {}
