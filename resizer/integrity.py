@@ -483,7 +483,7 @@ def early_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | N
     decided = baseline(pod, keyring)
     check = decided.check
     if check.trust is Trust.TRUSTED and check.scope != "pod":
-        return decided.stamp or pod_mac(pod, keyring)
+        return decided.stamp or dict(pod_mac(pod, keyring))
     if check.trust is Trust.RECAPTURE and not check.tampered:
         return decided.stamp
     return None
