@@ -31,7 +31,6 @@ from reconciler.report import Reporter, decision_record
 from reconciler.settings import ControllerSettings
 from reconciler.writes import Writes
 from reconciler.authority import vouched
-from reconciler.gated import wants_binding
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
@@ -95,7 +94,7 @@ class PodResizeReconciler:
     def needs_binding(self, pod: Obj) -> bool:
         """Whether a watch event of an unbound `pod` is worth a pass: held by scheduling gates at
         generation 1, its originals not bound yet (reconciler.gated)."""
-        return not self._options.dry_run and wants_binding(pod, self._context.keyring())
+        return not self._options.dry_run and gated.wants_binding(pod, self._context.keyring())
 
     def needs_work(self, pod: Obj, node: Obj | None) -> bool:
         """Whether a watch event of `pod` (on `node`, None if not cached) is worth a reconcile."""
