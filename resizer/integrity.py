@@ -51,9 +51,9 @@ back) from it, and nothing unsigned vouches for anything (the resize-state annot
 included). An admission-scope (or sized) MAC can be minted for any values through a made-up
 AdmissionReview, so it is only ever trusted where the spec itself is the baseline (or, sized,
 holds exactly the sized values) and never changed; only a pod MAC (or this process's own memory
-of a resize it requested) vouches for originals on a changed pod. Signing and key rotation are in :class:`KeyRing`
-(verify with any key, sign with the newest). No I/O: the keys are read by the
-processes (``ops.keys``).
+of a resize it requested) vouches for originals on a changed pod. Signing and key rotation are
+in :class:`KeyRing` (verify with any key, sign with the newest). No I/O: the keys are read by
+the processes (``ops.keys``).
 """
 
 from __future__ import annotations
