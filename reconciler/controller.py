@@ -11,6 +11,7 @@ from typing import Any
 
 from reconciler.kube.informer import object_key
 from reconciler.memory import DONE, Context, InFlight, Memory, Result, Step
+from reconciler import gated
 from reconciler.follow import Follow
 from reconciler.gates import VPA, Gate, OpenGate
 from reconciler.outcome import ResizeState, Stage, allocatable_fingerprint, observe, spec_size
@@ -89,6 +90,11 @@ class PodResizeReconciler:
         return self._memory.finished
 
     # ------------------------------------------------------------------ what the manager asks
+
+    def needs_binding(self, pod: Obj) -> bool:
+        """Whether a watch event of an unbound `pod` is worth a pass: held by scheduling gates at
+        generation 1, its originals not bound yet (reconciler.gated)."""
+        return not self._options.dry_run and gated.wants_binding(pod, self._context.keyring())
 
     def needs_work(self, pod: Obj, node: Obj | None) -> bool:
         """Whether a watch event of `pod` (on `node`, None if not cached) is worth a reconcile."""
@@ -185,6 +191,10 @@ class PodResizeReconciler:
 
     async def reconcile(self, key: str) -> Result:
         pod = self._reader.pod(key)
+        if pod is None or not pod["spec"].get("nodeName"):
+            unbound = self._reader.unbound(key)
+            if unbound is not None and self.needs_binding(unbound):
+                return await gated.bind(self._context, unbound)
         if pod is None or not live_and_bound(pod) or not eligibility(pod).eligible:
             if pod is not None:
                 self._memory.wait(pod_uid(pod), None)

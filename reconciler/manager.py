@@ -3,7 +3,8 @@
 Shaped like controller-runtime's: the manager owns the pod and node informers
 and the work queue, maps each watch event to the pod keys worth a reconcile
 (a pod event to its own key, a node relabel to the keys of the pods on it, a
-config change to every cached pod), and runs the workers that call
+config change to every cached pod, an unbound pod's event to its key only when
+it is held by scheduling gates with originals to bind), and runs the workers that call
 `PodResizeReconciler.reconcile(key)`. The reconciler never sees the informers:
 it reads and writes through reconciler.ports.
 """
@@ -22,7 +23,7 @@ from reconciler.preflight import Preflight
 from reconciler.settings import ControllerSettings, PreflightSettings
 from reconciler.vpa import VpaWatch
 from reconciler.ports import ApiWriter, CachedReader, ConfigView, EventSink, FaultHook, Obj, no_fault
-from reconciler.kube.slim import slim_node, slim_pod
+from reconciler.kube.slim import slim_node, slim_pod, slim_unbound_pod
 from reconciler.kube.workqueue import WorkQueue
 from reconciler.pods import mac_key_known
 from resizer import EMPTY_KEYRING, KeyRing
@@ -49,13 +50,17 @@ class Manager:
         self._pods_on_node: dict[str, set[str]] = {}
         self.pods = Informer(client, "pods", "/api/v1/pods", slim_pod, self._on_pod,
                              params={"fieldSelector": "spec.nodeName!="}, idle_timeout=idle_timeout)
+        # Pods not bound yet, for one thing only: binding the originals of those held by scheduling
+        # gates while they are at generation 1 (reconciler.gated).
+        self.unbound = Informer(client, "unbound-pods", "/api/v1/pods", slim_unbound_pod, self._on_unbound_pod,
+                                params={"fieldSelector": "spec.nodeName="}, idle_timeout=idle_timeout)
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node,
                               idle_timeout=idle_timeout)
         # Other controllers' VPAs and the constraints a resize is judged against before it is sent.
         self.vpa = VpaWatch(client, self._on_vpa_change, idle_timeout, recheck_interval) \
             if preflight.skip_vpa_managed else None
         self.preflight = Preflight(client, preflight, self._node_pods, self._requeue, self.vpa, idle_timeout)
-        self.reconciler = PodResizeReconciler(CachedReader(client, self.pods, self.nodes),
+        self.reconciler = PodResizeReconciler(CachedReader(client, self.pods, self.nodes, self.unbound),
                                               ApiWriter(client), events, config, options, fault, keyring=keyring,
                                               gate=self.preflight)
         self._keyring = keyring
@@ -64,7 +69,7 @@ class Manager:
 
     @property
     def informers(self) -> tuple[Informer, ...]:
-        return self.nodes, self.pods, *self.preflight.informers
+        return self.nodes, self.pods, self.unbound, *self.preflight.informers
 
     @property
     def synced(self) -> bool:
@@ -140,6 +145,17 @@ class Manager:
             self.queue.add(key)
         self.preflight.pod_changed(node)     # room freed (or taken) on the node
 
+    def _on_unbound_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        """Only a pod held at a scheduling gate whose originals are to be bound is queued; a bound
+        or deleted one leaves this watch (its DELETED event) and is the pod watch's."""
+        if kind != "DELETED" and self._wants_binding(pod):
+            self.queue.add(object_key(pod))
+
+    def _queue_gated(self) -> None:
+        for key, pod in self.unbound.store.items():
+            if self._wants_binding(pod):
+                self.queue.add(key)
+
     def _on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
         name = node["metadata"]["name"]
         if kind == "DELETED":
@@ -155,9 +171,11 @@ class Manager:
                 self.queue.add(key)
 
     def on_config_change(self) -> None:
+        """The config or the namespace scope changed: every pod that needs work is queued."""
         for key, pod in self.pods.store.items():
             if self._wants(pod):
                 self.queue.add(key)
+        self._queue_gated()
 
     def _node_pods(self, node: str) -> list[Obj]:
         store = self.pods.store
@@ -181,6 +199,10 @@ class Manager:
         for key, pod in self.pods.store.items():
             if mac_key_known(pod, keyring) and all(accept(pod) for accept in self._pod_filters):
                 self.queue.add(key)
+        self._queue_gated()
+
+    def _wants_binding(self, pod: Obj) -> bool:
+        return self.reconciler.needs_binding(pod) and all(accept(pod) for accept in self._pod_filters)
 
     def _wants(self, pod: Obj) -> bool:
         if not all(accept(pod) for accept in self._pod_filters):

@@ -47,6 +47,10 @@ RESIZES_HELD = Gauge(
     "workload_resizer_resizes_held",
     "Pods whose resize is not sent because a constraint would refuse it or another controller sizes them, "
     "by constraint (LimitRange, ResourceQuota, NodeHeadroom, VerticalPodAutoscaler).", ["constraint"])
+ORIGINALS_BOUND = Counter(
+    "workload_resizer_originals_bound_total",
+    "Pods whose originals were bound to them with a pod MAC ahead of a resize, by when: gated (held by "
+    "scheduling gates at generation 1, before removing a gate changes the spec).", ["when"])
 ORIGINALS_UNKNOWN_KEY_PODS = Gauge(
     "workload_resizer_originals_unknown_key_pods",
     "Pods in scope whose originals-mac names a key id the reconciler does not have (their originals no "
@@ -60,6 +64,7 @@ RESIZE_OUTCOME_VALUES = ("actuated", "deferred", "deferred_too_long", "infeasibl
 WAITING_STATES = ("requested", "deferred", "infeasible", "error")
 RECONCILE_RESULTS = ("success", "error", "requeue_after")
 HELD_CONSTRAINTS = ("LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPriority", "VerticalPodAutoscaler")
+BOUND_WHEN = ("gated",)
 
 
 def _start_known_series_at_zero() -> None:
@@ -71,6 +76,8 @@ def _start_known_series_at_zero() -> None:
         RESIZES_WAITING.labels(state)
     for constraint in HELD_CONSTRAINTS:
         RESIZES_HELD.labels(constraint)
+    for when in BOUND_WHEN:
+        ORIGINALS_BOUND.labels(when)
     for reason in Reason:
         OUTCOMES.labels(reason.value)
     for result in RECONCILE_RESULTS:

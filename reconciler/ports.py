@@ -27,6 +27,10 @@ class PodReader(Protocol):
     def pod(self, key: str) -> Obj | None:
         """The cached (slim) pod `namespace/name`, or None."""
 
+    def unbound(self, key: str) -> Obj | None:
+        """The cached pod `namespace/name` not bound to a node yet (slim: only what a gated pod's
+        binding reads, reconciler.gated), or None."""
+
     async def node(self, name: str) -> Obj | None:
         """The (slim) node; a cache miss is read from the apiserver; None if there is no such node."""
 
@@ -79,13 +83,17 @@ class CachedReader:
     The stores are read through the informers each time: a re-list replaces them.
     """
 
-    def __init__(self, client: KubeClient, pods: Informer, nodes: Informer) -> None:
+    def __init__(self, client: KubeClient, pods: Informer, nodes: Informer, unbound: Informer) -> None:
         self._client = client
         self._pods = pods
         self._nodes = nodes
+        self._unbound = unbound
 
     def pod(self, key: str) -> Obj | None:
         return self._pods.store.get(key)
+
+    def unbound(self, key: str) -> Obj | None:
+        return self._unbound.store.get(key)
 
     async def node(self, name: str) -> Obj | None:
         node = self._nodes.store.get(name)

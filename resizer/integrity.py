@@ -18,11 +18,17 @@ any pod's uid:
 ``admission`` (written by the webhook): namespace, the name as sent (empty for
     ``generateName`` pods), ``generateName`` and the controller reference (kind,
     apiVersion, name, uid). Siblings of one ReplicaSet share it, so a copy onto a
-    look-alike pod verifies; that is why such originals are only trusted where they
-    cannot raise anything: equal to the spec of a never-changed pod, or (changed pod)
-    equal to its spec or with nothing left to resize.
-``pod`` (written by the reconciler, steps 1 and 3): also the pod's name and uid, so
-    it verifies on that one pod only.
+    look-alike pod verifies, and a made-up AdmissionReview obtains one for any values (the
+    webhook signs whatever it is sent): that is why such originals are only trusted where
+    they cannot raise anything: equal to the spec of a never-changed pod. On a changed pod
+    they may only explain a spec already at their plan, even where they equal it (a tenant
+    mints the values of a spec the product resized: trusted, each resize would start from the
+    last one). A pod whose spec changes before the reconciler can bind it (a scheduling gate
+    removed) gets its originals bound at generation 1 instead (:func:`early_binding`).
+``pod`` (written by the reconciler, steps 1 and 3, or at generation 1 by :func:`early_binding`):
+    also the pod's name and uid, so it verifies on that one pod only. Only the reconciler,
+    which reads the real pod, signs it: the webhook never does, whatever a review asks, since
+    anything it signs can be minted through a made-up review.
 ``sized`` (written by the webhook when it sized the pod at CREATE for a node type known
     then, :mod:`resizer.pinning`): the admission identity over the originals, the
     ``sized-at-admission`` record AND the spec values it wrote (the spec's values of the keys
@@ -42,12 +48,12 @@ missing pod-level keys is trusted; either way the pod level's baseline is the sp
 :func:`baseline` is the product's one baseline authority: the reconciler, ``plan``,
 ``restore`` and the re-alignment check all take the values they may scale from (or put
 back) from it, and nothing unsigned vouches for anything (the resize-state annotation
-included). An admission-scope MAC can be minted for any values through a made-up
-AdmissionReview, so it is only ever trusted where the spec itself is the baseline;
-only a pod MAC (or this process's own memory of a resize it requested) vouches for
-originals that differ from the spec. Signing and key rotation are in :class:`KeyRing`
-(verify with any key, sign with the newest). No I/O: the keys are read by the
-processes (``ops.keys``).
+included). An admission-scope (or sized) MAC can be minted for any values through a made-up
+AdmissionReview, so it is only ever trusted where the spec itself is the baseline (or, sized,
+holds exactly the sized values) and never changed; only a pod MAC (or this process's own memory
+of a resize it requested) vouches for originals on a changed pod. Signing and key rotation are
+in :class:`KeyRing` (verify with any key, sign with the newest). No I/O: the keys are read by
+the processes (``ops.keys``).
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ __all__ = [
     "Trust",
     "check_originals",
     "baseline",
+    "early_binding",
     "key_id_of",
     "key_id_order",
     "needs_resign",
@@ -301,19 +308,22 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
         # The MAC covers the spec values it verified against: the pod is exactly as the webhook sized it.
         return OriginalsCheck(Trust.TRUSTED, f"verified, sized at admission for node type "
                                              f"{annotations.get(SIZED_AT_ADMISSION)!r}", scope, key_id)
+    if changed:
+        # Signed at admission (a made-up review obtains that for any values, those of a spec the
+        # product resized included), so on a changed spec they may only explain a pod already at
+        # their plan, even where they equal the spec.
+        return OriginalsCheck(Trust.TRUSTED_IF_ALIGNED, f"original resources signed at admission only and the "
+                                                        f"spec has changed since ({changed_text})", scope, key_id)
     # Admission scope: valid on every look-alike sibling too.
     current = spec()
     if originals == current:
-        return OriginalsCheck(Trust.TRUSTED, "verified, equal to the spec", scope, key_id)
-    if not changed and _equal_or_upgraded(pod, originals, current):
+        return OriginalsCheck(Trust.TRUSTED, "verified, equal to the unchanged spec", scope, key_id)
+    if _equal_or_upgraded(pod, originals, current):
         return OriginalsCheck(Trust.TRUSTED, "verified, equal to the unchanged spec (stamped before pod-level "
                                              "and sidecar originals were recorded)", scope, key_id)
-    if not changed:
-        return OriginalsCheck(Trust.RECAPTURE, "original resources signed for another pod of the same owner "
-                                               "differ from this unchanged pod's spec; taken from the spec",
-                              scope, key_id, tampered=True)
-    return OriginalsCheck(Trust.TRUSTED_IF_ALIGNED, f"original resources signed at admission only and the spec "
-                                                    f"has changed since ({changed_text})", scope, key_id)
+    return OriginalsCheck(Trust.RECAPTURE, "original resources signed for another pod of the same owner "
+                                           "differ from this unchanged pod's spec; taken from the spec",
+                          scope, key_id, tampered=True)
 
 
 def _late_keys(pod: Mapping[str, Any]) -> frozenset[str]:
@@ -457,6 +467,26 @@ def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[s
     if keyring:
         stamp[ORIGINALS_MAC] = sign_originals(keyring, spec_originals, PodIdentity.of(pod), "pod")
     return Baseline(result, view, stamp)
+
+
+def early_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
+    """The annotations merge patch that binds a never-changed pod's originals to it with a pod MAC
+    before its spec changes by something other than a resize of ours (a scheduling gate removed:
+    generation 2 before the pod can be bound to a node, when admission-signed originals would no
+    longer vouch for anything). What step 1 writes when it writes anything (a re-capture from the
+    spec of a pod that has no originals, the sized record's binding), else a pod MAC over the
+    originals the authority trusts. None: nothing to bind (changed already, bound already, no key to
+    sign with, or originals the authority does not trust: rejected ones are replaced by step 1 of a
+    bound pod, which reports it). Raises as :func:`check_originals` does."""
+    if (pod.get("metadata") or {}).get("generation") != 1 or not keyring:
+        return None
+    decided = baseline(pod, keyring)
+    check = decided.check
+    if check.trust is Trust.TRUSTED and check.scope != "pod":
+        return decided.stamp or dict(pod_mac(pod, keyring))
+    if check.trust is Trust.RECAPTURE and not check.tampered:
+        return decided.stamp
+    return None
 
 
 def _sized_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None]:

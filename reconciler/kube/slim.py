@@ -1,8 +1,8 @@
 """Projections of API objects down to the fields the reconciler reads.
 
 A cached pod keeps what the pure core looks at (owner, labels, annotations, node selector,
-container resources and resize policies, QoS class, whether the kubelet reports container
-resources, the resize conditions and the observed generation; a node's labels and
+scheduling gates, container resources and resize policies, QoS class, whether the kubelet reports
+container resources, the resize conditions and the observed generation; a node's labels and
 allocatable cpu/memory and declared features) and drops the rest (env, volumes, probes, managedFields, ...), most of
 a pod's size. String values that pods of one workload share (namespace, labels, annotation
 values, owner, node name, quantities, phase, condition reasons) are interned: the JSON decoder
@@ -69,6 +69,9 @@ def slim_pod(pod: Obj) -> Obj:
     }
     if spec.get("nodeSelector"):
         slim_spec["nodeSelector"] = _shared(spec["nodeSelector"])
+    if spec.get("schedulingGates"):     # (never on a bound pod: the scheduler waits for them to go)
+        slim_spec["schedulingGates"] = [_shared_str(g.get("name")) for g in spec["schedulingGates"]
+                                        if type(g) is dict]
     if spec.get("priority") is not None:
         slim_spec["priority"] = spec["priority"]       # an upsize of a critical pod may evict others
     if spec.get("resources"):
@@ -95,6 +98,20 @@ def slim_pod(pod: Obj) -> Obj:
     if status.get("resources"):     # what the pod level has (kubelets that resize it)
         slim_status["resources"] = _shared_resources(status["resources"])
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
+
+
+def slim_unbound_pod(pod: Obj) -> Obj:
+    """A pod not bound to a node yet. Held by scheduling gates: what the baseline authority reads
+    to bind its originals (reconciler.gated: identity, annotations, generation, the resources);
+    otherwise (waiting for the scheduler, nothing to do) its name and resourceVersion only."""
+    spec = pod.get("spec") or {}
+    if not spec.get("schedulingGates"):
+        meta = pod.get("metadata") or {}
+        return {"metadata": {"name": meta.get("name"), "namespace": _shared_str(meta.get("namespace")),
+                             "resourceVersion": meta.get("resourceVersion"), "annotations": {}}, "spec": {}}
+    slim = slim_pod(pod)
+    del slim["metadata"]["labels"]
+    return {"metadata": slim["metadata"], "spec": slim["spec"]}
 
 
 def _slim_container(container: Obj) -> Obj:

@@ -8,7 +8,9 @@ size with the author's originals, and the reconciler must have nothing to resize
 
 A pod with scheduling gates is stamped only: removing a gate changes its spec before it can be
 bound (generation 2, checked here on the real apiserver), which a size given at CREATE would
-not survive. It is sized after binding and stays trusted through a config edit.
+not survive. The reconciler binds its originals with a pod MAC while it is gated; it is sized
+after binding and stays trusted through a config edit. A gate removed before that binding
+leaves the pod held (OriginalsUnverified), never resized.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from tests.cluster.test_admission_sizing import (
     wait_sizing_active,
 )
 from tests.cluster.test_reconciler import CONFIG_YAML, Harness, ours, q, resources
+from tests.cluster.test_tenant_matrix import plan, restore_dry_run
 from tests.cluster.test_webhook_cluster import Registration
 
 Mutation = Callable[[dict[str, Any]], list[dict[str, Any]]]
@@ -220,6 +223,11 @@ def test_a_gated_pod_is_stamped_only_then_sized_after_binding_and_stays_trusted(
     assert record["decision"] == "patched" and "scheduling gates" in record["sizingHeld"], record
 
     reconciler = h.reconciler()
+    bound = wait_for("the originals bound at generation 1", lambda: (p := h.pod(name)) and
+                     ours(p)[ORIGINALS_MAC].startswith("v1.p.") and p, timeout=60)
+    assert bound["metadata"]["generation"] == 1 and bound["spec"].get("schedulingGates")
+    assert reconciler.metric("workload_resizer_originals_bound_total", when="gated") == 1
+    assert h.events(name) == [], "a binding is no Event"
     ungated = h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"spec": {"schedulingGates": None}})
     assert ungated["metadata"]["generation"] == 2, "the apiserver counts removing a gate as a spec change"
     h.wait_applied("gated", "n4", timeout=60)
@@ -232,3 +240,32 @@ def test_a_gated_pod_is_stamped_only_then_sized_after_binding_and_stays_trusted(
     h.config(CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 2.0"))
     wait_for("re-aligned to 500m", lambda: cpu(h.pod(name)) == (q("500m"), q("500m")), timeout=60)
     assert "OriginalsUnverified" not in h.reasons(name)
+
+
+def test_a_gated_pod_whose_gate_goes_before_its_originals_are_bound_is_held_not_resized(
+        composed: tuple[Harness, dict[str, str], Registration]) -> None:
+    """The race (docs/how-it-works.md): the gate removed while the reconciler is down (or by a
+    faster gate remover). Generation 2 with originals signed at admission only, which anyone mints:
+    OriginalsUnverified, the pod keeps its size (plan and restore agree); recreating it heals it."""
+    h, _, _ = composed
+    manifest = deployment("raced", 1, [copy.deepcopy(AUTHOR)], node_selector={h.label: "n4"})
+    manifest["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "example.com/admission-queue"}]
+    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+    (pod,) = h.wait_pods("raced", 1, lambda p: bool(p["spec"].get("schedulingGates")), "gated")
+    name = pod["metadata"]["name"]
+    assert ours(pod)[ORIGINALS_MAC].startswith("v1.a.")
+    ungated = h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"spec": {"schedulingGates": None}})
+    assert ungated["metadata"]["generation"] == 2
+    h.wait_running("raced")
+    reconciler = h.reconciler()
+    event = h.wait_event(name, "OriginalsUnverified", timeout=60)
+    assert event["type"] == "Warning" and "signed at admission only" in event["message"], event
+    now = h.pod(name)
+    assert cpu(now) == (q("1"), q("1")) and now["metadata"]["generation"] == 2, "not resized"
+    assert ours(now)[ORIGINALS_MAC].startswith("v1.a."), "never bound to the pod"
+    assert reconciler.metric("workload_resizer_originals_bound_total", when="gated") == 0
+    assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods/resize") == 0
+    entry = plan(h)[name]
+    assert entry["outcome"] == "OriginalsUnverified", entry
+    line = next(ln for ln in restore_dry_run(h).splitlines() if ln.startswith(f"{h.ns}/{name}:"))
+    assert "left as it is" in line and "would resize back" not in line, line

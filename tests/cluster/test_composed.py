@@ -561,12 +561,15 @@ def test_03_a_family_pinned_deployment_is_created_at_its_size(world: World, row:
 
 
 def test_04_a_gated_pinned_pod_is_trusted_and_re_aligned(world: World, row: Row) -> None:
-    """A pod pinned to n4 held by a scheduling gate: created, its gate removed (a spec change:
-    generation 2), it ends at 800m, trusted (no OriginalsUnverified); a config edit later
-    re-aligns it from its originals (1 CPU / 2 = 500m; from its spec it would be 400m)."""
+    """A pod pinned to n4 held by a scheduling gate: created, its originals bound to it by the
+    reconciler while gated (generation 1), its gate removed (a spec change: generation 2), it ends
+    at 800m, trusted (no OriginalsUnverified); a config edit later re-aligns it from its originals
+    (1 CPU / 2 = 500m; from its spec it would be 400m)."""
     row.deploy("gated", [guaranteed(cpu="1")], world.pin("n4"), schedulingGates=[{"name": GATE}])
     (pod,) = row.wait_created("gated", running=False)
     name = pod["metadata"]["name"]
+    bound = row.wait_pod(name, "with its originals bound", lambda p: ours(p)[ORIGINALS_MAC].startswith("v1.p."))
+    assert bound["metadata"]["generation"] == 1 and bound["spec"].get("schedulingGates")
     row.kube.patch(f"/api/v1/namespaces/{row.ns}/pods/{name}", [{"op": "remove", "path": "/spec/schedulingGates"}],
                    kind="json")
     row.wait_created("gated")

@@ -4,7 +4,8 @@ The chart's RBAC objects are installed for real (devkit/rbac.py), the
 reconciler runs with a token from the TokenRequest API (the real RBAC authorizer
 judges every request), and the end-to-end scenarios must pass with no request
 forbidden: originals, pods/resize, applied annotations, Events on pods and on the
-ConfigMap, the ConfigMap watched by name, the leader-election Lease. (The webhook
+ConfigMap, the ConfigMap watched by name, the leader-election Lease, the originals of a pod
+held by a scheduling gate bound to it (unbound pods watched). (The webhook
 needs no API access at all: its ServiceAccount has no roles, checked in
 test_chart.py.)
 """
@@ -15,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.test_reconciler import PATCH_RESIZE, Harness, guaranteed, resources, q
+from tests.cluster.test_reconciler import PATCH_RESIZE, Harness, guaranteed, ours, resources, q
 from devkit.chart import ensure_helm
-from devkit.kube import wait_for
+from devkit.kube import deployment, wait_for
 from devkit.processes import Reconciler
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
+from resizer import ORIGINALS_MAC
 
 FORBIDDEN = {"code": "403"}
 
@@ -53,12 +55,18 @@ def test_reconciler_as_its_service_account_resizes_records_and_leads(as_service_
 
     harness.deploy("web", node, [guaranteed()])
     harness.deploy("odd", unknown, [guaranteed()])
+    gated = deployment("gated", 1, [guaranteed()], node_selector={"kubernetes.io/hostname": node})
+    gated["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    harness.kube.create(f"/apis/apps/v1/namespaces/{harness.ns}/deployments", gated)
     pod = harness.wait_applied("web", "n4")[0]
     assert resources(pod)["requests"]["cpu"] == q("800m")
     assert resources(pod)["limits"]["cpu"] == q("800m")
     assert harness.wait_event(pod["metadata"]["name"], "Resized")
     odd = harness.wait_running("odd")[0]
     assert harness.wait_event(odd["metadata"]["name"], "UnknownNodeType")
+    # (A pod still held by its scheduling gate: its originals bound to it, the unbound pods watched.)
+    harness.wait_pods("gated", 1, lambda p: ours(p).get(ORIGINALS_MAC, "").startswith("v1.p."),
+                      "with their originals bound while gated", timeout=60)
 
     lease = harness.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{harness.ns}/leases/{names['lease']}")
     assert lease["spec"]["holderIdentity"], "the reconciler holds the chart's Lease"

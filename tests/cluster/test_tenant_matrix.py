@@ -37,7 +37,7 @@ from resizer import (
     sign_originals,
 )
 from resizer.annotations import legacy_original_key
-from tests.cluster.test_reconciler import Harness, guaranteed, make_namespace, ours, q, resources
+from tests.cluster.test_reconciler import CONFIG_YAML, Harness, guaranteed, make_namespace, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
 from devkit.kube import deployment, wait_for
 from devkit.processes import REPO, Webhook, originals_key_dir
@@ -188,6 +188,36 @@ def test_macs_minted_through_a_made_up_review_lift_nothing(h: Harness, webhook: 
         annotate(h, name, {**minted(webhook, h.pod(name), EIGHT), **FORGERIES[forgery]})
     ungate(h, names)
     never_above_the_invariant(h, names)
+
+
+def test_admission_originals_minted_for_a_resized_spec_lift_nothing(h: Harness, webhook: Webhook) -> None:
+    """Issue 34's last route: authored at 500m on a node type twice as slow as the baseline, the pod
+    is resized to 1 CPU (generation 2, bound by a pod MAC). The tenant replaces its originals with
+    those a made-up review of its spec obtains (1 CPU, signed at admission, equal to the spec). A
+    config edit (that type now 2.5x slower) has the pod decided again: trusted, they would give it
+    2500m; they vouch for nothing on a changed pod: OriginalsUnverified, left at 1 CPU."""
+    node = h.node("slow", "slow")
+    h.reconciler()
+    with Registration(h.kube, h.ns, webhook):
+        h.deploy("resized", node, [AUTHOR])
+        name = h.wait_running("resized")[0]["metadata"]["name"]
+    h.wait_event(name, "Resized", timeout=60)
+    pod = h.pod(name)
+    assert resources(pod)["requests"]["cpu"] == q("1") and pod["metadata"]["generation"] == 2
+    assert ours(pod)[ORIGINALS_MAC].startswith("v1.p."), "bound to the pod by the reconciler"
+    annotate(h, name, minted(webhook, pod, {original_key("app", "cpu", "request"): "1"}))
+    assert ours(h.pod(name))[original_key("app", "cpu", "request")] == "1"
+    h.config(CONFIG_YAML.replace("slow: { cpuPerf: 0.5", "slow: { cpuPerf: 0.4"))
+    event = h.wait_event(name, "OriginalsUnverified", timeout=60)
+    assert event["type"] == "Warning" and "signed at admission only" in event["message"], event
+    pod = h.pod(name)
+    assert resources(pod)["requests"]["cpu"] == q("1") and resources(pod)["limits"]["cpu"] == q("1"), "raised"
+    assert pod["metadata"]["generation"] == 2, "resized"
+    entry = plan(h)[name]
+    assert entry["outcome"] == "OriginalsUnverified", entry
+    assert q(f"{entry['requests']['cpu']['desiredMillicores']}m") == q("1"), ("plan forecasts a raise", entry)
+    line = next(ln for ln in restore_dry_run(h).splitlines() if ln.startswith(f"{h.ns}/{name}:"))
+    assert "left as it is" in line and "would resize back" not in line, line
 
 
 def test_originals_and_mac_copied_from_another_pod_lift_nothing(h: Harness, webhook: Webhook) -> None:
@@ -363,9 +393,10 @@ def legacy_stamp(*containers: dict[str, Any]) -> dict[str, str]:
 
 def test_a_pod_left_with_colliding_legacy_originals_is_refused_by_every_program(h: Harness) -> None:
     """Stamped (and bound by a pod MAC) by the previous version, or forged past the webhook:
-    the reconciler, `plan` and `restore` all refuse it, naming both containers."""
+    the reconciler, `plan` and `restore` all refuse it, naming both containers. (The reconciler
+    starts once the pods carry only that stamp: it would bind the spec's originals to a gated pod
+    without any, under keys of today that the legacy ones never shadow.)"""
     node = h.node("n4", "n4")
-    h.reconciler()
     stamp = legacy_stamp(SMALL, LARGE)
     assert stamp[legacy_original_key(A, "cpu", "request")] == "4", "the small container carries the large one's"
     names = {}
@@ -379,6 +410,7 @@ def test_a_pod_left_with_colliding_legacy_originals_is_refused_by_every_program(
     annotate(h, names["signed"], {**stamp, ORIGINALS_MAC: sign_originals(keyring, stamp, PodIdentity.of(signed),
                                                                           "pod")})
     annotate(h, names["forged"], stamp)
+    h.reconciler()
     ungate(h, names)
     for route, name in names.items():
         event = h.wait_event(name, "ResizeFailed", timeout=60)

@@ -118,6 +118,19 @@ class FakeCluster:
             pod["metadata"]["resourceVersion"] = self._next_rv()
             self.cache[_key(pod)] = _snapshot(pod)
 
+    def ungate(self, key: str) -> None:
+        """The pod's scheduling gates removed (a spec change: the apiserver bumps the generation)."""
+        pod = self.pods[key]
+        pod["spec"].pop("schedulingGates", None)
+        pod["metadata"]["generation"] = pod["metadata"].get("generation", 1) + 1
+        self._written(pod)
+
+    def schedule(self, key: str, node: str = "node-1") -> None:
+        """The scheduler binds the pod to `node` (a Binding: no spec change counted)."""
+        pod = self.pods[key]
+        pod["spec"]["nodeName"] = node
+        self._written(pod)
+
     def settle(self, key: str) -> None:
         """The kubelet saw a spec equal to what runs (e.g. after a revert): conditions go."""
         self._kubelet_status(self.pods[key], [])
@@ -138,6 +151,10 @@ class FakeCluster:
 
     def pod(self, key: str) -> Obj | None:
         return self.cache.get(key)
+
+    def unbound(self, key: str) -> Obj | None:
+        cached = self.cache.get(key)
+        return cached if cached is not None and not cached["spec"].get("nodeName") else None
 
     async def node(self, name: str) -> Obj | None:
         return self.nodes.get(name)

@@ -50,6 +50,7 @@ from resizer import (
     Trust,
     baseline,
     coerce_quantity,
+    early_binding,
     eligibility,
     is_controller_owned_key,
     is_original_key,
@@ -96,9 +97,6 @@ COLLIDING = ("payments-api-with-a-really-long-name-for-z41osl3f8", "payments-api
 INJECTED = "proxy"
 SLOTS = tuple((resource, kind) for resource in ("cpu", "memory") for kind in ("request", "limit"))
 _SPEC_FIELD = {"request": "requests", "limit": "limits"}
-
-# The authority's reason for admission-signed originals equal to a changed spec (World.on_the_open_route).
-OPEN_ROUTE = "verified, equal to the spec"
 
 Slot = tuple[str, str, str]             # (container, resource, kind)
 Values = dict[Slot, Fraction]           # cpu in cores, memory in bytes
@@ -180,6 +178,10 @@ class World:
     flight: InFlight | None = None
     # A restart cut a resize of ours off before its record (step 3): docs/security.md, Limits.
     cut_off: bool = False
+    # The reconciler bound the originals of the gated pod at generation 1 (reconciler.gated), and
+    # whether the gate went before it did (docs/how-it-works.md, gated pods: refused, never raised).
+    bound_at_the_gate: bool = False
+    raced: bool = False
     types_seen: set[str] = field(default_factory=set)      # the node types the pod ran on
     ledger: dict[str, Record] = field(default_factory=dict)     # sized MAC -> the record it signs
     uids: itertools.count[int] = field(default_factory=itertools.count)
@@ -245,6 +247,7 @@ class World:
         if not stored["spec"].get("schedulingGates"):
             stored["spec"]["nodeName"] = NODE_OF[self.node_type]
         self.pod, self.admitted, self.honest, self.flight, self.cut_off = stored, admitted, True, None, False
+        self.bound_at_the_gate = self.raced = False
         self.types_seen = {self.node_type}
         self.program_set("webhook", spec_values(stored), with_authors_own=True)
 
@@ -280,7 +283,11 @@ class World:
 
     def reconcile(self) -> None:
         """What the reconciler does on the pod's next event: step 1 (the authority's stamp), step 2
-        (the resize) or, when the spec holds its plan, step 3 (the kubelet actuated it)."""
+        (the resize) or, when the spec holds its plan, step 3 (the kubelet actuated it); on a pod
+        still held by its scheduling gates, the binding of its originals (reconciler.gated)."""
+        if not self.pod["spec"].get("nodeName"):
+            self.bind_at_the_gate()
+            return
         decided = self.decide()
         if decided is None:
             return
@@ -308,6 +315,30 @@ class World:
         annotations(pod).pop(RESIZE_STATE, None)
         self.bind()                                 # step 3
         self.flight = None
+
+    def bind_at_the_gate(self) -> None:
+        """An eligible pod at generation 1 held by scheduling gates: the authority's early binding
+        written as one merge patch (reconciler.gated)."""
+        pod = self.pod
+        if not pod["spec"].get("schedulingGates") or not eligibility(pod).eligible:
+            return
+        try:
+            patch = early_binding(pod, self.ring)
+        except (OriginalsError, QuantityError):
+            return
+        for key, value in (patch or {}).items():
+            if value is None:
+                annotations(pod).pop(key, None)
+            else:
+                annotations(pod)[key] = value
+        self.bound_at_the_gate = self.bound_at_the_gate or bool(patch)
+
+    def ungate(self) -> None:
+        """The pod's scheduling gates removed (a spec change: generation 2), then it is scheduled."""
+        self.raced = self.raced or not self.bound_at_the_gate
+        self.pod["spec"].pop("schedulingGates")
+        self.pod["spec"]["nodeName"] = NODE_OF[self.node_type]
+        self.pod["metadata"]["generation"] += 1
 
     def bind(self) -> None:
         """The pod MAC the reconciler's writes carry when the authority lets it sign (reconciler.authority)."""
@@ -377,21 +408,6 @@ class World:
         self.node_type = node_type
         self.types_seen.add(node_type)
 
-    def on_the_open_route(self) -> bool:
-        """Whether the pod's originals took the one route the authority does not close (issue 34,
-        open; docs/security.md, Limits): signed at admission, which anyone mints through a made-up
-        review, and equal to a spec that changed since creation (a stamped pod whose gate was
-        removed looks the same), above what the author admitted."""
-        if self.pod["metadata"]["generation"] == 1:
-            return False
-        try:
-            decision = baseline(self.pod, self.ring)
-            trusted = self.trusted(decision)
-        except OriginalsError:
-            return False
-        return decision.check.scope in ("admission", "sized") and decision.check.reason == OPEN_ROUTE \
-            and any(value > self.admitted.get(slot, value) for slot, value in trusted.items())
-
     # ------------------------------------------------------------------ the invariant
 
     def program_set(self, program: str, values: Values, with_authors_own: bool = False) -> None:
@@ -443,7 +459,7 @@ class World:
                                 f"{decision.check}); story: {self.story}")
         cut_off = self.cut_off or not as_the_reconciler_sees_it     # (a restarted reconciler's view)
         if honest and as_the_reconciler_sees_it and not decision.may_resize \
-                and not (cut_off and decision.check.trust is Trust.TRUSTED_IF_ALIGNED):
+                and not ((cut_off or self.raced) and decision.check.trust is Trust.TRUSTED_IF_ALIGNED):
             raise Violation(f"an honest pod is not trusted: {decision.check}; story: {self.story}")
 
     def trusted(self, decision: Baseline) -> Values:

@@ -46,7 +46,6 @@ from .tenant_world import (
     COLLIDING,
     INJECTED,
     LABEL,
-    NODE_OF,
     RECREATED,
     SKIP,
     World,
@@ -145,12 +144,12 @@ bumps = st.tuples(st.just("bump"), st.just(0))      # a gate removed (honest) or
 statuses = st.tuples(st.just("status"), st.tuples(st.none() | quantities,     # the containers report N (None:
                                                    st.sampled_from(["infeasible", "error"])))   # the size before)
 world_events = st.one_of(
+    st.tuples(st.just("wait"), st.just(0)),             # nothing but the reconciler's turns
     st.tuples(st.just("restart"), st.just(0)),          # the reconciler forgets its resizes in flight
     st.tuples(st.just("relabel"), st.sampled_from(TYPES)),     # the pod's node gets another type
     st.tuples(st.just("lose-key"), st.just(0)),         # the keys Secret recreated: a new key, a new id
     st.tuples(st.just("key-back"), st.just(0)),         # the old key put back next to it
 )
-SIGNED_MOVES = ("mint", "mint-spec", "mint-sized", "copy", "copy-sized")     # originals with a MAC the webhook gave
 reviews = st.tuples(st.just("review"), st.sampled_from(REVIEW_CHANGES))    # the pod's content through the webhook
 # Each move, then the reconciler acting on the pod's events 0-2 times (step 1, 2, or 3 each).
 steps = st.lists(st.tuples(st.one_of(tenant_moves, world_events, reviews, bumps, statuses),
@@ -172,8 +171,9 @@ def story(cpu: int = 1000, pair: tuple[int, int] | None = None, pin: str | None 
        (("status", (8000, "error")), 0))
 @story(1000, None, "n4", False, "n2d", None, (("copy-sized", 8000), 1), (("state", "infeasible"), 1))  # generation 1
 @story(8000, None, "n4", False, "n2d", None, (("lose-key", 0), 1), (("key-back", 0), 1))   # a lost key, put back
-@story(1000, None, "n4", True, "n2d", None, (("bump", 0), 1))                               # a gated pod
-@story(1000, None, None, False, "e2", None, (("relabel", "e2"), 2), (("mint-spec", 0), 1))  # the open route
+@story(1000, None, "n4", True, "n2d", None, (("wait", 0), 1), (("bump", 0), 1))             # a gated pod
+@story(1000, None, "n4", True, "n2d", None, (("bump", 0), 1))          # its gate removed before it was bound
+@story(1000, None, None, False, "e2", None, (("relabel", "e2"), 2), (("mint-spec", 0), 1))  # minted for a resize
 @given(cpu=st.sampled_from([250, 1000, 8000]) | quantities, pair=st.none() | st.tuples(quantities, quantities), memory=st.integers(min_value=1, max_value=4096),
        pin=st.sampled_from([None, None, "n4", "n4", "n2d", "e2"]), gated=st.booleans(),
        webhook=st.sampled_from([True, True, True, False]), runs_on=st.sampled_from(TYPES),
@@ -184,7 +184,9 @@ def test_no_sequence_of_tenant_actions_moves_the_baseline_off_the_admitted_value
     """After every step, no program (the webhook, the reconciler's resize and revert, plan,
     restore) sets a container above its own admitted value x the ratio of its node type (a revert
     or restore: above the admitted value), the authority trusts nothing above it, and an honest pod
-    (no tenant move since admission) whose key is known is trusted at exactly its admitted values.
+    (no tenant move since admission) whose key is known is trusted at exactly its admitted values
+    (unless its scheduling gate went before the reconciler bound its originals: then it may only be
+    explained as aligned, docs/how-it-works.md).
 
     ``pair``: the first container's siblings, two valid names whose legacy keys collide; ``pin``:
     the node type the pod's nodeSelector pins; ``reinvoked``: the webhook called again on its own
@@ -204,13 +206,7 @@ def play(obj: dict[str, Any], webhook: bool, runs_on: str, steps: list[tuple[tup
     for move, reconciles in steps:
         world.story.append(f"{move[0]} {move[1]}")
         note(move[0])
-        before = copy.deepcopy(world.pod["metadata"]["annotations"])
         tenant(world, move)
-        if move[0] in SIGNED_MOVES and world.on_the_open_route():
-            # Issue 34, open (test_admission_originals_minted_for_a_resized_spec_do_not_raise_it):
-            # the move is taken back so that every other route stays checked.
-            world.pod["metadata"]["annotations"] = before
-            world.story.append("taken back: the open route")
         if move[0] in ("mint-sized", "copy-sized"):
             world.adopt_an_honest_author()
         world.check()
@@ -226,7 +222,7 @@ def tenant(world: World, move: tuple[str, Any]) -> None:
     pod = world.pod
     first = pod["spec"]["containers"][0]["name"]
     ours = pod["metadata"]["annotations"]
-    if kind not in ("bump", "review", "status", "restart", "relabel", "lose-key", "key-back"):
+    if kind not in ("wait", "bump", "review", "status", "restart", "relabel", "lose-key", "key-back"):
         world.honest = False
     if kind == "forge":
         ours.update({original_key(first, "cpu", "request"): f"{arg}m", original_key(first, "cpu", "limit"): f"{arg}m"})
@@ -258,11 +254,11 @@ def tenant(world: World, move: tuple[str, Any]) -> None:
     elif kind == "strip":
         pod["metadata"]["annotations"] = {k: v for k, v in ours.items() if not k.startswith(PREFIX)}
     elif kind == "bump":
-        if pod["spec"].pop("schedulingGates", None):
-            pod["spec"]["nodeName"] = NODE_OF[world.node_type]      # ungated, then scheduled
+        if pod["spec"].get("schedulingGates"):
+            world.ungate()
         else:
             world.honest = False                                    # an image changed
-        pod["metadata"]["generation"] += 1
+            pod["metadata"]["generation"] += 1
     elif kind == "review":
         world.create(changed(pod, arg))
     elif kind == "status":
@@ -307,24 +303,21 @@ def _milli(text: str) -> int:
 # ------------------------------------------------------------------ the open route (issue 34)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 34, open: admission-signed originals equal to a changed spec are "
-                                       "trusted (docs/security.md, Limits)")
 def test_admission_originals_minted_for_a_resized_spec_do_not_raise_it() -> None:
     """Authored at 1 CPU on an e2 node (ratio 2), the pod is resized to 2 CPU. With the admission
     policies off, its tenant replaces the originals with those a made-up review of its spec obtains
-    (2 CPU, signed at admission): the authority cannot tell them from a stamped pod whose gate was
-    removed (equal to its changed spec), so the next resize compounds (4 CPU, then 8, ...). Once the
-    route is closed this passes (strict: the run fails): drop the mark and the property test's
-    take-back (World.on_the_open_route)."""
+    (2 CPU, signed at admission). Trusted, they would make the next resize compound (4 CPU, then 8,
+    ...): on a changed pod admission-signed originals only explain a spec already at their plan."""
     world = World(pod={}, node_type="e2", admitted={})
     world.create(authored({"app": 1000}, 64))
     world.reconcile()
     world.reconcile()                   # resized, then recorded with a pod MAC
     assert first_cpu(world.pod) == 2000 and world.pod["metadata"]["generation"] == 2
     tenant(world, ("mint-spec", 0))
-    assert world.on_the_open_route()
+    decision = baseline(world.pod, world.ring)
+    assert decision.check.trust is Trust.TRUSTED_IF_ALIGNED and not decision.may_resize
     world.reconcile()
-    assert first_cpu(world.pod) <= 2000, "admitted 1 CPU x 2"
+    assert first_cpu(world.pod) == 2000 and world.pod["metadata"]["generation"] == 2, "admitted 1 CPU x 2"
 
 
 # ------------------------------------------------------------------ restore and plan, one route each

@@ -101,3 +101,37 @@ def test_the_reconciler_reads_the_store_a_relist_put_in_place():
     p = slim_pod(pod())
     m.pods.store = {"shop/web-1": p}       # what Informer._list does
     assert m.reconciler._reader.pod("shop/web-1") is p
+
+
+def test_only_unbound_pods_held_at_a_gate_with_originals_to_bind_are_queued():
+    from reconciler.kube.slim import slim_unbound_pod
+    from tests.unit.test_reconciler_reconcile import KEYS, gated
+
+    async def scenario() -> None:
+        m = manager(keyring=lambda: KEYS)
+        waiting = gated()
+        del waiting["spec"]["schedulingGates"]          # pending for the scheduler only
+        m._on_unbound_pod("ADDED", slim_unbound_pod(waiting), None)
+        assert queued(m.queue) == []
+        m.unbound.store["shop/web-1"] = held = slim_unbound_pod(gated())
+        m._on_unbound_pod("ADDED", held, None)
+        assert queued(m.queue) == ["shop/web-1"]
+        assert m.reconciler._reader.unbound("shop/web-1") is held
+        m.queue._queue.clear()
+        m.queue._queued.clear()
+        m._on_unbound_pod("DELETED", held, held)          # bound (or deleted): the pod watch's
+        assert queued(m.queue) == []
+        m.on_config_change()                              # e.g. its namespace entered the scope
+        assert queued(m.queue) == ["shop/web-1"]
+    asyncio.run(scenario())
+
+
+def test_a_pod_filter_keeps_gated_pods_out_of_the_queue_too():
+    from reconciler.kube.slim import slim_unbound_pod
+    from tests.unit.test_reconciler_reconcile import KEYS, gated
+
+    async def scenario() -> None:
+        m = manager(keyring=lambda: KEYS, pod_filters=(lambda p: p["metadata"]["namespace"] != "shop",))
+        m._on_unbound_pod("ADDED", slim_unbound_pod(gated()), None)
+        assert queued(m.queue) == []
+    asyncio.run(scenario())

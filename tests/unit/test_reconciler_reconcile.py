@@ -1481,3 +1481,120 @@ def test_a_pod_held_for_a_lost_key_keeps_its_originals_and_is_sized_from_them_on
     ring["now"] = KeyRing({**ring["now"].keys, **KEYS.keys})       # the key put back
     assert run(rec.reconcile(KEY)) == DONE
     assert "resize" in fake.ops() and fake.writes[-1].body == BACK_TO_1
+
+
+# ------------------------------------------------------------------ gated pods: originals bound at generation 1
+
+
+def gated(stamped: bool = True, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod held by a scheduling gate (Pending, not bound), as created: generation 1."""
+    held = pod(stamped=stamped, running=False, annotations=annotations)
+    del held["spec"]["nodeName"]
+    held["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    held["status"] = {"phase": "Pending", "qosClass": "Guaranteed"}
+    held["metadata"]["generation"] = 1
+    return held
+
+
+def bound_and_running(fake: FakeCluster) -> None:
+    """The gate removed (generation 2), the pod scheduled and its container started."""
+    fake.ungate(KEY)
+    fake.schedule(KEY)
+    fake.pods[KEY]["status"] = {"phase": "Pending", "qosClass": "Guaranteed", "containerStatuses": [
+        {"name": "app", "state": {"waiting": {}}}]}
+    fake.start_containers(KEY)
+
+
+def test_a_gated_pod_gets_its_admission_originals_bound_at_generation_1_then_is_sized_after_its_gate():
+    fake = cluster(gated(), auto_actuate=True)
+    read = fake.cache[KEY]["metadata"]["resourceVersion"]
+    rec = reconciler(fake)
+    assert rec.needs_binding(fake.pod(KEY))
+    assert run(rec.reconcile(KEY)) == DONE
+    (write,) = fake.writes
+    assert write.op == "annotate" and write.resource_version == read, "conditional on the pod as read"
+    assert set(write.body) == {ORIGINALS_MAC} and write.body[ORIGINALS_MAC].startswith("v1.p.")
+    assert fake.events == [], "no Event for a binding"
+    assert not rec.needs_binding(fake.pod(KEY)), "bound: it leaves this path"
+
+    bound_and_running(fake)
+    assert generation(fake) == 2
+    run(rec.reconcile(KEY))
+    assert fake.writes[-1].op == "resize" and fake.writes[-1].body == RESIZE_TO_800M, "1 CPU x 0.8, trusted"
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["Resized"]
+
+
+def test_a_gated_pod_whose_gate_went_before_it_was_bound_is_not_resized():
+    """The race (the reconciler down, or a gate remover faster): admission-signed originals on a
+    changed spec vouch for nothing, so the pod is held, never raised nor resized."""
+    fake = cluster(gated(), auto_actuate=True)
+    rec = reconciler(fake)
+    bound_and_running(fake)
+    assert not rec.needs_binding(fake.pod(KEY))
+    run(rec.reconcile(KEY))
+    assert fake.ops() == [] and reasons(fake) == ["OriginalsUnverified"]
+    assert "signed at admission only" in fake.events[0].message
+    assert spec_cpu(fake) == ("1", "1")
+
+
+@pytest.mark.parametrize("kind", ["unsigned", "none"])
+def test_a_gated_pod_without_admission_originals_gets_them_recorded_from_its_spec(kind: str):
+    """Unsigned originals equal to the spec (a webhook without keys), or none (the webhook down):
+    at generation 1 the spec is the author's, recorded with a pod MAC before the gate goes."""
+    unsigned = missing_original_annotations(pod()) if kind == "unsigned" else {}
+    fake = cluster(gated(stamped=False, annotations=unsigned))
+    run(reconciler(fake).reconcile(KEY))
+    (write,) = fake.writes
+    assert write.body[ORIGINALS_MAC].startswith("v1.p.")
+    assert {k: v for k, v in write.body.items() if k != ORIGINALS_MAC} == \
+        ({} if kind == "unsigned" else missing_original_annotations(pod()))
+    assert baseline(fake.pod_now(KEY), KEYS).check.scope == "pod" and fake.events == []
+
+
+def test_forged_originals_on_a_gated_pod_are_not_bound():
+    """Step 1 of the bound pod replaces them from its spec (and reports it); binding them would not."""
+    fake = cluster(gated(stamped=False, annotations=EIGHT_CPUS))
+    run(reconciler(fake).reconcile(KEY))
+    assert fake.writes == [] and fake.events == []
+
+
+def test_only_eligible_gated_pods_at_generation_1_not_bound_yet_want_a_binding():
+    rec = reconciler(cluster())
+    assert rec.needs_binding(slim_pod(gated()))
+    assert not rec.needs_binding(slim_pod(gated(annotations={"workload-resizer.io/skip": "true"})))
+    changed = gated()
+    changed["metadata"]["generation"] = 2
+    assert not rec.needs_binding(slim_pod(changed))
+    ungated = gated()
+    del ungated["spec"]["schedulingGates"]
+    assert not rec.needs_binding(slim_pod(ungated)), "pending for the scheduler only: nothing to do"
+    deleting = gated()
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert not rec.needs_binding(slim_pod(deleting))
+    bound = gated()
+    bound["metadata"]["annotations"].update(pod_mac(bound, KEYS))
+    assert not rec.needs_binding(slim_pod(bound))
+    fake = cluster()
+    dry = reconciler(fake, dry_run=True)
+    assert not dry.needs_binding(slim_pod(gated())), "a dry run writes nothing"
+    keyless = PodResizeReconciler(fake, fake, fake, FakeConfig(CONFIG), ControllerSettings(node_type_label=LABEL))
+    assert not keyless.needs_binding(slim_pod(gated())), "no key to sign with"
+
+
+def test_a_binding_that_conflicts_is_retried_from_the_cache_and_one_refused_is_dropped():
+    fake = cluster(gated())
+    fake.fail("annotate", ApiError(409, {"reason": "Conflict", "message": "modified"}))
+    with pytest.raises(ApiError) as conflict:
+        run(reconciler(fake).reconcile(KEY))
+    assert conflict.value.retryable
+    fake.fail("annotate", ApiError(422, {"reason": "Invalid", "message": "metadata.annotations: Too long"}))
+    assert run(reconciler(fake).reconcile(KEY)) == DONE
+    assert fake.writes == [] and fake.events == []
+
+
+def test_a_binding_is_counted():
+    fake = cluster(gated())
+    before = REGISTRY.get_sample_value("workload_resizer_originals_bound_total", {"when": "gated"}) or 0.0
+    run(reconciler(fake).reconcile(KEY))
+    assert REGISTRY.get_sample_value("workload_resizer_originals_bound_total", {"when": "gated"}) == before + 1

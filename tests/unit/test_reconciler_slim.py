@@ -9,7 +9,7 @@ import pytest
 
 from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from reconciler.controller import live_and_bound
-from reconciler.kube.slim import slim_node, slim_pod, status_fingerprint
+from reconciler.kube.slim import slim_node, slim_pod, slim_unbound_pod, status_fingerprint
 from resizer import (
     OriginalsError,
     eligibility,
@@ -437,3 +437,44 @@ def test_fingerprint_ignores_the_reported_amounts():
 
 def test_fingerprint_of_a_pod_without_status_is_defined():
     assert status_fingerprint({"metadata": {}, "spec": {}}) == (None, ())
+
+
+# ------------------------------------------------------------------ pods not bound yet (reconciler.gated)
+
+
+def _unbound(name: str, gated: bool) -> dict[str, Any]:
+    pod = _pods()[name]
+    del pod["spec"]["nodeName"]
+    pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+    pod["metadata"]["generation"] = 1
+    if gated:
+        pod["spec"]["schedulingGates"] = [{"name": "example.com/quota"}, {"name": "example.com/review"}]
+    return pod
+
+
+@pytest.mark.parametrize("name", POD_NAMES)
+def test_a_gated_pod_s_binding_is_the_same_on_the_slim_unbound_pod(name):
+    from reconciler.gated import wants_binding
+    from resizer import KeyRing, early_binding
+
+    keys = KeyRing({"k0001": b"k" * 32})
+    pod = _unbound(name, gated=True)
+    slim = slim_unbound_pod(pod)
+    assert wants_binding(slim, keys) == (eligibility(pod).eligible and wants_binding(pod, keys))
+    assert _outcome(early_binding, slim, keys) == _outcome(early_binding, pod, keys)
+    assert slim["spec"]["schedulingGates"] == ["example.com/quota", "example.com/review"]
+    assert "status" not in slim and "labels" not in slim["metadata"]
+
+
+def test_an_unbound_pod_without_gates_is_cached_as_its_name_only():
+    pod = _unbound("deployment-burstable", gated=False)
+    slim = slim_unbound_pod(pod)
+    assert slim == {"metadata": {"name": "web", "namespace": "shop", "resourceVersion": "4711", "annotations": {}},
+                    "spec": {}}
+    assert len(json.dumps(slim)) * 50 < len(json.dumps(pod))
+
+
+def test_scheduling_gates_are_kept_on_the_slim_pod():
+    assert slim_pod(_unbound("orphan", gated=True))["spec"]["schedulingGates"] == \
+        ["example.com/quota", "example.com/review"]
+    assert "schedulingGates" not in slim_pod(_pods()["orphan"])["spec"]

@@ -14,6 +14,7 @@ from resizer import (
     PodIdentity,
     Trust,
     check_originals,
+    early_binding,
     key_id_of,
     originals_from_spec_annotations,
     sign_originals,
@@ -290,3 +291,95 @@ def test_the_newest_signs_after_a_tenth_key() -> None:
     ring = KeyRing({f"k{n}": bytes([n]) * 32 for n in range(1, 11)})
     value = sign_originals(ring, {}, PodIdentity.of(make_pod()), "pod")
     assert key_id_of(value) == "k10"
+
+
+# ---------------------------------------------------------------- a changed pod: only a pod MAC vouches (issue 34)
+
+
+def test_admission_mac_equal_to_a_changed_spec_only_explains_an_aligned_pod() -> None:
+    """A made-up review of a resized pod's spec obtains exactly these (docs/security.md, routes):
+    trusted, they would make the resized size the baseline of the next resize."""
+    pod = stamped_at_admission(make_pod("1", generation=2))
+    result = check(pod)
+    assert result.trust is Trust.TRUSTED_IF_ALIGNED and result.scope == "admission"
+    assert "generation 2" in result.reason
+
+
+def test_admission_mac_equal_to_a_changed_spec_is_trusted_while_this_process_vouches_for_it() -> None:
+    pod = stamped_at_admission(make_pod("1", generation=2))
+    originals = {k: v for k, v in pod["metadata"]["annotations"].items() if k != ORIGINALS_MAC}
+    vouched = check_originals(pod, RING, originals_from_spec_annotations(pod), vouched=originals)
+    assert vouched.trust is Trust.TRUSTED
+
+
+def test_sized_mac_on_a_changed_pod_only_explains_an_aligned_pod() -> None:
+    """A sized record whose sized values equal its originals (a pin of ratio 1), minted and put on a
+    pod whose spec changed since but holds those values."""
+    from resizer import SIZED_AT_ADMISSION, sized_stamp
+
+    review = make_pod("1")
+    review["metadata"].pop("name")
+    originals = originals_from_spec_annotations(review)
+    pod = make_pod("1", generation=2, annotations=sized_stamp(review, "shop", RING, originals, "n2d", originals))
+    assert SIZED_AT_ADMISSION in pod["metadata"]["annotations"]
+    result = check(pod)
+    assert result.trust is Trust.TRUSTED_IF_ALIGNED and result.scope == "sized"
+
+
+def test_originals_bound_to_the_pod_before_its_gate_was_removed_stay_trusted() -> None:
+    pod = stamped_by_reconciler(stamped_at_admission(make_pod("1")))
+    pod["metadata"]["generation"] = 2      # the gate removed: no resource changed
+    result = check(pod)
+    assert result.trust is Trust.TRUSTED and result.scope == "pod"
+
+
+# ---------------------------------------------------------------- early_binding: a gated pod at generation 1
+
+
+def bound_after(pod: dict[str, Any], patch: dict[str, str | None]) -> dict[str, Any]:
+    """``pod`` as the merge patch leaves it, then its gate removed (generation 2)."""
+    annotations = {k: v for k, v in {**pod["metadata"]["annotations"], **patch}.items() if v is not None}
+    return {**pod, "metadata": {**pod["metadata"], "annotations": annotations, "generation": 2}}
+
+
+@pytest.mark.parametrize("stamp", ["webhook", "unsigned", "none"])
+def test_early_binding_binds_what_the_authority_trusts_on_a_never_changed_pod(stamp: str) -> None:
+    pod = make_pod("1")
+    if stamp == "webhook":
+        stamped_at_admission(pod)
+    elif stamp == "unsigned":
+        pod["metadata"]["annotations"].update(originals_from_spec_annotations(pod))
+    patch = early_binding(pod, RING)
+    assert patch is not None and str(patch[ORIGINALS_MAC]).startswith(f"v1.p.{NEW}.")
+    if stamp == "none":     # no originals (the webhook down): recorded from the spec, as step 1 does
+        assert {k: v for k, v in patch.items() if k != ORIGINALS_MAC} == originals_from_spec_annotations(pod)
+    else:
+        assert set(patch) == {ORIGINALS_MAC}
+    result = check(bound_after(pod, patch))
+    assert result.trust is Trust.TRUSTED and result.scope == "pod"
+
+
+def test_early_binding_binds_nothing_the_authority_does_not_trust_as_it_is() -> None:
+    forged = make_pod("1", annotations={CPU: "16", "workload-resizer.io/original-cpu-limit.app": "16"})
+    sibling = make_pod("1", name="web-7d9f-zzzzz", uid="other-uid",
+                       annotations=dict(stamped_at_admission(make_pod("16"))["metadata"]["annotations"]))
+    for rejected in (forged, sibling):      # re-captured (and reported) by step 1 once the pod is bound
+        assert check(rejected).trust is Trust.RECAPTURE and early_binding(rejected, RING) is None
+    assert early_binding(stamped_at_admission(make_pod("1", generation=2)), RING) is None, "changed already"
+    assert early_binding(stamped_by_reconciler(make_pod("1")), RING) is None, "bound already"
+    assert early_binding(stamped_at_admission(make_pod("1")), KeyRing({})) is None, "no key to sign with"
+
+
+def test_early_binding_of_a_sized_record_is_step_1s() -> None:
+    from resizer import sized_stamp
+
+    review = make_pod("1")
+    review["metadata"].pop("name")
+    originals = originals_from_spec_annotations(review)
+    sized = {k: v.replace("1", "800m") for k, v in originals.items()}
+    pod = make_pod("800m", annotations=sized_stamp(review, "shop", RING, originals, "n4", sized))
+    assert check(pod).scope == "sized"
+    patch = early_binding(pod, RING)
+    assert patch is not None and str(patch[ORIGINALS_MAC]).startswith("v1.p.")
+    bound = bound_after(pod, patch)
+    assert check(bound).trust is Trust.TRUSTED and bound["metadata"]["annotations"][CPU] == "1"

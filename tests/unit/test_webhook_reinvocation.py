@@ -17,7 +17,8 @@ import pytest
 
 from app.review import handle_review
 from devkit.jsonpatch import apply_patch
-from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, Trust, baseline, original_key, pod_original_key
+from resizer import (ORIGINALS_MAC, SIZED_AT_ADMISSION, Trust, baseline, early_binding, original_key,
+                     pod_original_key)
 from tests.unit.test_webhook_review import container, pod, review
 from tests.unit.test_webhook_sizing import KEYS, LABEL, context
 
@@ -205,16 +206,25 @@ def test_a_copied_record_gives_the_pod_an_honest_author_of_its_originals_gets(pi
 
 def test_a_gated_pod_is_stamped_only_and_trusted_once_its_gate_is_removed() -> None:
     """Removing a scheduling gate changes the spec (generation 2) before the pod is bound: a sized
-    record could no longer be trusted then. Stamped only, its originals equal the spec."""
+    record could no longer be trusted then. Stamped only, its originals equal the spec; the
+    reconciler binds them to the pod at generation 1 (early_binding), which vouches for them once
+    the gate is gone. The webhook's own admission MAC no longer does then (anyone mints one)."""
     obj = authored()
     add_gate(obj)
     _, first, record = admit(obj)
     assert cpu(first) == ("1", "1") and "scheduling gate" in record["sizingHeld"]
     assert record["decision"] == "patched" and SIZED_AT_ADMISSION not in ours(first)
-    ungated = stored(first, generation=2)
-    ungated["spec"].pop("schedulingGates")
-    check = baseline(ungated, KEYS).check
-    assert check.trust is Trust.TRUSTED and check.scope == "admission"
+    gated = stored(first)
+    binding = early_binding(gated, KEYS)
+    assert binding is not None and set(binding) == {ORIGINALS_MAC} and binding[ORIGINALS_MAC].startswith("v1.p.")
+    for bound in (False, True):
+        ungated = copy.deepcopy(stored(first, generation=2))
+        ungated["spec"].pop("schedulingGates")
+        if bound:
+            ungated["metadata"]["annotations"] = {**ours(first), **binding}
+        check = baseline(ungated, KEYS).check
+        assert (check.trust, check.scope) == ((Trust.TRUSTED, "pod") if bound else
+                                              (Trust.TRUSTED_IF_ALIGNED, "admission")), bound
 
 
 def test_a_fresh_pod_still_takes_the_memoised_path() -> None:
