@@ -23,6 +23,8 @@ COPY pyproject.toml README* ./
 COPY resizer/ resizer/
 COPY app/ app/
 COPY reconciler/ reconciler/
+COPY kube/ kube/
+COPY commands/ commands/
 COPY certs/ certs/
 COPY ops/ ops/
 # Every dependency ships binary wheels for CPython 3.11, so no compiler is needed.

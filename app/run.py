@@ -23,7 +23,7 @@ from ops.keys import KeyDirectory
 from ops.malloc import bound_heap_retention
 from resizer import KeyRing, KeyRingError
 from ops.jsonlog import flush_logging
-from reconciler.kube import Credentials, KubeClient, load_credentials
+from kube import Credentials, KubeClient, load_credentials
 from resizer.scope import NamespaceScope
 
 log = logging.getLogger("workload_resizer.webhook")

@@ -3,7 +3,7 @@
 :class:`ClusterView` lists and watches the nodes (their node-type label only) and the config
 ConfigMap, the LimitRanges (a size one would refuse is not given at CREATE) and, where their CRD
 is served, the VerticalPodAutoscalers (a pod an updating one may manage is not sized), through
-``reconciler.kube`` (the product's Kubernetes client; the one import of the
+``kube`` (the product's Kubernetes client; the one import of the
 reconciler package the webhook makes, see pyproject.toml). An invalid config keeps the last
 good one in force, as in the reconciler. :class:`SizingContext` is an immutable snapshot of
 both, versioned: the review workers receive it only when its version changed, so a review never
@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from reconciler.kube import ApiError, KubeClient
-from reconciler.kube.informer import Informer
+from kube import ApiError, KubeClient
+from kube.informer import Informer
 from resizer import CompiledConfig, ConfigError, load_config
 from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, served_in, slim_vpa, vpa_index
 

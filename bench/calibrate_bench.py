@@ -4,7 +4,7 @@ A local cluster in its own state directory (<repo>/.cluster-bench-calibrate unle
 --state-dir), two REAL nodes (hack/cluster add-node --real): "base" (type n2d) and "slow"
 with a CFS quota of half a core on its own cgroup (--cpu-quota 50000/100000); both with
 cgroup cpu.shares 262144, so the machine's other load competes as little as it can. The
-config claims slow is as fast as n2d. `python -m reconciler calibrate -o json` runs once per
+config claims slow is as fast as n2d. `python -m commands calibrate -o json` runs once per
 --repeats value; printed per run: wall time, the command's CPU time, the measured ratio and
 its interval, the baseline's CPU share, and the scores' relative spread.
 
@@ -51,7 +51,7 @@ def calibrate(kubeconfig: str, repeats: int, duration: str) -> dict[str, object]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "reconciler", "calibrate", f"--kubeconfig={kubeconfig}", f"--config-namespace={NAMESPACE}",
+        [sys.executable, "-m", "commands", "calibrate", f"--kubeconfig={kubeconfig}", f"--config-namespace={NAMESPACE}",
          f"--namespace={NAMESPACE}", f"--node-type-label={LABEL}", "--toleration=workload-resizer.io/real-node",
          "--host-network", f"--repeats={repeats}", f"--benchmark-duration={duration}", "-o", "json"],
         cwd=REPO, capture_output=True, text=True, timeout=1800)

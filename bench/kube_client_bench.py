@@ -8,7 +8,7 @@ requests in flight, for each client:
 
 - httpx.AsyncClient (what the reconciler used until issue 15);
 - aiohttp.ClientSession (if installed: `.venv/bin/pip install aiohttp`);
-- reconciler.kube.KubeClient (keep-alive HTTP/1.1 on asyncio protocols + httptools).
+- kube.KubeClient (keep-alive HTTP/1.1 on asyncio protocols + httptools).
 
 Prints CPU milliseconds of this process per request (time.process_time, so the
 apiserver's share of the shared cores does not count) and requests/s.
@@ -35,7 +35,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from reconciler.kube.client import Credentials, KubeClient, load_credentials  # noqa: E402
+from kube.client import Credentials, KubeClient, load_credentials  # noqa: E402
 
 REVIEW = REPO / "bench" / "data" / "review-2c.json"
 NAMESPACE = "default"
@@ -117,7 +117,7 @@ async def _drive(send: Send, n: int, concurrency: int) -> tuple[float, float]:
 
 _REVIEW = orjson.loads(REVIEW.read_bytes())
 
-CLIENTS = {"httpx": run_httpx, "aiohttp": run_aiohttp, "reconciler.kube": run_kube}
+CLIENTS = {"httpx": run_httpx, "aiohttp": run_aiohttp, "kube": run_kube}
 
 
 def main() -> int:

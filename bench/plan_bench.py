@@ -3,7 +3,7 @@
 A fresh local cluster (its own state dir, like the drills), 60 KWOK nodes of the three
 sample families, 10,000 pods from ReplicaSets (bench/drills' Burst: Guaranteed,
 Burstable and skip-annotated), no product installed (plan is what an admin runs before
-installing). Once every pod is bound, `python -m reconciler plan` runs `--rounds` times
+installing). Once every pod is bound, `python -m commands plan` runs `--rounds` times
 (table and JSON) as a separate process; printed: wall time, the command's own CPU time,
 its list and plan phases, peak RSS, and the pods it planned.
 
@@ -31,7 +31,7 @@ from bench.drills.workload import list_pods  # noqa: E402
 def run_plan(kubeconfig: str, namespace: str, output: str) -> dict[str, float | int | str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "reconciler", "plan", f"--kubeconfig={kubeconfig}",
+    proc = subprocess.run([sys.executable, "-m", "commands", "plan", f"--kubeconfig={kubeconfig}",
                            f"--config-namespace={namespace}", "-o", output, "--kube-api-qps=50",
                            f"--originals-key-dir={originals_key_dir()}"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)

@@ -16,11 +16,11 @@ from collections import Counter
 from pathlib import Path
 
 GROUPS = {
-    "HTTP client (reconciler/kube/client.py + library)": re.compile(
-        r"\((?:reconciler/kube/client\.py|reconciler/kube/transport\.py|.*httpx/|.*httpcore/|.*anyio/|.*h11/|.*aiohttp/)"),
+    "HTTP client (kube/client.py + library)": re.compile(
+        r"\((?:kube/client\.py|kube/transport\.py|.*httpx/|.*httpcore/|.*anyio/|.*h11/|.*aiohttp/)"),
     "importlib at run time": re.compile(r"<frozen importlib"),
-    "Events (reconciler/kube/events.py)": re.compile(r"\(reconciler/kube/events\.py"),
-    "watch path (informer + slim)": re.compile(r"\(reconciler/kube/(?:informer|slim)\.py"),
+    "Events (kube/events.py)": re.compile(r"\(kube/events\.py"),
+    "watch path (informer + slim)": re.compile(r"\(kube/(?:informer|slim)\.py"),
     "logging": re.compile(r"logging/__init__\.py|ops/jsonlog\.py"),
     "pure core (resizer/)": re.compile(r"\(resizer/"),
     "TLS (ssl / sslproto)": re.compile(r"ssl\.py|sslproto\.py"),

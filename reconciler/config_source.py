@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from reconciler import metrics
-from reconciler.kube.events import EventRecorder, object_reference
-from reconciler.kube.informer import Informer
-from reconciler.kube import ApiError, KubeClient
+from kube.events import EventRecorder, object_reference
+from kube.informer import Informer
+from kube import ApiError, KubeClient
 from reconciler.reasons import EventType, Reason
 from resizer import CompiledConfig, ConfigError, load_config
 

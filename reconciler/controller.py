@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reconciler.kube.informer import object_key
+from kube.informer import object_key
 from reconciler.memory import DONE, Context, InFlight, Memory, Result, Step
 from reconciler import gated
 from reconciler.follow import Follow

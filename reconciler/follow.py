@@ -11,8 +11,8 @@ import logging
 from dataclasses import replace
 
 from reconciler import metrics
-from reconciler.kube import ApiError
-from reconciler.kube.informer import object_key
+from kube import ApiError
+from kube.informer import object_key
 from reconciler.memory import DONE, Context, InFlight, Result, Step
 from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, observe
 from reconciler.pods import (

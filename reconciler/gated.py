@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 
 from reconciler import metrics
-from reconciler.kube import ApiError
-from reconciler.kube.informer import object_key
+from kube import ApiError
+from kube.informer import object_key
 from reconciler.memory import DONE, Context, Result
 from reconciler.ports import Obj
 from resizer import ORIGINALS_MAC, KeyRing, OriginalsError, QuantityError, early_binding, eligibility

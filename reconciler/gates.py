@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from reconciler import metrics
-from reconciler.kube.slim import Obj
+from kube.slim import Obj
 from reconciler.reasons import Reason
 
 

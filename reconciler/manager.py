@@ -15,16 +15,16 @@ import time
 from collections.abc import Callable, Iterable
 
 from reconciler import metrics
-from reconciler.kube import metrics as kube_metrics
+from kube import metrics as kube_metrics
 from reconciler.controller import PodResizeReconciler
-from reconciler.kube.informer import Informer, object_key
-from reconciler.kube import ApiError, KubeClient
+from kube.informer import Informer, object_key
+from kube import ApiError, KubeClient
 from reconciler.preflight import Preflight
 from reconciler.settings import ControllerSettings, PreflightSettings
 from reconciler.vpa import VpaWatch
 from reconciler.ports import ApiWriter, CachedReader, ConfigView, EventSink, FaultHook, Obj, no_fault
-from reconciler.kube.slim import slim_node, slim_pod, slim_unbound_pod
-from reconciler.kube.workqueue import WorkQueue
+from kube.slim import slim_node, slim_pod, slim_unbound_pod
+from kube.workqueue import WorkQueue
 from reconciler.pods import mac_key_known
 from resizer import EMPTY_KEYRING, KeyRing
 

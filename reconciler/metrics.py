@@ -1,5 +1,5 @@
 """Prometheus metrics of the reconciler, named like controller-runtime's (the client machinery's
-are in reconciler.kube.metrics)."""
+are in kube.metrics)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from reconciler.kube.informer import Informer
-from reconciler.kube import KubeClient
+from kube.informer import Informer
+from kube import KubeClient
 from resizer.scope import NamespaceScope
-from reconciler.kube.slim import Obj
+from kube.slim import Obj
 
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ops.keys import KeyDirectoryError, generate_key, keys_digest, keys_from_secret_data, new_key_id
 from reconciler import metrics
-from reconciler.kube import ApiError, KubeClient
+from kube import ApiError, KubeClient
 from resizer import ORIGINALS_MAC, KeyRing, key_id_of
 
 log = logging.getLogger("reconciler")

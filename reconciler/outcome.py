@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from resizer import OriginalsError, QuantityError, original_keys, parse_quantity, sidecars
-from reconciler.kube.slim import Obj
+from kube.slim import Obj
 
 
 PENDING = "PodResizePending"

@@ -7,8 +7,8 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from reconciler.kube.informer import object_key
-from reconciler.kube.slim import status_fingerprint
+from kube.informer import object_key
+from kube.slim import status_fingerprint
 from reconciler.outcome import ResizeState
 from reconciler.ports import Obj
 from resizer import ORIGINALS_MAC, PREFIX, RESIZE_STATE, KeyRing, ResizePlan, key_id_of

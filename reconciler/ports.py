@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from reconciler.kube.informer import Informer
-from reconciler.kube import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
-from reconciler.kube.slim import Obj as Obj  # re-exported: the ports' object type (defined once, in slim)
-from reconciler.kube.slim import slim_node, slim_pod
+from kube.informer import Informer
+from kube import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
+from kube.slim import Obj as Obj  # re-exported: the ports' object type (defined once, in slim)
+from kube.slim import slim_node, slim_pod
 from resizer import CompiledConfig
 
 # A test-only fault hook: called with the name of each write step right after it succeeded.

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Callable, Iterable
 
 from reconciler.gates import VPA, Held
-from reconciler.kube import KubeClient
-from reconciler.kube.informer import Informer, object_key
-from reconciler.kube.slim import Obj
+from kube import KubeClient
+from kube.informer import Informer, object_key
+from kube.slim import Obj
 from reconciler.reasons import Reason
 from reconciler.settings import PreflightSettings
 from reconciler.vpa import VpaWatch

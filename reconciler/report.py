@@ -5,7 +5,7 @@ import logging
 from typing import Any
 
 from reconciler import metrics
-from reconciler.kube.events import object_reference
+from kube.events import object_reference
 from reconciler.memory import DONE, Memory, Result
 from reconciler.pods import pod_uid
 from reconciler.ports import EventSink, Obj

@@ -16,15 +16,15 @@ from ops.probes import Check
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
 from reconciler.freed import FreedRequests
-from reconciler.kube.events import EventRecorder
-from reconciler.kube import KubeClient, load_credentials
-from reconciler.kube.leader import FencedClient, LeaderElector, LeadershipLost
+from kube.events import EventRecorder
+from kube import KubeClient, load_credentials
+from kube.leader import FencedClient, LeaderElector, LeadershipLost
 from reconciler.manager import Manager
 from reconciler.namespaces import ScopedNamespaces
 from reconciler.originals_keys import KeySecretError, SecretKeys, UnknownKeyWatch
 from reconciler.ports import FaultHook, no_fault
 from reconciler.settings import ReconcilerSettings
-from reconciler.kube.workqueue import WorkQueue
+from kube.workqueue import WorkQueue
 from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 
 log = logging.getLogger("reconciler")

@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from reconciler.kube import ApiError, KubeClient
-from reconciler.kube.informer import Informer
-from reconciler.kube.slim import Obj
+from kube import ApiError, KubeClient
+from kube.informer import Informer
+from kube.slim import Obj
 from resizer.vpa import (
     GROUP_VERSION_PATH,
     NO_OWNER,

@@ -17,10 +17,10 @@ from typing import Any
 
 from ops.timestamps import rfc3339
 from reconciler import metrics
-from reconciler.kube import ApiError
+from kube import ApiError
 from reconciler.authority import binding
 from reconciler.holding import Holding
-from reconciler.kube.ratelimit import TokenBucket
+from kube.ratelimit import TokenBucket
 from reconciler.memory import DONE, Context, InFlight, Result, Step
 from reconciler.outcome import SPEC_SIZE_CHARS, ResizeState, Stage, allocatable_fingerprint, spec_size
 from reconciler.pods import (aligned_message, mac_key_known, pod_uid, situation, size_fingerprint,

@@ -19,7 +19,7 @@ import orjson
 from bench.drills.harness import Burst, Context, Drill, wait_aligned
 from bench.drills.observe import ProcessSampler, cpu_seconds, peak_rss_mb, rss_mb
 from bench.drills.workload import list_pods
-from reconciler.kube.slim import slim_pod
+from kube.slim import slim_pod
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,7 @@ def _denied_now(call: Any) -> bool:
 
 
 def restore(kubeconfig: str, namespace: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={kubeconfig}",
+    return subprocess.run([sys.executable, "-m", "commands", "restore", f"--kubeconfig={kubeconfig}",
                            f"--only-namespace={namespace}", f"--originals-key-dir={originals_key_dir()}", *flags],
                           cwd=REPO, capture_output=True, text=True,
                           timeout=120)

@@ -346,7 +346,7 @@ def test_plan_shows_and_restore_returns_the_pods_sized_at_admission(sized: tuple
     entry = plan(h)[name]
     assert entry["sizedAtAdmission"] == "n4" and entry["outcome"] == "AlreadyAligned", entry
     reconciler.terminate()
-    restored = subprocess.run([sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
+    restored = subprocess.run([sys.executable, "-m", "commands", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
                                f"--only-namespace={h.ns}", f"--originals-key-dir={originals_key_dir()}"],
                               cwd=REPO, capture_output=True, text=True, timeout=120)
     assert restored.returncode == 0, restored.stdout + restored.stderr

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.commands.calibrate import APP, APP_LABEL
+from commands.calibrate import APP, APP_LABEL
 from resizer.config import load_config
 from tests.cluster.test_real_node import PERIOD_US, START_TIMEOUT, app_status, cgroup_limits, container_id, deploy
 from tests.cluster.test_reconciler import CONFIG_NAME, Harness, resources, status_resources
@@ -82,7 +82,7 @@ def h(cluster: Any, namespace: str, nodes: tuple[RealNode, RealNode]) -> Iterato
 
 def calibrate(h: Harness, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "reconciler", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
+        [sys.executable, "-m", "commands", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
          f"--config-namespace={h.ns}", f"--node-type-label={h.label}", f"--namespace={h.ns}",
          f"--toleration={TAINT}", "--host-network", *flags],
         capture_output=True, text=True, timeout=900)
@@ -199,7 +199,7 @@ def test_clear_errors_change_nothing(h: Harness, nodes: tuple[RealNode, RealNode
 
     # The baseline's nodes are tainted and not tolerated: a usage error before any pod.
     proc = subprocess.run(
-        [sys.executable, "-m", "reconciler", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
+        [sys.executable, "-m", "commands", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
          f"--config-namespace={h.ns}", f"--node-type-label={h.label}", f"--namespace={h.ns}"],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "baseline node type n2d: every Ready node is tainted" in proc.stderr, proc.stderr
@@ -211,7 +211,7 @@ def test_clear_errors_change_nothing(h: Harness, nodes: tuple[RealNode, RealNode
 def test_an_interrupted_calibration_deletes_its_pods(h: Harness, nodes: tuple[RealNode, RealNode],
                                                      sig: signal.Signals) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "reconciler", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
+        [sys.executable, "-m", "commands", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
          f"--config-namespace={h.ns}", f"--node-type-label={h.label}", f"--namespace={h.ns}",
          f"--toleration={TAINT}", "--host-network", "--repeats=3", "--benchmark-duration=30s", "--apply"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

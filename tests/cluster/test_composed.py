@@ -817,7 +817,7 @@ def test_11_restore_puts_every_pod_back_to_its_originals(world: World, row: Row)
     world.stop_reconciler()
     try:
         restored = subprocess.run(
-            [sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={world.cluster.kubeconfig}",
+            [sys.executable, "-m", "commands", "restore", f"--kubeconfig={world.cluster.kubeconfig}",
              f"--only-namespace={row.ns}", f"--namespace={flag_value(args, '--namespace')}",
              f"--exclude-namespaces={flag_value(args, '--exclude-namespaces')}",
              f"--originals-keys-secret={flag_value(args, '--originals-keys-secret')}"],

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.kube import ApiError, KubeClient, load_credentials
-from reconciler.kube.slim import slim_pod
+from kube import ApiError, KubeClient, load_credentials
+from kube.slim import slim_pod
 from reconciler.ports import ApiWriter
 from tests.cluster.test_reconciler import Harness, guaranteed, q, resources
 

@@ -41,7 +41,7 @@ WORKLOADS = {
 
 def run_plan(h: Harness, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "reconciler", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
+        [sys.executable, "-m", "commands", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
          f"--config-namespace={h.ns}", f"--node-type-label={h.label}",
          f"--originals-key-dir={originals_key_dir()}", *extra],
         cwd=REPO, capture_output=True, text=True, timeout=120)

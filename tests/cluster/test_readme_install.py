@@ -34,7 +34,7 @@ from devkit.chart import CHART, ensure_helm, find, helm_env, render
 from devkit.kube import ApiError, Kube, collection_path, wait_for
 from devkit.progress import run_visible
 from devkit.rbac import kubeconfig_for_token
-from reconciler.kube import KubeClient, load_credentials
+from kube import KubeClient, load_credentials
 from reconciler.originals_keys import SecretKeys
 from resizer.config import load_config
 

@@ -21,7 +21,7 @@ from devkit.browser import dump_dom, screenshot
 from devkit.kube import container
 from devkit.png import read_png
 from devkit.processes import REPO, originals_key_dir
-from reconciler.commands.report import NOW_COLOUR
+from commands.report import NOW_COLOUR
 from resizer import original_key, parse_quantity
 from tests.cluster.test_reconciler import Harness, burstable, guaranteed
 
@@ -39,7 +39,7 @@ WORKLOADS = {
 
 def run_report(h: Harness, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "reconciler", "report", f"--kubeconfig={h.cluster.kubeconfig}",
+        [sys.executable, "-m", "commands", "report", f"--kubeconfig={h.cluster.kubeconfig}",
          f"--config-namespace={h.ns}", f"--node-type-label={h.label}",
          f"--originals-key-dir={originals_key_dir()}", *extra],
         cwd=REPO, capture_output=True, text=True, timeout=120)

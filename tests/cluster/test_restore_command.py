@@ -25,7 +25,7 @@ def spec_of(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def restore_argv(h: Harness, rate: str) -> list[str]:
-    return [sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
+    return [sys.executable, "-m", "commands", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
             f"--max-resizes-per-second={rate}", f"--originals-key-dir={originals_key_dir()}"]
 
 

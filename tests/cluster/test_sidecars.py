@@ -122,7 +122,7 @@ def test_opted_in_sidecar_is_resized_with_its_containers_in_one_resize_and_resto
     assert admitted["metadata"]["annotations"][ORIGINALS_MAC].startswith("v1.a.")
 
     # `plan` shows the sidecar's resize, and counts it.
-    planned = subprocess.run([sys.executable, "-m", "reconciler", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
+    planned = subprocess.run([sys.executable, "-m", "commands", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
                               f"--config-namespace={h.ns}", f"--node-type-label={h.label}",
                               f"--originals-key-dir={originals_key_dir()}", "-o", "json"],
                              cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -152,7 +152,7 @@ def test_opted_in_sidecar_is_resized_with_its_containers_in_one_resize_and_resto
     no_warnings(h, name)
 
     proc.terminate()
-    restore = subprocess.run([sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
+    restore = subprocess.run([sys.executable, "-m", "commands", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
                               f"--originals-key-dir={originals_key_dir()}", f"--only-namespace={h.ns}"],
                              cwd=REPO, capture_output=True, text=True, timeout=120)
     assert restore.returncode == 0, restore.stdout + restore.stderr

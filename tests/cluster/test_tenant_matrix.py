@@ -113,7 +113,7 @@ def minted(webhook: Webhook, pod: dict[str, Any], originals: dict[str, str]) -> 
 
 
 def plan(h: Harness, *flags: str) -> dict[str, dict[str, Any]]:
-    proc = subprocess.run([sys.executable, "-m", "reconciler", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
+    proc = subprocess.run([sys.executable, "-m", "commands", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
                            f"--config-namespace={h.ns}", f"--node-type-label={h.label}", "-o", "json",
                            f"--originals-key-dir={originals_key_dir()}", *flags],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -124,7 +124,7 @@ def plan(h: Harness, *flags: str) -> dict[str, dict[str, Any]]:
 
 
 def restore_dry_run(h: Harness, *flags: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "reconciler", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
+    proc = subprocess.run([sys.executable, "-m", "commands", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
                            f"--only-namespace={h.ns}", "--dry-run", f"--originals-key-dir={originals_key_dir()}",
                            *flags], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr

@@ -257,7 +257,7 @@ def test_bad_monitoring_values_are_refused(helm: str) -> None:
 
 def exported_metric_names() -> set[str]:
     """Every sample name the reconciler and the webhook expose (their registries, as scraped)."""
-    code = ("import reconciler.metrics, reconciler.kube.metrics, sys\n"
+    code = ("import reconciler.metrics, kube.metrics, sys\n"
             "from ops.prometheus import REGISTRY, exposition\n"
             "from app.metrics import Metrics\n"
             "sys.stdout.write((exposition(REGISTRY) + exposition(Metrics().registry)).decode())\n")

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.kube.client import ApiError
-from reconciler.kube.slim import Obj, slim_node, slim_pod
+from kube.client import ApiError
+from kube.slim import Obj, slim_node, slim_pod
 
 
 @dataclass

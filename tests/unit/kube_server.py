@@ -63,7 +63,7 @@ class TLSPair:
         return ctx
 
     def client_context(self) -> ssl.SSLContext:
-        """What reconciler.kube.load_credentials builds from a kubeconfig with client certificates."""
+        """What kube.load_credentials builds from a kubeconfig with client certificates."""
         ctx = ssl.create_default_context(cafile=str(self.directory / "ca.crt"))
         ctx.load_cert_chain(self.directory / "client.crt", self.directory / "client.key")
         return ctx

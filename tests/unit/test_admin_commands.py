@@ -1,4 +1,4 @@
-"""`workload-resizer plan|restore` command lines (also `python -m reconciler plan|restore`)."""
+"""`workload-resizer plan|restore` command lines (also `python -m commands plan|restore`)."""
 from __future__ import annotations
 
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from reconciler import options
-from reconciler.commands.cli import parse
+from commands.cli import parse
 from reconciler.settings import PlanSettings, RestoreSettings
 
 
@@ -40,7 +40,7 @@ def test_bad_command_lines_fail_fast(argv: list[str]) -> None:
 
 
 def test_python_m_reconciler_dispatches_the_commands() -> None:
-    out = subprocess.run([sys.executable, "-m", "reconciler", "plan", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "commands", "plan", "--help"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and "--config-file" in out.stdout
 
@@ -49,7 +49,7 @@ def test_restore_gives_the_pod_in_progress_at_most_the_shutdown_timeout_after_a_
     import asyncio
     import time
 
-    from reconciler.commands.restore import Restorer, Summary, _bounded
+    from commands.restore import Restorer, Summary, _bounded
 
     async def scenario(finishes_in: float) -> tuple[Summary, float]:
         restorer = Restorer(client=None, rate=1.0, dry_run=True, out=None)  # type: ignore[arg-type]

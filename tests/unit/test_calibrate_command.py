@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.commands.calibrate import (
+from commands.calibrate import (
     APP_LABEL,
     Report,
     Target,
@@ -19,8 +19,8 @@ from reconciler.commands.calibrate import (
     report_json,
     report_table,
 )
-from reconciler.commands.cli import parse
-from reconciler.commands.plan import CommandError
+from commands.cli import parse
+from commands.plan import CommandError
 from reconciler.settings import CALIBRATE_IMAGE, CONFIG_NAMESPACE, CalibrateSettings
 from resizer import SKIP
 from resizer.config import load_config
@@ -201,7 +201,7 @@ def test_pod_names_come_from_any_label_value() -> None:
 
 @pytest.fixture(autouse=True)
 def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("reconciler.commands.calibrate.POLL_SECONDS", 0.01)
+    monkeypatch.setattr("commands.calibrate.POLL_SECONDS", 0.01)
 
 
 class ScriptedApi:
@@ -234,13 +234,13 @@ class ScriptedApi:
 def run_rounds(api: ScriptedApi, repeats: int = 2) -> list[TypeResult]:
     import asyncio
 
-    import reconciler.commands.calibrate as module
+    import commands.calibrate as module
     calibration = module.Calibration(api, CalibrateSettings(repeats=repeats, timeout=5))  # type: ignore[arg-type]
     return asyncio.run(calibration.run_rounds([Target("n2d", "a"), Target("slow", "s")]))
 
 
 def test_runs_survive_a_transient_api_error_and_delete_every_pod() -> None:
-    from reconciler.kube import ApiError
+    from kube import ApiError
     done = pod("Succeeded", {"terminated": {"exitCode": 0, "message": '{"score": 7, "cpuShare": 0.99}'}})
     api = ScriptedApi([ApiError(503, {"message": "apiserver restarting"}), pod("Pending", {}), done])
     base, slow = run_rounds(api)
@@ -250,7 +250,7 @@ def test_runs_survive_a_transient_api_error_and_delete_every_pod() -> None:
 
 
 def test_a_failing_type_stops_its_own_runs_only() -> None:
-    from reconciler.kube import ApiError
+    from kube import ApiError
     api = ScriptedApi([ApiError(403, {"message": "forbidden"})])
     base, slow = run_rounds(api)
     assert "the API refused or failed a request" in base.error and "forbidden" in base.error
@@ -264,7 +264,7 @@ def test_a_failing_type_stops_its_own_runs_only() -> None:
 def test_cancelled_runs_delete_their_pods() -> None:
     import asyncio
 
-    import reconciler.commands.calibrate as module
+    import commands.calibrate as module
     api = ScriptedApi([pod("Running", {"running": {}})])
 
     async def body() -> None:

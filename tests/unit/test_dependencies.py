@@ -11,7 +11,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("app", "reconciler", "resizer", "ops", "certs")
+PRODUCT = ("app", "reconciler", "kube", "commands", "resizer", "ops", "certs")
 
 
 def normalized(name: str) -> str:

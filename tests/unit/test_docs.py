@@ -17,7 +17,7 @@ import yaml
 
 from app.__main__ import build_parser as webhook_parser
 from certs.__main__ import build_parser as certs_parser
-from reconciler.commands.cli import build_parser as commands_parser
+from commands.cli import build_parser as commands_parser
 from reconciler.options import build_parser as reconciler_parser
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.commands.plan import forecast_table, preflight_verdicts
-from reconciler.kube.slim import slim_pod
+from commands.plan import forecast_table, preflight_verdicts
+from kube.slim import slim_pod
 from resizer.forecast import forecast_fleet
 from resizer.scope import NamespaceScope
 from resizer.vpa import NO_OWNER, Owner

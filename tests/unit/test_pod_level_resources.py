@@ -8,8 +8,8 @@ import asyncio
 import copy
 from typing import Any
 
-from reconciler.kube import ApiError
-from reconciler.kube.slim import slim_node, slim_pod
+from kube import ApiError
+from kube.slim import slim_node, slim_pod
 from reconciler.outcome import Stage, observe, revert_patch, spec_size
 from reconciler.ports import fenced_resize_patch
 from resizer import (

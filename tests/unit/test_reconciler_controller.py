@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.controller import decision_record, live_and_bound, situation
 from reconciler.ports import pod_path
-from reconciler.kube.slim import slim_pod
+from kube.slim import slim_pod
 from reconciler.pods import mac_key_known
 from resizer import ORIGINALS_MAC, SAMPLE_CONFIG, KeyRing, load_config, plan_resize, resolve_policy
 
@@ -186,7 +186,7 @@ def _manager():
 
     from reconciler.settings import ControllerSettings
     from reconciler.manager import Manager
-    from reconciler.kube.workqueue import WorkQueue
+    from kube.workqueue import WorkQueue
 
     class NoConfig:
         config = None

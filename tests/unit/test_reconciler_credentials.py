@@ -1,4 +1,4 @@
-"""reconciler.kube.credentials: in-cluster and kubeconfig credentials, proven by a TLS handshake.
+"""kube.credentials: in-cluster and kubeconfig credentials, proven by a TLS handshake.
 
 Each kubeconfig shape is loaded and then used for a real request to a local TLS
 server that requires a client certificate (tests/unit/kube_server.py), so a wrong CA
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.kube import credentials
-from reconciler.kube.credentials import Credentials, FileToken, load_credentials
-from reconciler.kube.client import KubeClient, TransportError
+from kube import credentials
+from kube.credentials import Credentials, FileToken, load_credentials
+from kube.client import KubeClient, TransportError
 from tests.unit.kube_server import KubeServer, Reply, TLSPair, tls_pair
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,4 +1,4 @@
-"""reconciler.kube.events.EventRecorder: aggregation, spam filter, truncation (fake API client)."""
+"""kube.events.EventRecorder: aggregation, spam filter, truncation (fake API client)."""
 from __future__ import annotations
 
 import asyncio
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.kube.events import MAX_MESSAGE, EventRecorder, object_reference
-from reconciler.kube.client import ApiError
+from kube.events import MAX_MESSAGE, EventRecorder, object_reference
+from kube.client import ApiError
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -1,4 +1,4 @@
-"""reconciler.kube.informer.Informer: paged list, relist diff and watch events into the cache (fake client)."""
+"""kube.informer.Informer: paged list, relist diff and watch events into the cache (fake client)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from ops.prometheus import REGISTRY
-from reconciler.kube.informer import Informer, object_key
-from reconciler.kube.client import WatchExpired
-from reconciler.kube.slim import slim_pod
+from kube.informer import Informer, object_key
+from kube.client import WatchExpired
+from kube.slim import slim_pod
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -302,7 +302,7 @@ def test_a_watch_that_closes_at_once_is_retried_with_backoff_not_in_a_tight_loop
             sleeps.append(delay)
         await real_sleep(0)
 
-    monkeypatch.setattr("reconciler.kube.informer.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("kube.informer.asyncio.sleep", fake_sleep)
     informer = _informer(client, handler)
 
     async def body() -> None:

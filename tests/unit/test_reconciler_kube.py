@@ -1,4 +1,4 @@
-"""reconciler.kube: metric labels, client-side rate limit, API errors, requests and watches.
+"""kube: metric labels, client-side rate limit, API errors, requests and watches.
 
 Requests and watches go over real sockets to a small HTTP/1.1 server in the test's
 own event loop (tests/unit/kube_server.py): keep-alive, connection limits, broken and
@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from reconciler.kube.client import (
+from kube.client import (
     MERGE_PATCH,
     ApiError,
     Credentials,
@@ -28,7 +28,7 @@ from reconciler.kube.client import (
     _loads_trimmed,
     _resource_label,
 )
-from reconciler.kube.ratelimit import TokenBucket
+from kube.ratelimit import TokenBucket
 from tests.unit.kube_server import Handler, KubeServer, Reply, Seen, tls_pair
 
 pytestmark = pytest.mark.timeout(10)

@@ -1,4 +1,4 @@
-"""reconciler.kube.leader.LeaderElector against an in-memory Lease store with optimistic concurrency."""
+"""kube.leader.LeaderElector against an in-memory Lease store with optimistic concurrency."""
 from __future__ import annotations
 
 import asyncio
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from reconciler.kube import leader
-from reconciler.kube.client import ApiError
-from reconciler.kube.leader import LeaderElector, LeadershipLost
+from kube import leader
+from kube.client import ApiError
+from kube.leader import LeaderElector, LeadershipLost
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -393,7 +393,7 @@ def test_acquire_survives_garbage_replies_and_waits_for_the_lease():
 
 
 def test_the_fenced_client_refuses_writes_but_not_reads_once_leadership_may_be_lost():
-    from reconciler.kube.leader import FencedClient, NotLeader
+    from kube.leader import FencedClient, NotLeader
 
     class Recorder:
         def __init__(self) -> None:

@@ -6,8 +6,8 @@ from typing import Any
 
 from reconciler.settings import ControllerSettings
 from reconciler.manager import Manager
-from reconciler.kube.slim import slim_node, slim_pod
-from reconciler.kube.workqueue import WorkQueue
+from kube.slim import slim_node, slim_pod
+from kube.workqueue import WorkQueue
 from tests.unit.fake_cluster import FakeCluster, FakeConfig
 from tests.unit.test_reconciler_reconcile import CONFIG, LABEL, pod
 
@@ -104,7 +104,7 @@ def test_the_reconciler_reads_the_store_a_relist_put_in_place():
 
 
 def test_only_unbound_pods_held_at_a_gate_with_originals_to_bind_are_queued():
-    from reconciler.kube.slim import slim_unbound_pod
+    from kube.slim import slim_unbound_pod
     from tests.unit.test_reconciler_reconcile import KEYS, gated
 
     async def scenario() -> None:
@@ -127,7 +127,7 @@ def test_only_unbound_pods_held_at_a_gate_with_originals_to_bind_are_queued():
 
 
 def test_a_pod_filter_keeps_gated_pods_out_of_the_queue_too():
-    from reconciler.kube.slim import slim_unbound_pod
+    from kube.slim import slim_unbound_pod
     from tests.unit.test_reconciler_reconcile import KEYS, gated
 
     async def scenario() -> None:

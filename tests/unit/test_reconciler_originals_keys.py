@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ops.prometheus import REGISTRY
-from reconciler.kube import ApiError
+from kube import ApiError
 from reconciler.options import parse
 from reconciler.originals_keys import MAX_WARNED_KEY_IDS, SecretKeys, UnknownKeyWatch
 from resizer import ORIGINALS_MAC, KeyRing

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from reconciler import metrics
 from reconciler.controller import PodResizeReconciler
-from reconciler.kube.informer import Informer
+from kube.informer import Informer
 from reconciler.preflight import Preflight, slim_limit_range, slim_quota
 from reconciler.settings import ControllerSettings, PreflightSettings
 from reconciler.vpa import VpaWatch, slim_owned

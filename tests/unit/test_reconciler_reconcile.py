@@ -11,10 +11,10 @@ from ops.prometheus import REGISTRY
 from reconciler import metrics
 from reconciler.controller import DONE, PodResizeReconciler, Result, Step
 from reconciler.settings import ControllerSettings
-from reconciler.kube.client import ApiError
+from kube.client import ApiError
 from reconciler.outcome import ResizeState, Stage
 from reconciler.ports import no_fault
-from reconciler.kube.slim import slim_pod
+from kube.slim import slim_pod
 from reconciler.outcome import spec_size
 from resizer import (
     APPLIED_INSTANCE_TYPE,

@@ -1,4 +1,4 @@
-"""reconciler.kube.slim: the cached projections keep what the core reads and drop the rest."""
+"""kube.slim: the cached projections keep what the core reads and drop the rest."""
 from __future__ import annotations
 
 import copy
@@ -9,7 +9,7 @@ import pytest
 
 from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from reconciler.controller import live_and_bound
-from reconciler.kube.slim import slim_node, slim_pod, slim_unbound_pod, status_fingerprint
+from kube.slim import slim_node, slim_pod, slim_unbound_pod, status_fingerprint
 from resizer import (
     OriginalsError,
     eligibility,

@@ -1,4 +1,4 @@
-"""reconciler.kube.workqueue.WorkQueue: client-go work queue semantics on asyncio."""
+"""kube.workqueue.WorkQueue: client-go work queue semantics on asyncio."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from reconciler.kube.workqueue import WorkQueue
+from kube.workqueue import WorkQueue
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -5,8 +5,8 @@ import json
 import re
 from typing import Any
 
-from reconciler.commands.cli import parse
-from reconciler.commands.report import build_report, report_html, report_json, report_table
+from commands.cli import parse
+from commands.report import build_report, report_html, report_json, report_table
 from reconciler.settings import ReportSettings
 from resizer.forecast import forecast_fleet
 

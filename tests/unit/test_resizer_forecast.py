@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.commands.plan import forecast_json, forecast_table
+from commands.plan import forecast_json, forecast_table
 from resizer.forecast import forecast_fleet, workload_of
 from resizer.scope import namespace_scope
 

@@ -318,7 +318,7 @@ def test_plan_shows_which_pods_were_sized_at_admission() -> None:
 
 
 def test_the_plan_table_names_the_pods_sized_at_admission() -> None:
-    from reconciler.commands.plan import forecast_json, forecast_table
+    from commands.plan import forecast_json, forecast_table
     from resizer.forecast import forecast_fleet
     from resizer.scope import namespace_scope
     stored = created(pod({"nodeSelector": {LABEL: "n4"}}))

@@ -9,7 +9,7 @@ import pytest
 
 from app import review as review_mod
 from reconciler.controller import PodResizeReconciler, Step
-from reconciler.kube.slim import slim_pod
+from kube.slim import slim_pod
 from reconciler.outcome import Stage, observe, revert_patch, spec_size
 from reconciler.ports import fenced_resize_patch
 from reconciler.report import decision_record

@@ -19,7 +19,7 @@ from app.sizing import ClusterView, SizingContext
 from app.worker import ReviewWorkers
 from devkit.jsonpatch import apply_patch
 from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, SAMPLE_CONFIG, KeyRing, Trust, baseline
-from reconciler.kube import ApiError
+from kube import ApiError
 from resizer.vpa import GROUP_VERSION_PATH, slim_vpa, vpa_index
 from tests.unit.test_webhook_review import container, pod, review
 from tests.unit.test_webhook_worker import large_review, with_app

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ops.keys import KeyDirectoryError, keys_from_secret_data, read_key_directory
-from reconciler.kube import ApiError, KubeClient
+from kube import ApiError, KubeClient
 from reconciler.settings import KeySettings
 from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 

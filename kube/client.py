@@ -1,8 +1,8 @@
 """Thin asynchronous Kubernetes API client: raw JSON over keep-alive HTTP/1.1, nothing more.
 
 Credentials (kubeconfig or in-cluster, token refresh) come from
-reconciler.kube.credentials; requests go through a small pool of
-persistent connections (reconciler.kube.transport: asyncio protocols + the httptools
+kube.credentials; requests go through a small pool of
+persistent connections (kube.transport: asyncio protocols + the httptools
 parser) and bodies are parsed with orjson into plain dicts, which is what the pure
 core consumes. Deserialising into the official client's model classes would cost
 several times the CPU and memory per pod, and a general-purpose HTTP client
@@ -20,15 +20,15 @@ from urllib.parse import urlencode
 import httptools
 import orjson
 
-from reconciler.kube import metrics
-from reconciler.kube.credentials import Credentials, load_credentials
-from reconciler.kube.ratelimit import TokenBucket
-from reconciler.kube.transport import Connection, Pool, ServerClosed
+from kube import metrics
+from kube.credentials import Credentials, load_credentials
+from kube.ratelimit import TokenBucket
+from kube.transport import Connection, Pool, ServerClosed
 
 __all__ = ["ApiError", "Credentials", "KubeClient", "TokenBucket", "TransportError", "WatchExpired",
            "WatchIdle", "load_credentials"]
 
-log = logging.getLogger("reconciler.kube")
+log = logging.getLogger("kube")
 
 UNEXPECTED_REPLY = "UnexpectedReply"     # ApiError.reason of a reply that is not a JSON object
 MERGE_PATCH = "application/merge-patch+json"

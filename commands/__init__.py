@@ -1,4 +1,4 @@
 """The admin's commands (`workload-resizer plan|report|restore`), also a kubectl plugin."""
-from reconciler.commands.cli import COMMANDS, main
+from commands.cli import COMMANDS, main
 
 __all__ = ["COMMANDS", "main"]

@@ -1,6 +1,6 @@
 """`report`: what the product has freed (or added) so far, and what it holds back, read-only.
 
-The same reading and decisions as `plan` (:func:`reconciler.commands.plan.gather_forecast`:
+The same reading and decisions as `plan` (:func:`commands.plan.gather_forecast`:
 one paged LIST of bound pods and nodes, the ConfigMap, the originals keys, then
 :func:`resizer.forecast.forecast_fleet` with the baseline authority). A managed pod's
 requests as authored are its verified originals; freed = as authored - as now, added up
@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from reconciler.commands.plan import _align, gather_forecast, run_command
-from reconciler.kube import KubeClient, load_credentials
+from commands.plan import _align, gather_forecast, run_command
+from kube import KubeClient, load_credentials
 from reconciler.outcome import Stage, observe
 from reconciler.settings import ReportSettings
 from resizer.forecast import FleetForecast, PodForecast, RequestTotals, managed_requests

@@ -1,6 +1,6 @@
 """The admin's commands: `workload-resizer plan`, `report`, `restore` and `calibrate`.
 
-Also reachable as `python -m reconciler plan|report|restore|calibrate` and, installed on $PATH, as
+Also reachable as `python -m commands plan|report|restore|calibrate` and, installed on $PATH, as
 the kubectl plugin `kubectl workload-resizer plan|report|restore|calibrate` (console script
 `kubectl-workload_resizer`).
 """
@@ -256,15 +256,15 @@ def parse(argv: list[str]) -> PlanSettings | ReportSettings | RestoreSettings | 
 def main(argv: list[str] | None = None) -> int:
     settings = parse(sys.argv[1:] if argv is None else argv)
     if isinstance(settings, ReportSettings):
-        from reconciler.commands.report import run_report
+        from commands.report import run_report
         return run_report(settings)
     if isinstance(settings, PlanSettings):
-        from reconciler.commands.plan import run_plan
+        from commands.plan import run_plan
         return run_plan(settings)
     if isinstance(settings, CalibrateSettings):
-        from reconciler.commands.calibrate import run_calibrate
+        from commands.calibrate import run_calibrate
         return run_calibrate(settings)
-    from reconciler.commands.restore import run_restore
+    from commands.restore import run_restore
     return run_restore(settings)
 
 

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reconciler.kube import metrics
-from reconciler.kube.client import ApiError, KubeClient, WatchExpired, WatchIdle
-from reconciler.kube.slim import Obj
+from kube import metrics
+from kube.client import ApiError, KubeClient, WatchExpired, WatchIdle
+from kube.slim import Obj
 
-log = logging.getLogger("reconciler.kube.informer")
+log = logging.getLogger("kube.informer")
 
 Handler = Callable[[str, Obj, Obj | None], None]   # (ADDED|MODIFIED|DELETED, new, old)
 

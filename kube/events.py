@@ -16,10 +16,10 @@ from collections import OrderedDict
 from typing import Any
 
 from ops.timestamps import rfc3339
-from reconciler.kube.client import MERGE_PATCH, ApiError, KubeClient
-from reconciler.kube.ratelimit import TokenBucket
+from kube.client import MERGE_PATCH, ApiError, KubeClient
+from kube.ratelimit import TokenBucket
 
-log = logging.getLogger("reconciler.kube.events")
+log = logging.getLogger("kube.events")
 
 COMPONENT = "workload-resizer"
 MAX_MESSAGE = 1024

@@ -3,7 +3,7 @@ informers, a work queue, leader election and an event recorder.
 
 It imports nothing of the controller (import-linter enforces it), so it could stand alone.
 """
-from reconciler.kube.client import (
+from kube.client import (
     JSON_PATCH,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,

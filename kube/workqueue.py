@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections import deque
 
-from reconciler.kube import metrics
+from kube import metrics
 
 
 class WorkQueue:

@@ -7,7 +7,7 @@ reconciler's CPU on that. This is the part it needs: a bounded pool of persisten
 request, responses parsed by httptools (the webhook server's C parser), a request timeout and
 an idle timeout for streams, and a request that meets a kept-alive connection the server just
 closed sent once more on a fresh one, as Go's net/http does. Errors are the builtin ones
-(`TimeoutError`, `ConnectionError`, `OSError`); reconciler.kube maps them onto its own.
+(`TimeoutError`, `ConnectionError`, `OSError`); kube maps them onto its own.
 """
 from __future__ import annotations
 

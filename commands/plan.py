@@ -15,9 +15,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from reconciler.kube import ApiError, KubeClient, load_credentials
-from reconciler.commands.keys import KeyDirectoryError, KeyRingError, load_keyring
-from reconciler.kube.slim import slim_pod
+from kube import ApiError, KubeClient, load_credentials
+from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
+from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, PlanSettings
 from resizer.config import CompiledConfig, ConfigError, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, TextIO
 
-from reconciler.commands.plan import CommandError, compile_config, list_all, read_configmap, run_command
-from reconciler.kube import ApiError, KubeClient, load_credentials
-from reconciler.kube.client import TransportError
+from commands.plan import CommandError, compile_config, list_all, read_configmap, run_command
+from kube import ApiError, KubeClient, load_credentials
+from kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
 from resizer.annotations import SKIP
 from resizer.calibration import (

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from collections.abc import Coroutine
 from typing import Any, TextIO
 
-from reconciler.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
-from reconciler.commands.keys import KeyDirectoryError, KeyRingError, load_keyring
-from reconciler.commands.plan import list_all
-from reconciler.kube.slim import slim_pod
+from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
+from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
+from commands.plan import list_all
+from kube.slim import slim_pod
 from reconciler.settings import RestoreSettings
 from resizer import EMPTY_KEYRING, KeyRing
 from resizer.originals import OriginalsError

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ops.timestamps import rfc3339_micro
-from reconciler.kube import metrics
-from reconciler.kube.client import MERGE_PATCH, ApiError, KubeClient
+from kube import metrics
+from kube.client import MERGE_PATCH, ApiError, KubeClient
 
-log = logging.getLogger("reconciler.kube.leader")
+log = logging.getLogger("kube.leader")
 
 
 class LeadershipLost(Exception):

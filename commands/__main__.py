@@ -1,0 +1,9 @@
+"""`python -m commands plan|report|restore|calibrate` (installed: `workload-resizer ...`)."""
+from __future__ import annotations
+
+import sys
+
+from commands import main
+
+if __name__ == "__main__":
+    sys.exit(main())
