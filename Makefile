@@ -23,8 +23,9 @@ venv: $(VENV)/.installed
 test: venv
 	$(PYTEST) -m "not installed" tests
 
-## Types (mypy: strict for resizer/, reconciler/, app/), lint rules (ruff, also over the extensionless hack/cluster) and import layers (import-linter).
+## Formatting and import order (ruff format, ruff's isort rules), types (mypy: strict for the product), lint rules (ruff, also over the extensionless hack/cluster) and import layers (import-linter).
 lint: venv
+	$(VENV)/bin/ruff format --check . hack/cluster hack/image
 	$(VENV)/bin/ruff check . hack/cluster hack/image
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo

@@ -9,12 +9,13 @@ import os
 import sys
 from typing import Sequence
 
-from ops.flags import byte_size as parse_size
 from ops.flags import boolean, string_list
-from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
+from ops.flags import byte_size as parse_size
 from ops.flags import duration as parse_duration
+from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
 
 log = logging.getLogger("workload_resizer.webhook")
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -29,102 +30,209 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--bind-address", default="0.0.0.0", metavar="IP", help="IP address to listen on.")
     p.add_argument("--port", type=int, default=8443, help="TCP port to listen on (HTTPS).")
-    p.add_argument("--tls-cert-file", required=True, metavar="PATH",
-                   help="PEM serving certificate (chain). Re-read every --cert-reload-interval; "
-                        "a kubelet-mounted Secret (..data symlink swap) is picked up without restart.")
+    p.add_argument(
+        "--tls-cert-file",
+        required=True,
+        metavar="PATH",
+        help="PEM serving certificate (chain). Re-read every --cert-reload-interval; "
+        "a kubelet-mounted Secret (..data symlink swap) is picked up without restart.",
+    )
     p.add_argument("--tls-key-file", required=True, metavar="PATH", help="PEM private key of --tls-cert-file.")
     p.add_argument("--tls-min-version", choices=("1.2", "1.3"), default="1.2", help="Minimum TLS version.")
-    p.add_argument("--cert-reload-interval", type=parse_duration, metavar="DURATION", default="10s",
-                   help="How often to check the certificate files for a rotation (Go duration, e.g. 10s, 500ms; "
-                        "0 disables reloading).")
-    p.add_argument("--max-request-bytes", type=parse_size, metavar="SIZE", default="4MiB",
-                   help="Largest AdmissionReview body accepted (e.g. 4MiB); larger requests get HTTP 413. "
-                        "The apiserver accepts requests up to 3 MiB, and the review wraps the pod in an envelope.")
-    p.add_argument("--http-keep-alive-timeout", type=parse_duration, metavar="DURATION", default="120s",
-                   help="Close idle keep-alive connections after this long. Keep it above the apiserver's idle "
-                        "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).")
-    p.add_argument("--http-read-timeout", type=parse_duration, metavar="DURATION", default="3s",
-                   help="A request's headers and body must arrive within this long of its first byte (a new "
-                        "connection's first request: of the TLS handshake's end), else the connection is "
-                        "dropped (checked every quarter of it). Bounds what a client that never finishes a "
-                        "request holds. The apiserver gives up at the webhook configuration's timeoutSeconds "
-                        "anyway: shorter only drops the apiserver's own requests when this process is short "
-                        "of CPU (a throttled pod reads late what has arrived).")
-    p.add_argument("--max-connections", type=int, default=1024, metavar="N",
-                   help="Open connections at most. A new connection beyond that closes the one that has waited "
-                        "longest for its request, else the one idle longest; refused only when every connection "
-                        "has a review being decided.")
-    p.add_argument("--shutdown-timeout", type=parse_duration, metavar="DURATION", default="20s",
-                   help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.")
-    p.add_argument("--max-inflight-reviews", type=int, default=32, metavar="N",
-                   help="Costly reviews (see --large-review-workers) waiting for their decision at once; beyond "
-                        "that (or beyond 16MiB of buffered large bodies) a review is answered at once 'allowed, "
-                        "no patch' (the reconciler captures the originals later) and its connection closed: "
-                        "overload never delays or blocks pod creation. Reviews still arriving do not count "
-                        "(--max-connections, --http-read-timeout bound them).")
-    p.add_argument("--large-review-workers", type=int, default=1, metavar="N",
-                   help="Worker processes deciding the reviews too costly for the event loop (over 16KiB, over "
-                        "2048 JSON values or 64 annotations, or over 4 containers not seen before), so that small "
-                        "reviews never wait behind them. Each is a Python process of its own (RSS under 64MiB), "
-                        "at a lower CPU priority. 0: decide them on the event loop, one at a time.")
-    p.add_argument("--large-review-timeout", type=parse_duration, metavar="DURATION", default="2s",
-                   help="A large review not decided this long after it arrived is answered 'allowed, no patch'; "
-                        "a worker still busy with one review after this long is killed and replaced. Keep it "
-                        "below the webhook configuration's timeoutSeconds.")
-    p.add_argument("--shutdown-delay", type=parse_duration, metavar="DURATION", default="5s",
-                   help="On SIGTERM, first fail /readyz and keep serving this long (closing each connection "
-                        "after its answer) so endpoints and the apiserver move away, then shut down "
-                        "gracefully. terminationGracePeriodSeconds must exceed this plus --shutdown-timeout.")
-    p.add_argument("--originals-key-dir", metavar="DIR", default="",
-                   help="Directory of HMAC keys (file name = key id, the greatest id signs) that sign the "
-                        "original-* annotations; the mounted Secret shared with the reconciler. Re-read every "
-                        "--cert-reload-interval. Empty: originals are stamped unsigned (the reconciler then "
-                        "trusts them only on pods whose spec never changed).")
-    p.add_argument("--originals-keys-optional", action="store_true",
-                   help="An empty or absent --originals-key-dir at startup is not an error: originals are "
-                        "stamped unsigned until a key appears (a Secret volume mounted optional, whose Secret "
-                        "the reconciler creates at its first start: the chart's default).")
-    p.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
-                   help="Namespaces whose pods are never stamped, besides kube-system and --namespace. "
-                        "Set the same list on the reconciler (the chart sets both from scope.*).")
-    p.add_argument("--namespace-selector", default="", metavar="SELECTOR",
-                   help="Label selector (kubectl syntax) a namespace must match to be in scope. The webhook "
-                        "cannot read namespace labels: only validated here; the webhook configuration's "
-                        "namespaceSelector applies it (the chart renders both from scope.*).")
-    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
-                   help="The product's own namespace, always excluded (default: $POD_NAMESPACE).")
-    p.add_argument("--size-at-admission", type=boolean, default=True, metavar="BOOL",
-                   help="Create pods whose node type is known at admission (spec.nodeName, a DaemonSet's node "
-                        "affinity, a nodeSelector or required node affinity on --node-type-label naming types "
-                        "of equal performance) at their size for it, with the reconciler's sizing rules. Needs "
-                        "list/watch on nodes and the config ConfigMap (--kubeconfig or in-cluster): without "
-                        "either the webhook does not start. Also needs --originals-key-dir. Until the nodes, "
-                        "the config and a key are known, and on any error, pods are stamped only. false: "
-                        "stamp only, no API access.")
-    p.add_argument("--dry-run", action="store_true",
-                   help="With --size-at-admission: change no pod's size; report what it would have been as an "
-                        "AdmissionReview warning (WouldResize), a log field and a metric.")
-    p.add_argument("--skip-vpa-managed", type=boolean, default=True, metavar="BOOL",
-                   help="With --size-at-admission: a pod an updating VerticalPodAutoscaler (not Off or Initial) "
-                        "may manage is not sized at admission, only stamped (its controller, the Deployment its "
-                        "ReplicaSet's name and pod-template-hash label name, or a kind that may own its controller "
-                        "is the VPA's target), as the reconciler's flag of the same name leaves such pods alone. "
-                        "Looks the VPA CRD up by discovery at start and every 30s; where it is served, needs "
-                        "list/watch on verticalpodautoscalers.")
-    p.add_argument("--kubeconfig", default=None, metavar="PATH",
-                   help="kubeconfig for --size-at-admission; default: in-cluster config, then $KUBECONFIG.")
-    p.add_argument("--node-type-label", default=NODE_TYPE_LABEL,
-                   help="Node label naming the node type in the config's nodeTypes (as the reconciler's).")
+    p.add_argument(
+        "--cert-reload-interval",
+        type=parse_duration,
+        metavar="DURATION",
+        default="10s",
+        help="How often to check the certificate files for a rotation (Go duration, e.g. 10s, 500ms; "
+        "0 disables reloading).",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=parse_size,
+        metavar="SIZE",
+        default="4MiB",
+        help="Largest AdmissionReview body accepted (e.g. 4MiB); larger requests get HTTP 413. "
+        "The apiserver accepts requests up to 3 MiB, and the review wraps the pod in an envelope.",
+    )
+    p.add_argument(
+        "--http-keep-alive-timeout",
+        type=parse_duration,
+        metavar="DURATION",
+        default="120s",
+        help="Close idle keep-alive connections after this long. Keep it above the apiserver's idle "
+        "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).",
+    )
+    p.add_argument(
+        "--http-read-timeout",
+        type=parse_duration,
+        metavar="DURATION",
+        default="3s",
+        help="A request's headers and body must arrive within this long of its first byte (a new "
+        "connection's first request: of the TLS handshake's end), else the connection is "
+        "dropped (checked every quarter of it). Bounds what a client that never finishes a "
+        "request holds. The apiserver gives up at the webhook configuration's timeoutSeconds "
+        "anyway: shorter only drops the apiserver's own requests when this process is short "
+        "of CPU (a throttled pod reads late what has arrived).",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="Open connections at most. A new connection beyond that closes the one that has waited "
+        "longest for its request, else the one idle longest; refused only when every connection "
+        "has a review being decided.",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=parse_duration,
+        metavar="DURATION",
+        default="20s",
+        help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.",
+    )
+    p.add_argument(
+        "--max-inflight-reviews",
+        type=int,
+        default=32,
+        metavar="N",
+        help="Costly reviews (see --large-review-workers) waiting for their decision at once; beyond "
+        "that (or beyond 16MiB of buffered large bodies) a review is answered at once 'allowed, "
+        "no patch' (the reconciler captures the originals later) and its connection closed: "
+        "overload never delays or blocks pod creation. Reviews still arriving do not count "
+        "(--max-connections, --http-read-timeout bound them).",
+    )
+    p.add_argument(
+        "--large-review-workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Worker processes deciding the reviews too costly for the event loop (over 16KiB, over "
+        "2048 JSON values or 64 annotations, or over 4 containers not seen before), so that small "
+        "reviews never wait behind them. Each is a Python process of its own (RSS under 64MiB), "
+        "at a lower CPU priority. 0: decide them on the event loop, one at a time.",
+    )
+    p.add_argument(
+        "--large-review-timeout",
+        type=parse_duration,
+        metavar="DURATION",
+        default="2s",
+        help="A large review not decided this long after it arrived is answered 'allowed, no patch'; "
+        "a worker still busy with one review after this long is killed and replaced. Keep it "
+        "below the webhook configuration's timeoutSeconds.",
+    )
+    p.add_argument(
+        "--shutdown-delay",
+        type=parse_duration,
+        metavar="DURATION",
+        default="5s",
+        help="On SIGTERM, first fail /readyz and keep serving this long (closing each connection "
+        "after its answer) so endpoints and the apiserver move away, then shut down "
+        "gracefully. terminationGracePeriodSeconds must exceed this plus --shutdown-timeout.",
+    )
+    p.add_argument(
+        "--originals-key-dir",
+        metavar="DIR",
+        default="",
+        help="Directory of HMAC keys (file name = key id, the greatest id signs) that sign the "
+        "original-* annotations; the mounted Secret shared with the reconciler. Re-read every "
+        "--cert-reload-interval. Empty: originals are stamped unsigned (the reconciler then "
+        "trusts them only on pods whose spec never changed).",
+    )
+    p.add_argument(
+        "--originals-keys-optional",
+        action="store_true",
+        help="An empty or absent --originals-key-dir at startup is not an error: originals are "
+        "stamped unsigned until a key appears (a Secret volume mounted optional, whose Secret "
+        "the reconciler creates at its first start: the chart's default).",
+    )
+    p.add_argument(
+        "--exclude-namespaces",
+        type=string_list,
+        default=[],
+        metavar="NS[,NS...]",
+        help="Namespaces whose pods are never stamped, besides kube-system and --namespace. "
+        "Set the same list on the reconciler (the chart sets both from scope.*).",
+    )
+    p.add_argument(
+        "--namespace-selector",
+        default="",
+        metavar="SELECTOR",
+        help="Label selector (kubectl syntax) a namespace must match to be in scope. The webhook "
+        "cannot read namespace labels: only validated here; the webhook configuration's "
+        "namespaceSelector applies it (the chart renders both from scope.*).",
+    )
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", ""),
+        metavar="NS",
+        help="The product's own namespace, always excluded (default: $POD_NAMESPACE).",
+    )
+    p.add_argument(
+        "--size-at-admission",
+        type=boolean,
+        default=True,
+        metavar="BOOL",
+        help="Create pods whose node type is known at admission (spec.nodeName, a DaemonSet's node "
+        "affinity, a nodeSelector or required node affinity on --node-type-label naming types "
+        "of equal performance) at their size for it, with the reconciler's sizing rules. Needs "
+        "list/watch on nodes and the config ConfigMap (--kubeconfig or in-cluster): without "
+        "either the webhook does not start. Also needs --originals-key-dir. Until the nodes, "
+        "the config and a key are known, and on any error, pods are stamped only. false: "
+        "stamp only, no API access.",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="With --size-at-admission: change no pod's size; report what it would have been as an "
+        "AdmissionReview warning (WouldResize), a log field and a metric.",
+    )
+    p.add_argument(
+        "--skip-vpa-managed",
+        type=boolean,
+        default=True,
+        metavar="BOOL",
+        help="With --size-at-admission: a pod an updating VerticalPodAutoscaler (not Off or Initial) "
+        "may manage is not sized at admission, only stamped (its controller, the Deployment its "
+        "ReplicaSet's name and pod-template-hash label name, or a kind that may own its controller "
+        "is the VPA's target), as the reconciler's flag of the same name leaves such pods alone. "
+        "Looks the VPA CRD up by discovery at start and every 30s; where it is served, needs "
+        "list/watch on verticalpodautoscalers.",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="PATH",
+        help="kubeconfig for --size-at-admission; default: in-cluster config, then $KUBECONFIG.",
+    )
+    p.add_argument(
+        "--node-type-label",
+        default=NODE_TYPE_LABEL,
+        help="Node label naming the node type in the config's nodeTypes (as the reconciler's).",
+    )
     p.add_argument("--config-namespace", default=CONFIG_NAMESPACE, help="Namespace of the config ConfigMap.")
     p.add_argument("--config-name", default=CONFIG_NAME, help="Name of the config ConfigMap (key config.yaml).")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
-                   help="Minimum log level. 'info' logs one line per admission decision.")
-    p.add_argument("--log-format", choices=("json", "text"), default="json",
-                   help="json: one JSON object per line; text: human-readable.")
-    p.add_argument("--log-flush-interval", type=parse_duration, default="100ms", metavar="DURATION",
-                   help="Write info/debug lines in batches at most this old (warnings and errors at once; "
-                        "everything on shutdown). 0 writes every line at once. Batching saves a write "
-                        "syscall per admission decision; a SIGKILL may lose up to this much.")
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="Minimum log level. 'info' logs one line per admission decision.",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        default="json",
+        help="json: one JSON object per line; text: human-readable.",
+    )
+    p.add_argument(
+        "--log-flush-interval",
+        type=parse_duration,
+        default="100ms",
+        metavar="DURATION",
+        help="Write info/debug lines in batches at most this old (warnings and errors at once; "
+        "everything on shutdown). 0 writes every line at once. Batching saves a write "
+        "syscall per admission decision; a SIGKILL may lose up to this much.",
+    )
     return p
 
 
@@ -157,12 +265,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             credentials = sizing_credentials(args.kubeconfig)
         except NoApiserver as err:
-            print(f"error: --size-at-admission (on by default) needs the apiserver, from an in-cluster service "
-                  f"account or --kubeconfig: {err}. Pass --kubeconfig, or --size-at-admission=false to stamp "
-                  f"the originals only.", file=sys.stderr)
+            print(
+                f"error: --size-at-admission (on by default) needs the apiserver, from an in-cluster service "
+                f"account or --kubeconfig: {err}. Pass --kubeconfig, or --size-at-admission=false to stamp "
+                f"the originals only.",
+                file=sys.stderr,
+            )
             return 2
-        sizing = SizingSettings(credentials, args.config_namespace, args.config_name, args.node_type_label,
-                                args.dry_run, args.skip_vpa_managed)
+        sizing = SizingSettings(
+            credentials,
+            args.config_namespace,
+            args.config_name,
+            args.node_type_label,
+            args.dry_run,
+            args.skip_vpa_managed,
+        )
     from ops.jsonlog import configure_logging
 
     configure_logging(args.log_level, args.log_format, flush_interval=args.log_flush_interval)

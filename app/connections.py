@@ -45,13 +45,14 @@ LOG_INTERVAL_SECONDS = 10.0
 # The connection whose bytes are being parsed, seen by the ASGI task uvicorn starts for a
 # request (tasks copy the context they are created in, inside data_received).
 _CURRENT: contextvars.ContextVar[GuardedConnection | None] = contextvars.ContextVar(
-    "workload_resizer_connection", default=None)
+    "workload_resizer_connection", default=None
+)
 
 # Connection states
-_READING = 0     # waiting for (the rest of) a request: the read deadline runs
-_DECIDING = 1    # request read, answer not yet sent
-_IDLE = 2        # answered, no byte of the next request yet (uvicorn's keep-alive timeout runs)
-_DROPPED = 3     # closed by the guard
+_READING = 0  # waiting for (the rest of) a request: the read deadline runs
+_DECIDING = 1  # request read, answer not yet sent
+_IDLE = 2  # answered, no byte of the next request yet (uvicorn's keep-alive timeout runs)
+_DROPPED = 3  # closed by the guard
 
 
 def current_connection() -> GuardedConnection | None:
@@ -64,8 +65,9 @@ class RateLimitedLog:
 
     __slots__ = ("message", "interval", "_last", "_suppressed", "_clock")
 
-    def __init__(self, message: str, interval: float = LOG_INTERVAL_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, message: str, interval: float = LOG_INTERVAL_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.message = message
         self.interval = interval
         self._clock = clock
@@ -76,8 +78,7 @@ class RateLimitedLog:
         self._suppressed += 1
         now = self._clock()
         if now - self._last >= self.interval:
-            log.warning(self.message, extra={**fields, "count": self._suppressed,
-                                             "interval_s": self.interval})
+            log.warning(self.message, extra={**fields, "count": self._suppressed, "interval_s": self.interval})
             self._last = now
             self._suppressed = 0
 
@@ -91,8 +92,12 @@ class ConnectionGuard:
     after its request began.
     """
 
-    def __init__(self, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 read_timeout: float = DEFAULT_READ_TIMEOUT, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        metrics: Metrics | None = None,
+    ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
         if read_timeout <= 0:
@@ -108,7 +113,7 @@ class ConnectionGuard:
         self._refused_log = RateLimitedLog("connection refused: every connection has a review being decided")
         self._timeout_log = RateLimitedLog("connection closed: request not read within the read timeout")
         self._evicted_log = RateLimitedLog("connection closed to make room for a new one")
-        self.open: dict[GuardedConnection, None] = {}     # in order of arrival
+        self.open: dict[GuardedConnection, None] = {}  # in order of arrival
         self._sweeper: asyncio.TimerHandle | None = None
 
     def admit(self, connection: GuardedConnection) -> bool:
@@ -120,8 +125,9 @@ class ConnectionGuard:
                 self._refused_log.event(max_connections=self.max_connections)
                 return False
             self._evicted.inc()
-            self._evicted_log.event(max_connections=self.max_connections,
-                                    state="reading" if victim.state == _READING else "idle")
+            self._evicted_log.event(
+                max_connections=self.max_connections, state="reading" if victim.state == _READING else "idle"
+            )
             victim.drop()
         self.open[connection] = None
         self._gauge.set(len(self.open))
@@ -168,12 +174,12 @@ class GuardedConnection(asyncio.Protocol):
         self.loop = asyncio.get_event_loop()
         self.transport: asyncio.Transport | None = None
         self.state = _READING
-        self.since = 0.0        # when the current state began (loop time)
-        self.early = -1.0       # loop time of a next request's first byte while deciding (-1: none)
+        self.since = 0.0  # when the current state began (loop time)
+        self.early = -1.0  # loop time of a next request's first byte while deciding (-1: none)
 
     # -- asyncio protocol ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)     # a stream transport (TCP, TLS)
+        self.transport = cast(asyncio.Transport, transport)  # a stream transport (TCP, TLS)
         self.since = self.loop.time()
         if not self.guard.admit(self):
             self.transport = None
@@ -182,7 +188,7 @@ class GuardedConnection(asyncio.Protocol):
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.transport is None:      # refused
+        if self.transport is None:  # refused
             return
         if self.state == _IDLE:
             self.state = _READING
@@ -201,7 +207,7 @@ class GuardedConnection(asyncio.Protocol):
         return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.transport is None:      # refused: uvicorn never saw it
+        if self.transport is None:  # refused: uvicorn never saw it
             return
         self.guard.release(self)
         self.inner.connection_lost(exc)
@@ -220,9 +226,9 @@ class GuardedConnection(asyncio.Protocol):
 
     def responded(self) -> None:
         """The answer to the current request is sent."""
-        if self.state != _DECIDING:     # answered before reading it all (413, overload), or dropped
+        if self.state != _DECIDING:  # answered before reading it all (413, overload), or dropped
             return
-        if self.early >= 0:             # the next request began meanwhile: its deadline runs from then
+        if self.early >= 0:  # the next request began meanwhile: its deadline runs from then
             self.state = _READING
             self.since = self.early
             self.early = -1.0

@@ -44,9 +44,9 @@ SKIPPED = "skipped"
 REJECTED = "rejected"
 
 REASON_INTERNAL_ERROR = "InternalError"
-REASON_SIZED = "SizedAtAdmission"         # created at its size for the node type it is pinned to
-REASON_ALREADY_SIZED = "AlreadySized"     # our own sized answer, called again: nothing to change
-REASON_WOULD_RESIZE = "WouldResize"       # --dry-run: the size it would have been created at
+REASON_SIZED = "SizedAtAdmission"  # created at its size for the node type it is pinned to
+REASON_ALREADY_SIZED = "AlreadySized"  # our own sized answer, called again: nothing to change
+REASON_WOULD_RESIZE = "WouldResize"  # --dry-run: the size it would have been created at
 REASON_OVERLOADED = "Overloaded"
 # Two resizable containers would share an original-* key (e.g. one name twice: the apiserver
 # validates names after admission): admitted as sent, forged keys stripped, nothing stamped.
@@ -73,8 +73,8 @@ MAX_STAMPED_CONTAINERS = 256
 # (docs/performance.md). Costlier reviews are decided by a review worker (app.worker), else
 # one at a time in the large lane (app.server).
 INLINE_MAX_BYTES = 16 * 1024
-INLINE_MAX_VALUES = 2048          # commas: JSON values after the first of each object/array
-INLINE_MAX_CONTAINERS = 4         # spec.containers whose originals are not memoised
+INLINE_MAX_VALUES = 2048  # commas: JSON values after the first of each object/array
+INLINE_MAX_CONTAINERS = 4  # spec.containers whose originals are not memoised
 INLINE_MAX_ANNOTATIONS = 64
 
 _NO_ORIGINALS: dict[str, str] = {}  # shared, never mutated
@@ -95,7 +95,7 @@ _b64 = base64.b64encode
 # Every cache here is bounded in bytes (keys and values as counted by
 # ByteBoundedCache), whatever the input; huge pods are answered without caching.
 _ORIGINALS_KEY_MAX = 4096  # bytes of key; bigger pods are not memoised
-_ENTRY_OVERHEAD = 200      # bytes a dict entry and its objects cost beyond the counted text
+_ENTRY_OVERHEAD = 200  # bytes a dict entry and its objects cost beyond the counted text
 
 
 class ByteBoundedCache:
@@ -114,7 +114,7 @@ class ByteBoundedCache:
 
     def put(self, key: Any, value: Any, nbytes: int) -> None:
         nbytes += _ENTRY_OVERHEAD
-        if nbytes > self.max_bytes // 8:      # one entry never takes a large share
+        if nbytes > self.max_bytes // 8:  # one entry never takes a large share
             return
         old = self._data.pop(key, None)
         if old is not None:
@@ -276,11 +276,7 @@ def build_patch(annotations: Any, originals: dict[str, str]) -> list[dict[str, A
 def _is_pod(request: dict[str, Any]) -> bool:
     resource = request.get("resource")
     if isinstance(resource, dict):
-        return (
-            resource.get("resource") == "pods"
-            and not resource.get("group")
-            and not request.get("subResource")
-        )
+        return resource.get("resource") == "pods" and not resource.get("group") and not request.get("subResource")
     kind = request.get("kind")
     return isinstance(kind, dict) and kind.get("kind") == "Pod" and not kind.get("group")
 
@@ -289,9 +285,12 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
-                  scope: NamespaceScope | None = None,
-                  sizing: SizingContext | None = None) -> tuple[int, bytes, dict[str, Any]]:
+def handle_review(
+    body: bytes,
+    keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
+    scope: NamespaceScope | None = None,
+    sizing: SizingContext | None = None,
+) -> tuple[int, bytes, dict[str, Any]]:
     """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned).
     Pods in a namespace ``scope`` excludes by name are skipped (``NamespaceExcluded``; forged
     controller-owned keys still stripped): the apiserver applies the label part of the scope
@@ -306,9 +305,12 @@ def handle_review(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
     return _handle(review, len(body), keyring, scope, sizing)
 
 
-def handle_review_inline(body: bytes, keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
-                         scope: NamespaceScope | None = None,
-                         sizing: SizingContext | None = None) -> tuple[int, bytes, dict[str, Any]] | None:
+def handle_review_inline(
+    body: bytes,
+    keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
+    scope: NamespaceScope | None = None,
+    sizing: SizingContext | None = None,
+) -> tuple[int, bytes, dict[str, Any]] | None:
     """:func:`handle_review` for the event loop: None, without deciding, when the review is
     too costly to decide there (more than ``INLINE_MAX_ANNOTATIONS`` annotations, or more
     than ``INLINE_MAX_CONTAINERS`` containers whose originals are not memoised); the caller
@@ -345,7 +347,7 @@ def _costly(review: dict[str, Any]) -> bool:
         return False
     containers = spec.get("containers")
     if isinstance(containers, list) and len(containers) > INLINE_MAX_CONTAINERS:
-        return not _originals_memoised(spec)    # replicas of a workload stay cheap
+        return not _originals_memoised(spec)  # replicas of a workload stay cheap
     return False
 
 
@@ -362,13 +364,19 @@ def _memo_key(spec: dict[str, Any]) -> bytes:
     the restartable init containers (sidecars, which have originals too), and the pod level
     (spec.resources)."""
     key = [(c["name"], c.get("resources")) for c in spec["containers"]]
-    sidecars = [(c["name"], c.get("resources")) for c in spec.get("initContainers") or ()
-                if c.get("restartPolicy") == "Always"]
+    sidecars = [
+        (c["name"], c.get("resources")) for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"
+    ]
     return _DUMPS([key, sidecars, spec.get("resources") or None])
 
 
-def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,
-            scope: NamespaceScope | None, sizing: SizingContext | None = None) -> tuple[int, bytes, dict[str, Any]]:
+def _handle(
+    review: dict[str, Any],
+    body_size: int,
+    keyring: resizer.KeyRing,
+    scope: NamespaceScope | None,
+    sizing: SizingContext | None = None,
+) -> tuple[int, bytes, dict[str, Any]]:
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
         return _error(
             400,
@@ -388,8 +396,13 @@ def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,
 
     # Every decision line has the same fields, whatever the outcome.
     record: dict[str, Any] = {
-        "uid": uid, "pod": "", "namespace": "", "owner": "",
-        "decision": SKIPPED, "reason": "", "originals": _NO_ORIGINALS,
+        "uid": uid,
+        "pod": "",
+        "namespace": "",
+        "owner": "",
+        "decision": SKIPPED,
+        "reason": "",
+        "originals": _NO_ORIGINALS,
     }
     try:
         status, out = _decide(request, operation, obj, uid, record, keyring, scope, body_size, sizing)
@@ -406,9 +419,17 @@ def _handle(review: dict[str, Any], body_size: int, keyring: resizer.KeyRing,
     return status, out, record
 
 
-def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record: dict[str, Any],
-            keyring: resizer.KeyRing, scope: NamespaceScope | None = None,
-            body_size: int | None = None, sizing: SizingContext | None = None) -> tuple[int, bytes]:
+def _decide(
+    request: dict[str, Any],
+    operation: Any,
+    obj: Any,
+    uid: str,
+    record: dict[str, Any],
+    keyring: resizer.KeyRing,
+    scope: NamespaceScope | None = None,
+    body_size: int | None = None,
+    sizing: SizingContext | None = None,
+) -> tuple[int, bytes]:
     if operation != "CREATE" or not _is_pod(request):
         record["decision"] = SKIPPED
         record["reason"] = "NotPodCreate"
@@ -470,7 +491,7 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
     subject = obj if authored is None else authored
     try:
         originals, memo_key = _originals_and_key(subject)
-    except resizer.KeyCollisionError as error:     # never one baseline for two containers
+    except resizer.KeyCollisionError as error:  # never one baseline for two containers
         record["decision"] = SKIPPED
         record["reason"] = REASON_COLLIDING_KEYS
         record["error"] = str(error)
@@ -498,8 +519,10 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
                 record["reason"] = REASON_SIZED
                 return 200, _allowed(uid, _encode(ops))
         elif sized is not None:
-            warnings = [f"workload-resizer (dry run): {REASON_WOULD_RESIZE} at admission for node type "
-                        f"{record['sizedFor']}: {record['wouldResize']}"]
+            warnings = [
+                f"workload-resizer (dry run): {REASON_WOULD_RESIZE} at admission for node type "
+                f"{record['sizedFor']}: {record['wouldResize']}"
+            ]
     if stamp and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, stamp):
         # Stamping would push the pod over the apiserver's annotation size limit and so
         # block its creation. Admit it unstamped (forged keys still stripped); the
@@ -522,15 +545,20 @@ def _decide(request: dict[str, Any], operation: Any, obj: Any, uid: str, record:
     return 200, _allowed(uid, patch, warnings)
 
 
-def _sized_at_admission(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
-                        sizing: SizingContext, record: dict[str, Any]
-                        ) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]] | None:
+def _sized_at_admission(
+    pod: dict[str, Any],
+    namespace: str,
+    keyring: resizer.KeyRing,
+    originals: dict[str, str],
+    sizing: SizingContext,
+    record: dict[str, Any],
+) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]] | None:
     """The ops setting the pod's size for the node type it is pinned to, the annotations to
     stamp with them (originals, record, sized-scope MAC) and the sized spec's values
     (``originals_from_spec_annotations`` form); None: not determined at admission, or nothing to
     change (stamp only). Never raises: sizing is best effort."""
     if not keyring:
-        return None     # nothing could vouch for originals that differ from the spec
+        return None  # nothing could vouch for originals that differ from the spec
     key = _sized_key(pod, namespace, keyring, sizing)
     hit = _sized_cache.get(key) if key is not None else None
     if hit is None:
@@ -568,8 +596,9 @@ def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, si
     return key if len(key) <= _SIZED_KEY_MAX else None
 
 
-def _size(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str],
-          sizing: SizingContext) -> tuple[Any, ...]:
+def _size(
+    pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str], sizing: SizingContext
+) -> tuple[Any, ...]:
     """(ops, stamp, node type, summary, sized values) of the pod's sizing at admission, ``(why,)``
     when it is held (an updating VerticalPodAutoscaler may manage it,
     :func:`resizer.vpa.admission_vpa_hold`, or :func:`resizer.admission_hold`), or ``_NOT_SIZED``."""
@@ -580,7 +609,8 @@ def _size(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, origina
     if decided is None:
         return _NOT_SIZED
     held = admission_vpa_hold(pod, namespace, sizing.vpas) or resizer.admission_hold(
-        pod, decided, sizing.limit_ranges.get(namespace, ()))
+        pod, decided, sizing.limit_ranges.get(namespace, ())
+    )
     if held is not None:
         return (held,)
     stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
@@ -591,9 +621,9 @@ def _size(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, origina
 
 def _oversized(annotations: dict[str, Any]) -> bool:
     limit = resizer.TOTAL_ANNOTATION_SIZE_LIMIT
-    if len(annotations) > limit // 2:     # each entry takes >= 2 bytes
+    if len(annotations) > limit // 2:  # each entry takes >= 2 bytes
         return True
-    size = sum(map(len, annotations))     # JSON object keys are always strings
+    size = sum(map(len, annotations))  # JSON object keys are always strings
     if size > limit:
         return True
     return size + sum(len(v) for v in annotations.values() if isinstance(v, str)) > limit
@@ -610,11 +640,12 @@ def _strip(annotations: Any, record: dict[str, Any], restoring: list[dict[str, A
 
 
 # -- the webhook called again on its own answer -------------------------------------------
-AUTHORED_FROM_RECORD = "sized-at-admission"   # the ``authoredFrom`` log field: the pod as authored came from it
+AUTHORED_FROM_RECORD = "sized-at-admission"  # the ``authoredFrom`` log field: the pod as authored came from it
 
 
-def _as_authored(obj: dict[str, Any], annotations: Any, namespace: str,
-                 keyring: resizer.KeyRing) -> dict[str, Any] | None:
+def _as_authored(
+    obj: dict[str, Any], annotations: Any, namespace: str, keyring: resizer.KeyRing
+) -> dict[str, Any] | None:
     """The pod as its author wrote it when ``obj`` carries our own sized record, verified by the
     baseline authority (:func:`resizer.admitted_originals`); None for any other pod (a fresh pod
     costs one dict lookup). With ``reinvocationPolicy: IfNeeded`` the apiserver calls the webhook

@@ -15,15 +15,15 @@ import uvicorn
 
 from app.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT, ConnectionGuard, guarded_protocol
 from app.metrics import Metrics
-from app.sizing import ClusterView, watch_cluster
 from app.server import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_REQUEST_BYTES, create_app
+from app.sizing import ClusterView, watch_cluster
 from app.tls import CertReloader
 from app.worker import DEFAULT_WORKER_TIMEOUT, ReviewWorkers
+from kube import Credentials, KubeClient, load_credentials
+from ops.jsonlog import flush_logging
 from ops.keys import KeyDirectory
 from ops.malloc import bound_heap_retention
 from resizer import KeyRing, KeyRingError
-from ops.jsonlog import flush_logging
-from kube import Credentials, KubeClient, load_credentials
 from resizer.scope import NamespaceScope
 
 log = logging.getLogger("workload_resizer.webhook")
@@ -73,8 +73,14 @@ class SizingSettings:
 
 def _cluster_view(sizing: SizingSettings) -> tuple[KubeClient, ClusterView]:
     client = KubeClient(sizing.credentials, qps=20.0, burst=40, max_connections=4, drop_managed_fields=True)
-    return client, ClusterView(client, sizing.config_namespace, sizing.config_name, sizing.node_type_label,
-                               sizing.dry_run, skip_vpa_managed=sizing.skip_vpa_managed)
+    return client, ClusterView(
+        client,
+        sizing.config_namespace,
+        sizing.config_name,
+        sizing.node_type_label,
+        sizing.dry_run,
+        skip_vpa_managed=sizing.skip_vpa_managed,
+    )
 
 
 def build_server(
@@ -105,8 +111,10 @@ def build_server(
     reloader = CertReloader(cert_file, key_file, tls_min_version, cert_reload_interval, metrics)
     reloader.poll()  # first load; on failure we still start, not ready, and keep polling
     if not reloader.loaded:
-        log.error("no usable serving certificate yet; not ready until one is loaded",
-                  extra={"cert_file": cert_file, "key_file": key_file})
+        log.error(
+            "no usable serving certificate yet; not ready until one is loaded",
+            extra={"cert_file": cert_file, "key_file": key_file},
+        )
 
     # Fails fast on a bad directory (on an empty one too, unless optional).
     keys = KeyDirectory(originals_key_dir, originals_keys_optional) if originals_key_dir else None
@@ -125,9 +133,12 @@ def build_server(
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         nonlocal key_task, view_task
         reloader.start()
-        if large_review_workers > 0:    # before serving: a worker that cannot start fails startup
-            workers = ReviewWorkers(large_review_workers, large_review_timeout,
-                                    restarts=lambda reason: metrics.worker_restarts.labels(reason).inc())
+        if large_review_workers > 0:  # before serving: a worker that cannot start fails startup
+            workers = ReviewWorkers(
+                large_review_workers,
+                large_review_timeout,
+                restarts=lambda reason: metrics.worker_restarts.labels(reason).inc(),
+            )
             await workers.start()
             app.review_workers = workers
         if keys is not None:
@@ -136,16 +147,22 @@ def build_server(
         if view is not None:
             app.cluster = view[1]
             view_task = asyncio.get_running_loop().create_task(watch_cluster(view[1]))
-        log.info("webhook started", extra={"address": bind_address, "port": port,
-                                           "tls_min_version": tls_min_version,
-                                           "cert_reload_interval_s": cert_reload_interval,
-                                           "max_request_bytes": max_request_bytes,
-                                           "large_review_workers": large_review_workers,
-                                           "max_connections": max_connections,
-                                           "http_read_timeout_s": read_timeout,
-                                           "size_at_admission": sizing is not None,
-                                           "dry_run": sizing is not None and sizing.dry_run,
-                                           "skip_vpa_managed": sizing is not None and sizing.skip_vpa_managed})
+        log.info(
+            "webhook started",
+            extra={
+                "address": bind_address,
+                "port": port,
+                "tls_min_version": tls_min_version,
+                "cert_reload_interval_s": cert_reload_interval,
+                "max_request_bytes": max_request_bytes,
+                "large_review_workers": large_review_workers,
+                "max_connections": max_connections,
+                "http_read_timeout_s": read_timeout,
+                "size_at_admission": sizing is not None,
+                "dry_run": sizing is not None and sizing.dry_run,
+                "skip_vpa_managed": sizing is not None and sizing.skip_vpa_managed,
+            },
+        )
         try:
             yield
         finally:
@@ -157,7 +174,7 @@ def build_server(
                     await view_task
             if view is not None:
                 await view[0].close()
-            if app.review_workers is not None:     # in-flight reviews have finished (uvicorn drained)
+            if app.review_workers is not None:  # in-flight reviews have finished (uvicorn drained)
                 await app.review_workers.stop()
             await reloader.stop()
             reloader.close()
@@ -187,8 +204,9 @@ def build_server(
     )
     config.load()
     # Each connection: uvicorn's protocol, unmodified, behind the read deadline and the cap.
-    config.http_protocol_class = guarded_protocol(config.http_protocol_class,
-                                                  ConnectionGuard(max_connections, read_timeout, metrics))
+    config.http_protocol_class = guarded_protocol(
+        config.http_protocol_class, ConnectionGuard(max_connections, read_timeout, metrics)
+    )
     if config.ssl is not reloader.context:  # reloads must go into the context uvicorn serves with
         raise RuntimeError("uvicorn did not take the reloadable SSLContext")
     return DrainingServer(config, app, shutdown_delay), reloader
@@ -243,7 +261,7 @@ def run(**kwargs: Any) -> int:
         server.run()
     finally:
         workers = server.mutate_app.review_workers
-        if workers is not None:      # lifespan shutdown did not run (e.g. a second signal)
+        if workers is not None:  # lifespan shutdown did not run (e.g. a second signal)
             workers.kill_all()
         flush_logging()
     return 0 if server.started else 1

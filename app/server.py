@@ -24,14 +24,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.connections import GuardedConnection, current_connection
 from app.metrics import Metrics
-from app.review import (INLINE_MAX_BYTES, INLINE_MAX_VALUES, REASON_INTERNAL_ERROR, REASON_OVERLOADED, REASON_SIZED, REJECTED,
-                        handle_review, handle_review_inline, too_large, undecided)
+from app.review import (
+    INLINE_MAX_BYTES,
+    INLINE_MAX_VALUES,
+    REASON_INTERNAL_ERROR,
+    REASON_OVERLOADED,
+    REASON_SIZED,
+    REJECTED,
+    handle_review,
+    handle_review_inline,
+    too_large,
+    undecided,
+)
 from app.sizing import ClusterView, SizingContext
 from app.worker import Decision, ReviewWorkers, WorkerFailure, WorkersBusy
-from resizer.scope import NamespaceScope
 from ops.jsonlog import log_fields
 from ops.probes import probe_routes
 from resizer import EMPTY_KEYRING, KeyRing
+from resizer.scope import NamespaceScope
 
 decision_log = logging.getLogger("workload_resizer.webhook")
 
@@ -53,14 +63,35 @@ _perf = time.perf_counter
 class MutateApp:
     """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
 
-    __slots__ = ("fallback", "max_request_bytes", "metrics", "keyring", "max_inflight", "max_buffered_bytes",
-                 "draining", "scope", "_inflight", "_buffered", "_by_result", "_observe", "_content_lengths",
-                 "_large_lane", "_read_lane", "review_workers", "cluster")
+    __slots__ = (
+        "fallback",
+        "max_request_bytes",
+        "metrics",
+        "keyring",
+        "max_inflight",
+        "max_buffered_bytes",
+        "draining",
+        "scope",
+        "_inflight",
+        "_buffered",
+        "_by_result",
+        "_observe",
+        "_content_lengths",
+        "_large_lane",
+        "_read_lane",
+        "review_workers",
+        "cluster",
+    )
 
-    def __init__(self, fallback: ASGIApp, metrics: Metrics, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-                 max_inflight: int = DEFAULT_MAX_INFLIGHT,
-                 max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
-                 scope: NamespaceScope | None = None) -> None:
+    def __init__(
+        self,
+        fallback: ASGIApp,
+        metrics: Metrics,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+        scope: NamespaceScope | None = None,
+    ) -> None:
         self.fallback = fallback
         self.scope = scope
         self.metrics = metrics
@@ -72,10 +103,10 @@ class MutateApp:
         # cap and the read deadline, app.connections).
         self.max_inflight = max_inflight
         self.max_buffered_bytes = max(max_buffered_bytes, max_request_bytes)
-        self.draining = False     # SIGTERM received: readiness fails, connections are closed after each answer
+        self.draining = False  # SIGTERM received: readiness fails, connections are closed after each answer
         self._inflight = 0
         self._buffered = 0
-        self.keyring: KeyRing = EMPTY_KEYRING    # signs the originals; replaced when the keys rotate
+        self.keyring: KeyRing = EMPTY_KEYRING  # signs the originals; replaced when the keys rotate
         self._by_result = metrics.by_result
         self._observe = metrics.duration.observe
         # Cache of content-length header values -> bytes, most responses share a few sizes.
@@ -103,7 +134,7 @@ class MutateApp:
             finally:
                 if connection is not None:
                     connection.responded()
-        elif connection is not None:        # probes and metrics: bodiless GETs
+        elif connection is not None:  # probes and metrics: bodiless GETs
             connection.request_read()
             try:
                 await self.fallback(scope, receive, send)
@@ -112,8 +143,9 @@ class MutateApp:
         else:
             await self.fallback(scope, receive, send)
 
-    async def _overloaded(self, send: Send, start: float, head: bytes, why: str,
-                          reason: str = REASON_OVERLOADED) -> None:
+    async def _overloaded(
+        self, send: Send, start: float, head: bytes, why: str, reason: str = REASON_OVERLOADED
+    ) -> None:
         """Answer without deciding (:func:`app.review.undecided`), connection closed so the rest
         of the body is never read. ``reason`` InternalError (a review worker fault) counts as an
         error, not overload."""
@@ -121,8 +153,9 @@ class MutateApp:
         await self._respond(send, status, payload, close=True)
         self._account(start, status, record)
 
-    async def _mutate(self, scope: Scope, receive: Receive, send: Send,
-                      connection: GuardedConnection | None = None) -> None:
+    async def _mutate(
+        self, scope: Scope, receive: Receive, send: Send, connection: GuardedConnection | None = None
+    ) -> None:
         start = _perf()
         if scope["method"] != "POST":
             if connection is not None:
@@ -141,8 +174,11 @@ class MutateApp:
                     declared = -2
                 break
         if declared == -2:
-            status, payload, record = 400, b'{"error":"invalid content-length","code":400}', {
-                "decision": REJECTED, "reason": "BadRequest", "error": "invalid content-length"}
+            status, payload, record = (
+                400,
+                b'{"error":"invalid content-length","code":400}',
+                {"decision": REJECTED, "reason": "BadRequest", "error": "invalid content-length"},
+            )
             await self._respond(send, status, payload, close=True)
             self._account(start, status, record)
             return
@@ -153,7 +189,7 @@ class MutateApp:
             return
 
         message = await receive()
-        if message["type"] != "http.request":      # client went away
+        if message["type"] != "http.request":  # client went away
             return
         body = message.get("body", b"")
         more_body = message.get("more_body", False)
@@ -175,8 +211,9 @@ class MutateApp:
                         return
                     # Small bodies are bounded by --max-connections: they never wait for room.
                     if size > INLINE_MAX_BYTES and self._buffered + len(chunk) > self.max_buffered_bytes:
-                        await self._overloaded(send, start, parts[0],
-                                               f"more than {self.max_buffered_bytes} body bytes buffered")
+                        await self._overloaded(
+                            send, start, parts[0], f"more than {self.max_buffered_bytes} body bytes buffered"
+                        )
                         return
                     self._buffered += len(chunk)
                     parts.append(chunk)
@@ -203,8 +240,9 @@ class MutateApp:
             del small
         if decision is None:
             if self._inflight >= self.max_inflight:
-                await self._overloaded(send, start, parts[0], f"{self.max_inflight} reviews already waiting "
-                                       "for a review worker")
+                await self._overloaded(
+                    send, start, parts[0], f"{self.max_inflight} reviews already waiting for a review worker"
+                )
                 return
             self._inflight += 1
             try:
@@ -246,8 +284,12 @@ class MutateApp:
             # Off the event loop: small reviews and probes go on meanwhile. The parts go to
             # the worker's pipe as they are (joining 4 MiB holds the loop for milliseconds).
             return await workers.decide(
-                parts, self.keyring.keys, self.scope, time.monotonic() + workers.timeout - (_perf() - start),
-                self._sizing())
+                parts,
+                self.keyring.keys,
+                self.scope,
+                time.monotonic() + workers.timeout - (_perf() - start),
+                self._sizing(),
+            )
         # Deciding holds the event loop for as long as parsing takes (it grows with the body,
         # more for many small objects): costly reviews are decided one at a time, and only after the
         # reviews already waiting, so a flood of them cannot stack up in front of small ones.
@@ -259,8 +301,9 @@ class MutateApp:
         cluster = self.cluster
         return cluster.context if cluster is not None else None
 
-    async def _respond(self, send: Send, status: int, payload: bytes, close: bool = False,
-                       extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    async def _respond(
+        self, send: Send, status: int, payload: bytes, close: bool = False, extra: tuple[tuple[bytes, bytes], ...] = ()
+    ) -> None:
         n = len(payload)
         length = self._content_lengths.get(n)
         if length is None:
@@ -301,12 +344,13 @@ class MutateApp:
             log_fields(decision_log, logging.INFO, "admission decision", record)
 
 
-def create_fastapi_app(metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None,
-                       draining: Callable[[], bool] = lambda: False) -> FastAPI:
-    def certificate() -> tuple[bool, str]:     # ready once a serving certificate is loaded
+def create_fastapi_app(
+    metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None, draining: Callable[[], bool] = lambda: False
+) -> FastAPI:
+    def certificate() -> tuple[bool, str]:  # ready once a serving certificate is loaded
         return (True, "serving certificate loaded") if is_ready() else (False, "no serving certificate loaded")
 
-    def shutdown() -> tuple[bool, str]:        # not ready from the first SIGTERM on (drain)
+    def shutdown() -> tuple[bool, str]:  # not ready from the first SIGTERM on (drain)
         return (False, "shutting down") if draining() else (True, "serving")
 
     return FastAPI(

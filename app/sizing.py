@@ -45,40 +45,65 @@ class SizingContext:
 
     __slots__ = ("version", "label", "nodes", "config_text", "config", "dry_run", "limit_ranges", "vpas")
 
-    def __init__(self, version: int, label: str, nodes: Mapping[str, str | None], config_text: str,
-                 config: CompiledConfig | None = None, dry_run: bool = False,
-                 limit_ranges: Mapping[str, tuple[dict[str, Any], ...]] | None = None,
-                 vpas: VpaIndex | None = None) -> None:
+    def __init__(
+        self,
+        version: int,
+        label: str,
+        nodes: Mapping[str, str | None],
+        config_text: str,
+        config: CompiledConfig | None = None,
+        dry_run: bool = False,
+        limit_ranges: Mapping[str, tuple[dict[str, Any], ...]] | None = None,
+        vpas: VpaIndex | None = None,
+    ) -> None:
         self.version = version
         self.label = label
         self.nodes = nodes
         self.config_text = config_text
         self.config = config if config is not None else load_config(config_text)
         self.dry_run = dry_run
-        self.limit_ranges = limit_ranges if limit_ranges is not None else {}    # namespace -> its LimitRanges
+        self.limit_ranges = limit_ranges if limit_ranges is not None else {}  # namespace -> its LimitRanges
         self.vpas: VpaIndex = vpas if vpas is not None else {}
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self.version, self.label, dict(self.nodes), self.config_text, self.dry_run, dict(self.limit_ranges),
-                {namespace: dict(targets) for namespace, targets in self.vpas.items()})
+        return (
+            self.version,
+            self.label,
+            dict(self.nodes),
+            self.config_text,
+            self.dry_run,
+            dict(self.limit_ranges),
+            {namespace: dict(targets) for namespace, targets in self.vpas.items()},
+        )
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         version, label, nodes, text, dry_run, limit_ranges, vpas = state
-        self.__init__(version, label, MappingProxyType(nodes), text, None, dry_run,  # type: ignore[misc]
-                      MappingProxyType(limit_ranges), vpas)
+        init = SizingContext.__init__
+        init(self, version, label, MappingProxyType(nodes), text, None, dry_run, MappingProxyType(limit_ranges), vpas)
 
 
 def slim_limit_range(limit_range: dict[str, Any]) -> dict[str, Any]:
     meta = limit_range.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                         "resourceVersion": meta.get("resourceVersion")}, "spec": limit_range.get("spec") or {}}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "spec": limit_range.get("spec") or {},
+    }
 
 
 def slim_node_labels(node: dict[str, Any]) -> dict[str, Any]:
     """A node reduced to its name, resourceVersion and labels (what the webhook reads)."""
     meta = node.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion"),
-                         "labels": meta.get("labels") or {}}}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": meta.get("labels") or {},
+        }
+    }
 
 
 class ClusterView:
@@ -90,9 +115,17 @@ class ClusterView:
     reconciler does. While discovery has never answered, or the VPAs of a served CRD are not
     listed yet, there is no context: pods are stamped only, never sized past a VPA."""
 
-    def __init__(self, client: KubeClient, config_namespace: str, config_name: str, label: str,
-                 dry_run: bool = False, idle_timeout: float = 90.0, skip_vpa_managed: bool = True,
-                 vpa_recheck_interval: float = VPA_RECHECK_INTERVAL) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        config_namespace: str,
+        config_name: str,
+        label: str,
+        dry_run: bool = False,
+        idle_timeout: float = 90.0,
+        skip_vpa_managed: bool = True,
+        vpa_recheck_interval: float = VPA_RECHECK_INTERVAL,
+    ) -> None:
         self.label = label
         self.dry_run = dry_run
         self.config_namespace = config_namespace
@@ -107,19 +140,31 @@ class ClusterView:
         self._version = 0
         self._context: SizingContext | None = None
         self._dirty = True
-        self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node_labels, self._on_node,
-                              idle_timeout=idle_timeout)
-        self.limitranges = Informer(client, "limitranges", "/api/v1/limitranges", slim_limit_range,
-                                    lambda kind, obj, old: self._changed(), idle_timeout=idle_timeout)
+        self.nodes = Informer(
+            client, "nodes", "/api/v1/nodes", slim_node_labels, self._on_node, idle_timeout=idle_timeout
+        )
+        self.limitranges = Informer(
+            client,
+            "limitranges",
+            "/api/v1/limitranges",
+            slim_limit_range,
+            lambda kind, obj, old: self._changed(),
+            idle_timeout=idle_timeout,
+        )
         self.configmaps = Informer(
-            client, "configmaps", f"/api/v1/namespaces/{config_namespace}/configmaps", slim=lambda cm: cm,
-            handler=self._on_configmap, params={"fieldSelector": f"metadata.name={config_name}"},
-            idle_timeout=idle_timeout)
+            client,
+            "configmaps",
+            f"/api/v1/namespaces/{config_namespace}/configmaps",
+            slim=lambda cm: cm,
+            handler=self._on_configmap,
+            params={"fieldSelector": f"metadata.name={config_name}"},
+            idle_timeout=idle_timeout,
+        )
         # None: discovery has not answered yet (never with skip_vpa_managed off: nothing to look up).
         self.vpa_served: bool | None = None if skip_vpa_managed else False
         self.vpas: Informer | None = None
         self._vpa_index: dict[str, dict[Owner, tuple[str, str]]] = {}
-        self._vpas_changed = False      # the index is rebuilt with the next context, not per event
+        self._vpas_changed = False  # the index is rebuilt with the next context, not per event
         self._vpa_task: asyncio.Task[None] | None = None
         self._vpa_recheck_interval = vpa_recheck_interval
 
@@ -138,22 +183,34 @@ class ClusterView:
                 by_namespace: dict[str, list[dict[str, Any]]] = {}
                 for limit_range in self.limitranges.store.values():
                     by_namespace.setdefault(str(limit_range["metadata"].get("namespace")), []).append(limit_range)
-                self._context = SizingContext(self._version, self.label, MappingProxyType(dict(self._types)),
-                                              self._config_text, self._config, self.dry_run,
-                                              MappingProxyType({ns: tuple(lrs) for ns, lrs in by_namespace.items()}),
-                                              self._vpa_index)
+                self._context = SizingContext(
+                    self._version,
+                    self.label,
+                    MappingProxyType(dict(self._types)),
+                    self._config_text,
+                    self._config,
+                    self.dry_run,
+                    MappingProxyType({ns: tuple(lrs) for ns, lrs in by_namespace.items()}),
+                    self._vpa_index,
+                )
         return self._context
 
     def _ready(self) -> bool:
         vpas_known = self.vpa_served is False or (
-            self.vpa_served is True and self.vpas is not None and self.vpas.synced.is_set())
-        return (self._config is not None and self.nodes.synced.is_set() and self.limitranges.synced.is_set()
-                and vpas_known)
+            self.vpa_served is True and self.vpas is not None and self.vpas.synced.is_set()
+        )
+        return (
+            self._config is not None and self.nodes.synced.is_set() and self.limitranges.synced.is_set() and vpas_known
+        )
 
     async def run(self) -> None:
         """Watch until cancelled (the informers resume and re-list on their own)."""
-        await asyncio.gather(self.nodes.run(), self.limitranges.run(), self.configmaps.run(),
-                             *([self._follow_vpas()] if self.skip_vpa_managed else []))
+        await asyncio.gather(
+            self.nodes.run(),
+            self.limitranges.run(),
+            self.configmaps.run(),
+            *([self._follow_vpas()] if self.skip_vpa_managed else []),
+        )
 
     # ---- VerticalPodAutoscalers
 
@@ -170,8 +227,10 @@ class ClusterView:
         try:
             served = await self._vpas_served()
         except (ApiError, OSError) as err:
-            log.warning("cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
-                        extra={"error": str(err) or repr(err), "served": self.vpa_served})
+            log.warning(
+                "cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
+                extra={"error": str(err) or repr(err), "served": self.vpa_served},
+            )
             return
         if served == self.vpa_served:
             return
@@ -181,8 +240,14 @@ class ClusterView:
             log.info("VerticalPodAutoscaler CRD gone: no pod is held from sizing at admission for a VPA any more")
         self.vpa_served = served
         if served:
-            self.vpas = Informer(self._client, RESOURCE, f"{GROUP_VERSION_PATH}/{RESOURCE}", slim_vpa, self._on_vpa,
-                                 idle_timeout=self._idle_timeout)
+            self.vpas = Informer(
+                self._client,
+                RESOURCE,
+                f"{GROUP_VERSION_PATH}/{RESOURCE}",
+                slim_vpa,
+                self._on_vpa,
+                idle_timeout=self._idle_timeout,
+            )
             self._vpa_task = asyncio.create_task(self.vpas.run(), name="webhook vpas")
         else:
             await self._stop_vpas()
@@ -206,7 +271,7 @@ class ClusterView:
 
     def _on_vpa(self, kind: str, vpa: dict[str, Any], old: dict[str, Any] | None) -> None:
         if old is not None and kind != "DELETED" and old["spec"] == vpa["spec"]:
-            return      # (a VPA's recommendation is in its status, updated often)
+            return  # (a VPA's recommendation is in its status, updated often)
         self._vpas_changed = self._dirty = True
 
     def _changed(self) -> None:
@@ -232,8 +297,10 @@ class ClusterView:
         text = data.get(CONFIG_KEY) if isinstance(data, dict) else None
         where = f"{self.config_namespace}/{self.config_name}"
         if not isinstance(text, str):
-            log.warning("no config to size pods at admission with; keeping the last good one",
-                        extra={"configmap": where, "present": configmap is not None})
+            log.warning(
+                "no config to size pods at admission with; keeping the last good one",
+                extra={"configmap": where, "present": configmap is not None},
+            )
             return
         digest = hashlib.sha256(text.encode()).hexdigest()
         if digest == self._config_digest:
@@ -242,12 +309,15 @@ class ClusterView:
         try:
             config = load_config(text)
         except ConfigError as err:
-            log.error("invalid config; sizing at admission keeps the last good one", extra={
-                "configmap": where, "errors": [{"field": p, "error": m} for p, m in err.errors]})
+            log.error(
+                "invalid config; sizing at admission keeps the last good one",
+                extra={"configmap": where, "errors": [{"field": p, "error": m} for p, m in err.errors]},
+            )
             return
         self._config, self._config_text, self._dirty = config, text, True
-        log.info("config loaded for sizing at admission", extra={"configmap": where,
-                                                                  "nodeTypes": sorted(config.node_types)})
+        log.info(
+            "config loaded for sizing at admission", extra={"configmap": where, "nodeTypes": sorted(config.node_types)}
+        )
 
 
 async def watch_cluster(view: ClusterView) -> None:

@@ -13,9 +13,8 @@ and the key.
 
 from __future__ import annotations
 
-import contextlib
-
 import asyncio
+import contextlib
 import datetime as dt
 import hashlib
 import logging

@@ -66,6 +66,7 @@ class WorkersBusy(Exception):
 
 # ---------------------------------------------------------------- parent side
 
+
 def worker_command() -> list[str]:
     return [sys.executable, "-m", "app.worker"]
 
@@ -81,8 +82,13 @@ _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="review-w
 class WorkerProcess:
     """A worker process spawned by ``_SPAWNER``, its pipes as asyncio streams."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], stdin: asyncio.StreamWriter,
-                 stdout: asyncio.StreamReader, stdout_transport: asyncio.BaseTransport) -> None:
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        stdin: asyncio.StreamWriter,
+        stdout: asyncio.StreamReader,
+        stdout_transport: asyncio.BaseTransport,
+    ) -> None:
         self._popen = popen
         self.stdin = stdin
         self.stdout = stdout
@@ -96,9 +102,8 @@ class WorkerProcess:
         read_end, write_end = _PipeEnd.take(loop, popen.stdout), _PipeEnd.take(loop, popen.stdin)
         popen.stdout = popen.stdin = None
         try:
-            stdout = asyncio.StreamReader(limit=2 ** 20)
-            stdout_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
-                                                               read_end)
+            stdout = asyncio.StreamReader(limit=2**20)
+            stdout_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout), read_end)
             transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, write_end)
             stdin = asyncio.StreamWriter(transport, protocol, None, loop)
         except BaseException:
@@ -113,7 +118,7 @@ class WorkerProcess:
 
     @property
     def returncode(self) -> int | None:
-        return self._popen.poll()       # reaps it once it has exited
+        return self._popen.poll()  # reaps it once it has exited
 
     def kill(self) -> None:
         self._popen.kill()
@@ -134,7 +139,7 @@ class WorkerProcess:
         loop = asyncio.get_running_loop()
         try:
             pidfd = os.pidfd_open(self._popen.pid)
-        except (AttributeError, OSError):       # no pidfd (old kernel) or already gone
+        except (AttributeError, OSError):  # no pidfd (old kernel) or already gone
             return await loop.run_in_executor(None, self._popen.wait)
         try:
             exited: asyncio.Future[None] = loop.create_future()
@@ -142,6 +147,7 @@ class WorkerProcess:
             def readable() -> None:
                 if not exited.done():
                     exited.set_result(None)
+
             loop.add_reader(pidfd, readable)
             try:
                 await exited
@@ -188,7 +194,7 @@ class ReviewWorker:
 
     def __init__(self, process: WorkerProcess) -> None:
         self.process = process
-        self.sizing_version: int | None = None     # of the sizing context this worker holds
+        self.sizing_version: int | None = None  # of the sizing context this worker holds
 
     @property
     def pid(self) -> int:
@@ -243,9 +249,13 @@ class ReviewWorkers:
     worker is replaced, e.g. to count it.
     """
 
-    def __init__(self, count: int = 1, timeout: float = DEFAULT_WORKER_TIMEOUT,
-                 command: list[str] | None = None,
-                 restarts: Callable[[str], None] = lambda reason: None) -> None:
+    def __init__(
+        self,
+        count: int = 1,
+        timeout: float = DEFAULT_WORKER_TIMEOUT,
+        command: list[str] | None = None,
+        restarts: Callable[[str], None] = lambda reason: None,
+    ) -> None:
         if count < 1:
             raise ValueError("at least one review worker")
         self.count = count
@@ -269,8 +279,7 @@ class ReviewWorkers:
 
     async def start(self) -> None:
         """Start every worker (raises if one cannot start)."""
-        started = await asyncio.gather(*(start_worker(self.command) for _ in range(self.count)),
-                                       return_exceptions=True)
+        started = await asyncio.gather(*(start_worker(self.command) for _ in range(self.count)), return_exceptions=True)
         workers = [w for w in started if isinstance(w, ReviewWorker)]
         failed = [e for e in started if not isinstance(e, ReviewWorker)]
         if failed:
@@ -281,8 +290,7 @@ class ReviewWorkers:
         for worker in workers:
             self._all.add(worker)
             self._idle.put_nowait(worker)
-        log.info("review workers started", extra={"workers": self.count, "pids": self.pids,
-                                                   "timeout_s": self.timeout})
+        log.info("review workers started", extra={"workers": self.count, "pids": self.pids, "timeout_s": self.timeout})
 
     def _meta(self, keys: Any, scope: Any, sizing: Any, worker: ReviewWorker) -> bytes:
         version = getattr(sizing, "version", None)
@@ -291,13 +299,13 @@ class ReviewWorkers:
         cached = self._meta_cache.get(full)
         if cached is not None and cached[0] is keys and cached[1] is scope and cached[2] is sizing:
             return cached[3]
-        meta = pickle.dumps((dict(keys), scope, version, sizing if full else None),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        meta = pickle.dumps((dict(keys), scope, version, sizing if full else None), protocol=pickle.HIGHEST_PROTOCOL)
         self._meta_cache[full] = (keys, scope, sizing, meta)
         return meta
 
-    async def decide(self, body: bytes | list[bytes], keys: Any, scope: Any, deadline: float,
-                     sizing: Any = None) -> Decision:
+    async def decide(
+        self, body: bytes | list[bytes], keys: Any, scope: Any, deadline: float, sizing: Any = None
+    ) -> Decision:
         """Decide on ``body`` (bytes, or a list of parts to concatenate) in a worker, answering
         by ``deadline`` (``time.monotonic()``), with the sizing context ``sizing`` (app.sizing; None: none).
 
@@ -333,7 +341,7 @@ class ReviewWorkers:
             code = worker.process.returncode
             self._replace(worker, "crash")
             raise WorkerFailure("crash", f"worker pid {worker.pid} gone ({err!r}, exit code {code})") from None
-        except asyncio.CancelledError:       # only at loop teardown: the pipe is mid-frame
+        except asyncio.CancelledError:  # only at loop teardown: the pipe is mid-frame
             self._replace(worker, "cancelled")
             raise
         except Exception as err:  # e.g. an unpicklable reply: our bug
@@ -353,7 +361,7 @@ class ReviewWorkers:
             task.add_done_callback(self._replacing.discard)
 
     async def _start_replacement(self, old: ReviewWorker) -> None:
-        await old.process.wait()       # reap it
+        await old.process.wait()  # reap it
         delay = 0.1
         while not self._stopped:
             try:
@@ -406,6 +414,7 @@ def _consume(task: asyncio.Task[Decision]) -> None:
 
 # ---------------------------------------------------------------- worker side
 
+
 def _die_with_parent() -> None:
     """SIGKILL this process when its parent exits, however it exits (Linux only)."""
     # Without prctl (no libc to load): the parent's exit still closes our stdin, which ends serve().
@@ -413,7 +422,7 @@ def _die_with_parent() -> None:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     parent = os.environ.get(_PARENT_ENV)
-    if parent and os.getppid() != int(parent):     # the parent died before prctl took effect
+    if parent and os.getppid() != int(parent):  # the parent died before prctl took effect
         os._exit(0)
 
 
@@ -437,7 +446,7 @@ def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:
 def serve(decide: Callable[..., Decision] | None = None) -> int:
     """The worker's main loop: frames from stdin, answers on stdout, until EOF."""
     _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent drains; it closes our stdin
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent drains; it closes our stdin
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from ops.malloc import bound_heap_retention
 
@@ -446,8 +455,8 @@ def serve(decide: Callable[..., Decision] | None = None) -> int:
     from app.review import handle_review
 
     decision: Callable[..., Decision] = decide or handle_review
-    sizing: Any = None      # the last sizing context received
-    keyring = resizer.EMPTY_KEYRING     # kept while the keys sent are the same (its fingerprint once per ring)
+    sizing: Any = None  # the last sizing context received
+    keyring = resizer.EMPTY_KEYRING  # kept while the keys sent are the same (its fingerprint once per ring)
 
     # The reply channel is a private copy of stdout; fd 1 goes to stderr so that no stray
     # print can corrupt a frame.

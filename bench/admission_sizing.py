@@ -20,6 +20,7 @@ review, and the load generator's own CPU (it shares the machine).
 
     .venv/bin/python bench/admission_sizing.py [--replicas 500] [--reviews 2000] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,7 +61,7 @@ class Timeline(threading.Thread):
 
     def __init__(self, kube: Kube) -> None:
         super().__init__(daemon=True)
-        self.kube = kube.own_connections()     # closed by this thread only (see Kube.own_connections)
+        self.kube = kube.own_connections()  # closed by this thread only (see Kube.own_connections)
         self.final: dict[str, float] = {}
         self.applied: dict[str, float] = {}
         self.sized_at_admission: set[str] = set()
@@ -77,8 +78,9 @@ class Timeline(threading.Thread):
         while not self.stop.is_set():
             params = {"watch": "1", "resourceVersion": self.rv, "timeoutSeconds": "60"}
             try:
-                with self.kube.http.stream("GET", f"/api/v1/namespaces/{NAMESPACE}/pods", params=params,
-                                           timeout=httpx.Timeout(30, read=90)) as resp:
+                with self.kube.http.stream(
+                    "GET", f"/api/v1/namespaces/{NAMESPACE}/pods", params=params, timeout=httpx.Timeout(30, read=90)
+                ) as resp:
                     for line in resp.iter_lines():
                         if self.stop.is_set():
                             return
@@ -98,8 +100,11 @@ class Timeline(threading.Thread):
         annotations = meta.get("annotations") or {}
         if SIZED_AT_ADMISSION in annotations:
             self.sized_at_admission.add(name)
-        cpu = (((pod.get("spec") or {}).get("containers") or [{}])[0].get("resources") or {}).get(
-            "requests", {}).get("cpu")
+        cpu = (
+            (((pod.get("spec") or {}).get("containers") or [{}])[0].get("resources") or {})
+            .get("requests", {})
+            .get("cpu")
+        )
         if (pod.get("status") or {}).get("phase") == "Running" and cpu and parse_quantity(cpu) == FINAL_CPU:
             self.final.setdefault(name, now)
         if APPLIED_INSTANCE_TYPE in annotations:
@@ -110,18 +115,43 @@ def setup(kube: Kube, nodes: int) -> list[str]:
     kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
     wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=900)
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    kube.create(f"/api/v1/namespaces/{NAMESPACE}/configmaps", {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "workload-resizer-config"},
-        "data": {"config.yaml": CONFIG}})
+    kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "workload-resizer-config"},
+            "data": {"config.yaml": CONFIG},
+        },
+    )
     names = []
     for i in range(nodes):
         name = f"admission-n4-{i}"
-        subprocess.run([str(REPO / "hack" / "cluster"), "add-node", name, "--family", "n4", "--cpu", "256",
-                        "--memory", "1Ti", "--pods", "1000", "--label", f"{BENCH_LABEL}=admission"],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                str(REPO / "hack" / "cluster"),
+                "add-node",
+                name,
+                "--family",
+                "n4",
+                "--cpu",
+                "256",
+                "--memory",
+                "1Ti",
+                "--pods",
+                "1000",
+                "--label",
+                f"{BENCH_LABEL}=admission",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         names.append(name)
-    wait_for("default service account", lambda: kube.get(
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"), timeout=30)
+    wait_for(
+        "default service account",
+        lambda: kube.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"),
+        timeout=30,
+    )
     return names
 
 
@@ -138,8 +168,12 @@ def resizes_served(kube: Kube) -> float:
     text = kube.http.get("/metrics").text
     total = 0.0
     for line in text.splitlines():
-        if line.startswith("apiserver_request_total{") and 'resource="pods"' in line and \
-                'subresource="resize"' in line and 'verb="PATCH"' in line:
+        if (
+            line.startswith("apiserver_request_total{")
+            and 'resource="pods"' in line
+            and 'subresource="resize"' in line
+            and 'verb="PATCH"' in line
+        ):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -152,19 +186,44 @@ def burst(kube: Kube, kubeconfig: str, replicas: int, sized: bool, timeout: floa
     timeline = None
     try:
         webhook.wait_ready()
-        hook = register_webhook(kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench-admission",
-                                namespaces=[NAMESPACE])
+        hook = register_webhook(
+            kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench-admission", namespaces=[NAMESPACE]
+        )
         wait_webhook_active(kube, NAMESPACE)
-        if sized:       # the webhook's watches have synced once a pinned probe comes back sized
-            probe = deployment("probe", 1, [container("app", {"cpu": "1"}, {"cpu": "1"})],
-                               node_selector={LABEL: "n4"})["spec"]["template"]
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-                "generateName": "probe-", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                                              "name": "probe", "uid": str(uuid.uuid4()),
-                                                              "controller": True}]}, "spec": probe["spec"]}
-            wait_for("the webhook sizing", lambda: SIZED_AT_ADMISSION in (kube.request(
-                "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod, params={"dryRun": "All"})["metadata"].get(
-                "annotations") or {}), timeout=60)
+        if sized:  # the webhook's watches have synced once a pinned probe comes back sized
+            probe = deployment("probe", 1, [container("app", {"cpu": "1"}, {"cpu": "1"})], node_selector={LABEL: "n4"})[
+                "spec"
+            ]["template"]
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "generateName": "probe-",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "ReplicaSet",
+                            "name": "probe",
+                            "uid": str(uuid.uuid4()),
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": probe["spec"],
+            }
+            wait_for(
+                "the webhook sizing",
+                lambda: (
+                    SIZED_AT_ADMISSION
+                    in (
+                        kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod, params={"dryRun": "All"})[
+                            "metadata"
+                        ].get("annotations")
+                        or {}
+                    )
+                ),
+                timeout=60,
+            )
         byte_compile()
         reconciler = Reconciler(kubeconfig, f"--config-namespace={NAMESPACE}", "--log-level=warning")
         reconciler.wait_ready()
@@ -173,19 +232,28 @@ def burst(kube: Kube, kubeconfig: str, replicas: int, sized: bool, timeout: floa
         resizes_before = resizes_served(kube)
         timeline = Timeline(kube)
         timeline.start()
-        manifest = deployment("pinned", replicas, [container(
-            "app", requests={"cpu": "1", "memory": "128Mi"}, limits={"cpu": "1", "memory": "128Mi"})],
-            node_selector={LABEL: "n4", BENCH_LABEL: "admission"})
+        manifest = deployment(
+            "pinned",
+            replicas,
+            [container("app", requests={"cpu": "1", "memory": "128Mi"}, limits={"cpu": "1", "memory": "128Mi"})],
+            node_selector={LABEL: "n4", BENCH_LABEL: "admission"},
+        )
         created = time.monotonic()
         kube.create(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", manifest)
-        wait_for(f"{replicas} pods at their final size and recorded applied",
-                 lambda: len(timeline.final) >= replicas and len(timeline.applied) >= replicas,
-                 timeout=timeout, interval=0.5)
+        wait_for(
+            f"{replicas} pods at their final size and recorded applied",
+            lambda: len(timeline.final) >= replicas and len(timeline.applied) >= replicas,
+            timeout=timeout,
+            interval=0.5,
+        )
         reconciler_cpu = cpu_seconds(reconciler.proc.pid) - ready_cpu
         webhook_cpu = cpu_seconds(webhook.proc.pid) - webhook_cpu
         requests = requests_by_verb(reconciler.metrics())
-        writes = {f"{m} {r}": round(v / replicas, 3) for (m, r), v in sorted(requests.items())
-                  if m in ("PATCH", "POST", "PUT")}
+        writes = {
+            f"{m} {r}": round(v / replicas, 3)
+            for (m, r), v in sorted(requests.items())
+            if m in ("PATCH", "POST", "PUT")
+        }
         to_final = [t - created for t in timeline.final.values()]
         return {
             "mode": "sized at admission" if sized else "today (sized after binding)",
@@ -194,9 +262,11 @@ def burst(kube: Kube, kubeconfig: str, replicas: int, sized: bool, timeout: floa
             "reconciler_writes_per_pod": writes,
             "reconciler_writes_per_pod_total": round(sum(writes.values()), 3),
             "apiserver_pod_resizes_per_pod": round((resizes_served(kube) - resizes_before) / replicas, 3),
-            "create_to_running_at_final_size_s": {"p50": round(percentile(to_final, 50), 2),
-                                                  "p99": round(percentile(to_final, 99), 2),
-                                                  "last": round(max(to_final), 2)},
+            "create_to_running_at_final_size_s": {
+                "p50": round(percentile(to_final, 50), 2),
+                "p99": round(percentile(to_final, 99), 2),
+                "last": round(max(to_final), 2),
+            },
             "create_to_last_applied_s": round(max(timeline.applied.values()) - created, 2),
             "reconciler_cpu_s": round(reconciler_cpu, 2),
             "reconciler_cpu_ms_per_pod": round(reconciler_cpu * 1000 / replicas, 2),
@@ -219,18 +289,44 @@ def burst(kube: Kube, kubeconfig: str, replicas: int, sized: bool, timeout: floa
 def review(i: int, pinned: bool, distinct: bool = False) -> bytes:
     """A review of an n4-pinned replica; `distinct`: each of another size (nothing memoised)."""
     cpu = f"{1000 + i}m" if distinct else "1"
-    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "example.com/app:1", "resources": {
-        "requests": {"cpu": cpu, "memory": "128Mi"}, "limits": {"cpu": cpu, "memory": "128Mi"}}}]}
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "app",
+                "image": "example.com/app:1",
+                "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}, "limits": {"cpu": cpu, "memory": "128Mi"}},
+            }
+        ]
+    }
     if pinned:
         spec["nodeSelector"] = {LABEL: "n4"}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "generateName": "web-7d9f-", "namespace": NAMESPACE, "labels": {"app": "web"}, "ownerReferences": [{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "rs-uid", "controller": True}]},
-        "spec": spec}
-    return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": f"uid-{i}", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": NAMESPACE,
-        "operation": "CREATE", "object": pod}})
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "web-7d9f-",
+            "namespace": NAMESPACE,
+            "labels": {"app": "web"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "rs-uid", "controller": True}
+            ],
+        },
+        "spec": spec,
+    }
+    return orjson.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": f"uid-{i}",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": NAMESPACE,
+                "operation": "CREATE",
+                "object": pod,
+            },
+        }
+    )
 
 
 def latency(kube: Kube, kubeconfig: str, reviews: int, sized: bool, distinct: bool) -> dict[str, Any]:
@@ -241,9 +337,21 @@ def latency(kube: Kube, kubeconfig: str, reviews: int, sized: bool, distinct: bo
         context = ssl.create_default_context(cafile=webhook.certs.ca_file)
         with httpx.Client(verify=context, timeout=10) as client:
             if sized:
-                wait_for("the webhook sizing", lambda: "spec" in str(orjson.loads(__import__("base64").b64decode(
-                    client.post(webhook.url, content=review(0, True)).json()["response"]["patch"]))), timeout=60)
-            for i in range(200):       # warm up: connection, code paths
+                wait_for(
+                    "the webhook sizing",
+                    lambda: (
+                        "spec"
+                        in str(
+                            orjson.loads(
+                                __import__("base64").b64decode(
+                                    client.post(webhook.url, content=review(0, True)).json()["response"]["patch"]
+                                )
+                            )
+                        )
+                    ),
+                    timeout=60,
+                )
+            for i in range(200):  # warm up: connection, code paths
                 client.post(webhook.url, content=review(reviews + 1 + i, True, distinct))
             bodies = [review(i, True, distinct) for i in range(reviews)]
             times = []
@@ -258,8 +366,10 @@ def latency(kube: Kube, kubeconfig: str, reviews: int, sized: bool, distinct: bo
         return {
             "mode": ("--size-at-admission (node lookup + sizing)" if sized else "stamp only")
             + (", every pod of another size" if distinct else ", replicas of one workload"),
-            "reviews": reviews, "sized": any(op["path"].startswith("/spec/") for op in patched),
-            "p50_ms": round(statistics.median(times) * 1000, 3), "p99_ms": round(percentile(times, 99) * 1000, 3),
+            "reviews": reviews,
+            "sized": any(op["path"].startswith("/spec/") for op in patched),
+            "p50_ms": round(statistics.median(times) * 1000, 3),
+            "p99_ms": round(percentile(times, 99) * 1000, 3),
             "webhook_cpu_ms_per_review": round(server_cpu * 1000 / reviews, 3),
             "load_generator_cpu_ms_per_review": round(client_cpu * 1000 / reviews, 3),
         }
@@ -285,8 +395,11 @@ def main() -> int:
         results["burst"] = [burst(kube, kubeconfig, args.replicas, sized, args.timeout) for sized in (False, True)]
         for figures in results["burst"]:
             print(json.dumps(figures, indent=2))
-    results["latency"] = [latency(kube, kubeconfig, args.reviews, sized, distinct)
-                          for distinct in (False, True) for sized in (False, True)]
+    results["latency"] = [
+        latency(kube, kubeconfig, args.reviews, sized, distinct)
+        for distinct in (False, True)
+        for sized in (False, True)
+    ]
     for figures in results["latency"]:
         print(json.dumps(figures, indent=2))
     results["loadavg_after"] = os.getloadavg()

@@ -10,6 +10,7 @@ its interval, the baseline's CPU share, and the scores' relative spread.
 
     sudo .venv/bin/python bench/calibrate_bench.py [--repeats 2,3,5,10] [--benchmark-duration 2s] [--keep-cluster]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,10 +52,27 @@ def calibrate(kubeconfig: str, repeats: int, duration: str) -> dict[str, object]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "commands", "calibrate", f"--kubeconfig={kubeconfig}", f"--config-namespace={NAMESPACE}",
-         f"--namespace={NAMESPACE}", f"--node-type-label={LABEL}", "--toleration=workload-resizer.io/real-node",
-         "--host-network", f"--repeats={repeats}", f"--benchmark-duration={duration}", "-o", "json"],
-        cwd=REPO, capture_output=True, text=True, timeout=1800)
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "calibrate",
+            f"--kubeconfig={kubeconfig}",
+            f"--config-namespace={NAMESPACE}",
+            f"--namespace={NAMESPACE}",
+            f"--node-type-label={LABEL}",
+            "--toleration=workload-resizer.io/real-node",
+            "--host-network",
+            f"--repeats={repeats}",
+            f"--benchmark-duration={duration}",
+            "-o",
+            "json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -62,13 +80,18 @@ def calibrate(kubeconfig: str, repeats: int, duration: str) -> dict[str, object]
     result = json.loads(proc.stdout)
     types = {t["nodeType"]: t for t in result["nodeTypes"]}
     base, slow = types["n2d"], types["slow"]
-    return {"types": 2, "repeats": repeats, "wall_s": round(wall, 1),
-            "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
-            "ratio": round(slow["ratio"]["value"], 4),
-            "ci": f"{slow['ratio']['low']:.3f}..{slow['ratio']['high']:.3f}",
-            "error_vs_imposed": f"{(slow['ratio']['value'] / 0.5 - 1):+.1%}",
-            "baseline_cpu_share": base.get("cpuShare"),
-            "spread_n2d": f"{base['stdev'] / base['mean']:.1%}", "spread_slow": f"{slow['stdev'] / slow['mean']:.1%}"}
+    return {
+        "types": 2,
+        "repeats": repeats,
+        "wall_s": round(wall, 1),
+        "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
+        "ratio": round(slow["ratio"]["value"], 4),
+        "ci": f"{slow['ratio']['low']:.3f}..{slow['ratio']['high']:.3f}",
+        "error_vs_imposed": f"{(slow['ratio']['value'] / 0.5 - 1):+.1%}",
+        "baseline_cpu_share": base.get("cpuShare"),
+        "spread_n2d": f"{base['stdev'] / base['mean']:.1%}",
+        "spread_slow": f"{slow['stdev'] / slow['mean']:.1%}",
+    }
 
 
 def main() -> int:
@@ -91,8 +114,15 @@ def main() -> int:
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as config:
             config.write(CONFIG)
             config.flush()
-            run(kubectl, "-n", NAMESPACE, "create", "configmap", "workload-resizer-config",
-                f"--from-file=config.yaml={config.name}")
+            run(
+                kubectl,
+                "-n",
+                NAMESPACE,
+                "create",
+                "configmap",
+                "workload-resizer-config",
+                f"--from-file=config.yaml={config.name}",
+            )
         for repeats in (int(r) for r in args.repeats.split(",")):
             print(json.dumps(calibrate(local.kubeconfig, repeats, args.benchmark_duration)), flush=True)
     finally:
@@ -102,7 +132,7 @@ def main() -> int:
             local.down()
         else:
             for name in nodes:
-                with contextlib.suppress(ClusterError):      # one that was never added
+                with contextlib.suppress(ClusterError):  # one that was never added
                     local.hack("remove-node", name, timeout=120)
             subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait=false"], check=False)
     return 0

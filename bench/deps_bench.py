@@ -16,6 +16,7 @@ To compare with a tree from before a change, run the same script with that tree 
 the path: ``git archive <commit> | tar -x -C /tmp/before`` then
 ``PYTHONPATH=/tmp/before .venv/bin/python bench/deps_bench.py config``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,39 +51,66 @@ def emit(part: str, case: str, **figures: Any) -> None:
 def import_cost(statement: str, baseline: str = "pass") -> dict[str, float]:
     """CPU seconds and peak RSS of a fresh interpreter that runs ``statement``, minus one that
     runs ``baseline`` (best of 5 each)."""
+
     def cost(code: str) -> tuple[float, float]:
         # VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec.
-        script = (f"import resource\n{code}\nr = resource.getrusage(resource.RUSAGE_SELF)\n"
-                  "hwm = next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
-                  "print(r.ru_utime + r.ru_stime, hwm)")
-        runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                               env={**os.environ, "PYTHONPATH": SUBPROCESS_PATH}, cwd=REPO).stdout.split()
-                for _ in range(5)]
+        script = (
+            f"import resource\n{code}\nr = resource.getrusage(resource.RUSAGE_SELF)\n"
+            "hwm = next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+            "print(r.ru_utime + r.ru_stime, hwm)"
+        )
+        runs = [
+            subprocess.run(
+                [sys.executable, "-c", script],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "PYTHONPATH": SUBPROCESS_PATH},
+                cwd=REPO,
+            ).stdout.split()
+            for _ in range(5)
+        ]
         return min(float(cpu) for cpu, _ in runs), min(int(rss) for _, rss in runs) / 1024
+
     (cpu, rss), (bare_cpu, bare_rss) = cost(f"{baseline}\n{statement}"), cost(baseline)
     return {"cpu_s": round(cpu - bare_cpu, 3), "rss_mib": round(rss - bare_rss, 1)}
 
 
 # ---- config: per ConfigMap change (load_config), per pod (resolve_policy) --------------------
 
+
 def big_config() -> str:
     """A large but plausible config: 40 node types, 20 overrides, 20 label rules, 10 compute classes."""
     from resizer import SAMPLE_CONFIG
-    lines = [SAMPLE_CONFIG.replace("nodeTypes:\n", "nodeTypes:\n" + "".join(
-        f"  t{i}: {{ cpuPerf: {1 + i / 100}, memPerf: 1.0 }}\n" for i in range(37)))]
-    lines.append("overrides:\n" + "".join(
-        f"  - name: o{i}\n    match: {{ computeClass: c{i}, podLabel: {{ team: t{i} }} }}\n"
-        f"    bounds: {{ cpu: {{ min: {10 + i}m }} }}\n" for i in range(20)))
-    lines.append("podLabels:\n  team:\n" + "".join(
-        f"    t{i}: {{ nodeTypes: {{ n4: {{ cpuPerf: 1.{i + 10}, memPerf: 1 }} }} }}\n" for i in range(20)))
-    lines.append("computeClasses:\n" + "".join(
-        f"  c{i}: {{ bounds: {{ memory: {{ max: {i + 1}Gi }} }} }}\n" for i in range(10)))
+
+    lines = [
+        SAMPLE_CONFIG.replace(
+            "nodeTypes:\n",
+            "nodeTypes:\n" + "".join(f"  t{i}: {{ cpuPerf: {1 + i / 100}, memPerf: 1.0 }}\n" for i in range(37)),
+        )
+    ]
+    lines.append(
+        "overrides:\n"
+        + "".join(
+            f"  - name: o{i}\n    match: {{ computeClass: c{i}, podLabel: {{ team: t{i} }} }}\n"
+            f"    bounds: {{ cpu: {{ min: {10 + i}m }} }}\n"
+            for i in range(20)
+        )
+    )
+    lines.append(
+        "podLabels:\n  team:\n"
+        + "".join(f"    t{i}: {{ nodeTypes: {{ n4: {{ cpuPerf: 1.{i + 10}, memPerf: 1 }} }} }}\n" for i in range(20))
+    )
+    lines.append(
+        "computeClasses:\n" + "".join(f"  c{i}: {{ bounds: {{ memory: {{ max: {i + 1}Gi }} }} }}\n" for i in range(10))
+    )
     return "".join(lines)
 
 
 def bench_config(repeat: int) -> None:
-    from resizer import SAMPLE_CONFIG, ConfigError, load_config, resolve_policy
     import resizer.config as module
+    from resizer import SAMPLE_CONFIG, ConfigError, load_config, resolve_policy
+
     uses_pydantic = "pydantic" in sys.modules
     big = big_config()
     broken = big.replace("cpuPerf: 1.0,", "cpuPerf: -1,").replace("name: o3", "name: o2") + "surprise: 1\n"
@@ -94,41 +122,61 @@ def bench_config(repeat: int) -> None:
             return
         raise AssertionError("the broken config loaded")
 
-    from resizer import ResizerConfig, compile_config
     import yaml
+
+    from resizer import ResizerConfig, compile_config
+
     parsed = yaml.safe_load(big)
-    for case, call in (("load sample config", lambda: load_config(SAMPLE_CONFIG)),
-                       ("validate+compile the big config, YAML already parsed",
-                        lambda: compile_config(ResizerConfig.from_document(parsed))),
-                       ("load big config (40 types, 20 overrides, 20 label rules)", lambda: load_config(big)),
-                       ("reject big config with 3 errors", load_broken)):
+    for case, call in (
+        ("load sample config", lambda: load_config(SAMPLE_CONFIG)),
+        (
+            "validate+compile the big config, YAML already parsed",
+            lambda: compile_config(ResizerConfig.from_document(parsed)),
+        ),
+        ("load big config (40 types, 20 overrides, 20 label rules)", lambda: load_config(big)),
+        ("reject big config with 3 errors", load_broken),
+    ):
         emit("config", case, us_per_call=round(per_call_us(call, repeat), 1), pydantic=uses_pydantic)
     config = load_config(big)
-    pod = {"metadata": {"labels": {"team": "t19", "app": "web"}, "annotations": {"a": "b"}},
-           "spec": {"nodeSelector": {"cloud.google.com/compute-class": "c9"}}}
-    emit("config", "resolve_policy per pod (big config, falls through 20 overrides to a label rule)",
-         us_per_call=round(per_call_us(lambda: resolve_policy(config, pod), repeat), 2), pydantic=uses_pydantic)
-    emit("config", "import resizer.config (fresh process, one-off)", **import_cost("import resizer.config"),
-         module=module.__file__)
+    pod = {
+        "metadata": {"labels": {"team": "t19", "app": "web"}, "annotations": {"a": "b"}},
+        "spec": {"nodeSelector": {"cloud.google.com/compute-class": "c9"}},
+    }
+    emit(
+        "config",
+        "resolve_policy per pod (big config, falls through 20 overrides to a label rule)",
+        us_per_call=round(per_call_us(lambda: resolve_policy(config, pod), repeat), 2),
+        pydantic=uses_pydantic,
+    )
+    emit(
+        "config",
+        "import resizer.config (fresh process, one-off)",
+        **import_cost("import resizer.config"),
+        module=module.__file__,
+    )
 
 
 # ---- metrics: per review / per reconcile, per scrape --------------------------------------------
 
-HANDWRITTEN_COMMIT = "efd8d7a"      # the last commit with the hand-written ops/prometheus.py and ops/jsonlog.py
+HANDWRITTEN_COMMIT = "efd8d7a"  # the last commit with the hand-written ops/prometheus.py and ops/jsonlog.py
 
 
 def handwritten(path: str, name: str) -> Any:
     """The hand-written module at ``path`` as of HANDWRITTEN_COMMIT, loaded under ``name``."""
     import importlib.util
-    source = subprocess.run(["git", "show", f"{HANDWRITTEN_COMMIT}:{path}"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout
+
+    source = subprocess.run(
+        ["git", "show", f"{HANDWRITTEN_COMMIT}:{path}"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None))
     sys.modules[name] = module
     exec(compile(source, f"{HANDWRITTEN_COMMIT}:{path}", "exec"), module.__dict__)
     return module
 
 
-WEBHOOK_LIBRARIES = "import fastapi, uvicorn, uvloop, httptools, orjson, yaml, pydantic, cryptography.x509, asyncio, ssl"
+WEBHOOK_LIBRARIES = (
+    "import fastapi, uvicorn, uvloop, httptools, orjson, yaml, pydantic, cryptography.x509, asyncio, ssl"
+)
 RECONCILER_LIBRARIES = "import uvloop, httptools, orjson, yaml, pydantic, asyncio, ssl, logging, resizer.config"
 OUTCOME_REASONS = [f"Reason{i}" for i in range(16)]
 
@@ -140,10 +188,20 @@ def fill_reconciler_like(kind: Any, registry: Any) -> dict[str, Any]:
     outcomes = counter("workload_resizer_outcomes_total", "Outcomes.", ["reason"], registry=registry)
     requests = counter("rest_client_requests_total", "Requests.", ["method", "resource", "code"], registry=registry)
     depth = gauge("workqueue_depth", "Depth.", ["name"], registry=registry)
-    work = histogram("workqueue_work_duration_seconds", "Work.", ["name"],
-                     buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60), registry=registry)
-    latency = histogram("rest_client_request_duration_seconds", "Latency.", ["verb"],
-                        buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15), registry=registry)
+    work = histogram(
+        "workqueue_work_duration_seconds",
+        "Work.",
+        ["name"],
+        buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60),
+        registry=registry,
+    )
+    latency = histogram(
+        "rest_client_request_duration_seconds",
+        "Latency.",
+        ["verb"],
+        buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15),
+        registry=registry,
+    )
     for reason in OUTCOME_REASONS:
         outcomes.labels(reason).inc()
     for method in ("GET", "LIST", "WATCH", "PATCH", "POST", "PUT"):
@@ -161,12 +219,16 @@ def fill_reconciler_like(kind: Any, registry: Any) -> dict[str, Any]:
 
 def bench_metrics(repeat: int) -> None:
     import prometheus_client
+
     prometheus_client.disable_created_metrics()
     ours = handwritten("ops/prometheus.py", "handwritten_prometheus")
 
     def library_page(registry: Any) -> Callable[[], bytes]:
-        for collector in (prometheus_client.ProcessCollector, prometheus_client.PlatformCollector,
-                          prometheus_client.GCCollector):
+        for collector in (
+            prometheus_client.ProcessCollector,
+            prometheus_client.PlatformCollector,
+            prometheus_client.GCCollector,
+        ):
             collector(registry=registry)
         return lambda: prometheus_client.generate_latest(registry)
 
@@ -175,69 +237,115 @@ def bench_metrics(repeat: int) -> None:
         return registry.exposition  # type: ignore[no-any-return]
 
     bench_metrics_of("hand-written", ours, ours.Registry(), handwritten_page, repeat)
-    bench_metrics_of("prometheus_client", prometheus_client, prometheus_client.CollectorRegistry(), library_page,
-                     repeat)
-    emit("metrics", "import (fresh process, one-off)", impl="prometheus_client",
-         **import_cost("import prometheus_client"))
-    emit("metrics", "import into a process that already runs FastAPI/uvicorn/pydantic (the webhook's)",
-         impl="prometheus_client", **import_cost("import prometheus_client", WEBHOOK_LIBRARIES))
-    emit("metrics", "import into a process that already runs the reconciler's libraries",
-         impl="prometheus_client", **import_cost("import prometheus_client", RECONCILER_LIBRARIES))
+    bench_metrics_of(
+        "prometheus_client", prometheus_client, prometheus_client.CollectorRegistry(), library_page, repeat
+    )
+    emit(
+        "metrics",
+        "import (fresh process, one-off)",
+        impl="prometheus_client",
+        **import_cost("import prometheus_client"),
+    )
+    emit(
+        "metrics",
+        "import into a process that already runs FastAPI/uvicorn/pydantic (the webhook's)",
+        impl="prometheus_client",
+        **import_cost("import prometheus_client", WEBHOOK_LIBRARIES),
+    )
+    emit(
+        "metrics",
+        "import into a process that already runs the reconciler's libraries",
+        impl="prometheus_client",
+        **import_cost("import prometheus_client", RECONCILER_LIBRARIES),
+    )
 
 
-def bench_metrics_of(label: str, kind: Any, registry: Any, page: Callable[[Any], Callable[[], bytes]],
-                     repeat: int) -> None:
+def bench_metrics_of(
+    label: str, kind: Any, registry: Any, page: Callable[[Any], Callable[[], bytes]], repeat: int
+) -> None:
     duration_buckets = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
     requests = kind.Counter("workload_resizer_webhook_requests_total", "Requests.", ["result"], registry=registry)
-    duration = kind.Histogram("workload_resizer_webhook_request_duration_seconds", "Duration.",
-                              buckets=duration_buckets, registry=registry)
+    duration = kind.Histogram(
+        "workload_resizer_webhook_request_duration_seconds", "Duration.", buckets=duration_buckets, registry=registry
+    )
     patched, observe = requests.labels("patched"), duration.observe
 
-    def review() -> None:       # what the webhook does per admission review (children resolved once)
+    def review() -> None:  # what the webhook does per admission review (children resolved once)
         patched.inc()
         observe(0.00042)
 
-    emit("metrics", "per admission review (1 inc, 1 observe)", impl=label,
-         us_per_call=round(per_call_us(review, repeat), 3))
+    emit(
+        "metrics",
+        "per admission review (1 inc, 1 observe)",
+        impl=label,
+        us_per_call=round(per_call_us(review, repeat), 3),
+    )
     rec = fill_reconciler_like(kind, registry)
 
-    def reconcile() -> None:    # a reconcile's updates, label lookups included
+    def reconcile() -> None:  # a reconcile's updates, label lookups included
         rec["outcomes"].labels("Reason3").inc()
         rec["requests"].labels("PATCH", "pods", "200").inc()
         rec["latency"].labels("PATCH").observe(0.012)
         rec["depth"].labels("pods").dec()
         rec["work"].labels("pods").observe(0.004)
 
-    emit("metrics", "per reconcile (5 updates with .labels())", impl=label,
-         us_per_call=round(per_call_us(reconcile, repeat), 3))
+    emit(
+        "metrics",
+        "per reconcile (5 updates with .labels())",
+        impl=label,
+        us_per_call=round(per_call_us(reconcile, repeat), 3),
+    )
     scrape = page(registry)
     text = scrape()
-    emit("metrics", "per scrape of /metrics (reconciler-like page + process/python series)", impl=label,
-         us_per_call=round(per_call_us(scrape, repeat), 1), lines=text.count(b"\n"), bytes=len(text))
+    emit(
+        "metrics",
+        "per scrape of /metrics (reconciler-like page + process/python series)",
+        impl=label,
+        us_per_call=round(per_call_us(scrape, repeat), 1),
+        lines=text.count(b"\n"),
+        bytes=len(text),
+    )
 
 
 # ---- jsonlog: per log line ------------------------------------------------------------------------
 
+
 def bench_jsonlog(repeat: int) -> None:
     import io
     import logging
+
     from pythonjsonlogger.orjson import OrjsonFormatter
+
     ours = handwritten("ops/jsonlog.py", "handwritten_jsonlog")
-    fields = {"uid": "6f1c2d9e-1111-2222-3333-444455556666", "namespace": "default", "pod": "web-5d8f7-abcde",
-              "decision": "patched", "rule": "global", "node_type": None, "duration_ms": 0.412,
-              "patch_ops": 3}
+    fields = {
+        "uid": "6f1c2d9e-1111-2222-3333-444455556666",
+        "namespace": "default",
+        "pod": "web-5d8f7-abcde",
+        "decision": "patched",
+        "rule": "global",
+        "node_type": None,
+        "duration_ms": 0.412,
+        "patch_ops": 3,
+    }
     record = logging.LogRecord("app.review", logging.INFO, "", 0, "admission decision", None, None)
     record.__dict__.update(fields)
     record.message = record.getMessage()
     from ops.jsonlog import JSONFormatter
-    formatters = {"hand-written ops.jsonlog": ours.JSONFormatter(),
-                  "ops.jsonlog on python-json-logger (same line)": JSONFormatter(),
-                  "python-json-logger as published (message, extras)": OrjsonFormatter()}
+
+    formatters = {
+        "hand-written ops.jsonlog": ours.JSONFormatter(),
+        "ops.jsonlog on python-json-logger (same line)": JSONFormatter(),
+        "python-json-logger as published (message, extras)": OrjsonFormatter(),
+    }
     for label, formatter in formatters.items():
         line = formatter.format(record)
-        emit("jsonlog", "format one admission-decision line (8 fields)", impl=label,
-             us_per_call=round(per_call_us(lambda formatter=formatter: formatter.format(record), repeat), 2),
-             line=line)
+        emit(
+            "jsonlog",
+            "format one admission-decision line (8 fields)",
+            impl=label,
+            us_per_call=round(per_call_us(lambda formatter=formatter: formatter.format(record), repeat), 2),
+            line=line,
+        )
     logger = logging.getLogger("bench.jsonlog")
     logger.propagate = False
     logger.setLevel(logging.INFO)
@@ -245,42 +353,70 @@ def bench_jsonlog(repeat: int) -> None:
         handler = logging.StreamHandler(io.StringIO())
         handler.setFormatter(formatter)
         logger.handlers[:] = [handler]
-        emit("jsonlog", "log one line through the logger (log_fields, StreamHandler to memory)", impl=label,
-             us_per_call=round(per_call_us(lambda: ours.log_fields(logger, logging.INFO, "admission decision",
-                                                                   fields), repeat), 2))
+        emit(
+            "jsonlog",
+            "log one line through the logger (log_fields, StreamHandler to memory)",
+            impl=label,
+            us_per_call=round(
+                per_call_us(lambda: ours.log_fields(logger, logging.INFO, "admission decision", fields), repeat), 2
+            ),
+        )
         handler.stream = io.StringIO()
-    emit("jsonlog", "import (fresh process, one-off)", impl="python-json-logger",
-         **import_cost("import pythonjsonlogger.orjson", "import orjson, logging"))
+    emit(
+        "jsonlog",
+        "import (fresh process, one-off)",
+        impl="python-json-logger",
+        **import_cost("import pythonjsonlogger.orjson", "import orjson, logging"),
+    )
 
 
 # ---- http: the reconciler's probes/metrics server, idle and per request ---------------------------
 
-SERVERS = ("hand-written (reconciler.http on httptools)", "uvicorn + starlette (ops.probes routes), Server.serve()",
-           "uvicorn + starlette, startup()/shutdown() without uvicorn's 10 Hz main loop, no Date header")
+SERVERS = (
+    "hand-written (reconciler.http on httptools)",
+    "uvicorn + starlette (ops.probes routes), Server.serve()",
+    "uvicorn + starlette, startup()/shutdown() without uvicorn's 10 Hz main loop, no Date header",
+)
 
 
 def serve(kind: int, port_file: str) -> None:
     """The child process of bench_http: one probes/metrics server on the reconciler's loop."""
     import asyncio
+
     import prometheus_client
     import uvloop
+
     from ops.prometheus import REGISTRY
+
     fill_reconciler_like(prometheus_client, REGISTRY)
-    checks = {"config": lambda: (True, "loaded"), "caches": lambda: (True, "synced"),
-              "leader": lambda: (True, "elected")}
+    checks = {
+        "config": lambda: (True, "loaded"),
+        "caches": lambda: (True, "synced"),
+        "leader": lambda: (True, "elected"),
+    }
     sock = __import__("socket").create_server(("127.0.0.1", 0))
     Path(port_file).write_text(str(sock.getsockname()[1]))
 
     async def main() -> None:
         if kind == 0:
             from reconciler.http import ProbeApp, ProbeServer
+
             await ProbeServer(ProbeApp(checks), "127.0.0.1:0").serve([sock])
         else:
             import uvicorn
             from starlette.applications import Starlette
+
             from ops.probes import probe_routes
-            config = uvicorn.Config(Starlette(routes=probe_routes(checks)), loop="none", http="httptools",
-                                    lifespan="off", access_log=False, log_level="warning", date_header=kind == 1)
+
+            config = uvicorn.Config(
+                Starlette(routes=probe_routes(checks)),
+                loop="none",
+                http="httptools",
+                lifespan="off",
+                access_log=False,
+                log_level="warning",
+                date_header=kind == 1,
+            )
             server = uvicorn.Server(config)
             if kind == 1:
                 await server.serve([sock])
@@ -306,6 +442,7 @@ def child_rss_mib(pid: int) -> float:
 def http_get(port: int, path: str, sock: Any = None) -> bytes:
     """One GET; a new connection (as the kubelet probes) unless ``sock`` is given (as Prometheus scrapes)."""
     import socket
+
     own = sock is None
     conn = socket.create_connection(("127.0.0.1", port)) if own else sock
     conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{'Connection: close' if own else ''}\r\n\r\n".encode())
@@ -325,11 +462,15 @@ def bench_http(repeat: int, idle_s: float = 30.0, probes: int = 500, scrapes: in
     import socket
     import tempfile
     import time
+
     for kind, label in enumerate(SERVERS):
         with tempfile.TemporaryDirectory() as tmp:
             port_file = f"{tmp}/port"
-            child = subprocess.Popen([sys.executable, __file__, "--serve", str(kind), port_file], cwd=REPO,
-                                     env={**os.environ, "PYTHONPATH": SUBPROCESS_PATH})
+            child = subprocess.Popen(
+                [sys.executable, __file__, "--serve", str(kind), port_file],
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": SUBPROCESS_PATH},
+            )
             try:
                 deadline = time.monotonic() + 30
                 while not Path(port_file).exists() or not Path(port_file).read_text():
@@ -355,10 +496,15 @@ def bench_http(repeat: int, idle_s: float = 30.0, probes: int = 500, scrapes: in
                     assert http_get(port, "/metrics", scraper) == b"200"
                 per_scrape = (child_cpu_s(child.pid) - before) / scrapes
                 scraper.close()
-                emit("http", "reconciler probes/metrics server", impl=label,
-                     idle_cpu_ms_per_s=round(idle / idle_s * 1000, 3),
-                     cpu_us_per_probe_new_connection=round(per_probe * 1e6), cpu_us_per_scrape=round(per_scrape * 1e6),
-                     rss_mib=round(child_rss_mib(child.pid), 1))
+                emit(
+                    "http",
+                    "reconciler probes/metrics server",
+                    impl=label,
+                    idle_cpu_ms_per_s=round(idle / idle_s * 1000, 3),
+                    cpu_us_per_probe_new_connection=round(per_probe * 1e6),
+                    cpu_us_per_scrape=round(per_scrape * 1e6),
+                    rss_mib=round(child_rss_mib(child.pid), 1),
+                )
             finally:
                 child.terminate()
                 child.wait(10)
@@ -366,7 +512,12 @@ def bench_http(repeat: int, idle_s: float = 30.0, probes: int = 500, scrapes: in
 
 # ---- main -------------------------------------------------------------------------------------
 
-PARTS: dict[str, Callable[[int], None]] = {"config": bench_config, "metrics": bench_metrics, "jsonlog": bench_jsonlog, "http": bench_http}
+PARTS: dict[str, Callable[[int], None]] = {
+    "config": bench_config,
+    "metrics": bench_metrics,
+    "jsonlog": bench_jsonlog,
+    "http": bench_http,
+}
 
 
 def main() -> int:

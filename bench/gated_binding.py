@@ -10,6 +10,7 @@ removed (one PATCH per pod): every pod must be sized after binding (applied), no
 
     .venv/bin/python bench/gated_binding.py [--pods 50] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,7 @@ class Timeline(threading.Thread):
 
     def __init__(self, kube: Kube) -> None:
         super().__init__(daemon=True)
-        self.kube = kube.own_connections()     # closed by this thread only (see Kube.own_connections)
+        self.kube = kube.own_connections()  # closed by this thread only (see Kube.own_connections)
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.bound_at_generation: dict[str, int] = {}
@@ -60,8 +61,9 @@ class Timeline(threading.Thread):
             while not self.stop.is_set():
                 params = {"watch": "1", "resourceVersion": self.rv, "timeoutSeconds": "60"}
                 try:
-                    with self.kube.http.stream("GET", f"/api/v1/namespaces/{NAMESPACE}/pods", params=params,
-                                               timeout=httpx.Timeout(30, read=90)) as resp:
+                    with self.kube.http.stream(
+                        "GET", f"/api/v1/namespaces/{NAMESPACE}/pods", params=params, timeout=httpx.Timeout(30, read=90)
+                    ) as resp:
                         for line in resp.iter_lines():
                             if self.stop.is_set():
                                 return
@@ -92,15 +94,40 @@ def setup(kube: Kube) -> str:
     kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
     wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=900)
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    kube.create(f"/api/v1/namespaces/{NAMESPACE}/configmaps", {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "workload-resizer-config"},
-        "data": {"config.yaml": config_yaml()}})
+    kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "workload-resizer-config"},
+            "data": {"config.yaml": config_yaml()},
+        },
+    )
     node = "gated-n4-0"
-    subprocess.run([str(REPO / "hack" / "cluster"), "add-node", node, "--family", "n4", "--cpu", "256",
-                    "--memory", "1Ti", "--pods", "1000", "--label", f"{BENCH_LABEL}=gated"],
-                   check=True, stdout=subprocess.DEVNULL)
-    wait_for("default service account", lambda: kube.get(
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"), timeout=30)
+    subprocess.run(
+        [
+            str(REPO / "hack" / "cluster"),
+            "add-node",
+            node,
+            "--family",
+            "n4",
+            "--cpu",
+            "256",
+            "--memory",
+            "1Ti",
+            "--pods",
+            "1000",
+            "--label",
+            f"{BENCH_LABEL}=gated",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    wait_for(
+        "default service account",
+        lambda: kube.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"),
+        timeout=30,
+    )
     return node
 
 
@@ -112,8 +139,9 @@ def gated_burst(kube: Kube, kubeconfig: str, pods: int, timeout: float) -> dict[
     timeline = None
     try:
         webhook.wait_ready()
-        hook = register_webhook(kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench-gated",
-                                namespaces=[NAMESPACE])
+        hook = register_webhook(
+            kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench-gated", namespaces=[NAMESPACE]
+        )
         wait_webhook_active(kube, NAMESPACE)
         byte_compile()
         reconciler = Reconciler(kubeconfig, f"--config-namespace={NAMESPACE}", "--log-level=warning")
@@ -121,29 +149,44 @@ def gated_burst(kube: Kube, kubeconfig: str, pods: int, timeout: float) -> dict[
         ready_cpu = cpu_seconds(reconciler.proc.pid)
         timeline = Timeline(kube)
         timeline.start()
-        manifest = deployment("gated", pods, [container(
-            "app", requests={"cpu": "1", "memory": "128Mi"}, limits={"cpu": "1", "memory": "128Mi"})],
-            node_selector={LABEL: "n4", BENCH_LABEL: "gated"})
+        manifest = deployment(
+            "gated",
+            pods,
+            [container("app", requests={"cpu": "1", "memory": "128Mi"}, limits={"cpu": "1", "memory": "128Mi"})],
+            node_selector={LABEL: "n4", BENCH_LABEL: "gated"},
+        )
         manifest["spec"]["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
         kube.create(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", manifest)
-        wait_for(f"{pods} gated pods with their originals bound", lambda: len(timeline.bound) >= pods,
-                 timeout=timeout, interval=0.2)
+        wait_for(
+            f"{pods} gated pods with their originals bound",
+            lambda: len(timeline.bound) >= pods,
+            timeout=timeout,
+            interval=0.2,
+        )
         binding_cpu = cpu_seconds(reconciler.proc.pid) - ready_cpu
         requests = requests_by_verb(reconciler.metrics())
-        writes = {f"{m} {r}": round(v / pods, 3) for (m, r), v in sorted(requests.items())
-                  if m in ("PATCH", "POST", "PUT")}
+        writes = {
+            f"{m} {r}": round(v / pods, 3) for (m, r), v in sorted(requests.items()) if m in ("PATCH", "POST", "PUT")
+        }
         to_bound = [timeline.bound[name] - timeline.created[name] for name in timeline.bound]
         for name in list(timeline.bound):
             kube.patch(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", {"spec": {"schedulingGates": None}})
-        wait_for(f"{pods} pods sized after binding", lambda: len(timeline.applied) >= pods,
-                 timeout=timeout, interval=0.5)
-        refused = [e for e in kube.get(f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
-                   if e["reason"] == "OriginalsUnverified"]
+        wait_for(
+            f"{pods} pods sized after binding", lambda: len(timeline.applied) >= pods, timeout=timeout, interval=0.5
+        )
+        refused = [
+            e
+            for e in kube.get(f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
+            if e["reason"] == "OriginalsUnverified"
+        ]
         return {
             "pods": pods,
             "bound_at_generation_1": sum(1 for g in timeline.bound_at_generation.values() if g == 1),
-            "created_to_bound_s": {"p50": round(percentile(to_bound, 50), 3),
-                                   "p99": round(percentile(to_bound, 99), 3), "max": round(max(to_bound), 3)},
+            "created_to_bound_s": {
+                "p50": round(percentile(to_bound, 50), 3),
+                "p99": round(percentile(to_bound, 99), 3),
+                "max": round(max(to_bound), 3),
+            },
             "reconciler_writes_per_pod_while_gated": writes,
             "reconciler_cpu_ms_per_binding": round(binding_cpu * 1000 / pods, 2),
             "sized_after_their_gate": len(timeline.applied),

@@ -10,6 +10,7 @@ a registry stores and a node pulls) and the machine's load average.
     .venv/bin/python bench/image_build.py            # cold + warm (several minutes)
     .venv/bin/python bench/image_build.py --warm     # warm only, on the usual cache
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,19 +30,18 @@ TAG = "workload-resizer.local/workload-resizer:bench"
 
 def timed(*args: str, env: dict[str, str]) -> float:
     started = time.monotonic()
-    proc = subprocess.run([str(HACK_IMAGE), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+    proc = subprocess.run([str(HACK_IMAGE), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         sys.exit(f"hack/image {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     return time.monotonic() - started
 
 
 def sizes(env: dict[str, str], work: Path) -> tuple[float, float]:
-    inspect = subprocess.run([str(HACK_IMAGE), "inspect", "--tag", TAG], env=env, capture_output=True, text=True,
-                             check=True)
+    inspect = subprocess.run(
+        [str(HACK_IMAGE), "inspect", "--tag", TAG], env=env, capture_output=True, text=True, check=True
+    )
     archive = work / "image.oci.tar"
-    subprocess.run([str(HACK_IMAGE), "archive", str(archive), "--tag", TAG], env=env, capture_output=True,
-                   check=True)
+    subprocess.run([str(HACK_IMAGE), "archive", str(archive), "--tag", TAG], env=env, capture_output=True, check=True)
     return json.loads(inspect.stdout)["size_bytes"] / 1e6, archive.stat().st_size / 1e6
 
 

@@ -19,6 +19,7 @@ apiserver's share of the shared cores does not count) and requests/s.
 instead (POST of a 4 KB AdmissionReview, TLS, no client certificate): no cluster
 needed, and a server that answers in microseconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,48 +62,66 @@ def _mix(i: int) -> tuple[str, str, dict | None, str | None]:
 
 async def run_httpx(creds: Credentials, n: int, concurrency: int) -> tuple[float, float]:
     import httpx
-    async with httpx.AsyncClient(base_url=creds.server, verify=creds.ssl_context,
-                                 limits=httpx.Limits(max_connections=concurrency + 8,
-                                                     max_keepalive_connections=concurrency + 8),
-                                 headers={"Accept": "application/json"}) as client:
+
+    async with httpx.AsyncClient(
+        base_url=creds.server,
+        verify=creds.ssl_context,
+        limits=httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8),
+        headers={"Accept": "application/json"},
+    ) as client:
+
         async def send(i: int) -> None:
             method, path, body, ctype = _mix(i)
-            resp = await client.request(method, path, content=orjson.dumps(body) if body else None,
-                                        headers={"Content-Type": ctype} if ctype else None)
+            resp = await client.request(
+                method,
+                path,
+                content=orjson.dumps(body) if body else None,
+                headers={"Content-Type": ctype} if ctype else None,
+            )
             assert resp.status_code < 300, resp.text
             orjson.loads(resp.content)
+
         return await _drive(send, n, concurrency)
 
 
 async def run_aiohttp(creds: Credentials, n: int, concurrency: int) -> tuple[float, float]:
     import aiohttp
+
     connector = aiohttp.TCPConnector(ssl=creds.ssl_context, limit=concurrency + 8)
-    async with aiohttp.ClientSession(base_url=creds.server, connector=connector,
-                                     headers={"Accept": "application/json"}) as session:
+    async with aiohttp.ClientSession(
+        base_url=creds.server, connector=connector, headers={"Accept": "application/json"}
+    ) as session:
+
         async def send(i: int) -> None:
             method, path, body, ctype = _mix(i)
-            async with session.request(method, path, data=orjson.dumps(body) if body else None,
-                                       headers={"Content-Type": ctype} if ctype else None) as resp:
+            async with session.request(
+                method,
+                path,
+                data=orjson.dumps(body) if body else None,
+                headers={"Content-Type": ctype} if ctype else None,
+            ) as resp:
                 raw = await resp.read()
                 assert resp.status < 300, raw
                 orjson.loads(raw)
+
         return await _drive(send, n, concurrency)
 
 
 async def run_kube(creds: Credentials, n: int, concurrency: int) -> tuple[float, float]:
     client = KubeClient(creds, qps=0, burst=1, max_connections=concurrency + 8)
     try:
+
         async def send(i: int) -> None:
             method, path, body, ctype = _mix(i)
-            await client.request(method, path, body,
-                                 content_type=ctype or "application/json")
+            await client.request(method, path, body, content_type=ctype or "application/json")
+
         return await _drive(send, n, concurrency)
     finally:
         await client.close()
 
 
 async def _drive(send: Send, n: int, concurrency: int) -> tuple[float, float]:
-    for i in range(concurrency):          # warm up: connections open, code paths hot
+    for i in range(concurrency):  # warm up: connections open, code paths hot
         await send(i)
     queue = iter(range(n))
 
@@ -150,6 +169,7 @@ def _go_server() -> tuple[Credentials, subprocess.Popen]:
 
     import certs
     from bench.webhook_bench import build_go, wait_ready
+
     server_bin, _ = build_go(Path(tempfile.gettempdir()) / "workload-resizer-bench")
     work = Path(tempfile.mkdtemp(prefix="kube-client-bench-"))
     ca = certs.generate_ca()
@@ -157,9 +177,21 @@ def _go_server() -> tuple[Credentials, subprocess.Popen]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([str(server_bin), "-addr", f"127.0.0.1:{port}", "-cert", paths["tls.crt"],
-                             "-key", paths["tls.key"], "-log=false"], env={"GOMAXPROCS": "1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(server_bin),
+            "-addr",
+            f"127.0.0.1:{port}",
+            "-cert",
+            paths["tls.crt"],
+            "-key",
+            paths["tls.key"],
+            "-log=false",
+        ],
+        env={"GOMAXPROCS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_ready(proc, port, Path(paths["ca.crt"]))
     ctx = ssl.create_default_context(cafile=paths["ca.crt"])
     return Credentials(f"https://127.0.0.1:{port}", ctx, lambda: None), proc
@@ -167,6 +199,7 @@ def _go_server() -> tuple[Credentials, subprocess.Popen]:
 
 def _measure(args: argparse.Namespace, creds: Credentials) -> int:
     import uvloop
+
     try:
         import aiohttp  # noqa: F401
     except ImportError:
@@ -178,20 +211,27 @@ def _measure(args: argparse.Namespace, creds: Credentials) -> int:
     for _ in range(args.rounds):
         for name, run in CLIENTS.items():
             results[name].append(uvloop.run(run(creds, args.requests, args.concurrency)))
-    what = "POSTs of a 4 KB AdmissionReview to the Go server" if GO_SERVER else \
-        "requests (GET / strategic PATCH / merge PATCH of a ConfigMap), TLS + client certificate"
+    what = (
+        "POSTs of a 4 KB AdmissionReview to the Go server"
+        if GO_SERVER
+        else "requests (GET / strategic PATCH / merge PATCH of a ConfigMap), TLS + client certificate"
+    )
     print(f"\n{args.requests} {what}, {args.concurrency} in flight, uvloop; median of {args.rounds} rounds")
     print(f"  {'client':18} {'CPU ms/request':>15} {'requests/s':>11}")
     for name, rows in results.items():
-        print(f"  {name:18} {statistics.median(r[0] for r in rows):15.3f} {statistics.median(r[1] for r in rows):11.0f}")
+        print(
+            f"  {name:18} {statistics.median(r[0] for r in rows):15.3f} {statistics.median(r[1] for r in rows):11.0f}"
+        )
     return 0
 
 
 async def _ensure_configmap(creds: Credentials) -> None:
     client = KubeClient(creds, qps=0, burst=1, max_connections=1)
     try:
-        await client.create(f"/api/v1/namespaces/{NAMESPACE}/configmaps",
-                            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME}, "data": {}})
+        await client.create(
+            f"/api/v1/namespaces/{NAMESPACE}/configmaps",
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME}, "data": {}},
+        )
     except Exception as err:  # noqa: BLE001 - already there is fine
         if getattr(err, "status", None) != 409:
             raise

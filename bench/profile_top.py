@@ -7,6 +7,7 @@ Prints the share of samples by self frame (where the CPU was spent) and by inclu
 frame (what it was spent under), plus a few named groups (HTTP client, imports at run
 time, Events, the watch path, logging, the pure core).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,8 @@ from pathlib import Path
 
 GROUPS = {
     "HTTP client (kube/client.py + library)": re.compile(
-        r"\((?:kube/client\.py|kube/transport\.py|.*httpx/|.*httpcore/|.*anyio/|.*h11/|.*aiohttp/)"),
+        r"\((?:kube/client\.py|kube/transport\.py|.*httpx/|.*httpcore/|.*anyio/|.*h11/|.*aiohttp/)"
+    ),
     "importlib at run time": re.compile(r"<frozen importlib"),
     "Events (kube/events.py)": re.compile(r"\(kube/events\.py"),
     "watch path (informer + slim)": re.compile(r"\(kube/(?:informer|slim)\.py"),

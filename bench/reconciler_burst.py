@@ -39,6 +39,7 @@ from before the Deployment is created until the last pod is aligned, as
 speedscope` for https://www.speedscope.app). Summarise with
 `.venv/bin/python bench/profile_top.py FILE`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,17 +53,22 @@ import sys
 import time
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.drills.observe import (  # noqa: E402
-    PodTimeline, bare_resize_ceiling, cpu_seconds, peak_rss_mb, requests_by_verb)
+from bench.drills.observe import PodTimeline, bare_resize_ceiling, cpu_seconds, peak_rss_mb, requests_by_verb  # noqa: E402
 from devkit.configs import config_yaml  # noqa: E402
 from devkit.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
 from devkit.metrics import metric_sum  # noqa: E402
 from devkit.processes import (  # noqa: E402
-    Process, Reconciler, Webhook, free_port, register_webhook, unregister_webhook, wait_webhook_active)
+    Process,
+    Reconciler,
+    Webhook,
+    free_port,
+    register_webhook,
+    unregister_webhook,
+    wait_webhook_active,
+)
 
 NAMESPACE = "bench-burst"
 PRODUCT_PACKAGES = ("resizer", "reconciler", "app", "ops", "certs")
@@ -90,19 +96,44 @@ def setup(kube: Kube, nodes_per_family: int) -> list[str]:
     kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
     wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=900)
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    kube.create(f"/api/v1/namespaces/{NAMESPACE}/configmaps", {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "workload-resizer-config"},
-        "data": {"config.yaml": CONFIG}})
+    kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "workload-resizer-config"},
+            "data": {"config.yaml": CONFIG},
+        },
+    )
     nodes = []
     for family in ("n2d", "n4", "c3"):
         for i in range(nodes_per_family):
             name = f"burst-{family}-{i}"
-            subprocess.run([str(REPO / "hack" / "cluster"), "add-node", name, "--family", family, "--cpu", "64",
-                            "--memory", "256Gi", "--pods", "1000", "--label", f"{BENCH_LABEL}=burst"],
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    str(REPO / "hack" / "cluster"),
+                    "add-node",
+                    name,
+                    "--family",
+                    family,
+                    "--cpu",
+                    "64",
+                    "--memory",
+                    "256Gi",
+                    "--pods",
+                    "1000",
+                    "--label",
+                    f"{BENCH_LABEL}=burst",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             nodes.append(name)
-    wait_for("default service account", lambda: kube.get(
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"), timeout=30)
+    wait_for(
+        "default service account",
+        lambda: kube.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"),
+        timeout=30,
+    )
     return nodes
 
 
@@ -124,10 +155,19 @@ class GoReconciler(Reconciler):
     def __init__(self, binary: Path, kubeconfig: str, *flags: str) -> None:
         self.metrics_port = free_port()
         self.health_port = free_port()
-        Process.__init__(self, "goreconciler", [
-            str(binary), f"--kubeconfig={kubeconfig}", f"--config-namespace={NAMESPACE}",
-            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-            f"--health-probe-bind-address=127.0.0.1:{self.health_port}", "--config-refresh-interval=2s", *flags])
+        Process.__init__(
+            self,
+            "goreconciler",
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--config-namespace={NAMESPACE}",
+                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+                "--config-refresh-interval=2s",
+                *flags,
+            ],
+        )
 
 
 def build_go_reconciler() -> Path:
@@ -143,22 +183,37 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--replicas", type=int, default=1000)
     parser.add_argument("--nodes-per-family", type=int, default=4)
-    parser.add_argument("--controller", choices=("python", "go", "both"), default="python",
-                        help="our reconciler, the controller-runtime baseline, or both alternately")
+    parser.add_argument(
+        "--controller",
+        choices=("python", "go", "both"),
+        default="python",
+        help="our reconciler, the controller-runtime baseline, or both alternately",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the run (or the python/go pair) K times")
-    parser.add_argument("--go-flag", action="append", default=[], metavar="FLAG",
-                        help="extra flag of bench/goreconciler (repeatable), e.g. --go-flag=--zap-log-level=info")
+    parser.add_argument(
+        "--go-flag",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="extra flag of bench/goreconciler (repeatable), e.g. --go-flag=--zap-log-level=info",
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="reconciler --concurrency")
     parser.add_argument("--qps", type=float, default=500, help="reconciler --kube-api-qps")
     parser.add_argument("--burst", type=int, default=1000, help="reconciler --kube-api-burst")
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--no-webhook", action="store_true",
-                        help="no webhook: the reconciler stamps the originals (one more write per pod)")
+    parser.add_argument(
+        "--no-webhook",
+        action="store_true",
+        help="no webhook: the reconciler stamps the originals (one more write per pod)",
+    )
     parser.add_argument("--no-ceiling", action="store_true", help="skip the bare-resize ceiling")
     parser.add_argument("--profile", help="record a py-spy profile (raw collapsed stacks) of the reconciler here")
     parser.add_argument("--profile-format", default="raw", choices=["raw", "speedscope", "flamegraph"])
-    parser.add_argument("--profile-native", action="store_true",
-                        help="py-spy --native: also sample C/Cython frames (uvloop, ssl, orjson)")
+    parser.add_argument(
+        "--profile-native",
+        action="store_true",
+        help="py-spy --native: also sample C/Cython frames (uvloop, ssl, orjson)",
+    )
     parser.add_argument("--json", help="also write the figures to this file (a list when there are several runs)")
     parser.add_argument("--keep", action="store_true", help="leave the namespace and nodes in place")
     args = parser.parse_args()
@@ -189,15 +244,21 @@ def run_burst(kube: Kube, kubeconfig: str, args: argparse.Namespace, go_binary: 
     if not args.no_webhook:
         webhook = Webhook("--log-level=warning")
         webhook.wait_ready()
-        hook_name = register_webhook(kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench",
-                                     namespaces=[NAMESPACE])
+        hook_name = register_webhook(
+            kube, webhook.url, webhook.certs.ca_bundle, name="workload-resizer-bench", namespaces=[NAMESPACE]
+        )
         wait_webhook_active(kube, NAMESPACE)
     reconciler: Reconciler
     if go_binary is None:
         byte_compile()
-        reconciler = Reconciler(kubeconfig, f"--config-namespace={NAMESPACE}", f"--concurrency={args.concurrency}",
-                                f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}",
-                                "--log-level=warning")
+        reconciler = Reconciler(
+            kubeconfig,
+            f"--config-namespace={NAMESPACE}",
+            f"--concurrency={args.concurrency}",
+            f"--kube-api-qps={args.qps}",
+            f"--kube-api-burst={args.burst}",
+            "--log-level=warning",
+        )
     else:
         reconciler = GoReconciler(go_binary, kubeconfig, *args.go_flag)
     timeline = PodTimeline(kube, NAMESPACE)
@@ -210,13 +271,20 @@ def run_burst(kube: Kube, kubeconfig: str, args: argparse.Namespace, go_binary: 
         if args.profile:
             profiler = start_profiler(reconciler.proc.pid, args.profile, args.profile_format, args.profile_native)
         timeline.start()
-        manifest = deployment("burst", args.replicas, [container(
-            "app", requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "100m", "memory": "128Mi"})],
-            node_selector={BENCH_LABEL: "burst"})
+        manifest = deployment(
+            "burst",
+            args.replicas,
+            [container("app", requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "100m", "memory": "128Mi"})],
+            node_selector={BENCH_LABEL: "burst"},
+        )
         created = time.monotonic()
         kube.create(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", manifest)
-        wait_for(f"{args.replicas} aligned pods", lambda: len(timeline.applied) >= args.replicas,
-                 timeout=args.timeout, interval=0.5)
+        wait_for(
+            f"{args.replicas} aligned pods",
+            lambda: len(timeline.applied) >= args.replicas,
+            timeout=args.timeout,
+            interval=0.5,
+        )
         burst_cpu = cpu_seconds(reconciler.proc.pid)
         steal = steal_fraction(cpu_times_before, machine_cpu_times())
         timeline.stop()
@@ -228,12 +296,14 @@ def run_burst(kube: Kube, kubeconfig: str, args: argparse.Namespace, go_binary: 
         align_seconds = last_applied - first_bound
         n = args.replicas
         metrics_text = reconciler.metrics()
-        requests = requests_by_verb(metrics_text, "rest_client_requests_total" if go_binary is None
-                                    else "bench_rest_client_requests_total")
+        requests = requests_by_verb(
+            metrics_text, "rest_client_requests_total" if go_binary is None else "bench_rest_client_requests_total"
+        )
         writes = sum(v for (m, _), v in requests.items() if m in ("PATCH", "POST", "PUT", "DELETE"))
         figures = {
             "controller": "python" if go_binary is None else "go (controller-runtime, bench/goreconciler)",
-            "replicas": n, "nodes": len(nodes),
+            "replicas": n,
+            "nodes": len(nodes),
             "create_to_last_aligned_s": round(last_applied - created, 2),
             "first_bound_to_last_aligned_s": round(align_seconds, 2),
             "first_bound_to_last_bound_s": round(last_bound - first_bound, 2),
@@ -242,8 +312,7 @@ def run_burst(kube: Kube, kubeconfig: str, args: argparse.Namespace, go_binary: 
             "writes_per_pod": round(writes / n, 3),
             # The webhook (failurePolicy Ignore, 3 s timeout) can time out on a loaded machine: such
             # pods are admitted unstamped and the reconciler writes their originals (one PATCH more).
-            "pods_stamped_at_admission": sum(1 for name in timeline.applied
-                                             if timeline.stamped_at_admission.get(name)),
+            "pods_stamped_at_admission": sum(1 for name in timeline.applied if timeline.stamped_at_admission.get(name)),
             "node_gets_per_pod": round(requests.get(("GET", "nodes"), 0) / n, 4),
             # How often the work queue handed a pod out, and how often a watch event put it in.
             "reconciles_per_pod": round(metric_sum(metrics_text, "controller_runtime_reconcile_total") / n, 2),
@@ -292,11 +361,13 @@ def _print_ratios(runs: list[dict]) -> None:
     for py, go in zip(runs[0::2], runs[1::2], strict=True):
         cpu = py["reconciler_cpu_ms_per_aligned_pod"] / go["reconciler_cpu_ms_per_aligned_pod"]
         ratios.append(cpu)
-        print(f"  cpu {py['reconciler_cpu_ms_per_aligned_pod']:.2f} / {go['reconciler_cpu_ms_per_aligned_pod']:.2f} ms"
-              f" = {cpu:.2f}x   align {py['first_bound_to_last_aligned_s']:.1f} / "
-              f"{go['first_bound_to_last_aligned_s']:.1f} s   rss {py['reconciler_peak_rss_mb']:.1f} / "
-              f"{go['reconciler_peak_rss_mb']:.1f} MiB   writes/pod {py['writes_per_pod']} / {go['writes_per_pod']}"
-              f"   steal {py['steal_percent']} / {go['steal_percent']} %")
+        print(
+            f"  cpu {py['reconciler_cpu_ms_per_aligned_pod']:.2f} / {go['reconciler_cpu_ms_per_aligned_pod']:.2f} ms"
+            f" = {cpu:.2f}x   align {py['first_bound_to_last_aligned_s']:.1f} / "
+            f"{go['first_bound_to_last_aligned_s']:.1f} s   rss {py['reconciler_peak_rss_mb']:.1f} / "
+            f"{go['reconciler_peak_rss_mb']:.1f} MiB   writes/pod {py['writes_per_pod']} / {go['writes_per_pod']}"
+            f"   steal {py['steal_percent']} / {go['steal_percent']} %"
+        )
     if ratios:
         print(f"  median cpu ratio {sorted(ratios)[len(ratios) // 2]:.2f}x over {len(ratios)} pair(s)")
 
@@ -304,14 +375,21 @@ def _print_ratios(runs: list[dict]) -> None:
 def actuation_latency(kube: Kube) -> dict[str, float]:
     """p50/p99 of request -> actuation, from the Resized Events' "actuated <s>s after the request"."""
     import re
+
     events = kube.get(f"/api/v1/namespaces/{NAMESPACE}/events", fieldSelector="source=workload-resizer")["items"]
-    latencies = sorted(float(m.group(1)) for e in events
-                       if (m := re.search(r"actuated ([0-9.]+)s after the request", e.get("message") or "")))
+    latencies = sorted(
+        float(m.group(1))
+        for e in events
+        if (m := re.search(r"actuated ([0-9.]+)s after the request", e.get("message") or ""))
+    )
     if not latencies:
         return {}
     pick = lambda share: latencies[min(len(latencies) - 1, int(share * len(latencies)))]  # noqa: E731
-    return {"actuation_latency_p50_s": pick(0.50), "actuation_latency_p99_s": pick(0.99),
-            "actuation_latency_samples": len(latencies)}
+    return {
+        "actuation_latency_p50_s": pick(0.50),
+        "actuation_latency_p99_s": pick(0.99),
+        "actuation_latency_samples": len(latencies),
+    }
 
 
 def byte_compile() -> None:
@@ -321,23 +399,28 @@ def byte_compile() -> None:
     without this every start of the reconciler compiles its sources again: ~0.1
     CPU-second of "startup" that a deployed reconciler does not pay.
     """
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PRODUCT_PACKAGES)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PRODUCT_PACKAGES)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def start_profiler(pid: int, out: str, fmt: str, native: bool = False) -> subprocess.Popen:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
         raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
-    proc = subprocess.Popen([py_spy, "record", "-r", "200", "-f", fmt, "-o", out, "--pid", str(pid),
-                             *(["--native"] if native else [])],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(1)       # attached before the burst starts
+    proc = subprocess.Popen(
+        [py_spy, "record", "-r", "200", "-f", fmt, "-o", out, "--pid", str(pid), *(["--native"] if native else [])],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(1)  # attached before the burst starts
     return proc
 
 
 def stop_profiler(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGINT)        # py-spy writes its output on SIGINT
+    proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
     try:
         proc.wait(60)
     except subprocess.TimeoutExpired:
@@ -345,8 +428,10 @@ def stop_profiler(proc: subprocess.Popen) -> None:
 
 
 def _print(figures: dict) -> None:
-    print(f"\n{figures['controller']} reconciler burst: {figures['replicas']} pods on {figures['nodes']} KWOK nodes "
-          f"(n2d/n4/c3), machine: {os.cpu_count()} cores")
+    print(
+        f"\n{figures['controller']} reconciler burst: {figures['replicas']} pods on {figures['nodes']} KWOK nodes "
+        f"(n2d/n4/c3), machine: {os.cpu_count()} cores"
+    )
     for key, value in figures.items():
         if key == "controller":
             continue

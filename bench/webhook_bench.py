@@ -84,8 +84,10 @@ def post(port: int, ca_file: Path, body: bytes, path: str = "/mutate") -> tuple[
     ctx = ssl.create_default_context(cafile=str(ca_file))
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
         with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
-            req = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                   f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+            req = (
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode() + body
             s.sendall(req)
             data = b""
             while chunk := s.recv(65536):
@@ -99,7 +101,7 @@ def post(port: int, ca_file: Path, body: bytes, path: str = "/mutate") -> tuple[
             size = int(size_s, 16)
             if size == 0:
                 break
-            out, rest = out + rest[:size], rest[size + 2:]
+            out, rest = out + rest[:size], rest[size + 2 :]
         payload = out
     return status, payload
 
@@ -151,10 +153,18 @@ def run_wrk(wrk: str, port: int, server_pid: int, args, review: Path, script: Pa
     url = f"https://127.0.0.1:{port}/mutate"
     env = dict(os.environ, WRK_BODY=str(review))
     base = [wrk, "-t1", f"-c{args.connections}", "-s", str(script), "--timeout", "5s"]
-    subprocess.run(pinned(args.client_core, [*base, f"-d{max(1, round(args.warmup))}s", url]), env=env,
-                   capture_output=True, check=True)
-    gen = subprocess.Popen(pinned(args.client_core, [*base, f"-d{max(1, round(args.duration))}s", url]), env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    subprocess.run(
+        pinned(args.client_core, [*base, f"-d{max(1, round(args.warmup))}s", url]),
+        env=env,
+        capture_output=True,
+        check=True,
+    )
+    gen = subprocess.Popen(
+        pinned(args.client_core, [*base, f"-d{max(1, round(args.duration))}s", url]),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     time.sleep(0.5)
     cpu0, scpu0, t0 = cpu_seconds(gen.pid), cpu_seconds(server_pid), time.monotonic()
     time.sleep(max(0.5, args.duration - 1.0))
@@ -164,9 +174,13 @@ def run_wrk(wrk: str, port: int, server_pid: int, args, review: Path, script: Pa
         raise RuntimeError(f"wrk failed: {err.decode()}")
     summary = json.loads(out.decode().strip().splitlines()[-1])
     seconds = summary["duration_us"] / 1e6
-    result = {"rps": summary["requests"] / seconds, "p50_ms": summary["p50_us"] / 1000,
-              "p99_ms": summary["p99_us"] / 1000, "errors": summary["errors"] + summary["non2xx"],
-              "requests": summary["requests"]}
+    result = {
+        "rps": summary["requests"] / seconds,
+        "p50_ms": summary["p50_us"] / 1000,
+        "p99_ms": summary["p99_us"] / 1000,
+        "errors": summary["errors"] + summary["non2xx"],
+        "requests": summary["requests"],
+    }
     return result, (scpu1 - scpu0) / (t1 - t0), (cpu1 - cpu0) / (t1 - t0)
 
 
@@ -182,8 +196,17 @@ def patch_set(payload: bytes) -> set[tuple]:
     return {(op["op"], op["path"], json.dumps(op.get("value"), sort_keys=True)) for op in ops}
 
 
-def run_one(name: str, argv: list[str], env: dict[str, str], port: int, args, loadgen: Path,
-            ca_file: Path, review: Path, log_path: Path) -> dict:
+def run_one(
+    name: str,
+    argv: list[str],
+    env: dict[str, str],
+    port: int,
+    args,
+    loadgen: Path,
+    ca_file: Path,
+    review: Path,
+    log_path: Path,
+) -> dict:
     log(f"starting {name}: {' '.join(argv)}")
     with open(log_path, "wb") as logf:
         proc = subprocess.Popen(argv, env=env, stdout=logf, stderr=logf, cwd=ROOT)
@@ -198,15 +221,27 @@ def run_one(name: str, argv: list[str], env: dict[str, str], port: int, args, lo
             wrk_script = log_path.parent / "wrk.lua"
             wrk_script.write_text(WRK_SCRIPT)
             result, server_cpu, gen_cpu = run_wrk(args.wrk, port, proc.pid, args, review, wrk_script)
-            result.update(server=name, loadgen="wrk", loadgen_cpu_util=gen_cpu, cpu_util=server_cpu,
-                          patch=sorted(ops))
+            result.update(server=name, loadgen="wrk", loadgen_cpu_util=gen_cpu, cpu_util=server_cpu, patch=sorted(ops))
             result["reviews_per_cpu_s"] = result["rps"] / result["cpu_util"] if result["cpu_util"] > 0 else 0.0
             return result
-        lg = pinned(args.client_core, [
-            str(loadgen), "-url", f"https://127.0.0.1:{port}/mutate", "-cacert", str(ca_file),
-            "-body", str(review), "-c", str(args.connections),
-            "-warmup", f"{args.warmup}s", "-d", f"{args.duration}s",
-        ])
+        lg = pinned(
+            args.client_core,
+            [
+                str(loadgen),
+                "-url",
+                f"https://127.0.0.1:{port}/mutate",
+                "-cacert",
+                str(ca_file),
+                "-body",
+                str(review),
+                "-c",
+                str(args.connections),
+                "-warmup",
+                f"{args.warmup}s",
+                "-d",
+                f"{args.duration}s",
+            ],
+        )
         log(f"load: {args.connections} connections, {args.warmup}s warm-up + {args.duration}s")
         gen = subprocess.Popen(lg, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(args.warmup)
@@ -241,13 +276,17 @@ def median_result(runs: list[dict]) -> dict:
     """The run with the median throughput (its latencies go with it); all runs kept under 'runs'."""
     ordered = sorted(runs, key=lambda r: r["rps"])
     chosen = dict(ordered[(len(ordered) - 1) // 2])
-    chosen["runs"] = [{k: r[k] for k in ("rps", "p50_ms", "p99_ms", "cpu_util", "reviews_per_cpu_s",
-                                         "loadgen_cpu_util")} for r in runs]
+    chosen["runs"] = [
+        {k: r[k] for k in ("rps", "p50_ms", "p99_ms", "cpu_util", "reviews_per_cpu_s", "loadgen_cpu_util")}
+        for r in runs
+    ]
     return chosen
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--duration", type=float, default=10, help="measurement window per server, seconds")
     p.add_argument("--warmup", type=float, default=2, help="warm-up before measuring, seconds")
     p.add_argument("--connections", type=int, default=16, help="concurrent keep-alive TLS connections")
@@ -255,13 +294,25 @@ def main() -> int:
     p.add_argument("--client-core", default="1", help="CPU the load generator is pinned to ('' = no pinning)")
     p.add_argument("--review", type=Path, default=DEFAULT_REVIEW, help="AdmissionReview to send")
     p.add_argument("--only", choices=("python", "go"), help="run one server only")
-    p.add_argument("--load", choices=("wrk", "go"), default="wrk",
-                   help="load generator: wrk (apt package, installed if missing) or bench/gowebhook/loadgen")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="measure each server this many times, alternating the order; the table shows the median run")
+    p.add_argument(
+        "--load",
+        choices=("wrk", "go"),
+        default="wrk",
+        help="load generator: wrk (apt package, installed if missing) or bench/gowebhook/loadgen",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each server this many times, alternating the order; the table shows the median run",
+    )
     p.add_argument("--no-log", action="store_true", help="servers log warnings only (no per-decision line)")
-    p.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "workload-resizer-bench",
-                   help="where the Go binaries are built")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "workload-resizer-bench",
+        help="where the Go binaries are built",
+    )
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--keep", action="store_true", help="keep the work dir (certs, server logs)")
     args = p.parse_args()
@@ -280,20 +331,47 @@ def main() -> int:
         serving = certs.issue_serving_cert(ca, ips=["127.0.0.1"])
         paths = certs.write_pair(str(work), serving, ca)
         ca_file, crt, key = Path(paths["ca.crt"]), paths["tls.crt"], paths["tls.key"]
+
         def run_python() -> dict:
             port = free_port()
-            argv = pinned(args.server_core, [
-                sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
-                "--tls-cert-file", crt, "--tls-key-file", key,
-                "--log-level", "warning" if args.no_log else "info", "--size-at-admission=false",
-            ])
-            return run_one(PY_NAME, argv, dict(os.environ), port, args, loadgen, ca_file, args.review,
-                           work / "python.log")
+            argv = pinned(
+                args.server_core,
+                [
+                    sys.executable,
+                    "-m",
+                    "app",
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--tls-cert-file",
+                    crt,
+                    "--tls-key-file",
+                    key,
+                    "--log-level",
+                    "warning" if args.no_log else "info",
+                    "--size-at-admission=false",
+                ],
+            )
+            return run_one(
+                PY_NAME, argv, dict(os.environ), port, args, loadgen, ca_file, args.review, work / "python.log"
+            )
 
         def run_go() -> dict:
             port = free_port()
-            argv = pinned(args.server_core, [str(server_bin), "-addr", f"127.0.0.1:{port}", "-cert", crt, "-key", key,
-                                             f"-log={'false' if args.no_log else 'true'}"])
+            argv = pinned(
+                args.server_core,
+                [
+                    str(server_bin),
+                    "-addr",
+                    f"127.0.0.1:{port}",
+                    "-cert",
+                    crt,
+                    "-key",
+                    key,
+                    f"-log={'false' if args.no_log else 'true'}",
+                ],
+            )
             env = dict(os.environ, GOMAXPROCS="1")
             return run_one(GO_NAME, argv, env, port, args, loadgen, ca_file, args.review, work / "go.log")
 
@@ -301,7 +379,7 @@ def main() -> int:
         rounds: dict[str, list[dict]] = {}
         for i in range(args.rounds):
             # alternate the order, so a change in background load hits both alike
-            for runner in (runners if i % 2 == 0 else runners[::-1]):
+            for runner in runners if i % 2 == 0 else runners[::-1]:
                 r = runner()
                 rounds.setdefault(r["server"], []).append(r)
                 log(f"round {i + 1}: {r['server']}: {r['rps']:.0f}/s p99 {r['p99_ms']:.2f} ms cpu {r['cpu_util']:.2f}")
@@ -314,29 +392,42 @@ def main() -> int:
 
     go = next((r for r in results if r["server"] == GO_NAME), None)
     print()
-    print(f"review: {args.review.name} ({args.review.stat().st_size} B), {args.connections} connections, "
-          f"{args.duration:g}s after {args.warmup:g}s warm-up, per-decision logging "
-          f"{'off' if args.no_log else 'on'}, median of {args.rounds} round(s); load average now "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"load generator: {results[0]['loadgen'] if results else '-'} pinned to core {args.client_core}, "
-          f"server pinned to core {args.server_core}; cpu = cores used during the window")
-    header = (f"{'server':<30} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'cpu':>6} "
-              f"{'rev/cpu-s':>10} {'loadgen cpu':>12} {'vs Go':>7}")
+    print(
+        f"review: {args.review.name} ({args.review.stat().st_size} B), {args.connections} connections, "
+        f"{args.duration:g}s after {args.warmup:g}s warm-up, per-decision logging "
+        f"{'off' if args.no_log else 'on'}, median of {args.rounds} round(s); load average now "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    print(
+        f"load generator: {results[0]['loadgen'] if results else '-'} pinned to core {args.client_core}, "
+        f"server pinned to core {args.server_core}; cpu = cores used during the window"
+    )
+    header = (
+        f"{'server':<30} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'cpu':>6} "
+        f"{'rev/cpu-s':>10} {'loadgen cpu':>12} {'vs Go':>7}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
         ratio = f"{r['rps'] / go['rps']:.2f}x" if go and go["rps"] else "-"
-        print(f"{r['server']:<30} {r['rps']:>10.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>7} "
-              f"{r['cpu_util']:>6.2f} {r['reviews_per_cpu_s']:>10.0f} {r['loadgen_cpu_util']:>12.2f} {ratio:>7}")
+        print(
+            f"{r['server']:<30} {r['rps']:>10.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>7} "
+            f"{r['cpu_util']:>6.2f} {r['reviews_per_cpu_s']:>10.0f} {r['loadgen_cpu_util']:>12.2f} {ratio:>7}"
+        )
     if len(results) == 2:
         same = results[0]["patch"] == results[1]["patch"]
         print(f"same patch from both servers: {'yes' if same else 'NO'}")
         py = results[0]
         if args.rounds > 1:
             for r in results:
-                print(f"  {r['server']}: runs " + ", ".join(f"{x['rps']:.0f}/s p99 {x['p99_ms']:.1f} ms" for x in r["runs"]))
-        print(f"targets: throughput >= 0.6x Go: {'met' if py['rps'] >= 0.6 * go['rps'] else 'NOT met'}; "
-              f"python p99 <= 5 ms: {'met' if py['p99_ms'] <= 5 else 'NOT met'}")
+                print(
+                    f"  {r['server']}: runs "
+                    + ", ".join(f"{x['rps']:.0f}/s p99 {x['p99_ms']:.1f} ms" for x in r["runs"])
+                )
+        print(
+            f"targets: throughput >= 0.6x Go: {'met' if py['rps'] >= 0.6 * go['rps'] else 'NOT met'}; "
+            f"python p99 <= 5 ms: {'met' if py['p99_ms'] <= 5 else 'NOT met'}"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=list))
     return 0

@@ -10,6 +10,7 @@ installed. Prints the process CPU time per review of each (median of the rounds)
 and the connection cap cost per review, free of TLS, the kernel and other processes' noise
 (bench/webhook_bench.py gives the end-to-end figure).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,10 @@ from app.metrics import Metrics  # noqa: E402
 from app.server import create_app  # noqa: E402
 
 REVIEW = (ROOT / "bench" / "data" / "review-2c.json").read_bytes()
-REQUEST = (b"POST /mutate HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\n"
-           b"Content-Length: %d\r\n\r\n" % len(REVIEW)) + REVIEW
+REQUEST = (
+    b"POST /mutate HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n" % len(REVIEW)
+) + REVIEW
 
 
 class Transport(asyncio.Transport):
@@ -46,7 +49,7 @@ class Transport(asyncio.Transport):
 
     def write(self, data: Any) -> None:
         self.writes += 1
-        if self.writes % 2 == 0:        # status line + headers, then the body
+        if self.writes % 2 == 0:  # status line + headers, then the body
             self.answered.set()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -91,26 +94,33 @@ def main() -> int:
     p.add_argument("--reviews", type=int, default=20_000)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
-    logging.disable(logging.INFO)        # no decision lines: the guard's cost, not the log's
+    logging.disable(logging.INFO)  # no decision lines: the guard's cost, not the log's
     try:
         import uvloop
+
         run = uvloop.run
         loop_name = "uvloop"
     except ImportError:
         run = asyncio.run
         loop_name = "asyncio"
-    run(serve(2000, False))             # warm-up: imports, memoised originals
+    run(serve(2000, False))  # warm-up: imports, memoised originals
     run(serve(2000, True))
     plain: list[float] = []
     guarded: list[float] = []
-    for i in range(args.rounds):        # which goes first alternates: no order bias
-        for guard in ((False, True) if i % 2 == 0 else (True, False)):
+    for i in range(args.rounds):  # which goes first alternates: no order bias
+        for guard in (False, True) if i % 2 == 0 else (True, False):
             (guarded if guard else plain).append(run(serve(args.reviews, guard)))
     p_med, g_med = statistics.median(plain) * 1e6, statistics.median(guarded) * 1e6
-    print(f"{loop_name}, httptools, {args.rounds} rounds x {args.reviews} reviews, one keep-alive connection, "
-          f"no TLS, no logging")
-    print(f"uvicorn protocol alone : {p_med:6.1f} us CPU per review (rounds {', '.join(f'{x * 1e6:.1f}' for x in plain)})")
-    print(f"behind the guard       : {g_med:6.1f} us CPU per review (rounds {', '.join(f'{x * 1e6:.1f}' for x in guarded)})")
+    print(
+        f"{loop_name}, httptools, {args.rounds} rounds x {args.reviews} reviews, one keep-alive connection, "
+        f"no TLS, no logging"
+    )
+    print(
+        f"uvicorn protocol alone : {p_med:6.1f} us CPU per review (rounds {', '.join(f'{x * 1e6:.1f}' for x in plain)})"
+    )
+    print(
+        f"behind the guard       : {g_med:6.1f} us CPU per review (rounds {', '.join(f'{x * 1e6:.1f}' for x in guarded)})"
+    )
     print(f"guard cost             : {g_med - p_med:+6.1f} us per review ({(g_med / p_med - 1) * 100:+.1f}%)")
     return 0
 

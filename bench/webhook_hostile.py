@@ -38,6 +38,7 @@ net/http, GOMAXPROCS=1, pinned the same way, same body limit): how much a server
 decides every review on its one core lets the hostile load raise the legitimate p99 on
 this machine. It has no drain, review workers or bounds to check.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -148,43 +149,65 @@ def children_cpu_seconds(pid: int) -> float:
 
 # ---------------------------------------------------------------- hostile bodies
 
+
 def envelope(pod: dict, uid: str) -> dict:
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": uid, "operation": "CREATE", "namespace": "hostile",
-                        "resource": {"group": "", "version": "v1", "resource": "pods"}, "object": pod}}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "operation": "CREATE",
+            "namespace": "hostile",
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "object": pod,
+        },
+    }
 
 
 def base_pod(annotations: dict | None = None, containers: list | None = None, extra_spec: dict | None = None) -> dict:
-    return {"metadata": {"generateName": "h-", "annotations": annotations or {},
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "h",
-                                              "uid": "NONCE-owner", "controller": True}]},
-            "spec": {"containers": containers or [{"name": "app", "resources": {"requests": {"cpu": "1"}}}],
-                     **(extra_spec or {})}}
+    return {
+        "metadata": {
+            "generateName": "h-",
+            "annotations": annotations or {},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "h", "uid": "NONCE-owner", "controller": True}
+            ],
+        },
+        "spec": {
+            "containers": containers or [{"name": "app", "resources": {"requests": {"cpu": "1"}}}],
+            **(extra_spec or {}),
+        },
+    }
 
 
 def hostile_body(size: int, kind: int, nonce: str) -> bytes:
     """A review of about `size` bytes; `nonce` makes it unique (and its containers unique)."""
     uid = f"h-{nonce}"
-    if kind == 0:       # containers: as many as fit, unique names and values
+    if kind == 0:  # containers: as many as fit, unique names and values
         per = 120
         n = max(1, size // per)
-        cs = [{"name": f"c{nonce}-{i}", "resources": {"requests": {"cpu": f"{i + 1}m", "memory": f"{i + 7}Mi"},
-                                                       "limits": {"cpu": f"{i + 2}m"}}} for i in range(n)]
+        cs = [
+            {
+                "name": f"c{nonce}-{i}",
+                "resources": {"requests": {"cpu": f"{i + 1}m", "memory": f"{i + 7}Mi"}, "limits": {"cpu": f"{i + 2}m"}},
+            }
+            for i in range(n)
+        ]
         body = envelope(base_pod(containers=cs), uid)
-    elif kind == 1:     # one huge annotation value
+    elif kind == 1:  # one huge annotation value
         body = envelope(base_pod(annotations={"junk": "x" * max(0, size - 600), "n": nonce}), uid)
-    elif kind == 2:     # forged controller-owned keys, thousands
+    elif kind == 2:  # forged controller-owned keys, thousands
         n = max(1, size // 80)
         ann = {f"workload-resizer.io/original-cpu.f{nonce}{i}": "16" for i in range(n)}
         body = envelope(base_pod(annotations=ann), uid)
-    elif kind == 3:     # deep junk in the spec
+    elif kind == 3:  # deep junk in the spec
         depth = min(max(1, size // 40), 200)
         junk: object = nonce
         for _ in range(depth):
             junk = {"a": [junk]}
         pad = "y" * max(0, size - depth * 12 - 600)
         body = envelope(base_pod(extra_spec={"junk": junk, "pad": pad}), uid)
-    else:               # truncated / not JSON
+    else:  # truncated / not JSON
         raw = json.dumps(envelope(base_pod(annotations={"p": "z" * max(0, size - 600)}), uid)).encode()
         return raw[: max(10, len(raw) - 7)]
     return json.dumps(body, separators=(",", ":")).encode()
@@ -198,6 +221,7 @@ def hostile_sizes(count: int, seed: int) -> list[int]:
 
 
 # ---------------------------------------------------------------- clients
+
 
 class Conn:
     def __init__(self, port: int, ctx: ssl.SSLContext) -> None:
@@ -226,17 +250,25 @@ class Conn:
 
 
 def legit_summary(latencies: list[float], errors: list, client_cpu_s: float) -> dict:
-    return {"n": len(latencies), "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99),
-            "errors": len(errors), "first_errors": errors[:3], "client_cpu_s": client_cpu_s}
+    return {
+        "n": len(latencies),
+        "p50_ms": pct(latencies, 50),
+        "p99_ms": pct(latencies, 99),
+        "errors": len(errors),
+        "first_errors": errors[:3],
+        "client_cpu_s": client_cpu_s,
+    }
 
 
 def legit_line(mem: dict) -> str:
     """The legitimate client's figures alone, under the hostile load, and alone again."""
     a, h, z = mem["legit_alone"], mem["legit_under_hostile"], mem["legit_alone_after"]
-    return (f"legit 2-container review, 1 connection: alone p50 {a['p50_ms']:.2f} ms p99 {a['p99_ms']:.2f} ms "
-            f"({a['n']} reqs, {a['errors']} errors); with hostile load p50 {h['p50_ms']:.2f} ms "
-            f"p99 {h['p99_ms']:.2f} ms ({h['n']} reqs, {h['errors']} errors {h['first_errors']}); alone again "
-            f"p50 {z['p50_ms']:.2f} ms p99 {z['p99_ms']:.2f} ms ({z['n']} reqs, {z['errors']} errors)")
+    return (
+        f"legit 2-container review, 1 connection: alone p50 {a['p50_ms']:.2f} ms p99 {a['p99_ms']:.2f} ms "
+        f"({a['n']} reqs, {a['errors']} errors); with hostile load p50 {h['p50_ms']:.2f} ms "
+        f"p99 {h['p99_ms']:.2f} ms ({h['n']} reqs, {h['errors']} errors {h['first_errors']}); alone again "
+        f"p50 {z['p50_ms']:.2f} ms p99 {z['p99_ms']:.2f} ms ({z['n']} reqs, {z['errors']} errors)"
+    )
 
 
 def pct(values: list[float], p: float) -> float:
@@ -246,8 +278,9 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def legit_loop(port: int, ctx: ssl.SSLContext, stop: threading.Event, latencies: list[float],
-               errors: list[str]) -> None:
+def legit_loop(
+    port: int, ctx: ssl.SSLContext, stop: threading.Event, latencies: list[float], errors: list[str]
+) -> None:
     conn = Conn(port, ctx)
     while not stop.is_set():
         t0 = time.perf_counter()
@@ -262,8 +295,14 @@ def legit_loop(port: int, ctx: ssl.SSLContext, stop: threading.Event, latencies:
     conn.close()
 
 
-def hostile_worker(port: int, ctx: ssl.SSLContext, jobs: list[tuple[int, int, str]], lock: threading.Lock,
-                   stats: dict, core: str | None = None) -> None:
+def hostile_worker(
+    port: int,
+    ctx: ssl.SSLContext,
+    jobs: list[tuple[int, int, str]],
+    lock: threading.Lock,
+    stats: dict,
+    core: str | None = None,
+) -> None:
     # Building multi-MiB bodies (json.dumps) is the load generator's heavy part: kept off the
     # webhook's core, and behind the legit client (SCHED_IDLE: it runs whenever the legit
     # client waits for an answer, and never delays the legit client's own work).
@@ -294,8 +333,10 @@ def hostile_worker(port: int, ctx: ssl.SSLContext, jobs: list[tuple[int, int, st
 
 # ---------------------------------------------------------------- phases
 
-def _launch(work: Path, name: str, argv: list[str], port: int, core: str | None,
-            env: dict[str, str] | None = None) -> tuple:
+
+def _launch(
+    work: Path, name: str, argv: list[str], port: int, core: str | None, env: dict[str, str] | None = None
+) -> tuple:
     """Start a server (pinned to `core`), its output to work/<name>-<port>.log; wait until it listens."""
     if core is not None and shutil.which("taskset"):
         argv = ["taskset", "-c", core, *argv]
@@ -313,19 +354,48 @@ def _launch(work: Path, name: str, argv: list[str], port: int, core: str | None,
 
 def start_go_server(work: Path, crt: str, key: str, core: str | None) -> tuple:
     from bench.webhook_bench import build_go
+
     binary, _ = build_go(work / "go")
     port = free_port()
-    argv = [str(binary), "-addr", f"127.0.0.1:{port}", "-cert", crt, "-key", key, "-log=false",
-            f"-max-request-bytes={LIMIT}"]
+    argv = [
+        str(binary),
+        "-addr",
+        f"127.0.0.1:{port}",
+        "-cert",
+        crt,
+        "-key",
+        key,
+        "-log=false",
+        f"-max-request-bytes={LIMIT}",
+    ]
     return _launch(work, "go-server", argv, port, core, env=dict(os.environ, GOMAXPROCS="1"))
 
 
-def start_server(work: Path, crt: str, key: str, keys: Path, core: str | None, delay: str = "0",
-                 flags: tuple[str, ...] = ()) -> tuple:
+def start_server(
+    work: Path, crt: str, key: str, keys: Path, core: str | None, delay: str = "0", flags: tuple[str, ...] = ()
+) -> tuple:
     port = free_port()
-    argv = [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
-            "--tls-cert-file", crt, "--tls-key-file", key, "--log-level", "warning",
-            "--originals-key-dir", str(keys), "--shutdown-delay", delay, "--size-at-admission=false", *flags]
+    argv = [
+        sys.executable,
+        "-m",
+        "app",
+        "--bind-address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tls-cert-file",
+        crt,
+        "--tls-key-file",
+        key,
+        "--log-level",
+        "warning",
+        "--originals-key-dir",
+        str(keys),
+        "--shutdown-delay",
+        delay,
+        "--size-at-admission=false",
+        *flags,
+    ]
     return _launch(work, "server", argv, port, core)
 
 
@@ -333,15 +403,18 @@ class LegitClient:
     """The legitimate client in a process of its own: the hostile clients' body building
     (json.dumps of megabytes, holding this process's GIL) must not show up as webhook latency."""
 
-    core: str | None = None     # set from --legit-core / --legit-nice in main()
+    core: str | None = None  # set from --legit-core / --legit-nice in main()
     nice = 0
 
     def __init__(self, port: int, cafile: str) -> None:
         mp = multiprocessing.get_context("spawn")
         self.stop = mp.Event()
         self.results = mp.Queue()
-        self.proc = mp.Process(target=_legit_process, args=(port, cafile, self.stop, self.results,
-                                                            LegitClient.core, LegitClient.nice), daemon=True)
+        self.proc = mp.Process(
+            target=_legit_process,
+            args=(port, cafile, self.stop, self.results, LegitClient.core, LegitClient.nice),
+            daemon=True,
+        )
 
     def start(self) -> LegitClient:
         self.proc.start()
@@ -367,8 +440,9 @@ def _legit_process(port: int, cafile: str, stop, results, core: str | None = Non
     errs: list[str] = []
     legit_loop(port, ctx, flag, lat, errs)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    results.put((lat, errs[:20] + ([f"... {len(errs) - 20} more"] if len(errs) > 20 else []),
-                 usage.ru_utime + usage.ru_stime))
+    results.put(
+        (lat, errs[:20] + ([f"... {len(errs) - 20} more"] if len(errs) > 20 else []), usage.ru_utime + usage.ru_stime)
+    )
 
 
 def run_legit(port: int, cafile: str, seconds: float) -> tuple[list[float], list[str], float]:
@@ -377,30 +451,33 @@ def run_legit(port: int, cafile: str, seconds: float) -> tuple[list[float], list
     return client.finish()
 
 
-def phase_memory_and_latency(args, port: int, pid: int, ctx: ssl.SSLContext, cafile: str,
-                             hostile_port: int | None = None) -> dict:
+def phase_memory_and_latency(
+    args, port: int, pid: int, ctx: ssl.SSLContext, cafile: str, hostile_port: int | None = None
+) -> dict:
     """Phases 1 and 2; the hostile reviews go to ``hostile_port`` if given (the reference)."""
     log("legit alone")
     base_lat, base_err, base_cpu = run_legit(port, cafile, args.legit_seconds)
     sizes = hostile_sizes(args.hostile, args.seed)
     jobs = [(size, i % 5, f"{i:06d}{random.Random(i).randrange(1 << 30):x}") for i, size in enumerate(sizes)]
     lock, stats = threading.Lock(), {}
-    samples: list[tuple[int, int]] = []      # (webhook, workers) VmRSS KiB
-    hwm: dict[int, int] = {}                 # VmHWM KiB by pid (workers replaced count separately)
+    samples: list[tuple[int, int]] = []  # (webhook, workers) VmRSS KiB
+    hwm: dict[int, int] = {}  # VmHWM KiB by pid (workers replaced count separately)
     done = threading.Event()
 
     def sampler() -> None:
         while not done.is_set():
             samples.append(tree_rss_kib(pid, hwm))
             time.sleep(0.2)
+
     threading.Thread(target=sampler, daemon=True).start()
     log(f"{len(jobs)} hostile reviews on {args.hostile_connections} connections, legit client alongside")
     worker_pids = children(pid)
     cpu0, self0, t0 = cpu_seconds(pid), resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
     wcpu0 = children_cpu_seconds(pid)
-    workers = [threading.Thread(target=hostile_worker,
-                                args=(hostile_port or port, ctx, jobs, lock, stats, args.hostile_core))
-               for _ in range(args.hostile_connections)]
+    workers = [
+        threading.Thread(target=hostile_worker, args=(hostile_port or port, ctx, jobs, lock, stats, args.hostile_core))
+        for _ in range(args.hostile_connections)
+    ]
     for w in workers:
         w.start()
     legit = LegitClient(port, cafile).start()
@@ -415,19 +492,25 @@ def phase_memory_and_latency(args, port: int, pid: int, ctx: ssl.SSLContext, caf
     done.set()
     final_rss, final_workers = tree_rss_kib(pid, hwm)
     worker_hwm = [hwm[w] for w in hwm if w != pid]
-    log("legit alone again")          # the machine's speed drifts: a baseline on each side
+    log("legit alone again")  # the machine's speed drifts: a baseline on each side
     after_lat, after_err, after_cpu = run_legit(port, cafile, args.legit_seconds)
     return {
-        "hostile": args.hostile, "hostile_bytes": stats.get("bytes", 0), "statuses": {
-            k: v for k, v in stats.items() if isinstance(k, int)}, "client_errors": stats.get("client-errors", 0),
+        "hostile": args.hostile,
+        "hostile_bytes": stats.get("bytes", 0),
+        "statuses": {k: v for k, v in stats.items() if isinstance(k, int)},
+        "client_errors": stats.get("client-errors", 0),
         "first_client_error": stats.get("first-error"),
-        "elapsed_s": elapsed, "server_cpu_s": cpu1 - cpu0, "worker_cpu_s": wcpu1 - wcpu0,
-        "workers": len(workers_now), "workers_replaced": len(set(workers_now) - set(worker_pids)),
+        "elapsed_s": elapsed,
+        "server_cpu_s": cpu1 - cpu0,
+        "worker_cpu_s": wcpu1 - wcpu0,
+        "workers": len(workers_now),
+        "workers_replaced": len(set(workers_now) - set(worker_pids)),
         "worker_rss_hwm_mib": max(worker_hwm, default=0) / 1024,
         "worker_rss_final_mib": final_workers / 1024,
         "total_rss_peak_mib": max((r + w for r, w in samples), default=0) / 1024,
         "client_cpu_s": (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime),
-        "rss_peak_mib": max(r for r, _ in samples) / 1024, "rss_hwm_mib": hwm[pid] / 1024,
+        "rss_peak_mib": max(r for r, _ in samples) / 1024,
+        "rss_hwm_mib": hwm[pid] / 1024,
         "rss_final_mib": final_rss / 1024,
         "legit_alone_after": legit_summary(after_lat, after_err, after_cpu),
         "legit_alone": legit_summary(base_lat, base_err, base_cpu),
@@ -461,7 +544,7 @@ def phase_drain(args, work: Path, crt: str, key: str, keys: Path, ctx: ssl.SSLCo
         conn = Conn(port, ctx)
         while not stop.is_set():
             if conn.c is None and not ready.is_set():
-                break                     # no new connection to an endpoint that is not ready
+                break  # no new connection to an endpoint that is not ready
             t0 = time.perf_counter()
             with lock:
                 sent[0] += 1
@@ -493,8 +576,16 @@ def phase_drain(args, work: Path, crt: str, key: str, keys: Path, ctx: ssl.SSLCo
     stop.set()
     for c in clients:
         c.join()
-    return {"sent": sent[0], "failed": len(failed), "first_failures": failed[:3], "exit_code": code,
-            "p99_ms": pct(lat, 99), "large_ok": large_ok[0], "workers": len(workers), "workers_left": left}
+    return {
+        "sent": sent[0],
+        "failed": len(failed),
+        "first_failures": failed[:3],
+        "exit_code": code,
+        "p99_ms": pct(lat, 99),
+        "large_ok": large_ok[0],
+        "workers": len(workers),
+        "workers_left": left,
+    }
 
 
 def phase_reference(args, work: Path, paths: dict, keys: Path, ctx: ssl.SSLContext) -> dict:
@@ -502,9 +593,12 @@ def phase_reference(args, work: Path, paths: dict, keys: Path, ctx: ssl.SSLConte
     webhook at SCHED_IDLE, the legitimate ones to another webhook, both on the server's core."""
     started: list[tuple[subprocess.Popen, int]] = []
     try:
-        for _ in range(2):      # the legitimate client's webhook, then the hostile reviews' sink
-            started.append(start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core,
-                                        flags=tuple(args.webhook_flag)))
+        for _ in range(2):  # the legitimate client's webhook, then the hostile reviews' sink
+            started.append(
+                start_server(
+                    work, paths["tls.crt"], paths["tls.key"], keys, args.server_core, flags=tuple(args.webhook_flag)
+                )
+            )
         (target, port), (sink, sink_port) = started
         for pid in (sink.pid, *children(sink.pid)):
             os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
@@ -537,21 +631,37 @@ def main() -> int:
     p.add_argument("--rss-bound", type=float, default=128, help="MiB")
     p.add_argument("--worker-rss-bound", type=float, default=64, help="MiB, per review worker")
     p.add_argument("--server-core", default="0", help="CPU the webhook is pinned to ('' = none)")
-    p.add_argument("--hostile-core", default="1",
-                   help="CPU the hostile clients' threads are pinned to ('' = none), at SCHED_IDLE")
-    p.add_argument("--legit-core", default="1",
-                   help="CPU the legitimate client is pinned to ('' = none): like the apiserver, not on the "
-                        "webhook's CPU, ahead of the hostile clients")
+    p.add_argument(
+        "--hostile-core", default="1", help="CPU the hostile clients' threads are pinned to ('' = none), at SCHED_IDLE"
+    )
+    p.add_argument(
+        "--legit-core",
+        default="1",
+        help="CPU the legitimate client is pinned to ('' = none): like the apiserver, not on the "
+        "webhook's CPU, ahead of the hostile clients",
+    )
     p.add_argument("--legit-nice", type=int, default=0, help="niceness of the legitimate client's process")
     p.add_argument("--seed", type=int, default=13)
-    p.add_argument("--server", choices=("python", "go"), default="python",
-                   help="go: bench/gowebhook's net/http server, latency phases only")
-    p.add_argument("--reference", action="store_true",
-                   help="also measure the legit p99 under the same load with strict priority across processes "
-                        "(hostile reviews to a second webhook at SCHED_IDLE)")
+    p.add_argument(
+        "--server",
+        choices=("python", "go"),
+        default="python",
+        help="go: bench/gowebhook's net/http server, latency phases only",
+    )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="also measure the legit p99 under the same load with strict priority across processes "
+        "(hostile reviews to a second webhook at SCHED_IDLE)",
+    )
     p.add_argument("--json", type=Path)
-    p.add_argument("--webhook-flag", action="append", default=[], metavar="FLAG",
-                   help="extra flag of `python -m app` (repeatable), e.g. --webhook-flag=--max-request-bytes=1MiB")
+    p.add_argument(
+        "--webhook-flag",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="extra flag of `python -m app` (repeatable), e.g. --webhook-flag=--max-request-bytes=1MiB",
+    )
     args = p.parse_args()
     LegitClient.core, LegitClient.nice = args.legit_core or None, args.legit_nice
     args.server_core = args.server_core or None
@@ -565,8 +675,9 @@ def main() -> int:
         ctx = ssl.create_default_context(cafile=paths["ca.crt"])
         if args.server == "go":
             return run_go_server(args, work, paths, ctx)
-        proc, port = start_server(work, paths["tls.crt"], paths["tls.key"], keys, args.server_core,
-                                  flags=tuple(args.webhook_flag))
+        proc, port = start_server(
+            work, paths["tls.crt"], paths["tls.key"], keys, args.server_core, flags=tuple(args.webhook_flag)
+        )
         try:
             mem = phase_memory_and_latency(args, port, proc.pid, ctx, paths["ca.crt"])
         finally:
@@ -578,35 +689,54 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     print()
-    print(f"hostile reviews: {mem['hostile']} ({mem['hostile_bytes'] / 2**20:.0f} MiB, 1 KiB .. "
-          f"{LIMIT * 1.02 / 2**20:.1f} MiB log-uniform, 5 shapes) in {mem['elapsed_s']:.1f}s; statuses "
-          f"{mem['statuses']}, client errors {mem['client_errors']}")
-    print(f"CPU: webhook {mem['server_cpu_s']:.1f}s + review workers {mem['worker_cpu_s']:.1f}s, load generator: hostile clients {mem['client_cpu_s']:.1f}s, "
-          f"legit client {mem['legit_under_hostile']['client_cpu_s']:.1f}s; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"hostile reviews: {mem['hostile']} ({mem['hostile_bytes'] / 2**20:.0f} MiB, 1 KiB .. "
+        f"{LIMIT * 1.02 / 2**20:.1f} MiB log-uniform, 5 shapes) in {mem['elapsed_s']:.1f}s; statuses "
+        f"{mem['statuses']}, client errors {mem['client_errors']}"
+    )
+    print(
+        f"CPU: webhook {mem['server_cpu_s']:.1f}s + review workers {mem['worker_cpu_s']:.1f}s, load generator: hostile clients {mem['client_cpu_s']:.1f}s, "
+        f"legit client {mem['legit_under_hostile']['client_cpu_s']:.1f}s; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     bound = "met" if mem["rss_hwm_mib"] <= args.rss_bound else "NOT met"
     worker_bound = "met" if mem["worker_rss_hwm_mib"] <= args.worker_rss_bound else "NOT met"
-    print(f"webhook RSS: peak {mem['rss_hwm_mib']:.1f} MiB (VmHWM), after {mem['rss_final_mib']:.1f} MiB; "
-          f"bound {args.rss_bound:.0f} MiB: {bound}")
-    print(f"review workers: {mem['workers']} ({mem['workers_replaced']} replaced); RSS peak {mem['worker_rss_hwm_mib']:.1f} "
-          f"MiB (VmHWM, largest worker), after {mem['worker_rss_final_mib']:.1f} MiB; bound "
-          f"{args.worker_rss_bound:.0f} MiB each: {worker_bound}; webhook + workers sampled peak "
-          f"{mem['total_rss_peak_mib']:.1f} MiB")
+    print(
+        f"webhook RSS: peak {mem['rss_hwm_mib']:.1f} MiB (VmHWM), after {mem['rss_final_mib']:.1f} MiB; "
+        f"bound {args.rss_bound:.0f} MiB: {bound}"
+    )
+    print(
+        f"review workers: {mem['workers']} ({mem['workers_replaced']} replaced); RSS peak {mem['worker_rss_hwm_mib']:.1f} "
+        f"MiB (VmHWM, largest worker), after {mem['worker_rss_final_mib']:.1f} MiB; bound "
+        f"{args.worker_rss_bound:.0f} MiB each: {worker_bound}; webhook + workers sampled peak "
+        f"{mem['total_rss_peak_mib']:.1f} MiB"
+    )
     print(legit_line(mem))
-    print(f"SIGTERM during load (8 connections of small reviews + 1 of ~1 MiB ones, 2s drain delay): "
-          f"{drain['sent']} requests sent ({drain['large_ok']} large ones patched), "
-          f"{drain['failed']} failed {drain['first_failures']}, exit code {drain['exit_code']}, "
-          f"p99 {drain['p99_ms']:.2f} ms; review workers left running after exit: "
-          f"{len(drain['workers_left'])} of {drain['workers']}")
+    print(
+        f"SIGTERM during load (8 connections of small reviews + 1 of ~1 MiB ones, 2s drain delay): "
+        f"{drain['sent']} requests sent ({drain['large_ok']} large ones patched), "
+        f"{drain['failed']} failed {drain['first_failures']}, exit code {drain['exit_code']}, "
+        f"p99 {drain['p99_ms']:.2f} ms; review workers left running after exit: "
+        f"{len(drain['workers_left'])} of {drain['workers']}"
+    )
     if reference is not None:
-        print("strict-priority reference (hostile reviews to a second webhook at SCHED_IDLE on the same core): "
-              + legit_line(reference))
-        print(f"legit p99 with hostile load: this webhook {mem['legit_under_hostile']['p99_ms']:.2f} ms, "
-              f"strict-priority reference {reference['legit_under_hostile']['p99_ms']:.2f} ms")
+        print(
+            "strict-priority reference (hostile reviews to a second webhook at SCHED_IDLE on the same core): "
+            + legit_line(reference)
+        )
+        print(
+            f"legit p99 with hostile load: this webhook {mem['legit_under_hostile']['p99_ms']:.2f} ms, "
+            f"strict-priority reference {reference['legit_under_hostile']['p99_ms']:.2f} ms"
+        )
     if args.json:
         args.json.write_text(json.dumps({"memory": mem, "drain": drain, "reference": reference}, indent=2))
-    ok = (bound == "met" and worker_bound == "met" and drain["failed"] == 0 and drain["exit_code"] == 0
-          and not drain["workers_left"])
+    ok = (
+        bound == "met"
+        and worker_bound == "met"
+        and drain["failed"] == 0
+        and drain["exit_code"] == 0
+        and not drain["workers_left"]
+    )
     return 0 if ok else 1
 
 
@@ -619,10 +749,14 @@ def run_go_server(args, work: Path, paths: dict, ctx: ssl.SSLContext) -> int:
         proc.wait(30)
     h = mem["legit_under_hostile"]
     print()
-    print(f"go net/http server (GOMAXPROCS=1): {mem['hostile']} hostile reviews ({mem['hostile_bytes'] / 2**20:.0f} "
-          f"MiB) in {mem['elapsed_s']:.1f}s; statuses {mem['statuses']}, client errors {mem['client_errors']}")
-    print(f"CPU: server {mem['server_cpu_s']:.1f}s, hostile clients {mem['client_cpu_s']:.1f}s, legit client "
-          f"{h['client_cpu_s']:.1f}s; RSS peak {mem['rss_hwm_mib']:.1f} MiB")
+    print(
+        f"go net/http server (GOMAXPROCS=1): {mem['hostile']} hostile reviews ({mem['hostile_bytes'] / 2**20:.0f} "
+        f"MiB) in {mem['elapsed_s']:.1f}s; statuses {mem['statuses']}, client errors {mem['client_errors']}"
+    )
+    print(
+        f"CPU: server {mem['server_cpu_s']:.1f}s, hostile clients {mem['client_cpu_s']:.1f}s, legit client "
+        f"{h['client_cpu_s']:.1f}s; RSS peak {mem['rss_hwm_mib']:.1f} MiB"
+    )
     print(legit_line(mem))
     if args.json:
         args.json.write_text(json.dumps({"memory": mem}, indent=2))

@@ -28,6 +28,7 @@ Flags of the webhook: ``--webhook-flag=--max-connections=256`` (repeatable). ``-
 runs another checkout's ``python -m app`` (the same flags must exist there). Only
 127.0.0.1 is contacted; every process started is stopped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,10 @@ sys.path.insert(0, str(ROOT))
 import certs  # noqa: E402
 from bench.webhook_hostile import LEGIT, Conn, cpu_seconds, free_port, pct, rss_kib  # noqa: E402
 
-HEADERS = (b"POST /mutate HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\n"
-           b"Content-Length: %d\r\n\r\n" % len(LEGIT))
+HEADERS = (
+    b"POST /mutate HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n" % len(LEGIT)
+)
 STALLS = {"body": HEADERS + LEGIT[:100], "headers": HEADERS[:40], "silent": b""}
 
 
@@ -65,8 +68,10 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------- attacker
 
-def _attacker(port: int, cafile: str, count: int, stop, ready, report, core: str | None,
-              kinds: tuple[str, ...]) -> None:
+
+def _attacker(
+    port: int, cafile: str, count: int, stop, ready, report, core: str | None, kinds: tuple[str, ...]
+) -> None:
     """Keep ``count`` stalled connections open until ``stop``; report (opened, dropped, cpu)."""
     if core:
         os.sched_setaffinity(0, {int(c) for c in core.split(",")})
@@ -97,27 +102,29 @@ def _attacker(port: int, cafile: str, count: int, stop, ready, report, core: str
         for key, _ in sel.select(timeout=0.05):
             sock = key.fileobj
             try:
-                data = sock.recv(65536)      # type: ignore[union-attr]
+                data = sock.recv(65536)  # type: ignore[union-attr]
             except ssl.SSLWantReadError:
                 continue
             except OSError:
                 data = b""
             if data:
-                continue                     # an answer (e.g. 408): still ours until closed
+                continue  # an answer (e.g. 408): still ours until closed
             sel.unregister(sock)
-            sock.close()                     # type: ignore[union-attr]
+            sock.close()  # type: ignore[union-attr]
             dropped += 1
             open_now -= 1
         while open_now < count and not stop.is_set():
             open_one(opened)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    report.put({"opened": opened, "dropped": dropped, "connect_failures": failed,
-                "cpu_s": usage.ru_utime + usage.ru_stime})
+    report.put(
+        {"opened": opened, "dropped": dropped, "connect_failures": failed, "cpu_s": usage.ru_utime + usage.ru_stime}
+    )
     for key in list(sel.get_map().values()):
-        key.fileobj.close()                  # type: ignore[union-attr]
+        key.fileobj.close()  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------- legitimate client
+
 
 def _classify(status: int, data: bytes) -> str:
     if status == 200 and b'"patch"' in data:
@@ -146,7 +153,7 @@ def _legit(port: int, cafile: str, seconds: float, report, core: str | None) -> 
         try:
             status, data, _ = target.post(LEGIT, timeout=10)
             outcome = _classify(status, data)
-        except Exception as err:          # refused, reset, timeout
+        except Exception as err:  # refused, reset, timeout
             outcome = "failed"
             failures.append(repr(err))
         elapsed = (time.perf_counter() - t0) * 1000
@@ -157,11 +164,19 @@ def _legit(port: int, cafile: str, seconds: float, report, core: str | None) -> 
             (fresh if new else kept).append(elapsed)
     conn.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    report.put({"kept": kept, "fresh": fresh, "outcomes": outcomes, "first_failures": failures[:3],
-                "cpu_s": usage.ru_utime + usage.ru_stime})
+    report.put(
+        {
+            "kept": kept,
+            "fresh": fresh,
+            "outcomes": outcomes,
+            "first_failures": failures[:3],
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+        }
+    )
 
 
 # ---------------------------------------------------------------- one run
+
 
 def metrics_text(port: int, ctx: ssl.SSLContext) -> str:
     try:
@@ -183,14 +198,33 @@ def metric(text: str, name: str, label: str = "") -> float:
 
 def start_webhook(args, work: Path, paths: dict, keys: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    argv = [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
-            "--tls-cert-file", paths["tls.crt"], "--tls-key-file", paths["tls.key"], "--log-level", "error",
-            "--originals-key-dir", str(keys), "--shutdown-delay", "0", "--size-at-admission=false",
-            *args.webhook_flag]
+    argv = [
+        sys.executable,
+        "-m",
+        "app",
+        "--bind-address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tls-cert-file",
+        paths["tls.crt"],
+        "--tls-key-file",
+        paths["tls.key"],
+        "--log-level",
+        "error",
+        "--originals-key-dir",
+        str(keys),
+        "--shutdown-delay",
+        "0",
+        "--size-at-admission=false",
+        *args.webhook_flag,
+    ]
     if args.server_core and shutil.which("taskset"):
         argv = ["taskset", "-c", args.server_core, *argv]
     logf = open(work / f"webhook-{port}.log", "wb")
-    proc = subprocess.Popen(argv, stdout=logf, stderr=logf, cwd=args.app_dir, env=dict(os.environ, PYTHONPATH=str(args.app_dir)))
+    proc = subprocess.Popen(
+        argv, stdout=logf, stderr=logf, cwd=args.app_dir, env=dict(os.environ, PYTHONPATH=str(args.app_dir))
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -207,27 +241,32 @@ def run_one(args, stalled: int, work: Path, paths: dict, keys: Path, ctx: ssl.SS
     proc, port = start_webhook(args, work, paths, keys)
     mp = multiprocessing.get_context("spawn")
     stop, ready, attack_report, legit_report = mp.Event(), mp.Event(), mp.Queue(), mp.Queue()
-    attacker = mp.Process(target=_attacker, args=(port, paths["ca.crt"], stalled, stop, ready, attack_report,
-                                                  args.attacker_core, args.kinds), daemon=True)
+    attacker = mp.Process(
+        target=_attacker,
+        args=(port, paths["ca.crt"], stalled, stop, ready, attack_report, args.attacker_core, args.kinds),
+        daemon=True,
+    )
     try:
         cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
         attacker.start()
         if not ready.wait(120):
             raise RuntimeError("attacker did not open its connections")
-        legit = mp.Process(target=_legit, args=(port, paths["ca.crt"], args.seconds, legit_report,
-                                                args.legit_core), daemon=True)
+        legit = mp.Process(
+            target=_legit, args=(port, paths["ca.crt"], args.seconds, legit_report, args.legit_core), daemon=True
+        )
         peak = [0]
 
         def sample() -> None:
             while legit.is_alive():
                 peak[0] = max(peak[0], rss_kib(proc.pid)[0])
                 time.sleep(0.2)
+
         legit.start()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         result = legit_report.get(timeout=args.seconds + 120)
         legit.join(30)
-        text = metrics_text(port, ctx)        # while the attacker still holds its connections
+        text = metrics_text(port, ctx)  # while the attacker still holds its connections
         server_cpu, elapsed = cpu_seconds(proc.pid) - cpu0, time.monotonic() - t0
         stop.set()
         attack = attack_report.get(timeout=60)
@@ -245,16 +284,29 @@ def run_one(args, stalled: int, work: Path, paths: dict, keys: Path, ctx: ssl.SS
     kept, fresh = result["kept"], result["fresh"]
     return {
         "stalled": stalled,
-        "legit_keepalive": {"n": len(kept), "p50_ms": pct(kept, 50), "p99_ms": pct(kept, 99),
-                            "max_ms": max(kept, default=float("nan"))},
-        "legit_fresh": {"n": len(fresh), "p50_ms": pct(fresh, 50), "p99_ms": pct(fresh, 99),
-                        "max_ms": max(fresh, default=float("nan"))},
-        "outcomes": result["outcomes"], "first_failures": result["first_failures"],
-        "legit_cpu_s": result["cpu_s"], "attacker": attack, "server_cpu_s": server_cpu, "elapsed_s": elapsed,
+        "legit_keepalive": {
+            "n": len(kept),
+            "p50_ms": pct(kept, 50),
+            "p99_ms": pct(kept, 99),
+            "max_ms": max(kept, default=float("nan")),
+        },
+        "legit_fresh": {
+            "n": len(fresh),
+            "p50_ms": pct(fresh, 50),
+            "p99_ms": pct(fresh, 99),
+            "max_ms": max(fresh, default=float("nan")),
+        },
+        "outcomes": result["outcomes"],
+        "first_failures": result["first_failures"],
+        "legit_cpu_s": result["cpu_s"],
+        "attacker": attack,
+        "server_cpu_s": server_cpu,
+        "elapsed_s": elapsed,
         "server_rss_peak_mib": peak[0] / 1024,
         "open_connections": metric(text, "workload_resizer_webhook_connections"),
-        "dropped_read_timeout": metric(text, "workload_resizer_webhook_connections_closed_total",
-                                       'reason="read_timeout"'),
+        "dropped_read_timeout": metric(
+            text, "workload_resizer_webhook_connections_closed_total", 'reason="read_timeout"'
+        ),
         "evicted": metric(text, "workload_resizer_webhook_connections_closed_total", 'reason="evicted"'),
         "refused": metric(text, "workload_resizer_webhook_connections_refused_total"),
         "overloaded": metric(text, "workload_resizer_webhook_requests_total", 'result="overloaded"'),
@@ -263,29 +315,36 @@ def run_one(args, stalled: int, work: Path, paths: dict, keys: Path, ctx: ssl.SS
 
 def line(r: dict, seconds: float) -> str:
     k, f, o, a = r["legit_keepalive"], r["legit_fresh"], r["outcomes"], r["attacker"]
-    return (f"{r['stalled']:>5} stalled | keep-alive p50 {k['p50_ms']:.2f} p99 {k['p99_ms']:.2f} max "
-            f"{k['max_ms']:.1f} ms | fresh conn p50 {f['p50_ms']:.2f} p99 {f['p99_ms']:.2f} max {f['max_ms']:.1f} ms | "
-            f"full {o.get('full', 0)} undecided {o.get('undecided', 0)} failed {o.get('failed', 0)} "
-            f"other {sum(v for key, v in o.items() if key not in ('full', 'undecided', 'failed'))} | "
-            f"open at the end {r['open_connections']:.0f}, dropped: read-timeout {r['dropped_read_timeout']:.0f} "
-            f"evicted {r['evicted']:.0f} refused {r['refused']:.0f} (attacker opened {a['opened']}) | webhook cpu {r['server_cpu_s'] / r['elapsed_s']:.2f} "
-            f"rss peak {r['server_rss_peak_mib']:.1f} MiB | attacker cpu {a['cpu_s'] / r['elapsed_s']:.2f} legit client cpu "
-            f"{r['legit_cpu_s'] / seconds:.2f}")
+    return (
+        f"{r['stalled']:>5} stalled | keep-alive p50 {k['p50_ms']:.2f} p99 {k['p99_ms']:.2f} max "
+        f"{k['max_ms']:.1f} ms | fresh conn p50 {f['p50_ms']:.2f} p99 {f['p99_ms']:.2f} max {f['max_ms']:.1f} ms | "
+        f"full {o.get('full', 0)} undecided {o.get('undecided', 0)} failed {o.get('failed', 0)} "
+        f"other {sum(v for key, v in o.items() if key not in ('full', 'undecided', 'failed'))} | "
+        f"open at the end {r['open_connections']:.0f}, dropped: read-timeout {r['dropped_read_timeout']:.0f} "
+        f"evicted {r['evicted']:.0f} refused {r['refused']:.0f} (attacker opened {a['opened']}) | webhook cpu {r['server_cpu_s'] / r['elapsed_s']:.2f} "
+        f"rss peak {r['server_rss_peak_mib']:.1f} MiB | attacker cpu {a['cpu_s'] / r['elapsed_s']:.2f} legit client cpu "
+        f"{r['legit_cpu_s'] / seconds:.2f}"
+    )
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stalled", default="33,100,500,2000", help="comma-separated counts of stalled connections")
     p.add_argument("--seconds", type=float, default=8, help="legit client's window per count")
-    p.add_argument("--stall", choices=("mix", *STALLS), default="mix",
-                   help="where each connection stalls: in the body, in the headers, silent after the handshake, "
-                        "or a third of each (mix)")
+    p.add_argument(
+        "--stall",
+        choices=("mix", *STALLS),
+        default="mix",
+        help="where each connection stalls: in the body, in the headers, silent after the handshake, "
+        "or a third of each (mix)",
+    )
     p.add_argument("--server-core", default="0", help="CPU the webhook is pinned to ('' = none)")
     p.add_argument("--legit-core", default="1", help="CPU of the legitimate client ('' = none)")
     p.add_argument("--attacker-core", default="1", help="CPU of the attacker ('' = none)")
     p.add_argument("--app-dir", type=Path, default=ROOT, help="checkout whose `python -m app` runs")
-    p.add_argument("--webhook-flag", action="append", default=[], metavar="FLAG",
-                   help="extra flag of `python -m app` (repeatable)")
+    p.add_argument(
+        "--webhook-flag", action="append", default=[], metavar="FLAG", help="extra flag of `python -m app` (repeatable)"
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     args.server_core = args.server_core or None
@@ -310,8 +369,10 @@ def main() -> int:
             print(line(results[-1], args.seconds), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\nwebhook: {args.app_dir} {' '.join(args.webhook_flag)}; stall: {args.stall}; {args.seconds:g}s per count; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"\nwebhook: {args.app_dir} {' '.join(args.webhook_flag)}; stall: {args.stall}; {args.seconds:g}s per count; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     undecided = sum(r["outcomes"].get("undecided", 0) + r["outcomes"].get("failed", 0) for r in results)

@@ -65,14 +65,21 @@ def _validity(days: float, not_before: dt.datetime | None) -> tuple[dt.datetime,
 def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
     """ECDSA signatures; a CA also signs certificates and CRLs."""
     return x509.KeyUsage(
-        digital_signature=True, content_commitment=False, key_encipherment=False,
-        data_encipherment=False, key_agreement=False, key_cert_sign=signs_certificates,
-        crl_sign=signs_certificates, encipher_only=False, decipher_only=False,
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
     )
 
 
-def generate_ca(common_name: str = "workload-resizer-webhook-ca", days: float = 3650,
-                not_before: dt.datetime | None = None) -> Issued:
+def generate_ca(
+    common_name: str = "workload-resizer-webhook-ca", days: float = 3650, not_before: dt.datetime | None = None
+) -> Issued:
     key = _new_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     start, end = _validity(days, not_before)
@@ -173,8 +180,7 @@ def _write(path: str, data: bytes, mode: int) -> None:
         raise
 
 
-def write_pair(out_dir: str, serving: Issued, ca: Issued | None = None,
-               ca_key_file: bool = False) -> dict[str, str]:
+def write_pair(out_dir: str, serving: Issued, ca: Issued | None = None, ca_key_file: bool = False) -> dict[str, str]:
     """Write ``tls.crt`` (cert, then nothing else), ``tls.key`` (0600) and ``ca.crt`` into ``out_dir``.
 
     With ``ca_key_file`` also ``ca.key`` (0600), to issue more certificates later.

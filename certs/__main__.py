@@ -25,24 +25,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m certs",
         description="Generate a CA (or reuse one) and an ECDSA P-256 serving certificate for the webhook; "
-                    "write ca.crt, tls.crt, tls.key (0600) and ca.key (0600, new CA only) into --out-dir and print "
-                    "the base64 caBundle.",
+        "write ca.crt, tls.crt, tls.key (0600) and ca.key (0600, new CA only) into --out-dir and print "
+        "the base64 caBundle.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--out-dir", required=True, metavar="DIR", help="Directory to write the files into.")
-    p.add_argument("--service", metavar="NAME",
-                   help="Service name: adds NAME, NAME.NS, NAME.NS.svc and NAME.NS.svc.<cluster-domain> (needs --namespace).")
+    p.add_argument(
+        "--service",
+        metavar="NAME",
+        help="Service name: adds NAME, NAME.NS, NAME.NS.svc and NAME.NS.svc.<cluster-domain> (needs --namespace).",
+    )
     p.add_argument("--namespace", metavar="NS", help="Namespace of --service.")
     p.add_argument("--cluster-domain", default="cluster.local", help="Cluster DNS domain for --service.")
     p.add_argument("--dns", action="append", default=[], metavar="NAME", help="Extra DNS SAN (repeatable).")
     p.add_argument("--ip", action="append", default=[], metavar="IP", help="IP SAN, e.g. 127.0.0.1 (repeatable).")
     p.add_argument("--days", type=float, default=365, help="Validity of the serving certificate, in days.")
     p.add_argument("--ca-days", type=float, default=3650, help="Validity of a newly generated CA, in days.")
-    p.add_argument("--ca-cert", metavar="PATH", help="Reuse this CA certificate (with --ca-key) instead of generating one.")
+    p.add_argument(
+        "--ca-cert", metavar="PATH", help="Reuse this CA certificate (with --ca-key) instead of generating one."
+    )
     p.add_argument("--ca-key", metavar="PATH", help="Private key (EC, as this tool generates) of --ca-cert.")
     p.add_argument("--ca-common-name", default="workload-resizer-webhook-ca", help="CN of a newly generated CA.")
-    p.add_argument("--ca-bundle-file", metavar="PATH",
-                   help="Write the base64 caBundle to this file instead of printing it.")
+    p.add_argument(
+        "--ca-bundle-file", metavar="PATH", help="Write the base64 caBundle to this file instead of printing it."
+    )
     return p
 
 
@@ -53,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--service and --namespace go together")
     if bool(args.ca_cert) != bool(args.ca_key):
         p.error("--ca-cert and --ca-key go together")
-    dns = dedupe((service_dns_names(args.service, args.namespace, args.cluster_domain) if args.service else []) + args.dns)
+    dns = dedupe(
+        (service_dns_names(args.service, args.namespace, args.cluster_domain) if args.service else []) + args.dns
+    )
     ips = dedupe(args.ip)
     if not dns and not ips:
         p.error("give --service/--namespace, --dns or --ip: the certificate needs at least one name")

@@ -1,4 +1,5 @@
 """The admin's commands (`workload-resizer plan|report|restore`), also a kubectl plugin."""
+
 from commands.cli import COMMANDS, main
 
 __all__ = ["COMMANDS", "main"]

@@ -1,4 +1,5 @@
 """`python -m commands plan|report|restore|calibrate` (installed: `workload-resizer ...`)."""
+
 from __future__ import annotations
 
 import sys

@@ -16,6 +16,7 @@ webhook nor the reconciler touches them, whatever the namespace. Each is deleted
 has run, and everything this run created (label ``workload-resizer.io/calibration-run``) is
 deleted on the way out, Ctrl-C and SIGTERM included.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -62,11 +63,22 @@ LOG_TAIL_LINES = 20
 # Below this share of a CPU on the baseline, other load held the benchmark back there and
 # every ratio against it comes out too high (the built-in benchmark reports its share).
 BUSY_BASELINE_SHARE = 0.95
-BUILT_IN = ("the built-in benchmark (single thread; geometric mean of integer, floating-point and cache-resident "
-            "pointer-chase kernels, millions of operations/s)")
+BUILT_IN = (
+    "the built-in benchmark (single thread; geometric mean of integer, floating-point and cache-resident "
+    "pointer-chase kernels, millions of operations/s)"
+)
 # Container waiting reasons that will not resolve by waiting.
-STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
-                           "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
 
 
 class BenchmarkError(Exception):
@@ -86,7 +98,7 @@ class Target:
 class TypeResult:
     target: Target
     scores: list[float] = field(default_factory=list)
-    cpu_shares: list[float] = field(default_factory=list)    # the built-in benchmark's cpuShare
+    cpu_shares: list[float] = field(default_factory=list)  # the built-in benchmark's cpuShare
     error: str = ""
 
     @property
@@ -99,12 +111,21 @@ class TypeResult:
 
 def tolerates(taint: Mapping[str, Any], tolerations: Sequence[tuple[str, str, str]]) -> bool:
     """Whether (key, value, effect) tolerations admit a taint (value "": operator Exists)."""
-    return any(key == taint.get("key") and (not value or value == taint.get("value"))
-               and (not effect or effect == taint.get("effect")) for key, value, effect in tolerations)
+    return any(
+        key == taint.get("key")
+        and (not value or value == taint.get("value"))
+        and (not effect or effect == taint.get("effect"))
+        for key, value, effect in tolerations
+    )
 
 
-def choose_targets(nodes: Sequence[Mapping[str, Any]], label: str, wanted: Sequence[str], baseline: str,
-                   tolerations: Sequence[tuple[str, str, str]] = ()) -> list[Target]:
+def choose_targets(
+    nodes: Sequence[Mapping[str, Any]],
+    label: str,
+    wanted: Sequence[str],
+    baseline: str,
+    tolerations: Sequence[tuple[str, str, str]] = (),
+) -> list[Target]:
     """One target per node type to measure (the baseline first): a Ready, uncordoned node whose
     NoSchedule/NoExecute taints are tolerated, the first by name; otherwise the reason there is none."""
     by_type: dict[str, list[Mapping[str, Any]]] = {}
@@ -116,27 +137,44 @@ def choose_targets(nodes: Sequence[Mapping[str, Any]], label: str, wanted: Seque
     return [_target(node_type, by_type.get(node_type, []), label, tolerations) for node_type in types]
 
 
-def _target(node_type: str, nodes: list[Mapping[str, Any]], label: str,
-            tolerations: Sequence[tuple[str, str, str]]) -> Target:
+def _target(
+    node_type: str, nodes: list[Mapping[str, Any]], label: str, tolerations: Sequence[tuple[str, str, str]]
+) -> Target:
     if not nodes:
         return Target(node_type, problem=f"no node has the label {label}={node_type}")
     ready = [n for n in nodes if _ready(n) and not (n.get("spec") or {}).get("unschedulable")]
     if not ready:
         names = ", ".join(sorted(n["metadata"]["name"] for n in nodes))
         return Target(node_type, problem=f"no schedulable node: {names} NotReady or cordoned")
-    usable = [n for n in ready if all(tolerates(t, tolerations) for t in (n.get("spec") or {}).get("taints") or []
-                                      if t.get("effect") in ("NoSchedule", "NoExecute"))]
+    usable = [
+        n
+        for n in ready
+        if all(
+            tolerates(t, tolerations)
+            for t in (n.get("spec") or {}).get("taints") or []
+            if t.get("effect") in ("NoSchedule", "NoExecute")
+        )
+    ]
     if not usable:
-        taints = sorted({f"{t['key']}={t.get('value', '')}:{t['effect']}" for n in ready
-                         for t in (n.get("spec") or {}).get("taints") or []})
-        return Target(node_type, problem=f"every Ready node is tainted ({', '.join(taints)}): "
-                                         "pass --toleration KEY[=VALUE][:EFFECT]")
+        taints = sorted(
+            {
+                f"{t['key']}={t.get('value', '')}:{t['effect']}"
+                for n in ready
+                for t in (n.get("spec") or {}).get("taints") or []
+            }
+        )
+        return Target(
+            node_type,
+            problem=f"every Ready node is tainted ({', '.join(taints)}): pass --toleration KEY[=VALUE][:EFFECT]",
+        )
     return Target(node_type, node=min(n["metadata"]["name"] for n in usable))
 
 
 def _ready(node: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
 
 
 # ------------------------------------------------------------------ the benchmark pod
@@ -144,23 +182,36 @@ def _ready(node: Mapping[str, Any]) -> bool:
 
 def benchmark_pod(settings: CalibrateSettings, target: Target, run_id: str, attempt: int) -> dict[str, Any]:
     container: dict[str, Any] = {
-        "name": CONTAINER, "image": settings.image, "imagePullPolicy": settings.image_pull_policy,
+        "name": CONTAINER,
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
         "resources": {kind: {"cpu": settings.cpu, "memory": settings.memory} for kind in ("requests", "limits")},
         "terminationMessagePath": "/dev/termination-log",
         # A failing benchmark's last log lines land in the message, which the error quotes.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     if settings.command:
         container["command"] = list(settings.command)
     else:
         container["args"] = [f"-duration={settings.benchmark_seconds}s"]
-    tolerations = [{"key": key, "operator": "Equal" if value else "Exists", **({"value": value} if value else {}),
-                    **({"effect": effect} if effect else {})} for key, value, effect in settings.tolerations]
+    tolerations = [
+        {
+            "key": key,
+            "operator": "Equal" if value else "Exists",
+            **({"value": value} if value else {}),
+            **({"effect": effect} if effect else {}),
+        }
+        for key, value, effect in settings.tolerations
+    ]
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {
             "generateName": f"{APP}-{_name_part(target.node_type)}-{attempt}-",
             "labels": {APP_LABEL: APP, RUN_LABEL: run_id, TYPE_LABEL: target.node_type},
@@ -168,15 +219,26 @@ def benchmark_pod(settings: CalibrateSettings, target: Target, run_id: str, atte
         },
         "spec": {
             "restartPolicy": "Never",
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [target.node]}]}]}}},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [target.node]}]}
+                        ]
+                    }
+                }
+            },
             "tolerations": tolerations,
             "hostNetwork": settings.host_network,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 1,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
-                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65534,
+                "runAsGroup": 65534,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [container],
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}],
         },
@@ -191,7 +253,9 @@ def _name_part(node_type: str) -> str:
 def pod_verdict(pod: Mapping[str, Any]) -> tuple[str, str]:
     """("done", termination message) | ("failed", why) | ("waiting", what it waits for)."""
     status = pod.get("status") or {}
-    container: Mapping[str, Any] = next((s for s in status.get("containerStatuses") or [] if s.get("name") == CONTAINER), {})
+    container: Mapping[str, Any] = next(
+        (s for s in status.get("containerStatuses") or [] if s.get("name") == CONTAINER), {}
+    )
     state = container.get("state") or {}
     terminated = state.get("terminated")
     if status.get("phase") == "Succeeded" and terminated:
@@ -204,7 +268,9 @@ def pod_verdict(pod: Mapping[str, Any]) -> tuple[str, str]:
     waiting = state.get("waiting") or {}
     if waiting.get("reason") in STUCK_REASONS:
         return "failed", f"the container cannot start: {waiting['reason']}: {waiting.get('message', '')}"
-    scheduled: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    scheduled: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+    )
     if scheduled.get("status") == "False":
         return "waiting", f"not scheduled: {scheduled.get('message') or scheduled.get('reason')}"
     return "waiting", f"{status.get('phase', 'Pending')}" + (f" ({waiting['reason']})" if waiting.get("reason") else "")
@@ -225,8 +291,10 @@ class Calibration:
                 active = [r for r in results if not r.error]
                 if not active or results[0].error:
                     break
-                self._say(f"round {attempt}/{self._settings.repeats}: "
-                          + ", ".join(f"{r.node_type} on {r.target.node}" for r in active))
+                self._say(
+                    f"round {attempt}/{self._settings.repeats}: "
+                    + ", ".join(f"{r.node_type} on {r.target.node}" for r in active)
+                )
                 await asyncio.gather(*(self._measure(r, attempt) for r in active))
         finally:
             await asyncio.shield(self.clean_up())
@@ -272,7 +340,7 @@ class Calibration:
                     raise
                 await asyncio.sleep(POLL_SECONDS)
                 continue
-            except TransportError:      # the apiserver restarting, a dropped connection: poll again
+            except TransportError:  # the apiserver restarting, a dropped connection: poll again
                 await asyncio.sleep(POLL_SECONDS)
                 continue
             verdict, what = pod_verdict(pod)
@@ -282,13 +350,17 @@ class Calibration:
                 raise BenchmarkError(f"pod {name} on {pod['spec'].get('nodeName') or '(unscheduled)'}: {what}")
             await asyncio.sleep(POLL_SECONDS)
         warning = await self._last_warning(name)
-        raise BenchmarkError(f"pod {name} did not finish within {self._settings.timeout:g}s (--timeout): {what}"
-                             + (f"; last Warning event: {warning}" if warning else ""))
+        raise BenchmarkError(
+            f"pod {name} did not finish within {self._settings.timeout:g}s (--timeout): {what}"
+            + (f"; last Warning event: {warning}" if warning else "")
+        )
 
     async def _last_warning(self, name: str) -> str:
         try:
-            events = await self._client.get(f"/api/v1/namespaces/{self._settings.namespace}/events",
-                                            fieldSelector=f"involvedObject.name={name},type=Warning")
+            events = await self._client.get(
+                f"/api/v1/namespaces/{self._settings.namespace}/events",
+                fieldSelector=f"involvedObject.name={name},type=Warning",
+            )
         except (ApiError, TransportError):
             return ""
         items = sorted(events.get("items") or [], key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
@@ -300,12 +372,13 @@ class Calibration:
         except CalibrationError as err:
             if message.strip():
                 raise BenchmarkError(f"pod {name}: termination message: {err}") from None
-        try:        # nothing in the termination message: the last line of the log
-            log = await self._client.get_text(f"{self._pods}/{name}/log", container=CONTAINER,
-                                              tailLines=LOG_TAIL_LINES)
+        try:  # nothing in the termination message: the last line of the log
+            log = await self._client.get_text(f"{self._pods}/{name}/log", container=CONTAINER, tailLines=LOG_TAIL_LINES)
         except (ApiError, TransportError) as err:
-            raise BenchmarkError(f"pod {name}: empty termination message and its log cannot be read ({err}); "
-                                 'write {"score": <number>} to /dev/termination-log') from None
+            raise BenchmarkError(
+                f"pod {name}: empty termination message and its log cannot be read ({err}); "
+                'write {"score": <number>} to /dev/termination-log'
+            ) from None
         try:
             return parse_score_line(log)
         except CalibrationError as err:
@@ -313,9 +386,12 @@ class Calibration:
 
     async def _delete(self, name: str) -> None:
         with contextlib.suppress(ApiError, TransportError):
-            await self._client.request("DELETE", f"{self._pods}/{name}",
-                                       {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-                                       decode=False)
+            await self._client.request(
+                "DELETE",
+                f"{self._pods}/{name}",
+                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+                decode=False,
+            )
         self._live.discard(name)
 
     async def clean_up(self) -> None:
@@ -361,8 +437,9 @@ class Report:
         return [t for t in self.types if t.result.error]
 
 
-def evaluate(results: list[TypeResult], config: CompiledConfig, baseline: str, confidence: float,
-             config_text: str) -> tuple[list[TypeReport], dict[str, Fraction], str]:
+def evaluate(
+    results: list[TypeResult], config: CompiledConfig, baseline: str, confidence: float, config_text: str
+) -> tuple[list[TypeReport], dict[str, Fraction], str]:
     """Per type: summary, ratio, suggestion; the cpuPerf changes; the edited config text."""
     base = results[0]
     base_summary = summarize(base.scores) if base.scores and not base.error else None
@@ -375,13 +452,15 @@ def evaluate(results: list[TypeResult], config: CompiledConfig, baseline: str, c
             continue
         summary = summarize(result.scores)
         if result is base:
-            reports.append(TypeReport(result, summary, Ratio(1.0, 1.0, 1.0, confidence, float("inf")),
-                                      configured=configured))
+            reports.append(
+                TypeReport(result, summary, Ratio(1.0, 1.0, 1.0, confidence, float("inf")), configured=configured)
+            )
             continue
         ratio = ratio_of_means(summary, base_summary, confidence)
         baseline_perf = base_spec.cpuPerf if base_spec is not None else Fraction(1)
-        reports.append(TypeReport(result, summary, ratio, suggest(result.node_type, ratio, baseline_perf, configured),
-                                  configured))
+        reports.append(
+            TypeReport(result, summary, ratio, suggest(result.node_type, ratio, baseline_perf, configured), configured)
+        )
     changes = {t.suggestion.node_type: t.suggestion.measured for t in reports if t.suggestion and t.suggestion.change}
     try:
         new_text = set_cpu_perf(config_text, changes)
@@ -405,27 +484,33 @@ async def calibrate(client: KubeClient, settings: CalibrateSettings) -> Report:
     config, text, resource_version, source = await read_config(client, settings)
     baseline = settings.baseline_node_type or config.baseline_node_type
     if baseline not in config.node_types:
-        raise CommandError(f"baseline node type {baseline!r} is not in {source} nodeTypes: the ratios are "
-                           "relative to its cpuPerf")
+        raise CommandError(
+            f"baseline node type {baseline!r} is not in {source} nodeTypes: the ratios are relative to its cpuPerf"
+        )
     nodes = await list_all(client, "/api/v1/nodes", settings.api.page_size)
     targets = choose_targets(nodes, settings.node_type_label, settings.node_types, baseline, settings.tolerations)
     if targets[0].problem:
         raise CommandError(f"baseline node type {baseline}: {targets[0].problem}")
     if len(targets) < 2:
-        raise CommandError(f"only the baseline type {baseline} was found (label {settings.node_type_label}): "
-                           "nothing to compare it with")
+        raise CommandError(
+            f"only the baseline type {baseline} was found (label {settings.node_type_label}): "
+            "nothing to compare it with"
+        )
     run = Calibration(client, settings)
     results = await run.run_rounds(targets)
     reports, changes, new_text = evaluate(results, config, baseline, settings.confidence, text)
-    report = Report(baseline, reports, source, text, new_text, changes, settings.confidence,
-                    time.monotonic() - started)
+    report = Report(baseline, reports, source, text, new_text, changes, settings.confidence, time.monotonic() - started)
     if settings.apply and changes and not report.failed:
         path = f"/api/v1/namespaces/{settings.config_namespace}/configmaps/{settings.config_name}"
         try:
-            await client.patch(path, {"metadata": {"resourceVersion": resource_version}, "data": {CONFIG_KEY: new_text}})
+            await client.patch(
+                path, {"metadata": {"resourceVersion": resource_version}, "data": {CONFIG_KEY: new_text}}
+            )
         except ApiError as err:
             if err.status == 409:
-                raise CommandError(f"{source} changed while calibrating; nothing applied, run calibrate again") from None
+                raise CommandError(
+                    f"{source} changed while calibrating; nothing applied, run calibrate again"
+                ) from None
             raise CommandError(f"cannot update {source}: {err}") from None
         report = dataclasses.replace(report, applied=True)
     return report
@@ -434,8 +519,9 @@ async def calibrate(client: KubeClient, settings: CalibrateSettings) -> Report:
 def run_calibrate(settings: CalibrateSettings, out: TextIO = sys.stdout) -> int:
     async def go() -> Report:
         api = settings.api
-        client = KubeClient(load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst,
-                            max_connections=8, timeout=60.0)
+        client = KubeClient(
+            load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst, max_connections=8, timeout=60.0
+        )
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         if task is not None:
@@ -474,34 +560,86 @@ def _perf(value: Fraction | None) -> str:
 
 def report_table(report: Report, settings: CalibrateSettings) -> str:
     percent = f"{report.confidence * 100:g}%"
-    rows: list[tuple[str, ...]] = [("NODE TYPE", "NODE", "RUNS", "SCORE MEAN", "STDEV", "MIN..MAX", "CPU SHARE",
-                                    "RATIO", f"{percent} CI", "CPUPERF NOW", "MEASURED", "ACTION")]
+    rows: list[tuple[str, ...]] = [
+        (
+            "NODE TYPE",
+            "NODE",
+            "RUNS",
+            "SCORE MEAN",
+            "STDEV",
+            "MIN..MAX",
+            "CPU SHARE",
+            "RATIO",
+            f"{percent} CI",
+            "CPUPERF NOW",
+            "MEASURED",
+            "ACTION",
+        )
+    ]
     for t in report.types:
         r = t.result
         if t.summary is None or t.ratio is None:
-            rows.append((r.node_type, r.target.node or "-", str(len(r.scores)), "-", "-", "-", "-", "-", "-",
-                         _perf(t.configured), "-", "FAILED"))
+            rows.append(
+                (
+                    r.node_type,
+                    r.target.node or "-",
+                    str(len(r.scores)),
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    _perf(t.configured),
+                    "-",
+                    "FAILED",
+                )
+            )
             continue
         s = t.summary
         base = r.node_type == report.baseline
         ci = "baseline" if base else f"{_g(t.ratio.low, 3)}..{_g(t.ratio.high, 3)}"
         measured = _perf(t.configured) if base or t.suggestion is None else _perf(t.suggestion.measured)
-        action = "baseline" if base else ("add" if t.configured is None else "change"
-                                          if t.suggestion and t.suggestion.change else "keep (inside the CI)")
+        action = (
+            "baseline"
+            if base
+            else (
+                "add"
+                if t.configured is None
+                else "change"
+                if t.suggestion and t.suggestion.change
+                else "keep (inside the CI)"
+            )
+        )
         share = f"{_mean_share(r):.0%}" if r.cpu_shares else "-"
-        rows.append((r.node_type, r.target.node, str(s.runs), _g(s.mean), f"{_g(s.stdev, 2)} ({s.relative_stdev:.1%})",
-                     f"{_g(s.minimum)}..{_g(s.maximum)}", share, _g(t.ratio.value, 3), ci, _perf(t.configured),
-                     measured, action))
+        rows.append(
+            (
+                r.node_type,
+                r.target.node,
+                str(s.runs),
+                _g(s.mean),
+                f"{_g(s.stdev, 2)} ({s.relative_stdev:.1%})",
+                f"{_g(s.minimum)}..{_g(s.maximum)}",
+                share,
+                _g(t.ratio.value, 3),
+                ci,
+                _perf(t.configured),
+                measured,
+                action,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     for t in report.failed:
         lines.append(f"{t.result.node_type}: {t.result.error}")
     baseline_result = report.types[0].result
     if baseline_result.cpu_shares and _mean_share(baseline_result) < BUSY_BASELINE_SHARE:
-        lines.append(f"Warning: the benchmark got only {_mean_share(baseline_result):.0%} of a CPU on "
-                     f"{baseline_result.target.node}: other load competed there, so the ratios to "
-                     f"{report.baseline} come out too high. Calibrate on an idle baseline node (whole CPUs in "
-                     "--cpu get exclusive cores under the kubelet's static CPU manager policy).")
+        lines.append(
+            f"Warning: the benchmark got only {_mean_share(baseline_result):.0%} of a CPU on "
+            f"{baseline_result.target.node}: other load competed there, so the ratios to "
+            f"{report.baseline} come out too high. Calibrate on an idle baseline node (whole CPUs in "
+            "--cpu get exclusive cores under the kubelet's static CPU manager policy)."
+        )
     lines += [
         "",
         f"Score: work per wall second of {'the benchmark command' if settings.command else BUILT_IN}, "
@@ -511,18 +649,30 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
         "CPU SHARE: the benchmark's CPU time / wall time (built-in benchmark): below 100% a quota or other load "
         "held it back.",
     ]
-    diff = list(difflib.unified_diff(report.old_text.splitlines(), report.new_text.splitlines(),
-                                     f"{report.config_source} (now)", "suggested", lineterm=""))
+    diff = list(
+        difflib.unified_diff(
+            report.old_text.splitlines(),
+            report.new_text.splitlines(),
+            f"{report.config_source} (now)",
+            "suggested",
+            lineterm="",
+        )
+    )
     if report.failed:
-        lines.append(f"Nothing applied: {len(report.failed)} node type(s) failed." if settings.apply else
-                     f"{len(report.failed)} node type(s) failed.")
+        lines.append(
+            f"Nothing applied: {len(report.failed)} node type(s) failed."
+            if settings.apply
+            else f"{len(report.failed)} node type(s) failed."
+        )
     if not diff:
         lines.append(f"{report.config_source} needs no change.")
     else:
         lines += ["", f"Suggested change to {CONFIG_KEY}:", *diff, ""]
         if report.applied:
-            lines.append(f"Applied to {report.config_source}: the reconciler re-aligns the pods on "
-                         f"{', '.join(sorted(report.changes))} at its --max-resizes-per-second.")
+            lines.append(
+                f"Applied to {report.config_source}: the reconciler re-aligns the pods on "
+                f"{', '.join(sorted(report.changes))} at its --max-resizes-per-second."
+            )
         elif not report.failed:
             lines.append("Run again with --apply to write it.")
     lines.append(f"Calibrated in {report.seconds:.0f}s.")
@@ -536,8 +686,12 @@ def _mean_share(result: TypeResult) -> float:
 def report_json(report: Report, settings: CalibrateSettings) -> dict[str, Any]:
     def entry(t: TypeReport) -> dict[str, Any]:
         r = t.result
-        item: dict[str, Any] = {"nodeType": r.node_type, "node": r.target.node or None, "scores": r.scores,
-                                "configuredCpuPerf": _perf(t.configured) if t.configured is not None else None}
+        item: dict[str, Any] = {
+            "nodeType": r.node_type,
+            "node": r.target.node or None,
+            "scores": r.scores,
+            "configuredCpuPerf": _perf(t.configured) if t.configured is not None else None,
+        }
         if r.error:
             item["error"] = r.error
         if r.cpu_shares:
@@ -552,9 +706,19 @@ def report_json(report: Report, settings: CalibrateSettings) -> dict[str, Any]:
             item["change"] = t.suggestion.change
         return item
 
-    return {"apiVersion": "workload-resizer.io/v1alpha1", "kind": "Calibration", "config": report.config_source,
-            "baselineNodeType": report.baseline, "confidence": report.confidence, "repeats": settings.repeats,
-            "cpu": settings.cpu, "image": settings.image, "nodeTypes": [entry(t) for t in report.types],
-            "changes": {k: decimal_text(v) for k, v in sorted(report.changes.items())},
-            "suggestedConfig": report.new_text if report.changes else None, "applied": report.applied,
-            "failed": [t.result.node_type for t in report.failed], "seconds": round(report.seconds, 1)}
+    return {
+        "apiVersion": "workload-resizer.io/v1alpha1",
+        "kind": "Calibration",
+        "config": report.config_source,
+        "baselineNodeType": report.baseline,
+        "confidence": report.confidence,
+        "repeats": settings.repeats,
+        "cpu": settings.cpu,
+        "image": settings.image,
+        "nodeTypes": [entry(t) for t in report.types],
+        "changes": {k: decimal_text(v) for k, v in sorted(report.changes.items())},
+        "suggestedConfig": report.new_text if report.changes else None,
+        "applied": report.applied,
+        "failed": [t.result.node_type for t in report.failed],
+        "seconds": round(report.seconds, 1),
+    }

@@ -4,6 +4,7 @@ Also reachable as `python -m commands plan|report|restore|calibrate` and, instal
 the kubectl plugin `kubectl workload-resizer plan|report|restore|calibrate` (console script
 `kubectl-workload_resizer`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,11 +15,11 @@ import sys
 
 from ops.flags import duration, positive_float, positive_int, string_list
 from reconciler.settings import (
+    CALIBRATE_IMAGE,
     CONFIG_NAME,
     CONFIG_NAMESPACE,
     NODE_TYPE_LABEL,
     ORIGINALS_KEYS_SECRET,
-    CALIBRATE_IMAGE,
     ApiSettings,
     CalibrateSettings,
     KeySettings,
@@ -35,8 +36,11 @@ _TOLERATION = re.compile(r"([^=:]+)(?:=([^:]*))?(?::(NoSchedule|PreferNoSchedule
 
 def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
     api = p.add_argument_group("Kubernetes API")
-    api.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
-                     help="path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    api.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG") or None,
+        help="path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)",
+    )
     api.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
     api.add_argument("--kube-api-qps", type=positive_float, default=qps, help="client-side requests per second")
     api.add_argument("--kube-api-burst", type=positive_int, default=int(qps * 2), help="client-side burst")
@@ -44,26 +48,43 @@ def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
 
 
 def _scope_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--namespace", default=CONFIG_NAMESPACE,
-                       help="the product's own namespace (always out of scope)")
-    group.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
-                       help="namespaces out of scope besides kube-system and --namespace (the reconciler's flag)")
-    group.add_argument("--namespace-selector", default="", metavar="SELECTOR",
-                       help="label selector a pod's namespace must match to be in scope (the reconciler's flag)")
+    group.add_argument(
+        "--namespace", default=CONFIG_NAMESPACE, help="the product's own namespace (always out of scope)"
+    )
+    group.add_argument(
+        "--exclude-namespaces",
+        type=string_list,
+        default=[],
+        metavar="NS[,NS...]",
+        help="namespaces out of scope besides kube-system and --namespace (the reconciler's flag)",
+    )
+    group.add_argument(
+        "--namespace-selector",
+        default="",
+        metavar="SELECTOR",
+        help="label selector a pod's namespace must match to be in scope (the reconciler's flag)",
+    )
 
 
 def _key_flags(p: argparse.ArgumentParser) -> None:
     keys = p.add_argument_group("originals keys (to verify the original-* annotations)")
-    keys.add_argument("--originals-key-dir", default="", metavar="DIR",
-                      help="directory of the HMAC keys, as the reconciler mounts it (default: read the Secret)")
-    keys.add_argument("--originals-keys-secret", default=ORIGINALS_KEYS_SECRET, metavar="NAMESPACE/NAME",
-                      help="the Secret holding the keys (the chart's), read through the API")
+    keys.add_argument(
+        "--originals-key-dir",
+        default="",
+        metavar="DIR",
+        help="directory of the HMAC keys, as the reconciler mounts it (default: read the Secret)",
+    )
+    keys.add_argument(
+        "--originals-keys-secret",
+        default=ORIGINALS_KEYS_SECRET,
+        metavar="NAMESPACE/NAME",
+        help="the Secret holding the keys (the chart's), read through the API",
+    )
 
 
 def _sizing_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     sizing = p.add_argument_group("what to decide with (the reconciler's flags)")
-    sizing.add_argument("--config-file", default=None,
-                        help="a candidate config.yaml to use instead of the ConfigMap")
+    sizing.add_argument("--config-file", default=None, help="a candidate config.yaml to use instead of the ConfigMap")
     sizing.add_argument("--config-namespace", default=CONFIG_NAMESPACE)
     sizing.add_argument("--config-name", default=CONFIG_NAME)
     sizing.add_argument("--node-type-label", default=NODE_TYPE_LABEL)
@@ -76,122 +97,181 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="workload-resizer",
         description="Admin commands of workload-resizer: preview what it would do (plan), show what it "
-                    "freed (report), undo everything it did (restore) and measure each node type's cpuPerf "
-                    "(calibrate).")
+        "freed (report), undo everything it did (restore) and measure each node type's cpuPerf "
+        "(calibrate).",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="{plan,report,restore,calibrate}")
 
     plan = sub.add_parser(
-        "plan", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "plan",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         help="print, per workload and node type, the pods the product would resize and the requests "
-             "freed or added (read-only)",
+        "freed or added (read-only)",
         description="Read the cluster (one paged LIST of pods and nodes) and print what the reconciler "
-                    "would do with the product's ConfigMap or a candidate --config-file: per workload and "
-                    "node type the pods affected, current -> desired requests, and the CPU and memory "
-                    "requests freed (-) or added (+), per workload and in total. Writes nothing.")
+        "would do with the product's ConfigMap or a candidate --config-file: per workload and "
+        "node type the pods affected, current -> desired requests, and the CPU and memory "
+        "requests freed (-) or added (+), per workload and in total. Writes nothing.",
+    )
     _cluster_flags(plan, 50.0)
     sizing = _sizing_flags(plan)
-    sizing.add_argument("--no-realign", dest="realign", action="store_false",
-                        help="plan as a reconciler with --realign=false: pods already sized for their node "
-                             "type are left alone")
+    sizing.add_argument(
+        "--no-realign",
+        dest="realign",
+        action="store_false",
+        help="plan as a reconciler with --realign=false: pods already sized for their node type are left alone",
+    )
     _key_flags(plan)
     output = plan.add_argument_group("output")
     output.add_argument("-o", "--output", choices=("table", "json"), default="table")
     output.add_argument("--show-aligned", action="store_true", help="also list workloads nothing changes for")
 
     report = sub.add_parser(
-        "report", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "report",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         help="print the CPU and memory requests freed (or added) so far, per node type and workload, and "
-             "the pods held back and why (read-only)",
+        "the pods held back and why (read-only)",
         description="Read the cluster (one paged LIST of pods and nodes) and print what the product has "
-                    "done: the managed pods' requests as authored (their verified originals) and as now, "
-                    "per node type and per workload, what that freed (or added), and the pods it holds "
-                    "back (not resized yet, deferred or infeasible on their node, originals that cannot be "
-                    "verified, unknown node types) and why. The same decisions as `plan` and the "
-                    "reconciler. -o html writes one self-contained page (no external assets) with a "
-                    "chart per node type. Writes nothing to the cluster.")
+        "done: the managed pods' requests as authored (their verified originals) and as now, "
+        "per node type and per workload, what that freed (or added), and the pods it holds "
+        "back (not resized yet, deferred or infeasible on their node, originals that cannot be "
+        "verified, unknown node types) and why. The same decisions as `plan` and the "
+        "reconciler. -o html writes one self-contained page (no external assets) with a "
+        "chart per node type. Writes nothing to the cluster.",
+    )
     _cluster_flags(report, 50.0)
     _sizing_flags(report)
     _key_flags(report)
-    report.add_argument_group("output").add_argument("-o", "--output", choices=("table", "json", "html"),
-                                                     default="table")
+    report.add_argument_group("output").add_argument(
+        "-o", "--output", choices=("table", "json", "html"), default="table"
+    )
 
     restore = sub.add_parser(
-        "restore", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "restore",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         help="resize every managed pod back to its originals and remove the workload-resizer.io annotations",
         description="Undo the product on a cluster (before or after uninstalling it): every pod carrying "
-                    "workload-resizer.io annotations is resized back to its original requests and limits "
-                    "(pods/resize), then its workload-resizer.io annotations are removed. Rate-limited, "
-                    "idempotent, and safe to interrupt and run again. Stop the reconciler first (helm "
-                    "uninstall, or scale it to 0), or it resizes the pods again. While the chart is "
-                    "installed, its admission policy lets only the principals in "
-                    "admissionPolicy.exemptGroups (default system:masters) or exemptUsers edit "
-                    "workload-resizer.io/* annotations: run restore with such credentials, or after "
-                    "helm uninstall.")
+        "workload-resizer.io annotations is resized back to its original requests and limits "
+        "(pods/resize), then its workload-resizer.io annotations are removed. Rate-limited, "
+        "idempotent, and safe to interrupt and run again. Stop the reconciler first (helm "
+        "uninstall, or scale it to 0), or it resizes the pods again. While the chart is "
+        "installed, its admission policy lets only the principals in "
+        "admissionPolicy.exemptGroups (default system:masters) or exemptUsers edit "
+        "workload-resizer.io/* annotations: run restore with such credentials, or after "
+        "helm uninstall.",
+    )
     _cluster_flags(restore, 20.0)
     _scope_flags(restore.add_argument_group("scope (the reconciler's flags): pods outside it are left alone"))
     _key_flags(restore)
-    restore.add_argument("--remove-unverified", action="store_true",
-                         help="pods whose originals cannot be verified keep their spec; also remove their "
-                              "workload-resizer.io annotations (default: keep them and report the pod)")
-    restore.add_argument("--max-resizes-per-second", type=positive_float, default=10.0,
-                         help="pods restored per second at most")
+    restore.add_argument(
+        "--remove-unverified",
+        action="store_true",
+        help="pods whose originals cannot be verified keep their spec; also remove their "
+        "workload-resizer.io annotations (default: keep them and report the pod)",
+    )
+    restore.add_argument(
+        "--max-resizes-per-second", type=positive_float, default=10.0, help="pods restored per second at most"
+    )
     restore.add_argument("--dry-run", action="store_true", help="print what would be restored, change nothing")
-    restore.add_argument("--only-namespace", default="", metavar="NS",
-                         help="restore only the pods of this namespace (default: every namespace)")
-    restore.add_argument("--shutdown-timeout", type=duration, default=10.0,
-                         help="on SIGTERM/SIGINT, finish the pod in progress for at most this long")
+    restore.add_argument(
+        "--only-namespace",
+        default="",
+        metavar="NS",
+        help="restore only the pods of this namespace (default: every namespace)",
+    )
+    restore.add_argument(
+        "--shutdown-timeout",
+        type=duration,
+        default=10.0,
+        help="on SIGTERM/SIGINT, finish the pod in progress for at most this long",
+    )
     _calibrate_parser(sub)
     return p
 
 
 def _calibrate_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     calibrate = sub.add_parser(
-        "calibrate", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "calibrate",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         help="benchmark one node of each node type and suggest (or --apply) nodeTypes.<type>.cpuPerf",
         description="Run a short single-thread CPU benchmark pod (Guaranteed, --cpu) --repeats times on one "
-                    "node of each node type, all types at once, and report per type the score, its spread, "
-                    "the ratio to the baseline type with a confidence interval and the cpuPerf it suggests; "
-                    "--apply writes the changed values into the ConfigMap (a configured value inside the "
-                    "interval is kept). The benchmark pods are deleted as they finish and on any exit. A "
-                    "benchmark of your own (--image/--command) must print its result as its last line, "
-                    'JSON {"score": <work per second>}, or write that line to /dev/termination-log.')
+        "node of each node type, all types at once, and report per type the score, its spread, "
+        "the ratio to the baseline type with a confidence interval and the cpuPerf it suggests; "
+        "--apply writes the changed values into the ConfigMap (a configured value inside the "
+        "interval is kept). The benchmark pods are deleted as they finish and on any exit. A "
+        "benchmark of your own (--image/--command) must print its result as its last line, "
+        'JSON {"score": <work per second>}, or write that line to /dev/termination-log.',
+    )
     _cluster_flags(calibrate, 20.0)
     what = calibrate.add_argument_group("what to measure")
-    what.add_argument("--node-types", type=string_list, default=[], metavar="TYPE[,TYPE...]",
-                      help="node types to measure (default: every value of --node-type-label on the nodes); "
-                           "the baseline is always measured")
-    what.add_argument("--baseline-node-type", default="", metavar="TYPE",
-                      help="the type the ratios are relative to (default: the config's baselineNodeType)")
+    what.add_argument(
+        "--node-types",
+        type=string_list,
+        default=[],
+        metavar="TYPE[,TYPE...]",
+        help="node types to measure (default: every value of --node-type-label on the nodes); "
+        "the baseline is always measured",
+    )
+    what.add_argument(
+        "--baseline-node-type",
+        default="",
+        metavar="TYPE",
+        help="the type the ratios are relative to (default: the config's baselineNodeType)",
+    )
     what.add_argument("--node-type-label", default=NODE_TYPE_LABEL)
     what.add_argument("--repeats", type=positive_int, default=5, help="benchmark runs per node type (at least 2)")
     what.add_argument("--confidence", type=positive_float, default=0.95, help="of the ratio's interval (0..1)")
     pods = calibrate.add_argument_group("the benchmark pods")
-    pods.add_argument("--namespace", default=CONFIG_NAMESPACE,
-                      help="where they run (default: the product's namespace, which it never resizes)")
+    pods.add_argument(
+        "--namespace",
+        default=CONFIG_NAMESPACE,
+        help="where they run (default: the product's namespace, which it never resizes)",
+    )
     pods.add_argument("--cpu", default="1", help="CPU request = limit of the benchmark container")
     pods.add_argument("--memory", default="64Mi", help="memory request = limit of the benchmark container")
-    pods.add_argument("--timeout", type=duration, default=300.0,
-                      help="per run: scheduling, start and the benchmark itself")
+    pods.add_argument(
+        "--timeout", type=duration, default=300.0, help="per run: scheduling, start and the benchmark itself"
+    )
     pods.add_argument("--image", default=CALIBRATE_IMAGE, help="the benchmark image")
     pods.add_argument("--image-pull-policy", choices=("Always", "IfNotPresent", "Never"), default="IfNotPresent")
-    pods.add_argument("--command", dest="benchmark_command", default="", metavar="'CMD ARG...'",
-                      help="the benchmark command (shell words; default: the image's entrypoint)")
-    pods.add_argument("--benchmark-duration", type=duration, default=2.0,
-                      help="the built-in benchmark's wall time per kernel (three kernels)")
-    pods.add_argument("--host-network", action="store_true",
-                      help="run the benchmark pods in the node's network namespace (nodes without a pod network)")
-    pods.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
-                      help="tolerate a taint of the nodes (repeatable)")
+    pods.add_argument(
+        "--command",
+        dest="benchmark_command",
+        default="",
+        metavar="'CMD ARG...'",
+        help="the benchmark command (shell words; default: the image's entrypoint)",
+    )
+    pods.add_argument(
+        "--benchmark-duration",
+        type=duration,
+        default=2.0,
+        help="the built-in benchmark's wall time per kernel (three kernels)",
+    )
+    pods.add_argument(
+        "--host-network",
+        action="store_true",
+        help="run the benchmark pods in the node's network namespace (nodes without a pod network)",
+    )
+    pods.add_argument(
+        "--toleration",
+        action="append",
+        default=[],
+        metavar="KEY[=VALUE][:EFFECT]",
+        help="tolerate a taint of the nodes (repeatable)",
+    )
     config = calibrate.add_argument_group("the config")
     config.add_argument("--config-namespace", default=CONFIG_NAMESPACE)
     config.add_argument("--config-name", default=CONFIG_NAME)
-    config.add_argument("--apply", action="store_true",
-                        help="write the suggested cpuPerf values into the ConfigMap (only if every type measured)")
+    config.add_argument(
+        "--apply",
+        action="store_true",
+        help="write the suggested cpuPerf values into the ConfigMap (only if every type measured)",
+    )
     calibrate.add_argument("-o", "--output", choices=("table", "json"), default="table")
 
 
-def _calibrate_settings(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                        api: ApiSettings) -> CalibrateSettings:
+def _calibrate_settings(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, api: ApiSettings
+) -> CalibrateSettings:
     if args.repeats < 2:
         parser.error("--repeats must be at least 2: one run has no spread to judge the ratio by")
     if not 0 < args.confidence < 1:
@@ -215,20 +295,40 @@ def _calibrate_settings(parser: argparse.ArgumentParser, args: argparse.Namespac
         except QuantityError as error:
             parser.error(f"{flag} {value!r}: {error}")
     return CalibrateSettings(
-        api=api, config_namespace=args.config_namespace, config_name=args.config_name,
-        node_type_label=args.node_type_label, node_types=tuple(args.node_types),
-        baseline_node_type=args.baseline_node_type, repeats=args.repeats, confidence=args.confidence,
-        cpu=args.cpu, memory=args.memory, timeout=args.timeout, namespace=args.namespace, image=args.image,
-        image_pull_policy=args.image_pull_policy, command=command, benchmark_seconds=args.benchmark_duration,
-        tolerations=tuple(tolerations), host_network=args.host_network, output=args.output, apply=args.apply)
+        api=api,
+        config_namespace=args.config_namespace,
+        config_name=args.config_name,
+        node_type_label=args.node_type_label,
+        node_types=tuple(args.node_types),
+        baseline_node_type=args.baseline_node_type,
+        repeats=args.repeats,
+        confidence=args.confidence,
+        cpu=args.cpu,
+        memory=args.memory,
+        timeout=args.timeout,
+        namespace=args.namespace,
+        image=args.image,
+        image_pull_policy=args.image_pull_policy,
+        command=command,
+        benchmark_seconds=args.benchmark_duration,
+        tolerations=tuple(tolerations),
+        host_network=args.host_network,
+        output=args.output,
+        apply=args.apply,
+    )
 
 
 def parse(argv: list[str]) -> PlanSettings | ReportSettings | RestoreSettings | CalibrateSettings:
     """The settings of the command `argv` names; exits with a usage error on bad flags."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    api = ApiSettings(kubeconfig=args.kubeconfig, context=args.context, qps=args.kube_api_qps,
-                      burst=args.kube_api_burst, page_size=args.page_size)
+    api = ApiSettings(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        qps=args.kube_api_qps,
+        burst=args.kube_api_burst,
+        page_size=args.page_size,
+    )
     if args.command == "calibrate":
         return _calibrate_settings(parser, args, api)
     try:
@@ -239,32 +339,59 @@ def parse(argv: list[str]) -> PlanSettings | ReportSettings | RestoreSettings | 
         parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     keys = KeySettings(key_dir=args.originals_key_dir, secret=args.originals_keys_secret)
     if args.command == "restore":
-        return RestoreSettings(api=api, scope=scope, keys=keys, remove_unverified=args.remove_unverified,
-                               max_resizes_per_second=args.max_resizes_per_second, dry_run=args.dry_run,
-                               only_namespace=args.only_namespace, shutdown_timeout=args.shutdown_timeout)
+        return RestoreSettings(
+            api=api,
+            scope=scope,
+            keys=keys,
+            remove_unverified=args.remove_unverified,
+            max_resizes_per_second=args.max_resizes_per_second,
+            dry_run=args.dry_run,
+            only_namespace=args.only_namespace,
+            shutdown_timeout=args.shutdown_timeout,
+        )
     if args.command == "report":
-        return ReportSettings(api=api, scope=scope, keys=keys, config_file=args.config_file,
-                              config_namespace=args.config_namespace, config_name=args.config_name,
-                              node_type_label=args.node_type_label,
-                              resize_restart_containers=args.resize_restart_containers, output=args.output)
-    return PlanSettings(api=api, scope=scope, keys=keys, config_file=args.config_file, config_namespace=args.config_namespace,
-                        config_name=args.config_name, node_type_label=args.node_type_label,
-                        resize_restart_containers=args.resize_restart_containers, realign=args.realign,
-                        output=args.output, show_aligned=args.show_aligned)
+        return ReportSettings(
+            api=api,
+            scope=scope,
+            keys=keys,
+            config_file=args.config_file,
+            config_namespace=args.config_namespace,
+            config_name=args.config_name,
+            node_type_label=args.node_type_label,
+            resize_restart_containers=args.resize_restart_containers,
+            output=args.output,
+        )
+    return PlanSettings(
+        api=api,
+        scope=scope,
+        keys=keys,
+        config_file=args.config_file,
+        config_namespace=args.config_namespace,
+        config_name=args.config_name,
+        node_type_label=args.node_type_label,
+        resize_restart_containers=args.resize_restart_containers,
+        realign=args.realign,
+        output=args.output,
+        show_aligned=args.show_aligned,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     settings = parse(sys.argv[1:] if argv is None else argv)
     if isinstance(settings, ReportSettings):
         from commands.report import run_report
+
         return run_report(settings)
     if isinstance(settings, PlanSettings):
         from commands.plan import run_plan
+
         return run_plan(settings)
     if isinstance(settings, CalibrateSettings):
         from commands.calibrate import run_calibrate
+
         return run_calibrate(settings)
     from commands.restore import run_restore
+
     return run_restore(settings)
 
 

@@ -1,8 +1,9 @@
 """The originals MAC keys for the admin commands: a key directory, or the chart's Secret."""
+
 from __future__ import annotations
 
-from ops.keys import KeyDirectoryError, keys_from_secret_data, read_key_directory
 from kube import ApiError, KubeClient
+from ops.keys import KeyDirectoryError, keys_from_secret_data, read_key_directory
 from reconciler.settings import KeySettings
 from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 
@@ -18,8 +19,10 @@ async def load_keyring(client: KubeClient, settings: KeySettings) -> tuple[KeyRi
         secret = await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
     except ApiError as err:
         if err.status in (403, 404):
-            return EMPTY_KEYRING, (f"cannot read the originals keys (Secret {settings.secret}: {err.status} "
-                                   f"{err.reason}); pass --originals-key-dir or --originals-keys-secret")
+            return EMPTY_KEYRING, (
+                f"cannot read the originals keys (Secret {settings.secret}: {err.status} "
+                f"{err.reason}); pass --originals-key-dir or --originals-keys-secret"
+            )
         raise
     if not secret.get("data"):
         return EMPTY_KEYRING, f"the Secret {settings.secret} holds no originals key"

@@ -5,6 +5,7 @@ label selector) with the admin's kubeconfig; the config from the product's Confi
 a candidate file; then the reconciler's own pure decisions (:mod:`resizer.forecast`).
 Nothing is written.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,8 +16,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from kube import ApiError, KubeClient, load_credentials
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
+from kube import ApiError, KubeClient, load_credentials
 from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, PlanSettings
 from resizer.config import CompiledConfig, ConfigError, load_config
@@ -29,6 +30,7 @@ from resizer.vpa import NO_OWNER, Owner, VpaVerdict, managing_vpa, vpa_index
 
 VPA_PATH = "/apis/autoscaling.k8s.io/v1"
 OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
+
 
 class CommandError(Exception):
     """A problem the admin must fix (bad config, unreachable cluster, missing ConfigMap)."""
@@ -50,9 +52,13 @@ def run_command(go: Callable[[], Coroutine[Any, Any, T]], unreachable: str = "ca
         return 1
 
 
-async def list_all(client: KubeClient, path: str, page_size: int,
-                   slim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                   **params: Any) -> list[dict[str, Any]]:
+async def list_all(
+    client: KubeClient,
+    path: str,
+    page_size: int,
+    slim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    **params: Any,
+) -> list[dict[str, Any]]:
     """Every item of a collection, in pages of ``page_size`` (continue tokens), each item
     reduced by ``slim`` as its page arrives (memory stays proportional to what is read)."""
     items: list[dict[str, Any]] = []
@@ -74,8 +80,9 @@ async def read_config(client: KubeClient, settings: PlanSettings) -> tuple[Compi
         except OSError as err:
             raise CommandError(f"cannot read {source}: {err}") from None
     else:
-        text, _, source = await read_configmap(client, settings.config_namespace, settings.config_name,
-                                               " (pass --config-file to plan a candidate config)")
+        text, _, source = await read_configmap(
+            client, settings.config_namespace, settings.config_name, " (pass --config-file to plan a candidate config)"
+        )
     return compile_config(text, source), source
 
 
@@ -99,9 +106,13 @@ def compile_config(text: str, source: str) -> CompiledConfig:
         raise CommandError(f"invalid config in {source}:\n{err}") from None
 
 
-async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: NamespaceScope,
-                          skip_applied: bool,
-                          listed_pods: list[dict[str, Any]] | None = None) -> tuple[FleetForecast, dict[str, Any]]:
+async def gather_forecast(
+    client: KubeClient,
+    settings: PlanSettings,
+    scope: NamespaceScope,
+    skip_applied: bool,
+    listed_pods: list[dict[str, Any]] | None = None,
+) -> tuple[FleetForecast, dict[str, Any]]:
     """Read the cluster and forecast every pod; ``listed_pods``, if given, receives the (slim)
     bound pods read (what `report` needs to say why a pod is held back)."""
     started = time.monotonic()
@@ -112,7 +123,8 @@ async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: Nam
         raise CommandError(f"originals keys: {err}") from None
     pods, nodes = await asyncio.gather(
         list_all(client, "/api/v1/pods", settings.api.page_size, slim_pod, fieldSelector="spec.nodeName!="),
-        list_all(client, "/api/v1/nodes", settings.api.page_size))
+        list_all(client, "/api/v1/nodes", settings.api.page_size),
+    )
     namespace_labels = None
     if scope.needs_labels:
         namespaces = await list_all(client, "/api/v1/namespaces", settings.api.page_size)
@@ -120,17 +132,33 @@ async def gather_forecast(client: KubeClient, settings: PlanSettings, scope: Nam
     listed = time.monotonic()
     if listed_pods is not None:
         listed_pods.extend(pods)
-    node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(settings.node_type_label)
-                  for n in nodes}
-    forecast = forecast_fleet(pods, node_types, config, scope, namespace_labels,
-                              settings.resize_restart_containers, skip_applied=skip_applied, keyring=keyring,
-                              pod_level_nodes={n["metadata"]["name"] for n in nodes if node_resizes_pod_level(n)})
+    node_types = {
+        n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(settings.node_type_label) for n in nodes
+    }
+    forecast = forecast_fleet(
+        pods,
+        node_types,
+        config,
+        scope,
+        namespace_labels,
+        settings.resize_restart_containers,
+        skip_applied=skip_applied,
+        keyring=keyring,
+        pod_level_nodes={n["metadata"]["name"] for n in nodes if node_resizes_pod_level(n)},
+    )
     constraints = await read_constraints(client, settings.api.page_size, forecast)
     held = preflight_verdicts(forecast, pods, nodes, constraints)
     done = time.monotonic()
-    info = {"config": source, "pods": len(pods), "nodes": len(nodes), "keys": warning or "verified",
-            "listSeconds": round(listed - started, 3), "planSeconds": round(done - listed, 3), "held": held,
-            "preflightNotJudged": constraints.get("notJudged", [])}
+    info = {
+        "config": source,
+        "pods": len(pods),
+        "nodes": len(nodes),
+        "keys": warning or "verified",
+        "listSeconds": round(listed - started, 3),
+        "planSeconds": round(done - listed, 3),
+        "held": held,
+        "preflightNotJudged": constraints.get("notJudged", []),
+    }
     return forecast, info
 
 
@@ -152,8 +180,9 @@ async def read_constraints(client: KubeClient, page_size: int, forecast: FleetFo
     found["limitranges"] = await read("LimitRange", "/api/v1/limitranges")
     found["resourcequotas"] = await read("ResourceQuota", "/api/v1/resourcequotas")
     try:
-        served = any(r.get("name") == "verticalpodautoscalers"
-                     for r in (await client.get(VPA_PATH)).get("resources") or [])
+        served = any(
+            r.get("name") == "verticalpodautoscalers" for r in (await client.get(VPA_PATH)).get("resources") or []
+        )
     except ApiError as err:
         if err.status != 404:
             found["notJudged"].append(f"VerticalPodAutoscaler: {err.message or err.status}")
@@ -165,13 +194,15 @@ async def read_constraints(client: KubeClient, page_size: int, forecast: FleetFo
                 for item in await read(kind, path):
                     meta = item.get("metadata") or {}
                     ref = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-                    found["owners"][(meta.get("namespace"), Owner(kind, str(meta.get("name"))))] = \
+                    found["owners"][(meta.get("namespace"), Owner(kind, str(meta.get("name"))))] = (
                         Owner(str(ref.get("kind")), str(ref.get("name"))) if ref else NO_OWNER
+                    )
     return found
 
 
-def preflight_verdicts(forecast: FleetForecast, pods: list[dict[str, Any]], nodes: list[dict[str, Any]],
-                       constraints: dict[str, Any]) -> list[dict[str, str]]:
+def preflight_verdicts(
+    forecast: FleetForecast, pods: list[dict[str, Any]], nodes: list[dict[str, Any]], constraints: dict[str, Any]
+) -> list[dict[str, str]]:
     """The resizes the reconciler would hold instead of sending, and why (each pod judged
     against the cluster as it is now, as the reconciler would judge it first)."""
     by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
@@ -193,14 +224,19 @@ def preflight_verdicts(forecast: FleetForecast, pods: list[dict[str, Any]], node
                 continue
             resized = apply_patch(pod, entry.plan.patch)
             namespace = entry.namespace
-            hold = limit_range_hold(resized, [o for o in constraints["limitranges"]
-                                              if o["metadata"].get("namespace") == namespace]) \
-                or quota_hold(pod, resized, [o for o in constraints["resourcequotas"]
-                                             if o["metadata"].get("namespace") == namespace])
+            hold = limit_range_hold(
+                resized, [o for o in constraints["limitranges"] if o["metadata"].get("namespace") == namespace]
+            ) or quota_hold(
+                pod, resized, [o for o in constraints["resourcequotas"] if o["metadata"].get("namespace") == namespace]
+            )
             node = node_objects.get(entry.node)
             if hold is None and node is not None:
-                others = [o for o in by_node.get(entry.node, []) if o["metadata"].get("uid") != pod["metadata"].get("uid")
-                          and o["status"].get("phase") not in ("Succeeded", "Failed")]
+                others = [
+                    o
+                    for o in by_node.get(entry.node, [])
+                    if o["metadata"].get("uid") != pod["metadata"].get("uid")
+                    and o["status"].get("phase") not in ("Succeeded", "Failed")
+                ]
                 hold = node_hold(node, pod, resized, others)
             if hold is not None:
                 held.append(_held_entry(entry, "ResizeHeld", hold.constraint, hold.name, hold.detail))
@@ -208,15 +244,27 @@ def preflight_verdicts(forecast: FleetForecast, pods: list[dict[str, Any]], node
 
 
 def _held_entry(entry: PodForecast, reason: str, constraint: str, name: str, detail: str) -> dict[str, str]:
-    return {"namespace": entry.namespace, "name": entry.name, "node": entry.node, "reason": reason,
-            "constraint": constraint, "object": name, "detail": detail}
+    return {
+        "namespace": entry.namespace,
+        "name": entry.name,
+        "node": entry.node,
+        "reason": reason,
+        "constraint": constraint,
+        "object": name,
+        "detail": detail,
+    }
 
 
 def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
     async def go() -> tuple[FleetForecast, dict[str, Any]]:
         api = settings.api
-        client = KubeClient(load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst,
-                            max_connections=4, timeout=120.0)
+        client = KubeClient(
+            load_credentials(api.kubeconfig, api.context),
+            qps=api.qps,
+            burst=api.burst,
+            max_connections=4,
+            timeout=120.0,
+        )
         try:
             return await gather_forecast(client, settings, settings.scope, skip_applied=not settings.realign)
         finally:
@@ -250,7 +298,9 @@ def _signed(amount: int, fmt: Any) -> str:
 
 
 def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: bool = False) -> str:
-    rows: list[tuple[str, ...]] = [("NAMESPACE", "WORKLOAD", "NODE TYPE", "PODS", "CPU REQUESTS", "MEMORY REQUESTS", "CPU", "MEMORY")]
+    rows: list[tuple[str, ...]] = [
+        ("NAMESPACE", "WORKLOAD", "NODE TYPE", "PODS", "CPU REQUESTS", "MEMORY REQUESTS", "CPU", "MEMORY")
+    ]
     for group in forecast.workloads:
         if not show_aligned and group.resized == 0:
             continue
@@ -272,8 +322,10 @@ def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: 
     if info.get("held"):
         lines.append("Held by preflight (not sent until the constraint changes; the reconciler reports each once):")
         for held in info["held"]:
-            lines.append(f"  {held['namespace']}/{held['name']} on {held['node']}: {held['reason']}: "
-                         f"{held['constraint']} {held['object']}: {held['detail']}")
+            lines.append(
+                f"  {held['namespace']}/{held['name']} on {held['node']}: {held['reason']}: "
+                f"{held['constraint']} {held['object']}: {held['detail']}"
+            )
     if info.get("preflightNotJudged"):
         lines.append("Preflight not judged (cannot read): " + "; ".join(info["preflightNotJudged"]))
     sized = [pod for group in forecast.workloads for pod in group.pods if pod.sized_at_admission]
@@ -283,11 +335,15 @@ def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: 
         lines.append(f"Sized at admission (created at their size by the webhook): {len(sized)} pods: {shown}{more}.")
     if forecast.skipped:
         lines.append("Left alone: " + ", ".join(f"{count} {reason}" for reason, count in forecast.skipped.items()))
-    lines.append(f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in "
-                 f"{info['listSeconds']}s, planned in {info['planSeconds']}s.")
+    lines.append(
+        f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in "
+        f"{info['listSeconds']}s, planned in {info['planSeconds']}s."
+    )
     if info.get("keys", "verified") != "verified":
-        lines.append(f"Warning: {info['keys']}: pods whose spec changed since admission, or whose signed originals "
-                     f"differ from their spec (sized at admission), show as OriginalsUnverified.")
+        lines.append(
+            f"Warning: {info['keys']}: pods whose spec changed since admission, or whose signed originals "
+            f"differ from their spec (sized at admission), show as OriginalsUnverified."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -295,9 +351,16 @@ def _row(group: WorkloadForecast) -> tuple[str, ...]:
     cpu_now, cpu_then = group.total("current_cpu"), group.total("desired_cpu")
     memory_now, memory_then = group.total("current_memory"), group.total("desired_memory")
     pods = f"{group.resized}/{len(group.pods)}" if group.resized != len(group.pods) else str(len(group.pods))
-    return (group.namespace, group.workload, group.node_type, pods,
-            f"{_cpu(cpu_now)} -> {_cpu(cpu_then)}", f"{_memory(memory_now)} -> {_memory(memory_then)}",
-            _signed(cpu_then - cpu_now, _cpu), _signed(memory_then - memory_now, _memory))
+    return (
+        group.namespace,
+        group.workload,
+        group.node_type,
+        pods,
+        f"{_cpu(cpu_now)} -> {_cpu(cpu_then)}",
+        f"{_memory(memory_now)} -> {_memory(memory_then)}",
+        _signed(cpu_then - cpu_now, _cpu),
+        _signed(memory_then - memory_now, _memory),
+    )
 
 
 def _align(rows: list[tuple[str, ...]]) -> list[str]:
@@ -307,18 +370,35 @@ def _align(rows: list[tuple[str, ...]]) -> list[str]:
 
 def forecast_json(forecast: FleetForecast, info: dict[str, Any]) -> dict[str, Any]:
     """Amounts in millicores and bytes (integers), plus the canonical quantity strings."""
+
     def amounts(current_cpu: int, desired_cpu: int, current_memory: int, desired_memory: int) -> dict[str, Any]:
-        return {"cpu": {"currentMillicores": current_cpu, "desiredMillicores": desired_cpu,
-                        "deltaMillicores": desired_cpu - current_cpu,
-                        "current": _cpu(current_cpu), "desired": _cpu(desired_cpu)},
-                "memory": {"currentBytes": current_memory, "desiredBytes": desired_memory,
-                           "deltaBytes": desired_memory - current_memory,
-                           "current": _memory(current_memory), "desired": _memory(desired_memory)}}
+        return {
+            "cpu": {
+                "currentMillicores": current_cpu,
+                "desiredMillicores": desired_cpu,
+                "deltaMillicores": desired_cpu - current_cpu,
+                "current": _cpu(current_cpu),
+                "desired": _cpu(desired_cpu),
+            },
+            "memory": {
+                "currentBytes": current_memory,
+                "desiredBytes": desired_memory,
+                "deltaBytes": desired_memory - current_memory,
+                "current": _memory(current_memory),
+                "desired": _memory(desired_memory),
+            },
+        }
 
     def pod_entry(pod: PodForecast) -> dict[str, Any]:
-        entry = {"namespace": pod.namespace, "name": pod.name, "node": pod.node, "nodeType": pod.node_type,
-                 "outcome": pod.outcome, "detail": pod.detail,
-                 "requests": amounts(pod.current_cpu, pod.desired_cpu, pod.current_memory, pod.desired_memory)}
+        entry = {
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "node": pod.node,
+            "nodeType": pod.node_type,
+            "outcome": pod.outcome,
+            "detail": pod.detail,
+            "requests": amounts(pod.current_cpu, pod.desired_cpu, pod.current_memory, pod.desired_memory),
+        }
         if pod.plan is not None:
             entry["patch"] = pod.plan.patch
         if pod.sized_at_admission:
@@ -326,15 +406,33 @@ def forecast_json(forecast: FleetForecast, info: dict[str, Any]) -> dict[str, An
         return entry
 
     return {
-        "apiVersion": "workload-resizer.io/v1alpha1", "kind": "Plan", **info,
-        "workloads": [{"namespace": g.namespace, "workload": g.workload, "nodeType": g.node_type,
-                       "pods": len(g.pods), "resized": g.resized,
-                       "requests": amounts(g.total("current_cpu"), g.total("desired_cpu"),
-                                           g.total("current_memory"), g.total("desired_memory")),
-                       "podPlans": [pod_entry(p) for p in g.pods]} for g in forecast.workloads],
+        "apiVersion": "workload-resizer.io/v1alpha1",
+        "kind": "Plan",
+        **info,
+        "workloads": [
+            {
+                "namespace": g.namespace,
+                "workload": g.workload,
+                "nodeType": g.node_type,
+                "pods": len(g.pods),
+                "resized": g.resized,
+                "requests": amounts(
+                    g.total("current_cpu"), g.total("desired_cpu"), g.total("current_memory"), g.total("desired_memory")
+                ),
+                "podPlans": [pod_entry(p) for p in g.pods],
+            }
+            for g in forecast.workloads
+        ],
         "notResized": [pod_entry(p) for p in forecast.not_resized],
         "leftAlone": forecast.skipped,
-        "total": {"pods": forecast.pods, "resized": forecast.resized,
-                  "requests": amounts(forecast.total("current_cpu"), forecast.total("desired_cpu"),
-                                      forecast.total("current_memory"), forecast.total("desired_memory"))},
+        "total": {
+            "pods": forecast.pods,
+            "resized": forecast.resized,
+            "requests": amounts(
+                forecast.total("current_cpu"),
+                forecast.total("desired_cpu"),
+                forecast.total("current_memory"),
+                forecast.total("desired_memory"),
+            ),
+        },
     }

@@ -10,6 +10,7 @@ infeasible or failed on its node, or not resized yet) counts in the totals as it
 one without a plan (unknown node type, originals that cannot be verified, ...) does not,
 as what it was authored with cannot be told.
 """
+
 from __future__ import annotations
 
 import html
@@ -44,7 +45,7 @@ class HeldBack:
 @dataclass(frozen=True)
 class Report:
     by_node_type: dict[str, RequestTotals]
-    by_workload: dict[tuple[str, str, str], RequestTotals]     # (namespace, workload, node type)
+    by_workload: dict[tuple[str, str, str], RequestTotals]  # (namespace, workload, node type)
     total: RequestTotals
     held_back: list[HeldBack]
     left_alone: dict[str, int]
@@ -56,9 +57,14 @@ def build_report(forecast: FleetForecast, pods: list[dict[str, Any]], info: dict
     for group in forecast.workloads:
         for pod in group.pods:
             total.add(pod)
-    return Report(managed_requests(forecast, key=lambda p: p.node_type),
-                  managed_requests(forecast, key=lambda p: (p.namespace, p.workload, p.node_type)),
-                  total, held_back(forecast, pods), forecast.skipped, info)
+    return Report(
+        managed_requests(forecast, key=lambda p: p.node_type),
+        managed_requests(forecast, key=lambda p: (p.namespace, p.workload, p.node_type)),
+        total,
+        held_back(forecast, pods),
+        forecast.skipped,
+        info,
+    )
 
 
 def held_back(forecast: FleetForecast, pods: list[dict[str, Any]]) -> list[HeldBack]:
@@ -86,12 +92,18 @@ def held_back(forecast: FleetForecast, pods: list[dict[str, Any]]) -> list[HeldB
 def run_report(settings: ReportSettings, out: TextIO = sys.stdout) -> int:
     async def go() -> Report:
         api = settings.api
-        client = KubeClient(load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst,
-                            max_connections=4, timeout=120.0)
+        client = KubeClient(
+            load_credentials(api.kubeconfig, api.context),
+            qps=api.qps,
+            burst=api.burst,
+            max_connections=4,
+            timeout=120.0,
+        )
         try:
             pods: list[dict[str, Any]] = []
-            forecast, info = await gather_forecast(client, settings, settings.scope, skip_applied=False,
-                                                   listed_pods=pods)
+            forecast, info = await gather_forecast(
+                client, settings, settings.scope, skip_applied=False, listed_pods=pods
+            )
             return build_report(forecast, pods, info)
         finally:
             await client.close()
@@ -120,11 +132,13 @@ def _freed(amount: int, fmt: Any) -> str:
 
 
 def _cells(totals: RequestTotals) -> tuple[str, ...]:
-    return (str(totals.pods),
-            f"{format_cpu(totals.original_cpu)} -> {format_cpu(totals.current_cpu)}",
-            _freed(totals.freed_cpu, format_cpu),
-            f"{format_memory(totals.original_memory)} -> {format_memory(totals.current_memory)}",
-            _freed(totals.freed_memory, format_memory))
+    return (
+        str(totals.pods),
+        f"{format_cpu(totals.original_cpu)} -> {format_cpu(totals.current_cpu)}",
+        _freed(totals.freed_cpu, format_cpu),
+        f"{format_memory(totals.original_memory)} -> {format_memory(totals.current_memory)}",
+        _freed(totals.freed_memory, format_memory),
+    )
 
 
 HEADER = ("PODS", "CPU REQUESTS (AUTHORED -> NOW)", "CPU", "MEMORY REQUESTS (AUTHORED -> NOW)", "MEMORY")
@@ -135,50 +149,84 @@ def report_table(report: Report) -> str:
     if report.by_node_type:
         lines += _align([("NODE TYPE", *HEADER), *((t, *_cells(v)) for t, v in report.by_node_type.items())])
         lines.append("")
-        lines += _align([("NAMESPACE", "WORKLOAD", "NODE TYPE", *HEADER),
-                         *((*key, *_cells(v)) for key, v in report.by_workload.items())])
+        lines += _align(
+            [
+                ("NAMESPACE", "WORKLOAD", "NODE TYPE", *HEADER),
+                *((*key, *_cells(v)) for key, v in report.by_workload.items()),
+            ]
+        )
     else:
         lines.append("No managed pod.")
     total = report.total
-    lines += ["", f"Total: {total.pods} managed pods; CPU requests {format_cpu(total.original_cpu)} as authored -> "
-                  f"{format_cpu(total.current_cpu)} now ({_freed(total.freed_cpu, format_cpu)}), memory requests "
-                  f"{format_memory(total.original_memory)} -> {format_memory(total.current_memory)} "
-                  f"({_freed(total.freed_memory, format_memory)})."]
+    lines += [
+        "",
+        f"Total: {total.pods} managed pods; CPU requests {format_cpu(total.original_cpu)} as authored -> "
+        f"{format_cpu(total.current_cpu)} now ({_freed(total.freed_cpu, format_cpu)}), memory requests "
+        f"{format_memory(total.original_memory)} -> {format_memory(total.current_memory)} "
+        f"({_freed(total.freed_memory, format_memory)}).",
+    ]
     if report.held_back:
         lines.append(f"Held back ({len(report.held_back)}; those without a plan are not in the totals):")
-        lines += [f"  {h.namespace}/{h.name} on {h.node} ({h.node_type}): {h.reason}: {h.detail}"
-                  for h in report.held_back]
+        lines += [
+            f"  {h.namespace}/{h.name} on {h.node} ({h.node_type}): {h.reason}: {h.detail}" for h in report.held_back
+        ]
     if report.left_alone:
         lines.append("Left alone: " + ", ".join(f"{count} {reason}" for reason, count in report.left_alone.items()))
     info = report.info
-    lines.append(f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in "
-                 f"{info['listSeconds']}s.")
+    lines.append(
+        f"Config: {info['config']}; read {info['pods']} bound pods and {info['nodes']} nodes in {info['listSeconds']}s."
+    )
     if info.get("keys", "verified") != "verified":
-        lines.append(f"Warning: {info['keys']}: pods whose spec changed since admission, or whose signed "
-                     f"originals differ from their spec (sized at admission), are held back as OriginalsUnverified.")
+        lines.append(
+            f"Warning: {info['keys']}: pods whose spec changed since admission, or whose signed "
+            f"originals differ from their spec (sized at admission), are held back as OriginalsUnverified."
+        )
     return "\n".join(lines) + "\n"
 
 
 def _amounts(totals: RequestTotals) -> dict[str, Any]:
-    return {"pods": totals.pods,
-            "cpu": {"originalMillicores": totals.original_cpu, "currentMillicores": totals.current_cpu,
-                    "freedMillicores": totals.freed_cpu, "original": format_cpu(totals.original_cpu),
-                    "current": format_cpu(totals.current_cpu)},
-            "memory": {"originalBytes": totals.original_memory, "currentBytes": totals.current_memory,
-                       "freedBytes": totals.freed_memory, "original": format_memory(totals.original_memory),
-                       "current": format_memory(totals.current_memory)}}
+    return {
+        "pods": totals.pods,
+        "cpu": {
+            "originalMillicores": totals.original_cpu,
+            "currentMillicores": totals.current_cpu,
+            "freedMillicores": totals.freed_cpu,
+            "original": format_cpu(totals.original_cpu),
+            "current": format_cpu(totals.current_cpu),
+        },
+        "memory": {
+            "originalBytes": totals.original_memory,
+            "currentBytes": totals.current_memory,
+            "freedBytes": totals.freed_memory,
+            "original": format_memory(totals.original_memory),
+            "current": format_memory(totals.current_memory),
+        },
+    }
 
 
 def report_json(report: Report) -> dict[str, Any]:
     """Amounts in millicores and bytes (freed = original - current; negative: added)."""
     return {
-        "apiVersion": "workload-resizer.io/v1alpha1", "kind": "Report",
+        "apiVersion": "workload-resizer.io/v1alpha1",
+        "kind": "Report",
         **{k: v for k, v in report.info.items() if k != "planSeconds"},
         "nodeTypes": [{"nodeType": t, **_amounts(v)} for t, v in report.by_node_type.items()],
-        "workloads": [{"namespace": ns, "workload": w, "nodeType": t, **_amounts(v)}
-                      for (ns, w, t), v in report.by_workload.items()],
-        "heldBack": [{"namespace": h.namespace, "name": h.name, "workload": h.workload, "node": h.node,
-                      "nodeType": h.node_type, "reason": h.reason, "detail": h.detail} for h in report.held_back],
+        "workloads": [
+            {"namespace": ns, "workload": w, "nodeType": t, **_amounts(v)}
+            for (ns, w, t), v in report.by_workload.items()
+        ],
+        "heldBack": [
+            {
+                "namespace": h.namespace,
+                "name": h.name,
+                "workload": h.workload,
+                "node": h.node,
+                "nodeType": h.node_type,
+                "reason": h.reason,
+                "detail": h.detail,
+            }
+            for h in report.held_back
+        ],
         "leftAlone": report.left_alone,
         "total": _amounts(report.total),
     }
@@ -203,16 +251,21 @@ section.node-type { display: inline-block; vertical-align: top; margin: 0 2rem 1
 def _bar_chart(node_type: str, totals: RequestTotals) -> str:
     """An inline SVG: per resource, a bar as authored and a bar as now (same scale), and what was freed."""
     width, bar_max, row = 520, 300, 26
-    parts = [f'<svg width="{width}" height="{row * 6 + 10}" role="img" '
-             f'aria-label="requests on {html.escape(node_type)}">']
+    parts = [
+        f'<svg width="{width}" height="{row * 6 + 10}" role="img" aria-label="requests on {html.escape(node_type)}">'
+    ]
     y = 8
-    for label, original, current, fmt in (("CPU", totals.original_cpu, totals.current_cpu, format_cpu),
-                                          ("Memory", totals.original_memory, totals.current_memory, format_memory)):
+    for label, original, current, fmt in (
+        ("CPU", totals.original_cpu, totals.current_cpu, format_cpu),
+        ("Memory", totals.original_memory, totals.current_memory, format_memory),
+    ):
         scale = bar_max / max(original, current, 1)
         freed = original - current
         parts.append(f'<text x="0" y="{y + 14}" font-size="14" font-weight="bold">{label}</text>')
-        parts.append(f'<text x="{width - 4}" y="{y + 14}" font-size="13" text-anchor="end" '
-                     f'fill="{FREED_COLOUR if freed >= 0 else ADDED_COLOUR}">{_freed(freed, fmt)}</text>')
+        parts.append(
+            f'<text x="{width - 4}" y="{y + 14}" font-size="13" text-anchor="end" '
+            f'fill="{FREED_COLOUR if freed >= 0 else ADDED_COLOUR}">{_freed(freed, fmt)}</text>'
+        )
         y += row
         for name, value, colour in (("authored", original, AUTHORED_COLOUR), ("now", current, NOW_COLOUR)):
             parts.append(f'<text x="0" y="{y + 14}" font-size="12">{name}</text>')
@@ -234,32 +287,44 @@ def _freed_td(amount: int, fmt: Any) -> str:
 
 
 def _totals_tds(totals: RequestTotals) -> str:
-    return (_td(str(totals.pods), True) + _td(format_cpu(totals.original_cpu), True)
-            + _td(format_cpu(totals.current_cpu), True) + _freed_td(totals.freed_cpu, format_cpu)
-            + _td(format_memory(totals.original_memory), True) + _td(format_memory(totals.current_memory), True)
-            + _freed_td(totals.freed_memory, format_memory))
+    return (
+        _td(str(totals.pods), True)
+        + _td(format_cpu(totals.original_cpu), True)
+        + _td(format_cpu(totals.current_cpu), True)
+        + _freed_td(totals.freed_cpu, format_cpu)
+        + _td(format_memory(totals.original_memory), True)
+        + _td(format_memory(totals.current_memory), True)
+        + _freed_td(totals.freed_memory, format_memory)
+    )
 
 
-TOTALS_HEADER = ("<th>pods</th><th>CPU authored</th><th>CPU now</th><th>CPU</th><th>memory authored</th>"
-                 "<th>memory now</th><th>memory</th>")
+TOTALS_HEADER = (
+    "<th>pods</th><th>CPU authored</th><th>CPU now</th><th>CPU</th><th>memory authored</th>"
+    "<th>memory now</th><th>memory</th>"
+)
 
 
 def report_html(report: Report) -> str:
     total = report.total
-    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-           "<title>workload-resizer report</title>", f"<style>{STYLE}</style></head><body>",
-           "<h1>What workload-resizer freed</h1>",
-           f"<p>{total.pods} managed pods: CPU requests {html.escape(format_cpu(total.original_cpu))} as authored, "
-           f"{html.escape(format_cpu(total.current_cpu))} now ({html.escape(_freed(total.freed_cpu, format_cpu))}); "
-           f"memory requests {html.escape(format_memory(total.original_memory))} as authored, "
-           f"{html.escape(format_memory(total.current_memory))} now "
-           f"({html.escape(_freed(total.freed_memory, format_memory))}).</p>",
-           "<h2>Per node type</h2>"]
+    out = [
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        "<title>workload-resizer report</title>",
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>What workload-resizer freed</h1>",
+        f"<p>{total.pods} managed pods: CPU requests {html.escape(format_cpu(total.original_cpu))} as authored, "
+        f"{html.escape(format_cpu(total.current_cpu))} now ({html.escape(_freed(total.freed_cpu, format_cpu))}); "
+        f"memory requests {html.escape(format_memory(total.original_memory))} as authored, "
+        f"{html.escape(format_memory(total.current_memory))} now "
+        f"({html.escape(_freed(total.freed_memory, format_memory))}).</p>",
+        "<h2>Per node type</h2>",
+    ]
     if not report.by_node_type:
         out.append("<p>No managed pod.</p>")
     for node_type, totals in report.by_node_type.items():
-        out.append(f'<section class="node-type"><h3>{html.escape(node_type)} '
-                   f'<span class="muted">({totals.pods} pods)</span></h3>{_bar_chart(node_type, totals)}</section>')
+        out.append(
+            f'<section class="node-type"><h3>{html.escape(node_type)} '
+            f'<span class="muted">({totals.pods} pods)</span></h3>{_bar_chart(node_type, totals)}</section>'
+        )
     out.append(f"<table><tr><th>node type</th>{TOTALS_HEADER}</tr>")
     out += [f"<tr>{_td(t)}{_totals_tds(v)}</tr>" for t, v in report.by_node_type.items()]
     out.append("</table><h2>Per workload</h2>")
@@ -267,20 +332,30 @@ def report_html(report: Report) -> str:
     out += [f"<tr>{_td(ns)}{_td(w)}{_td(t)}{_totals_tds(v)}</tr>" for (ns, w, t), v in report.by_workload.items()]
     out.append(f"</table><h2>Held back ({len(report.held_back)})</h2>")
     if report.held_back:
-        out.append("<p class=\"muted\">Pods not at their planned size count above as they are now; "
-                   "pods without a plan (no trusted originals, unknown node type) do not count.</p>"
-                   "<table><tr><th>pod</th><th>workload</th>"
-                   "<th>node (type)</th><th>reason</th><th>detail</th></tr>")
-        out += [f"<tr>{_td(f'{h.namespace}/{h.name}')}{_td(h.workload)}{_td(f'{h.node} ({h.node_type})')}"
-                f"{_td(h.reason)}{_td(h.detail)}</tr>" for h in report.held_back]
+        out.append(
+            '<p class="muted">Pods not at their planned size count above as they are now; '
+            "pods without a plan (no trusted originals, unknown node type) do not count.</p>"
+            "<table><tr><th>pod</th><th>workload</th>"
+            "<th>node (type)</th><th>reason</th><th>detail</th></tr>"
+        )
+        out += [
+            f"<tr>{_td(f'{h.namespace}/{h.name}')}{_td(h.workload)}{_td(f'{h.node} ({h.node_type})')}"
+            f"{_td(h.reason)}{_td(h.detail)}</tr>"
+            for h in report.held_back
+        ]
         out.append("</table>")
     else:
         out.append("<p>None.</p>")
     if report.left_alone:
-        out.append("<p class=\"muted\">Left alone: " + html.escape(", ".join(
-            f"{count} {reason}" for reason, count in report.left_alone.items())) + "</p>")
+        out.append(
+            '<p class="muted">Left alone: '
+            + html.escape(", ".join(f"{count} {reason}" for reason, count in report.left_alone.items()))
+            + "</p>"
+        )
     info = report.info
-    out.append(f"<p class=\"muted\">Config: {html.escape(str(info['config']))}; {info['pods']} bound pods and "
-               f"{info['nodes']} nodes read; originals keys: {html.escape(str(info.get('keys', 'verified')))}.</p>")
+    out.append(
+        f'<p class="muted">Config: {html.escape(str(info["config"]))}; {info["pods"]} bound pods and '
+        f"{info['nodes']} nodes read; originals keys: {html.escape(str(info.get('keys', 'verified')))}.</p>"
+    )
     out.append("</body></html>\n")
     return "\n".join(out)

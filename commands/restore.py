@@ -7,6 +7,7 @@ redone). Pods are taken one at a time at no more than --max-resizes-per-second.
 Idempotent: a pod already restored carries none of our annotations and is not
 listed again; a run killed at any point is finished by running it again.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,13 +16,13 @@ import json
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from commands.plan import list_all
+from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
 from kube.slim import slim_pod
 from reconciler.settings import RestoreSettings
 from resizer import EMPTY_KEYRING, KeyRing
@@ -30,19 +31,19 @@ from resizer.restore import managed_annotation_keys, restore_decision
 from resizer.scope import NamespaceScope
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
-ATTEMPTS = 5     # a status update by the kubelet between our read and write is a conflict
+ATTEMPTS = 5  # a status update by the kubelet between our read and write is a conflict
 
 
 @dataclass
 class Summary:
     managed: int = 0
-    resized: int = 0            # resized back to the originals, annotations removed
-    cleaned: int = 0            # spec already at the originals: annotations removed only
-    gone: int = 0               # deleted meanwhile
-    failed: dict[str, str] = field(default_factory=dict)   # pod -> why (annotations kept)
-    held: dict[str, str] = field(default_factory=dict)     # pod -> why its spec is left as it is
+    resized: int = 0  # resized back to the originals, annotations removed
+    cleaned: int = 0  # spec already at the originals: annotations removed only
+    gone: int = 0  # deleted meanwhile
+    failed: dict[str, str] = field(default_factory=dict)  # pod -> why (annotations kept)
+    held: dict[str, str] = field(default_factory=dict)  # pod -> why its spec is left as it is
     interrupted: bool = False
-    denied: bool = False        # the apiserver refuses these credentials the writes (see Denied)
+    denied: bool = False  # the apiserver refuses these credentials the writes (see Denied)
 
     @property
     def done(self) -> int:
@@ -50,9 +51,16 @@ class Summary:
 
 
 class Restorer:
-    def __init__(self, client: KubeClient, rate: float, dry_run: bool, out: TextIO,
-                 keyring: KeyRing = EMPTY_KEYRING, scope: NamespaceScope | None = None,
-                 remove_unverified: bool = False) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        rate: float,
+        dry_run: bool,
+        out: TextIO,
+        keyring: KeyRing = EMPTY_KEYRING,
+        scope: NamespaceScope | None = None,
+        remove_unverified: bool = False,
+    ) -> None:
         self._client = client
         self._keyring = keyring
         self._scope = scope or NamespaceScope()
@@ -64,18 +72,23 @@ class Restorer:
         self._next = 0.0
         self.stop = asyncio.Event()
         self.summary = Summary()
-        self._resized_now: dict[str, dict[str, Any]] = {}   # pod uid -> the patch this run sent
+        self._resized_now: dict[str, dict[str, Any]] = {}  # pod uid -> the patch this run sent
 
     async def run(self, page_size: int, namespace: str = "") -> Summary:
         collection = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
-        pods = [pod for pod in await list_all(self._client, collection, page_size, slim_pod)
-                if managed_annotation_keys(pod) and "deletionTimestamp" not in pod["metadata"]]
+        pods = [
+            pod
+            for pod in await list_all(self._client, collection, page_size, slim_pod)
+            if managed_annotation_keys(pod) and "deletionTimestamp" not in pod["metadata"]
+        ]
         self.summary.managed = len(pods)
         if self._scope.needs_labels:
             namespaces = await list_all(self._client, "/api/v1/namespaces", page_size)
             self._namespace_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
-        self._say(f"{len(pods)} pods carry workload-resizer.io annotations"
-                  + (" (dry run: nothing is changed)" if self._dry_run else ""))
+        self._say(
+            f"{len(pods)} pods carry workload-resizer.io annotations"
+            + (" (dry run: nothing is changed)" if self._dry_run else "")
+        )
         if pods:
             await self._preflight(pods[0])
         for pod in pods:
@@ -125,7 +138,7 @@ class Restorer:
                     self.summary.gone += 1
                     return
                 if err.status == 403 and _policy_denial(err):
-                    raise Denied(err) from None        # every other pod would be denied the same way
+                    raise Denied(err) from None  # every other pod would be denied the same way
                 self._fail(name, f"{err.status} {err.message}")
                 return
             except OSError as err:
@@ -139,10 +152,11 @@ class Restorer:
     async def _restore_once(self, pod: dict[str, Any]) -> str | None:
         keys = managed_annotation_keys(pod)
         if not keys:
-            self.summary.cleaned += 1       # someone else finished it meanwhile
+            self.summary.cleaned += 1  # someone else finished it meanwhile
             return None
-        decision = restore_decision(pod, self._keyring, self._scope,
-                                    self._namespace_labels.get(pod["metadata"]["namespace"]))
+        decision = restore_decision(
+            pod, self._keyring, self._scope, self._namespace_labels.get(pod["metadata"]["namespace"])
+        )
         if decision.held is not None and not self._remove_unverified:
             self.summary.held[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = decision.held
             return f"left as it is: {decision.held}; its annotations are kept"
@@ -150,8 +164,9 @@ class Restorer:
         if self._dry_run:
             self.summary.resized += bool(patch)
             self.summary.cleaned += not patch
-            return f"would resize back: {json.dumps(patch['spec'])}" if patch \
-                else f"would remove {len(keys)} annotations"
+            return (
+                f"would resize back: {json.dumps(patch['spec'])}" if patch else f"would remove {len(keys)} annotations"
+            )
         if patch:
             await self._client.patch(_pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH)
             self._resized_now[pod["metadata"].get("uid", "")] = patch
@@ -159,8 +174,12 @@ class Restorer:
             pod = await self._client.get(_pod_path(pod))
             if restore_decision(pod, self._keyring).patch:
                 raise _Conflict()
-        body = {"metadata": {"resourceVersion": pod["metadata"]["resourceVersion"],
-                             "annotations": {key: None for key in managed_annotation_keys(pod)}}}
+        body = {
+            "metadata": {
+                "resourceVersion": pod["metadata"]["resourceVersion"],
+                "annotations": {key: None for key in managed_annotation_keys(pod)},
+            }
+        }
         try:
             await self._client.patch(_pod_path(pod), body, MERGE_PATCH)
         except ApiError as err:
@@ -198,8 +217,9 @@ class Denied(Exception):
         self.error = err
 
     def explain(self) -> str:
-        lines = [f"error: the apiserver denied the change ({self.error.status} {self.error.reason}): "
-                 f"{self.error.message}"]
+        lines = [
+            f"error: the apiserver denied the change ({self.error.status} {self.error.reason}): {self.error.message}"
+        ]
         if _policy_denial(self.error):
             lines += [
                 "workload-resizer's admission policy lets only its reconciler and the exempt admins edit",
@@ -228,8 +248,9 @@ def _describe(patch: dict[str, Any]) -> str:
     if patch["spec"].get("resources"):
         levels.append(("pod level", patch["spec"]["resources"]))
     for name, changed in levels:
-        values = ", ".join(f"{kind} {resource}={value}" for kind, resources in changed.items()
-                           for resource, value in resources.items())
+        values = ", ".join(
+            f"{kind} {resource}={value}" for kind, resources in changed.items() for resource, value in resources.items()
+        )
         parts.append(f"{name}: {values}")
     return "(" + "; ".join(parts) + ")"
 
@@ -266,8 +287,9 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
 
     async def go() -> Summary:
         api = settings.api
-        client = KubeClient(load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst,
-                            max_connections=4)
+        client = KubeClient(
+            load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst, max_connections=4
+        )
         try:
             keyring, warning = await load_keyring(client, settings.keys)
         except (KeyRingError, KeyDirectoryError) as err:
@@ -277,16 +299,26 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
             await client.close()
             return restorer.summary
         if warning:
-            out.write(f"warning: {warning}; pods whose spec changed since admission, or whose signed originals "
-                      f"differ from their spec (sized at admission), are left as they are\n")
-        restorer = Restorer(client, settings.max_resizes_per_second, settings.dry_run, out, keyring,
-                            settings.scope, settings.remove_unverified)
+            out.write(
+                f"warning: {warning}; pods whose spec changed since admission, or whose signed originals "
+                f"differ from their spec (sized at admission), are left as they are\n"
+            )
+        restorer = Restorer(
+            client,
+            settings.max_resizes_per_second,
+            settings.dry_run,
+            out,
+            keyring,
+            settings.scope,
+            settings.remove_unverified,
+        )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, restorer.stop.set)
         try:
-            return await _bounded(restorer, restorer.run(settings.api.page_size, settings.only_namespace),
-                                  settings.shutdown_timeout)
+            return await _bounded(
+                restorer, restorer.run(settings.api.page_size, settings.only_namespace), settings.shutdown_timeout
+            )
         except Denied as denied:
             out.write(denied.explain() + "\n")
             restorer.summary.denied = True
@@ -300,15 +332,19 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
 
     summary = asyncio.run(go())
     if summary.denied:
-        out.write(f"Stopped: {summary.done} of {summary.managed} managed pods restored before the denial; "
-                  "run again with such credentials to finish.\n")
+        out.write(
+            f"Stopped: {summary.done} of {summary.managed} managed pods restored before the denial; "
+            "run again with such credentials to finish.\n"
+        )
         return 1
     elapsed = time.monotonic() - started
     verb = "would be" if settings.dry_run else "were"
-    out.write(f"Summary: {summary.managed} managed pods; {summary.resized} {verb} resized back to their originals, "
-              f"{summary.cleaned} {'would only lose' if settings.dry_run else 'only lost'} their annotations, "
-              f"{summary.gone} disappeared meanwhile, {len(summary.held)} left as they are, "
-              f"{len(summary.failed)} failed; {elapsed:.1f}s.\n")
+    out.write(
+        f"Summary: {summary.managed} managed pods; {summary.resized} {verb} resized back to their originals, "
+        f"{summary.cleaned} {'would only lose' if settings.dry_run else 'only lost'} their annotations, "
+        f"{summary.gone} disappeared meanwhile, {len(summary.held)} left as they are, "
+        f"{len(summary.failed)} failed; {elapsed:.1f}s.\n"
+    )
     if summary.held:
         out.write("Left as they are (spec unchanged, annotations kept; --remove-unverified removes them):\n")
         for name, why in summary.held.items():

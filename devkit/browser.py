@@ -1,5 +1,6 @@
 """Headless Chromium (Debian's `chromium` package) rendering a local HTML file: its DOM as the
 browser built it, and a screenshot. Nothing is fetched: a fresh profile, no network features."""
+
 from __future__ import annotations
 
 import shutil
@@ -9,9 +10,17 @@ from pathlib import Path
 from devkit.debian import PackageError, install
 from devkit.tempdirs import temporary_directory
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
 
 
 def chromium() -> str:
@@ -34,9 +43,13 @@ def _installed() -> str | None:
 
 
 def _run(page: Path, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    profile = temporary_directory("chromium-profile-")      # a new, empty profile every time
-    proc = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", *flags, page.resolve().as_uri()],
-                          capture_output=True, text=True, timeout=timeout)
+    profile = temporary_directory("chromium-profile-")  # a new, empty profile every time
+    proc = subprocess.run(
+        [chromium(), *FLAGS, f"--user-data-dir={profile}", *flags, page.resolve().as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     shutil.rmtree(profile, ignore_errors=True)
     if proc.returncode != 0:
         raise AssertionError(f"chromium exited {proc.returncode}: {proc.stderr[-3000:]}")

@@ -1,8 +1,9 @@
 """The Helm chart in chart/, rendered by the pinned helm that hack/tools builds.
 
-    helm = ensure_helm()                       # builds helm once (minutes), then cached
-    docs = render(helm, namespace="ns", values={"tls": {"mode": "helm"}})
+helm = ensure_helm()                       # builds helm once (minutes), then cached
+docs = render(helm, namespace="ns", values={"tls": {"mode": "helm"}})
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,9 +49,10 @@ def helm_env() -> dict[str, str]:
     """Keep helm's config, cache and data out of the user's home directory."""
     home = _helm_home()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
-    env.update(HELM_CONFIG_HOME=str(home / "config"), HELM_CACHE_HOME=str(home / "cache"),
-               HELM_DATA_HOME=str(home / "data"))
-    env.pop("KUBECONFIG", None)      # template and lint never talk to a cluster
+    env.update(
+        HELM_CONFIG_HOME=str(home / "config"), HELM_CACHE_HOME=str(home / "cache"), HELM_DATA_HOME=str(home / "data")
+    )
+    env.pop("KUBECONFIG", None)  # template and lint never talk to a cluster
     return env
 
 
@@ -66,18 +68,32 @@ def _values_args(values: dict[str, Any] | None, set_values: list[str] | None) ->
     if values:
         fd, path = tempfile.mkstemp(prefix="values-", suffix=".yaml", dir=_helm_home())
         with os.fdopen(fd, "w") as f:
-            json.dump(values, f)          # JSON is YAML
+            json.dump(values, f)  # JSON is YAML
         args += ["-f", path]
     for item in set_values or ():
         args += ["--set", item]
     return args
 
 
-def template(helm: str, *, namespace: str = "workload-resizer-system", release: str = "workload-resizer",
-             values: dict[str, Any] | None = None, set_values: list[str] | None = None,
-             extra: list[str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    args = ["template", release, str(CHART), "--namespace", namespace,
-            *_values_args(values, set_values), *(extra or [])]
+def template(
+    helm: str,
+    *,
+    namespace: str = "workload-resizer-system",
+    release: str = "workload-resizer",
+    values: dict[str, Any] | None = None,
+    set_values: list[str] | None = None,
+    extra: list[str] | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    args = [
+        "template",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        *_values_args(values, set_values),
+        *(extra or []),
+    ]
     return run_helm(helm, *args, check=check)
 
 
@@ -86,10 +102,16 @@ def render(helm: str, **kwargs: Any) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(template(helm, **kwargs).stdout) if doc]
 
 
-def lint(helm: str, *, values: dict[str, Any] | None = None, set_values: list[str] | None = None,
-         namespace: str = "workload-resizer-system") -> subprocess.CompletedProcess[str]:
-    return run_helm(helm, "lint", "--strict", str(CHART), "--namespace", namespace,
-                    *_values_args(values, set_values), check=False)
+def lint(
+    helm: str,
+    *,
+    values: dict[str, Any] | None = None,
+    set_values: list[str] | None = None,
+    namespace: str = "workload-resizer-system",
+) -> subprocess.CompletedProcess[str]:
+    return run_helm(
+        helm, "lint", "--strict", str(CHART), "--namespace", namespace, *_values_args(values, set_values), check=False
+    )
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ Who uses which state directory (each its own cluster, on free ports; they never 
 - `make demo` (hack/demo.py): $WR_DEMO_CLUSTER_DIR, else <repo>/.cluster-demo;
 - the drills: one directory per drill under their output directory.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,17 +56,15 @@ class LocalCluster:
         if scheduler_qps is not None:
             self.env["WR_SCHEDULER_QPS"] = str(scheduler_qps)
         self.kubeconfig = ""
-        self.bin_dir = ""        # kubectl and friends
+        self.bin_dir = ""  # kubectl and friends
         self.kube: Kube | None = None
 
     # ---- lifecycle
 
     def hack(self, *args: str, timeout: float = 300) -> str:
-        proc = subprocess.run([str(HACK_CLUSTER), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run([str(HACK_CLUSTER), *args], env=self.env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
-            raise ClusterError(f"hack/cluster {' '.join(args)} failed (exit {proc.returncode}):\n"
-                               f"{proc.stderr[-3000:]}")
+            raise ClusterError(f"hack/cluster {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc.stdout
 
     def running(self) -> bool:
@@ -112,8 +111,16 @@ class LocalCluster:
 
     # ---- nodes
 
-    def add_node(self, name: str, family: str | None = None, cpu: str = "32", memory: str = "128Gi",
-                 pods: int | None = None, labels: dict[str, str] | None = None, no_resize: bool = False) -> None:
+    def add_node(
+        self,
+        name: str,
+        family: str | None = None,
+        cpu: str = "32",
+        memory: str = "128Gi",
+        pods: int | None = None,
+        labels: dict[str, str] | None = None,
+        no_resize: bool = False,
+    ) -> None:
         """`hack/cluster add-node` (which also relabels an existing node); does not wait for Ready."""
         args = ["add-node", name, "--cpu", cpu, "--memory", memory]
         if pods is not None:
@@ -128,8 +135,9 @@ class LocalCluster:
 
     def add_nodes(self, nodes: list[NodeSpec], parallel: int = 6) -> None:
         def add(node: NodeSpec) -> None:
-            self.add_node(node.name, node.family, node.cpu, node.memory, node.pods,
-                          {POOL_LABEL: node.pool, **node.labels})
+            self.add_node(
+                node.name, node.family, node.cpu, node.memory, node.pods, {POOL_LABEL: node.pool, **node.labels}
+            )
 
         with ThreadPoolExecutor(parallel) as pool:
             list(pool.map(add, nodes))
@@ -141,15 +149,18 @@ class LocalCluster:
         assert self.kube is not None
         ready = set()
         for node in self.kube.get("/api/v1/nodes")["items"]:
-            if any(c["type"] == "Ready" and c["status"] == "True"
-                   for c in node.get("status", {}).get("conditions", [])):
+            if any(
+                c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])
+            ):
                 ready.add(node["metadata"]["name"])
         return ready
 
     def node_types(self, label: str = FAMILY_LABEL) -> dict[str, str | None]:
         assert self.kube is not None
-        return {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(label)
-                for n in self.kube.get("/api/v1/nodes")["items"]}
+        return {
+            n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(label)
+            for n in self.kube.get("/api/v1/nodes")["items"]
+        }
 
     # ---- the apiserver's own view
 
@@ -165,7 +176,6 @@ class LocalCluster:
                 by_code[labels.get("code", "")] = by_code.get(labels.get("code", ""), 0) + value
         return by_code
 
-
     def apiserver_rejections(self) -> dict[str, float]:
         """Requests the apiserver refused for load since it started (429), by API Priority and
         Fairness flow schema."""
@@ -179,8 +189,11 @@ class LocalCluster:
 def cluster_env(printed: str) -> tuple[str, str]:
     """The kubeconfig and the Kubernetes binaries' directory from the export lines that
     `hack/cluster up` prints last (`export PATH=DIR:$PATH`, `export KUBECONFIG=FILE`)."""
-    exports = dict(line.removeprefix("export ").split("=", 1) for line in printed.splitlines()
-                   if line.startswith("export ") and "=" in line)
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in printed.splitlines()
+        if line.startswith("export ") and "=" in line
+    )
     if "KUBECONFIG" not in exports or "PATH" not in exports:
         raise ClusterError(f"hack/cluster up printed no export line of PATH and KUBECONFIG: {printed!r}")
     return exports["KUBECONFIG"], exports["PATH"].split(":", 1)[0]

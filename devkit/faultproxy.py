@@ -16,6 +16,7 @@ is a write already on the wire: its bytes were sent, the apiserver sees them onl
 release(), even after the client gave up or exited. Times are time.monotonic() of this
 process, comparable with the test's own clock.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,7 +46,7 @@ class FaultProxy:
         self.port = free_port()
         self.fault: str | None = None
         self.writes: list[tuple[float, str, str, int]] = []
-        self.lease_renewals: list[tuple[float, int]] = []     # (start, status) of lease PUT/POST
+        self.lease_renewals: list[tuple[float, int]] = []  # (start, status) of lease PUT/POST
         self.hold_resizes = False
         self.held: list[str] = []
         self._released: asyncio.Event | None = None
@@ -60,11 +61,14 @@ class FaultProxy:
             time.sleep(0.05)
 
     def kubeconfig(self, token: str) -> str:
-        config = {"apiVersion": "v1", "kind": "Config",
-                  "clusters": [{"name": "proxy", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
-                  "users": [{"name": "u", "user": {"token": token}}],
-                  "contexts": [{"name": "c", "context": {"cluster": "proxy", "user": "u"}}],
-                  "current-context": "c"}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "proxy", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "proxy", "user": "u"}}],
+            "current-context": "c",
+        }
         path = temporary_directory("proxy-kubeconfig-") / "kubeconfig"
         path.write_text(json.dumps(config))
         return str(path)
@@ -87,17 +91,18 @@ class FaultProxy:
     # ---------------------------------------------------------------- serving
 
     def _run(self) -> None:
-        app = Starlette(routes=[Route("/{path:path}", self._forward,
-                                      methods=["GET", "POST", "PUT", "PATCH", "DELETE"])])
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, access_log=False,
-                                lifespan="off")
+        app = Starlette(
+            routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT", "PATCH", "DELETE"])]
+        )
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="off"
+        )
         self._server = uvicorn.Server(config)
         asyncio.run(self._serve())
 
     async def _serve(self) -> None:
         self._loop, self._released = asyncio.get_running_loop(), asyncio.Event()
-        self._client = httpx.AsyncClient(base_url=self.upstream, verify=self.tls, timeout=httpx.Timeout(
-            30, read=None))
+        self._client = httpx.AsyncClient(base_url=self.upstream, verify=self.tls, timeout=httpx.Timeout(30, read=None))
         assert self._server is not None
         try:
             await self._server.serve()
@@ -118,8 +123,9 @@ class FaultProxy:
             self.held.append(path)
             await self._released.wait()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        upstream = self._client.build_request(request.method, path, params=request.url.query or None,
-                                              content=body or None, headers=headers)
+        upstream = self._client.build_request(
+            request.method, path, params=request.url.query or None, content=body or None, headers=headers
+        )
         resp = await self._client.send(upstream, stream=True)
         if request.method != "GET":
             self.writes.append((arrived, request.method, path, resp.status_code))
@@ -133,4 +139,5 @@ class FaultProxy:
                     yield chunk
             finally:
                 await resp.aclose()
+
         return StreamingResponse(stream(), status_code=resp.status_code, headers=out_headers)

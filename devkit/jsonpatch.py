@@ -1,4 +1,5 @@
 """JSON patches (RFC 6902) as the webhook writes them, applied the way the apiserver would."""
+
 from __future__ import annotations
 
 import copy

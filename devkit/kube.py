@@ -3,6 +3,7 @@
 Deliberately independent of the product's own API client, so tests do not
 check our code with our code. Raw JSON in and out; paths are explicit.
 """
+
 from __future__ import annotations
 
 import base64
@@ -57,14 +58,17 @@ class Kube:
         with tempfile.TemporaryDirectory(prefix="kube-test-") as tmp:
             directory = Path(tmp)
             tls = ssl.create_default_context(
-                cafile=_materialise(cluster["certificate-authority-data"], "ca.crt", directory))
+                cafile=_materialise(cluster["certificate-authority-data"], "ca.crt", directory)
+            )
             if token is not None:
                 headers["Authorization"] = f"Bearer {token}"
             elif "token" in user:
                 headers["Authorization"] = f"Bearer {user['token']}"
             else:
-                tls.load_cert_chain(_materialise(user["client-certificate-data"], "tls.crt", directory),
-                                    _materialise(user["client-key-data"], "tls.key", directory))
+                tls.load_cert_chain(
+                    _materialise(user["client-certificate-data"], "tls.crt", directory),
+                    _materialise(user["client-key-data"], "tls.key", directory),
+                )
         self.tls = tls
         self.http = httpx.Client(base_url=self.server, verify=tls, headers=headers, timeout=30)
 
@@ -75,15 +79,27 @@ class Kube:
         descriptor number while OpenSSL goes on reading that number, and the next pipe or file
         opened anywhere in the process takes it (its bytes then go to the thread)."""
         twin = copy.copy(self)
-        twin.http = httpx.Client(base_url=self.server, verify=self.tls, headers=self.http.headers,
-                                 timeout=self.http.timeout)
+        twin.http = httpx.Client(
+            base_url=self.server, verify=self.tls, headers=self.http.headers, timeout=self.http.timeout
+        )
         return twin
 
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                params: dict[str, Any] | None = None) -> dict[str, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         content = json.dumps(body).encode() if body is not None else None
-        resp = self.http.request(method, path, content=content, params=params,
-                                 headers={"Content-Type": content_type} if content is not None else None)
+        resp = self.http.request(
+            method,
+            path,
+            content=content,
+            params=params,
+            headers={"Content-Type": content_type} if content is not None else None,
+        )
         payload = resp.json() if resp.content else {}
         if resp.status_code >= 300:
             raise ApiError(resp.status_code, payload)
@@ -151,24 +167,48 @@ def collection_path(obj: dict[str, Any], namespace: str | None) -> str:
 
 
 PLURALS = {
-    "Namespace": "namespaces", "Node": "nodes", "Pod": "pods", "ConfigMap": "configmaps",
-    "Secret": "secrets", "Service": "services", "ServiceAccount": "serviceaccounts",
-    "Deployment": "deployments", "ReplicaSet": "replicasets", "StatefulSet": "statefulsets",
-    "DaemonSet": "daemonsets", "Job": "jobs", "Role": "roles", "RoleBinding": "rolebindings",
-    "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
+    "Namespace": "namespaces",
+    "Node": "nodes",
+    "Pod": "pods",
+    "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "Service": "services",
+    "ServiceAccount": "serviceaccounts",
+    "Deployment": "deployments",
+    "ReplicaSet": "replicasets",
+    "StatefulSet": "statefulsets",
+    "DaemonSet": "daemonsets",
+    "Job": "jobs",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
-    "PodDisruptionBudget": "poddisruptionbudgets", "Lease": "leases", "LimitRange": "limitranges",
-    "ResourceQuota": "resourcequotas", "NetworkPolicy": "networkpolicies",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "Lease": "leases",
+    "LimitRange": "limitranges",
+    "ResourceQuota": "resourcequotas",
+    "NetworkPolicy": "networkpolicies",
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
-    "Issuer": "issuers", "Certificate": "certificates",             # cert-manager.io
+    "Issuer": "issuers",
+    "Certificate": "certificates",  # cert-manager.io
     "CustomResourceDefinition": "customresourcedefinitions",
-    "PrometheusRule": "prometheusrules", "PodMonitor": "podmonitors",   # monitoring.coreos.com
+    "PrometheusRule": "prometheusrules",
+    "PodMonitor": "podmonitors",  # monitoring.coreos.com
 }
-CLUSTER_SCOPED = {"namespaces", "nodes", "clusterroles", "clusterrolebindings", "customresourcedefinitions",
-                  "mutatingwebhookconfigurations", "validatingwebhookconfigurations",
-                  "validatingadmissionpolicies", "validatingadmissionpolicybindings"}
+CLUSTER_SCOPED = {
+    "namespaces",
+    "nodes",
+    "clusterroles",
+    "clusterrolebindings",
+    "customresourcedefinitions",
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+}
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60, interval: float = 0.25) -> T:
@@ -178,25 +218,32 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60, inte
     while time.monotonic() < deadline:
         try:
             result = check()
-        except ApiError as err:      # e.g. a 404 while an object is being created
+        except ApiError as err:  # e.g. a 404 while an object is being created
             last_error, result = err, None
         if result:
             return result
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
-                         + (f" (last error: {last_error})" if last_error else ""))
+    raise AssertionError(
+        f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
-def deployment(name: str, replicas: int, containers: list[dict[str, Any]],
-               node_selector: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-               labels: dict[str, str] | None = None) -> dict[str, Any]:
+def deployment(
+    name: str,
+    replicas: int,
+    containers: list[dict[str, Any]],
+    node_selector: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A Deployment manifest whose pods carry app=<name>."""
     pod_labels = {"app": name, **(labels or {})}
     spec: dict[str, Any] = {"containers": containers, "terminationGracePeriodSeconds": 0}
     if node_selector:
         spec["nodeSelector"] = node_selector
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": {"name": name},
         "spec": {
             "replicas": replicas,
@@ -206,8 +253,12 @@ def deployment(name: str, replicas: int, containers: list[dict[str, Any]],
     }
 
 
-def container(name: str, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None,
-              resize_policy: dict[str, str] | None = None) -> dict[str, Any]:
+def container(
+    name: str,
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+    resize_policy: dict[str, str] | None = None,
+) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     if requests:
         resources["requests"] = requests
@@ -231,6 +282,11 @@ def install_crd(kube: Kube, crd: dict[str, Any]) -> None:
         if err.status != 409:
             raise
     path = f"{CRDS}/{crd['metadata']['name']}"
-    wait_for(f"CRD {crd['metadata']['name']} established", lambda: any(   # null until the apiserver sets them
-        c["type"] == "Established" and c["status"] == "True"
-        for c in (kube.get(path).get("status") or {}).get("conditions") or []), timeout=30)
+    wait_for(
+        f"CRD {crd['metadata']['name']} established",
+        lambda: any(  # null until the apiserver sets them
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (kube.get(path).get("status") or {}).get("conditions") or []
+        ),
+        timeout=30,
+    )

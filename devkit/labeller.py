@@ -11,6 +11,7 @@ webhooks in the order of their configurations' names: a name sorting after anoth
 configuration's puts this one after it, and a change it makes reinvokes the earlier webhooks
 whose reinvocationPolicy is IfNeeded.
 """
+
 from __future__ import annotations
 
 import base64
@@ -41,7 +42,7 @@ class LabellingWebhook:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:     # quiet under pytest
+            def log_message(self, format: str, *args: Any) -> None:  # quiet under pytest
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -62,27 +63,55 @@ class LabellingWebhook:
             self.reviewed.append(pod)
         labels = pod["metadata"].get("labels")
         escaped = self.key.replace("~", "~0").replace("/", "~1")
-        patch = ([{"op": "add", "path": f"/metadata/labels/{escaped}", "value": self.value}] if labels
-                 else [{"op": "add", "path": "/metadata/labels", "value": {self.key: self.value}}])
-        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
-            "uid": request["uid"], "allowed": True, "patchType": "JSONPatch",
-            "patch": base64.b64encode(json.dumps(patch).encode()).decode()}}
+        patch = (
+            [{"op": "add", "path": f"/metadata/labels/{escaped}", "value": self.value}]
+            if labels
+            else [{"op": "add", "path": "/metadata/labels", "value": {self.key: self.value}}]
+        )
+        return {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {
+                "uid": request["uid"],
+                "allowed": True,
+                "patchType": "JSONPatch",
+                "patch": base64.b64encode(json.dumps(patch).encode()).decode(),
+            },
+        }
 
     def configuration(self, name: str, namespaces: list[str]) -> dict[str, Any]:
         """Its MutatingWebhookConfiguration, for pods created in `namespaces` (failurePolicy Fail:
         a pod it did not label is not created, so a test never passes without it)."""
         return {
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": name},
-            "webhooks": [{
-                "name": "labeller.example.com",
-                "clientConfig": {"url": self.url, "caBundle": self.certs.ca_bundle},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                           "resources": ["pods"], "scope": "Namespaced"}],
-                "namespaceSelector": {"matchExpressions": [
-                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}]},
-                "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 5, "reinvocationPolicy": "Never"}]}
+            "webhooks": [
+                {
+                    "name": "labeller.example.com",
+                    "clientConfig": {"url": self.url, "caBundle": self.certs.ca_bundle},
+                    "rules": [
+                        {
+                            "operations": ["CREATE"],
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "resources": ["pods"],
+                            "scope": "Namespaced",
+                        }
+                    ],
+                    "namespaceSelector": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}
+                        ]
+                    },
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 5,
+                    "reinvocationPolicy": "Never",
+                }
+            ],
+        }
 
     def close(self) -> None:
         self.server.shutdown()

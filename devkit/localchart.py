@@ -22,6 +22,7 @@ Only what must differ outside a pod differs from the rendered Deployments:
 The Deployments, the Service, PodDisruptionBudgets, NetworkPolicies and cert-manager objects
 are about pods that do not exist here: they are not applied.
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,8 +51,7 @@ def with_flags(args: list[str], replace: Mapping[str, str], add: Mapping[str, st
     assert not missing, f"the chart's args have no {sorted(missing)}: {args}"
     twice = set(add or {}) & present
     assert not twice, f"the chart's args already set {sorted(twice)}: {args}"
-    out = [f"{a.split('=', 1)[0]}={replace[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in replace else a
-           for a in args]
+    out = [f"{a.split('=', 1)[0]}={replace[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in replace else a for a in args]
     return out + [f"{flag}={value}" for flag, value in (add or {}).items()]
 
 
@@ -66,23 +66,51 @@ class ChartReconciler(Reconciler):
     def __init__(self, args: list[str], kubeconfig: str, namespace: str, name: str = "reconciler") -> None:
         assert args[0] == "reconciler", args
         self.metrics_port, self.health_port = free_port(), free_port()
-        argv = [sys.executable, "-m", *with_flags(args, {
-            "--metrics-bind-address": f"127.0.0.1:{self.metrics_port}",
-            "--health-probe-bind-address": f"127.0.0.1:{self.health_port}"}, {"--kubeconfig": kubeconfig})]
+        argv = [
+            sys.executable,
+            "-m",
+            *with_flags(
+                args,
+                {
+                    "--metrics-bind-address": f"127.0.0.1:{self.metrics_port}",
+                    "--health-probe-bind-address": f"127.0.0.1:{self.health_port}",
+                },
+                {"--kubeconfig": kubeconfig},
+            ),
+        ]
         Process.__init__(self, name, argv, {"POD_NAME": f"{name}-{uuid.uuid4().hex[:5]}", "POD_NAMESPACE": namespace})
 
 
 class ChartWebhook(Webhook):
     """`python -m app` with the chart's args; its listen address, certificate, keys and credentials local."""
 
-    def __init__(self, args: list[str], kubeconfig: str, namespace: str, key_dir: Path, name: str = "webhook",
-                 certs: WebhookCerts | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        kubeconfig: str,
+        namespace: str,
+        key_dir: Path,
+        name: str = "webhook",
+        certs: WebhookCerts | None = None,
+        port: int | None = None,
+    ) -> None:
         assert args[0] == "app", args
         self.certs, self.port = certs or WebhookCerts(), port or free_port()
-        argv = [sys.executable, "-m", *with_flags(args, {
-            "--bind-address": "127.0.0.1", "--port": str(self.port), "--tls-cert-file": self.certs.cert_file,
-            "--tls-key-file": self.certs.key_file, "--originals-key-dir": str(key_dir)},
-            {"--kubeconfig": kubeconfig})]
+        argv = [
+            sys.executable,
+            "-m",
+            *with_flags(
+                args,
+                {
+                    "--bind-address": "127.0.0.1",
+                    "--port": str(self.port),
+                    "--tls-cert-file": self.certs.cert_file,
+                    "--tls-key-file": self.certs.key_file,
+                    "--originals-key-dir": str(key_dir),
+                },
+                {"--kubeconfig": kubeconfig},
+            ),
+        ]
         Process.__init__(self, name, argv, {"POD_NAME": f"{name}-{uuid.uuid4().hex[:5]}", "POD_NAMESPACE": namespace})
 
 
@@ -96,7 +124,7 @@ class SecretProjection:
         self.interval = interval
         self.data: dict[str, bytes] = {}
         self.error: str | None = None
-        self._kube = Kube(kubeconfig)       # a connection of its own, used by the thread only
+        self._kube = Kube(kubeconfig)  # a connection of its own, used by the thread only
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"projection-{name}", daemon=True)
         self._thread.start()
@@ -113,7 +141,7 @@ class SecretProjection:
     def _write(self, data: dict[str, bytes]) -> None:
         for name, value in data.items():
             if self.data.get(name) != value:
-                staged = self.directory / f".{name}.new"       # dot files are not keys (ops.keys)
+                staged = self.directory / f".{name}.new"  # dot files are not keys (ops.keys)
                 staged.write_bytes(value)
                 staged.chmod(0o600)
                 os.replace(staged, self.directory / name)
@@ -128,14 +156,18 @@ class SecretProjection:
                 if data != self.data:
                     self._write(data)
                 self.error = None
-            except Exception as err:    # the apiserver restarting: try again, as the kubelet does
+            except Exception as err:  # the apiserver restarting: try again, as the kubelet does
                 self.error = repr(err)
             self._stop.wait(self.interval)
 
     def wait_for(self, what: str, check: Any, timeout: float = 30) -> None:
         """Until check(data) holds for the projected data."""
-        wait_for(f"the projected Secret to hold {what} (last error: {self.error})",
-                 lambda: check(dict(self.data)), timeout=timeout, interval=0.1)
+        wait_for(
+            f"the projected Secret to hold {what} (last error: {self.error})",
+            lambda: check(dict(self.data)),
+            timeout=timeout,
+            interval=0.1,
+        )
 
     def close(self) -> None:
         self._stop.set()
@@ -151,7 +183,7 @@ class LocalChart:
         self.fullname = find(self.docs, "MutatingWebhookConfiguration")["metadata"]["name"]
         self.processes: list[Process] = []
         self.projection: SecretProjection | None = None
-        self._applied: list[str] = []       # paths of the cluster-scoped objects, deleted by close()
+        self._applied: list[str] = []  # paths of the cluster-scoped objects, deleted by close()
         self._owner: list[dict[str, str]] = []
 
     # ---- what the chart renders
@@ -200,8 +232,10 @@ class LocalChart:
     def token_kubeconfig(self, component: str) -> str:
         """A kubeconfig authenticating as the component's ServiceAccount (a TokenRequest token)."""
         account = self.deployment(component)["spec"]["template"]["spec"]["serviceAccountName"]
-        token = self.kube.create(f"/api/v1/namespaces/{self.ns}/serviceaccounts/{account}/token", {
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+        token = self.kube.create(
+            f"/api/v1/namespaces/{self.ns}/serviceaccounts/{account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+        )
         return kubeconfig_for_token(self.kubeconfig, token["status"]["token"])
 
     def start_reconciler(self, name: str = "reconciler") -> ChartReconciler:
@@ -221,9 +255,15 @@ class LocalChart:
         `replacing`: a webhook to stop first, whose address and certificate the new one takes."""
         if replacing is not None:
             replacing.terminate()
-        proc = ChartWebhook(self.args("webhook"), self.token_kubeconfig("webhook"), self.ns,
-                            self.project_keys().directory, name=name,
-                            certs=replacing.certs if replacing else None, port=replacing.port if replacing else None)
+        proc = ChartWebhook(
+            self.args("webhook"),
+            self.token_kubeconfig("webhook"),
+            self.ns,
+            self.project_keys().directory,
+            name=name,
+            certs=replacing.certs if replacing else None,
+            port=replacing.port if replacing else None,
+        )
         self.processes.append(proc)
         proc.wait_ready()
         return proc
@@ -231,8 +271,10 @@ class LocalChart:
     def webhook_configuration(self, webhook: ChartWebhook) -> dict[str, Any]:
         config = find(self.docs, "MutatingWebhookConfiguration")
         local = {**config, "metadata": {k: v for k, v in config["metadata"].items() if k != "annotations"}}
-        local["webhooks"] = [{**hook, "clientConfig": {"url": webhook.url, "caBundle": webhook.certs.ca_bundle}}
-                             for hook in config["webhooks"]]
+        local["webhooks"] = [
+            {**hook, "clientConfig": {"url": webhook.url, "caBundle": webhook.certs.ca_bundle}}
+            for hook in config["webhooks"]
+        ]
         return local
 
     def register(self, webhook: ChartWebhook) -> None:

@@ -1,4 +1,5 @@
 """Prometheus text exposition, read with prometheus_client's own parser."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -16,5 +17,6 @@ def samples(text: str, name: str) -> Iterator[tuple[dict[str, str], float]]:
 
 def metric_sum(text: str, name: str, **labels: str) -> float:
     """Sum of the samples of `name` whose labels include `labels`."""
-    return sum(value for found, value in samples(text, name)
-               if all(found.get(key) == wanted for key, wanted in labels.items()))
+    return sum(
+        value for found, value in samples(text, name) if all(found.get(key) == wanted for key, wanted in labels.items())
+    )

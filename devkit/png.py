@@ -1,5 +1,6 @@
 """Read the pixels of a PNG (8-bit greyscale/RGB/RGBA, not interlaced: what Chromium's
 screenshots are), without an imaging library, to tell a rendered page from a blank one."""
+
 from __future__ import annotations
 
 import struct
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
-CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}         # colour type -> samples per pixel
+CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}  # colour type -> samples per pixel
 
 
 @dataclass(frozen=True)
@@ -16,11 +17,11 @@ class Image:
     width: int
     height: int
     channels: int
-    rows: list[bytes]       # unfiltered scanlines
+    rows: list[bytes]  # unfiltered scanlines
 
     def pixel(self, x: int, y: int) -> tuple[int, ...]:
         start = x * self.channels
-        return tuple(self.rows[y][start:start + self.channels])
+        return tuple(self.rows[y][start : start + self.channels])
 
     def colours(self) -> set[tuple[int, ...]]:
         return {self.pixel(x, y) for y in range(self.height) for x in range(self.width)}
@@ -32,7 +33,7 @@ class Image:
         squares = 0.0
         for row in self.rows:
             for x in range(self.width):
-                px = row[x * self.channels:(x + 1) * self.channels]
+                px = row[x * self.channels : (x + 1) * self.channels]
                 value = sum(px[:3]) / 3 if self.channels >= 3 else float(px[0])
                 total += value
                 squares += value * value
@@ -50,8 +51,8 @@ def read_png(path: Path) -> Image:
     chunk_kind: bytes
     compressed = b""
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        chunk_kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        chunk_kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
         pos += 12 + length
         if chunk_kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
@@ -70,7 +71,7 @@ def read_png(path: Path) -> Image:
     for y in range(height):
         offset = y * (stride + 1)
         kind = raw[offset]
-        line = bytearray(raw[offset + 1:offset + 1 + stride])
+        line = bytearray(raw[offset + 1 : offset + 1 + stride])
         for i in range(stride):
             left = line[i - channels] if i >= channels else 0
             up, corner = previous[i], (previous[i - channels] if i >= channels else 0)

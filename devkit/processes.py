@@ -1,4 +1,5 @@
 """Run the product's own processes (reconciler, webhook) against a test cluster."""
+
 from __future__ import annotations
 
 import json
@@ -66,14 +67,21 @@ def free_port() -> int:
 class Process:
     """A product process with its log captured to a file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None,
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, log_path: Path | None = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path or Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log")[1])
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
 
     @property
     def alive(self) -> bool:
@@ -100,7 +108,7 @@ class Process:
             self.proc.wait(10)
 
     def ready(self) -> bool:
-        raise NotImplementedError    # each product process says how it reports readiness
+        raise NotImplementedError  # each product process says how it reports readiness
 
     def wait_ready(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -121,14 +129,26 @@ class Process:
 
 
 class Reconciler(Process):
-    def __init__(self, kubeconfig: str, *flags: str, env: dict[str, str] | None = None,
-                 name: str = "reconciler", log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: str,
+        *flags: str,
+        env: dict[str, str] | None = None,
+        name: str = "reconciler",
+        log_path: Path | None = None,
+    ) -> None:
         self.metrics_port = free_port()
         self.health_port = free_port()
-        argv = [sys.executable, "-m", "reconciler", f"--kubeconfig={kubeconfig}",
-                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-                "--config-refresh-interval=2s", *_with_key_dir(flags)]
+        argv = [
+            sys.executable,
+            "-m",
+            "reconciler",
+            f"--kubeconfig={kubeconfig}",
+            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            "--config-refresh-interval=2s",
+            *_with_key_dir(flags),
+        ]
         super().__init__(name, argv, env, log_path)
 
     def metrics(self) -> str:
@@ -157,9 +177,24 @@ class WebhookCerts:
     def __init__(self, directory: str | Path | None = None, ip: str = "127.0.0.1") -> None:
         self.directory = Path(directory) if directory else temporary_directory("webhook-certs-")
         bundle_file = self.directory / "ca.b64"
-        subprocess.run([sys.executable, "-m", "certs", "--out-dir", str(self.directory), "--ip", ip,
-                        "--ca-bundle-file", str(bundle_file)], cwd=REPO, check=True, capture_output=True,
-                       text=True, timeout=60)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "certs",
+                "--out-dir",
+                str(self.directory),
+                "--ip",
+                ip,
+                "--ca-bundle-file",
+                str(bundle_file),
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         self.ca_bundle = bundle_file.read_text().strip()
         self.ca_file = str(self.directory / "ca.crt")
         self.cert_file = str(self.directory / "tls.crt")
@@ -169,13 +204,28 @@ class WebhookCerts:
 class Webhook(Process):
     """`python -m app` on 127.0.0.1:<free port>, serving https://127.0.0.1:<port>/mutate."""
 
-    def __init__(self, *flags: str, certs: WebhookCerts | None = None, port: int | None = None,
-                 env: dict[str, str] | None = None, name: str = "webhook", log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        *flags: str,
+        certs: WebhookCerts | None = None,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        name: str = "webhook",
+        log_path: Path | None = None,
+    ) -> None:
         self.certs = certs or WebhookCerts()
         self.port = port or free_port()
-        argv = [sys.executable, "-m", "app", "--bind-address=127.0.0.1", f"--port={self.port}",
-                f"--tls-cert-file={self.certs.cert_file}", f"--tls-key-file={self.certs.key_file}",
-                "--log-flush-interval=0", *_with_key_dir(tuple(_with_sizing_choice(flags)))]
+        argv = [
+            sys.executable,
+            "-m",
+            "app",
+            "--bind-address=127.0.0.1",
+            f"--port={self.port}",
+            f"--tls-cert-file={self.certs.cert_file}",
+            f"--tls-key-file={self.certs.key_file}",
+            "--log-flush-interval=0",
+            *_with_key_dir(tuple(_with_sizing_choice(flags))),
+        ]
         super().__init__(name, argv, env, log_path)
 
     @property
@@ -219,21 +269,33 @@ def webhook_decisions(webhook: Process, namespace: str) -> list[dict[str, Any]]:
     return records
 
 
-def render_webhook_configuration(url: str, ca_bundle: str,
-                                 template: str | Path = WEBHOOK_CONFIG_DIR / "local-url.yaml") -> dict:
+def render_webhook_configuration(
+    url: str, ca_bundle: str, template: str | Path = WEBHOOK_CONFIG_DIR / "local-url.yaml"
+) -> dict:
     """webhook-config/local-url.yaml rendered by webhook-config/render.py, as the docs say to."""
     import yaml
 
-    proc = subprocess.run([sys.executable, str(WEBHOOK_CONFIG_DIR / "render.py"), str(template),
-                           f"WEBHOOK_URL={url}", f"CA_BUNDLE={ca_bundle}"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(WEBHOOK_CONFIG_DIR / "render.py"),
+            str(template),
+            f"WEBHOOK_URL={url}",
+            f"CA_BUNDLE={ca_bundle}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if proc.returncode != 0:
         raise AssertionError(f"render.py failed (exit {proc.returncode}): {proc.stderr}")
     return yaml.safe_load(proc.stdout)
 
 
-def register_webhook(kube, url: str, ca_bundle: str, name: str | None = None,
-                     namespaces: list[str] | None = None) -> str:
+def register_webhook(
+    kube, url: str, ca_bundle: str, name: str | None = None, namespaces: list[str] | None = None
+) -> str:
     """Create the MutatingWebhookConfiguration for a webhook at `url`; return its name.
 
     `name` replaces the template's `workload-resizer` (so a test does not clobber
@@ -246,8 +308,11 @@ def register_webhook(kube, url: str, ca_bundle: str, name: str | None = None,
         config["metadata"]["name"] = name
     if namespaces is not None:
         for hook in config["webhooks"]:
-            hook["namespaceSelector"] = {"matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}]}
+            hook["namespaceSelector"] = {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}
+                ]
+            }
     name = config["metadata"]["name"]
     kube.delete(f"{MUTATING_WEBHOOKS}/{name}")
     kube.create(MUTATING_WEBHOOKS, config)
@@ -263,12 +328,26 @@ def webhook_probe_pod(namespace: str) -> dict:
     import uuid
 
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"generateName": "webhook-probe-", "namespace": namespace, "ownerReferences": [{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "webhook-probe", "uid": str(uuid.uuid4()),
-            "controller": True}]},
-        "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10",
-                                 "resources": {"requests": {"cpu": "100m"}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "webhook-probe-",
+            "namespace": namespace,
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "webhook-probe",
+                    "uid": str(uuid.uuid4()),
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "containers": [
+                {"name": "probe", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "100m"}}}
+            ]
+        },
     }
 
 
@@ -280,8 +359,9 @@ def wait_webhook_active(kube, namespace: str, timeout: float = 30) -> None:
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pod = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", webhook_probe_pod(namespace),
-                           params={"dryRun": "All"})
+        pod = kube.request(
+            "POST", f"/api/v1/namespaces/{namespace}/pods", webhook_probe_pod(namespace), params={"dryRun": "All"}
+        )
         if "workload-resizer.io/original-cpu.probe" in (pod["metadata"].get("annotations") or {}):
             return
         time.sleep(0.3)
@@ -299,12 +379,14 @@ def wait_webhook_inactive(kube, namespace: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            pod = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", webhook_probe_pod(namespace),
-                               params={"dryRun": "All"})
+            pod = kube.request(
+                "POST", f"/api/v1/namespaces/{namespace}/pods", webhook_probe_pod(namespace), params={"dryRun": "All"}
+            )
         except ApiError:
             pod = None
         if pod is not None and "workload-resizer.io/original-cpu.probe" not in (
-                pod["metadata"].get("annotations") or {}):
+            pod["metadata"].get("annotations") or {}
+        ):
             return
         time.sleep(0.3)
     raise AssertionError(f"the apiserver still calls the webhook for namespace {namespace} after {timeout}s")

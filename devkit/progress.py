@@ -5,6 +5,7 @@ shown only for a failed test, so a first `make test` would sit silent for minute
 tests/conftest.py registers pytest's "capture off" switch here, and every such step
 runs with stderr on the terminal.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,15 +22,17 @@ def show_through(uncaptured: Callable[[], ContextManager[object]]) -> None:
     _uncaptured = uncaptured
 
 
-def run_visible(argv: list[str], env: Mapping[str, str] | None = None,
-                timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+def run_visible(
+    argv: list[str], env: Mapping[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `argv` with its stderr on the terminal; its stdout is captured and returned."""
     with _uncaptured():
         return subprocess.run(argv, stdout=subprocess.PIPE, stderr=None, text=True, env=env, timeout=timeout)
 
 
-def run_shown(argv: list[str], env: Mapping[str, str] | None = None,
-              timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+def run_shown(
+    argv: list[str], env: Mapping[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `argv` with both its stdout and stderr on the terminal (stderr's)."""
     with _uncaptured():
         return subprocess.run(argv, stdout=2, stderr=None, text=True, env=env, timeout=timeout)

@@ -1,10 +1,11 @@
 """A real Prometheus (hack/tools' pinned one) on 127.0.0.1, scraping the processes a test runs.
 
-    prom = Prometheus([ScrapeJob("workload-resizer-reconciler", ["127.0.0.1:8080"])], rule_files=[path])
-    prom.wait_ready()
-    prom.query('sum(up{job="workload-resizer-reconciler"})')     # the API's result list
-    prom.close()
+prom = Prometheus([ScrapeJob("workload-resizer-reconciler", ["127.0.0.1:8080"])], rule_files=[path])
+prom.wait_ready()
+prom.query('sum(up{job="workload-resizer-reconciler"})')     # the API's result list
+prom.close()
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ from devkit.tools import ensure_tool
 class ScrapeJob:
     name: str
     targets: list[str]
-    ca_file: str | None = None       # set: scraped over HTTPS, verified against this CA
+    ca_file: str | None = None  # set: scraped over HTTPS, verified against this CA
 
     def config(self) -> dict[str, Any]:
         job: dict[str, Any] = {"job_name": self.name, "static_configs": [{"targets": self.targets}]}
@@ -34,19 +35,30 @@ class ScrapeJob:
 
 
 class Prometheus(Process):
-    def __init__(self, jobs: list[ScrapeJob], rule_files: list[Path] | None = None, interval: str = "1s",
-                 name: str = "prometheus") -> None:
+    def __init__(
+        self,
+        jobs: list[ScrapeJob],
+        rule_files: list[Path] | None = None,
+        interval: str = "1s",
+        name: str = "prometheus",
+    ) -> None:
         self.port = free_port()
         self.directory = temporary_directory("prometheus-")
-        config = {"global": {"scrape_interval": interval, "scrape_timeout": interval,
-                             "evaluation_interval": interval},
-                  "rule_files": [str(p) for p in rule_files or ()],
-                  "scrape_configs": [job.config() for job in jobs]}
+        config = {
+            "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+            "rule_files": [str(p) for p in rule_files or ()],
+            "scrape_configs": [job.config() for job in jobs],
+        }
         config_file = self.directory / "prometheus.yml"
-        config_file.write_text(json.dumps(config))      # JSON is YAML
-        argv = [ensure_tool("prometheus"), f"--config.file={config_file}",
-                f"--storage.tsdb.path={self.directory / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1h", "--log.level=warn"]
+        config_file.write_text(json.dumps(config))  # JSON is YAML
+        argv = [
+            ensure_tool("prometheus"),
+            f"--config.file={config_file}",
+            f"--storage.tsdb.path={self.directory / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--storage.tsdb.retention.time=1h",
+            "--log.level=warn",
+        ]
         super().__init__(name, argv, log_path=self.directory / "prometheus.log")
 
     @property

@@ -14,6 +14,7 @@ after the namespace (fullname wr-<hash of namespace>), so tests in parallel
 namespaces never share them, and they are owned by the Namespace object: deleting the
 namespace garbage-collects them (uninstall_rbac deletes them at once).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,27 +44,39 @@ def chart_names(namespace: str, fullname: str | None = None) -> dict[str, str]:
     return {
         "fullname": base,
         "namespace": namespace,
-        "reconciler": f"{base}-reconciler",      # ServiceAccount, (Cluster)Role(Binding), Deployment
-        "webhook": f"{base}-webhook",            # ServiceAccount, Service, Deployment
-        "config": f"{base}-config",              # ConfigMap (key config.yaml)
-        "lease": f"{base}-reconciler",           # leader-election Lease
+        "reconciler": f"{base}-reconciler",  # ServiceAccount, (Cluster)Role(Binding), Deployment
+        "webhook": f"{base}-webhook",  # ServiceAccount, Service, Deployment
+        "config": f"{base}-config",  # ConfigMap (key config.yaml)
+        "lease": f"{base}-reconciler",  # leader-election Lease
     }
 
 
-def install_rbac(kube: Kube, helm: str, namespace: str, *, fullname: str | None = None,
-                 values: dict[str, Any] | None = None, with_config: bool = True,
-                 with_policy: bool = True, token_seconds: int = 3600) -> dict[str, str]:
+def install_rbac(
+    kube: Kube,
+    helm: str,
+    namespace: str,
+    *,
+    fullname: str | None = None,
+    values: dict[str, Any] | None = None,
+    with_config: bool = True,
+    with_policy: bool = True,
+    token_seconds: int = 3600,
+) -> dict[str, str]:
     """Install the chart's RBAC (and config ConfigMap) into `namespace`; return a bearer token
     per ServiceAccount, keyed by component: {"reconciler": ..., "webhook": ...}."""
     names = chart_names(namespace, fullname)
-    merged: dict[str, Any] = {"fullnameOverride": names["fullname"], "tls": {"mode": "helm"},
-                              "commonLabels": {TEST_LABEL: namespace},
-                              # The tests' pods live in the release namespace, which the chart's
-                              # scope always excludes: the policy confines resizes to it only when
-                              # a test asks for it (values).
-                              "admissionPolicy": {"namespaceSelector": {
-                                  "matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                                  "confineResizesToScope": False}}
+    merged: dict[str, Any] = {
+        "fullnameOverride": names["fullname"],
+        "tls": {"mode": "helm"},
+        "commonLabels": {TEST_LABEL: namespace},
+        # The tests' pods live in the release namespace, which the chart's
+        # scope always excludes: the policy confines resizes to it only when
+        # a test asks for it (values).
+        "admissionPolicy": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "confineResizesToScope": False,
+        },
+    }
     merged.update(values or {})
     docs = render(helm, namespace=namespace, values=merged)
     kinds = set(RBAC_KINDS) | ({"ConfigMap"} if with_config else set()) | (set(POLICY_KINDS) if with_policy else set())
@@ -72,15 +85,20 @@ def install_rbac(kube: Kube, helm: str, namespace: str, *, fullname: str | None 
     for doc in docs:
         if doc["kind"] not in kinds:
             continue
-        if "namespace" not in doc["metadata"]:          # cluster-scoped: owned by the namespace
+        if "namespace" not in doc["metadata"]:  # cluster-scoped: owned by the namespace
             doc["metadata"]["ownerReferences"] = [owner]
         kube.apply(doc, namespace)
     tokens = {}
     for component in ("reconciler", "webhook"):
         sa = names[component]
-        resp = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa}/token", {
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"expirationSeconds": token_seconds}})
+        resp = kube.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": token_seconds},
+            },
+        )
         tokens[component] = resp["status"]["token"]
     return tokens
 
@@ -89,9 +107,12 @@ def uninstall_rbac(kube: Kube, namespace: str) -> None:
     """Delete the cluster-scoped objects install_rbac made for `namespace` (the namespaced
     ones go with the namespace)."""
     selector = f"{TEST_LABEL}={namespace}"
-    for path in ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-                 "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-                 f"{ADMISSION}/validatingadmissionpolicybindings", f"{ADMISSION}/validatingadmissionpolicies"):
+    for path in (
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        f"{ADMISSION}/validatingadmissionpolicybindings",
+        f"{ADMISSION}/validatingadmissionpolicies",
+    ):
         for item in kube.get(path, labelSelector=selector)["items"]:
             kube.delete(f"{path}/{item['metadata']['name']}")
 
@@ -104,7 +125,8 @@ def kubeconfig_for_token(cluster: Any, token: str) -> str:
     context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
     server = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
     out = {
-        "apiVersion": "v1", "kind": "Config",
+        "apiVersion": "v1",
+        "kind": "Config",
         "clusters": [{"name": "cluster", "cluster": server}],
         "users": [{"name": "token", "user": {"token": token}}],
         "contexts": [{"name": "token", "context": {"cluster": "cluster", "user": "token"}}],
@@ -117,28 +139,52 @@ def kubeconfig_for_token(cluster: Any, token: str) -> str:
     return str(path)
 
 
-def tenant_kubeconfig(kube: Kube, cluster: Any, namespace: str, name: str = "tenant",
-                      rules: list[dict[str, Any]] | None = None) -> str:
+def tenant_kubeconfig(
+    kube: Kube, cluster: Any, namespace: str, name: str = "tenant", rules: list[dict[str, Any]] | None = None
+) -> str:
     """A tenant as docs/security.md defines one: a ServiceAccount of `namespace` with the built-in
     `edit` role there, plus `rules` (a Role of its own, e.g. pods/binding to schedule its pods);
     returns the path of a kubeconfig that authenticates as it (a TokenRequest token)."""
     rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
-    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})
-    kube.create(f"{rbac}/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"{name}-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-        "subjects": subject})
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    )
+    kube.create(
+        f"{rbac}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": f"{name}-edit"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": subject,
+        },
+    )
     if rules:
-        kube.create(f"{rbac}/roles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                                      "metadata": {"name": f"{name}-extra"}, "rules": rules})
-        kube.create(f"{rbac}/rolebindings", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"{name}-extra"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{name}-extra"},
-            "subjects": subject})
-    token = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+        kube.create(
+            f"{rbac}/roles",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": f"{name}-extra"},
+                "rules": rules,
+            },
+        )
+        kube.create(
+            f"{rbac}/rolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": f"{name}-extra"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{name}-extra"},
+                "subjects": subject,
+            },
+        )
+    token = kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )
     return kubeconfig_for_token(cluster, token["status"]["token"])
 
 

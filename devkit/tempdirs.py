@@ -5,6 +5,7 @@ the drills, the benchmarks and the demo's helpers used to leave them in /tmp (or
 HMAC keys and serving keys included). Whoever makes one here stops the processes that use
 it before exiting; what must outlive the process (the demo's) lives in its state directory.
 """
+
 from __future__ import annotations
 
 import atexit

@@ -1,4 +1,5 @@
 """The pinned tools of hack/tools (prometheus, promtool, ...), fetched into the shared cache on first use."""
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,14 @@ PROMETHEUS_OPERATOR = ("github.com/prometheus-operator/prometheus-operator", "0.
 def go_module_dir(module: str, version: str) -> Path:
     """The unpacked source of a Go module (the module proxy, verified against the checksum database)."""
     env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
-    proc = subprocess.run(["go", "mod", "download", "-json", f"{module}@v{version}"], capture_output=True,
-                          text=True, env=env, timeout=600, cwd=tempfile.gettempdir())
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@v{version}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tempfile.gettempdir(),
+    )
     info = json.loads(proc.stdout or "{}")
     if proc.returncode != 0 or info.get("Error") or not info.get("Dir"):
         raise RuntimeError(f"go mod download {module}@v{version} failed: {info.get('Error') or proc.stderr}")

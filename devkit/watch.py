@@ -10,6 +10,7 @@ A watch from the resourceVersion of a first list misses no version: a value a po
 moment (say, between a resize and its revert) is in the history even when no poll would have
 seen it. The watch runs in a thread of its own, on a connection of its own.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,17 +29,25 @@ class PodHistory:
     def __init__(self, kube: Kube, namespace: str) -> None:
         self.path = f"/api/v1/namespaces/{namespace}/pods"
         self._versions: dict[str, list[dict[str, Any]]] = {}
-        self._seen: set[str] = set()            # resourceVersions recorded
+        self._seen: set[str] = set()  # resourceVersions recorded
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.error: str | None = None
         listing = kube.get(self.path)
         for pod in listing["items"]:
             self._record(pod)
-        self._client = httpx.Client(base_url=kube.server, verify=kube.tls, headers=dict(kube.http.headers),
-                                    timeout=httpx.Timeout(30.0, read=WATCH_SECONDS + 30.0))
-        self._thread = threading.Thread(target=self._run, args=(listing["metadata"]["resourceVersion"],),
-                                        name=f"pod-history-{namespace}", daemon=True)
+        self._client = httpx.Client(
+            base_url=kube.server,
+            verify=kube.tls,
+            headers=dict(kube.http.headers),
+            timeout=httpx.Timeout(30.0, read=WATCH_SECONDS + 30.0),
+        )
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(listing["metadata"]["resourceVersion"],),
+            name=f"pod-history-{namespace}",
+            daemon=True,
+        )
         self._thread.start()
 
     def _record(self, pod: dict[str, Any]) -> None:
@@ -50,15 +59,19 @@ class PodHistory:
         try:
             while not self._stop.is_set():
                 resource_version = self._watch(resource_version)
-        except Exception as err:        # reported by versions() and settle()
+        except Exception as err:  # reported by versions() and settle()
             if not self._stop.is_set():
                 self.error = repr(err)
         finally:
             self._client.close()
 
     def _watch(self, resource_version: str) -> str:
-        params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
-                  "timeoutSeconds": str(WATCH_SECONDS)}
+        params = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_SECONDS),
+        }
         with self._client.stream("GET", self.path, params=params) as response:
             if response.status_code != 200:
                 raise RuntimeError(f"watch {self.path}: HTTP {response.status_code}")
@@ -66,7 +79,7 @@ class PodHistory:
                 if not line:
                     continue
                 event = json.loads(line)
-                if event["type"] == "ERROR":        # e.g. 410 Gone: versions were missed
+                if event["type"] == "ERROR":  # e.g. 410 Gone: versions were missed
                     raise RuntimeError(f"watch {self.path}: {event['object'].get('message')}")
                 resource_version = event["object"]["metadata"]["resourceVersion"]
                 if event["type"] != "BOOKMARK":
@@ -85,6 +98,7 @@ class PodHistory:
             self._check()
             with self._lock:
                 return current <= self._seen
+
         wait_for(f"the watch of {self.path} to catch up", recorded, timeout=timeout, interval=0.1)
 
     def names(self) -> list[str]:

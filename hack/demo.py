@@ -28,6 +28,7 @@ The demo's cluster is its own ($WR_DEMO_CLUSTER_DIR, else <repo>/.cluster-demo),
 one `make test` uses (<repo>/.cluster): its webhook, registered for every namespace, and its
 reconciler would otherwise act on the tests' pods.
 """
+
 from __future__ import annotations
 
 import base64
@@ -51,15 +52,21 @@ CLUSTER = LocalCluster(cluster_dir_for_demo())
 DEMO = CLUSTER.state_dir / "demo"
 # The webhook's view of the originals keys Secret (the chart mounts it into the webhook's pod).
 KEY_VOLUME = DEMO / "originals-keys"
-VENV_BIN = Path(sys.executable).parent          # where `workload-resizer` is installed
+VENV_BIN = Path(sys.executable).parent  # where `workload-resizer` is installed
 SYSTEM_NS = "workload-resizer-system"
 DEMO_NS = "demo"
 FAMILY_LABEL = "cloud.google.com/machine-family"
 REAL_NODE = "real-n4"
 REAL_NODE_TAINT = "workload-resizer.io/real-node"
 WORKLOAD_IMAGE = "workload-resizer.local/workload:1"
-NODES = [("n2d-node-1", "n2d"), ("n2d-node-2", "n2d"), ("n4-node-1", "n4"), ("n4-node-2", "n4"),
-         ("c3-node-1", "c3"), ("c3-node-2", "c3")]
+NODES = [
+    ("n2d-node-1", "n2d"),
+    ("n2d-node-2", "n2d"),
+    ("n4-node-1", "n4"),
+    ("n4-node-2", "n4"),
+    ("c3-node-1", "c3"),
+    ("c3-node-2", "c3"),
+]
 
 
 def say(text: str) -> None:
@@ -67,8 +74,10 @@ def say(text: str) -> None:
 
 
 def cluster_up() -> Kube:
-    say(f"starting the demo's local control plane in {CLUSTER.state_dir} "
-        "(hack/cluster up; the first run builds Kubernetes from Go modules)")
+    say(
+        f"starting the demo's local control plane in {CLUSTER.state_dir} "
+        "(hack/cluster up; the first run builds Kubernetes from Go modules)"
+    )
     try:
         return CLUSTER.up(visible=True)
     except ClusterError as err:
@@ -77,7 +86,7 @@ def cluster_up() -> Kube:
 
 def add_nodes() -> None:
     say("adding KWOK nodes: " + ", ".join(f"{n} ({f})" for n, f in NODES))
-    for name, family in NODES:   # add-node also (re)labels an existing node
+    for name, family in NODES:  # add-node also (re)labels an existing node
         CLUSTER.add_node(name, family, cpu="16", memory="64Gi", labels={"workload-resizer.io/demo": "true"})
 
 
@@ -103,16 +112,22 @@ def apply_real_workload(kube: Kube) -> tuple[dict, str]:
     say(f"creating Deployment demo/real: 1 replica of 1 CPU / 256Mi on the real node {REAL_NODE}")
     kube.delete(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments/real")
     wait_for("old real-node pod gone", lambda: not kube.pods(DEMO_NS, "app=real"), timeout=120)
-    manifest = deployment("real", 1, [container("app", requests={"cpu": "1", "memory": "256Mi"},
-                                                limits={"cpu": "1", "memory": "256Mi"})],
-                          node_selector={"kubernetes.io/hostname": REAL_NODE})
+    manifest = deployment(
+        "real",
+        1,
+        [container("app", requests={"cpu": "1", "memory": "256Mi"}, limits={"cpu": "1", "memory": "256Mi"})],
+        node_selector={"kubernetes.io/hostname": REAL_NODE},
+    )
     spec = manifest["spec"]["template"]["spec"]
     spec["hostNetwork"] = True
     spec["tolerations"] = [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
     spec["containers"][0].update(image=WORKLOAD_IMAGE, imagePullPolicy="Never")
     kube.create(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments", manifest)
-    pod = wait_for("the real-node pod running", lambda: (
-        p if (p := real_pod(kube)) and p["status"].get("phase") == "Running" else None), timeout=180)
+    pod = wait_for(
+        "the real-node pod running",
+        lambda: p if (p := real_pod(kube)) and p["status"].get("phase") == "Running" else None,
+        timeout=180,
+    )
     return pod, cpu_cgroup(pod)[1]
 
 
@@ -124,27 +139,44 @@ def cpu_cgroup(pod: dict) -> tuple[str, str]:
     for directory, subdirs, _ in os.walk(f"/sys/fs/cgroup/cpu/{root}"):
         if cid in subdirs:
             cg = Path(directory) / cid
-            quota, period, shares = ((cg / f).read_text().strip()
-                                     for f in ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares"))
-            return cid, f"cfs_quota_us={quota} cfs_period_us={period} shares={shares} ({int(quota) / int(period):g} CPU)"
-    for directory, subdirs, _ in os.walk(f"/sys/fs/cgroup/{root}"):      # cgroup v2
+            quota, period, shares = (
+                (cg / f).read_text().strip() for f in ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares")
+            )
+            return (
+                cid,
+                f"cfs_quota_us={quota} cfs_period_us={period} shares={shares} ({int(quota) / int(period):g} CPU)",
+            )
+    for directory, subdirs, _ in os.walk(f"/sys/fs/cgroup/{root}"):  # cgroup v2
         if cid in subdirs:
             cg = Path(directory) / cid
-            return cid, f"cpu.max={(cg / 'cpu.max').read_text().strip()} cpu.weight={(cg / 'cpu.weight').read_text().strip()}"
+            return (
+                cid,
+                f"cpu.max={(cg / 'cpu.max').read_text().strip()} cpu.weight={(cg / 'cpu.weight').read_text().strip()}",
+            )
     return cid, "(cgroup not found)"
 
 
 def show_real(kube: Kube, before: dict, cgroup_before: str) -> None:
     cid_before = before["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-    after = wait_for("the kubelet to actuate the resize", lambda: (
-        p if (p := real_pod(kube)) and (p["status"]["containerStatuses"][0].get("resources") or {}).get(
-            "limits", {}).get("cpu") == p["spec"]["containers"][0]["resources"]["limits"]["cpu"]
-        and p["spec"]["containers"][0]["resources"]["limits"]["cpu"] != "1" else None), timeout=120)
+    after = wait_for(
+        "the kubelet to actuate the resize",
+        lambda: (
+            p
+            if (p := real_pod(kube))
+            and (p["status"]["containerStatuses"][0].get("resources") or {}).get("limits", {}).get("cpu")
+            == p["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+            and p["spec"]["containers"][0]["resources"]["limits"]["cpu"] != "1"
+            else None
+        ),
+        timeout=120,
+    )
     cid_after, cgroup_after = cpu_cgroup(after)
     status = after["status"]["containerStatuses"][0]
     say(f"the real node {REAL_NODE}: pod {after['metadata']['name']} resized in place by the real kubelet")
-    print(f"  spec cpu      1 -> {after['spec']['containers'][0]['resources']['limits']['cpu']}"
-          f"   (status.containerStatuses[0].resources: {json.dumps(status.get('resources'))})")
+    print(
+        f"  spec cpu      1 -> {after['spec']['containers'][0]['resources']['limits']['cpu']}"
+        f"   (status.containerStatuses[0].resources: {json.dumps(status.get('resources'))})"
+    )
     print(f"  cgroup before {cgroup_before}")
     print(f"  cgroup after  {cgroup_after}")
     print(f"  container ID  {cid_before[:12]} -> {cid_after[:12]}   restartCount {status['restartCount']}")
@@ -152,25 +184,36 @@ def show_real(kube: Kube, before: dict, cgroup_before: str) -> None:
 
 
 def start_webhook(kube: Kube, kubeconfig: str) -> None:
-    say("generating webhook certificates (python -m certs) and starting the webhook on 127.0.0.1 "
-        "(sizing at admission)")
+    say("generating webhook certificates (python -m certs) and starting the webhook on 127.0.0.1 (sizing at admission)")
     stop("webhook")
-    webhook = Webhook("--size-at-admission=true", f"--kubeconfig={kubeconfig}", f"--namespace={SYSTEM_NS}",
-                      f"--originals-key-dir={KEY_VOLUME}", "--originals-keys-optional",
-                      certs=WebhookCerts(DEMO / "certs"), log_path=DEMO / "webhook.log")
+    webhook = Webhook(
+        "--size-at-admission=true",
+        f"--kubeconfig={kubeconfig}",
+        f"--namespace={SYSTEM_NS}",
+        f"--originals-key-dir={KEY_VOLUME}",
+        "--originals-keys-optional",
+        certs=WebhookCerts(DEMO / "certs"),
+        log_path=DEMO / "webhook.log",
+    )
     (DEMO / "webhook.pid").write_text(str(webhook.proc.pid))
     webhook.wait_ready()
     register_webhook(kube, webhook.url, webhook.certs.ca_bundle)
 
 
 def start_reconciler(kubeconfig: str) -> None:
-    say(f"starting the reconciler (python -m reconciler; originals keys: Secret {ORIGINALS_KEYS_SECRET}, "
-        "created at its first start)")
+    say(
+        f"starting the reconciler (python -m reconciler; originals keys: Secret {ORIGINALS_KEYS_SECRET}, "
+        "created at its first start)"
+    )
     stop("reconciler")
-    reconciler = Reconciler(kubeconfig, f"--originals-keys-secret={ORIGINALS_KEYS_SECRET}",
-                            f"--namespace={SYSTEM_NS}", log_path=DEMO / "reconciler.log")
+    reconciler = Reconciler(
+        kubeconfig,
+        f"--originals-keys-secret={ORIGINALS_KEYS_SECRET}",
+        f"--namespace={SYSTEM_NS}",
+        log_path=DEMO / "reconciler.log",
+    )
     (DEMO / "reconciler.pid").write_text(str(reconciler.proc.pid))
-    reconciler.wait_ready()         # ready once the keys Secret is read (created on a first start)
+    reconciler.wait_ready()  # ready once the keys Secret is read (created on a first start)
 
 
 def project_keys(kube: Kube) -> None:
@@ -186,7 +229,7 @@ def project_keys(kube: Kube) -> None:
         target = KEY_VOLUME / key_id
         if target.exists() and target.read_bytes() == key:
             continue
-        staged = KEY_VOLUME / f".{key_id}.new"          # dot files are not keys: swapped in whole
+        staged = KEY_VOLUME / f".{key_id}.new"  # dot files are not keys: swapped in whole
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(key)
@@ -196,14 +239,37 @@ def project_keys(kube: Kube) -> None:
 def wait_sizing_active(kube: Kube) -> None:
     """Until a server-side dry-run pod pinned to n4 comes back sized: the webhook has the key
     and knows the nodes and the config."""
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "generateName": "sizing-probe-", "namespace": DEMO_NS, "ownerReferences": [{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe", "uid": "probe-uid", "controller": True}]},
-        "spec": {"nodeSelector": {FAMILY_LABEL: "n4"}, "containers": [
-            container("probe", requests={"cpu": "1", "memory": "64Mi"}, limits={"cpu": "1", "memory": "64Mi"})]}}
-    wait_for("the webhook to size at admission (it reads the keys every 10s)", lambda: SIZED_AT_ADMISSION in (
-        kube.request("POST", f"/api/v1/namespaces/{DEMO_NS}/pods", probe, params={"dryRun": "All"})[
-            "metadata"].get("annotations") or {}), timeout=60, interval=0.5)
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "sizing-probe-",
+            "namespace": DEMO_NS,
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe", "uid": "probe-uid", "controller": True}
+            ],
+        },
+        "spec": {
+            "nodeSelector": {FAMILY_LABEL: "n4"},
+            "containers": [
+                container("probe", requests={"cpu": "1", "memory": "64Mi"}, limits={"cpu": "1", "memory": "64Mi"})
+            ],
+        },
+    }
+    wait_for(
+        "the webhook to size at admission (it reads the keys every 10s)",
+        lambda: (
+            SIZED_AT_ADMISSION
+            in (
+                kube.request("POST", f"/api/v1/namespaces/{DEMO_NS}/pods", probe, params={"dryRun": "All"})[
+                    "metadata"
+                ].get("annotations")
+                or {}
+            )
+        ),
+        timeout=60,
+        interval=0.5,
+    )
 
 
 def stop(name: str) -> None:
@@ -217,7 +283,7 @@ def stop(name: str) -> None:
     except FileNotFoundError:
         cmdline = b""
     module = {"webhook": b"app", "reconciler": b"reconciler"}[name]
-    if b"\0-m\0" + module + b"\0" in cmdline:      # still our process, not a recycled pid
+    if b"\0-m\0" + module + b"\0" in cmdline:  # still our process, not a recycled pid
         os.kill(pid, signal.SIGTERM)
         for _ in range(50):
             if not Path(f"/proc/{pid}").exists():
@@ -230,36 +296,63 @@ def apply_config(kube: Kube) -> None:
     say(f"applying the sample config (ConfigMap {SYSTEM_NS}/workload-resizer-config)")
     for ns in (SYSTEM_NS, DEMO_NS):
         kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    kube.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "workload-resizer-config", "namespace": SYSTEM_NS},
-                "data": {"config.yaml": SAMPLE_CONFIG}})
-    wait_for("default service account in demo", lambda: kube.get(
-        f"/api/v1/namespaces/{DEMO_NS}/serviceaccounts/default"), timeout=30)
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "workload-resizer-config", "namespace": SYSTEM_NS},
+            "data": {"config.yaml": SAMPLE_CONFIG},
+        }
+    )
+    wait_for(
+        "default service account in demo",
+        lambda: kube.get(f"/api/v1/namespaces/{DEMO_NS}/serviceaccounts/default"),
+        timeout=30,
+    )
 
 
 def apply_daemonset(kube: Kube) -> None:
-    say("creating DaemonSet demo/agent: 500m / 256Mi (Guaranteed) on every demo node; each pod is pinned to its "
-        "node, so the webhook creates it at its size")
+    say(
+        "creating DaemonSet demo/agent: 500m / 256Mi (Guaranteed) on every demo node; each pod is pinned to its "
+        "node, so the webhook creates it at its size"
+    )
     kube.delete(f"/apis/apps/v1/namespaces/{DEMO_NS}/daemonsets/agent")
     wait_for("old agent pods gone", lambda: not kube.pods(DEMO_NS, "app=agent"), timeout=60)
-    template = deployment("agent", 1, [container("agent", requests={"cpu": "500m", "memory": "256Mi"},
-                                                 limits={"cpu": "500m", "memory": "256Mi"})],
-                          node_selector={"workload-resizer.io/demo": "true"})["spec"]["template"]
-    kube.create(f"/apis/apps/v1/namespaces/{DEMO_NS}/daemonsets", {
-        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
-        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template}})
+    template = deployment(
+        "agent",
+        1,
+        [container("agent", requests={"cpu": "500m", "memory": "256Mi"}, limits={"cpu": "500m", "memory": "256Mi"})],
+        node_selector={"workload-resizer.io/demo": "true"},
+    )["spec"]["template"]
+    kube.create(
+        f"/apis/apps/v1/namespaces/{DEMO_NS}/daemonsets",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "agent"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template},
+        },
+    )
 
 
 def apply_workload(kube: Kube) -> None:
     say("creating Deployment demo/web: 6 replicas of 1 CPU / 1Gi (Guaranteed), spread across n2d, n4 and c3")
     kube.delete(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments/web")
     wait_for("old demo pods gone", lambda: not kube.pods(DEMO_NS, "app=web"), timeout=60)
-    manifest = deployment("web", 6, [container("app", requests={"cpu": "1", "memory": "1Gi"},
-                                               limits={"cpu": "1", "memory": "1Gi"})],
-                          node_selector={"workload-resizer.io/demo": "true"})
-    manifest["spec"]["template"]["spec"]["topologySpreadConstraints"] = [{
-        "maxSkew": 1, "topologyKey": FAMILY_LABEL, "whenUnsatisfiable": "DoNotSchedule",
-        "labelSelector": {"matchLabels": {"app": "web"}}}]
+    manifest = deployment(
+        "web",
+        6,
+        [container("app", requests={"cpu": "1", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"})],
+        node_selector={"workload-resizer.io/demo": "true"},
+    )
+    manifest["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": FAMILY_LABEL,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
     kube.create(f"/apis/apps/v1/namespaces/{DEMO_NS}/deployments", manifest)
 
 
@@ -268,8 +361,9 @@ def wait_aligned(kube: Kube) -> list[dict]:
     expected = {"web": 6, "agent": len(NODES)}
 
     def aligned() -> list[dict] | None:
-        pods = [p for app in expected for p in kube.pods(DEMO_NS, f"app={app}")
-                if "deletionTimestamp" not in p["metadata"]]
+        pods = [
+            p for app in expected for p in kube.pods(DEMO_NS, f"app={app}") if "deletionTimestamp" not in p["metadata"]
+        ]
         done = [p for p in pods if APPLIED_INSTANCE_TYPE in (p["metadata"].get("annotations") or {})]
         return pods if len(pods) == len(done) == sum(expected.values()) else None
 
@@ -285,18 +379,33 @@ def how(pod: dict) -> str:
 
 
 def show(kube: Kube, pods: list[dict]) -> None:
-    nodes = {n["metadata"]["name"]: n["metadata"]["labels"].get(FAMILY_LABEL)
-             for n in kube.get("/api/v1/nodes")["items"]}
+    nodes = {
+        n["metadata"]["name"]: n["metadata"]["labels"].get(FAMILY_LABEL) for n in kube.get("/api/v1/nodes")["items"]
+    }
     rows = [("POD", "NODE", "TYPE", "CPU original -> now", "MEMORY original -> now", "LIMIT cpu", "QOS", "HOW")]
-    for pod in sorted(pods, key=lambda p: (p["metadata"]["labels"]["app"] != "web",
-                                           nodes.get(p["spec"]["nodeName"]) or "", p["metadata"]["name"])):
+    for pod in sorted(
+        pods,
+        key=lambda p: (
+            p["metadata"]["labels"]["app"] != "web",
+            nodes.get(p["spec"]["nodeName"]) or "",
+            p["metadata"]["name"],
+        ),
+    ):
         ann = pod["metadata"]["annotations"]
         app = pod["spec"]["containers"][0]
         res = app["resources"]
-        rows.append((pod["metadata"]["name"], pod["spec"]["nodeName"], nodes.get(pod["spec"]["nodeName"]) or "-",
-                     f"{ann.get(original_key(app['name'], 'cpu', 'request'))} -> {res['requests']['cpu']}",
-                     f"{ann.get(original_key(app['name'], 'memory', 'request'))} -> {res['requests']['memory']}",
-                     res.get("limits", {}).get("cpu", "-"), pod["status"].get("qosClass", ""), how(pod)))
+        rows.append(
+            (
+                pod["metadata"]["name"],
+                pod["spec"]["nodeName"],
+                nodes.get(pod["spec"]["nodeName"]) or "-",
+                f"{ann.get(original_key(app['name'], 'cpu', 'request'))} -> {res['requests']['cpu']}",
+                f"{ann.get(original_key(app['name'], 'memory', 'request'))} -> {res['requests']['memory']}",
+                res.get("limits", {}).get("cpu", "-"),
+                pod["status"].get("qosClass", ""),
+                how(pod),
+            )
+        )
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     print()
     for row in rows:

@@ -22,6 +22,7 @@ route or iptables rule is added outside those namespaces. Two relays cross the b
 A socket belongs to the network namespace its creating thread was in (setns(2) is per thread),
 so one process holds sockets on both sides. Standard library only (ctypes for setns).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,6 +76,7 @@ def split_host_port(text: str) -> tuple[str, int]:
 
 # ---------------------------------------------------------------- egress (host side)
 
+
 def node_netns_by_ip(state_dir: Path) -> dict[str, str]:
     """{node IP: its network namespace file} of the cluster's real nodes (read per connection,
     so nodes added or removed after start are known at once)."""
@@ -82,8 +84,11 @@ def node_netns_by_ip(state_dir: Path) -> dict[str, str]:
         state = json.loads((state_dir / "state.json").read_text())
     except (OSError, ValueError):
         return {}
-    return {record["ip"]: record["netns"] for record in state.get("real_nodes", {}).values()
-            if record.get("ip") and record.get("netns")}
+    return {
+        record["ip"]: record["netns"]
+        for record in state.get("real_nodes", {}).values()
+        if record.get("ip") and record.get("netns")
+    }
 
 
 def read_request_head(conn: socket.socket) -> bytes:
@@ -107,7 +112,7 @@ def serve_connect(conn: socket.socket, state_dir: Path) -> None:
             log(f"refused {method} {target}: not a real node's address")
             conn.close()
             return
-        setns(netns)      # this thread only: the upstream socket is created in the node's namespace
+        setns(netns)  # this thread only: the upstream socket is created in the node's namespace
         upstream = socket.create_connection((host, port), timeout=10)
         upstream.settimeout(None)
     except (OSError, ValueError, ConnectionError) as err:
@@ -137,6 +142,7 @@ def egress(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------- apiserver (node side)
+
 
 def serve_forward(conn: socket.socket, target: tuple[str, int]) -> None:
     try:

@@ -3,6 +3,7 @@ informers, a work queue, leader election and an event recorder.
 
 It imports nothing of the controller (import-linter enforces it), so it could stand alone.
 """
+
 from kube.client import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -18,5 +19,17 @@ from kube.client import (
     load_credentials,
 )
 
-__all__ = ["JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "UNEXPECTED_REPLY", "ApiError", "Credentials", "KubeClient",
-           "TokenBucket", "TransportError", "WatchExpired", "WatchIdle", "load_credentials"]
+__all__ = [
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "UNEXPECTED_REPLY",
+    "ApiError",
+    "Credentials",
+    "KubeClient",
+    "TokenBucket",
+    "TransportError",
+    "WatchExpired",
+    "WatchIdle",
+    "load_credentials",
+]

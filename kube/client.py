@@ -8,6 +8,7 @@ core consumes. Deserialising into the official client's model classes would cost
 several times the CPU and memory per pod, and a general-purpose HTTP client
 (httpx) cost the reconciler about half of its CPU.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,12 +26,20 @@ from kube.credentials import Credentials, load_credentials
 from kube.ratelimit import TokenBucket
 from kube.transport import Connection, Pool, ServerClosed
 
-__all__ = ["ApiError", "Credentials", "KubeClient", "TokenBucket", "TransportError", "WatchExpired",
-           "WatchIdle", "load_credentials"]
+__all__ = [
+    "ApiError",
+    "Credentials",
+    "KubeClient",
+    "TokenBucket",
+    "TransportError",
+    "WatchExpired",
+    "WatchIdle",
+    "load_credentials",
+]
 
 log = logging.getLogger("kube")
 
-UNEXPECTED_REPLY = "UnexpectedReply"     # ApiError.reason of a reply that is not a JSON object
+UNEXPECTED_REPLY = "UnexpectedReply"  # ApiError.reason of a reply that is not a JSON object
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -92,14 +101,21 @@ def _resource_label(path: str) -> str:
 
 
 USER_AGENT = "workload-resizer-reconciler"
-_SEND_ATTEMPTS = 3          # a kept-alive connection the server closed meanwhile is retried
+_SEND_ATTEMPTS = 3  # a kept-alive connection the server closed meanwhile is retried
 
 
 class KubeClient:
     """Pooled API access with a client-side rate limit and request metrics."""
 
-    def __init__(self, creds: Credentials, qps: float, burst: int, max_connections: int,
-                 timeout: float = 30.0, drop_managed_fields: bool = False) -> None:
+    def __init__(
+        self,
+        creds: Credentials,
+        qps: float,
+        burst: int,
+        max_connections: int,
+        timeout: float = 30.0,
+        drop_managed_fields: bool = False,
+    ) -> None:
         """`drop_managed_fields`: objects come back without `metadata.managedFields` (the
         reconciler never reads them; they are a large part of a pod's JSON and most of its objects)."""
         self.server = creds.server
@@ -112,16 +128,21 @@ class KubeClient:
             context = ssl.create_default_context()
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        self._pool = Pool(creds.server, context if isinstance(context, ssl.SSLContext) else None,
-                          max_connections, connect_timeout=min(10.0, timeout))
+        self._pool = Pool(
+            creds.server,
+            context if isinstance(context, ssl.SSLContext) else None,
+            max_connections,
+            connect_timeout=min(10.0, timeout),
+        )
         self._head = f"Host: {self._pool.host_header}\r\nUser-Agent: {USER_AGENT}\r\nAccept: application/json\r\n"
         self._counters: dict[tuple[str, str, int | str], Any] = {}
 
     async def close(self) -> None:
         await self._pool.close()
 
-    def _request_bytes(self, method: str, path: str, params: dict[str, Any] | None,
-                       content: bytes | None, content_type: str | None) -> bytes:
+    def _request_bytes(
+        self, method: str, path: str, params: dict[str, Any] | None, content: bytes | None, content_type: str | None
+    ) -> bytes:
         target = self._pool.base_path + path
         if params:
             target += ("&" if "?" in path else "?") + urlencode(params)
@@ -129,18 +150,28 @@ class KubeClient:
         auth = f"Authorization: Bearer {token}\r\n" if token else ""
         if content is None:
             return f"{method} {target} HTTP/1.1\r\n{self._head}{auth}\r\n".encode("latin-1")
-        return f"{method} {target} HTTP/1.1\r\n{self._head}{auth}Content-Type: {content_type}\r\n" \
-               f"Content-Length: {len(content)}\r\n\r\n".encode("latin-1") + content
+        return (
+            f"{method} {target} HTTP/1.1\r\n{self._head}{auth}Content-Type: {content_type}\r\n"
+            f"Content-Length: {len(content)}\r\n\r\n".encode("latin-1")
+            + content
+        )
 
     def _count(self, method: str, resource: str, status: int | str) -> None:
         key = (method, resource, status)
-        counter = self._counters.get(key)       # labels() builds a tuple of strings per call
+        counter = self._counters.get(key)  # labels() builds a tuple of strings per call
         if counter is None:
             counter = self._counters[key] = metrics.API_REQUESTS.labels(method, resource, str(status))
         counter.inc()
 
-    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                      params: dict[str, Any] | None = None, decode: bool = True) -> dict[str, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        params: dict[str, Any] | None = None,
+        decode: bool = True,
+    ) -> dict[str, Any]:
         """The reply's JSON object; with `decode=False` the status is checked and {} returned (the
         body of a 2xx reply is not read: a pod is kilobytes of JSON its writer may not need)."""
         await self._limiter.take()
@@ -199,22 +230,30 @@ class KubeClient:
     async def update(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         return await self.request("PUT", path, obj)
 
-    async def patch(self, path: str, patch: dict[str, Any] | list[dict[str, Any]], content_type: str = MERGE_PATCH) -> dict[str, Any]:
+    async def patch(
+        self, path: str, patch: dict[str, Any] | list[dict[str, Any]], content_type: str = MERGE_PATCH
+    ) -> dict[str, Any]:
         return await self.request("PATCH", path, patch, content_type=content_type)
 
     async def write(self, method: str, path: str, body: Any, content_type: str = "application/json") -> None:
         """A write whose reply is not needed: its status is checked (ApiError), its body not decoded."""
         await self.request(method, path, body, content_type=content_type, decode=False)
 
-    async def watch(self, path: str, resource_version: str, params: dict[str, Any],
-                    server_timeout: int, idle_timeout: float) -> AsyncIterator[dict[str, Any]]:
+    async def watch(
+        self, path: str, resource_version: str, params: dict[str, Any], server_timeout: int, idle_timeout: float
+    ) -> AsyncIterator[dict[str, Any]]:
         """Yield watch events; ends when the server closes the stream.
 
         `idle_timeout` is a client-side read timeout: bookmarks arrive about once a
         minute, so a silent connection for longer than that is presumed dead.
         """
-        query = {**params, "watch": "1", "resourceVersion": resource_version,
-                 "allowWatchBookmarks": "true", "timeoutSeconds": str(server_timeout)}
+        query = {
+            **params,
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(server_timeout),
+        }
         await self._limiter.take()
         resource = _resource_label(path)
         data = self._request_bytes("GET", path, query, None, None)
@@ -233,10 +272,10 @@ class KubeClient:
                     continue
                 event = _loads_trimmed(line, watch_event=True) if trim else None
                 if event is None:
-                    with contextlib.suppress(orjson.JSONDecodeError):   # not JSON: UnexpectedReply below
+                    with contextlib.suppress(orjson.JSONDecodeError):  # not JSON: UnexpectedReply below
                         event = loads(line)
                 if type(event) is not dict:
-                    event = _json_object(status, line)    # raises ApiError(UnexpectedReply)
+                    event = _json_object(status, line)  # raises ApiError(UnexpectedReply)
                 if event.get("type") == "ERROR":
                     status_obj = event.get("object") or {}
                     if status_obj.get("code") == 410:
@@ -251,7 +290,7 @@ class KubeClient:
             raise TransportError(f"watch {path}: {err!r}") from err
         finally:
             if conn is not None:
-                self._pool.release(conn)     # closed unless the stream ended cleanly
+                self._pool.release(conn)  # closed unless the stream ended cleanly
 
     async def _open_stream(self, data: bytes) -> tuple[Connection, int, Any]:
         for attempt in range(_SEND_ATTEMPTS):
@@ -296,12 +335,12 @@ def _without_managed_fields(raw: bytes) -> bytes | None:
     """`raw` (one object, or a watch event of one) with `metadata.managedFields` emptied,
     if laid out as the apiserver writes pods and nodes; else None."""
     start = raw.find(_MANAGED_FIELDS)
-    if start < 0 or raw.find(_LIST_ITEMS, 0, start) >= 0:     # lists: not worth it
+    if start < 0 or raw.find(_LIST_ITEMS, 0, start) >= 0:  # lists: not worth it
         return None
     end = raw.find(_END_OF_MANAGED_FIELDS, start)
     if end < 0:
         return None
-    return raw[:start + len(_MANAGED_FIELDS)] + raw[end:]
+    return raw[: start + len(_MANAGED_FIELDS)] + raw[end:]
 
 
 def _loads_trimmed(raw: bytes, watch_event: bool) -> dict[str, Any] | None:
@@ -320,7 +359,7 @@ def _loads_trimmed(raw: bytes, watch_event: bool) -> dict[str, Any] | None:
     meta = obj.get("metadata") if type(obj) is dict else None
     if type(meta) is not dict or "name" not in meta or "resourceVersion" not in meta:
         return None
-    return value     # type: ignore[no-any-return]
+    return value  # type: ignore[no-any-return]
 
 
 def _json_or_message(body: bytes) -> dict[str, Any]:

@@ -8,6 +8,7 @@ through $KUBECONFIG — goes through the official `kubernetes` package's loaders
 exactly as before. Importing that package costs about half a second of CPU at every
 start (it imports all its API models), a sizeable part of the reconciler's budget.
 """
+
 from __future__ import annotations
 
 import base64
@@ -45,7 +46,7 @@ def load_credentials(kubeconfig: str | None, context: str | None = None) -> Cred
             return in_cluster
         paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
         if len(paths) > 1:
-            return _library_credentials(None, context)       # merged kubeconfigs: the library merges
+            return _library_credentials(None, context)  # merged kubeconfigs: the library merges
         kubeconfig = paths[0] if paths else str(Path.home() / ".kube" / "config")
     creds = _from_kubeconfig(Path(kubeconfig).expanduser(), context)
     return creds if creds is not None else _library_credentials(kubeconfig, context)
@@ -60,10 +61,10 @@ def _in_cluster() -> Credentials | None:
     if not host or not port or not token_file.is_file() or not ca_file.is_file():
         return None
     if ":" in host:
-        host = f"[{host}]"           # IPv6
+        host = f"[{host}]"  # IPv6
     token = FileToken(token_file)
     if not token():
-        return None                  # like the official loader: then try a kubeconfig
+        return None  # like the official loader: then try a kubeconfig
     return Credentials(f"https://{host}:{port}", ssl.create_default_context(cafile=str(ca_file)), token)
 
 
@@ -82,7 +83,7 @@ class FileToken:
             try:
                 self._value = self._path.read_text().strip() or self._value
             except OSError:
-                pass            # keep the last good token; the apiserver says 401 if it expired
+                pass  # keep the last good token; the apiserver says 401 if it expired
             self._read_at = now
         return self._value
 
@@ -137,8 +138,10 @@ def _load_client_certificate(ctx: ssl.SSLContext, user: dict[str, Any], base: Pa
         # ssl loads a chain only from files: private ones, removed right after loading.
         with tempfile.TemporaryDirectory(prefix="reconciler-client-cert-") as tmp:
             cert_file, key_file = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
-            for file, data, plain in ((cert_file, cert_data, user.get("client-certificate")),
-                                      (key_file, key_data, user.get("client-key"))):
+            for file, data, plain in (
+                (cert_file, cert_data, user.get("client-certificate")),
+                (key_file, key_data, user.get("client-key")),
+            ):
                 content = _decode(data) if data else (base / plain).read_bytes() if plain else b""
                 file.touch(mode=0o600)
                 file.write_bytes(content)
@@ -172,8 +175,7 @@ def _library_credentials(kubeconfig: str | None, context: str | None) -> Credent
         except k8s_config.ConfigException:
             k8s_config.load_kube_config(context=context, client_configuration=cfg)
     if cfg.verify_ssl:
-        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert \
-            else ssl.create_default_context()
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
     else:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False

@@ -5,6 +5,7 @@ count of the existing Event instead of creating a new one, and a per-object
 token bucket drops a storm of distinct events (25 at once, then one per
 5 minutes), so `kubectl describe` stays readable and etcd is spared.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,9 +16,9 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from ops.timestamps import rfc3339
 from kube.client import MERGE_PATCH, ApiError, KubeClient
 from kube.ratelimit import TokenBucket
+from ops.timestamps import rfc3339
 
 log = logging.getLogger("kube.events")
 
@@ -27,13 +28,25 @@ MAX_MESSAGE = 1024
 
 def object_reference(obj: dict[str, Any], kind: str, api_version: str = "v1") -> dict[str, Any]:
     meta = obj["metadata"]
-    return {"kind": kind, "apiVersion": api_version, "namespace": meta.get("namespace"),
-            "name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
+    return {
+        "kind": kind,
+        "apiVersion": api_version,
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
 
 
 class EventRecorder:
-    def __init__(self, client: KubeClient, aggregate_window: float = 600.0, cache_size: int = 4096,
-                 burst: int = 25, refill_seconds: float = 300.0) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        aggregate_window: float = 600.0,
+        cache_size: int = 4096,
+        burst: int = 25,
+        refill_seconds: float = 300.0,
+    ) -> None:
         self._client = client
         self._window = aggregate_window
         self._cache_size = cache_size
@@ -57,8 +70,9 @@ class EventRecorder:
                 return
             await self._create(ref, key, event_type, reason, message)
         except ApiError as err:
-            log.warning("could not record event", extra={"reason": reason, "object": ref.get("name"),
-                                                          "error": str(err)})
+            log.warning(
+                "could not record event", extra={"reason": reason, "object": ref.get("name"), "error": str(err)}
+            )
         except OSError as err:
             log.warning("could not record event", extra={"reason": reason, "error": repr(err)})
 
@@ -70,31 +84,41 @@ class EventRecorder:
                 self._buckets.popitem(last=False)
         return bucket.try_take()
 
-    async def _create(self, ref: dict[str, Any], key: tuple[str, ...], event_type: str, reason: str,
-                      message: str) -> None:
+    async def _create(
+        self, ref: dict[str, Any], key: tuple[str, ...], event_type: str, reason: str, message: str
+    ) -> None:
         stamp = rfc3339()
         # client-go names Events <object>.<unix nanos in hex>; 16 random bits more for
         # two events of one object in the same clock tick (not a secret: no os.urandom).
         name = f"{ref['name']}.{time.time_ns():x}{random.getrandbits(16):04x}"
         event = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": name, "namespace": ref["namespace"]},
             "involvedObject": {k: v for k, v in ref.items() if v is not None},
-            "type": event_type, "reason": reason, "message": message,
+            "type": event_type,
+            "reason": reason,
+            "message": message,
             "source": {"component": COMPONENT, "host": self._host},
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
         }
         await self._client.write("POST", f"/api/v1/namespaces/{ref['namespace']}/events", event)
         self._remember(key, name, 1)
 
     async def _bump(self, ref: dict[str, Any], key: tuple[str, ...], name: str, count: int, _: float) -> None:
         try:
-            await self._client.write("PATCH", f"/api/v1/namespaces/{ref['namespace']}/events/{name}",
-                                     {"count": count + 1, "lastTimestamp": rfc3339()}, MERGE_PATCH)
+            await self._client.write(
+                "PATCH",
+                f"/api/v1/namespaces/{ref['namespace']}/events/{name}",
+                {"count": count + 1, "lastTimestamp": rfc3339()},
+                MERGE_PATCH,
+            )
         except ApiError as err:
             if err.status != 404:
                 raise
-            self._seen.pop(key, None)       # expired by the apiserver's event TTL
+            self._seen.pop(key, None)  # expired by the apiserver's event TTL
             await self._create(ref, key, *key[2:5])
             return
         self._remember(key, name, count + 1)

@@ -6,6 +6,7 @@ resumes from the last seen resourceVersion when a stream ends, re-lists on
 `idle_timeout`) as dead. Objects are reduced by `slim` before they are cached,
 so the cache holds only the fields the reconciler reads.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,10 +22,10 @@ from kube.slim import Obj
 
 log = logging.getLogger("kube.informer")
 
-Handler = Callable[[str, Obj, Obj | None], None]   # (ADDED|MODIFIED|DELETED, new, old)
+Handler = Callable[[str, Obj, Obj | None], None]  # (ADDED|MODIFIED|DELETED, new, old)
 
 
-SHORT_WATCH = 1.0   # seconds: a watch ending sooner without any event counts as a failure
+SHORT_WATCH = 1.0  # seconds: a watch ending sooner without any event counts as a failure
 
 
 class ShortWatch(Exception):
@@ -37,9 +38,18 @@ def object_key(obj: Obj) -> str:
 
 
 class Informer:
-    def __init__(self, client: KubeClient, resource: str, path: str, slim: Callable[[Obj], Obj],
-                 handler: Handler, params: dict[str, Any] | None = None, page_size: int = 500,
-                 idle_timeout: float = 90.0, server_timeout: tuple[int, int] = (240, 360)) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: str,
+        path: str,
+        slim: Callable[[Obj], Obj],
+        handler: Handler,
+        params: dict[str, Any] | None = None,
+        page_size: int = 500,
+        idle_timeout: float = 90.0,
+        server_timeout: tuple[int, int] = (240, 360),
+    ) -> None:
         self.resource = resource
         self.store: dict[str, Obj] = {}
         self.synced = asyncio.Event()
@@ -67,8 +77,9 @@ class Informer:
                 if events == 0 and time.monotonic() - started < SHORT_WATCH:
                     # Closed at once with nothing delivered (a proxy, an overloaded apiserver):
                     # like client-go's "very short watch", back off instead of reconnecting in a loop.
-                    raise ShortWatch(f"watch {self._path} closed after {time.monotonic() - started:.3f}s "
-                                     f"without an event")
+                    raise ShortWatch(
+                        f"watch {self._path} closed after {time.monotonic() - started:.3f}s without an event"
+                    )
                 backoff = 0.5
             except WatchExpired:
                 metrics.WATCH_RESTARTS.labels(self.resource, "expired").inc()
@@ -76,11 +87,13 @@ class Informer:
                 need_list = True
             except asyncio.CancelledError:
                 raise
-            except Exception as err:   # ApiError, OSError, and any reply we could not make sense of
+            except Exception as err:  # ApiError, OSError, and any reply we could not make sense of
                 cause = "idle" if isinstance(err, WatchIdle) else "error"
                 metrics.WATCH_RESTARTS.labels(self.resource, cause).inc()
-                log.warning("watch interrupted, resuming", extra={
-                    "resource": self.resource, "error": repr(err), "resourceVersion": self._resource_version})
+                log.warning(
+                    "watch interrupted, resuming",
+                    extra={"resource": self.resource, "error": repr(err), "resourceVersion": self._resource_version},
+                )
                 if isinstance(err, ApiError) and err.status == 410:
                     need_list = True
                 await asyncio.sleep(backoff + random.random() * backoff)
@@ -111,16 +124,18 @@ class Informer:
                 self._handler("DELETED", old, old)
         self._cached_gauge.set(len(self.store))
         self.synced.set()
-        log.info("listed", extra={"resource": self.resource, "count": len(fresh),
-                                  "resourceVersion": self._resource_version})
+        log.info(
+            "listed", extra={"resource": self.resource, "count": len(fresh), "resourceVersion": self._resource_version}
+        )
 
     async def _watch(self) -> int:
         """Watch until the stream ends; the number of events (bookmarks included) it delivered."""
         count = 0
         server_timeout = random.randint(*self._server_timeout)
         store, slim, handler, gauge = self.store, self._slim, self._handler, self._cached_gauge
-        async for event in self._client.watch(self._path, self._resource_version, self._params,
-                                              server_timeout, self._idle_timeout):
+        async for event in self._client.watch(
+            self._path, self._resource_version, self._params, server_timeout, self._idle_timeout
+        ):
             count += 1
             kind = event.get("type")
             raw = event.get("object") or {}

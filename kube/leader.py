@@ -10,6 +10,7 @@ The renew deadline is shorter than the lease duration, so the last write is sent
 standby can take over. Any failed attempt is a failed attempt, never an exception out of
 acquire() or hold().
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,9 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ops.timestamps import rfc3339_micro
 from kube import metrics
 from kube.client import MERGE_PATCH, ApiError, KubeClient
+from ops.timestamps import rfc3339_micro
 
 log = logging.getLogger("kube.leader")
 
@@ -30,8 +31,16 @@ class LeadershipLost(Exception):
 
 
 class LeaderElector:
-    def __init__(self, client: KubeClient, namespace: str, name: str, identity: str,
-                 lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
         self._client = client
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         self.namespace = namespace
@@ -42,7 +51,7 @@ class LeaderElector:
         self._retry = retry_period
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
-        self._fence = 0.0             # monotonic time after which we may no longer write
+        self._fence = 0.0  # monotonic time after which we may no longer write
         self._lost_to: str | None = None
         self.is_leader = False
 
@@ -52,8 +61,7 @@ class LeaderElector:
 
     async def acquire(self) -> None:
         """Block until this instance holds the lease."""
-        log.info("waiting for leadership", extra={"lease": f"{self.namespace}/{self.name}",
-                                                  "identity": self.identity})
+        log.info("waiting for leadership", extra={"lease": f"{self.namespace}/{self.name}", "identity": self.identity})
         while True:
             started = time.monotonic()
             if await self._try_acquire_or_renew():
@@ -71,8 +79,10 @@ class LeaderElector:
             await self._sleep_until(min(time.monotonic() + self._retry, self._fence))
             remaining = self._fence - time.monotonic()
             if remaining <= 0:
-                self._lose(f"could not renew lease {self.namespace}/{self.name} within the renew deadline "
-                           f"({self._renew_deadline:g}s)")
+                self._lose(
+                    f"could not renew lease {self.namespace}/{self.name} within the renew deadline "
+                    f"({self._renew_deadline:g}s)"
+                )
             started = time.monotonic()
             self._lost_to = None
             try:
@@ -81,8 +91,10 @@ class LeaderElector:
                 async with asyncio.timeout(remaining):
                     renewed = await self._try_acquire_or_renew()
             except TimeoutError:
-                log.warning("lease renewal timed out", extra={"lease": f"{self.namespace}/{self.name}",
-                                                              "timeout_s": round(remaining, 3)})
+                log.warning(
+                    "lease renewal timed out",
+                    extra={"lease": f"{self.namespace}/{self.name}", "timeout_s": round(remaining, 3)},
+                )
                 renewed = False
             if renewed:
                 self._fence = started + self._renew_deadline
@@ -115,7 +127,7 @@ class LeaderElector:
             lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": rfc3339_micro()})
             await self._client.update(f"{self._path}/{self.name}", lease)
             log.info("released leadership", extra={"lease": f"{self.namespace}/{self.name}"})
-        except Exception as err:   # best effort: the lease expires anyway
+        except Exception as err:  # best effort: the lease expires anyway
             log.warning("could not release lease", extra={"error": repr(err)})
 
     async def _try_acquire_or_renew(self) -> bool:
@@ -130,7 +142,7 @@ class LeaderElector:
             return False
         except asyncio.CancelledError:
             raise
-        except Exception as err:    # anything unexpected is a failed attempt, never a crash
+        except Exception as err:  # anything unexpected is a failed attempt, never a crash
             log.warning("lease update failed unexpectedly", extra={"error": repr(err)})
             return False
 
@@ -141,11 +153,21 @@ class LeaderElector:
         except ApiError as err:
             if err.status != 404:
                 raise
-            await self._client.create(self._path, {
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self._duration),
-                         "acquireTime": now, "renewTime": now, "leaseTransitions": 0}})
+            await self._client.create(
+                self._path,
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": {
+                        "holderIdentity": self.identity,
+                        "leaseDurationSeconds": int(self._duration),
+                        "acquireTime": now,
+                        "renewTime": now,
+                        "leaseTransitions": 0,
+                    },
+                },
+            )
             return True
         spec = lease.setdefault("spec", {})
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"))
@@ -159,8 +181,7 @@ class LeaderElector:
         if holder != self.identity:
             spec["acquireTime"] = now
             spec["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
-        spec.update({"holderIdentity": self.identity, "leaseDurationSeconds": int(self._duration),
-                     "renewTime": now})
+        spec.update({"holderIdentity": self.identity, "leaseDurationSeconds": int(self._duration), "renewTime": now})
         await self._client.update(f"{self._path}/{self.name}", lease)
         return True
 

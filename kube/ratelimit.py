@@ -2,6 +2,7 @@
 
 `qps` tokens per second accrue up to `burst` (at least one); the bucket starts full.
 """
+
 from __future__ import annotations
 
 import asyncio

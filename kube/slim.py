@@ -8,12 +8,13 @@ a pod's size. String values that pods of one workload share (namespace, labels, 
 values, owner, node name, quantities, phase, condition reasons) are interned: the JSON decoder
 makes a fresh copy of each in each pod, a large share of the cache at scale.
 """
+
 from __future__ import annotations
 
 from sys import intern
 from typing import Any
 
-Obj = dict[str, Any]     # a Kubernetes object as decoded JSON (the one alias for it)
+Obj = dict[str, Any]  # a Kubernetes object as decoded JSON (the one alias for it)
 
 _DROPPED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 _RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
@@ -50,14 +51,17 @@ def slim_pod(pod: Obj) -> Obj:
     annotations = meta.get("annotations") or {}
     slim_meta: Obj = {
         "name": meta.get("name"),
-        "generateName": _shared_str(meta.get("generateName")),     # bound by the webhook's originals MAC
+        "generateName": _shared_str(meta.get("generateName")),  # bound by the webhook's originals MAC
         "namespace": _shared_str(meta.get("namespace")),
         "uid": meta.get("uid"),
         "resourceVersion": meta.get("resourceVersion"),
         "generation": meta.get("generation"),
         "labels": _shared(meta.get("labels") or {}),
-        "annotations": _shared(annotations if _DROPPED_ANNOTATION not in annotations else
-                               {k: v for k, v in annotations.items() if k != _DROPPED_ANNOTATION}),
+        "annotations": _shared(
+            annotations
+            if _DROPPED_ANNOTATION not in annotations
+            else {k: v for k, v in annotations.items() if k != _DROPPED_ANNOTATION}
+        ),
         "ownerReferences": [_shared(o) for o in meta.get("ownerReferences") or [] if o.get("controller")],
     }
     if meta.get("deletionTimestamp"):
@@ -69,33 +73,43 @@ def slim_pod(pod: Obj) -> Obj:
     }
     if spec.get("nodeSelector"):
         slim_spec["nodeSelector"] = _shared(spec["nodeSelector"])
-    if spec.get("schedulingGates"):     # (never on a bound pod: the scheduler waits for them to go)
-        slim_spec["schedulingGates"] = [_shared_str(g.get("name")) for g in spec["schedulingGates"]
-                                        if type(g) is dict]
+    if spec.get("schedulingGates"):  # (never on a bound pod: the scheduler waits for them to go)
+        slim_spec["schedulingGates"] = [_shared_str(g.get("name")) for g in spec["schedulingGates"] if type(g) is dict]
     if spec.get("priority") is not None:
-        slim_spec["priority"] = spec["priority"]       # an upsize of a critical pod may evict others
+        slim_spec["priority"] = spec["priority"]  # an upsize of a critical pod may evict others
     if spec.get("resources"):
         slim_spec["resources"] = _shared_resources(spec["resources"])
     slim_status: Obj = {
         "phase": _shared_str(status.get("phase")),
         "qosClass": _shared_str(status.get("qosClass")),
         "containerStatuses": [
-            {"name": _shared_str(s.get("name")), "resources": _shared_resources(s.get("resources")),
-             "running": "running" in (s.get("state") or {})}
+            {
+                "name": _shared_str(s.get("name")),
+                "resources": _shared_resources(s.get("resources")),
+                "running": "running" in (s.get("state") or {}),
+            }
             for s in status.get("containerStatuses") or []
         ],
-        "conditions": [{k: _shared_str(c[k]) for k in _CONDITION_FIELDS if k in c}
-                       for c in status.get("conditions") or [] if c.get("type") in _RESIZE_CONDITIONS],
+        "conditions": [
+            {k: _shared_str(c[k]) for k in _CONDITION_FIELDS if k in c}
+            for c in status.get("conditions") or []
+            if c.get("type") in _RESIZE_CONDITIONS
+        ],
     }
     if status.get("observedGeneration") is not None:
         slim_status["observedGeneration"] = status["observedGeneration"]
     sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
-    if sidecars:    # what a sidecar has (resized in place like a container)
+    if sidecars:  # what a sidecar has (resized in place like a container)
         slim_status["initContainerStatuses"] = [
-            {"name": _shared_str(s.get("name")), "resources": _shared_resources(s.get("resources")),
-             "running": "running" in (s.get("state") or {})}
-            for s in status.get("initContainerStatuses") or [] if s.get("name") in sidecars]
-    if status.get("resources"):     # what the pod level has (kubelets that resize it)
+            {
+                "name": _shared_str(s.get("name")),
+                "resources": _shared_resources(s.get("resources")),
+                "running": "running" in (s.get("state") or {}),
+            }
+            for s in status.get("initContainerStatuses") or []
+            if s.get("name") in sidecars
+        ]
+    if status.get("resources"):  # what the pod level has (kubelets that resize it)
         slim_status["resources"] = _shared_resources(status["resources"])
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
 
@@ -107,16 +121,25 @@ def slim_unbound_pod(pod: Obj) -> Obj:
     spec = pod.get("spec") or {}
     if not spec.get("schedulingGates"):
         meta = pod.get("metadata") or {}
-        return {"metadata": {"name": meta.get("name"), "namespace": _shared_str(meta.get("namespace")),
-                             "resourceVersion": meta.get("resourceVersion"), "annotations": {}}, "spec": {}}
+        return {
+            "metadata": {
+                "name": meta.get("name"),
+                "namespace": _shared_str(meta.get("namespace")),
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": {},
+            },
+            "spec": {},
+        }
     slim = slim_pod(pod)
     del slim["metadata"]["labels"]
     return {"metadata": slim["metadata"], "spec": slim["spec"]}
 
 
 def _slim_container(container: Obj) -> Obj:
-    slim: Obj = {"name": _shared_str(container.get("name")),
-                 "resources": _shared_resources(container.get("resources") or {})}
+    slim: Obj = {
+        "name": _shared_str(container.get("name")),
+        "resources": _shared_resources(container.get("resources") or {}),
+    }
     if container.get("resizePolicy"):
         slim["resizePolicy"] = [_shared(p) if type(p) is dict else p for p in container["resizePolicy"]]
     if container.get("restartPolicy"):
@@ -128,11 +151,16 @@ def slim_node(node: Obj) -> Obj:
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
     allocatable = status.get("allocatable") or {}
-    slim: Obj = {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion"),
-                              "labels": meta.get("labels") or {}},
-                 "status": {"allocatable": {k: allocatable[k] for k in ("cpu", "memory") if k in allocatable}}}
+    slim: Obj = {
+        "metadata": {
+            "name": meta.get("name"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": meta.get("labels") or {},
+        },
+        "status": {"allocatable": {k: allocatable[k] for k in ("cpu", "memory") if k in allocatable}},
+    }
     features = status.get("declaredFeatures")
-    if type(features) is list:      # whether the node resizes pod-level resources (resizer.plan)
+    if type(features) is list:  # whether the node resizes pod-level resources (resizer.plan)
         slim["status"]["declaredFeatures"] = [_shared_str(f) for f in features]
     return slim
 
@@ -145,5 +173,7 @@ def status_fingerprint(pod: Obj) -> tuple[Any, ...]:
     container restarted) the pod is worth another try.
     """
     statuses = pod.get("status", {}).get("containerStatuses") or []
-    return (pod.get("status", {}).get("phase"),
-            tuple((s.get("running"), s.get("resources") is not None) for s in statuses))
+    return (
+        pod.get("status", {}).get("phase"),
+        tuple((s.get("running"), s.get("resources") is not None) for s in statuses),
+    )

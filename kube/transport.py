@@ -9,11 +9,12 @@ an idle timeout for streams, and a request that meets a kept-alive connection th
 closed sent once more on a fresh one, as Go's net/http does. Errors are the builtin ones
 (`TimeoutError`, `ConnectionError`, `OSError`); kube maps them onto its own.
 """
+
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import collections
+import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -113,7 +114,7 @@ class Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[int] | None = None
         self._body: list[bytes] = []
         self._stream: _Stream | None = None
-        self._answered = False          # a byte of the current answer has arrived
+        self._answered = False  # a byte of the current answer has arrived
         self._complete = True
         self._keep_alive = True
 
@@ -132,7 +133,7 @@ class Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         self.closed = True
-        return None     # close the transport; connection_lost follows
+        return None  # close the transport; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -141,8 +142,11 @@ class Connection(asyncio.Protocol):
         if not self._answered and self.reused:
             self._fail(ServerClosed("the server closed the kept-alive connection"))
         else:
-            error = ConnectionError(f"connection lost before the response was complete: {exc!r}"
-                                    if exc else "connection closed before the response was complete")
+            error = ConnectionError(
+                f"connection lost before the response was complete: {exc!r}"
+                if exc
+                else "connection closed before the response was complete"
+            )
             self._fail(error)
 
     # ---- httptools callbacks
@@ -216,8 +220,13 @@ class Connection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        return self._complete and self._keep_alive and not self.closed \
-            and self.transport is not None and not self.transport.is_closing()
+        return (
+            self._complete
+            and self._keep_alive
+            and not self.closed
+            and self.transport is not None
+            and not self.transport.is_closing()
+        )
 
     def abort(self) -> None:
         self.closed = True
@@ -228,8 +237,9 @@ class Connection(asyncio.Protocol):
 class Pool:
     """At most `max_connections` connections to one server (http or https URL)."""
 
-    def __init__(self, server: str, ssl_context: ssl.SSLContext | None, max_connections: int,
-                 connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self, server: str, ssl_context: ssl.SSLContext | None, max_connections: int, connect_timeout: float = 10.0
+    ) -> None:
         url = urlsplit(server)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) server URL: {server!r}")
@@ -271,17 +281,24 @@ class Pool:
                 await waiter
             except BaseException:
                 if waiter.done() and not waiter.cancelled():
-                    self._wake_one()       # pass on the wake-up we were given
+                    self._wake_one()  # pass on the wake-up we were given
                 raise
             finally:
-                with contextlib.suppress(ValueError):     # already taken off by a wake-up
+                with contextlib.suppress(ValueError):  # already taken off by a wake-up
                     self._waiters.remove(waiter)
 
     async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(loop.create_connection(
-            lambda: Connection(loop), self.host, self.port, ssl=self._ssl,
-            server_hostname=self.host if self._ssl is not None else None), self._connect_timeout)
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: Connection(loop),
+                self.host,
+                self.port,
+                ssl=self._ssl,
+                server_hostname=self.host if self._ssl is not None else None,
+            ),
+            self._connect_timeout,
+        )
         return conn
 
     def release(self, conn: Connection) -> None:

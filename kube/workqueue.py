@@ -5,6 +5,7 @@
   meanwhile it is marked dirty and re-queued when the first worker is done.
 - Per-item exponential backoff for retries (`add_rate_limited`), reset by `forget`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,14 +19,14 @@ class WorkQueue:
     def __init__(self, name: str, base_delay: float = 0.5, max_delay: float = 300.0) -> None:
         self.name = name
         self._queue: deque[str] = deque()
-        self._queued: dict[str, float] = {}       # item -> time it was queued
+        self._queued: dict[str, float] = {}  # item -> time it was queued
         self._processing: set[str] = set()
         self._dirty: set[str] = set()
         self._failures: dict[str, int] = {}
         self._delayed: dict[str, asyncio.TimerHandle] = {}
         self._base = base_delay
         self._max = max_delay
-        self._waiters: deque[asyncio.Future[None]] = deque()    # workers blocked in get()
+        self._waiters: deque[asyncio.Future[None]] = deque()  # workers blocked in get()
         self._shutting_down = False
         # Bound once: labels() takes a lock and builds a tuple on every call.
         self._adds = metrics.QUEUE_ADDS.labels(name)
@@ -68,7 +69,7 @@ class WorkQueue:
     def add_rate_limited(self, item: str) -> float:
         failures = self._failures.get(item, 0)
         self._failures[item] = failures + 1
-        delay = min(self._base * (2.0 ** min(failures, 64)), self._max)   # 2**1024 overflows a float
+        delay = min(self._base * (2.0 ** min(failures, 64)), self._max)  # 2**1024 overflows a float
         self._retries.inc()
         self.add_after(item, delay)
         return delay
@@ -95,7 +96,7 @@ class WorkQueue:
             try:
                 await waiter
             except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():   # woken, then cancelled: wake another
+                if waiter.done() and not waiter.cancelled():  # woken, then cancelled: wake another
                     self._wake_one()
                 raise
             finally:

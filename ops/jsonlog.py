@@ -24,7 +24,15 @@ from pythonjsonlogger.orjson import OrjsonFormatter
 
 from ops.timestamps import rfc3339_millis
 
-__all__ = ["BatchingStreamHandler", "JSONFormatter", "TextFormatter", "configure_logging", "flush_logging", "log_fields", "LEVELS"]
+__all__ = [
+    "BatchingStreamHandler",
+    "JSONFormatter",
+    "TextFormatter",
+    "configure_logging",
+    "flush_logging",
+    "log_fields",
+    "LEVELS",
+]
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -37,9 +45,12 @@ LEVELS = {
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 # ``color_message`` is uvicorn's ANSI-coloured duplicate of ``msg``.
-_STANDARD_ATTRS = frozenset(
-    vars(logging.LogRecord("x", logging.INFO, "", 0, "", None, None)).keys()
-) | {"message", "asctime", "taskName", "color_message"}
+_STANDARD_ATTRS = frozenset(vars(logging.LogRecord("x", logging.INFO, "", 0, "", None, None)).keys()) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
 
 _LEVEL_NAMES = {
     logging.DEBUG: "debug",
@@ -76,15 +87,22 @@ class JSONFormatter(OrjsonFormatter):
     repr rather than losing the line."""
 
     def __init__(self) -> None:
-        super().__init__("%(message)s", rename_fields={"message": "msg", "exc_info": "stack"},
-                         reserved_attrs=list(_STANDARD_ATTRS), json_default=_default)
+        super().__init__(
+            "%(message)s",
+            rename_fields={"message": "msg", "exc_info": "stack"},
+            reserved_attrs=list(_STANDARD_ATTRS),
+            json_default=_default,
+        )
 
-    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
-                   message_dict: dict[str, Any]) -> None:
+    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
         fields: dict[str, Any] = {}
         super().add_fields(fields, record, message_dict)
-        log_data.update(ts=rfc3339_millis(record.created), level=_level_name(record.levelno), logger=record.name,
-                        msg=fields.pop("msg"))
+        log_data.update(
+            ts=rfc3339_millis(record.created),
+            level=_level_name(record.levelno),
+            logger=record.name,
+            msg=fields.pop("msg"),
+        )
         stack = fields.pop("stack", None)
         log_data.update((key, value) for key, value in fields.items() if key not in log_data)
         if record.exc_info and record.exc_info[0] is not None:
@@ -120,7 +138,11 @@ class TextFormatter(logging.Formatter):
             if key in _STANDARD_ATTRS:
                 continue
             if isinstance(value, str):
-                text = value if value and " " not in value and "=" not in value and '"' not in value else orjson.dumps(value).decode()
+                text = (
+                    value
+                    if value and " " not in value and "=" not in value and '"' not in value
+                    else orjson.dumps(value).decode()
+                )
             else:
                 try:
                     text = orjson.dumps(value, default=_default, option=_ORJSON_OPTS).decode()
@@ -171,7 +193,7 @@ class BatchingStreamHandler(logging.StreamHandler):
     def close(self) -> None:
         self._stop.set()
         try:
-            with contextlib.suppress(ValueError):   # the stream was closed under us
+            with contextlib.suppress(ValueError):  # the stream was closed under us
                 self.flush()
         finally:
             super().close()
@@ -180,7 +202,7 @@ class BatchingStreamHandler(logging.StreamHandler):
 def flush_logging() -> None:
     """Flush every handler of the root logger (call before exiting on a signal)."""
     for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):    # one broken stream must not keep the others unflushed
+        with contextlib.suppress(Exception):  # one broken stream must not keep the others unflushed
             handler.flush()
 
 
@@ -221,8 +243,9 @@ def configure_logging(
         if stream is None:
             # stderr is line-buffered (a write per line); use a block-buffered
             # duplicate of its file descriptor instead.
-            stream = open(os.dup(sys.stderr.fileno()), "w", buffering=1 << 16, encoding="utf-8",
-                          errors="backslashreplace")
+            stream = open(
+                os.dup(sys.stderr.fileno()), "w", buffering=1 << 16, encoding="utf-8", errors="backslashreplace"
+            )
         handler = BatchingStreamHandler(stream, flush_interval)
     else:
         handler = logging.StreamHandler(stream if stream is not None else sys.stderr)

@@ -8,6 +8,7 @@ a directory that becomes unreadable or empty keeps the last good keys. An ``opti
 directory (a Secret volume mounted ``optional: true`` whose Secret the reconciler creates
 at its first start) may be empty or absent at startup: the keys count from when they appear.
 """
+
 from __future__ import annotations
 
 import base64
@@ -100,7 +101,7 @@ def _has_entries(directory: Path) -> bool:
     except FileNotFoundError:
         return False
     except OSError:
-        return True     # unreadable: not "no key yet"
+        return True  # unreadable: not "no key yet"
 
 
 def _usable(name: str, secret: bytes, where: str) -> bytes:
@@ -117,12 +118,14 @@ class KeyDirectory:
         self.directory = Path(directory)
         self.error: str | None = None
         try:
-            self.keys: dict[str, bytes] = read_key_directory(self.directory)   # fail fast at startup
+            self.keys: dict[str, bytes] = read_key_directory(self.directory)  # fail fast at startup
         except KeyDirectoryError as err:
             if not optional or _has_entries(self.directory):
-                raise       # a key that is there but unusable is an error even when optional
-            log.warning("no originals key yet; original-* annotations are stamped unsigned until one appears",
-                        extra={"directory": str(self.directory)})
+                raise  # a key that is there but unusable is an error even when optional
+            log.warning(
+                "no originals key yet; original-* annotations are stamped unsigned until one appears",
+                extra={"directory": str(self.directory)},
+            )
             self.keys, self.error = {}, str(err)
         self._digest = _digest(self.keys)
 

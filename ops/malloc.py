@@ -8,6 +8,7 @@ Fixing the thresholds (what ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHO
 from inside the process however it is started) keeps large buffers out of the heap and lets
 its free top go back to the OS. Not glibc (musl, macOS): the call says so, changes nothing.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -30,11 +31,17 @@ def bound_heap_retention(arena_max: int = 2) -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
-        if not hasattr(libc, "gnu_get_libc_version"):      # glibc only
+        if not hasattr(libc, "gnu_get_libc_version"):  # glibc only
             return False
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return all(mallopt(option, value) == 1 for option, value in (
-        (M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_ARENA_MAX, arena_max)))
+    return all(
+        mallopt(option, value) == 1
+        for option, value in (
+            (M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+            (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+            (M_ARENA_MAX, arena_max),
+        )
+    )

@@ -4,6 +4,7 @@
 when failing, with 503) one ``[+]name ok: detail`` / ``[-]name failed: detail`` line per
 check and a closing ``readyz check passed|failed``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -11,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from ops.prometheus import CONTENT_TYPE, REGISTRY, CollectorRegistry, exposition
 
-if TYPE_CHECKING:       # starlette only for the webhook's routes: the reconciler serves without it
+if TYPE_CHECKING:  # starlette only for the webhook's routes: the reconciler serves without it
     from starlette.routing import BaseRoute
 
-Check = Callable[[], tuple[bool, str]]     # -> (passed, detail)
+Check = Callable[[], tuple[bool, str]]  # -> (passed, detail)
 
 
 def readiness(checks: Mapping[str, Check], verbose: bool) -> tuple[int, str]:
@@ -23,8 +24,10 @@ def readiness(checks: Mapping[str, Check], verbose: bool) -> tuple[int, str]:
     ok = all(passed for passed, _ in results.values())
     if not verbose and ok:
         return 200, "ok"
-    lines = [f"[{'+' if passed else '-'}]{name} {'ok' if passed else 'failed'}: {detail}"
-             for name, (passed, detail) in results.items()]
+    lines = [
+        f"[{'+' if passed else '-'}]{name} {'ok' if passed else 'failed'}: {detail}"
+        for name, (passed, detail) in results.items()
+    ]
     return (200 if ok else 503), "\n".join(lines) + f"\nreadyz check {'passed' if ok else 'failed'}\n"
 
 
@@ -43,5 +46,4 @@ def probe_routes(checks: Mapping[str, Check], registry: CollectorRegistry = REGI
     async def metrics(_: Request) -> Response:
         return Response(exposition(registry), media_type=CONTENT_TYPE)
 
-    return [Route("/healthz", healthz), Route("/livez", healthz), Route("/readyz", readyz),
-            Route("/metrics", metrics)]
+    return [Route("/healthz", healthz), Route("/livez", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]

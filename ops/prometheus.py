@@ -9,6 +9,7 @@ carries the ``process_*``, ``python_info`` and ``python_gc_*`` collectors); the 
 makes a registry per app (:func:`new_registry`) so tests and several apps in one process
 stay independent.
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,9 +57,14 @@ class ComputedGauge(Collector):
     kept between scrapes: a label set that is gone simply is not shown). A callback that fails
     shows the family without samples rather than failing the whole scrape."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
-                 samples: Callable[[], Iterable[tuple[Sequence[str], float]]],
-                 registry: CollectorRegistry | None = REGISTRY) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        samples: Callable[[], Iterable[tuple[Sequence[str], float]]],
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
@@ -75,7 +81,7 @@ class ComputedGauge(Collector):
         try:
             for values, value in self._samples():
                 family.add_metric(list(values), value)
-        except Exception:           # one family must not take /metrics down
+        except Exception:  # one family must not take /metrics down
             logging.getLogger("metrics").exception("computing %s failed; shown without samples", self.name)
             family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
         yield family

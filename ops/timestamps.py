@@ -4,6 +4,7 @@
 - rfc3339_micro():  ``2024-05-01T12:00:00.123456Z``  (metav1.MicroTime: Lease renewTime)
 - rfc3339_millis(): ``2024-05-01T12:00:00.123Z``     (log lines; the seconds part is cached)
 """
+
 from __future__ import annotations
 
 import time

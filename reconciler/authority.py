@@ -1,5 +1,6 @@
 """The pod resizer's use of the baseline authority (resizer.integrity.baseline): what this
 process vouches for, and when it may bind a pod's originals to it with a pod MAC."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -16,8 +17,7 @@ def vouched(memory: Memory, pod: Obj, node_type: str) -> Mapping[str, str] | Non
     have been relabelled before the kubelet actuated it). The baseline authority trusts them
     while the pod still carries exactly those."""
     flight = memory.in_flight.get(pod_uid(pod))
-    if flight is not None and (flight.node_type == node_type
-                               or flight.generation == pod["metadata"].get("generation")):
+    if flight is not None and (flight.node_type == node_type or flight.generation == pod["metadata"].get("generation")):
         return flight.originals
     return None
 

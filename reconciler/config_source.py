@@ -5,6 +5,7 @@ the last valid config stays in force, the validation error is logged with its
 field path, a Warning Event `InvalidConfig` is recorded on the ConfigMap, and
 the `workload_resizer_config_valid` metric and /readyz say so.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,10 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from reconciler import metrics
+from kube import ApiError, KubeClient
 from kube.events import EventRecorder, object_reference
 from kube.informer import Informer
-from kube import ApiError, KubeClient
+from reconciler import metrics
 from reconciler.reasons import EventType, Reason
 from resizer import CompiledConfig, ConfigError, load_config
 
@@ -26,13 +27,21 @@ CONFIG_KEY = "config.yaml"
 
 
 class ConfigSource:
-    def __init__(self, client: KubeClient, recorder: EventRecorder, namespace: str, name: str,
-                 refresh_interval: float, on_change: Callable[[], None], idle_timeout: float = 90.0) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        recorder: EventRecorder,
+        namespace: str,
+        name: str,
+        refresh_interval: float,
+        on_change: Callable[[], None],
+        idle_timeout: float = 90.0,
+    ) -> None:
         self.namespace = namespace
         self.name = name
-        self.config: CompiledConfig | None = None     # the config in force (last good)
-        self.generation = 0                          # bumped whenever a new config takes force
-        self.valid = False                           # whether the latest content is valid
+        self.config: CompiledConfig | None = None  # the config in force (last good)
+        self.generation = 0  # bumped whenever a new config takes force
+        self.valid = False  # whether the latest content is valid
         self.error: str | None = None
         self._client = client
         self._recorder = recorder
@@ -42,8 +51,14 @@ class ConfigSource:
         self._good_digest: str | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self.informer = Informer(
-            client, "configmaps", f"/api/v1/namespaces/{namespace}/configmaps", slim=lambda cm: cm,
-            handler=self._on_event, params={"fieldSelector": f"metadata.name={name}"}, idle_timeout=idle_timeout)
+            client,
+            "configmaps",
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            slim=lambda cm: cm,
+            handler=self._on_event,
+            params={"fieldSelector": f"metadata.name={name}"},
+            idle_timeout=idle_timeout,
+        )
 
     @property
     def ready(self) -> bool:
@@ -52,7 +67,7 @@ class ConfigSource:
     async def run(self) -> None:
         try:
             await asyncio.gather(self.informer.run(), self._poll())
-        finally:        # config applications still in flight end with the source
+        finally:  # config applications still in flight end with the source
             for task in self._pending:
                 task.cancel()
             await asyncio.gather(*self._pending, return_exceptions=True)
@@ -97,8 +112,11 @@ class ConfigSource:
             return
         self._last_digest = digest
         if configmap is None or text is None:
-            problem = (f"ConfigMap {self.namespace}/{self.name} not found" if configmap is None
-                       else f"ConfigMap {self.namespace}/{self.name} has no key {CONFIG_KEY}")
+            problem = (
+                f"ConfigMap {self.namespace}/{self.name} not found"
+                if configmap is None
+                else f"ConfigMap {self.namespace}/{self.name} has no key {CONFIG_KEY}"
+            )
             await self._reject(configmap, problem, [("(root)", problem)])
             return
         try:
@@ -114,21 +132,34 @@ class ConfigSource:
         self.generation += 1
         metrics.CONFIG_LOADED.set(1)
         metrics.CONFIG_RELOADS.inc()
-        log.info("config loaded", extra={"configmap": f"{self.namespace}/{self.name}",
-                                         "resourceVersion": configmap["metadata"].get("resourceVersion"),
-                                         "baselineNodeType": config.baseline_node_type,
-                                         "nodeTypes": sorted(config.node_types)})
+        log.info(
+            "config loaded",
+            extra={
+                "configmap": f"{self.namespace}/{self.name}",
+                "resourceVersion": configmap["metadata"].get("resourceVersion"),
+                "baselineNodeType": config.baseline_node_type,
+                "nodeTypes": sorted(config.node_types),
+            },
+        )
         self._on_change()
 
-    async def _reject(self, configmap: dict[str, Any] | None, problem: str,
-                      errors: list[tuple[str, str]]) -> None:
+    async def _reject(self, configmap: dict[str, Any] | None, problem: str, errors: list[tuple[str, str]]) -> None:
         self.valid, self.error = False, problem
         metrics.CONFIG_VALID.set(0)
         metrics.CONFIG_ERRORS.inc()
         keeping = "keeping the last good config" if self.config is not None else "no valid config yet"
-        log.error("invalid config, %s", keeping, extra={
-            "configmap": f"{self.namespace}/{self.name}",
-            "errors": [{"field": path, "error": message} for path, message in errors]})
+        log.error(
+            "invalid config, %s",
+            keeping,
+            extra={
+                "configmap": f"{self.namespace}/{self.name}",
+                "errors": [{"field": path, "error": message} for path, message in errors],
+            },
+        )
         if configmap is not None:
-            await self._recorder.emit(object_reference(configmap, "ConfigMap"), EventType.WARNING,
-                                      Reason.INVALID_CONFIG, f"{problem}; {keeping}")
+            await self._recorder.emit(
+                object_reference(configmap, "ConfigMap"),
+                EventType.WARNING,
+                Reason.INVALID_CONFIG,
+                f"{problem}; {keeping}",
+            )

@@ -2,6 +2,7 @@
 written (reconciler.writes, in the recovery-safe order its docstring gives) or followed to its
 end (reconciler.follow). Reads and writes go only through the interfaces of reconciler.ports.
 """
+
 from __future__ import annotations
 
 import logging
@@ -10,10 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kube.informer import object_key
-from reconciler.memory import DONE, Context, InFlight, Memory, Result, Step
 from reconciler import gated
+from reconciler.authority import vouched
 from reconciler.follow import Follow
 from reconciler.gates import VPA, Gate, OpenGate
+from reconciler.memory import DONE, Context, InFlight, Memory, Result, Step
 from reconciler.outcome import ResizeState, Stage, allocatable_fingerprint, observe, spec_size
 from reconciler.pods import (
     live_and_bound,
@@ -30,13 +32,12 @@ from reconciler.reasons import EventType, Reason
 from reconciler.report import Reporter, decision_record
 from reconciler.settings import ControllerSettings
 from reconciler.writes import Writes
-from reconciler.authority import vouched
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
     EMPTY_KEYRING,
-    Baseline,
     RESIZE_STATE,
+    Baseline,
     KeyRing,
     OriginalsError,
     PlanError,
@@ -52,8 +53,16 @@ from resizer import (
 )
 from resizer.realign import realignment
 
-__all__ = ["DONE", "InFlight", "PodResizeReconciler", "Result", "Step", "decision_record", "live_and_bound",
-           "situation"]
+__all__ = [
+    "DONE",
+    "InFlight",
+    "PodResizeReconciler",
+    "Result",
+    "Step",
+    "decision_record",
+    "live_and_bound",
+    "situation",
+]
 
 log = logging.getLogger("reconciler.controller")
 
@@ -61,9 +70,18 @@ log = logging.getLogger("reconciler.controller")
 class PodResizeReconciler:
     """reconcile(namespace/name) of one pod, plus the predicate the manager filters events with."""
 
-    def __init__(self, reader: PodReader, writer: PodWriter, events: EventSink, config: ConfigView,
-                 options: ControllerSettings, fault: FaultHook = no_fault, clock: Callable[[], float] = time.time,
-                 keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING, gate: Gate | None = None) -> None:
+    def __init__(
+        self,
+        reader: PodReader,
+        writer: PodWriter,
+        events: EventSink,
+        config: ConfigView,
+        options: ControllerSettings,
+        fault: FaultHook = no_fault,
+        clock: Callable[[], float] = time.time,
+        keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING,
+        gate: Gate | None = None,
+    ) -> None:
         self._reader = reader
         self._config = config
         self._options = options
@@ -78,7 +96,7 @@ class PodResizeReconciler:
         return self._context.fault
 
     @_fault.setter
-    def _fault(self, fault: FaultHook) -> None:     # tests crash a pass after a given write step
+    def _fault(self, fault: FaultHook) -> None:  # tests crash a pass after a given write step
         self._context.fault = fault
 
     @property
@@ -101,25 +119,32 @@ class PodResizeReconciler:
         if not live_and_bound(pod) or not eligibility(pod).eligible:
             return False
         if node is None:
-            return True     # a node we have not seen yet: reconcile looks it up
+            return True  # a node we have not seen yet: reconcile looks it up
         node_type = node["metadata"]["labels"].get(self._options.node_type_label)
         if node_type is None:
-            return False    # untyped node: nothing to do until it is labelled
+            return False  # untyped node: nothing to do until it is labelled
         flight = self._memory.in_flight.get(pod_uid(pod))
         if flight is not None and self._awaiting_kubelet(pod, node_type, flight):
             return False
         done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._memory.finished.get(pod_uid(pod)))
-        if node_type in done:       # sized for this type: follow a re-alignment in flight, or check for one
-            return pod_uid(pod) in self._memory.in_flight or self._needs_realignment(pod, node_type) \
+        if node_type in done:  # sized for this type: follow a re-alignment in flight, or check for one
+            return (
+                pod_uid(pod) in self._memory.in_flight
+                or self._needs_realignment(pod, node_type)
                 or self._unreported_realignment(pod, node_type) is not None
+            )
         return not self._parked(pod, node, node_type)
 
     def _awaiting_kubelet(self, pod: Obj, node_type: str, flight: InFlight) -> bool:
         """Our resize of this very spec, planned with the config in use, that the kubelet has
         not reported on yet: a reconcile would re-plan the same size and only wait. (Most
         watch events of a pod in flight are of this kind: our own writes, the start.)"""
-        return flight.node_type == node_type and flight.config_generation == self._config.generation \
-            and pod["metadata"].get("generation") == flight.generation and observe(pod).stage == Stage.REQUESTED
+        return (
+            flight.node_type == node_type
+            and flight.config_generation == self._config.generation
+            and pod["metadata"].get("generation") == flight.generation
+            and observe(pod).stage == Stage.REQUESTED
+        )
 
     def _parked(self, pod: Obj, node: Obj | None, node_type: str, plan: ResizePlan | None = None) -> bool:
         """A recorded infeasible/failed size that is not to be tried again on this node,
@@ -136,8 +161,13 @@ class PodResizeReconciler:
             return False
         if plan is None:
             try:
-                plan = plan_resize(pod, resolve_policy(config, pod), node_type,
-                                   self._options.resize_restart_containers, self._context.pod_level(node))
+                plan = plan_resize(
+                    pod,
+                    resolve_policy(config, pod),
+                    node_type,
+                    self._options.resize_restart_containers,
+                    self._context.pod_level(node),
+                )
             except (OriginalsError, PlanError):
                 return False
         return state.size == size_fingerprint(plan) and bool(plan.patch)
@@ -149,8 +179,10 @@ class PodResizeReconciler:
         if not self._options.realign or config is None or self._memory.realign_checked.get(uid) == generation:
             return False
         self._memory.realign_checked[uid] = generation
-        return realignment(pod, config, node_type, self._options.resize_restart_containers,
-                           self._context.pod_level(None)) is not None
+        return (
+            realignment(pod, config, node_type, self._options.resize_restart_containers, self._context.pod_level(None))
+            is not None
+        )
 
     def _unreported_realignment(self, pod: Obj, node_type: str) -> ResizePlan | None:
         """The plan, if the spec holds a re-alignment (the spec equals the plan) whose size is not
@@ -158,27 +190,45 @@ class PodResizeReconciler:
         annotations = pod["metadata"]["annotations"]
         recorded = annotations.get(APPLIED_SIZE)
         config = self._config.config
-        if recorded is None or not self._options.realign or config is None or pod_uid(pod) in self._memory.finished \
-                or annotations.get(APPLIED_INSTANCE_TYPE) != node_type or recorded == spec_size(pod):
+        if (
+            recorded is None
+            or not self._options.realign
+            or config is None
+            or pod_uid(pod) in self._memory.finished
+            or annotations.get(APPLIED_INSTANCE_TYPE) != node_type
+            or recorded == spec_size(pod)
+        ):
             return None
         try:
             # Only originals bound to this pod (resizer.integrity): adopting the spec as our
             # re-alignment would otherwise sign originals nobody verified at step 3.
             if baseline(pod, self._context.keyring()).check.trust is not Trust.TRUSTED:
                 return None
-            plan = plan_resize(pod, resolve_policy(config, pod), node_type, self._options.resize_restart_containers,
-                               self._context.pod_level(None))
+            plan = plan_resize(
+                pod,
+                resolve_policy(config, pod),
+                node_type,
+                self._options.resize_restart_containers,
+                self._context.pod_level(None),
+            )
         except (OriginalsError, PlanError, QuantityError):
             return None
         return plan if plan.outcome == "AlreadyAligned" else None
 
     def _adopt(self, pod: Obj, plan: ResizePlan) -> None:
         """Follow an unreported re-alignment found on the pod as if this process had requested it."""
-        log.info("following a re-alignment requested before this reconciler started",
-                 extra={"pod": object_key(pod), "generation": pod["metadata"].get("generation")})
-        self._memory.in_flight[pod_uid(pod)] = InFlight(plan.node_type, pod["metadata"].get("generation") or 0, None,
-                                              summary_from_originals(plan), "re-aligned",
-                                              originals=original_annotations(pod))
+        log.info(
+            "following a re-alignment requested before this reconciler started",
+            extra={"pod": object_key(pod), "generation": pod["metadata"].get("generation")},
+        )
+        self._memory.in_flight[pod_uid(pod)] = InFlight(
+            plan.node_type,
+            pod["metadata"].get("generation") or 0,
+            None,
+            summary_from_originals(plan),
+            "re-aligned",
+            originals=original_annotations(pod),
+        )
 
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""
@@ -204,7 +254,7 @@ class PodResizeReconciler:
             return DONE
         flight = self._memory.in_flight.get(pod_uid(pod))
         if flight is not None and self._awaiting_kubelet(pod, node_type, flight):
-            return DONE     # queued before our resize (e.g. dirty while we wrote it): nothing to do yet
+            return DONE  # queued before our resize (e.g. dirty while we wrote it): nothing to do yet
         if pod_uid(pod) not in self._memory.in_flight:
             unreported = self._unreported_realignment(pod, node_type)
             if unreported is not None:
@@ -216,8 +266,13 @@ class PodResizeReconciler:
         if self._config.config is None:
             return Result(requeue_after=5.0)
         assert node is not None
-        signature = situation(pod, node_type, self._config.generation, self._context.pod_level(node),
-                              mac_key_known(pod, self._context.keyring()))
+        signature = situation(
+            pod,
+            node_type,
+            self._config.generation,
+            self._context.pod_level(node),
+            mac_key_known(pod, self._context.keyring()),
+        )
         if self._memory.decided.get(pod_uid(pod)) == signature:
             return DONE
         return await self._decide(pod, node, node_type, signature)
@@ -229,8 +284,10 @@ class PodResizeReconciler:
         label = self._options.node_type_label
         node_type = node["metadata"]["labels"].get(label) if node is not None else None
         if not node_type:
-            log.debug("node has no type label; skipping", extra={
-                "pod": key, "node": node_name, "nodeExists": node is not None, "label": label})
+            log.debug(
+                "node has no type label; skipping",
+                extra={"pod": key, "node": node_name, "nodeExists": node is not None, "label": label},
+            )
         return node, node_type
 
     def _sized(self, pod: Obj, node_type: str) -> bool:
@@ -238,21 +295,26 @@ class PodResizeReconciler:
         uid, config = pod_uid(pod), self._config.config
         if node_type not in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._memory.finished.get(uid)):
             return False
-        if uid in self._memory.in_flight:       # a re-alignment being followed to actuation
+        if uid in self._memory.in_flight:  # a re-alignment being followed to actuation
             return False
-        return not self._options.realign or config is None \
-            or realignment(pod, config, node_type, self._options.resize_restart_containers,
-                           self._context.pod_level(None)) is None
+        return (
+            not self._options.realign
+            or config is None
+            or realignment(
+                pod, config, node_type, self._options.resize_restart_containers, self._context.pod_level(None)
+            )
+            is None
+        )
 
     async def _decide(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...]) -> Result:
         flight = self._memory.in_flight.get(pod_uid(pod))
         if self._memory.cache_behind(pod_uid(pod), pod["metadata"].get("generation") or 0, node_type, flight):
             return DONE
-        held = self._context.gate.admit(pod)        # left to another controller (an updating VPA)
+        held = self._context.gate.admit(pod)  # left to another controller (an updating VPA)
         if held is not None:
             return await self._writes.holding.held(pod, None, held)
         self._context.holds.release(pod_uid(pod), VPA)
-        generation = self._config.generation      # the config version the plan below is made with
+        generation = self._config.generation  # the config version the plan below is made with
         planned = await self._plan(pod, node, node_type, signature)
         if isinstance(planned, Result):
             return planned
@@ -273,8 +335,9 @@ class PodResizeReconciler:
             return await self._writes.write(pod, node, node_type, signature, plan, context, base, generation)
         return await self._follow.follow(pod, node, node_type, plan, context, generation, base)
 
-    async def _plan(self, pod: Obj, node: Obj, node_type: str,
-                    signature: tuple[Any, ...]) -> tuple[Baseline, ResizePlan] | Result:
+    async def _plan(
+        self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...]
+    ) -> tuple[Baseline, ResizePlan] | Result:
         """The pod's verified baseline and its plan for the node type, or the terminal decision
         (reported once) when there is none."""
         config = self._config.config
@@ -283,42 +346,92 @@ class PodResizeReconciler:
             # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
             base = baseline(pod, self._context.keyring(), vouched=vouched(self._memory, pod, node_type))
             if base.check.trust is Trust.REFUSE:
-                return await self._reporter.terminal(pod, signature, None, EventType.WARNING,
-                                                     Reason.ORIGINALS_UNVERIFIED, f"not resized: {base.check.reason}")
-            return base, plan_bound_pod(base.pod, resolve_policy(config, pod), node_type,
-                                        self._options.resize_restart_containers, self._context.pod_level(node),
-                                        base.check.scope == "sized")
+                return await self._reporter.terminal(
+                    pod,
+                    signature,
+                    None,
+                    EventType.WARNING,
+                    Reason.ORIGINALS_UNVERIFIED,
+                    f"not resized: {base.check.reason}",
+                )
+            return base, plan_bound_pod(
+                base.pod,
+                resolve_policy(config, pod),
+                node_type,
+                self._options.resize_restart_containers,
+                self._context.pod_level(node),
+                base.check.scope == "sized",
+            )
         except (OriginalsError, QuantityError) as err:
-            return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
-                                                 f"cannot read the pod's original resources: {err}")
-        except PlanError as err:        # reported once, like a corrupt original: a retry cannot help
-            return await self._reporter.terminal(pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED,
-                                                 f"cannot size the pod: {err}")
+            return await self._reporter.terminal(
+                pod,
+                signature,
+                None,
+                EventType.WARNING,
+                Reason.RESIZE_FAILED,
+                f"cannot read the pod's original resources: {err}",
+            )
+        except PlanError as err:  # reported once, like a corrupt original: a retry cannot help
+            return await self._reporter.terminal(
+                pod, signature, None, EventType.WARNING, Reason.RESIZE_FAILED, f"cannot size the pod: {err}"
+            )
 
-    async def _refused(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...], base: Baseline,
-                       plan: ResizePlan, context: str) -> Result | None:
+    async def _refused(
+        self,
+        pod: Obj,
+        node: Obj,
+        node_type: str,
+        signature: tuple[Any, ...],
+        base: Baseline,
+        plan: ResizePlan,
+        context: str,
+    ) -> Result | None:
         """The terminal decision (reported once) for a plan that is not to be written, else None."""
         terminal = self._reporter.terminal
         if base.check.trust is Trust.TRUSTED_IF_ALIGNED and plan.patch:
-            return await terminal(pod, signature, plan, EventType.WARNING, Reason.ORIGINALS_UNVERIFIED,
-                                  f"not resized: {base.check.reason}, and the pod is not aligned with "
-                                  f"them: {plan.summary()}")
+            return await terminal(
+                pod,
+                signature,
+                plan,
+                EventType.WARNING,
+                Reason.ORIGINALS_UNVERIFIED,
+                f"not resized: {base.check.reason}, and the pod is not aligned with them: {plan.summary()}",
+            )
         if plan.outcome == "UnknownNodeType":
-            return await terminal(pod, signature, plan, EventType.WARNING, Reason.UNKNOWN_NODE_TYPE,
-                                  f"node type {node_type!r} of node {pod['spec']['nodeName']} is not in "
-                                  f"the config's nodeTypes (rule {plan.rule}); pod left unchanged")
+            return await terminal(
+                pod,
+                signature,
+                plan,
+                EventType.WARNING,
+                Reason.UNKNOWN_NODE_TYPE,
+                f"node type {node_type!r} of node {pod['spec']['nodeName']} is not in "
+                f"the config's nodeTypes (rule {plan.rule}); pod left unchanged",
+            )
         if plan.outcome == "PodLevelResources":
             refused = self._memory.pod_level_refused
             why = f" (the apiserver refused such a resize: {refused})" if refused is not None else ""
-            return await terminal(pod, signature, plan, EventType.WARNING, Reason.POD_LEVEL_RESOURCES,
-                                  f"not resized for {context}: {plan.summary()}{why}")
+            return await terminal(
+                pod,
+                signature,
+                plan,
+                EventType.WARNING,
+                Reason.POD_LEVEL_RESOURCES,
+                f"not resized for {context}: {plan.summary()}{why}",
+            )
         if plan.outcome == "QoSChange":
-            return await terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
-                                  f"not resized for {context}: {plan.summary()}")
+            return await terminal(
+                pod,
+                signature,
+                plan,
+                EventType.WARNING,
+                Reason.RESIZE_FAILED,
+                f"not resized for {context}: {plan.summary()}",
+            )
         if self._options.dry_run:
             reason = Reason.WOULD_RESIZE if plan.patch else Reason.ALREADY_ALIGNED
             hold = self._context.gate.would_hold(pod, node, plan.patch) if plan.patch else None
             held = f"; it would be held ({hold})" if hold is not None else ""
-            return await terminal(pod, signature, plan, EventType.NORMAL, reason,
-                                  f"dry run, {context}: {plan.summary()}{held}")
+            return await terminal(
+                pod, signature, plan, EventType.NORMAL, reason, f"dry run, {context}: {plan.summary()}{held}"
+            )
         return None

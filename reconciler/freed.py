@@ -5,6 +5,7 @@ One series per resource x node type x state (no per-pod series). The pods counte
 the reconciler manages with a trusted baseline: the same decisions as `plan` and `report`
 (:func:`resizer.forecast.forecast_fleet`), over the pods and nodes the reconciler has cached.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,16 +17,29 @@ from resizer.config import CompiledConfig
 from resizer.forecast import RequestTotals, forecast_fleet, managed_requests
 from resizer.scope import NamespaceScope
 
-EVERY_NAMESPACE = NamespaceScope(excluded=frozenset())     # the pods given are already in scope
+EVERY_NAMESPACE = NamespaceScope(excluded=frozenset())  # the pods given are already in scope
 
 
-def requests_by_node_type(pods: Iterable[Obj], node_types: Mapping[str, str | None], config: CompiledConfig,
-                          keyring: KeyRing, resize_restart_containers: bool = False,
-                          pod_level_nodes: Collection[str] = frozenset()) -> dict[str, RequestTotals]:
+def requests_by_node_type(
+    pods: Iterable[Obj],
+    node_types: Mapping[str, str | None],
+    config: CompiledConfig,
+    keyring: KeyRing,
+    resize_restart_containers: bool = False,
+    pod_level_nodes: Collection[str] = frozenset(),
+) -> dict[str, RequestTotals]:
     """The managed pods' requests per node type (``pods``: bound pods already in the namespace scope;
     ``pod_level_nodes``: the nodes that resize pod-level resources)."""
-    forecast = forecast_fleet(pods, node_types, config, EVERY_NAMESPACE, None, resize_restart_containers,
-                              keyring=keyring, pod_level_nodes=pod_level_nodes)
+    forecast = forecast_fleet(
+        pods,
+        node_types,
+        config,
+        EVERY_NAMESPACE,
+        None,
+        resize_restart_containers,
+        keyring=keyring,
+        pod_level_nodes=pod_level_nodes,
+    )
     return managed_requests(forecast, key=lambda pod: pod.node_type)
 
 
@@ -38,10 +52,17 @@ class FreedRequests:
     node's type, the config, the keys): a scrape of a steady cluster costs a dictionary lookup
     per pod, not a plan and a MAC per pod."""
 
-    def __init__(self, pods: Callable[[], Iterable[Obj]], nodes: Callable[[], Iterable[Obj]],
-                 config: Callable[[], CompiledConfig | None], keyring: Callable[[], KeyRing],
-                 node_type_label: str, resize_restart_containers: bool = False, ttl: float = 0.25,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        pods: Callable[[], Iterable[Obj]],
+        nodes: Callable[[], Iterable[Obj]],
+        config: Callable[[], CompiledConfig | None],
+        keyring: Callable[[], KeyRing],
+        node_type_label: str,
+        resize_restart_containers: bool = False,
+        ttl: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._pods, self._nodes, self._config, self._keyring = pods, nodes, config, keyring
         self._label = node_type_label
         self._restart = resize_restart_containers
@@ -65,16 +86,27 @@ class FreedRequests:
         self._cached = (now, totals)
         return totals
 
-    def _sum(self, pods: Iterable[Obj], node_types: Mapping[str, str | None], config: CompiledConfig,
-             keyring: KeyRing, pod_level: frozenset[str] = frozenset()) -> dict[str, RequestTotals]:
+    def _sum(
+        self,
+        pods: Iterable[Obj],
+        node_types: Mapping[str, str | None],
+        config: CompiledConfig,
+        keyring: KeyRing,
+        pod_level: frozenset[str] = frozenset(),
+    ) -> dict[str, RequestTotals]:
         shares: dict[str, tuple[tuple[object, ...], tuple[str, RequestTotals] | None]] = {}
         totals: dict[str, RequestTotals] = {}
         for pod in pods:
             meta = pod["metadata"]
             uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
             node = (pod.get("spec") or {}).get("nodeName")
-            key = (meta.get("resourceVersion"), node_types.get(node) if node else None, id(config), keyring,
-                   node in pod_level)
+            key = (
+                meta.get("resourceVersion"),
+                node_types.get(node) if node else None,
+                id(config),
+                keyring,
+                node in pod_level,
+            )
             known = self._shares.get(uid)
             if known is None or known[0] != key:
                 computed = requests_by_node_type([pod], node_types, config, keyring, self._restart, pod_level)
@@ -88,5 +120,5 @@ class FreedRequests:
                 total.current_cpu += share.current_cpu
                 total.original_memory += share.original_memory
                 total.current_memory += share.current_memory
-        self._shares = shares       # pods gone are dropped
+        self._shares = shares  # pods gone are dropped
         return {k: totals[k] for k in sorted(totals)}

@@ -11,42 +11,51 @@ to an unbound pod. A gate removed before that (the reconciler down, a gate remov
 leaves admission-signed originals on a changed spec: the pod is held (``OriginalsUnverified``),
 never resized (docs/how-it-works.md).
 """
+
 from __future__ import annotations
 
 import logging
 
-from reconciler import metrics
 from kube import ApiError
 from kube.informer import object_key
+from reconciler import metrics
 from reconciler.memory import DONE, Context, Result
 from reconciler.ports import Obj
 from resizer import ORIGINALS_MAC, KeyRing, OriginalsError, QuantityError, early_binding, eligibility
 
 log = logging.getLogger("reconciler.gated")
 
-_POD_SCOPE = "v1.p."        # how a pod MAC begins (resizer.integrity)
+_POD_SCOPE = "v1.p."  # how a pod MAC begins (resizer.integrity)
 
 
 def held_at_a_gate(pod: Obj) -> bool:
     """A live pod not bound to a node, held by scheduling gates, its spec never changed."""
     meta, spec = pod["metadata"], pod["spec"]
-    return bool(spec.get("schedulingGates")) and not spec.get("nodeName") and "deletionTimestamp" not in meta \
+    return (
+        bool(spec.get("schedulingGates"))
+        and not spec.get("nodeName")
+        and "deletionTimestamp" not in meta
         and meta.get("generation") == 1
+    )
 
 
 def wants_binding(pod: Obj, keyring: KeyRing) -> bool:
     """Whether the pod is worth a binding pass (cheap: no MAC computed). An eligible pod held at
     a gate, with a key to sign with, whose originals no pod MAC binds yet."""
     mac = pod["metadata"]["annotations"].get(ORIGINALS_MAC)
-    return bool(keyring) and held_at_a_gate(pod) and eligibility(pod).eligible \
+    return (
+        bool(keyring)
+        and held_at_a_gate(pod)
+        and eligibility(pod).eligible
         and not (isinstance(mac, str) and mac.startswith(_POD_SCOPE))
+    )
 
 
 async def bind(context: Context, pod: Obj) -> Result:
     """Write the authority's early binding of `pod` (nothing when it gives none)."""
     try:
         patch = early_binding(pod, context.keyring())
-    except (OriginalsError, QuantityError) as err:    # reported once the pod is bound (ResizeFailed)
+    except (OriginalsError, QuantityError) as err:  # reported once the pod is bound (ResizeFailed)
         log.debug("gated pod's originals not bound", extra={"pod": object_key(pod), "error": str(err)})
         return DONE
     if not patch:
@@ -54,12 +63,14 @@ async def bind(context: Context, pod: Obj) -> Result:
     try:
         await context.writer.record(pod, patch, resource_version=pod["metadata"]["resourceVersion"])
     except ApiError as err:
-        if err.retryable:       # a 409 included: the pod changed, decided again from the cache
+        if err.retryable:  # a 409 included: the pod changed, decided again from the cache
             raise
         if err.status != 404:
             log.warning("cannot bind a gated pod's originals", extra={"pod": object_key(pod), "error": err.message})
         return DONE
     metrics.ORIGINALS_BOUND.labels("gated").inc()
-    log.info("originals bound before the pod's scheduling gates are removed",
-             extra={"pod": object_key(pod), "recordedFromSpec": len(patch) - 1})
+    log.info(
+        "originals bound before the pod's scheduling gates are removed",
+        extra={"pod": object_key(pod), "recordedFromSpec": len(patch) - 1},
+    )
     return DONE

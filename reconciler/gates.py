@@ -6,25 +6,26 @@ A hold writes nothing to the pod: it is reported once (one Event per distinct ho
 in the workload_resizer_resizes_held gauge, and decided again when its constraint changes
 (the manager requeues the pods concerned) or after `requeue_after`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from reconciler import metrics
 from kube.slim import Obj
+from reconciler import metrics
 from reconciler.reasons import Reason
 
 
 @dataclass(frozen=True)
 class Held:
     reason: Reason
-    constraint: str                 # LimitRange, ResourceQuota, NodeHeadroom, VerticalPodAutoscaler
+    constraint: str  # LimitRange, ResourceQuota, NodeHeadroom, VerticalPodAutoscaler
     message: str
-    fingerprint: str                # the same hold is reported once
+    fingerprint: str  # the same hold is reported once
     requeue_after: float | None = None
-    report: bool = True             # False: a transient wait (a cache not synced yet), not worth an Event
+    report: bool = True  # False: a transient wait (a cache not synced yet), not worth an Event
     # Held at most this long (seconds), then sent anyway (None: until the constraint changes).
     at_most: float | None = None
 
@@ -67,7 +68,7 @@ class HoldMemory:
 
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
-        self._since: dict[str, float] = {}      # when the pod's current hold began (clock seconds)
+        self._since: dict[str, float] = {}  # when the pod's current hold began (clock seconds)
 
     @property
     def held(self) -> Mapping[str, Held]:

@@ -1,5 +1,6 @@
 """Resizes held by a gate (reconciler.gates): reported once per distinct hold, retried when the
 constraint changes or a bounded wait ends, and one preflight-and-resize at a time per node."""
+
 from __future__ import annotations
 
 import asyncio

@@ -7,6 +7,7 @@ the body; anything else 405; unknown paths 404; a request it cannot parse 400, a
 connection is closed. The reconciler owns the signals; `stop()` closes the listeners and the
 connections.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,14 +19,14 @@ from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
+
 from ops.probes import Check, readiness
 from ops.prometheus import CONTENT_TYPE, REGISTRY, CollectorRegistry, exposition
 
 log = logging.getLogger("reconciler.http")
 
 TEXT = "text/plain; charset=utf-8"
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            503: "Service Unavailable"}
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 # A request this server answers fits in far less; anything bigger is not a probe or a scrape.
 MAX_REQUEST_BYTES = 64 * 1024
 
@@ -68,7 +69,7 @@ class _Connection(asyncio.Protocol):
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)   # uvloop's is not a subclass
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -98,21 +99,27 @@ class _Connection(asyncio.Protocol):
         method = self._parser.get_method().decode("latin-1")
         try:
             status, content_type, body = self._app.respond(method, self._url.decode("latin-1"))
-        except Exception:       # a failing check or collector: answer, log, keep serving
+        except Exception:  # a failing check or collector: answer, log, keep serving
             log.exception("probe handler failed", extra={"path": self._url.decode("latin-1", "replace")})
             status, content_type, body = 500, TEXT, b"internal error\n"
-        self._reply(status, content_type, b"" if method == "HEAD" else body,
-                    keep_alive=self._parser.should_keep_alive(), length=len(body))
+        self._reply(
+            status,
+            content_type,
+            b"" if method == "HEAD" else body,
+            keep_alive=self._parser.should_keep_alive(),
+            length=len(body),
+        )
         self._received = 0
 
-    def _reply(self, status: int, content_type: str, body: bytes, keep_alive: bool,
-               length: int | None = None) -> None:
+    def _reply(self, status: int, content_type: str, body: bytes, keep_alive: bool, length: int | None = None) -> None:
         if self._transport is None or self._transport.is_closing():
             return
-        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Internal Server Error')}\r\n"
-                f"Content-Type: {content_type}\r\nContent-Length: {len(body) if length is None else length}\r\n"
-                f"X-Content-Type-Options: nosniff\r\n"
-                f"{'' if keep_alive else 'Connection: close' + chr(13) + chr(10)}\r\n")
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Internal Server Error')}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body) if length is None else length}\r\n"
+            f"X-Content-Type-Options: nosniff\r\n"
+            f"{'' if keep_alive else 'Connection: close' + chr(13) + chr(10)}\r\n"
+        )
         self._transport.write(head.encode("latin-1") + body)
         if not keep_alive:
             self._transport.close()

@@ -8,24 +8,25 @@ it is held by scheduling gates with originals to bind), and runs the workers tha
 `PodResizeReconciler.reconcile(key)`. The reconciler never sees the informers:
 it reads and writes through reconciler.ports.
 """
+
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Iterable
 
-from reconciler import metrics
-from kube import metrics as kube_metrics
-from reconciler.controller import PodResizeReconciler
-from kube.informer import Informer, object_key
 from kube import ApiError, KubeClient
+from kube import metrics as kube_metrics
+from kube.informer import Informer, object_key
+from kube.slim import slim_node, slim_pod, slim_unbound_pod
+from kube.workqueue import WorkQueue
+from reconciler import metrics
+from reconciler.controller import PodResizeReconciler
+from reconciler.pods import mac_key_known
+from reconciler.ports import ApiWriter, CachedReader, ConfigView, EventSink, FaultHook, Obj, no_fault
 from reconciler.preflight import Preflight
 from reconciler.settings import ControllerSettings, PreflightSettings
 from reconciler.vpa import VpaWatch
-from reconciler.ports import ApiWriter, CachedReader, ConfigView, EventSink, FaultHook, Obj, no_fault
-from kube.slim import slim_node, slim_pod, slim_unbound_pod
-from kube.workqueue import WorkQueue
-from reconciler.pods import mac_key_known
 from resizer import EMPTY_KEYRING, KeyRing
 
 log = logging.getLogger("reconciler")
@@ -38,31 +39,62 @@ PodFilter = Callable[[Obj], bool]
 
 
 class Manager:
-    def __init__(self, client: KubeClient, events: EventSink, config: ConfigView, queue: WorkQueue,
-                 options: ControllerSettings, idle_timeout: float = 90.0, fault: FaultHook = no_fault,
-                 pod_filters: tuple[PodFilter, ...] = (),
-                 keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING,
-                 preflight: PreflightSettings = NO_PREFLIGHT,
-                 recheck_interval: float = 30.0) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        events: EventSink,
+        config: ConfigView,
+        queue: WorkQueue,
+        options: ControllerSettings,
+        idle_timeout: float = 90.0,
+        fault: FaultHook = no_fault,
+        pod_filters: tuple[PodFilter, ...] = (),
+        keyring: Callable[[], KeyRing] = lambda: EMPTY_KEYRING,
+        preflight: PreflightSettings = NO_PREFLIGHT,
+        recheck_interval: float = 30.0,
+    ) -> None:
         self.queue = queue
         self._options = options
         self._pod_filters = pod_filters
         self._pods_on_node: dict[str, set[str]] = {}
-        self.pods = Informer(client, "pods", "/api/v1/pods", slim_pod, self._on_pod,
-                             params={"fieldSelector": "spec.nodeName!="}, idle_timeout=idle_timeout)
+        self.pods = Informer(
+            client,
+            "pods",
+            "/api/v1/pods",
+            slim_pod,
+            self._on_pod,
+            params={"fieldSelector": "spec.nodeName!="},
+            idle_timeout=idle_timeout,
+        )
         # Pods not bound yet, for one thing only: binding the originals of those held by scheduling
         # gates while they are at generation 1 (reconciler.gated).
-        self.unbound = Informer(client, "unbound-pods", "/api/v1/pods", slim_unbound_pod, self._on_unbound_pod,
-                                params={"fieldSelector": "spec.nodeName="}, idle_timeout=idle_timeout)
-        self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node,
-                              idle_timeout=idle_timeout)
+        self.unbound = Informer(
+            client,
+            "unbound-pods",
+            "/api/v1/pods",
+            slim_unbound_pod,
+            self._on_unbound_pod,
+            params={"fieldSelector": "spec.nodeName="},
+            idle_timeout=idle_timeout,
+        )
+        self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node, idle_timeout=idle_timeout)
         # Other controllers' VPAs and the constraints a resize is judged against before it is sent.
-        self.vpa = VpaWatch(client, self._on_vpa_change, idle_timeout, recheck_interval) \
-            if preflight.skip_vpa_managed else None
+        self.vpa = (
+            VpaWatch(client, self._on_vpa_change, idle_timeout, recheck_interval)
+            if preflight.skip_vpa_managed
+            else None
+        )
         self.preflight = Preflight(client, preflight, self._node_pods, self._requeue, self.vpa, idle_timeout)
-        self.reconciler = PodResizeReconciler(CachedReader(client, self.pods, self.nodes, self.unbound),
-                                              ApiWriter(client), events, config, options, fault, keyring=keyring,
-                                              gate=self.preflight)
+        self.reconciler = PodResizeReconciler(
+            CachedReader(client, self.pods, self.nodes, self.unbound),
+            ApiWriter(client),
+            events,
+            config,
+            options,
+            fault,
+            keyring=keyring,
+            gate=self.preflight,
+        )
         self._keyring = keyring
 
     # ------------------------------------------------------------------ lifecycle
@@ -73,8 +105,7 @@ class Manager:
 
     @property
     def synced(self) -> bool:
-        return all(informer.synced.is_set() for informer in self.informers) \
-            and (self.vpa is None or self.vpa.synced)
+        return all(informer.synced.is_set() for informer in self.informers) and (self.vpa is None or self.vpa.synced)
 
     async def wait_synced(self) -> None:
         for informer in self.informers:
@@ -95,13 +126,16 @@ class Manager:
             active.inc()
             try:
                 result = await self.reconciler.reconcile(key)
-            except (ApiError, OSError) as err:      # OSError includes kube.TransportError
+            except (ApiError, OSError) as err:  # OSError includes kube.TransportError
                 delay = self.queue.add_rate_limited(key)
                 metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
                 metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
                 level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
-                log.log(level, "reconcile failed; will retry", extra={"pod": key, "error": str(err) or repr(err),
-                                                                      "retryIn": round(delay, 2)})
+                log.log(
+                    level,
+                    "reconcile failed; will retry",
+                    extra={"pod": key, "error": str(err) or repr(err), "retryIn": round(delay, 2)},
+                )
             except Exception:
                 delay = self.queue.add_rate_limited(key)
                 metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
@@ -127,7 +161,7 @@ class Manager:
         key = object_key(pod)
         node = pod["spec"].get("nodeName") or ""
         if old is not None and old["metadata"].get("uid") != pod["metadata"].get("uid"):
-            self.reconciler.forget(old)     # a re-list replaced a same-named pod: drop the old uid's entries
+            self.reconciler.forget(old)  # a re-list replaced a same-named pod: drop the old uid's entries
         if kind == "DELETED":
             self.queue.drop(key)
             self.reconciler.forget(pod)
@@ -143,7 +177,7 @@ class Manager:
         self._pods_on_node.setdefault(node, set()).add(key)
         if self._wants(pod):
             self.queue.add(key)
-        self.preflight.pod_changed(node)     # room freed (or taken) on the node
+        self.preflight.pod_changed(node)  # room freed (or taken) on the node
 
     def _on_unbound_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
         """Only a pod held at a scheduling gate whose originals are to be bound is queued; a bound
@@ -162,9 +196,12 @@ class Manager:
             self._pods_on_node.pop(name, None)
             return
         label = self._options.node_type_label
-        if old is not None and old["metadata"]["labels"].get(label) == node["metadata"]["labels"].get(label) \
-                and old.get("status") == node.get("status"):
-            return      # neither the type nor the allocatable (which un-parks an infeasible size) changed
+        if (
+            old is not None
+            and old["metadata"]["labels"].get(label) == node["metadata"]["labels"].get(label)
+            and old.get("status") == node.get("status")
+        ):
+            return  # neither the type nor the allocatable (which un-parks an infeasible size) changed
         for key in self._pods_on_node.get(name, ()):
             pod = self.pods.store.get(key)
             if pod is not None and self._wants(pod):

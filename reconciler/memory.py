@@ -1,4 +1,5 @@
 """What the pod resizer's parts share: the per-process memory of pods, their context, the result of a pass."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -16,11 +17,12 @@ from resizer import APPLIED_INSTANCE_TYPE, RESIZE_STATE, KeyRing, node_resizes_p
 
 class Step:
     """Names of the write steps, as passed to the fault hook."""
+
     ORIGINALS = "originals"
     RESIZE = "resize"
     APPLIED = "applied"
-    STATE = "state"         # the resize-state annotation of a stalled resize
-    REVERT = "revert"       # the spec set back to what the containers actually have
+    STATE = "state"  # the resize-state annotation of a stalled resize
+    REVERT = "revert"  # the spec set back to what the containers actually have
 
 
 @dataclass(frozen=True)
@@ -34,14 +36,15 @@ DONE = Result()
 @dataclass
 class InFlight:
     """A resize this process requested and has not seen end yet (memory only)."""
+
     node_type: str
     generation: int
-    requested_at: float | None      # wall clock; None: requested by an earlier process, time unknown
+    requested_at: float | None  # wall clock; None: requested by an earlier process, time unknown
     summary: str
-    verb: str = "resized"           # "re-aligned" for a pod sized before, under another config
+    verb: str = "resized"  # "re-aligned" for a pod sized before, under another config
     error_checks: int = 0
     next_error_check: float = 0.0
-    config_generation: int | None = None     # the config version it was planned with (None: unknown)
+    config_generation: int | None = None  # the config version it was planned with (None: unknown)
     # The original-* annotations verified and resized from (None: not known to be verified, e.g. a
     # failing resize first seen after a restart): the baseline authority trusts them while unchanged.
     originals: Mapping[str, str] | None = None
@@ -55,6 +58,7 @@ class InFlight:
 class Memory:
     """What this process remembers of pods (by uid), lost on restart by design: the pods'
     annotations are what a restarted process starts from."""
+
     # Resizes this process requested, until they end (actuated or recorded).
     in_flight: dict[str, InFlight] = field(default_factory=dict)
     # Generation our last revert produced: a cached pod older than that is not reverted again.
@@ -73,13 +77,13 @@ class Memory:
     # gate off): pods with spec.resources are left alone for the rest of this process's life.
     pod_level_refused: str | None = None
 
-
     def cache_behind(self, uid: str, generation: int, node_type: str, flight: InFlight | None) -> bool:
         """A cached pod at `generation` is older than our own last write to its spec."""
         if flight is not None and flight.node_type == node_type and generation < flight.generation:
-            return True     # the cache has not caught up with our own resize yet
+            return True  # the cache has not caught up with our own resize yet
         # Nor with our own revert (e.g. the event of the state recorded before it).
         return generation < self.reverted.get(uid, 0)
+
     def wait(self, uid: str, stage: Stage | None) -> None:
         """Track the pod's waiting state for the gauge (None: not waiting)."""
         old = self.waiting.pop(uid, None) if stage is None else self.waiting.get(uid)
@@ -115,12 +119,13 @@ class Memory:
 class Context:
     """What the parts of the pod resizer (decide, write, follow) work with. One instance, shared:
     the fault hook may be replaced while they run (tests crash a pass after a given step)."""
+
     writer: PodWriter
     config: ConfigView
     options: ControllerSettings
     fault: FaultHook
     clock: Callable[[], float]
-    keyring: Callable[[], KeyRing]     # the originals MAC keys in force (they rotate)
+    keyring: Callable[[], KeyRing]  # the originals MAC keys in force (they rotate)
     memory: Memory
     # What a pod passes before it is planned and before its resize is sent (reconciler.gates).
     gate: Gate = field(default_factory=OpenGate)

@@ -1,14 +1,14 @@
 """The namespace scope on the reconciler's side: names from the flags, labels from a
 namespace informer (started only when the scope has a label selector)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from kube.informer import Informer
 from kube import KubeClient
-from resizer.scope import NamespaceScope
+from kube.informer import Informer
 from kube.slim import Obj
-
+from resizer.scope import NamespaceScope
 
 
 def slim_namespace(namespace: Obj) -> Obj:
@@ -23,12 +23,22 @@ class ScopedNamespaces:
     appears), so pods that enter the scope are looked at again.
     """
 
-    def __init__(self, client: KubeClient, scope: NamespaceScope,
-                 on_labels_changed: Callable[[str], None], idle_timeout: float = 90.0) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        scope: NamespaceScope,
+        on_labels_changed: Callable[[str], None],
+        idle_timeout: float = 90.0,
+    ) -> None:
         self.scope = scope
         self._on_labels_changed = on_labels_changed
-        self.informer = Informer(client, "namespaces", "/api/v1/namespaces", slim_namespace, self._on_event,
-                                 idle_timeout=idle_timeout) if scope.needs_labels else None
+        self.informer = (
+            Informer(
+                client, "namespaces", "/api/v1/namespaces", slim_namespace, self._on_event, idle_timeout=idle_timeout
+            )
+            if scope.needs_labels
+            else None
+        )
 
     def includes(self, pod: Obj) -> bool:
         namespace = pod["metadata"].get("namespace") or ""

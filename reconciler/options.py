@@ -1,5 +1,6 @@
 """Command-line flags of `python -m reconciler`, named like the Go ecosystem's, turned into
 :class:`reconciler.settings.ReconcilerSettings` (the defaults live there)."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,9 +13,9 @@ from reconciler.settings import (
     CONFIG_NAME,
     CONFIG_NAMESPACE,
     NODE_TYPE_LABEL,
+    PREFLIGHT_CHECKS,
     ApiSettings,
     ControllerSettings,
-    PREFLIGHT_CHECKS,
     LeaderElectionSettings,
     PreflightSettings,
     ReconcilerSettings,
@@ -26,111 +27,203 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m reconciler",
         description="workload-resizer reconciler: resizes bound pods in place (pods/resize) for the "
-                    "machine family of their node, from the originals stamped at admission.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "machine family of their node, from the originals stamped at admission.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     api = p.add_argument_group("Kubernetes API")
-    api.add_argument("--kubeconfig", default=None,
-                     help="path to a kubeconfig; default: in-cluster config, then $KUBECONFIG / ~/.kube/config")
+    api.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="path to a kubeconfig; default: in-cluster config, then $KUBECONFIG / ~/.kube/config",
+    )
     api.add_argument("--kube-api-qps", type=float, default=100.0, help="client-side sustained requests per second")
     api.add_argument("--kube-api-burst", type=positive_int, default=200, help="client-side request burst")
-    api.add_argument("--watch-idle-timeout", type=duration, default=90.0,
-                     help="restart a watch that delivered nothing (not even a bookmark) for this long")
+    api.add_argument(
+        "--watch-idle-timeout",
+        type=duration,
+        default=90.0,
+        help="restart a watch that delivered nothing (not even a bookmark) for this long",
+    )
 
     sizing = p.add_argument_group("sizing")
-    sizing.add_argument("--node-type-label", default=NODE_TYPE_LABEL,
-                        help="node label whose value names the node type in the config's nodeTypes")
-    sizing.add_argument("--config-namespace", default=CONFIG_NAMESPACE,
-                        help="namespace of the config ConfigMap")
-    sizing.add_argument("--config-name", default=CONFIG_NAME,
-                        help="name of the config ConfigMap (key config.yaml)")
-    sizing.add_argument("--config-refresh-interval", type=duration, default=30.0,
-                        help="also re-read the ConfigMap this often, besides watching it")
-    sizing.add_argument("--resize-restart-containers", action="store_true",
-                        help="also resize resources whose resizePolicy is RestartContainer (restarts them)")
-    sizing.add_argument("--exclude-namespaces", type=string_list, default=[], metavar="NS[,NS...]",
-                        help="namespaces whose pods are never touched, besides kube-system and --namespace "
-                             "(set the same list on the webhook; the chart sets both from scope.*)")
-    sizing.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
-                        help="the product's own namespace, always excluded (default: $POD_NAMESPACE)")
-    sizing.add_argument("--namespace-selector", default="", metavar="SELECTOR",
-                        help="label selector (kubectl syntax, e.g. '!workload-resizer.io/exclude') a pod's "
-                             "namespace must match to be in scope; needs list/watch on namespaces")
-    sizing.add_argument("--realign", type=boolean, default=True, metavar="BOOL",
-                        help="when the config or a node's type changes, resize pods already sized whose desired "
-                             "size changed (from their originals, never compounding); false: only pods not yet "
-                             "sized for their node's type are sized (the design's 'new pods only')")
-    sizing.add_argument("--max-resizes-per-second", type=positive_float, default=10.0, metavar="N",
-                        help="re-alignment resizes (pods already sized) per second at most, so a config edit "
-                             "rolls out gradually; the first sizing of a new pod is not throttled")
-    sizing.add_argument("--dry-run", action="store_true",
-                        help="decide, log and record WouldResize events, but patch nothing")
-    sizing.add_argument("--originals-key-dir", default="",
-                        help="directory of HMAC keys (file name = key id; the greatest id signs, any verifies) "
-                             "for the original-* annotations: the Secret shared with the webhook; re-read every "
-                             "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
-                             "changed are resized (from their spec)")
-    sizing.add_argument("--originals-keys-secret", default="", metavar="NAMESPACE/NAME",
-                        help="Secret holding the HMAC keys (data entry name = key id), "
-                             "read through the API and re-read every --config-refresh-interval; created with one "
-                             "random key under a new id (k<UTC time>-<letters>) when it does not exist, never "
-                             "written otherwise (the webhook mounts it). Instead of --originals-key-dir")
+    sizing.add_argument(
+        "--node-type-label",
+        default=NODE_TYPE_LABEL,
+        help="node label whose value names the node type in the config's nodeTypes",
+    )
+    sizing.add_argument("--config-namespace", default=CONFIG_NAMESPACE, help="namespace of the config ConfigMap")
+    sizing.add_argument("--config-name", default=CONFIG_NAME, help="name of the config ConfigMap (key config.yaml)")
+    sizing.add_argument(
+        "--config-refresh-interval",
+        type=duration,
+        default=30.0,
+        help="also re-read the ConfigMap this often, besides watching it",
+    )
+    sizing.add_argument(
+        "--resize-restart-containers",
+        action="store_true",
+        help="also resize resources whose resizePolicy is RestartContainer (restarts them)",
+    )
+    sizing.add_argument(
+        "--exclude-namespaces",
+        type=string_list,
+        default=[],
+        metavar="NS[,NS...]",
+        help="namespaces whose pods are never touched, besides kube-system and --namespace "
+        "(set the same list on the webhook; the chart sets both from scope.*)",
+    )
+    sizing.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", ""),
+        metavar="NS",
+        help="the product's own namespace, always excluded (default: $POD_NAMESPACE)",
+    )
+    sizing.add_argument(
+        "--namespace-selector",
+        default="",
+        metavar="SELECTOR",
+        help="label selector (kubectl syntax, e.g. '!workload-resizer.io/exclude') a pod's "
+        "namespace must match to be in scope; needs list/watch on namespaces",
+    )
+    sizing.add_argument(
+        "--realign",
+        type=boolean,
+        default=True,
+        metavar="BOOL",
+        help="when the config or a node's type changes, resize pods already sized whose desired "
+        "size changed (from their originals, never compounding); false: only pods not yet "
+        "sized for their node's type are sized (the design's 'new pods only')",
+    )
+    sizing.add_argument(
+        "--max-resizes-per-second",
+        type=positive_float,
+        default=10.0,
+        metavar="N",
+        help="re-alignment resizes (pods already sized) per second at most, so a config edit "
+        "rolls out gradually; the first sizing of a new pod is not throttled",
+    )
+    sizing.add_argument(
+        "--dry-run", action="store_true", help="decide, log and record WouldResize events, but patch nothing"
+    )
+    sizing.add_argument(
+        "--originals-key-dir",
+        default="",
+        help="directory of HMAC keys (file name = key id; the greatest id signs, any verifies) "
+        "for the original-* annotations: the Secret shared with the webhook; re-read every "
+        "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
+        "changed are resized (from their spec)",
+    )
+    sizing.add_argument(
+        "--originals-keys-secret",
+        default="",
+        metavar="NAMESPACE/NAME",
+        help="Secret holding the HMAC keys (data entry name = key id), "
+        "read through the API and re-read every --config-refresh-interval; created with one "
+        "random key under a new id (k<UTC time>-<letters>) when it does not exist, never "
+        "written otherwise (the webhook mounts it). Instead of --originals-key-dir",
+    )
 
     outcome = p.add_argument_group("resize outcomes (docs/how-it-works.md: Resize states)")
-    outcome.add_argument("--resize-deferred-timeout", type=duration, default=900.0,
-                         help="a resize the kubelet still defers after this long gets a Warning event "
-                              "(it is kept: the kubelet applies it when the node has room)")
-    outcome.add_argument("--resize-error-retries", type=positive_int, default=3,
-                         help="checks of a resize the kubelet fails to actuate before its spec is set back "
-                              "to what the containers have")
-    outcome.add_argument("--resize-error-backoff", type=duration, default=30.0,
-                         help="first wait between those checks; doubles after each")
+    outcome.add_argument(
+        "--resize-deferred-timeout",
+        type=duration,
+        default=900.0,
+        help="a resize the kubelet still defers after this long gets a Warning event "
+        "(it is kept: the kubelet applies it when the node has room)",
+    )
+    outcome.add_argument(
+        "--resize-error-retries",
+        type=positive_int,
+        default=3,
+        help="checks of a resize the kubelet fails to actuate before its spec is set back to what the containers have",
+    )
+    outcome.add_argument(
+        "--resize-error-backoff",
+        type=duration,
+        default=30.0,
+        help="first wait between those checks; doubles after each",
+    )
 
     gates = p.add_argument_group("preflight and other controllers (docs/how-it-works.md)")
-    gates.add_argument("--preflight-checks", type=string_list, default=list(PREFLIGHT_CHECKS), metavar="CHECK[,...]",
-                       help="what a resize is judged against before it is sent, from cached state; a resize one of "
-                            "them would refuse is held (one ResizeHeld event) and decided again when the constraint "
-                            "changes. Any of: " + ", ".join(PREFLIGHT_CHECKS) + " (empty: none; needs list/watch on "
-                            "limitranges and resourcequotas)")
-    gates.add_argument("--node-room-wait", type=duration, default=600.0,
-                       help="an increase held for room on its node (NodeHeadroom: decreases there still pending, or "
-                            "the node full) is sent after this long anyway; the kubelet then keeps it Deferred "
-                            "until room frees")
-    gates.add_argument("--upsize-critical-pods", type=boolean, default=False, metavar="BOOL",
-                       help="also grow pods at system-cluster-critical priority or above (the kubelet may evict "
-                            "other pods to admit them); false: their increases are held (ResizeHeld)")
-    gates.add_argument("--skip-vpa-managed", type=boolean, default=True, metavar="BOOL",
-                       help="leave alone (one VPAManaged event) pods whose owner a VerticalPodAutoscaler in an "
-                            "updating mode (Auto, Recreate, InPlaceOrRecreate, InPlace) targets; Off and Initial "
-                            "compose. Needs list/watch on verticalpodautoscalers, replicasets and jobs where the "
-                            "VPA CRD is installed")
+    gates.add_argument(
+        "--preflight-checks",
+        type=string_list,
+        default=list(PREFLIGHT_CHECKS),
+        metavar="CHECK[,...]",
+        help="what a resize is judged against before it is sent, from cached state; a resize one of "
+        "them would refuse is held (one ResizeHeld event) and decided again when the constraint "
+        "changes. Any of: " + ", ".join(PREFLIGHT_CHECKS) + " (empty: none; needs list/watch on "
+        "limitranges and resourcequotas)",
+    )
+    gates.add_argument(
+        "--node-room-wait",
+        type=duration,
+        default=600.0,
+        help="an increase held for room on its node (NodeHeadroom: decreases there still pending, or "
+        "the node full) is sent after this long anyway; the kubelet then keeps it Deferred "
+        "until room frees",
+    )
+    gates.add_argument(
+        "--upsize-critical-pods",
+        type=boolean,
+        default=False,
+        metavar="BOOL",
+        help="also grow pods at system-cluster-critical priority or above (the kubelet may evict "
+        "other pods to admit them); false: their increases are held (ResizeHeld)",
+    )
+    gates.add_argument(
+        "--skip-vpa-managed",
+        type=boolean,
+        default=True,
+        metavar="BOOL",
+        help="leave alone (one VPAManaged event) pods whose owner a VerticalPodAutoscaler in an "
+        "updating mode (Auto, Recreate, InPlaceOrRecreate, InPlace) targets; Off and Initial "
+        "compose. Needs list/watch on verticalpodautoscalers, replicasets and jobs where the "
+        "VPA CRD is installed",
+    )
 
     work = p.add_argument_group("work")
     work.add_argument("--concurrency", type=positive_int, default=8, help="pods reconciled at the same time")
 
     election = p.add_argument_group("leader election")
-    election.add_argument("--leader-elect", action="store_true",
-                          help="elect a leader on a Lease; only the leader watches and writes")
-    election.add_argument("--leader-election-namespace", default=None,
-                          help="namespace of the Lease (default: --config-namespace)")
+    election.add_argument(
+        "--leader-elect", action="store_true", help="elect a leader on a Lease; only the leader watches and writes"
+    )
+    election.add_argument(
+        "--leader-election-namespace", default=None, help="namespace of the Lease (default: --config-namespace)"
+    )
     election.add_argument("--leader-election-id", default="workload-resizer-reconciler", help="name of the Lease")
-    election.add_argument("--leader-election-identity", default=None,
-                          help="this instance's identity in the Lease (default: hostname_random)")
-    election.add_argument("--leader-election-lease-duration", type=duration, default=15.0,
-                          help="how long a lease is valid without renewal")
-    election.add_argument("--leader-election-renew-deadline", type=duration, default=10.0,
-                          help="the leader gives up (and exits) if it cannot renew for this long")
-    election.add_argument("--leader-election-retry-period", type=duration, default=2.0,
-                          help="interval between acquire/renew attempts")
+    election.add_argument(
+        "--leader-election-identity",
+        default=None,
+        help="this instance's identity in the Lease (default: hostname_random)",
+    )
+    election.add_argument(
+        "--leader-election-lease-duration",
+        type=duration,
+        default=15.0,
+        help="how long a lease is valid without renewal",
+    )
+    election.add_argument(
+        "--leader-election-renew-deadline",
+        type=duration,
+        default=10.0,
+        help="the leader gives up (and exits) if it cannot renew for this long",
+    )
+    election.add_argument(
+        "--leader-election-retry-period", type=duration, default=2.0, help="interval between acquire/renew attempts"
+    )
 
     ops = p.add_argument_group("operations")
-    ops.add_argument("--metrics-bind-address", default=":8080",
-                     help="address for Prometheus /metrics ('0' disables)")
-    ops.add_argument("--health-probe-bind-address", default=":8081",
-                     help="address for /healthz and /readyz ('0' disables)")
+    ops.add_argument("--metrics-bind-address", default=":8080", help="address for Prometheus /metrics ('0' disables)")
+    ops.add_argument(
+        "--health-probe-bind-address", default=":8081", help="address for /healthz and /readyz ('0' disables)"
+    )
     ops.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     ops.add_argument("--log-format", default="json", choices=["json", "text"])
-    ops.add_argument("--shutdown-timeout", type=duration, default=20.0,
-                     help="on SIGTERM, wait this long for in-flight reconciles")
+    ops.add_argument(
+        "--shutdown-timeout", type=duration, default=20.0, help="on SIGTERM, wait this long for in-flight reconciles"
+    )
     return p
 
 
@@ -140,8 +233,9 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
     args = parser.parse_args(argv)
     if args.originals_key_dir and args.originals_keys_secret:
         parser.error("--originals-key-dir and --originals-keys-secret are alternatives: set one")
-    if args.originals_keys_secret and (args.originals_keys_secret.count("/") != 1
-                                       or not all(args.originals_keys_secret.split("/"))):
+    if args.originals_keys_secret and (
+        args.originals_keys_secret.count("/") != 1 or not all(args.originals_keys_secret.split("/"))
+    ):
         parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
         parser.error("--leader-election-renew-deadline must be shorter than the lease duration")
@@ -153,16 +247,28 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
     except ScopeError as error:
         parser.error(str(error))
     return ReconcilerSettings(
-        api=ApiSettings(kubeconfig=args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
-                        watch_idle_timeout=args.watch_idle_timeout),
+        api=ApiSettings(
+            kubeconfig=args.kubeconfig,
+            qps=args.kube_api_qps,
+            burst=args.kube_api_burst,
+            watch_idle_timeout=args.watch_idle_timeout,
+        ),
         controller=ControllerSettings(
-            node_type_label=args.node_type_label, dry_run=args.dry_run,
-            resize_restart_containers=args.resize_restart_containers, realign=args.realign,
-            max_resizes_per_second=args.max_resizes_per_second, deferred_timeout=args.resize_deferred_timeout,
-            error_retries=args.resize_error_retries, error_backoff=args.resize_error_backoff),
-        preflight=PreflightSettings(checks=tuple(dict.fromkeys(args.preflight_checks)),
-                                    skip_vpa_managed=args.skip_vpa_managed, node_room_wait=args.node_room_wait,
-                                    upsize_critical_pods=args.upsize_critical_pods),
+            node_type_label=args.node_type_label,
+            dry_run=args.dry_run,
+            resize_restart_containers=args.resize_restart_containers,
+            realign=args.realign,
+            max_resizes_per_second=args.max_resizes_per_second,
+            deferred_timeout=args.resize_deferred_timeout,
+            error_retries=args.resize_error_retries,
+            error_backoff=args.resize_error_backoff,
+        ),
+        preflight=PreflightSettings(
+            checks=tuple(dict.fromkeys(args.preflight_checks)),
+            skip_vpa_managed=args.skip_vpa_managed,
+            node_room_wait=args.node_room_wait,
+            upsize_critical_pods=args.upsize_critical_pods,
+        ),
         leader_election=LeaderElectionSettings(
             enabled=args.leader_elect,
             namespace=args.leader_election_namespace or args.config_namespace,
@@ -170,7 +276,8 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
             identity=args.leader_election_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
             lease_duration=args.leader_election_lease_duration,
             renew_deadline=args.leader_election_renew_deadline,
-            retry_period=args.leader_election_retry_period),
+            retry_period=args.leader_election_retry_period,
+        ),
         scope=scope,
         config_namespace=args.config_namespace,
         config_name=args.config_name,

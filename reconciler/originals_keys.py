@@ -12,6 +12,7 @@ show up in ``workload_resizer_originals_unknown_key_pods`` and the log, and are 
 (resizer.integrity) until the old key is put back. Secrets of earlier versions (``k0001``) are
 read as they are.
 """
+
 from __future__ import annotations
 
 import base64
@@ -20,16 +21,16 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from kube import ApiError, KubeClient
 from ops.keys import KeyDirectoryError, generate_key, keys_digest, keys_from_secret_data, new_key_id
 from reconciler import metrics
-from kube import ApiError, KubeClient
 from resizer import ORIGINALS_MAC, KeyRing, key_id_of
 
 log = logging.getLogger("reconciler")
 
 # Key ids as resizer.integrity accepts them: anything else in a MAC is not a key that went missing.
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
-MAX_WARNED_KEY_IDS = 32     # the ids come from pod annotations: bound what gets logged
+MAX_WARNED_KEY_IDS = 32  # the ids come from pod annotations: bound what gets logged
 
 
 class KeySecretError(Exception):
@@ -70,23 +71,37 @@ class SecretKeys:
 
     async def _create(self) -> dict[str, Any]:
         key_id = new_key_id()
-        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                "metadata": {"name": self.name, "namespace": self.namespace,
-                             "labels": {"app.kubernetes.io/part-of": "workload-resizer",
-                                        "app.kubernetes.io/component": "originals-keys"},
-                             "annotations": {"workload-resizer.io/description": (
-                                 "HMAC keys of the pods' original-* annotations, created by the reconciler. "
-                                 "Never delete or replace a key that signed pods; rotate by adding a greater id.")}},
-                "data": {key_id: base64.b64encode(generate_key()).decode("ascii")}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {
+                    "app.kubernetes.io/part-of": "workload-resizer",
+                    "app.kubernetes.io/component": "originals-keys",
+                },
+                "annotations": {
+                    "workload-resizer.io/description": (
+                        "HMAC keys of the pods' original-* annotations, created by the reconciler. "
+                        "Never delete or replace a key that signed pods; rotate by adding a greater id."
+                    )
+                },
+            },
+            "data": {key_id: base64.b64encode(generate_key()).decode("ascii")},
+        }
         try:
             created = await self._client.create(f"/api/v1/namespaces/{self.namespace}/secrets", body)
         except ApiError as err:
-            if err.status != 409:       # 409: another replica created it first: use that one
+            if err.status != 409:  # 409: another replica created it first: use that one
                 raise KeySecretError(f"cannot create {self.where}: {err}") from None
             return await self._client.get(self.path)
-        log.warning("created the originals key Secret with a new key (a first start; otherwise the Secret "
-                    "was lost: pods signed with an earlier key are held until it is put back)",
-                    extra={"secret": self.where, "keyId": key_id})
+        log.warning(
+            "created the originals key Secret with a new key (a first start; otherwise the Secret "
+            "was lost: pods signed with an earlier key are held until it is put back)",
+            extra={"secret": self.where, "keyId": key_id},
+        )
         return created
 
     async def poll(self) -> bool:
@@ -97,8 +112,10 @@ class SecretKeys:
             KeyRing(keys)
         except (ApiError, OSError, KeyDirectoryError, ValueError) as err:
             if self.error != str(err):
-                log.error("originals keys unreadable; keeping the last good ones",
-                          extra={"secret": self.where, "error": str(err)})
+                log.error(
+                    "originals keys unreadable; keeping the last good ones",
+                    extra={"secret": self.where, "error": str(err)},
+                )
             self.error = str(err)
             return False
         self.error = None
@@ -131,9 +148,15 @@ class UnknownKeyWatch:
             if key_id in self._warned or len(self._warned) >= MAX_WARNED_KEY_IDS:
                 continue
             self._warned.add(key_id)
-            log.warning("pods signed with an originals key the reconciler does not have: their original-* "
-                        "annotations no longer verify and they are not re-aligned; put the key back into the "
-                        "key Secret (never re-sign the pods' current values)",
-                        extra={"keyId": key_id, "pods": len(by_key[key_id]), "example": by_key[key_id][0],
-                               "keyIds": sorted(keyring.keys)})
+            log.warning(
+                "pods signed with an originals key the reconciler does not have: their original-* "
+                "annotations no longer verify and they are not re-aligned; put the key back into the "
+                "key Secret (never re-sign the pods' current values)",
+                extra={
+                    "keyId": key_id,
+                    "pods": len(by_key[key_id]),
+                    "example": by_key[key_id][0],
+                    "keyIds": sorted(keyring.keys),
+                },
+            )
         return total

@@ -7,6 +7,7 @@ pod sync) and ``status.containerStatuses[].resources`` (what the containers have
 *actuated* when the kubelet has observed the spec's generation, no resize condition is
 present, and every running container's status resources equal its spec by value.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,9 +18,8 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
-from resizer import OriginalsError, QuantityError, original_keys, parse_quantity, sidecars
 from kube.slim import Obj
-
+from resizer import OriginalsError, QuantityError, original_keys, parse_quantity, sidecars
 
 PENDING = "PodResizePending"
 IN_PROGRESS = "PodResizeInProgress"
@@ -32,11 +32,12 @@ _KINDS = ("requests", "limits")
 
 class Stage(StrEnum):
     """What the kubelet says about the pod's current spec."""
-    REQUESTED = "requested"         # not observed yet, being actuated, or containers not running yet
+
+    REQUESTED = "requested"  # not observed yet, being actuated, or containers not running yet
     DEFERRED = "deferred"
     INFEASIBLE = "infeasible"
     ERROR = "error"
-    UNSUPPORTED = "unsupported"     # containers run but report no resources: the node cannot resize
+    UNSUPPORTED = "unsupported"  # containers run but report no resources: the node cannot resize
     ACTUATED = "actuated"
 
 
@@ -44,7 +45,7 @@ class Stage(StrEnum):
 class Observation:
     stage: Stage
     message: str = ""
-    since: str | None = None        # the condition's lastTransitionTime, when there is one
+    since: str | None = None  # the condition's lastTransitionTime, when there is one
 
 
 def observe(pod: Obj) -> Observation:
@@ -63,20 +64,23 @@ def observe(pod: Obj) -> Observation:
     containers = pod["spec"].get("containers") or []
     statuses = {s.get("name"): s for s in status.get("containerStatuses") or []}
     if any(c["name"] not in statuses for c in containers):
-        return Observation(Stage.REQUESTED)         # the kubelet sizes containers when they start
+        return Observation(Stage.REQUESTED)  # the kubelet sizes containers when they start
     reported = [statuses[c["name"]] for c in containers]
     if all(s.get("running") for s in reported) and all(s.get("resources") is None for s in reported):
         return Observation(Stage.UNSUPPORTED)
     if any(s.get("resources") is None for s in reported):
-        return Observation(Stage.REQUESTED)         # not started yet (a non-running container reports
-                                                    # its allocated resources once it has any)
+        return Observation(Stage.REQUESTED)  # not started yet (a non-running container reports
+        # its allocated resources once it has any)
     observed = status.get("observedGeneration")
     if observed is not None and generation is not None and observed < generation:
         return Observation(Stage.REQUESTED)
     if pending is not None or progress is not None:
         return Observation(Stage.REQUESTED)
-    if all(same_resources(c.get("resources"), statuses[c["name"]].get("resources")) for c in containers) \
-            and _sidecars_actuated(pod) and _pod_level_actuated(pod):
+    if (
+        all(same_resources(c.get("resources"), statuses[c["name"]].get("resources")) for c in containers)
+        and _sidecars_actuated(pod)
+        and _pod_level_actuated(pod)
+    ):
         return Observation(Stage.ACTUATED)
     return Observation(Stage.REQUESTED)
 
@@ -85,8 +89,13 @@ def _sidecars_actuated(pod: Obj) -> bool:
     """Every sidecar that reports its resources has its spec (one that reports none, e.g. not
     running, does not hold the pod's resize back)."""
     statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("initContainerStatuses") or []}
-    return all(same_resources(c.get("resources"), statuses[c["name"]]["resources"]) for c in sidecars(pod)
-               if (statuses.get(c["name"]) or {}).get("resources") is not None)
+    return all(
+        same_resources(c.get("resources"), statuses[c["name"]]["resources"])
+        for c in sidecars(pod)
+        if (statuses.get(c["name"]) or {}).get("resources") is not None
+    )
+
+
 def _pod_level_actuated(pod: Obj) -> bool:
     """The pod-level values (spec.resources) are what the pod has (status.resources, reported by
     kubelets that resize them, KEP-5419); a kubelet that reports none says nothing about them."""
@@ -118,7 +127,7 @@ def _values(resources: Obj | None) -> dict[tuple[str, str], Fraction]:
                 try:
                     values[(kind, name)] = parse_quantity(str(text))
                 except QuantityError:
-                    values[(kind, name)] = Fraction(-1)     # unreadable: never equal to a real value
+                    values[(kind, name)] = Fraction(-1)  # unreadable: never equal to a real value
     return values
 
 
@@ -131,11 +140,15 @@ def spec_size(pod: Obj) -> str:
     keeps the digests recorded before sidecars could be sized), and of the pod level's
     (spec.resources), when set."""
     sized = [*(pod["spec"].get("containers") or []), *_recorded_sidecars(pod)]
-    digest = sorted((c["name"], kind, name, str(value)) for c in sized
-                    for (kind, name), value in _values(c.get("resources")).items())
-    if pod["spec"].get("resources"):    # absent: the digest pods without pod-level resources always had
-        digest.extend(sorted(("", kind, name, str(value))
-                             for (kind, name), value in _values(pod["spec"]["resources"]).items()))
+    digest = sorted(
+        (c["name"], kind, name, str(value))
+        for c in sized
+        for (kind, name), value in _values(c.get("resources")).items()
+    )
+    if pod["spec"].get("resources"):  # absent: the digest pods without pod-level resources always had
+        digest.extend(
+            sorted(("", kind, name, str(value)) for (kind, name), value in _values(pod["spec"]["resources"]).items())
+        )
     return hashlib.sha256(repr(digest).encode()).hexdigest()[:SPEC_SIZE_CHARS]
 
 
@@ -160,15 +173,17 @@ def revert_patch(pod: Obj) -> Obj:
     status = pod.get("status") or {}
     spec: Obj = {}
     for field, containers, statuses in (
-            ("containers", pod["spec"].get("containers") or [], status.get("containerStatuses")),
-            ("initContainers", sidecars(pod), status.get("initContainerStatuses"))):
+        ("containers", pod["spec"].get("containers") or [], status.get("containerStatuses")),
+        ("initContainers", sidecars(pod), status.get("initContainerStatuses")),
+    ):
         by_name = {s.get("name"): s for s in statuses or []}
         for container in containers:
-            resources = _differences(container.get("resources") or {},
-                                     (by_name.get(container["name"]) or {}).get("resources") or {})
+            resources = _differences(
+                container.get("resources") or {}, (by_name.get(container["name"]) or {}).get("resources") or {}
+            )
             if resources:
                 spec.setdefault(field, []).append({"name": container["name"], "resources": resources})
-    if pod["spec"].get("resources"):    # the pod level too, in the same patch (what the pod has)
+    if pod["spec"].get("resources"):  # the pod level too, in the same patch (what the pod has)
         pod_level = _differences(pod["spec"]["resources"], status.get("resources") or {})
         if pod_level:
             spec["resources"] = pod_level
@@ -188,6 +203,7 @@ def _differences(spec: Obj, actual: Obj) -> dict[str, dict[str, str]]:
 
 # ---------------------------------------------------------------- the state annotation
 
+
 @dataclass(frozen=True)
 class ResizeState:
     """What the reconciler recorded about a resize that did not (yet) end actuated.
@@ -195,23 +211,29 @@ class ResizeState:
     Kept in the pod annotation RESIZE_STATE so that a restarted reconciler neither
     reports the same state twice nor retries a size the node cannot take.
     """
-    state: Stage                    # deferred | infeasible | error | unsupported
+
+    state: Stage  # deferred | infeasible | error | unsupported
     node_type: str
-    generation: int | None          # the metadata.generation the state was reported for
-    size: str = ""                  # fingerprint of the planned size (infeasible, error)
-    allocatable: str = ""           # the node's allocatable cpu/memory when it was recorded
-    requested_at: str = ""          # RFC 3339, when the resize was requested (if known)
-    warned: bool = False            # deferred: the too-long Warning was reported
-    reverted: bool = False          # infeasible/error: the spec was set back to the actual size
+    generation: int | None  # the metadata.generation the state was reported for
+    size: str = ""  # fingerprint of the planned size (infeasible, error)
+    allocatable: str = ""  # the node's allocatable cpu/memory when it was recorded
+    requested_at: str = ""  # RFC 3339, when the resize was requested (if known)
+    warned: bool = False  # deferred: the too-long Warning was reported
+    reverted: bool = False  # infeasible/error: the spec was set back to the actual size
     # infeasible/error: the containers report a size the product never set, so the spec was kept
     # at the planned size (the RevertRefused Warning was reported)
     kept: bool = False
 
     def encode(self) -> str:
         record = {"state": str(self.state), "nodeType": self.node_type, "generation": self.generation}
-        for key, value in (("size", self.size), ("allocatable", self.allocatable),
-                           ("requestedAt", self.requested_at), ("warned", self.warned),
-                           ("reverted", self.reverted), ("kept", self.kept)):
+        for key, value in (
+            ("size", self.size),
+            ("allocatable", self.allocatable),
+            ("requestedAt", self.requested_at),
+            ("warned", self.warned),
+            ("reverted", self.reverted),
+            ("kept", self.kept),
+        ):
             if value:
                 record[key] = value
         return json.dumps(record, separators=(",", ":"), sort_keys=True)
@@ -227,9 +249,17 @@ class ResizeState:
             generation = record.get("generation")
             if not isinstance(record["nodeType"], str) or not (generation is None or isinstance(generation, int)):
                 return None
-            return ResizeState(state, record["nodeType"], generation, str(record.get("size", "")),
-                               str(record.get("allocatable", "")), str(record.get("requestedAt", "")),
-                               bool(record.get("warned")), bool(record.get("reverted")), bool(record.get("kept")))
+            return ResizeState(
+                state,
+                record["nodeType"],
+                generation,
+                str(record.get("size", "")),
+                str(record.get("allocatable", "")),
+                str(record.get("requestedAt", "")),
+                bool(record.get("warned")),
+                bool(record.get("reverted")),
+                bool(record.get("kept")),
+            )
         except (ValueError, KeyError, TypeError):
             return None
 

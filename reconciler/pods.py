@@ -1,4 +1,5 @@
 """What the controller reads off a pod (and off a plan for it): pure helpers shared by its parts."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,12 +18,16 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 def live_and_bound(pod: Obj) -> bool:
-    return bool(pod["spec"].get("nodeName")) and "deletionTimestamp" not in pod["metadata"] \
+    return (
+        bool(pod["spec"].get("nodeName"))
+        and "deletionTimestamp" not in pod["metadata"]
         and pod["status"].get("phase") not in TERMINAL_PHASES
+    )
 
 
-def situation(pod: Obj, node_type: str, config_generation: int, pod_level: bool = False,
-              key_known: bool = False) -> tuple[Any, ...]:
+def situation(
+    pod: Obj, node_type: str, config_generation: int, pod_level: bool = False, key_known: bool = False
+) -> tuple[Any, ...]:
     """What a terminal decision depended on; the same situation is not decided twice. `pod_level`:
     whether pod-level resources can be resized on the pod's node (a pod that sets them is decided
     again when that changes, e.g. its kubelet starts declaring the feature). `key_known`
@@ -51,22 +56,30 @@ def requested_at(pod: Obj, node_type: str) -> str:
 
 def size_fingerprint(plan: ResizePlan) -> str:
     """The planned size (per container and resource: request and limit), as a short digest."""
-    targets = sorted((c.container, c.resource, c.desired_request, c.desired_limit)
-                     for c in plan.changes if c.skipped is None)
+    targets = sorted(
+        (c.container, c.resource, c.desired_request, c.desired_limit) for c in plan.changes if c.skipped is None
+    )
     return hashlib.sha256(repr(targets).encode()).hexdigest()[:16]
 
 
 def resized_from_originals(plan: ResizePlan) -> bool:
     """Whether the spec differs from the originals, i.e. the pod was resized at some point."""
-    return any(c.current_request != c.original_request or
-               (c.original_limit is not None and c.current_limit != c.original_limit)
-               for c in plan.changes if c.skipped is None)
+    return any(
+        c.current_request != c.original_request
+        or (c.original_limit is not None and c.current_limit != c.original_limit)
+        for c in plan.changes
+        if c.skipped is None
+    )
 
 
 def summary_from_originals(plan: ResizePlan) -> str:
     """The plan as a change from the originals (when the spec already holds it)."""
-    from_originals = replace(plan, changes=tuple(
-        replace(c, current_request=c.original_request, current_limit=c.original_limit) for c in plan.changes))
+    from_originals = replace(
+        plan,
+        changes=tuple(
+            replace(c, current_request=c.original_request, current_limit=c.original_limit) for c in plan.changes
+        ),
+    )
     return from_originals.summary()
 
 

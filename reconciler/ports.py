@@ -4,13 +4,14 @@ The reconcile path (reconciler.controller) sees the cluster only through
 `PodReader` (cached pods and nodes), `PodWriter` (the three pod writes) and
 `EventSink`; tests give it an in-memory fake of all three.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from kube.informer import Informer
 from kube import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
+from kube.informer import Informer
 from kube.slim import Obj as Obj  # re-exported: the ports' object type (defined once, in slim)
 from kube.slim import slim_node, slim_pod
 from resizer import CompiledConfig
@@ -41,18 +42,21 @@ class PodWriter(Protocol):
     async def get(self, pod: Obj) -> Obj:
         """The pod as the apiserver has it now."""
 
-    async def annotate(self, pod: Obj, annotations: Mapping[str, str | None],
-                       resource_version: str | None = None) -> Obj:
+    async def annotate(
+        self, pod: Obj, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> Obj:
         """Merge-patch annotations (None deletes a key); with `resource_version`, conditional on it (409)."""
 
-    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None,
-                     if_generation: int | None = None) -> Obj:
+    async def resize(
+        self, pod: Obj, patch: Obj, resource_version: str | None = None, if_generation: int | None = None
+    ) -> Obj:
         """Patch the pods/resize subresource with `patch` (a strategic merge patch's shape); with
         `resource_version`, conditional on it, with `if_generation`, on the pod's uid and
         metadata.generation only (a status update meanwhile does not conflict): 409 otherwise."""
 
-    async def record(self, pod: Obj, annotations: Mapping[str, str | None],
-                     resource_version: str | None = None) -> None:
+    async def record(
+        self, pod: Obj, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> None:
         """`annotate` when the pod as written is not needed (its reply is not read)."""
 
 
@@ -116,23 +120,30 @@ class ApiWriter:
     async def get(self, pod: Obj) -> Obj:
         return slim_pod(await self._client.get(pod_path(pod)))
 
-    async def annotate(self, pod: Obj, annotations: Mapping[str, str | None],
-                       resource_version: str | None = None) -> Obj:
-        return slim_pod(await self._client.patch(pod_path(pod), _annotations_patch(annotations, resource_version),
-                                                 MERGE_PATCH))
+    async def annotate(
+        self, pod: Obj, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> Obj:
+        return slim_pod(
+            await self._client.patch(pod_path(pod), _annotations_patch(annotations, resource_version), MERGE_PATCH)
+        )
 
-    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None,
-                     if_generation: int | None = None) -> Obj:
+    async def resize(
+        self, pod: Obj, patch: Obj, resource_version: str | None = None, if_generation: int | None = None
+    ) -> Obj:
         if if_generation is not None:
             try:
-                return slim_pod(await self._client.patch(pod_path(pod, "resize"),
-                                                         fenced_resize_patch(pod, patch, if_generation), JSON_PATCH))
+                return slim_pod(
+                    await self._client.patch(
+                        pod_path(pod, "resize"), fenced_resize_patch(pod, patch, if_generation), JSON_PATCH
+                    )
+                )
             except ApiError as err:
                 # A failed `test` is a 422 the apiserver does not tell from other invalid patches:
                 # it is a conflict if the pod is no longer the one planned from.
                 if err.status == 422 and await self._changed(pod, if_generation):
-                    raise ApiError(409, {"reason": "Conflict",
-                                         "message": "the pod changed since it was read (uid or generation)"}) from None
+                    raise ApiError(
+                        409, {"reason": "Conflict", "message": "the pod changed since it was read (uid or generation)"}
+                    ) from None
                 raise
         if resource_version is not None:
             patch = {**patch, "metadata": {"resourceVersion": resource_version}}
@@ -147,19 +158,21 @@ class ApiWriter:
             raise
         return bool(now.get("uid") != pod["metadata"].get("uid") or now.get("generation") != generation)
 
-    async def record(self, pod: Obj, annotations: Mapping[str, str | None],
-                     resource_version: str | None = None) -> None:
-        await self._client.write("PATCH", pod_path(pod), _annotations_patch(annotations, resource_version),
-                                 MERGE_PATCH)
+    async def record(
+        self, pod: Obj, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> None:
+        await self._client.write("PATCH", pod_path(pod), _annotations_patch(annotations, resource_version), MERGE_PATCH)
 
 
 def fenced_resize_patch(pod: Obj, patch: Obj, generation: int) -> list[Obj]:
     """`patch` as a JSON patch whose first operations test the pod's uid and metadata.generation
     (and each container's position by name): it lands only on the spec it was planned from, so a
     deposed leader's resize still on the wire cannot undo its successor's."""
-    ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]},
-                      {"op": "test", "path": "/metadata/generation", "value": generation}]
-    for field in ("containers", "initContainers"):     # initContainers: sidecars
+    ops: list[Obj] = [
+        {"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]},
+        {"op": "test", "path": "/metadata/generation", "value": generation},
+    ]
+    for field in ("containers", "initContainers"):  # initContainers: sidecars
         index = {c["name"]: i for i, c in enumerate(pod["spec"].get(field) or [])}
         for change in (patch.get("spec") or {}).get(field) or []:
             i = index[change["name"]]
@@ -167,7 +180,7 @@ def fenced_resize_patch(pod: Obj, patch: Obj, generation: int) -> list[Obj]:
             ops.append({"op": "test", "path": f"{base}/name", "value": change["name"]})
             ops.extend(_resources_ops(base, pod["spec"][field][i].get("resources"), change["resources"]))
     pod_level = (patch.get("spec") or {}).get("resources")
-    if pod_level:       # the pod level (spec.resources) in the same patch: one atomic resize
+    if pod_level:  # the pod level (spec.resources) in the same patch: one atomic resize
         ops.extend(_resources_ops("/spec", pod["spec"].get("resources"), pod_level))
     return ops
 
@@ -180,8 +193,10 @@ def _resources_ops(base: str, current: Obj | None, change: Obj) -> list[Obj]:
         if kind not in current:
             ops.append({"op": "add", "path": f"{base}/resources/{kind}", "value": values})
             continue
-        ops.extend({"op": "add", "path": f"{base}/resources/{kind}/{_pointer(name)}", "value": value}
-                   for name, value in values.items())
+        ops.extend(
+            {"op": "add", "path": f"{base}/resources/{kind}/{_pointer(name)}", "value": value}
+            for name, value in values.items()
+        )
     return ops
 
 

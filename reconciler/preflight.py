@@ -7,15 +7,16 @@ freed, LimitRange edited); pods held for their node's room when a pod on that no
 (a decrease actuated, a pod deleted). A resize just sent counts at its new size on its node
 until the pod cache shows it, so two increases decided at once cannot both take the same room.
 """
+
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
 
-from reconciler.gates import VPA, Held
 from kube import KubeClient
 from kube.informer import Informer, object_key
 from kube.slim import Obj
+from reconciler.gates import VPA, Held
 from reconciler.reasons import Reason
 from reconciler.settings import PreflightSettings
 from reconciler.vpa import VpaWatch
@@ -24,26 +25,39 @@ from resizer.vpa import Unresolved
 
 log = logging.getLogger("reconciler.preflight")
 
-UNRESOLVED_RETRY = 2.0      # seconds: a pod whose VPA status the caches cannot tell yet is looked at again
+UNRESOLVED_RETRY = 2.0  # seconds: a pod whose VPA status the caches cannot tell yet is looked at again
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 def slim_limit_range(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                         "resourceVersion": meta.get("resourceVersion")},
-            "spec": {"limits": [item for item in (obj.get("spec") or {}).get("limits") or []
-                                if item.get("type") in ("Container", "Pod")]}}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "spec": {
+            "limits": [
+                item for item in (obj.get("spec") or {}).get("limits") or [] if item.get("type") in ("Container", "Pod")
+            ]
+        },
+    }
 
 
 def slim_quota(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                         "resourceVersion": meta.get("resourceVersion")},
-            "spec": {k: spec[k] for k in ("hard", "scopes", "scopeSelector") if spec.get(k)},
-            "status": {"hard": status.get("hard") or {}, "used": status.get("used") or {}}}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "spec": {k: spec[k] for k in ("hard", "scopes", "scopeSelector") if spec.get(k)},
+        "status": {"hard": status.get("hard") or {}, "used": status.get("used") or {}},
+    }
 
 
 class Preflight:
@@ -52,9 +66,15 @@ class Preflight:
     `node_pods(node)` gives the cached pods bound to a node; `requeue(keys)` queues pods again.
     """
 
-    def __init__(self, client: KubeClient, settings: PreflightSettings, node_pods: Callable[[str], Iterable[Obj]],
-                 requeue: Callable[[Iterable[str]], None], vpa: VpaWatch | None = None,
-                 idle_timeout: float = 90.0) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: PreflightSettings,
+        node_pods: Callable[[str], Iterable[Obj]],
+        requeue: Callable[[Iterable[str]], None],
+        vpa: VpaWatch | None = None,
+        idle_timeout: float = 90.0,
+    ) -> None:
         self.settings = settings
         self.vpa = vpa if settings.skip_vpa_managed else None
         self._node_pods = node_pods
@@ -62,12 +82,30 @@ class Preflight:
         # Each resize looks at its namespace's LimitRanges and quotas only: kept by namespace.
         self._limit_ranges_by_ns = NamespaceIndex()
         self._quotas_by_ns = NamespaceIndex()
-        self.limit_ranges = Informer(client, "limitranges", "/api/v1/limitranges", slim_limit_range,
-                                     self._handler(self._limit_ranges_by_ns),
-                                     idle_timeout=idle_timeout) if settings.limit_ranges else None
-        self.quotas = Informer(client, "resourcequotas", "/api/v1/resourcequotas", slim_quota,
-                               self._handler(self._quotas_by_ns),
-                               idle_timeout=idle_timeout) if settings.quotas else None
+        self.limit_ranges = (
+            Informer(
+                client,
+                "limitranges",
+                "/api/v1/limitranges",
+                slim_limit_range,
+                self._handler(self._limit_ranges_by_ns),
+                idle_timeout=idle_timeout,
+            )
+            if settings.limit_ranges
+            else None
+        )
+        self.quotas = (
+            Informer(
+                client,
+                "resourcequotas",
+                "/api/v1/resourcequotas",
+                slim_quota,
+                self._handler(self._quotas_by_ns),
+                idle_timeout=idle_timeout,
+            )
+            if settings.quotas
+            else None
+        )
         # Pods held, by what they wait for: ("namespace", ns) or ("node", name) -> pod keys.
         self._waiting: dict[tuple[str, str], set[str]] = {}
         # Resizes sent and not yet in the cache: node -> pod uid -> (generation, resized spec).
@@ -86,11 +124,15 @@ class Preflight:
         if verdict is None:
             return None
         if isinstance(verdict, Unresolved):
-            return Held(Reason.VPA_MANAGED, VPA,
-                        f"waiting for {verdict.owner.kind} {verdict.owner.name} in the cache", "unresolved",
-                        requeue_after=UNRESOLVED_RETRY, report=False)
-        return Held(Reason.VPA_MANAGED, VPA, verdict.message(),
-                    f"VerticalPodAutoscaler/{verdict.vpa}/{verdict.mode}")
+            return Held(
+                Reason.VPA_MANAGED,
+                VPA,
+                f"waiting for {verdict.owner.kind} {verdict.owner.name} in the cache",
+                "unresolved",
+                requeue_after=UNRESOLVED_RETRY,
+                report=False,
+            )
+        return Held(Reason.VPA_MANAGED, VPA, verdict.message(), f"VerticalPodAutoscaler/{verdict.vpa}/{verdict.mode}")
 
     def preflight(self, pod: Obj, node: Obj, patch: Obj) -> Held | None:
         key = object_key(pod)
@@ -98,13 +140,21 @@ class Preflight:
         hold = self.judge(pod, node, patch)
         if hold is None:
             return None
-        waits_for = ("node", str(node["metadata"]["name"])) if hold.constraint == "NodeHeadroom" \
+        waits_for = (
+            ("node", str(node["metadata"]["name"]))
+            if hold.constraint == "NodeHeadroom"
             else ("namespace", str(pod["metadata"].get("namespace")))
+        )
         self._waiting.setdefault(waits_for, set()).add(key)
-        room = hold.constraint == "NodeHeadroom" and "beyond" not in hold.subject    # not one that can never fit
-        return Held(Reason.RESIZE_HELD, hold.constraint, hold.message(), hold.fingerprint,
-                    requeue_after=self.settings.node_room_wait if room else None,
-                    at_most=self.settings.node_room_wait if room else None)
+        room = hold.constraint == "NodeHeadroom" and "beyond" not in hold.subject  # not one that can never fit
+        return Held(
+            Reason.RESIZE_HELD,
+            hold.constraint,
+            hold.message(),
+            hold.fingerprint,
+            requeue_after=self.settings.node_room_wait if room else None,
+            at_most=self.settings.node_room_wait if room else None,
+        )
 
     def would_hold(self, pod: Obj, node: Obj, patch: Obj) -> str | None:
         hold = self.judge(pod, node, patch)
@@ -175,16 +225,22 @@ class Preflight:
         def handle(kind: str, obj: Obj, old: Obj | None) -> None:
             index.apply(kind, obj)
             self._on_namespaced(kind, obj, old)
+
         return handle
 
     def _on_namespaced(self, kind: str, obj: Obj, old: Obj | None) -> None:
-        if old is not None and kind != "DELETED" and old.get("spec") == obj.get("spec") \
-                and old.get("status") == obj.get("status"):
+        if (
+            old is not None
+            and kind != "DELETED"
+            and old.get("spec") == obj.get("spec")
+            and old.get("status") == obj.get("status")
+        ):
             return
         keys = self._waiting.get(("namespace", str(obj["metadata"].get("namespace"))))
         if keys:
-            log.debug("constraint changed; held pods decided again", extra={
-                "object": object_key(obj), "pods": len(keys)})
+            log.debug(
+                "constraint changed; held pods decided again", extra={"object": object_key(obj), "pods": len(keys)}
+            )
             self._requeue(list(keys))
 
 

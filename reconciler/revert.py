@@ -15,6 +15,7 @@ matched, no value is set above the larger of the size before the resize and the 
 restart: the originals the baseline authority trusts, else the plan alone), because neither
 ``applied-size`` nor originals it does not trust are credentials.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -41,9 +42,10 @@ _RESOURCES = ("cpu", "memory")
 class Revert:
     """The decision: ``patch`` sets the spec back ({} for nothing to do), unless ``refused``
     says why what the containers report is not a size to set it back to."""
+
     patch: Obj
     refused: str = ""
-    reported: str = ""      # the values the containers report where they differ from the spec
+    reported: str = ""  # the values the containers report where they differ from the spec
 
 
 def decide_revert(pod: Obj, before: Sequence[Size], originals: Size | None, originals_trusted: bool) -> Revert:
@@ -73,7 +75,7 @@ def decide_revert(pod: Obj, before: Sequence[Size], originals: Size | None, orig
 def sizes_before(pod: Obj, earlier: Sequence[Size]) -> tuple[Size, ...]:
     """What a resize of ``pod`` remembers as the sizes before it: the spec it was sent for, then
     those before our ``earlier`` resizes of it the kubelet never answered (each size once)."""
-    sizes: list[Size] = [size_of(pod["spec"])]     # readable: it was planned from
+    sizes: list[Size] = [size_of(pod["spec"])]  # readable: it was planned from
     for size in earlier:
         if size not in sizes:
             sizes.append(size)
@@ -100,8 +102,10 @@ def size_of_originals(pod: Mapping[str, Any]) -> dict[Key, Fraction] | None:
     except (OriginalsError, QuantityError):
         return None
     values: dict[Key, Fraction] = {}
-    fields = {**{c["name"]: "containers" for c in pod["spec"].get("containers") or []},
-              **{c["name"]: "initContainers" for c in sidecars(pod)}}
+    fields = {
+        **{c["name"]: "containers" for c in pod["spec"].get("containers") or []},
+        **{c["name"]: "initContainers" for c in sidecars(pod)},
+    }
     for name, originals in containers.items():
         values.update(_original_values(fields[name], name, originals))
     if pod_level is not None:
@@ -115,15 +119,24 @@ def describe(patch: Obj) -> str:
     entries = [(c["name"], c["resources"]) for f in ("containers", "initContainers") for c in spec.get(f) or []]
     if spec.get(POD_LEVEL):
         entries.append(("pod", spec[POD_LEVEL]))
-    return "; ".join(f"{name}: " + "; ".join(
-        f"{kind} " + ", ".join(f"{r} {v}" for r, v in resources[kind].items()) for kind in _KINDS if resources.get(kind))
-        for name, resources in entries)
+    return "; ".join(
+        f"{name}: "
+        + "; ".join(
+            f"{kind} " + ", ".join(f"{r} {v}" for r, v in resources[kind].items())
+            for kind in _KINDS
+            if resources.get(kind)
+        )
+        for name, resources in entries
+    )
 
 
 def _values(field: str, name: str, resources: Obj | None) -> dict[Key, Fraction]:
-    return {(field, name, kind, resource): parse_quantity(str(text))
-            for kind in _KINDS for resource, text in ((resources or {}).get(kind) or {}).items()
-            if resource in _RESOURCES}
+    return {
+        (field, name, kind, resource): parse_quantity(str(text))
+        for kind in _KINDS
+        for resource, text in ((resources or {}).get(kind) or {}).items()
+        if resource in _RESOURCES
+    }
 
 
 def _original_values(field: str, name: str, originals: ContainerOriginals) -> dict[Key, Fraction]:

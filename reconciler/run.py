@@ -1,4 +1,5 @@
 """Wiring: credentials, caches, leader election, workers, probes, shutdown."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,21 +11,21 @@ import socket
 import sys
 from typing import Any
 
+from kube import KubeClient, load_credentials
+from kube.events import EventRecorder
+from kube.leader import FencedClient, LeaderElector, LeadershipLost
+from kube.workqueue import WorkQueue
 from ops.jsonlog import configure_logging
 from ops.keys import KeyDirectory, KeyDirectoryError
 from ops.probes import Check
 from reconciler import http, metrics
 from reconciler.config_source import ConfigSource
 from reconciler.freed import FreedRequests
-from kube.events import EventRecorder
-from kube import KubeClient, load_credentials
-from kube.leader import FencedClient, LeaderElector, LeadershipLost
 from reconciler.manager import Manager
 from reconciler.namespaces import ScopedNamespaces
 from reconciler.originals_keys import KeySecretError, SecretKeys, UnknownKeyWatch
 from reconciler.ports import FaultHook, no_fault
 from reconciler.settings import ReconcilerSettings
-from kube.workqueue import WorkQueue
 from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 
 log = logging.getLogger("reconciler")
@@ -43,6 +44,7 @@ def crash_hook(step_name: str | None) -> FaultHook:
         if step == step_name:
             log.warning("test fault hook: crashing", extra={"after": step})
             os.kill(os.getpid(), signal.SIGKILL)
+
     return crash_after
 
 
@@ -53,41 +55,75 @@ class Reconciler:
         self.keyring = KeyRing(keys.keys) if keys is not None else EMPTY_KEYRING
         api, election = settings.api, settings.leader_election
         creds = load_credentials(api.kubeconfig)
-        self.client = KubeClient(creds, qps=api.qps, burst=api.burst,
-                                 max_connections=settings.concurrency + 8, drop_managed_fields=True)
-        self.secret_keys = SecretKeys(self.client, *settings.originals_keys_secret.split("/", 1)) \
-            if settings.originals_keys_secret else None
+        self.client = KubeClient(
+            creds, qps=api.qps, burst=api.burst, max_connections=settings.concurrency + 8, drop_managed_fields=True
+        )
+        self.secret_keys = (
+            SecretKeys(self.client, *settings.originals_keys_secret.split("/", 1))
+            if settings.originals_keys_secret
+            else None
+        )
         if keys is None and self.secret_keys is None:
-            log.warning("no --originals-key-dir or --originals-keys-secret: original-* annotations cannot be "
-                        "verified; only pods whose spec never changed are resized")
+            log.warning(
+                "no --originals-key-dir or --originals-keys-secret: original-* annotations cannot be "
+                "verified; only pods whose spec never changed are resized"
+            )
         self.unknown_keys = UnknownKeyWatch()
         # The lease gets its own connections, outside the workers' rate limit and pool: a
         # renewal must never queue behind a burst of resizes.
         self.lease_client = KubeClient(creds, qps=0, burst=1, max_connections=2) if election.enabled else None
-        self.elector = LeaderElector(
-            self.lease_client or self.client, election.namespace, election.name, election.identity,
-            election.lease_duration, election.renew_deadline, election.retry_period) if election.enabled else None
+        self.elector = (
+            LeaderElector(
+                self.lease_client or self.client,
+                election.namespace,
+                election.name,
+                election.identity,
+                election.lease_duration,
+                election.renew_deadline,
+                election.retry_period,
+            )
+            if election.enabled
+            else None
+        )
         # Workers and events write through the fence: nothing is sent once the lease may be lost.
         writer: Any = FencedClient(self.client, self.elector.may_write) if self.elector else self.client
         self.recorder = EventRecorder(writer)
         self.queue = WorkQueue("pod-resizer")
-        self.config = ConfigSource(self.client, self.recorder, settings.config_namespace, settings.config_name,
-                                   settings.config_refresh_interval, on_change=self._config_changed,
-                                   idle_timeout=api.watch_idle_timeout)
+        self.config = ConfigSource(
+            self.client,
+            self.recorder,
+            settings.config_namespace,
+            settings.config_name,
+            settings.config_refresh_interval,
+            on_change=self._config_changed,
+            idle_timeout=api.watch_idle_timeout,
+        )
         # The namespace scope; a namespace whose labels change re-evaluates every cached pod.
-        self.namespaces = ScopedNamespaces(self.client, settings.scope, lambda _: self.manager.on_config_change(),
-                                           api.watch_idle_timeout)
+        self.namespaces = ScopedNamespaces(
+            self.client, settings.scope, lambda _: self.manager.on_config_change(), api.watch_idle_timeout
+        )
         self.manager = Manager(
-            writer, self.recorder, self.config, self.queue, settings.controller,
-            idle_timeout=api.watch_idle_timeout, fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
-            pod_filters=(self.namespaces.includes,), keyring=lambda: self.keyring,
-            preflight=settings.preflight, recheck_interval=settings.config_refresh_interval)
+            writer,
+            self.recorder,
+            self.config,
+            self.queue,
+            settings.controller,
+            idle_timeout=api.watch_idle_timeout,
+            fault=crash_hook(os.environ.get(CRASH_AFTER_ENV)),
+            pod_filters=(self.namespaces.includes,),
+            keyring=lambda: self.keyring,
+            preflight=settings.preflight,
+            recheck_interval=settings.config_refresh_interval,
+        )
         # What was freed (the workload_resizer_managed_* gauges), from the caches when scraped.
         freed = FreedRequests(
             pods=lambda: (pod for pod in self.manager.pods.store.values() if self.namespaces.includes(pod)),
-            nodes=lambda: self.manager.nodes.store.values(), config=lambda: self.config.config,
-            keyring=lambda: self.keyring, node_type_label=settings.controller.node_type_label,
-            resize_restart_containers=settings.controller.resize_restart_containers)
+            nodes=lambda: self.manager.nodes.store.values(),
+            config=lambda: self.config.config,
+            keyring=lambda: self.keyring,
+            node_type_label=settings.controller.node_type_label,
+            resize_restart_containers=settings.controller.resize_restart_containers,
+        )
         metrics.freed_source[:] = [freed.totals]
         self.stop = asyncio.Event()
         self.active = False
@@ -108,8 +144,9 @@ class Reconciler:
             return False
         self.keyring = KeyRing(self.secret_keys.keys)
         self.keys_loaded = True
-        log.info("originals keys loaded", extra={"secret": self.secret_keys.where,
-                                                 "keyIds": sorted(self.secret_keys.keys)})
+        log.info(
+            "originals keys loaded", extra={"secret": self.secret_keys.where, "keyIds": sorted(self.secret_keys.keys)}
+        )
         return True
 
     async def _poll_keys(self) -> None:
@@ -127,8 +164,9 @@ class Reconciler:
             except KeyRingError as err:
                 log.error("originals keys unusable; keeping the last good ones", extra={"error": str(err)})
             if self.keys is not None or self.secret_keys is not None:
-                self.unknown_keys.update((pod for pod in self.manager.pods.store.values()
-                                          if self.namespaces.includes(pod)), self.keyring)
+                self.unknown_keys.update(
+                    (pod for pod in self.manager.pods.store.values() if self.namespaces.includes(pod)), self.keyring
+                )
             await asyncio.sleep(self.settings.config_refresh_interval)
 
     # ---- probes
@@ -192,14 +230,18 @@ class Reconciler:
                 log.info("stopped before becoming leader")
                 return 0
             error = acquired.exception() if not acquired.cancelled() else None
-            if error is not None or not self.elector.is_leader:     # never work without the lease
+            if error is not None or not self.elector.is_leader:  # never work without the lease
                 log.error("leader election failed; not starting work", extra={"error": repr(error)})
                 return 1
         self.active = True
-        background = [asyncio.create_task(c, name=n) for n, c in (
-            ("config", self.config.run()),
-            ("keys", self._poll_keys()),
-            *((informer.resource, informer.run()) for informer in self.manager.informers))]
+        background = [
+            asyncio.create_task(c, name=n)
+            for n, c in (
+                ("config", self.config.run()),
+                ("keys", self._poll_keys()),
+                *((informer.resource, informer.run()) for informer in self.manager.informers),
+            )
+        ]
         if self.namespaces.informer is not None:
             background.append(asyncio.create_task(self.namespaces.informer.run(), name="namespaces"))
         if self.manager.vpa is not None:
@@ -214,8 +256,10 @@ class Reconciler:
             if synced in done:
                 log.info("caches synced; starting workers", extra={"workers": self.settings.concurrency})
                 metrics.MAX_WORKERS.labels(metrics.CONTROLLER).set(self.settings.concurrency)
-                workers = [asyncio.create_task(self.manager.worker(), name=f"worker-{i}")
-                           for i in range(self.settings.concurrency)]
+                workers = [
+                    asyncio.create_task(self.manager.worker(), name=f"worker-{i}")
+                    for i in range(self.settings.concurrency)
+                ]
                 # A worker only ends by crashing: that must stop the process, not go unnoticed.
                 done, _ = await asyncio.wait({stopped, *background, *workers}, return_when=asyncio.FIRST_COMPLETED)
             synced.cancel()
@@ -233,8 +277,7 @@ class Reconciler:
             if isinstance(err, LeadershipLost):
                 log.error("leadership lost; stopping all work", extra={"error": str(err)})
             else:
-                log.error("background task ended unexpectedly", extra={"task": task.get_name(),
-                                                                       "error": repr(err)})
+                log.error("background task ended unexpectedly", extra={"task": task.get_name(), "error": repr(err)})
         return 1
 
     async def _wait_synced(self) -> None:
@@ -242,8 +285,9 @@ class Reconciler:
             await self.namespaces.informer.synced.wait()
         await self.manager.wait_synced()
 
-    async def _shutdown(self, workers: list[asyncio.Task[None]], background: list[asyncio.Task[Any]],
-                        stopped: asyncio.Task[Any]) -> None:
+    async def _shutdown(
+        self, workers: list[asyncio.Task[None]], background: list[asyncio.Task[Any]], stopped: asyncio.Task[Any]
+    ) -> None:
         await self.queue.shutdown()
         if self.elector is not None and not self.elector.may_write():
             # Leadership lost (or about to be): in-flight requests are cancelled, not awaited.
@@ -263,7 +307,9 @@ class Reconciler:
     def _listen(self) -> dict[str, socket.socket]:
         """Bind every metrics/probe address now: a port already taken is a startup error, not a
         reconciler running without health or metrics endpoints."""
-        addresses = {a for a in (self.settings.metrics_bind_address, self.settings.health_probe_bind_address) if a != "0"}
+        addresses = {
+            a for a in (self.settings.metrics_bind_address, self.settings.health_probe_bind_address) if a != "0"
+        }
         listeners: dict[str, socket.socket] = {}
         try:
             for address in sorted(addresses):
@@ -323,6 +369,7 @@ def main(settings: ReconcilerSettings) -> int:
     logging.getLogger("httpcore").setLevel(logging.WARNING)
     try:
         import uvloop
+
         runner: Any = uvloop.run
     except ImportError:
         runner = asyncio.run

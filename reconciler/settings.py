@@ -4,16 +4,18 @@ The defaults both share (the node-type label, where the ConfigMap lives) are def
 once; ``reconciler.options`` and ``commands.cli`` turn flags into these objects,
 and nothing past the entry points sees an argparse Namespace.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from resizer.config import CONFIG_NAME as CONFIG_NAME              # shared with the webhook
+from resizer.config import CONFIG_NAME as CONFIG_NAME  # shared with the webhook
 from resizer.config import CONFIG_NAMESPACE as CONFIG_NAMESPACE
 from resizer.config import NODE_TYPE_LABEL as NODE_TYPE_LABEL
 from resizer.scope import NamespaceScope
+
 CONFIG_KEY = "config.yaml"
-ORIGINALS_KEYS_SECRET = f"{CONFIG_NAMESPACE}/workload-resizer-originals-keys"   # the chart's, by default
+ORIGINALS_KEYS_SECRET = f"{CONFIG_NAMESPACE}/workload-resizer-originals-keys"  # the chart's, by default
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class ReconcilerSettings:
     config_name: str = CONFIG_NAME
     config_refresh_interval: float = 30.0
     originals_key_dir: str = ""
-    originals_keys_secret: str = ""     # namespace/name; created when absent
+    originals_keys_secret: str = ""  # namespace/name; created when absent
     concurrency: int = 8
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"
@@ -112,7 +114,7 @@ class KeySettings:
     mounts it) or, by default, the chart's Secret through the API."""
 
     key_dir: str = ""
-    secret: str = ORIGINALS_KEYS_SECRET          # namespace/name
+    secret: str = ORIGINALS_KEYS_SECRET  # namespace/name
 
 
 @dataclass(frozen=True)
@@ -165,19 +167,19 @@ class CalibrateSettings:
     config_namespace: str = CONFIG_NAMESPACE
     config_name: str = CONFIG_NAME
     node_type_label: str = NODE_TYPE_LABEL
-    node_types: tuple[str, ...] = ()             # empty: every type found on the nodes
-    baseline_node_type: str = ""                 # empty: the config's baselineNodeType
+    node_types: tuple[str, ...] = ()  # empty: every type found on the nodes
+    baseline_node_type: str = ""  # empty: the config's baselineNodeType
     repeats: int = 5
     confidence: float = 0.95
-    cpu: str = "1"                               # the benchmark pod's request = limit
+    cpu: str = "1"  # the benchmark pod's request = limit
     memory: str = "64Mi"
-    timeout: float = 300.0                       # per run: scheduling, start and the benchmark
-    namespace: str = CONFIG_NAMESPACE            # where the benchmark pods run
+    timeout: float = 300.0  # per run: scheduling, start and the benchmark
+    namespace: str = CONFIG_NAMESPACE  # where the benchmark pods run
     image: str = CALIBRATE_IMAGE
     image_pull_policy: str = "IfNotPresent"
-    command: tuple[str, ...] = ()                # empty: the image's entrypoint
-    benchmark_seconds: float = 2.0               # the built-in benchmark's wall time per kernel
-    tolerations: tuple[tuple[str, str, str], ...] = ()   # (key, value, effect); "" value: Exists
+    command: tuple[str, ...] = ()  # empty: the image's entrypoint
+    benchmark_seconds: float = 2.0  # the built-in benchmark's wall time per kernel
+    tolerations: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect); "" value: Exists
     host_network: bool = False
     output: str = "table"
     apply: bool = False

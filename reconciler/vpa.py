@@ -5,6 +5,7 @@ The CRD is looked up by discovery at start and again every `recheck_interval`: i
 later, its informers start; removed, they stop and every pod is looked at again. The
 decision itself is resizer.vpa's.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,10 +43,22 @@ OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1
 def slim_owned(obj: Obj) -> Obj:
     """A ReplicaSet or Job reduced to its name and controller owner."""
     meta = obj.get("metadata") or {}
-    owner = next(({"kind": o.get("kind"), "name": o.get("name")}
-                  for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                         "resourceVersion": meta.get("resourceVersion"), "owner": owner}}
+    owner = next(
+        (
+            {"kind": o.get("kind"), "name": o.get("name")}
+            for o in meta.get("ownerReferences") or []
+            if o.get("controller")
+        ),
+        None,
+    )
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "owner": owner,
+        }
+    }
 
 
 class VpaWatch:
@@ -55,8 +68,14 @@ class VpaWatch:
     namespace, e.g. the CRD appeared or went away), so its pods are decided again.
     """
 
-    def __init__(self, client: KubeClient, on_change: Callable[[str | None], None], idle_timeout: float = 90.0,
-                 recheck_interval: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        on_change: Callable[[str | None], None],
+        idle_timeout: float = 90.0,
+        recheck_interval: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._client = client
         self._on_change = on_change
         self._idle_timeout = idle_timeout
@@ -67,8 +86,8 @@ class VpaWatch:
         self._index: dict[str, dict[Owner, tuple[str, str]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._clock = clock
-        self._missing_since: dict[tuple[str, str, str], float] = {}     # owners looked up and not cached
-        self.checked = asyncio.Event()      # discovery answered once
+        self._missing_since: dict[tuple[str, str, str], float] = {}  # owners looked up and not cached
+        self.checked = asyncio.Event()  # discovery answered once
 
     # ---- the answer
 
@@ -95,7 +114,7 @@ class VpaWatch:
     def _owner_of(self, namespace: str, owner: Owner) -> Owner | None:
         informer = self.owners.get(owner.kind)
         if informer is None:
-            return NO_OWNER         # a kind we do not follow: the chain ends here
+            return NO_OWNER  # a kind we do not follow: the chain ends here
         cached = informer.store.get(f"{namespace}/{owner.name}")
         if cached is None:
             first = self._missing_since.setdefault((namespace, owner.kind, owner.name), self._clock())
@@ -109,7 +128,7 @@ class VpaWatch:
         try:
             while True:
                 if await self._check():
-                    self.checked.set()      # (startup waits for a first answer: never resize blind)
+                    self.checked.set()  # (startup waits for a first answer: never resize blind)
                 await asyncio.sleep(self._recheck_interval if self.checked.is_set() else 2.0)
         finally:
             await self._stop()
@@ -119,13 +138,18 @@ class VpaWatch:
         try:
             served = await self._discover()
         except (ApiError, OSError) as err:
-            log.warning("cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
-                        extra={"error": str(err) or repr(err), "served": self.served})
+            log.warning(
+                "cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
+                extra={"error": str(err) or repr(err), "served": self.served},
+            )
             return False
         if served == self.served:
             return True
-        log.info("VerticalPodAutoscaler CRD found: pods managed by an updating VPA are left alone" if served
-                 else "VerticalPodAutoscaler CRD gone: no pod is left alone for a VPA any more")
+        log.info(
+            "VerticalPodAutoscaler CRD found: pods managed by an updating VPA are left alone"
+            if served
+            else "VerticalPodAutoscaler CRD gone: no pod is left alone for a VPA any more"
+        )
         self.served = served
         if served:
             self._start()
@@ -147,11 +171,25 @@ class VpaWatch:
         return [*([self.vpas] if self.vpas is not None else []), *self.owners.values()]
 
     def _start(self) -> None:
-        self.vpas = Informer(self._client, RESOURCE, f"{GROUP_VERSION_PATH}/{RESOURCE}", slim_vpa, self._on_vpa,
-                             idle_timeout=self._idle_timeout)
-        self.owners = {kind: Informer(self._client, path.rsplit("/", 1)[-1], path, slim_owned,
-                                      self._owner_handler(kind), idle_timeout=self._idle_timeout)
-                       for kind, path in OWNER_PATHS.items()}
+        self.vpas = Informer(
+            self._client,
+            RESOURCE,
+            f"{GROUP_VERSION_PATH}/{RESOURCE}",
+            slim_vpa,
+            self._on_vpa,
+            idle_timeout=self._idle_timeout,
+        )
+        self.owners = {
+            kind: Informer(
+                self._client,
+                path.rsplit("/", 1)[-1],
+                path,
+                slim_owned,
+                self._owner_handler(kind),
+                idle_timeout=self._idle_timeout,
+            )
+            for kind, path in OWNER_PATHS.items()
+        }
         self._tasks = [asyncio.create_task(i.run(), name=f"vpa {i.resource}") for i in self._informers()]
         for task in self._tasks:
             task.add_done_callback(_log_crash)
@@ -179,6 +217,7 @@ class VpaWatch:
             self._missing_since.pop((namespace, owner_kind, str(obj["metadata"].get("name"))), None)
             if kind == "ADDED" and self.synced and namespace in self._index:
                 self._on_change(namespace)
+
         return on_owner
 
 

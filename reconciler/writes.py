@@ -10,25 +10,33 @@ them re-introduces compounding resizes. A resize that does not end actuated is r
 resize-state annotation (record) before it is reported, so it is reported once and an infeasible
 size is not retried while the node and the plan stay the same (docs/how-it-works.md).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from kube import ApiError
+from kube.ratelimit import TokenBucket
 from ops.timestamps import rfc3339
 from reconciler import metrics
-from kube import ApiError
 from reconciler.authority import binding
 from reconciler.holding import Holding
-from kube.ratelimit import TokenBucket
 from reconciler.memory import DONE, Context, InFlight, Result, Step
 from reconciler.outcome import SPEC_SIZE_CHARS, ResizeState, Stage, allocatable_fingerprint, spec_size
-from reconciler.pods import (aligned_message, mac_key_known, pod_uid, situation, size_fingerprint,
-                             summary_from_originals, with_annotations)
+from reconciler.pods import (
+    aligned_message,
+    mac_key_known,
+    pod_uid,
+    situation,
+    size_fingerprint,
+    summary_from_originals,
+    with_annotations,
+)
 from reconciler.ports import Obj
 from reconciler.reasons import EventType, Reason
-from reconciler.revert import sizes_before
 from reconciler.report import Reporter
+from reconciler.revert import sizes_before
 from resizer import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
@@ -56,7 +64,7 @@ UNSUPPORTED_MESSAGE = "without support for resize"
 # on a node that does not declare that feature.
 POD_LEVEL_REFUSED = "InPlacePodLevelResourcesVerticalScaling"
 GATE_OFF = "feature gate is disabled"
-NODE_CAPACITY = "NodeCapacity"      # the cause of the 1.36+ apiserver's (PodResizeValidator) refusal
+NODE_CAPACITY = "NodeCapacity"  # the cause of the 1.36+ apiserver's (PodResizeValidator) refusal
 
 
 class Writes:
@@ -69,18 +77,34 @@ class Writes:
         self._realign_limiter = TokenBucket(context.options.max_resizes_per_second, 1)
         self.holding = Holding(context, reporter)
 
-    async def write(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...],
-                    plan: ResizePlan, context: str, base: Baseline, generation: int) -> Result:
+    async def write(
+        self,
+        pod: Obj,
+        node: Obj,
+        node_type: str,
+        signature: tuple[Any, ...],
+        plan: ResizePlan,
+        context: str,
+        base: Baseline,
+        generation: int,
+    ) -> Result:
         config = self._c.config.config
         assert config is not None
         if not self._fits(pod, node_type, base):
-            return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
-                                                 "the original resources and what was applied do not fit in the "
-                                                 "pod's annotations (256 KiB limit), so they cannot be recorded; "
-                                                 "not resized")
+            return await self._reporter.terminal(
+                pod,
+                signature,
+                plan,
+                EventType.WARNING,
+                Reason.RESIZE_FAILED,
+                "the original resources and what was applied do not fit in the "
+                "pod's annotations (256 KiB limit), so they cannot be recorded; "
+                "not resized",
+            )
         if base.stamp is not None and not plan.patch and not base.check.tampered:
-            done = await self._originals_and_applied(pod, node_type, signature, plan, context, base.stamp,
-                                                     generation, base.check.scope == "sized")
+            done = await self._originals_and_applied(
+                pod, node_type, signature, plan, context, base.stamp, generation, base.check.scope == "sized"
+            )
             if done is not None:
                 return done
         # Step 1: originals, if the webhook did not stamp them (or they were rejected, or the
@@ -94,20 +118,39 @@ class Writes:
             # The stamp changed the annotations the signature covers: a terminal decision
             # below must be keyed on the pod as it is now, or the watch event of our own
             # write looks like a new situation and the pod is decided (and reported) again.
-            signature = situation(pod, node_type, self._c.config.generation, self._c.pod_level(node),
-                                  mac_key_known(pod, self._c.keyring()))
+            signature = situation(
+                pod,
+                node_type,
+                self._c.config.generation,
+                self._c.pod_level(node),
+                mac_key_known(pod, self._c.keyring()),
+            )
             if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
                 generation = self._c.config.generation
-                plan = plan_resize(pod, resolve_policy(config, pod), node_type,
-                                   self._c.options.resize_restart_containers, self._c.pod_level(node))
+                plan = plan_resize(
+                    pod,
+                    resolve_policy(config, pod),
+                    node_type,
+                    self._c.options.resize_restart_containers,
+                    self._c.pod_level(node),
+                )
         if not plan.patch:
-            return await self.applied(pod, node_type, plan, generation,
-                                      *self._aligned(pod, plan, context, base.check.scope == "sized"))
+            return await self.applied(
+                pod, node_type, plan, generation, *self._aligned(pod, plan, context, base.check.scope == "sized")
+            )
         return await self._resize(pod, node, node_type, signature, plan, context, generation)
 
-    async def _originals_and_applied(self, pod: Obj, node_type: str, signature: tuple[Any, ...],
-                                     plan: ResizePlan, context: str, stamp: dict[str, str | None],
-                                     generation: int, sized: bool = False) -> Result | None:
+    async def _originals_and_applied(
+        self,
+        pod: Obj,
+        node_type: str,
+        signature: tuple[Any, ...],
+        plan: ResizePlan,
+        context: str,
+        stamp: dict[str, str | None],
+        generation: int,
+        sized: bool = False,
+    ) -> Result | None:
         """Already aligned: no resize will follow, so the originals and the record of what was
         applied go in one write, conditional on the resourceVersion the originals were read
         from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3.
@@ -127,64 +170,102 @@ class Writes:
             return Reason.ALREADY_ALIGNED, aligned_message(plan, context)
         return Reason.SIZED_AT_ADMISSION, (
             f"created at its size for {context} (the webhook knew the node type "
-            f"{pod['metadata']['annotations'].get(SIZED_AT_ADMISSION)!r} at admission): {summary_from_originals(plan)}")
+            f"{pod['metadata']['annotations'].get(SIZED_AT_ADMISSION)!r} at admission): {summary_from_originals(plan)}"
+        )
 
     def _fits(self, pod: Obj, node_type: str, base: Baseline) -> bool:
         """Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded.
         (Stand-ins of the right size for the MAC and the size digest: only their length counts here.)"""
-        final = {**original_annotations(pod), **(base.stamp or {}), **pod_mac_stand_in(self._c.keyring()),
-                 APPLIED_INSTANCE_TYPE: node_type, APPLIED_AT: rfc3339(), APPLIED_SIZE: "-" * SPEC_SIZE_CHARS}
+        final = {
+            **original_annotations(pod),
+            **(base.stamp or {}),
+            **pod_mac_stand_in(self._c.keyring()),
+            APPLIED_INSTANCE_TYPE: node_type,
+            APPLIED_AT: rfc3339(),
+            APPLIED_SIZE: "-" * SPEC_SIZE_CHARS,
+        }
         return fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None})
 
     async def _stamped(self, pod: Obj, base: Baseline) -> None:
         """Step 1 is written: say so if it replaced rejected originals."""
         if base.check.tampered:
-            await self._reporter.report(pod, None, EventType.WARNING, Reason.ORIGINALS_REPLACED,
-                                        f"original-* annotations rejected ({base.check.reason}); re-captured from "
-                                        "the pod's unchanged spec")
+            await self._reporter.report(
+                pod,
+                None,
+                EventType.WARNING,
+                Reason.ORIGINALS_REPLACED,
+                f"original-* annotations rejected ({base.check.reason}); re-captured from the pod's unchanged spec",
+            )
         self._c.fault(Step.ORIGINALS)
 
-    async def _resize(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...], plan: ResizePlan,
-                      context: str, generation: int) -> Result:
+    async def _resize(
+        self,
+        pod: Obj,
+        node: Obj,
+        node_type: str,
+        signature: tuple[Any, ...],
+        plan: ResizePlan,
+        context: str,
+        generation: int,
+    ) -> Result:
         """Step 2: the resize itself. Its outcome arrives through the pod watch (reconciler.follow)."""
         realigned = APPLIED_INSTANCE_TYPE in pod["metadata"]["annotations"]
         if realigned:
-            await self._realign_limiter.take()      # --max-resizes-per-second
+            await self._realign_limiter.take()  # --max-resizes-per-second
         async with self.holding.node_lock(pod):
-            held = self._c.gate.preflight(pod, node, plan.patch)    # a resize that would be refused
+            held = self._c.gate.preflight(pod, node, plan.patch)  # a resize that would be refused
             if held is not None and not self.holding.waited_enough(pod, held):
                 return await self.holding.held(pod, plan, held)
             self._c.holds.release(pod_uid(pod))
             try:
                 # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
                 # planned from a pod that changed meanwhile, is refused (409) instead of landing.
-                resized = await self._c.writer.resize(pod, plan.patch,
-                                                      if_generation=pod["metadata"].get("generation"))
+                resized = await self._c.writer.resize(pod, plan.patch, if_generation=pod["metadata"].get("generation"))
             except ApiError as err:
-                if err.retryable:       # a 409 included: retried from the cache with backoff
+                if err.retryable:  # a 409 included: retried from the cache with backoff
                     raise
                 return await self._rejected(pod, node, node_type, signature, plan, context, err)
             self._c.gate.sent(pod, plan.patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
         previous = self._c.memory.in_flight.get(pod_uid(pod))
         self._c.memory.in_flight[pod_uid(pod)] = InFlight(
-            node_type, resized["metadata"].get("generation") or 0, self._c.clock(), plan.summary(),
-            "re-aligned" if realigned else "resized", config_generation=generation,
+            node_type,
+            resized["metadata"].get("generation") or 0,
+            self._c.clock(),
+            plan.summary(),
+            "re-aligned" if realigned else "resized",
+            config_generation=generation,
             originals=original_annotations(pod),
-            before=sizes_before(pod, previous.before if previous is not None else ()))
+            before=sizes_before(pod, previous.before if previous is not None else ()),
+        )
         self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
         return DONE
 
-    async def _originals_not_recorded(self, pod: Obj, signature: tuple[Any, ...], plan: ResizePlan,
-                                      err: ApiError) -> Result:
+    async def _originals_not_recorded(
+        self, pod: Obj, signature: tuple[Any, ...], plan: ResizePlan, err: ApiError
+    ) -> Result:
         """Step 1's write failed: raised again when a retry may succeed, else reported once."""
         if err.retryable:
             raise err
-        return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
-                                             f"cannot record the original resources ({err.message}); not resized")
+        return await self._reporter.terminal(
+            pod,
+            signature,
+            plan,
+            EventType.WARNING,
+            Reason.RESIZE_FAILED,
+            f"cannot record the original resources ({err.message}); not resized",
+        )
 
-    async def applied(self, pod: Obj, node_type: str, plan: ResizePlan, generation: int, reason: Reason,
-                      message: str, originals: Mapping[str, str | None] | None = None) -> Result:
+    async def applied(
+        self,
+        pod: Obj,
+        node_type: str,
+        plan: ResizePlan,
+        generation: int,
+        reason: Reason,
+        message: str,
+        originals: Mapping[str, str | None] | None = None,
+    ) -> Result:
         """Step 3: record that the pod has its size for the node type, then report it.
 
         `generation` is the config version the plan was made with: no re-alignment check
@@ -194,9 +275,13 @@ class Writes:
         self._c.memory.realign_checked[pod_uid(pod)] = generation
         signed = pod if originals is None else with_annotations(pod, originals)
         # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
-        annotations: dict[str, str | None] = {**(originals or {}), APPLIED_INSTANCE_TYPE: node_type,
-                                              APPLIED_AT: rfc3339(), APPLIED_SIZE: spec_size(pod),
-                                              **binding(self._c, signed, node_type)}
+        annotations: dict[str, str | None] = {
+            **(originals or {}),
+            APPLIED_INSTANCE_TYPE: node_type,
+            APPLIED_AT: rfc3339(),
+            APPLIED_SIZE: spec_size(pod),
+            **binding(self._c, signed, node_type),
+        }
         if RESIZE_STATE in pod["metadata"]["annotations"]:
             annotations[RESIZE_STATE] = None
         resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
@@ -208,8 +293,9 @@ class Writes:
         await self._reporter.report(pod, plan, EventType.NORMAL, reason, message)
         return DONE
 
-    async def _record_applied(self, pod: Obj, node_type: str, annotations: dict[str, str | None],
-                              resource_version: str | None) -> None:
+    async def _record_applied(
+        self, pod: Obj, node_type: str, annotations: dict[str, str | None], resource_version: str | None
+    ) -> None:
         # Finished before the write: the watch event of the write may be observed while we wait
         # for the reply, and observe() forgets the entry once the cache shows it (set after, it
         # would outlive that event and hide a later removal of applied-* from needs_work).
@@ -232,9 +318,11 @@ class Writes:
         The state itself vouches for nothing (anyone who can write annotations can forge it): the
         same write binds the originals our resize was planned from to the pod, so that a restarted
         reconciler still trusts them."""
-        written = await self._c.writer.annotate(pod, {RESIZE_STATE: state.encode(),
-                                                      **binding(self._c, pod, state.node_type)},
-                                                resource_version=resource_version)
+        written = await self._c.writer.annotate(
+            pod,
+            {RESIZE_STATE: state.encode(), **binding(self._c, pod, state.node_type)},
+            resource_version=resource_version,
+        )
         self._c.fault(Step.STATE)
         return str(written["metadata"]["resourceVersion"])
 
@@ -246,8 +334,7 @@ class Writes:
         the one planned from)."""
         for attempt in range(2):
             try:
-                written = await self._c.writer.annotate(pod, stamp,
-                                                        resource_version=pod["metadata"]["resourceVersion"])
+                written = await self._c.writer.annotate(pod, stamp, resource_version=pod["metadata"]["resourceVersion"])
                 return written, attempt > 0
             except ApiError as err:
                 if err.status != 409 or attempt == 1:
@@ -256,9 +343,10 @@ class Writes:
             again = baseline(pod, self._c.keyring())
             if again.check.trust is Trust.TRUSTED and again.stamp is None:
                 return pod, True
-            if again.stamp is None:     # refused or trusted only if aligned: decide again from scratch
-                raise ApiError(409, {"reason": "Conflict", "message": "the pod changed while its originals "
-                                                                      "were recorded"})
+            if again.stamp is None:  # refused or trusted only if aligned: decide again from scratch
+                raise ApiError(
+                    409, {"reason": "Conflict", "message": "the pod changed while its originals were recorded"}
+                )
             stamp = again.stamp
         raise AssertionError("unreachable")
 
@@ -275,43 +363,88 @@ class Writes:
             await self._c.writer.record(pod, pod_mac(pod, keyring), resource_version=pod["metadata"]["resourceVersion"])
         return DONE
 
-    async def _rejected(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...], plan: ResizePlan,
-                        context: str, err: ApiError) -> Result:
+    async def _rejected(
+        self,
+        pod: Obj,
+        node: Obj,
+        node_type: str,
+        signature: tuple[Any, ...],
+        plan: ResizePlan,
+        context: str,
+        err: ApiError,
+    ) -> Result:
         """The apiserver refused step 2."""
         if err.status == 404:
-            return DONE     # deleted meanwhile: nothing to report; the watch's DELETED event cleans up
+            return DONE  # deleted meanwhile: nothing to report; the watch's DELETED event cleans up
         if UNSUPPORTED_MESSAGE in err.message:
             # A soft skip: the node's kubelet does not advertise in-place resize.
             # Tried again when the pod's status changes (see status_fingerprint).
-            return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_UNSUPPORTED,
-                                                 f"node {pod['spec']['nodeName']} does not support in-place resize; "
-                                                 f"wanted for {context}: {plan.summary()}")
+            return await self._reporter.terminal(
+                pod,
+                signature,
+                plan,
+                EventType.WARNING,
+                Reason.RESIZE_UNSUPPORTED,
+                f"node {pod['spec']['nodeName']} does not support in-place resize; "
+                f"wanted for {context}: {plan.summary()}",
+            )
         if plan.patch.get("spec", {}).get("resources") and POD_LEVEL_REFUSED in err.message:
             if GATE_OFF in err.message:
                 # The apiserver's gate is off (cluster-wide): learnt once, pods with pod-level
                 # resources are left alone for the rest of this process's life.
                 self._c.memory.pod_level_refused = err.message
-                signature = situation(pod, node_type, self._c.config.generation, self._c.pod_level(node),
-                                      mac_key_known(pod, self._c.keyring()))
-            return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.POD_LEVEL_RESOURCES,
-                                                 f"not resized for {context}: the apiserver cannot resize pod-level "
-                                                 f"resources ({err.message}); pods that set spec.resources are "
-                                                 f"left alone")
+                signature = situation(
+                    pod,
+                    node_type,
+                    self._c.config.generation,
+                    self._c.pod_level(node),
+                    mac_key_known(pod, self._c.keyring()),
+                )
+            return await self._reporter.terminal(
+                pod,
+                signature,
+                plan,
+                EventType.WARNING,
+                Reason.POD_LEVEL_RESOURCES,
+                f"not resized for {context}: the apiserver cannot resize pod-level "
+                f"resources ({err.message}); pods that set spec.resources are "
+                f"left alone",
+            )
         if NODE_CAPACITY in err.causes:
             return await self._refused_capacity(pod, node, node_type, plan, context, err)
-        return await self._reporter.terminal(pod, signature, plan, EventType.WARNING, Reason.RESIZE_FAILED,
-                                             f"apiserver rejected the resize for {context}: {err.message}")
+        return await self._reporter.terminal(
+            pod,
+            signature,
+            plan,
+            EventType.WARNING,
+            Reason.RESIZE_FAILED,
+            f"apiserver rejected the resize for {context}: {err.message}",
+        )
 
-    async def _refused_capacity(self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, context: str,
-                                err: ApiError) -> Result:
+    async def _refused_capacity(
+        self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, context: str, err: ApiError
+    ) -> Result:
         """The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
         nothing to set back."""
         self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
-        await self.record(pod, ResizeState(Stage.INFEASIBLE, node_type, pod["metadata"].get("generation"),
-                                           size_fingerprint(plan), allocatable_fingerprint(node)))
+        await self.record(
+            pod,
+            ResizeState(
+                Stage.INFEASIBLE,
+                node_type,
+                pod["metadata"].get("generation"),
+                size_fingerprint(plan),
+                allocatable_fingerprint(node),
+            ),
+        )
         metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
-        await self._reporter.report(pod, plan, EventType.WARNING, Reason.RESIZE_INFEASIBLE,
-                                    f"node {pod['spec']['nodeName']} cannot fit the new size ({err.message}); not "
-                                    f"tried again until the node's type or allocatable or the planned size changes; "
-                                    f"wanted for {context}: {plan.summary()}")
+        await self._reporter.report(
+            pod,
+            plan,
+            EventType.WARNING,
+            Reason.RESIZE_INFEASIBLE,
+            f"node {pod['spec']['nodeName']} cannot fit the new size ({err.message}); not "
+            f"tried again until the node's type or allocatable or the planned size changes; "
+            f"wanted for {context}: {plan.summary()}",
+        )
         return DONE

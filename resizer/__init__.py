@@ -26,14 +26,14 @@ from resizer.annotations import (
 )
 from resizer.config import (
     COMPUTE_CLASS_SELECTOR,
+    SAMPLE_CONFIG,
     Bounds,
     CompiledConfig,
     ConfigError,
     NodeProfile,
-    Policy,
     PartialConfig,
+    Policy,
     ResizerConfig,
-    SAMPLE_CONFIG,
     compile_config,
     load_config,
     resolve_policy,

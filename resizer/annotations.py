@@ -50,8 +50,8 @@ TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 _ORIGINAL_PREFIX = PREFIX + "original-"
 _APPLIED_PREFIX = PREFIX + "applied-"
 _MAX_NAME_LENGTH = 63
-_DIGEST_LENGTH = 26         # lowercase base32 characters of sha256: 130 bits
-_LEGACY_DIGEST_LENGTH = 8   # hex characters of sha256: 32 bits
+_DIGEST_LENGTH = 26  # lowercase base32 characters of sha256: 130 bits
+_LEGACY_DIGEST_LENGTH = 8  # hex characters of sha256: 32 bits
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
 
 
@@ -124,8 +124,11 @@ def pod_original_key(resource: Literal["cpu", "memory"], kind: Literal["request"
 def is_controller_owned_key(key: str) -> bool:
     """True for the ``original-*``, ``applied-*``, integrity, resize-state and sized-at-admission keys
     only the controller may set."""
-    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key in (ORIGINALS_MAC, RESIZE_STATE,
-                                                                          SIZED_AT_ADMISSION)
+    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key in (
+        ORIGINALS_MAC,
+        RESIZE_STATE,
+        SIZED_AT_ADMISSION,
+    )
 
 
 def is_original_key(key: str) -> bool:
@@ -137,13 +140,14 @@ def fits_annotation_limit(annotations: Mapping[str, Any], originals: Mapping[str
     """Whether ``annotations`` with every controller-owned key replaced by ``originals``
     stays within the apiserver's total size limit (a pod over it cannot be stored, so
     stamping it would block its creation)."""
-    size = sum(_bytes(k) + _bytes(v) for k, v in annotations.items()
-               if k not in originals and not is_controller_owned_key(k))
+    size = sum(
+        _bytes(k) + _bytes(v) for k, v in annotations.items() if k not in originals and not is_controller_owned_key(k)
+    )
     size += sum(_bytes(k) + _bytes(v) for k, v in originals.items())
     return size <= TOTAL_ANNOTATION_SIZE_LIMIT
 
 
 def _bytes(text: Any) -> int:
-    if isinstance(text, str):   # isascii() is O(1) on str: no encoding for the usual ASCII text
+    if isinstance(text, str):  # isascii() is O(1) on str: no encoding for the usual ASCII text
         return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     return len(str(text))

@@ -51,7 +51,7 @@ class CalibrationError(ValueError):
 class ScoreSummary:
     scores: tuple[float, ...]
     mean: float
-    stdev: float          # sample standard deviation (n - 1); 0 for one score
+    stdev: float  # sample standard deviation (n - 1); 0 for one score
     minimum: float
     maximum: float
 
@@ -80,7 +80,7 @@ class Ratio:
     low: float
     high: float
     confidence: float
-    degrees_of_freedom: float    # inf when both sides have no spread
+    degrees_of_freedom: float  # inf when both sides have no spread
 
 
 def ratio_of_means(subject: ScoreSummary, baseline: ScoreSummary, confidence: float = 0.95) -> Ratio:
@@ -90,11 +90,11 @@ def ratio_of_means(subject: ScoreSummary, baseline: ScoreSummary, confidence: fl
     if subject.runs < 2 or baseline.runs < 2:
         raise CalibrationError("a confidence interval needs at least 2 runs per node type")
     value = subject.mean / baseline.mean
-    a = subject.stdev ** 2 / (subject.runs * subject.mean ** 2)
-    b = baseline.stdev ** 2 / (baseline.runs * baseline.mean ** 2)
+    a = subject.stdev**2 / (subject.runs * subject.mean**2)
+    b = baseline.stdev**2 / (baseline.runs * baseline.mean**2)
     if a + b == 0:
         return Ratio(value, value, value, confidence, math.inf)
-    df = (a + b) ** 2 / (a ** 2 / (subject.runs - 1) + b ** 2 / (baseline.runs - 1))
+    df = (a + b) ** 2 / (a**2 / (subject.runs - 1) + b**2 / (baseline.runs - 1))
     spread = t_quantile((1 + confidence) / 2, df) * math.sqrt(a + b)
     return Ratio(value, value * math.exp(-spread), value * math.exp(spread), confidence, df)
 
@@ -102,8 +102,8 @@ def ratio_of_means(subject: ScoreSummary, baseline: ScoreSummary, confidence: fl
 @dataclass(frozen=True)
 class Suggestion:
     node_type: str
-    configured: Fraction | None     # nodeTypes.<type>.cpuPerf now; None: not in the config
-    measured: Fraction              # baseline cpuPerf x ratio, SIGNIFICANT_DIGITS digits
+    configured: Fraction | None  # nodeTypes.<type>.cpuPerf now; None: not in the config
+    measured: Fraction  # baseline cpuPerf x ratio, SIGNIFICANT_DIGITS digits
     low: float
     high: float
 
@@ -115,8 +115,9 @@ class Suggestion:
 
 def suggest(node_type: str, ratio: Ratio, baseline_cpu_perf: Fraction, configured: Fraction | None) -> Suggestion:
     scale = float(baseline_cpu_perf)
-    return Suggestion(node_type, configured, _round_significant(scale * ratio.value),
-                      scale * ratio.low, scale * ratio.high)
+    return Suggestion(
+        node_type, configured, _round_significant(scale * ratio.value), scale * ratio.low, scale * ratio.high
+    )
 
 
 def _round_significant(value: float) -> Fraction:
@@ -142,7 +143,9 @@ def parse_score_line(text: str) -> tuple[float, dict[str, Any]]:
     try:
         result = json.loads(lines[-1])
     except json.JSONDecodeError:
-        raise CalibrationError(f'the last line is not JSON: {lines[-1][:200]!r} (expected {{"score": <number>}})') from None
+        raise CalibrationError(
+            f'the last line is not JSON: {lines[-1][:200]!r} (expected {{"score": <number>}})'
+        ) from None
     score = result.get("score") if isinstance(result, dict) else None
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) or score <= 0:
         raise CalibrationError(f'the last line has no positive number "score": {lines[-1][:200]!r}')
@@ -193,8 +196,10 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
     d = 1 / (d if abs(d) > tiny else tiny)
     f = d
     for m in range(1, 500):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1 + numerator * d
             d = 1 / (d if abs(d) > tiny else tiny)
             c = 1 + numerator / c
@@ -228,7 +233,9 @@ def set_cpu_perf(text: str, changes: Mapping[str, Fraction]) -> str:
     for node_type, value in sorted(changes.items()):
         entry = _mapping_value(node_types, node_type)
         if entry is None:
-            added.append(f"{_key_text(node_type)}: {{cpuPerf: {decimal_text(value)}, memPerf: {MEM_PERF_FOR_NEW_TYPES}}}")
+            added.append(
+                f"{_key_text(node_type)}: {{cpuPerf: {decimal_text(value)}, memPerf: {MEM_PERF_FOR_NEW_TYPES}}}"
+            )
             continue
         scalar = _mapping_value(entry, "cpuPerf")
         if not isinstance(scalar, yaml.ScalarNode):
@@ -268,7 +275,7 @@ def _insertion(text: str, mapping: yaml.Node, entries: list[str]) -> tuple[int, 
         return closing, closing, addition
     indent = " " * mapping.value[0][0].start_mark.column
     last = mapping.value[-1][1].end_mark
-    if last.column == 0:        # a block value ends where the next line starts
+    if last.column == 0:  # a block value ends where the next line starts
         return last.index, last.index, "".join(f"{indent}{entry}\n" for entry in entries)
     line_end = text.find("\n", last.index)
     at = len(text) if line_end < 0 else line_end

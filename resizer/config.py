@@ -154,7 +154,7 @@ class Policy:
     cpu_bounds: Bounds
     memory_bounds: Bounds
     memory_limit_decrease: MemoryLimitDecrease = "Never"
-    sidecars: bool = False      # restartable init containers sized like containers
+    sidecars: bool = False  # restartable init containers sized like containers
 
 
 @dataclass(frozen=True)
@@ -299,8 +299,11 @@ class PodMatch:
 
     @classmethod
     def of(cls, match: OverrideMatch) -> PodMatch:
-        return cls(match.computeClass, MappingProxyType(dict(match.podLabel or {})),
-                   MappingProxyType(dict(match.podAnnotation or {})))
+        return cls(
+            match.computeClass,
+            MappingProxyType(dict(match.podLabel or {})),
+            MappingProxyType(dict(match.podAnnotation or {})),
+        )
 
     def holds(self, labels: Mapping[str, str], annotations: Mapping[str, str], compute_class: str | None) -> bool:
         return (
@@ -320,16 +323,23 @@ def _structural_errors(error: ValidationError) -> list[tuple[str, str]]:
     """One error per problem: what is under a key that is not a string is not checked further."""
     details = error.errors(include_url=False)
     bad_keys = [detail["loc"][:-1] for detail in details if _is_key_error(detail)]
-    return [_path_and_message(detail) for detail in details
-            if _is_key_error(detail) or not any(detail["loc"][:len(key)] == key for key in bad_keys)]
+    return [
+        _path_and_message(detail)
+        for detail in details
+        if _is_key_error(detail) or not any(detail["loc"][: len(key)] == key for key in bad_keys)
+    ]
 
 
 def _is_key_error(detail: Mapping[str, Any]) -> bool:
     """Pydantic reports a key that is not a string at ``(..., key, "[key]")`` (key as an int
     or its repr); a field that happens to be named "[key]" does not repeat its value there."""
     loc, value = detail["loc"], detail.get("input")
-    return (detail["type"] == "string_type" and len(loc) >= 2 and loc[-1] == "[key]"
-            and loc[-2] in (value, repr(value), str(value)))
+    return (
+        detail["type"] == "string_type"
+        and len(loc) >= 2
+        and loc[-1] == "[key]"
+        and loc[-2] in (value, repr(value), str(value))
+    )
 
 
 def _path_and_message(detail: Mapping[str, Any]) -> tuple[str, str]:
@@ -585,9 +595,7 @@ def _block_resource_bounds(block: PolicyBlock, resource: Resource) -> ResourceBo
     return getattr(block.bounds, resource) if block.bounds is not None else None
 
 
-def _effective_bounds(
-    bounds: GlobalBounds, block: PolicyBlock | None, resource: Resource
-) -> tuple[Fraction, Fraction]:
+def _effective_bounds(bounds: GlobalBounds, block: PolicyBlock | None, resource: Resource) -> tuple[Fraction, Fraction]:
     global_bounds: RequiredResourceBounds = getattr(bounds, resource)
     own = _block_resource_bounds(block, resource) if block is not None else None
     low = own.min if own is not None and own.min is not None else global_bounds.min
@@ -595,9 +603,7 @@ def _effective_bounds(
     return low, high
 
 
-def _effective_node_types(
-    node_types: Mapping[str, NodeTypeSpec], block: PolicyBlock | None
-) -> dict[str, NodeTypeSpec]:
+def _effective_node_types(node_types: Mapping[str, NodeTypeSpec], block: PolicyBlock | None) -> dict[str, NodeTypeSpec]:
     overlay = block.nodeTypes if block is not None and block.nodeTypes is not None else {}
     return {**node_types, **overlay}
 
@@ -610,7 +616,8 @@ def _compile(config: ResizerConfig) -> PolicyTable:
 
     return PolicyTable(
         overrides=tuple(
-            (PodMatch.of(override.match), _policy(config, f"override:{override.name}", override)) for override in config.overrides
+            (PodMatch.of(override.match), _policy(config, f"override:{override.name}", override))
+            for override in config.overrides
         ),
         pod_annotations=tuple(
             (key, by_value("podAnnotation", key, config.podAnnotations[key])) for key in sorted(config.podAnnotations)

@@ -10,8 +10,8 @@ and node type and adds up the requests freed or added.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
 import json
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -26,8 +26,16 @@ from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millic
 from resizer.scope import NamespaceScope
 from resizer.vpa import Owner, deployment_of
 
-__all__ = ["FleetForecast", "PodForecast", "RequestTotals", "WorkloadForecast", "forecast_fleet", "is_live_and_bound",
-           "managed_requests", "workload_of"]
+__all__ = [
+    "FleetForecast",
+    "PodForecast",
+    "RequestTotals",
+    "WorkloadForecast",
+    "forecast_fleet",
+    "is_live_and_bound",
+    "managed_requests",
+    "workload_of",
+]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 K = TypeVar("K", str, tuple[str, str, str])
@@ -98,8 +106,8 @@ class WorkloadForecast:
 @dataclass
 class FleetForecast:
     workloads: list[WorkloadForecast]
-    skipped: dict[str, int]                 # reason -> pods not resized (out of scope, ineligible, ...)
-    not_resized: list[PodForecast]          # in scope and eligible, but the plan says no (e.g. UnknownNodeType)
+    skipped: dict[str, int]  # reason -> pods not resized (out of scope, ineligible, ...)
+    not_resized: list[PodForecast]  # in scope and eligible, but the plan says no (e.g. UnknownNodeType)
 
     def total(self, attribute: str) -> int:
         return sum(group.total(attribute) for group in self.workloads)
@@ -204,7 +212,7 @@ def forecast_fleet(
             skip("AlreadyApplied")
             continue
         try:
-            decision = baseline(pod, keyring)   # per pod: a MAC binds the pod's identity
+            decision = baseline(pod, keyring)  # per pod: a MAC binds the pod's identity
         except (OriginalsError, QuantityError) as error:
             not_resized.append(_held(pod, node, node_type, "ResizeFailed", str(error)))
             continue
@@ -215,14 +223,26 @@ def forecast_fleet(
         plan_key = _plan_key(decision.pod, node_type) + str((pod_level, sized))
         shared = memo.get(plan_key)
         if shared is None:
-            shared = memo[plan_key] = forecast_pod(decision.pod, node, node_type, config, resize_restart_containers,
-                                                   pod_level, sized)
+            shared = memo[plan_key] = forecast_pod(
+                decision.pod, node, node_type, config, resize_restart_containers, pod_level, sized
+            )
         if decision.check.trust is Trust.TRUSTED_IF_ALIGNED and shared.outcome == "Resize":
-            shared = _held(pod, node, node_type, "OriginalsUnverified",
-                           f"{decision.check.reason}, and the pod is not aligned with them")
+            shared = _held(
+                pod,
+                node,
+                node_type,
+                "OriginalsUnverified",
+                f"{decision.check.reason}, and the pod is not aligned with them",
+            )
         record = (metadata.get("annotations") or {}).get(SIZED_AT_ADMISSION)
-        forecast = replace(shared, namespace=namespace, name=str(metadata.get("name")), workload=workload_of(pod),
-                           node=node, sized_at_admission=record if isinstance(record, str) else "")
+        forecast = replace(
+            shared,
+            namespace=namespace,
+            name=str(metadata.get("name")),
+            workload=workload_of(pod),
+            node=node,
+            sized_at_admission=record if isinstance(record, str) else "",
+        )
         if forecast.outcome in ("Resize", "AlreadyAligned"):
             key = (namespace, forecast.workload, node_type)
             groups.setdefault(key, WorkloadForecast(*key)).pods.append(forecast)
@@ -236,22 +256,48 @@ def _held(pod: Mapping[str, Any], node: str, node_type: str, outcome: str, detai
     """A pod the reconciler would leave as it is, and why."""
     metadata = pod.get("metadata") or {}
     cpu, memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
-    return PodForecast(str(metadata.get("namespace")), str(metadata.get("name")), workload_of(pod), node, node_type,
-                       outcome, cpu, cpu, memory, memory, None, detail)
+    return PodForecast(
+        str(metadata.get("namespace")),
+        str(metadata.get("name")),
+        workload_of(pod),
+        node,
+        node_type,
+        outcome,
+        cpu,
+        cpu,
+        memory,
+        memory,
+        None,
+        detail,
+    )
 
 
 def _plan_key(pod: Mapping[str, Any], node_type: str) -> str:
     metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    return json.dumps([
-        node_type, metadata.get("labels"), metadata.get("annotations"), spec.get("containers"),
-        spec.get("initContainers"), spec.get("resources"), spec.get("nodeSelector"),
-        (pod.get("status") or {}).get("qosClass"),
-    ], sort_keys=True, default=str)
+    return json.dumps(
+        [
+            node_type,
+            metadata.get("labels"),
+            metadata.get("annotations"),
+            spec.get("containers"),
+            spec.get("initContainers"),
+            spec.get("resources"),
+            spec.get("nodeSelector"),
+            (pod.get("status") or {}).get("qosClass"),
+        ],
+        sort_keys=True,
+        default=str,
+    )
 
 
 def forecast_pod(
-    pod: Mapping[str, Any], node: str, node_type: str, config: CompiledConfig, resize_restart_containers: bool,
-    pod_level: bool = False, sized_at_admission: bool = False,
+    pod: Mapping[str, Any],
+    node: str,
+    node_type: str,
+    config: CompiledConfig,
+    resize_restart_containers: bool,
+    pod_level: bool = False,
+    sized_at_admission: bool = False,
 ) -> PodForecast:
     metadata = pod.get("metadata") or {}
     current_cpu, current_memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
@@ -266,14 +312,26 @@ def forecast_pod(
             desired_cpu += _delta(plan, "cpu")
             desired_memory += _delta(plan, "memory")
         return PodForecast(
-            str(metadata.get("namespace")), str(metadata.get("name")), workload_of(pod), node, node_type, outcome,
-            current_cpu, desired_cpu, current_memory, desired_memory, plan, detail or (plan.summary() if plan else ""),
-            original_cpu, original_memory,
+            str(metadata.get("namespace")),
+            str(metadata.get("name")),
+            workload_of(pod),
+            node,
+            node_type,
+            outcome,
+            current_cpu,
+            desired_cpu,
+            current_memory,
+            desired_memory,
+            plan,
+            detail or (plan.summary() if plan else ""),
+            original_cpu,
+            original_memory,
         )
 
     try:
-        plan = plan_bound_pod(pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level,
-                              sized_at_admission)
+        plan = plan_bound_pod(
+            pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level, sized_at_admission
+        )
     except (OriginalsError, PlanError) as error:
         return result("ResizeFailed", detail=str(error))
     return result(plan.outcome, plan)

@@ -115,7 +115,7 @@ _SIZED_VALUE = "sized:"
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
 MIN_KEY_BYTES = 32
 _VOUCHED = "verified before this reconciler's resize"
-_MAC_CHARS = 43          # HMAC-SHA256, unpadded URL-safe base64
+_MAC_CHARS = 43  # HMAC-SHA256, unpadded URL-safe base64
 _MAC_FORM = re.compile(r"[A-Za-z0-9_-]{43}", re.ASCII)
 
 
@@ -192,7 +192,8 @@ class PodIdentity:
         the namespace comes from the request)."""
         meta = pod.get("metadata") or {}
         owner: Mapping[str, Any] = next(
-            (o for o in meta.get("ownerReferences") or [] if o.get("controller") is True), {})
+            (o for o in meta.get("ownerReferences") or [] if o.get("controller") is True), {}
+        )
         return cls(
             namespace=_text(namespace if namespace is not None else meta.get("namespace")),
             name=_text(meta.get("name")),
@@ -208,21 +209,21 @@ class PodIdentity:
 class Trust(enum.Enum):
     """What the reconciler may do with a pod's ``original-*`` annotations."""
 
-    TRUSTED = "Trusted"                 # use them: resize from them, bind them to the pod
+    TRUSTED = "Trusted"  # use them: resize from them, bind them to the pod
     # Signed at admission only, on a changed spec: they may explain a spec that already matches
     # their plan (a resize of ours whose record a crash cut off), never drive or sign anything.
     TRUSTED_IF_ALIGNED = "IfAligned"
-    RECAPTURE = "Recapture"             # never-changed pod: take the originals from its spec
-    REFUSE = "Refuse"                   # changed pod, unverifiable originals: do not resize
+    RECAPTURE = "Recapture"  # never-changed pod: take the originals from its spec
+    REFUSE = "Refuse"  # changed pod, unverifiable originals: do not resize
 
 
 @dataclass(frozen=True)
 class OriginalsCheck:
     trust: Trust
-    reason: str                         # why, for events and logs
-    scope: Scope | None = None          # of the MAC that verified
-    key_id: str | None = None           # of the key that verified
-    tampered: bool = False              # originals or a MAC were present but rejected
+    reason: str  # why, for events and logs
+    scope: Scope | None = None  # of the MAC that verified
+    key_id: str | None = None  # of the key that verified
+    tampered: bool = False  # originals or a MAC were present but rejected
 
 
 def original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -246,9 +247,12 @@ def key_id_of(value: Any) -> str | None:
     return parsed[1] if parsed else None
 
 
-def check_originals(pod: Mapping[str, Any], keyring: KeyRing,
-                    spec_originals: Mapping[str, str] | None = None,
-                    vouched: Mapping[str, str] | None = None) -> OriginalsCheck:
+def check_originals(
+    pod: Mapping[str, Any],
+    keyring: KeyRing,
+    spec_originals: Mapping[str, str] | None = None,
+    vouched: Mapping[str, str] | None = None,
+) -> OriginalsCheck:
     """May the product trust this pod's ``original-*`` annotations?
 
     ``spec_originals`` is ``originals_from_spec_annotations(pod)`` (the spec as it is now);
@@ -261,16 +265,20 @@ def check_originals(pod: Mapping[str, Any], keyring: KeyRing,
     """
     original_keys(pod)
     verdict = _check(pod, keyring, spec_originals)
-    if verdict.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED) and vouched is not None \
-            and dict(vouched) == original_annotations(pod):
+    if (
+        verdict.trust in (Trust.REFUSE, Trust.TRUSTED_IF_ALIGNED)
+        and vouched is not None
+        and dict(vouched) == original_annotations(pod)
+    ):
         return OriginalsCheck(Trust.TRUSTED, _VOUCHED, verdict.scope, verdict.key_id)
     return verdict
 
 
 def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str, str] | None) -> OriginalsCheck:
-    def spec() -> dict[str, str]:     # under the keys the pod's originals use (legacy ones included)
-        return originals_as_recorded(pod, spec_originals if spec_originals is not None
-                                     else originals_from_spec_annotations(pod))
+    def spec() -> dict[str, str]:  # under the keys the pod's originals use (legacy ones included)
+        return originals_as_recorded(
+            pod, spec_originals if spec_originals is not None else originals_from_spec_annotations(pod)
+        )
 
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -291,39 +299,64 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
         if not changed and lost is not None and originals and not _equal_or_upgraded(pod, originals, spec()):
             # Signed with a key that is gone: the spec may be a size we gave (sized at admission),
             # and re-capturing it would make that size the baseline for good.
-            return OriginalsCheck(Trust.REFUSE, f"originals MAC signed with unknown key {lost!r}; put the key "
-                                                f"back in the Secret (the original resources differ from the "
-                                                f"spec: taking them from it would lose them)", key_id=lost)
+            return OriginalsCheck(
+                Trust.REFUSE,
+                f"originals MAC signed with unknown key {lost!r}; put the key "
+                f"back in the Secret (the original resources differ from the "
+                f"spec: taking them from it would lose them)",
+                key_id=lost,
+            )
         if not changed:
             why = f"{problem}; " if present else ""
-            return OriginalsCheck(Trust.RECAPTURE, f"{why}original resources taken from the unchanged spec",
-                                  tampered=present)
-        return OriginalsCheck(Trust.REFUSE, f"{problem}, and the pod's spec has changed since creation "
-                                            f"({changed_text}): its original resources cannot be known",
-                              tampered=present)
+            return OriginalsCheck(
+                Trust.RECAPTURE, f"{why}original resources taken from the unchanged spec", tampered=present
+            )
+        return OriginalsCheck(
+            Trust.REFUSE,
+            f"{problem}, and the pod's spec has changed since creation "
+            f"({changed_text}): its original resources cannot be known",
+            tampered=present,
+        )
     scope, key_id = problem
     if scope == "pod":
         return OriginalsCheck(Trust.TRUSTED, "verified", scope, key_id)
     if scope == "sized" and not changed:
         # The MAC covers the spec values it verified against: the pod is exactly as the webhook sized it.
-        return OriginalsCheck(Trust.TRUSTED, f"verified, sized at admission for node type "
-                                             f"{annotations.get(SIZED_AT_ADMISSION)!r}", scope, key_id)
+        return OriginalsCheck(
+            Trust.TRUSTED,
+            f"verified, sized at admission for node type {annotations.get(SIZED_AT_ADMISSION)!r}",
+            scope,
+            key_id,
+        )
     if changed:
         # Signed at admission (a made-up review obtains that for any values, those of a spec the
         # product resized included), so on a changed spec they may only explain a pod already at
         # their plan, even where they equal the spec.
-        return OriginalsCheck(Trust.TRUSTED_IF_ALIGNED, f"original resources signed at admission only and the "
-                                                        f"spec has changed since ({changed_text})", scope, key_id)
+        return OriginalsCheck(
+            Trust.TRUSTED_IF_ALIGNED,
+            f"original resources signed at admission only and the spec has changed since ({changed_text})",
+            scope,
+            key_id,
+        )
     # Admission scope: valid on every look-alike sibling too.
     current = spec()
     if originals == current:
         return OriginalsCheck(Trust.TRUSTED, "verified, equal to the unchanged spec", scope, key_id)
     if _equal_or_upgraded(pod, originals, current):
-        return OriginalsCheck(Trust.TRUSTED, "verified, equal to the unchanged spec (stamped before pod-level "
-                                             "and sidecar originals were recorded)", scope, key_id)
-    return OriginalsCheck(Trust.RECAPTURE, "original resources signed for another pod of the same owner "
-                                           "differ from this unchanged pod's spec; taken from the spec",
-                          scope, key_id, tampered=True)
+        return OriginalsCheck(
+            Trust.TRUSTED,
+            "verified, equal to the unchanged spec (stamped before pod-level and sidecar originals were recorded)",
+            scope,
+            key_id,
+        )
+    return OriginalsCheck(
+        Trust.RECAPTURE,
+        "original resources signed for another pod of the same owner "
+        "differ from this unchanged pod's spec; taken from the spec",
+        scope,
+        key_id,
+        tampered=True,
+    )
 
 
 def _late_keys(pod: Mapping[str, Any]) -> frozenset[str]:
@@ -335,22 +368,32 @@ def _equal_or_upgraded(pod: Mapping[str, Any], originals: Mapping[str, str], spe
     """Every recorded key equals the spec and only keys older versions did not stamp are missing
     (:func:`_late_keys`): what a pod stamped before they were recorded carries (trusted only on a
     never-changed pod)."""
-    return all(spec.get(key) == value for key, value in originals.items()) \
-        and set(spec) - set(originals) <= _late_keys(pod)
+    return all(spec.get(key) == value for key, value in originals.items()) and set(spec) - set(originals) <= _late_keys(
+        pod
+    )
 
 
 def _lost_key(value: Any, keyring: KeyRing) -> str | None:
     """The key id a MAC of the form we write names when the ring lacks it (no ring at all
     included), else None."""
     parsed = _parse(value)
-    if parsed is None or not _KEY_ID.fullmatch(parsed[1]) or not _MAC_FORM.fullmatch(parsed[2]) \
-            or parsed[1] in keyring.keys:
+    if (
+        parsed is None
+        or not _KEY_ID.fullmatch(parsed[1])
+        or not _MAC_FORM.fullmatch(parsed[2])
+        or parsed[1] in keyring.keys
+    ):
         return None
     return parsed[1]
 
 
-def _verify(value: Any, keyring: KeyRing, originals: Mapping[str, str],
-            pod: Mapping[str, Any], spec: Callable[[], Mapping[str, str]]) -> tuple[Scope, str] | str:
+def _verify(
+    value: Any,
+    keyring: KeyRing,
+    originals: Mapping[str, str],
+    pod: Mapping[str, Any],
+    spec: Callable[[], Mapping[str, str]],
+) -> tuple[Scope, str] | str:
     """(scope, key id) of a MAC that verifies, else why not."""
     if value is None:
         return "no originals MAC" if originals else "no original resources recorded"
@@ -443,8 +486,12 @@ class Baseline:
         return self.check.trust is Trust.REFUSE
 
 
-def baseline(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str, str] | None = None,
-             vouched: Mapping[str, str] | None = None) -> Baseline:
+def baseline(
+    pod: Mapping[str, Any],
+    keyring: KeyRing,
+    spec_originals: Mapping[str, str] | None = None,
+    vouched: Mapping[str, str] | None = None,
+) -> Baseline:
     """The one baseline authority: the originals decision for ``pod`` (see :func:`check_originals`)."""
     result = check_originals(pod, keyring, spec_originals, vouched)
     if result.scope == "sized" and result.trust is Trust.TRUSTED:
@@ -496,8 +543,9 @@ def _sized_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | 
     a webhook again at most once), so no container is ever left without originals."""
     missing = missing_original_annotations(pod)
     binding: dict[str, str | None] = dict(missing)
-    binding[ORIGINALS_MAC] = sign_originals(keyring, {**original_annotations(pod), **missing},
-                                            PodIdentity.of(pod), "pod")
+    binding[ORIGINALS_MAC] = sign_originals(
+        keyring, {**original_annotations(pod), **missing}, PodIdentity.of(pod), "pod"
+    )
     return binding
 
 
@@ -511,13 +559,15 @@ def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | Non
         return None
     stamp: dict[str, str | None] = dict(missing)
     if keyring:
-        stamp[ORIGINALS_MAC] = sign_originals(keyring, {**original_annotations(pod), **missing},
-                                              PodIdentity.of(pod), "pod")
+        stamp[ORIGINALS_MAC] = sign_originals(
+            keyring, {**original_annotations(pod), **missing}, PodIdentity.of(pod), "pod"
+        )
     return stamp
 
 
-def admission_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
-                    spec_originals: Mapping[str, str] | None = None) -> dict[str, str]:
+def admission_stamp(
+    pod: Mapping[str, Any], namespace: str, keyring: KeyRing, spec_originals: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The authority's rule at admission: the spec the author sent is the baseline, whatever
     the pod carries. Returns the ``original-*`` annotations to stamp (``spec_originals``, or
     computed from the spec) with their admission MAC (none without keys); every other
@@ -529,8 +579,9 @@ def admission_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
     return {**originals, ORIGINALS_MAC: sign_originals(keyring, originals, identity, "admission")}
 
 
-def admitted_originals(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
-                       spec_originals: Mapping[str, str] | None = None) -> dict[str, str] | None:
+def admitted_originals(
+    pod: Mapping[str, Any], namespace: str, keyring: KeyRing, spec_originals: Mapping[str, str] | None = None
+) -> dict[str, str] | None:
     """The ``original-*`` annotations of a pod at admission that carries the webhook's own sized
     record, verified as the webhook wrote it (:func:`sized_stamp`: the admission identity with the
     request's ``namespace`` and the name as sent or empty, the originals, the record and the spec's
@@ -548,17 +599,23 @@ def admitted_originals(pod: Mapping[str, Any], namespace: str, keyring: KeyRing,
     if secret is None or not originals:
         return None
     spec = spec_originals if spec_originals is not None else originals_from_spec_annotations(pod)
-    try:    # (signed under the keys the pod carries: legacy ones too, from a webhook before an upgrade)
+    try:  # (signed under the keys the pod carries: legacy ones too, from a webhook before an upgrade)
         covered = _sized_cover(originals, record, originals_as_recorded(pod, spec))
         if not _matches(secret, covered, PodIdentity.of(pod, namespace, "sized"), "sized", parsed[2]):
             return None
         return originals_as_written(pod, originals)
-    except OriginalsError:      # colliding keys: no record of ours can describe this pod
+    except OriginalsError:  # colliding keys: no record of ours can describe this pod
         return None
 
 
-def sized_stamp(pod: Mapping[str, Any], namespace: str, keyring: KeyRing, originals: Mapping[str, str],
-                node_type: str, sized: Mapping[str, str]) -> dict[str, str]:
+def sized_stamp(
+    pod: Mapping[str, Any],
+    namespace: str,
+    keyring: KeyRing,
+    originals: Mapping[str, str],
+    node_type: str,
+    sized: Mapping[str, str],
+) -> dict[str, str]:
     """The authority's rule for a pod the webhook sizes at admission: ``originals`` (from the spec
     as sent) with the ``sized-at-admission`` record ``node_type`` and a sized-scope MAC over
     both and ``sized`` (``originals_from_spec_annotations`` of the pod as sized). Without keys:
@@ -575,8 +632,11 @@ def _sized_cover(originals: Mapping[str, str], record: str, sized: Mapping[str, 
     the originals have. Values the webhook wrote all have originals (it records every value of the
     pod it sizes), so a container another webhook adds afterwards does not void the record; its
     values were never sized by us, the spec is their baseline."""
-    return {**originals, SIZED_AT_ADMISSION: record,
-            **{_SIZED_VALUE + k: v for k, v in sized.items() if k in originals}}
+    return {
+        **originals,
+        SIZED_AT_ADMISSION: record,
+        **{_SIZED_VALUE + k: v for k, v in sized.items() if k in originals},
+    }
 
 
 def pod_mac(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str]:

@@ -54,7 +54,8 @@ _UNITS_PER_BASE: Mapping[Resource, int] = {"cpu": 1000, "memory": 1}
 _FORMATTERS = {"cpu": format_cpu, "memory": format_memory}
 # The pod-level (spec.resources) keys, which pods stamped before pod-level sizing lack.
 POD_ORIGINAL_KEYS: frozenset[str] = frozenset(
-    pod_original_key(resource, kind) for resource in _RESOURCES for kind in _KINDS)
+    pod_original_key(resource, kind) for resource in _RESOURCES for kind in _KINDS
+)
 
 
 class OriginalsError(ValueError):
@@ -115,8 +116,11 @@ def read_pod_originals(pod: Mapping[str, Any]) -> ContainerOriginals | None:
     if not any(_spec_resources(level, kind).get(r) is not None for r in _RESOURCES for kind in _KINDS):
         return None
     annotations = _annotations(pod)
-    values = {(resource, kind): _value(annotations, pod_original_key(resource, kind), level, resource, kind, "pod")
-              for resource in _RESOURCES for kind in _KINDS}
+    values = {
+        (resource, kind): _value(annotations, pod_original_key(resource, kind), level, resource, kind, "pod")
+        for resource in _RESOURCES
+        for kind in _KINDS
+    }
     return ContainerOriginals(
         name="",
         cpu=ResourceOriginal(request=values[("cpu", "request")], limit=values[("cpu", "limit")]),
@@ -140,8 +144,10 @@ def originals_from_spec_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
         for container, keys in zip(containers, _written_keys(containers), strict=True)
         for resource, kind, value in _spec_values(container)
     }
-    originals.update((pod_original_key(resource, kind), _canonical(resource, value))
-                     for resource, kind, value in _spec_values(_pod_level(pod)))
+    originals.update(
+        (pod_original_key(resource, kind), _canonical(resource, value))
+        for resource, kind, value in _spec_values(_pod_level(pod))
+    )
     return originals
 
 
@@ -149,8 +155,11 @@ def missing_pod_level_originals(pod: Mapping[str, Any]) -> dict[str, str]:
     """The pod-level subset of :func:`missing_original_annotations` (keys a pod stamped before
     pod-level sizing lacks)."""
     present = _annotations(pod)
-    return {key: value for key, value in originals_from_spec_annotations(pod).items()
-            if key in POD_ORIGINAL_KEYS and key not in present}
+    return {
+        key: value
+        for key, value in originals_from_spec_annotations(pod).items()
+        if key in POD_ORIGINAL_KEYS and key not in present
+    }
 
 
 def missing_original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -158,8 +167,9 @@ def missing_original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     hold yet (under any key :func:`original_keys` reads)."""
     present = _annotations(pod)
     held = _held_keys(pod)
-    return {key: value for key, value in originals_from_spec_annotations(pod).items()
-            if held.get(key, key) not in present}
+    return {
+        key: value for key, value in originals_from_spec_annotations(pod).items() if held.get(key, key) not in present
+    }
 
 
 def originals_as_recorded(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[str, str]:
@@ -212,7 +222,8 @@ def _key_map(pod: Mapping[str, Any]) -> list[tuple[str, Mapping[Slot, str], dict
                 first, second = (containers[i]["name"] for i in sorted((index, other)))
                 raise KeyCollisionError(
                     f"containers {first!r} and {second!r} share the annotation {legacy} (the key earlier "
-                    f"versions wrote for long names): whose original resources it holds cannot be known")
+                    f"versions wrote for long names): whose original resources it holds cannot be known"
+                )
             held[(resource, kind)] = legacy
         result.append((name, written, held))
     return result
@@ -232,10 +243,13 @@ def sidecar_original_keys(pod: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(key for sidecar in sidecars(pod) for key in keys[sidecar["name"]].values())
 
 
-def _resource_original(annotations: Mapping[str, Any], keys: Mapping[Slot, str],
-                       container: Mapping[str, Any], resource: Resource) -> ResourceOriginal:
-    request, limit = (_value(annotations, keys[(resource, kind)], container, resource, kind,
-                             f"container {container['name']!r}") for kind in _KINDS)
+def _resource_original(
+    annotations: Mapping[str, Any], keys: Mapping[Slot, str], container: Mapping[str, Any], resource: Resource
+) -> ResourceOriginal:
+    request, limit = (
+        _value(annotations, keys[(resource, kind)], container, resource, kind, f"container {container['name']!r}")
+        for kind in _KINDS
+    )
     return ResourceOriginal(request=request, limit=limit)
 
 
@@ -250,8 +264,11 @@ def _written_keys(containers: list[Mapping[str, Any]]) -> list[Mapping[Slot, str
         for key in keys.values():
             owner, other = owners.setdefault(key, (index, name))
             if owner != index:
-                what = f"two resizable containers are named {name!r}" if other == name \
+                what = (
+                    f"two resizable containers are named {name!r}"
+                    if other == name
                     else f"containers {other!r} and {name!r}"
+                )
                 raise KeyCollisionError(f"{what}: their original resources would share the annotation {key}")
         written.append(keys)
     return written
@@ -275,12 +292,17 @@ def _legacy_owners(containers: list[Mapping[str, Any]]) -> dict[str, list[int]]:
 
 def _held_keys(pod: Mapping[str, Any]) -> dict[str, str]:
     """Key written today -> the legacy key holding that original instead (:func:`original_keys`)."""
-    return {written[slot]: key for _name, written, held in _key_map(pod) for slot, key in held.items()
-            if key != written[slot]}
+    return {
+        written[slot]: key
+        for _name, written, held in _key_map(pod)
+        for slot, key in held.items()
+        if key != written[slot]
+    }
 
 
-def _value(annotations: Mapping[str, Any], key: str, holder: Mapping[str, Any], resource: Resource, kind: Kind,
-           what: str) -> Fraction | None:
+def _value(
+    annotations: Mapping[str, Any], key: str, holder: Mapping[str, Any], resource: Resource, kind: Kind, what: str
+) -> Fraction | None:
     if key in annotations:
         return _parse_annotation(key, annotations[key])
     spec_value = _spec_resources(holder, kind).get(resource)

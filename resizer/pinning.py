@@ -23,8 +23,16 @@ from resizer.plan import POD_LEVEL, ResizePlan, ResourceChange, plan_resize
 from resizer.preflight import limit_range_hold
 from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory
 
-__all__ = ["AdmissionSizing", "admission_hold", "admission_sizing", "as_authored", "pinned_node_type",
-           "pinned_types", "plan_bound_pod", "values_patch"]
+__all__ = [
+    "AdmissionSizing",
+    "admission_hold",
+    "admission_sizing",
+    "as_authored",
+    "pinned_node_type",
+    "pinned_types",
+    "plan_bound_pod",
+    "values_patch",
+]
 
 # node name -> its node-type label value (None: the node has no such label)
 NodeTypes = Mapping[str, str | None]
@@ -44,8 +52,10 @@ def pinned_types(pod: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozen
     selector = spec.get("nodeSelector") or {}
     if isinstance(selector, Mapping) and isinstance(selector.get(label), str):
         sets.append(frozenset([selector[label]]))
-    terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
-              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms"))
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        or {}
+    ).get("nodeSelectorTerms")
     if terms:
         sets.append(_terms_types(terms, nodes, label))
     known = [s for s in sets if s is not None]
@@ -103,8 +113,9 @@ def _term_types(term: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozen
     """The types one term allows (its requirements ANDed); None when none of them pins a type.
     Requirements on other labels or fields only narrow the nodes further: ignored."""
     result: frozenset[str] | None = None
-    pins = [(expr, "label") for expr in term.get("matchExpressions") or []] + \
-        [(expr, "field") for expr in term.get("matchFields") or []]
+    pins = [(expr, "label") for expr in term.get("matchExpressions") or []] + [
+        (expr, "field") for expr in term.get("matchFields") or []
+    ]
     for expr, kind in pins:
         if not isinstance(expr, Mapping) or expr.get("operator") != "In" or not isinstance(expr.get("values"), list):
             continue
@@ -113,7 +124,7 @@ def _term_types(term: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozen
         elif kind == "field" and expr.get("key") == _NODE_NAME_FIELD:
             named = _types_of_nodes(expr["values"], nodes)
             if named is None:
-                return None     # a node we do not know: its type cannot be told
+                return None  # a node we do not know: its type cannot be told
             allowed = named
         else:
             continue
@@ -144,13 +155,19 @@ def admission_sizing(pod: Mapping[str, Any], config: CompiledConfig, node_type: 
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     # The spec as sent is the baseline, whatever original-* the client wrote.
-    as_sent = {**pod, "metadata": {**metadata, "annotations": {
-        k: v for k, v in annotations.items() if not is_controller_owned_key(k)}}}
+    as_sent = {
+        **pod,
+        "metadata": {
+            **metadata,
+            "annotations": {k: v for k, v in annotations.items() if not is_controller_owned_key(k)},
+        },
+    }
     plan = plan_resize(as_sent, resolve_policy(config, as_sent), node_type, pod_level=True)
     if plan.outcome != "Resize":
         return None
-    return AdmissionSizing(node_type, plan, tuple(_ops(pod, plan)),
-                           originals_from_spec_annotations(_sized_pod(pod, plan)))
+    return AdmissionSizing(
+        node_type, plan, tuple(_ops(pod, plan)), originals_from_spec_annotations(_sized_pod(pod, plan))
+    )
 
 
 def _sized_pod(pod: Mapping[str, Any], plan: ResizePlan) -> dict[str, Any]:
@@ -163,9 +180,22 @@ def _sized_pod(pod: Mapping[str, Any], plan: ResizePlan) -> dict[str, Any]:
     for field, sidecar in (("containers", False), ("initContainers", True)):
         if field not in spec:
             continue
-        spec[field] = [{**container, "resources": _applied(container.get("resources") or {}, [
-            change for change in plan.changed if change.container == container.get("name")
-            and change.sidecar is sidecar and change.container != POD_LEVEL])} for container in spec.get(field) or []]
+        spec[field] = [
+            {
+                **container,
+                "resources": _applied(
+                    container.get("resources") or {},
+                    [
+                        change
+                        for change in plan.changed
+                        if change.container == container.get("name")
+                        and change.sidecar is sidecar
+                        and change.container != POD_LEVEL
+                    ],
+                ),
+            }
+            for container in spec.get(field) or []
+        ]
     return {**pod, "spec": spec}
 
 
@@ -183,10 +213,13 @@ _FORMAT = {"cpu": format_cpu, "memory": format_memory}
 
 def _ops(pod: Mapping[str, Any], plan: ResizePlan) -> list[dict[str, Any]]:
     spec = pod.get("spec") or {}
-    index = {(field, c.get("name")): i for field in ("containers", "initContainers")
-             for i, c in enumerate(spec.get(field) or [])}
+    index = {
+        (field, c.get("name")): i
+        for field in ("containers", "initContainers")
+        for i, c in enumerate(spec.get(field) or [])
+    }
     ops: list[dict[str, Any]] = []
-    added: set[str] = set()     # the requests/limits maps an op creates (the next resource adds into it)
+    added: set[str] = set()  # the requests/limits maps an op creates (the next resource adds into it)
     for change in plan.changed:
         if change.container == POD_LEVEL:
             base, resources = "/spec/resources", spec.get("resources") or {}
@@ -201,14 +234,20 @@ def _ops(pod: Mapping[str, Any], plan: ResizePlan) -> list[dict[str, Any]]:
             value = _FORMAT[change.resource](amount)
             if isinstance(resources.get(kind), Mapping) or f"{base}/{kind}" in added:
                 ops.append({"op": "add", "path": f"{base}/{kind}/{change.resource}", "value": value})
-            else:   # (the apiserver defaults requests from limits before admission: not expected)
+            else:  # (the apiserver defaults requests from limits before admission: not expected)
                 ops.append({"op": "add", "path": f"{base}/{kind}", "value": {change.resource: value}})
                 added.add(f"{base}/{kind}")
     return ops
 
 
-def plan_bound_pod(pod: Mapping[str, Any], policy: Policy, node_type: str, resize_restart_containers: bool,
-                   pod_level: bool, sized_at_admission: bool) -> ResizePlan:
+def plan_bound_pod(
+    pod: Mapping[str, Any],
+    policy: Policy,
+    node_type: str,
+    resize_restart_containers: bool,
+    pod_level: bool,
+    sized_at_admission: bool,
+) -> ResizePlan:
     """:func:`resizer.plan.plan_resize` for a bound pod; ``sized_at_admission``: its baseline is
     the webhook's verified sized record. Such a pod with pod-level resources was created at its
     size at both levels (no in-place resize needed): where its node cannot resize pod level, it
@@ -221,8 +260,9 @@ def plan_bound_pod(pod: Mapping[str, Any], policy: Policy, node_type: str, resiz
     return at_both if at_both.outcome == "AlreadyAligned" else plan
 
 
-def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
-                   limit_ranges: Iterable[Mapping[str, Any]]) -> str | None:
+def admission_hold(
+    pod: Mapping[str, Any], sizing: AdmissionSizing, limit_ranges: Iterable[Mapping[str, Any]]
+) -> str | None:
     """Why the pod is not to be created at ``sizing`` (None: it may be). The apiserver judges
     the pod as mutated against LimitRanges and ResourceQuotas at CREATE, where a refusal would
     block its creation: a size that grows anything (a quota the author's size fits may not fit
@@ -233,8 +273,12 @@ def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
         # record, trusted only on a never-changed spec, would be void by the time the reconciler
         # sees the pod. Stamped only, its originals equal its spec whatever the generation.
         return "the pod has scheduling gates (removing one changes its spec, which voids a size given at CREATE)"
-    grown = [c for c in sizing.plan.changed if c.desired_request > (c.current_request or 0)
-             or (c.desired_limit is not None and c.current_limit is not None and c.desired_limit > c.current_limit)]
+    grown = [
+        c
+        for c in sizing.plan.changed
+        if c.desired_request > (c.current_request or 0)
+        or (c.desired_limit is not None and c.current_limit is not None and c.desired_limit > c.current_limit)
+    ]
     if grown:
         what = "the pod level" if grown[0].container == POD_LEVEL else f"{grown[0].container}'s"
         return f"the size grows {what} {grown[0].resource} (a ResourceQuota is judged at CREATE)"
@@ -245,15 +289,18 @@ def admission_hold(pod: Mapping[str, Any], sizing: AdmissionSizing,
 # -- the webhook called again on its own answer ----------------------------------------------
 _KINDS: tuple[tuple[str, Literal["request", "limit"]], ...] = (("requests", "request"), ("limits", "limit"))
 _RESOURCES: tuple[Literal["cpu", "memory"], ...] = ("cpu", "memory")
-_POD_LEVEL_FIELD = "resources"      # spec.resources: the pod level's holder, at /spec
+_POD_LEVEL_FIELD = "resources"  # spec.resources: the pod level's holder, at /spec
 
 
 def _holders(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
     """(spec field, index, holder) of every place ``original-*`` values describe: the containers,
     the sidecars (restartable init containers) and the pod level (``spec`` itself, index -1)."""
     holders = [("containers", i, c) for i, c in enumerate(spec.get("containers") or [])]
-    holders += [("initContainers", i, c) for i, c in enumerate(spec.get("initContainers") or [])
-                if c.get("restartPolicy") == "Always"]
+    holders += [
+        ("initContainers", i, c)
+        for i, c in enumerate(spec.get("initContainers") or [])
+        if c.get("restartPolicy") == "Always"
+    ]
     return [*holders, (_POD_LEVEL_FIELD, -1, spec)]
 
 
@@ -262,8 +309,11 @@ def _wanted(field: str, holder: Mapping[str, Any], values: Mapping[str, str]) ->
     wanted: dict[str, dict[str, str]] = {}
     for kind, singular in _KINDS:
         for resource in _RESOURCES:
-            key = pod_original_key(resource, singular) if field == _POD_LEVEL_FIELD \
+            key = (
+                pod_original_key(resource, singular)
+                if field == _POD_LEVEL_FIELD
                 else original_key(holder["name"], resource, singular)
+            )
             if key in values:
                 wanted.setdefault(kind, {})[resource] = values[key]
     return wanted
@@ -288,8 +338,14 @@ def as_authored(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[st
             lists[field][index] = {**holder, "resources": resources}
     spec.update((field, items) for field, items in lists.items() if field in spec)
     annotations = metadata.get("annotations") or {}
-    return {**pod, "metadata": {**metadata, "annotations": {
-        k: v for k, v in annotations.items() if not is_controller_owned_key(k)}}, "spec": spec}
+    return {
+        **pod,
+        "metadata": {
+            **metadata,
+            "annotations": {k: v for k, v in annotations.items() if not is_controller_owned_key(k)},
+        },
+        "spec": spec,
+    }
 
 
 def values_patch(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[dict[str, Any]]:

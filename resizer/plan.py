@@ -74,7 +74,7 @@ class ResourceChange:
     clamped: Clamp | None = None
     skipped: str | None = None
     held: str | None = None
-    sidecar: bool = False       # a restartable init container (patched under spec.initContainers)
+    sidecar: bool = False  # a restartable init container (patched under spec.initContainers)
 
     @property
     def changed(self) -> bool:
@@ -133,11 +133,13 @@ class ResizePlan:
         if self.outcome == "UnknownNodeType":
             return f"node type {self.node_type!r} is not in the configuration"
         if self.outcome == "PodLevelResources":
-            return ("the pod sets pod-level resources (spec.resources), which the scheduler counts instead of "
-                    "its containers', and its node cannot resize them in place (Kubernetes 1.36+ with "
-                    "InPlacePodLevelResourcesVerticalScaling on, declared in the node's status.declaredFeatures): "
-                    "resizing only the containers would save nothing and could exceed the pod-level limits; "
-                    "left alone")
+            return (
+                "the pod sets pod-level resources (spec.resources), which the scheduler counts instead of "
+                "its containers', and its node cannot resize them in place (Kubernetes 1.36+ with "
+                "InPlacePodLevelResourcesVerticalScaling on, declared in the node's status.declaredFeatures): "
+                "resizing only the containers would save nothing and could exceed the pod-level limits; "
+                "left alone"
+            )
         if self.outcome == "NothingToSize" and not self.changes:
             return "no container has a cpu or memory request to size"
         text = "; ".join(
@@ -243,8 +245,11 @@ def plan_resize(
     ratios = _ratios(policy.node_types[policy.baseline_node_type], node)
     bounds: dict[Resource, Bounds] = {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds}
     keep_memory_limits = policy.memory_limit_decrease == "Never"
-    changes = tuple(_changes(pod, read_originals(pod), ratios, bounds, resize_restart_containers, keep_memory_limits,
-                             policy.sidecars))
+    changes = tuple(
+        _changes(
+            pod, read_originals(pod), ratios, bounds, resize_restart_containers, keep_memory_limits, policy.sidecars
+        )
+    )
     pod_originals = read_pod_originals(pod)
     if pod_originals is not None:
         try:
@@ -278,17 +283,20 @@ def _changes(
     size_sidecars: bool,
 ) -> Iterator[ResourceChange]:
     for container in _containers(pod):
-        yield from _container_changes(container, originals, ratios, bounds, resize_restart_containers,
-                                      keep_memory_limits)
+        yield from _container_changes(
+            container, originals, ratios, bounds, resize_restart_containers, keep_memory_limits
+        )
     unchanged = {resource: Fraction(1) for resource in _RESOURCES}
     for sidecar in sidecars(pod):
         if size_sidecars:
-            yield from _container_changes(sidecar, originals, ratios, bounds, resize_restart_containers,
-                                          keep_memory_limits, sidecar=True)
+            yield from _container_changes(
+                sidecar, originals, ratios, bounds, resize_restart_containers, keep_memory_limits, sidecar=True
+            )
             continue
         # Not sized: back to its original if it differs (sized while the opt-in was on).
-        for change in _container_changes(sidecar, originals, unchanged, bounds, resize_restart_containers,
-                                         keep_memory_limits, sidecar=True):
+        for change in _container_changes(
+            sidecar, originals, unchanged, bounds, resize_restart_containers, keep_memory_limits, sidecar=True
+        ):
             if change.changed:
                 yield replace(change, held=SIDECARS_OFF)
 
@@ -387,8 +395,15 @@ def _pod_level_changes(
     aggregate = pod_totals(containers_spec)
     level = {"resources": (pod.get("spec") or {}).get("resources") or {}}
     for resource in _RESOURCES:
-        change = _resource_change(level | {"name": POD_LEVEL}, resource, originals.of(resource), ratios[resource],
-                                  bounds[resource], False, keep_memory_limits and resource == "memory")
+        change = _resource_change(
+            level | {"name": POD_LEVEL},
+            resource,
+            originals.of(resource),
+            ratios[resource],
+            bounds[resource],
+            False,
+            keep_memory_limits and resource == "memory",
+        )
         if change is None:
             continue
         needed_request = aggregate.get(("requests", resource), 0)
@@ -401,9 +416,9 @@ def _within_validation(change: ResourceChange, needed_request: int, needed_limit
     if limit is not None:
         limit = max(limit, needed_limit, request)
         if change.original_limit == change.original_request:
-            request = limit         # Guaranteed at pod level: request and limit move together
+            request = limit  # Guaranteed at pod level: request and limit move together
         elif change.original_limit is not None and change.original_limit > change.original_request:
-            limit = max(limit, request + 1)     # Burstable stays Burstable
+            limit = max(limit, request + 1)  # Burstable stays Burstable
     if (request, limit) == (change.desired_request, change.desired_limit):
         return change
     return replace(change, desired_request=request, desired_limit=limit, clamped=None)
@@ -431,11 +446,15 @@ def _resized_spec(pod: Mapping[str, Any], changes: tuple[ResourceChange, ...]) -
     """The pod spec as it would be with every (non-skipped) target applied."""
     targets = _by_container(tuple(change for change in changes if change.skipped is None))
     spec = dict(pod.get("spec") or {})
-    for group in ("containers", "initContainers"):     # initContainers: sidecars
+    for group in ("containers", "initContainers"):  # initContainers: sidecars
         if group in spec:
-            spec[group] = [{**container, "resources": _targets_applied(container.get("resources"),
-                                                                       targets.get(container["name"], ()))}
-                           for container in spec.get(group) or []]
+            spec[group] = [
+                {
+                    **container,
+                    "resources": _targets_applied(container.get("resources"), targets.get(container["name"], ())),
+                }
+                for container in spec.get(group) or []
+            ]
     if POD_LEVEL in targets:
         spec["resources"] = _targets_applied(spec.get("resources"), targets[POD_LEVEL])
     return spec

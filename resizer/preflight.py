@@ -45,12 +45,16 @@ Kind = Literal["requests", "limits"]
 _RESOURCES = ("cpu", "memory")
 # ResourceQuota resource names a pod's cpu and memory are charged to.
 _QUOTA_NAMES: Mapping[str, tuple[Kind, str]] = {
-    "cpu": ("requests", "cpu"), "requests.cpu": ("requests", "cpu"), "limits.cpu": ("limits", "cpu"),
-    "memory": ("requests", "memory"), "requests.memory": ("requests", "memory"),
-    "limits.memory": ("limits", "memory")}
+    "cpu": ("requests", "cpu"),
+    "requests.cpu": ("requests", "cpu"),
+    "limits.cpu": ("limits", "cpu"),
+    "memory": ("requests", "memory"),
+    "requests.memory": ("requests", "memory"),
+    "limits.memory": ("limits", "memory"),
+}
 _JUDGED_SCOPES = frozenset({"BestEffort", "NotBestEffort"})
 
-Totals = dict[tuple[Kind, str], int]        # (requests|limits, cpu|memory) -> amount
+Totals = dict[tuple[Kind, str], int]  # (requests|limits, cpu|memory) -> amount
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class Hold:
     constraint: Constraint
     name: str
     detail: str
-    subject: str = ""       # what of the object refuses it (a quota's resource name, a node's resource)
+    subject: str = ""  # what of the object refuses it (a quota's resource name, a node's resource)
 
     @property
     def fingerprint(self) -> str:
@@ -75,6 +79,7 @@ class Hold:
 
 
 # ---------------------------------------------------------------- amounts
+
 
 def _amount(resource: str, value: Any) -> int:
     quantity: Fraction = coerce_quantity(value)
@@ -153,6 +158,7 @@ def _merge_resources(current: Mapping[str, Any], change: Mapping[str, Any]) -> d
 
 # ---------------------------------------------------------------- LimitRange
 
+
 def limit_range_hold(spec: Mapping[str, Any], limit_ranges: Iterable[Mapping[str, Any]]) -> Hold | None:
     """The first LimitRange item the resized pod spec `spec` violates."""
     try:
@@ -163,16 +169,18 @@ def limit_range_hold(spec: Mapping[str, Any], limit_ranges: Iterable[Mapping[str
                 if detail is not None:
                     return Hold("LimitRange", name, detail)
     except QuantityError:
-        return None     # a value we cannot read: the apiserver judges it
+        return None  # a value we cannot read: the apiserver judges it
     return None
 
 
 def _limit_item_violation(spec: Mapping[str, Any], item: Mapping[str, Any]) -> str | None:
     kind = item.get("type")
-    if kind == "Container":     # sidecars too: the LimitRanger checks init containers like containers
+    if kind == "Container":  # sidecars too: the LimitRanger checks init containers like containers
         sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
         for container in [*(spec.get("containers") or []), *sidecars]:
-            detail = _violation(item, _container_amounts(container, "requests"), _container_amounts(container, "limits"))
+            detail = _violation(
+                item, _container_amounts(container, "requests"), _container_amounts(container, "limits")
+            )
             if detail is not None:
                 return f"container {container.get('name')}: {detail}"
     elif kind == "Pod":
@@ -205,15 +213,17 @@ def _violation(item: Mapping[str, Any], requests: Mapping[str, int], limits: Map
                 return f"{resource} request {_show(resource, request)} is above the maximum {maximum}"
         ratio = (item.get("maxLimitRequestRatio") or {}).get(resource)
         if ratio is not None and request and limit and Fraction(limit, request) > coerce_quantity(ratio):
-            return (f"{resource} limit/request ratio {float(Fraction(limit, request)):.3g} is above "
-                    f"maxLimitRequestRatio {ratio}")
+            return (
+                f"{resource} limit/request ratio {float(Fraction(limit, request)):.3g} is above "
+                f"maxLimitRequestRatio {ratio}"
+            )
     return None
 
 
 # ---------------------------------------------------------------- ResourceQuota
 
-def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any],
-               quotas: Iterable[Mapping[str, Any]]) -> Hold | None:
+
+def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any], quotas: Iterable[Mapping[str, Any]]) -> Hold | None:
     """The first ResourceQuota the change from `pod`'s spec to the `resized` spec would exceed."""
     try:
         before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
@@ -255,12 +265,14 @@ def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> tu
         in_use = _amount(resource, used.get(name, 0))
         limit = _amount(resource, value)
         if in_use + delta > limit:
-            return name, (f"{name}: used {_show(resource, in_use)} + {_show(resource, delta)} would exceed "
-                          f"hard {value}")
+            return name, (
+                f"{name}: used {_show(resource, in_use)} + {_show(resource, delta)} would exceed hard {value}"
+            )
     return None
 
 
 # ---------------------------------------------------------------- node headroom
+
 
 def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     """What the pod has: its containers' and sidecars' reported resources, summed, or, for a
@@ -268,26 +280,31 @@ def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     (status.resources)."""
     total: dict[str, int] = {}
     status_of = pod.get("status") or {}
-    sidecars = {c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or []
-                if c.get("restartPolicy") == "Always"}
-    for status in [*(status_of.get("containerStatuses") or []),
-                   *(s for s in status_of.get("initContainerStatuses") or [] if s.get("name") in sidecars)]:
+    sidecars = {
+        c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or [] if c.get("restartPolicy") == "Always"
+    }
+    for status in [
+        *(status_of.get("containerStatuses") or []),
+        *(s for s in status_of.get("initContainerStatuses") or [] if s.get("name") in sidecars),
+    ]:
         for r, v in _container_amounts(status, "requests").items():
             total[r] = total.get(r, 0) + v
     pod_level = _container_amounts(pod.get("status") or {}, "requests")
     return {**total, **pod_level}
 
 
-def node_hold(node: Mapping[str, Any], pod: Mapping[str, Any], resized: Mapping[str, Any],
-              others: Iterable[Mapping[str, Any]]) -> Hold | None:
+def node_hold(
+    node: Mapping[str, Any], pod: Mapping[str, Any], resized: Mapping[str, Any], others: Iterable[Mapping[str, Any]]
+) -> Hold | None:
     """Whether the node lacks the room an increase of `pod`'s requests (to the `resized` spec)
     needs, counting each of the `others` (the node's other live pods) at the larger of its spec
     requests and what its containers have."""
     try:
         before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        growing = [r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0)
-                   and r in allocatable]
+        growing = [
+            r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0) and r in allocatable
+        ]
         if not growing:
             return None
         used = {r: 0 for r in growing}
@@ -300,18 +317,27 @@ def node_hold(node: Mapping[str, Any], pod: Mapping[str, Any], resized: Mapping[
             total = _amount(r, allocatable[r])
             room = total - used[r]
             name = str((node.get("metadata") or {}).get("name"))
-            if want > total:        # what the kubelet calls Infeasible: never, until the node grows
-                return Hold("NodeHeadroom", name, f"{r}: needs {_show(r, want)}, more than the node's "
-                                                  f"{allocatable[r]} allocatable", f"{r} beyond allocatable")
-            if want > room:         # Deferred: once other pods free room
-                return Hold("NodeHeadroom", name, f"{r}: needs {_show(r, want)}, {_show(r, max(room, 0))} free of "
-                                                  f"{allocatable[r]} allocatable", r)
+            if want > total:  # what the kubelet calls Infeasible: never, until the node grows
+                return Hold(
+                    "NodeHeadroom",
+                    name,
+                    f"{r}: needs {_show(r, want)}, more than the node's {allocatable[r]} allocatable",
+                    f"{r} beyond allocatable",
+                )
+            if want > room:  # Deferred: once other pods free room
+                return Hold(
+                    "NodeHeadroom",
+                    name,
+                    f"{r}: needs {_show(r, want)}, {_show(r, max(room, 0))} free of {allocatable[r]} allocatable",
+                    r,
+                )
     except QuantityError:
         return None
     return None
 
 
 # ---------------------------------------------------------------- critical pods
+
 
 def critical_hold(pod: Mapping[str, Any], resized: Mapping[str, Any]) -> Hold | None:
     """An increase of a pod at system-cluster-critical priority or above (held unless allowed)."""
@@ -325,6 +351,10 @@ def critical_hold(pod: Mapping[str, Any], resized: Mapping[str, Any]) -> Hold | 
     growing = [r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0)]
     if not growing:
         return None
-    return Hold("CriticalPriority", str(priority),
-                f"pod priority {priority} is system-critical: growing its {' and '.join(growing)} in place may "
-                f"make the kubelet evict other pods (--upsize-critical-pods allows it)", "upsize")
+    return Hold(
+        "CriticalPriority",
+        str(priority),
+        f"pod priority {priority} is system-critical: growing its {' and '.join(growing)} in place may "
+        f"make the kubelet evict other pods (--upsize-critical-pods allows it)",
+        "upsize",
+    )

@@ -8,7 +8,6 @@ write is stored unchanged. All arithmetic is exact (``fractions.Fraction``).
 from __future__ import annotations
 
 import functools
-
 import math
 import re
 from fractions import Fraction
@@ -85,7 +84,7 @@ def _parse(text: str) -> Fraction:
 
 def coerce_quantity(value: str | int | float) -> Fraction:
     """Parse a quantity that YAML may have handed over as an int or float (``max: 16``)."""
-    if type(value) is str:      # the common case first: the spec and annotations hold strings
+    if type(value) is str:  # the common case first: the spec and annotations hold strings
         return _parse(value)
     if isinstance(value, bool):
         raise QuantityError(f"quantity must be a string or number, got {value!r}")

@@ -20,7 +20,10 @@ __all__ = ["realignment"]
 
 
 def realignment(
-    pod: Mapping[str, Any], config: CompiledConfig, node_type: str, resize_restart_containers: bool = False,
+    pod: Mapping[str, Any],
+    config: CompiledConfig,
+    node_type: str,
+    resize_restart_containers: bool = False,
     pod_level: bool = False,
 ) -> ResizePlan | None:
     """The resize plan of a pod sized for ``node_type`` earlier, if the config now wants

@@ -39,8 +39,12 @@ class RestoreDecision:
     held: str | None = None
 
 
-def restore_decision(pod: Mapping[str, Any], keyring: KeyRing, scope: NamespaceScope | None = None,
-                     namespace_labels: Mapping[str, str] | None = None) -> RestoreDecision:
+def restore_decision(
+    pod: Mapping[str, Any],
+    keyring: KeyRing,
+    scope: NamespaceScope | None = None,
+    namespace_labels: Mapping[str, str] | None = None,
+) -> RestoreDecision:
     """Decide one pod. Raises :class:`OriginalsError` for an unusable annotation."""
     metadata = pod.get("metadata") or {}
     namespace = str(metadata.get("namespace") or "")
@@ -63,9 +67,13 @@ def restore_decision(pod: Mapping[str, Any], keyring: KeyRing, scope: NamespaceS
     # is the baseline, so there is nothing to resize.
     return RestoreDecision(restore_patch(decision.pod))
 
+
 _SPEC_FIELDS = {"request": "requests", "limit": "limits"}
-_POD_LEVEL_KEYS: dict[Slot, str] = {(resource, kind): pod_original_key(resource, kind)
-                                    for resource in ("cpu", "memory") for kind in ("request", "limit")}
+_POD_LEVEL_KEYS: dict[Slot, str] = {
+    (resource, kind): pod_original_key(resource, kind)
+    for resource in ("cpu", "memory")
+    for kind in ("request", "limit")
+}
 
 
 def managed_annotation_keys(pod: Mapping[str, Any]) -> list[str]:
@@ -85,7 +93,7 @@ def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     patch: dict[str, Any] = {}
     for field, containers in (("containers", spec.get("containers") or []), ("initContainers", sidecars(pod))):
         entries = []
-        for container in containers:      # a sidecar without originals was never sized: nothing to put back
+        for container in containers:  # a sidecar without originals was never sized: nothing to put back
             resources = _put_back(annotations, container.get("resources"), keys[container["name"]])
             if resources:
                 entries.append({"name": container["name"], "resources": resources})
@@ -99,8 +107,9 @@ def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {"spec": patch} if patch else {}
 
 
-def _put_back(annotations: Mapping[str, Any], current_resources: Mapping[str, Any] | None,
-              keys: Mapping[Slot, str]) -> dict[str, dict[str, str]]:
+def _put_back(
+    annotations: Mapping[str, Any], current_resources: Mapping[str, Any] | None, keys: Mapping[Slot, str]
+) -> dict[str, dict[str, str]]:
     """The values to put back: each ``(resource, kind)`` recorded under its key in ``keys``."""
     resources: dict[str, dict[str, str]] = {}
     for (resource, kind), key in keys.items():

@@ -51,12 +51,16 @@ INTERMEDIATE_KINDS = frozenset({"ReplicaSet", "Job", "ReplicationController"})
 MAX_CHAIN = 4
 # The kinds VPA itself knows; any other kind of target is a custom (scalable) resource, which may
 # own any of these.
-WELL_KNOWN_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob",
-                              "ReplicationController"})
+WELL_KNOWN_KINDS = frozenset(
+    {"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicationController"}
+)
 # The kinds of owner an intermediate owner may have besides custom ones (a ReplicationController:
 # custom ones only).
-PARENT_KINDS = {"ReplicaSet": frozenset({"Deployment"}), "Job": frozenset({"CronJob"}),
-                "ReplicationController": frozenset()}
+PARENT_KINDS = {
+    "ReplicaSet": frozenset({"Deployment"}),
+    "Job": frozenset({"CronJob"}),
+    "ReplicationController": frozenset(),
+}
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 
 
@@ -66,7 +70,7 @@ class Owner:
     name: str
 
 
-NO_OWNER = Owner("", "")    # what a lookup answers for an object it knows and that has no controller owner
+NO_OWNER = Owner("", "")  # what a lookup answers for an object it knows and that has no controller owner
 # (namespace, owner) -> its controller owner, NO_OWNER if it has none, None if it is not known (yet).
 OwnerLookup = Callable[[str, Owner], "Owner | None"]
 
@@ -80,8 +84,10 @@ class VpaVerdict:
     target: Owner
 
     def message(self) -> str:
-        return (f"left alone: VerticalPodAutoscaler {self.vpa} (updateMode {self.mode}) manages the requests "
-                f"of {self.target.kind} {self.target.name}; two controllers writing requests would fight")
+        return (
+            f"left alone: VerticalPodAutoscaler {self.vpa} (updateMode {self.mode}) manages the requests "
+            f"of {self.target.kind} {self.target.name}; two controllers writing requests would fight"
+        )
 
 
 # namespace -> target -> (vpa name, mode), updating VPAs only.
@@ -110,10 +116,17 @@ def slim_vpa(vpa: Mapping[str, Any]) -> dict[str, Any]:
     """A VPA reduced to what the decision reads: its name, namespace, target and update mode."""
     meta = _mapping(vpa.get("metadata"))
     target = _mapping(_mapping(vpa.get("spec")).get("targetRef"))
-    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                         "resourceVersion": meta.get("resourceVersion")},
-            "spec": {"targetRef": {k: target.get(k) for k in ("apiVersion", "kind", "name")},
-                     "updatePolicy": {"updateMode": update_mode(vpa)}}}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "spec": {
+            "targetRef": {k: target.get(k) for k in ("apiVersion", "kind", "name")},
+            "updatePolicy": {"updateMode": update_mode(vpa)},
+        },
+    }
 
 
 def vpa_index(vpas: Iterable[Mapping[str, Any]]) -> dict[str, dict[Owner, tuple[str, str]]]:
@@ -127,8 +140,9 @@ def vpa_index(vpas: Iterable[Mapping[str, Any]]) -> dict[str, dict[Owner, tuple[
         kind, name = target.get("kind"), target.get("name")
         if mode in NON_UPDATING_MODES or not isinstance(kind, str) or not isinstance(name, str) or not kind or not name:
             continue
-        index.setdefault(str(meta.get("namespace") or ""), {}).setdefault(Owner(kind, name),
-                                                                          (str(meta.get("name")), mode))
+        index.setdefault(str(meta.get("namespace") or ""), {}).setdefault(
+            Owner(kind, name), (str(meta.get("name")), mode)
+        )
     return index
 
 
@@ -211,12 +225,16 @@ def admission_vpa_hold(pod: Mapping[str, Any], namespace: str, index: VpaIndex) 
     for target in (owner, *([Owner("Deployment", derived)] if derived is not None else [])):
         found = targets.get(target)
         if found is not None:
-            return (f"VerticalPodAutoscaler {found[0]} (updateMode {found[1]}) manages the requests of "
-                    f"{target.kind} {target.name}; two controllers writing requests would fight")
+            return (
+                f"VerticalPodAutoscaler {found[0]} (updateMode {found[1]}) manages the requests of "
+                f"{target.kind} {target.name}; two controllers writing requests would fight"
+            )
     if owner.kind not in PARENT_KINDS or derived is not None:
-        return None         # the reconciler matches such an owner itself only; a derived chain is known
+        return None  # the reconciler matches such an owner itself only; a derived chain is known
     for target, (vpa, mode) in targets.items():
         if _may_own(owner, target):
-            return (f"VerticalPodAutoscaler {vpa} (updateMode {mode}) targets {target.kind} {target.name}, which "
-                    f"may own the pod's {owner.kind} {owner.name} (not known at admission; decided after binding)")
+            return (
+                f"VerticalPodAutoscaler {vpa} (updateMode {mode}) targets {target.kind} {target.name}, which "
+                f"may own the pod's {owner.kind} {owner.name} (not known at admission; decided after binding)"
+            )
     return None

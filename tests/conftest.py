@@ -6,6 +6,7 @@ cluster that already runs there, and stops it at the end only if this session st
 WR_KEEP_CLUSTER=1 keeps it running for debugging. First-use builds (Kubernetes, helm,
 cert-manager) show their progress on the terminal.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,15 @@ class Cluster:
     version: str
     local: LocalCluster
 
-    def add_node(self, name: str, family: str | None = None, cpu: str = "32", memory: str = "128Gi",
-                 no_resize: bool = False, labels: dict[str, str] | None = None) -> None:
+    def add_node(
+        self,
+        name: str,
+        family: str | None = None,
+        cpu: str = "32",
+        memory: str = "128Gi",
+        no_resize: bool = False,
+        labels: dict[str, str] | None = None,
+    ) -> None:
         self.local.add_node(name, family, cpu, memory, labels=labels, no_resize=no_resize)
         wait_for(f"node {name} Ready", lambda: name in self.local.ready_nodes())
 
@@ -90,7 +98,8 @@ def foreign_webhooks(kube: Kube) -> list[str]:
         for hook in config.get("webhooks", []):
             selector = hook.get("namespaceSelector") or {}
             limited = bool(selector.get("matchLabels")) or any(
-                e.get("operator") == "In" for e in selector.get("matchExpressions", []))
+                e.get("operator") == "In" for e in selector.get("matchExpressions", [])
+            )
             if not limited:
                 found.append(f"{config['metadata']['name']} ({hook['name']})")
     return found
@@ -106,9 +115,11 @@ def cluster() -> Iterator[Cluster]:
         pytest.fail(str(err))
     foreign = foreign_webhooks(kube)
     if foreign:
-        pytest.fail(f"the cluster in {local.state_dir} has webhooks for every namespace that are not the "
-                    f"tests' own: {', '.join(foreign)}. Run the tests on a cluster of their own "
-                    "(another WR_CLUSTER_DIR), or remove them (`make demo-down` for the demo's).")
+        pytest.fail(
+            f"the cluster in {local.state_dir} has webhooks for every namespace that are not the "
+            f"tests' own: {', '.join(foreign)}. Run the tests on a cluster of their own "
+            "(another WR_CLUSTER_DIR), or remove them (`make demo-down` for the demo's)."
+        )
     version = kube.get("/version")["gitVersion"]
     try:
         yield Cluster(kubeconfig=local.kubeconfig, bin_dir=local.bin_dir, kube=kube, version=version, local=local)
@@ -122,10 +133,12 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     """A fresh namespace per test, deleted afterwards."""
     name = f"t-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
     name = "".join(ch for ch in name if ch.isalnum() or ch == "-")
-    cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": name}})
-    wait_for("default service account", lambda: cluster.kube.get(
-        f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
+    cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_for(
+        "default service account",
+        lambda: cluster.kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        timeout=30,
+    )
     yield name
     cluster.kube.delete(f"/api/v1/namespaces/{name}")
 
@@ -133,12 +146,13 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
 @dataclass
 class RealNode:
     """A real node (containerd + runc + kubelet) joined to the session's cluster."""
+
     name: str
-    cgroup: str          # the kubelet's cgroupRoot, without the leading /
-    directory: Path      # its state: STATE/nodes/NAME
-    ns_inode: int        # its private mount namespace
-    kubelet_port: int    # the kubelet's HTTPS port on the node's IP, in its network namespace
-    pki: Path            # the cluster's CA and admin client certificate
+    cgroup: str  # the kubelet's cgroupRoot, without the leading /
+    directory: Path  # its state: STATE/nodes/NAME
+    ns_inode: int  # its private mount namespace
+    kubelet_port: int  # the kubelet's HTTPS port on the node's IP, in its network namespace
+    pki: Path  # the cluster's CA and admin client certificate
 
 
 def cluster_state_dir() -> Path:
@@ -148,9 +162,14 @@ def cluster_state_dir() -> Path:
 def read_real_node(name: str, state_dir: Path | None = None) -> RealNode:
     state = json.loads(((state_dir or cluster_state_dir()) / "state.json").read_text())
     record = state["real_nodes"][name]
-    return RealNode(name=name, cgroup=record["cgroup"], directory=Path(record["dir"]),
-                    ns_inode=record["ns_inode"], kubelet_port=record["ports"]["kubelet"],
-                    pki=(state_dir or cluster_state_dir()) / "pki")
+    return RealNode(
+        name=name,
+        cgroup=record["cgroup"],
+        directory=Path(record["dir"]),
+        ns_inode=record["ns_inode"],
+        kubelet_port=record["ports"]["kubelet"],
+        pki=(state_dir or cluster_state_dir()) / "pki",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -158,9 +177,13 @@ def real_node(cluster: Cluster) -> Iterator[RealNode]:
     """`hack/cluster add-node --real` once per session (family n4, kube-reserved cpu 100m so
     allocatable is 100m short of the machine), removed again at the end."""
     name = f"real-{uuid.uuid4().hex[:6]}"
-    proc = subprocess.run([str(HACK_CLUSTER), "add-node", name, "--real", "--family", "n4",
-                           "--reserved-cpu", "100m"], stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
-                          env=cluster.env())
+    proc = subprocess.run(
+        [str(HACK_CLUSTER), "add-node", name, "--real", "--family", "n4", "--reserved-cpu", "100m"],
+        stdout=subprocess.PIPE,
+        stderr=sys.stderr,
+        text=True,
+        env=cluster.env(),
+    )
     if proc.returncode != 0:
         pytest.fail(f"hack/cluster add-node {name} --real failed (exit {proc.returncode})")
     try:

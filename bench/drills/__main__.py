@@ -1,4 +1,5 @@
 """`python -m bench.drills [NAME ...] [--size full|ci]`: run drills, print figures, exit 1 on any failure."""
+
 from __future__ import annotations
 
 import argparse
@@ -33,20 +34,39 @@ BY_NAME = {d.name: d for d in DRILLS}
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.drills", description=__doc__,
-        epilog="drills: " + "; ".join(f"{d.name}: {d.about}" for d in DRILLS))
+        prog="python -m bench.drills",
+        description=__doc__,
+        epilog="drills: " + "; ".join(f"{d.name}: {d.about}" for d in DRILLS),
+    )
     parser.add_argument("names", nargs="*", metavar="NAME", help="drills to run (default: all)")
-    parser.add_argument("--size", choices=("full", "ci"), default="full",
-                        help="full: the issue's sizes; ci: shrunk to run in CI (default full)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "out",
-                        help="where the JSON results (and the logs of failed drills) go")
-    parser.add_argument("--cluster-dir", type=Path, default=None,
-                        help="parent of the drills' cluster state dirs (default: a new temp dir)")
+    parser.add_argument(
+        "--size",
+        choices=("full", "ci"),
+        default="full",
+        help="full: the issue's sizes; ci: shrunk to run in CI (default full)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "bench" / "out",
+        help="where the JSON results (and the logs of failed drills) go",
+    )
+    parser.add_argument(
+        "--cluster-dir",
+        type=Path,
+        default=None,
+        help="parent of the drills' cluster state dirs (default: a new temp dir)",
+    )
     parser.add_argument("--keep-cluster", action="store_true", help="leave each drill's cluster running")
-    parser.add_argument("--keep-logs", action="store_true",
-                        help="keep the processes' and the control plane's logs of passed drills too")
-    parser.add_argument("--scheduler-qps", type=int, default=None,
-                        help="kube-scheduler client QPS of the drills' clusters (default: hack/cluster's)")
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep the processes' and the control plane's logs of passed drills too"
+    )
+    parser.add_argument(
+        "--scheduler-qps",
+        type=int,
+        default=None,
+        help="kube-scheduler client QPS of the drills' clusters (default: hack/cluster's)",
+    )
     parser.add_argument("--list", action="store_true", help="list the drills and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -61,31 +81,36 @@ def main(argv: list[str] | None = None) -> int:
     for taken in (cluster_dir_for_tests(), cluster_dir_for_demo()):
         if taken.resolve() in (base.resolve(), *base.resolve().parents):
             parser.error(f"--cluster-dir must not be (inside) the tests' or the demo's cluster ({taken})")
-    extra = ([f"--scheduler-qps {args.scheduler_qps}"] if args.scheduler_qps else []) + \
-        ([f"--out {args.out}"] if args.out != REPO / "bench" / "out" else [])
+    extra = ([f"--scheduler-qps {args.scheduler_qps}"] if args.scheduler_qps else []) + (
+        [f"--out {args.out}"] if args.out != REPO / "bench" / "out" else []
+    )
     command = " ".join(["python -m bench.drills", *args.names, f"--size {args.size}", *extra])
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    run = {"command": command, "size": args.size, "started": stamp, "machine_at_start": machine(),
-           "results": []}
+    run = {"command": command, "size": args.size, "started": stamp, "machine_at_start": machine(), "results": []}
     try:
         for drill in chosen:
-            result = run_drill(drill, args.size, base, args.out, args.keep_cluster, args.scheduler_qps,
-                               args.keep_logs)
-            payload = {"command": " ".join(["python -m bench.drills", drill.name, f"--size {args.size}", *extra]),
-                       "finished": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                       "machine": machine(), **result.__dict__}
+            result = run_drill(drill, args.size, base, args.out, args.keep_cluster, args.scheduler_qps, args.keep_logs)
+            payload = {
+                "command": " ".join(["python -m bench.drills", drill.name, f"--size {args.size}", *extra]),
+                "finished": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "machine": machine(),
+                **result.__dict__,
+            }
             write_json(args.out / f"drill-{drill.name}-{args.size}.json", payload)
             run["results"].append(payload)
             print_result(result)
     finally:
         if args.cluster_dir is None and not any(base.iterdir()):
-            base.rmdir()   # our own temporary base, emptied by the drills (kept clusters stay)
+            base.rmdir()  # our own temporary base, emptied by the drills (kept clusters stay)
     run["machine_at_end"] = machine()
     write_json(args.out / f"drills-{args.size}-{stamp}.json", run)
     failed = [r["drill"] for r in run["results"] if not r["passed"]]
-    print(f"\n{len(chosen) - len(failed)}/{len(chosen)} drills passed"
-          + (f"; FAILED: {', '.join(failed)}" if failed else "") + f" (results in {args.out})")
-    print(f"drills: {len(chosen) - len(failed)} passed, {len(failed)} failed")   # the plain closing line CI reads
+    print(
+        f"\n{len(chosen) - len(failed)}/{len(chosen)} drills passed"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+        + f" (results in {args.out})"
+    )
+    print(f"drills: {len(chosen) - len(failed)} passed, {len(failed)} failed")  # the plain closing line CI reads
     return 1 if failed else 0
 
 
@@ -96,8 +121,10 @@ def print_result(result) -> None:
             value = json.dumps(value, default=str)
         print(f"  {key:36} {value}")
     for check in result.checks:
-        print(f"  [{'ok' if check['ok'] else 'FAIL'}] {check['name']}"
-              + (f" -- {check['detail']}" if check["detail"] else ""))
+        print(
+            f"  [{'ok' if check['ok'] else 'FAIL'}] {check['name']}"
+            + (f" -- {check['detail']}" if check["detail"] else "")
+        )
     if result.error:
         print(f"  ERROR {result.error}")
     sys.stdout.flush()

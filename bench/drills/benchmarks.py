@@ -4,6 +4,7 @@
 - burst: bench/reconciler_burst.py (1,000 pods, webhook + reconciler) against a fresh
   cluster of its own (WR_CLUSTER_DIR), so never the shared one.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 def _run(ctx: Context, argv: list[str], env: dict[str, str] | None, timeout: float) -> subprocess.CompletedProcess:
     ctx.log(" ".join(argv))
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    ctx.check(f"{Path(argv[1]).name} exited 0", proc.returncode == 0,
-              "" if proc.returncode == 0 else proc.stderr[-1500:])
+    ctx.check(
+        f"{Path(argv[1]).name} exited 0", proc.returncode == 0, "" if proc.returncode == 0 else proc.stderr[-1500:]
+    )
     return proc
 
 
@@ -38,9 +40,23 @@ class WebhookParams:
 def run_webhook(ctx: Context, p: WebhookParams) -> None:
     out = ctx.out_dir / f"webhook-bench-{ctx.size}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    proc = _run(ctx, [sys.executable, "bench/webhook_bench.py", "--duration", str(p.duration),
-                      "--rounds", str(p.rounds), "--connections", str(p.connections), "--json", str(out)],
-                None, 600 + p.rounds * 4 * p.duration)
+    proc = _run(
+        ctx,
+        [
+            sys.executable,
+            "bench/webhook_bench.py",
+            "--duration",
+            str(p.duration),
+            "--rounds",
+            str(p.rounds),
+            "--connections",
+            str(p.connections),
+            "--json",
+            str(out),
+        ],
+        None,
+        600 + p.rounds * 4 * p.duration,
+    )
     if proc.returncode != 0:
         return
     results = {r["server"]: r for r in json.loads(out.read_text())}
@@ -53,15 +69,21 @@ def run_webhook(ctx: Context, p: WebhookParams) -> None:
         ctx.figure(f"{label}_reviews_per_cpu_s", round(r["reviews_per_cpu_s"]))
         ctx.figure(f"{label}_loadgen_cpu", round(r["loadgen_cpu_util"], 2))
     ctx.figure("python_vs_go_throughput", round(python["rps"] / go["rps"], 2))
-    ctx.figure("targets",
-               f"throughput {'met' if python['rps'] >= 0.6 * go['rps'] else 'NOT met'}, "
-               f"p99 {'met' if python['p99_ms'] <= 5 else 'NOT met'}")
+    ctx.figure(
+        "targets",
+        f"throughput {'met' if python['rps'] >= 0.6 * go['rps'] else 'NOT met'}, "
+        f"p99 {'met' if python['p99_ms'] <= 5 else 'NOT met'}",
+    )
     ctx.check("both servers return the same patch", python["patch"] == go["patch"])
 
 
-WEBHOOK = Drill("webhook-bench", "bench/webhook_bench.py: webhook reviews/s and p99 vs the Go baseline",
-                {"full": WebhookParams(duration=10, rounds=3), "ci": WebhookParams(duration=3, rounds=1)},
-                run_webhook, needs_cluster=False)
+WEBHOOK = Drill(
+    "webhook-bench",
+    "bench/webhook_bench.py: webhook reviews/s and p99 vs the Go baseline",
+    {"full": WebhookParams(duration=10, rounds=3), "ci": WebhookParams(duration=3, rounds=1)},
+    run_webhook,
+    needs_cluster=False,
+)
 
 
 # ----------------------------------------------------------------------------- burst
@@ -76,17 +98,28 @@ def run_burst(ctx: Context, p: BurstParams) -> None:
     ctx.cluster.up()
     out = ctx.out_dir / f"burst-{p.replicas}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    proc = _run(ctx, [sys.executable, "bench/reconciler_burst.py", "--replicas", str(p.replicas),
-                      "--json", str(out)], ctx.cluster.env, 1800)
+    proc = _run(
+        ctx,
+        [sys.executable, "bench/reconciler_burst.py", "--replicas", str(p.replicas), "--json", str(out)],
+        ctx.cluster.env,
+        1800,
+    )
     if proc.returncode != 0:
         return
     figures = json.loads(out.read_text())
     for key, value in figures.items():
         ctx.figure(key, value)
-    ctx.check("<= 3 writes per webhook-stamped pod", figures["writes_per_pod"] <= 3,
-              f"{figures['writes_per_pod']} writes per pod")
+    ctx.check(
+        "<= 3 writes per webhook-stamped pod",
+        figures["writes_per_pod"] <= 3,
+        f"{figures['writes_per_pod']} writes per pod",
+    )
     ctx.check("no per-pod node GET", figures["node_gets_per_pod"] < 0.01, f"{figures['node_gets_per_pod']}")
 
 
-BURST = Drill("burst", "bench/reconciler_burst.py: 1,000-pod burst, resizes/s, requests per pod, RSS, ceiling",
-              {"full": BurstParams(replicas=1000), "ci": BurstParams(replicas=300)}, run_burst)
+BURST = Drill(
+    "burst",
+    "bench/reconciler_burst.py: 1,000-pod burst, resizes/s, requests per pod, RSS, ceiling",
+    {"full": BurstParams(replicas=1000), "ci": BurstParams(replicas=300)},
+    run_burst,
+)

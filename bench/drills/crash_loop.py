@@ -13,15 +13,16 @@ pods/resize per pod that needed one. (Request counts cannot be exact under SIGKI
 a request cut off mid-flight may be resent, and the killed process's last
 increments are lost; both are reported.)
 """
+
 from __future__ import annotations
 
 import random
 import time
 from dataclasses import dataclass
 
-from devkit.cluster import ok_count
 from bench.drills.harness import Burst, Context, Drill, wait_aligned
 from bench.drills.workload import TEMPLATE_LABEL, TEMPLATES, list_pods, resource_units
+from devkit.cluster import ok_count
 from resizer import APPLIED_INSTANCE_TYPE
 
 
@@ -29,11 +30,11 @@ from resizer import APPLIED_INSTANCE_TYPE
 class Params:
     pods: int
     kills: int
-    min_life: float = 1.0        # seconds from a process's start to its SIGKILL: uniform(min, max)
+    min_life: float = 1.0  # seconds from a process's start to its SIGKILL: uniform(min, max)
     max_life: float = 4.0
-    qps: int = 20                # the reconciler's --kube-api-qps and --kube-api-burst
+    qps: int = 20  # the reconciler's --kube-api-qps and --kube-api-burst
     nodes_per_family: int = 2
-    seed: int | None = None      # None: a fresh seed, recorded in the figures
+    seed: int | None = None  # None: a fresh seed, recorded in the figures
     timeout: float = 600
 
 
@@ -76,10 +77,16 @@ def run(ctx: Context, p: Params) -> None:
     counted = lives.resize_patches()
     ctx.figure("resize_patches_answered_by_apiserver_by_code", served)
     ctx.figure("resize_patches_counted_by_reconcilers", counted)
-    ctx.check("pods/resize PATCHes answered 2xx by the apiserver <= pods that needed a resize (no duplicate)",
-              ok_count(served) <= state.needed_resize, f"{ok_count(served):.0f} answered 2xx, {state.needed_resize} needed")
-    ctx.check("reconciler-side count (scraped before each kill: a lower bound) <= needed",
-              counted <= state.needed_resize, f"{counted:.0f} counted over {len(lives.lives)} lives")
+    ctx.check(
+        "pods/resize PATCHes answered 2xx by the apiserver <= pods that needed a resize (no duplicate)",
+        ok_count(served) <= state.needed_resize,
+        f"{ok_count(served):.0f} answered 2xx, {state.needed_resize} needed",
+    )
+    ctx.check(
+        "reconciler-side count (scraped before each kill: a lower bound) <= needed",
+        counted <= state.needed_resize,
+        f"{counted:.0f} counted over {len(lives.lives)} lives",
+    )
     ctx.check(f"killed at least {p.kills} times", lives.killed >= p.kills, f"{lives.killed} kills")
 
 

@@ -9,6 +9,7 @@ starts; pods of a second burst are created before the freeze but can only be
 bound after it (their pool's nodes are added after the thaw), so they reach the
 reconciler only through a watch that works again.
 """
+
 from __future__ import annotations
 
 import time
@@ -37,23 +38,26 @@ def run(ctx: Context, p: Params) -> None:
     lives = ctx.reconcilers(f"--watch-idle-timeout={p.idle_timeout}")
     lives.start()
     timeline = ctx.timeline()
-    late = Burst(ctx, p.pods_after, prefix="late", pool="late")       # Pending: no node in pool "late" yet
+    late = Burst(ctx, p.pods_after, prefix="late", pool="late")  # Pending: no node in pool "late" yet
     wait(f"{late.total} late pods created", lambda: len(timeline.created) >= late.total, 120)
     created = time.monotonic()
     first = Burst(ctx, p.pods_before, prefix="before")
     half = max(1, first.eligible // 2)
     wait(f"{half} pods aligned before the freeze", lambda: len(timeline.applied) >= half, p.timeout, 0.1)
+
     def restarts() -> dict[str, float]:
         lives.scrape()
-        return {cause: lives.total("workload_resizer_watch_restarts_total", resource="pods", cause=cause)
-                for cause in ("idle", "timeout", "error", "expired")}
+        return {
+            cause: lives.total("workload_resizer_watch_restarts_total", resource="pods", cause=cause)
+            for cause in ("idle", "timeout", "error", "expired")
+        }
 
     ctx.figure("aligned_when_frozen", len(timeline.applied))
     restarts_before = restarts()
     ctx.cluster.signal("kube-apiserver", "STOP")
     frozen = time.monotonic()
     time.sleep(p.freeze)
-    restarts_frozen = restarts()        # the reconciler is not frozen: its /metrics answers
+    restarts_frozen = restarts()  # the reconciler is not frozen: its /metrics answers
     ctx.cluster.signal("kube-apiserver", "CONT")
     thawed = time.monotonic()
     ctx.figure("frozen_s", thawed - frozen)
@@ -69,14 +73,22 @@ def run(ctx: Context, p: Params) -> None:
     during = {k: restarts_frozen[k] - restarts_before[k] for k in restarts_before}
     ctx.figure("pod_watch_restarts_while_frozen", during)
     ctx.figure("pod_watch_restarts_total", restarts())
-    ctx.check("late pods were created before the freeze and bound after it",
-              late_bound_after == late.total, f"{late_bound_after}/{late.total}")
-    ctx.check("while frozen, the reconciler gave up the silent pod watch (idle timeout) and retried",
-              during["idle"] + during["timeout"] >= 1, f"restarts by cause while frozen: {during}")
-    ctx.check("reconciler recovered by itself (one process, still running)",
-              len(lives.lives) == 1 and lives.current.alive)
+    ctx.check(
+        "late pods were created before the freeze and bound after it",
+        late_bound_after == late.total,
+        f"{late_bound_after}/{late.total}",
+    )
+    ctx.check(
+        "while frozen, the reconciler gave up the silent pod watch (idle timeout) and retried",
+        during["idle"] + during["timeout"] >= 1,
+        f"restarts by cause while frozen: {during}",
+    )
+    ctx.check(
+        "reconciler recovered by itself (one process, still running)", len(lives.lives) == 1 and lives.current.alive
+    )
     ctx.end_state_resized_once_each(lives)
 
 
-DRILL = Drill("apiserver-freeze", "kube-apiserver frozen (SIGSTOP) past the watch idle timeout, then thawed",
-              SIZES, run)
+DRILL = Drill(
+    "apiserver-freeze", "kube-apiserver frozen (SIGSTOP) past the watch idle timeout, then thawed", SIZES, run
+)

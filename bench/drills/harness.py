@@ -6,6 +6,7 @@ run(ctx, params) records figures with ctx.figure(...) and verdicts with
 ctx.check(...), and raises DrillFailure (or any exception) to stop early. A drill
 passes when it ran to the end and every check holds.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,6 @@ from typing import Any, TypeVar
 
 import httpx
 
-from devkit.cluster import POOL_LABEL, LocalCluster, NodeSpec, cluster_dir_for_demo, cluster_dir_for_tests
 from bench.drills.observe import PodTimeline, requests_by_verb
 from bench.drills.workload import (
     BURSTABLE,
@@ -35,6 +35,7 @@ from bench.drills.workload import (
     check_end_state,
     replicaset,
 )
+from devkit.cluster import POOL_LABEL, LocalCluster, NodeSpec, cluster_dir_for_demo, cluster_dir_for_tests
 from devkit.kube import ApiError, Kube
 from devkit.metrics import metric_sum, samples
 from devkit.processes import (
@@ -110,17 +111,30 @@ class Context:
 
     def setup(self, config: str = CONFIG) -> None:
         self.cluster.up()
-        self.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                "metadata": {"name": self.namespace}})
-        self.kube.create(f"/api/v1/namespaces/{self.namespace}/configmaps", {
-            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "workload-resizer-config"},
-            "data": {"config.yaml": config}})
-        wait(f"default service account in {self.namespace}", lambda: self.kube.get(
-            f"/api/v1/namespaces/{self.namespace}/serviceaccounts/default"), 60)
+        self.kube.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+        )
+        self.kube.create(
+            f"/api/v1/namespaces/{self.namespace}/configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "workload-resizer-config"},
+                "data": {"config.yaml": config},
+            },
+        )
+        wait(
+            f"default service account in {self.namespace}",
+            lambda: self.kube.get(f"/api/v1/namespaces/{self.namespace}/serviceaccounts/default"),
+            60,
+        )
 
     def add_nodes(self, per_family: dict[str, int], pool: str = "main", **node: Any) -> list[NodeSpec]:
-        specs = [NodeSpec(f"{pool}-{family}-{i}", family, pool, **node)
-                 for family, count in per_family.items() for i in range(count)]
+        specs = [
+            NodeSpec(f"{pool}-{family}-{i}", family, pool, **node)
+            for family, count in per_family.items()
+            for i in range(count)
+        ]
         started = time.monotonic()
         self.cluster.add_nodes(specs)
         self.log(f"{len(specs)} nodes ready in {time.monotonic() - started:.1f}s")
@@ -130,12 +144,15 @@ class Context:
         return {POOL_LABEL: pool}
 
     def create_replicaset(self, name: str, template: Template, replicas: int, pool: str = "main") -> None:
-        self.kube.create(f"/apis/apps/v1/namespaces/{self.namespace}/replicasets",
-                         replicaset(name, template, replicas, self.node_selector(pool)))
+        self.kube.create(
+            f"/apis/apps/v1/namespaces/{self.namespace}/replicasets",
+            replicaset(name, template, replicas, self.node_selector(pool)),
+        )
 
     def scale(self, kind: str, name: str, replicas: int) -> None:
-        self.kube.patch(f"/apis/apps/v1/namespaces/{self.namespace}/{kind}/{name}/scale",
-                        {"spec": {"replicas": replicas}})
+        self.kube.patch(
+            f"/apis/apps/v1/namespaces/{self.namespace}/{kind}/{name}/scale", {"spec": {"replicas": replicas}}
+        )
 
     # ---- the product's processes
 
@@ -144,8 +161,9 @@ class Context:
         self.processes.append(hook)
         hook.wait_ready(60)
         if register:
-            register_webhook(self.kube, hook.url, hook.certs.ca_bundle, name="workload-resizer-drill",
-                             namespaces=[self.namespace])
+            register_webhook(
+                self.kube, hook.url, hook.certs.ca_bundle, name="workload-resizer-drill", namespaces=[self.namespace]
+            )
             wait_webhook_active(self.kube, self.namespace, 60)
         return hook
 
@@ -166,30 +184,36 @@ class Context:
         state = self.end_state(settle=settle)
         patches = lives.resize_patches()
         self.figure("resize_patches", patches)
-        self.check("pods/resize PATCHes (reconciler metrics) == pods that needed a resize",
-                   patches == state.needed_resize, f"{patches:.0f} patches, {state.needed_resize} needed")
+        self.check(
+            "pods/resize PATCHes (reconciler metrics) == pods that needed a resize",
+            patches == state.needed_resize,
+            f"{patches:.0f} patches, {state.needed_resize} needed",
+        )
         return state
 
-    def end_state(self, expectations: Expectations | None = None, count_resizes: bool = True,
-                  settle: float = 60) -> EndState:
+    def end_state(
+        self, expectations: Expectations | None = None, count_resizes: bool = True, settle: float = 60
+    ) -> EndState:
         """The exact end-state check, retried for up to `settle` seconds (the fake kubelet's
         actuation of the last resizes lags); how long it took is a figure."""
         expectations = expectations or Expectations()
         started = time.monotonic()
         while True:
-            state = check_end_state(self.kube, self.namespace, self.cluster.node_types(), expectations,
-                                    count_resizes)
+            state = check_end_state(self.kube, self.namespace, self.cluster.node_types(), expectations, count_resizes)
             if state.exact or time.monotonic() - started > settle:
                 break
             time.sleep(2)
         self.figure("end_state", state.summary())
         self.figure("end_state_settled_s", time.monotonic() - started)
-        self.check("end state exact (sizes, originals, applied-instance-type, skip pods untouched"
-                   + (", one resize per pod that needed one)" if count_resizes else ")"),
-                   state.exact, f"{state.aligned}/{state.eligible} eligible pods aligned, "
-                   f"{state.skipped} skip-annotated, {len(state.problems)} problems"
-                   + (f" ({state.not_actuated} of them: not actuated by the fake kubelet yet)" if state.not_actuated else "")
-                   + (f"; e.g. {state.problems[0]}" if state.problems else ""))
+        self.check(
+            "end state exact (sizes, originals, applied-instance-type, skip pods untouched"
+            + (", one resize per pod that needed one)" if count_resizes else ")"),
+            state.exact,
+            f"{state.aligned}/{state.eligible} eligible pods aligned, "
+            f"{state.skipped} skip-annotated, {len(state.problems)} problems"
+            + (f" ({state.not_actuated} of them: not actuated by the fake kubelet yet)" if state.not_actuated else "")
+            + (f"; e.g. {state.problems[0]}" if state.problems else ""),
+        )
         return state
 
     def close(self, keep_logs: bool) -> None:
@@ -233,8 +257,9 @@ class ReconcilerLives:
         return self.lives[-1]
 
     def start(self, wait_ready: bool = True) -> Reconciler:
-        rec = Reconciler(self._ctx.cluster.kubeconfig, *self._flags, env=self._env,
-                         name=f"reconciler-{len(self.lives)}")
+        rec = Reconciler(
+            self._ctx.cluster.kubeconfig, *self._flags, env=self._env, name=f"reconciler-{len(self.lives)}"
+        )
         self._ctx.processes.append(rec)
         self.lives.append(rec)
         if wait_ready:
@@ -265,8 +290,10 @@ class ReconcilerLives:
 
     def resize_patches(self) -> float:
         """2xx pods/resize PATCHes over all lives."""
-        return sum(self.total("rest_client_requests_total", method="PATCH", resource="pods/resize", code=c)
-                   for c in ("200", "201"))
+        return sum(
+            self.total("rest_client_requests_total", method="PATCH", resource="pods/resize", code=c)
+            for c in ("200", "201")
+        )
 
     def outcomes(self) -> dict[str, float]:
         """Decisions per outcome (the Event reasons), over all lives."""
@@ -288,10 +315,13 @@ class ReconcilerLives:
 
     def wait_idle(self, timeout: float = 120) -> None:
         """Until the current life's work queue is empty and no worker is busy."""
+
         def idle() -> bool:
             text = self.scrape() or ""
-            return metric_sum(text, "workqueue_depth") == 0 and \
-                metric_sum(text, "controller_runtime_active_workers") == 0
+            return (
+                metric_sum(text, "workqueue_depth") == 0 and metric_sum(text, "controller_runtime_active_workers") == 0
+            )
+
         wait("reconciler work queue empty and no active worker", idle, timeout, interval=1)
 
 
@@ -336,7 +366,9 @@ def wait(what: str, check: Callable[[], T | None], timeout: float, interval: flo
         if result:
             return result
         time.sleep(interval)
-    raise DrillFailure(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else ""))
+    raise DrillFailure(
+        f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else "")
+    )
 
 
 def wait_aligned(timeline: PodTimeline, count: int, timeout: float) -> float:
@@ -363,13 +395,20 @@ class Result:
 class Drill:
     name: str
     about: str
-    sizes: dict[str, Any]                   # "full" / "ci" -> the run function's parameters
+    sizes: dict[str, Any]  # "full" / "ci" -> the run function's parameters
     run: Callable[[Context, Any], None]
     needs_cluster: bool = True
 
 
-def run_drill(drill: Drill, size: str, base_dir: Path, out_dir: Path, keep: bool,
-              scheduler_qps: int | None, keep_logs: bool = False) -> Result:
+def run_drill(
+    drill: Drill,
+    size: str,
+    base_dir: Path,
+    out_dir: Path,
+    keep: bool,
+    scheduler_qps: int | None,
+    keep_logs: bool = False,
+) -> Result:
     params = drill.sizes[size]
     state_dir = base_dir / drill.name
     if state_dir.resolve() in (cluster_dir_for_tests().resolve(), cluster_dir_for_demo().resolve()):
@@ -394,8 +433,15 @@ def run_drill(drill: Drill, size: str, base_dir: Path, out_dir: Path, keep: bool
     finally:
         if not keep and drill.needs_cluster:
             cluster.down()
-    result = Result(drill.name, size, passed, round(time.monotonic() - started, 1), ctx.figures,
-                    [c.__dict__ for c in ctx.checks], error)
+    result = Result(
+        drill.name,
+        size,
+        passed,
+        round(time.monotonic() - started, 1),
+        ctx.figures,
+        [c.__dict__ for c in ctx.checks],
+        error,
+    )
     return result
 
 
@@ -410,12 +456,22 @@ def machine() -> dict[str, Any]:
         pass
     mem_kib = 0
     try:
-        mem_kib = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                           if line.startswith("MemTotal:")))
+        mem_kib = int(
+            next(
+                line.split()[1]
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal:")
+            )
+        )
     except (OSError, StopIteration):
         pass
-    return {"cores": os.cpu_count(), "memory_gib": round(mem_kib / 1024 / 1024, 1), "cpu_model": model,
-            "load_average": [round(x, 2) for x in os.getloadavg()], "python": sys.version.split()[0]}
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "cpu_model": model,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "python": sys.version.split()[0],
+    }
 
 
 def write_json(path: Path, payload: Any) -> None:

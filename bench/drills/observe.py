@@ -2,6 +2,7 @@
 
 Shared by the drills and bench/reconciler_burst.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -46,8 +47,9 @@ class PodTimeline:
         self._rv = ""
 
     def start(self) -> PodTimeline:
-        self._rv = self._kube.get(f"/api/v1/namespaces/{self._namespace}/pods",
-                                  limit="1")["metadata"]["resourceVersion"]
+        self._rv = self._kube.get(f"/api/v1/namespaces/{self._namespace}/pods", limit="1")["metadata"][
+            "resourceVersion"
+        ]
         self._thread.start()
         return self
 
@@ -63,18 +65,21 @@ class PodTimeline:
 
     def _watch(self) -> None:
         while not self._stop.is_set():
-            params = {"watch": "1", "resourceVersion": self._rv, "timeoutSeconds": "60",
-                      "allowWatchBookmarks": "true"}
+            params = {"watch": "1", "resourceVersion": self._rv, "timeoutSeconds": "60", "allowWatchBookmarks": "true"}
             try:
-                with self._kube.http.stream("GET", f"/api/v1/namespaces/{self._namespace}/pods",
-                                            params=params, timeout=httpx.Timeout(30, read=90)) as resp:
+                with self._kube.http.stream(
+                    "GET",
+                    f"/api/v1/namespaces/{self._namespace}/pods",
+                    params=params,
+                    timeout=httpx.Timeout(30, read=90),
+                ) as resp:
                     for line in resp.iter_lines():
                         if self._stop.is_set():
                             return
                         if line:
                             self._record(orjson.loads(line))
             except (httpx.HTTPError, orjson.JSONDecodeError):
-                time.sleep(0.5)    # e.g. the apiserver is down in a fault drill: resume from _rv
+                time.sleep(0.5)  # e.g. the apiserver is down in a fault drill: resume from _rv
 
     def _record(self, event: dict[str, Any]) -> None:
         obj = event.get("object") or {}
@@ -154,7 +159,7 @@ class Sample:
 class ProcessSampler:
     """Samples RSS and open descriptors of named processes every `interval` seconds."""
 
-    pids: Callable[[], dict[str, int]]          # name -> pid, asked at every sample
+    pids: Callable[[], dict[str, int]]  # name -> pid, asked at every sample
     interval: float = 5.0
     samples: dict[str, list[Sample]] = field(default_factory=dict)
 
@@ -209,8 +214,15 @@ def trend(times: list[float], values: list[float], warmup_fraction: float = 0.1)
         raise ValueError(f"too few samples for a trend ({len(v)})")
     quarter, half = max(1, len(v) // 4), len(v) // 2
     slope = statistics.linear_regression(t, v).slope * 3600 if t[-1] > t[0] else 0.0
-    return Trend(statistics.median(v[:quarter]), statistics.median(v[-quarter:]), max(v[:half]), max(v[half:]),
-                 min(v), max(v), slope)
+    return Trend(
+        statistics.median(v[:quarter]),
+        statistics.median(v[-quarter:]),
+        max(v[:half]),
+        max(v[half:]),
+        min(v),
+        max(v),
+        slope,
+    )
 
 
 # ----------------------------------------------------------------------------- Prometheus text
@@ -228,15 +240,20 @@ def requests_by_verb(metrics_text: str, metric: str = "rest_client_requests_tota
 # ----------------------------------------------------------------------------- ceiling
 
 
-async def bare_resize_ceiling(kube: Kube, namespace: str, pods: list[dict], concurrency: int,
-                              container: str = "app") -> float:
+async def bare_resize_ceiling(
+    kube: Kube, namespace: str, pods: list[dict], concurrency: int, container: str = "app"
+) -> float:
     """Seconds the apiserver needs to accept one pods/resize patch per pod from a minimal client.
 
     Each pod's container `container` gets its cpu request and limit set to 71m
     (72m if already 71m): a real resize, Guaranteed shape kept.
     """
-    async with httpx.AsyncClient(base_url=kube.server, verify=kube.tls, headers=dict(kube.http.headers),
-                                 limits=httpx.Limits(max_connections=concurrency)) as client:
+    async with httpx.AsyncClient(
+        base_url=kube.server,
+        verify=kube.tls,
+        headers=dict(kube.http.headers),
+        limits=httpx.Limits(max_connections=concurrency),
+    ) as client:
         queue: asyncio.Queue[dict] = asyncio.Queue()
         for pod in pods:
             queue.put_nowait(pod)
@@ -246,11 +263,20 @@ async def bare_resize_ceiling(kube: Kube, namespace: str, pods: list[dict], conc
                 pod = queue.get_nowait()
                 spec = next(c for c in pod["spec"]["containers"] if c["name"] == container)
                 new = "71m" if spec["resources"]["requests"]["cpu"] != "71m" else "72m"
-                body = orjson.dumps({"spec": {"containers": [{"name": container, "resources": {
-                    "requests": {"cpu": new}, "limits": {"cpu": new}}}]}})
+                body = orjson.dumps(
+                    {
+                        "spec": {
+                            "containers": [
+                                {"name": container, "resources": {"requests": {"cpu": new}, "limits": {"cpu": new}}}
+                            ]
+                        }
+                    }
+                )
                 resp = await client.patch(
-                    f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/resize", content=body,
-                    headers={"Content-Type": "application/strategic-merge-patch+json"})
+                    f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/resize",
+                    content=body,
+                    headers={"Content-Type": "application/strategic-merge-patch+json"},
+                )
                 if resp.status_code >= 300:
                     raise RuntimeError(f"bare resize failed: {resp.status_code} {resp.text[:200]}")
 

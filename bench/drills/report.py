@@ -7,6 +7,7 @@
 Every figure comes from a JSON file that `python -m bench.drills NAME --size SIZE` wrote;
 the tables name that command and the time the run finished.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,41 +22,80 @@ BEGIN, END = "<!-- BEGIN GENERATED: python -m bench.drills.report -->", "<!-- EN
 # Per drill, the figures of the summary table: (label, path into the figures).
 SUMMARY: dict[str, list[tuple[str, str]]] = {
     "hostile-input": [("tests", "tests"), ("examples/property", "hypothesis_examples_per_property")],
-    "apiserver-restart": [("pods", "pods"), ("outage s", "outage_s"), ("create→all aligned s", "create_to_last_aligned_s"),
-                          ("back→all aligned s", "back_to_last_aligned_s"), ("pod watch restarts", "pod_watch_restarts"),
-                          ("resize PATCHes / needed", "resize_patches|end_state.needed_resize")],
-    "etcd-restart": [("pods", "pods"), ("outage s", "outage_s"), ("create→all aligned s", "create_to_last_aligned_s"),
-                     ("back→all aligned s", "back_to_last_aligned_s"),
-                     ("resize PATCHes / needed", "resize_patches|end_state.needed_resize")],
-    "apiserver-freeze": [("pods", "pods"), ("frozen s", "frozen_s"), ("thaw→all aligned s", "thaw_to_last_aligned_s"),
-                         ("watch restarts while frozen", "pod_watch_restarts_while_frozen"),
-                         ("late pods bound after thaw", "late_pods_bound_after_thaw"),
-                         ("resize PATCHes / needed", "resize_patches|end_state.needed_resize")],
-    "webhook-restart": [("pods", "pods"), ("webhook kills", "webhook_kills"), ("down s", "webhook_down_s"),
-                        ("failed creations", "failed_pod_creations"),
-                        ("admitted unstamped", "eligible_pods_admitted_without_webhook"),
-                        ("resize PATCHes / needed", "resize_patches|end_state.needed_resize")],
-    "crash-loop": [("pods", "pods"), ("SIGKILLs", "kills"), ("left between writes", "pods_found_between_writes_after_kills"),
-                   ("create→all aligned s", "create_to_last_aligned_s"),
-                   ("effective resizes / needed", "end_state.effective_resizes|end_state.needed_resize"),
-                   ("apiserver answers", "resize_patches_answered_by_apiserver_by_code")],
-    "webhook-bench": [("python reviews/s", "python_reviews_per_s"), ("python p99 ms", "python_p99_ms"),
-                      ("go reviews/s", "go_reviews_per_s"), ("go p99 ms", "go_p99_ms"),
-                      ("python/go", "python_vs_go_throughput"), ("targets (>= 0.6x Go, p99 <= 5 ms)", "targets")],
-    "burst": [("pods", "replicas"), ("first bound→all aligned s", "first_bound_to_last_aligned_s"),
-              ("resizes/s", "resizes_per_s"), ("writes/pod", "writes_per_pod"),
-              ("peak RSS MiB", "reconciler_peak_rss_mb"), ("bare-resize ceiling s", "bare_resize_ceiling_s")],
-    "scale": [("pods / nodes", "pods|nodes"), ("create→all aligned s", "create_to_last_aligned_s"),
-              ("scheduler bind s", "scheduler_first_to_last_bound_s"), ("aligned/s", "aligned_per_s"),
-              ("requests/pod", "requests_per_pod_total"), ("peak RSS MiB", "reconciler_peak_rss_mb"),
-              ("RSS KiB/pod (full/slim)", "reconciler_rss_per_cached_pod_kib|full_pod_deserialised_kib|slim_pod_kib"),
-              ("CPU s during the burst", "cpu_s_during_burst"),
-              ("fake-kubelet actuation after last aligned s", "end_state_settled_s")],
-    "soak": [("soak s", "soak_s"), ("churn", "churn_actions"),
-             ("reconciler RSS MiB peak 1st→2nd half", "reconciler_rss_mb.first_half_max|reconciler_rss_mb.second_half_max"),
-             ("reconciler fds peak", "reconciler_open_fds.first_half_max|reconciler_open_fds.second_half_max"),
-             ("webhook RSS MiB peak", "webhook_rss_mb.first_half_max|webhook_rss_mb.second_half_max"),
-             ("webhook fds peak", "webhook_open_fds.first_half_max|webhook_open_fds.second_half_max")],
+    "apiserver-restart": [
+        ("pods", "pods"),
+        ("outage s", "outage_s"),
+        ("create→all aligned s", "create_to_last_aligned_s"),
+        ("back→all aligned s", "back_to_last_aligned_s"),
+        ("pod watch restarts", "pod_watch_restarts"),
+        ("resize PATCHes / needed", "resize_patches|end_state.needed_resize"),
+    ],
+    "etcd-restart": [
+        ("pods", "pods"),
+        ("outage s", "outage_s"),
+        ("create→all aligned s", "create_to_last_aligned_s"),
+        ("back→all aligned s", "back_to_last_aligned_s"),
+        ("resize PATCHes / needed", "resize_patches|end_state.needed_resize"),
+    ],
+    "apiserver-freeze": [
+        ("pods", "pods"),
+        ("frozen s", "frozen_s"),
+        ("thaw→all aligned s", "thaw_to_last_aligned_s"),
+        ("watch restarts while frozen", "pod_watch_restarts_while_frozen"),
+        ("late pods bound after thaw", "late_pods_bound_after_thaw"),
+        ("resize PATCHes / needed", "resize_patches|end_state.needed_resize"),
+    ],
+    "webhook-restart": [
+        ("pods", "pods"),
+        ("webhook kills", "webhook_kills"),
+        ("down s", "webhook_down_s"),
+        ("failed creations", "failed_pod_creations"),
+        ("admitted unstamped", "eligible_pods_admitted_without_webhook"),
+        ("resize PATCHes / needed", "resize_patches|end_state.needed_resize"),
+    ],
+    "crash-loop": [
+        ("pods", "pods"),
+        ("SIGKILLs", "kills"),
+        ("left between writes", "pods_found_between_writes_after_kills"),
+        ("create→all aligned s", "create_to_last_aligned_s"),
+        ("effective resizes / needed", "end_state.effective_resizes|end_state.needed_resize"),
+        ("apiserver answers", "resize_patches_answered_by_apiserver_by_code"),
+    ],
+    "webhook-bench": [
+        ("python reviews/s", "python_reviews_per_s"),
+        ("python p99 ms", "python_p99_ms"),
+        ("go reviews/s", "go_reviews_per_s"),
+        ("go p99 ms", "go_p99_ms"),
+        ("python/go", "python_vs_go_throughput"),
+        ("targets (>= 0.6x Go, p99 <= 5 ms)", "targets"),
+    ],
+    "burst": [
+        ("pods", "replicas"),
+        ("first bound→all aligned s", "first_bound_to_last_aligned_s"),
+        ("resizes/s", "resizes_per_s"),
+        ("writes/pod", "writes_per_pod"),
+        ("peak RSS MiB", "reconciler_peak_rss_mb"),
+        ("bare-resize ceiling s", "bare_resize_ceiling_s"),
+    ],
+    "scale": [
+        ("pods / nodes", "pods|nodes"),
+        ("create→all aligned s", "create_to_last_aligned_s"),
+        ("scheduler bind s", "scheduler_first_to_last_bound_s"),
+        ("aligned/s", "aligned_per_s"),
+        ("requests/pod", "requests_per_pod_total"),
+        ("peak RSS MiB", "reconciler_peak_rss_mb"),
+        ("RSS KiB/pod (full/slim)", "reconciler_rss_per_cached_pod_kib|full_pod_deserialised_kib|slim_pod_kib"),
+        ("CPU s during the burst", "cpu_s_during_burst"),
+        ("fake-kubelet actuation after last aligned s", "end_state_settled_s"),
+    ],
+    "soak": [
+        ("soak s", "soak_s"),
+        ("churn", "churn_actions"),
+        ("reconciler RSS MiB peak 1st→2nd half", "reconciler_rss_mb.first_half_max|reconciler_rss_mb.second_half_max"),
+        ("reconciler fds peak", "reconciler_open_fds.first_half_max|reconciler_open_fds.second_half_max"),
+        ("webhook RSS MiB peak", "webhook_rss_mb.first_half_max|webhook_rss_mb.second_half_max"),
+        ("webhook fds peak", "webhook_open_fds.first_half_max|webhook_open_fds.second_half_max"),
+    ],
 }
 
 
@@ -74,7 +114,7 @@ def show(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}" if abs(value) >= 100 or value == int(value) else f"{value:.2f}"
     if isinstance(value, dict):
-        return ", ".join(f"{k} {show(v)}" for k, v in value.items() if v not in (0, 0.0))  or "0"
+        return ", ".join(f"{k} {show(v)}" for k, v in value.items() if v not in (0, 0.0)) or "0"
     if isinstance(value, list):
         return "[" + ", ".join(show(v) for v in value) + "]"
     return str(value)
@@ -98,8 +138,10 @@ def render(out_dir: Path) -> str:
     for sub in sorted(d for d in out_dir.iterdir() if d.is_dir() and any(d.glob("drill-*.json"))):
         lines += tables(sub, f" ({sub.name})")
     results = load(out_dir)
-    machines = {json.dumps({k: v for k, v in d["machine"].items() if k != "load_average"}, sort_keys=True)
-                for d in results.values()}
+    machines = {
+        json.dumps({k: v for k, v in d["machine"].items() if k != "load_average"}, sort_keys=True)
+        for d in results.values()
+    }
     for text in sorted(machines):
         m = json.loads(text)
         lines.append(f"Machine: {m['cores']} cores ({m['cpu_model']}), {m['memory_gib']} GiB, Python {m['python']}.")
@@ -115,25 +157,36 @@ def tables(out_dir: Path, title: str) -> list[str]:
         rows = [(d, results[(d.name, size)]) for d in DRILLS if (d.name, size) in results]
         if not rows:
             continue
-        lines += [f"### {size} size{title}", "",
-                  "| drill | result | wall s | figures | finished (UTC) | load avg (1/5/15 min) | command |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"### {size} size{title}",
+            "",
+            "| drill | result | wall s | figures | finished (UTC) | load avg (1/5/15 min) | command |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for drill, data in rows:
             figures = data["figures"]
             text = "; ".join(f"{label}: {figure(figures, spec)}" for label, spec in SUMMARY.get(drill.name, []))
             failed = [c["name"] for c in data["checks"] if not c["ok"]]
-            result = "PASS" if data["passed"] else "FAIL" + (f" ({'; '.join(failed)})" if failed else "") \
+            result = (
+                "PASS"
+                if data["passed"]
+                else "FAIL"
+                + (f" ({'; '.join(failed)})" if failed else "")
                 + (f" ({data['error']})" if data.get("error") else "")
+            )
             load_avg = "/".join(str(x) for x in data["machine"]["load_average"])
-            lines.append(f"| {drill.name} | {result} | {data['seconds']:.0f} | {text} | {data['finished']} | "
-                         f"{load_avg} | `{data['command']}` |")
+            lines.append(
+                f"| {drill.name} | {result} | {data['seconds']:.0f} | {text} | {data['finished']} | "
+                f"{load_avg} | `{data['command']}` |"
+            )
         lines.append("")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.drills.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.drills.report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out", help="where the JSON results are")
     parser.add_argument("--update", type=Path, help=f"replace the text between {BEGIN} and {END} in this file")
     args = parser.parse_args(argv)

@@ -9,6 +9,7 @@ enough for the pods in flight to be finished before the component is gone. The r
 watches and failed requests, re-list / re-watch by itself, and finish the burst
 with no pod resized twice.
 """
+
 from __future__ import annotations
 
 import time
@@ -20,9 +21,9 @@ from bench.drills.harness import Burst, Context, Drill, wait, wait_aligned
 @dataclass(frozen=True)
 class Params:
     pods: int
-    steps: int                   # the burst is created in this many steps, one per second
+    steps: int  # the burst is created in this many steps, one per second
     nodes_per_family: int = 2
-    outage: float = 5.0          # seconds between "stopped" and "start"
+    outage: float = 5.0  # seconds between "stopped" and "start"
     timeout: float = 600
 
 
@@ -44,7 +45,10 @@ def restart_drill(component: str, grace: float):
             if step == p.steps // 2:
                 # Halfway, the moment this step's pods are bound and not yet aligned.
                 skipped = burst.names["skipped"]
-                in_flight = lambda skipped=skipped: {n for n in timeline.bound if not n.startswith(skipped)} - set(timeline.applied)  # noqa: E731
+
+                def in_flight(skipped: str = skipped) -> set[str]:
+                    return {n for n in timeline.bound if not n.startswith(skipped)} - set(timeline.applied)
+
                 wait("eligible pods bound, not yet aligned", in_flight, 60, 0.01)
                 ctx.figure("aligned_when_stopped", len(timeline.applied))
                 ctx.figure("in_flight_when_stopped", len(in_flight()))
@@ -60,18 +64,29 @@ def restart_drill(component: str, grace: float):
         ctx.figure("pods", p.pods)
         ctx.figure("create_to_last_aligned_s", last - created)
         ctx.figure("back_to_last_aligned_s", max(0.0, last - back))
-        restarts = {cause: lives.total("workload_resizer_watch_restarts_total", resource="pods", cause=cause)
-                    for cause in ("expired", "idle", "timeout", "error")}
+        restarts = {
+            cause: lives.total("workload_resizer_watch_restarts_total", resource="pods", cause=cause)
+            for cause in ("expired", "idle", "timeout", "error")
+        }
         ctx.figure("pod_watch_restarts", restarts)
         ctx.figure("reconcile_errors", lives.total("controller_runtime_reconcile_errors_total"))
-        ctx.check("reconciler recovered by itself (one process, still running)",
-                  len(lives.lives) == 1 and lives.current.alive)
+        ctx.check(
+            "reconciler recovered by itself (one process, still running)", len(lives.lives) == 1 and lives.current.alive
+        )
         ctx.end_state_resized_once_each(lives)
 
     return run
 
 
-APISERVER = Drill("apiserver-restart", "kube-apiserver stopped (SIGTERM, SIGKILL after 3 s) and started again mid-burst",
-                  SIZES, restart_drill("kube-apiserver", grace=3))
-ETCD = Drill("etcd-restart", "etcd stopped (SIGTERM, SIGKILL after 2 s) and started again mid-burst, same data",
-             SIZES, restart_drill("etcd", grace=2))
+APISERVER = Drill(
+    "apiserver-restart",
+    "kube-apiserver stopped (SIGTERM, SIGKILL after 3 s) and started again mid-burst",
+    SIZES,
+    restart_drill("kube-apiserver", grace=3),
+)
+ETCD = Drill(
+    "etcd-restart",
+    "etcd stopped (SIGTERM, SIGKILL after 2 s) and started again mid-burst, same data",
+    SIZES,
+    restart_drill("etcd", grace=2),
+)

@@ -6,6 +6,7 @@ cached pod, compared with what a full deserialised pod costs in memory: the
 reconciler's caches hold slimmed pods (reconciler/slim.py), so its RSS per pod
 must be a fraction of a full pod's.
 """
+
 from __future__ import annotations
 
 import gc
@@ -28,7 +29,7 @@ class Params:
     nodes: int
     rss_target_mb: float = 250
     timeout: float = 3600
-    settle: float = 900          # for KWOK to actuate the last resizes (it lags far behind at 10k pods)
+    settle: float = 900  # for KWOK to actuate the last resizes (it lags far behind at 10k pods)
 
 
 SIZES = {"full": Params(pods=10_000, nodes=200), "ci": Params(pods=1_000, nodes=20, settle=300)}
@@ -45,9 +46,14 @@ def run(ctx: Context, p: Params) -> None:
     time.sleep(2)
     baseline_rss = ctx.figure("reconciler_rss_before_pods_mb", rss_mb(rec.proc.pid))
     sampler = ProcessSampler(lambda: {"reconciler": rec.proc.pid, "webhook": hook.proc.pid}, interval=2).start()
-    pids = {"reconciler": rec.proc.pid, "webhook": hook.proc.pid,
-            **{c: ctx.cluster.pid(c) for c in ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager",
-                                               "kwok-capable")}}
+    pids = {
+        "reconciler": rec.proc.pid,
+        "webhook": hook.proc.pid,
+        **{
+            c: ctx.cluster.pid(c)
+            for c in ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok-capable")
+        },
+    }
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     timeline = ctx.timeline()
     created = time.monotonic()
@@ -57,7 +63,9 @@ def run(ctx: Context, p: Params) -> None:
     finally:
         sampler.stop()
     lives.wait_idle(300)
-    ctx.figure("cpu_s_during_burst", {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()})
+    ctx.figure(
+        "cpu_s_during_burst", {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
+    )
     first_bound, last_bound = min(timeline.bound.values()), max(timeline.bound.values())
     ctx.figure("pods", p.pods)
     ctx.figure("nodes", p.nodes)
@@ -80,9 +88,11 @@ def run(ctx: Context, p: Params) -> None:
     ctx.figure("rss_samples", {name: len(s) for name, s in sampler.samples.items()})
     ctx.figure("apiserver_rejections", ctx.cluster.apiserver_rejections())
     ctx.check(f"reconciler peak RSS <= {p.rss_target_mb:.0f} MB", peak <= p.rss_target_mb, f"{peak:.1f} MiB")
-    ctx.check("cache holds slim pods: RSS per cached pod < a full deserialised pod",
-              per_pod_kib < full_kib, f"{per_pod_kib:.2f} KiB per pod vs {full_kib:.2f} KiB full, "
-              f"{slim_kib:.2f} KiB slim")
+    ctx.check(
+        "cache holds slim pods: RSS per cached pod < a full deserialised pod",
+        per_pod_kib < full_kib,
+        f"{per_pod_kib:.2f} KiB per pod vs {full_kib:.2f} KiB full, {slim_kib:.2f} KiB slim",
+    )
     ctx.end_state_resized_once_each(lives, settle=p.settle)
 
 

@@ -6,6 +6,7 @@ Ignore: no pod creation may fail (no FailedCreate event, no ReplicaFailure
 condition, every replica exists), and pods admitted while it was down are
 stamped by the reconciler from their spec, so they still end exactly sized.
 """
+
 from __future__ import annotations
 
 import signal
@@ -23,8 +24,8 @@ class Params:
     steps: int
     step_interval: float = 1.0
     kills: int = 3
-    down: float = 3.0            # seconds the webhook stays dead
-    up: float = 3.0              # seconds it serves between kills
+    down: float = 3.0  # seconds the webhook stays dead
+    up: float = 3.0  # seconds it serves between kills
     nodes_per_family: int = 2
     timeout: float = 600
 
@@ -71,24 +72,37 @@ def run(ctx: Context, p: Params) -> None:
     ctx.figure("webhook_down_s", [round(b - a, 1) for a, b in outages])
     ctx.figure("create_to_last_aligned_s", last - created)
 
-    failed_events = [e for e in ctx.kube.get(f"/api/v1/namespaces/{ctx.namespace}/events")["items"]
-                     if e.get("reason") == "FailedCreate"]
+    failed_events = [
+        e
+        for e in ctx.kube.get(f"/api/v1/namespaces/{ctx.namespace}/events")["items"]
+        if e.get("reason") == "FailedCreate"
+    ]
     failure_conditions = [
         (rs["metadata"]["name"], c.get("message"))
         for rs in ctx.kube.get(f"/apis/apps/v1/namespaces/{ctx.namespace}/replicasets")["items"]
-        for c in rs.get("status", {}).get("conditions") or [] if c.get("type") == "ReplicaFailure"]
+        for c in rs.get("status", {}).get("conditions") or []
+        if c.get("type") == "ReplicaFailure"
+    ]
     pods = [q for q in list_pods(ctx.kube, ctx.namespace) if not q["metadata"].get("deletionTimestamp")]
     ctx.figure("failed_pod_creations", len(failed_events))
-    ctx.check("no pod creation failed (no FailedCreate event, no ReplicaFailure condition)",
-              not failed_events and not failure_conditions,
-              f"{len(failed_events)} FailedCreate events, conditions {failure_conditions[:3]}"
-              + (f"; e.g. {failed_events[0].get('message')}" if failed_events else ""))
+    ctx.check(
+        "no pod creation failed (no FailedCreate event, no ReplicaFailure condition)",
+        not failed_events and not failure_conditions,
+        f"{len(failed_events)} FailedCreate events, conditions {failure_conditions[:3]}"
+        + (f"; e.g. {failed_events[0].get('message')}" if failed_events else ""),
+    )
     ctx.check("every replica exists", len(pods) == p.pods, f"{len(pods)}/{p.pods} pods")
-    unstamped = [n for n, stamped in timeline.stamped_at_admission.items()
-                 if not stamped and not n.startswith(burst.names["skipped"])]
+    unstamped = [
+        n
+        for n, stamped in timeline.stamped_at_admission.items()
+        if not stamped and not n.startswith(burst.names["skipped"])
+    ]
     ctx.figure("eligible_pods_admitted_without_webhook", len(unstamped))
-    ctx.check("some eligible pods were admitted while the webhook was down (the fault hit creations)",
-              len(unstamped) > 0, f"{len(unstamped)} of {burst.eligible}")
+    ctx.check(
+        "some eligible pods were admitted while the webhook was down (the fault hit creations)",
+        len(unstamped) > 0,
+        f"{len(unstamped)} of {burst.eligible}",
+    )
     ctx.figure("requests_per_pod", lives.requests_per_pod(p.pods))
     ctx.check("webhook is serving again", hook.alive and hook.ready())
     ctx.end_state_resized_once_each(lives)

@@ -4,12 +4,15 @@ The expected size of every pod comes from the pure core (`resizer.load_config`,
 `resolve_policy`, `plan_resize`) applied to the pod template its author wrote and
 its node's type, never from what the reconciler did.
 """
+
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from devkit.configs import DESIGN_NODE_TYPES, config_yaml
+from devkit.kube import Kube, container
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     PREFIX,
@@ -23,22 +26,25 @@ from resizer import (
     to_bytes,
     to_millicores,
 )
-from devkit.configs import DESIGN_NODE_TYPES, config_yaml
-from devkit.kube import Kube, container
 
 TEMPLATE_LABEL = "drill.workload-resizer.io/template"
 WORKLOAD_LABEL = "drill.workload-resizer.io/workload"
 
+
 # The design's sample node types with bounds loose enough that no drill pod is clamped.
 def drill_config(extra_node_types: dict[str, tuple[float, float]] | None = None) -> str:
-    return config_yaml(node_types={**DESIGN_NODE_TYPES, "c3": (1.30, 1.1)}, extra_node_types=extra_node_types,
-                       cpu=("10m", "16"), memory=("16Mi", "32Gi"))
+    return config_yaml(
+        node_types={**DESIGN_NODE_TYPES, "c3": (1.30, 1.1)},
+        extra_node_types=extra_node_types,
+        cpu=("10m", "16"),
+        memory=("16Mi", "32Gi"),
+    )
 
 
 CONFIG = drill_config()
 
 
-@dataclass(frozen=True, eq=False)      # hashed by identity: the templates are module constants
+@dataclass(frozen=True, eq=False)  # hashed by identity: the templates are module constants
 class Template:
     """A pod template: what the author wrote."""
 
@@ -51,31 +57,43 @@ class Template:
         return self.annotations.get(SKIP, "").lower() != "true"
 
     def pod_spec(self, node_selector: dict[str, str] | None = None) -> dict[str, Any]:
-        spec: dict[str, Any] = {"containers": copy.deepcopy(list(self.containers)),
-                                "terminationGracePeriodSeconds": 0}
+        spec: dict[str, Any] = {"containers": copy.deepcopy(list(self.containers)), "terminationGracePeriodSeconds": 0}
         if node_selector:
             spec["nodeSelector"] = dict(node_selector)
         return spec
 
 
-GUARANTEED = Template("guaranteed", (
-    container("app", requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "100m", "memory": "128Mi"}),))
-BURSTABLE = Template("burstable", (
-    container("app", requests={"cpu": "250m", "memory": "200Mi"}, limits={"cpu": "1", "memory": "400Mi"}),
-    container("sidecar", requests={"cpu": "50m", "memory": "64Mi"})))
-SKIPPED = Template("skipped", (container("app", requests={"cpu": "300m", "memory": "96Mi"}),),
-                   annotations={SKIP: "true"})
+GUARANTEED = Template(
+    "guaranteed",
+    (container("app", requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "100m", "memory": "128Mi"}),),
+)
+BURSTABLE = Template(
+    "burstable",
+    (
+        container("app", requests={"cpu": "250m", "memory": "200Mi"}, limits={"cpu": "1", "memory": "400Mi"}),
+        container("sidecar", requests={"cpu": "50m", "memory": "64Mi"}),
+    ),
+)
+SKIPPED = Template(
+    "skipped", (container("app", requests={"cpu": "300m", "memory": "96Mi"}),), annotations={SKIP: "true"}
+)
 TEMPLATES = {t.name: t for t in (GUARANTEED, BURSTABLE, SKIPPED)}
 
 
 def replicaset(name: str, template: Template, replicas: int, node_selector: dict[str, str]) -> dict[str, Any]:
     labels = {WORKLOAD_LABEL: name, TEMPLATE_LABEL: template.name}
     return {
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {WORKLOAD_LABEL: name}},
-                 "template": {"metadata": {"labels": labels, "annotations": dict(template.annotations)},
-                              "spec": template.pod_spec(node_selector)}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {WORKLOAD_LABEL: name}},
+            "template": {
+                "metadata": {"labels": labels, "annotations": dict(template.annotations)},
+                "spec": template.pod_spec(node_selector),
+            },
+        },
     }
 
 
@@ -109,7 +127,7 @@ def resource_units(containers: list[dict[str, Any]]) -> dict[tuple[str, str, str
 
 @dataclass(frozen=True)
 class Expected:
-    originals: dict[str, str]                      # the original-* annotations
+    originals: dict[str, str]  # the original-* annotations
     resources: dict[tuple[str, str, str], int | str]
     needs_resize: bool
 
@@ -154,8 +172,8 @@ class EndState:
     skipped: int = 0
     needed_resize: int = 0
     aligned: int = 0
-    not_actuated: int = 0            # spec right, the (fake) kubelet has not reported it yet
-    effective_resizes: int = 0       # sum of (metadata.generation - 1) over eligible pods
+    not_actuated: int = 0  # spec right, the (fake) kubelet has not reported it yet
+    effective_resizes: int = 0  # sum of (metadata.generation - 1) over eligible pods
     resized_more_than_once: int = 0
     problems: list[str] = field(default_factory=list)
 
@@ -164,11 +182,18 @@ class EndState:
         return not self.problems
 
     def summary(self) -> dict[str, Any]:
-        return {"pods": self.pods, "eligible": self.eligible, "skip_annotated": self.skipped,
-                "needed_resize": self.needed_resize, "aligned": self.aligned, "not_actuated": self.not_actuated,
-                "effective_resizes": self.effective_resizes,
-                "resized_more_than_once": self.resized_more_than_once,
-                "problems": len(self.problems), "first_problems": self.problems[:8]}
+        return {
+            "pods": self.pods,
+            "eligible": self.eligible,
+            "skip_annotated": self.skipped,
+            "needed_resize": self.needed_resize,
+            "aligned": self.aligned,
+            "not_actuated": self.not_actuated,
+            "effective_resizes": self.effective_resizes,
+            "resized_more_than_once": self.resized_more_than_once,
+            "problems": len(self.problems),
+            "first_problems": self.problems[:8],
+        }
 
 
 def list_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
@@ -183,8 +208,13 @@ def list_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
         params["continue"] = cont
 
 
-def check_end_state(kube: Kube, namespace: str, node_types: dict[str, str | None], expectations: Expectations,
-                    count_resizes: bool = True) -> EndState:
+def check_end_state(
+    kube: Kube,
+    namespace: str,
+    node_types: dict[str, str | None],
+    expectations: Expectations,
+    count_resizes: bool = True,
+) -> EndState:
     """Every live pod of `namespace` against the pure core's verdict.
 
     Eligible pods: exactly the desired size (spec and kubelet-reported status), original-*
@@ -242,8 +272,7 @@ def check_end_state(kube: Kube, namespace: str, node_types: dict[str, str | None
             ok = False
             problem(name, f"on {node_type}: spec {_show(actual)} != desired {_show(want.resources)}")
         reported = _status_units(pod)
-        if reported is not None and reported != {k: v for k, v in want.resources.items()
-                                                 if k[2] in ("cpu", "memory")}:
+        if reported is not None and reported != {k: v for k, v in want.resources.items() if k[2] in ("cpu", "memory")}:
             ok = False
             state.not_actuated += 1
             problem(name, f"kubelet status {_show(reported)} != desired (not actuated)")
@@ -252,8 +281,10 @@ def check_end_state(kube: Kube, namespace: str, node_types: dict[str, str | None
             state.resized_more_than_once += 1
         if count_resizes and resizes != int(want.needs_resize):
             ok = False
-            problem(name, f"resized {resizes} times (generation {meta.get('generation')}), "
-                          f"expected {int(want.needs_resize)}")
+            problem(
+                name,
+                f"resized {resizes} times (generation {meta.get('generation')}), expected {int(want.needs_resize)}",
+            )
         state.aligned += ok
     return state
 
@@ -261,7 +292,7 @@ def check_end_state(kube: Kube, namespace: str, node_types: dict[str, str | None
 def _status_units(pod: dict[str, Any]) -> dict[tuple[str, str, str], int | str] | None:
     statuses = pod.get("status", {}).get("containerStatuses") or []
     if not statuses or any(s.get("resources") is None for s in statuses):
-        return None     # not running yet / node without resize support: nothing reported
+        return None  # not running yet / node without resize support: nothing reported
     return resource_units([{"name": s["name"], "resources": s["resources"]} for s in statuses])
 
 

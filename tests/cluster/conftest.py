@@ -1,4 +1,5 @@
 """Fixtures shared by the cluster tests (found by pytest here, without imports in the test files)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -12,6 +12,7 @@ not survive. The reconciler binds its originals with a pod MAC while it is gated
 after binding and stays trusted through a config edit. A gate removed before that binding
 leaves the pod held (OriginalsUnverified), never resized.
 """
+
 from __future__ import annotations
 
 import base64
@@ -80,8 +81,9 @@ class LaterWebhook:
                 response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
                 if ops:
                     response.update(patchType="JSONPatch", patch=base64.b64encode(json.dumps(ops).encode()).decode())
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": response}).encode()
+                body = json.dumps(
+                    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -100,25 +102,50 @@ class LaterWebhook:
     def __enter__(self) -> LaterWebhook:
         self.thread.start()
         url = f"https://127.0.0.1:{self.server.server_address[1]}/mutate"
-        self.kube.create(MUTATING_WEBHOOKS, {
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": self.name},
-            "webhooks": [{
-                "name": "later.e2e.workload-resizer.io",
-                "clientConfig": {"url": url, "caBundle": self.certs.ca_bundle},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                           "resources": ["pods"], "scope": "Namespaced"}],
-                "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
-                "reinvocationPolicy": "Never", "timeoutSeconds": 5,
-                "namespaceSelector": {"matchExpressions": [
-                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [self.ns]}]}}]})
+        self.kube.create(
+            MUTATING_WEBHOOKS,
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": self.name},
+                "webhooks": [
+                    {
+                        "name": "later.e2e.workload-resizer.io",
+                        "clientConfig": {"url": url, "caBundle": self.certs.ca_bundle},
+                        "rules": [
+                            {
+                                "operations": ["CREATE"],
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "resources": ["pods"],
+                                "scope": "Namespaced",
+                            }
+                        ],
+                        "failurePolicy": "Fail",
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "reinvocationPolicy": "Never",
+                        "timeoutSeconds": 5,
+                        "namespaceSelector": {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [self.ns]}
+                            ]
+                        },
+                    }
+                ],
+            },
+        )
         wait_for("the apiserver to call the later webhook", lambda: self._probe(), timeout=30)
         return self
 
     def _probe(self) -> bool:
         before = len(self.seen)
-        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "later-probe-"},
-                 "spec": {"containers": [copy.deepcopy(PROXY)]}}
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "later-probe-"},
+            "spec": {"containers": [copy.deepcopy(PROXY)]},
+        }
         self.kube.request("POST", f"/api/v1/namespaces/{self.ns}/pods", probe, params={"dryRun": "All"})
         return len(self.seen) > before
 
@@ -147,7 +174,8 @@ def our_decisions(registration: Registration, prefix: str) -> list[tuple[str, st
 
 
 def test_a_label_added_after_ours_leaves_pinned_pods_at_their_size_with_the_authors_originals(
-        composed: tuple[Harness, dict[str, str], Registration]) -> None:
+    composed: tuple[Harness, dict[str, str], Registration],
+) -> None:
     h, nodes, registration = composed
     with LaterWebhook(h.kube, h.ns, add_label) as later:
         before = resizes_served(h)
@@ -173,15 +201,19 @@ def test_a_label_added_after_ours_leaves_pinned_pods_at_their_size_with_the_auth
         now = h.pod(created["metadata"]["name"])
         assert now["metadata"]["generation"] == 1 and cpu(now) == (q("800m"), q("800m"))
         assert ours(now)[ORIGINALS_MAC].startswith("v1.p.")
-    h.wait_event(next(p for p in ds_pods if p["spec"]["nodeName"] == nodes["n2d"])["metadata"]["name"],
-                 "AlreadyAligned", timeout=60)
+    h.wait_event(
+        next(p for p in ds_pods if p["spec"]["nodeName"] == nodes["n2d"])["metadata"]["name"],
+        "AlreadyAligned",
+        timeout=60,
+    )
     ds_c3 = next(p for p in ds_pods if p["spec"]["nodeName"] == nodes["c3"])
     h.wait_event(ds_c3["metadata"]["name"], "SizedAtAdmission", timeout=60)
     assert resizes_served(h) == before, "every pod created at its size: no pods/resize"
 
 
 def test_a_container_injected_after_ours_gets_originals_and_is_sized_with_the_pod(
-        composed: tuple[Harness, dict[str, str], Registration]) -> None:
+    composed: tuple[Harness, dict[str, str], Registration],
+) -> None:
     h, _, registration = composed
     with LaterWebhook(h.kube, h.ns, inject_proxy) as later:
         before = resizes_served(h)
@@ -209,7 +241,8 @@ def test_a_container_injected_after_ours_gets_originals_and_is_sized_with_the_po
 
 
 def test_a_gated_pod_is_stamped_only_then_sized_after_binding_and_stays_trusted(
-        composed: tuple[Harness, dict[str, str], Registration]) -> None:
+    composed: tuple[Harness, dict[str, str], Registration],
+) -> None:
     h, _, registration = composed
     manifest = deployment("gated", 1, [copy.deepcopy(AUTHOR)], node_selector={h.label: "n4"})
     manifest["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "example.com/admission-queue"}]
@@ -223,16 +256,18 @@ def test_a_gated_pod_is_stamped_only_then_sized_after_binding_and_stays_trusted(
     assert record["decision"] == "patched" and "scheduling gates" in record["sizingHeld"], record
 
     reconciler = h.reconciler()
-    bound = wait_for("the originals bound at generation 1", lambda: (p := h.pod(name)) and
-                     ours(p)[ORIGINALS_MAC].startswith("v1.p.") and p, timeout=60)
+    bound = wait_for(
+        "the originals bound at generation 1",
+        lambda: (p := h.pod(name)) and ours(p)[ORIGINALS_MAC].startswith("v1.p.") and p,
+        timeout=60,
+    )
     assert bound["metadata"]["generation"] == 1 and bound["spec"].get("schedulingGates")
     assert reconciler.metric("workload_resizer_originals_bound_total", when="gated") == 1
     assert h.events(name) == [], "a binding is no Event"
     ungated = h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"spec": {"schedulingGates": None}})
     assert ungated["metadata"]["generation"] == 2, "the apiserver counts removing a gate as a spec change"
     h.wait_applied("gated", "n4", timeout=60)
-    sized = wait_for("sized to 800m", lambda: (p := h.pod(name)) and cpu(p) == (q("800m"), q("800m")) and p,
-                     timeout=60)
+    sized = wait_for("sized to 800m", lambda: (p := h.pod(name)) and cpu(p) == (q("800m"), q("800m")) and p, timeout=60)
     assert ours(sized)[original_key("app", "cpu", "request")] == "1"
     assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods/resize") == 1
 
@@ -243,7 +278,8 @@ def test_a_gated_pod_is_stamped_only_then_sized_after_binding_and_stays_trusted(
 
 
 def test_a_gated_pod_whose_gate_goes_before_its_originals_are_bound_is_held_not_resized(
-        composed: tuple[Harness, dict[str, str], Registration]) -> None:
+    composed: tuple[Harness, dict[str, str], Registration],
+) -> None:
     """The race (docs/how-it-works.md): the gate removed while the reconciler is down (or by a
     faster gate remover). Generation 2 with originals signed at admission only, which anyone mints:
     OriginalsUnverified, the pod keeps its size (plan and restore agree); recreating it heals it."""

@@ -9,6 +9,7 @@ before. A config edit and a node relabel re-align such pods from their originals
 kubelet starts a sized pod with the sized cgroup values and never resizes it. A pod an updating
 VerticalPodAutoscaler manages is stamped only, whenever its CRD was installed, until it is removed.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from devkit.kube import ApiError, wait_for
+from devkit.kube import ApiError, container, deployment, wait_for
 from devkit.processes import Webhook, WebhookCerts
 from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, original_key, pod_original_key
 from tests.cluster.test_real_node import (
@@ -33,9 +34,8 @@ from tests.cluster.test_real_node_outcomes import alone_on_the_real_node
 from tests.cluster.test_reconciler import CONFIG_YAML, Harness, guaranteed, ours, q, qos, resources
 from tests.cluster.test_webhook_cluster import Registration
 from tests.conftest import RealNode
-from devkit.kube import container, deployment
 
-AUTHOR = guaranteed(cpu="1")        # n2d baseline; n4 cpuPerf 1.25 -> 800m, c3 1.3 -> 769m
+AUTHOR = guaranteed(cpu="1")  # n2d baseline; n4 cpuPerf 1.25 -> 800m, c3 1.3 -> 769m
 
 
 def resizes_served(h: Harness) -> float:
@@ -43,9 +43,15 @@ def resizes_served(h: Harness) -> float:
 
 
 def sizing_webhook(h: Harness, *flags: str) -> Webhook:
-    proc = Webhook("--size-at-admission=true", f"--kubeconfig={h.cluster.kubeconfig}",
-                   f"--config-namespace={h.ns}", f"--node-type-label={h.label}", *flags,
-                   certs=WebhookCerts(), name="webhook-sizing")
+    proc = Webhook(
+        "--size-at-admission=true",
+        f"--kubeconfig={h.cluster.kubeconfig}",
+        f"--config-namespace={h.ns}",
+        f"--node-type-label={h.label}",
+        *flags,
+        certs=WebhookCerts(),
+        name="webhook-sizing",
+    )
     h.processes.append(proc)
     proc.wait_ready()
     return proc
@@ -53,23 +59,50 @@ def sizing_webhook(h: Harness, *flags: str) -> Webhook:
 
 def wait_sizing_active(h: Harness, node_type: str) -> None:
     """Until a dry-run pod pinned to `node_type` comes back sized (the webhook's watches synced)."""
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "generateName": "sizing-probe-", "namespace": h.ns, "ownerReferences": [{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe", "uid": "probe-uid", "controller": True}]},
-        "spec": {"nodeSelector": {h.label: node_type}, "containers": [
-            {**guaranteed(cpu="1"), "name": "probe", "image": "registry.k8s.io/pause:3.10"}]}}
-    wait_for("the webhook to size at admission", lambda: SIZED_AT_ADMISSION in (h.kube.request(
-        "POST", f"/api/v1/namespaces/{h.ns}/pods", probe, params={"dryRun": "All"})["metadata"].get(
-        "annotations") or {}), timeout=60)
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "sizing-probe-",
+            "namespace": h.ns,
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe", "uid": "probe-uid", "controller": True}
+            ],
+        },
+        "spec": {
+            "nodeSelector": {h.label: node_type},
+            "containers": [{**guaranteed(cpu="1"), "name": "probe", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    wait_for(
+        "the webhook to size at admission",
+        lambda: (
+            SIZED_AT_ADMISSION
+            in (
+                h.kube.request("POST", f"/api/v1/namespaces/{h.ns}/pods", probe, params={"dryRun": "All"})[
+                    "metadata"
+                ].get("annotations")
+                or {}
+            )
+        ),
+        timeout=60,
+    )
 
 
-def pinned_deployment(name: str, selector: dict[str, str] | None = None,
-                      affinity_types: list[str] | None = None, label: str = "") -> dict[str, Any]:
+def pinned_deployment(
+    name: str, selector: dict[str, str] | None = None, affinity_types: list[str] | None = None, label: str = ""
+) -> dict[str, Any]:
     manifest = deployment(name, 1, [copy.deepcopy(AUTHOR)], node_selector=selector)
     if affinity_types is not None:
-        manifest["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": label, "operator": "In", "values": affinity_types}]}]}}}
+        manifest["spec"]["template"]["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": label, "operator": "In", "values": affinity_types}]}
+                    ]
+                }
+            }
+        }
     return manifest
 
 
@@ -77,17 +110,30 @@ def daemonset(name: str, label: str) -> dict[str, Any]:
     """Onto every node carrying the harness's label (the DaemonSet controller then pins each pod
     to its node with matchFields metadata.name)."""
     template = pinned_deployment(name)["spec"]["template"]
-    template["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": label, "operator": "Exists"}]}]}}}
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": {"app": name}}, "template": template}}
+    template["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": label, "operator": "Exists"}]}]
+            }
+        }
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": template},
+    }
 
 
 def nodename_job(name: str, node: str) -> dict[str, Any]:
     template = pinned_deployment(name)["spec"]["template"]
     template["spec"].update(nodeName=node, restartPolicy="Never")
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"backoffLimit": 0, "template": template}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": template},
+    }
 
 
 def cpu(pod: dict[str, Any]) -> tuple[Any, Any]:
@@ -108,10 +154,14 @@ def create_all(h: Harness, nodes: dict[str, str]) -> None:
     ns = h.ns
     h.kube.create(f"/apis/apps/v1/namespaces/{ns}/daemonsets", daemonset("ds", h.label))
     h.kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments", pinned_deployment("selector", {h.label: "n4"}))
-    h.kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments",
-                  pinned_deployment("affinity-n4", affinity_types=["n4"], label=h.label))
-    h.kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments",
-                  pinned_deployment("affinity-n4-c3", affinity_types=["n4", "c3"], label=h.label))
+    h.kube.create(
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        pinned_deployment("affinity-n4", affinity_types=["n4"], label=h.label),
+    )
+    h.kube.create(
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        pinned_deployment("affinity-n4-c3", affinity_types=["n4", "c3"], label=h.label),
+    )
     h.kube.create(f"/apis/batch/v1/namespaces/{ns}/jobs", nodename_job("nodename", nodes["c3"]))
 
 
@@ -121,7 +171,8 @@ def by_node_type(h: Harness, nodes: dict[str, str], app: str) -> dict[str, dict[
 
 
 def test_pinned_pods_are_created_at_their_size_and_the_others_sized_after_binding(
-        sized: tuple[Harness, dict[str, str]]) -> None:
+    sized: tuple[Harness, dict[str, str]],
+) -> None:
     h, nodes = sized
     before = resizes_served(h)
     create_all(h, nodes)
@@ -165,7 +216,8 @@ def test_pinned_pods_are_created_at_their_size_and_the_others_sized_after_bindin
 
 
 def test_a_config_edit_and_a_node_relabel_re_align_them_from_their_originals(
-        sized: tuple[Harness, dict[str, str]]) -> None:
+    sized: tuple[Harness, dict[str, str]],
+) -> None:
     h, nodes = sized
     h.reconciler()
     h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", pinned_deployment("selector", {h.label: "n4"}))
@@ -181,39 +233,51 @@ def test_a_config_edit_and_a_node_relabel_re_align_them_from_their_originals(
     # n4 twice as fast: 1 CPU / 2 = 500m from the originals (compounding from 800m would give 400m).
     h.config(CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 2.0"))
     for pod_name in (name, ds_n4):
-        wait_for(f"{pod_name} re-aligned to 500m", lambda n=pod_name: cpu(h.pod(n)) == (q("500m"), q("500m")),
-                 timeout=60)
+        wait_for(
+            f"{pod_name} re-aligned to 500m", lambda n=pod_name: cpu(h.pod(n)) == (q("500m"), q("500m")), timeout=60
+        )
     # The node becomes a c3: 1 CPU / 1.3 = 769m from the originals (from 500m it would be 385m).
     h.relabel(nodes["n4"], "c3")
     for pod_name in (name, ds_n4):
-        wait_for(f"{pod_name} re-aligned to 769m", lambda n=pod_name: cpu(h.pod(n)) == (q("769m"), q("769m")),
-                 timeout=60)
+        wait_for(
+            f"{pod_name} re-aligned to 769m", lambda n=pod_name: cpu(h.pod(n)) == (q("769m"), q("769m")), timeout=60
+        )
         assert ours(h.pod(pod_name))[original_key("app", "cpu", "request")] == "1"
     h.wait_applied("selector", "c3", timeout=60)
 
 
 def test_a_pod_with_pod_level_resources_is_created_at_its_size_at_both_levels(
-        sized: tuple[Harness, dict[str, str]]) -> None:
+    sized: tuple[Harness, dict[str, str]],
+) -> None:
     """spec.resources at CREATE needs only PodLevelResources (on since 1.34), not in-place
     pod-level resize: the pod is created sized at both levels and bound with one write. A config
     edit re-aligns both levels from the originals in one pods/resize where the node resizes pod
     level (1.36 KWOK nodes declare it); on 1.35 that change is left alone (PodLevelResources)."""
     from tests.cluster.test_pod_level_resources import minor, values
+
     h, _ = sized
     before = resizes_served(h)
     reconciler = h.reconciler()
-    manifest = deployment("plr", 1, [container("app", {"cpu": "400m", "memory": "256Mi"},
-                                               {"cpu": "800m", "memory": "512Mi"})], node_selector={h.label: "n4"})
-    manifest["spec"]["template"]["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "512Mi"},
-                                                         "limits": {"cpu": "2", "memory": "1Gi"}}
+    manifest = deployment(
+        "plr",
+        1,
+        [container("app", {"cpu": "400m", "memory": "256Mi"}, {"cpu": "800m", "memory": "512Mi"})],
+        node_selector={h.label: "n4"},
+    )
+    manifest["spec"]["template"]["spec"]["resources"] = {
+        "requests": {"cpu": "1", "memory": "512Mi"},
+        "limits": {"cpu": "2", "memory": "1Gi"},
+    }
     h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
     (pod,) = h.wait_running("plr")
     name = pod["metadata"]["name"]
     # 1 / 1.25 at both levels, as stored at CREATE (memPerf 1.0: memory unchanged).
     at_n4 = {"requests": {"cpu": q("800m"), "memory": q("512Mi")}, "limits": {"cpu": q("1600m"), "memory": q("1Gi")}}
     assert values(pod["spec"]["resources"]) == at_n4
-    assert resources(pod) == {"requests": {"cpu": q("320m"), "memory": q("256Mi")},
-                              "limits": {"cpu": q("640m"), "memory": q("512Mi")}}
+    assert resources(pod) == {
+        "requests": {"cpu": q("320m"), "memory": q("256Mi")},
+        "limits": {"cpu": q("640m"), "memory": q("512Mi")},
+    }
     assert ours(pod)[SIZED_AT_ADMISSION] == "n4" and pod["metadata"]["generation"] == 1
     event = h.wait_event(name, "SizedAtAdmission", timeout=60)
     assert "pod level: cpu 1 -> 800m" in event["message"], event["message"]
@@ -226,8 +290,9 @@ def test_a_pod_with_pod_level_resources_is_created_at_its_size_at_both_levels(
     assert resizes_served(h) == before, "created at its size: no pods/resize"
     # One write that took (the binding); the kubelet's status updates can make it conflict first.
     assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods", code="200") == 1
-    assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods") \
-        == 1 + reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods", code="409")
+    assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods") == 1 + reconciler.metric(
+        "rest_client_requests_total", method="PATCH", resource="pods", code="409"
+    )
 
     # n4 twice as fast: from the originals, 1 CPU / 2 = 500m at pod level (from 800m: 400m).
     h.config(CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 2.0"))
@@ -235,12 +300,19 @@ def test_a_pod_with_pod_level_resources_is_created_at_its_size_at_both_levels(
         h.wait_event(name, "PodLevelResources", timeout=60)
         assert values(h.pod(name)["spec"]["resources"]) == at_n4 and resizes_served(h) == before
         return
-    realigned = wait_for("both levels re-aligned", lambda: (p := h.pod(name)) and values(
-        p["spec"]["resources"])["requests"]["cpu"] == q("500m") and p, timeout=60)
+    realigned = wait_for(
+        "both levels re-aligned",
+        lambda: (p := h.pod(name)) and values(p["spec"]["resources"])["requests"]["cpu"] == q("500m") and p,
+        timeout=60,
+    )
     assert values(realigned["spec"]["resources"]) == {
-        "requests": {"cpu": q("500m"), "memory": q("512Mi")}, "limits": {"cpu": q("1"), "memory": q("1Gi")}}
-    assert resources(realigned) == {"requests": {"cpu": q("200m"), "memory": q("256Mi")},
-                                    "limits": {"cpu": q("400m"), "memory": q("512Mi")}}
+        "requests": {"cpu": q("500m"), "memory": q("512Mi")},
+        "limits": {"cpu": q("1"), "memory": q("1Gi")},
+    }
+    assert resources(realigned) == {
+        "requests": {"cpu": q("200m"), "memory": q("256Mi")},
+        "limits": {"cpu": q("400m"), "memory": q("512Mi")},
+    }
     assert resizes_served(h) == before + 1, "both levels in one pods/resize"
     assert ours(realigned)[pod_original_key("cpu", "limit")] == "2"
 
@@ -249,10 +321,17 @@ def test_dry_run_reports_would_resize_at_admission_and_changes_nothing(h: Harnes
     h.node("n4", "n4")
     webhook = sizing_webhook(h, "--dry-run")
     with Registration(h.kube, h.ns, webhook) as registration:
-        wait_for("the webhook's view to sync", lambda: _probe(h) and webhook.metric(
-            "workload_resizer_webhook_sized_at_admission_total", result="would_resize") > 0, timeout=60)
-        response = h.kube.request("POST", f"/apis/apps/v1/namespaces/{h.ns}/deployments",
-                                  pinned_deployment("selector", {h.label: "n4"}))
+        wait_for(
+            "the webhook's view to sync",
+            lambda: (
+                _probe(h)
+                and webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="would_resize") > 0
+            ),
+            timeout=60,
+        )
+        response = h.kube.request(
+            "POST", f"/apis/apps/v1/namespaces/{h.ns}/deployments", pinned_deployment("selector", {h.label: "n4"})
+        )
         assert response["metadata"]["name"] == "selector"
         (pod,) = h.wait_running("selector")
         assert cpu(pod) == (q("1"), q("1")) and SIZED_AT_ADMISSION not in ours(pod)
@@ -265,10 +344,19 @@ def test_dry_run_reports_would_resize_at_admission_and_changes_nothing(h: Harnes
 def _probe(h: Harness) -> bool:
     """A dry-run pinned pod, so the dry-run webhook decides one (and counts it) once synced."""
     probe = pinned_deployment("probe", {h.label: "n4"})["spec"]["template"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "generateName": "sizing-probe-", "namespace": h.ns, "labels": {"app": "probe"}, "ownerReferences": [{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe", "uid": "probe-uid", "controller": True}]},
-        "spec": probe["spec"]}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "sizing-probe-",
+            "namespace": h.ns,
+            "labels": {"app": "probe"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe", "uid": "probe-uid", "controller": True}
+            ],
+        },
+        "spec": probe["spec"],
+    }
     h.kube.request("POST", f"/api/v1/namespaces/{h.ns}/pods", pod, params={"dryRun": "All"})
     return True
 
@@ -289,13 +377,23 @@ def test_the_real_kubelet_starts_a_pinned_pod_at_its_size(on_real_node: Harness,
         manifest = real_deployment("fast", real_node, [copy.deepcopy(AUTHOR)])
         manifest["spec"]["template"]["spec"]["nodeSelector"][h.label] = "n4"
         h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
-        pod = h.wait_pods("fast", 1, lambda p: p["status"].get("phase") == "Running" and all(
-            s.get("ready") for s in p["status"].get("containerStatuses") or [{}]), "Running on the real node",
-            timeout=START_TIMEOUT)[0]
+        pod = h.wait_pods(
+            "fast",
+            1,
+            lambda p: (
+                p["status"].get("phase") == "Running"
+                and all(s.get("ready") for s in p["status"].get("containerStatuses") or [{}])
+            ),
+            "Running on the real node",
+            timeout=START_TIMEOUT,
+        )[0]
         name = pod["metadata"]["name"]
         h.wait_event(name, "SizedAtAdmission", timeout=START_TIMEOUT)
         now = h.pod(name)
-        want = {"requests": {"cpu": q("800m"), "memory": q("256Mi")}, "limits": {"cpu": q("800m"), "memory": q("256Mi")}}
+        want = {
+            "requests": {"cpu": q("800m"), "memory": q("256Mi")},
+            "limits": {"cpu": q("800m"), "memory": q("256Mi")},
+        }
         assert resources(now) == want and now["metadata"]["generation"] == 1
         assert qos(now) == "Guaranteed" and app_status(now)["restartCount"] == 0
         assert cgroup_limits(real_node, container_id(now)) == implied_limits(q("800m"), q("256Mi"))
@@ -307,13 +405,20 @@ def test_a_size_a_limit_range_would_refuse_is_not_given_and_never_blocks_the_pod
     webhook = sizing_webhook(h)
     with Registration(h.kube, h.ns, webhook) as registration:
         # (After the registration: its probe pod of 100m would not pass this LimitRange.)
-        h.kube.create(f"/api/v1/namespaces/{h.ns}/limitranges", {
-            "apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "floor"},
-            "spec": {"limits": [{"type": "Container", "min": {"cpu": "900m"}}]}})
+        h.kube.create(
+            f"/api/v1/namespaces/{h.ns}/limitranges",
+            {
+                "apiVersion": "v1",
+                "kind": "LimitRange",
+                "metadata": {"name": "floor"},
+                "spec": {"limits": [{"type": "Container", "min": {"cpu": "900m"}}]},
+            },
+        )
 
         def held() -> bool:
             _probe(h)
             return any("LimitRange floor" in str(r.get("sizingHeld")) for r in webhook_records(webhook, h.ns))
+
         wait_for("the webhook to hold the size for the LimitRange", held, timeout=60)
         h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", pinned_deployment("selector", {h.label: "n4"}))
         (pod,) = h.wait_running("selector")
@@ -322,11 +427,12 @@ def test_a_size_a_limit_range_would_refuse_is_not_given_and_never_blocks_the_pod
         (record,) = registration.decision_for("selector-")
         assert "LimitRange floor" in record["sizingHeld"] and record["decision"] == "patched"
         assert webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="held") >= 1
-        h.kube.delete(f"/api/v1/namespaces/{h.ns}/limitranges/floor")     # the unregistration probes again
+        h.kube.delete(f"/api/v1/namespaces/{h.ns}/limitranges/floor")  # the unregistration probes again
 
 
 def webhook_records(webhook: Webhook, namespace: str) -> list[dict[str, Any]]:
     from devkit.processes import webhook_decisions
+
     return webhook_decisions(webhook, namespace)
 
 
@@ -346,9 +452,21 @@ def test_plan_shows_and_restore_returns_the_pods_sized_at_admission(sized: tuple
     entry = plan(h)[name]
     assert entry["sizedAtAdmission"] == "n4" and entry["outcome"] == "AlreadyAligned", entry
     reconciler.terminate()
-    restored = subprocess.run([sys.executable, "-m", "commands", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
-                               f"--only-namespace={h.ns}", f"--originals-key-dir={originals_key_dir()}"],
-                              cwd=REPO, capture_output=True, text=True, timeout=120)
+    restored = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "restore",
+            f"--kubeconfig={h.cluster.kubeconfig}",
+            f"--only-namespace={h.ns}",
+            f"--originals-key-dir={originals_key_dir()}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert restored.returncode == 0, restored.stdout + restored.stderr
     now = h.pod(name)
     assert cpu(now) == (q("1"), q("1")) and ours(now) == {}, "back to the author's size, nothing of ours left"
@@ -358,12 +476,25 @@ def test_plan_shows_and_restore_returns_the_pods_sized_at_admission(sized: tuple
 def vpa_probe_held(h: Harness, deployment: str) -> bool:
     """Whether a dry-run pod of `deployment`'s ReplicaSet (pinned to n4) comes back unsized."""
     probe = pinned_deployment(deployment, {h.label: "n4"})["spec"]["template"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "generateName": "vpa-probe-", "namespace": h.ns,
-        "labels": {**probe["metadata"]["labels"], "pod-template-hash": "5d8f7"}, "ownerReferences": [{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{deployment}-5d8f7", "uid": "probe-uid",
-            "controller": True}]},
-        "spec": probe["spec"]}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "vpa-probe-",
+            "namespace": h.ns,
+            "labels": {**probe["metadata"]["labels"], "pod-template-hash": "5d8f7"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"{deployment}-5d8f7",
+                    "uid": "probe-uid",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": probe["spec"],
+    }
     created = h.kube.request("POST", f"/api/v1/namespaces/{h.ns}/pods", pod, params={"dryRun": "All"})
     return SIZED_AT_ADMISSION not in (created["metadata"].get("annotations") or {})
 
@@ -390,7 +521,7 @@ def test_a_vpa_crd_installed_after_the_webhook_started_holds_its_pods_until_it_i
         h.kube.delete(crd_path)
         wait_for("the VPA CRD removed", crd_gone, timeout=60)
 
-    remove_crd()        # (an earlier test of the session may have installed it)
+    remove_crd()  # (an earlier test of the session may have installed it)
     h.node("n4", "n4")
     webhook = sizing_webhook(h)
     try:
@@ -399,13 +530,23 @@ def test_a_vpa_crd_installed_after_the_webhook_started_holds_its_pods_until_it_i
             assert not vpa_probe_held(h, "managed")
             install_crd(h.kube, crd)
             for app, mode in (("managed", "InPlaceOrRecreate"), ("advised", "Off")):
-                h.kube.create(f"/apis/autoscaling.k8s.io/v1/namespaces/{h.ns}/verticalpodautoscalers", {
-                    "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
-                    "metadata": {"name": f"{app}-vpa"},
-                    "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
-                             "updatePolicy": {"updateMode": mode}}})
-            wait_for("the webhook to find the CRD and hold the managed Deployment's pods",
-                     lambda: vpa_probe_held(h, "managed"), timeout=90)
+                h.kube.create(
+                    f"/apis/autoscaling.k8s.io/v1/namespaces/{h.ns}/verticalpodautoscalers",
+                    {
+                        "apiVersion": "autoscaling.k8s.io/v1",
+                        "kind": "VerticalPodAutoscaler",
+                        "metadata": {"name": f"{app}-vpa"},
+                        "spec": {
+                            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
+                            "updatePolicy": {"updateMode": mode},
+                        },
+                    },
+                )
+            wait_for(
+                "the webhook to find the CRD and hold the managed Deployment's pods",
+                lambda: vpa_probe_held(h, "managed"),
+                timeout=90,
+            )
             assert "VerticalPodAutoscaler CRD found" in webhook.logs()
             assert not vpa_probe_held(h, "advised"), "Off composes"
             for app in ("managed", "advised"):
@@ -415,19 +556,30 @@ def test_a_vpa_crd_installed_after_the_webhook_started_holds_its_pods_until_it_i
             assert cpu(managed) == (q("1"), q("1")) and SIZED_AT_ADMISSION not in ours(managed)
             assert ours(managed)[ORIGINALS_MAC].startswith("v1.a."), "stamped"
             (record,) = registration.decision_for("managed-")
-            assert "VerticalPodAutoscaler managed-vpa (updateMode InPlaceOrRecreate) manages the requests of " \
-                   "Deployment managed" in record["sizingHeld"], record
+            assert (
+                "VerticalPodAutoscaler managed-vpa (updateMode InPlaceOrRecreate) manages the requests of "
+                "Deployment managed" in record["sizingHeld"]
+            ), record
             assert cpu(advised) == (q("800m"), q("800m")) and ours(advised)[SIZED_AT_ADMISSION] == "n4"
             assert webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="held") >= 1
 
-            remove_crd()        # (its VPAs go first: their deletion alone lifts the hold)
-            wait_for("the webhook to find the CRD gone", lambda: "VerticalPodAutoscaler CRD gone" in webhook.logs(),
-                     timeout=90)
+            remove_crd()  # (its VPAs go first: their deletion alone lifts the hold)
+            wait_for(
+                "the webhook to find the CRD gone",
+                lambda: "VerticalPodAutoscaler CRD gone" in webhook.logs(),
+                timeout=90,
+            )
             assert not vpa_probe_held(h, "managed")
             h.kube.delete(f"/api/v1/namespaces/{h.ns}/pods/{managed['metadata']['name']}", gracePeriodSeconds=0)
-            (replaced,) = h.wait_pods("managed", 1, lambda p: p["metadata"]["name"] != managed["metadata"]["name"]
-                                      and p["status"].get("phase") == "Running", "replaced and Running")
+            (replaced,) = h.wait_pods(
+                "managed",
+                1,
+                lambda p: (
+                    p["metadata"]["name"] != managed["metadata"]["name"] and p["status"].get("phase") == "Running"
+                ),
+                "replaced and Running",
+            )
             assert cpu(replaced) == (q("800m"), q("800m")) and ours(replaced)[SIZED_AT_ADMISSION] == "n4"
     finally:
         if crd_gone():
-            install_crd(h.kube, crd)        # as the session's other tests may expect it
+            install_crd(h.kube, crd)  # as the session's other tests may expect it

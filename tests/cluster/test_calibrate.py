@@ -9,6 +9,7 @@ of its own. The config claims slow is as fast
 as n2d (cpuPerf 1.0): calibrate must measure ~0.5, suggest it, and with --apply write it; the
 running reconciler then re-aligns a pod on the slow node, which the container's cgroup shows.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,11 @@ from typing import Any
 import pytest
 
 from commands.calibrate import APP, APP_LABEL
+from devkit.kube import wait_for
 from resizer.config import load_config
 from tests.cluster.test_real_node import PERIOD_US, START_TIMEOUT, app_status, cgroup_limits, container_id, deploy
 from tests.cluster.test_reconciler import CONFIG_NAME, Harness, resources, status_resources
 from tests.conftest import HACK_CLUSTER, RealNode, read_real_node
-from devkit.kube import wait_for
 
 IMPOSED_RATIO = 0.5
 TAINT = "workload-resizer.io/real-node"
@@ -45,8 +46,13 @@ bounds:
 
 
 def add_real_node(cluster: Any, name: str, *flags: str) -> RealNode:
-    proc = subprocess.run([str(HACK_CLUSTER), "add-node", name, "--real", *flags], stdout=subprocess.PIPE,
-                          stderr=sys.stderr, text=True, env=cluster.env())
+    proc = subprocess.run(
+        [str(HACK_CLUSTER), "add-node", name, "--real", *flags],
+        stdout=subprocess.PIPE,
+        stderr=sys.stderr,
+        text=True,
+        env=cluster.env(),
+    )
     if proc.returncode != 0:
         pytest.fail(f"hack/cluster add-node {name} --real {' '.join(flags)} failed (exit {proc.returncode})")
     return read_real_node(name)
@@ -82,10 +88,23 @@ def h(cluster: Any, namespace: str, nodes: tuple[RealNode, RealNode]) -> Iterato
 
 def calibrate(h: Harness, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "commands", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
-         f"--config-namespace={h.ns}", f"--node-type-label={h.label}", f"--namespace={h.ns}",
-         f"--toleration={TAINT}", "--host-network", *flags],
-        capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "calibrate",
+            f"--kubeconfig={h.cluster.kubeconfig}",
+            f"--config-namespace={h.ns}",
+            f"--node-type-label={h.label}",
+            f"--namespace={h.ns}",
+            f"--toleration={TAINT}",
+            "--host-network",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def config_text(h: Harness) -> str:
@@ -103,11 +122,12 @@ def cpu_cgroup(node: RealNode, pod: dict[str, Any]) -> dict[str, int | None]:
 
 
 def test_calibrate_measures_the_imposed_ratio_and_apply_realigns_the_slow_node(
-        h: Harness, nodes: tuple[RealNode, RealNode]) -> None:
+    h: Harness, nodes: tuple[RealNode, RealNode]
+) -> None:
     base, slow = nodes
     pod = deploy(h, "on-slow", slow, cpu="250m", memory="64Mi")
     h.reconciler()
-    h.wait_applied("on-slow", "slow", timeout=START_TIMEOUT)        # aligned: slow claims cpuPerf 1.0
+    h.wait_applied("on-slow", "slow", timeout=START_TIMEOUT)  # aligned: slow claims cpuPerf 1.0
     before = cpu_cgroup(slow, pod)
     assert before["cpu_shares" if "cpu_shares" in before else "cpu_weight"] in (256, 10)
 
@@ -120,8 +140,10 @@ def test_calibrate_measures_the_imposed_ratio_and_apply_realigns_the_slow_node(
     assert len(by_type["slow"]["scores"]) == len(by_type["n2d"]["scores"]) == 5
     ratio = by_type["slow"]["ratio"]
     measured = Fraction(by_type["slow"]["measuredCpuPerf"])
-    print(f"calibrate: ratio {ratio}, measured cpuPerf {measured}, n2d {by_type['n2d']}, slow {by_type['slow']}, "
-          f"{result['seconds']}s")
+    print(
+        f"calibrate: ratio {ratio}, measured cpuPerf {measured}, n2d {by_type['n2d']}, slow {by_type['slow']}, "
+        f"{result['seconds']}s"
+    )
     assert abs(ratio["value"] - IMPOSED_RATIO) <= 0.1 * IMPOSED_RATIO, ratio
     assert abs(float(measured) - IMPOSED_RATIO) <= 0.1 * IMPOSED_RATIO
     assert ratio["low"] <= ratio["value"] <= ratio["high"]
@@ -135,22 +157,27 @@ def test_calibrate_measures_the_imposed_ratio_and_apply_realigns_the_slow_node(
 
     # The reconciler re-aligns the running pod on the slow node: original 250m x 1.0 / measured.
     want = Fraction(250, 1000) / measured
+
     def realigned() -> dict[str, Any] | None:
         now = h.pod(pod["metadata"]["name"])
         cpu = status_resources(now)["requests"].get("cpu")
         return now if cpu is not None and abs(cpu - want) <= Fraction(1, 1000) else None
+
     after_pod = wait_for(f"pod on the slow node resized to ~{float(want):.3f} CPU", realigned, timeout=START_TIMEOUT)
     assert app_status(after_pod)["restartCount"] == 0 and container_id(after_pod) == container_id(pod)
     spec = resources(after_pod)
-    assert spec["limits"]["cpu"] == spec["requests"]["cpu"], spec       # still Guaranteed
+    assert spec["limits"]["cpu"] == spec["requests"]["cpu"], spec  # still Guaranteed
     millis = int(status_resources(after_pod)["requests"]["cpu"] * 1000)
     after = cpu_cgroup(slow, after_pod)
-    shares = millis * 1024 // 1000      # the kubelet's MilliCPUToShares, from the request
-    if "cpu_shares" in after:       # cgroup v1: the quota'd node's kubelet sets no CFS quota (hack/cluster)
+    shares = millis * 1024 // 1000  # the kubelet's MilliCPUToShares, from the request
+    if "cpu_shares" in after:  # cgroup v1: the quota'd node's kubelet sets no CFS quota (hack/cluster)
         assert after == {"cpu_quota_us": None, "cpu_period_us": PERIOD_US, "cpu_shares": shares}
     else:
-        assert after == {"cpu_quota_us": int(spec["limits"]["cpu"] * PERIOD_US), "cpu_period_us": PERIOD_US,
-                         "cpu_weight": 1 + ((shares - 2) * 9999) // 262142}
+        assert after == {
+            "cpu_quota_us": int(spec["limits"]["cpu"] * PERIOD_US),
+            "cpu_period_us": PERIOD_US,
+            "cpu_weight": 1 + ((shares - 2) * 9999) // 262142,
+        }
     assert after != before
 
 
@@ -184,8 +211,9 @@ def test_clear_errors_change_nothing(h: Harness, nodes: tuple[RealNode, RealNode
     assert config_text(h) == CONFIG
 
     # A benchmark that cannot start: the kubelet's reason, fast (not the timeout).
-    proc = calibrate(h, "--repeats=2", "--image=workload-resizer.local/absent:1", "--image-pull-policy=Never",
-                     "--timeout=120s")
+    proc = calibrate(
+        h, "--repeats=2", "--image=workload-resizer.local/absent:1", "--image-pull-policy=Never", "--timeout=120s"
+    )
     assert proc.returncode == 1, proc.stderr + proc.stdout
     assert "ErrImageNeverPull" in proc.stdout and "FAILED" in proc.stdout
 
@@ -199,22 +227,49 @@ def test_clear_errors_change_nothing(h: Harness, nodes: tuple[RealNode, RealNode
 
     # The baseline's nodes are tainted and not tolerated: a usage error before any pod.
     proc = subprocess.run(
-        [sys.executable, "-m", "commands", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
-         f"--config-namespace={h.ns}", f"--node-type-label={h.label}", f"--namespace={h.ns}"],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "calibrate",
+            f"--kubeconfig={h.cluster.kubeconfig}",
+            f"--config-namespace={h.ns}",
+            f"--node-type-label={h.label}",
+            f"--namespace={h.ns}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "baseline node type n2d: every Ready node is tainted" in proc.stderr, proc.stderr
     assert config_text(h) == CONFIG
     assert benchmark_pods(h) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_calibration_deletes_its_pods(h: Harness, nodes: tuple[RealNode, RealNode],
-                                                     sig: signal.Signals) -> None:
+def test_an_interrupted_calibration_deletes_its_pods(
+    h: Harness, nodes: tuple[RealNode, RealNode], sig: signal.Signals
+) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "commands", "calibrate", f"--kubeconfig={h.cluster.kubeconfig}",
-         f"--config-namespace={h.ns}", f"--node-type-label={h.label}", f"--namespace={h.ns}",
-         f"--toleration={TAINT}", "--host-network", "--repeats=3", "--benchmark-duration=30s", "--apply"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "calibrate",
+            f"--kubeconfig={h.cluster.kubeconfig}",
+            f"--config-namespace={h.ns}",
+            f"--node-type-label={h.label}",
+            f"--namespace={h.ns}",
+            f"--toleration={TAINT}",
+            "--host-network",
+            "--repeats=3",
+            "--benchmark-duration=30s",
+            "--apply",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for("both benchmark pods", lambda: len(benchmark_pods(h)) == 2 or None, timeout=START_TIMEOUT)
         proc.send_signal(sig)

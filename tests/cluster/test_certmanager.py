@@ -21,6 +21,7 @@ hack/certmanager/run (the first build takes several minutes):
 The cluster is shared, so the webhook configuration only matches this test's
 pod namespace, and it is always deleted (and the webhook stopped) at the end.
 """
+
 from __future__ import annotations
 
 import base64
@@ -41,11 +42,11 @@ import pytest
 import yaml
 from cryptography import x509
 
-from resizer import original_key
 from devkit.cluster import cluster_dir_for_tests
 from devkit.kube import ApiError, Kube, container, deployment, wait_for
 from devkit.processes import Process, free_port, webhook_decisions
 from devkit.progress import run_visible
+from resizer import original_key
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "hack" / "certmanager" / "run"
@@ -144,8 +145,10 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 def served_certificate(port: int, ca_file: Path) -> x509.Certificate:
     """The leaf presented on a fresh handshake with 127.0.0.1:port, verified against the CA and IP SAN."""
     ctx = ssl.create_default_context(cafile=str(ca_file))
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
-            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der)
@@ -158,15 +161,18 @@ def san(cert: x509.Certificate) -> tuple[list[str], list[str]]:
 
 def make_namespace(kube: Kube, name: str) -> None:
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    wait_for(f"default service account in {name}",
-             lambda: kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
+    wait_for(
+        f"default service account in {name}",
+        lambda: kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        timeout=30,
+    )
 
 
 @dataclass
 class Stack:
     kube: Kube
-    cert_ns: str            # the workload-resizer-system-like namespace
-    pod_ns: str             # where workloads are admitted through the webhook
+    cert_ns: str  # the workload-resizer-system-like namespace
+    pod_ns: str  # where workloads are admitted through the webhook
     volume: SecretVolume
     ca_file: Path
     webhook: Process
@@ -181,46 +187,71 @@ class Stack:
         return webhook_decisions(self.webhook, self.pod_ns)
 
     def deploy(self, name: str) -> None:
-        manifest = deployment(name, 1, [container("app", requests={"cpu": "500m", "memory": "128Mi"},
-                                                  limits={"cpu": "1", "memory": "256Mi"})],
-                              node_selector={"kubernetes.io/hostname": NODE})
+        manifest = deployment(
+            name,
+            1,
+            [container("app", requests={"cpu": "500m", "memory": "128Mi"}, limits={"cpu": "1", "memory": "256Mi"})],
+            node_selector={"kubernetes.io/hostname": NODE},
+        )
         self.kube.create(f"/apis/apps/v1/namespaces/{self.pod_ns}/deployments", manifest)
 
     def injected_bundle(self) -> bytes | None:
         """The caBundle cainjector put into every webhook of the configuration, once it has."""
-        config = self.kube.get(f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-                               f"{self.webhook_config}")
+        config = self.kube.get(
+            f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{self.webhook_config}"
+        )
         bundles = {base64.b64decode(h["clientConfig"].get("caBundle", "")) for h in config["webhooks"]}
         return bundles.pop() if len(bundles) == 1 and b"" not in bundles else None
 
     def admitted_through_webhook(self) -> bool:
         """A dry-run create of a ReplicaSet-owned pod comes back stamped: the apiserver has the
         injected caBundle and reaches the webhook over TLS (nothing is persisted)."""
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": f"probe-{uuid.uuid4().hex[:6]}", "ownerReferences": [{
-                   "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe", "uid": str(uuid.uuid4()),
-                   "controller": True}]},
-               "spec": {"containers": [container("app", requests={"cpu": "100m"})]}}
-        admitted = self.kube.request("POST", f"/api/v1/namespaces/{self.pod_ns}/pods", pod,
-                                     params={"dryRun": "All"})
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"probe-{uuid.uuid4().hex[:6]}",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "ReplicaSet",
+                        "name": "probe",
+                        "uid": str(uuid.uuid4()),
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {"containers": [container("app", requests={"cpu": "100m"})]},
+        }
+        admitted = self.kube.request("POST", f"/api/v1/namespaces/{self.pod_ns}/pods", pod, params={"dryRun": "All"})
         return original_key("app", "cpu", "request") in (admitted["metadata"].get("annotations") or {})
 
     def stamped_pod(self, app: str) -> dict[str, Any]:
         """The pod of Deployment `app`, once it exists; it must carry the webhook's annotations."""
-        pod = wait_for(f"a pod of Deployment {app}", lambda: next(iter(self.kube.pods(self.pod_ns, f"app={app}")),
-                                                                  None), timeout=60)
+        pod = wait_for(
+            f"a pod of Deployment {app}",
+            lambda: next(iter(self.kube.pods(self.pod_ns, f"app={app}")), None),
+            timeout=60,
+        )
         annotations = pod["metadata"].get("annotations") or {}
         assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
-        assert annotations.get(original_key("app", "cpu", "request")) == "500m", \
-            f"pod {pod['metadata']['name']} was not stamped by the webhook: annotations {annotations}\n" \
+        assert annotations.get(original_key("app", "cpu", "request")) == "500m", (
+            f"pod {pod['metadata']['name']} was not stamped by the webhook: annotations {annotations}\n"
             f"webhook decisions: {self.decisions()}\n{apiserver_webhook_errors(self.port)}"
+        )
         assert annotations.get(original_key("app", "memory", "limit")) == "256Mi"
         # And *our* webhook stamped it (the cluster is shared): it logged the decision for this pod
         # (by generateName: the apiserver names the pod after admission).
         name = pod["metadata"]["name"]
-        wait_for(f"the webhook's decision for pod {name} in its log", lambda: [
-            d for d in self.decisions() if d.get("decision") == "patched" and d.get("pod")
-            and name.startswith(d["pod"])], timeout=10)
+        wait_for(
+            f"the webhook's decision for pod {name} in its log",
+            lambda: [
+                d
+                for d in self.decisions()
+                if d.get("decision") == "patched" and d.get("pod") and name.startswith(d["pod"])
+            ],
+            timeout=10,
+        )
         return pod
 
 
@@ -261,6 +292,7 @@ def stack(cluster: Any, cert_manager: None, tmp_path_factory: pytest.TempPathFac
         def ready() -> dict[str, Any] | None:
             crt = kube.get(f"{CM}/namespaces/{cert_ns}/certificates/{CERT}")
             return crt if condition(crt, "Ready").get("status") == "True" else None
+
         try:
             wait_for(f"Certificate {cert_ns}/{CERT} Ready", ready, timeout=180)
         except AssertionError as err:
@@ -274,18 +306,40 @@ def stack(cluster: Any, cert_manager: None, tmp_path_factory: pytest.TempPathFac
         ca_file = tmp / "ca.crt"
         ca_file.write_bytes(data["ca.crt"])
         port = free_port()
-        webhook = Process("webhook", [
-            sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(port),
-            "--tls-cert-file", str(volume.root / "tls.crt"), "--tls-key-file", str(volume.root / "tls.key"),
-            "--cert-reload-interval", "1s", "--size-at-admission=false"])
+        webhook = Process(
+            "webhook",
+            [
+                sys.executable,
+                "-m",
+                "app",
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--tls-cert-file",
+                str(volume.root / "tls.crt"),
+                "--tls-key-file",
+                str(volume.root / "tls.key"),
+                "--cert-reload-interval",
+                "1s",
+                "--size-at-admission=false",
+            ],
+        )
 
         def webhook_ready() -> bool:
             assert webhook is not None and webhook.alive, f"webhook exited:\n{webhook.logs()[-3000:]}"
             try:
-                return httpx.get(f"https://127.0.0.1:{port}/readyz", verify=ssl.create_default_context(
-                    cafile=str(ca_file)), timeout=2).status_code == 200
+                return (
+                    httpx.get(
+                        f"https://127.0.0.1:{port}/readyz",
+                        verify=ssl.create_default_context(cafile=str(ca_file)),
+                        timeout=2,
+                    ).status_code
+                    == 200
+                )
             except httpx.HTTPError:
                 return False
+
         wait_for("the webhook to serve the cert-manager certificate", webhook_ready, timeout=30)
 
         # 3. The shipped cert-manager webhook configuration, pointed at the local webhook, without a caBundle.
@@ -300,8 +354,16 @@ def stack(cluster: Any, cert_manager: None, tmp_path_factory: pytest.TempPathFac
             # Shared cluster: only this test's pods.
             hook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": pod_ns}}
         kube.create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", config)
-        stack = Stack(kube=kube, cert_ns=cert_ns, pod_ns=pod_ns, volume=volume, ca_file=ca_file, webhook=webhook,
-                      port=port, webhook_config=webhook_config)
+        stack = Stack(
+            kube=kube,
+            cert_ns=cert_ns,
+            pod_ns=pod_ns,
+            volume=volume,
+            ca_file=ca_file,
+            webhook=webhook,
+            port=port,
+            webhook_config=webhook_config,
+        )
 
         # 4. cainjector fills the caBundle; the apiserver picks the configuration up.
         try:
@@ -316,13 +378,16 @@ def stack(cluster: Any, cert_manager: None, tmp_path_factory: pytest.TempPathFac
     finally:
         # Always, each step even if another fails: no webhook configuration may outlive the
         # test (it would send pods to a dead URL), and the webhook process is stopped.
-        cleanup = [lambda: kube.delete(f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-                                       f"{webhook_config}")]
+        cleanup = [
+            lambda: kube.delete(f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{webhook_config}")
+        ]
         if webhook is not None:
             cleanup.append(lambda: stop_webhook(webhook))
-        cleanup += [lambda: print(cert_manager_logs()),
-                    lambda: kube.delete(f"/api/v1/namespaces/{pod_ns}"),
-                    lambda: kube.delete(f"/api/v1/namespaces/{cert_ns}")]
+        cleanup += [
+            lambda: print(cert_manager_logs()),
+            lambda: kube.delete(f"/api/v1/namespaces/{pod_ns}"),
+            lambda: kube.delete(f"/api/v1/namespaces/{cert_ns}"),
+        ]
         if not node_existed:
             cleanup.append(lambda: kube.delete(f"/api/v1/nodes/{NODE}"))
         for step in cleanup:
@@ -352,8 +417,9 @@ def test_cert_manager_issues_the_serving_certificate_from_its_own_ca(stack: Stac
     leaf = x509.load_pem_x509_certificate(data["tls.crt"])
     ca = x509.load_pem_x509_certificate(data["ca.crt"])
     dns, ips = san(leaf)
-    assert sorted(dns) == sorted([f"workload-resizer-webhook.{stack.cert_ns}.svc",
-                                  f"workload-resizer-webhook.{stack.cert_ns}.svc.cluster.local"])
+    assert sorted(dns) == sorted(
+        [f"workload-resizer-webhook.{stack.cert_ns}.svc", f"workload-resizer-webhook.{stack.cert_ns}.svc.cluster.local"]
+    )
     assert ips == ["127.0.0.1"]
     assert leaf.issuer == ca.subject != leaf.subject
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
@@ -379,22 +445,39 @@ def test_reissued_certificate_is_served_without_restarting_the_webhook(stack: St
     pid = stack.webhook.proc.pid
 
     # What `cmctl renew` does: mark the Certificate as Issuing (status subresource).
-    kube.patch(f"{CM}/namespaces/{stack.cert_ns}/certificates/{CERT}/status", [{
-        "op": "add", "path": "/status/conditions/-",
-        "value": {"type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
-                  "message": "Certificate re-issuance manually triggered",
-                  "lastTransitionTime": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")},
-    }], "json")
+    kube.patch(
+        f"{CM}/namespaces/{stack.cert_ns}/certificates/{CERT}/status",
+        [
+            {
+                "op": "add",
+                "path": "/status/conditions/-",
+                "value": {
+                    "type": "Issuing",
+                    "status": "True",
+                    "reason": "ManuallyTriggered",
+                    "message": "Certificate re-issuance manually triggered",
+                    "lastTransitionTime": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                },
+            }
+        ],
+        "json",
+    )
 
     def reissued() -> dict[str, bytes] | None:
         data = secret_data(kube, stack.cert_ns, SECRET)
         return data if data["tls.crt"] != before["tls.crt"] else None
+
     try:
         after = wait_for("cert-manager to re-issue the Secret", reissued, timeout=120)
-        wait_for("the Certificate to be Ready at the next revision", lambda: (
-            (crt := stack.certificate())["status"].get("revision", 0) > revision
-            and condition(crt, "Ready").get("status") == "True"
-            and not condition(crt, "Issuing")), timeout=60)
+        wait_for(
+            "the Certificate to be Ready at the next revision",
+            lambda: (
+                (crt := stack.certificate())["status"].get("revision", 0) > revision
+                and condition(crt, "Ready").get("status") == "True"
+                and not condition(crt, "Issuing")
+            ),
+            timeout=60,
+        )
     except AssertionError as err:
         raise AssertionError(f"{err}\n{cert_manager_logs()}") from None
     new_leaf = x509.load_pem_x509_certificate(after["tls.crt"])
@@ -407,8 +490,11 @@ def test_reissued_certificate_is_served_without_restarting_the_webhook(stack: St
     stack.volume.project(after)
     assert os.readlink(stack.volume.root / "..data") != old_target
 
-    wait_for("the webhook to present the re-issued certificate on a new handshake", lambda: (
-        served_certificate(stack.port, stack.ca_file).serial_number == new_leaf.serial_number), timeout=30)
+    wait_for(
+        "the webhook to present the re-issued certificate on a new handshake",
+        lambda: served_certificate(stack.port, stack.ca_file).serial_number == new_leaf.serial_number,
+        timeout=30,
+    )
     assert stack.webhook.alive and stack.webhook.proc.pid == pid, "the webhook must not restart"
 
     # And the apiserver keeps getting its pods stamped through the rotated certificate.

@@ -7,6 +7,7 @@ dry-run (?dryRun=All&fieldValidation=Strict); only the RBAC objects (ServiceAcco
 Roles, bindings) and the ConfigMap are created, in a test namespace, and then exercised
 as the reconciler's and the webhook's ServiceAccounts with TokenRequest tokens.
 """
+
 from __future__ import annotations
 
 import base64
@@ -24,15 +25,14 @@ import pytest
 import yaml
 
 from app.__main__ import build_parser as webhook_parser
-from reconciler.options import build_parser as reconciler_parser
-from reconciler.options import parse as reconciler_parse
-from resizer.config import load_config
-from devkit.chart import (CERT_MANAGER_KINDS, ensure_helm, find, find_all, lint, render,
-                                 template)
+from devkit.chart import CERT_MANAGER_KINDS, ensure_helm, find, find_all, lint, render, template
 from devkit.kube import ApiError, Kube, collection_path, wait_for
 from devkit.processes import Webhook
 from devkit.progress import run_visible
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
+from reconciler.options import build_parser as reconciler_parser
+from reconciler.options import parse as reconciler_parse
+from resizer.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "workload-resizer-system"
@@ -50,65 +50,133 @@ def helm() -> str:
 def provided_certs(namespace: str, service: str = "workload-resizer-webhook") -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="chart-certs-") as tmp:
         out = Path(tmp)
-        subprocess.run([sys.executable, "-m", "certs", "--out-dir", str(out), "--service", service,
-                        "--namespace", namespace, "--ca-bundle-file", str(out / "ca.b64")],
-                       cwd=REPO, check=True, capture_output=True, text=True, timeout=60)
-        return {"caBundle": (out / "ca.crt").read_text(), "cert": (out / "tls.crt").read_text(),
-                "key": (out / "tls.key").read_text()}
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "certs",
+                "--out-dir",
+                str(out),
+                "--service",
+                service,
+                "--namespace",
+                namespace,
+                "--ca-bundle-file",
+                str(out / "ca.b64"),
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return {
+            "caBundle": (out / "ca.crt").read_text(),
+            "cert": (out / "tls.crt").read_text(),
+            "key": (out / "tls.key").read_text(),
+        }
 
 
 CUSTOM = {
     "fullnameOverride": "resizer",
     "image": {"repository": "registry.example/workload-resizer", "tag": "1.2.3", "pullPolicy": "Always"},
-    "config": {"name": "sizing", "baselineNodeType": "n4",
-               "nodeTypes": {"n4": {"cpuPerf": 1.25, "memPerf": 1}, "e2": {"cpuPerf": "0.8", "memPerf": "0.9"}},
-               "bounds": {"cpu": {"min": "100m", "max": "8"}, "memory": {"min": "128Mi", "max": "16Gi"}},
-               "overrides": [{"name": "batch", "match": {"podLabel": {"tier": "batch"}},
-                              "bounds": {"cpu": {"min": "10m"}}}],
-               "computeClasses": {"Performance": {"baselineNodeType": "e2"}}},
+    "config": {
+        "name": "sizing",
+        "baselineNodeType": "n4",
+        "nodeTypes": {"n4": {"cpuPerf": 1.25, "memPerf": 1}, "e2": {"cpuPerf": "0.8", "memPerf": "0.9"}},
+        "bounds": {"cpu": {"min": "100m", "max": "8"}, "memory": {"min": "128Mi", "max": "16Gi"}},
+        "overrides": [{"name": "batch", "match": {"podLabel": {"tier": "batch"}}, "bounds": {"cpu": {"min": "10m"}}}],
+        "computeClasses": {"Performance": {"baselineNodeType": "e2"}},
+    },
     "tls": {"mode": "helm", "helm": {"validityDays": 30}},
-    "scope": {"excludeNamespaces": ["batch"],
-              "namespaceSelector": {"matchLabels": {"resize": "yes"}, "matchExpressions": [
-                  {"key": "workload-resizer.io/exclude", "operator": "DoesNotExist"},
-                  {"key": "env", "operator": "NotIn", "values": ["dev", "qa"]}]}},
-    "webhook": {"replicas": 3, "port": 9443, "tlsMinVersion": "1.3", "certReloadInterval": "1m",
-                "maxRequestBytes": "8MiB", "httpKeepAliveTimeout": "100s", "shutdownTimeout": "5s",
-                "logLevel": "debug", "logFormat": "text", "logFlushInterval": "0",
-                "largeReviewWorkers": 0, "largeReviewTimeout": "1500ms",
-                "httpReadTimeout": "750ms", "maxConnections": 300,
-                "extraArgs": ["--log-level=warning"], "failurePolicy": "Fail", "timeoutSeconds": 5,
-                "excludeNamespaces": ["monitoring"], "priorityClassName": "system-cluster-critical",
-                "nodeSelector": {"kubernetes.io/os": "linux"},
-                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra",
-                                 "effect": "NoSchedule"}],
-                "podDisruptionBudget": {"enabled": True, "minAvailable": "50%"},
-                "podAnnotations": {"prometheus.io/scrape": "true"}},
-    "reconciler": {"replicas": 1, "dryRun": True, "resizeRestartContainers": True,
-                   "nodeTypeLabel": "node.kubernetes.io/instance-type", "configRefreshInterval": "1m30s",
-                   "concurrency": 16, "kubeApiQps": 50.5, "kubeApiBurst": 1000000, "watchIdleTimeout": "2m",
-                   "metricsPort": 9090, "probePort": 9091, "logLevel": "warning", "logFormat": "text",
-                   "shutdownTimeout": "30s",
-                   "leaderElection": {"enabled": True, "id": "resizer-lock", "leaseDuration": "30s",
-                                      "renewDeadline": "20s", "retryPeriod": "5s"},
-                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                       "nodeSelectorTerms": [{"matchExpressions": [
-                           {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}},
-                   "podDisruptionBudget": {"enabled": False},
-                   "extraArgs": ["--kubeconfig=/etc/kube/config"]},
+    "scope": {
+        "excludeNamespaces": ["batch"],
+        "namespaceSelector": {
+            "matchLabels": {"resize": "yes"},
+            "matchExpressions": [
+                {"key": "workload-resizer.io/exclude", "operator": "DoesNotExist"},
+                {"key": "env", "operator": "NotIn", "values": ["dev", "qa"]},
+            ],
+        },
+    },
+    "webhook": {
+        "replicas": 3,
+        "port": 9443,
+        "tlsMinVersion": "1.3",
+        "certReloadInterval": "1m",
+        "maxRequestBytes": "8MiB",
+        "httpKeepAliveTimeout": "100s",
+        "shutdownTimeout": "5s",
+        "logLevel": "debug",
+        "logFormat": "text",
+        "logFlushInterval": "0",
+        "largeReviewWorkers": 0,
+        "largeReviewTimeout": "1500ms",
+        "httpReadTimeout": "750ms",
+        "maxConnections": 300,
+        "extraArgs": ["--log-level=warning"],
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 5,
+        "excludeNamespaces": ["monitoring"],
+        "priorityClassName": "system-cluster-critical",
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
+        "podDisruptionBudget": {"enabled": True, "minAvailable": "50%"},
+        "podAnnotations": {"prometheus.io/scrape": "true"},
+    },
+    "reconciler": {
+        "replicas": 1,
+        "dryRun": True,
+        "resizeRestartContainers": True,
+        "nodeTypeLabel": "node.kubernetes.io/instance-type",
+        "configRefreshInterval": "1m30s",
+        "concurrency": 16,
+        "kubeApiQps": 50.5,
+        "kubeApiBurst": 1000000,
+        "watchIdleTimeout": "2m",
+        "metricsPort": 9090,
+        "probePort": 9091,
+        "logLevel": "warning",
+        "logFormat": "text",
+        "shutdownTimeout": "30s",
+        "leaderElection": {
+            "enabled": True,
+            "id": "resizer-lock",
+            "leaseDuration": "30s",
+            "renewDeadline": "20s",
+            "retryPeriod": "5s",
+        },
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}
+                    ]
+                }
+            }
+        },
+        "podDisruptionBudget": {"enabled": False},
+        "extraArgs": ["--kubeconfig=/etc/kube/config"],
+    },
 }
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
-    "provided": {"tls": {"mode": "provided"}},          # certificates made per namespace: values_for()
+    "provided": {"tls": {"mode": "provided"}},  # certificates made per namespace: values_for()
     "helm": {"tls": {"mode": "helm"}},
     "custom": CUSTOM,
     "dry-run": {"reconciler": {"dryRun": True}},
     "no-leader-election": {"reconciler": {"leaderElection": {"enabled": False}, "replicas": 1}},
     "existing-issuer": {"tls": {"certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}}}},
-    "webhook-from-apiserver": {"networkPolicy": {
-        "apiserverCIDRs": ["10.0.0.10/32", "fd00::/64"],
-        "webhookExtraIngressFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}},
+    "webhook-from-apiserver": {
+        "networkPolicy": {
+            "apiserverCIDRs": ["10.0.0.10/32", "fd00::/64"],
+            "webhookExtraIngressFrom": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+            ],
+        }
+    },
 }
 
 
@@ -145,29 +213,46 @@ def test_helm_lint(helm: str, variant: str) -> None:
 def test_default_render(helm: str) -> None:
     docs = render(helm, namespace=NS)
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in docs)
-    assert kinds == sorted([
-        ("ServiceAccount", "workload-resizer-webhook"), ("ServiceAccount", "workload-resizer-reconciler"),
-        ("ConfigMap", "workload-resizer-config"),
-        ("ClusterRole", "workload-resizer-reconciler"), ("ClusterRoleBinding", "workload-resizer-reconciler"),
-        ("Role", "workload-resizer-reconciler"), ("RoleBinding", "workload-resizer-reconciler"),
-        # Sizing at admission (webhook.sizeAtAdmission): read node labels, LimitRanges, the config.
-        ("ClusterRole", "workload-resizer-webhook"), ("ClusterRoleBinding", "workload-resizer-webhook"),
-        ("Role", "workload-resizer-webhook"), ("RoleBinding", "workload-resizer-webhook"),
-        ("Service", "workload-resizer-webhook"),
-        ("Deployment", "workload-resizer-webhook"), ("Deployment", "workload-resizer-reconciler"),
-        ("PodDisruptionBudget", "workload-resizer-webhook"), ("PodDisruptionBudget", "workload-resizer-reconciler"),
-        ("MutatingWebhookConfiguration", "workload-resizer"),
-        ("Issuer", "workload-resizer-selfsigned"), ("Certificate", "workload-resizer-ca"),
-        ("Issuer", "workload-resizer-ca"), ("Certificate", "workload-resizer-webhook"),
-        ("ValidatingAdmissionPolicy", "workload-resizer-reconciler-confined"),
-        ("ValidatingAdmissionPolicyBinding", "workload-resizer-reconciler-confined"),
-        ("ValidatingAdmissionPolicy", "workload-resizer-annotations-protected"),
-        ("ValidatingAdmissionPolicyBinding", "workload-resizer-annotations-protected"),
-        ("NetworkPolicy", "workload-resizer-webhook"), ("NetworkPolicy", "workload-resizer-reconciler"),
-    ])
+    assert kinds == sorted(
+        [
+            ("ServiceAccount", "workload-resizer-webhook"),
+            ("ServiceAccount", "workload-resizer-reconciler"),
+            ("ConfigMap", "workload-resizer-config"),
+            ("ClusterRole", "workload-resizer-reconciler"),
+            ("ClusterRoleBinding", "workload-resizer-reconciler"),
+            ("Role", "workload-resizer-reconciler"),
+            ("RoleBinding", "workload-resizer-reconciler"),
+            # Sizing at admission (webhook.sizeAtAdmission): read node labels, LimitRanges, the config.
+            ("ClusterRole", "workload-resizer-webhook"),
+            ("ClusterRoleBinding", "workload-resizer-webhook"),
+            ("Role", "workload-resizer-webhook"),
+            ("RoleBinding", "workload-resizer-webhook"),
+            ("Service", "workload-resizer-webhook"),
+            ("Deployment", "workload-resizer-webhook"),
+            ("Deployment", "workload-resizer-reconciler"),
+            ("PodDisruptionBudget", "workload-resizer-webhook"),
+            ("PodDisruptionBudget", "workload-resizer-reconciler"),
+            ("MutatingWebhookConfiguration", "workload-resizer"),
+            ("Issuer", "workload-resizer-selfsigned"),
+            ("Certificate", "workload-resizer-ca"),
+            ("Issuer", "workload-resizer-ca"),
+            ("Certificate", "workload-resizer-webhook"),
+            ("ValidatingAdmissionPolicy", "workload-resizer-reconciler-confined"),
+            ("ValidatingAdmissionPolicyBinding", "workload-resizer-reconciler-confined"),
+            ("ValidatingAdmissionPolicy", "workload-resizer-annotations-protected"),
+            ("ValidatingAdmissionPolicyBinding", "workload-resizer-annotations-protected"),
+            ("NetworkPolicy", "workload-resizer-webhook"),
+            ("NetworkPolicy", "workload-resizer-reconciler"),
+        ]
+    )
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-                               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        if doc["kind"] not in (
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "MutatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ):
             assert doc["metadata"]["namespace"] == NS, doc["metadata"]
 
     # The config: the design's sample, accepted by the reconciler's own parser.
@@ -175,10 +260,14 @@ def test_default_render(helm: str) -> None:
     config = load_config(cm["data"]["config.yaml"])
     assert yaml.safe_load(cm["data"]["config.yaml"]) == {
         "baselineNodeType": "n2d",
-        "nodeTypes": {"n2d": {"cpuPerf": 1, "memPerf": 1}, "n4": {"cpuPerf": 1.25, "memPerf": 1},
-                      "c3": {"cpuPerf": 1.3, "memPerf": 1}},
+        "nodeTypes": {
+            "n2d": {"cpuPerf": 1, "memPerf": 1},
+            "n4": {"cpuPerf": 1.25, "memPerf": 1},
+            "c3": {"cpuPerf": 1.3, "memPerf": 1},
+        },
         "bounds": {"cpu": {"min": "50m", "max": "16"}, "memory": {"min": "64Mi", "max": "32Gi"}},
-        "memoryLimitDecrease": "Never"}
+        "memoryLimitDecrease": "Never",
+    }
     assert config.baseline_node_type == "n2d"
 
     # The webhook: 2 replicas, PDB minAvailable 1, preferred anti-affinity on hostname, Service 443 -> 8443.
@@ -196,7 +285,8 @@ def test_default_render(helm: str) -> None:
     assert find(docs, "ServiceAccount", "workload-resizer-webhook")["automountServiceAccountToken"] is False
     assert find(docs, "ClusterRole", "workload-resizer-webhook")["rules"] == [
         {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]},
-        {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["list", "watch"]}]
+        {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["list", "watch"]},
+    ]
     service = find(docs, "Service")
     (port,) = service["spec"]["ports"]
     assert port["port"] == 443 and port["targetPort"] == "https"
@@ -209,8 +299,7 @@ def test_default_render(helm: str) -> None:
     tls_volume = next(v for v in pod["volumes"] if v["name"] == mounts["/etc/workload-resizer/tls"]["name"])
     assert tls_volume["secret"]["secretName"] == "workload-resizer-webhook-tls"
     # No key in any render: the reconciler creates the Secret, the webhook mounts it optional.
-    keys_volume = next(v for v in pod["volumes"]
-                       if v["name"] == mounts["/etc/workload-resizer/originals-keys"]["name"])
+    keys_volume = next(v for v in pod["volumes"] if v["name"] == mounts["/etc/workload-resizer/originals-keys"]["name"])
     assert keys_volume["secret"]["secretName"] == "workload-resizer-originals-keys"
     assert keys_volume["secret"]["optional"] is True
     assert "--originals-keys-optional" in container(webhook)["args"]
@@ -224,7 +313,8 @@ def test_default_render(helm: str) -> None:
     assert f"--originals-keys-secret={NS}/workload-resizer-originals-keys" in args
     assert not [a for a in args if a.startswith("--originals-key-dir")]
     assert "volumeMounts" not in container(reconciler) or all(
-        "originals" not in m["mountPath"] for m in container(reconciler)["volumeMounts"])
+        "originals" not in m["mountPath"] for m in container(reconciler)["volumeMounts"]
+    )
     ports = {p["name"]: p["containerPort"] for p in container(reconciler)["ports"]}
     assert ports == {"http-metrics": 8080, "http-probes": 8081}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
@@ -265,10 +355,21 @@ def test_webhook_configuration_matches_webhook_config_dir(helm: str) -> None:
 # What the chart sets differently from a program's default, on purpose: where it mounts and
 # names things in the pod, and that it runs the reconciler as two replicas with a leader.
 DEPLOYMENT_SPECIFIC = {
-    "webhook": {"tls_cert_file", "tls_key_file", "originals_key_dir", "originals_keys_optional", "namespace",
-                "exclude_namespaces"},
-    "reconciler": {"originals_keys_secret", "namespace", "exclude_namespaces", "leader_elect",
-                   "leader_election_namespace"},
+    "webhook": {
+        "tls_cert_file",
+        "tls_key_file",
+        "originals_key_dir",
+        "originals_keys_optional",
+        "namespace",
+        "exclude_namespaces",
+    },
+    "reconciler": {
+        "originals_keys_secret",
+        "namespace",
+        "exclude_namespaces",
+        "leader_elect",
+        "leader_election_namespace",
+    },
 }
 
 
@@ -276,8 +377,11 @@ def defaults_that_differ(parser, rendered: list[str], required: list[str], progr
     """dest -> (chart's value, program's default) for every flag the default render sets
     otherwise than the program would by itself, but the deployment-specific ones."""
     chart, own = vars(parser.parse_args(rendered)), vars(parser.parse_args(required))
-    return {dest: (chart[dest], own[dest]) for dest in chart
-            if chart[dest] != own[dest] and dest not in DEPLOYMENT_SPECIFIC[program]}
+    return {
+        dest: (chart[dest], own[dest])
+        for dest in chart
+        if chart[dest] != own[dest] and dest not in DEPLOYMENT_SPECIFIC[program]
+    }
 
 
 def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
@@ -295,8 +399,9 @@ def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
         wargs, rargs = container(webhook)["args"], container(reconciler)["args"]
         assert wargs[0] == "app" and rargs[0] == "reconciler"
         mine = render(helm, namespace=NS, values={**values, "originalsKeys": {"existingSecret": "mine"}})
-        mine_args = container(next(d for d in find_all(mine, "Deployment") if d["metadata"]["name"] == reconciler[
-            "metadata"]["name"]))["args"]
+        mine_args = container(
+            next(d for d in find_all(mine, "Deployment") if d["metadata"]["name"] == reconciler["metadata"]["name"])
+        )["args"]
         assert reconciler_parse(mine_args[1:]).originals_key_dir and "--originals-keys-secret" not in flags(mine_args)
         webhook_parser().parse_args(wargs[1:])
         parsed = reconciler_parse(rargs[1:])
@@ -304,16 +409,20 @@ def test_every_program_flag_is_settable_and_valid(helm: str) -> None:
             assert parsed.controller.dry_run and parsed.controller.resize_restart_containers
             assert parsed.api.burst == 1000000
             assert parsed.config_name == "sizing" and parsed.leader_election.name == "resizer-lock"
-            assert parsed.api.kubeconfig == "/etc/kube/config"          # extraArgs come last
+            assert parsed.api.kubeconfig == "/etc/kube/config"  # extraArgs come last
             assert wargs[-1] == "--log-level=warning"
             assert parser_flags(reconciler_parser()) - flags(rargs) == {"--leader-election-identity"} | alternative
             assert parser_flags(webhook_parser()) - flags(wargs) == {"--kubeconfig"}
         else:
-            assert parser_flags(reconciler_parser()) - flags(rargs) == \
-                not_from_values | {"--dry-run", "--resize-restart-containers"} | alternative
+            assert (
+                parser_flags(reconciler_parser()) - flags(rargs)
+                == not_from_values | {"--dry-run", "--resize-restart-containers"} | alternative
+            )
             assert parser_flags(webhook_parser()) - flags(wargs) == {"--kubeconfig", "--dry-run"}
-            assert defaults_that_differ(webhook_parser(), wargs[1:], ["--tls-cert-file=c", "--tls-key-file=k"],
-                                        "webhook") == {}
+            assert (
+                defaults_that_differ(webhook_parser(), wargs[1:], ["--tls-cert-file=c", "--tls-key-file=k"], "webhook")
+                == {}
+            )
             assert defaults_that_differ(reconciler_parser(), rargs[1:], [], "reconciler") == {}
 
 
@@ -338,21 +447,27 @@ def test_custom_values(helm: str) -> None:
     assert container(webhook)["image"] == "registry.example/workload-resizer:1.2.3"
     assert container(webhook)["imagePullPolicy"] == "Always"
     assert container(webhook)["ports"][0]["containerPort"] == 9443
-    assert {"--large-review-workers=0", "--large-review-timeout=1500ms", "--http-read-timeout=750ms",
-            "--max-connections=300"} <= set(container(webhook)["args"])
+    assert {
+        "--large-review-workers=0",
+        "--large-review-timeout=1500ms",
+        "--http-read-timeout=750ms",
+        "--max-connections=300",
+    } <= set(container(webhook)["args"])
     spec = webhook["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-cluster-critical"
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert spec["tolerations"][0]["key"] == "dedicated"
     assert webhook["spec"]["template"]["metadata"]["annotations"] == {
-        "workload-resizer.io/skip": "true", "prometheus.io/scrape": "true"}
+        "workload-resizer.io/skip": "true",
+        "prometheus.io/scrape": "true",
+    }
     assert reconciler["spec"]["template"]["spec"]["affinity"] == CUSTOM["reconciler"]["affinity"]
     assert find(docs, "PodDisruptionBudget", "resizer-webhook")["spec"]["minAvailable"] == "50%"
     assert not [d for d in find_all(docs, "PodDisruptionBudget") if d["metadata"]["name"] == "resizer-reconciler"]
     cm = find(docs, "ConfigMap", "sizing")
     config = load_config(cm["data"]["config.yaml"])
     assert [o.name for o in config.document.overrides] == ["batch"]
-    assert set(config.node_types) == {"n4", "e2"}          # replaces the sample, no leftovers
+    assert set(config.node_types) == {"n4", "e2"}  # replaces the sample, no leftovers
     assert yaml.safe_load(cm["data"]["config.yaml"])["bounds"] == CUSTOM["config"]["bounds"]
     role = find(docs, "Role", "resizer-reconciler")
     assert role["rules"][0]["resourceNames"] == ["sizing"]
@@ -360,10 +475,13 @@ def test_custom_values(helm: str) -> None:
     mwc = find(docs, "MutatingWebhookConfiguration", "resizer")
     (hook,) = mwc["webhooks"]
     assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] == 5
-    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "other", "batch",
-                                                                          "monitoring"]
-    assert hook["clientConfig"]["service"] == {"name": "resizer-webhook", "namespace": "other",
-                                               "path": "/mutate", "port": 443}
+    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "other", "batch", "monitoring"]
+    assert hook["clientConfig"]["service"] == {
+        "name": "resizer-webhook",
+        "namespace": "other",
+        "path": "/mutate",
+        "port": 443,
+    }
 
 
 def test_webhook_network_policy_admits_any_source_unless_restricted(helm: str) -> None:
@@ -373,17 +491,28 @@ def test_webhook_network_policy_admits_any_source_unless_restricted(helm: str) -
     policy = find(render(helm, namespace=NS), "NetworkPolicy", "workload-resizer-webhook")
     assert policy["spec"]["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
     assert policy["spec"]["policyTypes"] == ["Ingress"] and "egress" not in policy["spec"]
-    closed = find(render(helm, namespace=NS, values={"webhook": {"sizeAtAdmission": False}}), "NetworkPolicy",
-                  "workload-resizer-webhook")
+    closed = find(
+        render(helm, namespace=NS, values={"webhook": {"sizeAtAdmission": False}}),
+        "NetworkPolicy",
+        "workload-resizer-webhook",
+    )
     assert closed["spec"]["policyTypes"] == ["Ingress", "Egress"] and closed["spec"]["egress"] == []
     prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
-    docs = render(helm, namespace=NS, values={
-        "networkPolicy": {"apiserverCIDRs": ["10.0.0.10/32", "fd00::/64"], "webhookExtraIngressFrom": [prometheus]},
-        "webhook": {"port": 9443}})
+    docs = render(
+        helm,
+        namespace=NS,
+        values={
+            "networkPolicy": {"apiserverCIDRs": ["10.0.0.10/32", "fd00::/64"], "webhookExtraIngressFrom": [prometheus]},
+            "webhook": {"port": 9443},
+        },
+    )
     policy = find(docs, "NetworkPolicy", "workload-resizer-webhook")
-    assert policy["spec"]["ingress"] == [{
-        "ports": [{"port": 9443, "protocol": "TCP"}],
-        "from": [{"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "fd00::/64"}}, prometheus]}]
+    assert policy["spec"]["ingress"] == [
+        {
+            "ports": [{"port": 9443, "protocol": "TCP"}],
+            "from": [{"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "fd00::/64"}}, prometheus],
+        }
+    ]
     only_peers = render(helm, namespace=NS, values={"networkPolicy": {"webhookExtraIngressFrom": [prometheus]}})
     assert find(only_peers, "NetworkPolicy", "workload-resizer-webhook")["spec"]["ingress"][0]["from"] == [prometheus]
 
@@ -395,21 +524,34 @@ def test_scope_is_set_once_for_both_programs_and_the_webhook_configuration(helm:
 
     docs = render(helm, namespace="other", values=CUSTOM)
     deployments = {d["metadata"]["name"].rsplit("-", 1)[1]: container(d)["args"] for d in find_all(docs, "Deployment")}
-    scope_flags = {name: [a for a in args if a.split("=", 1)[0] in
-                          ("--namespace", "--exclude-namespaces", "--namespace-selector")]
-                   for name, args in deployments.items()}
-    assert scope_flags["webhook"] == scope_flags["reconciler"] == [
-        "--namespace=other", "--exclude-namespaces=kube-system,other,batch,monitoring",
-        "--namespace-selector=resize=yes,!workload-resizer.io/exclude,env notin (dev,qa)"]
+    scope_flags = {
+        name: [a for a in args if a.split("=", 1)[0] in ("--namespace", "--exclude-namespaces", "--namespace-selector")]
+        for name, args in deployments.items()
+    }
+    assert (
+        scope_flags["webhook"]
+        == scope_flags["reconciler"]
+        == [
+            "--namespace=other",
+            "--exclude-namespaces=kube-system,other,batch,monitoring",
+            "--namespace-selector=resize=yes,!workload-resizer.io/exclude,env notin (dev,qa)",
+        ]
+    )
     parsed = reconciler_parse(deployments["reconciler"][1:])
     scope = parsed.scope
-    assert scope == namespace_scope("other", ["batch", "monitoring"],
-                                    "resize=yes,!workload-resizer.io/exclude,env notin (dev,qa)")
+    assert scope == namespace_scope(
+        "other", ["batch", "monitoring"], "resize=yes,!workload-resizer.io/exclude,env notin (dev,qa)"
+    )
     (hook,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
     selector = hook["namespaceSelector"]
     for name in ("kube-system", "other", "batch", "monitoring", "shop"):
-        for labels in ({}, {"resize": "yes"}, {"resize": "yes", "env": "dev"}, {"resize": "yes", "env": "prod"},
-                       {"resize": "yes", "workload-resizer.io/exclude": "true"}):
+        for labels in (
+            {},
+            {"resize": "yes"},
+            {"resize": "yes", "env": "dev"},
+            {"resize": "yes", "env": "prod"},
+            {"resize": "yes", "workload-resizer.io/exclude": "true"},
+        ):
             assert scope.includes(name, labels) == apiserver_selects(selector, name, labels), (name, labels)
     assert scope.includes("shop", {"resize": "yes", "env": "prod"})
 
@@ -421,8 +563,12 @@ def apiserver_selects(selector: dict[str, Any], name: str, labels: dict[str, str
         return False
     for e in selector.get("matchExpressions") or []:
         key, values = e["key"], e.get("values") or []
-        ok = {"In": full.get(key) in values and key in full, "NotIn": not (key in full and full[key] in values),
-              "Exists": key in full, "DoesNotExist": key not in full}[e["operator"]]
+        ok = {
+            "In": full.get(key) in values and key in full,
+            "NotIn": not (key in full and full[key] in values),
+            "Exists": key in full,
+            "DoesNotExist": key not in full,
+        }[e["operator"]]
         if not ok:
             return False
     return True
@@ -431,45 +577,70 @@ def apiserver_selects(selector: dict[str, Any], name: str, labels: dict[str, str
 def test_config_values(helm: str) -> None:
     """Bounds are overlaid on the defaults side by side; nodeTypes replace the sample;
     a baseline outside nodeTypes fails the render."""
-    docs = render(helm, set_values=["config.bounds.cpu.max=8", "config.baselineNodeType=x",
-                                    "config.nodeTypes.x.cpuPerf=2", "config.nodeTypes.x.memPerf=1"])
+    docs = render(
+        helm,
+        set_values=[
+            "config.bounds.cpu.max=8",
+            "config.baselineNodeType=x",
+            "config.nodeTypes.x.cpuPerf=2",
+            "config.nodeTypes.x.memPerf=1",
+        ],
+    )
     text = find(docs, "ConfigMap")["data"]["config.yaml"]
     assert yaml.safe_load(text) == {
-        "baselineNodeType": "x", "nodeTypes": {"x": {"cpuPerf": 2, "memPerf": 1}},
+        "baselineNodeType": "x",
+        "nodeTypes": {"x": {"cpuPerf": 2, "memPerf": 1}},
         "bounds": {"cpu": {"min": "50m", "max": 8}, "memory": {"min": "64Mi", "max": "32Gi"}},
-        "memoryLimitDecrease": "Never"}
+        "memoryLimitDecrease": "Never",
+    }
     load_config(text)
     proc = template(helm, set_values=["config.nodeTypes.x.cpuPerf=2", "config.nodeTypes.x.memPerf=1"], check=False)
     assert proc.returncode != 0 and 'config.baselineNodeType "n2d" is not one of config.nodeTypes (x)' in proc.stderr
-    sidecars = yaml.safe_load(find(render(helm, set_values=["config.sidecars=true"]), "ConfigMap")["data"]["config.yaml"])
+    sidecars = yaml.safe_load(
+        find(render(helm, set_values=["config.sidecars=true"]), "ConfigMap")["data"]["config.yaml"]
+    )
     assert sidecars["sidecars"] is True and load_config(yaml.safe_dump(sidecars)).policies.default.sidecars
     docs = render(helm, set_values=["config.create=false"])
     assert not find_all(docs, "ConfigMap")
-    assert "--config-name=workload-resizer-config" in container(find(docs, "Deployment",
-                                                                      "workload-resizer-reconciler"))["args"]
+    assert (
+        "--config-name=workload-resizer-config"
+        in container(find(docs, "Deployment", "workload-resizer-reconciler"))["args"]
+    )
 
 
 def test_release_namespace(helm: str) -> None:
     docs = render(helm, namespace="platform-addons", release="wr")
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-                               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        if doc["kind"] not in (
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "MutatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ):
             assert doc["metadata"]["namespace"] == "platform-addons"
     policy = find(docs, "ValidatingAdmissionPolicy", "workload-resizer-reconciler-confined")
-    assert "system:serviceaccount:platform-addons:workload-resizer-reconciler" in \
-        policy["spec"]["matchConditions"][0]["expression"]
+    assert (
+        "system:serviceaccount:platform-addons:workload-resizer-reconciler"
+        in policy["spec"]["matchConditions"][0]["expression"]
+    )
     mwc = find(docs, "MutatingWebhookConfiguration")
-    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
-        "platform-addons/workload-resizer-webhook"
+    assert (
+        mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "platform-addons/workload-resizer-webhook"
+    )
     (hook,) = mwc["webhooks"]
     assert hook["namespaceSelector"]["matchExpressions"] == [
-        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "platform-addons"]}]
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "platform-addons"]}
+    ]
     assert hook["clientConfig"]["service"]["namespace"] == "platform-addons"
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         for component in ("reconciler", "webhook"):
             (subject,) = find(docs, kind, f"workload-resizer-{component}")["subjects"]
-            assert subject == {"kind": "ServiceAccount", "name": f"workload-resizer-{component}",
-                               "namespace": "platform-addons"}
+            assert subject == {
+                "kind": "ServiceAccount",
+                "name": f"workload-resizer-{component}",
+                "namespace": "platform-addons",
+            }
     cert = find(docs, "Certificate", "workload-resizer-webhook")
     assert "workload-resizer-webhook.platform-addons.svc" in cert["spec"]["dnsNames"]
     args = container(find(docs, "Deployment", "workload-resizer-reconciler"))["args"]
@@ -485,12 +656,14 @@ def test_cert_manager_objects(helm: str) -> None:
     ca_issuer = find(docs, "Issuer", "workload-resizer-ca")
     assert ca_issuer["spec"] == {"ca": {"secretName": ca["spec"]["secretName"]}}
     serving = find(docs, "Certificate", "workload-resizer-webhook")
-    assert serving["spec"]["issuerRef"] == {"name": "workload-resizer-ca", "kind": "Issuer",
-                                            "group": "cert-manager.io"}
+    assert serving["spec"]["issuerRef"] == {"name": "workload-resizer-ca", "kind": "Issuer", "group": "cert-manager.io"}
     assert serving["spec"]["secretName"] == "workload-resizer-webhook-tls"
     assert set(serving["spec"]["dnsNames"]) == {
-        "workload-resizer-webhook", f"workload-resizer-webhook.{NS}", f"workload-resizer-webhook.{NS}.svc",
-        f"workload-resizer-webhook.{NS}.svc.cluster.local"}
+        "workload-resizer-webhook",
+        f"workload-resizer-webhook.{NS}",
+        f"workload-resizer-webhook.{NS}.svc",
+        f"workload-resizer-webhook.{NS}.svc.cluster.local",
+    }
     assert "server auth" in serving["spec"]["usages"]
     for doc in docs:
         if doc["kind"] in CERT_MANAGER_KINDS:
@@ -525,7 +698,7 @@ def test_tls_mode_helm_serves_with_the_real_webhook(helm: str) -> None:
     ca_bundle = base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"])
     assert ca_bundle == base64.b64decode(secret["data"]["ca.crt"])
     certs = _certs_from_secret(secret, "chart-helm-tls-")
-    webhook = Webhook(certs=certs)        # type: ignore[arg-type]
+    webhook = Webhook(certs=certs)  # type: ignore[arg-type]
     try:
         context = ssl.create_default_context(cafile=certs.ca_file)
         for name in ("workload-resizer-webhook.other.svc", "workload-resizer-webhook.other.svc.cluster.local"):
@@ -540,21 +713,24 @@ def _certs_from_secret(secret: dict[str, Any], prefix: str) -> SimpleNamespace:
     directory = Path(tempfile.mkdtemp(prefix=prefix))
     for key in ("tls.crt", "tls.key", "ca.crt"):
         (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
-    return SimpleNamespace(ca_file=str(directory / "ca.crt"), cert_file=str(directory / "tls.crt"),
-                           key_file=str(directory / "tls.key"))
+    return SimpleNamespace(
+        ca_file=str(directory / "ca.crt"), cert_file=str(directory / "tls.crt"), key_file=str(directory / "tls.key")
+    )
 
 
 def _readyz_over_tls(webhook: Webhook, context: ssl.SSLContext, server_name: str) -> bool:
     if not webhook.alive:
         raise AssertionError(f"webhook exited:\n{webhook.logs()[-3000:]}")
     try:
-        with socket.create_connection(("127.0.0.1", webhook.port), timeout=5) as raw, \
-                context.wrap_socket(raw, server_hostname=server_name) as tls:
+        with (
+            socket.create_connection(("127.0.0.1", webhook.port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname=server_name) as tls,
+        ):
             tls.sendall(f"GET /readyz HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n\r\n".encode())
             return tls.recv(64).startswith(b"HTTP/1.1 200")
     except ssl.SSLCertVerificationError as err:
         raise AssertionError(f"the chart's certificate does not verify as {server_name}: {err}") from None
-    except OSError:             # not listening yet
+    except OSError:  # not listening yet
         return False
 
 
@@ -563,43 +739,56 @@ def test_tls_mode_helm_keeps_the_certificate_on_upgrade(cluster, helm: str, name
     install instead of minting a new CA, so the caBundle and the serving certificate agree."""
     pem = provided_certs(namespace)
     data = {"ca.crt": pem["caBundle"], "tls.crt": pem["cert"], "tls.key": pem["key"]}
-    cluster.kube.create(f"/api/v1/namespaces/{namespace}/secrets", {
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": "workload-resizer-webhook-tls"},
-        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
-    docs = render(helm, namespace=namespace, values={"tls": {"mode": "helm"}},
-                  extra=["--dry-run=server", "--kubeconfig", cluster.kubeconfig])
+    cluster.kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": "workload-resizer-webhook-tls"},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        },
+    )
+    docs = render(
+        helm,
+        namespace=namespace,
+        values={"tls": {"mode": "helm"}},
+        extra=["--dry-run=server", "--kubeconfig", cluster.kubeconfig],
+    )
     secret = find(docs, "Secret", "workload-resizer-webhook-tls")
     assert {k: base64.b64decode(v).decode() for k, v in secret["data"].items()} == data
     ca_bundle = find(docs, "MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["caBundle"]
     assert base64.b64decode(ca_bundle).decode() == pem["caBundle"]
 
 
-@pytest.mark.parametrize("bad, where", [
-    (["webhook.replica=3"], "additional properties 'replica'"),                 # typo'd key
-    (["reconciler.concurency=3"], "additional properties 'concurency'"),
-    (["tls.mod=helm"], "additional properties 'mod'"),
-    (["unknownTopLevel=1"], "additional properties 'unknownTopLevel'"),
-    (["config.nodeTypes.n4.cpuPref=1"], "additional properties 'cpuPref'"),
-    (["reconciler.concurrency=lots"], "/reconciler/concurrency"),                # wrong type
-    (["webhook.replicas=two"], "/webhook/replicas"),
-    (["reconciler.dryRun=maybe"], "/reconciler/dryRun"),
-    (["reconciler.leaderElection.leaseDuration=15"], "/reconciler/leaderElection/leaseDuration"),
-    (["tls.mode=selfsigned"], "/tls/mode"),                                      # not an allowed value
-    (["tls.mode=provided"], "/tls/provided"),                                    # provided without certs
-    (["webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
-    (["webhook.logLevel=verbose"], "/webhook/logLevel"),
-    (["webhook.port=70000"], "/webhook/port"),
-    (["config.nodeTypes.n4.cpuPerf=-1"], "/config/nodeTypes/n4/cpuPerf"),
-    (["config.bounds.cpu.min=lots"], "/config/bounds/cpu/min"),
-    (["image.pullPolicy=Sometimes"], "/image/pullPolicy"),
-    (["networkPolicy.apiserverCIDRs[0]=10.0.0.1"], "/networkPolicy/apiserverCIDRs/0"),    # not a CIDR
-    (["webhook.maxConnections=0"], "/webhook/maxConnections"),
-    (["webhook.httpReadTimeout=soon"], "/webhook/httpReadTimeout"),
-    (["reconciler.extraArgs[0]=dry-run"], "/reconciler/extraArgs/0"),
-    (["webhook.hostNetwork=sometimes"], "/webhook/hostNetwork"),
-    (["config.sidecars=sometimes"], "/config/sidecars"),
-])
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        (["webhook.replica=3"], "additional properties 'replica'"),  # typo'd key
+        (["reconciler.concurency=3"], "additional properties 'concurency'"),
+        (["tls.mod=helm"], "additional properties 'mod'"),
+        (["unknownTopLevel=1"], "additional properties 'unknownTopLevel'"),
+        (["config.nodeTypes.n4.cpuPref=1"], "additional properties 'cpuPref'"),
+        (["reconciler.concurrency=lots"], "/reconciler/concurrency"),  # wrong type
+        (["webhook.replicas=two"], "/webhook/replicas"),
+        (["reconciler.dryRun=maybe"], "/reconciler/dryRun"),
+        (["reconciler.leaderElection.leaseDuration=15"], "/reconciler/leaderElection/leaseDuration"),
+        (["tls.mode=selfsigned"], "/tls/mode"),  # not an allowed value
+        (["tls.mode=provided"], "/tls/provided"),  # provided without certs
+        (["webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
+        (["webhook.logLevel=verbose"], "/webhook/logLevel"),
+        (["webhook.port=70000"], "/webhook/port"),
+        (["config.nodeTypes.n4.cpuPerf=-1"], "/config/nodeTypes/n4/cpuPerf"),
+        (["config.bounds.cpu.min=lots"], "/config/bounds/cpu/min"),
+        (["image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+        (["networkPolicy.apiserverCIDRs[0]=10.0.0.1"], "/networkPolicy/apiserverCIDRs/0"),  # not a CIDR
+        (["webhook.maxConnections=0"], "/webhook/maxConnections"),
+        (["webhook.httpReadTimeout=soon"], "/webhook/httpReadTimeout"),
+        (["reconciler.extraArgs[0]=dry-run"], "/reconciler/extraArgs/0"),
+        (["webhook.hostNetwork=sometimes"], "/webhook/hostNetwork"),
+        (["config.sidecars=sometimes"], "/config/sidecars"),
+    ],
+)
 def test_schema_rejects_bad_values(helm: str, bad: list[str], where: str) -> None:
     proc = template(helm, set_values=bad, check=False)
     assert proc.returncode != 0, f"--set {bad} was accepted"
@@ -627,8 +816,10 @@ def test_kube_version_requirement(helm: str) -> None:
 
 def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
     docs = render(helm, namespace=NS)
-    assert [d["metadata"]["name"] for d in find_all(docs, "ClusterRole")] == ["workload-resizer-reconciler",
-                                                                               "workload-resizer-webhook"]
+    assert [d["metadata"]["name"] for d in find_all(docs, "ClusterRole")] == [
+        "workload-resizer-reconciler",
+        "workload-resizer-webhook",
+    ]
     assert find(docs, "ClusterRole", "workload-resizer-reconciler")["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
@@ -644,41 +835,70 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
     # Both off: none of those rights.
     docs_off = render(helm, namespace=NS, values={"reconciler": {"preflightChecks": [], "skipVPAManaged": False}})
     assert len(find(docs_off, "ClusterRole", "workload-resizer-reconciler")["rules"]) == 5
-    assert [d["metadata"]["name"] for d in find_all(docs, "Role")] == ["workload-resizer-reconciler",
-                                                                        "workload-resizer-webhook"]
+    assert [d["metadata"]["name"] for d in find_all(docs, "Role")] == [
+        "workload-resizer-reconciler",
+        "workload-resizer-webhook",
+    ]
     assert find(docs, "Role", "workload-resizer-reconciler")["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["workload-resizer-config"],
-         "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["workload-resizer-config"],
+            "verbs": ["get", "list", "watch"],
+        },
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["workload-resizer-originals-keys"],
-         "verbs": ["get"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["workload-resizer-originals-keys"],
+            "verbs": ["get"],
+        },
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-         "resourceNames": ["workload-resizer-reconciler"], "verbs": ["get", "update"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["workload-resizer-reconciler"],
+            "verbs": ["get", "update"],
+        },
     ]
     # The webhook (sizing at admission) reads node labels, LimitRanges, VPAs (reconciler.skipVPAManaged) and
     # its config; writes nothing.
     assert find(docs, "ClusterRole", "workload-resizer-webhook")["rules"] == [
         {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]},
-        {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["list", "watch"]}]
+        {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["list", "watch"]},
+    ]
     assert find(docs_off, "ClusterRole", "workload-resizer-webhook")["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}]
+        {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}
+    ]
     assert find(docs, "Role", "workload-resizer-webhook")["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["workload-resizer-config"],
-         "verbs": ["get", "list", "watch"]}]
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["workload-resizer-config"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
     # Each bound to its own ServiceAccount only.
     for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
         for component in ("reconciler", "webhook"):
             binding = find(docs, kind, f"workload-resizer-{component}")
-            assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
-                                          "name": f"workload-resizer-{component}"}
-            assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"workload-resizer-{component}",
-                                            "namespace": NS}]
+            assert binding["roleRef"] == {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": role_kind,
+                "name": f"workload-resizer-{component}",
+            }
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": f"workload-resizer-{component}", "namespace": NS}
+            ]
     # Without sizing at admission the webhook has no roles, no bindings and no token.
     docs_stamp_only = render(helm, namespace=NS, values={"webhook": {"sizeAtAdmission": False}})
-    assert not [d for d in docs_stamp_only if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-                and d["metadata"]["name"] == "workload-resizer-webhook"]
+    assert not [
+        d
+        for d in docs_stamp_only
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+        and d["metadata"]["name"] == "workload-resizer-webhook"
+    ]
     stamp_only = find(docs_stamp_only, "Deployment", "workload-resizer-webhook")
     assert stamp_only["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     assert "--size-at-admission=false" in container(stamp_only)["args"]
@@ -699,7 +919,7 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
 def _cert_manager_installed(kube: Kube) -> bool:
     try:
         resources = kube.get("/apis/cert-manager.io/v1")["resources"]
-    except (ApiError, ValueError):      # ValueError: a plain-text "404 page not found"
+    except (ApiError, ValueError):  # ValueError: a plain-text "404 page not found"
         return False
     return {"issuers", "certificates"} <= {r["name"] for r in resources}
 
@@ -712,7 +932,7 @@ def test_server_side_dry_run(cluster, helm: str, namespace: str, variant: str) -
     """Every rendered object is accepted by the real apiserver (strict field validation,
     dryRun=All: nothing is persisted). cert-manager objects only where its CRDs are installed."""
     values = values_for(variant, namespace)
-    values["fullnameOverride"] = chart_names(namespace)["fullname"]     # no clash with a real install
+    values["fullnameOverride"] = chart_names(namespace)["fullname"]  # no clash with a real install
     docs = render(helm, namespace=namespace, values=values)
     with_cert_manager = _cert_manager_installed(cluster.kube)
     checked = []
@@ -725,7 +945,7 @@ def test_server_side_dry_run(cluster, helm: str, namespace: str, variant: str) -
             path = collection_path(doc, namespace)
         try:
             created = cluster.kube.request("POST", path, doc, params={"dryRun": "All", "fieldValidation": "Strict"})
-        except ValueError:          # plain-text 404: cert-manager's CRDs went away meanwhile
+        except ValueError:  # plain-text 404: cert-manager's CRDs went away meanwhile
             assert doc["kind"] in CERT_MANAGER_KINDS and not _cert_manager_installed(cluster.kube)
             continue
         except ApiError as err:
@@ -734,8 +954,15 @@ def test_server_side_dry_run(cluster, helm: str, namespace: str, variant: str) -
             raise AssertionError(f"{doc['kind']} {doc['metadata']['name']} rejected: {err}") from None
         assert created["metadata"]["name"] == doc["metadata"]["name"]
         checked.append(doc["kind"])
-    assert {"Deployment", "Service", "MutatingWebhookConfiguration", "ClusterRole", "Role",
-            "ConfigMap", "ServiceAccount"} <= set(checked)
+    assert {
+        "Deployment",
+        "Service",
+        "MutatingWebhookConfiguration",
+        "ClusterRole",
+        "Role",
+        "ConfigMap",
+        "ServiceAccount",
+    } <= set(checked)
     # Nothing was persisted.
     assert not cluster.kube.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")["items"]
 
@@ -743,24 +970,41 @@ def test_server_side_dry_run(cluster, helm: str, namespace: str, variant: str) -
 # --------------------------------------------------------------------------- RBAC for real
 
 
-def can(kube: Kube, verb: str, resource: str, namespace: str | None = None, name: str | None = None,
-        group: str = "", subresource: str | None = None) -> bool:
+def can(
+    kube: Kube,
+    verb: str,
+    resource: str,
+    namespace: str | None = None,
+    name: str | None = None,
+    group: str = "",
+    subresource: str | None = None,
+) -> bool:
     attrs: dict[str, Any] = {"verb": verb, "resource": resource, "group": group}
     for key, value in (("namespace", namespace), ("name", name), ("subresource", subresource)):
         if value:
             attrs[key] = value
-    review = kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
-        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-        "spec": {"resourceAttributes": attrs}})
+    review = kube.create(
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attrs},
+        },
+    )
     return bool(review["status"]["allowed"])
 
 
-def status(kube: Kube, method: str, path: str, body: Any = None, content_type: str = "application/json",
-           **params: Any) -> int:
+def status(
+    kube: Kube, method: str, path: str, body: Any = None, content_type: str = "application/json", **params: Any
+) -> int:
     """HTTP status of a real request as kube's identity (watches are cut short by timeoutSeconds)."""
-    with kube.http.stream(method, path, params=params or None,
-                          content=json.dumps(body).encode() if body is not None else None,
-                          headers={"Content-Type": content_type} if body is not None else None) as resp:
+    with kube.http.stream(
+        method,
+        path,
+        params=params or None,
+        content=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": content_type} if body is not None else None,
+    ) as resp:
         return resp.status_code
 
 
@@ -774,17 +1018,25 @@ def rbac(cluster, helm: str, namespace: str):
 def test_reconciler_identity_can_do_its_job_and_nothing_more(cluster, rbac, namespace: str) -> None:
     names = chart_names(namespace)
     me = Kube(kubeconfig_for_token(cluster, rbac["reconciler"]))
-    review = me.create("/apis/authentication.k8s.io/v1/selfsubjectreviews", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
-    assert review["status"]["userInfo"]["username"] == \
-        f"system:serviceaccount:{namespace}:{names['reconciler']}"
+    review = me.create(
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    assert review["status"]["userInfo"]["username"] == f"system:serviceaccount:{namespace}:{names['reconciler']}"
 
     cm, lease = names["config"], names["lease"]
     leases = "coordination.k8s.io"
     allowed = [
-        ("list", "pods", None), ("watch", "pods", None), ("get", "pods", "default"), ("patch", "pods", "default"),
-        ("list", "nodes", None), ("watch", "nodes", None), ("get", "nodes", None),
-        ("create", "events", "default"), ("patch", "events", "default"), ("create", "events", namespace),
+        ("list", "pods", None),
+        ("watch", "pods", None),
+        ("get", "pods", "default"),
+        ("patch", "pods", "default"),
+        ("list", "nodes", None),
+        ("watch", "nodes", None),
+        ("get", "nodes", None),
+        ("create", "events", "default"),
+        ("patch", "events", "default"),
+        ("create", "events", namespace),
     ]
     for verb, resource, ns in allowed:
         assert can(me, verb, resource, ns), f"reconciler may not {verb} {resource} in {ns}"
@@ -851,21 +1103,42 @@ def test_reconciler_identity_can_do_its_job_and_nothing_more(cluster, rbac, name
     assert status(me, "GET", cm_path, fieldSelector="metadata.name=other") == 403
     assert status(me, "GET", "/api/v1/namespaces/default/configmaps", fieldSelector=f"metadata.name={cm}") == 403
     # pods/resize: authorized (404: no such pod), while deleting a pod is not (403).
-    assert status(me, "PATCH", "/api/v1/namespaces/default/pods/no-such-pod/resize", {"spec": {}},
-                  "application/strategic-merge-patch+json") == 404
+    assert (
+        status(
+            me,
+            "PATCH",
+            "/api/v1/namespaces/default/pods/no-such-pod/resize",
+            {"spec": {}},
+            "application/strategic-merge-patch+json",
+        )
+        == 404
+    )
     assert status(me, "DELETE", "/api/v1/namespaces/default/pods/no-such-pod") == 403
     assert status(me, "PATCH", "/api/v1/nodes/no-such-node", {"metadata": {}}, "application/merge-patch+json") == 403
     assert status(me, "GET", f"/api/v1/namespaces/{namespace}/secrets") == 403
     # Its events and its Lease.
-    event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "rbac-check", "namespace": namespace},
-             "involvedObject": {"kind": "ConfigMap", "name": cm, "namespace": namespace, "apiVersion": "v1"},
-             "type": "Warning", "reason": "InvalidConfig", "message": "rbac check",
-             "source": {"component": "workload-resizer"}}
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "rbac-check", "namespace": namespace},
+        "involvedObject": {"kind": "ConfigMap", "name": cm, "namespace": namespace, "apiVersion": "v1"},
+        "type": "Warning",
+        "reason": "InvalidConfig",
+        "message": "rbac check",
+        "source": {"component": "workload-resizer"},
+    }
     me.create(f"/api/v1/namespaces/{namespace}/events", event)
     me.patch(f"/api/v1/namespaces/{namespace}/events/rbac-check", {"count": 2})
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-    me.create(lease_path, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                           "metadata": {"name": lease}, "spec": {"holderIdentity": "rbac-check"}})
+    me.create(
+        lease_path,
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": lease},
+            "spec": {"holderIdentity": "rbac-check"},
+        },
+    )
     current = me.get(f"{lease_path}/{lease}")
     current["spec"]["holderIdentity"] = "rbac-check-2"
     assert me.request("PUT", f"{lease_path}/{lease}", current)["spec"]["holderIdentity"] == "rbac-check-2"
@@ -875,37 +1148,54 @@ def test_reconciler_identity_can_do_its_job_and_nothing_more(cluster, rbac, name
 def test_webhook_identity_may_only_read_nodes_limit_ranges_vpas_and_its_config(cluster, rbac, namespace: str) -> None:
     names = chart_names(namespace)
     me = Kube(kubeconfig_for_token(cluster, rbac["webhook"]))
-    for verb, resource, ns, name in (("list", "nodes", None, None), ("watch", "nodes", None, None),
-                                     ("list", "limitranges", None, None), ("watch", "limitranges", None, None),
-                                     ("get", "configmaps", namespace, names["config"]),
-                                     ("watch", "configmaps", namespace, names["config"])):
+    for verb, resource, ns, name in (
+        ("list", "nodes", None, None),
+        ("watch", "nodes", None, None),
+        ("list", "limitranges", None, None),
+        ("watch", "limitranges", None, None),
+        ("get", "configmaps", namespace, names["config"]),
+        ("watch", "configmaps", namespace, names["config"]),
+    ):
         assert can(me, verb, resource, ns, name=name), f"webhook may not {verb} {resource}"
     for verb in ("list", "watch"):
         assert can(me, verb, "verticalpodautoscalers", group="autoscaling.k8s.io"), f"webhook may not {verb} VPAs"
     for verb in ("get", "create", "patch", "delete"):
-        assert not can(me, verb, "verticalpodautoscalers", namespace, group="autoscaling.k8s.io"), \
+        assert not can(me, verb, "verticalpodautoscalers", namespace, group="autoscaling.k8s.io"), (
             f"webhook may {verb} VPAs"
-    for attrs in (dict(verb="get", resource="pods", namespace=namespace),
-                  dict(verb="list", resource="pods"),
-                  dict(verb="get", resource="configmaps", namespace=namespace, name="other"),
-                  dict(verb="list", resource="configmaps", namespace=namespace),
-                  dict(verb="get", resource="secrets", namespace=namespace),
-                  dict(verb="create", resource="events", namespace=namespace),
-                  dict(verb="get", resource="nodes"), dict(verb="patch", resource="nodes"),
-                  dict(verb="patch", resource="pods", namespace=namespace)):
+        )
+    for attrs in (
+        dict(verb="get", resource="pods", namespace=namespace),
+        dict(verb="list", resource="pods"),
+        dict(verb="get", resource="configmaps", namespace=namespace, name="other"),
+        dict(verb="list", resource="configmaps", namespace=namespace),
+        dict(verb="get", resource="secrets", namespace=namespace),
+        dict(verb="create", resource="events", namespace=namespace),
+        dict(verb="get", resource="nodes"),
+        dict(verb="patch", resource="nodes"),
+        dict(verb="patch", resource="pods", namespace=namespace),
+    ):
         assert not can(me, **attrs), f"webhook may {attrs}"
-    rules = me.create("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", {
-        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
-        "spec": {"namespace": namespace}})["status"]["resourceRules"]
+    rules = me.create(
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": namespace}},
+    )["status"]["resourceRules"]
     # What every authenticated user has (self reviews) and the chart's read-only sizing rules.
     granted = {(g, r) for rule in rules for g in rule.get("apiGroups", []) for r in rule.get("resources", [])}
-    assert granted <= {("authorization.k8s.io", "selfsubjectaccessreviews"),
-                       ("authorization.k8s.io", "selfsubjectrulesreviews"),
-                       ("authentication.k8s.io", "selfsubjectreviews"),
-                       ("", "nodes"), ("", "limitranges"), ("", "configmaps"),
-                       ("autoscaling.k8s.io", "verticalpodautoscalers")}, granted
-    verbs = {v for rule in rules if set(rule.get("resources", [])) & {
-        "nodes", "limitranges", "configmaps", "verticalpodautoscalers"} for v in rule.get("verbs", [])}
+    assert granted <= {
+        ("authorization.k8s.io", "selfsubjectaccessreviews"),
+        ("authorization.k8s.io", "selfsubjectrulesreviews"),
+        ("authentication.k8s.io", "selfsubjectreviews"),
+        ("", "nodes"),
+        ("", "limitranges"),
+        ("", "configmaps"),
+        ("autoscaling.k8s.io", "verticalpodautoscalers"),
+    }, granted
+    verbs = {
+        v
+        for rule in rules
+        if set(rule.get("resources", [])) & {"nodes", "limitranges", "configmaps", "verticalpodautoscalers"}
+        for v in rule.get("verbs", [])
+    }
     assert verbs <= {"get", "list", "watch"}, verbs
 
 
@@ -924,28 +1214,54 @@ def test_the_webhook_identity_is_enough_to_size_at_admission(cluster, rbac, name
     label = f"e2e.workload-resizer.io/family-{uuid.uuid4().hex[:8]}"
     node = f"{namespace}-n4"[:63]
     cluster.add_node(node, labels={label: "n4"})
-    proc = Webhook("--size-at-admission=true", f"--kubeconfig={kubeconfig_for_token(cluster, rbac['webhook'])}",
-                   f"--config-namespace={namespace}", f"--config-name={names['config']}",
-                   f"--node-type-label={label}", name="webhook-chart-identity")
+    proc = Webhook(
+        "--size-at-admission=true",
+        f"--kubeconfig={kubeconfig_for_token(cluster, rbac['webhook'])}",
+        f"--config-namespace={namespace}",
+        f"--config-name={names['config']}",
+        f"--node-type-label={label}",
+        name="webhook-chart-identity",
+    )
     try:
         proc.wait_ready()
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "generateName": "web-", "namespace": "default", "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": True}]},
-            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "x", "resources": {
-                "requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
-            "namespace": "default", "object": pod}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": "web-",
+                "namespace": "default",
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": True}
+                ],
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {"name": "app", "image": "x", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}
+                ],
+            },
+        }
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE",
+                "namespace": "default",
+                "object": pod,
+            },
+        }
         context = ssl.create_default_context(cafile=proc.certs.ca_file)
 
         def sized() -> bool:
             answer = httpx.post(proc.url, json=review, verify=context, timeout=10).json()["response"]
             ops = json.loads(base64.b64decode(answer["patch"]))
             return {"op": "add", "path": "/spec/containers/0/resources/requests/cpu", "value": "800m"} in ops
+
         wait_for("the webhook to size with the chart's RBAC", sized, timeout=60)
-        assert "VerticalPodAutoscaler CRD found" in proc.logs()      # and listed: sized only once it is
+        assert "VerticalPodAutoscaler CRD found" in proc.logs()  # and listed: sized only once it is
         assert "forbidden" not in proc.logs().lower()
     finally:
         proc.terminate()
@@ -990,28 +1306,35 @@ def test_cert_manager_mode_issues_and_injects(cluster, helm: str, namespace: str
         conditions = (kube.get(path).get("status") or {}).get("conditions") or []
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
-    wait_for("the self-signed Issuer Ready (cert-manager's controller running)",
-             lambda: ready(f"{issuers}/{names['fullname']}-selfsigned"), timeout=60)
+    wait_for(
+        "the self-signed Issuer Ready (cert-manager's controller running)",
+        lambda: ready(f"{issuers}/{names['fullname']}-selfsigned"),
+        timeout=60,
+    )
     wait_for("the serving Certificate Ready", lambda: ready(f"{certificates}/{names['webhook']}"), timeout=90)
     secret = kube.get(f"/api/v1/namespaces/{namespace}/secrets/{names['fullname']}-webhook-tls")
     assert {"tls.crt", "tls.key", "ca.crt"} <= set(secret["data"])
 
     mwc = find(docs, "MutatingWebhookConfiguration")
     ns_obj = kube.get(f"/api/v1/namespaces/{namespace}")
-    mwc["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Namespace", "name": namespace,
-                                           "uid": ns_obj["metadata"]["uid"]}]
+    mwc["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": ns_obj["metadata"]["uid"]}
+    ]
     mwc["webhooks"][0]["namespaceSelector"]["matchLabels"] = {"workload-resizer.io/test-never-matches": namespace}
     path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{mwc['metadata']['name']}"
     kube.create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mwc)
     try:
-        injected = wait_for("the CA injected into the webhook configuration", lambda: kube.get(path)["webhooks"][0]
-                            .get("clientConfig", {}).get("caBundle"), timeout=60)
+        injected = wait_for(
+            "the CA injected into the webhook configuration",
+            lambda: kube.get(path)["webhooks"][0].get("clientConfig", {}).get("caBundle"),
+            timeout=60,
+        )
         assert base64.b64decode(injected) == base64.b64decode(secret["data"]["ca.crt"])
     finally:
         kube.delete(path)
 
     certs = _certs_from_secret(secret, "chart-cm-tls-")
-    webhook = Webhook(certs=certs)        # type: ignore[arg-type]
+    webhook = Webhook(certs=certs)  # type: ignore[arg-type]
     try:
         context = ssl.create_default_context(cafile=certs.ca_file)
         server_name = f"{names['webhook']}.{namespace}.svc"
@@ -1022,10 +1345,17 @@ def test_cert_manager_mode_issues_and_injects(cluster, helm: str, namespace: str
 
 # --------------------------------------------------------------------------- monitoring (opt-in)
 
-MONITORING = {"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kps"}},
-                             "prometheusRule": {"enabled": True, "alertLabels": {"team": "platform"},
-                                                "runbookUrl": "https://example.com/operations"},
-                             "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Platform"}}}}
+MONITORING = {
+    "monitoring": {
+        "podMonitor": {"enabled": True, "labels": {"release": "kps"}},
+        "prometheusRule": {
+            "enabled": True,
+            "alertLabels": {"team": "platform"},
+            "runbookUrl": "https://example.com/operations",
+        },
+        "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Platform"}},
+    }
+}
 
 
 def test_helm_lint_with_monitoring(helm: str) -> None:
@@ -1041,22 +1371,31 @@ def test_monitoring_objects_pass_the_prometheus_operators_crds(cluster, helm: st
 
     def established(name: str) -> bool:
         crd = cluster.kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        return any(c["type"] == "Established" and c["status"] == "True"
-                   for c in (crd.get("status") or {}).get("conditions") or [])
+        return any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (crd.get("status") or {}).get("conditions") or []
+        )
 
     for crd in prometheus_operator_crds("prometheusrules", "podmonitors"):
         cluster.kube.apply(crd)
         wait_for(f"CRD {crd['metadata']['name']} established", lambda name=crd["metadata"]["name"]: established(name))
-    docs = render(helm, namespace=namespace, values={**MONITORING, "fullnameOverride": chart_names(namespace)["fullname"]})
-    monitoring = [d for d in docs if d["kind"] in ("PrometheusRule", "PodMonitor")
-                  or d["metadata"]["name"].endswith("-dashboard")]
+    docs = render(
+        helm, namespace=namespace, values={**MONITORING, "fullnameOverride": chart_names(namespace)["fullname"]}
+    )
+    monitoring = [
+        d for d in docs if d["kind"] in ("PrometheusRule", "PodMonitor") or d["metadata"]["name"].endswith("-dashboard")
+    ]
     assert sorted(d["kind"] for d in monitoring) == ["ConfigMap", "PodMonitor", "PodMonitor", "PrometheusRule"]
 
     def dry_run(doc: dict[str, Any]) -> dict[str, Any]:
         # The CRD's discovery may lag its Established condition by a moment.
-        return wait_for(f"{doc['kind']} {doc['metadata']['name']} accepted", lambda: cluster.kube.request(
-            "POST", collection_path(doc, namespace), doc, params={"dryRun": "All", "fieldValidation": "Strict"}),
-            timeout=30)
+        return wait_for(
+            f"{doc['kind']} {doc['metadata']['name']} accepted",
+            lambda: cluster.kube.request(
+                "POST", collection_path(doc, namespace), doc, params={"dryRun": "All", "fieldValidation": "Strict"}
+            ),
+            timeout=30,
+        )
 
     for doc in monitoring:
         assert dry_run(doc)["metadata"]["name"] == doc["metadata"]["name"]
@@ -1064,6 +1403,7 @@ def test_monitoring_objects_pass_the_prometheus_operators_crds(cluster, helm: st
     bad = json.loads(json.dumps(find_all(monitoring, "PodMonitor")[0]))
     bad["spec"]["podMetricsEndpoints"][0]["intervall"] = "30s"
     with pytest.raises(ApiError) as refused:
-        cluster.kube.request("POST", collection_path(bad, namespace), bad,
-                             params={"dryRun": "All", "fieldValidation": "Strict"})
+        cluster.kube.request(
+            "POST", collection_path(bad, namespace), bad, params={"dryRun": "All", "fieldValidation": "Strict"}
+        )
     assert "intervall" in str(refused.value)

@@ -9,6 +9,7 @@ as the kubelet would). Every pod the product sized before the re-renders must re
 the config edit: its signatures still verify because no render touched the key.
 A key that goes missing is loud (gauge, log) and putting it back heals it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -20,27 +21,41 @@ from typing import Any
 import pytest
 import yaml
 
+from devkit.chart import CHART, container_args, ensure_helm, render, run_helm
+from devkit.kube import Kube, deployment, wait_for
+from devkit.processes import (
+    Reconciler,
+    Webhook,
+    register_webhook,
+    unregister_webhook,
+    wait_webhook_active,
+    webhook_probe_pod,
+)
+from devkit.rbac import POLICY_KINDS, RBAC_KINDS, TEST_LABEL, chart_names, kubeconfig_for_token, uninstall_rbac
+from devkit.tempdirs import temporary_directory
 from resizer import ORIGINALS_MAC, key_id_of
 from resizer.integrity import key_id_order
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, ours, q, resources
-from devkit.chart import CHART, container_args, ensure_helm, render, run_helm
-from devkit.kube import Kube, deployment, wait_for
-from devkit.processes import (Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active,
-                              webhook_probe_pod)
-from devkit.rbac import POLICY_KINDS, RBAC_KINDS, TEST_LABEL, chart_names, kubeconfig_for_token, uninstall_rbac
-from devkit.tempdirs import temporary_directory
 
 CPU_ORIGINAL = "workload-resizer.io/original-cpu.app"
-SAMPLE_TYPES = {"n2d": {"cpuPerf": 1.0, "memPerf": 1.0}, "n4": {"cpuPerf": 1.25, "memPerf": 1.0},
-                "c3": {"cpuPerf": 1.3, "memPerf": 1.0}}
+SAMPLE_TYPES = {
+    "n2d": {"cpuPerf": 1.0, "memPerf": 1.0},
+    "n4": {"cpuPerf": 1.25, "memPerf": 1.0},
+    "c3": {"cpuPerf": 1.3, "memPerf": 1.0},
+}
 
 
 def chart_values(namespace: str, n4_cpu_perf: float = 1.25) -> dict[str, Any]:
     names = chart_names(namespace)
-    return {"fullnameOverride": names["fullname"], "commonLabels": {TEST_LABEL: namespace},
-            "config": {"nodeTypes": {**SAMPLE_TYPES, "n4": {"cpuPerf": n4_cpu_perf, "memPerf": 1.0}}},
-            "admissionPolicy": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                                "confineResizesToScope": False}}
+    return {
+        "fullnameOverride": names["fullname"],
+        "commonLabels": {TEST_LABEL: namespace},
+        "config": {"nodeTypes": {**SAMPLE_TYPES, "n4": {"cpuPerf": n4_cpu_perf, "memPerf": 1.0}}},
+        "admissionPolicy": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "confineResizesToScope": False,
+        },
+    }
 
 
 def gitops_sync(kube: Kube, namespace: str, values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -78,19 +93,29 @@ def test_helm_template_twice_then_a_config_edit_realigns_every_pod(world: dict[s
     kube: Kube = world["kube"]
     ns, names = harness.ns, chart_names(harness.ns)
     first = gitops_sync(kube, ns, chart_values(ns))
-    assert not [d for d in first if d["kind"] == "Secret" and "originals" in d["metadata"]["name"]], \
+    assert not [d for d in first if d["kind"] == "Secret" and "originals" in d["metadata"]["name"]], (
         "no key material in a render"
-    secret_flag = next(a for a in container_args(first, names["reconciler"]) if a.startswith("--originals-keys-secret="))
+    )
+    secret_flag = next(
+        a for a in container_args(first, names["reconciler"]) if a.startswith("--originals-keys-secret=")
+    )
     secret_namespace, secret_name = secret_flag.split("=", 1)[1].split("/")
     assert secret_namespace == ns
     webhook_args = container_args(first, names["webhook"])
     assert "--originals-keys-optional" in webhook_args
 
-    token = kube.create(f"/api/v1/namespaces/{ns}/serviceaccounts/{names['reconciler']}/token", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    token = kube.create(
+        f"/api/v1/namespaces/{ns}/serviceaccounts/{names['reconciler']}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )
     kubeconfig = kubeconfig_for_token(world["cluster"], token["status"]["token"])
-    reconciler = Reconciler(kubeconfig, f"--config-namespace={ns}", f"--config-name={names['config']}", secret_flag,
-                            f"--node-type-label={harness.label}")
+    reconciler = Reconciler(
+        kubeconfig,
+        f"--config-namespace={ns}",
+        f"--config-name={names['config']}",
+        secret_flag,
+        f"--node-type-label={harness.label}",
+    )
     harness.processes.append(reconciler)
     reconciler.wait_ready()
     secret = kube.get(f"/api/v1/namespaces/{ns}/secrets/{secret_name}")
@@ -108,14 +133,31 @@ def test_helm_template_twice_then_a_config_edit_realigns_every_pod(world: dict[s
     try:
         wait_webhook_active(kube, ns)
         project(secret, key_dir)
-        wait_for("the webhook to sign with the key that appeared", lambda: key_id_of(
-            (kube.request("POST", f"/api/v1/namespaces/{ns}/pods", webhook_probe_pod(ns), params={"dryRun": "All"})
-             ["metadata"].get("annotations") or {}).get(ORIGINALS_MAC)) == key_id, timeout=30)
+        wait_for(
+            "the webhook to sign with the key that appeared",
+            lambda: (
+                key_id_of(
+                    (
+                        kube.request(
+                            "POST", f"/api/v1/namespaces/{ns}/pods", webhook_probe_pod(ns), params={"dryRun": "All"}
+                        )["metadata"].get("annotations")
+                        or {}
+                    ).get(ORIGINALS_MAC)
+                )
+                == key_id
+            ),
+            timeout=30,
+        )
 
         node = harness.node("n4", "n4")
         harness.deploy("web", node, [guaranteed(cpu="1000m")], replicas=3)
-        pods = harness.wait_pods("web", 3, lambda p: applied(p) == "n4"
-                                 and resources(p)["limits"]["cpu"] == q("800m"), "sized for n4", timeout=60)
+        pods = harness.wait_pods(
+            "web",
+            3,
+            lambda p: applied(p) == "n4" and resources(p)["limits"]["cpu"] == q("800m"),
+            "sized for n4",
+            timeout=60,
+        )
         assert {key_id_of(p["metadata"]["annotations"][ORIGINALS_MAC]) for p in pods} == {key_id}
 
         # A second render and apply (a GitOps sync): the key Secret is not the chart's to touch.
@@ -124,22 +166,36 @@ def test_helm_template_twice_then_a_config_edit_realigns_every_pod(world: dict[s
 
         # The config edit, through the chart's values: n4 twice the baseline.
         gitops_sync(kube, ns, chart_values(ns, n4_cpu_perf=2.0))
-        harness.wait_pods("web", 3, lambda p: resources(p)["limits"]["cpu"] == q("500m")
-                          and resources(p)["requests"]["cpu"] == q("500m"), "re-aligned to 500m", timeout=90)
+        harness.wait_pods(
+            "web",
+            3,
+            lambda p: resources(p)["limits"]["cpu"] == q("500m") and resources(p)["requests"]["cpu"] == q("500m"),
+            "re-aligned to 500m",
+            timeout=90,
+        )
         for pod in harness.pods("web"):
             assert "OriginalsUnverified" not in harness.reasons(pod["metadata"]["name"])
         assert reconciler.metric("workload_resizer_originals_unknown_key_pods") == 0
 
         # The key going missing is loud; the same key back heals it.
-        kube.patch(f"/api/v1/namespaces/{ns}/secrets/{secret_name}",
-                   {"data": {key_id: None, "k0002": base64.b64encode(b"n" * 64).decode()}})
-        wait_for("the unknown-key gauge", lambda: reconciler.metric(
-            "workload_resizer_originals_unknown_key_pods") == 3, timeout=30)
+        kube.patch(
+            f"/api/v1/namespaces/{ns}/secrets/{secret_name}",
+            {"data": {key_id: None, "k0002": base64.b64encode(b"n" * 64).decode()}},
+        )
+        wait_for(
+            "the unknown-key gauge",
+            lambda: reconciler.metric("workload_resizer_originals_unknown_key_pods") == 3,
+            timeout=30,
+        )
         assert "pods signed with an originals key the reconciler does not have" in reconciler.logs()
-        kube.patch(f"/api/v1/namespaces/{ns}/secrets/{secret_name}",
-                   {"data": {key_id: secret["data"][key_id], "k0002": None}})
-        wait_for("the gauge back at 0", lambda: reconciler.metric(
-            "workload_resizer_originals_unknown_key_pods") == 0, timeout=30)
+        kube.patch(
+            f"/api/v1/namespaces/{ns}/secrets/{secret_name}", {"data": {key_id: secret["data"][key_id], "k0002": None}}
+        )
+        wait_for(
+            "the gauge back at 0",
+            lambda: reconciler.metric("workload_resizer_originals_unknown_key_pods") == 0,
+            timeout=30,
+        )
     finally:
         unregister_webhook(kube, hook)
 
@@ -178,10 +234,16 @@ def test_helm_upgrade_from_a_chart_that_rendered_the_key_keeps_it(cluster: Any, 
     (old_chart / "templates" / "originals-keys.yaml").write_text(OLD_KEYS_TEMPLATE)
     values = temporary_directory("values-") / "values.yaml"
     # The webhook configuration matches no namespace: nothing else in the shared cluster meets it.
-    values.write_text(yaml.safe_dump({
-        "fullnameOverride": chart_names(namespace)["fullname"], "tls": {"mode": "helm"},
-        "scope": {"namespaceSelector": {"matchLabels": {"workload-resizer.io/test-never-matches": namespace}}},
-        "admissionPolicy": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}}))
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "fullnameOverride": chart_names(namespace)["fullname"],
+                "tls": {"mode": "helm"},
+                "scope": {"namespaceSelector": {"matchLabels": {"workload-resizer.io/test-never-matches": namespace}}},
+                "admissionPolicy": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+            }
+        )
+    )
     name = f"{chart_names(namespace)['fullname']}-originals-keys"
     path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
 
@@ -224,8 +286,10 @@ def test_a_lost_key_secret_is_loud_and_a_pod_sized_at_admission_keeps_its_origin
     webhook = sizing_webhook(h, f"--originals-key-dir={key_dir}", "--cert-reload-interval=1s")
     with Registration(h.kube, ns, webhook):
         wait_sizing_active(h, "n4")
-        h.kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments",
-                      deployment("sized", 1, [guaranteed(cpu="8")], node_selector={h.label: "n4"}))
+        h.kube.create(
+            f"/apis/apps/v1/namespaces/{ns}/deployments",
+            deployment("sized", 1, [guaranteed(cpu="8")], node_selector={h.label: "n4"}),
+        )
         (pod,) = h.wait_running("sized")
     pod_name = pod["metadata"]["name"]
     h.wait_event(pod_name, "SizedAtAdmission", timeout=60)
@@ -239,8 +303,11 @@ def test_a_lost_key_secret_is_loud_and_a_pod_sized_at_admission_keeps_its_origin
     second = h.reconciler(secret_flag, name="reconciler-second")
     (new_id,) = h.kube.get(path)["data"]
     assert new_id != old_id and key_id_order(new_id) > key_id_order(old_id)
-    wait_for("the lost key's pod counted", lambda: second.metric(
-        "workload_resizer_originals_unknown_key_pods") == 1, timeout=60)
+    wait_for(
+        "the lost key's pod counted",
+        lambda: second.metric("workload_resizer_originals_unknown_key_pods") == 1,
+        timeout=60,
+    )
     assert "pods signed with an originals key the reconciler does not have" in second.logs()
     now = h.pod(pod_name)
     assert ours(now)[CPU_ORIGINAL] == "8" and resources(now)["limits"]["cpu"] == q("6400m")
@@ -255,6 +322,5 @@ def test_a_lost_key_secret_is_loud_and_a_pod_sized_at_admission_keeps_its_origin
 
     # The key put back: the pod verifies again and is sized from its originals (8 CPU on an n2d).
     h.kube.patch(path, {"data": {old_id: secret["data"][old_id]}})
-    h.wait_pods("sized", 1, lambda p: resources(p)["limits"]["cpu"] == q("8"), "sized from its originals",
-                timeout=60)
+    h.wait_pods("sized", 1, lambda p: resources(p)["limits"]["cpu"] == q("8"), "sized from its originals", timeout=60)
     assert second.metric("workload_resizer_originals_unknown_key_pods") == 0

@@ -22,6 +22,7 @@ nodePerf for the node the pod runs on, bounds applied, the largest of the row's 
 `SizedAtAdmission` Event per sizing (`AlreadyAligned` on the baseline family), with the
 reconciler's outcome metric (and the webhook's sized metric) counting them.
 """
+
 from __future__ import annotations
 
 import base64
@@ -51,8 +52,8 @@ from devkit.metrics import samples
 from devkit.processes import MUTATING_WEBHOOKS, REPO, wait_webhook_active, wait_webhook_inactive, webhook_decisions
 from devkit.rbac import tenant_kubeconfig
 from devkit.watch import PodHistory
-from reconciler.outcome import spec_size
 from ops.keys import new_key_id
+from reconciler.outcome import spec_size
 from resizer import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
@@ -73,7 +74,7 @@ HONESTY = ("OriginalsUnverified", "OriginalsReplaced")
 SIZINGS = ("Resized", "SizedAtAdmission")
 ORIGINAL_CPU = original_key("app", "cpu", "request")
 GATE = "example.com/composed-gate"
-UNITS = {"cpu": Fraction(1, 1000), "memory": Fraction(1)}       # whole millicores, whole bytes
+UNITS = {"cpu": Fraction(1, 1000), "memory": Fraction(1)}  # whole millicores, whole bytes
 PERF = {"cpu": "cpuPerf", "memory": "memPerf"}
 
 
@@ -88,9 +89,9 @@ class World:
     reconciler: ChartReconciler
     webhook: ChartWebhook
     pool: str
-    nodes: dict[str, str]           # n2d, n4, c3 -> node; "deferring" -> an untyped node that defers resizes
-    config: dict[str, Any]          # the chart's config.yaml
-    scratch: str                    # a namespace in scope without pods, for dry-run probes
+    nodes: dict[str, str]  # n2d, n4, c3 -> node; "deferring" -> an untyped node that defers resizes
+    config: dict[str, Any]  # the chart's config.yaml
+    scratch: str  # a namespace in scope without pods, for dry-run probes
 
     def node_type(self, node: str | None) -> str | None:
         """The node's type label now (None: no such node, or untyped)."""
@@ -126,15 +127,32 @@ class World:
         before = self.reconciler.metric("workload_resizer_config_reloads_total") if self.reconciler.alive else None
         self.kube.apply(self.chart.config_map(values), self.chart.ns)
         if before is not None:
-            wait_for("the reconciler to take the config into use", lambda: self.reconciler.metric(
-                "workload_resizer_config_reloads_total") > before, timeout=30)
+            wait_for(
+                "the reconciler to take the config into use",
+                lambda: self.reconciler.metric("workload_resizer_config_reloads_total") > before,
+                timeout=30,
+            )
 
     def probe(self, ns: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
         """A pod of a ReplicaSet created with dryRun=All (nothing stored): what admission makes of it."""
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "generateName": "composed-probe-", "labels": {"app": "probe", **(labels or {})},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe",
-                                 "uid": str(uuid.uuid4()), "controller": True}]}, "spec": spec}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": "composed-probe-",
+                "labels": {"app": "probe", **(labels or {})},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "ReplicaSet",
+                        "name": "probe",
+                        "uid": str(uuid.uuid4()),
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
         return self.kube.request("POST", f"/api/v1/namespaces/{ns}/pods", pod, params={"dryRun": "All"})
 
     def pin(self, family: str) -> dict[str, str]:
@@ -148,8 +166,10 @@ class World:
 
     def reconciler_idle(self) -> bool:
         """Nothing queued, nothing being decided."""
-        return self.reconciler.metric("workqueue_depth") == 0 and self.reconciler.metric(
-            "controller_runtime_active_workers") == 0
+        return (
+            self.reconciler.metric("workqueue_depth") == 0
+            and self.reconciler.metric("controller_runtime_active_workers") == 0
+        )
 
     def decisions(self) -> float:
         return self.reconciler.metric("controller_runtime_reconcile_total", controller="pod-resizer")
@@ -161,15 +181,18 @@ class World:
 def wait_sizing_active(world: World, ns: str) -> None:
     """Until a dry-run pod pinned to n4 comes back sized (the webhook's node and config watches synced)."""
     spec = {"nodeSelector": world.pin("n4"), "containers": [guaranteed()]}
-    wait_for("the webhook to size at admission", lambda: SIZED_AT_ADMISSION in (
-        world.probe(ns, spec)["metadata"].get("annotations") or {}), timeout=60)
+    wait_for(
+        "the webhook to size at admission",
+        lambda: SIZED_AT_ADMISSION in (world.probe(ns, spec)["metadata"].get("annotations") or {}),
+        timeout=60,
+    )
 
 
 @pytest.fixture(scope="module")
 def world(cluster: Any) -> Iterator[World]:
     kube: Kube = cluster.kube
     release = make_namespace(kube, "wr-composed")
-    scratch = make_namespace(kube, "composed-scratch")      # in scope: probes of the world's readiness
+    scratch = make_namespace(kube, "composed-scratch")  # in scope: probes of the world's readiness
     pool = f"composed-{uuid.uuid4().hex[:6]}"
     nodes = {family: f"{pool}-{family}" for family in ("n2d", "n4", "c3")}
     nodes["deferring"] = f"{pool}-deferring"
@@ -177,15 +200,15 @@ def world(cluster: Any) -> Iterator[World]:
     tenant: Kube | None = None
     try:
         assert flag_value(chart.args("reconciler"), "--node-type-label") == FAMILY_LABEL
-        install_crd(kube, yaml.safe_load(VPA_CRD.read_text()))     # found by the reconciler at its start
+        install_crd(kube, yaml.safe_load(VPA_CRD.read_text()))  # found by the reconciler at its start
         chart.apply()
         tenant = Kube(tenant_kubeconfig(kube, cluster, scratch))
-        wait_create_policy_active(tenant, scratch)      # before the webhook, which strips the probe's key
-        cluster.local.add_nodes([NodeSpec(node, family, pool) for family, node in nodes.items()
-                                 if family != "deferring"]
-                                + [NodeSpec(nodes["deferring"], None, f"{pool}-deferring",
-                                            labels={OUTCOME_LABEL: "deferred"})])
-        reconciler = chart.start_reconciler()       # creates the originals keys Secret
+        wait_create_policy_active(tenant, scratch)  # before the webhook, which strips the probe's key
+        cluster.local.add_nodes(
+            [NodeSpec(node, family, pool) for family, node in nodes.items() if family != "deferring"]
+            + [NodeSpec(nodes["deferring"], None, f"{pool}-deferring", labels={OUTCOME_LABEL: "deferred"})]
+        )
+        reconciler = chart.start_reconciler()  # creates the originals keys Secret
         projection = chart.project_keys()
         projection.wait_for("the key the reconciler created", lambda data: len(data) == 1)
         webhook = chart.start_webhook()
@@ -193,13 +216,25 @@ def world(cluster: Any) -> Iterator[World]:
         registered = kube.get(f"{MUTATING_WEBHOOKS}/{chart.fullname}")["webhooks"]
         rendered = chart.webhook_configuration(webhook)["webhooks"]
         assert len(registered) == len(rendered) and all(
-            registered_hook.get(k) == v for registered_hook, hook in zip(registered, rendered, strict=True)
-            for k, v in hook.items() if k != "clientConfig"), "as the chart renders it"
+            registered_hook.get(k) == v
+            for registered_hook, hook in zip(registered, rendered, strict=True)
+            for k, v in hook.items()
+            if k != "clientConfig"
+        ), "as the chart renders it"
         assert {hook["reinvocationPolicy"] for hook in registered} == {"IfNeeded"}
         wait_webhook_active(kube, scratch)
         config = yaml.safe_load(chart.config_map()["data"]["config.yaml"])
-        w = World(cluster=cluster, kube=kube, chart=chart, reconciler=reconciler, webhook=webhook, pool=pool,
-                  nodes=nodes, config=config, scratch=scratch)
+        w = World(
+            cluster=cluster,
+            kube=kube,
+            chart=chart,
+            reconciler=reconciler,
+            webhook=webhook,
+            pool=pool,
+            nodes=nodes,
+            config=config,
+            scratch=scratch,
+        )
         wait_sizing_active(w, scratch)
         yield w
     finally:
@@ -208,11 +243,22 @@ def world(cluster: Any) -> Iterator[World]:
             print(f"===== {proc.name} {proc.log_path}: last {min(len(lines), 40)} of {len(lines)} log lines")
             print("\n".join(lines[-40:]))
         chart.close()
-        if tenant is not None:      # the next modules' pods must not meet the webhook or the policies
+        if tenant is not None:  # the next modules' pods must not meet the webhook or the policies
             wait_webhook_inactive(kube, scratch)
-            wait_for("the chart's policies to be unloaded", lambda: not _denied_now(lambda: tenant.request(
-                "POST", f"/api/v1/namespaces/{scratch}/pods",
-                bare_pod("unloaded", {APPLIED_INSTANCE_TYPE: "n4"}), params={"dryRun": "All"})), timeout=60)
+            wait_for(
+                "the chart's policies to be unloaded",
+                lambda: (
+                    not _denied_now(
+                        lambda: tenant.request(
+                            "POST",
+                            f"/api/v1/namespaces/{scratch}/pods",
+                            bare_pod("unloaded", {APPLIED_INSTANCE_TYPE: "n4"}),
+                            params={"dryRun": "All"},
+                        )
+                    )
+                ),
+                timeout=60,
+            )
         for node in nodes.values():
             kube.delete(f"/api/v1/nodes/{node}")
         for ns in (scratch, release):
@@ -233,16 +279,23 @@ def ceiling(admitted: Fraction, ratio: Fraction, bounds: tuple[Fraction, Fractio
 
 
 def parsed(resources: dict[str, Any] | None) -> dict[tuple[str, str], Fraction]:
-    return {(kind, name): q(str(value)) for kind in ("requests", "limits")
-            for name, value in ((resources or {}).get(kind) or {}).items()}
+    return {
+        (kind, name): q(str(value))
+        for kind in ("requests", "limits")
+        for name, value in ((resources or {}).get(kind) or {}).items()
+    }
 
 
 def parts(spec: dict[str, Any]) -> dict[str, tuple[bool, dict[tuple[str, str], Fraction]]]:
     """Each container's, sidecar's, plain init container's and the pod level's resources, and
     whether the product may size them (a plain init container: never)."""
     found = {c["name"]: (True, parsed(c.get("resources"))) for c in spec.get("containers") or []}
-    found.update({f"{c['name']} (init)": (c.get("restartPolicy") == "Always", parsed(c.get("resources")))
-                  for c in spec.get("initContainers") or []})
+    found.update(
+        {
+            f"{c['name']} (init)": (c.get("restartPolicy") == "Always", parsed(c.get("resources")))
+            for c in spec.get("initContainers") or []
+        }
+    )
     if spec.get("resources"):
         found["(pod level)"] = (True, parsed(spec["resources"]))
     return found
@@ -258,11 +311,11 @@ class Row:
     world: World
     ns: str
     history: PodHistory
-    reconciler: ChartReconciler         # the one that ran when the row started (its metrics' baseline)
+    reconciler: ChartReconciler  # the one that ran when the row started (its metrics' baseline)
     outcomes: Counter[str]
     sized_by_webhook: float
-    authored: dict[str, dict[str, Any]] = field(default_factory=dict)     # app -> pod spec as written
-    perf: dict[tuple[str, str], list[float]] = field(default_factory=dict)    # (node type, cpu|memory) -> perfs
+    authored: dict[str, dict[str, Any]] = field(default_factory=dict)  # app -> pod spec as written
+    perf: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (node type, cpu|memory) -> perfs
     config_edited: bool = False
     failures: list[str] = field(default_factory=list)
 
@@ -272,24 +325,43 @@ class Row:
 
     # ---- workloads
 
-    def template(self, app: str, containers: list[dict[str, Any]], node_selector: dict[str, str],
-                 **spec: Any) -> dict[str, Any]:
+    def template(
+        self, app: str, containers: list[dict[str, Any]], node_selector: dict[str, str], **spec: Any
+    ) -> dict[str, Any]:
         body = {"containers": containers, "nodeSelector": node_selector, "terminationGracePeriodSeconds": 0, **spec}
         self.authored[app] = copy.deepcopy(body)
         return {"metadata": {"labels": {"app": app, ROW_LABEL: self.ns}}, "spec": body}
 
-    def deploy(self, app: str, containers: list[dict[str, Any]], node_selector: dict[str, str], replicas: int = 1,
-               **spec: Any) -> None:
-        self.kube.create(f"/apis/apps/v1/namespaces/{self.ns}/deployments", {
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-                     "template": self.template(app, containers, node_selector, **spec)}})
+    def deploy(
+        self, app: str, containers: list[dict[str, Any]], node_selector: dict[str, str], replicas: int = 1, **spec: Any
+    ) -> None:
+        self.kube.create(
+            f"/apis/apps/v1/namespaces/{self.ns}/deployments",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": app},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": app}},
+                    "template": self.template(app, containers, node_selector, **spec),
+                },
+            },
+        )
 
     def daemonset(self, app: str, containers: list[dict[str, Any]], node_selector: dict[str, str]) -> None:
-        self.kube.create(f"/apis/apps/v1/namespaces/{self.ns}/daemonsets", {
-            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": app},
-            "spec": {"selector": {"matchLabels": {"app": app}},
-                     "template": self.template(app, containers, node_selector)}})
+        self.kube.create(
+            f"/apis/apps/v1/namespaces/{self.ns}/daemonsets",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": app},
+                "spec": {
+                    "selector": {"matchLabels": {"app": app}},
+                    "template": self.template(app, containers, node_selector),
+                },
+            },
+        )
 
     def pods(self, app: str) -> list[dict[str, Any]]:
         return [p for p in self.kube.pods(self.ns, f"app={app}") if "deletionTimestamp" not in p["metadata"]]
@@ -302,13 +374,17 @@ class Row:
         pods: its FailedCreate Events."""
         events = self.kube.get(f"/api/v1/namespaces/{self.ns}/events", fieldSelector="reason=FailedCreate")["items"]
         owner = re.compile(rf"{re.escape(app)}(-[a-z0-9]+)?")
-        messages = {re.sub(r'^\(combined from similar events\): |pods "[^"]*" ', "", e["message"])
-                    for e in events if owner.fullmatch(e["involvedObject"]["name"])}
+        messages = {
+            re.sub(r'^\(combined from similar events\): |pods "[^"]*" ', "", e["message"])
+            for e in events
+            if owner.fullmatch(e["involvedObject"]["name"])
+        }
         return "; ".join(sorted(messages))
 
     def wait_created(self, app: str, count: int = 1, running: bool = True, timeout: float = 60) -> list[dict[str, Any]]:
         """`count` pods of `app`, created by their controller (and Running). A pod creation
         refused even once fails at once: nothing of the product may block one."""
+
         def check() -> list[dict[str, Any]] | None:
             refused = self.refusals(app)
             if refused:
@@ -316,8 +392,8 @@ class Row:
             pods = self.pods(app)
             ok = len(pods) == count and all(p["status"].get("phase") == "Running" or not running for p in pods)
             return pods if ok else None
-        return wait_for(f"{count} pod(s) of {app} created{' and Running' if running else ''}", check,
-                        timeout=timeout)
+
+        return wait_for(f"{count} pod(s) of {app} created{' and Running' if running else ''}", check, timeout=timeout)
 
     def expect_created(self, app: str, count: int = 1) -> list[dict[str, Any]]:
         """As wait_created, but a row goes on with what was created; the row fails at its sweep."""
@@ -339,10 +415,15 @@ class Row:
     def explain(self, name: str) -> str:
         """What a failed wait on pod `name` shows: its size, generation, our annotations and Events."""
         pod = self.pod(name)
-        conditions = [(c["type"], c.get("reason")) for c in pod["status"].get("conditions") or []
-                      if c["type"].startswith("PodResize")]
-        return (f"pod {name}: cpu {tuple(str(v) for v in cpu(pod))}, generation {pod['metadata']['generation']}, "
-                f"resize conditions {conditions}, annotations {ours(pod)}, Events {dict(self.events(name))}")
+        conditions = [
+            (c["type"], c.get("reason"))
+            for c in pod["status"].get("conditions") or []
+            if c["type"].startswith("PodResize")
+        ]
+        return (
+            f"pod {name}: cpu {tuple(str(v) for v in cpu(pod))}, generation {pod['metadata']['generation']}, "
+            f"resize conditions {conditions}, annotations {ours(pod)}, Events {dict(self.events(name))}"
+        )
 
     def wait_pod(self, name: str, what: str, ok: Any, timeout: float = 60) -> dict[str, Any]:
         """Pod `name` once ok(pod) holds."""
@@ -354,16 +435,22 @@ class Row:
     def wait_event(self, name: str, *reasons: str, timeout: float = 60) -> str:
         """The first of `reasons` recorded on pod `name`."""
         try:
-            return wait_for(f"{' or '.join(reasons)} on pod {name}", lambda: next(
-                (r for r in reasons if self.events(name)[r]), None), timeout=timeout)
+            return wait_for(
+                f"{' or '.join(reasons)} on pod {name}",
+                lambda: next((r for r in reasons if self.events(name)[r]), None),
+                timeout=timeout,
+            )
         except AssertionError as err:
             raise AssertionError(f"{err}; {self.explain(name)}") from None
 
     def wait_sizings(self, name: str, count: int, timeout: float = 60) -> None:
         """Until pod `name` has `count` sizing Events (a re-alignment's comes once it is actuated)."""
         try:
-            wait_for(f"{count} sizing Events on pod {name}", lambda: sum(
-                self.events(name)[r] for r in SIZINGS) >= count, timeout=timeout)
+            wait_for(
+                f"{count} sizing Events on pod {name}",
+                lambda: sum(self.events(name)[r] for r in SIZINGS) >= count,
+                timeout=timeout,
+            )
         except AssertionError as err:
             raise AssertionError(f"{err}; {self.explain(name)}") from None
 
@@ -374,8 +461,11 @@ class Row:
         """The row's namespace deleted and its pods terminating (never resized again), now."""
         self.kube.delete(f"/api/v1/namespaces/{self.ns}")
         self.kube.delete(f"/api/v1/namespaces/{self.ns}/pods", gracePeriodSeconds=0)
-        wait_for("the row's pods terminating", lambda: all(
-            "deletionTimestamp" in p["metadata"] for p in self.kube.pods(self.ns)), timeout=60)
+        wait_for(
+            "the row's pods terminating",
+            lambda: all("deletionTimestamp" in p["metadata"] for p in self.kube.pods(self.ns)),
+            timeout=60,
+        )
 
     # ---- config
 
@@ -412,14 +502,20 @@ class Row:
                         found.append(f"{name} {part} {kind}.{resource} = {value}: its author wrote none")
                         continue
                     ratio = self.ratio(node_type, resource) if sized and node_type else Fraction(1)
-                    limit = ceiling(own[(kind, resource)], ratio, (q(str(bounds[resource]["min"])),
-                                                                   q(str(bounds[resource]["max"]))), UNITS[resource])
+                    limit = ceiling(
+                        own[(kind, resource)],
+                        ratio,
+                        (q(str(bounds[resource]["min"])), q(str(bounds[resource]["max"]))),
+                        UNITS[resource],
+                    )
                     if kind == "limits" and ratio != 1 and own[(kind, resource)] != own.get(("requests", resource)):
-                        limit += UNITS[resource]          # a Burstable limit stays a unit above its request
+                        limit += UNITS[resource]  # a Burstable limit stays a unit above its request
                     if value != own[(kind, resource)] and value > limit:
-                        found.append(f"{name} {part} {kind}.{resource} = {value} at generation "
-                                     f"{version['metadata'].get('generation')} (admitted {own[(kind, resource)]}, "
-                                     f"at most {limit} on {node_type})")
+                        found.append(
+                            f"{name} {part} {kind}.{resource} = {value} at generation "
+                            f"{version['metadata'].get('generation')} (admitted {own[(kind, resource)]}, "
+                            f"at most {limit} on {node_type})"
+                        )
         return found
 
     def sweep(self, sizings: int | None = 1, honest: bool = True, final: bool = True) -> None:
@@ -448,17 +544,21 @@ class Row:
     def metrics_count(self, reasons: Counter[str]) -> list[str]:
         """The reconciler's outcome metric counts the row's Events (by the process that ran them)."""
         if self.world.reconciler is not self.reconciler or not self.reconciler.alive:
-            return []        # restarted within the row: the row checked them before
+            return []  # restarted within the row: the row checked them before
         problems = []
         for reason, count in reasons.items():
             now = self.reconciler.metric("workload_resizer_outcomes_total", reason=reason)
             if now - self.outcomes[reason] < count:
-                problems.append(f"workload_resizer_outcomes_total{{reason={reason!r}}} rose by "
-                                f"{now - self.outcomes[reason]}, {count} {reason} Events")
+                problems.append(
+                    f"workload_resizer_outcomes_total{{reason={reason!r}}} rose by "
+                    f"{now - self.outcomes[reason]}, {count} {reason} Events"
+                )
         sized = self.world.webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="sized")
         if sized - self.sized_by_webhook < reasons["SizedAtAdmission"]:
-            problems.append(f"the webhook's sized metric rose by {sized - self.sized_by_webhook}, "
-                            f"{reasons['SizedAtAdmission']} pods SizedAtAdmission")
+            problems.append(
+                f"the webhook's sized metric rose by {sized - self.sized_by_webhook}, "
+                f"{reasons['SizedAtAdmission']} pods SizedAtAdmission"
+            )
         return problems
 
 
@@ -472,9 +572,14 @@ def outcome_counts(proc: ChartReconciler) -> Counter[str]:
 @pytest.fixture
 def row(world: World, namespace: str) -> Iterator[Row]:
     history = PodHistory(world.kube, namespace)
-    r = Row(world=world, ns=namespace, history=history, reconciler=world.reconciler,
-            outcomes=outcome_counts(world.reconciler),
-            sized_by_webhook=world.webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="sized"))
+    r = Row(
+        world=world,
+        ns=namespace,
+        history=history,
+        reconciler=world.reconciler,
+        outcomes=outcome_counts(world.reconciler),
+        sized_by_webhook=world.webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="sized"),
+    )
     try:
         yield r
     finally:
@@ -507,24 +612,42 @@ def test_01_a_later_webhook_reinvokes_ours_and_the_pod_is_sized_once(world: Worl
     assert configuration > world.chart.fullname, "called after ours"
     world.kube.create(MUTATING_WEBHOOKS, labeller.configuration(configuration, [row.ns]))
     try:
-        wait_for("the other webhook to be called", lambda: world.probe(row.ns, {"containers": [guaranteed()]})[
-            "metadata"]["labels"].get("example.com/labelled") == "yes", timeout=30)
+        wait_for(
+            "the other webhook to be called",
+            lambda: (
+                world.probe(row.ns, {"containers": [guaranteed()]})["metadata"]["labels"].get("example.com/labelled")
+                == "yes"
+            ),
+            timeout=30,
+        )
         before = world.resizes_served()
         row.deploy("reinvoked", [guaranteed(cpu="1")], world.pin("n4"))
         (pod,) = row.wait_created("reinvoked")
         name = pod["metadata"]["name"]
         assert pod["metadata"]["labels"]["example.com/labelled"] == "yes"
         seen = [p for p in labeller.reviewed if (p["metadata"].get("labels") or {}).get("app") == "reinvoked"]
-        assert seen and all(ORIGINAL_CPU in (p["metadata"].get("annotations") or {}) for p in seen), \
+        assert seen and all(ORIGINAL_CPU in (p["metadata"].get("annotations") or {}) for p in seen), (
             "the other webhook is called after ours"
+        )
         assert ours(pod)[ORIGINAL_CPU] == "1" and ours(pod)[SIZED_AT_ADMISSION] == "n4", ours(pod)
         assert cpu(pod) == (q("800m"), q("800m")) and pod["metadata"]["generation"] == 1
         row.wait_event(name, "SizedAtAdmission")
         assert world.resizes_served() == before, "no pods/resize"
         assert row.pod(name)["metadata"]["generation"] == 1
-        wait_for("our webhook's second decision on the pod (reinvoked)", lambda: len([
-            r for r in webhook_decisions(world.webhook, row.ns)
-            if r.get("msg") == "admission decision" and str(r.get("pod")).startswith("reinvoked-")]) >= 2, timeout=10)
+        wait_for(
+            "our webhook's second decision on the pod (reinvoked)",
+            lambda: (
+                len(
+                    [
+                        r
+                        for r in webhook_decisions(world.webhook, row.ns)
+                        if r.get("msg") == "admission decision" and str(r.get("pod")).startswith("reinvoked-")
+                    ]
+                )
+                >= 2
+            ),
+            timeout=10,
+        )
     finally:
         world.kube.delete(f"{MUTATING_WEBHOOKS}/{configuration}")
         labeller.close()
@@ -570,8 +693,9 @@ def test_04_a_gated_pinned_pod_is_trusted_and_re_aligned(world: World, row: Row)
     name = pod["metadata"]["name"]
     bound = row.wait_pod(name, "with its originals bound", lambda p: ours(p)[ORIGINALS_MAC].startswith("v1.p."))
     assert bound["metadata"]["generation"] == 1 and bound["spec"].get("schedulingGates")
-    row.kube.patch(f"/api/v1/namespaces/{row.ns}/pods/{name}", [{"op": "remove", "path": "/spec/schedulingGates"}],
-                   kind="json")
+    row.kube.patch(
+        f"/api/v1/namespaces/{row.ns}/pods/{name}", [{"op": "remove", "path": "/spec/schedulingGates"}], kind="json"
+    )
     row.wait_created("gated")
     row.wait_event(name, *SIZINGS)
     row.wait_cpu(name, "800m")
@@ -587,12 +711,19 @@ def test_05_pod_level_resources_are_sized_at_both_levels(world: World, row: Row)
     levels (pod 1 -> 800m, limit 2 -> 1600m; its container 400m -> 320m, limit 800m -> 640m;
     memory unchanged) at generation 1, no pods/resize, one SizedAtAdmission Event."""
     before = world.resizes_served()
-    row.deploy("podlevel", [container("app", {"cpu": "400m", "memory": "256Mi"}, {"cpu": "800m", "memory": "512Mi"})],
-               world.pin("n4"), resources={"requests": {"cpu": "1", "memory": "512Mi"},
-                                           "limits": {"cpu": "2", "memory": "1Gi"}})
+    row.deploy(
+        "podlevel",
+        [container("app", {"cpu": "400m", "memory": "256Mi"}, {"cpu": "800m", "memory": "512Mi"})],
+        world.pin("n4"),
+        resources={"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+    )
     (pod,) = row.wait_created("podlevel")
-    assert parsed(pod["spec"]["resources"]) == {("requests", "cpu"): q("800m"), ("requests", "memory"): q("512Mi"),
-                                                ("limits", "cpu"): q("1600m"), ("limits", "memory"): q("1Gi")}
+    assert parsed(pod["spec"]["resources"]) == {
+        ("requests", "cpu"): q("800m"),
+        ("requests", "memory"): q("512Mi"),
+        ("limits", "cpu"): q("1600m"),
+        ("limits", "memory"): q("1Gi"),
+    }
     assert cpu(pod) == (q("320m"), q("640m")) and pod["metadata"]["generation"] == 1
     row.wait_event(pod["metadata"]["name"], "SizedAtAdmission")
     assert world.resizes_served() == before, "no pods/resize"
@@ -605,8 +736,16 @@ def test_06_opted_in_sidecars_are_sized_with_their_pod(world: World, row: Row) -
     pods/resize) and in the same one resize for a pod whose node is known after binding."""
     row.edit_config({"sidecars": True})
     spec = {"nodeSelector": world.pin("n4"), "containers": [guaranteed()], "initContainers": [sidecar("proxy", "500m")]}
-    wait_for("the webhook to size sidecars", lambda: parsed(world.probe(row.ns, spec, {ROW_LABEL: row.ns})["spec"][
-        "initContainers"][0]["resources"])[("requests", "cpu")] == q("400m"), timeout=30)
+    wait_for(
+        "the webhook to size sidecars",
+        lambda: (
+            parsed(world.probe(row.ns, spec, {ROW_LABEL: row.ns})["spec"]["initContainers"][0]["resources"])[
+                ("requests", "cpu")
+            ]
+            == q("400m")
+        ),
+        timeout=30,
+    )
     before = world.resizes_served()
     for app, selector in (("pinned", world.pin("n4")), ("bound", pin_node(world.nodes["n4"]))):
         row.deploy(app, [guaranteed(cpu="1")], selector, initContainers=[sidecar("proxy", "500m")])
@@ -632,14 +771,25 @@ def test_07_pods_an_updating_vpa_manages_are_left_alone(world: World, row: Row) 
     held_before = world.webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="held")
     apps = (("vpa-bound", pin_node(world.nodes["n4"])), ("vpa-pinned", world.pin("n4")))
     for app, _ in apps:
-        row.kube.create(f"/apis/autoscaling.k8s.io/v1/namespaces/{row.ns}/verticalpodautoscalers", {
-            "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": app},
-            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
-                     "updatePolicy": {"updateMode": "InPlaceOrRecreate"}}})
+        row.kube.create(
+            f"/apis/autoscaling.k8s.io/v1/namespaces/{row.ns}/verticalpodautoscalers",
+            {
+                "apiVersion": "autoscaling.k8s.io/v1",
+                "kind": "VerticalPodAutoscaler",
+                "metadata": {"name": app},
+                "spec": {
+                    "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
+                    "updatePolicy": {"updateMode": "InPlaceOrRecreate"},
+                },
+            },
+        )
     # The probe's ReplicaSet names no Deployment: held once the webhook has seen an updating VPA here.
     probe = {"nodeSelector": world.pin("n4"), "containers": [guaranteed()]}
-    wait_for("the webhook to see the VPAs", lambda: SIZED_AT_ADMISSION not in (
-        world.probe(row.ns, probe)["metadata"].get("annotations") or {}), timeout=60)
+    wait_for(
+        "the webhook to see the VPAs",
+        lambda: SIZED_AT_ADMISSION not in (world.probe(row.ns, probe)["metadata"].get("annotations") or {}),
+        timeout=60,
+    )
     for app, selector in apps:
         row.deploy(app, [guaranteed(cpu="1")], selector)
     (bound,) = row.wait_created("vpa-bound")
@@ -653,7 +803,9 @@ def test_07_pods_an_updating_vpa_manages_are_left_alone(world: World, row: Row) 
     decisions = [r for r in webhook_decisions(world.webhook, row.ns) if str(r.get("pod")).startswith("vpa-pinned-")]
     assert decisions and all(
         "VerticalPodAutoscaler vpa-pinned (updateMode InPlaceOrRecreate) manages the requests of Deployment "
-        "vpa-pinned" in str(r.get("sizingHeld")) for r in decisions), decisions
+        "vpa-pinned" in str(r.get("sizingHeld"))
+        for r in decisions
+    ), decisions
     assert world.webhook.metric("workload_resizer_webhook_sized_at_admission_total", result="held") >= held_before + 2
     assert world.resizes_served() == before, "no pods/resize"
     row.sweep(sizings=0)
@@ -663,16 +815,23 @@ def test_08_a_size_a_limit_range_would_refuse_is_held_and_never_blocks(world: Wo
     """A LimitRange (cpu min 900m) would refuse the n4 size (800m): the pods are created at the
     author's 1 CPU, never blocked (pinned to n4, and known after binding), get no pods/resize and
     one ResizeHeld Event naming the LimitRange each; the held-resizes gauge counts them."""
-    row.kube.create(f"/api/v1/namespaces/{row.ns}/limitranges", {
-        "apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "floor"},
-        "spec": {"limits": [{"type": "Container", "min": {"cpu": "900m"}}]}})
+    row.kube.create(
+        f"/api/v1/namespaces/{row.ns}/limitranges",
+        {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": {"name": "floor"},
+            "spec": {"limits": [{"type": "Container", "min": {"cpu": "900m"}}]},
+        },
+    )
     spec = {"nodeSelector": world.pin("n4"), "containers": [guaranteed()]}
 
-    def held() -> bool:      # the webhook has seen the LimitRange: a pinned pod is no longer sized
+    def held() -> bool:  # the webhook has seen the LimitRange: a pinned pod is no longer sized
         try:
             return SIZED_AT_ADMISSION not in (world.probe(row.ns, spec)["metadata"].get("annotations") or {})
-        except ApiError:     # sized, and refused by the LimitRange
+        except ApiError:  # sized, and refused by the LimitRange
             return False
+
     wait_for("the webhook to hold the size for the LimitRange", held, timeout=60)
     before = world.resizes_served()
     for app, selector in (("held-pinned", world.pin("n4")), ("held-bound", pin_node(world.nodes["n4"]))):
@@ -725,12 +884,15 @@ def test_10a_a_newer_key_signs_and_both_keys_verify(world: World, row: Row) -> N
     row.wait_event(old["metadata"]["name"], "Resized")
     reloads = world.reconciler_key_reloads()
     (first,) = world.kube.get(path)["data"]
-    newer = new_key_id()        # sorts after the one the reconciler created
+    newer = new_key_id()  # sorts after the one the reconciler created
     world.kube.patch(path, {"data": {newer: key_data()}})
     try:
         # As docs/operations.md says: new pods once both programs have the key.
-        wait_for("the reconciler to reload the keys (every --config-refresh-interval)",
-                 lambda: world.reconciler_key_reloads() > reloads, timeout=60)
+        wait_for(
+            "the reconciler to reload the keys (every --config-refresh-interval)",
+            lambda: world.reconciler_key_reloads() > reloads,
+            timeout=60,
+        )
         wait_for("the webhook to sign with the newer key", lambda: world.signing_key() == newer, timeout=60)
         row.deploy("new", [guaranteed(cpu="1")], pin_node(world.nodes["n4"]))
         (new,) = row.wait_created("new")
@@ -775,8 +937,11 @@ def test_10b_a_lost_key_is_counted_and_nothing_is_recaptured(world: World, row: 
         world.kube.delete(path)
         world.restart_reconciler()
         assert world.kube.get(path)["data"] != saved["data"], "a new key"
-        wait_for("the unknown-key gauge to count the pods signed with the lost key", lambda: world.reconciler.metric(
-            "workload_resizer_originals_unknown_key_pods") >= len(before), timeout=60)
+        wait_for(
+            "the unknown-key gauge to count the pods signed with the lost key",
+            lambda: world.reconciler.metric("workload_resizer_originals_unknown_key_pods") >= len(before),
+            timeout=60,
+        )
         wait_for("the reconciler idle", world.reconciler_idle, timeout=30)
         # A config edit makes it plan every one of them again: still nothing to take from the spec.
         row.edit_config({"nodeTypes": {"n4": {"cpuPerf": 2.0, "memPerf": 1.0}}})
@@ -790,13 +955,24 @@ def test_10b_a_lost_key_is_counted_and_nothing_is_recaptured(world: World, row: 
     finally:
         row.retire()
         world.kube.delete(path)
-        world.kube.create(f"/api/v1/namespaces/{ns_secret}/secrets", {
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "labels": saved["metadata"].get(
-                "labels") or {}, "annotations": saved["metadata"].get("annotations") or {}},
-            "type": saved.get("type", "Opaque"), "data": saved["data"]})
+        world.kube.create(
+            f"/api/v1/namespaces/{ns_secret}/secrets",
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": secret,
+                    "labels": saved["metadata"].get("labels") or {},
+                    "annotations": saved["metadata"].get("annotations") or {},
+                },
+                "type": saved.get("type", "Opaque"),
+                "data": saved["data"],
+            },
+        )
         world.restart_reconciler()
-        world.chart.project_keys().wait_for("the lost key back", lambda data: data == {
-            k: base64.b64decode(v) for k, v in saved["data"].items()})
+        world.chart.project_keys().wait_for(
+            "the lost key back", lambda data: data == {k: base64.b64decode(v) for k, v in saved["data"].items()}
+        )
         world.restart_webhook()
 
 
@@ -817,11 +993,22 @@ def test_11_restore_puts_every_pod_back_to_its_originals(world: World, row: Row)
     world.stop_reconciler()
     try:
         restored = subprocess.run(
-            [sys.executable, "-m", "commands", "restore", f"--kubeconfig={world.cluster.kubeconfig}",
-             f"--only-namespace={row.ns}", f"--namespace={flag_value(args, '--namespace')}",
-             f"--exclude-namespaces={flag_value(args, '--exclude-namespaces')}",
-             f"--originals-keys-secret={flag_value(args, '--originals-keys-secret')}"],
-            cwd=REPO, capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "commands",
+                "restore",
+                f"--kubeconfig={world.cluster.kubeconfig}",
+                f"--only-namespace={row.ns}",
+                f"--namespace={flag_value(args, '--namespace')}",
+                f"--exclude-namespaces={flag_value(args, '--exclude-namespaces')}",
+                f"--originals-keys-secret={flag_value(args, '--originals-keys-secret')}",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert restored.returncode == 0, restored.stdout + restored.stderr
         for app in ("bound", "baseline", "pinned"):
             for pod in row.pods(app):
@@ -858,15 +1045,25 @@ def test_12b_a_binding_carries_no_product_annotations(world: World, row: Row) ->
     """A tenant who may schedule its pods (pods/binding) binds one with workload-resizer.io
     annotations claiming it is already sized for n4: those never reach the pod (the chart's
     policy refuses them); bound without them, the pod is sized from what its author wrote (800m)."""
-    tenant = Kube(tenant_kubeconfig(row.kube, world.cluster, row.ns, rules=[
-        {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}]))
+    tenant = Kube(
+        tenant_kubeconfig(
+            row.kube,
+            world.cluster,
+            row.ns,
+            rules=[{"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}],
+        )
+    )
     row.deploy("self-scheduled", [guaranteed(cpu="1")], {POOL_LABEL: world.pool}, schedulerName="tenant-scheduler")
     (pod,) = row.wait_created("self-scheduled", running=False)
     name = pod["metadata"]["name"]
     # (A time the product never writes: its own applied-* after the resize may have the same keys.)
     forged = {APPLIED_INSTANCE_TYPE: "n4", APPLIED_SIZE: spec_size(pod), APPLIED_AT: "2000-01-01T00:00:00Z"}
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "annotations": forged},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": world.nodes["n4"]}}
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "annotations": forged},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": world.nodes["n4"]},
+    }
     bind = f"/api/v1/namespaces/{row.ns}/pods/{name}/binding"
     try:
         tenant.create(bind, binding)
@@ -874,7 +1071,9 @@ def test_12b_a_binding_carries_no_product_annotations(world: World, row: Row) ->
         assert err.status in (403, 422), err
         tenant.create(bind, {**binding, "metadata": {"name": name}})
     row.wait_created("self-scheduled")
-    landed = {k: v for k, v in ours(row.pod(name)).items() if k in forged and v == forged[k] and k != APPLIED_INSTANCE_TYPE}
+    landed = {
+        k: v for k, v in ours(row.pod(name)).items() if k in forged and v == forged[k] and k != APPLIED_INSTANCE_TYPE
+    }
     assert not landed, f"the Binding's annotations reached the pod: {landed}"
     row.wait_event(name, "Resized")
     row.wait_cpu(name, "800m")
@@ -885,8 +1084,14 @@ def test_12c_a_forged_status_never_steers_a_revert_above_the_admitted_size(world
     """While its resize is in flight (deferred by the node's kubelet), a tenant who may write
     pods/status reports the resize infeasible and the container at 4 CPU: the reconciler's
     revert never sets the pod above the 1 CPU its author wrote."""
-    tenant = Kube(tenant_kubeconfig(row.kube, world.cluster, row.ns, rules=[
-        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}]))
+    tenant = Kube(
+        tenant_kubeconfig(
+            row.kube,
+            world.cluster,
+            row.ns,
+            rules=[{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}],
+        )
+    )
     node = world.nodes["deferring"]
     row.deploy("inflight", [guaranteed(cpu="1")], pin_node(node))
     (pod,) = row.wait_created("inflight")
@@ -895,27 +1100,48 @@ def test_12c_a_forged_status_never_steers_a_revert_above_the_admitted_size(world
     # before they start is simply where they start): the node's fake kubelet defers it.
     world.label_node_type(node, "n4")
     try:
-        deferred = row.wait_pod(name, "with its resize deferred", lambda p: json.loads(
-            ours(p).get(RESIZE_STATE) or "{}").get("state") == "deferred")
+        deferred = row.wait_pod(
+            name,
+            "with its resize deferred",
+            lambda p: json.loads(ours(p).get(RESIZE_STATE) or "{}").get("state") == "deferred",
+        )
         assert cpu(deferred) == (q("800m"), q("800m"))
         statuses = copy.deepcopy(deferred["status"]["containerStatuses"])
         for status in statuses:
-            status["resources"] = {"requests": {"cpu": "4", "memory": "256Mi"},
-                                   "limits": {"cpu": "4", "memory": "256Mi"}}
+            status["resources"] = {
+                "requests": {"cpu": "4", "memory": "256Mi"},
+                "limits": {"cpu": "4", "memory": "256Mi"},
+            }
         # A kubelet reports at its own pace (the fake one at once, which would overwrite the
         # forgery before the reconciler reads it): it is held while the tenant's status stands.
         world.cluster.local.signal("kwok-capable", "STOP")
         try:
             wait_for("the reconciler idle", world.reconciler_idle, timeout=30)
             decided = world.decisions()
-            tenant.patch(f"/api/v1/namespaces/{row.ns}/pods/{name}/status", {"status": {
-                "containerStatuses": statuses,
-                "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
-                                "message": "forged", "observedGeneration": deferred["metadata"]["generation"],
-                                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}},
-                "strategic")
-            wait_for("the reconciler to decide on the forged status",
-                     lambda: world.decisions() > decided and world.reconciler_idle(), timeout=60)
+            tenant.patch(
+                f"/api/v1/namespaces/{row.ns}/pods/{name}/status",
+                {
+                    "status": {
+                        "containerStatuses": statuses,
+                        "conditions": [
+                            {
+                                "type": "PodResizePending",
+                                "status": "True",
+                                "reason": "Infeasible",
+                                "message": "forged",
+                                "observedGeneration": deferred["metadata"]["generation"],
+                                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            }
+                        ],
+                    }
+                },
+                "strategic",
+            )
+            wait_for(
+                "the reconciler to decide on the forged status",
+                lambda: world.decisions() > decided and world.reconciler_idle(),
+                timeout=60,
+            )
         finally:
             world.cluster.local.signal("kwok-capable", "CONT")
         now = row.pod(name)

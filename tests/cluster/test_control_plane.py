@@ -11,6 +11,7 @@ no machine-family label; our pods tolerate the taint and are annotated
 workload-resizer.io/skip, so that a reconciler running against the cluster (a
 demo, say) leaves them alone.
 """
+
 from __future__ import annotations
 
 import importlib.machinery
@@ -28,22 +29,33 @@ from typing import Any
 
 import pytest
 
+from devkit.kube import ApiError, Kube, container, deployment, wait_for
 from resizer import SKIP, parse_quantity
 from tests.conftest import HACK_CLUSTER, Cluster
-from devkit.kube import ApiError, Kube, container, deployment, wait_for
 
 TAINT = {"key": "workload-resizer.io/test-node", "value": "control-plane", "effect": "NoSchedule"}
 TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": TAINT["value"], "effect": TAINT["effect"]}
 
 CAPABLE = "cp-capable"
 UNSUPPORTED = "cp-no-resize"
-SMALL = "cp-small"          # cpu 2, memory 4Gi: room for the "above allocatable" scenario
+SMALL = "cp-small"  # cpu 2, memory 4Gi: room for the "above allocatable" scenario
 
 # A Burstable container, and a resize of it that a capable kubelet accepts. The
 # quantities are not canonical on purpose: the status must follow the spec by value.
 APP = container("app", {"cpu": "250m", "memory": "64Mi"}, {"cpu": "500m", "memory": "128Mi"})
-RESIZE = {"spec": {"containers": [{"name": "app", "resources": {
-    "requests": {"cpu": "0.4", "memory": "100Mi"}, "limits": {"cpu": "0.8", "memory": "200Mi"}}}]}}
+RESIZE = {
+    "spec": {
+        "containers": [
+            {
+                "name": "app",
+                "resources": {
+                    "requests": {"cpu": "0.4", "memory": "100Mi"},
+                    "limits": {"cpu": "0.8", "memory": "200Mi"},
+                },
+            }
+        ]
+    }
+}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -71,11 +83,13 @@ def tainted_node(cluster: Cluster, name: str, **kwargs: Any) -> str:
     return name
 
 
-def deploy(kube: Kube, namespace: str, name: str, node: str, containers: list[dict[str, Any]],
-           replicas: int = 1) -> list[dict[str, Any]]:
+def deploy(
+    kube: Kube, namespace: str, name: str, node: str, containers: list[dict[str, Any]], replicas: int = 1
+) -> list[dict[str, Any]]:
     """A Deployment pinned to node; returns its pods once all are Running."""
-    manifest = deployment(name, replicas, containers, node_selector={"kubernetes.io/hostname": node},
-                          annotations={SKIP: "true"})
+    manifest = deployment(
+        name, replicas, containers, node_selector={"kubernetes.io/hostname": node}, annotations={SKIP: "true"}
+    )
     manifest["spec"]["template"]["spec"]["tolerations"] = [TOLERATION]
     kube.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", manifest)
 
@@ -89,8 +103,11 @@ def deploy(kube: Kube, namespace: str, name: str, node: str, containers: list[di
 
 def by_value(resources: dict[str, Any] | None) -> dict[str, dict[str, Fraction]]:
     """requests/limits with every quantity parsed, so "0.4" equals "400m"."""
-    return {kind: {name: parse_quantity(q) for name, q in values.items()}
-            for kind, values in (resources or {}).items() if kind in ("requests", "limits") and values}
+    return {
+        kind: {name: parse_quantity(q) for name, q in values.items()}
+        for kind, values in (resources or {}).items()
+        if kind in ("requests", "limits") and values
+    }
 
 
 def status_follows_spec(pod: dict[str, Any]) -> bool:
@@ -111,20 +128,27 @@ def condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def resize_patch(**requests_by_container: dict[str, str]) -> dict[str, Any]:
-    return {"spec": {"containers": [{"name": name, "resources": {"requests": requests}}
-                                    for name, requests in requests_by_container.items()]}}
+    return {
+        "spec": {
+            "containers": [
+                {"name": name, "resources": {"requests": requests}} for name, requests in requests_by_container.items()
+            ]
+        }
+    }
 
 
 def run_hack(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([str(HACK_CLUSTER), *args], capture_output=True, text=True, timeout=timeout,
-                          env=env or dict(os.environ))
+    return subprocess.run(
+        [str(HACK_CLUSTER), *args], capture_output=True, text=True, timeout=timeout, env=env or dict(os.environ)
+    )
 
 
 # --------------------------------------------------------------------------- scenarios
 
 
 def test_deployment_pods_are_bound_by_the_scheduler_and_run_with_status_resources(
-        cluster: Cluster, namespace: str) -> None:
+    cluster: Cluster, namespace: str
+) -> None:
     node = tainted_node(cluster, CAPABLE)
     pods = deploy(cluster.kube, namespace, "web", node, [APP], replicas=2)
 
@@ -134,8 +158,12 @@ def test_deployment_pods_are_bound_by_the_scheduler_and_run_with_status_resource
         assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
         assert pod["status"]["qosClass"] == "Burstable"
         assert status_follows_spec(pod), pod["status"]["containerStatuses"]
-        scheduled = wait_for("Scheduled event", lambda pod=pod: [
-            e for e in cluster.kube.events_for(namespace, pod["metadata"]["name"]) if e["reason"] == "Scheduled"])
+        scheduled = wait_for(
+            "Scheduled event",
+            lambda pod=pod: [
+                e for e in cluster.kube.events_for(namespace, pod["metadata"]["name"]) if e["reason"] == "Scheduled"
+            ],
+        )
         reporter = scheduled[0].get("reportingComponent") or scheduled[0].get("source", {}).get("component")
         assert reporter == "default-scheduler"
         assert f"to {node}" in scheduled[0]["message"]
@@ -151,11 +179,19 @@ def test_resize_on_a_capable_node_is_accepted_and_status_follows_the_spec(cluste
     assert resized["metadata"]["generation"] == pod["metadata"]["generation"] + 1
     sent = RESIZE["spec"]["containers"][0]["resources"]
     assert by_value(resized["spec"]["containers"][0]["resources"]) == by_value(sent)
-    done = wait_for("status to follow the resized spec", lambda: (
-        p := cluster.kube.pod(namespace, name))["status"].get("observedGeneration") == resized["metadata"]["generation"]
-        and status_follows_spec(p) and p, timeout=20)
+    done = wait_for(
+        "status to follow the resized spec",
+        lambda: (
+            (p := cluster.kube.pod(namespace, name))["status"].get("observedGeneration")
+            == resized["metadata"]["generation"]
+            and status_follows_spec(p)
+            and p
+        ),
+        timeout=20,
+    )
     assert by_value(done["status"]["containerStatuses"][0]["resources"]) == by_value(
-        {"requests": {"cpu": "400m", "memory": "100Mi"}, "limits": {"cpu": "800m", "memory": "200Mi"}})
+        {"requests": {"cpu": "400m", "memory": "100Mi"}, "limits": {"cpu": "800m", "memory": "200Mi"}}
+    )
     assert condition(done, "PodResizePending") is None
     assert done["status"]["qosClass"] == "Burstable"
 
@@ -183,7 +219,7 @@ def test_resize_that_would_make_a_guaranteed_pod_burstable_is_rejected(cluster: 
     [pod] = deploy(cluster.kube, namespace, "web", node, [app])
     assert pod["status"]["qosClass"] == "Guaranteed"
 
-    with pytest.raises(ApiError) as rejected:   # request below the limit: Burstable
+    with pytest.raises(ApiError) as rejected:  # request below the limit: Burstable
         cluster.kube.resize(namespace, pod["metadata"]["name"], resize_patch(app={"cpu": "250m"}))
 
     assert rejected.value.status == 422
@@ -216,9 +252,15 @@ def test_resize_above_the_node_allocatable_is_infeasible(cluster: Cluster, names
         return
 
     generation = cluster.kube.resize(namespace, name, too_big)["metadata"]["generation"]
-    pending = wait_for("PodResizePending condition", lambda: (
-        c := condition(p := cluster.kube.pod(namespace, name), "PodResizePending")) and
-        c.get("observedGeneration") == generation and p, timeout=20)
+    pending = wait_for(
+        "PodResizePending condition",
+        lambda: (
+            (c := condition(p := cluster.kube.pod(namespace, name), "PodResizePending"))
+            and c.get("observedGeneration") == generation
+            and p
+        ),
+        timeout=20,
+    )
     assert condition(pending, "PodResizePending")["reason"] == "Infeasible"
     assert condition(pending, "PodResizePending")["status"] == "True"
     # The fake kubelet's verdict on this very generation (observedGeneration above): nothing actuated.
@@ -228,17 +270,24 @@ def test_resize_above_the_node_allocatable_is_infeasible(cluster: Cluster, names
     assert condition(after, "PodResizePending")["reason"] == "Infeasible"
 
     # A feasible resize afterwards is actuated and clears the condition.
-    generation = cluster.kube.resize(namespace, name, resize_patch(a={"cpu": "700m"}, b={"cpu": "700m"}))[
-        "metadata"]["generation"]
-    done = wait_for("feasible resize actuated", lambda: (
-        p := cluster.kube.pod(namespace, name))["status"].get("observedGeneration") == generation
-        and status_follows_spec(p) and p, timeout=20)
+    generation = cluster.kube.resize(namespace, name, resize_patch(a={"cpu": "700m"}, b={"cpu": "700m"}))["metadata"][
+        "generation"
+    ]
+    done = wait_for(
+        "feasible resize actuated",
+        lambda: (
+            (p := cluster.kube.pod(namespace, name))["status"].get("observedGeneration") == generation
+            and status_follows_spec(p)
+            and p
+        ),
+        timeout=20,
+    )
     assert condition(done, "PodResizePending") is None
 
 
 def test_binaries_and_api_report_the_pinned_versions(cluster: Cluster) -> None:
     hc = hack_cluster()
-    expected = hc.k8s_version()          # honours K8S_VERSION like the fixture's `up`
+    expected = hc.k8s_version()  # honours K8S_VERSION like the fixture's `up`
     assert expected == hc.K8S_PATCHES[expected.rsplit(".", 1)[0]]
     assert cluster.version == f"v{expected}"
     served = cluster.kube.get("/version")
@@ -247,18 +296,20 @@ def test_binaries_and_api_report_the_pinned_versions(cluster: Cluster) -> None:
     for binary in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         out = subprocess.run([f"{cluster.bin_dir}/{binary}", "--version"], capture_output=True, text=True, check=True)
         assert out.stdout.strip() == f"Kubernetes v{expected}", binary
-    kubectl = subprocess.run([f"{cluster.bin_dir}/kubectl", "version", "--client", "-o", "json"],
-                             capture_output=True, text=True, check=True)
+    kubectl = subprocess.run(
+        [f"{cluster.bin_dir}/kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, check=True
+    )
     assert json.loads(kubectl.stdout)["clientVersion"]["gitVersion"] == f"v{expected}"
-    etcd = subprocess.run([str(hc.bin_dir(f"etcd-v{hc.ETCD_VERSION}") / "etcd"), "--version"],
-                          capture_output=True, text=True, check=True)
+    etcd = subprocess.run(
+        [str(hc.bin_dir(f"etcd-v{hc.ETCD_VERSION}") / "etcd"), "--version"], capture_output=True, text=True, check=True
+    )
     assert f"etcd Version: {hc.ETCD_VERSION}\n" in etcd.stdout
-    kwok = subprocess.run([str(hc.bin_dir(f"kwok-v{hc.KWOK_VERSION}") / "kwok"), "--version"],
-                          capture_output=True, text=True, check=True)
+    kwok = subprocess.run(
+        [str(hc.bin_dir(f"kwok-v{hc.KWOK_VERSION}") / "kwok"), "--version"], capture_output=True, text=True, check=True
+    )
     assert kwok.stdout.startswith(f"kwok version v{hc.KWOK_VERSION} ")
     status = run_hack("status", timeout=30)
-    assert status.stdout.splitlines()[0] == \
-        f"Kubernetes v{expected}, etcd v{hc.ETCD_VERSION}, kwok v{hc.KWOK_VERSION}"
+    assert status.stdout.splitlines()[0] == f"Kubernetes v{expected}, etcd v{hc.ETCD_VERSION}, kwok v{hc.KWOK_VERSION}"
 
 
 def test_cluster_up_is_idempotent(cluster: Cluster) -> None:
@@ -273,19 +324,23 @@ def test_cluster_up_is_idempotent(cluster: Cluster) -> None:
     exports = dict(line.removeprefix("export ").split("=", 1) for line in again.stdout.splitlines())
     assert exports["KUBECONFIG"] == cluster.kubeconfig
     assert exports["PATH"].split(":", 1)[0] == cluster.bin_dir
-    assert run_hack("status", timeout=30).stdout == before     # same processes, nothing restarted
+    assert run_hack("status", timeout=30).stdout == before  # same processes, nothing restarted
 
 
 @pytest.mark.parametrize("command", ["up", "build"])
 @pytest.mark.parametrize("bad", ["1.99", "banana", "1.36.4.1", "2.0.0"])
 def test_a_bad_k8s_version_fails_with_a_clear_message(command: str, bad: str, tmp_path: Path) -> None:
-    env = {**os.environ, "K8S_VERSION": bad,
-           "WR_CLUSTER_DIR": str(tmp_path / "state"), "WR_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "K8S_VERSION": bad,
+        "WR_CLUSTER_DIR": str(tmp_path / "state"),
+        "WR_CACHE_DIR": str(tmp_path / "cache"),
+    }
     result = run_hack(command, env=env, timeout=30)
 
     assert result.returncode == 1
     assert f"error: K8S_VERSION={bad}" in result.stderr
-    assert "1.36" in result.stderr and "1.35" in result.stderr      # says what is accepted
+    assert "1.36" in result.stderr and "1.35" in result.stderr  # says what is accepted
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
     assert not (tmp_path / "state").exists() and not (tmp_path / "cache").exists()

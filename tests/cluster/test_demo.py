@@ -10,6 +10,7 @@ to its node) are created at their size; the originals keys are the Secret the re
 creates, which `workload-resizer plan|report` read by default, so no pod is held back as
 OriginalsUnverified and the report shows what was freed.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,7 +25,7 @@ from devkit.cluster import REPO, LocalCluster, cluster_dir_for_demo
 
 DEMO = REPO / "hack" / "demo.py"
 
-pytestmark = pytest.mark.timeout(1800)        # a first run builds the cluster's binaries
+pytestmark = pytest.mark.timeout(1800)  # a first run builds the cluster's binaries
 
 
 def printed_commands(output: str) -> tuple[str, list[str]]:
@@ -41,8 +42,9 @@ def demo() -> Iterator[str]:
     running_before = LocalCluster(cluster_dir_for_demo()).running()
     proc = subprocess.run([sys.executable, str(DEMO)], cwd=REPO, capture_output=True, text=True, timeout=1500)
     try:
-        assert proc.returncode == 0, f"hack/demo.py failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n" \
-                                     f"{proc.stderr[-4000:]}"
+        assert proc.returncode == 0, (
+            f"hack/demo.py failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
         yield proc.stdout
     finally:
         if not running_before:
@@ -50,8 +52,7 @@ def demo() -> Iterator[str]:
 
 
 def run_printed(export: str, command: str) -> str:
-    proc = subprocess.run(["bash", "-c", f"{export}\n{command}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(["bash", "-c", f"{export}\n{command}"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"`{command}` failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout + proc.stderr
 
@@ -62,15 +63,21 @@ def test_the_pinned_pods_are_created_at_their_size(demo: str) -> None:
     assert len(rows) == 6, demo
     for row in rows:
         node_type, cpu_now, how = row[2], row[5], row[11].strip()
-        assert (cpu_now, how) == {"n2d": ("500m", "unchanged"), "n4": ("400m", "created at its size"),
-                                  "c3": ("385m", "created at its size")}[node_type], row
+        assert (cpu_now, how) == {
+            "n2d": ("500m", "unchanged"),
+            "n4": ("400m", "created at its size"),
+            "c3": ("385m", "created at its size"),
+        }[node_type], row
     assert re.search(r"agent-\S+\s+Normal\s+SizedAtAdmission\s+created at its size for node type n4", demo), demo
 
 
 def test_the_printed_admin_commands_show_what_was_freed(demo: str) -> None:
     export, commands = printed_commands(demo)
-    assert commands == ["workload-resizer report", f"workload-resizer report -o html > {html_path(demo)}",
-                        "workload-resizer plan"]
+    assert commands == [
+        "workload-resizer report",
+        f"workload-resizer report -o html > {html_path(demo)}",
+        "workload-resizer plan",
+    ]
     outputs = {command: run_printed(export, command) for command in commands}
 
     report = outputs["workload-resizer report"]
@@ -81,8 +88,11 @@ def test_the_printed_admin_commands_show_what_was_freed(demo: str) -> None:
 
     page = Path(html_path(demo)).read_text()
     assert "OriginalsUnverified" not in page and "<h2>Held back (0)</h2>" in page
-    assert re.search(rf"13 managed pods: CPU requests \S+ as authored, \S+ now \({re.escape(total.group(2))} "
-                     r"freed\)", page), page[:2000]
+    assert re.search(
+        rf"13 managed pods: CPU requests \S+ as authored, \S+ now \({re.escape(total.group(2))} "
+        r"freed\)",
+        page,
+    ), page[:2000]
 
     plan = outputs["workload-resizer plan"]
     assert "OriginalsUnverified" not in plan and "Warning" not in plan, plan

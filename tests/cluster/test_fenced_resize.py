@@ -1,5 +1,6 @@
 """The reconciler's resize lands only on the spec it was planned from (the real apiserver's JSON
 patch `test` operations): a status update meanwhile does not conflict; a spec change does."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +15,7 @@ from tests.cluster.test_reconciler import Harness, guaranteed, q, resources
 
 
 def resize_to(cpu: str) -> dict[str, Any]:
-    return {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu},
-                                                                   "limits": {"cpu": cpu}}}]}}
+    return {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}
 
 
 async def fenced(h: Harness, pod: dict[str, Any], cpu: str, generation: int) -> dict[str, Any]:
@@ -32,9 +32,12 @@ def test_a_resize_planned_from_an_older_spec_is_refused_and_a_status_update_is_n
     read = h.wait_running("fenced")[0]
     name = read["metadata"]["name"]
     # The kubelet reports a status meanwhile: resourceVersion moves, generation does not.
-    h.kube.request("PATCH", f"/api/v1/namespaces/{h.ns}/pods/{name}/status",
-                   {"status": {"conditions": [{"type": "example.com/probe", "status": "True"}]}},
-                   content_type="application/strategic-merge-patch+json")
+    h.kube.request(
+        "PATCH",
+        f"/api/v1/namespaces/{h.ns}/pods/{name}/status",
+        {"status": {"conditions": [{"type": "example.com/probe", "status": "True"}]}},
+        content_type="application/strategic-merge-patch+json",
+    )
     assert h.pod(name)["metadata"]["resourceVersion"] != read["metadata"]["resourceVersion"]
     landed = asyncio.run(fenced(h, read, "800m", read["metadata"]["generation"]))
     assert landed["metadata"]["generation"] == read["metadata"]["generation"] + 1

@@ -14,6 +14,7 @@ checked to leave nothing of ours behind.
 Figures (build time, image size, `helm install` to the first `Resized`, leader takeover) are
 printed: run with -s or -rP to see them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,7 +51,7 @@ RELEASE = "workload-resizer"
 RECONCILER = f"{RELEASE}-reconciler"
 WEBHOOK = f"{RELEASE}-webhook"
 OURS = "workload-resizer.io/"
-LEASE_DURATION = 15.0        # the chart's reconciler.leaderElection defaults
+LEASE_DURATION = 15.0  # the chart's reconciler.leaderElection defaults
 RETRY_PERIOD = 2.0
 REPLICAS = 3
 
@@ -59,11 +60,11 @@ REPLICAS = 3
 class Installed:
     kube: Kube
     env: dict[str, str]
-    admin: Admin             # runs README's commands
-    uninstall: list[list[str]]   # README's uninstall commands
-    ns: str                  # the release namespace
-    app_ns: str              # the workload's namespace
-    nodes: list[str]         # the two real nodes
+    admin: Admin  # runs README's commands
+    uninstall: list[list[str]]  # README's uninstall commands
+    ns: str  # the release namespace
+    app_ns: str  # the workload's namespace
+    nodes: list[str]  # the two real nodes
     kwok_node: str
     figures: dict[str, float] = field(default_factory=dict)
 
@@ -109,8 +110,16 @@ def parse(line: str) -> dict[str, Any]:
 def clean_checkout(into: Path) -> Path:
     """The checkout's files as git sees them (tracked, and new files not ignored): no venv,
     caches or cluster state, as a fresh clone would have."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, listed):
         source = REPO / rel
         if source.is_file():
@@ -130,20 +139,47 @@ def workload(nodes_label: str) -> dict[str, Any]:
     """3 Guaranteed pods, one per node labelled `nodes_label` (the two real nodes and a KWOK node)."""
     resources = {"cpu": "500m", "memory": "64Mi"}
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "installed"},
-        "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "installed"}}, "template": {
-            "metadata": {"labels": {"app": "installed"}},
-            "spec": {
-                "hostNetwork": True, "terminationGracePeriodSeconds": 1,
-                "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-                "affinity": {
-                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": nodes_label, "operator": "Exists"}]}]}},
-                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"topologyKey": "kubernetes.io/hostname",
-                         "labelSelector": {"matchLabels": {"app": "installed"}}}]}},
-                "containers": [{"name": "app", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
-                                "resources": {"requests": resources, "limits": resources}}]}}}}
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "installed"},
+        "spec": {
+            "replicas": REPLICAS,
+            "selector": {"matchLabels": {"app": "installed"}},
+            "template": {
+                "metadata": {"labels": {"app": "installed"}},
+                "spec": {
+                    "hostNetwork": True,
+                    "terminationGracePeriodSeconds": 1,
+                    "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {"matchExpressions": [{"key": nodes_label, "operator": "Exists"}]}
+                                ]
+                            }
+                        },
+                        "podAntiAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "topologyKey": "kubernetes.io/hostname",
+                                    "labelSelector": {"matchLabels": {"app": "installed"}},
+                                }
+                            ]
+                        },
+                    },
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": WORKLOAD_IMAGE,
+                            "imagePullPolicy": "Never",
+                            "resources": {"requests": resources, "limits": resources},
+                        }
+                    ],
+                },
+            },
+        },
+    }
 
 
 def resized_events(kube: Kube, ns: str) -> list[dict[str, Any]]:
@@ -153,11 +189,23 @@ def resized_events(kube: Kube, ns: str) -> list[dict[str, Any]]:
 def webhook_stamps(kube: Kube, ns: str) -> bool:
     """A dry-run pod creation comes back with original-* annotations: the apiserver called the
     in-cluster webhook (through its Service) with the CA cert-manager injected."""
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "probe-", "ownerReferences": [{
-                 "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe", "uid": str(uuid.uuid4()),
-                 "controller": True}]},
-             "spec": {"containers": [{"name": "c", "image": WORKLOAD_IMAGE,
-                                      "resources": {"requests": {"cpu": "100m"}}}]}}
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "probe-",
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "probe",
+                    "uid": str(uuid.uuid4()),
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "c", "image": WORKLOAD_IMAGE, "resources": {"requests": {"cpu": "100m"}}}]},
+    }
     created = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", probe, params={"dryRun": "All"})
     return any(k.startswith(f"{OURS}original-") for k in (created.get("metadata", {}).get("annotations") or {}))
 
@@ -181,15 +229,26 @@ def installed(cluster: Any) -> Iterator[Installed]:
         (work / "admin" / name).write_text(content)
     admin = Admin(cluster, work / "admin")
     release_ns = _flag(install[0], "-n", "--namespace")
-    inst = Installed(kube=cluster.kube, env=env, admin=admin, uninstall=uninstall, ns=release_ns,
-                     app_ns=f"installed-{suffix}", nodes=nodes, kwok_node=kwok_node, figures=figures)
-    admin.run(["helm", "uninstall", RELEASE, "-n", release_ns, "--wait"], check=False)   # an interrupted run's
+    inst = Installed(
+        kube=cluster.kube,
+        env=env,
+        admin=admin,
+        uninstall=uninstall,
+        ns=release_ns,
+        app_ns=f"installed-{suffix}",
+        nodes=nodes,
+        kwok_node=kwok_node,
+        figures=figures,
+    )
+    admin.run(["helm", "uninstall", RELEASE, "-n", release_ns, "--wait"], check=False)  # an interrupted run's
     cluster.kube.delete(f"/api/v1/namespaces/{release_ns}")
     wait_for(f"namespace {release_ns} gone", lambda: not namespace_exists(cluster.kube, release_ns), timeout=180)
     try:
         started = time.monotonic()
-        build = run_visible([str(HACK_IMAGE), "build", "--tag", image,
-                             "--context", str(clean_checkout(work / "checkout"))], timeout=1800)
+        build = run_visible(
+            [str(HACK_IMAGE), "build", "--tag", image, "--context", str(clean_checkout(work / "checkout"))],
+            timeout=1800,
+        )
         assert build.returncode == 0, "hack/image build failed"
         figures["image build (s)"] = time.monotonic() - started
         archive = work / "image.oci.tar"
@@ -212,19 +271,40 @@ def installed(cluster: Any) -> Iterator[Installed]:
         install_started = time.monotonic()
         (helm_install,) = install
         assert helm_install[:3] == ["helm", "install", RELEASE], helm_install
-        admin.run([*helm_install, "--set", f"image.repository={IMAGE_REPOSITORY}", "--set", f"image.tag={tag}",
-                   "-f", str(REAL_NODE_VALUES),
-                   # Only this test's real nodes have the image (the session may have others).
-                   "--set-string", f"webhook.nodeSelector.{label}=1",
-                   "--set-string", f"reconciler.nodeSelector.{label}=1",
-                   "--wait", "--timeout", "10m"])
+        admin.run(
+            [
+                *helm_install,
+                "--set",
+                f"image.repository={IMAGE_REPOSITORY}",
+                "--set",
+                f"image.tag={tag}",
+                "-f",
+                str(REAL_NODE_VALUES),
+                # Only this test's real nodes have the image (the session may have others).
+                "--set-string",
+                f"webhook.nodeSelector.{label}=1",
+                "--set-string",
+                f"reconciler.nodeSelector.{label}=1",
+                "--wait",
+                "--timeout",
+                "10m",
+            ]
+        )
         figures["helm install --wait (s)"] = time.monotonic() - install_started
-        cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                   "metadata": {"name": inst.app_ns}})
-        wait_for("default service account", lambda: cluster.kube.get(
-            f"/api/v1/namespaces/{inst.app_ns}/serviceaccounts/default"), timeout=30)
-        wait_for("the in-cluster webhook to stamp pods (cert-manager's caBundle injected)",
-                 lambda: webhook_stamps(cluster.kube, inst.app_ns), timeout=120, interval=1)
+        cluster.kube.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": inst.app_ns}}
+        )
+        wait_for(
+            "default service account",
+            lambda: cluster.kube.get(f"/api/v1/namespaces/{inst.app_ns}/serviceaccounts/default"),
+            timeout=30,
+        )
+        wait_for(
+            "the in-cluster webhook to stamp pods (cert-manager's caBundle injected)",
+            lambda: webhook_stamps(cluster.kube, inst.app_ns),
+            timeout=120,
+            interval=1,
+        )
         # Restricted to this test's nodes: the session's own real node has no product image.
         cluster.kube.create(f"/apis/apps/v1/namespaces/{inst.app_ns}/deployments", workload(label))
         wait_for("the first Resized event", lambda: resized_events(cluster.kube, inst.app_ns), timeout=START_TIMEOUT)
@@ -244,19 +324,22 @@ def installed(cluster: Any) -> Iterator[Installed]:
 def seconds_between(earlier: str, later: str) -> float:
     def parse_time(text: str) -> float:
         return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
+
     return parse_time(later) - parse_time(earlier)
 
 
 def test_the_chart_runs_on_the_real_nodes_non_root_with_a_read_only_root(installed: Installed) -> None:
     pods = installed.our_pods("webhook") + installed.our_pods("reconciler")
     assert len(pods) == 4, [p["metadata"]["name"] for p in pods]
-    for pod in pods:     # start-up: container started -> Ready (the API's timestamps have 1 s resolution)
+    for pod in pods:  # start-up: container started -> Ready (the API's timestamps have 1 s resolution)
         ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
         started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
-        print(f"{pod['metadata']['name']}: created -> Ready "
-              f"{seconds_between(pod['metadata']['creationTimestamp'], ready['lastTransitionTime']):.0f}s, "
-              f"container started -> Ready {seconds_between(started, ready['lastTransitionTime']):.0f}s")
-    assert {p["spec"]["nodeName"] for p in pods} == set(installed.nodes)     # one of each per node (host ports)
+        print(
+            f"{pod['metadata']['name']}: created -> Ready "
+            f"{seconds_between(pod['metadata']['creationTimestamp'], ready['lastTransitionTime']):.0f}s, "
+            f"container started -> Ready {seconds_between(started, ready['lastTransitionTime']):.0f}s"
+        )
+    assert {p["spec"]["nodeName"] for p in pods} == set(installed.nodes)  # one of each per node (host ports)
     for pod in pods:
         name = pod["metadata"]["name"]
         assert pod["status"]["phase"] == "Running", name
@@ -281,32 +364,52 @@ def test_the_chart_runs_on_the_real_nodes_non_root_with_a_read_only_root(install
 
 def test_a_deployment_on_real_and_kwok_nodes_is_resized_by_the_installed_product(installed: Installed) -> None:
     kube = installed.kube
-    pods = wait_for("3 Running pods", lambda: (lambda ps: ps if len(ps) == REPLICAS and all(
-        p["status"].get("phase") == "Running" for p in ps) else None)(installed.app_pods()), timeout=START_TIMEOUT)
+    pods = wait_for(
+        "3 Running pods",
+        lambda: (
+            lambda ps: ps if len(ps) == REPLICAS and all(p["status"].get("phase") == "Running" for p in ps) else None
+        )(installed.app_pods()),
+        timeout=START_TIMEOUT,
+    )
     assert {p["spec"]["nodeName"] for p in pods} == {*installed.nodes, installed.kwok_node}
     names = {p["metadata"]["name"] for p in pods}
-    events = wait_for("a Resized event for each pod", lambda: (lambda es: es if {
-        e["involvedObject"]["name"] for e in es} >= names else None)(resized_events(kube, installed.app_ns)),
-        timeout=120)
+    events = wait_for(
+        "a Resized event for each pod",
+        lambda: (lambda es: es if {e["involvedObject"]["name"] for e in es} >= names else None)(
+            resized_events(kube, installed.app_ns)
+        ),
+        timeout=120,
+    )
     print("\n".join(f"{e['involvedObject']['name']}: {e['message']}" for e in events))
     for pod in installed.app_pods():
         name = pod["metadata"]["name"]
         annotations = pod["metadata"].get("annotations") or {}
-        assert annotations.get(f"{OURS}original-cpu.app") == "500m", (name, annotations)   # stamped at admission
+        assert annotations.get(f"{OURS}original-cpu.app") == "500m", (name, annotations)  # stamped at admission
         (status,) = pod["status"]["containerStatuses"]
         assert status["restartCount"] == 0, (name, status)
-        assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "400m"      # n4: 500m / 1.25
-    for pod in installed.app_pods():     # the real kubelets have actuated it
+        assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "400m"  # n4: 500m / 1.25
+    for pod in installed.app_pods():  # the real kubelets have actuated it
         if pod["spec"]["nodeName"] in installed.nodes:
-            wait_for(f"{pod['metadata']['name']}'s status at 400m", lambda n=pod["metadata"]["name"]: kube.pod(
-                installed.app_ns, n)["status"]["containerStatuses"][0].get("resources", {}).get(
-                    "requests", {}).get("cpu") == "400m", timeout=60)
+            wait_for(
+                f"{pod['metadata']['name']}'s status at 400m",
+                lambda n=pod["metadata"]["name"]: (
+                    kube.pod(installed.app_ns, n)["status"]["containerStatuses"][0]
+                    .get("resources", {})
+                    .get("requests", {})
+                    .get("cpu")
+                    == "400m"
+                ),
+                timeout=60,
+            )
 
     # The audit trail: the leader's log, read with kubectl logs from the real node.
     leader = installed.identities()[installed.lease_holder()]
     log = installed.kubectl("logs", "-n", installed.ns, leader).stdout
-    decisions = {e["pod"]: e for e in map(parse, log.splitlines())
-                 if e.get("logger") == "reconciler.decision" and e.get("namespace") == installed.app_ns}
+    decisions = {
+        e["pod"]: e
+        for e in map(parse, log.splitlines())
+        if e.get("logger") == "reconciler.decision" and e.get("namespace") == installed.app_ns
+    }
     assert set(decisions) >= names, log[-3000:]
     for name in names:
         assert decisions[name]["outcome"] == "Resized"
@@ -318,8 +421,9 @@ def test_a_deployment_on_real_and_kwok_nodes_is_resized_by_the_installed_product
     # it has listed the nodes and LimitRanges and loaded the config.
     webhook_log = installed.kubectl("logs", "-n", installed.ns, f"deploy/{WEBHOOK}").stdout
     webhook_records = [e for e in map(parse, webhook_log.splitlines()) if e]
-    assert {e.get("resource") for e in webhook_records if e.get("msg") == "listed"} >= {"nodes", "limitranges"}, \
+    assert {e.get("resource") for e in webhook_records if e.get("msg") == "listed"} >= {"nodes", "limitranges"}, (
         webhook_log[-3000:]
+    )
     assert any(e.get("msg") == "config loaded for sizing at admission" for e in webhook_records), webhook_log[-3000:]
 
 
@@ -337,8 +441,12 @@ def test_a_stopped_leader_is_replaced_within_the_lease_duration(installed: Insta
     try:
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
-        new = wait_for("another replica to hold the Lease", lambda: (lambda h: h if h and h != holder else None)(
-            installed.lease_holder()), timeout=LEASE_DURATION + 4 * RETRY_PERIOD + 10, interval=0.1)
+        new = wait_for(
+            "another replica to hold the Lease",
+            lambda: (lambda h: h if h and h != holder else None)(installed.lease_holder()),
+            timeout=LEASE_DURATION + 4 * RETRY_PERIOD + 10,
+            interval=0.1,
+        )
         took = time.monotonic() - stopped
     finally:
         for pid in pids:
@@ -361,31 +469,40 @@ def test_readmes_uninstall_leaves_nothing_behind(installed: Installed) -> None:
     kube = installed.kube
     for argv in installed.uninstall:
         if argv[:2] == ["workload-resizer", "restore"]:
-            argv = [*argv, f"--only-namespace={installed.app_ns}"]      # not other tests' pods
+            argv = [*argv, f"--only-namespace={installed.app_ns}"]  # not other tests' pods
         print(installed.admin.run(argv).stdout[-2000:])
-    wait_for("our pods to be gone", lambda: not installed.our_pods("webhook") + installed.our_pods("reconciler"),
-             timeout=120)
+    wait_for(
+        "our pods to be gone", lambda: not installed.our_pods("webhook") + installed.our_pods("reconciler"), timeout=120
+    )
     for pod in installed.app_pods():
         name = pod["metadata"]["name"]
         assert not [k for k in pod["metadata"].get("annotations") or {} if k.startswith(OURS)], name
         assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "500m", name
         assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, name
     selector = f"app.kubernetes.io/instance={RELEASE}"
-    for path in ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-                 "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
-                 "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
-                 "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-                 "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"):
+    for path in (
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    ):
         left = [o["metadata"]["name"] for o in kube.get(path, labelSelector=selector)["items"]]
         assert not left, (path, left)
     # In the release namespace only what no chart can own remains: the reconcilers' Lease
     # (written at run time) and what Kubernetes itself puts in every namespace.
     left = {}
-    for path in ("/api/v1/namespaces/{ns}/pods", "/api/v1/namespaces/{ns}/services", "/api/v1/namespaces/{ns}/secrets",
-                 "/api/v1/namespaces/{ns}/configmaps", "/api/v1/namespaces/{ns}/serviceaccounts",
-                 "/apis/apps/v1/namespaces/{ns}/deployments", "/apis/cert-manager.io/v1/namespaces/{ns}/certificates",
-                 "/apis/cert-manager.io/v1/namespaces/{ns}/issuers",
-                 "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"):
+    for path in (
+        "/api/v1/namespaces/{ns}/pods",
+        "/api/v1/namespaces/{ns}/services",
+        "/api/v1/namespaces/{ns}/secrets",
+        "/api/v1/namespaces/{ns}/configmaps",
+        "/api/v1/namespaces/{ns}/serviceaccounts",
+        "/apis/apps/v1/namespaces/{ns}/deployments",
+        "/apis/cert-manager.io/v1/namespaces/{ns}/certificates",
+        "/apis/cert-manager.io/v1/namespaces/{ns}/issuers",
+        "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+    ):
         names = [o["metadata"]["name"] for o in kube.get(path.format(ns=installed.ns))["items"]]
         if names:
             left[path.rsplit("/", 1)[1]] = sorted(names)
@@ -393,7 +510,11 @@ def test_readmes_uninstall_leaves_nothing_behind(installed: Installed) -> None:
     # cert-manager keeps the Secrets of a deleted Certificate (the CA's and the serving one)
     # unless its controller runs with --enable-certificate-owner-ref; the Lease is the
     # reconcilers' own. Deleting the namespace (helm install --create-namespace made it) ends them.
-    assert left == {"configmaps": ["kube-root-ca.crt"], "serviceaccounts": ["default"], "leases": [RECONCILER],
-                    "secrets": [f"{RELEASE}-ca", f"{WEBHOOK}-tls"]}, left
+    assert left == {
+        "configmaps": ["kube-root-ca.crt"],
+        "serviceaccounts": ["default"],
+        "leases": [RECONCILER],
+        "secrets": [f"{RELEASE}-ca", f"{WEBHOOK}-tls"],
+    }, left
     kube.delete(f"/api/v1/namespaces/{installed.ns}")
     wait_for(f"namespace {installed.ns} gone", lambda: not namespace_exists(kube, installed.ns), timeout=120)

@@ -9,6 +9,7 @@ successful renewal), exit non-zero, and the new leader must take over and do the
 A resize the old leader sent before the fault but that reaches the apiserver only after the
 hand-over must be refused: it is conditional on the resourceVersion it was planned from.
 """
+
 from __future__ import annotations
 
 import time
@@ -17,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.test_reconciler import Harness, applied, guaranteed, q, resources
-from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from devkit.chart import ensure_helm
+from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from devkit.faultproxy import FaultProxy
 from devkit.kube import wait_for
 from devkit.processes import Reconciler
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
+from tests.cluster.test_reconciler import Harness, applied, guaranteed, q, resources
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY = 6, 4, 1
 
@@ -34,9 +35,13 @@ def world(cluster: Any, namespace: str) -> Iterator[dict[str, Any]]:
     tokens = install_rbac(cluster.kube, ensure_helm(), namespace)
     proxy = FaultProxy(cluster.kube)
     try:
-        yield {"harness": harness, "names": chart_names(namespace), "proxy": proxy,
-               "old": proxy.kubeconfig(tokens["reconciler"]),
-               "new": kubeconfig_for_token(cluster, tokens["reconciler"])}
+        yield {
+            "harness": harness,
+            "names": chart_names(namespace),
+            "proxy": proxy,
+            "old": proxy.kubeconfig(tokens["reconciler"]),
+            "new": kubeconfig_for_token(cluster, tokens["reconciler"]),
+        }
     finally:
         harness.close(print_logs=True)
         proxy.close()
@@ -46,13 +51,20 @@ def world(cluster: Any, namespace: str) -> Iterator[dict[str, Any]]:
 def start(world: dict[str, Any], identity: str) -> Reconciler:
     harness: Harness = world["harness"]
     names = world["names"]
-    proc = Reconciler(world[identity], f"--config-namespace={harness.ns}", f"--config-name={names['config']}",
-                      "--leader-elect", f"--leader-election-namespace={harness.ns}",
-                      f"--leader-election-id={names['lease']}", f"--leader-election-identity={identity}",
-                      f"--leader-election-lease-duration={LEASE_DURATION}s",
-                      f"--leader-election-renew-deadline={RENEW_DEADLINE}s",
-                      f"--leader-election-retry-period={RETRY}s", f"--node-type-label={harness.label}",
-                      name=f"reconciler-{identity}")
+    proc = Reconciler(
+        world[identity],
+        f"--config-namespace={harness.ns}",
+        f"--config-name={names['config']}",
+        "--leader-elect",
+        f"--leader-election-namespace={harness.ns}",
+        f"--leader-election-id={names['lease']}",
+        f"--leader-election-identity={identity}",
+        f"--leader-election-lease-duration={LEASE_DURATION}s",
+        f"--leader-election-renew-deadline={RENEW_DEADLINE}s",
+        f"--leader-election-retry-period={RETRY}s",
+        f"--node-type-label={harness.label}",
+        name=f"reconciler-{identity}",
+    )
     harness.processes.append(proc)
     proc.wait_ready()
     return proc
@@ -77,12 +89,13 @@ def test_old_leader_makes_no_write_after_its_renew_deadline_and_the_new_one_take
     if fault == "taken":
         path = f"/apis/coordination.k8s.io/v1/namespaces/{harness.ns}/leases/{names['lease']}"
         lease = harness.kube.get(path)
-        lease["spec"].update(holderIdentity="intruder", renewTime=time.strftime("%Y-%m-%dT%H:%M:%S.000000Z",
-                                                                              time.gmtime()))
+        lease["spec"].update(
+            holderIdentity="intruder", renewTime=time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        )
         harness.kube.request("PUT", path, lease)
     else:
         proxy.fault = fault
-    harness.deploy("during", node, [guaranteed()], replicas=10)     # work the old leader must not finish
+    harness.deploy("during", node, [guaranteed()], replicas=10)  # work the old leader must not finish
 
     assert old.wait_exit(LEASE_DURATION * 4) != 0, "leadership lost is an exit, not a silent stop"
     renewed = [start_time for start_time, status in proxy.lease_renewals if status < 300]
@@ -113,16 +126,26 @@ def test_a_deposed_leaders_resize_still_on_the_wire_is_refused_and_the_new_leade
     assert resources(harness.pod(pod_name))["limits"]["cpu"] == q("1000m"), "held: not applied yet"
 
     # A newer config (n4 twice the baseline: 500m instead of the held 800m), then the hand-over.
-    harness.kube.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": names["config"], "namespace": harness.ns},
-                        "data": {"config.yaml": config_yaml(node_types={**DESIGN_NODE_TYPES, "n4": (2.0, 1.0)})}},
-                       harness.ns)
+    harness.kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": names["config"], "namespace": harness.ns},
+            "data": {"config.yaml": config_yaml(node_types={**DESIGN_NODE_TYPES, "n4": (2.0, 1.0)})},
+        },
+        harness.ns,
+    )
     proxy.fault = "hang"
     new = start(world, "new")
     assert old.wait_exit(LEASE_DURATION * 4) != 0
     wait_for("new to lead", lambda: holder(harness, names) == "new", timeout=LEASE_DURATION * 5)
-    wait_for("the new leader's size", lambda: resources(harness.pod(pod_name))["limits"]["cpu"] == q("500m")
-             and applied(harness.pod(pod_name)) == "n4", timeout=60)
+    wait_for(
+        "the new leader's size",
+        lambda: (
+            resources(harness.pod(pod_name))["limits"]["cpu"] == q("500m") and applied(harness.pod(pod_name)) == "n4"
+        ),
+        timeout=60,
+    )
 
     proxy.release()
     held = [path for path in proxy.held if path.endswith(f"/pods/{pod_name}/resize")]
@@ -130,6 +153,7 @@ def test_a_deposed_leaders_resize_still_on_the_wire_is_refused_and_the_new_leade
     def all_answered() -> list[tuple[float, str, str, int]] | None:
         answered = [w for w in proxy.writes if w[1] == "PATCH" and w[2].endswith(f"/pods/{pod_name}/resize")]
         return answered if len(answered) == len(held) else None
+
     late = wait_for("every held resize answered by the apiserver", all_answered, timeout=30)
     # (A retry the old leader made before the fence, if any, was held too: every one is refused.)
     assert late and all(w[3] in (409, 422) for w in late), f"the deposed leader's resize must be refused: {late}"

@@ -4,19 +4,19 @@ Every scenario deploys a pod whose author wrote 500m (Guaranteed) on an n4 node 
 1/1.25), while the attacker wants the baseline to be 16 CPU. Whatever the route, the
 pod's requests must never exceed 500m x 0.8 = 400m, and the pod's Events must say why.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-
+from devkit.kube import wait_for
+from devkit.processes import Webhook
 from resizer import ORIGINALS_MAC, original_key
 from tests.cluster.test_reconciler import Harness, guaranteed, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
-from devkit.kube import wait_for
-from devkit.processes import Webhook
 
 AUTHOR = guaranteed(cpu="500m")
-CEILING = q("400m")                # 500m x baselinePerf 1.0 / n4 cpuPerf 1.25
+CEILING = q("400m")  # 500m x baselinePerf 1.0 / n4 cpuPerf 1.25
 FORGED = {original_key("app", "cpu", "request"): "16", original_key("app", "cpu", "limit"): "16"}
 
 
@@ -40,8 +40,9 @@ def test_ineligible_at_creation_then_eligible_keeps_no_forged_baseline(h: Harnes
     assert not any(k in ours(pod) for k in FORGED), "stripped at admission although ineligible"
     h.reconciler()
     name = pod["metadata"]["name"]
-    h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}",
-                 {"metadata": {"annotations": {"workload-resizer.io/skip": None}}})
+    h.kube.patch(
+        f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"annotations": {"workload-resizer.io/skip": None}}}
+    )
     # The Resized event follows the applied-* annotations (step 3), so wait for the event.
     h.wait_event(name, "Resized", timeout=60)
     pod = h.pod(name)
@@ -79,7 +80,7 @@ def test_post_creation_edit_of_a_resized_pod_is_refused(h: Harness, webhook: Web
     assert cpu(pod) == CEILING
     name = pod["metadata"]["name"]
     h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"annotations": FORGED}})
-    h.relabel(node, "c3")          # a reason to resize again, from the (forged) originals
+    h.relabel(node, "c3")  # a reason to resize again, from the (forged) originals
     event = h.wait_event(name, "OriginalsUnverified", timeout=60)
     assert event["type"] == "Warning" and "spec has changed since creation" in event["message"]
     assert cpu(h.pod(name)) <= CEILING
@@ -100,8 +101,7 @@ def test_annotations_copied_from_another_pod_do_not_verify(h: Harness, webhook: 
     assert "OriginalsReplaced" in h.reasons(pod["metadata"]["name"])
 
 
-def test_the_generation_not_the_applied_annotation_says_whether_a_pod_was_resized(h: Harness,
-                                                                                 webhook: Webhook) -> None:
+def test_the_generation_not_the_applied_annotation_says_whether_a_pod_was_resized(h: Harness, webhook: Webhook) -> None:
     """Removing applied-* and forging originals on a resized pod must not look like a new pod."""
     node = h.node("n4", "n4")
     h.reconciler()
@@ -110,9 +110,19 @@ def test_the_generation_not_the_applied_annotation_says_whether_a_pod_was_resize
         pod = settled(h, "again", "Resized")
     name = pod["metadata"]["name"]
     assert pod["metadata"]["generation"] > 1
-    h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"annotations": {
-        **FORGED, ORIGINALS_MAC: None, "workload-resizer.io/applied-instance-type": None,
-        "workload-resizer.io/applied-at": None}}})
+    h.kube.patch(
+        f"/api/v1/namespaces/{h.ns}/pods/{name}",
+        {
+            "metadata": {
+                "annotations": {
+                    **FORGED,
+                    ORIGINALS_MAC: None,
+                    "workload-resizer.io/applied-instance-type": None,
+                    "workload-resizer.io/applied-at": None,
+                }
+            }
+        },
+    )
     h.wait_event(name, "OriginalsUnverified", timeout=60)
     assert cpu(h.pod(name)) <= CEILING
     wait_for("no resize after the refusal", lambda: cpu(h.pod(name)) <= CEILING, timeout=5)

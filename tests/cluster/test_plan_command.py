@@ -7,6 +7,7 @@ resize and their sizes; the reconciler then resizes exactly those pods (metadata
 +1), to exactly those sizes, leaves every other pod unresized, and the plan's totals are
 the sums of the pods' requests before and after.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,6 +16,8 @@ import sys
 from fractions import Fraction
 from typing import Any
 
+from devkit.kube import container
+from devkit.processes import REPO, originals_key_dir
 from resizer import SKIP, parse_quantity
 from tests.cluster.test_reconciler import (
     Harness,
@@ -22,8 +25,6 @@ from tests.cluster.test_reconciler import (
     burstable,
     guaranteed,
 )
-from devkit.kube import container
-from devkit.processes import REPO, originals_key_dir
 
 WORKLOADS = {
     # deployment: (node type, containers, replicas, pod annotations)
@@ -31,8 +32,12 @@ WORKLOADS = {
     "api": ("c3", [burstable()], 1, None),
     "batch": ("slow", [container("app", {"cpu": "300m", "memory": "200Mi"})], 1, None),
     "tiny": ("n4", [container("app", {"cpu": "10m", "memory": "32Mi"})], 1, None),
-    "mixed": ("n4", [guaranteed("app", "2", "1Gi"), container("side", {"cpu": "250m", "memory": "64Mi"},
-                                                              {"cpu": "500m"})], 1, None),
+    "mixed": (
+        "n4",
+        [guaranteed("app", "2", "1Gi"), container("side", {"cpu": "250m", "memory": "64Mi"}, {"cpu": "500m"})],
+        1,
+        None,
+    ),
     "base": ("n2d", [guaranteed()], 1, None),
     "odd": ("zz9", [guaranteed()], 1, None),
     "optout": ("n4", [guaranteed()], 1, {SKIP: "true"}),
@@ -41,10 +46,22 @@ WORKLOADS = {
 
 def run_plan(h: Harness, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "commands", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
-         f"--config-namespace={h.ns}", f"--node-type-label={h.label}",
-         f"--originals-key-dir={originals_key_dir()}", *extra],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "plan",
+            f"--kubeconfig={h.cluster.kubeconfig}",
+            f"--config-namespace={h.ns}",
+            f"--node-type-label={h.label}",
+            f"--originals-key-dir={originals_key_dir()}",
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def millicores(text: str) -> int:
@@ -62,13 +79,19 @@ def requests_total(pods: list[dict[str, Any]]) -> tuple[int, int]:
 
 
 def spec_of(pod: dict[str, Any]) -> dict[str, Any]:
-    return {c["name"]: {kind: {r: parse_quantity(v) for r, v in (c["resources"].get(kind) or {}).items()}
-                        for kind in ("requests", "limits")} for c in pod["spec"]["containers"]}
+    return {
+        c["name"]: {
+            kind: {r: parse_quantity(v) for r, v in (c["resources"].get(kind) or {}).items()}
+            for kind in ("requests", "limits")
+        }
+        for c in pod["spec"]["containers"]
+    }
 
 
 def patched(spec: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    out = json.loads(json.dumps({n: {k: {r: str(v) for r, v in kv.items()} for k, kv in c.items()}
-                                 for n, c in spec.items()}))
+    out = json.loads(
+        json.dumps({n: {k: {r: str(v) for r, v in kv.items()} for k, kv in c.items()} for n, c in spec.items()})
+    )
     for entry in (patch.get("spec") or {}).get("containers") or []:
         for kind, values in entry["resources"].items():
             out[entry["name"]][kind].update(values)
@@ -109,13 +132,18 @@ def test_plan_predicts_exactly_what_the_reconciler_does(h: Harness) -> None:
             h.wait_applied(app, family, count=replicas)
     after = {p["metadata"]["name"]: p for p in h.kube.pods(h.ns)}
 
-    actually_resized = {n for n, p in after.items() if p["metadata"]["generation"] == before[n]["metadata"]["generation"] + 1}
+    actually_resized = {
+        n for n, p in after.items() if p["metadata"]["generation"] == before[n]["metadata"]["generation"] + 1
+    }
     unchanged = {n for n, p in after.items() if p["metadata"]["generation"] == before[n]["metadata"]["generation"]}
     assert actually_resized == predicted_resized
     assert actually_resized | unchanged == set(after)
     for name, pod in after.items():
-        expected = patched(spec_of(before[name]), pod_plans[name]["patch"]) if name in predicted_resized \
+        expected = (
+            patched(spec_of(before[name]), pod_plans[name]["patch"])
+            if name in predicted_resized
             else spec_of(before[name])
+        )
         assert spec_of(pod) == expected, name
 
     # Totals: the sums of the in-scope pods' requests before and after.
@@ -133,7 +161,8 @@ def test_plan_predicts_exactly_what_the_reconciler_does(h: Harness) -> None:
     for resource, unit in (("cpu", "Millicores"), ("memory", "Bytes")):
         for side in ("current", "desired"):
             assert plan["total"]["requests"][resource][side + unit] == sum(
-                w["requests"][resource][side + unit] for w in plan["workloads"])
+                w["requests"][resource][side + unit] for w in plan["workloads"]
+            )
     web = next(w for w in ours if w["workload"] == "Deployment/web")
     assert (web["nodeType"], web["pods"], web["requests"]["cpu"]["deltaMillicores"]) == ("n4", 2, -400)
     assert applied(after[next(iter(predicted_resized))]) is not None

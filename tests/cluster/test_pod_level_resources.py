@@ -11,6 +11,7 @@ PodLevelResources Event and no resize request reaches the apiserver.
 
 The real kubelet's side (cgroups) is in tests/cluster/test_real_node.py.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -20,21 +21,24 @@ from typing import Any
 import pytest
 
 from devkit.kube import ApiError, container, deployment, wait_for
-from devkit.processes import REPO
+from devkit.processes import REPO, Webhook, originals_key_dir
 from ops.keys import read_key_directory
 from resizer import ORIGINALS_MAC, KeyRing, Trust, baseline, parse_quantity, pod_original_key
 from tests.cluster.test_preflight import resizes_served
 from tests.cluster.test_reconciler import Harness, applied, ours
 from tests.cluster.test_restore_command import restore_argv
-from devkit.processes import Webhook, originals_key_dir
 from tests.cluster.test_webhook_cluster import Registration
 
 POD_LEVEL = {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
 # Burstable containers under the pod-level values; on `slow` (cpuPerf 0.5) every cpu doubles.
-CONTAINERS = [container("app", {"cpu": "400m", "memory": "256Mi"}, {"cpu": "800m", "memory": "512Mi"}),
-              container("side", {"cpu": "100m", "memory": "64Mi"})]
-DOUBLED = {"requests": {"cpu": Fraction(2), "memory": parse_quantity("512Mi")},
-           "limits": {"cpu": Fraction(4), "memory": parse_quantity("1Gi")}}
+CONTAINERS = [
+    container("app", {"cpu": "400m", "memory": "256Mi"}, {"cpu": "800m", "memory": "512Mi"}),
+    container("side", {"cpu": "100m", "memory": "64Mi"}),
+]
+DOUBLED = {
+    "requests": {"cpu": Fraction(2), "memory": parse_quantity("512Mi")},
+    "limits": {"cpu": Fraction(4), "memory": parse_quantity("1Gi")},
+}
 
 
 def minor(h: Harness) -> int:
@@ -49,8 +53,10 @@ def deploy_pod_level(h: Harness, node: str) -> dict[str, Any]:
 
 
 def values(resources: dict[str, Any] | None) -> dict[str, dict[str, Fraction]]:
-    return {kind: {r: parse_quantity(v) for r, v in ((resources or {}).get(kind) or {}).items()}
-            for kind in ("requests", "limits")}
+    return {
+        kind: {r: parse_quantity(v) for r, v in ((resources or {}).get(kind) or {}).items()}
+        for kind in ("requests", "limits")
+    }
 
 
 def cpu_of(pod: dict[str, Any], name: str) -> tuple[Fraction, Fraction | None]:
@@ -87,10 +93,15 @@ def test_pod_level_resources_are_resized_with_the_containers_or_left_alone(h: Ha
     assert values(resized["status"].get("resources")) == DOUBLED
     # Originals of both levels, bound to this pod.
     annotations = resized["metadata"]["annotations"]
-    assert {k: annotations[pod_original_key(*k2)] for k, k2 in (
-        ("cpu", ("cpu", "request")), ("cpu-limit", ("cpu", "limit")),
-        ("memory", ("memory", "request")), ("memory-limit", ("memory", "limit")))} == {
-        "cpu": "1", "cpu-limit": "2", "memory": "512Mi", "memory-limit": "1Gi"}
+    assert {
+        k: annotations[pod_original_key(*k2)]
+        for k, k2 in (
+            ("cpu", ("cpu", "request")),
+            ("cpu-limit", ("cpu", "limit")),
+            ("memory", ("memory", "request")),
+            ("memory-limit", ("memory", "limit")),
+        )
+    } == {"cpu": "1", "cpu-limit": "2", "memory": "512Mi", "memory-limit": "1Gi"}
     keyring = KeyRing(read_key_directory(originals_key_dir()))
     check = baseline(resized, keyring).check
     assert (check.trust, check.scope) == (Trust.TRUSTED, "pod"), check
@@ -98,8 +109,9 @@ def test_pod_level_resources_are_resized_with_the_containers_or_left_alone(h: Ha
 
     # restore: both levels back, in one resize, annotations gone.
     reconciler.terminate()
-    result = subprocess.run(restore_argv(h, "20") + [f"--only-namespace={h.ns}"], cwd=REPO, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        restore_argv(h, "20") + [f"--only-namespace={h.ns}"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "pod level: requests cpu=1, limits cpu=2" in result.stdout, result.stdout
     back = wait_for("restored", lambda: (p := h.pod(name)) and not ours(p) and p, timeout=30)
@@ -115,9 +127,12 @@ def test_the_webhook_stamps_pod_level_originals_and_the_reconciler_binds_them(h:
     with Registration(h.kube, h.ns, webhook):
         pod = deploy_pod_level(h, node)
     annotations = pod["metadata"]["annotations"]
-    assert {annotations.get(pod_original_key("cpu", "request")), annotations.get(pod_original_key("cpu", "limit")),
-            annotations.get(pod_original_key("memory", "request")),
-            annotations.get(pod_original_key("memory", "limit"))} == {"1", "2", "512Mi", "1Gi"}
+    assert {
+        annotations.get(pod_original_key("cpu", "request")),
+        annotations.get(pod_original_key("cpu", "limit")),
+        annotations.get(pod_original_key("memory", "request")),
+        annotations.get(pod_original_key("memory", "limit")),
+    } == {"1", "2", "512Mi", "1Gi"}
     assert annotations[ORIGINALS_MAC].startswith("v1.a."), "signed at admission"
     stamped = {k: v for k, v in annotations.items() if "/original-" in k}
     reconciler = h.reconciler()
@@ -139,15 +154,23 @@ def test_the_apiserver_accepts_the_pod_level_floor_it_demands(h: Harness) -> Non
     aggregate (shown first), and accepts the plan, which raises it to 100m. On 1.35 the apiserver
     refuses any pod-level resize, with the words the reconciler maps to PodLevelResources."""
     from reconciler.writes import GATE_OFF, POD_LEVEL_REFUSED
+
     node = h.node("floor", "hyper")
-    manifest = deployment("floor", 1, [container("a", {"cpu": "50m", "memory": "64Mi"}),
-                                       container("b", {"cpu": "200m", "memory": "64Mi"})],
-                          node_selector={"kubernetes.io/hostname": node})
+    manifest = deployment(
+        "floor",
+        1,
+        [container("a", {"cpu": "50m", "memory": "64Mi"}), container("b", {"cpu": "200m", "memory": "64Mi"})],
+        node_selector={"kubernetes.io/hostname": node},
+    )
     manifest["spec"]["template"]["spec"]["resources"] = {"requests": {"cpu": "250m"}, "limits": {"cpu": "500m"}}
     h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
     name = h.wait_running("floor")[0]["metadata"]["name"]
-    below = {"spec": {"resources": {"requests": {"cpu": "50m"}, "limits": {"cpu": "100m"}},
-                      "containers": [{"name": "b", "resources": {"requests": {"cpu": "50m"}}}]}}
+    below = {
+        "spec": {
+            "resources": {"requests": {"cpu": "50m"}, "limits": {"cpu": "100m"}},
+            "containers": [{"name": "b", "resources": {"requests": {"cpu": "50m"}}}],
+        }
+    }
     with pytest.raises(ApiError) as refused:
         h.kube.resize(h.ns, name, below)
     if minor(h) < 36:
@@ -157,6 +180,8 @@ def test_the_apiserver_accepts_the_pod_level_floor_it_demands(h: Harness) -> Non
     h.reconciler()
     resized = h.wait_applied("floor", "hyper")[0]
     # (The apiserver defaulted the pod-level memory request to the containers' 128Mi: kept.)
-    assert values(resized["spec"]["resources"]) == {"requests": {"cpu": Fraction(1, 10), "memory": 128 * 2**20},
-                                                    "limits": {"cpu": Fraction(101, 1000)}}
+    assert values(resized["spec"]["resources"]) == {
+        "requests": {"cpu": Fraction(1, 10), "memory": 128 * 2**20},
+        "limits": {"cpu": Fraction(101, 1000)},
+    }
     assert [cpu_of(resized, c)[0] for c in ("a", "b")] == [Fraction(5, 100), Fraction(5, 100)]

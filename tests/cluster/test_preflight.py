@@ -11,6 +11,7 @@
 Every pod here sits on a node of type `slow` (cpuPerf 0.5 in the test config): its 1-cpu
 Guaranteed container is planned to grow to 2 cpu.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,9 +43,15 @@ def held_then_lifted(h: Harness, app: str, lift: Any, fragment: str, constraint:
     assert fragment in event["message"], event["message"]
     # Let it look again (its own events, a resync): still nothing sent, still one event.
     h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"labels": {"poke": "1"}}})
-    wait_for("the reconciler to have seen the poke", lambda: reconciler.metric(
-        "controller_runtime_reconcile_total", controller="pod-resizer") - reconciler.metric(
-        "controller_runtime_reconcile_total", controller="pod-resizer", result="error") >= 2, timeout=30)
+    wait_for(
+        "the reconciler to have seen the poke",
+        lambda: (
+            reconciler.metric("controller_runtime_reconcile_total", controller="pod-resizer")
+            - reconciler.metric("controller_runtime_reconcile_total", controller="pod-resizer", result="error")
+            >= 2
+        ),
+        timeout=30,
+    )
     assert resizes_served(h) == before
     assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods/resize") == 0
     assert [e["reason"] for e in h.events(name)].count("ResizeHeld") == 1
@@ -58,28 +65,46 @@ def held_then_lifted(h: Harness, app: str, lift: Any, fragment: str, constraint:
 
 def test_limit_range_max_holds_the_resize_until_it_is_raised(h: Harness) -> None:
     node = h.node("lr", "slow")
-    h.kube.create(f"/api/v1/namespaces/{h.ns}/limitranges", {
-        "metadata": {"name": "cpu-max"}, "spec": {"limits": [{"type": "Container", "max": {"cpu": "1500m"}}]}})
+    h.kube.create(
+        f"/api/v1/namespaces/{h.ns}/limitranges",
+        {"metadata": {"name": "cpu-max"}, "spec": {"limits": [{"type": "Container", "max": {"cpu": "1500m"}}]}},
+    )
     h.deploy("web", node, [guaranteed()])
 
     def lift() -> None:
-        h.kube.patch(f"/api/v1/namespaces/{h.ns}/limitranges/cpu-max",
-                     {"spec": {"limits": [{"type": "Container", "max": {"cpu": "4"}}]}})
+        h.kube.patch(
+            f"/api/v1/namespaces/{h.ns}/limitranges/cpu-max",
+            {"spec": {"limits": [{"type": "Container", "max": {"cpu": "4"}}]}},
+        )
+
     held_then_lifted(h, "web", lift, "LimitRange cpu-max", "LimitRange")
 
 
 def test_nearly_full_quota_holds_the_resize_until_it_is_freed(h: Harness) -> None:
     node = h.node("rq", "slow")
-    h.kube.create(f"/api/v1/namespaces/{h.ns}/resourcequotas", {
-        "metadata": {"name": "compute"}, "spec": {"hard": {"requests.cpu": "1500m", "limits.cpu": "1500m"}}})
+    h.kube.create(
+        f"/api/v1/namespaces/{h.ns}/resourcequotas",
+        {"metadata": {"name": "compute"}, "spec": {"hard": {"requests.cpu": "1500m", "limits.cpu": "1500m"}}},
+    )
     h.deploy("web", node, [guaranteed()])
-    wait_for("quota usage counted", lambda: h.kube.get(
-        f"/api/v1/namespaces/{h.ns}/resourcequotas/compute").get("status", {}).get("used", {}).get("requests.cpu")
-        == "1", timeout=30)
+    wait_for(
+        "quota usage counted",
+        lambda: (
+            h.kube.get(f"/api/v1/namespaces/{h.ns}/resourcequotas/compute")
+            .get("status", {})
+            .get("used", {})
+            .get("requests.cpu")
+            == "1"
+        ),
+        timeout=30,
+    )
 
     def lift() -> None:
-        h.kube.patch(f"/api/v1/namespaces/{h.ns}/resourcequotas/compute",
-                     {"spec": {"hard": {"requests.cpu": "4", "limits.cpu": "4"}}})
+        h.kube.patch(
+            f"/api/v1/namespaces/{h.ns}/resourcequotas/compute",
+            {"spec": {"hard": {"requests.cpu": "4", "limits.cpu": "4"}}},
+        )
+
     held_then_lifted(h, "web", lift, "ResourceQuota compute", "ResourceQuota")
 
 
@@ -94,6 +119,7 @@ def test_full_node_holds_the_resize_until_room_is_freed(h: Harness) -> None:
 
     def lift() -> None:
         h.kube.patch(f"/apis/apps/v1/namespaces/{h.ns}/deployments/filler", {"spec": {"replicas": 0}})
+
     held_then_lifted(h, "web", lift, f"node {node}", "NodeHeadroom")
 
 
@@ -101,10 +127,18 @@ def test_vpa_in_an_updating_mode_is_left_alone_and_off_composes(h: Harness) -> N
     install_crd(h.kube, yaml.safe_load(VPA_CRD.read_text()))
     node = h.node("vpa", "slow")
     for app, mode in (("managed", "InPlaceOrRecreate"), ("advised", "Off")):
-        h.kube.create(f"/apis/autoscaling.k8s.io/v1/namespaces/{h.ns}/verticalpodautoscalers", {
-            "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": app},
-            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
-                     "updatePolicy": {"updateMode": mode}}})
+        h.kube.create(
+            f"/apis/autoscaling.k8s.io/v1/namespaces/{h.ns}/verticalpodautoscalers",
+            {
+                "apiVersion": "autoscaling.k8s.io/v1",
+                "kind": "VerticalPodAutoscaler",
+                "metadata": {"name": app},
+                "spec": {
+                    "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
+                    "updatePolicy": {"updateMode": mode},
+                },
+            },
+        )
         h.deploy(app, node, [guaranteed()])
     managed = h.wait_running("managed")[0]
     h.wait_running("advised")
@@ -114,29 +148,42 @@ def test_vpa_in_an_updating_mode_is_left_alone_and_off_composes(h: Harness) -> N
     event = h.wait_event(managed["metadata"]["name"], "VPAManaged")
     assert "VerticalPodAutoscaler managed (updateMode InPlaceOrRecreate)" in event["message"]
     assert "Deployment managed" in event["message"]
-    assert resizes_served(h) == before + 1          # the Off one only
+    assert resizes_served(h) == before + 1  # the Off one only
     now = h.pod(managed["metadata"]["name"])
     assert resources(now) == resources(managed) and applied(now) is None
     # Switched to Off, the VPA no longer sizes running pods: ours are resized.
-    h.kube.patch(f"/apis/autoscaling.k8s.io/v1/namespaces/{h.ns}/verticalpodautoscalers/managed",
-                 {"spec": {"updatePolicy": {"updateMode": "Off"}}})
+    h.kube.patch(
+        f"/apis/autoscaling.k8s.io/v1/namespaces/{h.ns}/verticalpodautoscalers/managed",
+        {"spec": {"updatePolicy": {"updateMode": "Off"}}},
+    )
     h.wait_applied("managed", "slow")
     assert reconciler.metric("workload_resizer_resizes_held", constraint="VerticalPodAutoscaler") == 0
 
 
 def test_plan_shows_what_preflight_would_hold(h: Harness) -> None:
     from tests.cluster.test_plan_command import run_plan
+
     node = h.node("plan", "slow")
-    h.kube.create(f"/api/v1/namespaces/{h.ns}/limitranges", {
-        "metadata": {"name": "cpu-max"}, "spec": {"limits": [{"type": "Container", "max": {"cpu": "1500m"}}]}})
+    h.kube.create(
+        f"/api/v1/namespaces/{h.ns}/limitranges",
+        {"metadata": {"name": "cpu-max"}, "spec": {"limits": [{"type": "Container", "max": {"cpu": "1500m"}}]}},
+    )
     h.deploy("web", node, [guaranteed()])
     pod = h.wait_running("web")[0]
     done = run_plan(h, "--output=json")
     assert done.returncode == 0, done.stderr
     held = [e for e in json.loads(done.stdout)["held"] if e["namespace"] == h.ns]
-    assert held == [{"namespace": h.ns, "name": pod["metadata"]["name"], "node": node, "reason": "ResizeHeld",
-                     "constraint": "LimitRange", "object": "cpu-max",
-                     "detail": "container app: cpu limit 2 is above the maximum 1500m"}]
+    assert held == [
+        {
+            "namespace": h.ns,
+            "name": pod["metadata"]["name"],
+            "node": node,
+            "reason": "ResizeHeld",
+            "constraint": "LimitRange",
+            "object": "cpu-max",
+            "detail": "container app: cpu limit 2 is above the maximum 1500m",
+        }
+    ]
     table = run_plan(h)
     assert f"{h.ns}/{pod['metadata']['name']} on {node}: ResizeHeld: LimitRange cpu-max" in table.stdout, table.stdout
 
@@ -146,11 +193,15 @@ def test_pod_level_resources_are_left_alone_where_the_node_cannot_resize_them(h:
     (Where the node declares it, see test_pod_level_resources.py.)"""
     node = h.node("podlevel", "slow")
     declared = h.kube.get(f"/api/v1/nodes/{node}")["status"].get("declaredFeatures") or []
-    h.kube.patch(f"/api/v1/nodes/{node}/status", {"status": {"declaredFeatures": [
-        f for f in declared if f != "InPlacePodLevelResourcesVerticalScaling"]}})
+    h.kube.patch(
+        f"/api/v1/nodes/{node}/status",
+        {"status": {"declaredFeatures": [f for f in declared if f != "InPlacePodLevelResourcesVerticalScaling"]}},
+    )
     manifest = deployment("pl", 1, [guaranteed()], node_selector={"kubernetes.io/hostname": node})
-    manifest["spec"]["template"]["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "256Mi"},
-                                                         "limits": {"cpu": "1", "memory": "256Mi"}}
+    manifest["spec"]["template"]["spec"]["resources"] = {
+        "requests": {"cpu": "1", "memory": "256Mi"},
+        "limits": {"cpu": "1", "memory": "256Mi"},
+    }
     h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
     pod = h.wait_running("pl")[0]
     name = pod["metadata"]["name"]
@@ -160,6 +211,6 @@ def test_pod_level_resources_are_left_alone_where_the_node_cannot_resize_them(h:
     assert event["type"] == "Warning" and "spec.resources" in event["message"], event
     assert "declaredFeatures" in event["message"], event
     h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"labels": {"poke": "1"}}})
-    h.sentinel(proc)        # the poke taken up
+    h.sentinel(proc)  # the poke taken up
     assert resizes_served(h) == before and h.reasons(name) == ["PodLevelResources"]
     assert resources(h.pod(name)) == resources(pod) and applied(h.pod(name)) is None

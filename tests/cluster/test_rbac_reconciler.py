@@ -9,6 +9,7 @@ held by a scheduling gate bound to it (unbound pods watched). (The webhook
 needs no API access at all: its ServiceAccount has no roles, checked in
 test_chart.py.)
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -16,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.test_reconciler import PATCH_RESIZE, Harness, guaranteed, ours, resources, q
 from devkit.chart import ensure_helm
 from devkit.kube import deployment, wait_for
 from devkit.processes import Reconciler
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 from resizer import ORIGINALS_MAC
+from tests.cluster.test_reconciler import PATCH_RESIZE, Harness, guaranteed, ours, q, resources
 
 FORBIDDEN = {"code": "403"}
 
@@ -39,9 +40,15 @@ def as_service_account(cluster: Any, namespace: str) -> Iterator[tuple[Harness, 
 
 
 def start(harness: Harness, names: dict[str, str], kubeconfig: str) -> Reconciler:
-    proc = Reconciler(kubeconfig, f"--config-namespace={harness.ns}", f"--config-name={names['config']}",
-                      "--leader-elect", f"--leader-election-namespace={harness.ns}",
-                      f"--leader-election-id={names['lease']}", f"--node-type-label={harness.label}")
+    proc = Reconciler(
+        kubeconfig,
+        f"--config-namespace={harness.ns}",
+        f"--config-name={names['config']}",
+        "--leader-elect",
+        f"--leader-election-namespace={harness.ns}",
+        f"--leader-election-id={names['lease']}",
+        f"--node-type-label={harness.label}",
+    )
     harness.processes.append(proc)
     proc.wait_ready()
     return proc
@@ -65,8 +72,13 @@ def test_reconciler_as_its_service_account_resizes_records_and_leads(as_service_
     odd = harness.wait_running("odd")[0]
     assert harness.wait_event(odd["metadata"]["name"], "UnknownNodeType")
     # (A pod still held by its scheduling gate: its originals bound to it, the unbound pods watched.)
-    harness.wait_pods("gated", 1, lambda p: ours(p).get(ORIGINALS_MAC, "").startswith("v1.p."),
-                      "with their originals bound while gated", timeout=60)
+    harness.wait_pods(
+        "gated",
+        1,
+        lambda p: ours(p).get(ORIGINALS_MAC, "").startswith("v1.p."),
+        "with their originals bound while gated",
+        timeout=60,
+    )
 
     lease = harness.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{harness.ns}/leases/{names['lease']}")
     assert lease["spec"]["holderIdentity"], "the reconciler holds the chart's Lease"
@@ -79,8 +91,10 @@ def test_invalid_config_is_reported_on_the_configmap_as_the_service_account(as_s
     reconciler = start(harness, names, kubeconfig)
     # /readyz is already 200 as a standby: wait until it leads with the chart's config loaded.
     wait_for("the chart's config in force", lambda: reconciler.metric("workload_resizer_config_loaded") == 1)
-    harness.kube.patch(f"/api/v1/namespaces/{harness.ns}/configmaps/{names['config']}",
-                       {"data": {"config.yaml": "baselineNodeType: nope\nnodeTypes: {}\n"}})
+    harness.kube.patch(
+        f"/api/v1/namespaces/{harness.ns}/configmaps/{names['config']}",
+        {"data": {"config.yaml": "baselineNodeType: nope\nnodeTypes: {}\n"}},
+    )
     event = harness.wait_event(names["config"], "InvalidConfig", kind="ConfigMap")
     assert event["type"] == "Warning"
     wait_for("config_valid 0", lambda: reconciler.metric("workload_resizer_config_valid") == 0)

@@ -14,6 +14,7 @@ install, as tests/cluster/test_chart.py does). While the release exists, its web
 configuration sees every namespace but the release's; it is removed at the end whatever
 happens, so no later test session finds a foreign webhook.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,8 +46,9 @@ WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 pytestmark = pytest.mark.timeout(1500)
 
-_MARKED_BLOCK = re.compile(r"<!-- (readme-install|readme-uninstall)(?:: ([^ ]+))? -->\n```[a-z]*\n(.*?)\n```",
-                           re.DOTALL)
+_MARKED_BLOCK = re.compile(
+    r"<!-- (readme-install|readme-uninstall)(?:: ([^ ]+))? -->\n```[a-z]*\n(.*?)\n```", re.DOTALL
+)
 
 
 def marked_blocks(text: str) -> tuple[dict[str, str], list[list[str]], list[list[str]]]:
@@ -75,8 +77,9 @@ def test_readme_marks_the_install() -> None:
     steps = [argv[:2] for argv in uninstall]
     assert ["workload-resizer", "restore"] in steps and steps[-1] == ["helm", "uninstall"], uninstall
     restore = steps.index(["workload-resizer", "restore"])
-    assert any(argv[:2] == ["kubectl", "-n"] and "scale" in argv and "--replicas=0" in argv
-               for argv in uninstall[:restore]), "README must stop the reconciler before restore"
+    assert any(
+        argv[:2] == ["kubectl", "-n"] and "scale" in argv and "--replicas=0" in argv for argv in uninstall[:restore]
+    ), "README must stop the reconciler before restore"
 
 
 def test_readme_values_render() -> None:
@@ -114,24 +117,33 @@ class Admin:
         self.workdir = workdir
         self.helm = ensure_helm()
         self.kubectl = str(Path(cluster.bin_dir) / "kubectl")
-        self.env = {**helm_env(), "KUBECONFIG": cluster.kubeconfig,
-                    "PATH": f"{Path(sys.executable).parent}:{cluster.bin_dir}:{os.environ['PATH']}"}
+        self.env = {
+            **helm_env(),
+            "KUBECONFIG": cluster.kubeconfig,
+            "PATH": f"{Path(sys.executable).parent}:{cluster.bin_dir}:{os.environ['PATH']}",
+        }
 
     def run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-        program = {"helm": self.helm, "kubectl": self.kubectl,
-                   "workload-resizer": str(Path(sys.executable).parent / "workload-resizer")}
+        program = {
+            "helm": self.helm,
+            "kubectl": self.kubectl,
+            "workload-resizer": str(Path(sys.executable).parent / "workload-resizer"),
+        }
         assert argv[0] in program, f"README.md asks to run {argv[0]!r}, which this test does not know"
-        proc = subprocess.run([program[argv[0]], *argv[1:]], cwd=self.workdir, env=self.env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [program[argv[0]], *argv[1:]], cwd=self.workdir, env=self.env, capture_output=True, text=True, timeout=600
+        )
         if check:
-            assert proc.returncode == 0, f"`{shlex.join(argv)}` failed (exit {proc.returncode}):\n" \
-                                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            assert proc.returncode == 0, (
+                f"`{shlex.join(argv)}` failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
         return proc
 
 
 @pytest.fixture
-def readme_release(cluster: Any, tmp_path: Path) -> Iterator[tuple[Admin, dict[str, str], list[list[str]],
-                                                                  list[list[str]]]]:
+def readme_release(
+    cluster: Any, tmp_path: Path
+) -> Iterator[tuple[Admin, dict[str, str], list[list[str]], list[list[str]]]]:
     files, install, uninstall = marked_blocks(README.read_text())
     release, namespace = install[0][2], _flag(install[0], "-n", "--namespace")
     kube: Kube = cluster.kube
@@ -147,10 +159,11 @@ def readme_release(cluster: Any, tmp_path: Path) -> Iterator[tuple[Admin, dict[s
     def clean() -> None:
         admin.run(["helm", "uninstall", release, "-n", namespace, "--wait"], check=False)
         kube.delete(f"/api/v1/namespaces/{namespace}")
-        wait_for(f"namespace {namespace} gone", lambda: not _exists(kube, f"/api/v1/namespaces/{namespace}"),
-                 timeout=180)
+        wait_for(
+            f"namespace {namespace} gone", lambda: not _exists(kube, f"/api/v1/namespaces/{namespace}"), timeout=180
+        )
 
-    clean()               # what an earlier, interrupted run may have left
+    clean()  # what an earlier, interrupted run may have left
     try:
         yield admin, files, install, uninstall
     finally:
@@ -169,9 +182,13 @@ def _exists(kube: Kube, path: str) -> bool:
 
 
 def _webhook_configurations_of(kube: Kube, namespace: str) -> list[str]:
-    return [c["metadata"]["name"] for c in kube.get(WEBHOOKS)["items"]
-            if any(h.get("clientConfig", {}).get("service", {}).get("namespace") == namespace
-                   for h in c.get("webhooks", []))]
+    return [
+        c["metadata"]["name"]
+        for c in kube.get(WEBHOOKS)["items"]
+        if any(
+            h.get("clientConfig", {}).get("service", {}).get("namespace") == namespace for h in c.get("webhooks", [])
+        )
+    ]
 
 
 def _object_path(doc: dict[str, Any], namespace: str) -> str:
@@ -191,8 +208,18 @@ def test_install_as_the_readme_says(cluster: Any, readme_release: Any) -> None:
     manifest = admin.run(["helm", "get", "manifest", release, "-n", namespace]).stdout
     docs = [d for d in yaml.safe_load_all(manifest) if d]
     kinds = {d["kind"] for d in docs}
-    assert {"Deployment", "Service", "ConfigMap", "MutatingWebhookConfiguration", "ClusterRole", "Role",
-            "Certificate", "Issuer", "ValidatingAdmissionPolicy", "NetworkPolicy"} <= kinds, kinds
+    assert {
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "MutatingWebhookConfiguration",
+        "ClusterRole",
+        "Role",
+        "Certificate",
+        "Issuer",
+        "ValidatingAdmissionPolicy",
+        "NetworkPolicy",
+    } <= kinds, kinds
     assert "Secret" not in kinds, "no key material in the release: the reconciler creates the keys Secret"
     for doc in docs:
         assert _exists(kube, _object_path(doc, namespace)), f"{doc['kind']} {doc['metadata']['name']} not created"
@@ -214,10 +241,16 @@ def test_install_as_the_readme_says(cluster: Any, readme_release: Any) -> None:
     # The webhook configuration is registered, pointing at the release's Service, and
     # cert-manager issued the serving certificate and injected its CA.
     (name,) = _webhook_configurations_of(kube, namespace)
-    secret = wait_for("cert-manager's serving certificate in the webhook's TLS Secret", lambda: _tls_secret(
-        kube, namespace), timeout=120)
-    injected = wait_for("the CA injected into the webhook configuration", lambda: kube.get(
-        f"{WEBHOOKS}/{name}")["webhooks"][0].get("clientConfig", {}).get("caBundle"), timeout=120)
+    secret = wait_for(
+        "cert-manager's serving certificate in the webhook's TLS Secret",
+        lambda: _tls_secret(kube, namespace),
+        timeout=120,
+    )
+    injected = wait_for(
+        "the CA injected into the webhook configuration",
+        lambda: kube.get(f"{WEBHOOKS}/{name}")["webhooks"][0].get("clientConfig", {}).get("caBundle"),
+        timeout=120,
+    )
     assert base64.b64decode(injected) == base64.b64decode(secret["data"]["ca.crt"])
     (hook,) = kube.get(f"{WEBHOOKS}/{name}")["webhooks"]
     assert hook["failurePolicy"] == "Ignore"
@@ -248,19 +281,24 @@ def _reconciler_first_start(cluster: Any, kube: Kube, docs: list[dict[str, Any]]
     """Make the keys Secret as the reconciler's first start does; returns its API path."""
     (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-reconciler")]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    secret_namespace, secret_name = next(a.split("=", 1)[1] for a in args
-                                         if a.startswith("--originals-keys-secret=")).split("/")
+    secret_namespace, secret_name = next(
+        a.split("=", 1)[1] for a in args if a.startswith("--originals-keys-secret=")
+    ).split("/")
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-    token = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}})
+    token = kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
+    )
 
     async def ensure() -> None:
-        client = KubeClient(load_credentials(kubeconfig_for_token(cluster, token["status"]["token"])),
-                            qps=0, burst=1, max_connections=1)
+        client = KubeClient(
+            load_credentials(kubeconfig_for_token(cluster, token["status"]["token"])), qps=0, burst=1, max_connections=1
+        )
         try:
             await SecretKeys(client, secret_namespace, secret_name).ensure()
         finally:
             await client.close()
+
     asyncio.run(ensure())
     path = f"/api/v1/namespaces/{secret_namespace}/secrets/{secret_name}"
     (key_id,) = kube.get(path)["data"]
@@ -270,5 +308,13 @@ def _reconciler_first_start(cluster: Any, kube: Kube, docs: list[dict[str, Any]]
 
 def _tls_secret(kube: Kube, namespace: str) -> dict[str, Any] | None:
     secrets = kube.get(f"/api/v1/namespaces/{namespace}/secrets")["items"]
-    return next((s for s in secrets if s.get("type") == "kubernetes.io/tls"
-                 and s["metadata"]["name"].endswith("-webhook-tls") and "ca.crt" in s.get("data", {})), None)
+    return next(
+        (
+            s
+            for s in secrets
+            if s.get("type") == "kubernetes.io/tls"
+            and s["metadata"]["name"].endswith("-webhook-tls")
+            and "ca.crt" in s.get("data", {})
+        ),
+        None,
+    )

@@ -7,6 +7,7 @@ The node (type n2d) runs 4 pods planned down (300m -> 150m, baseline `slow`) and
 CPUs - 100m. Only 100m is free at the start, and every increase needs 150m: sent at once, the
 kubelet would defer increases until decreases were actuated.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -16,17 +17,20 @@ import pytest
 
 from devkit.configs import config_yaml
 from tests.cluster.test_real_node import START_TIMEOUT, real_deployment
-from tests.cluster.test_real_node_outcomes import alone_on_the_real_node, allocatable_millicores, show
+from tests.cluster.test_real_node_outcomes import allocatable_millicores, alone_on_the_real_node, show
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, q, resources, status_resources
 from tests.conftest import RealNode
 
 DIRECTION = "e2e.workload-resizer.io/direction"
-CONFIG_YAML = config_yaml(extra_node_types={"slow": (0.5, 1.0), "double": (2.0, 1.0)}) + f"""\
+CONFIG_YAML = (
+    config_yaml(extra_node_types={"slow": (0.5, 1.0), "double": (2.0, 1.0)})
+    + f"""\
 podLabels:
   {DIRECTION}:
     down: {{ baselineNodeType: slow }}
     up: {{ baselineNodeType: double }}
 """
+)
 PODS = 4
 
 
@@ -62,8 +66,11 @@ def test_decreases_go_first_and_no_increase_is_deferred(h: Harness, real_node: R
         assert proc.metric("workload_resizer_resize_outcomes_total", outcome=outcome) == 0, outcome
     assert proc.metric("workload_resizer_resize_outcomes_total", outcome="actuated") == 2 * PODS
     assert sum(h.cluster.local.resize_patches_served().values()) == served + 2 * PODS
-    deferred = [e for e in h.kube.get(f"/api/v1/namespaces/{h.ns}/events")["items"]
-                if e["reason"] in ("ResizeDeferred", "ResizeInfeasible")]
+    deferred = [
+        e
+        for e in h.kube.get(f"/api/v1/namespaces/{h.ns}/events")["items"]
+        if e["reason"] in ("ResizeDeferred", "ResizeInfeasible")
+    ]
     assert deferred == [], [(e["involvedObject"]["name"], e["message"]) for e in deferred]
     held = [e for e in h.kube.get(f"/api/v1/namespaces/{h.ns}/events")["items"] if e["reason"] == "ResizeHeld"]
     assert held and all(e["involvedObject"]["name"].startswith("up-") for e in held)

@@ -14,6 +14,7 @@ cgroup, and how many API writes it cost (a stalled resize must cost none over a 
   the kubelet fails actuation (PodResizeInProgress/Error), the reconciler re-checks with
   backoff, then sets the spec back.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from devkit.configs import config_yaml
+from devkit.kube import wait_for
 from resizer import APPLIED_INSTANCE_TYPE, RESIZE_STATE, SKIP
 from tests.cluster.test_real_node import (
     START_TIMEOUT,
@@ -42,13 +45,13 @@ from tests.cluster.test_resize_outcomes import (
     state,
 )
 from tests.conftest import RealNode
-from devkit.configs import config_yaml
-from devkit.kube import wait_for
 
 # The harness's families plus one whose memory is twice as fast (256Mi -> 128Mi), with memory
 # limits allowed to follow it down (docs/how-it-works.md "Memory-limit decreases").
-CONFIG_YAML = config_yaml(extra_node_types={"slow": (0.5, 1.0), "hyper": (100.0, 1.0), "memfast": (1.0, 2.0)}) \
+CONFIG_YAML = (
+    config_yaml(extra_node_types={"slow": (0.5, 1.0), "hyper": (100.0, 1.0), "memfast": (1.0, 2.0)})
     + "memoryLimitDecrease: Allow\n"
+)
 # How long a stalled resize is watched for writes (the issue's acceptance window).
 STALL_WINDOW = 60
 
@@ -74,8 +77,11 @@ def h(cluster: Any, namespace: str, real_node: RealNode) -> Iterator[Harness]:
 def wait_until_alone(h: Harness, node: RealNode) -> None:
     """The pods of earlier tests (their namespaces are deleted asynchronously) have left the node:
     the kubelet counts every pod it still runs, and these tests size pods against its allocatable."""
-    wait_for(f"no other pod on {node.name}", lambda: not h.kube.get(
-        "/api/v1/pods", fieldSelector=f"spec.nodeName={node.name}")["items"], timeout=START_TIMEOUT)
+    wait_for(
+        f"no other pod on {node.name}",
+        lambda: not h.kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node.name}")["items"],
+        timeout=START_TIMEOUT,
+    )
 
 
 def allocatable_millicores(h: Harness, node: RealNode) -> int:
@@ -88,9 +94,13 @@ def ours(pod: dict[str, Any]) -> dict[str, str]:
 
 def show(h: Harness, name: str) -> None:
     """What `kubectl describe pod` lists (all Events, the kubelet's too), for the report of a run (-rP)."""
-    for e in sorted(h.kube.events_for(h.ns, name), key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"])):
-        print(f"{e.get('firstTimestamp')} {(e.get('source') or {}).get('component')} {e['type']} {e['reason']} "
-              f"x{e.get('count')}: {e.get('message')}")
+    for e in sorted(
+        h.kube.events_for(h.ns, name), key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"])
+    ):
+        print(
+            f"{e.get('firstTimestamp')} {(e.get('source') or {}).get('component')} {e['type']} {e['reason']} "
+            f"x{e.get('count')}: {e.get('message')}"
+        )
     print("annotations:", {k: v for k, v in ours(h.pod(name)).items() if k.startswith("workload-resizer.io/")})
 
 
@@ -98,8 +108,9 @@ def guaranteed_resources(cpu: str, memory: str) -> dict[str, Any]:
     return {"requests": {"cpu": q(cpu), "memory": q(memory)}, "limits": {"cpu": q(cpu), "memory": q(memory)}}
 
 
-def assert_untouched_container(node: RealNode, before: dict[str, Any], now: dict[str, Any], cpu: str,
-                               memory: str) -> None:
+def assert_untouched_container(
+    node: RealNode, before: dict[str, Any], now: dict[str, Any], cpu: str, memory: str
+) -> None:
     """Same container, never restarted, its cgroup at cpu/memory."""
     assert app_status(now)["restartCount"] == 0 and container_id(now) == container_id(before)
     assert cgroup_limits(node, container_id(now)) == implied_limits(q(cpu), q(memory))
@@ -112,25 +123,34 @@ def test_infeasible_resize_is_reported_once_left_truthful_and_never_retried(h: H
     allocatable = allocatable_millicores(h, real_node)
     assert allocatable < 2000, "slow plans 2 CPUs, which must not fit the node"
     h.relabel(real_node.name, "slow")
-    before = deploy(h, "big", real_node)           # 1 CPU, 256Mi
+    before = deploy(h, "big", real_node)  # 1 CPU, 256Mi
     name = before["metadata"]["name"]
     proc = h.reconciler(WITHOUT_NODE_PREFLIGHT)
     event = h.wait_event(name, "ResizeInfeasible", timeout=START_TIMEOUT)
     assert event["type"] == "Warning"
     if h.cluster.version >= "v1.36":
         # Refused at admission: nothing was stored, nothing to set back.
-        assert f"node didn't have enough allocatable resources: cpu, requested: 2000, allocatable: {allocatable}" \
-            in event["message"], event["message"]
+        assert (
+            f"node didn't have enough allocatable resources: cpu, requested: 2000, allocatable: {allocatable}"
+            in event["message"]
+        ), event["message"]
         pod = h.pod(name)
         expected_writes = {"PATCH pods": 2, "PATCH pods/resize": 1, "POST events": 1, "PATCH events": 0}
         generation = 1
     else:
         # Stored; the kubelet marks it Infeasible; the reconciler sets the spec back.
-        assert f"Node didn't have enough capacity: cpu, requested: 2000, capacity: {allocatable}" \
-            in event["message"], event["message"]
-        pod = wait_for("the spec set back, nothing pending", lambda: (
-            p if resources(p := h.pod(name))["limits"]["cpu"] == q("1")
-            and condition(p, "PodResizePending") is None else None), timeout=START_TIMEOUT)
+        assert f"Node didn't have enough capacity: cpu, requested: 2000, capacity: {allocatable}" in event["message"], (
+            event["message"]
+        )
+        pod = wait_for(
+            "the spec set back, nothing pending",
+            lambda: (
+                p
+                if resources(p := h.pod(name))["limits"]["cpu"] == q("1") and condition(p, "PodResizePending") is None
+                else None
+            ),
+            timeout=START_TIMEOUT,
+        )
         expected_writes = {"PATCH pods": 2, "PATCH pods/resize": 2, "POST events": 1, "PATCH events": 0}
         generation = 3
     recorded = state(h, name)
@@ -152,7 +172,8 @@ def test_infeasible_resize_is_reported_once_left_truthful_and_never_retried(h: H
 
 
 def test_deferred_resize_is_kept_reported_and_ends_resized_once_capacity_is_freed(
-        h: Harness, real_node: RealNode) -> None:
+    h: Harness, real_node: RealNode
+) -> None:
     allocatable = allocatable_millicores(h, real_node)
     # The holder takes all but 700m; the grower (500m) is planned at 1 CPU on `slow`: it fits the
     # node alone (1 CPU < allocatable), not next to the holder.
@@ -160,7 +181,7 @@ def test_deferred_resize_is_kept_reported_and_ends_resized_once_capacity_is_free
     assert holder_cpu > 300, f"allocatable {allocatable}m is too small for this scenario"
     h.relabel(real_node.name, "slow")
     holder = real_deployment("holder", real_node, [guaranteed(cpu=f"{holder_cpu}m", memory="64Mi")])
-    holder["spec"]["template"]["metadata"]["annotations"] = {SKIP: "true"}       # not ours to size
+    holder["spec"]["template"]["metadata"]["annotations"] = {SKIP: "true"}  # not ours to size
     h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", holder)
     h.wait_pods("holder", 1, lambda p: p["status"].get("phase") == "Running", "Running", timeout=START_TIMEOUT)
     before = deploy(h, "grower", real_node, cpu="500m", memory="64Mi")
@@ -178,8 +199,11 @@ def test_deferred_resize_is_kept_reported_and_ends_resized_once_capacity_is_free
     assert_untouched_container(real_node, before, pod, "500m", "64Mi")
 
     # Deferred longer than --resize-deferred-timeout: one Warning, then nothing more.
-    warning = wait_for("the deferred-too-long Warning", lambda: next(
-        (e for e in h.events(name) if e["reason"] == "ResizeDeferred" and e["type"] == "Warning"), None), timeout=90)
+    warning = wait_for(
+        "the deferred-too-long Warning",
+        lambda: next((e for e in h.events(name) if e["reason"] == "ResizeDeferred" and e["type"] == "Warning"), None),
+        timeout=90,
+    )
     assert "still deferred after" in warning["message"]
     assert state(h, name)["warned"] is True
     assert_quiet_while_stalled(h, proc, name, seconds=STALL_WINDOW)
@@ -195,7 +219,12 @@ def test_deferred_resize_is_kept_reported_and_ends_resized_once_capacity_is_free
     assert_untouched_container(real_node, before, pod, "1", "64Mi")
     assert described(h, name) == [("Normal", "ResizeDeferred"), ("Warning", "ResizeDeferred"), ("Normal", "Resized")]
     # originals, deferred, warned, applied; one resize; three Events.
-    assert h.writes_but_sentinels(proc) == {"PATCH pods": 4, "PATCH pods/resize": 1, "POST events": 3, "PATCH events": 0}
+    assert h.writes_but_sentinels(proc) == {
+        "PATCH pods": 4,
+        "PATCH pods/resize": 1,
+        "POST events": 3,
+        "PATCH events": 0,
+    }
     assert proc.metric("workload_resizer_resizes_waiting", state="deferred") == 0
     assert proc.metric("workload_resizer_resize_actuation_seconds_count") == 1
     show(h, name)
@@ -206,10 +235,13 @@ def test_deferred_resize_is_kept_reported_and_ends_resized_once_capacity_is_free
 
 def test_actuation_error_is_reported_rechecked_with_backoff_then_set_back(h: Harness, real_node: RealNode) -> None:
     h.relabel(real_node.name, "memfast")
-    before = deploy(h, "holder", real_node, args=["-hold-mib", "200"])      # 1 CPU, 256Mi, using 200 MiB
+    before = deploy(h, "holder", real_node, args=["-hold-mib", "200"])  # 1 CPU, 256Mi, using 200 MiB
     name = before["metadata"]["name"]
-    wait_for("the kubelet's stats to show the 200 MiB", lambda: kubelet_memory_usage(h.kube, real_node, before) >= 200 << 20,
-             timeout=START_TIMEOUT)
+    wait_for(
+        "the kubelet's stats to show the 200 MiB",
+        lambda: kubelet_memory_usage(h.kube, real_node, before) >= 200 << 20,
+        timeout=START_TIMEOUT,
+    )
     proc = h.reconciler("--resize-error-backoff=5s", "--resize-error-retries=2")
     first = h.wait_event(name, "ResizeError", timeout=START_TIMEOUT)
     assert first["type"] == "Warning"
@@ -217,13 +249,29 @@ def test_actuation_error_is_reported_rechecked_with_backoff_then_set_back(h: Har
     recorded = state(h, name)
     assert recorded["state"] == "error" and recorded["nodeType"] == "memfast"
 
-    gave_up = wait_for("the second ResizeError (given up)", lambda: next(
-        (e for e in h.events(name) if e["reason"] == "ResizeError" and "still failed after 2 checks" in e["message"]),
-        None), timeout=120)
+    gave_up = wait_for(
+        "the second ResizeError (given up)",
+        lambda: next(
+            (
+                e
+                for e in h.events(name)
+                if e["reason"] == "ResizeError" and "still failed after 2 checks" in e["message"]
+            ),
+            None,
+        ),
+        timeout=120,
+    )
     assert gave_up["type"] == "Warning"
-    pod = wait_for("the spec set back, nothing in progress", lambda: (
-        p if resources(p := h.pod(name)) == guaranteed_resources("1", "256Mi")
-        and condition(p, "PodResizeInProgress") is None else None), timeout=START_TIMEOUT)
+    pod = wait_for(
+        "the spec set back, nothing in progress",
+        lambda: (
+            p
+            if resources(p := h.pod(name)) == guaranteed_resources("1", "256Mi")
+            and condition(p, "PodResizeInProgress") is None
+            else None
+        ),
+        timeout=START_TIMEOUT,
+    )
     assert status_resources(pod) == guaranteed_resources("1", "256Mi")
     assert pod["metadata"]["generation"] == 3, "the resize, then the one revert"
     assert APPLIED_INSTANCE_TYPE not in ours(pod) and state(h, name)["state"] == "error"
@@ -232,5 +280,10 @@ def test_actuation_error_is_reported_rechecked_with_backoff_then_set_back(h: Har
     assert_quiet_while_stalled(h, proc, name, seconds=STALL_WINDOW)
     assert h.pod(name)["metadata"]["generation"] == 3, "the failing size is not tried again"
     assert described(h, name) == [("Warning", "ResizeError"), ("Warning", "ResizeError")]
-    assert h.writes_but_sentinels(proc) == {"PATCH pods": 2, "PATCH pods/resize": 2, "POST events": 2, "PATCH events": 0}
+    assert h.writes_but_sentinels(proc) == {
+        "PATCH pods": 2,
+        "PATCH pods/resize": 2,
+        "POST events": 2,
+        "PATCH events": 0,
+    }
     show(h, name)

@@ -5,6 +5,7 @@ follows, nothing restarts.
 The pod (real node, type n4, cpu ratio 1/1.25): `app` 1 CPU / 256Mi and the sidecar `proxy`
 500m / 128Mi, both Guaranteed.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from devkit.kube import wait_for
 from tests.cluster.test_real_node import (
     START_TIMEOUT,
     WORKLOAD_IMAGE,
@@ -25,7 +27,6 @@ from tests.cluster.test_real_node import (
 from tests.cluster.test_real_node_outcomes import alone_on_the_real_node, guaranteed_resources, show
 from tests.cluster.test_reconciler import CONFIG_YAML, Harness, guaranteed, metric_snapshot, q, resources
 from tests.conftest import RealNode
-from devkit.kube import wait_for
 
 
 @pytest.fixture
@@ -52,13 +53,25 @@ def proxy_reported(pod: dict[str, Any]) -> dict[str, Any] | None:
 def test_a_sidecar_is_resized_in_place_with_its_container(h: Harness, real_node: RealNode) -> None:
     h.relabel(real_node.name, "n4")
     manifest = real_deployment("meshed", real_node, [guaranteed(cpu="1", memory="256Mi")])
-    proxy = {**guaranteed("proxy", cpu="500m", memory="128Mi"), "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
-             "restartPolicy": "Always"}
+    proxy = {
+        **guaranteed("proxy", cpu="500m", memory="128Mi"),
+        "image": WORKLOAD_IMAGE,
+        "imagePullPolicy": "Never",
+        "restartPolicy": "Always",
+    }
     manifest["spec"]["template"]["spec"]["initContainers"] = [proxy]
     h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
-    before = h.wait_pods("meshed", 1, lambda p: p["status"].get("phase") == "Running" and all(
-        s.get("ready") for s in p["status"].get("containerStatuses") or [{}]) and proxy_status(p).get("started"),
-        "Running on the real node with its sidecar", timeout=START_TIMEOUT)[0]
+    before = h.wait_pods(
+        "meshed",
+        1,
+        lambda p: (
+            p["status"].get("phase") == "Running"
+            and all(s.get("ready") for s in p["status"].get("containerStatuses") or [{}])
+            and proxy_status(p).get("started")
+        ),
+        "Running on the real node with its sidecar",
+        timeout=START_TIMEOUT,
+    )[0]
     name = before["metadata"]["name"]
     proxy_id = proxy_status(before)["containerID"].split("://", 1)[1]
     assert cgroup_limits(real_node, proxy_id) == implied_limits(q("500m"), q("128Mi"))
@@ -67,8 +80,11 @@ def test_a_sidecar_is_resized_in_place_with_its_container(h: Harness, real_node:
     proc = h.reconciler()
     try:
         wait_resized_truthfully(h, name, guaranteed_resources("800m", "256Mi"))
-        pod = wait_for("the sidecar's status at 400m", lambda: p if proxy_reported(p := h.pod(name)) ==
-                       guaranteed_resources("400m", "128Mi") else None, timeout=START_TIMEOUT)
+        pod = wait_for(
+            "the sidecar's status at 400m",
+            lambda: p if proxy_reported(p := h.pod(name)) == guaranteed_resources("400m", "128Mi") else None,
+            timeout=START_TIMEOUT,
+        )
     finally:
         show(h, name)
     assert resources(pod) == guaranteed_resources("800m", "256Mi")

@@ -1,6 +1,7 @@
 """Config changes take effect on running pods: re-aligned from their originals, at the
 configured rate; a config change that changes nothing for a pod writes nothing to it;
 --realign=false keeps the design's "new pods only"."""
+
 from __future__ import annotations
 
 import json
@@ -9,6 +10,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from devkit.kube import wait_for
+from resizer import APPLIED_SIZE
 from tests.cluster.test_reconciler import (
     CONFIG_YAML,
     CRASH_AFTER,
@@ -19,8 +22,6 @@ from tests.cluster.test_reconciler import (
     q,
     resources,
 )
-from resizer import APPLIED_SIZE
-from devkit.kube import wait_for
 
 PODS = 10
 RATE = 2.0
@@ -50,9 +51,10 @@ def test_a_config_edit_re_aligns_running_pods_at_the_configured_rate(h: Harness)
     # An edit that changes nothing for these pods (another family's perf, a comment): no write.
     writes = metric_snapshot(reconciler)
     edit_config(h, reconciler, CONFIG_YAML.replace("c3: { cpuPerf: 1.30", "c3: { cpuPerf: 1.35") + "# edited\n")
-    h.wait_idle(reconciler)     # the reload queued every pod it wants to look at again: all decided
-    assert {n: p["metadata"]["resourceVersion"] for n, p in ((p["metadata"]["name"], p) for p in h.kube.pods(h.ns))} \
-        == {n: p["metadata"]["resourceVersion"] for n, p in settled.items()}
+    h.wait_idle(reconciler)  # the reload queued every pod it wants to look at again: all decided
+    assert {
+        n: p["metadata"]["resourceVersion"] for n, p in ((p["metadata"]["name"], p) for p in h.kube.pods(h.ns))
+    } == {n: p["metadata"]["resourceVersion"] for n, p in settled.items()}
     assert metric_snapshot(reconciler) == writes
 
     # n4 twice as fast as the baseline: every web pod re-aligned from its originals (1 CPU -> 500m).
@@ -74,41 +76,61 @@ def test_a_config_edit_re_aligns_running_pods_at_the_configured_rate(h: Harness)
 
     # Each re-alignment is followed to actuation: one Resized decision per pod once the kubelet applied it.
     def resized_decisions() -> list[str] | None:
-        pods = sorted(line["pod"] for line in map(json.loads, filter(None, reconciler.log_lines()))
-                      if line.get("msg") == "decision" and line.get("outcome") == "Resized"
-                      and line.get("nodeType") == "n4" and line["ts"] >= edited_at)
+        pods = sorted(
+            line["pod"]
+            for line in map(json.loads, filter(None, reconciler.log_lines()))
+            if line.get("msg") == "decision"
+            and line.get("outcome") == "Resized"
+            and line.get("nodeType") == "n4"
+            and line["ts"] >= edited_at
+        )
         return pods if len(pods) >= PODS else None
+
     resized = wait_for("a Resized decision per re-aligned pod, once actuated", resized_decisions, timeout=60)
     assert sorted(resized) == sorted(first_seen), resized
-    assert rate <= RATE * 1.15, rate           # never faster than configured (polling jitter)
-    assert rate >= RATE * 0.5, rate            # and not stalled
+    assert rate <= RATE * 1.15, rate  # never faster than configured (polling jitter)
+    assert rate >= RATE * 0.5, rate  # and not stalled
 
     def all_realigned() -> dict[str, dict[str, Any]] | None:
         pods = {p["metadata"]["name"]: p for p in h.kube.pods(h.ns)}
         web = [p for n, p in pods.items() if n.startswith("web")]
-        return pods if all(resources(p)["requests"]["cpu"] == q("500m") and p["metadata"]["annotations"].get(
-            "workload-resizer.io/applied-at") for p in web) else None
+        return (
+            pods
+            if all(
+                resources(p)["requests"]["cpu"] == q("500m")
+                and p["metadata"]["annotations"].get("workload-resizer.io/applied-at")
+                for p in web
+            )
+            else None
+        )
+
     final = wait_for("every web pod at 500m", all_realigned, timeout=30)
     for name, pod in final.items():
         before = settled[name]
         if name.startswith("web"):
-            assert pod["metadata"]["generation"] == before["metadata"]["generation"] + 1, name   # exactly one resize
-            assert resources(pod) == {"requests": {"cpu": q("500m"), "memory": q("256Mi")},
-                                      "limits": {"cpu": q("500m"), "memory": q("256Mi")}}
+            assert pod["metadata"]["generation"] == before["metadata"]["generation"] + 1, name  # exactly one resize
+            assert resources(pod) == {
+                "requests": {"cpu": q("500m"), "memory": q("256Mi")},
+                "limits": {"cpu": q("500m"), "memory": q("256Mi")},
+            }
             originals = {k: v for k, v in ours(pod).items() if "original-" in k}
             assert originals == {k: v for k, v in ours(before).items() if "original-" in k}, "originals kept"
-        else:   # the baseline pods: nothing changed for them, nothing written
+        else:  # the baseline pods: nothing changed for them, nothing written
             assert pod["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], name
-    assert any(e["reason"] == "Resized" and "re-aligned" in e["message"]
-               for e in h.events(next(n for n in final if n.startswith("web"))))
+    assert any(
+        e["reason"] == "Resized" and "re-aligned" in e["message"]
+        for e in h.events(next(n for n in final if n.startswith("web")))
+    )
 
     # --realign=false: the design's "new pods only"; running pods keep their size.
     reconciler.terminate()
     quiet = h.reconciler("--realign=false")
     edit_config(h, quiet, CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 4.0"))
     h.wait_idle(quiet)
-    assert all(p["metadata"]["resourceVersion"] == final[p["metadata"]["name"]]["metadata"]["resourceVersion"]
-               for p in h.kube.pods(h.ns))
+    assert all(
+        p["metadata"]["resourceVersion"] == final[p["metadata"]["name"]]["metadata"]["resourceVersion"]
+        for p in h.kube.pods(h.ns)
+    )
 
 
 def test_a_re_alignment_interrupted_by_a_crash_is_followed_to_one_resized_after_the_restart(h: Harness) -> None:
@@ -133,12 +155,16 @@ def test_a_re_alignment_interrupted_by_a_crash_is_followed_to_one_resized_after_
 
     second = h.reconciler(name="reconciler-2")
     wait_for("a second Resized", lambda: len(h.events(name)) == 2, timeout=60)
-    h.sentinel(second)      # the echo of its applied-size write taken up too
+    h.sentinel(second)  # the echo of its applied-size write taken up too
     pod = h.pod(name)
     assert pod["metadata"]["generation"] == 3, "no second resize"
     assert [e["reason"] for e in h.events(name)] == ["Resized", "Resized"]
     [message] = [e["message"] for e in h.events(name) if e["message"].startswith("re-aligned")]
     assert message.startswith("re-aligned for node type n4") and "requested before this reconciler started" in message
     assert ours(pod)[APPLIED_SIZE] != sized_at, "applied-size now records the re-aligned spec"
-    assert h.writes_but_sentinels(second) == {"PATCH pods": 1, "PATCH pods/resize": 0, "POST events": 1,
-                                              "PATCH events": 0}
+    assert h.writes_but_sentinels(second) == {
+        "PATCH pods": 1,
+        "PATCH pods/resize": 0,
+        "POST events": 1,
+        "PATCH events": 0,
+    }

@@ -13,6 +13,7 @@ sizing acceptance of the design: one pod per node type, one behaviour per test.
 Recovery, leader election and config handling are in the sibling
 test_reconciler_*.py files; the webhook in test_webhook_cluster.py.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -22,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from resizer import APPLIED_AT, APPLIED_INSTANCE_TYPE, PREFIX, original_key, parse_quantity
 from devkit.configs import config_yaml
 from devkit.kube import ApiError, Kube, container, deployment, wait_for
 from devkit.processes import Reconciler
+from resizer import APPLIED_AT, APPLIED_INSTANCE_TYPE, PREFIX, original_key, parse_quantity
 
 CONFIG_NAME = "workload-resizer-config"
 CRASH_AFTER = "WORKLOAD_RESIZER_TEST_CRASH_AFTER"
@@ -62,6 +63,7 @@ def burstable(name: str = "app") -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- pod accessors
+
 
 def resources(pod: dict[str, Any], name: str = "app") -> dict[str, dict[str, Fraction]]:
     """{"requests": {...}, "limits": {...}} of a spec container, parsed."""
@@ -106,6 +108,7 @@ def qos(pod: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------- harness
 
+
 class Harness:
     """One test's world: its namespace, config, labelled nodes and reconciler processes."""
 
@@ -122,9 +125,15 @@ class Harness:
     # -- config, nodes
 
     def config(self, text: str = CONFIG_YAML) -> None:
-        self.kube.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                         "metadata": {"name": CONFIG_NAME, "namespace": self.ns},
-                         "data": {"config.yaml": text}}, self.ns)
+        self.kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": CONFIG_NAME, "namespace": self.ns},
+                "data": {"config.yaml": text},
+            },
+            self.ns,
+        )
 
     def node(self, suffix: str, family: str | None, no_resize: bool = False) -> str:
         """A KWOK node `<namespace>-<suffix>` whose type (our label) is `family`."""
@@ -138,10 +147,17 @@ class Harness:
 
     # -- processes
 
-    def reconciler(self, *flags: str, env: dict[str, str] | None = None, name: str = "reconciler",
-                   wait: bool = True) -> Reconciler:
-        proc = Reconciler(self.cluster.kubeconfig, f"--config-namespace={self.ns}",
-                          f"--node-type-label={self.label}", *flags, env=env, name=name)
+    def reconciler(
+        self, *flags: str, env: dict[str, str] | None = None, name: str = "reconciler", wait: bool = True
+    ) -> Reconciler:
+        proc = Reconciler(
+            self.cluster.kubeconfig,
+            f"--config-namespace={self.ns}",
+            f"--node-type-label={self.label}",
+            *flags,
+            env=env,
+            name=name,
+        )
         self.processes.append(proc)
         if wait:
             proc.wait_ready()
@@ -149,10 +165,17 @@ class Harness:
 
     # -- workloads
 
-    def deploy(self, name: str, node: str, containers: list[dict[str, Any]], replicas: int = 1,
-               annotations: dict[str, str] | None = None) -> None:
-        manifest = deployment(name, replicas, containers, node_selector={"kubernetes.io/hostname": node},
-                              annotations=annotations)
+    def deploy(
+        self,
+        name: str,
+        node: str,
+        containers: list[dict[str, Any]],
+        replicas: int = 1,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        manifest = deployment(
+            name, replicas, containers, node_selector={"kubernetes.io/hostname": node}, annotations=annotations
+        )
         self.kube.create(f"/apis/apps/v1/namespaces/{self.ns}/deployments", manifest)
 
     def pods(self, app: str) -> list[dict[str, Any]]:
@@ -165,6 +188,7 @@ class Harness:
         def check() -> list[dict[str, Any]] | None:
             pods = self.pods(app)
             return pods if len(pods) == count and all(ok(p) for p in pods) else None
+
         return wait_for(f"{count} pod(s) of {app} {what}", check, timeout=timeout)
 
     def wait_running(self, app: str, count: int = 1) -> list[dict[str, Any]]:
@@ -182,13 +206,20 @@ class Harness:
         for pod in pods:
             stamped = ours(pod)
             if stamped:
-                self.kube.patch(f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
-                                {"metadata": {"annotations": {k: None for k in stamped}}})
+                self.kube.patch(
+                    f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
+                    {"metadata": {"annotations": {k: None for k in stamped}}},
+                )
         return self.wait_pods(app, count, lambda p: not ours(p), "without workload-resizer annotations")
 
     def wait_applied(self, app: str, node_type: str, count: int = 1, timeout: float = 30) -> list[dict[str, Any]]:
-        return self.wait_pods(app, count, lambda p: applied(p) == node_type,
-                              f"annotated applied-instance-type={node_type}", timeout=timeout)
+        return self.wait_pods(
+            app,
+            count,
+            lambda p: applied(p) == node_type,
+            f"annotated applied-instance-type={node_type}",
+            timeout=timeout,
+        )
 
     def wait_status_follows(self, app: str, count: int = 1) -> list[dict[str, Any]]:
         """Wait until the fake kubelet reports the spec's resources (the resize was actuated)."""
@@ -198,15 +229,21 @@ class Harness:
 
     def events(self, name: str, kind: str = "Pod") -> list[dict[str, Any]]:
         """Events the reconciler recorded about an object (not the scheduler's)."""
-        return [e for e in self.kube.events_for(self.ns, name, kind)
-                if (e.get("source") or {}).get("component") == COMPONENT]
+        return [
+            e
+            for e in self.kube.events_for(self.ns, name, kind)
+            if (e.get("source") or {}).get("component") == COMPONENT
+        ]
 
     def reasons(self, name: str, kind: str = "Pod") -> list[str]:
         return sorted(e["reason"] for e in self.events(name, kind))
 
     def wait_event(self, name: str, reason: str, kind: str = "Pod", timeout: float = 30) -> dict[str, Any]:
-        return wait_for(f"{reason} event on {kind} {name}", lambda: next(
-            (e for e in self.events(name, kind) if e["reason"] == reason), None), timeout=timeout)
+        return wait_for(
+            f"{reason} event on {kind} {name}",
+            lambda: next((e for e in self.events(name, kind) if e["reason"] == reason), None),
+            timeout=timeout,
+        )
 
     # -- positive signals, before asserting that something did not happen
 
@@ -215,8 +252,12 @@ class Harness:
         decided. A signal for the events it is known to have had: its informers' lists (queued
         before it is ready), a config reload (every pod is queued as the reload is counted), or
         those before a sentinel."""
-        wait_for(f"{proc.name} idle", lambda: proc.metric("workqueue_depth") == 0
-                 and proc.metric("controller_runtime_active_workers") == 0, timeout=timeout, interval=0.1)
+        wait_for(
+            f"{proc.name} idle",
+            lambda: proc.metric("workqueue_depth") == 0 and proc.metric("controller_runtime_active_workers") == 0,
+            timeout=timeout,
+            interval=0.1,
+        )
 
     def sentinel(self, proc: Reconciler) -> None:
         """Until `proc` has taken up every pod change made before this call and finished what they
@@ -225,11 +266,10 @@ class Harness:
         after every earlier pod event was handled (queued or left alone); then nothing is queued or
         in progress. Costs SENTINEL_WRITES (see `writes_but_sentinels`)."""
         if self._sentinel_node is None:
-            self._sentinel_node = self.node("sentinel", SENTINEL_TYPE, no_resize=True)   # start-held works there
+            self._sentinel_node = self.node("sentinel", SENTINEL_TYPE, no_resize=True)  # start-held works there
         self._sentinels[proc] = self._sentinels.get(proc, 0) + 1
         app = f"sentinel-{sum(self._sentinels.values())}"
-        self.deploy(app, self._sentinel_node, [guaranteed(cpu="10m", memory="16Mi")],
-                    annotations={START_HELD: "true"})
+        self.deploy(app, self._sentinel_node, [guaranteed(cpu="10m", memory="16Mi")], annotations={START_HELD: "true"})
         [pod] = self.wait_pods(app, 1, lambda p: bool(p["spec"].get("nodeName")), "bound")
         self.wait_event(pod["metadata"]["name"], "UnknownNodeType")
         self.wait_idle(proc)
@@ -248,32 +288,37 @@ class Harness:
     def close(self, print_logs: bool = True) -> None:
         for proc in self.processes:
             proc.close()
-        for proc in self.processes if print_logs else ():     # shown by pytest only when the test failed
+        for proc in self.processes if print_logs else ():  # shown by pytest only when the test failed
             lines = proc.log_lines()
-            print(f"===== {proc.name} (exit {proc.proc.returncode}) {proc.log_path}: last "
-                  f"{min(len(lines), 150)} of {len(lines)} log lines")
+            print(
+                f"===== {proc.name} (exit {proc.proc.returncode}) {proc.log_path}: last "
+                f"{min(len(lines), 150)} of {len(lines)} log lines"
+            )
             print("\n".join(lines[-150:]))
         for name in self.nodes:
             try:
                 self.kube.delete(f"/api/v1/nodes/{name}")
-            except ApiError as err:     # best effort: never hide the test's own failure
+            except ApiError as err:  # best effort: never hide the test's own failure
                 print(f"could not delete node {name}: {err}")
 
 
 def make_namespace(kube: Kube, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:5]}"
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    wait_for("default service account", lambda: kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
-             timeout=30)
+    wait_for(
+        "default service account", lambda: kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30
+    )
     return name
 
 
 def metric_snapshot(proc: Reconciler) -> dict[str, float]:
     """The write counters of a reconciler, for messages and exact comparisons."""
-    return {"PATCH pods": proc.metric("rest_client_requests_total", **PATCH_PODS),
-            "PATCH pods/resize": proc.metric("rest_client_requests_total", **PATCH_RESIZE),
-            "POST events": proc.metric("rest_client_requests_total", **POST_EVENTS),
-            "PATCH events": proc.metric("rest_client_requests_total", **PATCH_EVENTS)}
+    return {
+        "PATCH pods": proc.metric("rest_client_requests_total", **PATCH_PODS),
+        "PATCH pods/resize": proc.metric("rest_client_requests_total", **PATCH_RESIZE),
+        "POST events": proc.metric("rest_client_requests_total", **POST_EVENTS),
+        "PATCH events": proc.metric("rest_client_requests_total", **PATCH_EVENTS),
+    }
 
 
 # ---------------------------------------------------------------- the design, node type by node type
@@ -293,7 +338,7 @@ class Fleet:
     def __init__(self, harness: Harness, reconciler: Reconciler) -> None:
         self.h = harness
         self.reconciler = reconciler
-        self.pods: dict[str, dict[str, Any]] = {}      # deployment -> its pod, settled
+        self.pods: dict[str, dict[str, Any]] = {}  # deployment -> its pod, settled
         self.admitted: dict[str, dict[str, Any]] = {}  # deployment -> its pod before the reconciler ran
 
     def pod(self, app: str) -> dict[str, Any]:
@@ -339,8 +384,10 @@ def fleet(_fleet: Fleet) -> Iterator[Fleet]:
 
 def test_pod_on_baseline_node_is_unchanged_and_marked_already_aligned(fleet: Fleet) -> None:
     pod = fleet.pod("base")
-    assert resources(pod) == {"requests": {"cpu": q("1"), "memory": q("256Mi")},
-                              "limits": {"cpu": q("1"), "memory": q("256Mi")}}
+    assert resources(pod) == {
+        "requests": {"cpu": q("1"), "memory": q("256Mi")},
+        "limits": {"cpu": q("1"), "memory": q("256Mi")},
+    }
     assert applied(pod) == "n2d"
     assert APPLIED_AT in ours(pod)
     assert fleet.h.reasons(pod["metadata"]["name"]) == ["AlreadyAligned"]
@@ -348,8 +395,7 @@ def test_pod_on_baseline_node_is_unchanged_and_marked_already_aligned(fleet: Fle
 
 def test_guaranteed_pod_on_faster_node_shrinks_requests_and_limits_and_stays_guaranteed(fleet: Fleet) -> None:
     pod = fleet.pod("fast")
-    want = {"requests": {"cpu": q("800m"), "memory": q("256Mi")},
-            "limits": {"cpu": q("800m"), "memory": q("256Mi")}}
+    want = {"requests": {"cpu": q("800m"), "memory": q("256Mi")}, "limits": {"cpu": q("800m"), "memory": q("256Mi")}}
     assert resources(pod) == want
     assert status_resources(pod) == want, "the kubelet's status must follow the resized spec"
     assert qos(pod) == "Guaranteed"
@@ -362,8 +408,7 @@ def test_guaranteed_pod_on_faster_node_shrinks_requests_and_limits_and_stays_gua
 
 def test_burstable_pod_on_faster_node_scales_request_and_limit(fleet: Fleet) -> None:
     pod = fleet.pod("burst")
-    assert resources(pod) == {"requests": {"cpu": q("400m"), "memory": q("128Mi")},
-                              "limits": {"cpu": q("1600m")}}
+    assert resources(pod) == {"requests": {"cpu": q("400m"), "memory": q("128Mi")}, "limits": {"cpu": q("1600m")}}
     assert qos(pod) == "Burstable"
     assert applied(pod) == "n4"
     assert originals(pod) == expected_originals(burstable()["resources"])
@@ -372,8 +417,10 @@ def test_burstable_pod_on_faster_node_scales_request_and_limit(fleet: Fleet) -> 
 
 def test_pod_on_slower_node_grows(fleet: Fleet) -> None:
     pod = fleet.pod("slow")
-    assert resources(pod) == {"requests": {"cpu": q("2"), "memory": q("256Mi")},
-                              "limits": {"cpu": q("2"), "memory": q("256Mi")}}
+    assert resources(pod) == {
+        "requests": {"cpu": q("2"), "memory": q("256Mi")},
+        "limits": {"cpu": q("2"), "memory": q("256Mi")},
+    }
     assert qos(pod) == "Guaranteed"
     assert applied(pod) == "slow"
     assert originals(pod) == expected_originals(guaranteed()["resources"])
@@ -384,8 +431,9 @@ def test_pod_on_unknown_node_type_gets_an_event_and_nothing_else(fleet: Fleet) -
     pod = fleet.pod("unknown")
     assert ours(pod) == {}, "no annotation may be written for an unknown node type"
     assert resources(pod) == resources(fleet.admitted["unknown"])
-    assert pod["metadata"]["resourceVersion"] == fleet.admitted["unknown"]["metadata"]["resourceVersion"], \
+    assert pod["metadata"]["resourceVersion"] == fleet.admitted["unknown"]["metadata"]["resourceVersion"], (
         "the pod must not have been written at all"
+    )
     events = fleet.h.events(pod["metadata"]["name"])
     assert [(e["reason"], e["type"], e["count"]) for e in events] == [("UnknownNodeType", "Warning", 1)]
     assert "zz9" in events[0]["message"]
@@ -393,8 +441,10 @@ def test_pod_on_unknown_node_type_gets_an_event_and_nothing_else(fleet: Fleet) -
 
 def test_pod_on_very_fast_node_is_clamped_to_the_cpu_minimum(fleet: Fleet) -> None:
     pod = fleet.pod("hyper")
-    assert resources(pod) == {"requests": {"cpu": q("50m"), "memory": q("256Mi")},
-                              "limits": {"cpu": q("50m"), "memory": q("256Mi")}}
+    assert resources(pod) == {
+        "requests": {"cpu": q("50m"), "memory": q("256Mi")},
+        "limits": {"cpu": q("50m"), "memory": q("256Mi")},
+    }
     assert qos(pod) == "Guaranteed"
     assert applied(pod) == "hyper"
     assert fleet.h.reasons(pod["metadata"]["name"]) == ["BoundsClamped"]
@@ -407,11 +457,16 @@ def test_without_webhook_the_reconciler_writes_originals_resize_and_applied(flee
         assert originals(fleet.pod(app)) == expected_originals(spec), app
     # 4 pods resized, annotated twice each (originals, then applied); base is aligned: its
     # originals and applied-* in one write; one event each, unknown included.
-    assert metric_snapshot(fleet.reconciler) == {"PATCH pods": 9, "PATCH pods/resize": 4,
-                                                 "POST events": 6, "PATCH events": 0}
+    assert metric_snapshot(fleet.reconciler) == {
+        "PATCH pods": 9,
+        "PATCH pods/resize": 4,
+        "POST events": 6,
+        "PATCH events": 0,
+    }
 
 
 # ---------------------------------------------------------------- modes and node changes
+
 
 def test_dry_run_records_would_resize_and_patches_nothing(h: Harness) -> None:
     node = h.node("n4", "n4")
@@ -421,12 +476,11 @@ def test_dry_run_records_would_resize_and_patches_nothing(h: Harness) -> None:
     name = before["metadata"]["name"]
     event = h.wait_event(name, "WouldResize")
     assert event["type"] == "Normal" and "800m" in event["message"]
-    h.wait_idle(reconciler)     # decided, nothing more queued (a dry run writes no pod: no echo to wait for)
+    h.wait_idle(reconciler)  # decided, nothing more queued (a dry run writes no pod: no echo to wait for)
     pod = h.pod(name)
     assert resources(pod) == resources(before)
     assert ours(pod) == {}
-    assert metric_snapshot(reconciler) == {"PATCH pods": 0, "PATCH pods/resize": 0,
-                                           "POST events": 1, "PATCH events": 0}
+    assert metric_snapshot(reconciler) == {"PATCH pods": 0, "PATCH pods/resize": 0, "POST events": 1, "PATCH events": 0}
     assert h.reasons(name) == ["WouldResize"]
 
 
@@ -443,8 +497,10 @@ def test_relabelled_node_resizes_its_pod_from_the_originals(h: Harness) -> None:
 
     h.relabel(node, "n4")
     pod = h.wait_applied("web", "n4")[0]
-    assert resources(pod) == {"requests": {"cpu": q("800m"), "memory": q("256Mi")},
-                              "limits": {"cpu": q("800m"), "memory": q("256Mi")}}
+    assert resources(pod) == {
+        "requests": {"cpu": q("800m"), "memory": q("256Mi")},
+        "limits": {"cpu": q("800m"), "memory": q("256Mi")},
+    }
     assert originals(pod) == first_originals
 
     # Again, to c3: 1000m / 1.3 = 769m from the originals, not 800m / 1.3 = 615m (compounding).
@@ -464,14 +520,13 @@ def test_node_without_resize_support_gets_one_resize_unsupported_event_and_no_re
     reconciler = h.reconciler()
     for name in before:
         h.wait_event(name, "ResizeUnsupported")
-    h.sentinel(reconciler)      # the echoes of its writes (originals, resize-state) taken up too
+    h.sentinel(reconciler)  # the echoes of its writes (originals, resize-state) taken up too
     for name, admitted in before.items():
         pod = h.pod(name)
         assert resources(pod) == resources(admitted), "the pod must be left at its size"
         assert applied(pod) is None
         events = h.events(name)
-        assert [(e["reason"], e["type"], e["count"]) for e in events] == [("ResizeUnsupported", "Warning", 1)], \
-            events
+        assert [(e["reason"], e["type"], e["count"]) for e in events] == [("ResizeUnsupported", "Warning", 1)], events
         assert "does not support in-place resize" in events[0]["message"]
     # One attempt and one decision per pod, its own writes' echoes taken up: no retry, no requeue
     # storm, and none scheduled for later (a retry or a later look is counted as it is scheduled).
@@ -485,4 +540,3 @@ def test_node_without_resize_support_gets_one_resize_unsupported_event_and_no_re
     assert reconciler.metric("controller_runtime_reconcile_errors_total") == 0
     # The originals were written (no webhook here), but nothing after the rejection.
     assert reconciler.metric("rest_client_requests_total", **PATCH_PODS) == 2
-

@@ -1,8 +1,10 @@
 """End-to-end: the reconciler keeps its last good config when the ConfigMap turns invalid."""
+
 from __future__ import annotations
 
 import httpx
 
+from devkit.kube import wait_for
 from tests.cluster.test_reconciler import (
     CONFIG_NAME,
     CONFIG_YAML,
@@ -11,15 +13,13 @@ from tests.cluster.test_reconciler import (
     q,
     resources,
 )
-from devkit.kube import wait_for
 
 # A typo in a perf value: must be a number.
 INVALID_CONFIG = CONFIG_YAML.replace("n4: { cpuPerf: 1.25,", "n4: { cpuPerf: fast,")
 
 
 def readyz(reconciler, verbose: bool = False) -> httpx.Response:
-    return httpx.get(f"http://127.0.0.1:{reconciler.health_port}/readyz" + ("?verbose" if verbose else ""),
-                     timeout=5)
+    return httpx.get(f"http://127.0.0.1:{reconciler.health_port}/readyz" + ("?verbose" if verbose else ""), timeout=5)
 
 
 def test_invalid_config_keeps_the_last_good_one_in_force_until_fixed(h: Harness) -> None:
@@ -45,8 +45,10 @@ def test_invalid_config_keeps_the_last_good_one_in_force_until_fixed(h: Harness)
     # The last good config still sizes new pods: n4 is 1.25x, not a parse error.
     h.deploy("during", node, [guaranteed()])
     pod = h.wait_applied("during", "n4")[0]
-    assert resources(pod) == {"requests": {"cpu": q("800m"), "memory": q("256Mi")},
-                              "limits": {"cpu": q("800m"), "memory": q("256Mi")}}
+    assert resources(pod) == {
+        "requests": {"cpu": q("800m"), "memory": q("256Mi")},
+        "limits": {"cpu": q("800m"), "memory": q("256Mi")},
+    }
 
     h.config(CONFIG_YAML)
     wait_for("config_valid 1", lambda: reconciler.metric("workload_resizer_config_valid") == 1, timeout=15)

@@ -5,6 +5,7 @@ which SIGKILLs the reconciler right after the named write of the three-step
 order (originals -> resize -> applied). With --concurrency=1 exactly one pod is
 in flight when it dies, so what the second process must still do is exact.
 """
+
 from __future__ import annotations
 
 import signal
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from devkit.kube import wait_for
 from tests.cluster.test_reconciler import (
     CRASH_AFTER,
     Harness,
@@ -27,10 +29,11 @@ from tests.cluster.test_reconciler import (
     resources,
     status_resources,
 )
-from devkit.kube import wait_for
 
-GUARANTEED_ON_N4 = {"requests": {"cpu": q("800m"), "memory": q("256Mi")},
-                    "limits": {"cpu": q("800m"), "memory": q("256Mi")}}
+GUARANTEED_ON_N4 = {
+    "requests": {"cpu": q("800m"), "memory": q("256Mi")},
+    "limits": {"cpu": q("800m"), "memory": q("256Mi")},
+}
 BURSTABLE_ON_N4 = {"requests": {"cpu": q("400m"), "memory": q("128Mi")}, "limits": {"cpu": q("1600m")}}
 ADMITTED = {"g": guaranteed()["resources"], "b": burstable()["resources"]}
 DESIRED = {"g": GUARANTEED_ON_N4, "b": BURSTABLE_ON_N4}
@@ -88,13 +91,17 @@ def test_crash_after_each_write_step_converges_without_compounding(h: Harness, s
     crashed = state[touched[0]]
     app = app_of(crashed)
     assert originals(crashed) == expected_originals(ADMITTED[app])
-    assert resources(crashed) == (DESIRED[app] if step == "resize" else
-                                  {k: {r: q(v) for r, v in vals.items()} for k, vals in ADMITTED[app].items()})
+    assert resources(crashed) == (
+        DESIRED[app]
+        if step == "resize"
+        else {k: {r: q(v) for r, v in vals.items()} for k, vals in ADMITTED[app].items()}
+    )
     assert applied(crashed) is None
     for name in names:
         if name != touched[0]:
-            assert resources(state[name]) == {k: {r: q(v) for r, v in vals.items()}
-                                              for k, vals in ADMITTED[app_of(state[name])].items()}
+            assert resources(state[name]) == {
+                k: {r: q(v) for r, v in vals.items()} for k, vals in ADMITTED[app_of(state[name])].items()
+            }
 
     second = h.reconciler(name="reconciler-after-crash")
     h.wait_applied("g", "n4", 2)
@@ -103,8 +110,9 @@ def test_crash_after_each_write_step_converges_without_compounding(h: Harness, s
     h.wait_status_follows("b", 1)
     assert_converged(h, names)
     writes = metric_snapshot(second)
-    assert {k: writes[k] for k in ("PATCH pods", "PATCH pods/resize")} == AFTER_CRASH[step], \
+    assert {k: writes[k] for k in ("PATCH pods", "PATCH pods/resize")} == AFTER_CRASH[step], (
         "the restarted reconciler resized no pod twice"
+    )
     for name in names:
         assert generation(h.pod(name)) == 2, f"{name}: exactly one resize (metadata.generation)"
         got = h.events(name)
@@ -116,8 +124,7 @@ def test_crash_after_the_applied_step_neither_repeats_nor_reports_twice(h: Harne
     Event (never repeats it), and no pod is resized twice."""
     pods = two_workloads_on_n4(h)
     names = [p["metadata"]["name"] for p in pods]
-    first = h.reconciler("--concurrency=1", env={CRASH_AFTER: "applied"}, name="reconciler-crash-applied",
-                         wait=False)
+    first = h.reconciler("--concurrency=1", env={CRASH_AFTER: "applied"}, name="reconciler-crash-applied", wait=False)
     assert first.wait_exit(30) == -signal.SIGKILL, "the fault hook kills the process"
     finished = [n for n in names if applied(h.pod(n)) == "n4"]
     assert len(finished) == 1, {n: ours(h.pod(n)) for n in names}
@@ -146,9 +153,8 @@ def test_restart_after_everything_is_aligned_writes_nothing(h: Harness) -> None:
     assert first.terminate() == 0, "SIGTERM is a clean shutdown"
 
     second = h.reconciler(name="reconciler-2")
-    h.wait_idle(second)     # ready: it listed both pods; idle: whatever it queued of them is decided
-    assert metric_snapshot(second) == {"PATCH pods": 0, "PATCH pods/resize": 0, "POST events": 0,
-                                       "PATCH events": 0}
+    h.wait_idle(second)  # ready: it listed both pods; idle: whatever it queued of them is decided
+    assert metric_snapshot(second) == {"PATCH pods": 0, "PATCH pods/resize": 0, "POST events": 0, "PATCH events": 0}
     assert second.metric("workload_resizer_outcomes_total") == 0, "no decision was taken again"
     for name in names:
         pod = h.pod(name)
@@ -157,8 +163,12 @@ def test_restart_after_everything_is_aligned_writes_nothing(h: Harness) -> None:
     assert_converged(h, names)
 
 
-LEADER_FLAGS = ("--leader-elect", "--leader-election-lease-duration=4s",
-                "--leader-election-renew-deadline=3s", "--leader-election-retry-period=1s")
+LEADER_FLAGS = (
+    "--leader-elect",
+    "--leader-election-lease-duration=4s",
+    "--leader-election-renew-deadline=3s",
+    "--leader-election-retry-period=1s",
+)
 
 
 def lease_holder(h: Harness) -> str | None:
@@ -168,9 +178,15 @@ def lease_holder(h: Harness) -> str | None:
 
 def test_only_the_leader_writes_and_a_standby_takes_over_when_it_dies(h: Harness) -> None:
     node = h.node("n4", "n4")
-    replicas = {identity: h.reconciler(*LEADER_FLAGS, f"--leader-election-namespace={h.ns}",
-                                       f"--leader-election-identity={identity}", name=f"reconciler-{identity}")
-                for identity in ("replica-a", "replica-b")}
+    replicas = {
+        identity: h.reconciler(
+            *LEADER_FLAGS,
+            f"--leader-election-namespace={h.ns}",
+            f"--leader-election-identity={identity}",
+            name=f"reconciler-{identity}",
+        )
+        for identity in ("replica-a", "replica-b")
+    }
     holder = wait_for("a lease holder", lambda: lease_holder(h), timeout=20)
     leader = replicas[holder]
     standby_id = next(i for i in replicas if i != holder)
@@ -181,8 +197,7 @@ def test_only_the_leader_writes_and_a_standby_takes_over_when_it_dies(h: Harness
     pod = h.wait_applied("one", "n4")[0]
     assert resources(pod) == GUARANTEED_ON_N4
     assert leader.metric("rest_client_requests_total", method="PATCH", resource="pods/resize") == 1
-    assert metric_snapshot(standby) == {"PATCH pods": 0, "PATCH pods/resize": 0, "POST events": 0,
-                                        "PATCH events": 0}
+    assert metric_snapshot(standby) == {"PATCH pods": 0, "PATCH pods/resize": 0, "POST events": 0, "PATCH events": 0}
     assert standby.metric("leader_election_master_status") == 0
     assert standby.metric("rest_client_requests_total", method="WATCH") == 0, "a standby watches nothing"
 

@@ -8,6 +8,7 @@ unknown type must be held back with its reason, and the HTML page, rendered by h
 Chromium, must show that text and a chart (a screenshot that is not blank and has the
 bars' colours in it).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,11 +18,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from commands.report import NOW_COLOUR
 from devkit.browser import dump_dom, screenshot
 from devkit.kube import container
 from devkit.png import read_png
 from devkit.processes import REPO, originals_key_dir
-from commands.report import NOW_COLOUR
 from resizer import original_key, parse_quantity
 from tests.cluster.test_reconciler import Harness, burstable, guaranteed
 
@@ -30,8 +31,11 @@ WORKLOADS = {
     "web": ("n4", [guaranteed()], 2),
     "api": ("c3", [burstable()], 1),
     "batch": ("slow", [container("app", {"cpu": "300m", "memory": "200Mi"})], 1),
-    "mixed": ("n4", [guaranteed("app", "2", "1Gi"), container("side", {"cpu": "250m", "memory": "64Mi"},
-                                                              {"cpu": "500m"})], 1),
+    "mixed": (
+        "n4",
+        [guaranteed("app", "2", "1Gi"), container("side", {"cpu": "250m", "memory": "64Mi"}, {"cpu": "500m"})],
+        1,
+    ),
     "base": ("n2d", [guaranteed()], 1),
     "odd": ("zz9", [guaranteed()], 1),
 }
@@ -39,10 +43,22 @@ WORKLOADS = {
 
 def run_report(h: Harness, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "commands", "report", f"--kubeconfig={h.cluster.kubeconfig}",
-         f"--config-namespace={h.ns}", f"--node-type-label={h.label}",
-         f"--originals-key-dir={originals_key_dir()}", *extra],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "report",
+            f"--kubeconfig={h.cluster.kubeconfig}",
+            f"--config-namespace={h.ns}",
+            f"--node-type-label={h.label}",
+            f"--originals-key-dir={originals_key_dir()}",
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def original_and_current(pod: dict[str, Any]) -> dict[str, tuple[int, int]]:
@@ -85,17 +101,23 @@ def test_report_totals_are_the_sums_over_pods_of_original_minus_current(h: Harne
         for resource, (original, current) in original_and_current(pod).items():
             expected[family][resource][0] += original
             expected[family][resource][1] += current
-    got = {n["nodeType"]: {"cpu": [n["cpu"]["originalMillicores"], n["cpu"]["currentMillicores"]],
-                           "memory": [n["memory"]["originalBytes"], n["memory"]["currentBytes"]]}
-           for n in report["nodeTypes"]}
+    got = {
+        n["nodeType"]: {
+            "cpu": [n["cpu"]["originalMillicores"], n["cpu"]["currentMillicores"]],
+            "memory": [n["memory"]["originalBytes"], n["memory"]["currentBytes"]],
+        }
+        for n in report["nodeTypes"]
+    }
     assert got == dict(expected)
     for n in report["nodeTypes"]:
         assert n["cpu"]["freedMillicores"] == n["cpu"]["originalMillicores"] - n["cpu"]["currentMillicores"]
         assert n["pods"] == sum(1 for p in managed if WORKLOADS[p["metadata"]["labels"]["app"]][0] == n["nodeType"])
     freed_cpu = sum(o - c for p in managed for o, c in [original_and_current(p)["cpu"]])
     freed_memory = sum(o - c for p in managed for o, c in [original_and_current(p)["memory"]])
-    assert (report["total"]["cpu"]["freedMillicores"], report["total"]["memory"]["freedBytes"]) == \
-        (freed_cpu, freed_memory)
+    assert (report["total"]["cpu"]["freedMillicores"], report["total"]["memory"]["freedBytes"]) == (
+        freed_cpu,
+        freed_memory,
+    )
     assert sum(w["cpu"]["freedMillicores"] for w in report["workloads"]) == freed_cpu
     # Something was freed (n4, c3) and something added (slow: cpuPerf 0.5).
     by_type = {n["nodeType"]: n["cpu"]["freedMillicores"] for n in report["nodeTypes"]}
@@ -112,12 +134,19 @@ def test_report_totals_are_the_sums_over_pods_of_original_minus_current(h: Harne
     page = tmp_path / "report.html"
     page.write_text(html.stdout)
     dom = dump_dom(page)
-    for text in ("What workload-resizer freed", "Per node type", "Deployment/web", "UnknownNodeType",
-                 f"{by_type['n4']}m freed" if by_type["n4"] % 1000 else "freed", "added"):
+    for text in (
+        "What workload-resizer freed",
+        "Per node type",
+        "Deployment/web",
+        "UnknownNodeType",
+        f"{by_type['n4']}m freed" if by_type["n4"] % 1000 else "freed",
+        "added",
+    ):
         assert text in dom, text
     assert dom.count("<svg") == len(report["nodeTypes"])
     image = read_png(screenshot(page, tmp_path / "report.png"))
     assert image.luminance_variance() > 100, "the screenshot is blank"
-    bar = tuple(int(NOW_COLOUR[i:i + 2], 16) for i in (1, 3, 5))
-    assert any(image.pixel(x, y)[:3] == bar for y in range(0, image.height, 2) for x in range(0, image.width, 2)), \
+    bar = tuple(int(NOW_COLOUR[i : i + 2], 16) for i in (1, 3, 5))
+    assert any(image.pixel(x, y)[:3] == bar for y in range(0, image.height, 2) for x in range(0, image.width, 2)), (
         "no bar of the chart in the screenshot"
+    )

@@ -8,6 +8,7 @@ describe pod` shows (our Events in order, our annotations), that Resized never c
 before the status shows the new size, and that a stalled resize costs a bounded number
 of API writes.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,6 +20,10 @@ from typing import Any
 
 import pytest
 
+from devkit.chart import ensure_helm
+from devkit.kube import ApiError, Kube, wait_for
+from devkit.processes import Reconciler
+from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 from resizer import RESIZE_STATE
 from tests.cluster.test_reconciler import (
     Harness,
@@ -29,10 +34,6 @@ from tests.cluster.test_reconciler import (
     resources,
     status_resources,
 )
-from devkit.chart import ensure_helm
-from devkit.kube import ApiError, Kube, wait_for
-from devkit.processes import Reconciler
-from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 
 # The kubelet's (and the 1.36 apiserver's) own verdict on a size the node cannot take: sent only
 # with the NodeHeadroom preflight off (it would hold the resize instead, see test_preflight.py).
@@ -107,7 +108,7 @@ def test_deferred_resize_is_reported_once_kept_and_ends_resized_when_capacity_fr
     assert_quiet_while_stalled(h, proc, name)
     assert described(h, name) == [("Normal", "ResizeDeferred")]
 
-    unblock(h, name)        # capacity freed: the kubelet's next retry succeeds
+    unblock(h, name)  # capacity freed: the kubelet's next retry succeeds
     event = h.wait_event(name, "Resized")
     pod = h.pod(name)
     assert status_resources(pod) == ON_N4 and applied(pod) == "n4" and state(h, name) is None
@@ -124,8 +125,10 @@ def test_infeasible_resize_is_reported_set_back_and_never_retried(h: Harness) ->
     proc = h.reconciler()
     event = h.wait_event(name, "ResizeInfeasible")
     assert event["type"] == "Warning" and "CPU Manager static policy" in event["message"]
-    pod = wait_for("the spec set back to what runs", lambda: (
-        p if resources(p := h.pod(name)) == ADMITTED and condition(p, "PodResizePending") is None else None))
+    pod = wait_for(
+        "the spec set back to what runs",
+        lambda: p if resources(p := h.pod(name)) == ADMITTED and condition(p, "PodResizePending") is None else None,
+    )
     assert status_resources(pod) == ADMITTED and applied(pod) is None
     assert pod["metadata"]["generation"] == 3, "the resize, then the one revert"
     assert state(h, name)["state"] == "infeasible"
@@ -144,8 +147,10 @@ def test_actuation_error_is_reported_rechecked_with_backoff_then_set_back(h: Har
     first = h.wait_event(name, "ResizeError")
     assert first["type"] == "Warning" and "memory usage is above the new limit" in first["message"]
     wait_for("a second ResizeError (given up)", lambda: len(h.events(name)) == 2, timeout=60)
-    pod = wait_for("the spec set back to what runs", lambda: (
-        p if resources(p := h.pod(name)) == ADMITTED and condition(p, "PodResizeInProgress") is None else None))
+    pod = wait_for(
+        "the spec set back to what runs",
+        lambda: p if resources(p := h.pod(name)) == ADMITTED and condition(p, "PodResizeInProgress") is None else None,
+    )
     assert pod["metadata"]["generation"] == 3 and applied(pod) is None
     assert state(h, name)["state"] == "error"
     assert described(h, name) == [("Warning", "ResizeError"), ("Warning", "ResizeError")]
@@ -157,7 +162,7 @@ def test_actuation_error_that_clears_within_the_retries_ends_resized(h: Harness)
     name = one_pod(h, node)
     h.reconciler("--resize-error-backoff=1m")
     h.wait_event(name, "ResizeError")
-    unblock(h, name)        # e.g. the container's memory usage dropped: the kubelet's retry works
+    unblock(h, name)  # e.g. the container's memory usage dropped: the kubelet's retry works
     h.wait_event(name, "Resized")
     pod = h.pod(name)
     assert status_resources(pod) == ON_N4 and applied(pod) == "n4" and state(h, name) is None
@@ -174,18 +179,22 @@ def test_sigkill_while_a_resize_is_in_flight_then_restart_ends_with_one_resize_a
     first.proc.wait(10)
 
     second = h.reconciler(name="reconciler-2")
-    h.wait_idle(second)     # ready: it listed the pod; idle: decided
+    h.wait_idle(second)  # ready: it listed the pod; idle: decided
     assert metric_snapshot(second)["PATCH pods/resize"] == 0, "nothing resized again"
     unblock(h, name)
     h.wait_event(name, "Resized")
-    h.sentinel(second)      # the echo of its applied-* write taken up too
+    h.sentinel(second)  # the echo of its applied-* write taken up too
     pod = h.pod(name)
     assert pod["metadata"]["generation"] == 2, "exactly one resize (metadata.generation)"
     assert resources(pod) == ON_N4 and status_resources(pod) == ON_N4 and applied(pod) == "n4"
     assert described(h, name) == [("Normal", "ResizeDeferred"), ("Normal", "Resized")]
     assert [e["count"] for e in h.events(name)] == [1, 1]
-    assert h.writes_but_sentinels(second) == {"PATCH pods": 1, "PATCH pods/resize": 0, "POST events": 1,
-                                              "PATCH events": 0}
+    assert h.writes_but_sentinels(second) == {
+        "PATCH pods": 1,
+        "PATCH pods/resize": 0,
+        "POST events": 1,
+        "PATCH events": 0,
+    }
 
 
 def test_a_size_beyond_the_node_is_infeasible_until_the_node_grows(h: Harness) -> None:
@@ -202,14 +211,16 @@ def test_a_size_beyond_the_node_is_infeasible_until_the_node_grows(h: Harness) -
     proc = h.reconciler(WITHOUT_NODE_PREFLIGHT)
     event = h.wait_event(name, "ResizeInfeasible")
     assert event["type"] == "Warning"
-    pod = wait_for("the pod at what it has, nothing pending", lambda: (
-        p if resources(p := h.pod(name)) == ADMITTED and condition(p, "PodResizePending") is None else None))
+    pod = wait_for(
+        "the pod at what it has, nothing pending",
+        lambda: p if resources(p := h.pod(name)) == ADMITTED and condition(p, "PodResizePending") is None else None,
+    )
     assert state(h, name)["state"] == "infeasible" and applied(pod) is None
     generation = pod["metadata"]["generation"]
     assert_quiet_while_stalled(h, proc, name, seconds=20)
     assert h.pod(name)["metadata"]["generation"] == generation, "the infeasible size is not tried again"
 
-    h.cluster.add_node(name_of_node, cpu="4", memory="8Gi", labels={h.label: "slow"})    # the node grows
+    h.cluster.add_node(name_of_node, cpu="4", memory="8Gi", labels={h.label: "slow"})  # the node grows
     h.wait_event(name, "Resized")
     pod = h.pod(name)
     assert resources(pod)["requests"]["cpu"] == q("2") and status_resources(pod) == resources(pod)
@@ -221,7 +232,8 @@ HOLD_START = "fake-kubelet.workload-resizer.io/start-held"
 
 
 def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is_reported_unsupported(
-        h: Harness) -> None:
+    h: Harness,
+) -> None:
     """An old kubelet (KWOK without resize support: no observedGeneration, no resize conditions,
     no status resources) whose pod is still starting: the apiserver accepts the resize (it cannot
     tell yet), then the containers start at the admitted size. Once they run, the reconciler sees
@@ -229,14 +241,20 @@ def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is
     applies it when the containers restart), nothing retried."""
     node = h.node("old", "n4", no_resize=True)
     h.deploy("web", node, [guaranteed()], annotations={HOLD_START: "true"})
-    [pending] = h.wait_pods("web", 1, lambda p: p["spec"].get("nodeName") == node and
-                            p["status"].get("phase") == "Pending", "bound and not started")
+    [pending] = h.wait_pods(
+        "web",
+        1,
+        lambda p: p["spec"].get("nodeName") == node and p["status"].get("phase") == "Pending",
+        "bound and not started",
+    )
     name = pending["metadata"]["name"]
     proc = h.reconciler()
-    pod = wait_for("the resize accepted before the containers run", lambda: (
-        p if (p := h.pod(name))["metadata"]["generation"] == 2 else None))
+    pod = wait_for(
+        "the resize accepted before the containers run",
+        lambda: p if (p := h.pod(name))["metadata"]["generation"] == 2 else None,
+    )
     assert resources(pod) == ON_N4 and not pod["status"].get("containerStatuses")
-    h.sentinel(proc)        # the echo of its resize taken up
+    h.sentinel(proc)  # the echo of its resize taken up
     assert described(h, name) == [] and state(h, name) is None, "nothing to report while the pod starts"
 
     h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", {"metadata": {"annotations": {HOLD_START: None}}})
@@ -254,8 +272,12 @@ def test_a_pod_resized_before_its_containers_ran_on_a_node_that_cannot_resize_is
     assert described(h, name) == [("Warning", "ResizeUnsupported")]
     assert [e["count"] for e in h.events(name)] == [1]
     # originals, the resize, the state record, one Event: nothing else.
-    assert h.writes_but_sentinels(proc) == {"PATCH pods": 2, "PATCH pods/resize": 1, "POST events": 1,
-                                            "PATCH events": 0}
+    assert h.writes_but_sentinels(proc) == {
+        "PATCH pods": 2,
+        "PATCH pods/resize": 1,
+        "POST events": 1,
+        "PATCH events": 0,
+    }
 
 
 # ---------------------------------------------------------------- a forged status never steers a revert
@@ -270,21 +292,41 @@ def chart_world(h: Harness) -> Iterator[tuple[Harness, dict[str, str], str, Kube
     the namespace's pods and to update their status)."""
     kube, ns = h.kube, h.ns
     tokens = install_rbac(kube, ensure_helm(), ns)
-    kube.create(f"/api/v1/namespaces/{ns}/serviceaccounts",
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}})
-    kube.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "status-writer"},
-        "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]}]})
+    kube.create(
+        f"/api/v1/namespaces/{ns}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}},
+    )
+    kube.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "status-writer"},
+            "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]}],
+        },
+    )
     for role, kind in (("edit", "ClusterRole"), ("status-writer", "Role")):
-        kube.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"tenant-{role}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
-    token = kube.create(f"/api/v1/namespaces/{ns}/serviceaccounts/tenant/token", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+        kube.create(
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": f"tenant-{role}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+            },
+        )
+    token = kube.create(
+        f"/api/v1/namespaces/{ns}/serviceaccounts/tenant/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )
     try:
-        yield (h, chart_names(ns), kubeconfig_for_token(h.cluster, tokens["reconciler"]),
-               Kube(kubeconfig_for_token(h.cluster, token["status"]["token"])))
+        yield (
+            h,
+            chart_names(ns),
+            kubeconfig_for_token(h.cluster, tokens["reconciler"]),
+            Kube(kubeconfig_for_token(h.cluster, token["status"]["token"])),
+        )
     finally:
         uninstall_rbac(kube, ns)
 
@@ -292,8 +334,14 @@ def chart_world(h: Harness) -> Iterator[tuple[Harness, dict[str, str], str, Kube
 def chart_reconciler(h: Harness, names: dict[str, str], kubeconfig: str, name: str) -> Reconciler:
     """The reconciler as the chart's ServiceAccount, with the chart's config; a failing resize is
     re-checked only after 10 minutes (this test never lets it give up on its own)."""
-    proc = Reconciler(kubeconfig, f"--config-namespace={h.ns}", f"--config-name={names['config']}",
-                      f"--node-type-label={h.label}", "--resize-error-backoff=10m", name=name)
+    proc = Reconciler(
+        kubeconfig,
+        f"--config-namespace={h.ns}",
+        f"--config-name={names['config']}",
+        f"--node-type-label={h.label}",
+        "--resize-error-backoff=10m",
+        name=name,
+    )
     h.processes.append(proc)
     proc.wait_ready()
     return proc
@@ -306,12 +354,18 @@ def forge_infeasible(tenant: Kube, h: Harness, name: str, reported: dict[str, An
     for _ in range(10):
         pod = tenant.get(f"/api/v1/namespaces/{h.ns}/pods/{name}")
         forged = copy.deepcopy(pod)
-        forged["status"]["conditions"] = [c for c in pod["status"].get("conditions") or []
-                                          if c["type"] != "PodResizePending"] + [{
-            "type": "PodResizePending", "status": "True", "reason": "Infeasible",
-            "message": "Node didn't have enough capacity (written by the tenant)",
-            "observedGeneration": pod["metadata"]["generation"],
-            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+        forged["status"]["conditions"] = [
+            c for c in pod["status"].get("conditions") or [] if c["type"] != "PodResizePending"
+        ] + [
+            {
+                "type": "PodResizePending",
+                "status": "True",
+                "reason": "Infeasible",
+                "message": "Node didn't have enough capacity (written by the tenant)",
+                "observedGeneration": pod["metadata"]["generation"],
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        ]
         for status in forged["status"]["containerStatuses"]:
             status["resources"] = copy.deepcopy(reported)
         try:
@@ -335,7 +389,7 @@ def test_a_forged_status_never_steers_a_revert(chart_world, restart: bool) -> No
     node = outcome_node(h, "forged", "error")
     name = one_pod(h, node)
     proc = chart_reconciler(h, names, kubeconfig, "reconciler-1")
-    h.wait_event(name, "ResizeError")       # the resize is in flight: the kubelet fails to actuate it
+    h.wait_event(name, "ResizeError")  # the resize is in flight: the kubelet fails to actuate it
     assert resources(h.pod(name)) == ON_N4 and status_resources(h.pod(name)) == ADMITTED
     if restart:
         proc.proc.send_signal(signal.SIGKILL)
@@ -344,8 +398,10 @@ def test_a_forged_status_never_steers_a_revert(chart_world, restart: bool) -> No
     if restart:
         proc = chart_reconciler(h, names, kubeconfig, "reconciler-2")
 
-    pod = wait_for("the reconciler's decision on the forged status", lambda: (
-        p if (p := h.pod(name))["metadata"]["generation"] > 2 or "RevertRefused" in h.reasons(name) else None))
+    pod = wait_for(
+        "the reconciler's decision on the forged status",
+        lambda: p if (p := h.pod(name))["metadata"]["generation"] > 2 or "RevertRefused" in h.reasons(name) else None,
+    )
     assert resources(pod) == ON_N4, "the spec stays at admitted x ratio"
     assert pod["metadata"]["generation"] == 2, "the one resize, no revert"
     refused = h.wait_event(name, "RevertRefused")
@@ -353,8 +409,11 @@ def test_a_forged_status_never_steers_a_revert(chart_world, restart: bool) -> No
     assert "cpu 7" in refused["message"] and "memory 16Gi" in refused["message"]
     recorded = state(h, name)
     assert recorded is not None and recorded["state"] == "infeasible" and recorded["kept"] is True
-    assert described(h, name) == [("Warning", "ResizeError"), ("Warning", "ResizeInfeasible"),
-                                  ("Warning", "RevertRefused")]
+    assert described(h, name) == [
+        ("Warning", "ResizeError"),
+        ("Warning", "ResizeInfeasible"),
+        ("Warning", "RevertRefused"),
+    ]
     assert "the spec is kept" in h.wait_event(name, "ResizeInfeasible")["message"]
     assert any("never set" in line for line in proc.log_lines())
 

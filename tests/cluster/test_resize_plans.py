@@ -12,6 +12,7 @@ The pods are bare (no controller) and annotated workload-resizer.io/skip, so a
 reconciler running against a shared cluster leaves them alone, and the node carries
 no machine-family label.
 """
+
 from __future__ import annotations
 
 import random
@@ -22,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from devkit.configs import config_yaml
+from devkit.kube import Kube, container, wait_for
 from resizer import (
     SKIP,
     ResizePlan,
@@ -34,12 +37,10 @@ from resizer import (
     resolve_policy,
 )
 from tests.conftest import Cluster
-from devkit.configs import config_yaml
-from devkit.kube import Kube, container, wait_for
 
 CONFIG = load_config(config_yaml(extra_node_types={"ultra": (6.0, 3.0), "slow": (0.5, 0.8)}))
-NODE_TYPES = ("n4", "c3", "ultra", "slow")   # slow: growth (bounds never lift a request on a faster node)
-NODE = "rp-big"          # room for two tests' samples at once (a namespace is deleted asynchronously)
+NODE_TYPES = ("n4", "c3", "ultra", "slow")  # slow: growth (bounds never lift a request on a faster node)
+NODE = "rp-big"  # room for two tests' samples at once (a namespace is deleted asynchronously)
 SEED = 20251121
 MiB = 2**20
 
@@ -64,17 +65,25 @@ def fixed_cases() -> list[Case]:
         Case("burstable", [container("app", {"cpu": "500m", "memory": "512Mi"}, {"cpu": "1500m", "memory": "1Gi"})]),
         Case("requests-only", [container("app", {"cpu": "300m", "memory": "200Mi"})]),
         # Targets such as "4", "2", "1G", "100000Ki": every canonical form, not only "m" and "Mi".
-        Case("round-values", [container("a", {"cpu": "5", "memory": "3G"}),
-                              container("b", {"cpu": "2500m", "memory": "300000Ki"})]),
-        Case("mixed", [
-            container("app", *same({"cpu": "2", "memory": "2Gi"})),
-            container("metrics", {"cpu": "250m", "memory": "128Mi"}),
-            container("logs", {"memory": "96Mi"}),
-            container("tiny", {"cpu": "40m"}),
-        ]),
+        Case(
+            "round-values",
+            [container("a", {"cpu": "5", "memory": "3G"}), container("b", {"cpu": "2500m", "memory": "300000Ki"})],
+        ),
+        Case(
+            "mixed",
+            [
+                container("app", *same({"cpu": "2", "memory": "2Gi"})),
+                container("metrics", {"cpu": "250m", "memory": "128Mi"}),
+                container("logs", {"memory": "96Mi"}),
+                container("tiny", {"cpu": "40m"}),
+            ],
+        ),
         Case("restart-cpu", [container("app", {"cpu": "1", "memory": "1Gi"}, resize_policy=restart)]),
-        Case("restart-cpu-allowed", [container("app", {"cpu": "1", "memory": "1Gi"}, resize_policy=restart)],
-             resize_restart_containers=True),
+        Case(
+            "restart-cpu-allowed",
+            [container("app", {"cpu": "1", "memory": "1Gi"}, resize_policy=restart)],
+            resize_restart_containers=True,
+        ),
     ]
 
 
@@ -104,10 +113,16 @@ def sample() -> list[Case]:
 
 
 def pod_manifest(name: str, case: Case) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "annotations": {SKIP: "true"}},
-            "spec": {"containers": case.containers, "nodeSelector": {"kubernetes.io/hostname": NODE},
-                     "terminationGracePeriodSeconds": 0}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {SKIP: "true"}},
+        "spec": {
+            "containers": case.containers,
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
 
 
 def plan_for(pod: dict[str, Any], node_type: str, case: Case) -> ResizePlan:
@@ -144,18 +159,23 @@ def status_resources(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def allocated(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {s["name"]: {"requests": s.get("allocatedResources") or {}}
-            for s in pod["status"].get("containerStatuses") or []}
+    return {
+        s["name"]: {"requests": s.get("allocatedResources") or {}} for s in pod["status"].get("containerStatuses") or []
+    }
 
 
 def matches_plan(resources: dict[str, dict[str, Any]], plan: ResizePlan, kinds: tuple[str, ...]) -> bool:
-    return all(parse_quantity(resources[c].get(kind, {}).get(r, "-1")) == value
-               for c, kind, r, value in expected(plan) if kind in kinds)
+    return all(
+        parse_quantity(resources[c].get(kind, {}).get(r, "-1")) == value
+        for c, kind, r, value in expected(plan)
+        if kind in kinds
+    )
 
 
 def status_follows(pod: dict[str, Any], plan: ResizePlan) -> bool:
-    return matches_plan(status_resources(pod), plan, ("requests", "limits")) and \
-        matches_plan(allocated(pod), plan, ("requests",))
+    return matches_plan(status_resources(pod), plan, ("requests", "limits")) and matches_plan(
+        allocated(pod), plan, ("requests",)
+    )
 
 
 # --------------------------------------------------------------------------- tests
@@ -171,11 +191,14 @@ def test_the_sample_covers_the_cases_of_the_design() -> None:
             if plan.outcome != "Resize":
                 continue
             seen.add(pod_qos_class(pod["spec"]))
-            seen |= {f"{change.resource}-{'down' if change.desired_request < change.current_request else 'up'}"
-                     for change in plan.changed}
+            seen |= {
+                f"{change.resource}-{'down' if change.desired_request < change.current_request else 'up'}"
+                for change in plan.changed
+            }
             seen |= {f"clamped-{change.clamped}" for change in plan.changed if change.clamped}
-            seen |= {"limit-scaled" for change in plan.changed
-                     if change.desired_limit not in (None, change.desired_request)}
+            seen |= {
+                "limit-scaled" for change in plan.changed if change.desired_limit not in (None, change.desired_request)
+            }
             if len(plan.patch["spec"]["containers"]) > 1:
                 seen.add("multi-container")
             if any(change.skipped for change in plan.changes):
@@ -183,13 +206,28 @@ def test_the_sample_covers_the_cases_of_the_design() -> None:
             if case.resize_restart_containers:
                 seen.add("restart-resized")
             seen |= {string_form(resource, text) for *_, resource, text in sent_strings(plan)}
-    assert {"Guaranteed", "Burstable", "cpu-down", "cpu-up", "memory-down", "clamped-min", "limit-scaled",
-            "multi-container", "restart-skipped", "restart-resized", "cpu-m", "cpu-whole",
-            "memory-bytes", "memory-SI", "memory-Ki", "memory-Mi"} <= seen, seen
+    assert {
+        "Guaranteed",
+        "Burstable",
+        "cpu-down",
+        "cpu-up",
+        "memory-down",
+        "clamped-min",
+        "limit-scaled",
+        "multi-container",
+        "restart-skipped",
+        "restart-resized",
+        "cpu-m",
+        "cpu-whole",
+        "memory-bytes",
+        "memory-SI",
+        "memory-Ki",
+        "memory-Mi",
+    } <= seen, seen
 
 
 def string_form(resource: str, text: str) -> str:
-    """"memory-Ki", "memory-SI" (k/M/G...), "memory-bytes", "cpu-m", "cpu-whole"."""
+    """ "memory-Ki", "memory-SI" (k/M/G...), "memory-bytes", "cpu-m", "cpu-whole"."""
     suffix = text.lstrip("0123456789")
     if resource == "cpu":
         return "cpu-m" if suffix == "m" else "cpu-whole" if not suffix else f"cpu-{suffix}"
@@ -213,16 +251,22 @@ def test_plans_are_accepted_kept_verbatim_and_actuated(cluster: Cluster, namespa
         answer = kube.resize(namespace, name, plan.patch)
         assert_spec_is_the_plan(answer, plan)
     for name, plan in resized.items():
-        pod = wait_for(f"status of {name} to follow its plan",
-                       lambda name=name, plan=plan: (p := kube.pod(namespace, name)) and status_follows(p, plan) and p, timeout=20)
+        pod = wait_for(
+            f"status of {name} to follow its plan",
+            lambda name=name, plan=plan: (p := kube.pod(namespace, name)) and status_follows(p, plan) and p,
+            timeout=20,
+        )
         assert_spec_is_the_plan(pod, plan)
         assert pod["status"]["qosClass"] == running[name]["status"]["qosClass"] == pod_qos_class(pod["spec"])
         assert_untouched_values_kept(running[name], pod, plan)
 
 
 def running_pods(kube: Kube, namespace: str, count: int) -> dict[str, dict[str, Any]] | None:
-    pods = {p["metadata"]["name"]: p for p in kube.pods(namespace)
-            if p["status"].get("phase") == "Running" and p["status"].get("containerStatuses")}
+    pods = {
+        p["metadata"]["name"]: p
+        for p in kube.pods(namespace)
+        if p["status"].get("phase") == "Running" and p["status"].get("containerStatuses")
+    }
     return pods if len(pods) == count else None
 
 

@@ -1,11 +1,14 @@
 """`restore`: every managed pod back to its originals, no workload-resizer.io annotation left;
 SIGKILL halfway and a rerun reach the same end state; a third run changes nothing."""
+
 from __future__ import annotations
 
 import subprocess
 import sys
 from typing import Any
 
+from devkit.kube import wait_for
+from devkit.processes import REPO, Process, originals_key_dir
 from resizer import parse_quantity
 from tests.cluster.test_reconciler import (
     Harness,
@@ -13,20 +16,30 @@ from tests.cluster.test_reconciler import (
     guaranteed,
     ours,
 )
-from devkit.kube import wait_for
-from devkit.processes import REPO, Process, originals_key_dir
 
 WORKLOADS = {"web": ("n4", guaranteed(), 6), "api": ("c3", burstable(), 5), "base": ("n2d", guaranteed(), 2)}
 
 
 def spec_of(pod: dict[str, Any]) -> dict[str, Any]:
-    return {c["name"]: {kind: {r: parse_quantity(v) for r, v in (c["resources"].get(kind) or {}).items()}
-                        for kind in ("requests", "limits")} for c in pod["spec"]["containers"]}
+    return {
+        c["name"]: {
+            kind: {r: parse_quantity(v) for r, v in (c["resources"].get(kind) or {}).items()}
+            for kind in ("requests", "limits")
+        }
+        for c in pod["spec"]["containers"]
+    }
 
 
 def restore_argv(h: Harness, rate: str) -> list[str]:
-    return [sys.executable, "-m", "commands", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
-            f"--max-resizes-per-second={rate}", f"--originals-key-dir={originals_key_dir()}"]
+    return [
+        sys.executable,
+        "-m",
+        "commands",
+        "restore",
+        f"--kubeconfig={h.cluster.kubeconfig}",
+        f"--max-resizes-per-second={rate}",
+        f"--originals-key-dir={originals_key_dir()}",
+    ]
 
 
 def test_restore_returns_every_managed_pod_to_its_originals_even_after_a_sigkill(h: Harness) -> None:
@@ -41,13 +54,14 @@ def test_restore_returns_every_managed_pod_to_its_originals_even_after_a_sigkill
     managed = {p["metadata"]["name"]: p for p in h.kube.pods(h.ns)}
     assert set(managed) == set(authored) and all(ours(p) for p in managed.values())
     resized = {n for n, p in managed.items() if spec_of(p) != authored[n]}
-    assert len(resized) == 11        # web and api; base is on its baseline family
+    assert len(resized) == 11  # web and api; base is on its baseline family
 
     # Halfway through (2 pods/s), SIGKILL.
     first = Process("restore", restore_argv(h, "2"))
     try:
-        wait_for("some pods restored", lambda: sum(not ours(p) for p in h.kube.pods(h.ns)) >= 5, timeout=60,
-                 interval=0.1)
+        wait_for(
+            "some pods restored", lambda: sum(not ours(p) for p in h.kube.pods(h.ns)) >= 5, timeout=60, interval=0.1
+        )
     finally:
         first.kill()
         first.close()
@@ -64,10 +78,21 @@ def test_restore_returns_every_managed_pod_to_its_originals_even_after_a_sigkill
         # Exactly one more resize per pod that was resized: the restore, once, even across the kill.
         expected = managed[name]["metadata"]["generation"] + (1 if name in resized else 0)
         assert pod["metadata"]["generation"] == expected, name
-    wait_for("the fake kubelet actuated the restored sizes", lambda: all(
-        {c["name"]: {k: {r: parse_quantity(v) for r, v in (c.get("resources", {}).get(k) or {}).items()}
-                     for k in ("requests", "limits")} for c in p["status"]["containerStatuses"]} == authored[
-            p["metadata"]["name"]] for p in h.kube.pods(h.ns)), timeout=60)
+    wait_for(
+        "the fake kubelet actuated the restored sizes",
+        lambda: all(
+            {
+                c["name"]: {
+                    k: {r: parse_quantity(v) for r, v in (c.get("resources", {}).get(k) or {}).items()}
+                    for k in ("requests", "limits")
+                }
+                for c in p["status"]["containerStatuses"]
+            }
+            == authored[p["metadata"]["name"]]
+            for p in h.kube.pods(h.ns)
+        ),
+        timeout=60,
+    )
 
     versions = {n: p["metadata"]["resourceVersion"] for n, p in final.items()}
     again = subprocess.run(restore_argv(h, "20"), cwd=REPO, capture_output=True, text=True, timeout=120)

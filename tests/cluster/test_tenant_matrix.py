@@ -13,6 +13,7 @@ pod above 500m x 0.8 = 400m, put one back above 500m, or touch one out of scope.
 Containers sharing original-* keys: two valid long names whose (legacy, 8-hex) keys collide,
 a small container and a large one; the small one is never sized from the large one's values.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,6 +26,8 @@ from typing import Any
 
 import httpx
 
+from devkit.kube import deployment, wait_for
+from devkit.processes import REPO, Webhook, originals_key_dir
 from ops.keys import read_key_directory
 from resizer import (
     APPLIED_INSTANCE_TYPE,
@@ -39,14 +42,16 @@ from resizer import (
 from resizer.annotations import legacy_original_key
 from tests.cluster.test_reconciler import CONFIG_YAML, Harness, guaranteed, make_namespace, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
-from devkit.kube import deployment, wait_for
-from devkit.processes import REPO, Webhook, originals_key_dir
 
 AUTHOR = guaranteed(cpu="500m")
 AUTHORED, CEILING = q("500m"), q("400m")
 GATE = "example.com/tenant-gate"
-EIGHT = {original_key("app", "cpu", "request"): "8", original_key("app", "cpu", "limit"): "8",
-         original_key("app", "memory", "request"): "256Mi", original_key("app", "memory", "limit"): "256Mi"}
+EIGHT = {
+    original_key("app", "cpu", "request"): "8",
+    original_key("app", "cpu", "limit"): "8",
+    original_key("app", "memory", "request"): "256Mi",
+    original_key("app", "memory", "limit"): "256Mi",
+}
 FORGERIES = {
     "originals": {},
     "state": {RESIZE_STATE: '{"state":"deferred","nodeType":"n4","generation":1}'},
@@ -61,12 +66,14 @@ def gated_deployments(h: Harness, node: str, annotations: dict[str, dict[str, st
     """One gated single-pod Deployment per forgery, its template carrying `annotations[forgery]`;
     returns forgery -> the pod's name once the pods exist (Pending: gated)."""
     for forgery, template_annotations in annotations.items():
-        manifest = deployment(forgery, 1, [AUTHOR], node_selector={"kubernetes.io/hostname": node},
-                              annotations=template_annotations)
+        manifest = deployment(
+            forgery, 1, [AUTHOR], node_selector={"kubernetes.io/hostname": node}, annotations=template_annotations
+        )
         manifest["spec"]["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
         h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
-    return {forgery: h.wait_pods(forgery, 1, lambda p: True, "created")[0]["metadata"]["name"]
-            for forgery in annotations}
+    return {
+        forgery: h.wait_pods(forgery, 1, lambda p: True, "created")[0]["metadata"]["name"] for forgery in annotations
+    }
 
 
 def annotate(h: Harness, name: str, annotations: dict[str, str]) -> None:
@@ -76,8 +83,9 @@ def annotate(h: Harness, name: str, annotations: dict[str, str]) -> None:
 def ungate(h: Harness, names: dict[str, str]) -> None:
     """Removing the gate is a spec change: the apiserver bumps metadata.generation to 2."""
     for name in names.values():
-        h.kube.patch(f"/api/v1/namespaces/{h.ns}/pods/{name}", [{"op": "remove", "path": "/spec/schedulingGates"}],
-                     kind="json")
+        h.kube.patch(
+            f"/api/v1/namespaces/{h.ns}/pods/{name}", [{"op": "remove", "path": "/spec/schedulingGates"}], kind="json"
+        )
     for forgery in names:
         h.wait_running(forgery)
 
@@ -89,13 +97,23 @@ def minted(webhook: Webhook, pod: dict[str, Any], originals: dict[str, str]) -> 
     fake["metadata"].pop("name", None)
     fake["metadata"]["annotations"] = {}
     cpu = originals[original_key("app", "cpu", "request")]
-    fake["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "256Mi"},
-                                                  "limits": {"cpu": cpu, "memory": "256Mi"}}
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-              "request": {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                          "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
-                          "namespace": pod["metadata"]["namespace"], "object": fake,
-                          "userInfo": {"username": "tenant"}}}
+    fake["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": cpu, "memory": "256Mi"},
+        "limits": {"cpu": cpu, "memory": "256Mi"},
+    }
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": pod["metadata"]["namespace"],
+            "object": fake,
+            "userInfo": {"username": "tenant"},
+        },
+    }
     context = ssl.create_default_context(cafile=webhook.certs.ca_file)
     answer = httpx.post(webhook.url, json=review, verify=context, timeout=10).json()["response"]
     patch = json.loads(base64.b64decode(answer["patch"]))
@@ -113,10 +131,25 @@ def minted(webhook: Webhook, pod: dict[str, Any], originals: dict[str, str]) -> 
 
 
 def plan(h: Harness, *flags: str) -> dict[str, dict[str, Any]]:
-    proc = subprocess.run([sys.executable, "-m", "commands", "plan", f"--kubeconfig={h.cluster.kubeconfig}",
-                           f"--config-namespace={h.ns}", f"--node-type-label={h.label}", "-o", "json",
-                           f"--originals-key-dir={originals_key_dir()}", *flags],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "plan",
+            f"--kubeconfig={h.cluster.kubeconfig}",
+            f"--config-namespace={h.ns}",
+            f"--node-type-label={h.label}",
+            "-o",
+            "json",
+            f"--originals-key-dir={originals_key_dir()}",
+            *flags,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     pods = [p for w in out["workloads"] for p in w["podPlans"]] + out["notResized"]
@@ -124,15 +157,30 @@ def plan(h: Harness, *flags: str) -> dict[str, dict[str, Any]]:
 
 
 def restore_dry_run(h: Harness, *flags: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "commands", "restore", f"--kubeconfig={h.cluster.kubeconfig}",
-                           f"--only-namespace={h.ns}", "--dry-run", f"--originals-key-dir={originals_key_dir()}",
-                           *flags], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "restore",
+            f"--kubeconfig={h.cluster.kubeconfig}",
+            f"--only-namespace={h.ns}",
+            "--dry-run",
+            f"--originals-key-dir={originals_key_dir()}",
+            *flags,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     return proc.stdout
 
 
-def never_above_the_invariant(h: Harness, names: dict[str, str], *flags: str,
-                              expected_event: str | None = "OriginalsUnverified") -> None:
+def never_above_the_invariant(
+    h: Harness, names: dict[str, str], *flags: str, expected_event: str | None = "OriginalsUnverified"
+) -> None:
     for forgery, name in names.items():
         if expected_event is not None:
             event = h.wait_event(name, expected_event, timeout=60)
@@ -170,7 +218,7 @@ def test_webhook_down_forged_template_then_a_generation_bump(h: Harness) -> None
 def test_undecided_webhook_answer_keeps_forgeries_that_still_lift_nothing(h: Harness, webhook: Webhook) -> None:
     node = h.node("n4", "n4")
     h.reconciler()
-    padding = {"example.com/padding": "{" * 20_001}      # over the webhook's object cap: "allowed, no patch"
+    padding = {"example.com/padding": "{" * 20_001}  # over the webhook's object cap: "allowed, no patch"
     with Registration(h.kube, h.ns, webhook):
         names = gated_deployments(h, node, {f: {**EIGHT, **extra, **padding} for f, extra in FORGERIES.items()})
     ungate(h, names)
@@ -227,8 +275,9 @@ def test_originals_and_mac_copied_from_another_pod_lift_nothing(h: Harness, webh
         h.deploy("big", node, [guaranteed(cpu="8")])
         big = h.wait_running("big")[0]
         h.wait_event(big["metadata"]["name"], "Resized", timeout=60)
-        copied = {k: v for k, v in ours(h.pod(big["metadata"]["name"])).items()
-                  if "original" in k or k == ORIGINALS_MAC}
+        copied = {
+            k: v for k, v in ours(h.pod(big["metadata"]["name"])).items() if "original" in k or k == ORIGINALS_MAC
+        }
         assert copied[ORIGINALS_MAC].startswith("v1.p."), "bound to the big pod by the reconciler"
         names = gated_deployments(h, node, {f: {} for f in FORGERIES})
     for forgery, name in names.items():
@@ -246,12 +295,18 @@ def test_pods_out_of_scope_are_touched_by_no_program(h: Harness) -> None:
     # A pod in scope, on the same node, after them: once it is resized the reconciler has seen them all.
     other = make_namespace(h.kube, "in-scope")
     try:
-        h.kube.create(f"/apis/apps/v1/namespaces/{other}/deployments",
-                      deployment("control", 1, [AUTHOR], node_selector={"kubernetes.io/hostname": node}))
+        h.kube.create(
+            f"/apis/apps/v1/namespaces/{other}/deployments",
+            deployment("control", 1, [AUTHOR], node_selector={"kubernetes.io/hostname": node}),
+        )
         control = wait_for("the control pod", lambda: next(iter(h.kube.pods(other, "app=control")), None))
-        wait_for("the control pod resized", lambda: next(
-            (e for e in h.kube.events_for(other, control["metadata"]["name"]) if e["reason"] == "Resized"), None),
-            timeout=60)
+        wait_for(
+            "the control pod resized",
+            lambda: next(
+                (e for e in h.kube.events_for(other, control["metadata"]["name"]) if e["reason"] == "Resized"), None
+            ),
+            timeout=60,
+        )
         for name in names.values():
             pod = h.pod(name)
             assert h.events(name) == [], f"{name}: out of scope, yet decided"
@@ -272,8 +327,13 @@ def test_pods_out_of_scope_are_touched_by_no_program(h: Harness) -> None:
 
 def sizing_oracle(h: Harness) -> Webhook:
     """A webhook that sizes at admission (for the tenant's made-up reviews; registered for nobody)."""
-    proc = Webhook("--size-at-admission=true", f"--kubeconfig={h.cluster.kubeconfig}", f"--config-namespace={h.ns}",
-                   f"--node-type-label={h.label}", name="webhook-sizing-oracle")
+    proc = Webhook(
+        "--size-at-admission=true",
+        f"--kubeconfig={h.cluster.kubeconfig}",
+        f"--config-namespace={h.ns}",
+        f"--node-type-label={h.label}",
+        name="webhook-sizing-oracle",
+    )
     h.processes.append(proc)
     proc.wait_ready()
     return proc
@@ -287,22 +347,36 @@ def minted_sized(h: Harness, webhook: Webhook, pod: dict[str, Any], cpu: str) ->
     fake["metadata"]["annotations"] = {}
     fake["spec"]["nodeSelector"] = {h.label: "n4"}
     fake["spec"].pop("nodeName", None)
-    fake["spec"].pop("schedulingGates", None)      # (a gated pod is not sized at admission: made up without)
-    fake["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "256Mi"},
-                                                  "limits": {"cpu": cpu, "memory": "256Mi"}}
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-              "request": {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                          "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
-                          "namespace": pod["metadata"]["namespace"], "object": fake}}
+    fake["spec"].pop("schedulingGates", None)  # (a gated pod is not sized at admission: made up without)
+    fake["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": cpu, "memory": "256Mi"},
+        "limits": {"cpu": cpu, "memory": "256Mi"},
+    }
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": pod["metadata"]["namespace"],
+            "object": fake,
+        },
+    }
     context = ssl.create_default_context(cafile=webhook.certs.ca_file)
 
     def answer() -> list[dict[str, Any]] | None:
         response = httpx.post(webhook.url, json=review, verify=context, timeout=10).json()["response"]
         ops = json.loads(base64.b64decode(response["patch"]))
-        return ops if any(op["path"].startswith("/spec/") for op in ops) else None      # sized once synced
+        return ops if any(op["path"].startswith("/spec/") for op in ops) else None  # sized once synced
+
     ops = wait_for("the oracle to size at admission", answer, timeout=60)
-    annotations = {op["path"].rsplit("/", 1)[1].replace("~1", "/"): op["value"] for op in ops
-                   if op["path"].startswith("/metadata/annotations/")}
+    annotations = {
+        op["path"].rsplit("/", 1)[1].replace("~1", "/"): op["value"]
+        for op in ops
+        if op["path"].startswith("/metadata/annotations/")
+    }
     sized_cpu = next(op["value"] for op in ops if op["path"].endswith("/requests/cpu"))
     assert annotations[ORIGINALS_MAC].startswith("v1.s."), annotations
     return annotations, sized_cpu
@@ -360,8 +434,7 @@ B = "payments-api-with-a-really-long-name-for-qhtejfsi8"
 SMALL, LARGE = guaranteed(A, cpu="100m", memory="64Mi"), guaranteed(B, cpu="4", memory="8Gi")
 
 
-def test_containers_whose_legacy_keys_collide_are_sized_from_their_own_originals(h: Harness,
-                                                                                webhook: Webhook) -> None:
+def test_containers_whose_legacy_keys_collide_are_sized_from_their_own_originals(h: Harness, webhook: Webhook) -> None:
     """The issue's measurement: with 8-hex keys the webhook stamped one set for both (the
     large one's) and the small container ended at 3.2 CPU/8Gi on n4."""
     node = h.node("n4", "n4")
@@ -407,8 +480,9 @@ def test_a_pod_left_with_colliding_legacy_originals_is_refused_by_every_program(
         names[route] = h.wait_pods(route, 1, lambda p: True, "created")[0]["metadata"]["name"]
     keyring = KeyRing(read_key_directory(originals_key_dir()))
     signed = h.pod(names["signed"])
-    annotate(h, names["signed"], {**stamp, ORIGINALS_MAC: sign_originals(keyring, stamp, PodIdentity.of(signed),
-                                                                          "pod")})
+    annotate(
+        h, names["signed"], {**stamp, ORIGINALS_MAC: sign_originals(keyring, stamp, PodIdentity.of(signed), "pod")}
+    )
     annotate(h, names["forged"], stamp)
     h.reconciler()
     ungate(h, names)

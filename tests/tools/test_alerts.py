@@ -7,6 +7,7 @@ in which it fires (with its exact labels and annotations) and a healthy case in 
 stays silent. promtool is Debian's (hack/tools build promtool, cached); helm the pinned
 one (hack/tools build helm, minutes the first time).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ R = 'job="workload-resizer-reconciler"'
 W = 'job="workload-resizer-webhook"'
 LEASE = "workload-resizer-reconciler"
 
-pytestmark = pytest.mark.timeout(1200)      # the first run builds helm
+pytestmark = pytest.mark.timeout(1200)  # the first run builds helm
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,7 @@ def alerts_of(groups: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- the cases
+
 
 def series(metric: str, selector: str, values: str, **labels: str) -> dict[str, str]:
     extra = "".join(f',{k}="{v}"' for k, v in labels.items())
@@ -96,57 +98,118 @@ def config(valid: str, loaded: str) -> list[dict[str, str]]:
 Case = tuple[list[dict[str, str]], str, dict[str, str], dict[str, str]]
 CASES: dict[str, tuple[list[Case], list[tuple[list[dict[str, str]], str]]]] = {
     "WorkloadResizerReconcilerDown": (
-        [([up(R, "a", "0x10"), up(R, "b", "0x10")], "10m", {}, {}),
-         ([up(W, "w", "1x10")], "10m", {}, {})],                      # never scraped at all
-        [([up(R, "a", "0x10"), up(R, "b", "1x10")], "10m"),             # one replica left: the standby leads
-         ([up(R, "a", "0 0 0 1x7")], "10m")]),                            # back before the 5 minutes
+        [
+            ([up(R, "a", "0x10"), up(R, "b", "0x10")], "10m", {}, {}),
+            ([up(W, "w", "1x10")], "10m", {}, {}),
+        ],  # never scraped at all
+        [
+            ([up(R, "a", "0x10"), up(R, "b", "1x10")], "10m"),  # one replica left: the standby leads
+            ([up(R, "a", "0 0 0 1x7")], "10m"),
+        ],
+    ),  # back before the 5 minutes
     "WorkloadResizerReconcilerNoLeader": (
         [([leader("a", "0x10"), leader("b", "0x10")], "10m", {"name": LEASE}, {"{{ $labels.name }}": LEASE})],
-        [([leader("a", "0x10"), leader("b", "1x10")], "10m"),
-         ([leader("a", "1 1 1 0x7"), leader("b", "0 0 0 0 1x6")], "10m")]),  # a hand-over takes a minute
+        [
+            ([leader("a", "0x10"), leader("b", "1x10")], "10m"),
+            ([leader("a", "1 1 1 0x7"), leader("b", "0 0 0 0 1x6")], "10m"),
+        ],
+    ),  # a hand-over takes a minute
     "WorkloadResizerConfigInvalid": (
-        [(config("0x20", "1x20"), "15m", {}, {}),                       # rejected; the last good one kept
-         (config("0x20", "0x20"), "15m", {}, {})],                      # none ever loaded
-        [(config("1x20", "1x20"), "15m"),
-         (config("0 0 0 1x17", "0 0 0 1x17"), "15m")]),                # fixed within the 10 minutes
+        [
+            (config("0x20", "1x20"), "15m", {}, {}),  # rejected; the last good one kept
+            (config("0x20", "0x20"), "15m", {}, {}),
+        ],  # none ever loaded
+        [(config("1x20", "1x20"), "15m"), (config("0 0 0 1x17", "0 0 0 1x17"), "15m")],
+    ),  # fixed within the 10 minutes
     "WorkloadResizerResizesFailing": (
-        [([resize_outcome("infeasible", "0 0 0 1x10"), resize_outcome("actuated", "0+5x13")], "10m", {}, {}),
-         ([resize_outcome("error_reverted", "0 0 0 1x10")], "10m", {}, {}),
-         ([decision("ResizeFailed", "0 0 0 2x10"), resize_outcome("infeasible", "0x13")], "10m", {}, {})],
-        [([resize_outcome("actuated", "0+5x60"), resize_outcome("deferred", "0+1x60"),
-           resize_outcome("infeasible", "0x60"), decision("ResizeFailed", "0x60")], "60m"),
-         ([resize_outcome("infeasible", "0 0 0 1x60")], "60m")]),       # over half an hour ago
+        [
+            ([resize_outcome("infeasible", "0 0 0 1x10"), resize_outcome("actuated", "0+5x13")], "10m", {}, {}),
+            ([resize_outcome("error_reverted", "0 0 0 1x10")], "10m", {}, {}),
+            ([decision("ResizeFailed", "0 0 0 2x10"), resize_outcome("infeasible", "0x13")], "10m", {}, {}),
+        ],
+        [
+            (
+                [
+                    resize_outcome("actuated", "0+5x60"),
+                    resize_outcome("deferred", "0+1x60"),
+                    resize_outcome("infeasible", "0x60"),
+                    decision("ResizeFailed", "0x60"),
+                ],
+                "60m",
+            ),
+            ([resize_outcome("infeasible", "0 0 0 1x60")], "60m"),
+        ],
+    ),  # over half an hour ago
     "WorkloadResizerResizeDeferredTooLong": (
         [([resize_outcome("deferred_too_long", "0 0 1x20"), resize_outcome("deferred", "0 1x21")], "10m", {}, {})],
-        [([resize_outcome("deferred", "0+1x90"), resize_outcome("deferred_too_long", "0x90")], "90m")]),
+        [([resize_outcome("deferred", "0+1x90"), resize_outcome("deferred_too_long", "0x90")], "90m")],
+    ),
     "WorkloadResizerOriginalsUnverified": (
         [([decision("OriginalsUnverified", "0 0 2x20")], "10m", {}, {})],
-        [([decision("OriginalsUnverified", "0x90"), decision("OriginalsReplaced", "0+1x90")], "90m")]),
+        [([decision("OriginalsUnverified", "0x90"), decision("OriginalsReplaced", "0+1x90")], "90m")],
+    ),
     "WorkloadResizerOriginalsKeyMissing": (
         [([unknown_key_pods("a", "0 0 3x20"), unknown_key_pods("b", "0x22")], "15m", {}, {"{{ $value }}": "3"})],
-        [([unknown_key_pods("a", "0x20")], "15m"),
-         ([unknown_key_pods("a", "0 2 2 0x20")], "15m")]),       # a rotation reaching the reconciler later
+        [([unknown_key_pods("a", "0x20")], "15m"), ([unknown_key_pods("a", "0 2 2 0x20")], "15m")],
+    ),  # a rotation reaching the reconciler later
     "WorkloadResizerWebhookDown": (
-        [([up(W, "a", "0x10"), up(W, "b", "0x10")], "10m", {}, {}),
-         ([up(R, "r", "1x10")], "10m", {}, {})],
-        [([up(W, "a", "0x10"), up(W, "b", "1x10")], "10m")]),
+        [([up(W, "a", "0x10"), up(W, "b", "0x10")], "10m", {}, {}), ([up(R, "r", "1x10")], "10m", {}, {})],
+        [([up(W, "a", "0x10"), up(W, "b", "1x10")], "10m")],
+    ),
     "WorkloadResizerWebhookErrors": (
-        [([requests("patched", "0+90x20"), requests("error", "0+10x20")], "20m", {},
-          {"{{ $value | humanizePercentage }}": "10%"}),
-         ([requests("patched", "0+90x20"), requests("overloaded", "0+10x20")], "20m", {},
-          {"{{ $value | humanizePercentage }}": "10%"})],
-        [([requests("patched", "0+100x20"), requests("skipped", "0+100x20"), requests("error", "0x20"),
-           requests("overloaded", "0x20"), requests("rejected", "0+50x20")], "20m"),
-         ([requests("patched", "0+1000x20"), requests("error", "0+1x20")], "20m")]),   # 0.1 %
+        [
+            (
+                [requests("patched", "0+90x20"), requests("error", "0+10x20")],
+                "20m",
+                {},
+                {"{{ $value | humanizePercentage }}": "10%"},
+            ),
+            (
+                [requests("patched", "0+90x20"), requests("overloaded", "0+10x20")],
+                "20m",
+                {},
+                {"{{ $value | humanizePercentage }}": "10%"},
+            ),
+        ],
+        [
+            (
+                [
+                    requests("patched", "0+100x20"),
+                    requests("skipped", "0+100x20"),
+                    requests("error", "0x20"),
+                    requests("overloaded", "0x20"),
+                    requests("rejected", "0+50x20"),
+                ],
+                "20m",
+            ),
+            ([requests("patched", "0+1000x20"), requests("error", "0+1x20")], "20m"),
+        ],
+    ),  # 0.1 %
     "WorkloadResizerWebhookLatencyHigh": (
-        [(latency_buckets({"0.0025": "0x20", "0.5": "0x20", "1": "0+100x20", "+Inf": "0+100x20"}), "20m", {},
-          {"{{ $value | humanizeDuration }}": "995ms"})],
-        [(latency_buckets({"0.0025": "0+100x20", "0.5": "0+100x20", "1": "0+100x20", "+Inf": "0+100x20"}), "20m"),
-         (latency_buckets({"0.0025": "0x20", "0.5": "0x20", "1": "0x20", "+Inf": "0x20"}), "20m")]),  # idle
+        [
+            (
+                latency_buckets({"0.0025": "0x20", "0.5": "0x20", "1": "0+100x20", "+Inf": "0+100x20"}),
+                "20m",
+                {},
+                {"{{ $value | humanizeDuration }}": "995ms"},
+            )
+        ],
+        [
+            (latency_buckets({"0.0025": "0+100x20", "0.5": "0+100x20", "1": "0+100x20", "+Inf": "0+100x20"}), "20m"),
+            (latency_buckets({"0.0025": "0x20", "0.5": "0x20", "1": "0x20", "+Inf": "0x20"}), "20m"),
+        ],
+    ),  # idle
     "WorkloadResizerWebhookCertificateExpiring": (
-        [([series("workload_resizer_webhook_cert_not_after_timestamp_seconds", W, "259200x150")], "2h", {},
-          {"{{ $value | humanizeDuration }}": "2d 22h 0m 0s"})],
-        [([series("workload_resizer_webhook_cert_not_after_timestamp_seconds", W, "7776000x150")], "2h")]),
+        [
+            (
+                [series("workload_resizer_webhook_cert_not_after_timestamp_seconds", W, "259200x150")],
+                "2h",
+                {},
+                {"{{ $value | humanizeDuration }}": "2d 22h 0m 0s"},
+            )
+        ],
+        [([series("workload_resizer_webhook_cert_not_after_timestamp_seconds", W, "7776000x150")], "2h")],
+    ),
 }
 
 
@@ -157,17 +220,32 @@ def expected_alert(rule: dict[str, Any], labels: dict[str, str], expansions: dic
             text = text.replace(template, value)
         assert "{{" not in text, f"{rule['alert']}: give the case the expansion of {text!r}"
         annotations[key] = text
-    return {"exp_labels": {"severity": rule["labels"]["severity"], **rule["labels"], **labels},
-            "exp_annotations": annotations}
+    return {
+        "exp_labels": {"severity": rule["labels"]["severity"], **rule["labels"], **labels},
+        "exp_annotations": annotations,
+    }
 
 
 def promtool_tests(name: str, rule: dict[str, Any]) -> list[dict[str, Any]]:
     firing, healthy = CASES[name]
-    tests = [{"interval": "1m", "input_series": inputs, "alert_rule_test": [
-        {"eval_time": at, "alertname": name, "exp_alerts": [expected_alert(rule, labels, expansions)]}]}
-        for inputs, at, labels, expansions in firing]
-    tests += [{"interval": "1m", "input_series": inputs, "alert_rule_test": [
-        {"eval_time": at, "alertname": name, "exp_alerts": []}]} for inputs, at in healthy]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": inputs,
+            "alert_rule_test": [
+                {"eval_time": at, "alertname": name, "exp_alerts": [expected_alert(rule, labels, expansions)]}
+            ],
+        }
+        for inputs, at, labels, expansions in firing
+    ]
+    tests += [
+        {
+            "interval": "1m",
+            "input_series": inputs,
+            "alert_rule_test": [{"eval_time": at, "alertname": name, "exp_alerts": []}],
+        }
+        for inputs, at in healthy
+    ]
     return tests
 
 
@@ -196,13 +274,15 @@ def test_rules_are_valid_and_every_alert_has_cases(helm: str, promtool: str, tmp
 
 
 @pytest.mark.parametrize("alert", sorted(CASES))
-def test_alert_fires_in_its_case_and_stays_silent_when_healthy(helm: str, promtool: str, tmp_path: Path,
-                                                               alert: str) -> None:
+def test_alert_fires_in_its_case_and_stays_silent_when_healthy(
+    helm: str, promtool: str, tmp_path: Path, alert: str
+) -> None:
     groups = rule_groups(helm)
     write_rules(tmp_path, groups)
     tests = promtool_tests(alert, alerts_of(groups)[alert])
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(
-        {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
+    (tmp_path / "test.yaml").write_text(
+        yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False)
+    )
     proc = run_promtool(promtool, "test", "rules", "test.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -213,19 +293,40 @@ def test_a_firing_case_fails_without_its_alert(helm: str, promtool: str, tmp_pat
     assert "WorkloadResizerResizesFailing" not in alerts_of(groups)
     write_rules(tmp_path, groups)
     rule = alerts_of(rule_groups(helm))["WorkloadResizerResizesFailing"]
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(
-        {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-         "tests": promtool_tests("WorkloadResizerResizesFailing", rule)[:1]}, sort_keys=False))
+    (tmp_path / "test.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["rules.yaml"],
+                "evaluation_interval": "1m",
+                "tests": promtool_tests("WorkloadResizerResizesFailing", rule)[:1],
+            },
+            sort_keys=False,
+        )
+    )
     proc = run_promtool(promtool, "test", "rules", "test.yaml", cwd=tmp_path)
     assert proc.returncode != 0 and "WorkloadResizerResizesFailing" in proc.stdout + proc.stderr
 
 
 def test_rule_values(helm: str) -> None:
-    docs = render(helm, namespace="ops", values={"fullnameOverride": "wr", "monitoring": {
-        "reconcilerSelector": 'job="kube/resizer",cluster="eu"',
-        "prometheusRule": {"enabled": True, "labels": {"release": "kps"}, "alertLabels": {"team": "platform"},
-                           "runbookUrl": "https://example.com/ops", "webhookErrorRatio": 0.05,
-                           "webhookLatencyP99Seconds": 0.25, "webhookCertificateDays": 3}}})
+    docs = render(
+        helm,
+        namespace="ops",
+        values={
+            "fullnameOverride": "wr",
+            "monitoring": {
+                "reconcilerSelector": 'job="kube/resizer",cluster="eu"',
+                "prometheusRule": {
+                    "enabled": True,
+                    "labels": {"release": "kps"},
+                    "alertLabels": {"team": "platform"},
+                    "runbookUrl": "https://example.com/ops",
+                    "webhookErrorRatio": 0.05,
+                    "webhookLatencyP99Seconds": 0.25,
+                    "webhookCertificateDays": 3,
+                },
+            },
+        },
+    )
     rule = find(docs, "PrometheusRule")
     assert rule["metadata"]["namespace"] == "ops" and rule["metadata"]["labels"]["release"] == "kps"
     alerts = alerts_of(rule["spec"]["groups"])
@@ -237,17 +338,19 @@ def test_rule_values(helm: str) -> None:
     for name, alert in alerts.items():
         assert alert["labels"]["team"] == "platform"
         assert alert["annotations"]["runbook_url"] == f"https://example.com/ops#{name.lower()}"
-    assert not find_all(render(helm), "PrometheusRule")           # opt-in
+    assert not find_all(render(helm), "PrometheusRule")  # opt-in
 
 
 def test_bad_monitoring_values_are_refused(helm: str) -> None:
     from devkit.chart import template
 
-    for values in ({"prometheusRule": {"disabled": ["NoSuchAlert"]}},
-                   {"prometheusRule": {"webhookErrorRatio": 2}},
-                   {"reconcilerSelector": "{job=\"x\"}"},
-                   {"dashboard": {"label": "not a label"}},
-                   {"prometheusRule": {"enabeld": True}}):
+    for values in (
+        {"prometheusRule": {"disabled": ["NoSuchAlert"]}},
+        {"prometheusRule": {"webhookErrorRatio": 2}},
+        {"reconcilerSelector": '{job="x"}'},
+        {"dashboard": {"label": "not a label"}},
+        {"prometheusRule": {"enabeld": True}},
+    ):
         proc = template(helm, values={"monitoring": values}, check=False)
         assert proc.returncode != 0 and "values don't meet the specifications of the schema" in proc.stderr, values
 
@@ -257,18 +360,21 @@ def test_bad_monitoring_values_are_refused(helm: str) -> None:
 
 def exported_metric_names() -> set[str]:
     """Every sample name the reconciler and the webhook expose (their registries, as scraped)."""
-    code = ("import reconciler.metrics, kube.metrics, sys\n"
-            "from ops.prometheus import REGISTRY, exposition\n"
-            "from app.metrics import Metrics\n"
-            "sys.stdout.write((exposition(REGISTRY) + exposition(Metrics().registry)).decode())\n")
-    text = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          check=True, timeout=60).stdout
+    code = (
+        "import reconciler.metrics, kube.metrics, sys\n"
+        "from ops.prometheus import REGISTRY, exposition\n"
+        "from app.metrics import Metrics\n"
+        "sys.stdout.write((exposition(REGISTRY) + exposition(Metrics().registry)).decode())\n"
+    )
+    text = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     names = set()
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split()
             names |= {name, f"{name}_bucket", f"{name}_sum", f"{name}_count"} if kind == "histogram" else {name}
-    return names | {"up"}      # Prometheus' own, per target
+    return names | {"up"}  # Prometheus' own, per target
 
 
 def metric_names(expr: str) -> set[str]:
@@ -288,8 +394,12 @@ def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
 
 def test_every_query_names_exported_metrics(helm: str) -> None:
     exported = exported_metric_names()
-    assert {"workload_resizer_resize_outcomes_total", "workload_resizer_webhook_request_duration_seconds_bucket",
-            "process_resident_memory_bytes", "leader_election_master_status"} <= exported
+    assert {
+        "workload_resizer_resize_outcomes_total",
+        "workload_resizer_webhook_request_duration_seconds_bucket",
+        "process_resident_memory_bytes",
+        "leader_election_master_status",
+    } <= exported
     docs = render(helm, values={"monitoring": {"prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}})
     queries = dashboard_queries(dashboard_of(docs))
     queries += [rule["expr"] for rule in alerts_of(find(docs, "PrometheusRule")["spec"]["groups"]).values()]
@@ -306,10 +416,22 @@ def test_metric_name_check_catches_a_wrong_name() -> None:
 
 
 def test_dashboard_configmap(helm: str) -> None:
-    docs = render(helm, namespace="ops", values={"monitoring": {
-        "webhookSelector": 'job="hooks",env="prod"',
-        "dashboard": {"enabled": True, "label": "grafana.example/dashboard", "labelValue": "yes",
-                      "namespace": "monitoring", "annotations": {"grafana_folder": "Platform"}}}})
+    docs = render(
+        helm,
+        namespace="ops",
+        values={
+            "monitoring": {
+                "webhookSelector": 'job="hooks",env="prod"',
+                "dashboard": {
+                    "enabled": True,
+                    "label": "grafana.example/dashboard",
+                    "labelValue": "yes",
+                    "namespace": "monitoring",
+                    "annotations": {"grafana_folder": "Platform"},
+                },
+            }
+        },
+    )
     (cm,) = [d for d in find_all(docs, "ConfigMap") if d["metadata"]["name"] == "workload-resizer-dashboard"]
     assert cm["metadata"]["namespace"] == "monitoring"
     assert cm["metadata"]["labels"]["grafana.example/dashboard"] == "yes"
@@ -327,14 +449,18 @@ def test_dashboard_configmap(helm: str) -> None:
 
 
 def test_dashboard_json_is_what_hack_dashboard_writes() -> None:
-    proc = subprocess.run([sys.executable, "hack/dashboard.py", "--check"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "hack/dashboard.py", "--check"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_pod_monitors(helm: str) -> None:
-    docs = render(helm, namespace="ops", values={"monitoring": {"podMonitor": {
-        "enabled": True, "labels": {"release": "kps"}, "interval": "15s"}}})
+    docs = render(
+        helm,
+        namespace="ops",
+        values={"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kps"}, "interval": "15s"}}},
+    )
     monitors = {d["metadata"]["name"]: d for d in find_all(docs, "PodMonitor")}
     assert set(monitors) == {"workload-resizer-webhook", "workload-resizer-reconciler"}
     for name, monitor in monitors.items():
@@ -347,6 +473,8 @@ def test_pod_monitors(helm: str) -> None:
         assert endpoint["port"] in {p["name"] for p in container["ports"]}
     webhook = monitors["workload-resizer-webhook"]["spec"]["podMetricsEndpoints"][0]
     assert webhook["scheme"] == "https"
-    assert webhook["tlsConfig"] == {"serverName": "workload-resizer-webhook.ops.svc",
-                                    "ca": {"secret": {"name": "workload-resizer-webhook-tls", "key": "ca.crt"}}}
+    assert webhook["tlsConfig"] == {
+        "serverName": "workload-resizer-webhook.ops.svc",
+        "ca": {"secret": {"name": "workload-resizer-webhook-tls", "key": "ca.crt"}},
+    }
     assert not find_all(render(helm), "PodMonitor")

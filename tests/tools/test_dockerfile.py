@@ -10,6 +10,7 @@
   temporary directory, then `python -m app --help` and `python -m reconciler --help`
   from that venv, as the image's ENTRYPOINT runs them. Deselect with -m "not slow".
 """
+
 from __future__ import annotations
 
 import glob
@@ -65,7 +66,7 @@ def logical_lines(text: str) -> list[str]:
         stripped = raw.strip()
         if not current and (not stripped or stripped.startswith("#")):
             continue
-        if current and stripped.startswith("#"):      # comments inside a continued RUN
+        if current and stripped.startswith("#"):  # comments inside a continued RUN
             continue
         if raw.rstrip().endswith("\\"):
             current += raw.rstrip()[:-1] + " "
@@ -139,9 +140,9 @@ def _glob_regex(pattern: str) -> str:
             regex, i = regex + "[^/]*", i + 1
         elif pattern[i] == "?":
             regex, i = regex + "[^/]", i + 1
-        elif pattern[i] == "[" and "]" in pattern[i + 1:]:
+        elif pattern[i] == "[" and "]" in pattern[i + 1 :]:
             close = pattern.index("]", i + 1)
-            body = pattern[i + 1:close]
+            body = pattern[i + 1 : close]
             regex, i = regex + "[" + ("^" + body[1:] if body.startswith("!") else body) + "]", close + 1
         else:
             regex, i = regex + re.escape(pattern[i]), i + 1
@@ -181,8 +182,12 @@ def hadolint() -> str:
 
 
 def test_hadolint_finds_nothing() -> None:
-    proc = subprocess.run([hadolint(), "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [hadolint(), "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode == 0 and not proc.stdout.strip(), f"hadolint findings:\n{proc.stdout}{proc.stderr}"
 
 
@@ -260,8 +265,9 @@ def test_image_install_steps_replayed_without_docker(stages: list[Stage], tmp_pa
             # Same command, with the image's venv path moved here, and pip's cache allowed
             # (the image build uses --no-cache-dir; here the cache keeps this test fast).
             command = instr.args.replace(VENV_IN_IMAGE, str(venv)).replace("--no-cache-dir", "")
-            proc = subprocess.run(["bash", "-ec", command], cwd=workdir, env=env, capture_output=True,
-                                  text=True, timeout=240)
+            proc = subprocess.run(
+                ["bash", "-ec", command], cwd=workdir, env=env, capture_output=True, text=True, timeout=240
+            )
             assert proc.returncode == 0, f"RUN {instr.args}\nfailed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
             ran.append(command)
     assert any("pip" in c and "install" in c for c in ran), "the builder installs with pip"
@@ -272,23 +278,42 @@ def test_image_install_steps_replayed_without_docker(stages: list[Stage], tmp_pa
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     for program, expected in (("app", "--tls-cert-file"), ("reconciler", "--leader-elect")):
-        proc = subprocess.run(["python", "-m", program, "--help"], cwd=elsewhere, env=runtime_env,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["python", "-m", program, "--help"],
+            cwd=elsewhere,
+            env=runtime_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, f"python -m {program} --help:\n{proc.stderr}"
         assert expected in proc.stdout
     # Imports beyond the flag parser work too (every runtime dependency is installed).
-    proc = subprocess.run(["python", "-c", "import app.run, reconciler.run, certs, ops.jsonlog, resizer.plan"],
-                          cwd=elsewhere, env=runtime_env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["python", "-c", "import app.run, reconciler.run, certs, ops.jsonlog, resizer.plan"],
+        cwd=elsewhere,
+        env=runtime_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     # The default command (CMD ["app"]) without TLS flags is a usage error, not a crash.
-    proc = subprocess.run(["python", "-m", "app"], cwd=elsewhere, env=runtime_env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        ["python", "-m", "app"], cwd=elsewhere, env=runtime_env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "--tls-cert-file" in proc.stderr
     # The runtime venv carries no installer.
-    proc = subprocess.run(["python", "-c", "import pip"], cwd=elsewhere, env=runtime_env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["python", "-c", "import pip"], cwd=elsewhere, env=runtime_env, capture_output=True, text=True
+    )
     assert proc.returncode != 0, "pip is in the image's venv"
     # Installed, not imported from the source tree.
-    proc = subprocess.run(["python", "-c", "import app; print(app.__file__)"], cwd=elsewhere, env=runtime_env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["python", "-c", "import app; print(app.__file__)"],
+        cwd=elsewhere,
+        env=runtime_env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.stdout.strip().startswith(str(venv))

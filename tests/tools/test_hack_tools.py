@@ -5,6 +5,7 @@ package (apt-get download); apt's package lists of a new machine may not know it
 Fake `apt-cache` and `apt-get` on a PATH of their own: the lists know the package only after
 `apt-get update`.
 """
+
 from __future__ import annotations
 
 import importlib.machinery
@@ -33,7 +34,7 @@ def load_hack_tools() -> ModuleType:
     spec = importlib.util.spec_from_loader("hack_tools", loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["hack_tools"] = module        # dataclasses look their module up
+    sys.modules["hack_tools"] = module  # dataclasses look their module up
     loader.exec_module(module)
     return module
 

@@ -6,6 +6,7 @@ optional resourceVersion precondition, strategic-merge of pods/resize by
 container name), a cache the reconciler reads that can lag behind, a log of
 every write, the events recorded, and errors to inject per operation.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,8 +20,8 @@ from kube.slim import Obj, slim_node, slim_pod
 
 @dataclass
 class Write:
-    op: str                 # "annotate" | "resize"
-    pod: str                # namespace/name
+    op: str  # "annotate" | "resize"
+    pod: str  # namespace/name
     body: Obj
     resource_version: str | None = None
     if_generation: int | None = None
@@ -36,25 +37,32 @@ class Event:
 
 @dataclass
 class FakeCluster:
-    pods: dict[str, Obj] = field(default_factory=dict)            # the apiserver's truth, by namespace/name
+    pods: dict[str, Obj] = field(default_factory=dict)  # the apiserver's truth, by namespace/name
     nodes: dict[str, Obj] = field(default_factory=dict)
-    cache: dict[str, Obj] = field(default_factory=dict)           # what the informer delivered
+    cache: dict[str, Obj] = field(default_factory=dict)  # what the informer delivered
     writes: list[Write] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    failures: dict[str, list[ApiError]] = field(default_factory=dict)   # op -> errors raised on the next calls
-    lagging_cache: bool = False     # True: writes reach the cache only on sync()
-    auto_actuate: bool = False      # True: the kubelet actuates every resize at once (like the KWOK node)
+    failures: dict[str, list[ApiError]] = field(default_factory=dict)  # op -> errors raised on the next calls
+    lagging_cache: bool = False  # True: writes reach the cache only on sync()
+    auto_actuate: bool = False  # True: the kubelet actuates every resize at once (like the KWOK node)
     _rv: int = 100
 
     # ------------------------------------------------------------------ test setup
 
-    def add_node(self, name: str, labels: Mapping[str, str], cpu: str = "8", memory: str = "32Gi",
-                 declared_features: list[str] | None = None) -> None:
+    def add_node(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        cpu: str = "8",
+        memory: str = "32Gi",
+        declared_features: list[str] | None = None,
+    ) -> None:
         status: Obj = {"allocatable": {"cpu": cpu, "memory": memory}}
         if declared_features is not None:
             status["declaredFeatures"] = list(declared_features)
-        self.nodes[name] = slim_node({"metadata": {"name": name, "resourceVersion": "1", "labels": dict(labels)},
-                                      "status": status})
+        self.nodes[name] = slim_node(
+            {"metadata": {"name": name, "resourceVersion": "1", "labels": dict(labels)}, "status": status}
+        )
 
     def add_pod(self, pod: Obj) -> str:
         pod = copy.deepcopy(pod)
@@ -99,9 +107,19 @@ class FakeCluster:
 
     def fail_actuation(self, key: str, message: str = "attempting to set memory limit below usage") -> None:
         pod = self.pods[key]
-        self._kubelet_status(pod, [{"type": "PodResizeInProgress", "status": "True", "reason": "Error",
-                                    "message": message, "observedGeneration": pod["metadata"]["generation"],
-                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        self._kubelet_status(
+            pod,
+            [
+                {
+                    "type": "PodResizeInProgress",
+                    "status": "True",
+                    "reason": "Error",
+                    "message": message,
+                    "observedGeneration": pod["metadata"]["generation"],
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        )
 
     def start_containers(self, key: str, report_resources: bool = True) -> None:
         """The containers start; a kubelet without in-place resize reports no resources."""
@@ -137,9 +155,19 @@ class FakeCluster:
 
     def _pending(self, key: str, reason: str, message: str) -> None:
         pod = self.pods[key]
-        self._kubelet_status(pod, [{"type": "PodResizePending", "status": "True", "reason": reason,
-                                    "message": message, "observedGeneration": pod["metadata"]["generation"],
-                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        self._kubelet_status(
+            pod,
+            [
+                {
+                    "type": "PodResizePending",
+                    "status": "True",
+                    "reason": reason,
+                    "message": message,
+                    "observedGeneration": pod["metadata"]["generation"],
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        )
 
     def _kubelet_status(self, pod: Obj, conditions: list[Obj]) -> None:
         pod["status"]["conditions"] = conditions
@@ -165,8 +193,9 @@ class FakeCluster:
         self._maybe_fail("get")
         return slim_pod(self._stored(pod))
 
-    async def annotate(self, pod: Obj, annotations: Mapping[str, str | None],
-                       resource_version: str | None = None) -> Obj:
+    async def annotate(
+        self, pod: Obj, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> Obj:
         self._maybe_fail("annotate")
         stored = self._stored(pod)
         if resource_version is not None and resource_version != stored["metadata"]["resourceVersion"]:
@@ -180,12 +209,14 @@ class FakeCluster:
                 current[key] = value
         return self._written(stored)
 
-    async def record(self, pod: Obj, annotations: Mapping[str, str | None],
-                     resource_version: str | None = None) -> None:
+    async def record(
+        self, pod: Obj, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> None:
         await self.annotate(pod, annotations, resource_version)
 
-    async def resize(self, pod: Obj, patch: Obj, resource_version: str | None = None,
-                     if_generation: int | None = None) -> Obj:
+    async def resize(
+        self, pod: Obj, patch: Obj, resource_version: str | None = None, if_generation: int | None = None
+    ) -> Obj:
         self._maybe_fail("resize")
         stored = self._stored(pod)
         if resource_version is not None and resource_version != stored["metadata"]["resourceVersion"]:
@@ -243,7 +274,7 @@ class FakeConfig:
 
 @dataclass
 class FakeClock:
-    now: float = 1_767_225_600.0     # 2026-01-01T00:00:00Z, when the fake kubelet sets its conditions
+    now: float = 1_767_225_600.0  # 2026-01-01T00:00:00Z, when the fake kubelet sets its conditions
 
     def __call__(self) -> float:
         return self.now

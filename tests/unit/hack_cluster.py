@@ -1,4 +1,5 @@
 """hack/cluster (a script without a .py name) loaded as a module, for its unit tests."""
+
 from __future__ import annotations
 
 import importlib.machinery
@@ -15,6 +16,6 @@ def load_hack_cluster() -> ModuleType:
     spec = importlib.util.spec_from_loader("hack_cluster", loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["hack_cluster"] = module        # dataclasses look their module up
+    sys.modules["hack_cluster"] = module  # dataclasses look their module up
     loader.exec_module(module)
     return module

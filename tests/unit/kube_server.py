@@ -6,6 +6,7 @@ like a watch); and the misbehaviours a client must survive: a slow answer, no an
 a connection closed before the answer, a truncated body, a stream broken or left
 silent mid-way. Optionally over TLS that requires a client certificate.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,12 +38,12 @@ class Seen:
 @dataclass
 class Reply:
     status: int
-    body: bytes | list[bytes]               # a list is sent chunked, one write per chunk
+    body: bytes | list[bytes]  # a list is sent chunked, one write per chunk
     delay: float = 0.0
-    hang: bool = False                      # bytes: never answer; chunks: never end the stream
-    abort: bool = False                     # chunks: drop the connection instead of ending the stream
+    hang: bool = False  # bytes: never answer; chunks: never end the stream
+    abort: bool = False  # chunks: drop the connection instead of ending the stream
     close_before_answer: bool = False
-    truncate: bool = False                  # announce more bytes than are sent, then close
+    truncate: bool = False  # announce more bytes than are sent, then close
 
 
 Handler = Callable[[Seen], Reply]
@@ -83,13 +84,17 @@ def tls_pair() -> TLSPair:
 def _client_cert(ca: certs.Issued, common_name: str) -> certs.Issued:
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(ca.cert.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca.key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
     return certs.Issued(cert, key)
 
 

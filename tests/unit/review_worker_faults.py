@@ -3,6 +3,7 @@
 It is the real worker loop (``app.worker.serve``) around the real decision, except for
 bodies carrying a marker: CRASH exits at once, HANG never answers, RAISE raises.
 """
+
 from __future__ import annotations
 
 import os

@@ -16,6 +16,7 @@ status. The world keeps what the author wrote (``admitted``) apart from the prod
 Every pod of the world shares one admission identity (namespace, generateName, controller):
 they are replicas of one ReplicaSet, so whatever the webhook signs for one verifies on all.
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,7 +33,7 @@ from app.review import handle_review
 from app.sizing import SizingContext
 from devkit.jsonpatch import apply_patch as apply_json_patch
 from ops.keys import generate_key, new_key_id
-from reconciler.outcome import INFEASIBLE, IN_PROGRESS, PENDING, ERROR, Stage, observe, spec_size
+from reconciler.outcome import ERROR, IN_PROGRESS, INFEASIBLE, PENDING, Stage, observe, spec_size
 from reconciler.pods import recorded_state, resized_from_originals
 from reconciler.revert import decide_revert, size_of_originals, sizes_before
 from resizer import (
@@ -84,7 +85,7 @@ bounds:
   memory: {min: "1Mi", max: "64Gi"}
 """
 CONFIG = load_config(CONFIG_TEXT)
-NODE_OF = {"n2d": "n2d-a", "n4": "n4-a", "e2": "e2-a"}     # node type -> the one node of that type
+NODE_OF = {"n2d": "n2d-a", "n4": "n4-a", "e2": "e2-a"}  # node type -> the one node of that type
 # (A version of its own: the webhook memoises sizings per context version and signing key.)
 SIZING = SizingContext(34_001, LABEL, {node: node_type for node_type, node in NODE_OF.items()}, CONFIG_TEXT)
 SCOPE = namespace_scope("workload-resizer-system")
@@ -98,8 +99,8 @@ INJECTED = "proxy"
 SLOTS = tuple((resource, kind) for resource in ("cpu", "memory") for kind in ("request", "limit"))
 _SPEC_FIELD = {"request": "requests", "limit": "limits"}
 
-Slot = tuple[str, str, str]             # (container, resource, kind)
-Values = dict[Slot, Fraction]           # cpu in cores, memory in bytes
+Slot = tuple[str, str, str]  # (container, resource, kind)
+Values = dict[Slot, Fraction]  # cpu in cores, memory in bytes
 
 
 class Violation(AssertionError):
@@ -113,9 +114,12 @@ def resources(cpu_milli: int, memory_mi: int) -> dict[str, Any]:
 
 
 def spec_values(pod: Mapping[str, Any]) -> Values:
-    return {(c["name"], resource, kind): coerce_quantity(value)
-            for c in pod["spec"].get("containers") or [] for resource, kind in SLOTS
-            if (value := ((c.get("resources") or {}).get(_SPEC_FIELD[kind]) or {}).get(resource)) is not None}
+    return {
+        (c["name"], resource, kind): coerce_quantity(value)
+        for c in pod["spec"].get("containers") or []
+        for resource, kind in SLOTS
+        if (value := ((c.get("resources") or {}).get(_SPEC_FIELD[kind]) or {}).get(resource)) is not None
+    }
 
 
 def annotations(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,11 +136,24 @@ def reference_plan(admitted: Values, node_type: str) -> Values:
     own planner."""
     planned = dict(admitted)
     for name in sorted({name for name, _, _ in admitted}):
-        pod = {"metadata": {"namespace": "shop", "annotations": {}}, "spec": {"containers": [
-            {"name": name, "resources": {_SPEC_FIELD[kind]: {
-                resource: quantity(resource, admitted[(name, resource, kind)])
-                for resource, k in SLOTS if k == kind and (name, resource, kind) in admitted}
-                for kind in ("request", "limit")}}]}}
+        pod = {
+            "metadata": {"namespace": "shop", "annotations": {}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": name,
+                        "resources": {
+                            _SPEC_FIELD[kind]: {
+                                resource: quantity(resource, admitted[(name, resource, kind)])
+                                for resource, k in SLOTS
+                                if k == kind and (name, resource, kind) in admitted
+                            }
+                            for kind in ("request", "limit")
+                        },
+                    }
+                ]
+            },
+        }
         plan = plan_resize(pod, resolve_policy(CONFIG, pod), node_type)
         for change in plan.changes:
             unit = 1000 if change.resource == "cpu" else 1
@@ -174,7 +191,7 @@ class World:
     node_type: str
     admitted: Values
     ring: KeyRing = RING
-    honest: bool = True             # no tenant move on the pod since it was admitted
+    honest: bool = True  # no tenant move on the pod since it was admitted
     flight: InFlight | None = None
     # A restart cut a resize of ours off before its record (step 3): docs/security.md, Limits.
     cut_off: bool = False
@@ -182,8 +199,8 @@ class World:
     # whether the gate went before it did (docs/how-it-works.md, gated pods: refused, never raised).
     bound_at_the_gate: bool = False
     raced: bool = False
-    types_seen: set[str] = field(default_factory=set)      # the node types the pod ran on
-    ledger: dict[str, Record] = field(default_factory=dict)     # sized MAC -> the record it signs
+    types_seen: set[str] = field(default_factory=set)  # the node types the pod ran on
+    ledger: dict[str, Record] = field(default_factory=dict)  # sized MAC -> the record it signs
     uids: itertools.count[int] = field(default_factory=itertools.count)
     story: list[str] = field(default_factory=list)
 
@@ -192,10 +209,18 @@ class World:
     def webhook(self, obj: dict[str, Any]) -> dict[str, Any]:
         """One AdmissionReview (CREATE) through the real webhook; the pod as it patches it. Every
         sized record it answers goes to the ledger."""
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": "review-uid", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "shop",
-            "operation": "CREATE", "object": obj}}
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "review-uid",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "shop",
+                "operation": "CREATE",
+                "object": obj,
+            },
+        }
         status, body, _ = handle_review(orjson.dumps(review), self.ring, SCOPE, SIZING)
         assert status == 200
         response = orjson.loads(body)["response"]
@@ -204,8 +229,11 @@ class World:
         answer = ours(patched)
         mac = answer.get(ORIGINALS_MAC)
         if SIZED_AT_ADMISSION in answer and isinstance(mac, str):
-            self.ledger[mac] = Record({k: v for k, v in answer.items() if is_original_key(k)},
-                                      answer[SIZED_AT_ADMISSION], originals_from_spec_annotations(patched))
+            self.ledger[mac] = Record(
+                {k: v for k, v in answer.items() if is_original_key(k)},
+                answer[SIZED_AT_ADMISSION],
+                originals_from_spec_annotations(patched),
+            )
         return patched
 
     def authors_values(self, pod: Mapping[str, Any]) -> tuple[Values, bool]:
@@ -216,8 +244,12 @@ class World:
         mac = found.get(ORIGINALS_MAC)
         record = self.ledger.get(str(mac))
         # (The webhook recognises only a record it can verify: one signed with a key it still has.)
-        if record is None or key_id_of(mac) not in self.ring.keys or found.get(SIZED_AT_ADMISSION) != record.node_type \
-                or {k: v for k, v in found.items() if is_original_key(k)} != dict(record.originals):
+        if (
+            record is None
+            or key_id_of(mac) not in self.ring.keys
+            or found.get(SIZED_AT_ADMISSION) != record.node_type
+            or {k: v for k, v in found.items() if is_original_key(k)} != dict(record.originals)
+        ):
             return values, False
         try:
             spec = originals_from_spec_annotations(pod)
@@ -225,15 +257,19 @@ class World:
             return values, False
         if any(spec.get(key) != value for key, value in record.sized.items()):
             return values, False
-        slots = {original_key(c["name"], resource, kind): (c["name"], resource, kind)
-                 for c in pod["spec"]["containers"] for resource, kind in SLOTS}
+        slots = {
+            original_key(c["name"], resource, kind): (c["name"], resource, kind)
+            for c in pod["spec"]["containers"]
+            for resource, kind in SLOTS
+        }
         return {**values, **{slots[k]: coerce_quantity(v) for k, v in record.originals.items()}}, True
 
     def create(self, obj: dict[str, Any], through_webhook: bool = True) -> None:
         """A new pod from ``obj`` (the webhook down: stored as sent), scheduled where its pin says."""
         sent = copy.deepcopy(obj)
-        sent["metadata"] = {k: v for k, v in sent["metadata"].items()
-                            if k not in ("name", "uid", "generation", "resourceVersion")}
+        sent["metadata"] = {
+            k: v for k, v in sent["metadata"].items() if k not in ("name", "uid", "generation", "resourceVersion")
+        }
         sent["spec"].pop("nodeName", None)
         sent.pop("status", None)
         admitted, _ = self.authors_values(sent)
@@ -271,8 +307,9 @@ class World:
             base = baseline(pod, self.ring, vouched=self.flight.originals if self.flight else None)
             if base.refused:
                 return None
-            plan = plan_bound_pod(base.pod, resolve_policy(CONFIG, pod), self.node_type, False, False,
-                                  base.check.scope == "sized")
+            plan = plan_bound_pod(
+                base.pod, resolve_policy(CONFIG, pod), self.node_type, False, False, base.check.scope == "sized"
+            )
         except (OriginalsError, QuantityError, PlanError):
             return None
         if base.check.trust is Trust.TRUSTED_IF_ALIGNED and plan.patch:
@@ -293,7 +330,7 @@ class World:
             return
         base, plan = decided
         pod = self.pod
-        if base.stamp:                              # step 1
+        if base.stamp:  # step 1
             for key, value in base.stamp.items():
                 if value is None:
                     annotations(pod).pop(key, None)
@@ -303,7 +340,7 @@ class World:
             if decided is None:
                 return
             base, plan = decided
-        if plan.patch:                              # step 2
+        if plan.patch:  # step 2
             self.program_set("reconciler", self.resized(plan))
             before = sizes_before(pod, self.flight.before if self.flight else ())
             pod["spec"] = apply_resize(pod, plan.patch)
@@ -313,7 +350,7 @@ class World:
             return
         annotations(pod).update({APPLIED_INSTANCE_TYPE: self.node_type, APPLIED_SIZE: spec_size(pod)})
         annotations(pod).pop(RESIZE_STATE, None)
-        self.bind()                                 # step 3
+        self.bind()  # step 3
         self.flight = None
 
     def bind_at_the_gate(self) -> None:
@@ -350,8 +387,11 @@ class World:
             pass
 
     def resized(self, plan: ResizePlan) -> Values:
-        return {slot: value for slot, value in spec_values({"spec": apply_resize(self.pod, plan.patch)}).items()
-                if spec_values(self.pod).get(slot) != value}
+        return {
+            slot: value
+            for slot, value in spec_values({"spec": apply_resize(self.pod, plan.patch)}).items()
+            if spec_values(self.pod).get(slot) != value
+        }
 
     def stalled(self, reported_cpu_milli: int | None, condition: str) -> None:
         """The pod's status says the resize in its spec is infeasible or failing, the containers
@@ -373,26 +413,37 @@ class World:
                     reported.setdefault(kind, {})["cpu"] = f"{int(reported_cpu * 1000)}m"
             statuses.append({"name": container["name"], "running": True, "resources": reported})
         generation = pod["metadata"]["generation"]
-        conditions = [{"type": PENDING, "status": "True", "reason": INFEASIBLE, "observedGeneration": generation}] \
-            if condition == "infeasible" else [{"type": IN_PROGRESS, "status": "True", "reason": ERROR}]
+        conditions = (
+            [{"type": PENDING, "status": "True", "reason": INFEASIBLE, "observedGeneration": generation}]
+            if condition == "infeasible"
+            else [{"type": IN_PROGRESS, "status": "True", "reason": ERROR}]
+        )
         pod["status"].update(containerStatuses=statuses, conditions=conditions, observedGeneration=generation)
         decided = self.decide()
         if decided is None or observe(pod).stage not in (Stage.INFEASIBLE, Stage.ERROR):
             return
         base, plan = decided
-        if plan.patch or (self.flight is None and not resized_from_originals(plan)
-                          and recorded_state(pod, self.node_type) is None):
-            return      # the reconciler resizes, or records the pod aligned: no resize of ours to set back
+        if plan.patch or (
+            self.flight is None and not resized_from_originals(plan) and recorded_state(pod, self.node_type) is None
+        ):
+            return  # the reconciler resizes, or records the pod aligned: no resize of ours to set back
         before = self.flight.before if self.flight else ()
-        revert = decide_revert(pod, before, None if before else size_of_originals(base.pod),
-                               base.check.trust is Trust.TRUSTED)
+        revert = decide_revert(
+            pod, before, None if before else size_of_originals(base.pod), base.check.trust is Trust.TRUSTED
+        )
         annotations(pod)[RESIZE_STATE] = f'{{"state":"{condition}","nodeType":"{self.node_type}"}}'
         self.bind()
         if revert.refused or not revert.patch:
             return
-        self.program_set("revert", {slot: value for slot, value in spec_values(
-            {"spec": apply_resize(pod, revert.patch)}).items() if spec_values(pod).get(slot) != value},
-            with_authors_own=True)
+        self.program_set(
+            "revert",
+            {
+                slot: value
+                for slot, value in spec_values({"spec": apply_resize(pod, revert.patch)}).items()
+                if spec_values(pod).get(slot) != value
+            },
+            with_authors_own=True,
+        )
         pod["spec"] = apply_resize(pod, revert.patch)
         pod["metadata"]["generation"] += 1
         pod["status"].pop("conditions", None)
@@ -422,10 +473,12 @@ class World:
                 # (a revert: the size before our resize, maybe one we gave on the type the node had before)
                 allowed = max([allowed or 0, self.admitted[slot], *(plan[slot] for plan in earlier if slot in plan)])
             if allowed is None and program == "webhook":
-                continue        # (a container the author's review did not have: none)
+                continue  # (a container the author's review did not have: none)
             if allowed is None or value > allowed:
-                raise Violation(f"{program} set {slot} to {value} (admitted {self.admitted.get(slot)}, "
-                                f"at most {allowed} on {self.node_type}); story: {self.story}")
+                raise Violation(
+                    f"{program} set {slot} to {value} (admitted {self.admitted.get(slot)}, "
+                    f"at most {allowed} on {self.node_type}); story: {self.story}"
+                )
 
     def key_known(self) -> bool:
         key_id = key_id_of(annotations(self.pod).get(ORIGINALS_MAC))
@@ -453,38 +506,59 @@ class World:
                 raise Violation(f"an honest pod refused: {error}; story: {self.story}") from None
             return
         for slot, value in trusted.items():
-            if slot not in self.admitted or value > self.admitted[slot] \
-                    or (self.honest and value != self.admitted[slot]):
-                raise Violation(f"the authority trusts {slot} = {value} (admitted {self.admitted.get(slot)}, "
-                                f"{decision.check}); story: {self.story}")
-        cut_off = self.cut_off or not as_the_reconciler_sees_it     # (a restarted reconciler's view)
-        if honest and as_the_reconciler_sees_it and not decision.may_resize \
-                and not ((cut_off or self.raced) and decision.check.trust is Trust.TRUSTED_IF_ALIGNED):
+            if (
+                slot not in self.admitted
+                or value > self.admitted[slot]
+                or (self.honest and value != self.admitted[slot])
+            ):
+                raise Violation(
+                    f"the authority trusts {slot} = {value} (admitted {self.admitted.get(slot)}, "
+                    f"{decision.check}); story: {self.story}"
+                )
+        cut_off = self.cut_off or not as_the_reconciler_sees_it  # (a restarted reconciler's view)
+        if (
+            honest
+            and as_the_reconciler_sees_it
+            and not decision.may_resize
+            and not ((cut_off or self.raced) and decision.check.trust is Trust.TRUSTED_IF_ALIGNED)
+        ):
             raise Violation(f"an honest pod is not trusted: {decision.check}; story: {self.story}")
 
     def trusted(self, decision: Baseline) -> Values:
         """The values the product may scale from or bind (none when it may neither; for an honest pod
         also those it may only explain an aligned spec with)."""
-        if not (decision.may_resize or decision.may_sign
-                or (self.honest and decision.check.trust is Trust.TRUSTED_IF_ALIGNED)):
+        if not (
+            decision.may_resize
+            or decision.may_sign
+            or (self.honest and decision.check.trust is Trust.TRUSTED_IF_ALIGNED)
+        ):
             return {}
         originals = read_originals(decision.pod)
-        return {(name, resource, kind): value for name, o in originals.items() for resource, kind in SLOTS
-                if (value := getattr(o.of(resource), kind)) is not None}   # type: ignore[arg-type]
+        return {
+            (name, resource, kind): value
+            for name, o in originals.items()
+            for resource, kind in SLOTS
+            if (value := getattr(o.of(resource), kind)) is not None
+        }  # type: ignore[arg-type]
 
     def check_plan(self) -> None:
         if not self.pod["spec"].get("nodeName"):
             return
-        forecast = forecast_fleet([self.pod], {self.pod["spec"]["nodeName"]: self.node_type}, CONFIG, SCOPE,
-                                  keyring=self.ring)
+        forecast = forecast_fleet(
+            [self.pod], {self.pod["spec"]["nodeName"]: self.node_type}, CONFIG, SCOPE, keyring=self.ring
+        )
         for group in forecast.workloads:
             for pod in group.pods:
                 if pod.outcome == "Resize" and pod.plan is not None:
-                    self.program_set("plan", {
-                        (c.container, c.resource, kind): Fraction(amount, 1000 if c.resource == "cpu" else 1)
-                        for c in pod.plan.changes
-                        for kind, amount in (("request", c.desired_request), ("limit", c.desired_limit))
-                        if amount is not None})
+                    self.program_set(
+                        "plan",
+                        {
+                            (c.container, c.resource, kind): Fraction(amount, 1000 if c.resource == "cpu" else 1)
+                            for c in pod.plan.changes
+                            for kind, amount in (("request", c.desired_request), ("limit", c.desired_limit))
+                            if amount is not None
+                        },
+                    )
 
     def check_restore(self) -> None:
         try:
@@ -492,23 +566,40 @@ class World:
         except OriginalsError:
             return
         if decision.patch:
-            self.program_set("restore", {slot: value for slot, value in spec_values(
-                {"spec": apply_resize(self.pod, decision.patch)}).items()
-                if spec_values(self.pod).get(slot) != value}, with_authors_own=True)
+            self.program_set(
+                "restore",
+                {
+                    slot: value
+                    for slot, value in spec_values({"spec": apply_resize(self.pod, decision.patch)}).items()
+                    if spec_values(self.pod).get(slot) != value
+                },
+                with_authors_own=True,
+            )
 
 
 # ---------------------------------------------------------------------- what the tenant sends
 
 
-def authored(cpu_milli: Mapping[str, int], memory_mi: int, pin: str | None = None,
-             gated: bool = False) -> dict[str, Any]:
+def authored(
+    cpu_milli: Mapping[str, int], memory_mi: int, pin: str | None = None, gated: bool = False
+) -> dict[str, Any]:
     """The pod its author sends (a generated name, unknown at admission)."""
     obj: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"namespace": "shop", "generateName": "web-7d9f-", "ownerReferences": [dict(OWNER)],
-                     "annotations": {}},
-        "spec": {"containers": [{"name": name, "image": "example.com/app:1", "resources": resources(cpu, memory_mi)}
-                                for name, cpu in cpu_milli.items()]}}
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": "shop",
+            "generateName": "web-7d9f-",
+            "ownerReferences": [dict(OWNER)],
+            "annotations": {},
+        },
+        "spec": {
+            "containers": [
+                {"name": name, "image": "example.com/app:1", "resources": resources(cpu, memory_mi)}
+                for name, cpu in cpu_milli.items()
+            ]
+        },
+    }
     if pin is not None:
         obj["spec"]["nodeSelector"] = {LABEL: pin}
     if gated:
@@ -518,9 +609,19 @@ def authored(cpu_milli: Mapping[str, int], memory_mi: int, pin: str | None = Non
 
 def made_up_review(pod: Mapping[str, Any], cpu_milli: Mapping[str, int], pin: str | None) -> dict[str, Any]:
     """A review of a pod like ``pod`` (its containers, memory as they are) with ``cpu_milli``."""
-    obj = copy.deepcopy({"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "namespace": "shop", "generateName": "web-7d9f-", "ownerReferences": [dict(OWNER)], "annotations": {}},
-        "spec": {"containers": pod["spec"]["containers"]}})
+    obj = copy.deepcopy(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "namespace": "shop",
+                "generateName": "web-7d9f-",
+                "ownerReferences": [dict(OWNER)],
+                "annotations": {},
+            },
+            "spec": {"containers": pod["spec"]["containers"]},
+        }
+    )
     for container in obj["spec"]["containers"]:
         cpu = cpu_milli.get(container["name"])
         if cpu is not None:
@@ -551,11 +652,27 @@ def legacy_stamp(pod: Mapping[str, Any], last: str) -> dict[str, str]:
     for container in sorted(pod["spec"]["containers"], key=lambda c: c["name"] == last):
         written = originals_from_spec_annotations({"spec": {"containers": [container]}})
         for resource, kind in SLOTS:
-            key = original_key(container["name"], resource, kind)       # type: ignore[arg-type]
+            key = original_key(container["name"], resource, kind)  # type: ignore[arg-type]
             if key in written:
                 stamp[legacy_original_key(container["name"], resource, kind)] = written[key]  # type: ignore[arg-type]
     return stamp
 
 
-__all__ = ["COLLIDING", "INJECTED", "LABEL", "NODE_OF", "PREFIX", "RECREATED", "RING", "SKIP", "Violation",
-           "World", "authored", "controller_owned", "first_cpu", "legacy_stamp", "made_up_review", "resources"]
+__all__ = [
+    "COLLIDING",
+    "INJECTED",
+    "LABEL",
+    "NODE_OF",
+    "PREFIX",
+    "RECREATED",
+    "RING",
+    "SKIP",
+    "Violation",
+    "World",
+    "authored",
+    "controller_owned",
+    "first_cpu",
+    "legacy_stamp",
+    "made_up_review",
+    "resources",
+]

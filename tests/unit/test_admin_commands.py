@@ -1,4 +1,5 @@
 """`workload-resizer plan|restore` command lines (also `python -m commands plan|restore`)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -6,14 +7,24 @@ import sys
 
 import pytest
 
-from reconciler import options
 from commands.cli import parse
+from reconciler import options
 from reconciler.settings import PlanSettings, RestoreSettings
 
 
 def test_plan_flags_mirror_the_reconcilers_and_build_the_same_scope() -> None:
-    settings = parse(["plan", "--namespace=wr", "--exclude-namespaces=a,b", "--namespace-selector=!skip",
-                  "--config-file=c.yaml", "-o", "json", "--no-realign"])
+    settings = parse(
+        [
+            "plan",
+            "--namespace=wr",
+            "--exclude-namespaces=a,b",
+            "--namespace-selector=!skip",
+            "--config-file=c.yaml",
+            "-o",
+            "json",
+            "--no-realign",
+        ]
+    )
     assert settings.scope.excluded == {"kube-system", "wr", "a", "b"}
     assert (settings.config_file, settings.output, settings.realign) == ("c.yaml", "json", False)
 
@@ -21,9 +32,12 @@ def test_plan_flags_mirror_the_reconcilers_and_build_the_same_scope() -> None:
 def test_plan_plans_with_the_reconcilers_defaults() -> None:
     plan, reconciler = parse(["plan"]), options.parse([])
     assert isinstance(plan, PlanSettings)
-    assert (plan.node_type_label, plan.config_namespace, plan.config_name, plan.realign) == \
-        (reconciler.controller.node_type_label, reconciler.config_namespace, reconciler.config_name,
-         reconciler.controller.realign)
+    assert (plan.node_type_label, plan.config_namespace, plan.config_name, plan.realign) == (
+        reconciler.controller.node_type_label,
+        reconciler.config_namespace,
+        reconciler.config_name,
+        reconciler.controller.realign,
+    )
 
 
 def test_restore_is_rate_limited_by_default() -> None:
@@ -32,16 +46,18 @@ def test_restore_is_rate_limited_by_default() -> None:
     assert settings.max_resizes_per_second == 10.0 and not settings.dry_run
 
 
-@pytest.mark.parametrize("argv", [["plan", "--namespace-selector=a in ("], ["restore", "--max-resizes-per-second=0"],
-                                  ["nope"]])
+@pytest.mark.parametrize(
+    "argv", [["plan", "--namespace-selector=a in ("], ["restore", "--max-resizes-per-second=0"], ["nope"]]
+)
 def test_bad_command_lines_fail_fast(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse(argv)
 
 
 def test_python_m_reconciler_dispatches_the_commands() -> None:
-    out = subprocess.run([sys.executable, "-m", "commands", "plan", "--help"], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "commands", "plan", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and "--config-file" in out.stdout
 
 
@@ -58,7 +74,7 @@ def test_restore_gives_the_pod_in_progress_at_most_the_shutdown_timeout_after_a_
             await asyncio.sleep(finishes_in)
             return Summary(managed=7)
 
-        asyncio.get_running_loop().call_later(0.05, restorer.stop.set)       # SIGTERM
+        asyncio.get_running_loop().call_later(0.05, restorer.stop.set)  # SIGTERM
         started = time.monotonic()
         summary = await _bounded(restorer, work(), grace=0.2)
         return summary, time.monotonic() - started

@@ -11,6 +11,7 @@ through a made-up review, docs/security.md) those of an honest author whose pod,
 node type, would have been created exactly as this one is. The programs run on their real
 decisions in tests/unit/tenant_world.py.
 """
+
 from __future__ import annotations
 
 import copy
@@ -25,12 +26,12 @@ from resizer import (
     ORIGINALS_MAC,
     RESIZE_STATE,
     KeyRing,
+    PodIdentity,
     Trust,
     admission_sizing,
-    original_key,
-    PodIdentity,
     baseline,
     load_config,
+    original_key,
     originals_from_spec_annotations,
     pod_mac,
     read_originals,
@@ -72,14 +73,24 @@ bounds:
 """)
 
 
-def admitted(cpu_milli: int, memory_mi: int, name: str = "web-7d9f-abcde", uid: str = "pod-uid",
-             stamped: bool = True) -> dict[str, Any]:
+def admitted(
+    cpu_milli: int, memory_mi: int, name: str = "web-7d9f-abcde", uid: str = "pod-uid", stamped: bool = True
+) -> dict[str, Any]:
     """A pod as the apiserver stores it after creation (generation 1), stamped by the webhook."""
-    resources = {"requests": {"cpu": f"{cpu_milli}m", "memory": f"{memory_mi}Mi"},
-                 "limits": {"cpu": f"{cpu_milli}m", "memory": f"{memory_mi}Mi"}}
+    resources = {
+        "requests": {"cpu": f"{cpu_milli}m", "memory": f"{memory_mi}Mi"},
+        "limits": {"cpu": f"{cpu_milli}m", "memory": f"{memory_mi}Mi"},
+    }
     pod: dict[str, Any] = {
-        "metadata": {"namespace": "shop", "name": name, "generateName": "web-7d9f-", "uid": uid, "generation": 1,
-                     "annotations": {}, "ownerReferences": [dict(OWNER)]},
+        "metadata": {
+            "namespace": "shop",
+            "name": name,
+            "generateName": "web-7d9f-",
+            "uid": uid,
+            "generation": 1,
+            "annotations": {},
+            "ownerReferences": [dict(OWNER)],
+        },
         "spec": {"nodeName": "node-1", "containers": [{"name": "app", "resources": resources}]},
         "status": {"phase": "Running", "qosClass": "Guaranteed"},
     }
@@ -99,88 +110,151 @@ def mint_admission_mac(pod: dict[str, Any], originals: dict[str, str]) -> None:
 
 def authored_pinned(cpu_milli: int, memory: str) -> dict[str, Any]:
     """The review an author sends for a pod of `cpu_milli` pinned to n4 (identity as at admission)."""
-    return {"metadata": {"namespace": "shop", "name": "", "generateName": "web-7d9f-", "ownerReferences": [dict(OWNER)]},
-            "spec": {"nodeSelector": {"type": "n4"}, "containers": [{"name": "app", "resources": {
-                "requests": {"cpu": f"{cpu_milli}m", "memory": memory},
-                "limits": {"cpu": f"{cpu_milli}m", "memory": memory}}}]}}
+    return {
+        "metadata": {"namespace": "shop", "name": "", "generateName": "web-7d9f-", "ownerReferences": [dict(OWNER)]},
+        "spec": {
+            "nodeSelector": {"type": "n4"},
+            "containers": [
+                {
+                    "name": "app",
+                    "resources": {
+                        "requests": {"cpu": f"{cpu_milli}m", "memory": memory},
+                        "limits": {"cpu": f"{cpu_milli}m", "memory": memory},
+                    },
+                }
+            ],
+        },
+    }
 
 
 def resized_by_the_product(pod: dict[str, Any], factor_percent: int) -> None:
     """Steps 2 and 3 of the reconciler: the spec at the plan, the originals bound to the pod."""
     container = pod["spec"]["containers"][0]
     cpu = int(container["resources"]["requests"]["cpu"][:-1]) * factor_percent // 100 or 1
-    container["resources"] = {"requests": {**container["resources"]["requests"], "cpu": f"{cpu}m"},
-                              "limits": {**container["resources"]["limits"], "cpu": f"{cpu}m"}}
+    container["resources"] = {
+        "requests": {**container["resources"]["requests"], "cpu": f"{cpu}m"},
+        "limits": {**container["resources"]["limits"], "cpu": f"{cpu}m"},
+    }
     pod["metadata"]["generation"] += 1
     pod["metadata"]["annotations"].update(pod_mac(pod, RING))
 
 
 def values(originals: dict[str, Any]) -> dict[tuple[str, str], Any]:
-    return {(name, resource): (o.of(resource).request, o.of(resource).limit)
-            for name, o in originals.items() for resource in ("cpu", "memory")}
+    return {
+        (name, resource): (o.of(resource).request, o.of(resource).limit)
+        for name, o in originals.items()
+        for resource in ("cpu", "memory")
+    }
 
 
 quantities = st.integers(min_value=1, max_value=64_000)
-TYPES = ["n2d", "n4", "e2"]     # tenant_world.CONFIG: ratios 1, 0.8 and 2
+TYPES = ["n2d", "n4", "e2"]  # tenant_world.CONFIG: ratios 1, 0.8 and 2
 # What a later webhook changed before ours is called again (or the tenant, creating a pod from this one's content).
 REVIEW_CHANGES = ["again", "label", "inject", "gate", "pin-n4", "pin-n2d", "pin-e2", "unpin"]
 # The tenant's moves on its pod (the admission policies off: any workload-resizer.io annotation at
 # any generation, a Binding's included; tests/unit/tenant_world.py).
 tenant_moves = st.one_of(
-    st.tuples(st.just("forge"), quantities),            # original-cpu* of the first container = N, unsigned
+    st.tuples(st.just("forge"), quantities),  # original-cpu* of the first container = N, unsigned
     st.tuples(st.just("forge-legacy"), st.tuples(st.sampled_from(COLLIDING), quantities)),  # the 8-hex key both share
-    st.tuples(st.just("legacy-stamp"), st.sampled_from(COLLIDING)),    # an earlier webhook's stamp, that one last
-    st.tuples(st.just("mint"), quantities),             # an admission MAC from a made-up review, first container at N
-    st.tuples(st.just("mint-spec"), st.just(0)),        # ... of the pod's spec as it is now
+    st.tuples(st.just("legacy-stamp"), st.sampled_from(COLLIDING)),  # an earlier webhook's stamp, that one last
+    st.tuples(st.just("mint"), quantities),  # an admission MAC from a made-up review, first container at N
+    st.tuples(st.just("mint-spec"), st.just(0)),  # ... of the pod's spec as it is now
     st.tuples(st.just("mint-sized"), quantities | st.just(0)),  # a sized record pinned to n4 (0: of the spec x 5/4)
-    st.tuples(st.just("copy"), quantities),             # a sibling's annotations (admitted at N, bound by the reconciler)
-    st.tuples(st.just("copy-sized"), quantities),       # a sibling's sized record (authored at N, pinned to n4)
+    st.tuples(st.just("copy"), quantities),  # a sibling's annotations (admitted at N, bound by the reconciler)
+    st.tuples(st.just("copy-sized"), quantities),  # a sibling's sized record (authored at N, pinned to n4)
     st.tuples(st.just("state"), st.sampled_from(["deferred", "infeasible", "error", "unsupported"])),
     st.tuples(st.just("applied"), st.sampled_from(TYPES)),
     st.tuples(st.just("skip"), st.just(0)),
-    st.tuples(st.just("strip"), st.just(0)),            # every annotation of ours removed
+    st.tuples(st.just("strip"), st.just(0)),  # every annotation of ours removed
 )
-bumps = st.tuples(st.just("bump"), st.just(0))      # a gate removed (honest) or an image changed: generation + 1
-statuses = st.tuples(st.just("status"), st.tuples(st.none() | quantities,     # the containers report N (None:
-                                                   st.sampled_from(["infeasible", "error"])))   # the size before)
+bumps = st.tuples(st.just("bump"), st.just(0))  # a gate removed (honest) or an image changed: generation + 1
+statuses = st.tuples(
+    st.just("status"),
+    st.tuples(
+        st.none() | quantities,  # the containers report N (None:
+        st.sampled_from(["infeasible", "error"]),
+    ),
+)  # the size before)
 world_events = st.one_of(
-    st.tuples(st.just("wait"), st.just(0)),             # nothing but the reconciler's turns
-    st.tuples(st.just("restart"), st.just(0)),          # the reconciler forgets its resizes in flight
-    st.tuples(st.just("relabel"), st.sampled_from(TYPES)),     # the pod's node gets another type
-    st.tuples(st.just("lose-key"), st.just(0)),         # the keys Secret recreated: a new key, a new id
-    st.tuples(st.just("key-back"), st.just(0)),         # the old key put back next to it
+    st.tuples(st.just("wait"), st.just(0)),  # nothing but the reconciler's turns
+    st.tuples(st.just("restart"), st.just(0)),  # the reconciler forgets its resizes in flight
+    st.tuples(st.just("relabel"), st.sampled_from(TYPES)),  # the pod's node gets another type
+    st.tuples(st.just("lose-key"), st.just(0)),  # the keys Secret recreated: a new key, a new id
+    st.tuples(st.just("key-back"), st.just(0)),  # the old key put back next to it
 )
-reviews = st.tuples(st.just("review"), st.sampled_from(REVIEW_CHANGES))    # the pod's content through the webhook
+reviews = st.tuples(st.just("review"), st.sampled_from(REVIEW_CHANGES))  # the pod's content through the webhook
 # Each move, then the reconciler acting on the pod's events 0-2 times (step 1, 2, or 3 each).
-steps = st.lists(st.tuples(st.one_of(tenant_moves, world_events, reviews, bumps, statuses),
-                           st.integers(min_value=0, max_value=2)), max_size=8)
+steps = st.lists(
+    st.tuples(st.one_of(tenant_moves, world_events, reviews, bumps, statuses), st.integers(min_value=0, max_value=2)),
+    max_size=8,
+)
 
 
-def story(cpu: int = 1000, pair: tuple[int, int] | None = None, pin: str | None = None, gated: bool = False,
-          runs_on: str = "n2d", reinvoked: str | None = None, *steps: tuple[tuple[str, Any], int]) -> Any:
+def story(
+    cpu: int = 1000,
+    pair: tuple[int, int] | None = None,
+    pin: str | None = None,
+    gated: bool = False,
+    runs_on: str = "n2d",
+    reinvoked: str | None = None,
+    *steps: tuple[tuple[str, Any], int],
+) -> Any:
     """One route of issue 34 always played (every run), whatever the random stories reach."""
-    return example(cpu=cpu, pair=pair, memory=64, pin=pin, gated=gated, webhook=True, runs_on=runs_on,
-                   reinvoked=reinvoked, steps=list(steps))
+    return example(
+        cpu=cpu,
+        pair=pair,
+        memory=64,
+        pin=pin,
+        gated=gated,
+        webhook=True,
+        runs_on=runs_on,
+        reinvoked=reinvoked,
+        steps=list(steps),
+    )
 
 
 @settings(deadline=None, max_examples=1000)
-@story(1000, (100, 5000), None, False, "n2d", None, (("legacy-stamp", COLLIDING[1]), 1))   # colliding names
-@story(1000, None, "n4", False, "n2d", "label")                                          # the webhook called again
+@story(1000, (100, 5000), None, False, "n2d", None, (("legacy-stamp", COLLIDING[1]), 1))  # colliding names
+@story(1000, None, "n4", False, "n2d", "label")  # the webhook called again
 @story(1000, None, None, False, "n4", None, (("relabel", "n4"), 1), (("status", (8000, "infeasible")), 0))
-@story(1000, None, None, False, "e2", None, (("relabel", "e2"), 1), (("restart", 0), 0),  # forged statuses
-       (("status", (8000, "error")), 0))
+@story(
+    1000,
+    None,
+    None,
+    False,
+    "e2",
+    None,
+    (("relabel", "e2"), 1),
+    (("restart", 0), 0),  # forged statuses
+    (("status", (8000, "error")), 0),
+)
 @story(1000, None, "n4", False, "n2d", None, (("copy-sized", 8000), 1), (("state", "infeasible"), 1))  # generation 1
-@story(8000, None, "n4", False, "n2d", None, (("lose-key", 0), 1), (("key-back", 0), 1))   # a lost key, put back
-@story(1000, None, "n4", True, "n2d", None, (("wait", 0), 1), (("bump", 0), 1))             # a gated pod
-@story(1000, None, "n4", True, "n2d", None, (("bump", 0), 1))          # its gate removed before it was bound
+@story(8000, None, "n4", False, "n2d", None, (("lose-key", 0), 1), (("key-back", 0), 1))  # a lost key, put back
+@story(1000, None, "n4", True, "n2d", None, (("wait", 0), 1), (("bump", 0), 1))  # a gated pod
+@story(1000, None, "n4", True, "n2d", None, (("bump", 0), 1))  # its gate removed before it was bound
 @story(1000, None, None, False, "e2", None, (("relabel", "e2"), 2), (("mint-spec", 0), 1))  # minted for a resize
-@given(cpu=st.sampled_from([250, 1000, 8000]) | quantities, pair=st.none() | st.tuples(quantities, quantities), memory=st.integers(min_value=1, max_value=4096),
-       pin=st.sampled_from([None, None, "n4", "n4", "n2d", "e2"]), gated=st.booleans(),
-       webhook=st.sampled_from([True, True, True, False]), runs_on=st.sampled_from(TYPES),
-       reinvoked=st.none() | st.sampled_from(REVIEW_CHANGES), steps=steps)
+@given(
+    cpu=st.sampled_from([250, 1000, 8000]) | quantities,
+    pair=st.none() | st.tuples(quantities, quantities),
+    memory=st.integers(min_value=1, max_value=4096),
+    pin=st.sampled_from([None, None, "n4", "n4", "n2d", "e2"]),
+    gated=st.booleans(),
+    webhook=st.sampled_from([True, True, True, False]),
+    runs_on=st.sampled_from(TYPES),
+    reinvoked=st.none() | st.sampled_from(REVIEW_CHANGES),
+    steps=steps,
+)
 def test_no_sequence_of_tenant_actions_moves_the_baseline_off_the_admitted_values(
-        cpu: int, pair: tuple[int, int] | None, memory: int, pin: str | None, gated: bool, webhook: bool,
-        runs_on: str, reinvoked: str | None, steps: list[tuple[tuple[str, Any], int]]) -> None:
+    cpu: int,
+    pair: tuple[int, int] | None,
+    memory: int,
+    pin: str | None,
+    gated: bool,
+    webhook: bool,
+    runs_on: str,
+    reinvoked: str | None,
+    steps: list[tuple[tuple[str, Any], int]],
+) -> None:
     """After every step, no program (the webhook, the reconciler's resize and revert, plan,
     restore) sets a container above its own admitted value x the ratio of its node type (a revert
     or restore: above the admitted value), the authority trusts nothing above it, and an honest pod
@@ -196,8 +270,13 @@ def test_no_sequence_of_tenant_actions_moves_the_baseline_off_the_admitted_value
     play(authored(containers, memory, pin, gated), webhook, runs_on, first + steps, note=event)
 
 
-def play(obj: dict[str, Any], webhook: bool, runs_on: str, steps: list[tuple[tuple[str, Any], int]],
-         note: Callable[[str], None] = print) -> World:
+def play(
+    obj: dict[str, Any],
+    webhook: bool,
+    runs_on: str,
+    steps: list[tuple[tuple[str, Any], int]],
+    note: Callable[[str], None] = print,
+) -> World:
     """The story: ``obj`` created (through the webhook or, down, past it), then each move and the
     reconciler's turns after it, every program checked after every step."""
     world = World(pod={}, node_type=runs_on, admitted={})
@@ -239,8 +318,9 @@ def tenant(world: World, move: tuple[str, Any]) -> None:
         minted = world.webhook(made_up_review(pod, cpus, "n4" if kind == "mint-sized" else None))
         replace_ours(pod, {k: v for k, v in minted["metadata"]["annotations"].items() if k.startswith(PREFIX)})
     elif kind in ("copy", "copy-sized"):
-        sibling = World(pod={}, node_type=world.node_type, admitted={}, ring=world.ring, ledger=world.ledger,
-                        uids=world.uids)
+        sibling = World(
+            pod={}, node_type=world.node_type, admitted={}, ring=world.ring, ledger=world.ledger, uids=world.uids
+        )
         cpus = {c["name"]: first_cpu({"spec": {"containers": [c]}}) for c in pod["spec"]["containers"]}
         sibling.create(made_up_review(pod, {**cpus, first: arg}, "n4" if kind == "copy-sized" else None))
         sibling.reconcile()
@@ -257,7 +337,7 @@ def tenant(world: World, move: tuple[str, Any]) -> None:
         if pod["spec"].get("schedulingGates"):
             world.ungate()
         else:
-            world.honest = False                                    # an image changed
+            world.honest = False  # an image changed
             pod["metadata"]["generation"] += 1
     elif kind == "review":
         world.create(changed(pod, arg))
@@ -285,8 +365,9 @@ def changed(pod: dict[str, Any], change: str) -> dict[str, Any]:
     if change == "label":
         obj["metadata"].setdefault("labels", {})["team"] = "shop"
     elif change == "inject" and all(c["name"] != INJECTED for c in obj["spec"]["containers"]):
-        obj["spec"]["containers"].append({"name": INJECTED, "image": "example.com/proxy:1",
-                                          "resources": resources(100, 64)})
+        obj["spec"]["containers"].append(
+            {"name": INJECTED, "image": "example.com/proxy:1", "resources": resources(100, 64)}
+        )
     elif change == "gate":
         obj["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
     elif change == "unpin":
@@ -311,7 +392,7 @@ def test_admission_originals_minted_for_a_resized_spec_do_not_raise_it() -> None
     world = World(pod={}, node_type="e2", admitted={})
     world.create(authored({"app": 1000}, 64))
     world.reconcile()
-    world.reconcile()                   # resized, then recorded with a pod MAC
+    world.reconcile()  # resized, then recorded with a pod MAC
     assert first_cpu(world.pod) == 2000 and world.pod["metadata"]["generation"] == 2
     tenant(world, ("mint-spec", 0))
     decision = baseline(world.pod, world.ring)
@@ -331,16 +412,21 @@ def act(pod: dict[str, Any], action: tuple[str, int]) -> None:
     if kind == "forge":
         pod["metadata"]["annotations"].update(forged)
     elif kind == "mint":
-        mint_admission_mac(pod, {**{k: v for k, v in pod["metadata"]["annotations"].items()
-                                    if k.startswith(PREFIX + "original-")}, **forged})
+        mint_admission_mac(
+            pod,
+            {
+                **{k: v for k, v in pod["metadata"]["annotations"].items() if k.startswith(PREFIX + "original-")},
+                **forged,
+            },
+        )
     elif kind == "gate":
         pod["metadata"]["generation"] += 1
 
 
 def forged_after_a_resize() -> dict[str, Any]:
     pod = admitted(100, 64)
-    resized_by_the_product(pod, 100)             # generation 2, bound to the pod
-    act(pod, ("forge", 8000))                    # the tenant raises the originals
+    resized_by_the_product(pod, 100)  # generation 2, bound to the pod
+    act(pod, ("forge", 8000))  # the tenant raises the originals
     return pod
 
 
@@ -401,10 +487,10 @@ def test_at_admission_the_spec_is_the_baseline_whatever_the_pod_carries() -> Non
 
     sent = admitted(500, 64, stamped=False)
     act(sent, ("forge", 8000))
-    sent["metadata"]["name"] = ""                # a generated pod has no name at admission
+    sent["metadata"]["name"] = ""  # a generated pod has no name at admission
     stamp = admission_stamp(sent, "shop", RING)
     assert stamp[PREFIX + "original-cpu.app"] == "500m" and stamp[ORIGINALS_MAC].startswith("v1.a.")
-    stored = admitted(500, 64, stamped=False)    # as the apiserver stores it, with the stamp
+    stored = admitted(500, 64, stamped=False)  # as the apiserver stores it, with the stamp
     stored["metadata"]["annotations"] = stamp
     decision = baseline(stored, RING)
     assert decision.may_resize and decision.check.scope == "admission"
@@ -413,8 +499,7 @@ def test_at_admission_the_spec_is_the_baseline_whatever_the_pod_carries() -> Non
 
 # ---------------------------------------------------------------- a lost key
 
-REPLACEMENT = KeyRing({"k20261127000214-abcdef": b"r" * 32})    # what a recreated keys Secret holds
-
+REPLACEMENT = KeyRing({"k20261127000214-abcdef": b"r" * 32})  # what a recreated keys Secret holds
 
 
 def sized_at_admission(bound: bool) -> dict[str, Any]:
@@ -424,8 +509,9 @@ def sized_at_admission(bound: bool) -> dict[str, Any]:
     sizing = admission_sizing(review, CONFIG, "n4")
     assert sizing is not None
     pod = admitted(6400, 64, stamped=False)
-    pod["metadata"]["annotations"] = sized_stamp(review, "shop", RING, originals_from_spec_annotations(review),
-                                                 "n4", sizing.sized)
+    pod["metadata"]["annotations"] = sized_stamp(
+        review, "shop", RING, originals_from_spec_annotations(review), "n4", sizing.sized
+    )
     if bound:
         pod["metadata"]["annotations"].update(pod_mac(pod, RING))
     decision = baseline(pod, RING)
@@ -448,7 +534,7 @@ def test_originals_signed_with_a_lost_key_are_held_not_recaptured_from_the_spec(
     plan = forecast_fleet([pod], {"node-1": "n2d"}, CONFIG, SCOPE, keyring=ring)
     assert plan.resized == 0 and [p.outcome for p in plan.not_resized] == ["OriginalsUnverified"]
 
-    back = baseline(pod, KeyRing({**ring.keys, **RING.keys}))       # the key put back
+    back = baseline(pod, KeyRing({**ring.keys, **RING.keys}))  # the key put back
     assert back.may_resize and values(read_originals(back.pod))[("app", "cpu")] == (8, 8)
 
 

@@ -1,5 +1,6 @@
 """`workload-resizer calibrate`'s pure parts: flags, node choice, the benchmark pod, pod verdicts,
 the evaluation and its rendering. The command against a cluster: tests/cluster/test_calibrate.py."""
+
 from __future__ import annotations
 
 from fractions import Fraction
@@ -26,31 +27,65 @@ from resizer import SKIP
 from resizer.config import load_config
 
 LABEL = "cloud.google.com/machine-family"
-CONFIG = "baselineNodeType: n2d\nnodeTypes:\n  n2d: {cpuPerf: 1.0, memPerf: 1.0}\n  slow: {cpuPerf: 1.0, memPerf: 1.0}\n" \
-         "bounds: {cpu: {min: 50m, max: '16'}, memory: {min: 64Mi, max: 32Gi}}\n"
+CONFIG = (
+    "baselineNodeType: n2d\nnodeTypes:\n  n2d: {cpuPerf: 1.0, memPerf: 1.0}\n  slow: {cpuPerf: 1.0, memPerf: 1.0}\n"
+    "bounds: {cpu: {min: 50m, max: '16'}, memory: {min: 64Mi, max: 32Gi}}\n"
+)
 
 
-def node(name: str, node_type: str | None, ready: bool = True, cordoned: bool = False,
-         taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {LABEL: node_type} if node_type else {}},
-            "spec": {"unschedulable": cordoned, "taints": taints or []},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+def node(
+    name: str,
+    node_type: str | None,
+    ready: bool = True,
+    cordoned: bool = False,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {LABEL: node_type} if node_type else {}},
+        "spec": {"unschedulable": cordoned, "taints": taints or []},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 # ---------------------------------------------------------------- flags
 
+
 def test_defaults() -> None:
     settings = parse(["calibrate"])
     assert isinstance(settings, CalibrateSettings)
-    assert (settings.repeats, settings.cpu, settings.namespace, settings.image, settings.node_types,
-            settings.baseline_node_type, settings.apply, settings.host_network) == \
-        (5, "1", CONFIG_NAMESPACE, CALIBRATE_IMAGE, (), "", False, False)
+    assert (
+        settings.repeats,
+        settings.cpu,
+        settings.namespace,
+        settings.image,
+        settings.node_types,
+        settings.baseline_node_type,
+        settings.apply,
+        settings.host_network,
+    ) == (5, "1", CONFIG_NAMESPACE, CALIBRATE_IMAGE, (), "", False, False)
 
 
 def test_flags() -> None:
-    settings = parse(["calibrate", "--node-types=c3,slow", "--repeats=3", "--cpu=2", "--command", "/bench --quick 'a b'",
-                      "--toleration", "dedicated=batch:NoSchedule", "--toleration", "gpu", "--timeout=1m",
-                      "--benchmark-duration=500ms", "--apply", "-o", "json", "--baseline-node-type=c3"])
+    settings = parse(
+        [
+            "calibrate",
+            "--node-types=c3,slow",
+            "--repeats=3",
+            "--cpu=2",
+            "--command",
+            "/bench --quick 'a b'",
+            "--toleration",
+            "dedicated=batch:NoSchedule",
+            "--toleration",
+            "gpu",
+            "--timeout=1m",
+            "--benchmark-duration=500ms",
+            "--apply",
+            "-o",
+            "json",
+            "--baseline-node-type=c3",
+        ]
+    )
     assert isinstance(settings, CalibrateSettings)
     assert settings.node_types == ("c3", "slow") and settings.repeats == 3 and settings.cpu == "2"
     assert settings.command == ("/bench", "--quick", "a b")
@@ -59,9 +94,21 @@ def test_flags() -> None:
     assert settings.baseline_node_type == "c3"
 
 
-@pytest.mark.parametrize("argv", [["--repeats=1"], ["--repeats=0"], ["--cpu=abc"], ["--cpu=0"], ["--memory=-1Mi"],
-                                  ["--confidence=1.5"], ["--command", "'unclosed"], ["--toleration", "k:Sometimes"],
-                                  ["--timeout=0"], ["-o", "yaml"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--repeats=1"],
+        ["--repeats=0"],
+        ["--cpu=abc"],
+        ["--cpu=0"],
+        ["--memory=-1Mi"],
+        ["--confidence=1.5"],
+        ["--command", "'unclosed"],
+        ["--toleration", "k:Sometimes"],
+        ["--timeout=0"],
+        ["-o", "yaml"],
+    ],
+)
 def test_bad_flags_fail_fast(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse(["calibrate", *argv])
@@ -69,9 +116,16 @@ def test_bad_flags_fail_fast(argv: list[str]) -> None:
 
 # ---------------------------------------------------------------- choosing nodes
 
+
 def test_one_ready_schedulable_node_per_type_baseline_first() -> None:
-    nodes = [node("b", "n2d"), node("a", "n2d"), node("s1", "slow", ready=False), node("s2", "slow"),
-             node("c", "c3", cordoned=True), node("x", None)]
+    nodes = [
+        node("b", "n2d"),
+        node("a", "n2d"),
+        node("s1", "slow", ready=False),
+        node("s2", "slow"),
+        node("c", "c3", cordoned=True),
+        node("x", None),
+    ]
     targets = choose_targets(nodes, LABEL, (), "n2d")
     assert [(t.node_type, t.node) for t in targets] == [("n2d", "a"), ("c3", ""), ("slow", "s2")]
     assert "NotReady or cordoned" in targets[1].problem
@@ -85,28 +139,41 @@ def test_named_types_and_a_type_without_nodes() -> None:
 
 def test_taints_need_tolerations() -> None:
     taint = {"key": "workload-resizer.io/real-node", "value": "true", "effect": "NoSchedule"}
-    nodes = [node("a", "n2d"), node("s", "slow", taints=[taint]),
-             node("p", "pref", taints=[{"key": "k", "effect": "PreferNoSchedule"}])]
+    nodes = [
+        node("a", "n2d"),
+        node("s", "slow", taints=[taint]),
+        node("p", "pref", taints=[{"key": "k", "effect": "PreferNoSchedule"}]),
+    ]
     targets = choose_targets(nodes, LABEL, (), "n2d")
-    assert "pass --toleration" in targets[2].problem and "workload-resizer.io/real-node=true:NoSchedule" in \
-        targets[2].problem
-    assert targets[1].node == "p"       # PreferNoSchedule does not keep it off
-    for toleration in (("workload-resizer.io/real-node", "", ""), ("workload-resizer.io/real-node", "true", "NoSchedule")):
+    assert (
+        "pass --toleration" in targets[2].problem
+        and "workload-resizer.io/real-node=true:NoSchedule" in targets[2].problem
+    )
+    assert targets[1].node == "p"  # PreferNoSchedule does not keep it off
+    for toleration in (
+        ("workload-resizer.io/real-node", "", ""),
+        ("workload-resizer.io/real-node", "true", "NoSchedule"),
+    ):
         assert choose_targets(nodes, LABEL, ("slow",), "n2d", (toleration,))[1].node == "s"
     assert choose_targets(nodes, LABEL, ("slow",), "n2d", (("workload-resizer.io/real-node", "false", ""),))[1].problem
 
 
 # ---------------------------------------------------------------- the pod
 
+
 def test_benchmark_pod_is_guaranteed_pinned_unmanaged_and_locked_down() -> None:
     settings = CalibrateSettings(cpu="1", memory="64Mi", tolerations=(("t", "", "NoSchedule"),), host_network=True)
     pod = benchmark_pod(settings, Target("n2d", "node-a"), "run1", 2)
     spec = pod["spec"]
     [container] = spec["containers"]
-    assert container["resources"] == {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}}
+    assert container["resources"] == {
+        "requests": {"cpu": "1", "memory": "64Mi"},
+        "limits": {"cpu": "1", "memory": "64Mi"},
+    }
     assert container["args"] == ["-duration=2.0s"] and "command" not in container
-    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == \
-        [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}
+    ]
     assert spec["tolerations"] == [{"key": "t", "operator": "Exists", "effect": "NoSchedule"}]
     assert spec["restartPolicy"] == "Never" and spec["hostNetwork"] is True
     assert "ownerReferences" not in pod["metadata"] and pod["metadata"]["annotations"] == {SKIP: "true"}
@@ -118,32 +185,42 @@ def test_benchmark_pod_is_guaranteed_pinned_unmanaged_and_locked_down() -> None:
 
 
 def pod(phase: str, state: dict[str, Any], conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    return {"status": {"phase": phase, "conditions": conditions or [],
-                       "containerStatuses": [{"name": "benchmark", "state": state}]}}
+    return {
+        "status": {
+            "phase": phase,
+            "conditions": conditions or [],
+            "containerStatuses": [{"name": "benchmark", "state": state}],
+        }
+    }
 
 
 def test_pod_verdicts() -> None:
-    assert pod_verdict(pod("Succeeded", {"terminated": {"exitCode": 0, "message": '{"score": 3}'}})) == \
-        ("done", '{"score": 3}')
+    assert pod_verdict(pod("Succeeded", {"terminated": {"exitCode": 0, "message": '{"score": 3}'}})) == (
+        "done",
+        '{"score": 3}',
+    )
     verdict, why = pod_verdict(pod("Failed", {"terminated": {"exitCode": 2, "reason": "Error", "message": "boom"}}))
     assert verdict == "failed" and "exit code 2" in why and "boom" in why
     verdict, why = pod_verdict(pod("Pending", {"waiting": {"reason": "ErrImageNeverPull", "message": "not present"}}))
     assert verdict == "failed" and "ErrImageNeverPull" in why
-    verdict, why = pod_verdict(pod("Pending", {}, [{"type": "PodScheduled", "status": "False",
-                                                    "message": "0/3 nodes are available"}]))
+    verdict, why = pod_verdict(
+        pod("Pending", {}, [{"type": "PodScheduled", "status": "False", "message": "0/3 nodes are available"}])
+    )
     assert verdict == "waiting" and "0/3 nodes are available" in why
     assert pod_verdict(pod("Pending", {"waiting": {"reason": "ContainerCreating"}}))[0] == "waiting"
 
 
 # ---------------------------------------------------------------- evaluation and output
 
+
 def results(base: list[float], slow: list[float], slow_error: str = "") -> list[TypeResult]:
     return [TypeResult(Target("n2d", "a"), base), TypeResult(Target("slow", "s"), slow, error=slow_error)]
 
 
 def test_evaluate_suggests_and_edits_the_wrong_value() -> None:
-    reports, changes, text = evaluate(results([100.0, 102.0, 98.0], [50.0, 51.0, 49.0]), load_config(CONFIG),
-                                      "n2d", 0.95, CONFIG)
+    reports, changes, text = evaluate(
+        results([100.0, 102.0, 98.0], [50.0, 51.0, 49.0]), load_config(CONFIG), "n2d", 0.95, CONFIG
+    )
     assert changes == {"slow": Fraction(1, 2)}
     assert load_config(text).node_types["slow"].cpuPerf == Fraction(1, 2)
     assert reports[0].ratio is not None and reports[0].ratio.value == 1.0 and reports[0].suggestion is None
@@ -153,21 +230,28 @@ def test_evaluate_suggests_and_edits_the_wrong_value() -> None:
 def test_evaluate_keeps_a_right_value_and_skips_a_failed_type() -> None:
     _, changes, text = evaluate(results([100.0, 101.0], [100.5, 99.5]), load_config(CONFIG), "n2d", 0.95, CONFIG)
     assert changes == {} and text == CONFIG
-    reports, changes, _ = evaluate(results([100.0, 101.0], [], slow_error="run 1: boom"), load_config(CONFIG),
-                                   "n2d", 0.95, CONFIG)
+    reports, changes, _ = evaluate(
+        results([100.0, 101.0], [], slow_error="run 1: boom"), load_config(CONFIG), "n2d", 0.95, CONFIG
+    )
     assert changes == {} and reports[1].summary is None
 
 
 def test_evaluate_refuses_a_config_it_cannot_edit() -> None:
     tight = CONFIG.replace("slow: {cpuPerf: 1.0, memPerf: 1.0}", "slow: {cpuPerf: 1.0, memPerf: 1.0}\n  odd: [1]")
     with pytest.raises(CommandError):
-        evaluate([TypeResult(Target("n2d", "a"), [1.0, 1.0]), TypeResult(Target("odd", "o"), [2.0, 2.0])],
-                 load_config(CONFIG), "n2d", 0.95, tight)
+        evaluate(
+            [TypeResult(Target("n2d", "a"), [1.0, 1.0]), TypeResult(Target("odd", "o"), [2.0, 2.0])],
+            load_config(CONFIG),
+            "n2d",
+            0.95,
+            tight,
+        )
 
 
 def test_table_and_json_say_what_was_measured_and_suggested() -> None:
-    reports, changes, text = evaluate(results([100.0, 102.0, 98.0], [50.0, 51.0, 49.0]), load_config(CONFIG),
-                                      "n2d", 0.95, CONFIG)
+    reports, changes, text = evaluate(
+        results([100.0, 102.0, 98.0], [50.0, 51.0, 49.0]), load_config(CONFIG), "n2d", 0.95, CONFIG
+    )
     report = Report("n2d", reports, "ConfigMap ns/cm", CONFIG, text, changes, 0.95, 12.0)
     settings = CalibrateSettings(repeats=3)
     table = report_table(report, settings)
@@ -187,17 +271,22 @@ def test_a_busy_baseline_is_called_out() -> None:
     assert "Warning: the benchmark got only 89% of a CPU on a" in table and "50%" in table
     busy[0].cpu_shares = [0.99, 0.98]
     reports, changes, text = evaluate(busy, load_config(CONFIG), "n2d", 0.95, CONFIG)
-    assert "Warning" not in report_table(Report("n2d", reports, "cm", CONFIG, text, changes, 0.95, 1.0),
-                                         CalibrateSettings())
+    assert "Warning" not in report_table(
+        Report("n2d", reports, "cm", CONFIG, text, changes, 0.95, 1.0), CalibrateSettings()
+    )
 
 
 def test_pod_names_come_from_any_label_value() -> None:
-    for node_type, prefix in (("n2d", "workload-resizer-calibrate-n2d-1-"), ("Big_Box.v2", "workload-resizer-calibrate-big-box-v2-1-"),
-                              ("__", "workload-resizer-calibrate-type-1-")):
+    for node_type, prefix in (
+        ("n2d", "workload-resizer-calibrate-n2d-1-"),
+        ("Big_Box.v2", "workload-resizer-calibrate-big-box-v2-1-"),
+        ("__", "workload-resizer-calibrate-type-1-"),
+    ):
         assert benchmark_pod(CalibrateSettings(), Target(node_type, "a"), "r", 1)["metadata"]["generateName"] == prefix
 
 
 # ---------------------------------------------------------------- the runs, against a scripted API
+
 
 @pytest.fixture(autouse=True)
 def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,12 +324,14 @@ def run_rounds(api: ScriptedApi, repeats: int = 2) -> list[TypeResult]:
     import asyncio
 
     import commands.calibrate as module
+
     calibration = module.Calibration(api, CalibrateSettings(repeats=repeats, timeout=5))  # type: ignore[arg-type]
     return asyncio.run(calibration.run_rounds([Target("n2d", "a"), Target("slow", "s")]))
 
 
 def test_runs_survive_a_transient_api_error_and_delete_every_pod() -> None:
     from kube import ApiError
+
     done = pod("Succeeded", {"terminated": {"exitCode": 0, "message": '{"score": 7, "cpuShare": 0.99}'}})
     api = ScriptedApi([ApiError(503, {"message": "apiserver restarting"}), pod("Pending", {}), done])
     base, slow = run_rounds(api)
@@ -251,6 +342,7 @@ def test_runs_survive_a_transient_api_error_and_delete_every_pod() -> None:
 
 def test_a_failing_type_stops_its_own_runs_only() -> None:
     from kube import ApiError
+
     api = ScriptedApi([ApiError(403, {"message": "forbidden"})])
     base, slow = run_rounds(api)
     assert "the API refused or failed a request" in base.error and "forbidden" in base.error
@@ -265,6 +357,7 @@ def test_cancelled_runs_delete_their_pods() -> None:
     import asyncio
 
     import commands.calibrate as module
+
     api = ScriptedApi([pod("Running", {"running": {}})])
 
     async def body() -> None:

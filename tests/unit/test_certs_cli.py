@@ -32,8 +32,12 @@ def sans(cert: x509.Certificate) -> tuple[list[str], list[str]]:
 def test_service_and_namespace_give_the_four_service_names(tmp_path, capsys):
     assert main(["--service", "wr-webhook", "--namespace", "wr-system", "--out-dir", str(tmp_path)]) == 0
     dns, ips = sans(load(tmp_path / "tls.crt"))
-    assert dns == ["wr-webhook", "wr-webhook.wr-system", "wr-webhook.wr-system.svc",
-                   "wr-webhook.wr-system.svc.cluster.local"]
+    assert dns == [
+        "wr-webhook",
+        "wr-webhook.wr-system",
+        "wr-webhook.wr-system.svc",
+        "wr-webhook.wr-system.svc.cluster.local",
+    ]
     assert ips == []
     bundle = capsys.readouterr().out.strip()
     assert base64.b64decode(bundle) == (tmp_path / "ca.crt").read_bytes()
@@ -62,8 +66,21 @@ def test_serving_cert_chains_to_the_ca_and_is_for_servers(tmp_path):
 def test_existing_ca_issues_a_new_serving_cert(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     main(["--ip", "127.0.0.1", "--out-dir", str(first)])
-    assert main(["--ip", "127.0.0.1", "--out-dir", str(second),
-                 "--ca-cert", str(first / "ca.crt"), "--ca-key", str(first / "ca.key")]) == 0
+    assert (
+        main(
+            [
+                "--ip",
+                "127.0.0.1",
+                "--out-dir",
+                str(second),
+                "--ca-cert",
+                str(first / "ca.crt"),
+                "--ca-key",
+                str(first / "ca.key"),
+            ]
+        )
+        == 0
+    )
     assert (second / "ca.crt").read_bytes() == (first / "ca.crt").read_bytes()
     assert not (second / "ca.key").exists()
     load(second / "tls.crt").verify_directly_issued_by(load(first / "ca.crt"))
@@ -74,8 +91,21 @@ def test_mismatched_ca_key_is_an_error(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     main(["--ip", "127.0.0.1", "--out-dir", str(a)])
     main(["--ip", "127.0.0.1", "--out-dir", str(b)])
-    assert main(["--ip", "127.0.0.1", "--out-dir", str(tmp_path / "c"),
-                 "--ca-cert", str(a / "ca.crt"), "--ca-key", str(b / "ca.key")]) == 1
+    assert (
+        main(
+            [
+                "--ip",
+                "127.0.0.1",
+                "--out-dir",
+                str(tmp_path / "c"),
+                "--ca-cert",
+                str(a / "ca.crt"),
+                "--ca-key",
+                str(b / "ca.key"),
+            ]
+        )
+        == 1
+    )
 
 
 def test_no_name_at_all_is_a_usage_error(tmp_path):
@@ -85,8 +115,13 @@ def test_no_name_at_all_is_a_usage_error(tmp_path):
 
 
 def test_module_runs_as_a_command(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "certs", "--ip", "127.0.0.1", "--out-dir", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "certs", "--ip", "127.0.0.1", "--out-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert base64.b64decode(r.stdout.strip()).startswith(b"-----BEGIN CERTIFICATE-----")
 
 
@@ -105,29 +140,58 @@ def test_manifest_has_the_agreed_webhook_settings(name):
     assert doc["metadata"]["name"] == "workload-resizer"
     hook = webhook_of(doc)
     assert hook["name"] == "pods.workload-resizer.io"
-    assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                              "resources": ["pods"], "scope": "Namespaced"}]
+    assert hook["rules"] == [
+        {
+            "operations": ["CREATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
     assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] == 3 and hook["sideEffects"] == "None"
     assert hook["admissionReviewVersions"] == ["v1"] and hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["matchPolicy"] == "Equivalent" and "objectSelector" not in hook
-    assert hook["namespaceSelector"] == {"matchExpressions": [{
-        "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-        "values": ["kube-system", "workload-resizer-system"]}]}
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", "workload-resizer-system"],
+            }
+        ]
+    }
 
 
 def test_cert_manager_manifest_injects_the_ca():
     doc = yaml.safe_load((CONFIG / "cert-manager.yaml").read_text())
-    assert doc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
-        "workload-resizer-system/workload-resizer-webhook"
+    assert (
+        doc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        == "workload-resizer-system/workload-resizer-webhook"
+    )
     cc = webhook_of(doc)["clientConfig"]
     assert "caBundle" not in cc
-    assert cc["service"] == {"name": "workload-resizer-webhook", "namespace": "workload-resizer-system",
-                             "path": "/mutate", "port": 443}
+    assert cc["service"] == {
+        "name": "workload-resizer-webhook",
+        "namespace": "workload-resizer-system",
+        "path": "/mutate",
+        "port": 443,
+    }
 
 
 def test_static_manifest_renders_with_a_generated_bundle(tmp_path):
-    main(["--service", "workload-resizer-webhook", "--namespace", "workload-resizer-system",
-          "--out-dir", str(tmp_path), "--ca-bundle-file", str(tmp_path / "ca.b64")])
+    main(
+        [
+            "--service",
+            "workload-resizer-webhook",
+            "--namespace",
+            "workload-resizer-system",
+            "--out-dir",
+            str(tmp_path),
+            "--ca-bundle-file",
+            str(tmp_path / "ca.b64"),
+        ]
+    )
     bundle = (tmp_path / "ca.b64").read_text().strip()
     doc = yaml.safe_load(render_file(str(CONFIG / "static-cabundle.yaml"), {"CA_BUNDLE": bundle}))
     cc = webhook_of(doc)["clientConfig"]
@@ -152,11 +216,20 @@ def test_unused_value_is_refused():
 
 
 def test_render_script_prints_the_manifest(tmp_path):
-    r = subprocess.run([sys.executable, str(CONFIG / "render.py"), str(CONFIG / "local-url.yaml"),
-                        "WEBHOOK_URL=https://127.0.0.1:9443/mutate", "CA_BUNDLE=Q0E="],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(CONFIG / "render.py"),
+            str(CONFIG / "local-url.yaml"),
+            "WEBHOOK_URL=https://127.0.0.1:9443/mutate",
+            "CA_BUNDLE=Q0E=",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert webhook_of(yaml.safe_load(r.stdout))["clientConfig"]["url"] == "https://127.0.0.1:9443/mutate"
-    r = subprocess.run([sys.executable, str(CONFIG / "render.py"), str(CONFIG / "local-url.yaml")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(CONFIG / "render.py"), str(CONFIG / "local-url.yaml")], capture_output=True, text=True
+    )
     assert r.returncode == 1 and "no value for placeholder" in r.stderr

@@ -4,6 +4,7 @@ with apt-get, as root, waiting for dpkg's lock, the output shown; a clear error 
 A fake `apt-get` on a PATH of its own stands in for apt: it records its arguments and, on
 `install`, puts the package's command on that PATH, as the real package would.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,7 +42,7 @@ def fake_apt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.setattr(debian.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(progress, "_uncaptured", contextlib.nullcontext)     # shown: to capfd here
+    monkeypatch.setattr(progress, "_uncaptured", contextlib.nullcontext)  # shown: to capfd here
     return bin_dir, install
 
 
@@ -53,7 +54,7 @@ def test_a_missing_chromium_is_installed_with_apt_get(fake_apt, capfd) -> None:
     assert calls[0] == "-o DPkg::Lock::Timeout=600 update -q"
     assert calls[1] == "-o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends chromium"
     shown = capfd.readouterr().err
-    assert "apt-get install chromium" in shown and "Setting up chromium (fake)" in shown   # progress shown
+    assert "apt-get install chromium" in shown and "Setting up chromium (fake)" in shown  # progress shown
 
 
 def test_chromium_already_there_installs_nothing(fake_apt) -> None:
@@ -79,7 +80,7 @@ def test_not_root_names_the_command_to_run(fake_apt, monkeypatch: pytest.MonkeyP
     with pytest.raises(debian.PackageError) as refused:
         browser.chromium()
     assert "as root" in str(refused.value) and "apt-get install -y chromium" in str(refused.value)
-    assert "render" in str(refused.value)           # and why it is needed
+    assert "render" in str(refused.value)  # and why it is needed
     assert not log.exists()
 
 

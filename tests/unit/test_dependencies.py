@@ -1,6 +1,7 @@
 """pyproject's runtime dependencies are exactly the third-party distributions the product
 (app, reconciler, resizer, ops, certs) imports: none missing (the image would fail at the
 first import) and none unused (the image would carry it for nothing)."""
+
 from __future__ import annotations
 
 import ast
@@ -57,8 +58,11 @@ def distributions_of(modules: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 def test_every_third_party_import_of_the_product_is_a_runtime_dependency() -> None:
-    missing = {name: sorted(files) for name, files in distributions_of(imported_modules()).items()
-               if name not in runtime_dependencies()}
+    missing = {
+        name: sorted(files)
+        for name, files in distributions_of(imported_modules()).items()
+        if name not in runtime_dependencies()
+    }
     assert not missing, f"imported by the product but not in [project] dependencies: {missing}"
 
 
@@ -71,5 +75,6 @@ def test_the_walk_sees_lazy_imports_and_skips_the_standard_library_and_relative_
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "x.py").write_text(
         "import os, json\nfrom . import sibling\nfrom app import y\n"
-        "def f():\n    import kubernetes.config\n    from yaml import safe_load\n")
+        "def f():\n    import kubernetes.config\n    from yaml import safe_load\n"
+    )
     assert imported_modules(("app",), tmp_path) == {"kubernetes": {"app/x.py"}, "yaml": {"app/x.py"}}

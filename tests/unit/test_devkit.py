@@ -1,4 +1,5 @@
 """The development toolkit's pure parts: the config builder and the Prometheus reader."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,7 +19,7 @@ def test_extra_families_and_bounds_are_in_the_config() -> None:
     config = load_config(config_yaml(extra_node_types={"slow": (0.5, 1.0)}, cpu=("10m", "8")))
     assert set(config.node_types) == {"n2d", "n4", "c3", "slow"}
     assert config.node_types["slow"].cpuPerf == 0.5
-    assert "min: \"10m\", max: \"8\"" in config_yaml(cpu=("10m", "8"))
+    assert 'min: "10m", max: "8"' in config_yaml(cpu=("10m", "8"))
 
 
 def test_metric_sum_adds_the_samples_whose_labels_match() -> None:
@@ -35,15 +36,24 @@ def test_metric_sum_adds_the_samples_whose_labels_match() -> None:
     assert metric_sum(text, "rest_client_requests_total") == 10
     assert metric_sum(text, "leader_election_master_status") == 1
     assert metric_sum(text, "no_such_metric") == 0
-    assert sorted(labels["method"] for labels, _ in samples(text, "rest_client_requests_total")) == \
-        ["GET", "PATCH", "PATCH"]
+    assert sorted(labels["method"] for labels, _ in samples(text, "rest_client_requests_total")) == [
+        "GET",
+        "PATCH",
+        "PATCH",
+    ]
 
 
 class _Webhooks:
     def __init__(self, *selectors: dict[str, Any] | None) -> None:
-        self.items = [{"metadata": {"name": f"mwc-{i}"}, "webhooks": [
-            {"name": "pods.workload-resizer.io", **({"namespaceSelector": s} if s is not None else {})}]}
-            for i, s in enumerate(selectors)]
+        self.items = [
+            {
+                "metadata": {"name": f"mwc-{i}"},
+                "webhooks": [
+                    {"name": "pods.workload-resizer.io", **({"namespaceSelector": s} if s is not None else {})}
+                ],
+            }
+            for i, s in enumerate(selectors)
+        ]
 
     def get(self, path: str) -> dict[str, Any]:
         return {"items": self.items}
@@ -52,8 +62,11 @@ class _Webhooks:
 def test_a_webhook_for_every_namespace_is_foreign_to_the_tests() -> None:
     own = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["t-1"]}]}
     never = {"matchLabels": {"workload-resizer.io/test-never-matches": "t-2"}}
-    demo = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                                  "values": ["kube-system"]}]}
-    assert foreign_webhooks(_Webhooks(own, never)) == []                      # type: ignore[arg-type]
-    assert foreign_webhooks(_Webhooks(own, demo, None)) == [                  # type: ignore[arg-type]
-        "mwc-1 (pods.workload-resizer.io)", "mwc-2 (pods.workload-resizer.io)"]
+    demo = {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
+    }
+    assert foreign_webhooks(_Webhooks(own, never)) == []  # type: ignore[arg-type]
+    assert foreign_webhooks(_Webhooks(own, demo, None)) == [  # type: ignore[arg-type]
+        "mwc-1 (pods.workload-resizer.io)",
+        "mwc-2 (pods.workload-resizer.io)",
+    ]

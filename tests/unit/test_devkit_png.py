@@ -1,5 +1,6 @@
 """devkit.png: the PNG reader the report's screenshot test uses, on PNGs written here with
 every scanline filter (a reader that ignores one gets the pixels wrong)."""
+
 from __future__ import annotations
 
 import random
@@ -32,8 +33,12 @@ def write_png(path: Path, rows: list[bytes], width: int, channels: int) -> None:
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, len(rows), 8, colour, 0, 0, 0))
-                     + chunk(b"IDAT", zlib.compress(bytes(raw))) + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, len(rows), 8, colour, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(bytes(raw)))
+        + chunk(b"IEND", b"")
+    )
 
 
 @pytest.mark.parametrize("channels", [1, 3, 4])
@@ -45,7 +50,7 @@ def test_every_filter_decodes_to_the_pixels_written(tmp_path: Path, channels: in
     image = read_png(tmp_path / "x.png")
     assert (image.width, image.height, image.channels) == (width, height, channels)
     assert image.rows == rows
-    assert image.pixel(2, 3) == tuple(rows[3][2 * channels:3 * channels])
+    assert image.pixel(2, 3) == tuple(rows[3][2 * channels : 3 * channels])
 
 
 def test_a_blank_image_has_no_variance_and_a_drawn_one_has(tmp_path: Path) -> None:

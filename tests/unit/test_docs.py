@@ -4,6 +4,7 @@ front door (at most 250 lines), chart values named in the docs exist, links reso
 The flags come from the argparse parsers the programs really build, so a flag added to a
 program without a row in docs/configuration.md (or a row left for a flag that is gone) fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,8 +92,10 @@ def documented_flags(lines: list[str]) -> set[str]:
 
 def section_for(heading_text: str, doc: dict[str, list[str]]) -> list[str]:
     matches = [heading for heading in doc if heading_text in heading]
-    assert len(matches) == 1, (f"docs/configuration.md needs exactly one heading with {heading_text} "
-                               f"(the flags table of that program); found {matches}")
+    assert len(matches) == 1, (
+        f"docs/configuration.md needs exactly one heading with {heading_text} "
+        f"(the flags table of that program); found {matches}"
+    )
     return doc[matches[0]]
 
 
@@ -103,9 +106,11 @@ def test_every_flag_is_documented(heading: str) -> None:
     documented = documented_flags(section_for(heading, doc))
     assert not flags - documented, (
         f"flags of {heading} missing from docs/configuration.md (one table row each, "
-        f"the flag in the first column): {sorted(flags - documented)}")
+        f"the flag in the first column): {sorted(flags - documented)}"
+    )
     assert not documented - flags, (
-        f"docs/configuration.md documents flags that {heading} does not have: {sorted(documented - flags)}")
+        f"docs/configuration.md documents flags that {heading} does not have: {sorted(documented - flags)}"
+    )
 
 
 def _values() -> dict[str, Any]:
@@ -143,7 +148,8 @@ def test_chart_values_named_for_flags_exist() -> None:
 def test_readme_is_a_front_door() -> None:
     lines = README.read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, (
-        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move detail to docs/")
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move detail to docs/"
+    )
 
 
 def _slug(heading: str) -> str:
@@ -207,7 +213,8 @@ def route_rows(text: str) -> list[list[str]]:
     """The body rows of the routes table (route, what happens, proven by)."""
     tables = [cells for cells in table_rows(text.splitlines()) if cells[0] == "__header__"]
     assert [header[1:] for header in tables].count(["route", "what happens", "proven by"]) == 1, (
-        "docs/security.md needs exactly one table of routes (route | what happens | proven by)")
+        "docs/security.md needs exactly one table of routes (route | what happens | proven by)"
+    )
     lines = sections(text)["### Routes"]
     return [cells for cells in table_rows(lines) if cells[0] != "__header__"]
 
@@ -227,6 +234,8 @@ def test_security_has_one_routes_table_each_route_once_and_proven() -> None:
 
 def test_the_docs_test_sees_a_missing_test() -> None:
     """The check above is not vacuous: a renamed test or a missing file is reported."""
-    text = ("`tests/unit/test_docs.py::test_every_test_docs_security_names_exists`, "
-            "`tests/unit/test_docs.py::test_no_such_thing`, `tests/unit/no_such_file.py`")
+    text = (
+        "`tests/unit/test_docs.py::test_every_test_docs_security_names_exists`, "
+        "`tests/unit/test_docs.py::test_no_such_thing`, `tests/unit/no_such_file.py`"
+    )
     assert missing_tests(text) == ["tests/unit/test_docs.py::test_no_such_thing", "tests/unit/no_such_file.py"]

@@ -6,6 +6,7 @@ A watch thread still reading through a socket that somebody else closed reads th
 *number*: a pipe opened meanwhile gets that number, and the thread takes the first bytes of
 `export PATH=...` (the soak drill's `KeyError: 'PATH'` after the scale drill).
 """
+
 from __future__ import annotations
 
 import base64
@@ -28,8 +29,12 @@ EXPORTS = b"export PATH=/cache/bin/kubernetes:$PATH\nexport KUBECONFIG=/state/ad
 
 
 def watch_event(name: str, rv: int) -> bytes:
-    line = json.dumps({"type": "ADDED", "object": {"metadata": {"name": name, "resourceVersion": str(rv)},
-                                                   "spec": {}}}).encode() + b"\n"
+    line = (
+        json.dumps(
+            {"type": "ADDED", "object": {"metadata": {"name": name, "resourceVersion": str(rv)}, "spec": {}}}
+        ).encode()
+        + b"\n"
+    )
     return f"{len(line):x}\r\n".encode() + line + b"\r\n"
 
 
@@ -66,13 +71,16 @@ class WatchServer:
                     return
                 request += chunk
             if b"watch=1" in request.split(b"\r\n", 1)[0]:
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Transfer-Encoding: chunked\r\n\r\n" + watch_event("p1", 2))
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n" + watch_event("p1", 2)
+                )
                 self.watch = conn
                 return
             body = b'{"metadata": {"resourceVersion": "1"}, "items": []}'
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
 
     def send(self, event: bytes) -> None:
         assert self.watch is not None
@@ -99,11 +107,16 @@ def server(tls: TLSPair) -> Iterator[WatchServer]:
 @pytest.fixture
 def kube(server: WatchServer, tls: TLSPair, tmp_path: Path) -> Iterator[Kube]:
     ca = base64.b64encode((tls.directory / "ca.crt").read_bytes()).decode()
-    config = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
-              "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{server.port}",
-                                                     "certificate-authority-data": ca}}],
-              "users": [{"name": "u", "user": {"token": "t"}}],
-              "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
+        "clusters": [
+            {"name": "c", "cluster": {"server": f"https://127.0.0.1:{server.port}", "certificate-authority-data": ca}}
+        ],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     client = Kube(path)
@@ -119,7 +132,7 @@ def client_fd_of(conn: ssl.SSLSocket) -> int:
         try:
             copy = os.dup(fd)
         except OSError:
-            continue        # the directory's own descriptor, gone
+            continue  # the directory's own descriptor, gone
         try:
             probe = socket.socket(fileno=copy)
         except OSError:
@@ -144,21 +157,25 @@ def test_a_stopped_timeline_never_reads_a_descriptor_it_no_longer_owns(server: W
     wait_for("the first pod seen", lambda: "p1" in timeline.created, timeout=10, interval=0.02)
     assert server.watch is not None
     watch_fd = client_fd_of(server.watch)
-    wait_for("the watch thread waiting for the next event", lambda: blocked_in_poll(timeline._thread),
-             timeout=10, interval=0.02)
+    wait_for(
+        "the watch thread waiting for the next event",
+        lambda: blocked_in_poll(timeline._thread),
+        timeout=10,
+        interval=0.02,
+    )
 
     timeline.stop()
-    kube.http.close()               # the drill is over: LocalCluster.down closes the cluster's client
+    kube.http.close()  # the drill is over: LocalCluster.down closes the cluster's client
     read_end, write_end = os.pipe()
     try:
         try:
             os.fstat(watch_fd)
-        except OSError:             # the number is free: the next pipe (hack/cluster up's stdout) takes it
+        except OSError:  # the number is free: the next pipe (hack/cluster up's stdout) takes it
             os.dup2(read_end, watch_fd)
             os.close(read_end)
             read_end = watch_fd
         os.write(write_end, EXPORTS)
-        server.send(watch_event("p2", 3))       # the old watch connection wakes its reader
+        server.send(watch_event("p2", 3))  # the old watch connection wakes its reader
         timeline._thread.join(10)
         assert not timeline._thread.is_alive(), "the stopped timeline ends at the next event"
         os.close(write_end)

@@ -1,5 +1,6 @@
 """What was freed: the managed pods' requests as authored and as now (resizer.forecast.managed_requests),
 the reconciler's gauges of them (reconciler.freed, reconciler.metrics), bounded per node type."""
+
 from __future__ import annotations
 
 import copy
@@ -15,12 +16,18 @@ from .test_baseline_authority import CONFIG, RING, SCOPE, admitted, mint_admissi
 NODES = {"node-1": "n4", "node-2": "n2d", "node-3": "x9"}
 
 
-def pod(name: str, cpu_milli: int, memory_mi: int, node: str = "node-1", resized_percent: int | None = None,
-        namespace: str = "shop") -> dict[str, Any]:
+def pod(
+    name: str,
+    cpu_milli: int,
+    memory_mi: int,
+    node: str = "node-1",
+    resized_percent: int | None = None,
+    namespace: str = "shop",
+) -> dict[str, Any]:
     p = admitted(cpu_milli, memory_mi, name=name, uid=f"uid-{name}")
     p["metadata"]["namespace"] = namespace
     p["spec"]["nodeName"] = node
-    mint_admission_mac(p, originals_from_spec_annotations(p))       # namespace is part of what is signed
+    mint_admission_mac(p, originals_from_spec_annotations(p))  # namespace is part of what is signed
     if resized_percent is not None:
         resized_by_the_product(p, resized_percent)
     return p
@@ -35,13 +42,13 @@ def tampered(p: dict[str, Any]) -> dict[str, Any]:
 
 def fleet() -> list[dict[str, Any]]:
     return [
-        pod("a", 1000, 256, resized_percent=80),            # n4: 1000m -> 800m
-        pod("b", 500, 128, resized_percent=80),             # n4: 500m -> 400m
-        pod("c", 1000, 512),                                # n4, not resized yet: 1000m now
-        pod("d", 2000, 1024, node="node-2"),                # n2d (the baseline): nothing to free
+        pod("a", 1000, 256, resized_percent=80),  # n4: 1000m -> 800m
+        pod("b", 500, 128, resized_percent=80),  # n4: 500m -> 400m
+        pod("c", 1000, 512),  # n4, not resized yet: 1000m now
+        pod("d", 2000, 1024, node="node-2"),  # n2d (the baseline): nothing to free
         tampered(pod("e", 1000, 256, resized_percent=80)),  # held back (OriginalsUnverified)
-        pod("f", 1000, 256, node="node-3"),                 # held back (UnknownNodeType)
-        pod("g", 1000, 256, namespace="kube-system"),       # out of scope
+        pod("f", 1000, 256, node="node-3"),  # held back (UnknownNodeType)
+        pod("g", 1000, 256, namespace="kube-system"),  # out of scope
     ]
 
 
@@ -57,15 +64,20 @@ def test_totals_are_the_sums_over_managed_pods_of_original_minus_current() -> No
     pods = [p for g in forecast.workloads for p in g.pods]
     assert sum(t.freed_cpu for t in totals.values()) == sum(p.original_cpu - p.current_cpu for p in pods)
     assert sorted((p.name, p.outcome) for p in forecast.not_resized) == [
-        ("e", "OriginalsUnverified"), ("f", "UnknownNodeType")]
+        ("e", "OriginalsUnverified"),
+        ("f", "UnknownNodeType"),
+    ]
     by_workload = managed_requests(forecast, key=lambda p: f"{p.namespace}/{p.workload}")
     assert list(by_workload) == ["shop/ReplicaSet/web-7d9f"] and by_workload["shop/ReplicaSet/web-7d9f"].pods == 4
 
 
 def samples(gauge: Any) -> dict[tuple[str, ...], float]:
     """The gauge's samples as a scrape sees them: label values (in labelnames order) -> value."""
-    return {tuple(s.labels[name] for name in gauge.labelnames): s.value
-            for family in gauge.collect() for s in family.samples}
+    return {
+        tuple(s.labels[name] for name in gauge.labelnames): s.value
+        for family in gauge.collect()
+        for s in family.samples
+    }
 
 
 def test_the_original_of_an_unverifiable_pod_is_never_counted() -> None:
@@ -79,12 +91,13 @@ def test_the_gauges_have_one_series_per_resource_node_type_and_state() -> None:
     calls = []
     clock = [0.0]
 
-    def listed() -> list[dict[str, Any]]:       # the reconciler passes the pods in scope only
+    def listed() -> list[dict[str, Any]]:  # the reconciler passes the pods in scope only
         calls.append(1)
         return [p for p in pods if p["metadata"]["namespace"] != "kube-system"]
 
-    source = FreedRequests(listed, lambda: nodes, lambda: CONFIG, lambda: RING, node_type_label="family",
-                           clock=lambda: clock[0])
+    source = FreedRequests(
+        listed, lambda: nodes, lambda: CONFIG, lambda: RING, node_type_label="family", clock=lambda: clock[0]
+    )
     saved = list(metrics.freed_source)
     metrics.freed_source[:] = [source.totals]
     try:
@@ -93,10 +106,14 @@ def test_the_gauges_have_one_series_per_resource_node_type_and_state() -> None:
     finally:
         metrics.freed_source[:] = saved
     assert requests == {
-        ("cpu", "n4", "original"): 2.5, ("cpu", "n4", "current"): 2.2,
-        ("memory", "n4", "original"): float(896 << 20), ("memory", "n4", "current"): float(896 << 20),
-        ("cpu", "n2d", "original"): 2.0, ("cpu", "n2d", "current"): 2.0,
-        ("memory", "n2d", "original"): float(1 << 30), ("memory", "n2d", "current"): float(1 << 30),
+        ("cpu", "n4", "original"): 2.5,
+        ("cpu", "n4", "current"): 2.2,
+        ("memory", "n4", "original"): float(896 << 20),
+        ("memory", "n4", "current"): float(896 << 20),
+        ("cpu", "n2d", "original"): 2.0,
+        ("cpu", "n2d", "current"): 2.0,
+        ("memory", "n2d", "original"): float(1 << 30),
+        ("memory", "n2d", "current"): float(1 << 30),
     }
     assert managed == {("n4",): 3.0, ("n2d",): 1.0}
     assert len(calls) == 1, "one computation per scrape (both gauges), not one per gauge"
@@ -131,13 +148,14 @@ def test_a_steady_cluster_is_summed_from_each_pods_kept_share(monkeypatch: Any) 
 
     monkeypatch.setattr(freed, "requests_by_node_type", counting)
     clock = [0.0]
-    source = FreedRequests(lambda: pods, lambda: nodes, lambda: CONFIG, lambda: RING, node_type_label="family",
-                           clock=lambda: clock[0])
+    source = FreedRequests(
+        lambda: pods, lambda: nodes, lambda: CONFIG, lambda: RING, node_type_label="family", clock=lambda: clock[0]
+    )
     first = source.totals()
     assert sorted(computed) == ["a", "b", "c", "d"]
     clock[0] = 10.0
     assert source.totals() == first and len(computed) == 4, "nothing changed: no pod planned again"
-    pods[2]["metadata"]["resourceVersion"] = "99"      # one pod changed (e.g. resized)
+    pods[2]["metadata"]["resourceVersion"] = "99"  # one pod changed (e.g. resized)
     clock[0] = 20.0
     assert source.totals() == first and computed[4:] == ["c"]
 
@@ -145,15 +163,16 @@ def test_a_steady_cluster_is_summed_from_each_pods_kept_share(monkeypatch: Any) 
 def test_pods_with_pod_level_resources_count_where_their_node_resizes_them() -> None:
     p = pod("plr", 500, 256)
     p["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "512Mi"}}
-    p["status"]["qosClass"] = "Burstable"      # the pod level decides it
+    p["status"]["qosClass"] = "Burstable"  # the pod level decides it
     mint_admission_mac(p, originals_from_spec_annotations(p))
 
     def node(declared: list[str]) -> dict[str, Any]:
         return {"metadata": {"name": "node-1", "labels": {"family": "n4"}}, "status": {"declaredFeatures": declared}}
 
     for declared, counted in (([], 0), (["InPlacePodLevelResourcesVerticalScaling"], 1)):
-        source = FreedRequests(lambda: [p], lambda d=declared: [node(d)], lambda: CONFIG, lambda: RING,
-                               node_type_label="family")
+        source = FreedRequests(
+            lambda: [p], lambda d=declared: [node(d)], lambda: CONFIG, lambda: RING, node_type_label="family"
+        )
         totals = source.totals()
         assert sum(t.pods for t in totals.values()) == counted, declared
         if counted:

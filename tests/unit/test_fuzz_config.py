@@ -5,6 +5,7 @@ else would leave it without a config, or stop it).
 WR_FUZZ_EXAMPLES sets hypothesis' examples per property (default 200; the drills' full
 size runs 1,000).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,12 @@ from hypothesis import strategies as st
 from resizer import SAMPLE_CONFIG, CompiledConfig, ConfigError, load_config, resolve_policy
 
 EXAMPLES = int(os.environ.get("WR_FUZZ_EXAMPLES", "200"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 FULL_CONFIG = """\
 baselineNodeType: n2d
@@ -56,9 +61,13 @@ def load_or_error(text: str) -> CompiledConfig | None:
         return None
     assert isinstance(config, CompiledConfig)
     # A config that loads can be used: policy resolution of an arbitrary pod works.
-    resolve_policy(config, {"metadata": {"labels": {"tier": "batch", "team": "ml"},
-                                         "annotations": {"example.com/profile": "fast"}},
-                            "spec": {"nodeSelector": {"cloud.google.com/compute-class": "spot"}}})
+    resolve_policy(
+        config,
+        {
+            "metadata": {"labels": {"tier": "batch", "team": "ml"}, "annotations": {"example.com/profile": "fast"}},
+            "spec": {"nodeSelector": {"cloud.google.com/compute-class": "spot"}},
+        },
+    )
     return config
 
 
@@ -101,16 +110,64 @@ def test_random_splices_of_valid_documents(data: st.DataObject) -> None:
 
 # ----------------------------------------------------------------------------- random structures
 
-keys = st.text(max_size=30) | st.sampled_from([
-    "baselineNodeType", "nodeTypes", "bounds", "overrides", "podAnnotations", "podLabels", "computeClasses",
-    "cpuPerf", "memPerf", "cpu", "memory", "min", "max", "name", "match", "podLabel", "podAnnotation",
-    "computeClass", "n2d", "n4", "c3"])
-scalars = (st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats(allow_nan=True)
-           | st.text(max_size=20)
-           | st.sampled_from(["50m", "16", "64Mi", "32Gi", "1e3", "-1", "0", "1.25", "NaN", ".inf", "1e400",
-                              "1e-400", "0x10", "1_000", "n2d", "", " ", "\u00a0", "\U0001f680"]))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=5),
-                      max_leaves=25)
+keys = st.text(max_size=30) | st.sampled_from(
+    [
+        "baselineNodeType",
+        "nodeTypes",
+        "bounds",
+        "overrides",
+        "podAnnotations",
+        "podLabels",
+        "computeClasses",
+        "cpuPerf",
+        "memPerf",
+        "cpu",
+        "memory",
+        "min",
+        "max",
+        "name",
+        "match",
+        "podLabel",
+        "podAnnotation",
+        "computeClass",
+        "n2d",
+        "n4",
+        "c3",
+    ]
+)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=20)
+    | st.sampled_from(
+        [
+            "50m",
+            "16",
+            "64Mi",
+            "32Gi",
+            "1e3",
+            "-1",
+            "0",
+            "1.25",
+            "NaN",
+            ".inf",
+            "1e400",
+            "1e-400",
+            "0x10",
+            "1_000",
+            "n2d",
+            "",
+            " ",
+            "\u00a0",
+            "\U0001f680",
+        ]
+    )
+)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=5), max_leaves=25
+)
 
 
 @FUZZ
@@ -152,9 +209,11 @@ def test_one_field_of_a_valid_document_replaced_by_anything(data: st.DataObject)
 @given(st.text(min_size=1, max_size=300), st.sampled_from([1, 100, 3000]))
 def test_unicode_and_huge_node_type_names(name: str, repeat: int) -> None:
     big = name * repeat
-    document = {"baselineNodeType": big, "nodeTypes": {big: {"cpuPerf": 1, "memPerf": 1},
-                                                       "n4": {"cpuPerf": 1.25, "memPerf": 1}},
-                "bounds": {"cpu": {"min": "50m", "max": "16"}, "memory": {"min": "64Mi", "max": "32Gi"}}}
+    document = {
+        "baselineNodeType": big,
+        "nodeTypes": {big: {"cpuPerf": 1, "memPerf": 1}, "n4": {"cpuPerf": 1.25, "memPerf": 1}},
+        "bounds": {"cpu": {"min": "50m", "max": "16"}, "memory": {"min": "64Mi", "max": "32Gi"}},
+    }
     text = yaml.safe_dump(document, allow_unicode=True)
     config = load_or_error(text)
     # (PyYAML does not round-trip every character, e.g. NEL: compare with what it reads back.)
@@ -175,6 +234,7 @@ def test_huge_unknown_key() -> None:
 
 # ----------------------------------------------------------------------------- YAML hazards
 
+
 @pytest.mark.parametrize("depth", [10, 100, 500, 1_000, 10_000])
 @pytest.mark.parametrize("kind", ["list", "flow map", "block map"])
 def test_deeply_nested_documents(kind: str, depth: int) -> None:
@@ -187,24 +247,50 @@ def test_deeply_nested_documents(kind: str, depth: int) -> None:
     assert load_or_error(text) is None
 
 
-@pytest.mark.parametrize("scalar", [
-    '!!timestamp "x"', '!!float "x"', '!!int "x"', '!!bool "x"', '!!int "0x"', '!!int ""', '!!float ""',
-    "2001-02-30", "0x_", "0b", "9" * 5000, "-" + "9" * 5000, "!!python/object/apply:os.system ['true']",
-    "!!binary '%%%'", "!!set {a, b}", "!!omap [a]", "*undefined", "&a [*a]", "!!str [1]", "\x00", "\ud800",
-])
-@pytest.mark.parametrize("where", ["baselineNodeType: {}", "nodeTypes: {{n: {{cpuPerf: {}, memPerf: 1}}}}",
-                                   "bounds: {{cpu: {{min: {}}}}}"])
+@pytest.mark.parametrize(
+    "scalar",
+    [
+        '!!timestamp "x"',
+        '!!float "x"',
+        '!!int "x"',
+        '!!bool "x"',
+        '!!int "0x"',
+        '!!int ""',
+        '!!float ""',
+        "2001-02-30",
+        "0x_",
+        "0b",
+        "9" * 5000,
+        "-" + "9" * 5000,
+        "!!python/object/apply:os.system ['true']",
+        "!!binary '%%%'",
+        "!!set {a, b}",
+        "!!omap [a]",
+        "*undefined",
+        "&a [*a]",
+        "!!str [1]",
+        "\x00",
+        "\ud800",
+    ],
+)
+@pytest.mark.parametrize(
+    "where", ["baselineNodeType: {}", "nodeTypes: {{n: {{cpuPerf: {}, memPerf: 1}}}}", "bounds: {{cpu: {{min: {}}}}}"]
+)
 def test_yaml_scalars_that_break_constructors(where: str, scalar: str) -> None:
     load_or_error(SAMPLE_CONFIG + where.format(scalar) + "\n")
     load_or_error(where.format(scalar))
 
 
-@pytest.mark.timeout(120)    # expanded, the bomb is 9**9 nodes: a hang, which this turns into a failure
+@pytest.mark.timeout(120)  # expanded, the bomb is 9**9 nodes: a hang, which this turns into a failure
 def test_alias_bomb_is_rejected() -> None:
     lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
     for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
         lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
     bomb = "\n".join(lines) + "\n"
-    for text in (bomb, SAMPLE_CONFIG + bomb, SAMPLE_CONFIG + bomb.replace("i: &i", "overrides: &i"),
-                 SAMPLE_CONFIG.replace("nodeTypes:", "ignored:") + bomb.replace("i: &i", "nodeTypes: &i")):
+    for text in (
+        bomb,
+        SAMPLE_CONFIG + bomb,
+        SAMPLE_CONFIG + bomb.replace("i: &i", "overrides: &i"),
+        SAMPLE_CONFIG.replace("nodeTypes:", "ignored:") + bomb.replace("i: &i", "nodeTypes: &i"),
+    ):
         assert load_or_error(text) is None

@@ -4,6 +4,7 @@ annotations (which must never change what the pod is sized from).
 
 WR_FUZZ_EXAMPLES sets hypothesis' examples per property (default 200).
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,8 +24,12 @@ from devkit.jsonpatch import apply_patch
 from tests.unit.test_webhook_fuzz import check_response, envelope
 
 EXAMPLES = int(os.environ.get("WR_FUZZ_EXAMPLES", "200"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}
 # The apiserver's limits (k8s.io/apimachinery validation): a qualified name part of at
@@ -43,8 +48,11 @@ def review(pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[st
 
 
 def owned(pod: dict[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in ((pod.get("metadata") or {}).get("annotations") or {}).items()
-            if resizer.is_controller_owned_key(k)}
+    return {
+        k: v
+        for k, v in ((pod.get("metadata") or {}).get("annotations") or {}).items()
+        if resizer.is_controller_owned_key(k)
+    }
 
 
 def assert_apiserver_would_accept_annotations(before: dict[str, Any], after: dict[str, Any]) -> None:
@@ -56,17 +64,26 @@ def assert_apiserver_would_accept_annotations(before: dict[str, Any], after: dic
         assert prefix == "workload-resizer.io" and len(name) <= 63 and QUALIFIED_NAME.fullmatch(name), key
     size = lambda a: sum(len(k.encode()) + len(v.encode()) for k, v in a.items())  # noqa: E731
     if size(old) <= TOTAL_ANNOTATION_LIMIT:
-        assert size(new) <= TOTAL_ANNOTATION_LIMIT, \
+        assert size(new) <= TOTAL_ANNOTATION_LIMIT, (
             f"the webhook's stamp makes the pod invalid: annotations {size(old)} -> {size(new)} bytes"
+        )
 
 
 def wide_pod(containers: int, name: str = "c{i}") -> dict[str, Any]:
     return {
         "metadata": {"generateName": "wide-", "ownerReferences": [OWNER]},
-        "spec": {"containers": [
-            {"name": name.format(i=i), "resources": {"requests": {"cpu": f"{i + 1}m", "memory": f"{i + 1}Mi"},
-                                                     "limits": {"cpu": f"{2 * i + 2}m", "memory": f"{i + 1}Mi"}}}
-            for i in range(containers)]},
+        "spec": {
+            "containers": [
+                {
+                    "name": name.format(i=i),
+                    "resources": {
+                        "requests": {"cpu": f"{i + 1}m", "memory": f"{i + 1}Mi"},
+                        "limits": {"cpu": f"{2 * i + 2}m", "memory": f"{i + 1}Mi"},
+                    },
+                }
+                for i in range(containers)
+            ]
+        },
     }
 
 
@@ -135,8 +152,10 @@ any_names = st.text(min_size=1, max_size=80) | label_names
 @FUZZ
 @given(st.lists(any_names, min_size=1, max_size=8, unique=True))
 def test_any_container_names_give_an_allowed_pod_and_only_valid_annotation_keys(names: list[str]) -> None:
-    pod = {"metadata": {"name": "pöd-🚀", "ownerReferences": [OWNER]},
-           "spec": {"containers": [{"name": n, "resources": {"requests": {"cpu": "100m"}}} for n in names]}}
+    pod = {
+        "metadata": {"name": "pöd-🚀", "ownerReferences": [OWNER]},
+        "spec": {"containers": [{"name": n, "resources": {"requests": {"cpu": "100m"}}} for n in names]},
+    }
     response, after, record = review(pod)
     if "patch" in response:
         assert owned(after) == resizer.originals_from_spec_annotations(pod)
@@ -166,15 +185,20 @@ def authored_pods(draw) -> dict[str, Any]:
     return {"metadata": {"generateName": "app-", "ownerReferences": [OWNER]}, "spec": {"containers": containers}}
 
 
-forged_values = (st.integers(1, 10**7).map(lambda m: f"{m}m") | st.sampled_from(["1000", "64", "1Ti", "1e6"])
-                 | st.text(max_size=12))
+forged_values = (
+    st.integers(1, 10**7).map(lambda m: f"{m}m") | st.sampled_from(["1000", "64", "1Ti", "1e6"]) | st.text(max_size=12)
+)
 
 
 @st.composite
 def forgeries(draw, pod: dict[str, Any]) -> dict[str, str]:
     """original-* (and applied-*) annotations a tenant could write into the manifest."""
-    keys = [resizer.original_key(c["name"], r, k) for c in pod["spec"]["containers"]
-            for r in ("cpu", "memory") for k in ("request", "limit")]
+    keys = [
+        resizer.original_key(c["name"], r, k)
+        for c in pod["spec"]["containers"]
+        for r in ("cpu", "memory")
+        for k in ("request", "limit")
+    ]
     keys += [resizer.APPLIED_INSTANCE_TYPE, "workload-resizer.io/original-cpu.not-a-container"]
     chosen = draw(st.lists(st.sampled_from(keys), min_size=1, unique=True))
     return {k: draw(forged_values) for k in chosen}
@@ -200,8 +224,10 @@ def test_forged_originals_never_change_what_a_pod_is_sized_from(data: st.DataObj
     assert plan.patch == honest_plan.patch and plan.changes == honest_plan.changes
     # Every node type of the sample config is at least as fast as the baseline: no request
     # ever ends above what the author wrote (unless the author wrote less than the min bound).
-    bounds = {"cpu": resizer.to_millicores(resizer.parse_quantity("50m")),
-              "memory": resizer.to_bytes(resizer.parse_quantity("64Mi"))}
+    bounds = {
+        "cpu": resizer.to_millicores(resizer.parse_quantity("50m")),
+        "memory": resizer.to_bytes(resizer.parse_quantity("64Mi")),
+    }
     for change in plan.changes:
         assert change.desired_request <= max(change.original_request, bounds[change.resource])
 

@@ -6,6 +6,7 @@ default security level, so the client lowers it) by completing a TLS 1.1 handsha
 a permissive local server. If this machine's OpenSSL cannot speak TLS 1.1 at all, the
 `openssl s_client -tls1_1` fallback is tried, and a refusal of either kind is accepted.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -33,7 +34,7 @@ def pki(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def webhook(pki) -> Iterator[Server]:
-    srv = Server(Path(pki["tls.crt"]), Path(pki["tls.key"]))      # default --tls-min-version (1.2)
+    srv = Server(Path(pki["tls.crt"]), Path(pki["tls.key"]))  # default --tls-min-version (1.2)
     try:
         srv.wait_listening()
         yield srv
@@ -48,7 +49,7 @@ def client(pki: dict[str, str], maximum: ssl.TLSVersion, minimum: ssl.TLSVersion
         ctx.minimum_version = minimum or ssl.TLSVersion.MINIMUM_SUPPORTED
         ctx.maximum_version = maximum
     if maximum < ssl.TLSVersion.TLSv1_2:
-        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")        # let OpenSSL 3 offer the old protocol at all
+        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # let OpenSSL 3 offer the old protocol at all
     return ctx
 
 
@@ -102,9 +103,23 @@ def test_a_tls_1_0_or_1_1_only_client_is_refused(webhook, pki, old: str) -> None
     if shutil.which("openssl") is None:
         pytest.skip(f"neither Python's ssl nor an openssl binary can offer TLS {old} here")
     flag = "-tls1" if old == "1.0" else "-tls1_1"
-    proc = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{webhook.port}", flag,
-                           "-cipher", "DEFAULT@SECLEVEL=0", "-CAfile", pki["ca.crt"]],
-                          input="", capture_output=True, text=True, timeout=20)
+    proc = subprocess.run(
+        [
+            "openssl",
+            "s_client",
+            "-connect",
+            f"127.0.0.1:{webhook.port}",
+            flag,
+            "-cipher",
+            "DEFAULT@SECLEVEL=0",
+            "-CAfile",
+            pki["ca.crt"],
+        ],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert proc.returncode != 0, f"openssl s_client {flag} completed a handshake:\n{proc.stdout[-1000:]}"
 
 

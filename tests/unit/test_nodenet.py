@@ -1,5 +1,6 @@
 """hack/nodenet.py's egress proxy: anything but a real node's address is refused at once and never
 dialled. The relay into a node's network namespace (setns, root): tests/cluster/test_nodenet.py."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hack import nodenet
+
 
 @pytest.fixture
 def echo_server() -> Iterator[int]:
@@ -53,7 +55,7 @@ def write_nodes(state: Path, nodes: dict[str, dict[str, str]]) -> None:
 
 
 def connect(sock: Path, target: str) -> tuple[socket.socket, bytes]:
-    for _ in range(100):        # the socket file exists from bind(), connections from listen()
+    for _ in range(100):  # the socket file exists from bind(), connections from listen()
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         client.settimeout(5)
         try:
@@ -78,7 +80,7 @@ def test_connect_to_any_other_address_is_refused_without_dialling(proxy: tuple[P
     # The echo server listens there, but 127.0.0.1 is no real node's address: never dialled.
     client, head = connect(sock, f"127.0.0.1:{echo_server}")
     assert head.startswith(b"HTTP/1.1 502"), head
-    assert client.recv(1024) == b""       # closed
+    assert client.recv(1024) == b""  # closed
     client.close()
 
 

@@ -133,7 +133,12 @@ def test_batched_lines_wait_for_a_flush_but_warnings_do_not(restore_root, logfil
     log_fields(log, logging.INFO, "later", {"k": 1})
     flush_logging()
     assert orjson.loads(path.read_text().splitlines()[-1]) | {"ts": None} == {
-        "ts": None, "level": "info", "logger": "t.batch", "msg": "later", "k": 1}
+        "ts": None,
+        "level": "info",
+        "logger": "t.batch",
+        "msg": "later",
+        "k": 1,
+    }
 
 
 def test_batched_lines_are_flushed_by_the_timer(restore_root, logfile):

@@ -1,4 +1,5 @@
 """ops.malloc: glibc's thresholds fixed from inside the process (the webhook's RSS bound)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -27,6 +28,7 @@ def test_the_mmap_threshold_keeps_the_tls_read_buffer_on_the_heap():
     threshold each one went through mmap/munmap and its page faults (a quarter of the webhook's
     throughput); request bodies beyond it still come from mmap and go back to the OS on free."""
     from ops.malloc import MMAP_THRESHOLD, TRIM_THRESHOLD
-    read_buffer = 256 * 1024 + 64      # PyBytes header included
+
+    read_buffer = 256 * 1024 + 64  # PyBytes header included
     assert read_buffer < MMAP_THRESHOLD <= 1024 * 1024
     assert TRIM_THRESHOLD >= 2 * read_buffer

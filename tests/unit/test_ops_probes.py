@@ -1,4 +1,5 @@
 """The probe endpoints shared by the webhook and the reconciler."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,13 +13,14 @@ from ops.prometheus import Counter, new_registry
 
 def test_ready_is_a_plain_ok_unless_asked_for_details() -> None:
     assert readiness({"config": lambda: (True, "valid")}, verbose=False) == (200, "ok")
-    assert readiness({"config": lambda: (True, "valid")}, verbose=True) == \
-        (200, "[+]config ok: valid\nreadyz check passed\n")
+    assert readiness({"config": lambda: (True, "valid")}, verbose=True) == (
+        200,
+        "[+]config ok: valid\nreadyz check passed\n",
+    )
 
 
 def test_a_failing_check_makes_it_503_with_every_check_listed() -> None:
-    status, body = readiness({"config": lambda: (True, "valid"), "caches": lambda: (False, "syncing")},
-                             verbose=False)
+    status, body = readiness({"config": lambda: (True, "valid"), "caches": lambda: (False, "syncing")}, verbose=False)
     assert status == 503
     assert body == "[+]config ok: valid\n[-]caches failed: syncing\nreadyz check failed\n"
 

@@ -1,5 +1,6 @@
 """ops.prometheus: prometheus_client with the project's conventions (no *_created series, the
 0.0.4 text format, runtime collectors on every /metrics page), read back with its parser."""
+
 from __future__ import annotations
 
 import os
@@ -49,7 +50,7 @@ def test_the_page_reads_back_to_the_recorded_values_under_controller_runtime_lik
     assert samples[("requests_total", (("code", "x"), ("method", 'odd "value"\\\n')))] == 1
     assert samples[("restarts_total", ())] == 3
     assert samples[("queue_depth", (("name", "pods"),))] == 1234567.0
-    assert samples[("latency_seconds_bucket", (("controller", "pods"), ("le", "0.005")))] == 2    # cumulative
+    assert samples[("latency_seconds_bucket", (("controller", "pods"), ("le", "0.005")))] == 2  # cumulative
     assert samples[("latency_seconds_bucket", (("controller", "pods"), ("le", "10.0")))] == 4
     assert samples[("latency_seconds_bucket", (("controller", "pods"), ("le", "+Inf")))] == 5
     assert samples[("latency_seconds_count", (("controller", "pods"),))] == 5
@@ -69,8 +70,12 @@ def test_a_new_registry_shows_this_process_and_only_what_is_registered_on_it() -
     registry = new_registry()
     Counter("only_here", "A metric of this registry.", registry=registry).inc()
     page = exposition(registry).decode()
-    values = {s.name: s.value for f in text_string_to_metric_families(page)
-              for s in f.samples if not s.labels or s.name == "python_info"}
+    values = {
+        s.name: s.value
+        for f in text_string_to_metric_families(page)
+        for s in f.samples
+        if not s.labels or s.name == "python_info"
+    }
     with open(f"/proc/{os.getpid()}/status") as status:
         rss_kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
     assert values["process_resident_memory_bytes"] == pytest.approx(rss_kib * 1024, rel=0.2)
@@ -112,11 +117,16 @@ def test_computed_gauge_is_read_when_scraped_and_a_failing_one_shows_no_samples(
 
     registry = new_registry(runtime_collectors=False)
     values = {"n4": 2.5}
-    ComputedGauge("x_requests", "Summed.", ["node_type"], lambda: [((k,), v) for k, v in values.items()],
-                  registry=registry)
+    ComputedGauge(
+        "x_requests", "Summed.", ["node_type"], lambda: [((k,), v) for k, v in values.items()], registry=registry
+    )
     ComputedGauge("x_broken", "Fails.", ["a"], lambda: [(("1",), 1 / 0)], registry=registry)
     assert exposition(registry).decode().splitlines() == [
-        "# HELP x_requests Summed.", "# TYPE x_requests gauge", 'x_requests{node_type="n4"} 2.5',
-        "# HELP x_broken Fails.", "# TYPE x_broken gauge"]
+        "# HELP x_requests Summed.",
+        "# TYPE x_requests gauge",
+        'x_requests{node_type="n4"} 2.5',
+        "# HELP x_broken Fails.",
+        "# TYPE x_broken gauge",
+    ]
     values.clear()
-    assert 'x_requests{' not in exposition(registry).decode()
+    assert "x_requests{" not in exposition(registry).decode()

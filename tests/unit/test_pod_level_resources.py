@@ -2,6 +2,7 @@
 one patch, originals of both levels recorded and signed, the baseline authority's rule for pods
 stamped before pod-level originals existed, restore, the outcome, and the reconciler's choice of
 leaving them alone where the node or the apiserver cannot resize them."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,8 +11,10 @@ from typing import Any
 
 from kube import ApiError
 from kube.slim import slim_node, slim_pod
+from reconciler.controller import PodResizeReconciler
 from reconciler.outcome import Stage, observe, revert_patch, spec_size
 from reconciler.ports import fenced_resize_patch
+from reconciler.settings import ControllerSettings
 from resizer import (
     ORIGINALS_MAC,
     SAMPLE_CONFIG,
@@ -35,10 +38,8 @@ from resizer.restore import restore_decision, restore_patch
 from resizer.scope import namespace_scope
 from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
 from tests.unit.test_reconciler_reconcile import KEY, KEYS, LABEL, reasons
-from reconciler.controller import PodResizeReconciler
-from reconciler.settings import ControllerSettings
 
-CONFIG = load_config(SAMPLE_CONFIG)     # n2d baseline; n4 cpuPerf 1.25 (cpu x 0.8)
+CONFIG = load_config(SAMPLE_CONFIG)  # n2d baseline; n4 cpuPerf 1.25 (cpu x 0.8)
 # A node type half as fast: every cpu value doubles.
 GROW = load_config(SAMPLE_CONFIG.replace("nodeTypes:", "nodeTypes:\n  slow: {cpuPerf: 0.5, memPerf: 1.0}", 1))
 RING = KeyRing({"k0001": b"k" * 32})
@@ -46,22 +47,35 @@ POD_CPU, POD_CPU_LIMIT = pod_original_key("cpu", "request"), pod_original_key("c
 POD_MEMORY, POD_MEMORY_LIMIT = pod_original_key("memory", "request"), pod_original_key("memory", "limit")
 
 
-def pod_with_pod_level(pod_level: dict[str, Any] | None = None, *containers: dict[str, Any],
-                       generation: int = 1) -> dict[str, Any]:
+def pod_with_pod_level(
+    pod_level: dict[str, Any] | None = None, *containers: dict[str, Any], generation: int = 1
+) -> dict[str, Any]:
     """A Burstable pod: two containers, pod-level cpu 1 (limit 2) and memory 1Gi (limit 2Gi)."""
     containers = containers or (
-        {"name": "app", "resources": {"requests": {"cpu": "300m", "memory": "256Mi"},
-                                      "limits": {"cpu": "600m", "memory": "512Mi"}}},
+        {
+            "name": "app",
+            "resources": {"requests": {"cpu": "300m", "memory": "256Mi"}, "limits": {"cpu": "600m", "memory": "512Mi"}},
+        },
         {"name": "side", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
     )
     return {
-        "metadata": {"name": "web-1", "namespace": "shop", "uid": "uid-1", "generateName": "web-",
-                     "generation": generation, "annotations": {},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                                          "uid": "rs-1", "controller": True}]},
-        "spec": {"nodeName": "node-1", "containers": copy.deepcopy(list(containers)),
-                 "resources": pod_level or {"requests": {"cpu": "1", "memory": "1Gi"},
-                                            "limits": {"cpu": "2", "memory": "2Gi"}}},
+        "metadata": {
+            "name": "web-1",
+            "namespace": "shop",
+            "uid": "uid-1",
+            "generateName": "web-",
+            "generation": generation,
+            "annotations": {},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-1", "controller": True}
+            ],
+        },
+        "spec": {
+            "nodeName": "node-1",
+            "containers": copy.deepcopy(list(containers)),
+            "resources": pod_level
+            or {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}},
+        },
         "status": {"phase": "Running", "qosClass": "Burstable"},
     }
 
@@ -72,13 +86,19 @@ def plan(pod: dict[str, Any], node_type: str = "n4", config: Any = CONFIG, pod_l
 
 # ---------------------------------------------------------------- planning at both levels
 
+
 def test_both_levels_are_scaled_by_the_same_ratio_in_one_patch() -> None:
     result = plan(pod_with_pod_level())
     assert result.outcome == "Resize"
-    assert result.patch == {"spec": {
-        "resources": {"requests": {"cpu": "800m"}, "limits": {"cpu": "1600m"}},
-        "containers": [{"name": "app", "resources": {"requests": {"cpu": "240m"}, "limits": {"cpu": "480m"}}},
-                       {"name": "side", "resources": {"requests": {"cpu": "80m"}}}]}}
+    assert result.patch == {
+        "spec": {
+            "resources": {"requests": {"cpu": "800m"}, "limits": {"cpu": "1600m"}},
+            "containers": [
+                {"name": "app", "resources": {"requests": {"cpu": "240m"}, "limits": {"cpu": "480m"}}},
+                {"name": "side", "resources": {"requests": {"cpu": "80m"}}},
+            ],
+        }
+    }
     assert "pod level: cpu 1 -> 800m (limit 2 -> 1600m)" in result.summary()
 
 
@@ -91,9 +111,11 @@ def test_without_pod_level_resize_the_pod_is_left_alone() -> None:
 def test_the_pod_level_request_never_ends_below_the_containers_aggregate() -> None:
     # cpu x 0.4: container a stops at the bounds' 50m floor, b goes to 80m, the pod level to 100m,
     # below the containers' 130m: raised to it (the apiserver refuses less).
-    pod = pod_with_pod_level({"requests": {"cpu": "250m"}},
-                             {"name": "a", "resources": {"requests": {"cpu": "50m"}}},
-                             {"name": "b", "resources": {"requests": {"cpu": "200m"}}})
+    pod = pod_with_pod_level(
+        {"requests": {"cpu": "250m"}},
+        {"name": "a", "resources": {"requests": {"cpu": "50m"}}},
+        {"name": "b", "resources": {"requests": {"cpu": "200m"}}},
+    )
     config = load_config(SAMPLE_CONFIG.replace("nodeTypes:", "nodeTypes:\n  fast: {cpuPerf: 2.5, memPerf: 1.0}", 1))
     resized = apply_patch(pod, plan(pod, "fast", config=config).patch)
     assert [c["resources"]["requests"]["cpu"] for c in resized["containers"]] == ["50m", "80m"]
@@ -102,8 +124,10 @@ def test_the_pod_level_request_never_ends_below_the_containers_aggregate() -> No
 
 def test_the_pod_level_limit_never_ends_below_a_container_limit() -> None:
     # The pod-level limit equals the container's: both grow, and rounding may not part them.
-    pod = pod_with_pod_level({"requests": {"cpu": "333m"}, "limits": {"cpu": "667m"}},
-                             {"name": "app", "resources": {"requests": {"cpu": "333m"}, "limits": {"cpu": "667m"}}})
+    pod = pod_with_pod_level(
+        {"requests": {"cpu": "333m"}, "limits": {"cpu": "667m"}},
+        {"name": "app", "resources": {"requests": {"cpu": "333m"}, "limits": {"cpu": "667m"}}},
+    )
     resized = apply_patch(pod, plan(pod, "slow", config=GROW).patch)
     assert resized["resources"]["limits"]["cpu"] == resized["containers"][0]["resources"]["limits"]["cpu"] == "1334m"
     assert resized["resources"]["requests"]["cpu"] == "666m"
@@ -115,8 +139,10 @@ def test_a_guaranteed_pod_level_stays_guaranteed() -> None:
     pod["status"]["qosClass"] = "Guaranteed"
     result = plan(pod)
     resized = apply_patch(pod, result.patch)
-    assert resized["resources"] == {"requests": {"cpu": "800m", "memory": "1Gi"},
-                                    "limits": {"cpu": "800m", "memory": "1Gi"}}
+    assert resized["resources"] == {
+        "requests": {"cpu": "800m", "memory": "1Gi"},
+        "limits": {"cpu": "800m", "memory": "1Gi"},
+    }
     assert pod_qos_class(resized) == "Guaranteed"
 
 
@@ -159,10 +185,15 @@ def test_the_cache_keeps_what_the_pod_level_has() -> None:
 
 # ---------------------------------------------------------------- originals of the pod level
 
+
 def test_the_webhook_stamps_pod_level_originals_too() -> None:
     originals = originals_from_spec_annotations(pod_with_pod_level())
     assert {k: originals[k] for k in (POD_CPU, POD_CPU_LIMIT, POD_MEMORY, POD_MEMORY_LIMIT)} == {
-        POD_CPU: "1", POD_CPU_LIMIT: "2", POD_MEMORY: "1Gi", POD_MEMORY_LIMIT: "2Gi"}
+        POD_CPU: "1",
+        POD_CPU_LIMIT: "2",
+        POD_MEMORY: "1Gi",
+        POD_MEMORY_LIMIT: "2Gi",
+    }
     assert POD_CPU == "workload-resizer.io/original-pod-cpu"
     assert POD_MEMORY_LIMIT == "workload-resizer.io/original-pod-memory-limit"
 
@@ -183,12 +214,17 @@ def test_an_unchanged_pod_stamped_before_pod_level_originals_is_trusted_and_comp
     assert decision.check.trust is Trust.TRUSTED and not decision.check.tampered
     assert decision.stamp is not None
     assert {k: decision.stamp[k] for k in (POD_CPU, POD_CPU_LIMIT, POD_MEMORY, POD_MEMORY_LIMIT)} == {
-        POD_CPU: "1", POD_CPU_LIMIT: "2", POD_MEMORY: "1Gi", POD_MEMORY_LIMIT: "2Gi"}
+        POD_CPU: "1",
+        POD_CPU_LIMIT: "2",
+        POD_MEMORY: "1Gi",
+        POD_MEMORY_LIMIT: "2Gi",
+    }
     stamped = copy.deepcopy(pod)
     stamped["metadata"]["annotations"].update(decision.stamp)
     after = baseline(stamped, RING)
-    assert after.check.trust is Trust.TRUSTED and after.check.scope == "pod" and after.stamp is None, \
+    assert after.check.trust is Trust.TRUSTED and after.check.scope == "pod" and after.stamp is None, (
         "the pod MAC of step 1 binds every key"
+    )
 
 
 def test_a_changed_pod_stamped_before_pod_level_originals_needs_full_equality() -> None:
@@ -201,7 +237,7 @@ def test_a_changed_pod_stamped_before_pod_level_originals_needs_full_equality() 
 def test_recorded_keys_that_differ_from_the_spec_are_not_an_upgrade() -> None:
     pod = pod_with_pod_level()
     admission_stamp_of_an_old_version(pod)
-    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "200m"    # a sibling's originals
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "200m"  # a sibling's originals
     decision = baseline(pod, RING)
     assert decision.check.trust is Trust.RECAPTURE and decision.check.tampered
 
@@ -228,6 +264,7 @@ def test_a_pod_level_key_changed_under_a_pod_mac_is_rejected() -> None:
 
 # ---------------------------------------------------------------- restore, outcome, wire format
 
+
 def resized_pod() -> dict[str, Any]:
     """Sized for n4 by the product: originals of both levels bound to the pod."""
     pod = pod_with_pod_level()
@@ -251,8 +288,9 @@ def test_restore_puts_both_levels_back_in_one_patch() -> None:
 
 def test_actuated_needs_the_pod_level_status_to_follow_the_spec() -> None:
     pod = slim_pod(resized_pod())
-    pod["status"]["containerStatuses"] = [{"name": c["name"], "running": True, "resources": c["resources"]}
-                                          for c in pod["spec"]["containers"]]
+    pod["status"]["containerStatuses"] = [
+        {"name": c["name"], "running": True, "resources": c["resources"]} for c in pod["spec"]["containers"]
+    ]
     pod["status"]["observedGeneration"] = 2
     pod["status"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
     assert observe(pod).stage is Stage.REQUESTED
@@ -284,19 +322,32 @@ def test_the_fenced_resize_sets_the_pod_level_in_the_same_json_patch() -> None:
 
 # ---------------------------------------------------------------- the reconciler
 
+
 def world(declared: list[str] | None) -> tuple[FakeCluster, PodResizeReconciler]:
     fake = FakeCluster(auto_actuate=True)
     fake.add_node("node-1", {LABEL: "n4"}, declared_features=declared)
     pod = pod_with_pod_level()
-    pod["status"] = {"phase": "Running", "qosClass": "Burstable", "observedGeneration": 1,
-                     "containerStatuses": [{"name": c["name"], "state": {"running": {}},
-                                            "resources": copy.deepcopy(c["resources"])}
-                                           for c in pod["spec"]["containers"]],
-                     "resources": copy.deepcopy(pod["spec"]["resources"])}
-    admission_stamp_of_an_old_version(pod)      # signed with RING == KEYS
+    pod["status"] = {
+        "phase": "Running",
+        "qosClass": "Burstable",
+        "observedGeneration": 1,
+        "containerStatuses": [
+            {"name": c["name"], "state": {"running": {}}, "resources": copy.deepcopy(c["resources"])}
+            for c in pod["spec"]["containers"]
+        ],
+        "resources": copy.deepcopy(pod["spec"]["resources"]),
+    }
+    admission_stamp_of_an_old_version(pod)  # signed with RING == KEYS
     fake.add_pod(pod)
-    return fake, PodResizeReconciler(fake, fake, fake, FakeConfig(CONFIG), ControllerSettings(node_type_label=LABEL),
-                                     clock=FakeClock(), keyring=lambda: KEYS)
+    return fake, PodResizeReconciler(
+        fake,
+        fake,
+        fake,
+        FakeConfig(CONFIG),
+        ControllerSettings(node_type_label=LABEL),
+        clock=FakeClock(),
+        keyring=lambda: KEYS,
+    )
 
 
 def reconcile(reconciler: PodResizeReconciler, times: int = 1) -> None:
@@ -326,10 +377,19 @@ def test_on_a_node_that_does_not_declare_it_nothing_is_sent_and_one_event_says_w
 
 def test_the_apiservers_refusal_is_learnt_once() -> None:
     fake, reconciler = world([POD_LEVEL_RESIZE_FEATURE])
+
     def refusal() -> ApiError:
-        return ApiError(422, {"reason": "Invalid", "message": (
-            "Pod \"web-1\" is invalid: : Forbidden: resize of pods with pod-level resources is forbidden when "
-            "InPlacePodLevelResourcesVerticalScalingEnabled feature gate is disabled")})
+        return ApiError(
+            422,
+            {
+                "reason": "Invalid",
+                "message": (
+                    'Pod "web-1" is invalid: : Forbidden: resize of pods with pod-level resources is forbidden when '
+                    "InPlacePodLevelResourcesVerticalScalingEnabled feature gate is disabled"
+                ),
+            },
+        )
+
     fake.fail("resize", refusal(), refusal())
     reconcile(reconciler, 3)
     assert len(fake.failures["resize"]) == 1, "one resize sent (and refused)"
@@ -344,6 +404,7 @@ def test_the_apiservers_refusal_is_learnt_once() -> None:
 
 def test_plan_forecasts_the_pod_level_request_where_the_node_resizes_it() -> None:
     from resizer.forecast import forecast_fleet
+
     pod = pod_with_pod_level()
     forecast = forecast_fleet([pod], {"node-1": "n4"}, CONFIG, namespace_scope(None), pod_level_nodes={"node-1"})
     [group] = forecast.workloads
@@ -358,6 +419,6 @@ def test_a_node_that_starts_declaring_it_gets_the_pod_resized() -> None:
     fake, reconciler = world(["InPlacePodVerticalScaling"])
     reconcile(reconciler, 2)
     assert fake.writes == [] and reasons(fake) == ["PodLevelResources"]
-    fake.add_node("node-1", {LABEL: "n4"}, declared_features=[POD_LEVEL_RESIZE_FEATURE])   # kubelet upgraded
+    fake.add_node("node-1", {LABEL: "n4"}, declared_features=[POD_LEVEL_RESIZE_FEATURE])  # kubelet upgraded
     reconcile(reconciler, 3)
     assert [w.op for w in fake.writes][:2] == ["annotate", "resize"] and "Resized" in reasons(fake)

@@ -2,6 +2,7 @@
 
 Pure functions of their inputs; the real node itself is tested in tests/cluster/test_real_node.py.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,7 +48,7 @@ def test_oci_archive_is_a_content_addressed_layout_named_for_ctr(cluster: Module
     assert config["config"]["Entrypoint"] == ["/prog"]
     [layer_descriptor] = manifest["layers"]
     layer = blob(layer_descriptor)
-    assert config["rootfs"]["diff_ids"] == [layer_descriptor["digest"]]     # uncompressed: diff ID = digest
+    assert config["rootfs"]["diff_ids"] == [layer_descriptor["digest"]]  # uncompressed: diff ID = digest
     with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
         [member] = tar.getmembers()
         assert (member.name, member.mode) == ("prog", 0o755)
@@ -68,9 +69,9 @@ def test_containerd_config(cluster: ModuleType, monkeypatch: pytest.MonkeyPatch,
     node = cluster.RealNode("n1")
     config = tomllib.loads(cluster.containerd_config(node))
     assert config["version"] == 3
-    assert config["state"] == "/run/containerd"            # the node's own /run inside its namespace
+    assert config["state"] == "/run/containerd"  # the node's own /run inside its namespace
     assert config["root"].startswith(str(node.dir))
-    assert "io.containerd.internal.v1.opt" in config["disabled_plugins"]     # would create /opt/containerd
+    assert "io.containerd.internal.v1.opt" in config["disabled_plugins"]  # would create /opt/containerd
     runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
     assert runtime["restrict_oom_score_adj"] is (not cap_sys_resource)
     runc = runtime["containerd"]["runtimes"]["runc"]["options"]
@@ -82,8 +83,9 @@ def test_containerd_config(cluster: ModuleType, monkeypatch: pytest.MonkeyPatch,
 
 def test_kubelet_config(cluster: ModuleType, tmp_path: Path) -> None:
     node = cluster.RealNode("n1")
-    config = json.loads(cluster.kubelet_config(node, "198.18.0.2", {"kubelet": 4001, "kubelet_healthz": 4002},
-                                               tmp_path, "100m"))
+    config = json.loads(
+        cluster.kubelet_config(node, "198.18.0.2", {"kubelet": 4001, "kubelet_healthz": 4002}, tmp_path, "100m")
+    )
     # The node's IP exists only in its own network namespace: the apiserver reaches it through
     # the egress proxy (logs, exec); nothing on the machine's network can.
     assert (config["address"], config["port"], config["readOnlyPort"]) == ("198.18.0.2", 4001, 0)
@@ -95,7 +97,8 @@ def test_kubelet_config(cluster: ModuleType, tmp_path: Path) -> None:
     assert config["makeIPTablesUtilChains"] is False
     assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
     assert config["registerWithTaints"] == [
-        {"key": "workload-resizer.io/real-node", "value": "true", "effect": "NoSchedule"}]
+        {"key": "workload-resizer.io/real-node", "value": "true", "effect": "NoSchedule"}
+    ]
     assert config["kubeReserved"]["cpu"] == "100m"
 
 
@@ -104,8 +107,9 @@ def test_loopback_only_cni_config(cluster: ModuleType) -> None:
     assert [plugin["type"] for plugin in config["plugins"]] == ["loopback"]
 
 
-def test_cgroup_name_is_per_cluster_and_node(cluster: ModuleType, monkeypatch: pytest.MonkeyPatch,
-                                             tmp_path: Path) -> None:
+def test_cgroup_name_is_per_cluster_and_node(
+    cluster: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     first = cluster.RealNode("n1").cgroup
     assert first.startswith("wr-") and first.endswith("-n1")
     assert cluster.RealNode("n2").cgroup != first
@@ -117,14 +121,21 @@ def test_node_cpu_flags(cluster: ModuleType) -> None:
     cpu = cluster.NodeCpu.parse("50000/100000", 8192)
     assert (cpu.quota_us, cpu.period_us, cpu.shares) == (50000, 100000, 8192)
     assert cluster.NodeCpu.parse(None, None) == cluster.NodeCpu()
-    for quota, shares in (("half", None), ("50000", None), ("500/100000", None), ("50000/100", None),
-                          (None, 1), (None, 300000)):
+    for quota, shares in (
+        ("half", None),
+        ("50000", None),
+        ("500/100000", None),
+        ("50000/100", None),
+        (None, 1),
+        (None, 300000),
+    ):
         with pytest.raises(cluster.ClusterError):
             cluster.NodeCpu.parse(quota, shares)
 
 
-def test_kubelet_of_a_quota_node_sets_no_container_quotas_on_cgroup_v1(cluster: ModuleType, tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kubelet_of_a_quota_node_sets_no_container_quotas_on_cgroup_v1(
+    cluster: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     quota = cluster.NodeCpu.parse("50000/100000", None)
     monkeypatch.setattr(cluster, "cgroup_version", lambda: 1)
     assert not quota.kubelet_may_set_quotas and cluster.NodeCpu().kubelet_may_set_quotas
@@ -133,8 +144,10 @@ def test_kubelet_of_a_quota_node_sets_no_container_quotas_on_cgroup_v1(cluster: 
     ports = {"kubelet": 1, "kubelet_healthz": 2}
     node = cluster.RealNode("n1")
     assert json.loads(cluster.kubelet_config(node, "198.18.0.2", ports, tmp_path, "0"))["cpuCFSQuota"] is True
-    assert json.loads(cluster.kubelet_config(node, "198.18.0.2", ports, tmp_path, "0",
-                                             cpu_cfs_quota=False))["cpuCFSQuota"] is False
+    assert (
+        json.loads(cluster.kubelet_config(node, "198.18.0.2", ports, tmp_path, "0", cpu_cfs_quota=False))["cpuCFSQuota"]
+        is False
+    )
 
 
 def test_node_images_include_the_calibrate_benchmark(cluster: ModuleType) -> None:
@@ -145,18 +158,20 @@ def test_node_images_include_the_calibrate_benchmark(cluster: ModuleType) -> Non
 def test_node_ips_are_distinct_and_never_a_real_networks(cluster: ModuleType) -> None:
     state: dict = {"real_nodes": {}}
     first = cluster.node_ip(state)
-    assert first == "198.18.0.2"                 # RFC 2544 benchmarking range
+    assert first == "198.18.0.2"  # RFC 2544 benchmarking range
     state["real_nodes"]["a"] = {"ip": first}
     state["real_nodes"]["b"] = {"ip": "198.18.0.3"}
     assert cluster.node_ip(state) == "198.18.0.4"
     del state["real_nodes"]["a"]
-    assert cluster.node_ip(state) == "198.18.0.2"    # freed by remove-node, reused
+    assert cluster.node_ip(state) == "198.18.0.2"  # freed by remove-node, reused
 
 
 def test_egress_selector_sends_only_cluster_traffic_to_the_proxy(cluster: ModuleType, tmp_path: Path) -> None:
     config = json.loads(cluster.egress_selector_config(tmp_path / "egress.sock"))
     assert config["kind"] == "EgressSelectorConfiguration"
     by_name = {s["name"]: s["connection"] for s in config["egressSelections"]}
-    assert by_name["cluster"] == {"proxyProtocol": "HTTPConnect",
-                                  "transport": {"uds": {"udsName": str(tmp_path / "egress.sock")}}}
+    assert by_name["cluster"] == {
+        "proxyProtocol": "HTTPConnect",
+        "transport": {"uds": {"udsName": str(tmp_path / "egress.sock")}},
+    }
     assert by_name["controlplane"] == by_name["etcd"] == {"proxyProtocol": "Direct"}

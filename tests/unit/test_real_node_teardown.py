@@ -3,6 +3,7 @@
 The teardown itself is tested on a real node in tests/cluster/test_real_node.py; these pin the two
 rules it rests on with processes this test starts.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,7 +47,7 @@ def test_a_reused_pid_is_not_the_killed_process(cluster: ModuleType) -> None:
     with subprocess.Popen(["sleep", "30"]) as other:
         try:
             start = cluster.process_start(other.pid)
-            assert cluster.wait_released({other.pid: start - 1}, 5) == []      # same pid, another process
+            assert cluster.wait_released({other.pid: start - 1}, 5) == []  # same pid, another process
             assert cluster.wait_released({other.pid: start}, 0.2) == [other.pid]
         finally:
             other.kill()
@@ -55,10 +56,10 @@ def test_a_reused_pid_is_not_the_killed_process(cluster: ModuleType) -> None:
 def test_a_namespace_is_swept_only_while_its_file_pins_it(cluster: ModuleType, tmp_path: Path) -> None:
     own = os.stat("/proc/self/ns/mnt").st_ino
     assert cluster.namespace_pinned(Path("/proc/self/ns/mnt"), own)
-    plain = tmp_path / "mnt"        # what nodes/NAME/ns/mnt is once unmounted
+    plain = tmp_path / "mnt"  # what nodes/NAME/ns/mnt is once unmounted
     plain.touch()
     assert not cluster.namespace_pinned(plain, own)
-    assert not cluster.namespace_pinned(plain, os.stat(plain).st_ino)   # same number, not a namespace
+    assert not cluster.namespace_pinned(plain, os.stat(plain).st_ino)  # same number, not a namespace
     assert not cluster.namespace_pinned(tmp_path / "missing", own)
 
 

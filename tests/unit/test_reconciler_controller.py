@@ -1,4 +1,5 @@
 """reconciler.controller helpers: the audit record of a decision and the situation key."""
+
 from __future__ import annotations
 
 import copy
@@ -6,32 +7,45 @@ from typing import Any
 
 import pytest
 
-from reconciler.controller import decision_record, live_and_bound, situation
-from reconciler.ports import pod_path
 from kube.slim import slim_pod
+from reconciler.controller import decision_record, live_and_bound, situation
 from reconciler.pods import mac_key_known
+from reconciler.ports import pod_path
 from resizer import ORIGINALS_MAC, SAMPLE_CONFIG, KeyRing, load_config, plan_resize, resolve_policy
 
-CONFIG = load_config(SAMPLE_CONFIG)     # n2d baseline; n4 cpuPerf 1.25; bounds cpu 50m..16, memory 64Mi..32Gi
-MiB = 1024 ** 2
+CONFIG = load_config(SAMPLE_CONFIG)  # n2d baseline; n4 cpuPerf 1.25; bounds cpu 50m..16, memory 64Mi..32Gi
+MiB = 1024**2
 
 
-def _pod(containers: list[dict[str, Any]], annotations: dict[str, str] | None = None,
-         statuses: list[dict[str, Any]] | None = None, phase: str = "Running") -> dict[str, Any]:
+def _pod(
+    containers: list[dict[str, Any]],
+    annotations: dict[str, str] | None = None,
+    statuses: list[dict[str, Any]] | None = None,
+    phase: str = "Running",
+) -> dict[str, Any]:
     full = {
-        "metadata": {"name": "web-1", "namespace": "shop", "uid": "uid-1", "resourceVersion": "5",
-                     "annotations": annotations or {},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                                          "controller": True}]},
+        "metadata": {
+            "name": "web-1",
+            "namespace": "shop",
+            "uid": "uid-1",
+            "resourceVersion": "5",
+            "annotations": annotations or {},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": True}],
+        },
         "spec": {"nodeName": "node-1", "containers": containers},
-        "status": {"phase": phase, "containerStatuses": statuses if statuses is not None else [
-            {"name": c["name"], "state": {"running": {}}, "resources": c.get("resources")} for c in containers]},
+        "status": {
+            "phase": phase,
+            "containerStatuses": statuses
+            if statuses is not None
+            else [{"name": c["name"], "state": {"running": {}}, "resources": c.get("resources")} for c in containers],
+        },
     }
     return slim_pod(full)
 
 
-def _container(name: str, requests: dict[str, str], limits: dict[str, str] | None = None,
-               restart: tuple[str, ...] = ()) -> dict[str, Any]:
+def _container(
+    name: str, requests: dict[str, str], limits: dict[str, str] | None = None, restart: tuple[str, ...] = ()
+) -> dict[str, Any]:
     container: dict[str, Any] = {"name": name, "resources": {"requests": requests}}
     if limits:
         container["resources"]["limits"] = limits
@@ -50,7 +64,12 @@ def _plan(pod: dict[str, Any], node_type: str = "n4"):
 def test_decision_record_without_a_plan_names_pod_node_outcome_and_mode():
     pod = _pod([_container("app", {"cpu": "1"})])
     assert decision_record(pod, None, "ResizeFailed", False) == {
-        "pod": "web-1", "namespace": "shop", "node": "node-1", "outcome": "ResizeFailed", "dryRun": False}
+        "pod": "web-1",
+        "namespace": "shop",
+        "node": "node-1",
+        "outcome": "ResizeFailed",
+        "dryRun": False,
+    }
 
 
 def test_decision_record_with_a_plan_lists_each_change_in_whole_units():
@@ -58,10 +77,22 @@ def test_decision_record_with_a_plan_lists_each_change_in_whole_units():
     record = decision_record(pod, _plan(pod), "Resized", True)
     assert (record["nodeType"], record["baseline"], record["rule"], record["dryRun"]) == ("n4", "n2d", "global", True)
     assert record["changes"] == [
-        {"container": "app", "resource": "cpu", "original": 1000, "desired": 800, "current": 1000,
-         "unit": "millicores"},
-        {"container": "app", "resource": "memory", "original": 512 * MiB, "desired": 512 * MiB,
-         "current": 512 * MiB, "unit": "bytes"},
+        {
+            "container": "app",
+            "resource": "cpu",
+            "original": 1000,
+            "desired": 800,
+            "current": 1000,
+            "unit": "millicores",
+        },
+        {
+            "container": "app",
+            "resource": "memory",
+            "original": 512 * MiB,
+            "desired": 512 * MiB,
+            "current": 512 * MiB,
+            "unit": "bytes",
+        },
     ]
 
 
@@ -114,8 +145,9 @@ def test_the_key_of_the_originals_mac_coming_back_is_another_situation():
     pod["metadata"].setdefault("annotations", {})[ORIGINALS_MAC] = "v1.p.k0001." + "A" * 43
     missing, back = KeyRing({"k2": b"2" * 32}), KeyRing({"k0001": b"1" * 32, "k2": b"2" * 32})
     assert not mac_key_known(pod, missing) and mac_key_known(pod, back)
-    assert situation(pod, "n4", 3, key_known=mac_key_known(pod, missing)) != \
-        situation(pod, "n4", 3, key_known=mac_key_known(pod, back))
+    assert situation(pod, "n4", 3, key_known=mac_key_known(pod, missing)) != situation(
+        pod, "n4", 3, key_known=mac_key_known(pod, back)
+    )
 
 
 def test_a_container_that_starts_reporting_resources_is_another_situation():
@@ -140,10 +172,14 @@ def test_foreign_annotations_and_spec_churn_are_the_same_situation():
 
 
 def test_annotation_order_does_not_change_the_situation():
-    first = _pod([_container("app", {"cpu": "1"})], annotations={
-        "workload-resizer.io/original-cpu.app": "1", "workload-resizer.io/original-memory.app": "1Gi"})
-    second = _pod([_container("app", {"cpu": "1"})], annotations={
-        "workload-resizer.io/original-memory.app": "1Gi", "workload-resizer.io/original-cpu.app": "1"})
+    first = _pod(
+        [_container("app", {"cpu": "1"})],
+        annotations={"workload-resizer.io/original-cpu.app": "1", "workload-resizer.io/original-memory.app": "1Gi"},
+    )
+    second = _pod(
+        [_container("app", {"cpu": "1"})],
+        annotations={"workload-resizer.io/original-memory.app": "1Gi", "workload-resizer.io/original-cpu.app": "1"},
+    )
     assert situation(first, "n4", 1) == situation(second, "n4", 1)
 
 
@@ -155,10 +191,13 @@ def test_a_situation_is_hashable():
 # ------------------------------------------------------------------ small helpers
 
 
-@pytest.mark.parametrize(("subresource", "path"), [
-    (None, "/api/v1/namespaces/shop/pods/web-1"),
-    ("resize", "/api/v1/namespaces/shop/pods/web-1/resize"),
-])
+@pytest.mark.parametrize(
+    ("subresource", "path"),
+    [
+        (None, "/api/v1/namespaces/shop/pods/web-1"),
+        ("resize", "/api/v1/namespaces/shop/pods/web-1/resize"),
+    ],
+)
 def test_pod_path(subresource, path):
     assert pod_path(_pod([]), subresource) == path
 
@@ -184,17 +223,23 @@ def test_an_unbound_pod_is_not_live():
 def _manager():
     import asyncio
 
-    from reconciler.settings import ControllerSettings
-    from reconciler.manager import Manager
     from kube.workqueue import WorkQueue
+    from reconciler.manager import Manager
+    from reconciler.settings import ControllerSettings
 
     class NoConfig:
         config = None
         generation = 0
 
     async def make():
-        return Manager(object(), object(), NoConfig(), WorkQueue("t"),  # type: ignore[arg-type]
-                       ControllerSettings(node_type_label="family"))
+        return Manager(
+            object(),
+            object(),
+            NoConfig(),
+            WorkQueue("t"),  # type: ignore[arg-type]
+            ControllerSettings(node_type_label="family"),
+        )
+
     return asyncio.run(make())
 
 
@@ -213,6 +258,7 @@ def test_a_deleted_node_is_forgotten():
     async def body():
         m._on_pod("ADDED", _bound("a", "u1", "node-1"), None)
         m._on_node("DELETED", {"metadata": {"name": "node-1", "labels": {}}}, None)
+
     asyncio.run(body())
     assert "node-1" not in m._pods_on_node
 
@@ -226,6 +272,7 @@ def test_a_node_without_pods_left_is_forgotten():
     async def body():
         m._on_pod("ADDED", pod, None)
         m._on_pod("DELETED", pod, pod)
+
     asyncio.run(body())
     assert m._pods_on_node == {}
 
@@ -239,6 +286,7 @@ def test_a_relist_replacing_a_same_named_pod_drops_the_old_uids_entries():
     m.reconciler._finished["uid-old"] = "n4"
 
     async def body():
-        m._on_pod("MODIFIED", new, old)      # what Informer._list reports for a replaced pod
+        m._on_pod("MODIFIED", new, old)  # what Informer._list reports for a replaced pod
+
     asyncio.run(body())
     assert "uid-old" not in m.reconciler._decided and "uid-old" not in m.reconciler._finished

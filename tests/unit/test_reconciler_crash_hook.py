@@ -1,4 +1,5 @@
 """The test-only crash hook: read once from the environment at the edge (run.py), injected."""
+
 from __future__ import annotations
 
 import signal

@@ -4,6 +4,7 @@ Each kubeconfig shape is loaded and then used for a real request to a local TLS
 server that requires a client certificate (tests/unit/kube_server.py), so a wrong CA
 or a missing client certificate fails the test, not only a wrong field.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kube import credentials
-from kube.credentials import Credentials, FileToken, load_credentials
 from kube.client import KubeClient, TransportError
+from kube.credentials import Credentials, FileToken, load_credentials
 from tests.unit.kube_server import KubeServer, Reply, TLSPair, tls_pair
 
 pytestmark = pytest.mark.timeout(30)
@@ -28,7 +29,9 @@ def _b64(path: Path) -> str:
 
 def _kubeconfig(path: Path, cluster: dict, user: dict, **extra: object) -> Path:
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "main",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "main",
         "clusters": [{"name": "c", "cluster": cluster}],
         "users": [{"name": "u", "user": user}],
         "contexts": [{"name": "main", "context": {"cluster": "c", "user": "u"}}],
@@ -40,6 +43,7 @@ def _kubeconfig(path: Path, cluster: dict, user: dict, **extra: object) -> Path:
 
 def _roundtrip(pair: TLSPair, load: callable) -> tuple[dict, KubeServer]:
     """Serve TLS with `pair`, load credentials for its URL with `load(url)`, GET once."""
+
     async def body() -> tuple[dict, KubeServer]:
         server = KubeServer(lambda req: Reply(200, b'{"ok": true}'), tls=pair)
         await server.start()
@@ -49,15 +53,25 @@ def _roundtrip(pair: TLSPair, load: callable) -> tuple[dict, KubeServer]:
         finally:
             await client.close()
             await server.stop()
+
     return asyncio.run(body())
 
 
 def test_kubeconfig_with_inline_ca_and_client_certificate_data(tmp_path):
     pair = tls_pair()
     d = pair.directory
-    result, server = _roundtrip(pair, lambda url: load_credentials(str(_kubeconfig(
-        tmp_path / "config", {"server": url, "certificate-authority-data": _b64(d / "ca.crt")},
-        {"client-certificate-data": _b64(d / "client.crt"), "client-key-data": _b64(d / "client.key")}))))
+    result, server = _roundtrip(
+        pair,
+        lambda url: load_credentials(
+            str(
+                _kubeconfig(
+                    tmp_path / "config",
+                    {"server": url, "certificate-authority-data": _b64(d / "ca.crt")},
+                    {"client-certificate-data": _b64(d / "client.crt"), "client-key-data": _b64(d / "client.key")},
+                )
+            )
+        ),
+    )
     assert result == {"ok": True}
     assert server.peer_certificates == ["reconciler-client"]
     assert "authorization" not in server.seen[0].headers
@@ -65,10 +79,19 @@ def test_kubeconfig_with_inline_ca_and_client_certificate_data(tmp_path):
 
 def test_kubeconfig_with_file_paths_relative_to_the_kubeconfig(tmp_path):
     pair = tls_pair()
-    config_dir = pair.directory          # the kubeconfig sits next to the files it names
-    result, server = _roundtrip(pair, lambda url: load_credentials(str(_kubeconfig(
-        config_dir / "config", {"server": url, "certificate-authority": "ca.crt"},
-        {"client-certificate": "client.crt", "client-key": "client.key", "token": "abc"}))))
+    config_dir = pair.directory  # the kubeconfig sits next to the files it names
+    result, server = _roundtrip(
+        pair,
+        lambda url: load_credentials(
+            str(
+                _kubeconfig(
+                    config_dir / "config",
+                    {"server": url, "certificate-authority": "ca.crt"},
+                    {"client-certificate": "client.crt", "client-key": "client.key", "token": "abc"},
+                )
+            )
+        ),
+    )
     assert result == {"ok": True}
     assert server.peer_certificates == ["reconciler-client"]
     assert server.seen[0].headers["authorization"] == "Bearer abc"
@@ -78,15 +101,30 @@ def test_kubeconfig_whose_ca_does_not_vouch_for_the_server_fails_the_handshake(t
     pair, other = tls_pair(), tls_pair()
     d = pair.directory
     with pytest.raises(TransportError):
-        _roundtrip(pair, lambda url: load_credentials(str(_kubeconfig(
-            tmp_path / "config", {"server": url, "certificate-authority-data": _b64(other.directory / "ca.crt")},
-            {"client-certificate-data": _b64(d / "client.crt"), "client-key-data": _b64(d / "client.key")}))))
+        _roundtrip(
+            pair,
+            lambda url: load_credentials(
+                str(
+                    _kubeconfig(
+                        tmp_path / "config",
+                        {"server": url, "certificate-authority-data": _b64(other.directory / "ca.crt")},
+                        {"client-certificate-data": _b64(d / "client.crt"), "client-key-data": _b64(d / "client.key")},
+                    )
+                )
+            ),
+        )
 
 
 def test_kubeconfig_context_selects_cluster_and_user(tmp_path):
-    path = _kubeconfig(tmp_path / "config", {"server": "https://a.example:6443/"}, {"token": "a"},
-                       contexts=[{"name": "main", "context": {"cluster": "c", "user": "u"}},
-                                 {"name": "other", "context": {"cluster": "c2", "user": "u2"}}])
+    path = _kubeconfig(
+        tmp_path / "config",
+        {"server": "https://a.example:6443/"},
+        {"token": "a"},
+        contexts=[
+            {"name": "main", "context": {"cluster": "c", "user": "u"}},
+            {"name": "other", "context": {"cluster": "c2", "user": "u2"}},
+        ],
+    )
     config = json.loads(path.read_text())
     config["clusters"].append({"name": "c2", "cluster": {"server": "https://b.example:6443"}})
     config["users"].append({"name": "u2", "user": {"token": "b"}})
@@ -99,17 +137,19 @@ def test_kubeconfig_context_selects_cluster_and_user(tmp_path):
 def test_kubeconfig_token_file_is_re_read_when_it_rotates(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("one\n")
-    creds = load_credentials(str(_kubeconfig(tmp_path / "config", {"server": "https://k:6443"},
-                                             {"tokenFile": str(token_file)})))
+    creds = load_credentials(
+        str(_kubeconfig(tmp_path / "config", {"server": "https://k:6443"}, {"tokenFile": str(token_file)}))
+    )
     assert creds.token() == "one"
     token_file.write_text("two\n")
-    creds.token._read_at -= credentials.TOKEN_REFRESH_SECONDS        # a minute later
+    creds.token._read_at -= credentials.TOKEN_REFRESH_SECONDS  # a minute later
     assert creds.token() == "two"
 
 
 def test_insecure_skip_tls_verify_turns_verification_off(tmp_path):
-    creds = load_credentials(str(_kubeconfig(tmp_path / "config",
-                                             {"server": "https://k:6443", "insecure-skip-tls-verify": True}, {})))
+    creds = load_credentials(
+        str(_kubeconfig(tmp_path / "config", {"server": "https://k:6443", "insecure-skip-tls-verify": True}, {}))
+    )
     assert isinstance(creds.ssl_context, ssl.SSLContext)
     assert creds.ssl_context.verify_mode == ssl.CERT_NONE and creds.token() is None
 
@@ -122,8 +162,11 @@ def test_exec_and_auth_provider_users_go_through_the_official_loader(tmp_path, m
         return Credentials("https://from-library", False, lambda: None)
 
     monkeypatch.setattr(credentials, "_library_credentials", library)
-    for user in ({"exec": {"command": "get-token", "apiVersion": "client.authentication.k8s.io/v1"}},
-                 {"auth-provider": {"name": "oidc"}}, {"username": "u", "password": "p"}):
+    for user in (
+        {"exec": {"command": "get-token", "apiVersion": "client.authentication.k8s.io/v1"}},
+        {"auth-provider": {"name": "oidc"}},
+        {"username": "u", "password": "p"},
+    ):
         path = _kubeconfig(tmp_path / "config", {"server": "https://k:6443"}, user)
         assert load_credentials(str(path)).server == "https://from-library"
     assert len(used) == 3
@@ -132,8 +175,11 @@ def test_exec_and_auth_provider_users_go_through_the_official_loader(tmp_path, m
 def test_several_kubeconfig_files_in_the_environment_go_through_the_official_loader(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
-    monkeypatch.setattr(credentials, "_library_credentials",
-                        lambda kubeconfig, context: Credentials("https://merged", False, lambda: None))
+    monkeypatch.setattr(
+        credentials,
+        "_library_credentials",
+        lambda kubeconfig, context: Credentials("https://merged", False, lambda: None),
+    )
     assert load_credentials(None).server == "https://merged"
 
 
@@ -157,8 +203,8 @@ def _service_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: TLSP
 def test_in_cluster_service_account_with_its_ca_and_a_rotating_token(tmp_path, monkeypatch):
     pair = tls_pair()
     server_side = pair.server_context()
-    server_side.verify_mode = ssl.CERT_NONE             # a ServiceAccount has no client certificate
-    pair.server_context = lambda: server_side            # type: ignore[method-assign]
+    server_side.verify_mode = ssl.CERT_NONE  # a ServiceAccount has no client certificate
+    pair.server_context = lambda: server_side  # type: ignore[method-assign]
 
     async def body() -> KubeServer:
         server = KubeServer(lambda req: Reply(200, b"{}"), tls=pair)
@@ -168,7 +214,7 @@ def test_in_cluster_service_account_with_its_ca_and_a_rotating_token(tmp_path, m
         client = KubeClient(creds, qps=0, burst=1, max_connections=1)
         try:
             await client.get("/a")
-            (account / "token").write_text("sa-token-2")      # the kubelet rotated the projected token
+            (account / "token").write_text("sa-token-2")  # the kubelet rotated the projected token
             creds.token._read_at -= credentials.TOKEN_REFRESH_SECONDS
             await client.get("/b")
         finally:

@@ -1,4 +1,5 @@
 """kube.events.EventRecorder: aggregation, spam filter, truncation (fake API client)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -6,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kube.events import MAX_MESSAGE, EventRecorder, object_reference
 from kube.client import ApiError
+from kube.events import MAX_MESSAGE, EventRecorder, object_reference
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -16,7 +17,7 @@ class FakeEventsApi:
     """The write part of KubeClient (POST/PATCH) over an in-memory store of Events."""
 
     def __init__(self) -> None:
-        self.events: dict[str, dict[str, Any]] = {}       # path of the event -> event
+        self.events: dict[str, dict[str, Any]] = {}  # path of the event -> event
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.fail_next: ApiError | OSError | None = None
 
@@ -68,6 +69,7 @@ def _emit_all(recorder: EventRecorder, *emits: tuple[dict[str, Any], str, str, s
     async def body() -> None:
         for emit in emits:
             await recorder.emit(*emit)
+
     asyncio.run(body())
 
 
@@ -79,8 +81,14 @@ def _recorder(api: FakeEventsApi, **kwargs: Any) -> EventRecorder:
 
 
 def test_object_reference_names_the_pod_and_its_version():
-    assert _ref() == {"kind": "Pod", "apiVersion": "v1", "namespace": "shop", "name": "web-1", "uid": "uid-1",
-                      "resourceVersion": "7"}
+    assert _ref() == {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "namespace": "shop",
+        "name": "web-1",
+        "uid": "uid-1",
+        "resourceVersion": "7",
+    }
 
 
 def test_first_emit_creates_an_event_with_count_one_in_the_object_namespace():
@@ -100,8 +108,12 @@ def test_involved_object_leaves_out_unset_fields():
     api = FakeEventsApi()
     ref = object_reference({"metadata": {"name": "n1", "namespace": "shop"}}, "ConfigMap")
     _emit_all(_recorder(api), (ref, "Warning", "InvalidConfig", "bad"))
-    assert api.calls[0][2]["involvedObject"] == {"kind": "ConfigMap", "apiVersion": "v1", "namespace": "shop",
-                                                 "name": "n1"}
+    assert api.calls[0][2]["involvedObject"] == {
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "namespace": "shop",
+        "name": "n1",
+    }
 
 
 def test_event_names_are_unique_per_create():
@@ -156,8 +168,11 @@ def test_a_different_reason_creates_a_new_event():
 
 def test_the_same_message_about_another_object_creates_a_new_event():
     api = FakeEventsApi()
-    _emit_all(_recorder(api), (_ref(name="a", uid="ua"), "Normal", "Resized", "m"),
-              (_ref(name="b", uid="ub"), "Normal", "Resized", "m"))
+    _emit_all(
+        _recorder(api),
+        (_ref(name="a", uid="ua"), "Normal", "Resized", "m"),
+        (_ref(name="b", uid="ub"), "Normal", "Resized", "m"),
+    )
     assert api.kinds == ["create", "create"]
 
 
@@ -209,8 +224,13 @@ def test_the_spam_filter_is_per_object():
 def test_repeats_are_still_counted_when_the_object_budget_is_spent():
     api = FakeEventsApi()
     first = (_ref(), "Warning", "ResizeFailed", "m0")
-    _emit_all(_recorder(api, burst=2), first, (_ref(), "Warning", "ResizeFailed", "m1"),
-              (_ref(), "Warning", "ResizeFailed", "m2"), first)
+    _emit_all(
+        _recorder(api, burst=2),
+        first,
+        (_ref(), "Warning", "ResizeFailed", "m1"),
+        (_ref(), "Warning", "ResizeFailed", "m2"),
+        first,
+    )
     assert api.kinds == ["create", "create", "patch"]
     assert api.calls[2][2]["count"] == 2
 
@@ -221,9 +241,10 @@ def test_the_spam_budget_refills_over_time():
 
     async def body() -> None:
         await recorder.emit(_ref(), "Warning", "ResizeFailed", "m0")
-        await recorder.emit(_ref(), "Warning", "ResizeFailed", "m1")        # dropped
+        await recorder.emit(_ref(), "Warning", "ResizeFailed", "m1")  # dropped
         await asyncio.sleep(0.05)
         await recorder.emit(_ref(), "Warning", "ResizeFailed", "m2")
+
     asyncio.run(body())
     assert [obj["message"] for _, _, obj in api.calls] == ["m0", "m2"]
 

@@ -1,4 +1,5 @@
 """kube.informer.Informer: paged list, relist diff and watch events into the cache (fake client)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,26 +9,33 @@ from typing import Any
 
 import pytest
 
-from ops.prometheus import REGISTRY
-from kube.informer import Informer, object_key
 from kube.client import WatchExpired
+from kube.informer import Informer, object_key
 from kube.slim import slim_pod
+from ops.prometheus import REGISTRY
 
 pytestmark = pytest.mark.timeout(10)
 
 
 def _pod(name: str, rv: str, namespace: str = "ns", **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "resourceVersion": rv,
-                         "managedFields": [{"manager": "kubelet"}]},
-            "spec": {"nodeName": "n1", "containers": [{"name": "app", "env": [{"name": "A"}]}], **spec},
-            "status": {"phase": "Running"}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "resourceVersion": rv,
+            "managedFields": [{"manager": "kubelet"}],
+        },
+        "spec": {"nodeName": "n1", "containers": [{"name": "app", "env": [{"name": "A"}]}], **spec},
+        "status": {"phase": "Running"},
+    }
 
 
 class FakeListWatch:
     """`get` serves list pages in order; `watch` replays scripted streams."""
 
     def __init__(self) -> None:
-        self.lists: list[list[dict[str, Any]]] = []        # each list: its pages
+        self.lists: list[list[dict[str, Any]]] = []  # each list: its pages
         self.streams: list[list[dict[str, Any]]] = []
         self.end_with: BaseException | None = None
         self.get_calls: list[dict[str, Any]] = []
@@ -41,8 +49,9 @@ class FakeListWatch:
             self.lists.pop(0)
         return page
 
-    async def watch(self, path: str, resource_version: str, params: dict[str, Any], server_timeout: int,
-                    idle_timeout: float) -> AsyncIterator[dict[str, Any]]:
+    async def watch(
+        self, path: str, resource_version: str, params: dict[str, Any], server_timeout: int, idle_timeout: float
+    ) -> AsyncIterator[dict[str, Any]]:
         self.watch_calls.append((resource_version, params))
         for event in self.streams.pop(0):
             yield event
@@ -59,16 +68,28 @@ def _page(items: list[dict[str, Any]], rv: str = "", cont: str = "") -> dict[str
 
 class Recorder:
     def __init__(self) -> None:
-        self.events: list[tuple[str, str, str | None]] = []     # kind, key@rv, old rv
+        self.events: list[tuple[str, str, str | None]] = []  # kind, key@rv, old rv
 
     def __call__(self, kind: str, new: dict[str, Any], old: dict[str, Any] | None) -> None:
-        self.events.append((kind, f"{object_key(new)}@{new['metadata']['resourceVersion']}",
-                            None if old is None else old["metadata"]["resourceVersion"]))
+        self.events.append(
+            (
+                kind,
+                f"{object_key(new)}@{new['metadata']['resourceVersion']}",
+                None if old is None else old["metadata"]["resourceVersion"],
+            )
+        )
 
 
 def _informer(client: FakeListWatch, handler: Recorder, **kwargs: Any) -> Informer:
-    return Informer(client, "pods", "/api/v1/pods", slim_pod, handler,  # type: ignore[arg-type]
-                    params={"fieldSelector": "spec.nodeName!="}, **kwargs)
+    return Informer(
+        client,
+        "pods",
+        "/api/v1/pods",
+        slim_pod,
+        handler,  # type: ignore[arg-type]
+        params={"fieldSelector": "spec.nodeName!="},
+        **kwargs,
+    )
 
 
 def _list(informer: Informer) -> None:
@@ -119,8 +140,9 @@ def test_listed_objects_are_slimmed_before_they_are_cached():
 
 def test_a_paged_list_follows_continue_tokens_and_resumes_from_the_last_page_version():
     client, handler = FakeListWatch(), Recorder()
-    client.lists = [[_page([_pod("a", "1")], cont="t1"), _page([_pod("b", "2")], cont="t2"),
-                     _page([_pod("c", "3")], rv="30")]]
+    client.lists = [
+        [_page([_pod("a", "1")], cont="t1"), _page([_pod("b", "2")], cont="t2"), _page([_pod("c", "3")], rv="30")]
+    ]
     informer = _informer(client, handler, page_size=1)
     _list(informer)
     assert set(informer.store) == {"ns/a", "ns/b", "ns/c"}
@@ -131,14 +153,19 @@ def test_a_paged_list_follows_continue_tokens_and_resumes_from_the_last_page_ver
 
 def test_a_relist_reports_changed_new_and_vanished_objects_only():
     client, handler = FakeListWatch(), Recorder()
-    client.lists = [[_page([_pod("same", "1"), _pod("changed", "2"), _pod("gone", "3")], rv="10")],
-                    [_page([_pod("same", "1"), _pod("changed", "5"), _pod("new", "6")], rv="20")]]
+    client.lists = [
+        [_page([_pod("same", "1"), _pod("changed", "2"), _pod("gone", "3")], rv="10")],
+        [_page([_pod("same", "1"), _pod("changed", "5"), _pod("new", "6")], rv="20")],
+    ]
     informer = _informer(client, handler)
     _list(informer)
     handler.events.clear()
     _list(informer)
-    assert sorted(handler.events) == [("ADDED", "ns/new@6", None), ("DELETED", "ns/gone@3", "3"),
-                                      ("MODIFIED", "ns/changed@5", "2")]
+    assert sorted(handler.events) == [
+        ("ADDED", "ns/new@6", None),
+        ("DELETED", "ns/gone@3", "3"),
+        ("MODIFIED", "ns/changed@5", "2"),
+    ]
     assert set(informer.store) == {"ns/same", "ns/changed", "ns/new"}
     assert informer._resource_version == "20"
 
@@ -183,9 +210,13 @@ def test_the_watch_starts_from_the_list_resource_version_with_the_same_selector(
 
 def test_watch_events_update_the_cache_and_the_resume_version():
     client, handler, informer = _listed([_pod("a", "1")])
-    client.streams = [[{"type": "MODIFIED", "object": _pod("a", "11")},
-                       {"type": "ADDED", "object": _pod("b", "12")},
-                       {"type": "DELETED", "object": _pod("a", "13")}]]
+    client.streams = [
+        [
+            {"type": "MODIFIED", "object": _pod("a", "11")},
+            {"type": "ADDED", "object": _pod("b", "12")},
+            {"type": "DELETED", "object": _pod("a", "13")},
+        ]
+    ]
     assert _watch(informer) is None
     assert handler.events == [("MODIFIED", "ns/a@11", "1"), ("ADDED", "ns/b@12", None), ("DELETED", "ns/a@13", "11")]
     assert set(informer.store) == {"ns/b"}
@@ -195,11 +226,15 @@ def test_watch_events_update_the_cache_and_the_resume_version():
 def test_the_cached_objects_gauge_follows_the_store_through_watch_events():
     client, handler, informer = _listed([_pod("a", "1")])
     sizes: list[int] = []
-    client.streams = [[{"type": "ADDED", "object": _pod("b", "11")},
-                       {"type": "MODIFIED", "object": _pod("b", "12")},
-                       {"type": "ADDED", "object": _pod("c", "13")},
-                       {"type": "DELETED", "object": _pod("a", "14")},
-                       {"type": "DELETED", "object": _pod("gone", "15")}]]
+    client.streams = [
+        [
+            {"type": "ADDED", "object": _pod("b", "11")},
+            {"type": "MODIFIED", "object": _pod("b", "12")},
+            {"type": "ADDED", "object": _pod("c", "13")},
+            {"type": "DELETED", "object": _pod("a", "14")},
+            {"type": "DELETED", "object": _pod("gone", "15")},
+        ]
+    ]
     informer._handler = lambda kind, new, old: sizes.append(int(_cached(informer)))
     _watch(informer)
     assert sizes == [2, 2, 3, 2, 2]
@@ -256,8 +291,10 @@ def test_an_expired_watch_propagates_after_applying_earlier_events():
 
 def test_run_relists_after_the_watch_expires_and_reports_what_changed_meanwhile():
     client, handler = FakeListWatch(), Recorder()
-    client.lists = [[_page([_pod("a", "1"), _pod("b", "2")], rv="10")],
-                    [_page([_pod("a", "1"), _pod("c", "30")], rv="40")]]
+    client.lists = [
+        [_page([_pod("a", "1"), _pod("b", "2")], rv="10")],
+        [_page([_pod("a", "1"), _pod("c", "30")], rv="40")],
+    ]
 
     streams = iter([WatchExpired("/api/v1/pods"), None])
     relisted = asyncio.Event()
@@ -279,6 +316,7 @@ def test_run_relists_after_the_watch_expires_and_reports_what_changed_meanwhile(
         await asyncio.wait_for(relisted.wait(), 2)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
     asyncio.run(body())
     assert [rv for rv, _ in client.watch_calls] == ["10", "40"]
     assert handler.events[2:] == [("ADDED", "ns/c@30", None), ("DELETED", "ns/b@2", "2")]
@@ -311,9 +349,12 @@ def test_a_watch_that_closes_at_once_is_retried_with_backoff_not_in_a_tight_loop
             await real_sleep(0)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
     asyncio.run(body())
     assert len(sleeps) >= 7, "a sleep after every empty watch"
-    assert sleeps[0] >= 0.5 and sleeps[5] >= 16 and all(b >= a / 2 for a, b in zip(sleeps, sleeps[1:], strict=False)), sleeps
+    assert sleeps[0] >= 0.5 and sleeps[5] >= 16 and all(b >= a / 2 for a, b in zip(sleeps, sleeps[1:], strict=False)), (
+        sleeps
+    )
 
 
 def test_a_watch_that_delivered_events_resets_the_backoff():

@@ -5,13 +5,14 @@ own event loop (tests/unit/kube_server.py): keep-alive, connection limits, broke
 silent connections, chunked streams and TLS with client certificates are the
 client's behaviour on the wire, so they are tested there. No cluster.
 """
+
 from __future__ import annotations
 
 import asyncio
 import copy
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -34,29 +35,31 @@ from tests.unit.kube_server import Handler, KubeServer, Reply, Seen, tls_pair
 pytestmark = pytest.mark.timeout(10)
 
 
-
 # ------------------------------------------------------------------ _resource_label
 
 
-@pytest.mark.parametrize(("path", "label"), [
-    ("/api/v1/namespaces/ns/pods/x/resize", "pods/resize"),
-    ("/api/v1/namespaces/ns/pods/x", "pods"),
-    ("/api/v1/namespaces/ns/pods", "pods"),
-    ("/api/v1/pods", "pods"),
-    ("/api/v1/pods?fieldSelector=spec.nodeName!%3D&watch=1", "pods"),
-    ("/api/v1/nodes", "nodes"),
-    ("/api/v1/nodes/node-1", "nodes"),
-    ("/api/v1/nodes/node-1/status", "nodes/status"),
-    ("/apis/coordination.k8s.io/v1/namespaces/ns/leases/x", "leases"),
-    ("/apis/coordination.k8s.io/v1/leases", "leases"),
-    ("/api/v1/namespaces/ns/events", "events"),
-    ("/api/v1/namespaces/ns/events/web.17f2", "events"),
-    ("/api/v1/namespaces/ns/configmaps/workload-resizer-config", "configmaps"),
-    ("/api/v1/namespaces/ns", "namespaces"),
-    ("/api/v1/namespaces", "namespaces"),
-    ("/api/v1", "unknown"),
-    ("/", "unknown"),
-])
+@pytest.mark.parametrize(
+    ("path", "label"),
+    [
+        ("/api/v1/namespaces/ns/pods/x/resize", "pods/resize"),
+        ("/api/v1/namespaces/ns/pods/x", "pods"),
+        ("/api/v1/namespaces/ns/pods", "pods"),
+        ("/api/v1/pods", "pods"),
+        ("/api/v1/pods?fieldSelector=spec.nodeName!%3D&watch=1", "pods"),
+        ("/api/v1/nodes", "nodes"),
+        ("/api/v1/nodes/node-1", "nodes"),
+        ("/api/v1/nodes/node-1/status", "nodes/status"),
+        ("/apis/coordination.k8s.io/v1/namespaces/ns/leases/x", "leases"),
+        ("/apis/coordination.k8s.io/v1/leases", "leases"),
+        ("/api/v1/namespaces/ns/events", "events"),
+        ("/api/v1/namespaces/ns/events/web.17f2", "events"),
+        ("/api/v1/namespaces/ns/configmaps/workload-resizer-config", "configmaps"),
+        ("/api/v1/namespaces/ns", "namespaces"),
+        ("/api/v1/namespaces", "namespaces"),
+        ("/api/v1", "unknown"),
+        ("/", "unknown"),
+    ],
+)
 def test_resource_label_names_the_resource_and_subresource(path, label):
     assert _resource_label(path) == label
 
@@ -70,6 +73,7 @@ def _timed_takes(bucket: TokenBucket, n: int) -> float:
         for _ in range(n):
             await bucket.take()
         return time.monotonic() - start
+
     return asyncio.run(body())
 
 
@@ -87,9 +91,10 @@ def test_token_bucket_paces_takes_beyond_the_burst_at_qps():
         for _ in range(20):
             await bucket.take()
         return burst, time.monotonic() - start - burst
+
     burst, paced = asyncio.run(body())
     assert burst < 0.05
-    assert 0.15 <= paced < 2.0          # 20 tokens at 100/s is 0.2 s
+    assert 0.15 <= paced < 2.0  # 20 tokens at 100/s is 0.2 s
 
 
 def test_token_bucket_refill_is_capped_at_the_burst():
@@ -97,12 +102,13 @@ def test_token_bucket_refill_is_capped_at_the_burst():
         bucket = TokenBucket(qps=20.0, burst=3)
         for _ in range(3):
             await bucket.take()
-        await asyncio.sleep(0.35)       # 7 tokens' worth of time, but only 3 fit
+        await asyncio.sleep(0.35)  # 7 tokens' worth of time, but only 3 fit
         start = time.monotonic()
         for _ in range(6):
             await bucket.take()
         return time.monotonic() - start
-    assert asyncio.run(body()) >= 0.1   # 3 free, then 3 at 20/s = 0.15 s
+
+    assert asyncio.run(body()) >= 0.1  # 3 free, then 3 at 20/s = 0.15 s
 
 
 def test_token_bucket_with_zero_qps_does_not_limit():
@@ -128,9 +134,22 @@ def test_client_errors_are_not_retryable(status):
 
 def test_causes_lists_the_cause_reasons_of_the_status_details():
     """metav1.StatusCause.Type is serialised as "reason" (what the 1.36 apiserver sends for NodeCapacity)."""
-    err = ApiError(403, {"kind": "Status", "reason": "Forbidden", "message": "nope", "details": {"causes": [
-        {"reason": "FieldValueInvalid", "field": "spec.containers[0].resources"},
-        {"reason": "NodeCapacity"}, {"message": "without a reason"}, "not an object"]}})
+    err = ApiError(
+        403,
+        {
+            "kind": "Status",
+            "reason": "Forbidden",
+            "message": "nope",
+            "details": {
+                "causes": [
+                    {"reason": "FieldValueInvalid", "field": "spec.containers[0].resources"},
+                    {"reason": "NodeCapacity"},
+                    {"message": "without a reason"},
+                    "not an object",
+                ]
+            },
+        },
+    )
     assert err.causes == ["FieldValueInvalid", "NodeCapacity", "", ""]
 
 
@@ -138,8 +157,9 @@ def test_a_cause_keyed_type_is_not_a_reason():
     assert ApiError(403, {"details": {"causes": [{"type": "NodeCapacity"}]}}).causes == [""]
 
 
-@pytest.mark.parametrize("body", [{}, {"details": None}, {"details": {"name": "x"}}, {"details": {"causes": None}},
-                                  {"details": "text"}])
+@pytest.mark.parametrize(
+    "body", [{}, {"details": None}, {"details": {"name": "x"}}, {"details": {"causes": None}}, {"details": "text"}]
+)
 def test_causes_is_empty_without_details(body):
     assert ApiError(422, body).causes == []
 
@@ -153,19 +173,32 @@ def test_api_error_carries_reason_and_message_of_the_status():
 # ------------------------------------------------------------------ a client against a local server
 
 
-def _run(handler: Handler, use: Callable[[KubeClient], Any], token: str | None = "s3cret",
-         max_connections: int = 4, timeout: float = 5.0, tls: bool = False) -> tuple[Any, KubeServer]:
+def _run(
+    handler: Handler,
+    use: Callable[[KubeClient], Any],
+    token: str | None = "s3cret",
+    max_connections: int = 4,
+    timeout: float = 5.0,
+    tls: bool = False,
+) -> tuple[Any, KubeServer]:
     """Start a server answering with `handler`, run `use(client)` against it, close both."""
+
     async def body() -> tuple[Any, KubeServer]:
         server = KubeServer(handler, tls=tls_pair() if tls else None)
         await server.start()
-        client = KubeClient(Credentials(server=server.url, ssl_context=server.client_context(), token=lambda: token),
-                            qps=0, burst=1, max_connections=max_connections, timeout=timeout)
+        client = KubeClient(
+            Credentials(server=server.url, ssl_context=server.client_context(), token=lambda: token),
+            qps=0,
+            burst=1,
+            max_connections=max_connections,
+            timeout=timeout,
+        )
         try:
             return await use(client), server
         finally:
             await client.close()
             await server.stop()
+
     return asyncio.run(body())
 
 
@@ -178,12 +211,15 @@ def _lines(*events: dict | str) -> bytes:
 
 
 def _event(kind: str, name: str, rv: str) -> dict:
-    return {"type": kind, "object": {"kind": "Pod", "metadata": {"name": name, "namespace": "ns",
-                                                                  "resourceVersion": rv}}}
+    return {
+        "type": kind,
+        "object": {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}},
+    }
 
 
-def _watch(client: KubeClient, path: str = "/api/v1/pods", rv: str = "100", params: dict | None = None,
-           idle_timeout: float = 5) -> Any:
+def _watch(
+    client: KubeClient, path: str = "/api/v1/pods", rv: str = "100", params: dict | None = None, idle_timeout: float = 5
+) -> Any:
     async def collect() -> tuple[list[dict], BaseException | None]:
         events: list[dict] = []
         try:
@@ -192,6 +228,7 @@ def _watch(client: KubeClient, path: str = "/api/v1/pods", rv: str = "100", para
         except (WatchExpired, ApiError, TransportError) as err:
             return events, err
         return events, None
+
     return collect()
 
 
@@ -204,7 +241,10 @@ def test_watch_yields_each_event_line_in_order():
     events, err = _collect(lambda req: Reply(200, [body]))
     assert err is None
     assert [(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in events] == [
-        ("ADDED", "101"), ("MODIFIED", "102"), ("DELETED", "103")]
+        ("ADDED", "101"),
+        ("MODIFIED", "102"),
+        ("DELETED", "103"),
+    ]
 
 
 def test_watch_skips_blank_lines():
@@ -216,7 +256,7 @@ def test_watch_skips_blank_lines():
 
 def test_watch_reassembles_an_event_split_across_chunks():
     payload = _lines(_event("ADDED", "a", "101"), _event("ADDED", "b", "102"))
-    chunks = [payload[i:i + 7] for i in range(0, len(payload), 7)]
+    chunks = [payload[i : i + 7] for i in range(0, len(payload), 7)]
     events, err = _collect(lambda req: Reply(200, chunks))
     assert err is None
     assert [e["object"]["metadata"]["name"] for e in events] == ["a", "b"]
@@ -230,12 +270,19 @@ def test_watch_keeps_a_last_event_without_a_trailing_newline():
 
 
 def test_watch_asks_for_a_bookmarked_watch_from_the_resource_version():
-    (_, server) = _run(lambda req: Reply(200, [b""]),
-                       lambda client: _watch(client, rv="4711", params={"fieldSelector": "spec.nodeName!="}))
+    (_, server) = _run(
+        lambda req: Reply(200, [b""]),
+        lambda client: _watch(client, rv="4711", params={"fieldSelector": "spec.nodeName!="}),
+    )
     seen = server.seen[0]
     assert seen.method == "GET" and seen.path == "/api/v1/pods"
-    assert seen.query == {"fieldSelector": "spec.nodeName!=", "watch": "1", "resourceVersion": "4711",
-                          "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
+    assert seen.query == {
+        "fieldSelector": "spec.nodeName!=",
+        "watch": "1",
+        "resourceVersion": "4711",
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": "300",
+    }
     assert seen.headers["authorization"] == "Bearer s3cret"
 
 
@@ -246,17 +293,23 @@ def test_watch_answered_with_410_gone_raises_watch_expired():
 
 
 def test_watch_error_event_with_code_410_raises_watch_expired_after_the_earlier_events():
-    body = _lines(_event("ADDED", "a", "101"),
-                  {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}},
-                  _event("ADDED", "b", "102"))
+    body = _lines(
+        _event("ADDED", "a", "101"),
+        {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}},
+        _event("ADDED", "b", "102"),
+    )
     events, err = _collect(lambda req: Reply(200, [body]))
     assert [e["object"]["metadata"]["name"] for e in events] == ["a"]
     assert isinstance(err, WatchExpired)
 
 
 def test_watch_error_event_with_another_code_raises_api_error_with_that_status():
-    body = _lines({"type": "ERROR", "object": {"kind": "Status", "code": 500, "reason": "InternalError",
-                                               "message": "etcd unavailable"}})
+    body = _lines(
+        {
+            "type": "ERROR",
+            "object": {"kind": "Status", "code": 500, "reason": "InternalError", "message": "etcd unavailable"},
+        }
+    )
     _, err = _collect(lambda req: Reply(200, [body]))
     assert isinstance(err, ApiError)
     assert (err.status, err.reason, err.message) == (500, "InternalError", "etcd unavailable")
@@ -331,8 +384,10 @@ def test_request_with_an_empty_success_body_returns_an_empty_dict():
 
 
 def test_request_sends_the_query_parameters():
-    _, server = _run(lambda req: _json(200, {}),
-                     lambda client: client.get("/api/v1/pods", limit="500", fieldSelector="spec.nodeName!="))
+    _, server = _run(
+        lambda req: _json(200, {}),
+        lambda client: client.get("/api/v1/pods", limit="500", fieldSelector="spec.nodeName!="),
+    )
     assert server.seen[0].path == "/api/v1/pods"
     assert server.seen[0].query == {"limit": "500", "fieldSelector": "spec.nodeName!="}
 
@@ -345,8 +400,9 @@ def test_request_with_a_conflict_raises_a_retryable_api_error():
 
 
 def test_patch_sends_the_json_body_with_its_patch_content_type():
-    _, server = _request(lambda req: _json(200, {}), "patch", "/api/v1/namespaces/ns/pods/p",
-                         {"metadata": {"annotations": {"a": "b"}}})
+    _, server = _request(
+        lambda req: _json(200, {}), "patch", "/api/v1/namespaces/ns/pods/p", {"metadata": {"annotations": {"a": "b"}}}
+    )
     seen = server.seen[0]
     assert seen.method == "PATCH"
     assert seen.headers["content-type"] == MERGE_PATCH
@@ -369,8 +425,12 @@ def test_every_request_asks_the_token_source_so_a_rotated_token_is_used():
     async def body() -> KubeServer:
         server = KubeServer(lambda req: _json(200, {}))
         await server.start()
-        client = KubeClient(Credentials(server=server.url, ssl_context=False, token=lambda: current["token"]),
-                            qps=0, burst=1, max_connections=1)
+        client = KubeClient(
+            Credentials(server=server.url, ssl_context=False, token=lambda: current["token"]),
+            qps=0,
+            burst=1,
+            max_connections=1,
+        )
         try:
             await use(client)
         finally:
@@ -439,13 +499,15 @@ def test_an_unreachable_server_is_a_transport_error():
         server = KubeServer(lambda req: _json(200, {}))
         await server.start()
         url = server.url
-        await server.stop()             # nothing listens on that port any more
-        client = KubeClient(Credentials(server=url, ssl_context=False, token=lambda: None),
-                            qps=0, burst=1, max_connections=1)
+        await server.stop()  # nothing listens on that port any more
+        client = KubeClient(
+            Credentials(server=url, ssl_context=False, token=lambda: None), qps=0, burst=1, max_connections=1
+        )
         try:
             await client.get("/a")
         finally:
             await client.close()
+
     with pytest.raises(TransportError):
         asyncio.run(body())
 
@@ -461,13 +523,18 @@ def test_tls_to_a_server_the_ca_does_not_vouch_for_is_a_transport_error():
     async def body() -> None:
         server = KubeServer(lambda req: _json(200, {}), tls=tls_pair())
         await server.start()
-        client = KubeClient(Credentials(server=server.url, ssl_context=tls_pair().client_context(),
-                                        token=lambda: None), qps=0, burst=1, max_connections=1)
+        client = KubeClient(
+            Credentials(server=server.url, ssl_context=tls_pair().client_context(), token=lambda: None),
+            qps=0,
+            burst=1,
+            max_connections=1,
+        )
         try:
             await client.get("/a")
         finally:
             await client.close()
             await server.stop()
+
     with pytest.raises(TransportError):
         asyncio.run(body())
 
@@ -477,9 +544,15 @@ def test_tls_to_a_server_the_ca_does_not_vouch_for_is_a_transport_error():
 HTML_503 = b"<html><body><h1>503 Service Unavailable</h1>upstream connect error</body></html>"
 
 
-@pytest.mark.parametrize(("status", "body"), [
-    (503, HTML_503), (502, b"\xff\xfe garbage"), (500, b"[1, 2]"), (403, b"null"),
-])
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (503, HTML_503),
+        (502, b"\xff\xfe garbage"),
+        (500, b"[1, 2]"),
+        (403, b"null"),
+    ],
+)
 def test_a_failed_request_with_any_body_is_an_api_error(status: int, body: bytes):
     with pytest.raises(ApiError) as exc:
         _request(lambda req: Reply(status, body), "get", "/api/v1/nodes")
@@ -487,7 +560,7 @@ def test_a_failed_request_with_any_body_is_an_api_error(status: int, body: bytes
     assert exc.value.causes == []
 
 
-@pytest.mark.parametrize("body", [HTML_503, b"[]", b"\"text\"", b"12", b"{truncated"])
+@pytest.mark.parametrize("body", [HTML_503, b"[]", b'"text"', b"12", b"{truncated"])
 def test_a_successful_reply_that_is_not_a_json_object_is_a_retryable_api_error(body: bytes):
     with pytest.raises(ApiError) as exc:
         _request(lambda req: Reply(200, body), "get", "/api/v1/nodes")
@@ -505,16 +578,28 @@ def test_a_write_checks_the_status_and_does_not_read_the_body():
     result, _ = _request(handler, "write", "POST", "/api/v1/namespaces/ns/events", {"kind": "Event"})
     assert result is None
     assert (seen[0].method, seen[0].path, orjson.loads(seen[0].body)) == (
-        "POST", "/api/v1/namespaces/ns/events", {"kind": "Event"})
+        "POST",
+        "/api/v1/namespaces/ns/events",
+        {"kind": "Event"},
+    )
     with pytest.raises(ApiError) as exc:
-        _request(lambda req: _json(409, {"reason": "Conflict", "message": "modified"}), "write",
-                 "PATCH", "/api/v1/namespaces/ns/pods/p", {"metadata": {}}, "application/merge-patch+json")
+        _request(
+            lambda req: _json(409, {"reason": "Conflict", "message": "modified"}),
+            "write",
+            "PATCH",
+            "/api/v1/namespaces/ns/pods/p",
+            {"metadata": {}},
+            "application/merge-patch+json",
+        )
     assert exc.value.status == 409 and exc.value.reason == "Conflict"
 
 
 def test_odd_status_details_do_not_break_causes():
     assert ApiError(422, {"details": "oops"}).causes == []
-    assert ApiError(422, {"details": {"causes": ["x", {"reason": "FieldValueInvalid"}]}}).causes == ["", "FieldValueInvalid"]
+    assert ApiError(422, {"details": {"causes": ["x", {"reason": "FieldValueInvalid"}]}}).causes == [
+        "",
+        "FieldValueInvalid",
+    ]
 
 
 @pytest.mark.parametrize("line", ["<html>", "[1]", "7"])
@@ -556,14 +641,17 @@ def test_text_that_looks_like_the_markers_inside_strings_changes_nothing():
     assert _loads_trimmed(orjson.dumps(full), watch_event=False) == _without_managed(full)
 
 
-@pytest.mark.parametrize("layout", [
-    # keys sorted (e.g. re-serialised by a proxy): name, resourceVersion, ... come after managedFields
-    lambda obj: orjson.dumps(obj, option=orjson.OPT_SORT_KEYS),
-    # a list: not trimmed at all
-    lambda obj: orjson.dumps({"kind": "PodList", "metadata": {"resourceVersion": "9"}, "items": [obj, obj]}),
-    # no spec after the metadata (e.g. a ConfigMap)
-    lambda obj: orjson.dumps({"metadata": obj["metadata"], "data": {"a": "b"}}),
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        # keys sorted (e.g. re-serialised by a proxy): name, resourceVersion, ... come after managedFields
+        lambda obj: orjson.dumps(obj, option=orjson.OPT_SORT_KEYS),
+        # a list: not trimmed at all
+        lambda obj: orjson.dumps({"kind": "PodList", "metadata": {"resourceVersion": "9"}, "items": [obj, obj]}),
+        # no spec after the metadata (e.g. a ConfigMap)
+        lambda obj: orjson.dumps({"metadata": obj["metadata"], "data": {"a": "b"}}),
+    ],
+)
 def test_any_other_layout_is_left_to_a_full_decode(layout):
     full = orjson.loads((DATA / "apiserver-pod.json").read_bytes())
     full["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = True
@@ -571,8 +659,13 @@ def test_any_other_layout_is_left_to_a_full_decode(layout):
 
 
 def _trimming_client(server_url: str, context: Any) -> KubeClient:
-    return KubeClient(Credentials(server=server_url, ssl_context=context, token=lambda: None), qps=0, burst=1,
-                      max_connections=2, drop_managed_fields=True)
+    return KubeClient(
+        Credentials(server=server_url, ssl_context=context, token=lambda: None),
+        qps=0,
+        burst=1,
+        max_connections=2,
+        drop_managed_fields=True,
+    )
 
 
 def test_a_client_told_to_drops_managed_fields_of_replies_and_watch_events_and_keeps_the_rest():
@@ -582,8 +675,10 @@ def test_a_client_told_to_drops_managed_fields_of_replies_and_watch_events_and_k
 
     def handler(req: Seen) -> Reply:
         if req.query.get("watch"):
-            return Reply(200, [b'{"type":"ADDED","object":' + raw + b"}\n" +
-                               b'{"type":"MODIFIED","object":' + sorted_keys + b"}\n"])
+            return Reply(
+                200,
+                [b'{"type":"ADDED","object":' + raw + b"}\n" + b'{"type":"MODIFIED","object":' + sorted_keys + b"}\n"],
+            )
         return Reply(200, raw)
 
     async def body() -> tuple[dict, list[dict]]:
@@ -597,6 +692,7 @@ def test_a_client_told_to_drops_managed_fields_of_replies_and_watch_events_and_k
         finally:
             await client.close()
             await server.stop()
+
     reply, events = asyncio.run(body())
     assert reply == _without_managed(full)
     assert events[0]["object"] == _without_managed(full)
@@ -607,7 +703,7 @@ def test_get_text_returns_a_plain_reply_and_raises_on_errors():
     def handler(req: Seen) -> Reply:
         if req.path.endswith("/log"):
             return Reply(200, b'warming up\n{"score": 12.5}\n')
-        return _json(404, {"kind": "Status", "reason": "NotFound", "message": "pods \"x\" not found"})
+        return _json(404, {"kind": "Status", "reason": "NotFound", "message": 'pods "x" not found'})
 
     async def use(client: KubeClient) -> tuple[str, ApiError]:
         text = await client.get_text("/api/v1/namespaces/ns/pods/p/log", container="c", tailLines=20)

@@ -1,4 +1,5 @@
 """kube.leader.LeaderElector against an in-memory Lease store with optimistic concurrency."""
+
 from __future__ import annotations
 
 import asyncio
@@ -66,14 +67,28 @@ class FakeLeaseApi:
         if self.fail is not None:
             raise self.fail
 
-    def put_holder(self, holder: str | None, renew_time: str = "2001-01-01T00:00:00.000000Z",
-                   duration: int = 15, transitions: int = 3) -> None:
+    def put_holder(
+        self,
+        holder: str | None,
+        renew_time: str = "2001-01-01T00:00:00.000000Z",
+        duration: int = 15,
+        transitions: int = 3,
+    ) -> None:
         """Another party writes the lease (e.g. the current leader renewing)."""
-        self._store({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                     "metadata": {"name": NAME, "namespace": NS},
-                     "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration,
-                              "acquireTime": renew_time, "renewTime": renew_time,
-                              "leaseTransitions": transitions}})
+        self._store(
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": NAME, "namespace": NS},
+                "spec": {
+                    "holderIdentity": holder,
+                    "leaseDurationSeconds": duration,
+                    "acquireTime": renew_time,
+                    "renewTime": renew_time,
+                    "leaseTransitions": transitions,
+                },
+            }
+        )
 
     @property
     def holder(self) -> str | None:
@@ -101,8 +116,10 @@ def _elector(api: FakeLeaseApi, identity: str, **kwargs: float) -> LeaderElector
 
 def attempt(*electors: LeaderElector) -> list[bool]:
     """Concurrent acquire-or-renew attempts of the given candidates."""
+
     async def body() -> list[bool]:
         return list(await asyncio.gather(*(e._try_acquire_or_renew() for e in electors)))
+
     return asyncio.run(body())
 
 
@@ -137,7 +154,7 @@ def test_two_candidates_racing_for_an_expired_lease_never_both_win(clock):
     api = FakeLeaseApi()
     api.put_holder("old")
     a, b = _elector(api, "a"), _elector(api, "b")
-    assert attempt(a, b) == [False, False]          # both first observe the record now
+    assert attempt(a, b) == [False, False]  # both first observe the record now
     clock.now += 16
     results = attempt(a, b)
     assert sorted(results) == [False, True]
@@ -164,8 +181,11 @@ def test_a_conflicting_update_is_a_failed_attempt_not_an_error(clock):
     assert attempt(a) == [False]
 
 
-@pytest.mark.parametrize("error", [ApiError(500, {"message": "etcd"}), ConnectionRefusedError("down")],
-                         ids=["server-error", "connection-error"])
+@pytest.mark.parametrize(
+    "error",
+    [ApiError(500, {"message": "etcd"}), ConnectionRefusedError("down")],
+    ids=["server-error", "connection-error"],
+)
 def test_an_unreachable_apiserver_is_a_failed_attempt_not_an_error(clock, error):
     api = FakeLeaseApi()
     api.fail = error
@@ -237,7 +257,7 @@ def test_random_schedules_never_hand_the_lease_to_a_second_holder_while_the_firs
     for _ in range(200):
         clock.now += rng.choice([0.5, 2, 5, 9])
         candidates = rng.sample(electors, rng.randint(1, 3))
-        if rng.random() < 0.3:      # the holder is partitioned away this round
+        if rng.random() < 0.3:  # the holder is partitioned away this round
             candidates = [e for e in candidates if e.identity != holder] or candidates
         results = attempt(*candidates)
         winners = [e.identity for e, ok in zip(candidates, results, strict=True) if ok]
@@ -250,7 +270,7 @@ def test_random_schedules_never_hand_the_lease_to_a_second_holder_while_the_firs
             holder = winner
             last_renewal[winner] = clock.now
             assert api.holder == winner
-    assert takeovers > 0            # the schedule did exercise takeovers
+    assert takeovers > 0  # the schedule did exercise takeovers
 
 
 # ------------------------------------------------------------------ acquire, hold, release (real time)
@@ -271,7 +291,7 @@ def test_release_lets_a_standby_take_over_at_once(clock):
     asyncio.run(a.release())
     assert not a.is_leader
     assert api.holder is None and api.lease["spec"]["leaseDurationSeconds"] == 1
-    assert attempt(b) == [True]                     # no clock advance needed
+    assert attempt(b) == [True]  # no clock advance needed
 
 
 def test_release_leaves_a_lease_held_by_someone_else_alone(clock):
@@ -300,6 +320,7 @@ def test_hold_raises_leadership_lost_when_renewals_fail_past_the_deadline():
         await asyncio.wait_for(a.acquire(), 1)
         api.fail = ApiError(500, {"message": "etcd"})
         await asyncio.wait_for(a.hold(), 2)
+
     with pytest.raises(LeadershipLost):
         asyncio.run(body())
     assert not a.is_leader
@@ -313,6 +334,7 @@ def test_hold_keeps_leading_while_renewals_succeed():
         await asyncio.wait_for(a.acquire(), 1)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(a.hold(), 0.2)
+
     asyncio.run(body())
     assert a.is_leader and api.updates >= 5
 
@@ -335,7 +357,7 @@ class HangingLeaseApi(FakeLeaseApi):
 
     async def get(self, path: str, **kw: Any) -> dict[str, Any]:
         if self.hang:
-            await asyncio.Event().wait()      # a dead connection: only a timeout ends it
+            await asyncio.Event().wait()  # a dead connection: only a timeout ends it
         return await super().get(path, **kw)
 
 
@@ -346,12 +368,13 @@ def _lead_then(api: HangingLeaseApi, fault: Any, renew_deadline: float = 0.2) ->
     async def body() -> float:
         await asyncio.wait_for(a.acquire(), 1)
         holding = asyncio.create_task(a.hold())
-        await asyncio.sleep(0.1)            # a few good renewals
+        await asyncio.sleep(0.1)  # a few good renewals
         fault()
         t0 = asyncio.get_running_loop().time()
         with pytest.raises(LeadershipLost):
             await asyncio.wait_for(holding, 3)
         return asyncio.get_running_loop().time() - t0
+
     return asyncio.run(body()), a
 
 
@@ -362,8 +385,10 @@ def test_a_hung_renewal_is_cut_off_at_the_renew_deadline():
     assert not a.is_leader and not a.may_write()
 
 
-@pytest.mark.parametrize("error", [ApiError(503, {"message": "<html>503</html>"}), ValueError("not JSON"),
-                                   KeyError("spec"), TypeError("odd lease")])
+@pytest.mark.parametrize(
+    "error",
+    [ApiError(503, {"message": "<html>503</html>"}), ValueError("not JSON"), KeyError("spec"), TypeError("odd lease")],
+)
 def test_unexpected_replies_are_failed_attempts_until_the_deadline(error):
     api = HangingLeaseApi()
     elapsed, a = _lead_then(api, lambda: setattr(api, "raise_any", error))
@@ -388,6 +413,7 @@ def test_acquire_survives_garbage_replies_and_waits_for_the_lease():
         assert not acquiring.done() and not a.is_leader and not a.may_write()
         api.raise_any = None
         await asyncio.wait_for(acquiring, 1)
+
     asyncio.run(body())
     assert a.is_leader and a.may_write()
 
@@ -419,5 +445,6 @@ def test_the_fenced_client_refuses_writes_but_not_reads_once_leadership_may_be_l
             with pytest.raises(NotLeader) as exc:
                 await call
             assert not exc.value.retryable
+
     asyncio.run(body())
     assert inner.calls == ["PATCH", "GET"]

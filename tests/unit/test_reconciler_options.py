@@ -1,4 +1,5 @@
 """reconciler.options: Go-style durations and command-line validation."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,26 +10,28 @@ import pytest
 from reconciler.options import duration, parse, positive_int
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("1m30s", 90.0),
-    ("500ms", 0.5),
-    ("30", 30.0),
-    ("30s", 30.0),
-    ("2.5", 2.5),
-    ("1.5s", 1.5),
-    ("1h", 3600.0),
-    ("1h2m3s", 3723.0),
-    ("1s500ms", 1.5),
-    ("0", 0.0),
-    ("0s", 0.0),
-    (" 2m ", 120.0),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1m30s", 90.0),
+        ("500ms", 0.5),
+        ("30", 30.0),
+        ("30s", 30.0),
+        ("2.5", 2.5),
+        ("1.5s", 1.5),
+        ("1h", 3600.0),
+        ("1h2m3s", 3723.0),
+        ("1s500ms", 1.5),
+        ("0", 0.0),
+        ("0s", 0.0),
+        (" 2m ", 120.0),
+    ],
+)
 def test_duration_parses_go_style_and_plain_seconds(text, seconds):
     assert duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", " ", "abc", "s", "1x", "1m30", "m1", "1 m", "1m 30s", "-1s", "-5",
-                                  "1d", "30sec"])
+@pytest.mark.parametrize("text", ["", " ", "abc", "s", "1x", "1m30", "m1", "1 m", "1m 30s", "-1s", "-5", "1d", "30sec"])
 def test_duration_rejects_malformed_or_negative_text(text):
     with pytest.raises(argparse.ArgumentTypeError):
         duration(text)
@@ -52,9 +55,14 @@ def test_positive_int_rejects_less_than_one(text):
 
 
 def test_duration_flags_are_parsed_into_seconds():
-    settings = parse(["--watch-idle-timeout", "1m30s", "--config-refresh-interval", "500ms",
-                  "--shutdown-timeout", "45"])
-    assert (settings.api.watch_idle_timeout, settings.config_refresh_interval, settings.shutdown_timeout) == (90.0, 0.5, 45.0)
+    settings = parse(
+        ["--watch-idle-timeout", "1m30s", "--config-refresh-interval", "500ms", "--shutdown-timeout", "45"]
+    )
+    assert (settings.api.watch_idle_timeout, settings.config_refresh_interval, settings.shutdown_timeout) == (
+        90.0,
+        0.5,
+        45.0,
+    )
 
 
 def test_lease_namespace_defaults_to_the_config_namespace():

@@ -1,5 +1,6 @@
 """reconciler.originals_keys: pods signed with a key the reconciler does not have are counted
 (workload_resizer_originals_unknown_key_pods) and each such key id is logged once."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from ops.prometheus import REGISTRY
 from kube import ApiError
+from ops.prometheus import REGISTRY
 from reconciler.options import parse
 from reconciler.originals_keys import MAX_WARNED_KEY_IDS, SecretKeys, UnknownKeyWatch
 from resizer import ORIGINALS_MAC, KeyRing
@@ -19,9 +20,9 @@ from resizer.integrity import key_id_order
 RING = KeyRing({"k0002": b"2" * 32})
 
 
-
 def gauge_value() -> float | None:
     return REGISTRY.get_sample_value("workload_resizer_originals_unknown_key_pods")
+
 
 def pod(name: str, mac: str | None) -> dict[str, Any]:
     annotations = {ORIGINALS_MAC: mac} if mac is not None else {}
@@ -34,8 +35,14 @@ def mac(key_id: str, scope: str = "p") -> str:
 
 def test_counts_pods_whose_mac_names_a_missing_key_and_logs_each_id_once(caplog: pytest.LogCaptureFixture) -> None:
     watch = UnknownKeyWatch()
-    pods = [pod("a", mac("k0001")), pod("b", mac("k0001", "a")), pod("c", mac("k0002")), pod("d", None),
-            pod("e", "garbage"), pod("f", mac("old"))]
+    pods = [
+        pod("a", mac("k0001")),
+        pod("b", mac("k0001", "a")),
+        pod("c", mac("k0002")),
+        pod("d", None),
+        pod("e", "garbage"),
+        pod("f", mac("old")),
+    ]
     with caplog.at_level(logging.WARNING, logger="reconciler"):
         assert watch.update(pods, RING) == 3
         assert gauge_value() == 3
@@ -57,7 +64,7 @@ def test_the_key_coming_back_clears_the_gauge() -> None:
 def test_tenant_chosen_ids_cannot_flood_the_log(caplog: pytest.LogCaptureFixture) -> None:
     watch = UnknownKeyWatch()
     pods = [pod(f"p{i}", mac(f"x{i}")) for i in range(MAX_WARNED_KEY_IDS * 3)]
-    pods.append(pod("bad-id", "v1.p.-bad.x"))           # not a key id resizer accepts: not counted
+    pods.append(pod("bad-id", "v1.p.-bad.x"))  # not a key id resizer accepts: not counted
     with caplog.at_level(logging.WARNING, logger="reconciler"):
         assert watch.update(pods, RING) == MAX_WARNED_KEY_IDS * 3
     assert len([r for r in caplog.records if "does not have" in r.getMessage()]) == MAX_WARNED_KEY_IDS
@@ -93,19 +100,20 @@ class SecretStore:
 
 
 def test_a_recreated_secret_gets_a_new_key_id_so_pods_of_the_lost_key_are_counted(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     store = SecretStore()
-    first = SecretKeys(store, "wr", "wr-originals-keys")       # type: ignore[arg-type]
+    first = SecretKeys(store, "wr", "wr-originals-keys")  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="reconciler"):
         asyncio.run(first.ensure())
     (old_id,) = first.keys
-    assert old_id != "k0001" and len(base64.b64decode(store.secret["data"][old_id])) == 64   # type: ignore[index]
+    assert old_id != "k0001" and len(base64.b64decode(store.secret["data"][old_id])) == 64  # type: ignore[index]
     assert any(r.__dict__.get("keyId") == old_id for r in caplog.records if "created" in r.getMessage())
-    asyncio.run(SecretKeys(store, "wr", "wr-originals-keys").ensure())   # type: ignore[arg-type]
-    assert list(store.secret["data"]) == [old_id], "an existing Secret is only read"   # type: ignore[index]
+    asyncio.run(SecretKeys(store, "wr", "wr-originals-keys").ensure())  # type: ignore[arg-type]
+    assert list(store.secret["data"]) == [old_id], "an existing Secret is only read"  # type: ignore[index]
 
-    store.secret = None                                         # the Secret is lost
-    again = SecretKeys(store, "wr", "wr-originals-keys")       # type: ignore[arg-type]
+    store.secret = None  # the Secret is lost
+    again = SecretKeys(store, "wr", "wr-originals-keys")  # type: ignore[arg-type]
     asyncio.run(again.ensure())
     (new_id,) = again.keys
     # (Later in time sorts later: tests/unit/test_ops_keys.py; here both come within one second.)
@@ -116,6 +124,6 @@ def test_a_recreated_secret_gets_a_new_key_id_so_pods_of_the_lost_key_are_counte
 def test_a_secret_of_an_earlier_version_is_read_as_it_is() -> None:
     store = SecretStore()
     store.secret = {"data": {"k0001": base64.b64encode(b"1" * 64).decode()}}
-    keys = SecretKeys(store, "wr", "wr-originals-keys")        # type: ignore[arg-type]
+    keys = SecretKeys(store, "wr", "wr-originals-keys")  # type: ignore[arg-type]
     asyncio.run(keys.ensure())
     assert keys.keys == {"k0001": b"1" * 64}

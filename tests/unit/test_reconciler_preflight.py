@@ -1,6 +1,7 @@
 """The gates in reconcile(key): a pod an updating VPA sizes is left alone, a resize a LimitRange,
 ResourceQuota or the node's room would refuse is not sent; each hold is reported once and
 decided again when its constraint changes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,20 +10,20 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from kube.informer import Informer
 from reconciler import metrics
 from reconciler.controller import PodResizeReconciler
-from kube.informer import Informer
 from reconciler.preflight import Preflight, slim_limit_range, slim_quota
 from reconciler.settings import ControllerSettings, PreflightSettings
 from reconciler.vpa import VpaWatch, slim_owned
-from resizer.vpa import Unresolved, slim_vpa
 from resizer import SAMPLE_CONFIG, load_config
+from resizer.vpa import Unresolved, slim_vpa
 from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
 from tests.unit.test_reconciler_reconcile import CONFIG, KEY, KEYS, LABEL, cluster, pod, reasons, spec_cpu
 
 
 def informer(resource: str, slim: Any, *objects: dict[str, Any]) -> Informer:
-    cache = Informer(None, resource, "/", slim, lambda *_: None)      # type: ignore[arg-type]
+    cache = Informer(None, resource, "/", slim, lambda *_: None)  # type: ignore[arg-type]
     for obj in objects:
         meta = slim(obj)["metadata"]
         cache.store[f"{meta['namespace']}/{meta['name']}"] = slim(obj)
@@ -44,27 +45,50 @@ def held_gauge(constraint: str) -> float:
 
 
 def limit_range(max_cpu: str) -> dict[str, Any]:
-    return {"metadata": {"name": "limits", "namespace": "shop"},
-            "spec": {"limits": [{"type": "Container", "max": {"cpu": max_cpu}}]}}
+    return {
+        "metadata": {"name": "limits", "namespace": "shop"},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": max_cpu}}]},
+    }
 
 
 class World:
     """The fake apiserver, a reconciler with a Preflight gate over hand-filled caches."""
 
-    def __init__(self, fake: FakeCluster, checks: tuple[str, ...] = ("LimitRange", "ResourceQuota", "NodeHeadroom"),
-                 vpa: VpaWatch | None = None, config: Any = CONFIG, dry_run: bool = False,
-                 **settings: Any) -> None:
+    def __init__(
+        self,
+        fake: FakeCluster,
+        checks: tuple[str, ...] = ("LimitRange", "ResourceQuota", "NodeHeadroom"),
+        vpa: VpaWatch | None = None,
+        config: Any = CONFIG,
+        dry_run: bool = False,
+        **settings: Any,
+    ) -> None:
         self.fake = fake
         self.requeued: list[str] = []
         self.clock = FakeClock()
-        self.preflight = Preflight(None, PreflightSettings(checks=checks, skip_vpa_managed=vpa is not None,  # type: ignore[arg-type]
-                                                           **settings),
-                                   self.node_pods, self.requeued.extend, vpa)
+        self.preflight = Preflight(
+            None,
+            PreflightSettings(
+                checks=checks,
+                skip_vpa_managed=vpa is not None,  # type: ignore[arg-type]
+                **settings,
+            ),
+            self.node_pods,
+            self.requeued.extend,
+            vpa,
+        )
         for cache in self.preflight.informers:
             cache.synced.set()
-        self.reconciler = PodResizeReconciler(fake, fake, fake, FakeConfig(config),
-                                              ControllerSettings(node_type_label=LABEL, dry_run=dry_run), clock=self.clock,
-                                              keyring=lambda: KEYS, gate=self.preflight)
+        self.reconciler = PodResizeReconciler(
+            fake,
+            fake,
+            fake,
+            FakeConfig(config),
+            ControllerSettings(node_type_label=LABEL, dry_run=dry_run),
+            clock=self.clock,
+            keyring=lambda: KEYS,
+            gate=self.preflight,
+        )
 
     def node_pods(self, node: str) -> list[dict[str, Any]]:
         return [p for p in self.fake.cache.values() if p["spec"].get("nodeName") == node]
@@ -84,6 +108,7 @@ def world_growing(**kwargs: Any) -> World:
 
 # ---------------------------------------------------------------- LimitRange
 
+
 def test_a_resize_beyond_the_limit_range_is_not_sent_and_reported_once() -> None:
     w = world_growing()
     assert w.preflight.limit_ranges is not None
@@ -94,7 +119,7 @@ def test_a_resize_beyond_the_limit_range_is_not_sent_and_reported_once() -> None
     assert reasons(w.fake) == ["ResizeHeld"]
     assert "LimitRange limits" in w.fake.events[0].message and "above the maximum 1500m" in w.fake.events[0].message
     assert w.fake.events[0].type == "Warning"
-    assert result.requeue_after is None         # decided again when the LimitRange changes, not in a loop
+    assert result.requeue_after is None  # decided again when the LimitRange changes, not in a loop
     assert held_gauge("LimitRange") == before + 1
     w.reconcile()
     assert reasons(w.fake) == ["ResizeHeld"] and "resize" not in w.fake.ops()
@@ -110,8 +135,11 @@ def test_a_resize_beyond_the_limit_range_is_not_sent_and_reported_once() -> None
 def test_a_nearly_full_quota_holds_an_increase() -> None:
     w = world_growing()
     assert w.preflight.quotas is not None
-    quota = {"metadata": {"name": "compute", "namespace": "shop"}, "spec": {"hard": {"requests.cpu": "3"}},
-             "status": {"hard": {"requests.cpu": "3"}, "used": {"requests.cpu": "2500m"}}}
+    quota = {
+        "metadata": {"name": "compute", "namespace": "shop"},
+        "spec": {"hard": {"requests.cpu": "3"}},
+        "status": {"hard": {"requests.cpu": "3"}, "used": {"requests.cpu": "2500m"}},
+    }
     deliver(w.preflight.quotas, slim_quota(quota))
     w.reconcile()
     assert "resize" not in w.fake.ops() and reasons(w.fake) == ["ResizeHeld"]
@@ -145,14 +173,15 @@ def test_without_checks_the_same_resize_is_sent() -> None:
 
 # ---------------------------------------------------------------- node room
 
+
 def test_an_increase_waits_for_the_room_a_pending_decrease_frees() -> None:
     w = world_growing()
     w.fake.nodes["node-1"]["status"]["allocatable"]["cpu"] = "4"
-    other = pod(cpu="1")        # spec already shrunk to 1 cpu, the kubelet has not actuated it: it has 2
+    other = pod(cpu="1")  # spec already shrunk to 1 cpu, the kubelet has not actuated it: it has 2
     other["metadata"].update(name="db-1", uid="uid-2")
     other["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"] = "2"
     w.fake.add_pod(other)
-    w.reconcile()       # needs 2 cpu; 4 - 2 (the other's actual) = 2 free... exactly fits
+    w.reconcile()  # needs 2 cpu; 4 - 2 (the other's actual) = 2 free... exactly fits
     assert w.fake.ops().count("resize") == 1
     w2 = world_growing()
     w2.fake.nodes["node-1"]["status"]["allocatable"]["cpu"] = "3500m"
@@ -184,7 +213,7 @@ def test_an_increase_waits_for_room_at_most_node_room_wait_then_is_sent() -> Non
     assert w.reconcile().requeue_after == 100.0 and reasons(w.fake) == ["ResizeHeld"]
     w.clock.advance(100)
     w.reconcile()
-    assert w.fake.ops().count("resize") == 1 and reasons(w.fake) == ["ResizeHeld"]     # the kubelet takes it from here
+    assert w.fake.ops().count("resize") == 1 and reasons(w.fake) == ["ResizeHeld"]  # the kubelet takes it from here
 
 
 def test_more_than_the_whole_node_is_held_without_a_bound() -> None:
@@ -200,7 +229,7 @@ def test_critical_pods_are_not_grown_unless_allowed() -> None:
     for allowed in (False, True):
         fake = cluster(pod(stamped=True), family="slow")
         for key in fake.pods:
-            fake.pods[key]["spec"]["priority"] = 2_000_001_000      # system-node-critical
+            fake.pods[key]["spec"]["priority"] = 2_000_001_000  # system-node-critical
         fake.sync()
         w = World(fake, config=GROW_CONFIG, upsize_critical_pods=allowed)
         w.reconcile()
@@ -214,29 +243,51 @@ def test_critical_pods_are_not_grown_unless_allowed() -> None:
 def test_a_resize_just_sent_counts_on_its_node_until_the_cache_shows_it() -> None:
     w = world_growing()
     node = w.fake.nodes["node-1"]
-    w.preflight.sent(w.fake.cache[KEY], {"spec": {"containers": [{"name": "app", "resources": {
-        "requests": {"cpu": "7"}}}]}}, generation=5)
+    w.preflight.sent(
+        w.fake.cache[KEY],
+        {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "7"}}}]}},
+        generation=5,
+    )
     other = pod(cpu="1")
     other["metadata"].update(name="db-1", uid="uid-2")
-    held = w.preflight.judge(other, node, {"spec": {"containers": [{"name": "app", "resources": {
-        "requests": {"cpu": "2"}}}]}})
-    assert held is not None and held.constraint == "NodeHeadroom"      # 8 - 7 (sent, not yet cached) < 2
+    held = w.preflight.judge(
+        other, node, {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}}}]}}
+    )
+    assert held is not None and held.constraint == "NodeHeadroom"  # 8 - 7 (sent, not yet cached) < 2
 
 
 # ---------------------------------------------------------------- VPA
 
+
 def vpa_watch(mode: str) -> VpaWatch:
-    watch = VpaWatch(None, lambda _: None)       # type: ignore[arg-type]
+    watch = VpaWatch(None, lambda _: None)  # type: ignore[arg-type]
     watch.served = True
     watch.checked.set()
-    watch.vpas = informer("verticalpodautoscalers", slim_vpa, {
-        "metadata": {"name": "web-vpa", "namespace": "shop"},
-        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web-deploy"},
-                 "updatePolicy": {"updateMode": mode}}})
-    watch.owners = {"ReplicaSet": informer("replicasets", slim_owned, {
-        "metadata": {"name": "web", "namespace": "shop",
-                     "ownerReferences": [{"kind": "Deployment", "name": "web-deploy", "controller": True}]}}),
-        "Job": informer("jobs", slim_owned)}
+    watch.vpas = informer(
+        "verticalpodautoscalers",
+        slim_vpa,
+        {
+            "metadata": {"name": "web-vpa", "namespace": "shop"},
+            "spec": {
+                "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web-deploy"},
+                "updatePolicy": {"updateMode": mode},
+            },
+        },
+    )
+    watch.owners = {
+        "ReplicaSet": informer(
+            "replicasets",
+            slim_owned,
+            {
+                "metadata": {
+                    "name": "web",
+                    "namespace": "shop",
+                    "ownerReferences": [{"kind": "Deployment", "name": "web-deploy", "controller": True}],
+                }
+            },
+        ),
+        "Job": informer("jobs", slim_owned),
+    }
     watch._on_vpa("ADDED", next(iter(watch.vpas.store.values())), None)
     return watch
 
@@ -245,7 +296,7 @@ def test_a_pod_under_an_updating_vpa_is_left_alone_with_one_event() -> None:
     w = World(cluster(pod(stamped=False)), vpa=vpa_watch("InPlaceOrRecreate"))
     w.reconcile()
     w.reconcile()
-    assert w.fake.writes == []          # not even the originals
+    assert w.fake.writes == []  # not even the originals
     assert reasons(w.fake) == ["VPAManaged"]
     assert "VerticalPodAutoscaler web-vpa (updateMode InPlaceOrRecreate)" in w.fake.events[0].message
     assert "Deployment web-deploy" in w.fake.events[0].message
@@ -279,8 +330,9 @@ def test_a_pod_with_pod_level_resources_is_left_alone_once() -> None:
 
 def test_an_owner_that_never_appears_ends_the_chain_after_a_grace() -> None:
     from reconciler.vpa import OWNER_GRACE
+
     now = [0.0]
-    watch = VpaWatch(None, lambda _: None, clock=lambda: now[0])       # type: ignore[arg-type]
+    watch = VpaWatch(None, lambda _: None, clock=lambda: now[0])  # type: ignore[arg-type]
     watch.served = True
     watch.checked.set()
     watch.vpas = vpa_watch("Auto").vpas
@@ -291,17 +343,20 @@ def test_an_owner_that_never_appears_ends_the_chain_after_a_grace() -> None:
     now[0] = OWNER_GRACE - 1
     assert isinstance(watch.verdict(orphan), Unresolved)
     now[0] = OWNER_GRACE
-    assert watch.verdict(orphan) is None        # no such ReplicaSet: no VPA targets the pod
+    assert watch.verdict(orphan) is None  # no such ReplicaSet: no VPA targets the pod
 
 
 def test_slim_vpa_survives_a_malformed_object() -> None:
     slim = slim_vpa({"metadata": {"name": "v", "namespace": "shop"}, "spec": {"targetRef": "web", "updatePolicy": 1}})
-    assert slim["spec"] == {"targetRef": {"apiVersion": None, "kind": None, "name": None},
-                            "updatePolicy": {"updateMode": "Auto"}}
+    assert slim["spec"] == {
+        "targetRef": {"apiVersion": None, "kind": None, "name": None},
+        "updatePolicy": {"updateMode": "Auto"},
+    }
     assert slim_vpa({"metadata": {}, "spec": "x"})["spec"]["targetRef"]["kind"] is None
 
 
 # ---------------------------------------------------------------- the namespace index
+
 
 def test_a_resize_sees_only_its_namespaces_constraints_and_deleted_ones_are_gone() -> None:
     w = world_growing()
@@ -320,6 +375,11 @@ def test_a_resize_sees_only_its_namespaces_constraints_and_deleted_ones_are_gone
 
 def _growing_args(w: World) -> tuple[Any, Any, Any]:
     pod = copy.deepcopy(w.fake.cache[KEY])
-    patch = {"spec": {"containers": [{"name": c["name"], "resources": {"requests": {"cpu": "4"}}}
-                                     for c in pod["spec"]["containers"]]}}
+    patch = {
+        "spec": {
+            "containers": [
+                {"name": c["name"], "resources": {"requests": {"cpu": "4"}}} for c in pod["spec"]["containers"]
+            ]
+        }
+    }
     return pod, None, patch

@@ -1,4 +1,5 @@
 """The reconciler is not ready before it has its originals keys: a standby included."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,18 +25,22 @@ class SecretRead:
 
 def test_not_ready_until_the_keys_secret_is_read_even_as_a_standby(tmp_path: Path) -> None:
     async def scenario() -> None:
-        reconciler = Reconciler(parse([f"--kubeconfig={kubeconfig(tmp_path)}", "--leader-elect",
-                                       "--originals-keys-secret=ops/originals-keys"]))
+        reconciler = Reconciler(
+            parse(
+                [f"--kubeconfig={kubeconfig(tmp_path)}", "--leader-elect", "--originals-keys-secret=ops/originals-keys"]
+            )
+        )
         try:
             checks = reconciler.checks()
             assert checks["config"]() == (True, "standby (not leader)")
             ready, why = checks["keys"]()
             assert not ready and "originals keys (Secret ops/originals-keys)" in why
-            reconciler.secret_keys = SecretRead()      # type: ignore[assignment]
+            reconciler.secret_keys = SecretRead()  # type: ignore[assignment]
             assert await reconciler._load_secret_keys()
             assert checks["keys"]() == (True, "loaded") and reconciler.keyring == KeyRing({"k0001": b"k" * 32})
         finally:
             await reconciler.client.close()
+
     asyncio.run(scenario())
 
 
@@ -46,4 +51,5 @@ def test_ready_as_to_keys_when_no_secret_is_configured(tmp_path: Path) -> None:
             assert reconciler.checks()["keys"]() == (True, "loaded")
         finally:
             await reconciler.client.close()
+
     asyncio.run(scenario())

@@ -1,4 +1,5 @@
 """reconcile(key) against the in-memory fake: each write step, each crash point, each kubelet outcome."""
+
 from __future__ import annotations
 
 import asyncio
@@ -7,15 +8,14 @@ from typing import Any
 
 import pytest
 
+from kube.client import ApiError
+from kube.slim import slim_pod
 from ops.prometheus import REGISTRY
 from reconciler import metrics
 from reconciler.controller import DONE, PodResizeReconciler, Result, Step
-from reconciler.settings import ControllerSettings
-from kube.client import ApiError
-from reconciler.outcome import ResizeState, Stage
+from reconciler.outcome import ResizeState, Stage, spec_size
 from reconciler.ports import no_fault
-from kube.slim import slim_pod
-from reconciler.outcome import spec_size
+from reconciler.settings import ControllerSettings
 from resizer import (
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
@@ -34,12 +34,12 @@ from resizer import (
 from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
 
 LABEL = "example.com/family"
-CONFIG = load_config(SAMPLE_CONFIG)     # n2d baseline; n4 cpuPerf 1.25
+CONFIG = load_config(SAMPLE_CONFIG)  # n2d baseline; n4 cpuPerf 1.25
 KEY = "shop/web-1"
-RESIZE_TO_800M = {"spec": {"containers": [{"name": "app", "resources": {
-    "requests": {"cpu": "800m"}, "limits": {"cpu": "800m"}}}]}}
-BACK_TO_1 = {"spec": {"containers": [{"name": "app", "resources": {
-    "requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
+RESIZE_TO_800M = {
+    "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "800m"}, "limits": {"cpu": "800m"}}}]}
+}
+BACK_TO_1 = {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
 
 
 class Crash(Exception):
@@ -50,27 +50,46 @@ def crash_after(step_name: str):
     def hook(step: str) -> None:
         if step == step_name:
             raise Crash(step)
+
     return hook
 
 
-def pod(cpu: str = "1", memory: str = "256Mi", stamped: bool = False, node: str = "node-1",
-        annotations: dict[str, str] | None = None, running: bool = True) -> dict[str, Any]:
+def pod(
+    cpu: str = "1",
+    memory: str = "256Mi",
+    stamped: bool = False,
+    node: str = "node-1",
+    annotations: dict[str, str] | None = None,
+    running: bool = True,
+) -> dict[str, Any]:
     resources = {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
-    status = {"name": "app", "state": {"running": {}}, "resources": copy.deepcopy(resources)} if running else \
-        {"name": "app", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    status = (
+        {"name": "app", "state": {"running": {}}, "resources": copy.deepcopy(resources)}
+        if running
+        else {"name": "app", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    )
     full: dict[str, Any] = {
-        "metadata": {"name": "web-1", "namespace": "shop", "uid": "uid-1", "annotations": dict(annotations or {}),
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                                          "controller": True}]},
+        "metadata": {
+            "name": "web-1",
+            "namespace": "shop",
+            "uid": "uid-1",
+            "annotations": dict(annotations or {}),
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": True}],
+        },
         "spec": {"nodeName": node, "containers": [{"name": "app", "resources": resources}]},
-        "status": {"phase": "Running" if running else "Pending", "qosClass": "Guaranteed", "observedGeneration": 1,
-                   "containerStatuses": [status]},
+        "status": {
+            "phase": "Running" if running else "Pending",
+            "qosClass": "Guaranteed",
+            "observedGeneration": 1,
+            "containerStatuses": [status],
+        },
     }
-    if stamped:     # as the webhook stamps them with the chart's keys: signed for admission
+    if stamped:  # as the webhook stamps them with the chart's keys: signed for admission
         originals = missing_original_annotations(full)
         identity = PodIdentity.of(full, "shop", "admission")
         full["metadata"]["annotations"].update(
-            {**originals, ORIGINALS_MAC: sign_originals(KEYS, originals, identity, "admission")})
+            {**originals, ORIGINALS_MAC: sign_originals(KEYS, originals, identity, "admission")}
+        )
     return full
 
 
@@ -82,13 +101,22 @@ def cluster(*pods: dict[str, Any], family: str | None = "n4", auto_actuate: bool
     return fake
 
 
-KEYS = KeyRing({"k0001": b"k" * 32})      # the originals MAC keys, as the chart mounts them
+KEYS = KeyRing({"k0001": b"k" * 32})  # the originals MAC keys, as the chart mounts them
 
 
-def reconciler(fake: FakeCluster, config: Any = CONFIG, fault=no_fault, clock: FakeClock | None = None,
-               **options: Any) -> PodResizeReconciler:
-    return PodResizeReconciler(fake, fake, fake, FakeConfig(config), ControllerSettings(node_type_label=LABEL, **options),
-                               fault, clock or FakeClock(), keyring=lambda: KEYS)
+def reconciler(
+    fake: FakeCluster, config: Any = CONFIG, fault=no_fault, clock: FakeClock | None = None, **options: Any
+) -> PodResizeReconciler:
+    return PodResizeReconciler(
+        fake,
+        fake,
+        fake,
+        FakeConfig(config),
+        ControllerSettings(node_type_label=LABEL, **options),
+        fault,
+        clock or FakeClock(),
+        keyring=lambda: KEYS,
+    )
 
 
 def run(coro):
@@ -149,7 +177,7 @@ def test_a_webhook_stamped_pod_costs_two_pod_writes_and_one_event():
     fake = cluster(pod(stamped=True), auto_actuate=True)
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
-    run(rec.reconcile(KEY))     # the watch delivers the kubelet's status
+    run(rec.reconcile(KEY))  # the watch delivers the kubelet's status
     assert fake.ops() == ["resize", "annotate"]
     assert reasons(fake) == ["Resized"]
 
@@ -164,10 +192,12 @@ def test_resized_is_never_reported_before_the_status_shows_the_new_size(kubelet_
         stored["status"]["observedGeneration"] = stored["metadata"]["generation"]
     elif kubelet_step == "in progress":
         stored["status"]["observedGeneration"] = stored["metadata"]["generation"]
-        stored["status"]["conditions"] = [{"type": "PodResizeInProgress", "status": "True",
-                                           "observedGeneration": stored["metadata"]["generation"]}]
+        stored["status"]["conditions"] = [
+            {"type": "PodResizeInProgress", "status": "True", "observedGeneration": stored["metadata"]["generation"]}
+        ]
         stored["status"]["containerStatuses"][0]["resources"] = copy.deepcopy(
-            stored["spec"]["containers"][0]["resources"])
+            stored["spec"]["containers"][0]["resources"]
+        )
     fake.sync()
     run(rec.reconcile(KEY))
     assert fake.ops() == ["resize"] and fake.events == []
@@ -180,7 +210,9 @@ def test_actuation_is_judged_by_value_not_by_spelling():
     stored = fake.pod_now(KEY)
     stored["status"]["observedGeneration"] = stored["metadata"]["generation"]
     stored["status"]["containerStatuses"][0]["resources"] = {
-        "requests": {"cpu": "0.8", "memory": "268435456"}, "limits": {"cpu": "800000000n", "memory": "256Mi"}}
+        "requests": {"cpu": "0.8", "memory": "268435456"},
+        "limits": {"cpu": "800000000n", "memory": "256Mi"},
+    }
     fake.sync()
     run(rec.reconcile(KEY))
     assert reasons(fake) == ["Resized"]
@@ -200,8 +232,8 @@ def sized_on_n4(cpu: str = "800m", recorded_size: bool = True) -> dict[str, Any]
     sized = pod(cpu=cpu, annotations={**originals, APPLIED_INSTANCE_TYPE: "n4"})
     if recorded_size:
         sized["metadata"]["annotations"][APPLIED_SIZE] = spec_size(sized)
-    sized["metadata"]["generation"] = 2                 # resized once
-    sized["metadata"]["annotations"].update(pod_mac(sized, KEYS))      # step 3 bound the originals to it
+    sized["metadata"]["generation"] = 2  # resized once
+    sized["metadata"]["annotations"].update(pod_mac(sized, KEYS))  # step 3 bound the originals to it
     return sized
 
 
@@ -212,7 +244,11 @@ def test_an_unstamped_pod_already_at_its_size_gets_its_originals_and_applied_in_
     assert fake.ops() == ["annotate"]
     write = fake.writes[0]
     assert set(write.body) == set(missing_original_annotations(pod())) | {
-        ORIGINALS_MAC, APPLIED_INSTANCE_TYPE, APPLIED_SIZE, "workload-resizer.io/applied-at"}
+        ORIGINALS_MAC,
+        APPLIED_INSTANCE_TYPE,
+        APPLIED_SIZE,
+        "workload-resizer.io/applied-at",
+    }
     assert write.resource_version == read
     assert reasons(fake) == ["AlreadyAligned"]
     stored = fake.pod_now(KEY)
@@ -257,9 +293,9 @@ def test_a_config_change_re_aligns_a_sized_pod_from_its_originals():
     fake = cluster(sized_on_n4(), auto_actuate=True)
     rec = reconciler(fake, config=faster)
     run(rec.reconcile(KEY))
-    run(rec.reconcile(KEY))     # the kubelet's status: actuated
+    run(rec.reconcile(KEY))  # the kubelet's status: actuated
     assert fake.ops() == ["resize", "annotate"]
-    assert spec_cpu(fake) == ("500m", "500m")          # 1 CPU / 2, not 800m / 2
+    assert spec_cpu(fake) == ("500m", "500m")  # 1 CPU / 2, not 800m / 2
     assert reasons(fake) == ["Resized"] and fake.events[0].message.startswith("re-aligned for node type n4")
 
 
@@ -269,13 +305,13 @@ def test_a_re_alignment_in_flight_is_followed_to_actuation_through_the_watch():
     rec = reconciler(fake, config=faster)
     node = run(fake.node("node-1"))
     assert rec.needs_work(fake.pod(KEY), node)
-    run(rec.reconcile(KEY))                             # the resize
+    run(rec.reconcile(KEY))  # the resize
     # The kubelet's status update arrives after the config version was already checked:
     # the pod is still queued, because its re-alignment is in flight.
     assert rec.needs_work(fake.pod(KEY), node)
     run(rec.reconcile(KEY))
     assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
-    assert not rec.needs_work(fake.pod(KEY), node)      # done: nothing more to follow
+    assert not rec.needs_work(fake.pod(KEY), node)  # done: nothing more to follow
 
 
 def test_a_resize_the_kubelet_has_not_reported_on_is_not_reconciled_again_until_it_does():
@@ -296,7 +332,9 @@ def test_a_config_change_while_the_kubelet_is_silent_resizes_again_for_the_new_c
     faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
     fake = cluster(pod(stamped=True))
     config = FakeConfig(CONFIG)
-    rec = PodResizeReconciler(fake, fake, fake, config, ControllerSettings(node_type_label=LABEL), no_fault, FakeClock())
+    rec = PodResizeReconciler(
+        fake, fake, fake, config, ControllerSettings(node_type_label=LABEL), no_fault, FakeClock()
+    )
     node = run(fake.node("node-1"))
     run(rec.reconcile(KEY))
     config.config, config.generation = faster, 2
@@ -316,6 +354,7 @@ def test_the_watch_event_of_the_applied_annotation_does_not_re_plan_the_pod(monk
 
     def no_plan(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("re-planned a pod sized a moment ago with the same config")
+
     monkeypatch.setattr("reconciler.controller.realignment", no_plan)
     monkeypatch.setattr("reconciler.controller.plan_resize", no_plan)
     rec.observe(fake.pod(KEY))
@@ -344,7 +383,7 @@ def test_a_re_alignment_interrupted_by_a_restart_is_followed_to_one_resized():
     with pytest.raises(Crash):
         run(reconciler(fake, config=FASTER, fault=crash_after(Step.RESIZE)).reconcile(KEY))
     assert spec_cpu(fake) == ("500m", "500m") and fake.events == []
-    second = reconciler(fake, config=FASTER)        # a new process: applied says n4, the spec holds 500m
+    second = reconciler(fake, config=FASTER)  # a new process: applied says n4, the spec holds 500m
     node = run(fake.node("node-1"))
     assert second.needs_work(fake.pod(KEY), node), "the unreported re-alignment is worth a reconcile"
     run(second.reconcile(KEY))
@@ -370,9 +409,9 @@ def test_a_re_alignment_deferred_across_a_restart_is_reported_once_then_followed
     fake.defer(KEY)
     second = reconciler(fake, config=FASTER)
     run(second.reconcile(KEY))
-    run(second.reconcile(KEY))      # the watch event of its own state record
+    run(second.reconcile(KEY))  # the watch event of its own state record
     assert events(fake) == [("Normal", "ResizeDeferred")] and recorded_state(fake).state == Stage.DEFERRED
-    third = reconciler(fake, config=FASTER)     # and another restart while deferred
+    third = reconciler(fake, config=FASTER)  # and another restart while deferred
     run(third.reconcile(KEY))
     assert reasons(fake) == ["ResizeDeferred"] and fake.ops() == ["resize", "annotate"]
     fake.actuate(KEY)
@@ -408,7 +447,7 @@ def test_a_lagging_cache_after_a_re_alignment_is_not_mistaken_for_an_unreported_
     rec = reconciler(fake, config=FASTER)
     run(rec.reconcile(KEY))
     fake.lagging_cache = True
-    fake.sync()                 # the kubelet's status arrives; then applied is written, not yet seen
+    fake.sync()  # the kubelet's status arrives; then applied is written, not yet seen
     run(rec.reconcile(KEY))
     assert rec.needs_work(fake.pod(KEY), run(fake.node("node-1"))) is False
     run(rec.reconcile(KEY))
@@ -433,11 +472,13 @@ def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
     faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
     config = FakeConfig(CONFIG)
     rec = PodResizeReconciler(*(cluster(),) * 3, config, ControllerSettings(node_type_label=LABEL))
-    assert not rec.needs_work(sized_on_n4(), node)       # this config changes nothing for it
+    assert not rec.needs_work(sized_on_n4(), node)  # this config changes nothing for it
     config.config, config.generation = faster, 2
-    assert rec.needs_work(sized_on_n4(), node)           # the new one does
-    assert not rec.needs_work(sized_on_n4(), node)       # asked once per config version
-    off = PodResizeReconciler(*(cluster(),) * 3, FakeConfig(faster, 2), ControllerSettings(node_type_label=LABEL, realign=False))
+    assert rec.needs_work(sized_on_n4(), node)  # the new one does
+    assert not rec.needs_work(sized_on_n4(), node)  # asked once per config version
+    off = PodResizeReconciler(
+        *(cluster(),) * 3, FakeConfig(faster, 2), ControllerSettings(node_type_label=LABEL, realign=False)
+    )
     assert not off.needs_work(sized_on_n4(), node)
 
 
@@ -446,7 +487,7 @@ def test_a_lagging_cache_does_not_cause_a_second_resize():
     fake.lagging_cache = True
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
-    run(rec.reconcile(KEY))     # the cache still shows the pod before our resize
+    run(rec.reconcile(KEY))  # the cache still shows the pod before our resize
     assert fake.ops() == ["resize"]
 
 
@@ -456,7 +497,7 @@ def test_a_lagging_cache_after_applied_does_not_cause_a_second_pass():
     run(rec.reconcile(KEY))
     fake.lagging_cache = True
     run(rec.reconcile(KEY))
-    run(rec.reconcile(KEY))     # applied written, the cache does not show it yet
+    run(rec.reconcile(KEY))  # applied written, the cache does not show it yet
     assert fake.ops() == ["resize", "annotate"] and reasons(fake) == ["Resized"]
 
 
@@ -535,20 +576,23 @@ def test_forgetting_a_deleted_pod_drops_its_decisions():
 # ------------------------------------------------------------------ crash after each write step
 
 
-@pytest.mark.parametrize(("step", "first_ops", "second_ops", "second_reasons"), [
-    (Step.ORIGINALS, ["annotate"], ["resize", "annotate"], ["Resized"]),
-    (Step.RESIZE, ["annotate", "resize"], ["annotate"], ["Resized"]),
-    (Step.APPLIED, ["annotate", "resize", "annotate"], [], []),
-])
+@pytest.mark.parametrize(
+    ("step", "first_ops", "second_ops", "second_reasons"),
+    [
+        (Step.ORIGINALS, ["annotate"], ["resize", "annotate"], ["Resized"]),
+        (Step.RESIZE, ["annotate", "resize"], ["annotate"], ["Resized"]),
+        (Step.APPLIED, ["annotate", "resize", "annotate"], [], []),
+    ],
+)
 def test_a_crash_after_each_step_converges_without_compounding(step, first_ops, second_ops, second_reasons):
     fake = cluster(pod(), auto_actuate=True)
     first = reconciler(fake, fault=crash_after(step))
     with pytest.raises(Crash):
         run(first.reconcile(KEY))
-        run(first.reconcile(KEY))       # the watch event of the kubelet's status
+        run(first.reconcile(KEY))  # the watch event of the kubelet's status
     assert fake.ops() == first_ops and fake.events == []
     before = len(fake.writes)
-    second = reconciler(fake)           # a new process: no memory of the first
+    second = reconciler(fake)  # a new process: no memory of the first
     run(second.reconcile(KEY))
     run(second.reconcile(KEY))
     assert [w.op for w in fake.writes[before:]] == second_ops
@@ -588,7 +632,7 @@ def test_a_deferred_resize_is_recorded_and_reported_once_then_waited_for():
     result = run(rec.reconcile(KEY))
     assert result.requeue_after is not None, "a timer for the too-long warning, not a poll of the API"
     for _ in range(3):
-        run(rec.reconcile(KEY))         # more watch events while deferred
+        run(rec.reconcile(KEY))  # more watch events while deferred
     assert events(fake) == [("Normal", "ResizeDeferred")]
     assert "requested: 800" in fake.events[0].message
     assert fake.ops() == ["resize", "annotate"]
@@ -613,7 +657,7 @@ def test_a_restarted_reconciler_does_not_report_the_same_deferral_again():
 
 
 def test_a_resize_deferred_too_long_gets_one_warning():
-    clock = FakeClock(now=1_767_225_600.0)     # 2026-01-01T00:00:00Z, when the fake kubelet deferred it
+    clock = FakeClock(now=1_767_225_600.0)  # 2026-01-01T00:00:00Z, when the fake kubelet deferred it
     fake, rec = deferred_pod(clock=clock, deferred_timeout=600.0)
     assert run(rec.reconcile(KEY)).requeue_after == pytest.approx(601.0)
     clock.advance(601)
@@ -649,11 +693,13 @@ def test_the_event_of_recording_infeasible_does_not_revert_a_second_time():
     run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
     fake.lagging_cache = True
-    run(rec.reconcile(KEY))                 # record, report, revert
+    run(rec.reconcile(KEY))  # record, report, revert
     # The watch now delivers the pod as our record left it: state recorded, spec not yet set back.
     between = copy.deepcopy(fake.pod_now(KEY))
-    between["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "800m", "memory": "256Mi"},
-                                                     "limits": {"cpu": "800m", "memory": "256Mi"}}
+    between["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "800m", "memory": "256Mi"},
+        "limits": {"cpu": "800m", "memory": "256Mi"},
+    }
     between["metadata"]["generation"] -= 1
     fake.cache[KEY] = slim_pod(between)
     run(rec.reconcile(KEY))
@@ -673,7 +719,7 @@ def set_back_as_infeasible() -> tuple[FakeCluster, PodResizeReconciler]:
 
 def test_an_infeasible_size_is_not_retried_while_node_and_plan_stay_the_same():
     fake, rec = set_back_as_infeasible()
-    for reconciler_ in (rec, reconciler(fake)):         # this process, and a restarted one
+    for reconciler_ in (rec, reconciler(fake)):  # this process, and a restarted one
         for _ in range(3):
             run(reconciler_.reconcile(KEY))
         assert not reconciler_.needs_work(fake.pod(KEY), run(fake.node("node-1")))
@@ -754,7 +800,7 @@ def test_a_crash_between_recording_infeasible_and_the_revert_still_reverts_witho
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
-    rec._fault = crash_after(Step.STATE)    # the record bound the originals it resized from to the pod
+    rec._fault = crash_after(Step.STATE)  # the record bound the originals it resized from to the pod
     with pytest.raises(Crash):
         run(rec.reconcile(KEY))
     run(reconciler(fake).reconcile(KEY))
@@ -791,8 +837,16 @@ def test_a_crash_after_recording_a_deferral_does_not_report_it_again():
 
 def test_the_apiservers_node_capacity_refusal_is_infeasible_and_not_retried():
     fake = cluster(pod(stamped=True))
-    fake.fail("resize", ApiError(403, {"message": "node didn't have enough allocatable resources",
-                                       "details": {"causes": [{"reason": "NodeCapacity"}]}}))
+    fake.fail(
+        "resize",
+        ApiError(
+            403,
+            {
+                "message": "node didn't have enough allocatable resources",
+                "details": {"causes": [{"reason": "NodeCapacity"}]},
+            },
+        ),
+    )
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
     run(rec.reconcile(KEY))
@@ -855,7 +909,7 @@ def test_a_failing_resize_the_kubelet_actuates_as_we_give_up_is_not_set_back():
     (the cache has not shown it yet), so nothing is set back and the newer pod ends Resized."""
     clock = FakeClock()
     fake, rec = failing_pod(clock)
-    for _ in range(3):      # reported, rechecked after 30 s and 60 s; the check after 120 s gives up
+    for _ in range(3):  # reported, rechecked after 30 s and 60 s; the check after 120 s gives up
         clock.advance(run(rec.reconcile(KEY)).requeue_after)
     stale = copy.deepcopy(fake.cache[KEY])
     fake.actuate(KEY)
@@ -870,7 +924,7 @@ def test_a_failing_resize_the_kubelet_actuates_as_we_give_up_is_not_set_back():
 def test_a_crash_after_recording_an_actuation_error_reports_it_once_and_still_gives_up_in_bounds():
     clock = FakeClock()
     fake, rec = failing_pod(clock)
-    rec._fault = crash_after(Step.STATE)    # the record bound the originals it resized from to the pod
+    rec._fault = crash_after(Step.STATE)  # the record bound the originals it resized from to the pod
     with pytest.raises(Crash):
         run(rec.reconcile(KEY))
     restarted = reconciler(fake, clock=clock, error_retries=3, error_backoff=30.0)
@@ -903,8 +957,16 @@ def test_a_crash_right_after_giving_up_on_an_actuation_error_leaves_the_pod_park
 
 def test_a_crash_after_recording_the_apiservers_refusal_does_not_retry_the_size():
     fake = cluster(pod(stamped=True))
-    fake.fail("resize", ApiError(403, {"message": "node didn't have enough allocatable resources",
-                                       "details": {"causes": [{"reason": "NodeCapacity"}]}}))
+    fake.fail(
+        "resize",
+        ApiError(
+            403,
+            {
+                "message": "node didn't have enough allocatable resources",
+                "details": {"causes": [{"reason": "NodeCapacity"}]},
+            },
+        ),
+    )
     with pytest.raises(Crash):
         run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
     restarted = reconciler(fake)
@@ -929,7 +991,7 @@ def test_a_node_capacity_cause_sent_under_type_is_not_taken_for_one():
 
 SEVEN = {"requests": {"cpu": "7", "memory": "16Gi"}, "limits": {"cpu": "7", "memory": "16Gi"}}
 AT_800M = {"requests": {"cpu": "800m", "memory": "256Mi"}, "limits": {"cpu": "800m", "memory": "256Mi"}}
-SLOWER = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 0.5"))     # n4 grows 1 CPU to 2
+SLOWER = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 0.5"))  # n4 grows 1 CPU to 2
 
 
 def containers_report(fake: FakeCluster, resources: dict[str, Any]) -> None:
@@ -952,10 +1014,10 @@ def resized_then_restarted(pod_: dict[str, Any], config: Any = CONFIG) -> FakeCl
 def test_a_forged_infeasible_status_never_sets_the_spec_to_what_it_reports(caplog):
     fake = cluster(pod(stamped=True))
     rec = reconciler(fake)
-    run(rec.reconcile(KEY))                     # 1 CPU -> 800m, in flight
+    run(rec.reconcile(KEY))  # 1 CPU -> 800m, in flight
     containers_report(fake, SEVEN)
     fake.mark_infeasible(KEY)
-    for _ in range(3):                          # and the watch events that follow
+    for _ in range(3):  # and the watch events that follow
         run(rec.reconcile(KEY))
     assert fake.ops() == ["resize", "annotate"], "the state is recorded, nothing is set back"
     assert spec_resources(fake) == AT_800M
@@ -965,7 +1027,7 @@ def test_a_forged_infeasible_status_never_sets_the_spec_to_what_it_reports(caplo
     assert any(r.levelname == "WARNING" and "never set" in r.getMessage() for r in caplog.records)
     state = recorded_state(fake)
     assert state.state == Stage.INFEASIBLE and state.kept
-    run(reconciler(fake).reconcile(KEY))        # a restarted process: nothing twice
+    run(reconciler(fake).reconcile(KEY))  # a restarted process: nothing twice
     assert fake.ops() == ["resize", "annotate"] and len(fake.events) == 2
 
 
@@ -998,8 +1060,9 @@ def test_a_resize_replaced_before_the_kubelet_answered_still_sets_back_to_what_r
     containers still have 1 CPU, the size before the first resize."""
     fake = cluster(pod(stamped=True))
     config = FakeConfig(CONFIG)
-    rec = PodResizeReconciler(fake, fake, fake, config, ControllerSettings(node_type_label=LABEL), no_fault,
-                              FakeClock(), keyring=lambda: KEYS)
+    rec = PodResizeReconciler(
+        fake, fake, fake, config, ControllerSettings(node_type_label=LABEL), no_fault, FakeClock(), keyring=lambda: KEYS
+    )
     run(rec.reconcile(KEY))
     config.config, config.generation = FASTER, 2
     run(rec.reconcile(KEY))
@@ -1010,7 +1073,7 @@ def test_a_resize_replaced_before_the_kubelet_answered_still_sets_back_to_what_r
 
 
 def test_after_a_restart_a_forged_status_is_not_set_back_either():
-    fake = resized_then_restarted(pod())            # step 1 bound the originals to the pod
+    fake = resized_then_restarted(pod())  # step 1 bound the originals to the pod
     containers_report(fake, SEVEN)
     fake.mark_infeasible(KEY)
     run(reconciler(fake).reconcile(KEY))
@@ -1020,15 +1083,15 @@ def test_after_a_restart_a_forged_status_is_not_set_back_either():
 
 def test_after_a_restart_the_pods_verified_originals_are_a_size_to_set_back_to():
     fake = resized_then_restarted(pod())
-    fake.mark_infeasible(KEY)                       # the containers still have 1 CPU
+    fake.mark_infeasible(KEY)  # the containers still have 1 CPU
     run(reconciler(fake).reconcile(KEY))
     assert spec_cpu(fake) == ("1", "1") and fake.ops() == ["annotate", "resize", "annotate", "resize"]
     assert reasons(fake) == ["ResizeInfeasible"]
 
 
 def test_after_a_restart_the_size_recorded_as_applied_is_a_size_to_set_back_to():
-    fake = resized_then_restarted(sized_on_n4(), config=FASTER)    # a re-alignment 800m -> 500m
-    fake.mark_infeasible(KEY)                       # the containers still have 800m
+    fake = resized_then_restarted(sized_on_n4(), config=FASTER)  # a re-alignment 800m -> 500m
+    fake.mark_infeasible(KEY)  # the containers still have 800m
     run(reconciler(fake, config=FASTER).reconcile(KEY))
     assert spec_cpu(fake) == ("800m", "800m") and reasons(fake) == ["ResizeInfeasible"]
 
@@ -1049,13 +1112,13 @@ def test_after_a_restart_originals_signed_at_admission_only_never_lift_a_revert_
     """Nothing tells originals only the webhook signed from ones minted for this pod
     (resizer.integrity): after a restart they are set back to only where that lowers the spec."""
     fake = resized_then_restarted(pod(stamped=True))
-    fake.mark_infeasible(KEY)                       # the containers have 1 CPU, above the plan
+    fake.mark_infeasible(KEY)  # the containers have 1 CPU, above the plan
     run(reconciler(fake).reconcile(KEY))
     assert spec_cpu(fake) == ("800m", "800m") and reasons(fake) == ["ResizeInfeasible", "RevertRefused"]
 
 
 def test_after_a_restart_originals_signed_at_admission_only_still_set_a_grown_spec_back_down():
-    fake = resized_then_restarted(pod(stamped=True), config=SLOWER)     # 1 CPU -> 2
+    fake = resized_then_restarted(pod(stamped=True), config=SLOWER)  # 1 CPU -> 2
     fake.mark_infeasible(KEY)
     run(reconciler(fake, config=SLOWER).reconcile(KEY))
     assert spec_cpu(fake) == ("1", "1") and reasons(fake) == ["ResizeInfeasible"]
@@ -1064,7 +1127,7 @@ def test_after_a_restart_originals_signed_at_admission_only_still_set_a_grown_sp
 def test_a_failing_resize_with_a_forged_status_is_kept_at_the_plan_when_given_up():
     clock = FakeClock()
     fake, rec = failing_pod(clock)
-    assert run(rec.reconcile(KEY)).requeue_after is not None       # reported, re-checked later
+    assert run(rec.reconcile(KEY)).requeue_after is not None  # reported, re-checked later
     containers_report(fake, SEVEN)
     fake.fail_actuation(KEY)
     while (result := run(rec.reconcile(KEY))).requeue_after is not None:
@@ -1143,12 +1206,14 @@ def test_the_needs_work_predicate_follows_node_type_and_applied_marker():
 
 
 def test_forged_unsigned_originals_on_an_unchanged_pod_are_replaced_from_the_spec_and_reported():
-    forged = pod(cpu="500m", annotations={"workload-resizer.io/original-cpu.app": "16",
-                                          "workload-resizer.io/original-cpu-limit.app": "16"})
+    forged = pod(
+        cpu="500m",
+        annotations={"workload-resizer.io/original-cpu.app": "16", "workload-resizer.io/original-cpu-limit.app": "16"},
+    )
     fake = cluster(forged, auto_actuate=True)
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
-    run(rec.reconcile(KEY))     # the watch delivers the kubelet's status
+    run(rec.reconcile(KEY))  # the watch delivers the kubelet's status
     assert spec_cpu(fake) == ("400m", "400m"), "500m x 0.8, never 16 x 0.8"
     assert reasons(fake) == ["OriginalsReplaced", "Resized"]
 
@@ -1156,12 +1221,13 @@ def test_forged_unsigned_originals_on_an_unchanged_pod_are_replaced_from_the_spe
 def test_forged_originals_on_a_resized_pod_are_refused_with_a_warning_and_no_write():
     fake = cluster(pod(cpu="1"), auto_actuate=True)
     rec = reconciler(fake)
-    run(rec.reconcile(KEY))                        # resized to 800m
-    run(rec.reconcile(KEY))                        # actuated: applied, originals signed for this pod
+    run(rec.reconcile(KEY))  # resized to 800m
+    run(rec.reconcile(KEY))  # actuated: applied, originals signed for this pod
     assert annotations(fake)[APPLIED_INSTANCE_TYPE] == "n4"
     stored = fake.pod_now(KEY)
-    stored["metadata"]["annotations"].update({"workload-resizer.io/original-cpu.app": "16",
-                                              APPLIED_INSTANCE_TYPE: None})
+    stored["metadata"]["annotations"].update(
+        {"workload-resizer.io/original-cpu.app": "16", APPLIED_INSTANCE_TYPE: None}
+    )
     stored["metadata"]["annotations"] = {k: v for k, v in stored["metadata"]["annotations"].items() if v is not None}
     fake.sync()
     before = len(fake.writes)
@@ -1223,7 +1289,7 @@ def test_the_size_guard_counts_every_key_step_three_writes_to_the_byte(over):
     ours = sum(len(k) + len(v) for k, v in annotations(done).items() if is_controller_owned_key(k))
     assert APPLIED_SIZE in annotations(done)
     big = pod(stamped=True)
-    room = TOTAL_ANNOTATION_SIZE_LIMIT - ours - len("filler") + over     # the total, when done: limit + over
+    room = TOTAL_ANNOTATION_SIZE_LIMIT - ours - len("filler") + over  # the total, when done: limit + over
     big["metadata"]["annotations"]["filler"] = "x" * room
     fake = cluster(big, auto_actuate=True)
     rec = reconciler(fake)
@@ -1236,7 +1302,7 @@ def test_the_size_guard_counts_every_key_step_three_writes_to_the_byte(over):
 
 
 def gauge(state: str) -> float:
-    metrics.RESIZES_WAITING.labels(state)       # the series exists once used; 0 until then
+    metrics.RESIZES_WAITING.labels(state)  # the series exists once used; 0 until then
     return REGISTRY.get_sample_value("workload_resizer_resizes_waiting", {"state": state}) or 0.0
 
 
@@ -1264,13 +1330,14 @@ def test_applied_removed_after_a_resize_whose_record_was_observed_during_the_wri
 
     async def annotate_then_observe(target, annotations, resource_version=None):
         stored = await write(target, annotations, resource_version)
-        rec.observe(slim_pod(fake.pod_now(KEY)))        # our own write's event, before the reply is back
+        rec.observe(slim_pod(fake.pod_now(KEY)))  # our own write's event, before the reply is back
         return stored
-    fake.annotate = annotate_then_observe   # type: ignore[method-assign]
+
+    fake.annotate = annotate_then_observe  # type: ignore[method-assign]
     run(rec.reconcile(KEY))
-    run(rec.reconcile(KEY))     # actuated: step 3
+    run(rec.reconcile(KEY))  # actuated: step 3
     assert reasons(fake) == ["Resized"]
-    fake.annotate = write       # type: ignore[method-assign]
+    fake.annotate = write  # type: ignore[method-assign]
     # A tenant drops the record and the MAC and forges the originals.
     edited = fake.pod_now(KEY)
     for key in (APPLIED_INSTANCE_TYPE, "workload-resizer.io/applied-at", ORIGINALS_MAC):
@@ -1287,9 +1354,9 @@ def test_applied_removed_after_a_resize_whose_record_was_observed_during_the_wri
 def test_an_unreported_size_on_a_pod_whose_originals_are_not_bound_to_it_is_not_adopted():
     """A spec that differs from applied-size and equals the plan looks like our interrupted
     re-alignment; with originals nobody can verify it is not followed (and not signed)."""
-    sized = sized_on_n4()                       # applied-size records 800m
+    sized = sized_on_n4()  # applied-size records 800m
     for kind in ("requests", "limits"):
-        sized["spec"]["containers"][0]["resources"][kind]["cpu"] = "500m"     # what FASTER plans
+        sized["spec"]["containers"][0]["resources"][kind]["cpu"] = "500m"  # what FASTER plans
     sized["metadata"]["generation"] = 3
     del sized["metadata"]["annotations"][ORIGINALS_MAC]
     fake = cluster(sized)
@@ -1308,18 +1375,22 @@ def _admission_signed(full: dict[str, Any], originals: dict[str, str]) -> None:
     """What a made-up AdmissionReview obtains from the webhook: an admission MAC over any values."""
     identity = PodIdentity.of(full, "shop", "admission")
     full["metadata"]["annotations"].update(
-        {**originals, ORIGINALS_MAC: sign_originals(KEYS, originals, identity, "admission")})
+        {**originals, ORIGINALS_MAC: sign_originals(KEYS, originals, identity, "admission")}
+    )
 
 
-EIGHT_CPUS = {"workload-resizer.io/original-cpu.app": "8", "workload-resizer.io/original-cpu-limit.app": "8",
-              "workload-resizer.io/original-memory.app": "256Mi",
-              "workload-resizer.io/original-memory-limit.app": "256Mi"}
+EIGHT_CPUS = {
+    "workload-resizer.io/original-cpu.app": "8",
+    "workload-resizer.io/original-cpu-limit.app": "8",
+    "workload-resizer.io/original-memory.app": "256Mi",
+    "workload-resizer.io/original-memory-limit.app": "256Mi",
+}
 
 
 @pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "admission-mac-from-the-oracle"])
 def test_a_forged_resize_state_does_not_vouch_for_forged_originals(signed: bool):
     forged = pod(cpu="100m")
-    forged["metadata"]["generation"] = 2        # a scheduling gate removed after creation
+    forged["metadata"]["generation"] = 2  # a scheduling gate removed after creation
     if signed:
         _admission_signed(forged, EIGHT_CPUS)
     else:
@@ -1335,16 +1406,21 @@ def test_admission_signed_originals_explain_an_aligned_spec_but_are_never_bound_
     # Oracle-minted originals of 1.25 CPU on a 1-CPU pod (generation 2): "aligned" for n4 (x 0.8).
     forged = pod(cpu="1")
     forged["metadata"]["generation"] = forged["status"]["observedGeneration"] = 2
-    _admission_signed(forged, {"workload-resizer.io/original-cpu.app": "1250m",
-                               "workload-resizer.io/original-cpu-limit.app": "1250m",
-                               "workload-resizer.io/original-memory.app": "256Mi",
-                               "workload-resizer.io/original-memory-limit.app": "256Mi"})
+    _admission_signed(
+        forged,
+        {
+            "workload-resizer.io/original-cpu.app": "1250m",
+            "workload-resizer.io/original-cpu-limit.app": "1250m",
+            "workload-resizer.io/original-memory.app": "256Mi",
+            "workload-resizer.io/original-memory-limit.app": "256Mi",
+        },
+    )
     fake = cluster(forged, auto_actuate=True)
     run(reconciler(fake).reconcile(KEY))
     assert annotations(fake)[APPLIED_INSTANCE_TYPE] == "n4", "recorded as aligned"
     mac = annotations(fake)[ORIGINALS_MAC]
     assert mac.split(".")[1] == "a", "still only signed at admission: no pod MAC for unverified originals"
-    fake.add_node("node-1", {LABEL: "n2d"})     # relabelled: 1250m x 1.0 would raise the pod
+    fake.add_node("node-1", {LABEL: "n2d"})  # relabelled: 1250m x 1.0 would raise the pod
     fake.sync()
     run(reconciler(fake).reconcile(KEY))
     assert "resize" not in fake.ops() and spec_cpu(fake) == ("1", "1")
@@ -1353,9 +1429,9 @@ def test_admission_signed_originals_explain_an_aligned_spec_but_are_never_bound_
 
 def test_a_deferral_binds_the_verified_originals_to_the_pod_so_a_restart_still_trusts_them():
     fake, rec = deferred_pod()
-    run(rec.reconcile(KEY))                     # the process that resized records the deferral
+    run(rec.reconcile(KEY))  # the process that resized records the deferral
     assert annotations(fake)[ORIGINALS_MAC].split(".")[1] == "p", "bound to this pod in the same write"
-    fake.add_node("node-1", {LABEL: "c3"})      # relabelled while deferred, after a restart
+    fake.add_node("node-1", {LABEL: "c3"})  # relabelled while deferred, after a restart
     fake.sync()
     run(reconciler(fake).reconcile(KEY))
     assert spec_cpu(fake) == ("769m", "769m"), "re-planned from the bound originals, nothing refused"
@@ -1363,7 +1439,7 @@ def test_a_deferral_binds_the_verified_originals_to_the_pod_so_a_restart_still_t
 
 def test_a_deferral_first_seen_after_a_restart_binds_nothing():
     fake, _ = deferred_pod()
-    run(reconciler(fake).reconcile(KEY))        # no memory of the resize: nothing vouches for it
+    run(reconciler(fake).reconcile(KEY))  # no memory of the resize: nothing vouches for it
     assert annotations(fake)[ORIGINALS_MAC].split(".")[1] == "a"
     assert recorded_state(fake).state == Stage.DEFERRED
 
@@ -1388,12 +1464,14 @@ def test_the_resize_is_conditional_on_the_pod_as_read_and_a_conflict_reports_not
 def sized_at_admission(node_type: str = "n4") -> dict[str, Any]:
     """A pod the webhook created at its n4 size (800m from the author's 1 CPU), generation 1."""
     from resizer import admission_sizing, originals_from_spec_annotations, sized_stamp
+
     sent = pod()
     sizing = admission_sizing(sent, CONFIG, node_type)
     assert sizing is not None
     created = pod(cpu="800m")
-    created["metadata"]["annotations"] = sized_stamp(sent, "shop", KEYS, originals_from_spec_annotations(sent),
-                                                     node_type, sizing.sized)
+    created["metadata"]["annotations"] = sized_stamp(
+        sent, "shop", KEYS, originals_from_spec_annotations(sent), node_type, sizing.sized
+    )
     created["metadata"]["generation"] = 1
     return created
 
@@ -1421,30 +1499,34 @@ def test_a_pod_sized_at_admission_on_a_relabelled_node_is_bound_then_resized_fro
     run(reconciler(fake).reconcile(KEY))
     assert fake.ops() == ["annotate", "resize"], "the originals are bound before the spec changes"
     assert fake.writes[0].body[ORIGINALS_MAC].startswith("v1.p.")
-    assert fake.writes[1].body == {"spec": {"containers": [{"name": "app", "resources": {
-        "requests": {"cpu": "769m"}, "limits": {"cpu": "769m"}}}]}}, "1 CPU x 1/1.3, not 800m x 1/1.3"
+    assert fake.writes[1].body == {
+        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "769m"}, "limits": {"cpu": "769m"}}}]}
+    }, "1 CPU x 1/1.3, not 800m x 1/1.3"
 
 
 def test_a_later_config_edit_re_aligns_a_pod_sized_at_admission_from_its_originals():
     fake = cluster(sized_at_admission())
     config = FakeConfig(CONFIG)
-    rec = PodResizeReconciler(fake, fake, fake, config, ControllerSettings(node_type_label=LABEL),
-                              no_fault, FakeClock(), keyring=lambda: KEYS)
+    rec = PodResizeReconciler(
+        fake, fake, fake, config, ControllerSettings(node_type_label=LABEL), no_fault, FakeClock(), keyring=lambda: KEYS
+    )
     run(rec.reconcile(KEY))
     config.config = load_config(SAMPLE_CONFIG.replace("n4:  { cpuPerf: 1.25", "n4:  { cpuPerf: 2.0"))
     config.generation += 1
     run(rec.reconcile(KEY))
     assert fake.ops() == ["annotate", "resize"]
-    assert fake.writes[1].body == {"spec": {"containers": [{"name": "app", "resources": {
-        "requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}}]}}, "1 CPU / 2, not 800m / 2"
+    assert fake.writes[1].body == {
+        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}}]}
+    }, "1 CPU / 2, not 800m / 2"
 
 
 def test_a_sized_record_copied_onto_a_pod_of_another_size_is_re_captured_from_its_spec():
     forged = sized_at_admission()
-    forged["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "256Mi"},
-                                                    "limits": {"cpu": "2", "memory": "256Mi"}}
-    forged["status"]["containerStatuses"][0]["resources"] = copy.deepcopy(
-        forged["spec"]["containers"][0]["resources"])
+    forged["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "2", "memory": "256Mi"},
+        "limits": {"cpu": "2", "memory": "256Mi"},
+    }
+    forged["status"]["containerStatuses"][0]["resources"] = copy.deepcopy(forged["spec"]["containers"][0]["resources"])
     fake = cluster(forged)
     run(reconciler(fake).reconcile(KEY))
     assert "OriginalsReplaced" in reasons(fake)
@@ -1470,15 +1552,23 @@ def test_a_pod_held_for_a_lost_key_keeps_its_originals_and_is_sized_from_them_on
     sized["metadata"]["annotations"].update(pod_mac(sized, KEYS))
     fake = cluster(sized, family="n2d")
     ring = {"now": KeyRing({"k20261127000214-abcdef": b"n" * 32})}
-    rec = PodResizeReconciler(fake, fake, fake, FakeConfig(CONFIG), ControllerSettings(node_type_label=LABEL),
-                              no_fault, FakeClock(), keyring=lambda: ring["now"])
+    rec = PodResizeReconciler(
+        fake,
+        fake,
+        fake,
+        FakeConfig(CONFIG),
+        ControllerSettings(node_type_label=LABEL),
+        no_fault,
+        FakeClock(),
+        keyring=lambda: ring["now"],
+    )
     assert run(rec.reconcile(KEY)) == DONE
     assert fake.ops() == [] and reasons(fake) == ["OriginalsUnverified"]
     assert "unknown key 'k0001'" in fake.events[0].message and "put the key back" in fake.events[0].message
     assert run(rec.reconcile(KEY)) == DONE and len(fake.events) == 1, "the same situation is decided once"
     assert annotations(fake)["workload-resizer.io/original-cpu.app"] == "1" and spec_cpu(fake) == ("800m", "800m")
 
-    ring["now"] = KeyRing({**ring["now"].keys, **KEYS.keys})       # the key put back
+    ring["now"] = KeyRing({**ring["now"].keys, **KEYS.keys})  # the key put back
     assert run(rec.reconcile(KEY)) == DONE
     assert "resize" in fake.ops() and fake.writes[-1].body == BACK_TO_1
 
@@ -1500,8 +1590,11 @@ def bound_and_running(fake: FakeCluster) -> None:
     """The gate removed (generation 2), the pod scheduled and its container started."""
     fake.ungate(KEY)
     fake.schedule(KEY)
-    fake.pods[KEY]["status"] = {"phase": "Pending", "qosClass": "Guaranteed", "containerStatuses": [
-        {"name": "app", "state": {"waiting": {}}}]}
+    fake.pods[KEY]["status"] = {
+        "phase": "Pending",
+        "qosClass": "Guaranteed",
+        "containerStatuses": [{"name": "app", "state": {"waiting": {}}}],
+    }
     fake.start_containers(KEY)
 
 
@@ -1547,8 +1640,9 @@ def test_a_gated_pod_without_admission_originals_gets_them_recorded_from_its_spe
     run(reconciler(fake).reconcile(KEY))
     (write,) = fake.writes
     assert write.body[ORIGINALS_MAC].startswith("v1.p.")
-    assert {k: v for k, v in write.body.items() if k != ORIGINALS_MAC} == \
-        ({} if kind == "unsigned" else missing_original_annotations(pod()))
+    assert {k: v for k, v in write.body.items() if k != ORIGINALS_MAC} == (
+        {} if kind == "unsigned" else missing_original_annotations(pod())
+    )
     assert baseline(fake.pod_now(KEY), KEYS).check.scope == "pod" and fake.events == []
 
 

@@ -1,4 +1,5 @@
 """reconciler.revert: what the containers report is set back to only when the product knows the pod had it."""
+
 from __future__ import annotations
 
 import copy
@@ -17,8 +18,14 @@ def resources(cpu: str, memory: str = "256Mi") -> dict[str, Any]:
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
 
 
-def pod(spec: str = "800m", status: str = "1", memory: str = "256Mi", sidecar: tuple[str, str] | None = None,
-        pod_level: tuple[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def pod(
+    spec: str = "800m",
+    status: str = "1",
+    memory: str = "256Mi",
+    sidecar: tuple[str, str] | None = None,
+    pod_level: tuple[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A pod whose spec holds `spec` cpu, its containers reporting `status` (and `memory`);
     `sidecar` / `pod_level`: (spec cpu, reported cpu) of a sidecar / of spec.resources."""
     full: dict[str, Any] = {
@@ -27,8 +34,9 @@ def pod(spec: str = "800m", status: str = "1", memory: str = "256Mi", sidecar: t
         "status": {"containerStatuses": [{"name": "app", "resources": resources(status, memory)}]},
     }
     if sidecar is not None:
-        full["spec"]["initContainers"] = [{"name": "proxy", "restartPolicy": "Always",
-                                           "resources": resources(sidecar[0])}]
+        full["spec"]["initContainers"] = [
+            {"name": "proxy", "restartPolicy": "Always", "resources": resources(sidecar[0])}
+        ]
         full["status"]["initContainerStatuses"] = [{"name": "proxy", "resources": resources(sidecar[1])}]
     if pod_level is not None:
         full["spec"]["resources"] = {"limits": {"cpu": pod_level[0]}}
@@ -57,8 +65,11 @@ def originals_of(p: dict[str, Any], cpu: str = "1") -> dict[str, str]:
 def test_the_size_before_the_resize_is_set_back_to():
     p = pod()
     decision = decide_revert(p, [before(p)], None, False)
-    assert decision.patch == {"spec": {"containers": [{"name": "app", "resources": {
-        "requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}} and not decision.refused
+    assert (
+        decision.patch
+        == {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
+        and not decision.refused
+    )
 
 
 def test_a_reported_size_above_the_size_before_and_the_plan_is_refused():
@@ -75,8 +86,10 @@ def test_a_reported_size_within_the_bound_that_the_pod_never_had_is_refused():
 def test_values_the_containers_report_at_the_plan_are_not_part_of_the_match():
     """Partly actuated (the kubelet took the memory, not the cpu): only what differs is set back."""
     p = pod(spec="800m", status="1")
-    p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "800m", "memory": "128Mi"},
-                                               "limits": {"cpu": "800m", "memory": "128Mi"}}
+    p["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "800m", "memory": "128Mi"},
+        "limits": {"cpu": "800m", "memory": "128Mi"},
+    }
     p["status"]["containerStatuses"][0]["resources"]["requests"]["memory"] = "128Mi"
     p["status"]["containerStatuses"][0]["resources"]["limits"]["memory"] = "128Mi"
     decision = decide_revert(p, [before(pod())], None, False)
@@ -128,15 +141,15 @@ def test_after_a_restart_the_size_recorded_as_applied_is_set_back_to_within_the_
     recorded = {APPLIED_SIZE: spec_size(pod(spec="900m"))}
     p = pod(spec="800m", status="900m", annotations={**originals_of(pod()), **recorded})
     assert decide_revert(p, [], size_of_originals(p), True).patch
-    forged = pod(spec="800m", status="7", annotations={**originals_of(pod()),
-                                                      APPLIED_SIZE: spec_size(pod(spec="7"))})
+    forged = pod(spec="800m", status="7", annotations={**originals_of(pod()), APPLIED_SIZE: spec_size(pod(spec="7"))})
     assert decide_revert(forged, [], size_of_originals(forged), True).refused.startswith("above both")
 
 
 def test_after_a_restart_anything_else_is_refused():
     p = pod(status="900m", annotations=originals_of(pod()))
     assert decide_revert(p, [], size_of_originals(p), True).refused == (
-        "neither the pod's originals nor the size recorded as applied")
+        "neither the pod's originals nor the size recorded as applied"
+    )
 
 
 def test_unreadable_reported_quantities_are_refused():
@@ -147,8 +160,12 @@ def test_unreadable_reported_quantities_are_refused():
 
 
 def test_describe_names_each_container_and_the_pod_level():
-    patch = {"spec": {"containers": [{"name": "app", "resources": {"limits": {"memory": "1Gi"}}}],
-                      "resources": {"requests": {"cpu": "2"}}}}
+    patch = {
+        "spec": {
+            "containers": [{"name": "app", "resources": {"limits": {"memory": "1Gi"}}}],
+            "resources": {"requests": {"cpu": "2"}},
+        }
+    }
     assert describe(patch) == "app: limits memory 1Gi; pod: requests cpu 2"
 
 
@@ -158,14 +175,16 @@ MILLICORES = st.integers(min_value=1, max_value=64_000)
 
 
 @settings(max_examples=400, deadline=None)
-@given(had=MILLICORES, planned=MILLICORES, applied=MILLICORES, restart=st.booleans(), trusted=st.booleans(),
-       data=st.data())
-def test_a_revert_never_sets_a_value_above_the_size_before_and_the_plan(had, planned, applied, restart, trusted,
-                                                                        data):
+@given(
+    had=MILLICORES, planned=MILLICORES, applied=MILLICORES, restart=st.booleans(), trusted=st.booleans(), data=st.data()
+)
+def test_a_revert_never_sets_a_value_above_the_size_before_and_the_plan(had, planned, applied, restart, trusted, data):
     """Each reported value is one of the known ones (the size before, the plan, the recorded
     applied size) or anything at all: set back only whole to a known size, never above the bound."""
-    p = pod(spec=f"{planned}m", annotations={**originals_of(pod(), f"{had}m"),
-                                             APPLIED_SIZE: spec_size(pod(spec=f"{applied}m"))})
+    p = pod(
+        spec=f"{planned}m",
+        annotations={**originals_of(pod(), f"{had}m"), APPLIED_SIZE: spec_size(pod(spec=f"{applied}m"))},
+    )
     cpu = st.one_of(st.sampled_from([had, planned, applied]), MILLICORES)
     status = p["status"]["containerStatuses"][0]["resources"]
     status["requests"]["cpu"], status["limits"]["cpu"] = f"{data.draw(cpu)}m", f"{data.draw(cpu)}m"
@@ -179,5 +198,7 @@ def test_a_revert_never_sets_a_value_above_the_size_before_and_the_plan(had, pla
     for key, value in target.items():
         assert value <= max(size_of(p["spec"])[key], ceiling.get(key, Fraction(0))), (key, value)
     applied_spec = size_of(pod(spec=f"{applied}m")["spec"])
-    assert any(all(size.get(key) == value for key, value in target.items())
-               for size in ([known] if not restart else [known, applied_spec])), "whole, to one known size"
+    assert any(
+        all(size.get(key) == value for key, value in target.items())
+        for size in ([known] if not restart else [known, applied_spec])
+    ), "whole, to one known size"

@@ -1,4 +1,5 @@
 """kube.slim: the cached projections keep what the core reads and drop the rest."""
+
 from __future__ import annotations
 
 import copy
@@ -8,8 +9,8 @@ from typing import Any
 import pytest
 
 from devkit.configs import DESIGN_NODE_TYPES, config_yaml
-from reconciler.controller import live_and_bound
 from kube.slim import slim_node, slim_pod, slim_unbound_pod, status_fingerprint
+from reconciler.controller import live_and_bound
 from resizer import (
     OriginalsError,
     eligibility,
@@ -23,7 +24,9 @@ from resizer.qos import pod_qos_class
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
-CONFIG = load_config(config_yaml(node_types={**DESIGN_NODE_TYPES, "c3": (1.30, 1.1)}) + """\
+CONFIG = load_config(
+    config_yaml(node_types={**DESIGN_NODE_TYPES, "c3": (1.30, 1.1)})
+    + """\
 overrides:
   - name: batch-on-c3
     match: { podLabel: { team: batch }, computeClass: performance }
@@ -36,7 +39,8 @@ podLabels:
     shop: { bounds: { memory: { max: "1Gi" } } }
 computeClasses:
   performance: { baselineNodeType: n4 }
-""")
+"""
+)
 
 NODE_TYPES = ("n2d", "n4", "c3", "m1-unknown")
 
@@ -44,8 +48,9 @@ NODE_TYPES = ("n2d", "n4", "c3", "m1-unknown")
 # ------------------------------------------------------------------ realistic pods
 
 
-def _container(name: str, requests: dict[str, str] | None, limits: dict[str, str] | None = None,
-               restart_memory: bool = False) -> dict[str, Any]:
+def _container(
+    name: str, requests: dict[str, str] | None, limits: dict[str, str] | None = None, restart_memory: bool = False
+) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     if requests is not None:
         resources["requests"] = requests
@@ -59,34 +64,58 @@ def _container(name: str, requests: dict[str, str] | None, limits: dict[str, str
         "env": [{"name": f"VAR_{i}", "value": "x" * 40} for i in range(20)],
         "ports": [{"containerPort": 8080, "protocol": "TCP"}],
         "resources": resources,
-        "volumeMounts": [{"name": "config", "mountPath": "/etc/app"},
-                         {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io",
-                          "readOnly": True}],
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/app"},
+            {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io", "readOnly": True},
+        ],
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 10},
         "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
         "terminationMessagePath": "/dev/termination-log",
     }
     if restart_memory:
-        container["resizePolicy"] = [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
-                                     {"resourceName": "memory", "restartPolicy": "RestartContainer"}]
+        container["resizePolicy"] = [
+            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+            {"resourceName": "memory", "restartPolicy": "RestartContainer"},
+        ]
     return container
 
 
-def _pod(name: str, containers: list[dict[str, Any]], *, owner: tuple[str, str] | None = ("apps/v1", "ReplicaSet"),
-         annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-         node_selector: dict[str, str] | None = None, init_containers: list[dict[str, Any]] | None = None,
-         qos_class: str | None = "Burstable", phase: str = "Running", node: str = "node-1",
-         report_resources: bool = True) -> dict[str, Any]:
+def _pod(
+    name: str,
+    containers: list[dict[str, Any]],
+    *,
+    owner: tuple[str, str] | None = ("apps/v1", "ReplicaSet"),
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+    init_containers: list[dict[str, Any]] | None = None,
+    qos_class: str | None = "Burstable",
+    phase: str = "Running",
+    node: str = "node-1",
+    report_resources: bool = True,
+) -> dict[str, Any]:
     owners = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "unrelated", "uid": "u0"}]
     if owner is not None:
-        owners.append({"apiVersion": owner[0], "kind": owner[1], "name": f"{name}-owner", "uid": "u1",
-                       "controller": True, "blockOwnerDeletion": True})
+        owners.append(
+            {
+                "apiVersion": owner[0],
+                "kind": owner[1],
+                "name": f"{name}-owner",
+                "uid": "u1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        )
     spec: dict[str, Any] = {
         "nodeName": node,
         "containers": containers,
-        "volumes": [{"name": "config", "configMap": {"name": "app-config"}},
-                    {"name": "kube-api-access-abcde", "projected": {"sources": [{"serviceAccountToken": {
-                        "expirationSeconds": 3607, "path": "token"}}]}}],
+        "volumes": [
+            {"name": "config", "configMap": {"name": "app-config"}},
+            {
+                "name": "kube-api-access-abcde",
+                "projected": {"sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]},
+            },
+        ],
         "serviceAccountName": "default",
         "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
         "schedulerName": "default-scheduler",
@@ -100,70 +129,121 @@ def _pod(name: str, containers: list[dict[str, Any]], *, owner: tuple[str, str] 
         "podIP": "10.0.0.12",
         "hostIP": "192.168.1.4",
         "startTime": "2025-01-01T00:00:00Z",
-        "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"},
-                       {"type": "PodResizePending", "status": "True", "reason": "Deferred"}],
+        "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "PodResizePending", "status": "True", "reason": "Deferred"},
+        ],
         "containerStatuses": [
-            {"name": c["name"], "ready": True, "restartCount": 0, "image": c["image"],
-             "imageID": "sha256:" + "0" * 64, "containerID": "containerd://" + "1" * 64,
-             "state": {"running": {"startedAt": "2025-01-01T00:00:01Z"}},
-             **({"resources": c["resources"]} if report_resources else {})}
-            for c in containers],
+            {
+                "name": c["name"],
+                "ready": True,
+                "restartCount": 0,
+                "image": c["image"],
+                "imageID": "sha256:" + "0" * 64,
+                "containerID": "containerd://" + "1" * 64,
+                "state": {"running": {"startedAt": "2025-01-01T00:00:01Z"}},
+                **({"resources": c["resources"]} if report_resources else {}),
+            }
+            for c in containers
+        ],
     }
     if qos_class is not None:
         status["qosClass"] = qos_class
     metadata: dict[str, Any] = {
-        "name": name, "namespace": "shop", "uid": f"uid-{name}", "resourceVersion": "4711",
-        "generateName": f"{name}-", "creationTimestamp": "2025-01-01T00:00:00Z",
+        "name": name,
+        "namespace": "shop",
+        "uid": f"uid-{name}",
+        "resourceVersion": "4711",
+        "generateName": f"{name}-",
+        "creationTimestamp": "2025-01-01T00:00:00Z",
         "labels": {"app": name, "pod-template-hash": "5d8f7", **(labels or {})},
         "annotations": {LAST_APPLIED: json.dumps({"spec": {"containers": containers}}), **(annotations or {})},
         "ownerReferences": owners,
-        "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
-                           "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}}] * 5,
+        "managedFields": [
+            {
+                "manager": "kube-controller-manager",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {}}},
+            }
+        ]
+        * 5,
     }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
 
 
 def _pods() -> dict[str, dict[str, Any]]:
     return {
-        "deployment-burstable": _pod("web", [
-            _container("app", {"cpu": "500m", "memory": "512Mi"}, {"cpu": "1", "memory": "1Gi"}),
-            _container("proxy", {"cpu": "100m", "memory": "128Mi"})],
-            labels={"app.kubernetes.io/part-of": "shop"}),
-        "statefulset-guaranteed-restart-memory": _pod("db-0", [
-            _container("db", {"cpu": "2", "memory": "4Gi"}, {"cpu": "2", "memory": "4Gi"}, restart_memory=True)],
-            owner=("apps/v1", "StatefulSet"), qos_class="Guaranteed",
-            node_selector={"cloud.google.com/compute-class": "performance"}),
-        "already-resized-with-originals": _pod("web-2", [
-            _container("app", {"cpu": "400m", "memory": "512Mi"}, {"cpu": "800m", "memory": "1Gi"})],
-            annotations={"workload-resizer.io/original-cpu.app": "500m",
-                         "workload-resizer.io/original-cpu-limit.app": "1",
-                         "workload-resizer.io/original-memory.app": "512Mi",
-                         "workload-resizer.io/original-memory-limit.app": "1Gi",
-                         "workload-resizer.io/applied-instance-type": "n4",
-                         "example.com/tier": "gold"}),
-        "job-with-sidecar-no-qos-recorded": _pod("etl-x7", [
-            _container("worker", {"cpu": "1", "memory": "2Gi"})],
-            owner=("batch/v1", "Job"), labels={"team": "batch"}, qos_class=None,
+        "deployment-burstable": _pod(
+            "web",
+            [
+                _container("app", {"cpu": "500m", "memory": "512Mi"}, {"cpu": "1", "memory": "1Gi"}),
+                _container("proxy", {"cpu": "100m", "memory": "128Mi"}),
+            ],
+            labels={"app.kubernetes.io/part-of": "shop"},
+        ),
+        "statefulset-guaranteed-restart-memory": _pod(
+            "db-0",
+            [_container("db", {"cpu": "2", "memory": "4Gi"}, {"cpu": "2", "memory": "4Gi"}, restart_memory=True)],
+            owner=("apps/v1", "StatefulSet"),
+            qos_class="Guaranteed",
             node_selector={"cloud.google.com/compute-class": "performance"},
-            init_containers=[{**_container("log-shipper", {"cpu": "50m", "memory": "64Mi"}),
-                              "restartPolicy": "Always"}]),
-        "skip-annotation": _pod("skipped", [_container("app", {"cpu": "1"})],
-                                annotations={"workload-resizer.io/skip": "TRUE"}),
-        "mirror-pod": _pod("kube-proxy-node-1", [_container("kube-proxy", {"cpu": "100m"})], owner=("v1", "Node"),
-                           annotations={"kubernetes.io/config.mirror": "abc"}),
+        ),
+        "already-resized-with-originals": _pod(
+            "web-2",
+            [_container("app", {"cpu": "400m", "memory": "512Mi"}, {"cpu": "800m", "memory": "1Gi"})],
+            annotations={
+                "workload-resizer.io/original-cpu.app": "500m",
+                "workload-resizer.io/original-cpu-limit.app": "1",
+                "workload-resizer.io/original-memory.app": "512Mi",
+                "workload-resizer.io/original-memory-limit.app": "1Gi",
+                "workload-resizer.io/applied-instance-type": "n4",
+                "example.com/tier": "gold",
+            },
+        ),
+        "job-with-sidecar-no-qos-recorded": _pod(
+            "etl-x7",
+            [_container("worker", {"cpu": "1", "memory": "2Gi"})],
+            owner=("batch/v1", "Job"),
+            labels={"team": "batch"},
+            qos_class=None,
+            node_selector={"cloud.google.com/compute-class": "performance"},
+            init_containers=[
+                {**_container("log-shipper", {"cpu": "50m", "memory": "64Mi"}), "restartPolicy": "Always"}
+            ],
+        ),
+        "skip-annotation": _pod(
+            "skipped", [_container("app", {"cpu": "1"})], annotations={"workload-resizer.io/skip": "TRUE"}
+        ),
+        "mirror-pod": _pod(
+            "kube-proxy-node-1",
+            [_container("kube-proxy", {"cpu": "100m"})],
+            owner=("v1", "Node"),
+            annotations={"kubernetes.io/config.mirror": "abc"},
+        ),
         "orphan": _pod("bare", [_container("app", {"cpu": "1"})], owner=None),
-        "custom-job-kind": _pod("vc-job", [_container("app", {"cpu": "1"})], owner=("batch.volcano.sh/v1alpha1", "Job")),
-        "corrupt-original": _pod("broken", [_container("app", {"cpu": "1"})],
-                                 annotations={"workload-resizer.io/original-cpu.app": "lots"}),
+        "custom-job-kind": _pod(
+            "vc-job", [_container("app", {"cpu": "1"})], owner=("batch.volcano.sh/v1alpha1", "Job")
+        ),
+        "corrupt-original": _pod(
+            "broken", [_container("app", {"cpu": "1"})], annotations={"workload-resizer.io/original-cpu.app": "lots"}
+        ),
         "best-effort": _pod("be", [_container("app", None)], qos_class="BestEffort"),
-        "not-running-yet": _pod("pending", [_container("app", {"cpu": "300m", "memory": "256Mi"})],
-                                phase="Pending", report_resources=False),
+        "not-running-yet": _pod(
+            "pending", [_container("app", {"cpu": "300m", "memory": "256Mi"})], phase="Pending", report_resources=False
+        ),
         # The core trusts the recorded QoS class (immutable after creation) over the spec.
-        "qos-recorded-differs-from-spec": _pod("legacy", [
-            _container("app", {"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}),
-            _container("helper", {"cpu": "100m"}, {"cpu": "100m"})], qos_class="Guaranteed"),
-        "terminated": _pod("done", [_container("app", {"cpu": "300m"})], owner=("batch/v1", "Job"),
-                           phase="Succeeded"),
+        "qos-recorded-differs-from-spec": _pod(
+            "legacy",
+            [
+                _container("app", {"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}),
+                _container("helper", {"cpu": "100m"}, {"cpu": "100m"}),
+            ],
+            qos_class="Guaranteed",
+        ),
+        "terminated": _pod("done", [_container("app", {"cpu": "300m"})], owner=("batch/v1", "Job"), phase="Succeeded"),
     }
 
 
@@ -233,14 +313,26 @@ def test_the_realistic_pods_exercise_every_outcome_the_comparison_relies_on():
     pods = _pods()
     outcomes = {
         (name, node_type): _outcome(plan_resize, slim_pod(pod), resolve_policy(CONFIG, pod), node_type).outcome
-        for name, pod in pods.items() if name != "corrupt-original" for node_type in NODE_TYPES}
+        for name, pod in pods.items()
+        if name != "corrupt-original"
+        for node_type in NODE_TYPES
+    }
     assert {"Resize", "AlreadyAligned", "UnknownNodeType", "NothingToSize", "QoSChange"} <= set(outcomes.values())
     assert outcomes[("already-resized-with-originals", "n4")] == "AlreadyAligned"
     assert {eligibility(slim_pod(p)).reason for p in pods.values()} == {
-        "Eligible", "SkipAnnotation", "MirrorPod", "NoController", "UnsupportedOwnerKind"}
+        "Eligible",
+        "SkipAnnotation",
+        "MirrorPod",
+        "NoController",
+        "UnsupportedOwnerKind",
+    }
     assert {resolve_policy(CONFIG, slim_pod(p)).rule for p in pods.values()} >= {
-        "global", "override:batch-on-c3", "podAnnotation:example.com/tier=gold",
-        "podLabel:app.kubernetes.io/part-of=shop", "computeClass:performance"}
+        "global",
+        "override:batch-on-c3",
+        "podAnnotation:example.com/tier=gold",
+        "podLabel:app.kubernetes.io/part-of=shop",
+        "computeClass:performance",
+    }
     assert _outcome(read_originals, slim_pod(pods["corrupt-original"]))[0] == "OriginalsError"
 
 
@@ -301,7 +393,7 @@ def test_managed_fields_and_bookkeeping_metadata_are_dropped():
     meta = slim_pod(_pods()["deployment-burstable"])["metadata"]
     assert "managedFields" not in meta
     assert "creationTimestamp" not in meta
-    assert meta["generateName"] == "web-"     # kept: the webhook's originals MAC binds it
+    assert meta["generateName"] == "web-"  # kept: the webhook's originals MAC binds it
 
 
 def test_env_probes_mounts_and_image_are_dropped_from_containers():
@@ -362,28 +454,58 @@ def test_a_minimal_pod_without_optional_sections_can_be_slimmed():
 
 
 def test_slim_node_keeps_name_resource_version_labels_and_allocatable_cpu_memory_only():
-    node = {"metadata": {"name": "n1", "resourceVersion": "9", "uid": "x",
-                         "labels": {"cloud.google.com/machine-family": "n4"},
-                         "annotations": {"big": "x" * 1000}, "managedFields": [{}]},
-            "spec": {"podCIDR": "10.0.0.0/24"},
-            "status": {"images": [{"names": ["a"]}] * 50,
-                       "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "1Ti"}}}
-    assert slim_node(node) == {"metadata": {"name": "n1", "resourceVersion": "9",
-                                            "labels": {"cloud.google.com/machine-family": "n4"}},
-                               "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}}
+    node = {
+        "metadata": {
+            "name": "n1",
+            "resourceVersion": "9",
+            "uid": "x",
+            "labels": {"cloud.google.com/machine-family": "n4"},
+            "annotations": {"big": "x" * 1000},
+            "managedFields": [{}],
+        },
+        "spec": {"podCIDR": "10.0.0.0/24"},
+        "status": {
+            "images": [{"names": ["a"]}] * 50,
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "1Ti"},
+        },
+    }
+    assert slim_node(node) == {
+        "metadata": {"name": "n1", "resourceVersion": "9", "labels": {"cloud.google.com/machine-family": "n4"}},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}},
+    }
 
 
 def test_slim_pod_keeps_the_observed_generation_and_what_a_resize_condition_says():
-    pod = slim_pod({"metadata": {"name": "p", "namespace": "ns", "generation": 3},
-                    "status": {"observedGeneration": 2, "conditions": [
-                        {"type": "Ready", "status": "True"},
-                        {"type": "PodResizePending", "status": "True", "reason": "Deferred", "message": "full",
-                         "observedGeneration": 3, "lastProbeTime": None,
-                         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    pod = slim_pod(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "generation": 3},
+            "status": {
+                "observedGeneration": 2,
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {
+                        "type": "PodResizePending",
+                        "status": "True",
+                        "reason": "Deferred",
+                        "message": "full",
+                        "observedGeneration": 3,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    },
+                ],
+            },
+        }
+    )
     assert pod["metadata"]["generation"] == 3 and pod["status"]["observedGeneration"] == 2
     assert pod["status"]["conditions"] == [
-        {"type": "PodResizePending", "reason": "Deferred", "message": "full", "observedGeneration": 3,
-         "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+        {
+            "type": "PodResizePending",
+            "reason": "Deferred",
+            "message": "full",
+            "observedGeneration": 3,
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ]
 
 
 # ------------------------------------------------------------------ status_fingerprint
@@ -469,12 +591,16 @@ def test_a_gated_pod_s_binding_is_the_same_on_the_slim_unbound_pod(name):
 def test_an_unbound_pod_without_gates_is_cached_as_its_name_only():
     pod = _unbound("deployment-burstable", gated=False)
     slim = slim_unbound_pod(pod)
-    assert slim == {"metadata": {"name": "web", "namespace": "shop", "resourceVersion": "4711", "annotations": {}},
-                    "spec": {}}
+    assert slim == {
+        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "4711", "annotations": {}},
+        "spec": {},
+    }
     assert len(json.dumps(slim)) * 50 < len(json.dumps(pod))
 
 
 def test_scheduling_gates_are_kept_on_the_slim_pod():
-    assert slim_pod(_unbound("orphan", gated=True))["spec"]["schedulingGates"] == \
-        ["example.com/quota", "example.com/review"]
+    assert slim_pod(_unbound("orphan", gated=True))["spec"]["schedulingGates"] == [
+        "example.com/quota",
+        "example.com/review",
+    ]
     assert "schedulingGates" not in slim_pod(_pods()["orphan"])["spec"]

@@ -1,4 +1,5 @@
 """Startup failures exit non-zero with a clear message instead of running half-broken."""
+
 from __future__ import annotations
 
 import json
@@ -12,17 +13,27 @@ REPO = Path(__file__).resolve().parents[2]
 
 def kubeconfig(tmp_path: Path) -> str:
     path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"}))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
     return str(path)
 
 
 def run_reconciler(*flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reconciler", *flags], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "reconciler", *flags], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_a_taken_metrics_port_is_a_startup_error(tmp_path: Path) -> None:
@@ -33,8 +44,11 @@ def test_a_taken_metrics_port_is_a_startup_error(tmp_path: Path) -> None:
         with socket.socket() as free:
             free.bind(("127.0.0.1", 0))
             free_port = free.getsockname()[1]
-        result = run_reconciler(f"--kubeconfig={kubeconfig(tmp_path)}", f"--metrics-bind-address=127.0.0.1:{port}",
-                                f"--health-probe-bind-address=127.0.0.1:{free_port}")
+        result = run_reconciler(
+            f"--kubeconfig={kubeconfig(tmp_path)}",
+            f"--metrics-bind-address=127.0.0.1:{port}",
+            f"--health-probe-bind-address=127.0.0.1:{free_port}",
+        )
     assert result.returncode == 1
     assert "cannot listen" in result.stderr + result.stdout
     assert f"127.0.0.1:{port}" in result.stderr + result.stdout
@@ -42,7 +56,11 @@ def test_a_taken_metrics_port_is_a_startup_error(tmp_path: Path) -> None:
 
 
 def test_an_unusable_key_directory_is_a_startup_error(tmp_path: Path) -> None:
-    result = run_reconciler(f"--kubeconfig={kubeconfig(tmp_path)}", f"--originals-key-dir={tmp_path / 'absent'}",
-                            "--metrics-bind-address=0", "--health-probe-bind-address=0")
+    result = run_reconciler(
+        f"--kubeconfig={kubeconfig(tmp_path)}",
+        f"--originals-key-dir={tmp_path / 'absent'}",
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+    )
     assert result.returncode == 2
     assert "--originals-key-dir" in result.stderr and "cannot list" in result.stderr

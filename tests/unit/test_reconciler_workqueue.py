@@ -1,4 +1,5 @@
 """kube.workqueue.WorkQueue: client-go work queue semantics on asyncio."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +12,7 @@ from kube.workqueue import WorkQueue
 
 pytestmark = pytest.mark.timeout(10)
 
-NOTHING = 0.05      # how long to wait before concluding that get() is not going to return
+NOTHING = 0.05  # how long to wait before concluding that get() is not going to return
 
 
 def run(coro_fn, *args):
@@ -44,6 +45,7 @@ def test_adding_a_queued_key_again_does_not_duplicate_it():
         assert await get_soon(q) == "ns/a"
         assert len(q) == 0
         assert await gets_nothing(q)
+
     run(body)
 
 
@@ -53,6 +55,7 @@ def test_keys_are_handed_out_in_the_order_they_were_first_added():
         for key in ("c", "a", "b", "a", "c"):
             q.add(key)
         assert [await get_soon(q) for _ in range(3)] == ["c", "a", "b"]
+
     run(body)
 
 
@@ -61,10 +64,11 @@ def test_two_waiting_workers_each_receive_one_of_two_added_keys():
         q = WorkQueue("t")
         first = asyncio.create_task(get_soon(q))
         second = asyncio.create_task(get_soon(q))
-        await asyncio.sleep(0)          # both are now waiting on an empty queue
+        await asyncio.sleep(0)  # both are now waiting on an empty queue
         q.add("a")
         q.add("b")
         assert sorted(await asyncio.gather(first, second)) == ["a", "b"]
+
     run(body)
 
 
@@ -79,6 +83,7 @@ def test_a_key_being_processed_is_not_handed_to_a_second_worker():
         q.add("a")
         assert len(q) == 0
         assert await gets_nothing(q)
+
     run(body)
 
 
@@ -93,6 +98,7 @@ def test_a_key_added_during_processing_comes_back_after_done():
         assert not waiting.done()
         q.done("a")
         assert await waiting == "a"
+
     run(body)
 
 
@@ -109,6 +115,7 @@ def test_a_key_added_several_times_during_processing_comes_back_exactly_once():
         q.done("a")
         assert len(q) == 0
         assert await gets_nothing(q)
+
     run(body)
 
 
@@ -120,6 +127,7 @@ def test_done_without_a_new_add_does_not_requeue_the_key():
         q.done("a")
         assert len(q) == 0
         assert q.idle
+
     run(body)
 
 
@@ -127,6 +135,7 @@ def test_done_without_a_new_add_does_not_requeue_the_key():
 def test_concurrent_workers_never_overlap_on_a_key_and_lose_no_add(seed):
     """Random adds while 4 workers process: a key is never processed twice at once,
     and every add is followed by a processing of that key that started after it."""
+
     async def body():
         rng = random.Random(seed)
         q = WorkQueue("t")
@@ -167,6 +176,7 @@ def test_concurrent_workers_never_overlap_on_a_key_and_lose_no_add(seed):
         await asyncio.wait_for(asyncio.gather(*workers), 1)
         assert overlaps == []
         assert all(last_start[key] > added for key, added in last_add.items())
+
     run(body)
 
 
@@ -180,6 +190,7 @@ def test_backoff_doubles_per_failure_and_caps_at_max_delay():
         assert delays == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
         assert q.num_requeues("a") == 6
         await q.shutdown()
+
     run(body)
 
 
@@ -192,6 +203,7 @@ def test_forget_resets_the_backoff_to_the_base_delay():
         assert q.num_requeues("a") == 0
         assert q.add_rate_limited("a") == 1.0
         await q.shutdown()
+
     run(body)
 
 
@@ -203,17 +215,20 @@ def test_backoff_is_tracked_per_key():
         assert q.add_rate_limited("b") == 1.0
         assert q.num_requeues("a") == 4
         await q.shutdown()
+
     run(body)
 
 
 def test_backoff_stays_at_max_delay_after_very_many_failures():
     """A pod that keeps failing for days must not crash the worker computing its delay."""
+
     async def body():
         q = WorkQueue("t", base_delay=0.5, max_delay=300.0)
         delays = [q.add_rate_limited("a") for _ in range(1100)]
         assert delays[-1] == 300.0
         assert max(delays) == 300.0
         await q.shutdown()
+
     run(body)
 
 
@@ -227,6 +242,7 @@ def test_a_rate_limited_key_is_queued_only_after_its_delay():
         assert not q.idle
         assert await get_soon(q) == "a"
         assert loop.time() - start >= 0.04
+
     run(body)
 
 
@@ -238,6 +254,7 @@ def test_add_after_with_a_non_positive_delay_adds_at_once():
         q = WorkQueue("t")
         q.add_after("a", 0)
         assert len(q) == 1
+
     run(body)
 
 
@@ -247,6 +264,7 @@ def test_add_after_keeps_the_earlier_deadline_when_a_later_one_is_requested():
         q.add_after("a", 0.02)
         q.add_after("a", 30)
         assert await get_soon(q, within=1.0) == "a"
+
     run(body)
 
 
@@ -257,7 +275,8 @@ def test_add_after_moves_the_deadline_forward_when_an_earlier_one_is_requested()
         q.add_after("a", 0.02)
         assert await get_soon(q, within=1.0) == "a"
         q.done("a")
-        assert q.idle           # the 30 s timer was replaced, not kept alongside
+        assert q.idle  # the 30 s timer was replaced, not kept alongside
+
     run(body)
 
 
@@ -273,6 +292,7 @@ def test_drop_cancels_a_pending_retry_and_resets_the_backoff():
         assert q.num_requeues("a") == 0
         assert q.idle
         assert await gets_nothing(q)
+
     run(body)
 
 
@@ -286,6 +306,7 @@ def test_shutdown_makes_a_waiting_get_return_none():
         await asyncio.sleep(0.01)
         await q.shutdown()
         assert await asyncio.wait_for(waiting, 1) is None
+
     run(body)
 
 
@@ -294,6 +315,7 @@ def test_get_after_shutdown_returns_none_at_once():
         q = WorkQueue("t")
         await q.shutdown()
         assert await get_soon(q, within=0.5) is None
+
     run(body)
 
 
@@ -304,6 +326,7 @@ def test_add_after_shutdown_is_ignored():
         q.add("a")
         assert len(q) == 0
         assert await get_soon(q, within=0.5) is None
+
     run(body)
 
 
@@ -315,6 +338,7 @@ def test_shutdown_cancels_pending_delayed_adds():
         await asyncio.sleep(0.05)
         assert len(q) == 0
         assert q.idle
+
     run(body)
 
 
@@ -328,6 +352,7 @@ def test_a_dirty_key_is_not_requeued_by_done_after_shutdown():
         q.done("a")
         assert len(q) == 0
         assert await get_soon(q, within=0.5) is None
+
     run(body)
 
 
@@ -347,11 +372,13 @@ def test_idle_is_false_while_a_key_is_queued_processing_or_delayed():
         q.add_after("b", 30)
         assert not q.idle
         await q.shutdown()
+
     run(body)
 
 
 def test_queue_wait_is_measured_from_the_first_add():
     """Re-adding a queued key must not reset its queued-at time (latency metric)."""
+
     async def body():
         q = WorkQueue("t")
         q.add("a")
@@ -359,11 +386,13 @@ def test_queue_wait_is_measured_from_the_first_add():
         time.sleep(0.002)  # noqa: ASYNC251  (the clock must move; nothing else may run meanwhile)
         q.add("a")
         assert q._queued["a"] == first
+
     run(body)
 
 
 def test_queued_keys_are_not_handed_out_after_shutdown():
     """After a lost lease nothing new may start: 1,000 queued keys stay queued."""
+
     async def body():
         q = WorkQueue("t")
         for i in range(1000):
@@ -371,4 +400,5 @@ def test_queued_keys_are_not_handed_out_after_shutdown():
         await q.shutdown()
         handed = [await get_soon(q) for _ in range(3)]
         assert handed == [None, None, None]
+
     run(body)

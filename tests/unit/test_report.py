@@ -1,4 +1,5 @@
 """`workload-resizer report`'s pure part: totals, held-back reasons, and the three renderings."""
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,25 @@ from resizer.forecast import forecast_fleet
 from .test_baseline_authority import CONFIG, RING, SCOPE
 from .test_freed import NODES, fleet, pod
 
-INFO = {"config": "ConfigMap wr/workload-resizer-config", "pods": 9, "nodes": 3, "keys": "verified",
-        "listSeconds": 0.01, "planSeconds": 0.01}
+INFO = {
+    "config": "ConfigMap wr/workload-resizer-config",
+    "pods": 9,
+    "nodes": 3,
+    "keys": "verified",
+    "listSeconds": 0.01,
+    "planSeconds": 0.01,
+}
 
 
 def deferred(p: dict[str, Any]) -> dict[str, Any]:
-    p["status"]["conditions"] = [{"type": "PodResizePending", "status": "True", "reason": "Deferred",
-                                  "message": "Node didn't have enough capacity: cpu"}]
+    p["status"]["conditions"] = [
+        {
+            "type": "PodResizePending",
+            "status": "True",
+            "reason": "Deferred",
+            "message": "Node didn't have enough capacity: cpu",
+        }
+    ]
     return p
 
 
@@ -34,7 +47,11 @@ def test_totals_and_held_back_reasons() -> None:
     assert {t: (v.pods, v.freed_cpu) for t, v in report.by_node_type.items()} == {"n4": (4, 300), "n2d": (1, 0)}
     assert report.total.freed_cpu == sum(v.freed_cpu for v in report.by_workload.values()) == 300
     assert [(h.name, h.reason) for h in report.held_back] == [
-        ("c", "NotResizedYet"), ("e", "OriginalsUnverified"), ("f", "UnknownNodeType"), ("h", "ResizeDeferred")]
+        ("c", "NotResizedYet"),
+        ("e", "OriginalsUnverified"),
+        ("f", "UnknownNodeType"),
+        ("h", "ResizeDeferred"),
+    ]
     assert next(h for h in report.held_back if h.name == "h").detail == "Node didn't have enough capacity: cpu"
     assert report.left_alone == {"OutOfScope": 1}
 
@@ -49,8 +66,13 @@ def test_table_and_json() -> None:
     document = json.loads(json.dumps(report_json(report)))
     assert document["kind"] == "Report"
     assert [(n["nodeType"], n["cpu"]["freedMillicores"]) for n in document["nodeTypes"]] == [("n2d", 0), ("n4", 300)]
-    assert document["total"]["cpu"] == {"originalMillicores": 4500, "currentMillicores": 4200, "freedMillicores": 300,
-                                        "original": "4500m", "current": "4200m"}
+    assert document["total"]["cpu"] == {
+        "originalMillicores": 4500,
+        "currentMillicores": 4200,
+        "freedMillicores": 300,
+        "original": "4500m",
+        "current": "4200m",
+    }
     assert sum(w["cpu"]["freedMillicores"] for w in document["workloads"]) == 300
     assert {h["reason"] for h in document["heldBack"]} == {"NotResizedYet", "OriginalsUnverified", "UnknownNodeType"}
 

@@ -206,25 +206,50 @@ def test_unknown_fields_nested() -> None:
         (lambda d: d.update(baselineNodeType=5), "baselineNodeType", "must be a string, got 5"),
         (lambda d: d.update(baselineNodeType=None), "baselineNodeType", "must be a string, got null"),
         (lambda d: d.update(nodeTypes=["n2d"]), "nodeTypes", "must be a mapping, got a list"),
-        (lambda d: d["nodeTypes"].update({7: {"cpuPerf": 1, "memPerf": 1}}), "nodeTypes.7",
-         "key must be a string, got 7"),
+        (
+            lambda d: d["nodeTypes"].update({7: {"cpuPerf": 1, "memPerf": 1}}),
+            "nodeTypes.7",
+            "key must be a string, got 7",
+        ),
         (lambda d: d["nodeTypes"].update(n4="fast"), "nodeTypes.n4", "must be a mapping, got 'fast'"),
         (lambda d: d.update(overrides=None), "overrides", "must be a list, got null"),
         (lambda d: d.update(overrides={"name": "x"}), "overrides", "must be a list, got a mapping"),
-        (lambda d: d.update(overrides=[{"name": 3, "match": {"computeClass": "spot"}}]), "overrides[0].name",
-         "must be a string, got 3"),
-        (lambda d: d.update(overrides=[override(match={"podLabel": {"tier": 1}})]), "overrides[0].match.podLabel.tier",
-         "must be a string, got 1"),
+        (
+            lambda d: d.update(overrides=[{"name": 3, "match": {"computeClass": "spot"}}]),
+            "overrides[0].name",
+            "must be a string, got 3",
+        ),
+        (
+            lambda d: d.update(overrides=[override(match={"podLabel": {"tier": 1}})]),
+            "overrides[0].match.podLabel.tier",
+            "must be a string, got 1",
+        ),
         (lambda d: d.update(podLabels={"team": None}), "podLabels.team", "must be a mapping, got null"),
-        (lambda d: d.update(computeClasses={"spot": {"memoryLimitDecrease": True}}),
-         "computeClasses.spot.memoryLimitDecrease", "must be 'Never' or 'Allow', got True"),
+        (
+            lambda d: d.update(computeClasses={"spot": {"memoryLimitDecrease": True}}),
+            "computeClasses.spot.memoryLimitDecrease",
+            "must be 'Never' or 'Allow', got True",
+        ),
         (lambda d: d.update(memoryLimitDecrease=None), "memoryLimitDecrease", "must be 'Never' or 'Allow', got null"),
     ],
-    ids=["baseline-int", "baseline-null", "node-types-list", "node-type-int-key", "node-type-text", "overrides-null",
-         "overrides-mapping", "override-name-int", "label-value-int", "labels-null", "mld-bool", "mld-null"],
+    ids=[
+        "baseline-int",
+        "baseline-null",
+        "node-types-list",
+        "node-type-int-key",
+        "node-type-text",
+        "overrides-null",
+        "overrides-mapping",
+        "override-name-int",
+        "label-value-int",
+        "labels-null",
+        "mld-bool",
+        "mld-null",
+    ],
 )
-def test_wrong_types_are_reported_at_their_path(edit: Callable[[dict[str, Any]], None], path: str,
-                                                message: str) -> None:
+def test_wrong_types_are_reported_at_their_path(
+    edit: Callable[[dict[str, Any]], None], path: str, message: str
+) -> None:
     document = copy.deepcopy(BASE)
     edit(document)
     with pytest.raises(ConfigError) as raised:
@@ -234,13 +259,18 @@ def test_wrong_types_are_reported_at_their_path(edit: Callable[[dict[str, Any]],
 
 
 def test_optional_fields_may_be_null() -> None:
-    document = {**BASE, "computeClasses": {"spot": {"baselineNodeType": None, "nodeTypes": None,
-                                                    "bounds": {"cpu": None, "memory": {"min": None}}}},
-                "overrides": [override(match={"computeClass": "spot", "podLabel": None})]}
+    document = {
+        **BASE,
+        "computeClasses": {
+            "spot": {"baselineNodeType": None, "nodeTypes": None, "bounds": {"cpu": None, "memory": {"min": None}}}
+        },
+        "overrides": [override(match={"computeClass": "spot", "podLabel": None})],
+    }
     config = compile_config(ResizerConfig.from_document(document))
     assert config.document.overrides[0].match.podLabel is None
     assert config.policies.compute_classes["spot"] == config.policies.default.__class__(
-        **{**config.policies.default.__dict__, "rule": "computeClass:spot"})
+        **{**config.policies.default.__dict__, "rule": "computeClass:spot"}
+    )
 
 
 def test_the_parsed_document_cannot_be_changed() -> None:

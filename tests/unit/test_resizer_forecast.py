@@ -11,10 +11,11 @@ from resizer.scope import namespace_scope
 from .test_resizer_support import container, guaranteed, make_pod, sample_config
 
 
-def bound(pod: dict[str, Any], node: str, namespace: str = "shop", name: str = "web-1",
-          labels: dict[str, str] | None = None) -> dict[str, Any]:
+def bound(
+    pod: dict[str, Any], node: str, namespace: str = "shop", name: str = "web-1", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     pod["metadata"].update(namespace=namespace, name=name)
-    pod["metadata"].setdefault("generation", 1)       # as the apiserver sets it at creation
+    pod["metadata"].setdefault("generation", 1)  # as the apiserver sets it at creation
     if labels:
         pod["metadata"]["labels"] = labels
     pod["spec"]["nodeName"] = node
@@ -58,8 +59,12 @@ def test_forecast_groups_per_workload_and_node_type_and_adds_up_the_requests() -
 
     document = forecast_json(forecast, {"config": "test", "pods": 9, "nodes": 4, "listSeconds": 0, "planSeconds": 0})
     assert document["total"]["requests"]["cpu"] == {
-        "currentMillicores": 3010, "desiredMillicores": 2610, "deltaMillicores": -400,
-        "current": "3010m", "desired": "2610m"}
+        "currentMillicores": 3010,
+        "desiredMillicores": 2610,
+        "deltaMillicores": -400,
+        "current": "3010m",
+        "desired": "2610m",
+    }
     table = forecast_table(forecast, {"config": "test", "pods": 9, "nodes": 4, "listSeconds": 0, "planSeconds": 0})
     assert "shop       ReplicaSet/web  n4         2/3   2010m -> 1610m  2080Mi -> 2080Mi  -400m  0" in table
     assert "Total: 2 of 4 pods in scope resized; CPU requests 3010m -> 2610m (-400m)" in table

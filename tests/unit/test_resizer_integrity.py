@@ -1,5 +1,6 @@
 """resizer.integrity: who may choose a pod's baseline, decided from the annotations,
 the MAC, metadata.generation and the spec."""
+
 from __future__ import annotations
 
 import copy
@@ -26,12 +27,24 @@ RING = KeyRing({OLD: b"o" * 32, NEW: b"n" * 32})
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "rs-uid", "controller": True}
 
 
-def make_pod(cpu: str = "500m", name: str = "web-7d9f-abcde", uid: str = "pod-uid", generation: int = 1,
-             annotations: dict[str, str] | None = None, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+def make_pod(
+    cpu: str = "500m",
+    name: str = "web-7d9f-abcde",
+    uid: str = "pod-uid",
+    generation: int = 1,
+    annotations: dict[str, str] | None = None,
+    owner: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     return {
-        "metadata": {"namespace": "shop", "name": name, "generateName": "web-7d9f-", "uid": uid,
-                     "generation": generation, "annotations": dict(annotations or {}),
-                     "ownerReferences": [owner or OWNER]},
+        "metadata": {
+            "namespace": "shop",
+            "name": name,
+            "generateName": "web-7d9f-",
+            "uid": uid,
+            "generation": generation,
+            "annotations": dict(annotations or {}),
+            "ownerReferences": [owner or OWNER],
+        },
         "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]},
     }
 
@@ -46,8 +59,9 @@ def stamped_at_admission(pod: dict[str, Any], ring: KeyRing = RING) -> dict[str,
     return pod
 
 
-def stamped_by_reconciler(pod: dict[str, Any], originals: dict[str, str] | None = None,
-                          ring: KeyRing = RING) -> dict[str, Any]:
+def stamped_by_reconciler(
+    pod: dict[str, Any], originals: dict[str, str] | None = None, ring: KeyRing = RING
+) -> dict[str, Any]:
     originals = originals if originals is not None else originals_from_spec_annotations(pod)
     mac = sign_originals(ring, originals, PodIdentity.of(pod), "pod")
     pod["metadata"]["annotations"].update({**originals, ORIGINALS_MAC: mac})
@@ -134,23 +148,28 @@ def test_removing_the_applied_annotation_does_not_make_a_resized_pod_look_new() 
 
 def test_reconciler_mac_copied_to_another_pod_does_not_verify() -> None:
     victim = resize_spec(stamped_by_reconciler(make_pod("16")), "12800m")
-    copy_ = make_pod("100m", name="web-7d9f-zzzzz", uid="other-uid", generation=2,
-                     annotations={k: v for k, v in victim["metadata"]["annotations"].items()})
+    copy_ = make_pod(
+        "100m",
+        name="web-7d9f-zzzzz",
+        uid="other-uid",
+        generation=2,
+        annotations={k: v for k, v in victim["metadata"]["annotations"].items()},
+    )
     assert check(copy_).trust is Trust.REFUSE
 
 
 def test_admission_mac_copied_to_an_unchanged_sibling_is_recaptured() -> None:
     legit = stamped_at_admission(make_pod("16"))
-    copy_ = make_pod("100m", name="web-7d9f-zzzzz", uid="other-uid",
-                     annotations=dict(legit["metadata"]["annotations"]))
+    copy_ = make_pod("100m", name="web-7d9f-zzzzz", uid="other-uid", annotations=dict(legit["metadata"]["annotations"]))
     result = check(copy_)
     assert result.trust is Trust.RECAPTURE and result.tampered
 
 
 def test_admission_mac_copied_to_a_changed_sibling_is_trusted_only_if_aligned() -> None:
     legit = stamped_at_admission(make_pod("16"))
-    copy_ = make_pod("100m", name="web-7d9f-zzzzz", uid="other-uid", generation=2,
-                     annotations=dict(legit["metadata"]["annotations"]))
+    copy_ = make_pod(
+        "100m", name="web-7d9f-zzzzz", uid="other-uid", generation=2, annotations=dict(legit["metadata"]["annotations"])
+    )
     assert check(copy_).trust is Trust.TRUSTED_IF_ALIGNED
 
 
@@ -172,8 +191,7 @@ def test_admission_mac_of_a_named_pod_verifies() -> None:
     mac = sign_originals(RING, originals, PodIdentity.of(pod, scope="admission"), "admission")
     pod["metadata"]["annotations"].update({**originals, ORIGINALS_MAC: mac})
     assert check(resize_spec(pod, "800m")).trust is Trust.TRUSTED_IF_ALIGNED
-    assert check(make_pod("1", name="db-0", annotations=dict(pod["metadata"]["annotations"]))).trust \
-        is Trust.TRUSTED
+    assert check(make_pod("1", name="db-0", annotations=dict(pod["metadata"]["annotations"]))).trust is Trust.TRUSTED
 
 
 @pytest.mark.parametrize("mac", ["", "v1", "v2.p.k.x", "v1.x.k.x", "v1.p.k", 7])
@@ -219,8 +237,9 @@ def test_baseline_recapture_plans_from_the_spec_and_stamps_a_pod_mac() -> None:
     assert read_originals(result.pod)["app"].cpu.request == read_originals(make_pod("500m"))["app"].cpu.request
     assert result.stamp is not None and result.stamp[CPU] == "500m"
     after = copy.deepcopy(pod)
-    after["metadata"]["annotations"] = {k: v for k, v in {**pod["metadata"]["annotations"], **result.stamp}.items()
-                                        if v is not None}
+    after["metadata"]["annotations"] = {
+        k: v for k, v in {**pod["metadata"]["annotations"], **result.stamp}.items() if v is not None
+    }
     assert check(after).trust is Trust.TRUSTED and check(after).scope == "pod"
 
 
@@ -244,14 +263,24 @@ def test_pod_mac_upgrades_an_admission_stamp_and_needs_resign_tracks_rotation() 
     assert check(resize_spec(pod, "800m")).scope == "pod"
 
 
-@pytest.mark.parametrize("originals, namespace, scope, mac", [
-    ({"workload-resizer.io/original-cpu.app": "500m"}, "shop", "pod",
-     "v1.p.k1.G7DObZkYP0rxasP2WO5lLI1rX227_D2KfNI_mAQPzpI"),
-    ({"workload-resizer.io/original-cpu.\u00e4pp": "500m"}, "sh\u00f6p", "admission",     # non-ASCII: escaped
-     "v1.a.k1.cRy-Eas9zaoaK432UUVN10B3CFk1j7tAF1DbySeHRZs"),
-])
-def test_macs_already_on_pods_keep_verifying(originals: dict[str, str], namespace: str, scope: Any,
-                                             mac: str) -> None:
+@pytest.mark.parametrize(
+    "originals, namespace, scope, mac",
+    [
+        (
+            {"workload-resizer.io/original-cpu.app": "500m"},
+            "shop",
+            "pod",
+            "v1.p.k1.G7DObZkYP0rxasP2WO5lLI1rX227_D2KfNI_mAQPzpI",
+        ),
+        (
+            {"workload-resizer.io/original-cpu.\u00e4pp": "500m"},
+            "sh\u00f6p",
+            "admission",  # non-ASCII: escaped
+            "v1.a.k1.cRy-Eas9zaoaK432UUVN10B3CFk1j7tAF1DbySeHRZs",
+        ),
+    ],
+)
+def test_macs_already_on_pods_keep_verifying(originals: dict[str, str], namespace: str, scope: Any, mac: str) -> None:
     """The signed message's encoding is a compatibility contract: these values were signed by
     an earlier version (stdlib json); any change of the encoding would make them unverifiable."""
     identity = PodIdentity(namespace, "web-1", "web-", "uid-1", "ReplicaSet", "apps/v1", "web", "rs-uid")
@@ -266,16 +295,19 @@ def test_the_stand_in_for_a_pod_mac_has_its_exact_size() -> None:
     assert pod_mac_stand_in(KeyRing({})) == {} == pod_mac(pod, KeyRing({}))
 
 
-@pytest.mark.parametrize(("ids", "newest"), [
-    (["k9", "k10"], "k10"),                           # not the greatest string ("k9")
-    (["k0009", "k0010", "k0002"], "k0010"),
-    (["2026-9-30", "2026-11-23"], "2026-11-23"),
-    (["2026-01-01", "2026-06-01"], "2026-06-01"),
-    (["k1", "k01"], "k1"),                             # equal as numbers: plain string order decides
-    (["k2", "k2a"], "k2a"),
-    (["a", "b10", "b9"], "b10"),
-    (["only"], "only"),
-])
+@pytest.mark.parametrize(
+    ("ids", "newest"),
+    [
+        (["k9", "k10"], "k10"),  # not the greatest string ("k9")
+        (["k0009", "k0010", "k0002"], "k0010"),
+        (["2026-9-30", "2026-11-23"], "2026-11-23"),
+        (["2026-01-01", "2026-06-01"], "2026-06-01"),
+        (["k1", "k01"], "k1"),  # equal as numbers: plain string order decides
+        (["k2", "k2a"], "k2a"),
+        (["a", "b10", "b9"], "b10"),
+        (["only"], "only"),
+    ],
+)
 def test_the_newest_key_is_the_greatest_id_in_natural_order(ids: list[str], newest: str) -> None:
     for order in (ids, list(reversed(ids))):
         assert KeyRing({key_id: b"k" * 32 for key_id in order}).newest == newest
@@ -328,7 +360,7 @@ def test_sized_mac_on_a_changed_pod_only_explains_an_aligned_pod() -> None:
 
 def test_originals_bound_to_the_pod_before_its_gate_was_removed_stay_trusted() -> None:
     pod = stamped_by_reconciler(stamped_at_admission(make_pod("1")))
-    pod["metadata"]["generation"] = 2      # the gate removed: no resource changed
+    pod["metadata"]["generation"] = 2  # the gate removed: no resource changed
     result = check(pod)
     assert result.trust is Trust.TRUSTED and result.scope == "pod"
 
@@ -351,7 +383,7 @@ def test_early_binding_binds_what_the_authority_trusts_on_a_never_changed_pod(st
         pod["metadata"]["annotations"].update(originals_from_spec_annotations(pod))
     patch = early_binding(pod, RING)
     assert patch is not None and str(patch[ORIGINALS_MAC]).startswith(f"v1.p.{NEW}.")
-    if stamp == "none":     # no originals (the webhook down): recorded from the spec, as step 1 does
+    if stamp == "none":  # no originals (the webhook down): recorded from the spec, as step 1 does
         assert {k: v for k, v in patch.items() if k != ORIGINALS_MAC} == originals_from_spec_annotations(pod)
     else:
         assert set(patch) == {ORIGINALS_MAC}
@@ -361,9 +393,13 @@ def test_early_binding_binds_what_the_authority_trusts_on_a_never_changed_pod(st
 
 def test_early_binding_binds_nothing_the_authority_does_not_trust_as_it_is() -> None:
     forged = make_pod("1", annotations={CPU: "16", "workload-resizer.io/original-cpu-limit.app": "16"})
-    sibling = make_pod("1", name="web-7d9f-zzzzz", uid="other-uid",
-                       annotations=dict(stamped_at_admission(make_pod("16"))["metadata"]["annotations"]))
-    for rejected in (forged, sibling):      # re-captured (and reported) by step 1 once the pod is bound
+    sibling = make_pod(
+        "1",
+        name="web-7d9f-zzzzz",
+        uid="other-uid",
+        annotations=dict(stamped_at_admission(make_pod("16"))["metadata"]["annotations"]),
+    )
+    for rejected in (forged, sibling):  # re-captured (and reported) by step 1 once the pod is bound
         assert check(rejected).trust is Trust.RECAPTURE and early_binding(rejected, RING) is None
     assert early_binding(stamped_at_admission(make_pod("1", generation=2)), RING) is None, "changed already"
     assert early_binding(stamped_by_reconciler(make_pod("1")), RING) is None, "bound already"

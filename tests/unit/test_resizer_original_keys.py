@@ -1,6 +1,7 @@
 """Container names never share their ``original-*`` keys: a digest no search can collide, one
 place that says which annotation holds a container's original (the legacy key of a pod stamped
 before, when unambiguous), and a refusal, never a sharing, when two containers would map to one."""
+
 from __future__ import annotations
 
 import copy
@@ -54,7 +55,7 @@ def old_key(container: str, resource: str, kind: str) -> str:
     stem = f"original-{resource}" + ("-limit" if kind == "limit" else "")
     name = f"{stem}.{container}"
     if len(name) >= 63:
-        name = f"{stem}.{container[:63 - len(stem) - 10]}-{hashlib.sha256(container.encode()).hexdigest()[:8]}"
+        name = f"{stem}.{container[: 63 - len(stem) - 10]}-{hashlib.sha256(container.encode()).hexdigest()[:8]}"
     return "workload-resizer.io/" + name
 
 
@@ -70,11 +71,22 @@ def old_stamp(*containers: dict[str, Any]) -> dict[str, str]:
     return stamp
 
 
-def make_pod(*containers: dict[str, Any], sidecars: tuple[dict[str, Any], ...] = (), generation: int = 1,
-             annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def make_pod(
+    *containers: dict[str, Any],
+    sidecars: tuple[dict[str, Any], ...] = (),
+    generation: int = 1,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     pod: dict[str, Any] = {
-        "metadata": {"namespace": "shop", "name": "web-7d9f-abcde", "generateName": "web-7d9f-", "uid": "pod-uid",
-                     "generation": generation, "annotations": dict(annotations or {}), "ownerReferences": [OWNER]},
+        "metadata": {
+            "namespace": "shop",
+            "name": "web-7d9f-abcde",
+            "generateName": "web-7d9f-",
+            "uid": "pod-uid",
+            "generation": generation,
+            "annotations": dict(annotations or {}),
+            "ownerReferences": [OWNER],
+        },
         "spec": {"containers": list(containers)},
     }
     if sidecars:
@@ -85,16 +97,20 @@ def make_pod(*containers: dict[str, Any], sidecars: tuple[dict[str, Any], ...] =
 def pod_signed(pod: dict[str, Any], originals: dict[str, str]) -> dict[str, Any]:
     """Bound to the pod by a reconciler (a pod MAC over exactly ``originals``)."""
     signed = copy.deepcopy(pod)
-    signed["metadata"]["annotations"] = {**originals,
-                                         ORIGINALS_MAC: sign_originals(RING, originals, PodIdentity.of(pod), "pod")}
+    signed["metadata"]["annotations"] = {
+        **originals,
+        ORIGINALS_MAC: sign_originals(RING, originals, PodIdentity.of(pod), "pod"),
+    }
     return signed
 
 
 def admission_signed(pod: dict[str, Any], originals: dict[str, str]) -> dict[str, Any]:
     identity = PodIdentity.of({**pod, "metadata": {**pod["metadata"], "name": ""}}, scope="admission")
     signed = copy.deepcopy(pod)
-    signed["metadata"]["annotations"] = {**originals,
-                                         ORIGINALS_MAC: sign_originals(RING, originals, identity, "admission")}
+    signed["metadata"]["annotations"] = {
+        **originals,
+        ORIGINALS_MAC: sign_originals(RING, originals, identity, "admission"),
+    }
     return signed
 
 
@@ -102,6 +118,7 @@ SMALL, LARGE = guaranteed(A, "100m", "64Mi"), guaranteed(B, "4", "8Gi")
 
 
 # ---------------------------------------------------------------- the key format
+
 
 def test_the_pair_is_two_valid_container_names_whose_legacy_keys_collide() -> None:
     for name in (A, B):
@@ -125,11 +142,17 @@ def test_long_names_get_130_bits_of_sha256_and_short_names_keep_their_keys() -> 
     digest = key[-26:]
     assert re.fullmatch(r"[a-z2-7]{26}", digest) and key[-27] == "_"
     assert key.startswith("original-memory-limit." + A[:14])
-    assert original_key("app", "cpu", "request") == legacy_original_key("app", "cpu", "request") == \
-        "workload-resizer.io/original-cpu.app"
-    fits = "c" * 49      # original-cpu.<49> is 62 characters: verbatim under both formats
-    assert original_key(fits, "cpu", "request") == legacy_original_key(fits, "cpu", "request") == \
-        "workload-resizer.io/original-cpu." + fits
+    assert (
+        original_key("app", "cpu", "request")
+        == legacy_original_key("app", "cpu", "request")
+        == "workload-resizer.io/original-cpu.app"
+    )
+    fits = "c" * 49  # original-cpu.<49> is 62 characters: verbatim under both formats
+    assert (
+        original_key(fits, "cpu", "request")
+        == legacy_original_key(fits, "cpu", "request")
+        == "workload-resizer.io/original-cpu." + fits
+    )
 
 
 @settings(deadline=None)
@@ -138,8 +161,12 @@ def test_keys_of_distinct_valid_names_never_collide_in_either_format(names: list
     """Verbatim keys are at most 62 characters; hashed and legacy keys are 63, and a legacy key
     has '-' ninth from the end where a hashed key has a digest character. So a key written today
     equals no other key of either format, except its own legacy key when it is verbatim."""
-    keys = [(name, slot, form, key(name, *slot)) for name in names for slot in SLOTS  # type: ignore[operator]
-            for form, key in (("new", original_key), ("legacy", legacy_original_key))]
+    keys = [
+        (name, slot, form, key(name, *slot))
+        for name in names
+        for slot in SLOTS  # type: ignore[operator]
+        for form, key in (("new", original_key), ("legacy", legacy_original_key))
+    ]
     for _name, _slot, form, key in keys:
         if form == "new":
             assert_valid_annotation_key(key)
@@ -157,6 +184,7 @@ def test_a_names_hashed_key_is_never_its_legacy_key(name: str) -> None:
 
 
 # ---------------------------------------------------------------- refuse, never share
+
 
 def test_a_pod_stamped_with_colliding_legacy_keys_is_refused_by_every_reader() -> None:
     pod = make_pod(SMALL, LARGE, generation=2, annotations=old_stamp(SMALL, LARGE))
@@ -194,10 +222,13 @@ def test_the_pod_stamped_today_is_read_by_its_own_keys() -> None:
     assert originals[A].memory.limit == 64 * 2**20
 
 
-@pytest.mark.parametrize("twin", [
-    pytest.param(make_pod(guaranteed("app"), guaranteed("app")), id="two containers"),
-    pytest.param(make_pod(guaranteed("app"), sidecars=(guaranteed("app"),)), id="a container and a sidecar"),
-])
+@pytest.mark.parametrize(
+    "twin",
+    [
+        pytest.param(make_pod(guaranteed("app"), guaranteed("app")), id="two containers"),
+        pytest.param(make_pod(guaranteed("app"), sidecars=(guaranteed("app"),)), id="a container and a sidecar"),
+    ],
+)
 def test_duplicate_names_are_refused_not_merged(twin: dict[str, Any]) -> None:
     with pytest.raises(KeyCollisionError, match="'app'"):
         originals_from_spec_annotations(twin)
@@ -213,19 +244,25 @@ def test_a_plain_init_container_sharing_a_name_is_not_resizable_and_not_a_collis
 
 # ---------------------------------------------------------------- upgrade: read the old, write the new
 
+
 def test_a_legacy_key_without_its_new_key_is_read_and_only_new_keys_are_written() -> None:
     authored = make_pod(guaranteed(A, "1", "1Gi"))
-    resized = make_pod(guaranteed(A, "800m", "1Gi"), generation=2, annotations=old_stamp(authored["spec"]["containers"][0]))
+    resized = make_pod(
+        guaranteed(A, "800m", "1Gi"), generation=2, annotations=old_stamp(authored["spec"]["containers"][0])
+    )
     assert read_originals(resized)[A].cpu.request == 1, "not the resized spec: no compounding"
     assert original_keys(resized)[A][("cpu", "request")] == old_key(A, "cpu", "request")
     assert missing_original_annotations(resized) == {}
-    assert set(originals_from_spec_annotations(authored)) == {original_key(A, r, k)  # type: ignore[arg-type]
-                                                              for r, k in SLOTS}
+    assert set(originals_from_spec_annotations(authored)) == {
+        original_key(A, r, k)  # type: ignore[arg-type]
+        for r, k in SLOTS
+    }
     new_and_old = copy.deepcopy(resized)
     new_and_old["metadata"]["annotations"][original_key(A, "cpu", "request")] = "2"
     assert read_originals(new_and_old)[A].cpu.request == 2, "the key written today wins"
-    assert restore_patch(resized) == {"spec": {"containers": [
-        {"name": A, "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
+    assert restore_patch(resized) == {
+        "spec": {"containers": [{"name": A, "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}
+    }
 
 
 def test_legacy_admission_stamps_on_unchanged_pods_stay_trusted() -> None:
@@ -235,8 +272,10 @@ def test_legacy_admission_stamps_on_unchanged_pods_stay_trusted() -> None:
     assert verdict.trust is Trust.TRUSTED and not verdict.tampered, verdict
     decision = baseline(pod, RING)
     assert decision.stamp is not None
-    assert {k for k in decision.stamp if k != ORIGINALS_MAC} == {original_key("proxy", r, k)  # type: ignore[arg-type]
-                                                                  for r, k in SLOTS}
+    assert {k for k in decision.stamp if k != ORIGINALS_MAC} == {
+        original_key("proxy", r, k)  # type: ignore[arg-type]
+        for r, k in SLOTS
+    }
 
 
 def test_a_legacy_sidecar_under_a_pod_mac_is_not_recorded_again_from_its_resized_spec() -> None:
@@ -244,8 +283,7 @@ def test_a_legacy_sidecar_under_a_pod_mac_is_not_recorded_again_from_its_resized
     under legacy keys has them, and its (resized) spec must not become its baseline."""
     proxy = guaranteed("proxy-" + "p" * 50, "500m", "128Mi")
     authored = make_pod(guaranteed("app"), sidecars=(proxy,))
-    resized = make_pod(guaranteed("app", "800m"), sidecars=(guaranteed(proxy["name"], "400m", "128Mi"),),
-                       generation=2)
+    resized = make_pod(guaranteed("app", "800m"), sidecars=(guaranteed(proxy["name"], "400m", "128Mi"),), generation=2)
     pod = pod_signed(resized, old_stamp(authored["spec"]["containers"][0], proxy))
     decision = baseline(pod, RING)
     assert decision.check.trust is Trust.TRUSTED and decision.stamp is None, decision
@@ -262,8 +300,14 @@ def test_a_legacy_sized_at_admission_stamp_still_verifies() -> None:
     authored = make_pod(guaranteed(A, "1", "1Gi"))
     sized = make_pod(guaranteed(A, "800m", "1Gi"))
     at_admission = {**sized, "metadata": {**sized["metadata"], "name": ""}}
-    stamp = sized_stamp(at_admission, "shop", RING, old_stamp(authored["spec"]["containers"][0]), "n4",
-                        old_stamp(sized["spec"]["containers"][0]))
+    stamp = sized_stamp(
+        at_admission,
+        "shop",
+        RING,
+        old_stamp(authored["spec"]["containers"][0]),
+        "n4",
+        old_stamp(sized["spec"]["containers"][0]),
+    )
     pod = copy.deepcopy(sized)
     pod["metadata"]["annotations"] = stamp
     verdict = check_originals(pod, RING)
@@ -272,22 +316,35 @@ def test_a_legacy_sized_at_admission_stamp_still_verifies() -> None:
 
 # ---------------------------------------------------------------- the reconciler
 
+
 def bound_pod(annotations: dict[str, str], generation: int = 2) -> dict[str, Any]:
     """The issue's pod as the previous version left it: stamped, bound by a pod MAC, resized."""
     from tests.unit.test_reconciler_reconcile import KEYS
 
     containers = [guaranteed(A, "100m", "64Mi"), guaranteed(B, "4", "8Gi")]
     full: dict[str, Any] = {
-        "metadata": {"name": "web-1", "namespace": "shop", "uid": "uid-1", "generation": generation,
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                                          "controller": True}]},
+        "metadata": {
+            "name": "web-1",
+            "namespace": "shop",
+            "uid": "uid-1",
+            "generation": generation,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": True}],
+        },
         "spec": {"nodeName": "node-1", "containers": containers},
-        "status": {"phase": "Running", "qosClass": "Guaranteed", "observedGeneration": generation,
-                   "containerStatuses": [{"name": c["name"], "state": {"running": {}},
-                                          "resources": copy.deepcopy(c["resources"])} for c in containers]},
+        "status": {
+            "phase": "Running",
+            "qosClass": "Guaranteed",
+            "observedGeneration": generation,
+            "containerStatuses": [
+                {"name": c["name"], "state": {"running": {}}, "resources": copy.deepcopy(c["resources"])}
+                for c in containers
+            ],
+        },
     }
-    full["metadata"]["annotations"] = {**annotations,
-                                       ORIGINALS_MAC: sign_originals(KEYS, annotations, PodIdentity.of(full), "pod")}
+    full["metadata"]["annotations"] = {
+        **annotations,
+        ORIGINALS_MAC: sign_originals(KEYS, annotations, PodIdentity.of(full), "pod"),
+    }
     return full
 
 
@@ -296,7 +353,7 @@ def test_the_reconciler_refuses_a_pod_with_colliding_legacy_keys_once_and_writes
     from tests.unit.test_reconciler_reconcile import KEY, cluster, reconciler, run
 
     annotations = old_stamp(SMALL, LARGE)
-    if applied is not None:     # sized by the previous version: left as it is, never re-aligned from B's values
+    if applied is not None:  # sized by the previous version: left as it is, never re-aligned from B's values
         annotations["workload-resizer.io/applied-instance-type"] = applied
     fake = cluster(bound_pod(annotations))
     rec = reconciler(fake)

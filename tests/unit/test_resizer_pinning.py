@@ -9,7 +9,6 @@ import pytest
 
 import resizer
 from devkit.jsonpatch import apply_patch
-from resizer.preflight import apply_patch as resize_patched
 from resizer import (
     ORIGINALS_MAC,
     SIZED_AT_ADMISSION,
@@ -27,6 +26,7 @@ from resizer import (
     resolve_policy,
     sized_stamp,
 )
+from resizer.preflight import apply_patch as resize_patched
 
 LABEL = "cloud.google.com/machine-family"
 CONFIG_TEXT = """\
@@ -45,17 +45,29 @@ podLabels:
     special: { nodeTypes: { n4x: { cpuPerf: 2.0, memPerf: 1.0 } } }
 """
 CONFIG = load_config(CONFIG_TEXT)
-NODES: dict[str, str | None] = {"node-n4": "n4", "node-n4x": "n4x", "node-c3": "c3", "node-n2d": "n2d",
-                                "node-bare": None, "node-unknown-type": "m9"}
+NODES: dict[str, str | None] = {
+    "node-n4": "n4",
+    "node-n4x": "n4x",
+    "node-c3": "c3",
+    "node-n2d": "n2d",
+    "node-bare": None,
+    "node-unknown-type": "m9",
+}
 KEYS = KeyRing({"k1": b"k" * 32})
 
 
-def pod(spec: dict[str, Any] | None = None, labels: dict[str, str] | None = None,
-        annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def pod(
+    spec: dict[str, Any] | None = None, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     resources = {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
-    meta: dict[str, Any] = {"namespace": "shop", "generateName": "web-", "labels": labels or {},
-                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                                                 "uid": "rs-uid", "controller": True}]}
+    meta: dict[str, Any] = {
+        "namespace": "shop",
+        "generateName": "web-",
+        "labels": labels or {},
+        "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-uid", "controller": True}
+        ],
+    }
     if annotations is not None:
         meta["annotations"] = annotations
     return {"metadata": meta, "spec": {"containers": [{"name": "app", "resources": resources}], **(spec or {})}}
@@ -63,8 +75,13 @@ def pod(spec: dict[str, Any] | None = None, labels: dict[str, str] | None = None
 
 def affinity(*terms: list[dict[str, Any]], fields: bool = False) -> dict[str, Any]:
     key = "matchFields" if fields else "matchExpressions"
-    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{key: term} for term in terms]}}}}
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{key: term} for term in terms]}
+            }
+        }
+    }
 
 
 def on_label(*values: str, operator: str = "In") -> list[dict[str, Any]]:
@@ -75,34 +92,40 @@ def on_nodes(*names: str) -> list[dict[str, Any]]:
     return [{"key": "metadata.name", "operator": "In", "values": list(names)}]
 
 
-@pytest.mark.parametrize(("spec", "expected"), [
-    ({"nodeName": "node-n4"}, "n4"),
-    ({"nodeSelector": {LABEL: "n4"}}, "n4"),
-    (affinity(on_label("n4")), "n4"),
-    (affinity(on_label("n4", "n4x")), "n4"),                  # equal performance: either sizes alike
-    (affinity(on_label("n4"), on_label("n4x")), "n4"),       # terms ORed
-    (affinity(on_nodes("node-c3"), fields=True), "c3"),       # a DaemonSet pod
-    (affinity(on_nodes("node-n4", "node-n4x"), fields=True), "n4"),
-    ({"nodeSelector": {LABEL: "n4"}, **affinity(on_label("n4", "c3"))}, "n4"),   # both hold: intersected
-])
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"nodeName": "node-n4"}, "n4"),
+        ({"nodeSelector": {LABEL: "n4"}}, "n4"),
+        (affinity(on_label("n4")), "n4"),
+        (affinity(on_label("n4", "n4x")), "n4"),  # equal performance: either sizes alike
+        (affinity(on_label("n4"), on_label("n4x")), "n4"),  # terms ORed
+        (affinity(on_nodes("node-c3"), fields=True), "c3"),  # a DaemonSet pod
+        (affinity(on_nodes("node-n4", "node-n4x"), fields=True), "n4"),
+        ({"nodeSelector": {LABEL: "n4"}, **affinity(on_label("n4", "c3"))}, "n4"),  # both hold: intersected
+    ],
+)
 def test_pinned_pods_have_their_node_type(spec: dict[str, Any], expected: str) -> None:
     assert pinned_node_type(pod(spec), NODES, CONFIG, LABEL) == expected
 
 
-@pytest.mark.parametrize("spec", [
-    {},                                                       # no pin
-    {"nodeSelector": {"other": "x"}},
-    affinity(on_label("n4", "c3")),                           # different cpu performance
-    affinity(on_label("n4", "odd")),                          # same cpu, different memory performance
-    affinity(on_label("n4"), on_label("c3")),
-    affinity(on_label("n4"), [{"key": "zone", "operator": "In", "values": ["a"]}]),   # a term without a pin
-    affinity(on_label("n4", operator="NotIn")),
-    affinity(on_nodes("node-missing"), fields=True),          # a node not (yet) known
-    affinity(on_nodes("node-bare"), fields=True),             # a node without the label
-    {"nodeName": "node-unknown-type"},                        # a type not in the config
-    {"nodeName": "node-missing", "nodeSelector": {LABEL: "n4"}},
-    {"nodeSelector": {LABEL: "n4"}, **affinity(on_label("c3"))},   # contradictory: never schedulable
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},  # no pin
+        {"nodeSelector": {"other": "x"}},
+        affinity(on_label("n4", "c3")),  # different cpu performance
+        affinity(on_label("n4", "odd")),  # same cpu, different memory performance
+        affinity(on_label("n4"), on_label("c3")),
+        affinity(on_label("n4"), [{"key": "zone", "operator": "In", "values": ["a"]}]),  # a term without a pin
+        affinity(on_label("n4", operator="NotIn")),
+        affinity(on_nodes("node-missing"), fields=True),  # a node not (yet) known
+        affinity(on_nodes("node-bare"), fields=True),  # a node without the label
+        {"nodeName": "node-unknown-type"},  # a type not in the config
+        {"nodeName": "node-missing", "nodeSelector": {LABEL: "n4"}},
+        {"nodeSelector": {LABEL: "n4"}, **affinity(on_label("c3"))},  # contradictory: never schedulable
+    ],
+)
 def test_pods_whose_type_is_not_determined_are_not_pinned(spec: dict[str, Any]) -> None:
     assert pinned_node_type(pod(spec), NODES, CONFIG, LABEL) is None
 
@@ -128,18 +151,21 @@ def test_sizing_is_the_reconcilers_plan_from_the_spec_as_sent() -> None:
 
 def test_opted_in_sidecars_are_sized_at_admission_under_init_containers() -> None:
     config = load_config(CONFIG_TEXT + "sidecars: true\n")
-    sidecar = {"name": "proxy", "restartPolicy": "Always",
-               "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "64Mi"}}}
+    sidecar = {
+        "name": "proxy",
+        "restartPolicy": "Always",
+        "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "64Mi"}},
+    }
     plain = {"name": "setup", "resources": {"requests": {"cpu": "1"}}}
     sent = pod({"nodeSelector": {LABEL: "n4"}, "initContainers": [plain, sidecar]})
     sizing = admission_sizing(sent, config, "n4")
     assert sizing is not None
     sized = apply_patch(copy.deepcopy(sent), list(sizing.ops))
     assert sized["spec"]["initContainers"][1]["resources"]["requests"]["cpu"] == "400m"
-    assert sized["spec"]["initContainers"][0] == plain                      # a plain init container: never
+    assert sized["spec"]["initContainers"][0] == plain  # a plain init container: never
     assert sized["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "800m"
     assert dict(sizing.sized) == originals_from_spec_annotations(sized)
-    unsized = admission_sizing(sent, CONFIG, "n4")                           # opted out: containers only
+    unsized = admission_sizing(sent, CONFIG, "n4")  # opted out: containers only
     assert unsized is not None
     assert apply_patch(copy.deepcopy(sent), list(unsized.ops))["spec"]["initContainers"] == [plain, sidecar]
 
@@ -171,8 +197,9 @@ def test_a_pod_sized_at_admission_is_trusted_and_aligned_for_its_type() -> None:
     policy = resolve_policy(CONFIG, stored)
     assert plan_resize(decision.pod, policy, "n4").outcome == "AlreadyAligned"
     on_c3 = plan_resize(decision.pod, policy, "c3")
-    assert on_c3.patch == {"spec": {"containers": [{"name": "app", "resources": {
-        "requests": {"cpu": "769m"}, "limits": {"cpu": "769m"}}}]}}    # 1 x 1/1.3 from the originals
+    assert on_c3.patch == {
+        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "769m"}, "limits": {"cpu": "769m"}}}]}
+    }  # 1 x 1/1.3 from the originals
 
 
 def test_existing_mac_formats_are_unchanged() -> None:
@@ -180,21 +207,32 @@ def test_existing_mac_formats_are_unchanged() -> None:
     sent = pod()
     stamp = admission_stamp(sent, "shop", KEYS)
     assert stamp[ORIGINALS_MAC] == "v1.a.k1." + resizer.integrity._mac(
-        KEYS.keys["k1"], originals_from_spec_annotations(sent),
-        resizer.PodIdentity.of(sent, "shop", "admission"), "admission")
+        KEYS.keys["k1"],
+        originals_from_spec_annotations(sent),
+        resizer.PodIdentity.of(sent, "shop", "admission"),
+        "admission",
+    )
     message = resizer.integrity._message({"k": "v"}, resizer.PodIdentity("n", "p", "", "u", "", "", "", ""), "pod")
-    assert message == b'["v1","pod",{"generate_name":"","name":"p","namespace":"n","owner_api_version":"",' \
-                      b'"owner_kind":"","owner_name":"","owner_uid":"","uid":"u"},[["k","v"]]]'
+    assert (
+        message == b'["v1","pod",{"generate_name":"","name":"p","namespace":"n","owner_api_version":"",'
+        b'"owner_kind":"","owner_name":"","owner_uid":"","uid":"u"},[["k","v"]]]'
+    )
 
 
 def test_sized_macs_already_on_pods_keep_verifying() -> None:
     """Sized MACs signed by an earlier version (cover: every sized value) keep their bytes: the
     cover is the sized values restricted to the originals' keys, which on a pod the webhook sized
     are the same keys."""
-    originals = {"workload-resizer.io/original-cpu.app": "1", "workload-resizer.io/original-cpu-limit.app": "1",
-                 "workload-resizer.io/original-memory.app": "256Mi"}
-    sized = {**originals, "workload-resizer.io/original-cpu.app": "800m",
-             "workload-resizer.io/original-cpu-limit.app": "800m"}
+    originals = {
+        "workload-resizer.io/original-cpu.app": "1",
+        "workload-resizer.io/original-cpu-limit.app": "1",
+        "workload-resizer.io/original-memory.app": "256Mi",
+    }
+    sized = {
+        **originals,
+        "workload-resizer.io/original-cpu.app": "800m",
+        "workload-resizer.io/original-cpu-limit.app": "800m",
+    }
     stamp = sized_stamp(pod(), "shop", KEYS, originals, "n4", sized)
     assert stamp[ORIGINALS_MAC] == "v1.s.k1.6BBnP07ri8vogOlF7M3CmBJao5WPffUh6uYW64mCY-c"
 
@@ -202,8 +240,12 @@ def test_sized_macs_already_on_pods_keep_verifying() -> None:
 def injected(stored: dict[str, Any]) -> dict[str, Any]:
     """``stored`` with a container a later webhook added after the webhook's last call."""
     later = copy.deepcopy(stored)
-    later["spec"]["containers"].append({"name": "proxy", "resources": {
-        "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}})
+    later["spec"]["containers"].append(
+        {
+            "name": "proxy",
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+        }
+    )
     return later
 
 
@@ -216,10 +258,12 @@ def test_a_container_injected_after_the_webhooks_last_call_gets_its_spec_as_orig
     assert decision.check.trust is Trust.TRUSTED and decision.check.scope == "sized"
     assert decision.stamp is not None
     recorded = {k: v for k, v in decision.stamp.items() if k != ORIGINALS_MAC}
-    assert recorded == {"workload-resizer.io/original-cpu.proxy": "100m",
-                        "workload-resizer.io/original-cpu-limit.proxy": "100m",
-                        "workload-resizer.io/original-memory.proxy": "64Mi",
-                        "workload-resizer.io/original-memory-limit.proxy": "64Mi"}
+    assert recorded == {
+        "workload-resizer.io/original-cpu.proxy": "100m",
+        "workload-resizer.io/original-cpu-limit.proxy": "100m",
+        "workload-resizer.io/original-memory.proxy": "64Mi",
+        "workload-resizer.io/original-memory-limit.proxy": "64Mi",
+    }
     bound = copy.deepcopy(later)
     bound["metadata"]["annotations"].update(decision.stamp)
     bound["metadata"]["generation"] = 2
@@ -247,19 +291,22 @@ def test_a_changed_spec_voids_the_sized_mac() -> None:
 def test_tampered_records_are_not_trusted(tamper: str) -> None:
     stored = created(pod({"nodeSelector": {LABEL: "n4"}}))
     annotations = stored["metadata"]["annotations"]
-    if tamper == "originals":       # a tenant raises its own baseline after creation (no generation bump)
+    if tamper == "originals":  # a tenant raises its own baseline after creation (no generation bump)
         annotations["workload-resizer.io/original-cpu.app"] = "8"
         annotations["workload-resizer.io/original-cpu-limit.app"] = "8"
     elif tamper == "record":
         annotations[SIZED_AT_ADMISSION] = "c3"
-    elif tamper == "spec":          # the sized values do not match the spec (e.g. a spec written at CREATE)
+    elif tamper == "spec":  # the sized values do not match the spec (e.g. a spec written at CREATE)
         stored["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "900m"
-    else:                           # copied onto a pod of another owner
+    else:  # copied onto a pod of another owner
         stored["metadata"]["ownerReferences"][0]["uid"] = "other-rs"
     decision = baseline(stored, KEYS)
     assert decision.check.trust is Trust.RECAPTURE and decision.check.tampered
-    assert decision.stamp is not None and dict(originals_from_spec_annotations(stored)).items() <= \
-        {k: v for k, v in decision.stamp.items() if v is not None}.items()
+    assert (
+        decision.stamp is not None
+        and dict(originals_from_spec_annotations(stored)).items()
+        <= {k: v for k, v in decision.stamp.items() if v is not None}.items()
+    )
 
 
 def test_a_minted_record_gives_exactly_an_honest_authors_pod() -> None:
@@ -267,9 +314,11 @@ def test_a_minted_record_gives_exactly_an_honest_authors_pod() -> None:
     sized spec, it is trusted: the same pod, same baseline as an author who wrote those originals
     with that pin, whatever node the pod really runs on."""
     honest_spec = pod({"nodeSelector": {LABEL: "n4"}})
-    honest_spec["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4", "memory": "1Gi"},
-                                                         "limits": {"cpu": "4", "memory": "1Gi"}}
-    minted = created(honest_spec)               # what the webhook answers to the made-up review
+    honest_spec["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "4", "memory": "1Gi"},
+        "limits": {"cpu": "4", "memory": "1Gi"},
+    }
+    minted = created(honest_spec)  # what the webhook answers to the made-up review
     honest = created(copy.deepcopy(honest_spec))
     # The tenant's real pod: not pinned, so the webhook only stamped it; it then copies the minted
     # annotations and its spec matches the minted sized values (it could have created that pod).
@@ -287,23 +336,28 @@ def test_without_keys_nothing_is_sized() -> None:
     sent = pod({"nodeSelector": {LABEL: "n4"}})
     sizing = admission_sizing(sent, CONFIG, "n4")
     assert sizing is not None
-    assert sized_stamp(sent, "shop", resizer.EMPTY_KEYRING, originals_from_spec_annotations(sent), "n4",
-                       sizing.sized) == {}
+    assert (
+        sized_stamp(sent, "shop", resizer.EMPTY_KEYRING, originals_from_spec_annotations(sent), "n4", sizing.sized)
+        == {}
+    )
 
 
 def test_restore_puts_a_pod_sized_at_admission_back_to_its_originals() -> None:
     from resizer.restore import restore_decision
+
     stored = created(pod({"nodeSelector": {LABEL: "n4"}}))
     stored["status"] = {"phase": "Running"}
     decision = restore_decision(stored, KEYS)
     assert decision.held is None
-    assert decision.patch == {"spec": {"containers": [{"name": "app", "resources": {
-        "requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
+    assert decision.patch == {
+        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}
+    }
 
 
 def test_plan_shows_which_pods_were_sized_at_admission() -> None:
     from resizer.forecast import forecast_fleet
     from resizer.scope import namespace_scope
+
     stored = created(pod({"nodeSelector": {LABEL: "n4"}}))
     stored["spec"]["nodeName"] = "node-n4"
     stored["status"] = {"phase": "Running"}
@@ -321,13 +375,15 @@ def test_the_plan_table_names_the_pods_sized_at_admission() -> None:
     from commands.plan import forecast_json, forecast_table
     from resizer.forecast import forecast_fleet
     from resizer.scope import namespace_scope
+
     stored = created(pod({"nodeSelector": {LABEL: "n4"}}))
     stored["spec"]["nodeName"] = "node-n4"
     stored["status"] = {"phase": "Running"}
     forecast = forecast_fleet([stored], NODES, CONFIG, namespace_scope(None, [], ""), keyring=KEYS)
     info = {"config": "test", "pods": 1, "nodes": 1, "listSeconds": 0, "planSeconds": 0}
-    assert "Sized at admission (created at their size by the webhook): 1 pods: shop/web-abcde (n4)." \
-        in forecast_table(forecast, info)
+    assert "Sized at admission (created at their size by the webhook): 1 pods: shop/web-abcde (n4)." in forecast_table(
+        forecast, info
+    )
     (entry,) = forecast_json(forecast, info)["workloads"][0]["podPlans"]
     assert entry["sizedAtAdmission"] == "n4"
 
@@ -337,8 +393,9 @@ POD_LEVEL = {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "2",
 BURSTABLE = {"requests": {"cpu": "400m", "memory": "256Mi"}, "limits": {"cpu": "800m", "memory": "512Mi"}}
 
 
-def pod_level(level: dict[str, Any] | None = None, containers: dict[str, Any] | None = None,
-              spec: dict[str, Any] | None = None) -> dict[str, Any]:
+def pod_level(
+    level: dict[str, Any] | None = None, containers: dict[str, Any] | None = None, spec: dict[str, Any] | None = None
+) -> dict[str, Any]:
     sent = pod({"nodeSelector": {LABEL: "n4"}, "resources": copy.deepcopy(level or POD_LEVEL), **(spec or {})})
     sent["spec"]["containers"][0]["resources"] = copy.deepcopy(containers or BURSTABLE)
     return sent
@@ -350,10 +407,14 @@ def test_pod_level_resources_are_sized_at_admission_at_both_levels() -> None:
     assert sizing is not None
     sized = apply_patch(copy.deepcopy(sent), list(sizing.ops))
     # 1 / 1.25 at both levels; memory (memPerf 1.0) unchanged.
-    assert sized["spec"]["resources"] == {"requests": {"cpu": "800m", "memory": "512Mi"},
-                                          "limits": {"cpu": "1600m", "memory": "1Gi"}}
-    assert sized["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "320m", "memory": "256Mi"},
-                                                           "limits": {"cpu": "640m", "memory": "512Mi"}}
+    assert sized["spec"]["resources"] == {
+        "requests": {"cpu": "800m", "memory": "512Mi"},
+        "limits": {"cpu": "1600m", "memory": "1Gi"},
+    }
+    assert sized["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "320m", "memory": "256Mi"},
+        "limits": {"cpu": "640m", "memory": "512Mi"},
+    }
     assert resizer.pod_qos_class(sized["spec"]) == resizer.pod_qos_class(sent["spec"]) == "Burstable"
     assert dict(sizing.sized) == originals_from_spec_annotations(sized)
     assert sizing.sized[resizer.pod_original_key("cpu", "request")] == "800m"
@@ -388,9 +449,12 @@ def test_a_pod_with_pod_level_resources_sized_at_admission_is_aligned_for_the_re
     faster = load_config(CONFIG_TEXT.replace("n4:  { cpuPerf: 1.25", "n4:  { cpuPerf: 2.0"))
     edited = resolve_policy(faster, stored)
     plan = plan_bound_pod(decision.pod, edited, "n4", False, True, True)
-    assert plan.patch == {"spec": {"resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}},
-                                   "containers": [{"name": "app", "resources": {
-                                       "requests": {"cpu": "200m"}, "limits": {"cpu": "400m"}}}]}}
+    assert plan.patch == {
+        "spec": {
+            "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}},
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "200m"}, "limits": {"cpu": "400m"}}}],
+        }
+    }
     # ... where the node can resize pod level; elsewhere the change is left alone.
     assert plan_bound_pod(decision.pod, edited, "n4", False, False, True).outcome == "PodLevelResources"
 
@@ -421,12 +485,14 @@ def test_admission_hold_judges_the_pod_level_values() -> None:
 def test_plan_shows_a_pod_sized_at_both_levels_aligned_on_any_node() -> None:
     from resizer.forecast import forecast_fleet
     from resizer.scope import namespace_scope
+
     stored = created(pod_level())
     stored["spec"]["nodeName"] = "node-n4"
     stored["status"] = {"phase": "Running"}
     for pod_level_nodes in (frozenset(), frozenset({"node-n4"})):
-        forecast = forecast_fleet([stored], NODES, CONFIG, namespace_scope(None, [], ""), keyring=KEYS,
-                                  pod_level_nodes=pod_level_nodes)
+        forecast = forecast_fleet(
+            [stored], NODES, CONFIG, namespace_scope(None, [], ""), keyring=KEYS, pod_level_nodes=pod_level_nodes
+        )
         (entry,) = [p for g in forecast.workloads for p in g.pods]
         assert entry.outcome == "AlreadyAligned" and entry.sized_at_admission == "n4"
 
@@ -434,16 +500,26 @@ def test_plan_shows_a_pod_sized_at_both_levels_aligned_on_any_node() -> None:
 def test_values_patch_sets_what_differs_by_quantity_and_removes_what_has_no_value() -> None:
     from resizer import values_patch
 
-    sent = {"spec": {
-        "containers": [{"name": "app", "resources": {"requests": {"cpu": "1000m", "memory": "256Mi"},
-                                                     "limits": {"cpu": "1"}}},
-                       {"name": "bare"}],
-        "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}}},
-                           {"name": "side", "restartPolicy": "Always", "resources": {}}]}}
+    sent = {
+        "spec": {
+            "containers": [
+                {"name": "app", "resources": {"requests": {"cpu": "1000m", "memory": "256Mi"}, "limits": {"cpu": "1"}}},
+                {"name": "bare"},
+            ],
+            "initContainers": [
+                {"name": "init", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "side", "restartPolicy": "Always", "resources": {}},
+            ],
+        }
+    }
     key = resizer.original_key
-    values = {key("app", "cpu", "request"): "1", key("app", "memory", "request"): "256Mi",
-              key("bare", "cpu", "request"): "100m", key("side", "memory", "limit"): "64Mi",
-              resizer.pod_original_key("cpu", "request"): "2"}
+    values = {
+        key("app", "cpu", "request"): "1",
+        key("app", "memory", "request"): "256Mi",
+        key("bare", "cpu", "request"): "100m",
+        key("side", "memory", "limit"): "64Mi",
+        resizer.pod_original_key("cpu", "request"): "2",
+    }
     ops = values_patch(sent, values)
     assert ops == [
         {"op": "remove", "path": "/spec/containers/0/resources/limits/cpu"},

@@ -321,7 +321,10 @@ def test_by_default_a_guaranteed_containers_memory_is_held_at_its_original() -> 
     assert (plan.outcome, plan.patch) == ("AlreadyAligned", {})
     memory = plan.changes[1]
     assert (memory.desired_request, memory.desired_limit, memory.held) == (GiB, GiB, "memoryLimitDecrease=Never")
-    assert plan.summary() == "app: cpu 1 -> 1 (limit 1 -> 1), memory 1Gi -> 1Gi (limit 1Gi -> 1Gi, held: memoryLimitDecrease=Never)"
+    assert (
+        plan.summary()
+        == "app: cpu 1 -> 1 (limit 1 -> 1), memory 1Gi -> 1Gi (limit 1Gi -> 1Gi, held: memoryLimitDecrease=Never)"
+    )
 
 
 def test_by_default_a_burstable_memory_request_shrinks_under_its_held_limit() -> None:

@@ -1,4 +1,5 @@
 """resizer.preflight: LimitRange, ResourceQuota and node room judged before a resize is sent."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,8 +9,9 @@ import pytest
 from resizer.preflight import Hold, apply_patch, limit_range_hold, node_hold, pod_totals, quota_hold
 
 
-def container(name: str, cpu: str, memory: str = "128Mi", cpu_limit: str | None = None,
-              restart: str | None = None) -> dict[str, Any]:
+def container(
+    name: str, cpu: str, memory: str = "128Mi", cpu_limit: str | None = None, restart: str | None = None
+) -> dict[str, Any]:
     resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": memory}}
     if cpu_limit is not None:
         resources["limits"] = {"cpu": cpu_limit}
@@ -19,12 +21,18 @@ def container(name: str, cpu: str, memory: str = "128Mi", cpu_limit: str | None 
     return out
 
 
-def pod(*containers: dict[str, Any], inits: tuple[dict[str, Any], ...] = (),
-        status_cpu: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns"},
-            "spec": {"containers": list(containers), "initContainers": list(inits)},
-            "status": {"containerStatuses": [{"name": f"c{i}", "resources": {"requests": {"cpu": c}}}
-                                             for i, c in enumerate(status_cpu)]}}
+def pod(
+    *containers: dict[str, Any], inits: tuple[dict[str, Any], ...] = (), status_cpu: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"containers": list(containers), "initContainers": list(inits)},
+        "status": {
+            "containerStatuses": [
+                {"name": f"c{i}", "resources": {"requests": {"cpu": c}}} for i, c in enumerate(status_cpu)
+            ]
+        },
+    }
 
 
 def resize(name: str, cpu: str, cpu_limit: str | None = None) -> dict[str, Any]:
@@ -47,10 +55,12 @@ def quota(name: str, hard: dict[str, str], used: dict[str, str], scopes: list[st
 
 # ---------------------------------------------------------------- totals and patch
 
+
 def test_pod_totals_count_sidecars_and_the_largest_init() -> None:
-    spec = pod(container("app", "500m"), inits=(container("side", "100m", restart="Always"),
-                                                container("setup", "2")))["spec"]
-    assert pod_totals(spec)[("requests", "cpu")] == 2100      # setup runs next to the sidecar started before it
+    spec = pod(container("app", "500m"), inits=(container("side", "100m", restart="Always"), container("setup", "2")))[
+        "spec"
+    ]
+    assert pod_totals(spec)[("requests", "cpu")] == 2100  # setup runs next to the sidecar started before it
     spec = pod(container("app", "3"), inits=(container("side", "100m", restart="Always"),))["spec"]
     assert pod_totals(spec)[("requests", "cpu")] == 3100
 
@@ -66,19 +76,24 @@ def test_apply_patch_changes_only_the_named_container() -> None:
     spec = apply_patch(p, resize("app", "2", "3"))
     assert spec["containers"][0]["resources"] == {"requests": {"cpu": "2", "memory": "128Mi"}, "limits": {"cpu": "3"}}
     assert spec["containers"][1] == p["spec"]["containers"][1]
-    assert p["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "500m"      # not mutated
+    assert p["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "500m"  # not mutated
 
 
 # ---------------------------------------------------------------- LimitRange
 
-@pytest.mark.parametrize("item, cpu, cpu_limit, fragment", [
-    ({"max": {"cpu": "1"}}, "2", "2", "cpu limit 2 is above the maximum 1"),
-    ({"max": {"cpu": "1"}}, "1500m", None, "cpu request 1500m is above the maximum 1"),
-    ({"min": {"cpu": "200m"}}, "100m", None, "cpu request 100m is below the minimum 200m"),
-    ({"maxLimitRequestRatio": {"cpu": "2"}}, "500m", "1500m", "ratio 3 is above maxLimitRequestRatio 2"),
-])
-def test_limit_range_violations_name_the_object_and_the_rule(item: dict[str, Any], cpu: str,
-                                                             cpu_limit: str | None, fragment: str) -> None:
+
+@pytest.mark.parametrize(
+    "item, cpu, cpu_limit, fragment",
+    [
+        ({"max": {"cpu": "1"}}, "2", "2", "cpu limit 2 is above the maximum 1"),
+        ({"max": {"cpu": "1"}}, "1500m", None, "cpu request 1500m is above the maximum 1"),
+        ({"min": {"cpu": "200m"}}, "100m", None, "cpu request 100m is below the minimum 200m"),
+        ({"maxLimitRequestRatio": {"cpu": "2"}}, "500m", "1500m", "ratio 3 is above maxLimitRequestRatio 2"),
+    ],
+)
+def test_limit_range_violations_name_the_object_and_the_rule(
+    item: dict[str, Any], cpu: str, cpu_limit: str | None, fragment: str
+) -> None:
     p = pod(container("app", "500m"))
     hold = limit_range_hold(apply_patch(p, resize("app", cpu, cpu_limit)), [limit_range("limits", **item)])
     assert hold is not None and hold.constraint == "LimitRange" and hold.name == "limits"
@@ -105,20 +120,22 @@ def test_unreadable_limit_range_leaves_the_judgement_to_the_apiserver() -> None:
 
 # ---------------------------------------------------------------- ResourceQuota
 
+
 def test_quota_charges_the_increase_only() -> None:
     p = pod(container("app", "500m"))
     nearly_full = quota("q", {"requests.cpu": "2"}, {"requests.cpu": "1800m"})
     hold = quota_hold(p, apply_patch(p, resize("app", "800m")), [nearly_full])
     assert hold == Hold("ResourceQuota", "q", "requests.cpu: used 1800m + 300m would exceed hard 2", "requests.cpu")
     assert hold.fingerprint == "ResourceQuota/q/requests.cpu"
-    assert quota_hold(p, apply_patch(p, resize("app", "700m")), [nearly_full]) is None     # exactly fills it
+    assert quota_hold(p, apply_patch(p, resize("app", "700m")), [nearly_full]) is None  # exactly fills it
     assert quota_hold(p, apply_patch(p, resize("app", "100m")), [quota("q", {"cpu": "1"}, {"cpu": "5"})]) is None
 
 
 def test_quota_limits_and_plain_names() -> None:
     p = pod(container("app", "500m", cpu_limit="1"))
-    hold = quota_hold(p, apply_patch(p, resize("app", "500m", "2")), [quota("l", {"limits.cpu": "1500m"},
-                                                                           {"limits.cpu": "1"})])
+    hold = quota_hold(
+        p, apply_patch(p, resize("app", "500m", "2")), [quota("l", {"limits.cpu": "1500m"}, {"limits.cpu": "1"})]
+    )
     assert hold is not None and hold.detail.startswith("limits.cpu")
     hold = quota_hold(p, apply_patch(p, resize("app", "2", "2")), [quota("c", {"cpu": "2"}, {"cpu": "1"})])
     assert hold is not None and hold.name == "c"
@@ -130,7 +147,7 @@ def test_quota_scopes() -> None:
     full = {"requests.cpu": "1"}
     assert quota_hold(p, grown, [quota("be", full, full, ["BestEffort"])]) is None
     assert quota_hold(p, grown, [quota("nbe", full, full, ["NotBestEffort"])]) is not None
-    assert quota_hold(p, grown, [quota("t", full, full, ["Terminating"])]) is None      # not judged
+    assert quota_hold(p, grown, [quota("t", full, full, ["Terminating"])]) is None  # not judged
 
 
 # ---------------------------------------------------------------- node room
@@ -140,12 +157,13 @@ NODE = {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "memo
 
 def test_node_room_counts_the_larger_of_spec_and_actual_of_other_pods() -> None:
     me = pod(container("c0", "1"))
-    shrinking = pod(container("c0", "1"), status_cpu=("2",))     # spec shrunk, kubelet not yet
+    shrinking = pod(container("c0", "1"), status_cpu=("2",))  # spec shrunk, kubelet not yet
     hold = node_hold(NODE, me, apply_patch(me, resize("c0", "2")), [shrinking, pod(container("c0", "500m"))])
     assert hold is not None and hold.constraint == "NodeHeadroom" and hold.name == "n1"
     assert "cpu: needs 2, 1500m free of 4 allocatable" == hold.detail
-    assert node_hold(NODE, me, apply_patch(me, resize("c0", "1500m")),
-                     [shrinking, pod(container("c0", "500m"))]) is None
+    assert (
+        node_hold(NODE, me, apply_patch(me, resize("c0", "1500m")), [shrinking, pod(container("c0", "500m"))]) is None
+    )
 
 
 def test_a_decrease_always_fits() -> None:
@@ -162,8 +180,8 @@ def test_more_than_the_whole_node_is_named_so() -> None:
 def test_node_room_counts_what_a_pod_level_pod_has_at_pod_level() -> None:
     me = pod(container("c0", "1"))
     other = pod(container("c0", "100m"))
-    other["spec"]["resources"] = {"requests": {"cpu": "1"}}          # spec shrunk to 1 cpu ...
-    other["status"]["resources"] = {"requests": {"cpu": "2500m"}}    # ... the kubelet still gives it 2500m
+    other["spec"]["resources"] = {"requests": {"cpu": "1"}}  # spec shrunk to 1 cpu ...
+    other["status"]["resources"] = {"requests": {"cpu": "2500m"}}  # ... the kubelet still gives it 2500m
     hold = node_hold(NODE, me, apply_patch(me, resize("c0", "2")), [other])
     assert hold is not None and hold.detail == "cpu: needs 2, 1500m free of 4 allocatable"
 
@@ -171,24 +189,40 @@ def test_node_room_counts_what_a_pod_level_pod_has_at_pod_level() -> None:
 def test_a_pod_level_resize_is_judged_on_the_pod_level_values() -> None:
     me = pod(container("c0", "500m"))
     me["spec"]["resources"] = {"requests": {"cpu": "1"}}
-    grown = apply_patch(me, {"spec": {"resources": {"requests": {"cpu": "3500m"}},
-                                      "containers": [{"name": "c0", "resources": {"requests": {"cpu": "1"}}}]}})
+    grown = apply_patch(
+        me,
+        {
+            "spec": {
+                "resources": {"requests": {"cpu": "3500m"}},
+                "containers": [{"name": "c0", "resources": {"requests": {"cpu": "1"}}}],
+            }
+        },
+    )
     hold = node_hold(NODE, me, grown, [pod(container("c0", "1"))])
     assert hold is not None and hold.detail == "cpu: needs 3500m, 3 free of 4 allocatable"
     quota_ = quota("q", {"requests.cpu": "4"}, {"requests.cpu": "2"})
-    assert quota_hold(me, grown, [quota_]) is not None and quota_hold(me, apply_patch(me, {"spec": {
-        "containers": [{"name": "c0", "resources": {"requests": {"cpu": "1"}}}]}}), [quota_]) is None
+    assert (
+        quota_hold(me, grown, [quota_]) is not None
+        and quota_hold(
+            me,
+            apply_patch(me, {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "1"}}}]}}),
+            [quota_],
+        )
+        is None
+    )
 
 
 # ---------------------------------------------------------------- pod-level resources (plan)
 
+
 def test_a_pod_with_pod_level_resources_is_not_planned() -> None:
     from resizer import SAMPLE_CONFIG, load_config, plan_resize, resolve_policy
+
     config = load_config(SAMPLE_CONFIG)
     p = pod(container("app", "1"))
     assert plan_resize(p, resolve_policy(config, p), "n4").outcome == "Resize"
     p["spec"]["resources"] = {"requests": {"cpu": "2"}}
     plan = plan_resize(p, resolve_policy(config, p), "n4")
     assert plan.outcome == "PodLevelResources" and plan.patch == {} and "pod-level resources" in plan.summary()
-    p["spec"]["resources"] = {"requests": {"hugepages-2Mi": "2Mi"}}      # no cpu or memory at pod level
+    p["spec"]["resources"] = {"requests": {"hugepages-2Mi": "2Mi"}}  # no cpu or memory at pod level
     assert plan_resize(p, resolve_policy(config, p), "n4").outcome == "Resize"

@@ -100,9 +100,7 @@ def on_the_ratio_side(original: int, desired: int, ratio: Fraction) -> bool:
 
 @settings(deadline=None)
 @given(st.integers(min_value=1, max_value=10**12), ratios, bounds(st.integers(0, 10**12)))
-def test_bounds_stop_the_ratio_and_never_push_past_the_original(
-    original: int, ratio: Fraction, limits: Bounds
-) -> None:
+def test_bounds_stop_the_ratio_and_never_push_past_the_original(original: int, ratio: Fraction, limits: Bounds) -> None:
     desired, clamped = desired_quantity(original, ratio, limits)
     scaled = round_half_away(original * ratio)
     assert desired >= 1

@@ -103,7 +103,7 @@ def test_parse_quantity_rounds_sub_nano_values_up_to_one_nano_like_kubernetes() 
     assert parse_quantity("-1e-30") == Fraction(-1, 10**9)
 
 
-@pytest.mark.timeout(60)    # building 10**2000000000 would not finish: a hang becomes a failure
+@pytest.mark.timeout(60)  # building 10**2000000000 would not finish: a hang becomes a failure
 def test_parse_quantity_handles_huge_exponents_without_building_huge_numbers() -> None:
     assert parse_quantity("1e-2000000000") == Fraction(1, 10**9)
     with pytest.raises(QuantityError):

@@ -1,4 +1,5 @@
 """Re-alignment after a config change: from the originals, and only when something changes."""
+
 from __future__ import annotations
 
 from resizer import SAMPLE_CONFIG, load_config
@@ -26,8 +27,9 @@ def test_a_changed_perf_re_aligns_from_the_originals_never_compounding() -> None
     faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
     plan = realignment(sized_on_n4(), faster, "n4")
     assert plan is not None
-    assert plan.patch == {"spec": {"containers": [
-        {"name": "app", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}}]}}
+    assert plan.patch == {
+        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}}]}
+    }
     again = with_annotations(apply_resize_patch(sized_on_n4(), plan.patch), {})
     assert realignment(again, faster, "n4") is None
 

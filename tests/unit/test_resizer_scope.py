@@ -50,8 +50,10 @@ def test_the_namespace_name_label_is_implied_as_on_the_apiserver() -> None:
         ("a==b", (Requirement("a", "In", ("b",)),)),
         ("a!=b", (Requirement("a", "NotIn", ("b",)),)),
         ("example.com/tier in (x, y)", (Requirement("example.com/tier", "In", ("x", "y")),)),
-        ("a notin (x),b,!c", (Requirement("a", "NotIn", ("x",)), Requirement("b", "Exists"),
-                              Requirement("c", "DoesNotExist"))),
+        (
+            "a notin (x),b,!c",
+            (Requirement("a", "NotIn", ("x",)), Requirement("b", "Exists"), Requirement("c", "DoesNotExist")),
+        ),
     ],
 )
 def test_kubectl_selector_syntax(text: str, expected: tuple[Requirement, ...]) -> None:
@@ -74,11 +76,13 @@ def test_bad_namespace_names_are_rejected() -> None:
 
 def test_the_webhook_selector_expresses_the_same_scope() -> None:
     scope = namespace_scope("wr", ["monitoring"], "team in (a,b),!skip")
-    assert scope.webhook_namespace_selector() == {"matchExpressions": [
-        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "monitoring", "wr"]},
-        {"key": "team", "operator": "In", "values": ["a", "b"]},
-        {"key": "skip", "operator": "DoesNotExist"},
-    ]}
+    assert scope.webhook_namespace_selector() == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "monitoring", "wr"]},
+            {"key": "team", "operator": "In", "values": ["a", "b"]},
+            {"key": "skip", "operator": "DoesNotExist"},
+        ]
+    }
 
 
 def selector_matches(selector: dict, name: str, labels: dict[str, str]) -> bool:
@@ -86,8 +90,12 @@ def selector_matches(selector: dict, name: str, labels: dict[str, str]) -> bool:
     full = {**labels, "kubernetes.io/metadata.name": name}
     for e in selector["matchExpressions"]:
         op, key, values = e["operator"], e["key"], e.get("values", [])
-        ok = {"In": key in full and full[key] in values, "NotIn": not (key in full and full[key] in values),
-              "Exists": key in full, "DoesNotExist": key not in full}[op]
+        ok = {
+            "In": key in full and full[key] in values,
+            "NotIn": not (key in full and full[key] in values),
+            "Exists": key in full,
+            "DoesNotExist": key not in full,
+        }[op]
         if not ok:
             return False
     return True

@@ -8,8 +8,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from resizer import SAMPLE_CONFIG, Bounds, NodeProfile, Policy, CompiledConfig, load_config
-
+from resizer import SAMPLE_CONFIG, Bounds, CompiledConfig, NodeProfile, Policy, load_config
 
 GiB = 1024**3
 MiB = 1024**2

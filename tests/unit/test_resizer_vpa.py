@@ -1,4 +1,5 @@
 """resizer.vpa: which VerticalPodAutoscaler updates a pod's requests, through its owner chain."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,7 +21,9 @@ from resizer.vpa import (
 )
 
 
-def vpa(name: str, kind: str, target: str, mode: str | None = "InPlaceOrRecreate", namespace: str = "ns") -> dict[str, Any]:
+def vpa(
+    name: str, kind: str, target: str, mode: str | None = "InPlaceOrRecreate", namespace: str = "ns"
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target}}
     if mode is not None:
         spec["updatePolicy"] = {"updateMode": mode}
@@ -32,9 +35,11 @@ def pod(kind: str | None, name: str = "", namespace: str = "ns", controller: boo
     return {"metadata": {"name": "p", "namespace": namespace, "ownerReferences": refs}}
 
 
-OWNERS = {("ns", Owner("ReplicaSet", "web-6d4f")): Owner("Deployment", "web"),
-          ("ns", Owner("ReplicaSet", "bare")): NO_OWNER,
-          ("ns", Owner("Job", "nightly-1")): Owner("CronJob", "nightly")}
+OWNERS = {
+    ("ns", Owner("ReplicaSet", "web-6d4f")): Owner("Deployment", "web"),
+    ("ns", Owner("ReplicaSet", "bare")): NO_OWNER,
+    ("ns", Owner("Job", "nightly-1")): Owner("CronJob", "nightly"),
+}
 
 
 def lookup(namespace: str, owner: Owner) -> Owner | None:
@@ -56,22 +61,28 @@ def test_updating_modes_manage_the_deployments_pods(mode: str | None) -> None:
 
 @pytest.mark.parametrize("mode", ["Off", "Initial"])
 def test_off_and_initial_compose(mode: str) -> None:
-    assert managing_vpa(pod("ReplicaSet", "web-6d4f"), lookup, vpa_index([vpa("v", "Deployment", "web", mode)])) \
-        is None
+    assert managing_vpa(pod("ReplicaSet", "web-6d4f"), lookup, vpa_index([vpa("v", "Deployment", "web", mode)])) is None
 
 
 def test_other_namespace_other_target_or_kind_do_not_match() -> None:
-    index = vpa_index([vpa("a", "Deployment", "web", namespace="other"), vpa("b", "Deployment", "api"),
-                       vpa("c", "StatefulSet", "web")])
+    index = vpa_index(
+        [
+            vpa("a", "Deployment", "web", namespace="other"),
+            vpa("b", "Deployment", "api"),
+            vpa("c", "StatefulSet", "web"),
+        ]
+    )
     assert managing_vpa(pod("ReplicaSet", "web-6d4f"), lookup, index) is None
 
 
 def test_direct_owner_and_cronjob_chain() -> None:
     index = vpa_index([vpa("s", "StatefulSet", "db"), vpa("c", "CronJob", "nightly")])
-    assert managing_vpa(pod("StatefulSet", "db"), lookup, index) == VpaVerdict("s", "InPlaceOrRecreate",
-                                                                               Owner("StatefulSet", "db"))
-    assert managing_vpa(pod("Job", "nightly-1"), lookup, index) == VpaVerdict("c", "InPlaceOrRecreate",
-                                                                              Owner("CronJob", "nightly"))
+    assert managing_vpa(pod("StatefulSet", "db"), lookup, index) == VpaVerdict(
+        "s", "InPlaceOrRecreate", Owner("StatefulSet", "db")
+    )
+    assert managing_vpa(pod("Job", "nightly-1"), lookup, index) == VpaVerdict(
+        "c", "InPlaceOrRecreate", Owner("CronJob", "nightly")
+    )
 
 
 def test_vpa_on_the_replicaset_itself_matches() -> None:
@@ -81,8 +92,9 @@ def test_vpa_on_the_replicaset_itself_matches() -> None:
 
 def test_unknown_replicaset_is_unresolved_only_where_an_updating_vpa_exists() -> None:
     unknown = pod("ReplicaSet", "web-new")
-    assert managing_vpa(unknown, lookup, vpa_index([vpa("v", "Deployment", "web")])) == \
-        Unresolved(Owner("ReplicaSet", "web-new"))
+    assert managing_vpa(unknown, lookup, vpa_index([vpa("v", "Deployment", "web")])) == Unresolved(
+        Owner("ReplicaSet", "web-new")
+    )
     assert managing_vpa(unknown, lookup, vpa_index([vpa("v", "Deployment", "web", "Off")])) is None
     assert managing_vpa(unknown, lookup, vpa_index([])) is None
 
@@ -96,6 +108,7 @@ def test_owner_chain_stops_at_ownerless_and_non_controller_refs() -> None:
 def test_owner_chain_is_bounded_on_a_cycle() -> None:
     def cyclic(namespace: str, owner: Owner) -> Owner:
         return Owner("ReplicaSet", "loop")
+
     chain, complete = owner_chain(pod("ReplicaSet", "loop"), cyclic)
     assert complete and len(chain) == 4
 
@@ -110,9 +123,17 @@ def test_first_vpa_by_name_wins_on_a_shared_target() -> None:
     assert index["ns"][Owner("Deployment", "web")] == ("a", "Auto")
 
 
-@pytest.mark.parametrize("spec", [None, "x", {"targetRef": "web"}, {"targetRef": {"kind": 3, "name": ["web"]}},
-                                  {"targetRef": {"kind": "Deployment", "name": "web"}, "updatePolicy": "Auto"},
-                                  {"targetRef": {"kind": "Deployment", "name": "web"}, "updatePolicy": {"updateMode": 7}}])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        None,
+        "x",
+        {"targetRef": "web"},
+        {"targetRef": {"kind": 3, "name": ["web"]}},
+        {"targetRef": {"kind": "Deployment", "name": "web"}, "updatePolicy": "Auto"},
+        {"targetRef": {"kind": "Deployment", "name": "web"}, "updatePolicy": {"updateMode": 7}},
+    ],
+)
 def test_malformed_vpas_match_nothing_or_default(spec: Any) -> None:
     """A CRD without VPA's schema lets anything through: it must never break the index."""
     index = vpa_index([{"metadata": {"name": "v", "namespace": "ns"}, "spec": spec}, {"metadata": "x"}, {}])
@@ -122,6 +143,7 @@ def test_malformed_vpas_match_nothing_or_default(spec: Any) -> None:
 
 
 # ---- at admission: the pod as sent, no owner cache (resizer.vpa.admission_vpa_hold)
+
 
 def sent(kind: str | None, name: str = "", template_hash: str | None = None, controller: bool = True) -> dict[str, Any]:
     """A pod as its controller sends it to admission (no name yet, the template hash label of a ReplicaSet's)."""
@@ -135,8 +157,7 @@ def held(obj: dict[str, Any], *vpas: dict[str, Any], namespace: str = "ns") -> s
     return admission_vpa_hold(obj, namespace, vpa_index(vpas))
 
 
-@pytest.mark.parametrize("kind", ["DaemonSet", "StatefulSet", "Job", "ReplicaSet", "ReplicationController",
-                                  "CloneSet"])
+@pytest.mark.parametrize("kind", ["DaemonSet", "StatefulSet", "Job", "ReplicaSet", "ReplicationController", "CloneSet"])
 def test_at_admission_a_vpa_on_the_pods_own_controller_holds_it(kind: str) -> None:
     why = held(sent(kind, "web"), vpa("v", kind, "web"))
     assert why is not None and "VerticalPodAutoscaler v (updateMode InPlaceOrRecreate) manages" in why
@@ -155,10 +176,12 @@ def test_at_admission_the_deployment_is_derived_from_the_replicaset_name_and_tem
     assert deployment_of(pod_of_web, Owner("ReplicaSet", "web-6d4f")) == "web"
 
 
-@pytest.mark.parametrize("name, template_hash", [("web-6d4f", None), ("web-6d4f", "77aa"), ("6d4f", "6d4f"),
-                                                 ("web-6d4f", "")])
+@pytest.mark.parametrize(
+    "name, template_hash", [("web-6d4f", None), ("web-6d4f", "77aa"), ("6d4f", "6d4f"), ("web-6d4f", "")]
+)
 def test_at_admission_a_replicaset_the_pod_does_not_name_holds_it_for_any_deployment(
-        name: str, template_hash: str | None) -> None:
+    name: str, template_hash: str | None
+) -> None:
     obj = sent("ReplicaSet", name, template_hash=template_hash)
     assert deployment_of(obj, Owner("ReplicaSet", name)) is None
     why = held(obj, vpa("v", "Deployment", "anything"))
@@ -172,10 +195,13 @@ def test_at_admission_a_job_is_held_for_any_cronjob_and_not_for_a_deployment() -
     assert held(sent("Job", "nightly-1"), vpa("v", "Deployment", "nightly")) is None
 
 
-@pytest.mark.parametrize("owner_kind, name, template_hash", [("Job", "j", None), ("ReplicaSet", "rs", None),
-                                                             ("ReplicationController", "rc", None)])
-def test_at_admission_a_custom_kind_may_own_any_intermediate_controller(owner_kind: str, name: str,
-                                                                        template_hash: str | None) -> None:
+@pytest.mark.parametrize(
+    "owner_kind, name, template_hash",
+    [("Job", "j", None), ("ReplicaSet", "rs", None), ("ReplicationController", "rc", None)],
+)
+def test_at_admission_a_custom_kind_may_own_any_intermediate_controller(
+    owner_kind: str, name: str, template_hash: str | None
+) -> None:
     why = held(sent(owner_kind, name, template_hash), vpa("r", "Rollout", "canary"))
     assert why is not None and "Rollout canary" in why
 
@@ -190,8 +216,12 @@ def test_at_admission_a_custom_kind_never_owns_a_derived_deployment_pod_nor_a_di
 @pytest.mark.parametrize("mode", ["Off", "Initial"])
 def test_at_admission_off_and_initial_compose(mode: str) -> None:
     for obj in (sent("ReplicaSet", "web-6d4f", template_hash="6d4f"), sent("ReplicaSet", "rs"), sent("Job", "j")):
-        assert held(obj, vpa("v", "Deployment", "web", mode), vpa("c", "CronJob", "x", mode),
-                    vpa("r", "Rollout", "y", mode)) is None
+        assert (
+            held(
+                obj, vpa("v", "Deployment", "web", mode), vpa("c", "CronJob", "x", mode), vpa("r", "Rollout", "y", mode)
+            )
+            is None
+        )
 
 
 def test_at_admission_only_the_pods_namespace_counts_and_a_pod_without_controller_is_never_held() -> None:
@@ -207,9 +237,15 @@ def test_at_admission_an_owner_of_the_pod_is_preferred_over_one_that_may_be() ->
     assert why is not None and why.startswith("VerticalPodAutoscaler b ") and "manages" in why
 
 
-@pytest.mark.parametrize("obj", [{}, {"metadata": "x"}, {"metadata": {"ownerReferences": ["x", None]}},
-                                 {"metadata": {"labels": "x", "ownerReferences": [
-                                     {"kind": "ReplicaSet", "name": "web-1", "controller": True}]}}])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {},
+        {"metadata": "x"},
+        {"metadata": {"ownerReferences": ["x", None]}},
+        {"metadata": {"labels": "x", "ownerReferences": [{"kind": "ReplicaSet", "name": "web-1", "controller": True}]}},
+    ],
+)
 def test_at_admission_odd_pods_never_raise(obj: dict[str, Any]) -> None:
     held(obj, vpa("v", "Deployment", "web"))
 
@@ -217,16 +253,33 @@ def test_at_admission_odd_pods_never_raise(obj: dict[str, Any]) -> None:
 def test_whatever_the_reconciler_finds_after_binding_was_held_at_admission() -> None:
     """The webhook's decision is a superset of the reconciler's: a pod the reconciler leaves alone
     for a VPA was never sized at admission."""
-    owners = {("ns", Owner("ReplicaSet", "web-6d4f")): Owner("Deployment", "web"),
-              ("ns", Owner("ReplicaSet", "adopted")): Owner("Deployment", "api"),
-              ("ns", Owner("ReplicaSet", "rolled-5c")): Owner("Rollout", "rolled"),
-              ("ns", Owner("Job", "nightly-1")): Owner("CronJob", "nightly"),
-              ("ns", Owner("Job", "step")): Owner("Workflow", "flow")}
-    pods = [sent("ReplicaSet", "web-6d4f", "6d4f"), sent("ReplicaSet", "adopted"), sent("ReplicaSet", "rolled-5c"),
-            sent("Job", "nightly-1"), sent("Job", "step"), sent("StatefulSet", "db"), sent("DaemonSet", "agent")]
-    targets = [("Deployment", "web"), ("Deployment", "api"), ("Rollout", "rolled"), ("CronJob", "nightly"),
-               ("Workflow", "flow"), ("StatefulSet", "db"), ("DaemonSet", "agent"), ("ReplicaSet", "adopted"),
-               ("Job", "step")]
+    owners = {
+        ("ns", Owner("ReplicaSet", "web-6d4f")): Owner("Deployment", "web"),
+        ("ns", Owner("ReplicaSet", "adopted")): Owner("Deployment", "api"),
+        ("ns", Owner("ReplicaSet", "rolled-5c")): Owner("Rollout", "rolled"),
+        ("ns", Owner("Job", "nightly-1")): Owner("CronJob", "nightly"),
+        ("ns", Owner("Job", "step")): Owner("Workflow", "flow"),
+    }
+    pods = [
+        sent("ReplicaSet", "web-6d4f", "6d4f"),
+        sent("ReplicaSet", "adopted"),
+        sent("ReplicaSet", "rolled-5c"),
+        sent("Job", "nightly-1"),
+        sent("Job", "step"),
+        sent("StatefulSet", "db"),
+        sent("DaemonSet", "agent"),
+    ]
+    targets = [
+        ("Deployment", "web"),
+        ("Deployment", "api"),
+        ("Rollout", "rolled"),
+        ("CronJob", "nightly"),
+        ("Workflow", "flow"),
+        ("StatefulSet", "db"),
+        ("DaemonSet", "agent"),
+        ("ReplicaSet", "adopted"),
+        ("Job", "step"),
+    ]
     for kind, name in targets:
         index = vpa_index([vpa("v", kind, name)])
         for obj in pods:

@@ -13,9 +13,9 @@ import httpx
 import orjson
 
 from app.metrics import Metrics
-from ops.prometheus import exposition
 from app.server import create_app
 from devkit.metrics import metric_sum
+from ops.prometheus import exposition
 
 REVIEW_2C = (Path(__file__).resolve().parents[2] / "bench" / "data" / "review-2c.json").read_bytes()
 
@@ -52,7 +52,10 @@ def test_mutate_patches_the_bench_review():
     ops = orjson.loads(base64.b64decode(body["patch"]))
     assert {op["path"] for op in ops} >= {"/metadata/annotations/workload-resizer.io~1original-cpu.api"}
     assert count(metrics, "patched") == 1
-    assert metric_sum(exposition(metrics.registry).decode(), "workload_resizer_webhook_request_duration_seconds_count") == 1
+    assert (
+        metric_sum(exposition(metrics.registry).decode(), "workload_resizer_webhook_request_duration_seconds_count")
+        == 1
+    )
 
 
 def test_mutate_with_query_string_is_served():
@@ -109,7 +112,7 @@ def test_streamed_body_within_limit_is_reassembled():
 
     async def chunks():
         for i in range(0, len(REVIEW_2C), 700):
-            yield REVIEW_2C[i:i + 700]
+            yield REVIEW_2C[i : i + 700]
 
     r = request(app, "POST", "/mutate", content=chunks())
     assert r.status_code == 200 and "patch" in r.json()["response"]
@@ -235,9 +238,11 @@ class BlockedWorkers:
         self.release = asyncio.Event()
         self.entered = asyncio.Event()
 
-    async def decide(self, body: Any, keys: Any, scope: Any, deadline: float,
-                     sizing: Any = None) -> tuple[int, bytes, dict[str, Any]]:
+    async def decide(
+        self, body: Any, keys: Any, scope: Any, deadline: float, sizing: Any = None
+    ) -> tuple[int, bytes, dict[str, Any]]:
         from app.review import handle_review
+
         self.entered.set()
         await self.release.wait()
         return handle_review(body if isinstance(body, bytes) else b"".join(body))
@@ -254,7 +259,8 @@ def costly_review(uid: str) -> bytes:
     doc["request"]["uid"] = uid
     template = doc["request"]["object"]["spec"]["containers"][0]
     doc["request"]["object"]["spec"]["containers"] = [
-        {**template, "name": f"c{i}", "resources": {"requests": {"cpu": f"{base + i}m"}}} for i in range(8)]
+        {**template, "name": f"c{i}", "resources": {"requests": {"cpu": f"{base + i}m"}}} for i in range(8)
+    ]
     return orjson.dumps(doc)
 
 
@@ -338,6 +344,8 @@ def test_a_review_with_more_json_objects_than_any_pod_is_not_parsed_but_allowed(
     junk = b"[" + b",".join([b"{}"] * 60_000) + b"]"
     body = REVIEW_2C.replace(b'"spec":{', b'"spec":{"junk":' + junk + b",", 1)
     r = request(app, "POST", "/mutate", content=body)
-    assert r.status_code == 200 and r.json()["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-                                                             "allowed": True}
+    assert r.status_code == 200 and r.json()["response"] == {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "allowed": True,
+    }
     assert count(metrics, "overloaded") == 1

@@ -19,16 +19,16 @@ import httpx
 import orjson
 import pytest
 
+import certs
 from app.connections import ConnectionGuard, GuardedConnection, RateLimitedLog
-from ops.prometheus import exposition
 from app.metrics import Metrics
 from devkit.metrics import metric_sum
+from ops.prometheus import exposition
 from tests.unit.test_webhook_tls import REVIEW_2C, Server, client_context, issue
 
-import certs
-
-HEAD = (b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n" % len(REVIEW_2C))
+HEAD = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(
+    REVIEW_2C
+)
 
 
 @pytest.fixture
@@ -61,8 +61,9 @@ def closed_connections(srv: Server, ctx: ssl.SSLContext, reason: str) -> float:
 
 def patched(response: httpx.Response) -> bool:
     answer = response.json()["response"]
-    return "patch" in answer and any(op["path"].endswith("original-cpu.api")
-                                     for op in orjson.loads(base64.b64decode(answer["patch"])))
+    return "patch" in answer and any(
+        op["path"].endswith("original-cpu.api") for op in orjson.loads(base64.b64decode(answer["patch"]))
+    )
 
 
 def test_a_request_not_read_in_full_within_the_read_timeout_is_closed(tls):
@@ -74,7 +75,7 @@ def test_a_request_not_read_in_full_within_the_read_timeout_is_closed(tls):
         srv.wait_listening()
         lifetimes = []
         for first_bytes in (HEAD[:30], HEAD + REVIEW_2C[:100], b""):
-            sock = connect(srv.port, ctx)      # the server's deadline runs from no earlier than now
+            sock = connect(srv.port, ctx)  # the server's deadline runs from no earlier than now
             connected = time.monotonic()
             sock.sendall(first_bytes)
             assert closed_within(sock, 5.0)
@@ -140,10 +141,10 @@ def test_at_the_connection_cap_a_new_connection_closes_the_one_stalled_longest(t
             stalled.append(sock)
             time.sleep(0.05)
         with httpx.Client(verify=ctx, base_url=srv.url, timeout=5) as client:
-            assert patched(client.post("/mutate", content=REVIEW_2C))      # evicts stalled[0]
+            assert patched(client.post("/mutate", content=REVIEW_2C))  # evicts stalled[0]
             assert closed_within(stalled[0], 2.0)
             assert not closed_within(stalled[1], 0.2)
-            assert patched(client.post("/mutate", content=REVIEW_2C))      # same connection: no eviction
+            assert patched(client.post("/mutate", content=REVIEW_2C))  # same connection: no eviction
         # The client's connection is gone: the metrics request's fits without evicting.
         assert closed_connections(srv, ctx, "evicted") == 1
         assert not closed_within(stalled[1], 0.2)
@@ -190,13 +191,13 @@ def test_guard_evicts_a_reading_connection_before_an_idle_one_and_refuses_when_a
         idle.request_read()
         idle.responded()
         reading, reading_t = open_one()
-        third, third_t = open_one()                 # at the cap: the reading one goes, not the idle one
+        third, third_t = open_one()  # at the cap: the reading one goes, not the idle one
         assert reading_t.aborted and not idle_t.aborted and not third_t.aborted
-        third.request_read()                        # deciding: never evicted
-        fourth, fourth_t = open_one()               # the idle one goes
+        third.request_read()  # deciding: never evicted
+        fourth, fourth_t = open_one()  # the idle one goes
         assert idle_t.aborted and not third_t.aborted and not fourth_t.aborted
         fourth.request_read()
-        fifth, fifth_t = open_one()                 # everyone deciding: refused
+        fifth, fifth_t = open_one()  # everyone deciding: refused
         assert fifth_t.aborted and not isinstance(fifth.inner, FakeInner) or not fifth.inner.made  # type: ignore
         assert set(guard.open) == {third, fourth}
         text = exposition(metrics.registry).decode()
@@ -210,6 +211,7 @@ def test_guard_evicts_a_reading_connection_before_an_idle_one_and_refuses_when_a
 def test_guard_times_a_pipelined_request_from_its_first_byte():
     """Bytes of the next request arriving while the current one is decided: its deadline
     runs from then, not from the answer."""
+
     async def body() -> None:
         guard = ConnectionGuard(max_connections=2, read_timeout=0.2)
         inner = FakeInner()
@@ -220,7 +222,7 @@ def test_guard_times_a_pipelined_request_from_its_first_byte():
         connection.data_received(b"POST /mutate HTTP/1.1\r\n")
         await asyncio.sleep(0.15)
         connection.responded()
-        await asyncio.sleep(0.05 + 0.05 + 0.02)      # past its deadline plus one sweep interval
+        await asyncio.sleep(0.05 + 0.05 + 0.02)  # past its deadline plus one sweep interval
         assert transport.aborted and not guard.open
 
     asyncio.run(body())
@@ -230,8 +232,8 @@ def test_rate_limited_log_says_how_many_events_it_stood_for(caplog):
     now = [100.0]
     limited = RateLimitedLog("connection closed", interval=10.0, clock=lambda: now[0])
     with caplog.at_level("WARNING", logger="workload_resizer.webhook"):
-        for step in range(25):          # one event a second for 25 s
+        for step in range(25):  # one event a second for 25 s
             now[0] = 100.0 + step
             limited.event(max_connections=4)
     counts = [record.count for record in caplog.records if record.msg == "connection closed"]
-    assert counts == [1, 10, 10]        # at 0 s, 10 s, 20 s; the last 4 wait for the next line
+    assert counts == [1, 10, 10]  # at 0 s, 10 s, 20 s; the last 4 wait for the next line

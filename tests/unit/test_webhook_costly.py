@@ -6,6 +6,7 @@ originals are not memoised goes to the review workers instead, whatever its size
 bodies are read one chunk at a time, one body at a time: however many are in flight, a
 small review waits for at most one chunk.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,8 +17,14 @@ from typing import Any
 import pytest
 
 from app.metrics import Metrics
-from app.review import (INLINE_MAX_ANNOTATIONS, INLINE_MAX_BYTES, INLINE_MAX_CONTAINERS, INLINE_MAX_VALUES,
-                        handle_review, handle_review_inline)
+from app.review import (
+    INLINE_MAX_ANNOTATIONS,
+    INLINE_MAX_BYTES,
+    INLINE_MAX_CONTAINERS,
+    INLINE_MAX_VALUES,
+    handle_review,
+    handle_review_inline,
+)
 from app.server import create_app
 from resizer import KeyRing
 
@@ -25,17 +32,19 @@ REVIEW_2C = (Path(__file__).resolve().parents[2] / "bench" / "data" / "review-2c
 KEYRING = KeyRing({"k0001": b"s" * 32})
 
 
-def review(containers: int = 2, annotations: int = 0, junk_values: int = 0, pad: int = 0,
-           cpu: str = "250m", uid: str = "uid-1") -> bytes:
+def review(
+    containers: int = 2, annotations: int = 0, junk_values: int = 0, pad: int = 0, cpu: str = "250m", uid: str = "uid-1"
+) -> bytes:
     doc = json.loads(REVIEW_2C)
     doc["request"]["uid"] = uid
     pod = doc["request"]["object"]
     template = pod["spec"]["containers"][0]
     pod["spec"]["containers"] = [
         {**template, "name": f"c{i}", "resources": {"requests": {"cpu": cpu, "memory": f"{64 + i}Mi"}}}
-        for i in range(containers)]
+        for i in range(containers)
+    ]
     notes = pod["metadata"].setdefault("annotations", {})
-    notes.update({f"example.com/note-{i}": "x" for i in range(annotations - len(notes))})   # in all
+    notes.update({f"example.com/note-{i}": "x" for i in range(annotations - len(notes))})  # in all
     if pad:
         notes["pad"] = "p" * pad
     if junk_values:
@@ -51,8 +60,9 @@ class RecordingWorkers:
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
 
-    async def decide(self, body: Any, keys: Any, scope: Any, deadline: float,
-                     sizing: Any = None) -> tuple[int, bytes, dict[str, Any]]:
+    async def decide(
+        self, body: Any, keys: Any, scope: Any, deadline: float, sizing: Any = None
+    ) -> tuple[int, bytes, dict[str, Any]]:
         joined = body if isinstance(body, bytes) else b"".join(body)
         self.bodies.append(joined)
         return handle_review(joined, KeyRing(keys), scope, sizing)
@@ -73,7 +83,7 @@ async def call(app, chunks: list[bytes], receive_hook=None) -> tuple[int, bytes]
 
     async def receive() -> dict[str, Any]:
         if receive_hook is not None:
-            await receive_hook(len(chunks) - len(pending), sum(map(len, chunks[:len(chunks) - len(pending)])))
+            await receive_hook(len(chunks) - len(pending), sum(map(len, chunks[: len(chunks) - len(pending)])))
         chunk = pending.pop(0)
         return {"type": "http.request", "body": chunk, "more_body": bool(pending)}
 
@@ -93,12 +103,15 @@ def test_the_bench_review_is_decided_on_the_event_loop():
     assert workers.bodies == []
 
 
-@pytest.mark.parametrize("costly", [
-    pytest.param(review(containers=INLINE_MAX_CONTAINERS + 1, cpu="251m"), id="containers, originals not memoised"),
-    pytest.param(review(annotations=INLINE_MAX_ANNOTATIONS + 1), id="annotations"),
-    pytest.param(review(junk_values=INLINE_MAX_VALUES), id="JSON values"),
-    pytest.param(review(pad=INLINE_MAX_BYTES), id="bytes"),
-])
+@pytest.mark.parametrize(
+    "costly",
+    [
+        pytest.param(review(containers=INLINE_MAX_CONTAINERS + 1, cpu="251m"), id="containers, originals not memoised"),
+        pytest.param(review(annotations=INLINE_MAX_ANNOTATIONS + 1), id="annotations"),
+        pytest.param(review(junk_values=INLINE_MAX_VALUES), id="JSON values"),
+        pytest.param(review(pad=INLINE_MAX_BYTES), id="bytes"),
+    ],
+)
 def test_a_costly_review_is_decided_by_a_review_worker_with_the_same_answer(costly):
     app, workers = make_app()
     status, body = asyncio.run(call(app, [costly]))
@@ -111,14 +124,22 @@ def test_a_small_review_of_many_containers_costs_no_more_on_the_loop_once_its_wo
     first = review(containers=INLINE_MAX_CONTAINERS + 3, cpu="252m", uid="replica-1")
     second = review(containers=INLINE_MAX_CONTAINERS + 3, cpu="252m", uid="replica-2")
     assert handle_review_inline(first, KEYRING) is None
-    handle_review(first, KEYRING)          # what a first replica decided here leaves memoised
+    handle_review(first, KEYRING)  # what a first replica decided here leaves memoised
     asyncio.run(call(app, [second]))
     assert workers.bodies == []
     assert handle_review_inline(second, KEYRING) == handle_review(second, KEYRING)
 
 
-@pytest.mark.parametrize("cheap", [REVIEW_2C, review(containers=INLINE_MAX_CONTAINERS, cpu="253m"),
-                                   review(annotations=INLINE_MAX_ANNOTATIONS), b"[1, 2]", b"{not json"])
+@pytest.mark.parametrize(
+    "cheap",
+    [
+        REVIEW_2C,
+        review(containers=INLINE_MAX_CONTAINERS, cpu="253m"),
+        review(annotations=INLINE_MAX_ANNOTATIONS),
+        b"[1, 2]",
+        b"{not json",
+    ],
+)
 def test_handle_review_inline_answers_as_handle_review_when_the_review_is_cheap(cheap):
     assert handle_review_inline(cheap, KEYRING) == handle_review(cheap, KEYRING)
 
@@ -130,18 +151,20 @@ def test_large_bodies_are_read_one_at_a_time_a_chunk_per_turn():
 
     def hook(uid: int):
         async def receive_hook(index: int, received: int) -> None:
-            if received <= INLINE_MAX_BYTES:        # the start of every body is read as it comes
+            if received <= INLINE_MAX_BYTES:  # the start of every body is read as it comes
                 return
             reading["now"] += 1
             reading["peak"] = max(reading["peak"], reading["now"])
             reading["turns"].append(uid)
-            await asyncio.sleep(0.002)             # the chunk is on its way
+            await asyncio.sleep(0.002)  # the chunk is on its way
             reading["now"] -= 1
+
         return receive_hook
 
     async def scenario():
-        return await asyncio.gather(*(
-            call(app, [b[i:i + 8192] for i in range(0, len(b), 8192)], hook(n)) for n, b in enumerate(bodies)))
+        return await asyncio.gather(
+            *(call(app, [b[i : i + 8192] for i in range(0, len(b), 8192)], hook(n)) for n, b in enumerate(bodies))
+        )
 
     answers = asyncio.run(scenario())
     assert reading["peak"] == 1
@@ -158,14 +181,16 @@ def test_a_slow_sender_gives_its_turn_away():
 
     async def slow_hook(index: int, received: int) -> None:
         if received > INLINE_MAX_BYTES:
-            await stalled.wait()                     # never sends the rest until the end
+            await stalled.wait()  # never sends the rest until the end
 
     async def scenario():
-        slow = asyncio.create_task(call(app, [slow_body[i:i + 20_000] for i in range(0, len(slow_body), 20_000)],
-                                        slow_hook))
+        slow = asyncio.create_task(
+            call(app, [slow_body[i : i + 20_000] for i in range(0, len(slow_body), 20_000)], slow_hook)
+        )
         await asyncio.sleep(0.01)
         fast = await asyncio.wait_for(
-            call(app, [fast_body[i:i + 20_000] for i in range(0, len(fast_body), 20_000)]), 2)
+            call(app, [fast_body[i : i + 20_000] for i in range(0, len(fast_body), 20_000)]), 2
+        )
         stalled.set()
         return await slow, fast
 

@@ -13,15 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import resizer
-from devkit.jsonpatch import apply_patch
 from app.metrics import Metrics
 from app.review import handle_review
 from app.server import create_app
+from devkit.jsonpatch import apply_patch
 
 REVIEW_2C = (Path(__file__).resolve().parents[2] / "bench" / "data" / "review-2c.json").read_bytes()
 FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
-json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text(max_size=30)
+json_scalars = (
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text(max_size=30)
+)
 json_values = st.recursive(
     json_scalars,
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=20), children, max_size=5),
@@ -81,25 +83,38 @@ def test_random_json_in_place_of_a_review_part_never_crashes(value, where):
 
 
 names = st.text(min_size=1, max_size=70)
-quantities = st.sampled_from(["100m", "1", "0.5", "2Gi", "512Mi", "1e3", "250M", "1.5", "3k", "0"]) | st.text(max_size=8)
+quantities = st.sampled_from(["100m", "1", "0.5", "2Gi", "512Mi", "1e3", "250M", "1.5", "3k", "0"]) | st.text(
+    max_size=8
+)
 resource_lists = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), quantities, max_size=3)
 containers = st.builds(
     lambda name, req, lim: {"name": name, "resources": {"requests": req, "limits": lim}},
-    names, resource_lists, resource_lists,
+    names,
+    resource_lists,
+    resource_lists,
 )
-annotation_keys = st.sampled_from([
-    "workload-resizer.io/original-cpu.app", "workload-resizer.io/original-memory-limit.x",
-    "workload-resizer.io/applied-instance-type", "workload-resizer.io/applied-at", "workload-resizer.io/skip",
-    "kubernetes.io/config.mirror", "a/b~c", "plain",
-]) | st.text(max_size=40)
-owners = st.sampled_from([
-    None,
-    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": True},
-    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "sts", "controller": True},
-    {"apiVersion": "batch/v1", "kind": "Job", "name": "job", "controller": True},
-    {"apiVersion": "v1", "kind": "Node", "name": "node", "controller": True},
-    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": False},
-])
+annotation_keys = st.sampled_from(
+    [
+        "workload-resizer.io/original-cpu.app",
+        "workload-resizer.io/original-memory-limit.x",
+        "workload-resizer.io/applied-instance-type",
+        "workload-resizer.io/applied-at",
+        "workload-resizer.io/skip",
+        "kubernetes.io/config.mirror",
+        "a/b~c",
+        "plain",
+    ]
+) | st.text(max_size=40)
+owners = st.sampled_from(
+    [
+        None,
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": True},
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "sts", "controller": True},
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "job", "controller": True},
+        {"apiVersion": "v1", "kind": "Node", "name": "node", "controller": True},
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": False},
+    ]
+)
 
 
 @st.composite
@@ -114,11 +129,19 @@ def pods(draw) -> dict[str, Any]:
 
 
 def envelope(pod: Any, uid: str = "u") -> bytes:
-    return orjson.dumps({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": uid, "operation": "CREATE", "namespace": "ns",
-                    "resource": {"group": "", "version": "v1", "resource": "pods"}, "object": pod},
-    })
+    return orjson.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "operation": "CREATE",
+                "namespace": "ns",
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "object": pod,
+            },
+        }
+    )
 
 
 @FUZZ
@@ -133,8 +156,10 @@ def test_random_pod_is_allowed_and_patch_yields_exactly_the_core_originals(pod, 
     owned = {k: v for k, v in after["metadata"]["annotations"].items() if resizer.is_controller_owned_key(k)}
     # (CollidingContainerKeys: two containers would share a key, e.g. one name twice, which the
     # apiserver refuses only after admission: nothing is stamped.)
-    stamped = resizer.eligibility(pod).eligible and record["reason"] not in ("AnnotationsTooLarge",
-                                                                             "CollidingContainerKeys")
+    stamped = resizer.eligibility(pod).eligible and record["reason"] not in (
+        "AnnotationsTooLarge",
+        "CollidingContainerKeys",
+    )
     # eligible: exactly the core's originals; otherwise every client-supplied controller key is gone
     assert owned == (resizer.originals_from_spec_annotations(pod) if stamped else {})
     # and reinvoking on the result changes nothing
@@ -158,11 +183,18 @@ def test_huge_annotations_are_handled():
 
 def test_unicode_names_are_handled():
     pod = {
-        "metadata": {"name": "pöd-🚀", "namespace": "nämespace",
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs-ü", "controller": True}],
-                     "annotations": {"ключ/значение": "値", "workload-resizer.io/original-cpu.ü": "1"}},
-        "spec": {"containers": [{"name": "cöntainer", "resources": {"requests": {"cpu": "1"}}},
-                                {"name": "app", "resources": {"requests": {"cpu": "1"}}}]},
+        "metadata": {
+            "name": "pöd-🚀",
+            "namespace": "nämespace",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs-ü", "controller": True}],
+            "annotations": {"ключ/значение": "値", "workload-resizer.io/original-cpu.ü": "1"},
+        },
+        "spec": {
+            "containers": [
+                {"name": "cöntainer", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "app", "resources": {"requests": {"cpu": "1"}}},
+            ]
+        },
     }
     status, out, record = handle_review(envelope(pod, "üid-✓"))
     resp = check_response(status, out)["response"]

@@ -1,4 +1,5 @@
 """The webhook's key reload: a rotation is picked up, an unusable key never stops the loop."""
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,7 @@ def test_a_rotation_replaces_the_ring_and_no_change_keeps_it(tmp_path: Path) -> 
     assert rotated.newest == "k2" and set(rotated.keys) == {"k1", "k2"}
 
 
-def test_an_invalid_key_id_keeps_the_last_good_ring_and_logs(tmp_path: Path,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_an_invalid_key_id_keeps_the_last_good_ring_and_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "k1").write_bytes(b"1" * 32)
     keys = KeyDirectory(tmp_path)
     ring = KeyRing(keys.keys)

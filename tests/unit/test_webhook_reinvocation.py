@@ -17,8 +17,7 @@ import pytest
 
 from app.review import handle_review
 from devkit.jsonpatch import apply_patch
-from resizer import (ORIGINALS_MAC, SIZED_AT_ADMISSION, Trust, baseline, early_binding, original_key,
-                     pod_original_key)
+from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, Trust, baseline, early_binding, original_key, pod_original_key
 from tests.unit.test_webhook_review import container, pod, review
 from tests.unit.test_webhook_sizing import KEYS, LABEL, context
 
@@ -47,8 +46,7 @@ def cpu(obj: dict[str, Any], index: int = 0, field: str = "containers") -> tuple
 
 
 def ours(obj: dict[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in (obj["metadata"].get("annotations") or {}).items()
-            if k.startswith("workload-resizer.io/")}
+    return {k: v for k, v in (obj["metadata"].get("annotations") or {}).items() if k.startswith("workload-resizer.io/")}
 
 
 def stored(obj: dict[str, Any], generation: int = 1) -> dict[str, Any]:
@@ -62,8 +60,9 @@ def add_label(obj: dict[str, Any]) -> None:
 
 
 def inject_sidecar(obj: dict[str, Any]) -> None:
-    obj["spec"]["containers"].append(container("proxy", {"cpu": "100m", "memory": "64Mi"},
-                                               {"cpu": "100m", "memory": "64Mi"}))
+    obj["spec"]["containers"].append(
+        container("proxy", {"cpu": "100m", "memory": "64Mi"}, {"cpu": "100m", "memory": "64Mi"})
+    )
 
 
 def add_gate(obj: dict[str, Any]) -> None:
@@ -140,8 +139,9 @@ def test_a_pod_no_longer_to_be_sized_gets_the_authors_values_back_and_is_stamped
 
 def test_a_pod_a_later_webhook_opts_out_gets_the_authors_values_back_and_nothing_of_ours() -> None:
     _, first, _ = admit(authored())
-    _, second, record = reinvoke(first, lambda p: p["metadata"]["annotations"].update(
-        {"workload-resizer.io/skip": "true"}))
+    _, second, record = reinvoke(
+        first, lambda p: p["metadata"]["annotations"].update({"workload-resizer.io/skip": "true"})
+    )
     assert record["reason"] == "SkipAnnotation" and record["authoredFrom"] == "sized-at-admission"
     assert cpu(second) == ("1", "1") and ours(second) == {"workload-resizer.io/skip": "true"}
 
@@ -176,7 +176,7 @@ def test_a_record_that_does_not_verify_is_not_the_authors(tamper: str) -> None:
     annotations = later["metadata"]["annotations"]
     if tamper == "raised-original":
         annotations[APP_CPU] = annotations[original_key("app", "cpu", "limit")] = "8"
-    elif tamper == "other-size":      # a record copied from a pod of another size
+    elif tamper == "other-size":  # a record copied from a pod of another size
         annotations.update(ours(admit(authored("2"))[1]))
     elif tamper == "changed-by-later-webhook":
         later["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "600m"
@@ -223,13 +223,15 @@ def test_a_gated_pod_is_stamped_only_and_trusted_once_its_gate_is_removed() -> N
         if bound:
             ungated["metadata"]["annotations"] = {**ours(first), **binding}
         check = baseline(ungated, KEYS).check
-        assert (check.trust, check.scope) == ((Trust.TRUSTED, "pod") if bound else
-                                              (Trust.TRUSTED_IF_ALIGNED, "admission")), bound
+        assert (check.trust, check.scope) == (
+            (Trust.TRUSTED, "pod") if bound else (Trust.TRUSTED_IF_ALIGNED, "admission")
+        ), bound
 
 
 def test_a_fresh_pod_still_takes_the_memoised_path() -> None:
     """A pod without any key of ours is decided as before: the encoded patch is shared by replicas."""
     from app import review as review_mod
+
     review_mod._fresh_patch_cache.clear()
     admit(authored(spec={}))
     assert len(review_mod._fresh_patch_cache) == 1
@@ -275,17 +277,23 @@ def test_a_record_under_the_keys_an_earlier_version_wrote_is_recognised_too() ->
     assert record["reason"] == "SizedAtAdmission" and cpu(first) == ("800m", "800m")
     # The same answer as the previous version signed it: every key of the long name in legacy form.
     legacy = {}
-    for (resource, kind) in (("cpu", "request"), ("cpu", "limit"), ("memory", "request"), ("memory", "limit")):
+    for resource, kind in (("cpu", "request"), ("cpu", "limit"), ("memory", "request"), ("memory", "limit")):
         legacy[original_key(long_name, resource, kind)] = legacy_original_key(long_name, resource, kind)
     annotations = first["metadata"]["annotations"]
     originals = {legacy[k]: v for k, v in annotations.items() if k in legacy}
     sized = {"cpu": ("800m", "800m"), "memory": ("256Mi", "256Mi")}
-    sized_values = {legacy_original_key(long_name, r, k): sized[r][0 if k == "request" else 1]
-                    for r in ("cpu", "memory") for k in ("request", "limit")}
+    sized_values = {
+        legacy_original_key(long_name, r, k): sized[r][0 if k == "request" else 1]
+        for r in ("cpu", "memory")
+        for k in ("request", "limit")
+    }
     identity = PodIdentity.of({**first, "metadata": {**first["metadata"], "name": ""}}, "shop", "sized")
     mac = sign_originals(KEYS, _sized_cover(originals, "n4", sized_values), identity, "sized")
     first["metadata"]["annotations"] = {
-        **{k: v for k, v in annotations.items() if k not in legacy}, **originals, ORIGINALS_MAC: mac}
+        **{k: v for k, v in annotations.items() if k not in legacy},
+        **originals,
+        ORIGINALS_MAC: mac,
+    }
     ops, second, record = reinvoke(first, add_label)
     assert record["reason"] in ("SizedAtAdmission", "AlreadySized"), record
     assert cpu(second) == ("800m", "800m"), "sized once, from the author's 1 CPU"

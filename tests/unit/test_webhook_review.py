@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 import resizer
-from devkit.jsonpatch import apply_patch
 from app import review as review_mod
 from app.review import annotation_path, build_patch, handle_review, json_pointer_escape, originals_of
+from devkit.jsonpatch import apply_patch
 
 ORIG = "workload-resizer.io/original-"
 APPLIED = "workload-resizer.io/applied-"
@@ -51,7 +51,9 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": containers}}
 
 
-def review(obj: Any, operation: str = "CREATE", uid: str = "uid-1", resource: str = "pods", **extra: Any) -> dict[str, Any]:
+def review(
+    obj: Any, operation: str = "CREATE", uid: str = "uid-1", resource: str = "pods", **extra: Any
+) -> dict[str, Any]:
     req = {
         "uid": uid,
         "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -204,8 +206,10 @@ def test_containers_that_would_share_original_keys_are_admitted_unstamped_with_f
     containers alike. One set of originals for both would size one from the other's values:
     the pod is admitted as sent, minus the product's keys a client set."""
     small, large = container("app", {"cpu": "100m"}, {"cpu": "100m"}), container("app", {"cpu": "4"}, {"cpu": "4"})
-    p = pod([small, large] if shape == "containers" else [small],
-            annotations={ORIG + "cpu.app": "16", resizer.ORIGINALS_MAC: "v1.a.k.forged", "keep": "me"})
+    p = pod(
+        [small, large] if shape == "containers" else [small],
+        annotations={ORIG + "cpu.app": "16", resizer.ORIGINALS_MAC: "v1.a.k.forged", "keep": "me"},
+    )
     if shape == "sidecar":
         p["spec"]["initContainers"] = [{**large, "restartPolicy": "Always"}]
     status, resp, record = call(review(p))
@@ -229,8 +233,10 @@ def test_containers_that_would_share_original_keys_are_admitted_unstamped_with_f
         (pod(owner=None), "NoController"),
         (pod(annotations={"workload-resizer.io/skip": "true"}), "SkipAnnotation"),
         (pod(annotations={"kubernetes.io/config.mirror": "abc"}), "MirrorPod"),
-        (pod(owner={"apiVersion": "v1", "kind": "ReplicationController", "name": "rc", "controller": True}),
-         "UnsupportedOwnerKind"),
+        (
+            pod(owner={"apiVersion": "v1", "kind": "ReplicationController", "name": "rc", "controller": True}),
+            "UnsupportedOwnerKind",
+        ),
     ],
     ids=["bare-pod", "skip-annotation", "mirror-pod", "unsupported-owner"],
 )
@@ -245,8 +251,10 @@ def test_ineligible_pod_is_allowed_untouched(p, reason):
     [
         pod(owner=None, annotations={ORIG + "cpu.app": "16", "keep": "me"}),
         pod(annotations={"workload-resizer.io/skip": "true", ORIG + "cpu.app": "16", "keep": "me"}),
-        pod(owner={"apiVersion": "v1", "kind": "ReplicationController", "name": "rc", "controller": True},
-            annotations={ORIG + "cpu.app": "16", "keep": "me"}),
+        pod(
+            owner={"apiVersion": "v1", "kind": "ReplicationController", "name": "rc", "controller": True},
+            annotations={ORIG + "cpu.app": "16", "keep": "me"},
+        ),
     ],
     ids=["bare-pod", "skip-annotation", "unsupported-owner"],
 )
@@ -327,8 +335,18 @@ def test_body_that_is_not_a_json_object_is_400(body):
         lambda r: r["request"].pop("object"),
         lambda r: r["request"].update(object=[1, 2]),
     ],
-    ids=["v1beta1", "wrong-kind", "no-apiversion", "no-request", "request-not-object", "no-uid", "empty-uid",
-         "uid-not-string", "create-without-object", "object-not-object"],
+    ids=[
+        "v1beta1",
+        "wrong-kind",
+        "no-apiversion",
+        "no-request",
+        "request-not-object",
+        "no-uid",
+        "empty-uid",
+        "uid-not-string",
+        "create-without-object",
+        "object-not-object",
+    ],
 )
 def test_review_missing_required_parts_is_400(mutate):
     r = review(pod())
@@ -383,11 +401,16 @@ def test_originals_memo_matches_core_when_only_unkeyed_fields_differ():
     """The memo keys on containers' names and resources only: anything else in the pod
     (metadata, other container fields, volumes, init containers, ...) must not change the
     core's answer. If the core starts reading more of the pod, this fails: widen the key."""
-    base = pod(containers=[container("app", {"cpu": "500m", "memory": "1Gi"}, {"cpu": "1"}),
-                           container("side", {"memory": "64Mi"})])
+    base = pod(
+        containers=[
+            container("app", {"cpu": "500m", "memory": "1Gi"}, {"cpu": "1"}),
+            container("side", {"memory": "64Mi"}),
+        ]
+    )
     variant = copy.deepcopy(base)
-    variant["metadata"].update(name="other", labels={"a": "b"},
-                               annotations={ORIG + "cpu.app": "7", "workload-resizer.io/skip": "true"})
+    variant["metadata"].update(
+        name="other", labels={"a": "b"}, annotations={ORIG + "cpu.app": "7", "workload-resizer.io/skip": "true"}
+    )
     variant["spec"]["initContainers"] = [container("init", {"cpu": "2"}, {"cpu": "2"})]
     variant["spec"]["volumes"] = [{"name": "kube-api-access-abcde"}]
     variant["spec"]["nodeName"] = "node-1"
@@ -483,18 +506,24 @@ def test_a_made_up_review_obtains_only_an_admission_scope_mac_over_the_spec_it_s
     making (any namespace, name, uid, owner, values). What comes back is what the apiserver's
     own review would get: originals computed from the spec sent (never from annotations sent)
     and an admission-scope MAC (no uid bound), never a pod-scope one."""
-    victim = pod(name="victim", containers=[container("app", {"cpu": "64", "memory": "256Gi"})],
-                 annotations={ORIG + "cpu.app": "128", resizer.ORIGINALS_MAC: "v1.p.k2.forged"})
+    victim = pod(
+        name="victim",
+        containers=[container("app", {"cpu": "64", "memory": "256Gi"})],
+        annotations={ORIG + "cpu.app": "128", resizer.ORIGINALS_MAC: "v1.p.k2.forged"},
+    )
     victim["metadata"].update(uid="victim-uid", generation=1)
     _, resp, _ = call_signed(review(victim))
     stored = admitted(victim, resp)
     notes = stored["metadata"]["annotations"]
-    assert owned(notes) == {**resizer.originals_from_spec_annotations(victim), resizer.ORIGINALS_MAC: notes[
-        resizer.ORIGINALS_MAC]}
+    assert owned(notes) == {
+        **resizer.originals_from_spec_annotations(victim),
+        resizer.ORIGINALS_MAC: notes[resizer.ORIGINALS_MAC],
+    }
     assert notes[ORIG + "cpu.app"] == "64"
-    assert notes[resizer.ORIGINALS_MAC].startswith("v1.a.k2.")            # admission scope, newest key
-    pod_scope = resizer.sign_originals(KEYS, resizer.original_annotations(stored),
-                                       resizer.PodIdentity.of(stored), "pod")
+    assert notes[resizer.ORIGINALS_MAC].startswith("v1.a.k2.")  # admission scope, newest key
+    pod_scope = resizer.sign_originals(
+        KEYS, resizer.original_annotations(stored), resizer.PodIdentity.of(stored), "pod"
+    )
     assert notes[resizer.ORIGINALS_MAC] != pod_scope
     check = resizer.check_originals(stored, KEYS, resizer.originals_from_spec_annotations(stored))
     assert check.scope == "admission"
@@ -503,8 +532,9 @@ def test_a_made_up_review_obtains_only_an_admission_scope_mac_over_the_spec_it_s
 def test_replicas_of_one_owner_share_the_memoised_patch_and_other_owners_do_not():
     a1 = patch_of(call_signed(review(pod()))[1])
     a2 = patch_of(call_signed(review(pod(), uid="uid-2"))[1])
-    other_owner = pod(owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "u2",
-                             "controller": True})
+    other_owner = pod(
+        owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "u2", "controller": True}
+    )
     b = patch_of(call_signed(review(other_owner))[1])
     mac_of = {op["path"]: op.get("value") for op in a1}
     assert a1 == a2

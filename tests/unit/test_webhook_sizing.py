@@ -12,14 +12,14 @@ import orjson
 import pytest
 
 import resizer
-from app.metrics import Metrics
 from app import review as review_mod
+from app.metrics import Metrics
 from app.review import handle_review, handle_review_inline
 from app.sizing import ClusterView, SizingContext
 from app.worker import ReviewWorkers
 from devkit.jsonpatch import apply_patch
-from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, SAMPLE_CONFIG, KeyRing, Trust, baseline
 from kube import ApiError
+from resizer import ORIGINALS_MAC, SAMPLE_CONFIG, SIZED_AT_ADMISSION, KeyRing, Trust, baseline
 from resizer.vpa import GROUP_VERSION_PATH, slim_vpa, vpa_index
 from tests.unit.test_webhook_review import container, pod, review
 from tests.unit.test_webhook_worker import large_review, with_app
@@ -29,18 +29,38 @@ KEYS = KeyRing({"k0001": b"s" * 32})
 NODES = {"n4-a": "n4", "c3-a": "c3", "n2d-a": "n2d"}
 
 
-def context(dry_run: bool = False, version: int = 1, nodes: dict[str, str | None] | None = None,
-            limit_ranges: dict[str, tuple[dict[str, Any], ...]] | None = None,
-            vpas: list[dict[str, Any]] | None = None) -> SizingContext:
-    return SizingContext(version, LABEL, nodes if nodes is not None else dict(NODES), SAMPLE_CONFIG,
-                         dry_run=dry_run, limit_ranges=limit_ranges, vpas=vpa_index(vpas or []))
+def context(
+    dry_run: bool = False,
+    version: int = 1,
+    nodes: dict[str, str | None] | None = None,
+    limit_ranges: dict[str, tuple[dict[str, Any], ...]] | None = None,
+    vpas: list[dict[str, Any]] | None = None,
+) -> SizingContext:
+    return SizingContext(
+        version,
+        LABEL,
+        nodes if nodes is not None else dict(NODES),
+        SAMPLE_CONFIG,
+        dry_run=dry_run,
+        limit_ranges=limit_ranges,
+        vpas=vpa_index(vpas or []),
+    )
 
 
-def a_vpa(target: str, mode: str = "InPlaceOrRecreate", namespace: str = "shop", name: str = "web-vpa",
-          kind: str = "Deployment") -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": namespace},
-            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target},
-                     "updatePolicy": {"updateMode": mode}}}
+def a_vpa(
+    target: str,
+    mode: str = "InPlaceOrRecreate",
+    namespace: str = "shop",
+    name: str = "web-vpa",
+    kind: str = "Deployment",
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target},
+            "updatePolicy": {"updateMode": mode},
+        },
+    }
 
 
 def pinned(spec: dict[str, Any]) -> dict[str, Any]:
@@ -49,8 +69,9 @@ def pinned(spec: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def decide(obj: dict[str, Any], sizing: SizingContext | None, keys: KeyRing = KEYS
-           ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def decide(
+    obj: dict[str, Any], sizing: SizingContext | None, keys: KeyRing = KEYS
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     status, body, record = handle_review(orjson.dumps(review(obj)), keys, None, sizing)
     assert status == 200
     response = orjson.loads(body)["response"]
@@ -63,9 +84,24 @@ def cpu(obj: dict[str, Any]) -> tuple[str, str]:
     return resources["requests"]["cpu"], resources["limits"]["cpu"]
 
 
-@pytest.mark.parametrize("spec", [{"nodeSelector": {LABEL: "n4"}}, {"nodeName": "n4-a"}, {
-    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n4-a"]}]}]}}}}])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"nodeSelector": {LABEL: "n4"}},
+        {"nodeName": "n4-a"},
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n4-a"]}]}
+                        ]
+                    }
+                }
+            }
+        },
+    ],
+)
 def test_a_pinned_pod_is_created_at_its_size_with_signed_originals(spec: dict[str, Any]) -> None:
     obj = pinned(spec)
     response, created, record = decide(obj, context())
@@ -81,8 +117,11 @@ def test_a_pinned_pod_is_created_at_its_size_with_signed_originals(spec: dict[st
 
 
 def test_an_unpinned_pod_or_no_context_or_no_keys_is_stamped_as_today() -> None:
-    for obj, sizing, keys in ((pinned({}), context(), KEYS), (pinned({"nodeSelector": {LABEL: "n4"}}), None, KEYS),
-                              (pinned({"nodeSelector": {LABEL: "n4"}}), context(), resizer.EMPTY_KEYRING)):
+    for obj, sizing, keys in (
+        (pinned({}), context(), KEYS),
+        (pinned({"nodeSelector": {LABEL: "n4"}}), None, KEYS),
+        (pinned({"nodeSelector": {LABEL: "n4"}}), context(), resizer.EMPTY_KEYRING),
+    ):
         _, created, record = decide(obj, sizing, keys)
         today = decide(obj, None, keys)[1]
         assert created == today and cpu(created) == ("1", "1")
@@ -91,8 +130,19 @@ def test_an_unpinned_pod_or_no_context_or_no_keys_is_stamped_as_today() -> None:
 
 
 def test_different_performance_is_left_to_the_reconciler() -> None:
-    obj = pinned({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": LABEL, "operator": "In", "values": ["n4", "c3"]}]}]}}}})
+    obj = pinned(
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": LABEL, "operator": "In", "values": ["n4", "c3"]}]}
+                        ]
+                    }
+                }
+            }
+        }
+    )
     _, created, record = decide(obj, context())
     assert cpu(created) == ("1", "1") and "sizedFor" not in record
 
@@ -110,6 +160,7 @@ def test_dry_run_warns_and_changes_no_size() -> None:
 def test_a_sizing_failure_never_blocks_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: Any) -> None:
         raise RuntimeError("bug")
+
     monkeypatch.setattr(resizer, "admission_sizing", broken)
     review_mod._sized_cache.clear()
     obj = pinned({"nodeSelector": {LABEL: "n4"}})
@@ -153,7 +204,7 @@ def test_inline_and_worker_decide_alike_and_the_context_is_sent_once_per_version
             records.append(r.json()["response"])
         sent_full = workers._meta_cache.get(True)
         sent_short = workers._meta_cache.get(False)
-        assert sent_full is not None and sent_short is not None   # first with the context, then by version
+        assert sent_full is not None and sent_short is not None  # first with the context, then by version
         assert len(sent_short[3]) < len(sent_full[3])
         return records
 
@@ -164,18 +215,24 @@ def test_inline_and_worker_decide_alike_and_the_context_is_sent_once_per_version
 
 def test_the_view_keeps_the_last_good_config_and_tracks_node_labels() -> None:
     view = ClusterView.__new__(ClusterView)
-    ClusterView.__init__(view, client=None, config_namespace="ns", config_name="cfg", label=LABEL,  # type: ignore[arg-type]
-                         skip_vpa_managed=False)
+    ClusterView.__init__(
+        view,
+        client=None,
+        config_namespace="ns",
+        config_name="cfg",
+        label=LABEL,  # type: ignore[arg-type]
+        skip_vpa_managed=False,
+    )
     assert view.context is None
     view.apply_config({"data": {"config.yaml": SAMPLE_CONFIG}})
     view._on_node("ADDED", {"metadata": {"name": "a", "labels": {LABEL: "n4"}}}, None)
     view.nodes.synced.set()
     assert view.context is None, "until the LimitRanges are known too"
-    view.limitranges.synced.set()       # (listed empty: no event, and the context is built all the same)
+    view.limitranges.synced.set()  # (listed empty: no event, and the context is built all the same)
     first = view.context
     assert first is not None and dict(first.nodes) == {"a": "n4"}
     view.apply_config({"data": {"config.yaml": "baselineNodeType: [nope"}})
-    assert view.context is first                      # invalid: nothing changed
+    assert view.context is first  # invalid: nothing changed
     view._on_node("MODIFIED", {"metadata": {"name": "a", "labels": {LABEL: "c3"}}}, None)
     second = view.context
     assert second is not None and second.version > first.version and dict(second.nodes) == {"a": "c3"}
@@ -194,12 +251,18 @@ def test_replicas_share_a_memoised_sizing_until_the_nodes_or_config_change() -> 
 
 def test_a_size_that_grows_or_that_a_limit_range_refuses_is_left_to_the_reconciler() -> None:
     review_mod._sized_cache.clear()
-    slow = SizingContext(21, LABEL, {"slow-a": "slow"}, SAMPLE_CONFIG.replace(
-        "nodeTypes:\n", "nodeTypes:\n  slow: { cpuPerf: 0.5, memPerf: 1.0 }\n"))
+    slow = SizingContext(
+        21,
+        LABEL,
+        {"slow-a": "slow"},
+        SAMPLE_CONFIG.replace("nodeTypes:\n", "nodeTypes:\n  slow: { cpuPerf: 0.5, memPerf: 1.0 }\n"),
+    )
     _, created, record = decide(pinned({"nodeName": "slow-a"}), slow)
     assert cpu(created) == ("1", "1") and "grows" in record["sizingHeld"], record
-    floor = {"metadata": {"name": "floor", "namespace": "shop"}, "spec": {"limits": [
-        {"type": "Container", "min": {"cpu": "900m"}}]}}
+    floor = {
+        "metadata": {"name": "floor", "namespace": "shop"},
+        "spec": {"limits": [{"type": "Container", "min": {"cpu": "900m"}}]},
+    }
     _, created, record = decide(pinned({"nodeName": "n4-a"}), context(version=22, limit_ranges={"shop": (floor,)}))
     assert cpu(created) == ("1", "1") and "LimitRange floor" in record["sizingHeld"], record
     other_namespace = context(version=23, limit_ranges={"elsewhere": (floor,)})
@@ -246,15 +309,17 @@ def test_a_pod_an_updating_vpa_manages_is_stamped_only_and_the_hold_names_the_vp
 def test_a_vpa_that_composes_or_targets_another_workload_leaves_the_pod_sized() -> None:
     review_mod._sized_cache.clear()
     obj = of_deployment({"nodeName": "n4-a"})
-    for version, vpas in enumerate(([a_vpa("web", "Off")], [a_vpa("web", "Initial")], [a_vpa("api")],
-                                    [a_vpa("web", namespace="elsewhere")]), start=41):
+    for version, vpas in enumerate(
+        ([a_vpa("web", "Off")], [a_vpa("web", "Initial")], [a_vpa("api")], [a_vpa("web", namespace="elsewhere")]),
+        start=41,
+    ):
         _, created, record = decide(obj, context(version=version, vpas=vpas))
         assert cpu(created) == ("800m", "800m") and "sizingHeld" not in record, (vpas, record)
 
 
 def test_a_replicaset_the_pod_does_not_name_is_held_for_any_updating_deployment_vpa() -> None:
     review_mod._sized_cache.clear()
-    obj = pinned({"nodeName": "n4-a"})        # ReplicaSet web-7d9f, no pod-template-hash label
+    obj = pinned({"nodeName": "n4-a"})  # ReplicaSet web-7d9f, no pod-template-hash label
     _, created, record = decide(obj, context(version=51, vpas=[a_vpa("api")]))
     assert cpu(created) == ("1", "1") and "may own the pod's ReplicaSet web-7d9f" in record["sizingHeld"]
 
@@ -270,7 +335,7 @@ class VpaApi:
     """Discovery of autoscaling.k8s.io/v1 and the VPA list, as the apiserver answers them."""
 
     def __init__(self) -> None:
-        self.served: bool | None = False       # None: the apiserver cannot be reached
+        self.served: bool | None = False  # None: the apiserver cannot be reached
         self.vpas: list[dict[str, Any]] = []
 
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
@@ -304,27 +369,28 @@ def test_the_view_watches_vpas_only_while_their_crd_is_served_and_never_sizes_bl
         without = view.context
         assert without is not None and dict(without.vpas) == {} and view.vpas is None
         api.served, api.vpas = True, [a_vpa("web")]
-        await view.check_vpas()        # installed later
+        await view.check_vpas()  # installed later
         assert view.context is None, "until the VPAs are listed"
-        await asyncio.wait_for(view.vpas.synced.wait(), 5)   # type: ignore[union-attr]
+        await asyncio.wait_for(view.vpas.synced.wait(), 5)  # type: ignore[union-attr]
         listed = view.context
         assert listed is not None and listed.version > without.version and listed.vpas == vpa_index([a_vpa("web")])
         assert view.context is listed
         status_only = {**a_vpa("web"), "status": {"recommendation": {}}}
-        view.vpas.store["shop/web-vpa"] = slim_vpa(status_only)    # type: ignore[union-attr]
+        view.vpas.store["shop/web-vpa"] = slim_vpa(status_only)  # type: ignore[union-attr]
         view._on_vpa("MODIFIED", slim_vpa(status_only), slim_vpa(a_vpa("web")))
         assert view.context is listed, "a recommendation changes nothing"
         view._on_vpa("MODIFIED", slim_vpa(a_vpa("web", "Off")), slim_vpa(a_vpa("web")))
-        view.vpas.store["shop/web-vpa"] = slim_vpa(a_vpa("web", "Off"))    # type: ignore[union-attr]
+        view.vpas.store["shop/web-vpa"] = slim_vpa(a_vpa("web", "Off"))  # type: ignore[union-attr]
         off = view.context
         assert off is not None and off.version > listed.version and dict(off.vpas) == {}
         api.served = None
         await view.check_vpas()
         assert view.context is off, "unreachable: the last answer stands"
         api.served = False
-        await view.check_vpas()        # removed
+        await view.check_vpas()  # removed
         gone = view.context
         assert gone is not None and dict(gone.vpas) == {} and view.vpas is None
+
     asyncio.run(scenario())
 
 

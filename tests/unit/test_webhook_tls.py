@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import hashes
 
 import certs
 from app.metrics import Metrics
-from ops.prometheus import exposition
 from app.tls import CertReloader
 from devkit.metrics import metric_sum
+from ops.prometheus import exposition
 
 ROOT = Path(__file__).resolve().parents[2]
 REVIEW_2C = (ROOT / "bench" / "data" / "review-2c.json").read_bytes()
@@ -65,10 +65,28 @@ class Server:
     def __init__(self, cert: Path, key: Path, *extra: str) -> None:
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "--bind-address", "127.0.0.1", "--port", str(self.port),
-             "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-level", "warning",
-             "--shutdown-delay", "0", "--size-at-admission=false", *extra],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "app",
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--tls-cert-file",
+                str(cert),
+                "--tls-key-file",
+                str(key),
+                "--log-level",
+                "warning",
+                "--shutdown-delay",
+                "0",
+                "--size-at-admission=false",
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
         self.url = f"https://127.0.0.1:{self.port}"
 
@@ -121,8 +139,9 @@ def tls_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tls")
     ca, serving = issue()
     paths = certs.write_pair(str(tmp), serving, ca)
-    srv = Server(Path(paths["tls.crt"]), Path(paths["tls.key"]), "--max-request-bytes", "64KiB",
-                 "--tls-min-version", "1.3")
+    srv = Server(
+        Path(paths["tls.crt"]), Path(paths["tls.key"]), "--max-request-bytes", "64KiB", "--tls-min-version", "1.3"
+    )
     srv.ca, srv.serving = ca, serving
     try:
         srv.wait_listening()
@@ -223,7 +242,7 @@ def test_rotation_through_data_symlink_swap_serves_new_cert_without_failed_reque
         assert failures == []
         assert seen[0] == der(cert_a) and seen[-1] == der(cert_b)
         first_b = seen.index(der(cert_b))
-        assert der(cert_a) not in seen[first_b + 3:]  # a kept-alive connection may finish its 3 requests
+        assert der(cert_a) not in seen[first_b + 3 :]  # a kept-alive connection may finish its 3 requests
         assert peer_cert_der(srv.port, client_context(ca_b)) == der(cert_b)  # verifies against the new CA alone
     finally:
         stop.set()
@@ -244,8 +263,9 @@ def test_bad_certificate_swapped_in_keeps_serving_the_current_one(secret_dir):
     ca, cert_b = issue()
     _, other = issue(ca)
     write_version(secret_dir, "..v1", certs.pem_cert(cert_b.cert), certs.pem_key(cert_b.key))
-    srv = Server(secret_dir / "tls.crt", secret_dir / "tls.key", "--cert-reload-interval", "100ms",
-                 "--log-level", "info")
+    srv = Server(
+        secret_dir / "tls.crt", secret_dir / "tls.key", "--cert-reload-interval", "100ms", "--log-level", "info"
+    )
     ctx = client_context(ca)
     try:
         srv.wait_listening()
@@ -279,7 +299,10 @@ def test_reloader_is_not_ready_until_certificate_files_appear(tmp_path):
     certs.write_pair(str(tmp_path), serving, ca)
     assert r.poll() is True and r.loaded
     assert r.info.sha256 == serving.cert.fingerprint(hashes.SHA256()).hex()
-    assert metric_sum(exposition(metrics.registry).decode(), "workload_resizer_webhook_cert_not_after_timestamp_seconds") > time.time()
+    assert (
+        metric_sum(exposition(metrics.registry).decode(), "workload_resizer_webhook_cert_not_after_timestamp_seconds")
+        > time.time()
+    )
 
 
 def test_reloader_ignores_unchanged_files(tmp_path):
@@ -303,8 +326,9 @@ def test_reloader_refuses_expired_replacement(tmp_path):
     r = CertReloader(paths["tls.crt"], paths["tls.key"])
     try:
         assert r.poll() is True
-        old = certs.issue_serving_cert(ca, ips=["127.0.0.1"], days=1,
-                                       not_before=dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=10))
+        old = certs.issue_serving_cert(
+            ca, ips=["127.0.0.1"], days=1, not_before=dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=10)
+        )
         certs.write_pair(str(tmp_path), old)
         assert r.poll() is False
         assert r.info.serial == format(serving.cert.serial_number, "x")
@@ -357,8 +381,11 @@ def test_tls12_offers_only_ecdhe_with_aead(tls12_server):
     assert version == "TLSv1.2" and cipher.startswith("ECDHE") and ("GCM" in cipher or "CHACHA20" in cipher)
 
 
-@pytest.mark.parametrize("client_ciphers", ["DHE+AESGCM:!ECDHE", "ECDHE+AES:!AESGCM:!CHACHA20", "RSA+AESGCM:!ECDHE:!DHE"],
-                         ids=["DHE", "CBC", "static-RSA"])
+@pytest.mark.parametrize(
+    "client_ciphers",
+    ["DHE+AESGCM:!ECDHE", "ECDHE+AES:!AESGCM:!CHACHA20", "RSA+AESGCM:!ECDHE:!DHE"],
+    ids=["DHE", "CBC", "static-RSA"],
+)
 def test_tls12_refuses_dhe_cbc_and_static_rsa_suites(tls12_server, client_ciphers):
     ctx = client_context(tls12_server.ca)
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
@@ -384,15 +411,18 @@ def test_sigterm_fails_readiness_first_keeps_serving_then_finishes_in_flight_req
     ca, serving = issue()
     paths = certs.write_pair(str(tmp_path), serving, ca)
     # The slow request below takes ~2 s to arrive: a read timeout above that.
-    srv = Server(Path(paths["tls.crt"]), Path(paths["tls.key"]), "--shutdown-delay", "1.5s",
-                 "--http-read-timeout", "10s")
+    srv = Server(
+        Path(paths["tls.crt"]), Path(paths["tls.key"]), "--shutdown-delay", "1.5s", "--http-read-timeout", "10s"
+    )
     srv.wait_listening()
     ctx = client_context(ca)
     # A request in flight across the whole drain: headers and half the body now.
     raw = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
     slow = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-    slow.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n" % len(REVIEW_2C) + REVIEW_2C[:100])
+    slow.sendall(
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(REVIEW_2C) + REVIEW_2C[:100]
+    )
     with httpx.Client(verify=ctx, base_url=srv.url, timeout=5) as c:
         assert c.get("/readyz").status_code == 200
         srv.proc.send_signal(signal.SIGTERM)
@@ -401,7 +431,7 @@ def test_sigterm_fails_readiness_first_keeps_serving_then_finishes_in_flight_req
         r = c.post("/mutate", content=REVIEW_2C)
         assert r.status_code == 200 and "patch" in r.json()["response"]
         assert r.headers["connection"] == "close"
-    time.sleep(1.7)                      # past the delay: the listener is closed
+    time.sleep(1.7)  # past the delay: the listener is closed
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
     slow.sendall(REVIEW_2C[100:])

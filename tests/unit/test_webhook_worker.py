@@ -4,6 +4,7 @@ worker processes (app.worker), real ones here.
 A worker fault (crash, hang, error) answers that review "allowed, no patch" at once,
 counts and logs it, and the worker is replaced; the webhook never leaves a worker behind.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,12 +23,11 @@ import pytest
 
 import certs
 from app.metrics import Metrics
-from ops.prometheus import exposition
-from app.review import handle_review
-from app.review import INLINE_MAX_BYTES
+from app.review import INLINE_MAX_BYTES, handle_review
 from app.server import create_app
 from app.worker import ReviewWorkers, WorkersBusy
 from devkit.metrics import metric_sum
+from ops.prometheus import exposition
 from resizer import KeyRing
 from tests.unit.review_worker_faults import COMMAND, CRASH, HANG, RAISE
 from tests.unit.test_webhook_tls import Server, client_context
@@ -41,8 +41,9 @@ def large_review(marker: bytes = b"", uid: str = "large-uid-1") -> bytes:
     """The bench review padded past INLINE_MAX_BYTES with an annotation (and a fault marker)."""
     review = json.loads(REVIEW_2C)
     review["request"]["uid"] = uid
-    review["request"]["object"]["metadata"].setdefault("annotations", {})["pad"] = (
-        marker.decode() + "x" * (INLINE_MAX_BYTES + 1000))
+    review["request"]["object"]["metadata"].setdefault("annotations", {})["pad"] = marker.decode() + "x" * (
+        INLINE_MAX_BYTES + 1000
+    )
     return json.dumps(review).encode()
 
 
@@ -85,8 +86,9 @@ async def with_app(scenario, time_box: float = 5.0, command: list[str] | None = 
     metrics = Metrics(process_metrics=False)
     app = create_app(metrics)
     app.keyring = KEYRING
-    workers = ReviewWorkers(1, time_box, command=command,
-                            restarts=lambda reason: metrics.worker_restarts.labels(reason).inc())
+    workers = ReviewWorkers(
+        1, time_box, command=command, restarts=lambda reason: metrics.worker_restarts.labels(reason).inc()
+    )
     await workers.start()
     app.review_workers = workers
     try:
@@ -117,6 +119,7 @@ def test_a_review_of_more_json_objects_than_any_pod_is_refused_by_the_worker_unp
     answered "allowed, no patch" without being parsed, on a connection kept alive (the loop's
     own refusals close it, leaving the rest of a body unread); the worker stays and decides
     the next one."""
+
     async def scenario(client, app, metrics, workers):
         (pid,) = workers.pids
         review = json.loads(REVIEW_2C)
@@ -253,7 +256,7 @@ def test_workers_started_and_killed_leave_no_descriptor_behind():
     from app.worker import start_worker
 
     async def scenario():
-        worker = await start_worker()       # the first start opens what stays (the spawner thread)
+        worker = await start_worker()  # the first start opens what stays (the spawner thread)
         worker.kill()
         await worker.process.wait()
         before = len(os.listdir("/proc/self/fd"))
@@ -264,7 +267,7 @@ def test_workers_started_and_killed_leave_no_descriptor_behind():
         await asyncio.sleep(0.1)
         return before, len(os.listdir("/proc/self/fd"))
 
-    uvloop = pytest.importorskip("uvloop")      # the webhook's loop (app.run), where pipes leaked
+    uvloop = pytest.importorskip("uvloop")  # the webhook's loop (app.run), where pipes leaked
     before, after = uvloop.run(scenario())
     assert after <= before, (before, after)
 
@@ -283,6 +286,7 @@ def test_stopped_workers_take_no_review():
 
 
 # ---------------------------------------------------------------- the real webhook process
+
 
 def children(pid: int) -> list[int]:
     found = []
@@ -363,6 +367,7 @@ def test_a_worker_that_cannot_start_fails_startup_and_leaves_nothing_running():
 
 def test_a_worker_signs_with_the_key_it_is_sent_when_only_its_content_changed():
     """A key recreated under the same id: the worker's caches never answer with a MAC of the old key."""
+
     def mac_of(decision: Any) -> str:
         status, body, _ = decision
         assert status == 200
@@ -375,8 +380,9 @@ def test_a_worker_signs_with_the_key_it_is_sent_when_only_its_content_changed():
         try:
             macs = []
             for secret in (b"l" * 32, b"r" * 32, b"l" * 32):
-                macs.append(mac_of(await workers.decide(large_review(), {"k0001": secret}, None,
-                                                        time.monotonic() + 10)))
+                macs.append(
+                    mac_of(await workers.decide(large_review(), {"k0001": secret}, None, time.monotonic() + 10))
+                )
             return macs
         finally:
             await workers.stop()
