@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, TextIO
 
-from commands.plan import CommandError, compile_config, list_all, read_configmap, run_command
+from commands.errors import CommandError
+from commands.plan import compile_config, list_all, read_configmap, run_command
 from kube import ApiError, KubeClient, load_credentials
 from kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
@@ -81,7 +82,7 @@ STUCK_REASONS = frozenset(
 )
 
 
-class BenchmarkError(Exception):
+class BenchmarkError(CommandError):
     """One benchmark run failed; the message says what the pod did."""
 
 

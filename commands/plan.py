@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from kube import ApiError, KubeClient, load_credentials
 from kube.slim import slim_pod
@@ -30,10 +31,6 @@ from resizer.vpa import NO_OWNER, Owner, VpaVerdict, managing_vpa, vpa_index
 
 VPA_PATH = "/apis/autoscaling.k8s.io/v1"
 OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
-
-
-class CommandError(Exception):
-    """A problem the admin must fix (bad config, unreachable cluster, missing ConfigMap)."""
 
 
 T = TypeVar("T")

@@ -20,6 +20,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from commands.plan import list_all
 from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
@@ -205,11 +206,11 @@ class Restorer:
         self._out.flush()
 
 
-class _Conflict(Exception):
+class _Conflict(CommandError):
     """The pod changed between our read and our write."""
 
 
-class Denied(Exception):
+class Denied(CommandError):
     """The apiserver refuses these credentials the writes restore needs (RBAC or admission policy)."""
 
     def __init__(self, err: ApiError) -> None:
