@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator
 import uvicorn
 
 from app.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT, ConnectionGuard, guarded_protocol
+from app.errors import WebhookError
 from app.metrics import Metrics
 from app.server import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_REQUEST_BYTES, create_app
 from app.sizing import ClusterView, watch_cluster
@@ -46,7 +47,7 @@ def reloaded_keyring(keys: KeyDirectory, current: KeyRing) -> KeyRing:
         return current
 
 
-class NoApiserver(Exception):
+class NoApiserver(WebhookError):
     """Sizing at admission was asked for and no apiserver credentials can be loaded."""
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from kube import ApiError, KubeClient
+from kube import ApiError, KubeClient, KubeError
 from kube.informer import Informer
 from resizer import CompiledConfig, ConfigError, load_config
 from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, served_in, slim_vpa, vpa_index
@@ -226,7 +226,7 @@ class ClusterView:
         """Discovery again: start or stop watching the VPAs when their CRD came or went."""
         try:
             served = await self._vpas_served()
-        except (ApiError, OSError) as err:
+        except KubeError as err:
             log.warning(
                 "cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
                 extra={"error": str(err) or repr(err), "served": self.vpa_served},

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
+from app.errors import WebhookError
 from app.metrics import Metrics
 
 log = logging.getLogger("workload_resizer.webhook.tls")
@@ -79,7 +80,7 @@ def _cert_info(pem: bytes) -> CertInfo:
     )
 
 
-class CertError(Exception):
+class CertError(WebhookError):
     """A certificate/key pair that must not be served."""
 
 
@@ -257,7 +258,7 @@ class CertReloader:
             self._current_files = None
 
 
-class _InFlux(Exception):
+class _InFlux(WebhookError):
     """The certificate files changed while we read them; try again next tick."""
 
 

@@ -31,6 +31,8 @@ import traceback
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable
 
+from app.errors import WebhookError
+
 log = logging.getLogger("workload_resizer.webhook")
 
 # Request frame: (meta length, body length) + pickle of (keys, scope, sizing version, sizing
@@ -51,7 +53,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 Decision = tuple[int, bytes, dict[str, Any]]
 
 
-class WorkerFailure(Exception):
+class WorkerFailure(WebhookError):
     """The worker could not decide: ``reason`` is ``crash``, ``timeout`` or ``error``."""
 
     def __init__(self, reason: str, detail: str) -> None:
@@ -60,7 +62,7 @@ class WorkerFailure(Exception):
         self.detail = detail
 
 
-class WorkersBusy(Exception):
+class WorkersBusy(WebhookError):
     """No worker became free within the time box (or the workers are stopped)."""
 
 

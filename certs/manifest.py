@@ -13,11 +13,13 @@ from typing import Any, Mapping
 
 import yaml
 
+from certs.errors import CertsError
+
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9+/=:._\-\[\]@%?&~]+")
 
 
-class RenderError(ValueError):
+class RenderError(CertsError, ValueError):
     pass
 
 

@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, TextIO
 
-from commands.plan import CommandError, compile_config, list_all, read_configmap, run_command
-from kube import ApiError, KubeClient, load_credentials
+from commands.errors import CommandError
+from commands.plan import compile_config, list_all, read_configmap, run_command
+from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
 from resizer.annotations import SKIP
@@ -51,7 +52,8 @@ from resizer.calibration import (
     suggest,
     summarize,
 )
-from resizer.config import CompiledConfig, ConfigError, load_config
+from resizer.config import CompiledConfig, load_config
+from resizer.errors import ResizerError
 
 APP_LABEL = "app.kubernetes.io/name"
 APP = "workload-resizer-calibrate"
@@ -81,7 +83,7 @@ STUCK_REASONS = frozenset(
 )
 
 
-class BenchmarkError(Exception):
+class BenchmarkError(CommandError):
     """One benchmark run failed; the message says what the pod did."""
 
 
@@ -306,7 +308,7 @@ class Calibration:
         except BenchmarkError as err:
             result.error = f"run {attempt}: {err}"
             return
-        except (ApiError, TransportError) as err:
+        except KubeError as err:
             result.error = f"run {attempt}: the API refused or failed a request: {err}"
             return
         result.scores.append(score)
@@ -361,7 +363,7 @@ class Calibration:
                 f"/api/v1/namespaces/{self._settings.namespace}/events",
                 fieldSelector=f"involvedObject.name={name},type=Warning",
             )
-        except (ApiError, TransportError):
+        except KubeError:
             return ""
         items = sorted(events.get("items") or [], key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
         return f"{items[-1].get('reason')}: {str(items[-1].get('message'))[:300]}" if items else ""
@@ -374,7 +376,7 @@ class Calibration:
                 raise BenchmarkError(f"pod {name}: termination message: {err}") from None
         try:  # nothing in the termination message: the last line of the log
             log = await self._client.get_text(f"{self._pods}/{name}/log", container=CONTAINER, tailLines=LOG_TAIL_LINES)
-        except (ApiError, TransportError) as err:
+        except KubeError as err:
             raise BenchmarkError(
                 f"pod {name}: empty termination message and its log cannot be read ({err}); "
                 'write {"score": <number>} to /dev/termination-log'
@@ -465,7 +467,7 @@ def evaluate(
     try:
         new_text = set_cpu_perf(config_text, changes)
         load_config(new_text)
-    except (CalibrationError, ConfigError) as err:
+    except ResizerError as err:
         raise CommandError(f"the suggested config.yaml is not valid: {err}") from None
     return reports, changes, new_text
 

@@ -16,8 +16,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
-from kube import ApiError, KubeClient, load_credentials
+from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, PlanSettings
 from resizer.config import CompiledConfig, ConfigError, load_config
@@ -32,22 +33,19 @@ VPA_PATH = "/apis/autoscaling.k8s.io/v1"
 OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
 
 
-class CommandError(Exception):
-    """A problem the admin must fix (bad config, unreachable cluster, missing ConfigMap)."""
-
-
 T = TypeVar("T")
 
 
 def run_command(go: Callable[[], Coroutine[Any, Any, T]], unreachable: str = "cannot read the cluster") -> T | int:
     """`go()` run to completion, or the exit code of its failure, said on stderr: 2 for a
-    CommandError (the admin's to fix), 1 when the cluster cannot be read."""
+    CommandError (the admin's to fix), 1 when the cluster cannot be read (any KubeError, an unusable
+    kubeconfig included)."""
     try:
         return asyncio.run(go())
     except CommandError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (ApiError, OSError) as err:
+    except (KubeError, OSError) as err:
         print(f"error: {unreachable}: {err}", file=sys.stderr)
         return 1
 

@@ -20,8 +20,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
-from commands.plan import list_all
+from commands.plan import list_all, run_command
 from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
 from kube.slim import slim_pod
 from reconciler.settings import RestoreSettings
@@ -205,11 +206,11 @@ class Restorer:
         self._out.flush()
 
 
-class _Conflict(Exception):
+class _Conflict(CommandError):
     """The pod changed between our read and our write."""
 
 
-class Denied(Exception):
+class Denied(CommandError):
     """The apiserver refuses these credentials the writes restore needs (RBAC or admission policy)."""
 
     def __init__(self, err: ApiError) -> None:
@@ -330,7 +331,9 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
         finally:
             await client.close()
 
-    summary = asyncio.run(go())
+    summary = run_command(go)
+    if isinstance(summary, int):
+        return summary
     if summary.denied:
         out.write(
             f"Stopped: {summary.done} of {summary.managed} managed pods restored before the denial; "

@@ -18,6 +18,7 @@ from kube.client import (
     WatchIdle,
     load_credentials,
 )
+from kube.errors import KubeError
 
 __all__ = [
     "JSON_PATCH",
@@ -27,6 +28,7 @@ __all__ = [
     "ApiError",
     "Credentials",
     "KubeClient",
+    "KubeError",
     "TokenBucket",
     "TransportError",
     "WatchExpired",

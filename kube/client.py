@@ -23,6 +23,7 @@ import orjson
 
 from kube import metrics
 from kube.credentials import Credentials, load_credentials
+from kube.errors import KubeError
 from kube.ratelimit import TokenBucket
 from kube.transport import Connection, Pool, ServerClosed
 
@@ -45,7 +46,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 
-class ApiError(Exception):
+class ApiError(KubeError):
     """A non-2xx answer from the apiserver, with its Status body."""
 
     def __init__(self, status: int, body: dict[str, Any]) -> None:
@@ -71,7 +72,7 @@ class ApiError(Exception):
         return self.status in (409, 429) or self.status >= 500 or self.reason == UNEXPECTED_REPLY
 
 
-class TransportError(ConnectionError):
+class TransportError(KubeError, ConnectionError):
     """The apiserver could not be reached, the connection broke or an answer timed out.
 
     A ConnectionError, so `except OSError` at every call site covers it.
@@ -82,7 +83,7 @@ class WatchIdle(TransportError):
     """A watch delivered nothing, not even a bookmark, for the idle timeout: presumed dead."""
 
 
-class WatchExpired(Exception):
+class WatchExpired(KubeError):
     """The resourceVersion we resume from is too old (410 Gone): re-list."""
 
 

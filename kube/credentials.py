@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from kube.errors import KubeError
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REFRESH_SECONDS = 60.0
 
@@ -34,7 +36,7 @@ class Credentials:
     token: Callable[[], str | None]
 
 
-class CredentialsError(ValueError):
+class CredentialsError(KubeError, ValueError):
     """The configuration names no usable apiserver or credentials."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from kube import metrics
 from kube.client import ApiError, KubeClient, WatchExpired, WatchIdle
+from kube.errors import KubeError
 from kube.slim import Obj
 
 log = logging.getLogger("kube.informer")
@@ -28,7 +29,7 @@ Handler = Callable[[str, Obj, Obj | None], None]  # (ADDED|MODIFIED|DELETED, new
 SHORT_WATCH = 1.0  # seconds: a watch ending sooner without any event counts as a failure
 
 
-class ShortWatch(Exception):
+class ShortWatch(KubeError):
     """A watch stream ended at once without delivering anything."""
 
 

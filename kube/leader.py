@@ -21,12 +21,13 @@ from typing import Any
 
 from kube import metrics
 from kube.client import MERGE_PATCH, ApiError, KubeClient
+from kube.errors import KubeError
 from ops.timestamps import rfc3339_micro
 
 log = logging.getLogger("kube.leader")
 
 
-class LeadershipLost(Exception):
+class LeadershipLost(KubeError):
     """The lease could not be renewed within the renew deadline: stop all work."""
 
 

@@ -21,12 +21,14 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from kube.errors import KubeError
+
 # A watch that outpaces its consumer pauses the socket rather than buffering without bound.
 _PAUSE_LINES = 4096
 _RESUME_LINES = 512
 
 
-class ServerClosed(ConnectionError):
+class ServerClosed(KubeError, ConnectionError):
     """The server closed a kept-alive connection before answering: safe to send again."""
 
 

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ops.errors import OpsError
+
 log = logging.getLogger("workload_resizer.keys")
 
 MIN_KEY_BYTES = 32
@@ -29,7 +31,7 @@ GENERATED_KEY_CHARS = 64
 _KEY_ID_SUFFIX_LETTERS = 6
 
 
-class KeyDirectoryError(ValueError):
+class KeyDirectoryError(OpsError, ValueError):
     """The key directory holds no usable key."""
 
 

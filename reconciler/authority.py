@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from reconciler.memory import Context, Memory
 from reconciler.pods import pod_uid
 from reconciler.ports import Obj
-from resizer import OriginalsError, QuantityError, baseline, pod_mac
+from resizer import ResizerError, baseline, pod_mac
 
 
 def vouched(memory: Memory, pod: Obj, node_type: str) -> Mapping[str, str] | None:
@@ -28,6 +28,6 @@ def binding(context: Context, pod: Obj, node_type: str) -> dict[str, str]:
     try:
         if not baseline(pod, keyring, vouched=vouched(context.memory, pod, node_type)).may_sign:
             return {}
-    except (OriginalsError, QuantityError):
+    except ResizerError:
         return {}
     return pod_mac(pod, keyring)

@@ -43,6 +43,7 @@ from resizer import (
     PlanError,
     QuantityError,
     ResizePlan,
+    ResizerError,
     Trust,
     baseline,
     eligibility,
@@ -168,7 +169,7 @@ class PodResizeReconciler:
                     self._options.resize_restart_containers,
                     self._context.pod_level(node),
                 )
-            except (OriginalsError, PlanError):
+            except ResizerError:
                 return False
         return state.size == size_fingerprint(plan) and bool(plan.patch)
 
@@ -211,7 +212,7 @@ class PodResizeReconciler:
                 self._options.resize_restart_containers,
                 self._context.pod_level(None),
             )
-        except (OriginalsError, PlanError, QuantityError):
+        except ResizerError:
             return None
         return plan if plan.outcome == "AlreadyAligned" else None
 

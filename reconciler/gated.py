@@ -21,7 +21,7 @@ from kube.informer import object_key
 from reconciler import metrics
 from reconciler.memory import DONE, Context, Result
 from reconciler.ports import Obj
-from resizer import ORIGINALS_MAC, KeyRing, OriginalsError, QuantityError, early_binding, eligibility
+from resizer import ORIGINALS_MAC, KeyRing, ResizerError, early_binding, eligibility
 
 log = logging.getLogger("reconciler.gated")
 
@@ -55,7 +55,7 @@ async def bind(context: Context, pod: Obj) -> Result:
     """Write the authority's early binding of `pod` (nothing when it gives none)."""
     try:
         patch = early_binding(pod, context.keyring())
-    except (OriginalsError, QuantityError) as err:  # reported once the pod is bound (ResizeFailed)
+    except ResizerError as err:  # reported once the pod is bound (ResizeFailed)
         log.debug("gated pod's originals not bound", extra={"pod": object_key(pod), "error": str(err)})
         return DONE
     if not patch:

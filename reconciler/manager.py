@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from kube import ApiError, KubeClient
+from kube import ApiError, KubeClient, KubeError
 from kube import metrics as kube_metrics
 from kube.informer import Informer, object_key
 from kube.slim import slim_node, slim_pod, slim_unbound_pod
@@ -126,7 +126,7 @@ class Manager:
             active.inc()
             try:
                 result = await self.reconciler.reconcile(key)
-            except (ApiError, OSError) as err:  # OSError includes kube.TransportError
+            except KubeError as err:
                 delay = self.queue.add_rate_limited(key)
                 metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
                 metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()

@@ -24,6 +24,7 @@ from typing import Any
 from kube import ApiError, KubeClient
 from ops.keys import KeyDirectoryError, generate_key, keys_digest, keys_from_secret_data, new_key_id
 from reconciler import metrics
+from reconciler.errors import ReconcilerError
 from resizer import ORIGINALS_MAC, KeyRing, key_id_of
 
 log = logging.getLogger("reconciler")
@@ -33,7 +34,7 @@ _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
 MAX_WARNED_KEY_IDS = 32  # the ids come from pod annotations: bound what gets logged
 
 
-class KeySecretError(Exception):
+class KeySecretError(ReconcilerError):
     """The key Secret cannot be read, created or used."""
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from reconciler.outcome import revert_patch, spec_size
 from reconciler.ports import Obj
-from resizer import APPLIED_SIZE, OriginalsError, QuantityError, parse_quantity, read_originals, sidecars
+from resizer import APPLIED_SIZE, QuantityError, ResizerError, parse_quantity, read_originals, sidecars
 from resizer.originals import ContainerOriginals, read_pod_originals
 from resizer.preflight import apply_patch
 
@@ -99,7 +99,7 @@ def size_of_originals(pod: Mapping[str, Any]) -> dict[Key, Fraction] | None:
     try:
         containers = read_originals(pod)
         pod_level = read_pod_originals(pod)
-    except (OriginalsError, QuantityError):
+    except ResizerError:
         return None
     values: dict[Key, Fraction] = {}
     fields = {

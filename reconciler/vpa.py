@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from kube import ApiError, KubeClient
+from kube import ApiError, KubeClient, KubeError
 from kube.informer import Informer
 from kube.slim import Obj
 from resizer.vpa import (
@@ -137,7 +137,7 @@ class VpaWatch:
         """Discovery again; whether it answered."""
         try:
             served = await self._discover()
-        except (ApiError, OSError) as err:
+        except KubeError as err:
             log.warning(
                 "cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
                 extra={"error": str(err) or repr(err), "served": self.served},

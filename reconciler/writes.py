@@ -44,9 +44,8 @@ from resizer import (
     RESIZE_STATE,
     SIZED_AT_ADMISSION,
     Baseline,
-    OriginalsError,
-    QuantityError,
     ResizePlan,
+    ResizerError,
     Trust,
     baseline,
     fits_annotation_limit,
@@ -357,7 +356,7 @@ class Writes:
             return DONE
         try:
             trusted = baseline(pod, keyring).check.trust is Trust.TRUSTED
-        except (OriginalsError, QuantityError):
+        except ResizerError:
             return DONE
         if trusted:
             await self._c.writer.record(pod, pod_mac(pod, keyring), resource_version=pod["metadata"]["resourceVersion"])

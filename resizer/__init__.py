@@ -39,6 +39,7 @@ from resizer.config import (
     resolve_policy,
 )
 from resizer.eligibility import Eligibility, eligibility
+from resizer.errors import ResizerError
 from resizer.integrity import (
     EMPTY_KEYRING,
     Baseline,
@@ -155,6 +156,7 @@ __all__ = [
     "PlanError",
     "Policy",
     "QuantityError",
+    "ResizerError",
     "ResizePlan",
     "ResizerConfig",
     "SAMPLE_CONFIG",

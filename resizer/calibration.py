@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from resizer.errors import ResizerError
+
 __all__ = [
     "MEM_PERF_FOR_NEW_TYPES",
     "CalibrationError",
@@ -43,7 +45,7 @@ MEM_PERF_FOR_NEW_TYPES = "1.0"
 SIGNIFICANT_DIGITS = 3
 
 
-class CalibrationError(ValueError):
+class CalibrationError(ResizerError):
     """Scores or a config that calibrate cannot use; the message says why."""
 
 

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from resizer.errors import ResizerError
 from resizer.quantity import QuantityError, Resource, coerce_quantity, to_bytes, to_millicores
 
 SAMPLE_CONFIG = """\
@@ -86,7 +87,7 @@ _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 _PERF_MAX_ADJUSTED_EXPONENT = 18
 
 
-class ConfigError(ValueError):
+class ConfigError(ResizerError):
     """The configuration is invalid; ``errors`` holds ``(field path, message)`` pairs."""
 
     def __init__(self, errors: list[tuple[str, str]]) -> None:

@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 from resizer.annotations import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
+from resizer.errors import ResizerError
 from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
-from resizer.originals import OriginalsError, read_originals, read_pod_originals, sidecars
+from resizer.originals import read_originals, read_pod_originals, sidecars
 from resizer.pinning import plan_bound_pod
-from resizer.plan import POD_LEVEL, PlanError, ResizePlan
+from resizer.plan import POD_LEVEL, ResizePlan
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
 from resizer.vpa import Owner, deployment_of
@@ -213,7 +214,7 @@ def forecast_fleet(
             continue
         try:
             decision = baseline(pod, keyring)  # per pod: a MAC binds the pod's identity
-        except (OriginalsError, QuantityError) as error:
+        except ResizerError as error:
             not_resized.append(_held(pod, node, node_type, "ResizeFailed", str(error)))
             continue
         if decision.refused:
@@ -303,7 +304,7 @@ def forecast_pod(
     current_cpu, current_memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
     try:
         original_cpu, original_memory = _original_requests(pod)
-    except (OriginalsError, QuantityError):
+    except ResizerError:
         original_cpu, original_memory = current_cpu, current_memory
 
     def result(outcome: str, plan: ResizePlan | None = None, detail: str = "") -> PodForecast:
@@ -332,7 +333,7 @@ def forecast_pod(
         plan = plan_bound_pod(
             pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level, sized_at_admission
         )
-    except (OriginalsError, PlanError) as error:
+    except ResizerError as error:
         return result("ResizeFailed", detail=str(error))
     return result(plan.outcome, plan)
 

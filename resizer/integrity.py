@@ -72,6 +72,7 @@ from typing import Any, Literal
 import orjson
 
 from resizer.annotations import ORIGINALS_MAC, SIZED_AT_ADMISSION, is_original_key
+from resizer.errors import ResizerError
 from resizer.originals import (
     POD_ORIGINAL_KEYS,
     OriginalsError,
@@ -119,7 +120,7 @@ _MAC_CHARS = 43  # HMAC-SHA256, unpadded URL-safe base64
 _MAC_FORM = re.compile(r"[A-Za-z0-9_-]{43}", re.ASCII)
 
 
-class KeyRingError(ValueError):
+class KeyRingError(ResizerError):
     """A key ring that cannot be used (bad key id, key too short)."""
 
 

@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from resizer.annotations import legacy_original_key, original_key, pod_original_key
+from resizer.errors import ResizerError
 from resizer.quantity import QuantityError, Resource, coerce_quantity, format_cpu, format_memory
 
 __all__ = [
@@ -58,7 +59,7 @@ POD_ORIGINAL_KEYS: frozenset[str] = frozenset(
 )
 
 
-class OriginalsError(ValueError):
+class OriginalsError(ResizerError):
     """An ``original-*`` annotation is present but does not hold a usable quantity."""
 
 

@@ -8,6 +8,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from resizer.config import Bounds, NodeProfile, Policy
+from resizer.errors import ResizerError
 from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals, read_pod_originals, sidecars
 from resizer.preflight import pod_totals
 from resizer.qos import QoSClass, pod_qos_class
@@ -158,7 +159,7 @@ def node_resizes_pod_level(node: Mapping[str, Any] | None) -> bool:
     return isinstance(features, list) and POD_LEVEL_RESIZE_FEATURE in features
 
 
-class PlanError(ValueError):
+class PlanError(ResizerError):
     """The pod's baseline cannot be sized into quantities Kubernetes can hold."""
 
 

@@ -13,6 +13,8 @@ import re
 from fractions import Fraction
 from typing import Literal
 
+from resizer.errors import ResizerError
+
 __all__ = [
     "MAX_QUANTITY",
     "QuantityError",
@@ -45,7 +47,7 @@ _SHAPE = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(.*)", re.ASCII | re.DOTALL)
 _EXPONENT_SUFFIX = re.compile(r"[eE]([+-]?[0-9]+)", re.ASCII)
 
 
-class QuantityError(ValueError):
+class QuantityError(ResizerError):
     """A string (or number) is not a Kubernetes quantity we accept."""
 
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from resizer.annotations import APPLIED_INSTANCE_TYPE
 from resizer.config import CompiledConfig, resolve_policy
-from resizer.originals import OriginalsError, missing_original_annotations, sidecar_original_keys
-from resizer.plan import PlanError, ResizePlan, plan_resize
+from resizer.errors import ResizerError
+from resizer.originals import missing_original_annotations, sidecar_original_keys
+from resizer.plan import ResizePlan, plan_resize
 
 __all__ = ["realignment"]
 
@@ -38,6 +39,6 @@ def realignment(
         if missing_original_annotations(pod).keys() - sidecar_original_keys(pod):
             return None
         plan = plan_resize(pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level)
-    except (OriginalsError, PlanError):
+    except ResizerError:
         return None
     return plan if plan.outcome == "Resize" and plan.patch else None

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from resizer.errors import ResizerError
+
 __all__ = [
     "ALWAYS_EXCLUDED",
     "NAMESPACE_NAME_LABEL",
@@ -39,7 +41,7 @@ _EXISTS = re.compile(rf"\s*(!?)\s*({_KEY})\s*")
 _VALUE_ONLY = re.compile(_VALUE)
 
 
-class ScopeError(ValueError):
+class ScopeError(ResizerError):
     """A namespace list or selector that cannot be used."""
 
 

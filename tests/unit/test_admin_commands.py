@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from commands.cli import parse
+from commands.cli import main, parse
 from reconciler import options
 from reconciler.settings import PlanSettings, RestoreSettings
 
@@ -83,3 +84,15 @@ def test_restore_gives_the_pod_in_progress_at_most_the_shutdown_timeout_after_a_
     assert stuck.interrupted and took < 2, "cut off after the grace period"
     done, _ = asyncio.run(scenario(finishes_in=0.1))
     assert done.managed == 7 and not done.interrupted, "the pod in progress finishes within the grace"
+
+
+@pytest.mark.parametrize("command", ["plan", "report", "restore", "calibrate"])
+def test_an_unusable_kubeconfig_is_one_error_line_not_a_traceback(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\ncurrent-context: gone\n")
+    assert main([command, f"--kubeconfig={kubeconfig}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot ") and err.endswith(": kubeconfig: no context named 'gone' in contexts\n")
+    assert err.count("\n") == 1

@@ -21,7 +21,7 @@ from commands.calibrate import (
     report_table,
 )
 from commands.cli import parse
-from commands.plan import CommandError
+from commands.errors import CommandError
 from reconciler.settings import CALIBRATE_IMAGE, CONFIG_NAMESPACE, CalibrateSettings
 from resizer import SKIP
 from resizer.config import load_config

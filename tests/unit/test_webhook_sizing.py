@@ -18,7 +18,7 @@ from app.review import handle_review, handle_review_inline
 from app.sizing import ClusterView, SizingContext
 from app.worker import ReviewWorkers
 from devkit.jsonpatch import apply_patch
-from kube import ApiError
+from kube import ApiError, TransportError
 from resizer import ORIGINALS_MAC, SAMPLE_CONFIG, SIZED_AT_ADMISSION, KeyRing, Trust, baseline
 from resizer.vpa import GROUP_VERSION_PATH, slim_vpa, vpa_index
 from tests.unit.test_webhook_review import container, pod, review
@@ -341,7 +341,7 @@ class VpaApi:
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
         if path == GROUP_VERSION_PATH:
             if self.served is None:
-                raise OSError("connection refused")
+                raise TransportError("GET: connection refused")  # as KubeClient wraps an OSError
             if not self.served:
                 raise ApiError(404, {"reason": "NotFound"})
             return {"resources": [{"name": "verticalpodautoscalers"}, {"name": "verticalpodautoscalers/status"}]}
