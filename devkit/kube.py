@@ -7,12 +7,13 @@ check our code with our code. Raw JSON in and out; paths are explicit.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
 import ssl
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -271,6 +272,35 @@ def container(
 
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+@contextlib.contextmanager
+def installed_crd(kube: Kube, crd: dict[str, Any]) -> Iterator[None]:
+    """The CustomResourceDefinition served for the block, and removed after it: a test leaves
+    none behind (a VerticalPodAutoscaler CRD left installed changes what the next test's
+    reconciler watches and waits for)."""
+    install_crd(kube, crd)
+    try:
+        yield
+    finally:
+        remove_crd(kube, crd["metadata"]["name"])
+
+
+def remove_crd(kube: Kube, name: str) -> None:
+    """Delete a CustomResourceDefinition and wait until the apiserver no longer has it."""
+    path = f"{CRDS}/{name}"
+    kube.delete(path)
+
+    def gone() -> bool:
+        try:
+            kube.get(path)
+        except ApiError as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
+
+    wait_for(f"CRD {name} removed", gone, timeout=60)
 
 
 def install_crd(kube: Kube, crd: dict[str, Any]) -> None:

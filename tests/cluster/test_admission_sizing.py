@@ -288,11 +288,13 @@ def test_a_pod_with_pod_level_resources_is_created_at_its_size_at_both_levels(
     assert annotations[pod_original_key("cpu", "request")] == "1", "the author's pod level, signed"
     assert annotations[ORIGINALS_MAC].startswith("v1.p."), "bound to the pod by the reconciler's one write"
     assert resizes_served(h) == before, "created at its size: no pods/resize"
-    # One write that took (the binding); the kubelet's status updates can make it conflict first.
-    assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods", code="200") == 1
-    assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods") == 1 + reconciler.metric(
-        "rest_client_requests_total", method="PATCH", resource="pods", code="409"
-    )
+    # One write (the binding and the applied record together), conditional on the pod as read: a
+    # kubelet status update in between makes it conflict (409), and the reconciler then writes the
+    # binding and the record one after the other (two writes), never more.
+    took = reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods", code="200")
+    conflicts = reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods", code="409")
+    assert took == 1 or (took == 2 and conflicts >= 1), (took, conflicts)
+    assert reconciler.metric("rest_client_requests_total", method="PATCH", resource="pods") == took + conflicts
 
     # n4 twice as fast: from the originals, 1 CPU / 2 = 500m at pod level (from 800m: 400m).
     h.config(CONFIG_YAML.replace("n4: { cpuPerf: 1.25", "n4: { cpuPerf: 2.0"))
@@ -581,5 +583,5 @@ def test_a_vpa_crd_installed_after_the_webhook_started_holds_its_pods_until_it_i
             )
             assert cpu(replaced) == (q("800m"), q("800m")) and ours(replaced)[SIZED_AT_ADMISSION] == "n4"
     finally:
-        if crd_gone():
-            install_crd(h.kube, crd)  # as the session's other tests may expect it
+        if not crd_gone():
+            remove_crd()  # nothing of it is left for the session's other tests

@@ -1206,10 +1206,11 @@ def test_the_webhook_identity_is_enough_to_size_at_admission(cluster, rbac, name
 
     import httpx
 
-    from devkit.kube import install_crd
+    from devkit.kube import install_crd, remove_crd
     from tests.cluster.test_preflight import VPA_CRD
 
-    install_crd(cluster.kube, yaml.safe_load(VPA_CRD.read_text()))
+    crd = yaml.safe_load(VPA_CRD.read_text())
+    install_crd(cluster.kube, crd)
     names = chart_names(namespace)
     label = f"e2e.workload-resizer.io/family-{uuid.uuid4().hex[:8]}"
     node = f"{namespace}-n4"[:63]
@@ -1267,6 +1268,7 @@ def test_the_webhook_identity_is_enough_to_size_at_admission(cluster, rbac, name
         proc.terminate()
         proc.close()
         cluster.kube.delete(f"/api/v1/nodes/{node}")
+        remove_crd(cluster.kube, crd["metadata"]["name"])
 
 
 def test_rbac_helper_objects_are_owned_by_the_namespace(cluster, rbac, namespace: str) -> None:

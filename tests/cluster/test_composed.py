@@ -45,7 +45,7 @@ import pytest
 import yaml
 
 from devkit.cluster import FAMILY_LABEL, POOL_LABEL, NodeSpec
-from devkit.kube import ApiError, Kube, container, install_crd, wait_for
+from devkit.kube import ApiError, Kube, container, install_crd, remove_crd, wait_for
 from devkit.labeller import LabellingWebhook
 from devkit.localchart import ChartReconciler, ChartWebhook, LocalChart, flag_value
 from devkit.metrics import samples
@@ -263,6 +263,7 @@ def world(cluster: Any) -> Iterator[World]:
             kube.delete(f"/api/v1/nodes/{node}")
         for ns in (scratch, release):
             kube.delete(f"/api/v1/namespaces/{ns}")
+        remove_crd(kube, yaml.safe_load(VPA_CRD.read_text())["metadata"]["name"])
 
 
 # ---------------------------------------------------------------- a row

@@ -15,12 +15,14 @@ Guaranteed container is planned to grow to 2 cpu.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from devkit.kube import deployment, install_crd, wait_for
+from devkit.kube import deployment, installed_crd, wait_for
 from resizer import SKIP
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, resources
 
@@ -123,8 +125,13 @@ def test_full_node_holds_the_resize_until_room_is_freed(h: Harness) -> None:
     held_then_lifted(h, "web", lift, f"node {node}", "NodeHeadroom")
 
 
-def test_vpa_in_an_updating_mode_is_left_alone_and_off_composes(h: Harness) -> None:
-    install_crd(h.kube, yaml.safe_load(VPA_CRD.read_text()))
+@pytest.fixture
+def vpa_crd(h: Harness) -> Iterator[None]:
+    with installed_crd(h.kube, yaml.safe_load(VPA_CRD.read_text())):
+        yield
+
+
+def test_vpa_in_an_updating_mode_is_left_alone_and_off_composes(h: Harness, vpa_crd: None) -> None:
     node = h.node("vpa", "slow")
     for app, mode in (("managed", "InPlaceOrRecreate"), ("advised", "Off")):
         h.kube.create(
