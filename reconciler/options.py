@@ -10,9 +10,6 @@ import uuid
 
 from ops.flags import boolean, duration, positive_float, positive_int, string_list
 from reconciler.settings import (
-    CONFIG_NAME,
-    CONFIG_NAMESPACE,
-    NODE_TYPE_LABEL,
     PREFLIGHT_CHECKS,
     ApiSettings,
     ControllerSettings,
@@ -21,6 +18,9 @@ from reconciler.settings import (
     ReconcilerSettings,
 )
 from resizer.scope import ScopeError, namespace_scope
+
+# Every flag's default is read from the settings' own defaults: one place each.
+_DEFAULT = ReconcilerSettings()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,27 +36,35 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="path to a kubeconfig; default: in-cluster config, then $KUBECONFIG / ~/.kube/config",
     )
-    api.add_argument("--kube-api-qps", type=float, default=100.0, help="client-side sustained requests per second")
-    api.add_argument("--kube-api-burst", type=positive_int, default=200, help="client-side request burst")
+    api.add_argument(
+        "--kube-api-qps", type=float, default=_DEFAULT.api.qps, help="client-side sustained requests per second"
+    )
+    api.add_argument(
+        "--kube-api-burst", type=positive_int, default=_DEFAULT.api.burst, help="client-side request burst"
+    )
     api.add_argument(
         "--watch-idle-timeout",
         type=duration,
-        default=90.0,
+        default=_DEFAULT.api.watch_idle_timeout,
         help="restart a watch that delivered nothing (not even a bookmark) for this long",
     )
 
     sizing = p.add_argument_group("sizing")
     sizing.add_argument(
         "--node-type-label",
-        default=NODE_TYPE_LABEL,
+        default=_DEFAULT.controller.node_type_label,
         help="node label whose value names the node type in the config's nodeTypes",
     )
-    sizing.add_argument("--config-namespace", default=CONFIG_NAMESPACE, help="namespace of the config ConfigMap")
-    sizing.add_argument("--config-name", default=CONFIG_NAME, help="name of the config ConfigMap (key config.yaml)")
+    sizing.add_argument(
+        "--config-namespace", default=_DEFAULT.config_namespace, help="namespace of the config ConfigMap"
+    )
+    sizing.add_argument(
+        "--config-name", default=_DEFAULT.config_name, help="name of the config ConfigMap (key config.yaml)"
+    )
     sizing.add_argument(
         "--config-refresh-interval",
         type=duration,
-        default=30.0,
+        default=_DEFAULT.config_refresh_interval,
         help="also re-read the ConfigMap this often, besides watching it",
     )
     sizing.add_argument(
@@ -88,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     sizing.add_argument(
         "--realign",
         type=boolean,
-        default=True,
+        default=_DEFAULT.controller.realign,
         metavar="BOOL",
         help="when the config or a node's type changes, resize pods already sized whose desired "
         "size changed (from their originals, never compounding); false: only pods not yet "
@@ -97,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     sizing.add_argument(
         "--max-resizes-per-second",
         type=positive_float,
-        default=10.0,
+        default=_DEFAULT.controller.max_resizes_per_second,
         metavar="N",
         help="re-alignment resizes (pods already sized) per second at most, so a config edit "
         "rolls out gradually; the first sizing of a new pod is not throttled",
@@ -127,20 +135,20 @@ def build_parser() -> argparse.ArgumentParser:
     outcome.add_argument(
         "--resize-deferred-timeout",
         type=duration,
-        default=900.0,
+        default=_DEFAULT.controller.deferred_timeout,
         help="a resize the kubelet still defers after this long gets a Warning event "
         "(it is kept: the kubelet applies it when the node has room)",
     )
     outcome.add_argument(
         "--resize-error-retries",
         type=positive_int,
-        default=3,
+        default=_DEFAULT.controller.error_retries,
         help="checks of a resize the kubelet fails to actuate before its spec is set back to what the containers have",
     )
     outcome.add_argument(
         "--resize-error-backoff",
         type=duration,
-        default=30.0,
+        default=_DEFAULT.controller.error_backoff,
         help="first wait between those checks; doubles after each",
     )
 
@@ -148,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     gates.add_argument(
         "--preflight-checks",
         type=string_list,
-        default=list(PREFLIGHT_CHECKS),
+        default=list(_DEFAULT.preflight.checks),
         metavar="CHECK[,...]",
         help="what a resize is judged against before it is sent, from cached state; a resize one of "
         "them would refuse is held (one ResizeHeld event) and decided again when the constraint "
@@ -158,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     gates.add_argument(
         "--node-room-wait",
         type=duration,
-        default=600.0,
+        default=_DEFAULT.preflight.node_room_wait,
         help="an increase held for room on its node (NodeHeadroom: decreases there still pending, or "
         "the node full) is sent after this long anyway; the kubelet then keeps it Deferred "
         "until room frees",
@@ -166,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     gates.add_argument(
         "--upsize-critical-pods",
         type=boolean,
-        default=False,
+        default=_DEFAULT.preflight.upsize_critical_pods,
         metavar="BOOL",
         help="also grow pods at system-cluster-critical priority or above (the kubelet may evict "
         "other pods to admit them); false: their increases are held (ResizeHeld)",
@@ -174,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     gates.add_argument(
         "--skip-vpa-managed",
         type=boolean,
-        default=True,
+        default=_DEFAULT.preflight.skip_vpa_managed,
         metavar="BOOL",
         help="leave alone (one VPAManaged event) pods whose owner a VerticalPodAutoscaler in an "
         "updating mode (Auto, Recreate, InPlaceOrRecreate, InPlace) targets; Off and Initial "
@@ -183,7 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     work = p.add_argument_group("work")
-    work.add_argument("--concurrency", type=positive_int, default=8, help="pods reconciled at the same time")
+    work.add_argument(
+        "--concurrency", type=positive_int, default=_DEFAULT.concurrency, help="pods reconciled at the same time"
+    )
 
     election = p.add_argument_group("leader election")
     election.add_argument(
@@ -192,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     election.add_argument(
         "--leader-election-namespace", default=None, help="namespace of the Lease (default: --config-namespace)"
     )
-    election.add_argument("--leader-election-id", default="workload-resizer-reconciler", help="name of the Lease")
+    election.add_argument("--leader-election-id", default=_DEFAULT.leader_election.name, help="name of the Lease")
     election.add_argument(
         "--leader-election-identity",
         default=None,
@@ -201,28 +211,40 @@ def build_parser() -> argparse.ArgumentParser:
     election.add_argument(
         "--leader-election-lease-duration",
         type=duration,
-        default=15.0,
+        default=_DEFAULT.leader_election.lease_duration,
         help="how long a lease is valid without renewal",
     )
     election.add_argument(
         "--leader-election-renew-deadline",
         type=duration,
-        default=10.0,
+        default=_DEFAULT.leader_election.renew_deadline,
         help="the leader gives up (and exits) if it cannot renew for this long",
     )
     election.add_argument(
-        "--leader-election-retry-period", type=duration, default=2.0, help="interval between acquire/renew attempts"
+        "--leader-election-retry-period",
+        type=duration,
+        default=_DEFAULT.leader_election.retry_period,
+        help="interval between acquire/renew attempts",
     )
 
     ops = p.add_argument_group("operations")
-    ops.add_argument("--metrics-bind-address", default=":8080", help="address for Prometheus /metrics ('0' disables)")
     ops.add_argument(
-        "--health-probe-bind-address", default=":8081", help="address for /healthz and /readyz ('0' disables)"
+        "--metrics-bind-address",
+        default=_DEFAULT.metrics_bind_address,
+        help="address for Prometheus /metrics ('0' disables)",
     )
-    ops.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    ops.add_argument("--log-format", default="json", choices=["json", "text"])
     ops.add_argument(
-        "--shutdown-timeout", type=duration, default=20.0, help="on SIGTERM, wait this long for in-flight reconciles"
+        "--health-probe-bind-address",
+        default=_DEFAULT.health_probe_bind_address,
+        help="address for /healthz and /readyz ('0' disables)",
+    )
+    ops.add_argument("--log-level", default=_DEFAULT.log_level, choices=["debug", "info", "warning", "error"])
+    ops.add_argument("--log-format", default=_DEFAULT.log_format, choices=["json", "text"])
+    ops.add_argument(
+        "--shutdown-timeout",
+        type=duration,
+        default=_DEFAULT.shutdown_timeout,
+        help="on SIGTERM, wait this long for in-flight reconciles",
     )
     return p
 

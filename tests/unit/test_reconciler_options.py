@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import socket
 
 import pytest
 
 from reconciler.options import duration, parse, positive_int
+from reconciler.settings import ReconcilerSettings
 
 
 @pytest.mark.parametrize(
@@ -147,3 +149,13 @@ def test_realignment_is_on_by_default_and_rate_limited() -> None:
 def test_bad_realignment_flags_fail_fast(flag: str) -> None:
     with pytest.raises(SystemExit):
         parse([flag])
+
+
+def test_every_flag_defaults_to_the_settings_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flags' defaults are the settings' own: a default changed in one place is changed in both."""
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    parsed = parse([])
+    default = ReconcilerSettings()
+    assert dataclasses.replace(parsed, leader_election=dataclasses.replace(parsed.leader_election, identity="")) == (
+        default
+    )
