@@ -4,9 +4,10 @@ The common cases are read here directly: the in-cluster ServiceAccount (token fi
 re-read every minute, as projected tokens rotate; CA file), and a kubeconfig whose
 user has client certificates and/or a token or tokenFile (paths or inline -data).
 Anything else — exec plugins, auth-providers, basic auth, several files merged
-through $KUBECONFIG — goes through the official `kubernetes` package's loaders,
-exactly as before. Importing that package costs about half a second of CPU at every
-start (it imports all its API models), a sizeable part of the reconciler's budget.
+through $KUBECONFIG — goes through the official `kubernetes` package's loaders. That
+package is an optional extra (`workload-resizer[kubeconfig]`): the image leaves it out,
+since in-cluster programs never need it, and importing it costs about half a second of CPU
+(it imports all its API models).
 """
 
 from __future__ import annotations
@@ -165,8 +166,14 @@ def _user_token(user: dict[str, Any], base: Path) -> Callable[[], str | None]:
 
 
 def _library_credentials(kubeconfig: str | None, context: str | None) -> Credentials:
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
+    try:
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+    except ImportError:
+        raise CredentialsError(
+            f"{kubeconfig or '$KUBECONFIG'}: this kubeconfig needs the kubernetes package (exec plugins, "
+            "auth-providers, basic auth or several merged files): pip install 'workload-resizer[kubeconfig]'"
+        ) from None
 
     cfg = k8s_client.Configuration()
     if kubeconfig:

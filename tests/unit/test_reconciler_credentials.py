@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import ssl
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,18 @@ def test_exec_and_auth_provider_users_go_through_the_official_loader(tmp_path, m
         path = _kubeconfig(tmp_path / "config", {"server": "https://k:6443"}, user)
         assert load_credentials(str(path)).server == "https://from-library"
     assert len(used) == 3
+
+
+def test_an_exec_plugin_user_without_the_kubeconfig_extra_is_one_clear_error(tmp_path, monkeypatch):
+    """The image leaves the kubernetes package out: a kubeconfig that needs it names the extra."""
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # as if not installed: its import fails
+    path = _kubeconfig(
+        tmp_path / "config",
+        {"server": "https://k:6443"},
+        {"exec": {"command": "get-token", "apiVersion": "client.authentication.k8s.io/v1"}},
+    )
+    with pytest.raises(credentials.CredentialsError, match=r"pip install 'workload-resizer\[kubeconfig\]'"):
+        load_credentials(str(path))
 
 
 def test_several_kubeconfig_files_in_the_environment_go_through_the_official_loader(tmp_path, monkeypatch):
