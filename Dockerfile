@@ -30,10 +30,17 @@ COPY ops/ ops/
 # Every dependency ships binary wheels for CPython 3.11, so no compiler is needed.
 # The venv has no pip of its own: the image's pip installs into it (--python), so the
 # runtime image carries no installer. pip byte-compiles, so a read-only root works.
+# Then the SBOM of the venv's Python packages (CycloneDX JSON, in the venv's share/doc),
+# written by cyclonedx-bom from a tool venv that stays in the builder.
 RUN python -m venv --without-pip /opt/venv \
  && python -m pip --python /opt/venv/bin/python install --no-cache-dir --only-binary=:all: . \
  && /opt/venv/bin/python -m app --help >/dev/null \
- && /opt/venv/bin/python -m reconciler --help >/dev/null
+ && /opt/venv/bin/python -m reconciler --help >/dev/null \
+ && python -m venv sbom-tool \
+ && sbom-tool/bin/python -m pip install --no-cache-dir --only-binary=:all: cyclonedx-bom==7.5.0 \
+ && mkdir -p /opt/venv/share/doc/workload-resizer \
+ && sbom-tool/bin/cyclonedx-py environment --pyproject pyproject.toml --output-reproducible \
+      --output-file /opt/venv/share/doc/workload-resizer/sbom.cdx.json /opt/venv/bin/python
 
 # ---------------------------------------------------------------- runtime
 FROM ${PYTHON_IMAGE}
