@@ -39,7 +39,6 @@ from commands.plan import compile_config, list_all, read_configmap, run_command
 from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
-from resizer.annotations import SKIP
 from resizer.calibration import (
     CalibrationError,
     Ratio,
@@ -54,6 +53,7 @@ from resizer.calibration import (
 )
 from resizer.config import CompiledConfig, load_config
 from resizer.errors import ResizerError
+from resizer.podstate import SKIP
 
 APP_LABEL = "app.kubernetes.io/name"
 APP = "workload-resizer-calibrate"

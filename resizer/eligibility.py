@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.annotations import MIRROR_POD, SKIP
+from resizer.podstate import MIRROR_POD, SKIP
 
 __all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "eligibility"]
 

@@ -15,7 +15,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from resizer.annotations import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
 from resizer.errors import ResizerError
@@ -23,6 +22,7 @@ from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
 from resizer.originals import read_originals, read_pod_originals, sidecars
 from resizer.pinning import plan_bound_pod
 from resizer.plan import POD_LEVEL, ResizePlan
+from resizer.podstate import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
 from resizer.vpa import Owner, deployment_of

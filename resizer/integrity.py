@@ -71,7 +71,6 @@ from typing import Any, Literal
 
 import orjson
 
-from resizer.annotations import ORIGINALS_MAC, SIZED_AT_ADMISSION, is_original_key
 from resizer.errors import ResizerError
 from resizer.originals import (
     POD_ORIGINAL_KEYS,
@@ -83,6 +82,7 @@ from resizer.originals import (
     originals_from_spec_annotations,
     sidecar_original_keys,
 )
+from resizer.podstate import ORIGINALS_MAC, SIZED_AT_ADMISSION, is_original_key
 
 __all__ = [
     "Baseline",

@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from resizer.annotations import is_controller_owned_key, original_key, pod_original_key
 from resizer.config import CompiledConfig, Policy, resolve_policy
 from resizer.originals import originals_from_spec_annotations
 from resizer.plan import POD_LEVEL, ResizePlan, ResourceChange, plan_resize
+from resizer.podstate import is_controller_owned_key, original_key, pod_original_key
 from resizer.preflight import limit_range_hold
 from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from resizer.annotations import APPLIED_INSTANCE_TYPE
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.errors import ResizerError
 from resizer.originals import missing_original_annotations, sidecar_original_keys
 from resizer.plan import ResizePlan, plan_resize
+from resizer.podstate import APPLIED_INSTANCE_TYPE
 
 __all__ = ["realignment"]
 

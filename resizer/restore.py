@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.annotations import is_controller_owned_key, pod_original_key
 from resizer.eligibility import eligibility
 from resizer.integrity import KeyRing, Trust, baseline
-from resizer.originals import OriginalsError, Slot, original_keys, sidecars
+from resizer.originals import OriginalsError, original_keys, sidecars
+from resizer.podstate import Slot, is_controller_owned_key, pod_original_key
 from resizer.quantity import QuantityError, coerce_quantity
 from resizer.scope import NamespaceScope
 
