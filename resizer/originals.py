@@ -23,12 +23,12 @@ from fractions import Fraction
 from typing import Any
 
 from resizer.podstate import (
-    POD_ORIGINAL_KEYS,
     KeyCollisionError,
     Kind,
     Original,
     OriginalsError,
     Slot,
+    pod_level_keys,
     pod_original_key,
     read_state,
     resizable_containers,
@@ -41,7 +41,6 @@ __all__ = [
     "ContainerOriginals",
     "KeyCollisionError",
     "OriginalsError",
-    "POD_ORIGINAL_KEYS",
     "ResourceOriginal",
     "missing_original_annotations",
     "missing_pod_level_originals",
@@ -152,7 +151,7 @@ def missing_pod_level_originals(pod: Mapping[str, Any]) -> dict[str, str]:
     return {
         key: value
         for key, value in originals_from_spec_annotations(pod).items()
-        if key in POD_ORIGINAL_KEYS and key not in present
+        if key in pod_level_keys() and key not in present
     }
 
 

@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -56,6 +56,7 @@ __all__ = [
     "calibration_selector",
     "carries_mac",
     "controller_owned_keys",
+    "described_keys",
     "description_patch",
     "fits_annotation_limit",
     "is_controller_owned_key",
@@ -65,6 +66,7 @@ __all__ = [
     "original_key",
     "originals_patch",
     "originals_removal",
+    "pod_level_keys",
     "pod_original_key",
     "read_state",
     "resizable_containers",
@@ -356,6 +358,13 @@ _NO_ORIGINALS: Mapping[str, Mapping[Slot, Original]] = {}
 
 
 @dataclass(frozen=True, slots=True)
+class _KeyMap:
+    containers: Mapping[str, Mapping[Slot, Original]]
+    legacy: Mapping[str, str]
+    refused: OriginalsError | None
+
+
+@dataclass(frozen=True, slots=True)
 class PodState:
     """Everything the product reads off a pod's annotations (see :func:`read_state`)."""
 
@@ -363,13 +372,6 @@ class PodState:
     originals: Mapping[str, Any]
     # The pod level's (``spec.resources``) originals by (resource, kind).
     pod_level: Mapping[Slot, Original]
-    # Per resizable container (``spec.containers`` and sidecars) by name, its originals by
-    # (resource, kind); empty when ``keys_refused``.
-    containers: Mapping[str, Mapping[Slot, Original]]
-    # Key written today -> the legacy key that holds that original on this pod instead.
-    legacy: Mapping[str, str]
-    # Why the containers' originals cannot be attributed (raised by :meth:`original_keys`).
-    keys_refused: OriginalsError | None
     mac_value: Any  # the originals-mac annotation as found (None: absent)
     mac: Mac | None  # ``mac_value`` parsed; None when absent or not of the MAC form
     sized_at_admission: str | None  # the node type the webhook sized the pod for at CREATE
@@ -380,6 +382,34 @@ class PodState:
     mirror: bool  # the kubelet's mirror-pod annotation is present
     # Every ``workload-resizer.io/*`` annotation (key, value), sorted: what a decision depended on.
     owned: tuple[tuple[str, Any], ...]
+    # The pod read: its containers' names key their originals, mapped on first use (most reads
+    # of a hot path want a record, not the originals), then kept in ``_memo``.
+    _pod: Mapping[str, Any] = field(repr=False, compare=False)
+    _memo: list[_KeyMap] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def containers(self) -> Mapping[str, Mapping[Slot, Original]]:
+        """Per resizable container (``spec.containers`` and sidecars) by name, its originals by
+        (resource, kind); empty when :attr:`keys_refused`."""
+        return self._key_map().containers
+
+    @property
+    def legacy(self) -> Mapping[str, str]:
+        """Key written today -> the legacy key that holds that original on this pod instead."""
+        return self._key_map().legacy
+
+    @property
+    def keys_refused(self) -> OriginalsError | None:
+        """Why the containers' originals cannot be attributed (raised by :meth:`original_keys`)."""
+        return self._key_map().refused
+
+    def _key_map(self) -> _KeyMap:
+        if not self._memo:
+            try:
+                self._memo.append(_KeyMap(*_key_map(self._pod, self.originals), None))
+            except OriginalsError as error:
+                self._memo.append(_KeyMap(_NO_ORIGINALS, {}, error))
+        return self._memo[0]
 
     def container_originals(self) -> Mapping[str, Mapping[Slot, Original]]:
         """:attr:`containers`, or the refusal in :attr:`keys_refused` raised."""
@@ -428,21 +458,11 @@ def read_state(pod: Mapping[str, Any]) -> PodState:
     if not isinstance(annotations, Mapping):
         annotations = {}
     originals = {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(_ORIGINAL_PREFIX)}
-    containers: Mapping[str, Mapping[Slot, Original]]
-    legacy: Mapping[str, str]
-    refused: OriginalsError | None = None
-    try:
-        containers, legacy = _key_map(pod, originals)
-    except OriginalsError as error:
-        containers, legacy, refused = _NO_ORIGINALS, {}, error
     mac_value = annotations.get(ORIGINALS_MAC)
     resize_state = annotations.get(RESIZE_STATE)
     return PodState(
         originals=originals,
-        pod_level={slot: Original(key, key in originals, originals.get(key)) for slot, key in _POD_LEVEL_KEYS.items()},
-        containers=containers,
-        legacy=legacy,
-        keys_refused=refused,
+        pod_level=_pod_level(originals),
         mac_value=mac_value,
         mac=Mac.parse(mac_value),
         sized_at_admission=_text(annotations.get(SIZED_AT_ADMISSION)),
@@ -456,7 +476,14 @@ def read_state(pod: Mapping[str, Any]) -> PodState:
         skip=str(annotations.get(SKIP, "")).lower() == "true",
         mirror=MIRROR_POD in annotations,
         owned=tuple(sorted((k, v) for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX))),
+        _pod=pod,
     )
+
+
+def _pod_level(originals: Mapping[str, Any]) -> Mapping[Slot, Original]:
+    if not originals.keys() & POD_ORIGINAL_KEYS:
+        return _UNRECORDED_POD_LEVEL
+    return {slot: Original(key, key in originals, originals.get(key)) for slot, key in _POD_LEVEL_KEYS.items()}
 
 
 def _text(value: Any) -> str | None:
@@ -471,6 +498,13 @@ _POD_LEVEL_KEYS: Mapping[Slot, str] = {
 }
 # The pod-level (spec.resources) keys, which pods stamped before pod-level sizing lack.
 POD_ORIGINAL_KEYS: frozenset[str] = frozenset(_POD_LEVEL_KEYS.values())
+_UNRECORDED_POD_LEVEL: Mapping[Slot, Original] = {slot: Original(key, False) for slot, key in _POD_LEVEL_KEYS.items()}
+
+
+def pod_level_keys() -> frozenset[str]:
+    """The pod level's (``spec.resources``) ``original-*`` keys, which pods stamped before
+    pod-level sizing lack."""
+    return POD_ORIGINAL_KEYS
 
 
 def sidecars(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -657,6 +691,13 @@ def calibration_labels(run_id: str, node_type: str) -> dict[str, str]:
 def calibration_selector(run_id: str) -> str:
     """The label selector of the pods of one ``calibrate`` run."""
     return f"{_CALIBRATION_RUN}={run_id}"
+
+
+def described_keys(pattern: str = "*") -> str:
+    """The product's annotation keys matching ``pattern`` as an admin reads them in a help text or
+    message (``workload-resizer.io/*``, ``workload-resizer.io/original-*``); never a key to read
+    or write."""
+    return PREFIX + pattern
 
 
 def description_patch(text: str) -> dict[str, str]:
