@@ -17,6 +17,7 @@ from reconciler.settings import (
     PreflightSettings,
     ReconcilerSettings,
 )
+from resizer.podstate import described_keys
 from resizer.scope import ScopeError, namespace_scope
 
 # Every flag's default is read from the settings' own defaults: one place each.
@@ -90,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--namespace-selector",
         default="",
         metavar="SELECTOR",
-        help="label selector (kubectl syntax, e.g. '!workload-resizer.io/exclude') a pod's "
+        help=f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a pod's "
         "namespace must match to be in scope; needs list/watch on namespaces",
     )
     sizing.add_argument(
