@@ -244,10 +244,10 @@ def _jvm(container: Mapping[str, Any], literal: Mapping[str, str]) -> Jvm | None
     evidence = evidence or next((src for src, w in words if w.rsplit("/", 1)[-1] == "java" or _jvm_flag(w)), None)
     certain = evidence is not None
     if evidence is None:
-        match = _JVM_IMAGE.search(_repository(str(container.get("image") or "")))
-        if match is None:
+        repository = _repository(str(container.get("image") or ""))
+        if _JVM_IMAGE.search(repository) is None:
             return None
-        evidence = f"image {match.group(1)}"
+        evidence = f"image {repository.rsplit('/', 1)[-1]}"
     jvm = Jvm(evidence, certain)
     for _, word in words:
         jvm = _with_flag(jvm, word)

@@ -154,6 +154,7 @@ def test_a_jvm_guessed_from_the_image_name_may_be_one(image: str) -> None:
     [hint] = container_hints(read_runtime(app(image=image)), ONE_CPU_TO_800M)  # type: ignore[arg-type]
     assert hint.reason == HintReason.JVM_CPU_COUNT_AT_START
     assert "a guess from the image name" in hint.message and "may size" in hint.message
+    assert f"(image {image.split('/')[-1].split(':')[0].split('@')[0]}," in hint.message
 
 
 @pytest.mark.parametrize("image", ["javascript-runner:1", "registry.example/jdkless:1", "node:22", "python:3.11"])
