@@ -239,3 +239,19 @@ def test_the_docs_test_sees_a_missing_test() -> None:
         "`tests/unit/test_docs.py::test_no_such_thing`, `tests/unit/no_such_file.py`"
     )
     assert missing_tests(text) == ["tests/unit/test_docs.py::test_no_such_thing", "tests/unit/no_such_file.py"]
+
+
+def webhook_reasons_documented() -> list[tuple[str, str]]:
+    """The rows of the webhook's reason table in docs/operations.md: (reason, decision)."""
+    text = (DOCS / "operations.md").read_text()
+    table = text[text.index('<a id="webhook-reasons"></a>') :].split("\n\n")[1]
+    cells = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    return [(reason.strip().strip("`"), decision.strip()) for reason, decision in cells]
+
+
+def test_every_reason_the_webhook_gives_is_documented_once() -> None:
+    from app.review import Decision, Reason
+
+    rows = webhook_reasons_documented()
+    assert sorted(reason for reason, _ in rows) == sorted(reason.value for reason in Reason)
+    assert {decision for _, decision in rows} <= {decision.value for decision in Decision} | {"—"}
