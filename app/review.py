@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 import resizer
+from resizer import podstate
 from resizer.scope import NamespaceScope
 from resizer.vpa import admission_vpa_hold
 
@@ -323,7 +324,7 @@ def build_patch(annotations: Any, originals: dict[str, str]) -> list[dict[str, A
         ops.append({"op": "add", "path": _ANNOTATIONS_PATH, "value": {}})
         annotations = {}
     else:
-        owned = resizer.is_controller_owned_key
+        owned = podstate.is_controller_owned_key
         for key in annotations:
             if key not in originals and owned(key):
                 # Not memoised: removed keys are the client's choice, and a forged pod may carry thousands.
@@ -537,13 +538,15 @@ def _decide(review: Review, context: Context) -> Answer:
     obj, annotations, keyring = review.pod, review.annotations, context.keyring
 
     # (Decoded text is never longer than its JSON: a review under the limit cannot hold more.)
-    if review.body_size > resizer.TOTAL_ANNOTATION_SIZE_LIMIT and annotations is not None and _oversized(annotations):
+    if review.body_size > podstate.TOTAL_ANNOTATION_SIZE_LIMIT and annotations is not None and _oversized(annotations):
         # The apiserver rejects this pod anyway (annotations over 256 KiB, checked after
         # admission): answer at once instead of building a patch as large as the input.
         return Answer(200, uid, Decision.SKIPPED, Reason.ANNOTATIONS_TOO_LARGE, None, (), name, namespace)
     # Our own sized answer, called again after a later webhook changed the pod: decided on the
     # pod its author wrote, the patch computed against the pod as sent.
-    authored = _as_authored(obj, annotations, namespace, keyring)
+    # (A pod straight from its controller carries no controller-owned key: one pass over its keys.)
+    carries_owned = annotations is not None and any(map(podstate.is_controller_owned_key, annotations))
+    authored = _as_authored(obj, carries_owned, namespace, keyring)
     authored_from = "" if authored is None else AUTHORED_FROM_RECORD
     scope = context.scope
     if scope is not None and namespace in scope.excluded:
@@ -569,7 +572,7 @@ def _decide(review: Review, context: Context) -> Answer:
         return _stripped(review, Reason.COLLIDING_CONTAINER_KEYS, owner, authored, authored_from, str(error))
     # The baseline authority's rule at admission: the spec authored is the baseline, whatever the pod carries.
     stamp = resizer.admission_stamp(subject, namespace, keyring, originals)
-    if memo_key is not None and resizer.ORIGINALS_MAC in stamp:
+    if memo_key is not None and podstate.carries_mac(stamp):
         identity = resizer.PodIdentity.of(subject, namespace, "admission")
         memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), keyring.fingerprint.encode()))
     existing = annotations if annotations is not None else {}
@@ -603,7 +606,7 @@ def _decide(review: Review, context: Context) -> Answer:
                     f"workload-resizer (dry run): {Reason.WOULD_RESIZE} at admission for node type "
                     f"{outcome.node_type}: {outcome.summary}",
                 )
-            elif resizer.fits_annotation_limit(existing, outcome.stamp):
+            elif podstate.fits_annotation_limit(existing, outcome.stamp):
                 ops = list(outcome.ops) if authored is None else resizer.values_patch(obj, outcome.values)
                 ops = build_patch(annotations, outcome.stamp) + ops
                 if not ops:
@@ -611,12 +614,12 @@ def _decide(review: Review, context: Context) -> Answer:
                 return stamped(Decision.PATCHED, Reason.SIZED_AT_ADMISSION, _encode(ops))
         elif isinstance(outcome, (Held, SizingFailed)):
             note = outcome.note
-    if stamp and not resizer.fits_annotation_limit(existing, stamp):
+    if stamp and not podstate.fits_annotation_limit(existing, stamp):
         # Stamping would push the pod over the apiserver's annotation size limit and so
         # block its creation. Admit it unstamped (forged keys still stripped); the
         # reconciler will not resize a pod whose originals cannot be recorded.
         return _stripped(review, Reason.ANNOTATIONS_TOO_LARGE, owner, authored, authored_from, sizing=note)
-    if stamp and (annotations is None or not any(map(resizer.is_controller_owned_key, annotations))):
+    if stamp and not carries_owned:
         return stamped(Decision.PATCHED, Reason.ELIGIBLE, fresh_patch(stamp, annotations is None, memo_key))
     ops = build_patch(annotations, stamp) + _restoring(obj, authored)
     if not ops:
@@ -781,7 +784,7 @@ def _memo_key(spec: dict[str, Any]) -> bytes:
 
 
 def _oversized(annotations: dict[str, Any]) -> bool:
-    limit = resizer.TOTAL_ANNOTATION_SIZE_LIMIT
+    limit = podstate.TOTAL_ANNOTATION_SIZE_LIMIT
     if len(annotations) > limit // 2:  # each entry takes >= 2 bytes
         return True
     size = sum(map(len, annotations))  # JSON object keys are always strings
@@ -795,13 +798,13 @@ AUTHORED_FROM_RECORD = "sized-at-admission"  # the ``authoredFrom`` log field: t
 
 
 def _as_authored(
-    obj: dict[str, Any], annotations: dict[str, Any] | None, namespace: str, keyring: resizer.KeyRing
+    obj: dict[str, Any], carries_owned: bool, namespace: str, keyring: resizer.KeyRing
 ) -> dict[str, Any] | None:
     """The pod as its author wrote it when ``obj`` carries our own sized record, verified by the
-    baseline authority (:func:`resizer.admitted_originals`); None for any other pod (a fresh pod
-    costs one dict lookup). With ``reinvocationPolicy: IfNeeded`` the apiserver calls the webhook
-    again with its own answer after a later webhook changed the pod."""
-    if annotations is None or resizer.SIZED_AT_ADMISSION not in annotations or not keyring:
+    baseline authority (:func:`resizer.admitted_originals`); None for any other pod (a pod without
+    controller-owned keys is not read further). With ``reinvocationPolicy: IfNeeded`` the apiserver
+    calls the webhook again with its own answer after a later webhook changed the pod."""
+    if not carries_owned or not keyring or podstate.read_state(obj).sized_at_admission is None:
         return None
     originals = resizer.admitted_originals(obj, namespace, keyring, originals_of(obj))
     return None if originals is None else resizer.as_authored(obj, originals)
