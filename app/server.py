@@ -304,8 +304,17 @@ class MutateApp:
             headers.append(_CLOSE_HEADER)
         if extra:
             headers.extend(extra)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        connection = current_connection()
+        if connection is None:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
+            return
+        connection.cork()  # head and body in one write
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
+        finally:
+            connection.uncork()
 
     def _account(self, start: float, answer: Answer) -> None:
         elapsed = _perf() - start
