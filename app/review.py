@@ -614,17 +614,32 @@ def _decide(review: Review, context: Context) -> Answer:
                 return stamped(Decision.PATCHED, Reason.SIZED_AT_ADMISSION, _encode(ops))
         elif isinstance(outcome, (Held, SizingFailed)):
             note = outcome.note
-    if stamp and not podstate.fits_annotation_limit(existing, stamp):
+    fresh = fresh_patch(stamp, annotations is None, memo_key) if stamp and not carries_owned else None
+    if stamp and not _fits(review.body_size, existing, stamp, fresh):
         # Stamping would push the pod over the apiserver's annotation size limit and so
         # block its creation. Admit it unstamped (forged keys still stripped); the
         # reconciler will not resize a pod whose originals cannot be recorded.
         return _stripped(review, Reason.ANNOTATIONS_TOO_LARGE, owner, authored, authored_from, sizing=note)
-    if stamp and not carries_owned:
-        return stamped(Decision.PATCHED, Reason.ELIGIBLE, fresh_patch(stamp, annotations is None, memo_key))
+    if fresh is not None:
+        return stamped(Decision.PATCHED, Reason.ELIGIBLE, fresh)
     ops = build_patch(annotations, stamp) + _restoring(obj, authored)
     if not ops:
         return stamped(Decision.SKIPPED, Reason.ALREADY_STAMPED if stamp else Reason.NOTHING_TO_STAMP, None)
     return stamped(Decision.PATCHED, Reason.ELIGIBLE, _encode(ops))
+
+
+# The annotations' bytes as the size limit counts them (a value that is not a string by its str())
+# are at most 4.5 times their JSON text (1e15 is 1000000000000000.0), so at most 5 times the
+# review's; the stamp's are at most its patch's (the base64 of JSON ops holding every key and
+# value). Within the limit together, they need no exact count.
+_TEXT_GROWTH = 5
+
+
+def _fits(body_size: int, annotations: dict[str, Any], stamp: dict[str, str], patch: str | None) -> bool:
+    """Whether the pod's annotations with ``stamp`` (its ``patch``, if built) stay within the limit."""
+    if patch is not None and _TEXT_GROWTH * body_size + len(patch) <= podstate.TOTAL_ANNOTATION_SIZE_LIMIT:
+        return True
+    return podstate.fits_annotation_limit(annotations, stamp)
 
 
 def _stripped(

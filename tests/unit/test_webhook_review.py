@@ -558,6 +558,17 @@ def test_annotations_over_the_apiserver_limit_are_answered_without_building_a_pa
     assert status == 200 and patch_of(resp) is None and answer.reason == "AnnotationsTooLarge"
 
 
+def test_annotations_whose_text_grows_past_the_limit_are_counted_exactly():
+    """Numbers as annotation values (the apiserver refuses them later) are counted as their str():
+    1e15 is 18 bytes there, 4 in the review. Here the review stays under the limit but the
+    annotations as counted do not, so the bound that spares the count must not apply."""
+    ann: Any = {f"a{i:05}": 1e15 for i in range(11_000)}
+    body = orjson.dumps(review(pod(annotations=ann))).replace(b"1000000000000000.0", b"1e15")
+    assert len(body) < resizer.TOTAL_ANNOTATION_SIZE_LIMIT
+    answer = handle_review(body)
+    assert answer.status == 200 and answer.patch is None and answer.reason == "AnnotationsTooLarge"
+
+
 def test_pods_in_a_namespace_the_scope_excludes_are_allowed_untouched():
     from resizer.scope import namespace_scope
 
