@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from app.review import handle_review
+from app.review import encode, handle_review
 from app.sizing import SizingContext
 from devkit.jsonpatch import apply_patch as apply_json_patch
 from ops.keys import generate_key, new_key_id
@@ -221,7 +221,8 @@ class World:
                 "object": obj,
             },
         }
-        status, body, _ = handle_review(orjson.dumps(review), self.ring, SCOPE, SIZING)
+        answer = handle_review(orjson.dumps(review), self.ring, SCOPE, SIZING)
+        status, body = answer.status, encode(answer)
         assert status == 200
         response = orjson.loads(body)["response"]
         ops = orjson.loads(base64.b64decode(response["patch"])) if "patch" in response else []

@@ -258,3 +258,19 @@ def test_every_runtime_hint_reason_is_documented_with_what_to_do() -> None:
 def test_the_docs_test_sees_an_undocumented_hint_reason() -> None:
     text = "## Runtime hints\n\n| reason | when | what to do |\n|---|---|---|\n| `GoMaxProcsAtStart` | a | b |\n"
     assert documented_hint_reasons(text) == {"GoMaxProcsAtStart"} != {reason.value for reason in HintReason}
+
+
+def webhook_reasons_documented() -> list[tuple[str, str]]:
+    """The rows of the webhook's reason table in docs/operations.md: (reason, decision)."""
+    text = (DOCS / "operations.md").read_text()
+    table = text[text.index('<a id="webhook-reasons"></a>') :].split("\n\n")[1]
+    cells = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    return [(reason.strip().strip("`"), decision.strip()) for reason, decision in cells]
+
+
+def test_every_reason_the_webhook_gives_is_documented_once() -> None:
+    from app.review import Decision, Reason
+
+    rows = webhook_reasons_documented()
+    assert sorted(reason for reason, _ in rows) == sorted(reason.value for reason in Reason)
+    assert {decision for _, decision in rows} <= {decision.value for decision in Decision} | {"—"}
