@@ -16,7 +16,7 @@ def vouched(memory: Memory, pod: Obj, node_type: str) -> Mapping[str, str] | Non
     resize: in flight for this node type, or for any type with no spec change since (the node may
     have been relabelled before the kubelet actuated it). The baseline authority trusts them
     while the pod still carries exactly those."""
-    flight = memory.in_flight.get(pod_uid(pod))
+    flight = memory.get(pod_uid(pod)).flight
     if flight is not None and (flight.node_type == node_type or flight.generation == pod["metadata"].get("generation")):
         return flight.originals
     return None

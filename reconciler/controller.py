@@ -15,7 +15,7 @@ from reconciler import gated
 from reconciler.authority import vouched
 from reconciler.follow import Follow
 from reconciler.gates import VPA, Gate, OpenGate
-from reconciler.memory import DONE, Context, InFlight, Memory, Result, Step
+from reconciler.memory import DONE, Context, InFlight, Memory, Result, Step, cache_behind
 from reconciler.outcome import ResizeState, Stage, allocatable_fingerprint, observe, spec_size
 from reconciler.pods import (
     live_and_bound,
@@ -100,14 +100,6 @@ class PodResizeReconciler:
     def _fault(self, fault: FaultHook) -> None:  # tests crash a pass after a given write step
         self._context.fault = fault
 
-    @property
-    def _decided(self) -> dict[str, tuple[Any, ...]]:
-        return self._memory.decided
-
-    @property
-    def _finished(self) -> dict[str, str]:
-        return self._memory.finished
-
     # ------------------------------------------------------------------ what the manager asks
 
     def needs_binding(self, pod: Obj) -> bool:
@@ -124,13 +116,13 @@ class PodResizeReconciler:
         node_type = node["metadata"]["labels"].get(self._options.node_type_label)
         if node_type is None:
             return False  # untyped node: nothing to do until it is labelled
-        flight = self._memory.in_flight.get(pod_uid(pod))
+        flight = self._memory.get(pod_uid(pod)).flight
         if flight is not None and self._awaiting_kubelet(pod, node_type, flight):
             return False
-        done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._memory.finished.get(pod_uid(pod)))
+        done = (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._memory.get(pod_uid(pod)).finished)
         if node_type in done:  # sized for this type: follow a re-alignment in flight, or check for one
             return (
-                pod_uid(pod) in self._memory.in_flight
+                self._memory.get(pod_uid(pod)).flight is not None
                 or self._needs_realignment(pod, node_type)
                 or self._unreported_realignment(pod, node_type) is not None
             )
@@ -177,9 +169,9 @@ class PodResizeReconciler:
         """A pod already sized is re-planned once per config version; queued only if that changes it."""
         config, generation = self._config.config, self._config.generation
         uid = pod_uid(pod)
-        if not self._options.realign or config is None or self._memory.realign_checked.get(uid) == generation:
+        if not self._options.realign or config is None or self._memory.get(uid).realign_checked == generation:
             return False
-        self._memory.realign_checked[uid] = generation
+        self._memory.of(uid).realign_checked = generation
         return (
             realignment(pod, config, node_type, self._options.resize_restart_containers, self._context.pod_level(None))
             is not None
@@ -195,7 +187,7 @@ class PodResizeReconciler:
             recorded is None
             or not self._options.realign
             or config is None
-            or pod_uid(pod) in self._memory.finished
+            or self._memory.get(pod_uid(pod)).finished is not None
             or annotations.get(APPLIED_INSTANCE_TYPE) != node_type
             or recorded == spec_size(pod)
         ):
@@ -222,7 +214,7 @@ class PodResizeReconciler:
             "following a re-alignment requested before this reconciler started",
             extra={"pod": object_key(pod), "generation": pod["metadata"].get("generation")},
         )
-        self._memory.in_flight[pod_uid(pod)] = InFlight(
+        self._memory.of(pod_uid(pod)).flight = InFlight(
             plan.node_type,
             pod["metadata"].get("generation") or 0,
             None,
@@ -253,10 +245,10 @@ class PodResizeReconciler:
         node, node_type = await self._node_type(key, pod)
         if not node_type:
             return DONE
-        flight = self._memory.in_flight.get(pod_uid(pod))
+        flight = self._memory.get(pod_uid(pod)).flight
         if flight is not None and self._awaiting_kubelet(pod, node_type, flight):
             return DONE  # queued before our resize (e.g. dirty while we wrote it): nothing to do yet
-        if pod_uid(pod) not in self._memory.in_flight:
+        if self._memory.get(pod_uid(pod)).flight is None:
             unreported = self._unreported_realignment(pod, node_type)
             if unreported is not None:
                 self._adopt(pod, unreported)
@@ -274,7 +266,7 @@ class PodResizeReconciler:
             self._context.pod_level(node),
             mac_key_known(pod, self._context.keyring()),
         )
-        if self._memory.decided.get(pod_uid(pod)) == signature:
+        if self._memory.get(pod_uid(pod)).decided == signature:
             return DONE
         return await self._decide(pod, node, node_type, signature)
 
@@ -294,9 +286,9 @@ class PodResizeReconciler:
     def _sized(self, pod: Obj, node_type: str) -> bool:
         """Sized for this node type, with no re-alignment in flight nor due under the config in use."""
         uid, config = pod_uid(pod), self._config.config
-        if node_type not in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._memory.finished.get(uid)):
+        if node_type not in (pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE), self._memory.get(uid).finished):
             return False
-        if uid in self._memory.in_flight:  # a re-alignment being followed to actuation
+        if self._memory.get(uid).flight is not None:  # a re-alignment being followed to actuation
             return False
         return (
             not self._options.realign
@@ -308,8 +300,8 @@ class PodResizeReconciler:
         )
 
     async def _decide(self, pod: Obj, node: Obj, node_type: str, signature: tuple[Any, ...]) -> Result:
-        flight = self._memory.in_flight.get(pod_uid(pod))
-        if self._memory.cache_behind(pod_uid(pod), pod["metadata"].get("generation") or 0, node_type, flight):
+        flight = self._memory.get(pod_uid(pod)).flight
+        if cache_behind(self._memory.get(pod_uid(pod)), pod["metadata"].get("generation") or 0, node_type):
             return DONE
         held = self._context.gate.admit(pod)  # left to another controller (an updating VPA)
         if held is not None:

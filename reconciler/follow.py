@@ -71,7 +71,7 @@ class Follow:
         return await self._unsupported(pod, node_type, plan, context)
 
     async def _actuated(self, pod: Obj, node_type: str, plan: ResizePlan, context: str, generation: int) -> Result:
-        flight = self._c.memory.in_flight.get(pod_uid(pod))
+        flight = self._c.memory.get(pod_uid(pod)).flight
         requested = (
             flight.requested_at
             if flight is not None and flight.requested_at is not None
@@ -189,15 +189,15 @@ class Follow:
         state = recorded_state(pod, node_type)
         size = size_fingerprint(plan)
         now = self._c.clock()
-        flight = self._c.memory.in_flight.setdefault(
-            uid,
-            InFlight(
+        record = self._c.memory.of(uid)
+        if record.flight is None:
+            record.flight = InFlight(
                 node_type,
                 pod["metadata"].get("generation") or 0,
                 parse_time(requested_at(pod, node_type)),
                 summary_from_originals(plan),
-            ),
-        )
+            )
+        flight = record.flight
         resource_version = pod["metadata"]["resourceVersion"]
         if state is None or state.state != Stage.ERROR or state.size != size:
             # Conditional like the revert that may follow (409 otherwise, see follow).
@@ -266,7 +266,7 @@ class Follow:
     async def _unsupported(self, pod: Obj, node_type: str, plan: ResizePlan, context: str) -> Result:
         """Resized before its containers ran, on a node whose kubelet turns out not to resize in place."""
         uid = pod_uid(pod)
-        self._c.memory.in_flight.pop(uid, None)
+        self._c.memory.of(uid).flight = None
         self._c.memory.wait(uid, None)
         state = recorded_state(pod, node_type)
         if state is not None and state.state == Stage.UNSUPPORTED:
@@ -288,7 +288,7 @@ class Follow:
         """Whether what the containers of `pod` report is a size to set the spec back to
         (reconciler.revert): the sizes before our resize, from memory, or after a restart the
         originals (bounding the revert only where the baseline authority trusts them)."""
-        flight = self._c.memory.in_flight.get(pod_uid(pod))
+        flight = self._c.memory.get(pod_uid(pod)).flight
         before = flight.before if flight is not None else ()
         return decide_revert(
             pod, before, None if before else size_of_originals(base.pod), base.check.trust is Trust.TRUSTED
@@ -322,12 +322,13 @@ class Follow:
             if err.retryable or err.status != 404:
                 raise
             return
-        self._c.memory.reverted[uid] = reverted["metadata"].get("generation") or 0
-        self._c.memory.in_flight.pop(uid, None)
+        record = self._c.memory.of(uid)
+        record.reverted = reverted["metadata"].get("generation") or 0
+        record.flight = None
         self._c.fault(Step.REVERT)
 
     def _requested_stamp(self, pod: Obj, node_type: str) -> str:
-        flight = self._c.memory.in_flight.get(pod_uid(pod))
+        flight = self._c.memory.get(pod_uid(pod)).flight
         if flight is not None and flight.requested_at is not None:
             return format_time(flight.requested_at)
         return requested_at(pod, node_type)

@@ -35,7 +35,7 @@ class Reporter:
         message: str,
     ) -> Result:
         """A decision that writes nothing to the pod: report it once per situation."""
-        self._memory.decided[pod_uid(pod)] = signature
+        self._memory.of(pod_uid(pod)).decided = signature
         await self.report(pod, plan, event_type, reason, message)
         return DONE
 

@@ -226,8 +226,9 @@ class Writes:
                 return await self._rejected(pod, node, node_type, signature, plan, context, err)
             self._c.gate.sent(pod, plan.patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
-        previous = self._c.memory.in_flight.get(pod_uid(pod))
-        self._c.memory.in_flight[pod_uid(pod)] = InFlight(
+        record = self._c.memory.of(pod_uid(pod))
+        previous = record.flight
+        record.flight = InFlight(
             node_type,
             resized["metadata"].get("generation") or 0,
             self._c.clock(),
@@ -271,7 +272,7 @@ class Writes:
         is due for it (else the watch event of this very write would re-plan the pod).
         With `originals` (step 1's annotations, for a pod that needs no resize) both go in
         one write, conditional on the pod's resourceVersion (409 when it changed)."""
-        self._c.memory.realign_checked[pod_uid(pod)] = generation
+        self._c.memory.of(pod_uid(pod)).realign_checked = generation
         signed = pod if originals is None else with_annotations(pod, originals)
         # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
         annotations: dict[str, str | None] = {
@@ -286,7 +287,7 @@ class Writes:
         resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
         await self._record_applied(pod, node_type, annotations, resource_version)
         uid = pod_uid(pod)
-        self._c.memory.in_flight.pop(uid, None)
+        self._c.memory.of(uid).flight = None
         self._c.memory.wait(uid, None)
         self._c.fault(Step.APPLIED)
         await self._reporter.report(pod, plan, EventType.NORMAL, reason, message)
@@ -298,16 +299,12 @@ class Writes:
         # Finished before the write: the watch event of the write may be observed while we wait
         # for the reply, and observe() forgets the entry once the cache shows it (set after, it
         # would outlive that event and hide a later removal of applied-* from needs_work).
-        finished, uid = self._c.memory.finished, pod_uid(pod)
-        before = finished.get(uid)
-        finished[uid] = node_type
+        record = self._c.memory.of(pod_uid(pod))
+        before, record.finished = record.finished, node_type
         try:
             await self._c.writer.record(pod, annotations, resource_version=resource_version)
         except BaseException:
-            if before is None:
-                finished.pop(uid, None)
-            else:
-                finished[uid] = before
+            record.finished = before
             raise
 
     async def record(self, pod: Obj, state: ResizeState, resource_version: str | None = None) -> str:

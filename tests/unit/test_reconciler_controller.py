@@ -282,11 +282,11 @@ def test_a_relist_replacing_a_same_named_pod_drops_the_old_uids_entries():
 
     m = _manager()
     old, new = _bound("a", "uid-old"), _bound("a", "uid-new")
-    m.reconciler._decided["uid-old"] = ("n4", 1, (), ())
-    m.reconciler._finished["uid-old"] = "n4"
+    m.reconciler._memory.of("uid-old").decided = ("n4", 1, (), ())
+    m.reconciler._memory.of("uid-old").finished = "n4"
 
     async def body():
         m._on_pod("MODIFIED", new, old)  # what Informer._list reports for a replaced pod
 
     asyncio.run(body())
-    assert "uid-old" not in m.reconciler._decided and "uid-old" not in m.reconciler._finished
+    assert "uid-old" not in m.reconciler._memory
