@@ -14,8 +14,9 @@ from dataclasses import replace
 from kube import ApiError
 from kube.informer import object_key
 from reconciler import metrics
+from reconciler.decide import Planned
 from reconciler.memory import DONE, Context, InFlight, Result, Step
-from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, observe
+from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint
 from reconciler.pods import (
     duration,
     format_time,
@@ -44,12 +45,11 @@ class Follow:
         self._reporter = reporter
         self._writes = writes
 
-    async def follow(
-        self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, context: str, generation: int, base: Baseline
-    ) -> Result:
-        """The spec holds the plan (from ``base``, the baseline authority's decision); act on what
-        the kubelet reports about it."""
-        observation = observe(pod)
+    async def follow(self, pod: Obj, planned: Planned, observation: Observation) -> Result:
+        """The spec holds the plan (from ``planned.base``, the baseline authority's decision); act
+        on what the kubelet reports about it (``observation``)."""
+        node, node_type, plan, base = planned.node, planned.node_type, planned.plan, planned.base
+        context, generation = planned.context, planned.generation
         if observation.stage == Stage.ACTUATED:
             return await self._actuated(pod, node_type, plan, context, generation)
         if observation.stage == Stage.REQUESTED:

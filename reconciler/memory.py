@@ -71,8 +71,10 @@ class PodMemory:
     # The node type we finished the pod for while the watch has not delivered its applied
     # annotation yet: a lagging cache must not cause a second pass.
     finished: str | None = None
-    # Re-alignment: the config version the sized pod was last re-planned for.
+    # Re-alignment: the config version the sized pod was last decided again for.
     realign_checked: int | None = None
+    # What its parked size (recorded infeasible or failing) was judged under (reconciler.pods.parked_at).
+    parked: tuple[Any, ...] | None = None
 
 
 NOTHING_REMEMBERED = PodMemory()

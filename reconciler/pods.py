@@ -12,7 +12,17 @@ from kube.informer import object_key
 from kube.slim import status_fingerprint
 from reconciler.outcome import ResizeState
 from reconciler.ports import Obj
-from resizer import ORIGINALS_MAC, PREFIX, RESIZE_STATE, KeyRing, ResizePlan, key_id_of
+from resizer import (
+    APPLIED_INSTANCE_TYPE,
+    APPLIED_SIZE,
+    ORIGINALS_MAC,
+    PREFIX,
+    RESIZE_STATE,
+    KeyRing,
+    ResizePlan,
+    key_id_of,
+    original_annotations,
+)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -43,10 +53,34 @@ def mac_key_known(pod: Obj, keyring: KeyRing) -> bool:
     return key_id is not None and key_id in keyring.keys
 
 
-def recorded_state(pod: Obj, node_type: str) -> ResizeState | None:
-    """The pod's recorded resize state, if it is about this node type."""
+def applied_node_type(pod: Obj) -> str | None:
+    """The node type the pod was last recorded sized for (step 3), if any."""
+    value: str | None = pod["metadata"]["annotations"].get(APPLIED_INSTANCE_TYPE)
+    return value
+
+
+def applied_size(pod: Obj) -> str | None:
+    """The digest of the spec step 3 last recorded (reconciler.outcome.spec_size), if any."""
+    value: str | None = pod["metadata"]["annotations"].get(APPLIED_SIZE)
+    return value
+
+
+def has_resize_state(pod: Obj) -> bool:
+    return RESIZE_STATE in pod["metadata"]["annotations"]
+
+
+def recorded_state(pod: Obj, node_type: str | None = None) -> ResizeState | None:
+    """The pod's recorded resize state, if it is about this node type (any, when None)."""
     state = ResizeState.decode(pod["metadata"]["annotations"].get(RESIZE_STATE))
-    return state if state is not None and state.node_type == node_type else None
+    return state if state is not None and node_type in (None, state.node_type) else None
+
+
+def parked_at(pod: Obj, config_generation: int, size: str | None) -> tuple[Any, ...]:
+    """What a parked size (recorded infeasible or failing) was judged under: the config version,
+    the size, and what the plan is made from besides the spec (the originals, the labels rules
+    match). While they stay, the same plan gives the same size: no need to plan it again."""
+    labels = tuple(sorted((pod["metadata"].get("labels") or {}).items()))
+    return config_generation, size, tuple(sorted(original_annotations(pod).items())), labels
 
 
 def requested_at(pod: Obj, node_type: str) -> str:

@@ -21,16 +21,16 @@ from kube.ratelimit import TokenBucket
 from ops.timestamps import rfc3339
 from reconciler import metrics
 from reconciler.authority import binding
+from reconciler.decide import Planned, aligned
 from reconciler.holding import Holding
 from reconciler.memory import DONE, Context, InFlight, Result, Step
-from reconciler.outcome import SPEC_SIZE_CHARS, ResizeState, Stage, allocatable_fingerprint, spec_size
+from reconciler.outcome import ResizeState, Stage, allocatable_fingerprint, spec_size
 from reconciler.pods import (
-    aligned_message,
     mac_key_known,
+    parked_at,
     pod_uid,
     situation,
     size_fingerprint,
-    summary_from_originals,
     with_annotations,
 )
 from reconciler.ports import Obj
@@ -42,18 +42,15 @@ from resizer import (
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
     RESIZE_STATE,
-    SIZED_AT_ADMISSION,
     Baseline,
     ResizePlan,
     ResizerError,
     Trust,
     baseline,
-    fits_annotation_limit,
     needs_resign,
     original_annotations,
     plan_resize,
     pod_mac,
-    pod_mac_stand_in,
     resolve_policy,
 )
 
@@ -76,30 +73,12 @@ class Writes:
         self._realign_limiter = TokenBucket(context.options.max_resizes_per_second, 1)
         self.holding = Holding(context, reporter)
 
-    async def write(
-        self,
-        pod: Obj,
-        node: Obj,
-        node_type: str,
-        signature: tuple[Any, ...],
-        plan: ResizePlan,
-        context: str,
-        base: Baseline,
-        generation: int,
-    ) -> Result:
+    async def write(self, pod: Obj, planned: Planned) -> Result:
+        """Steps 1 to 3 as the decided pod needs them (reconciler.decide: Resize, RecordApplied)."""
         config = self._c.config.config
         assert config is not None
-        if not self._fits(pod, node_type, base):
-            return await self._reporter.terminal(
-                pod,
-                signature,
-                plan,
-                EventType.WARNING,
-                Reason.RESIZE_FAILED,
-                "the original resources and what was applied do not fit in the "
-                "pod's annotations (256 KiB limit), so they cannot be recorded; "
-                "not resized",
-            )
+        node, node_type, signature = planned.node, planned.node_type, planned.signature
+        plan, context, base, generation = planned.plan, planned.context, planned.base, planned.generation
         if base.stamp is not None and not plan.patch and not base.check.tampered:
             done = await self._originals_and_applied(
                 pod, node_type, signature, plan, context, base.stamp, generation, base.check.scope == "sized"
@@ -135,7 +114,7 @@ class Writes:
                 )
         if not plan.patch:
             return await self.applied(
-                pod, node_type, plan, generation, *self._aligned(pod, plan, context, base.check.scope == "sized")
+                pod, node_type, plan, generation, *aligned(pod, plan, context, base.check.scope == "sized")
             )
         return await self._resize(pod, node, node_type, signature, plan, context, generation)
 
@@ -154,36 +133,13 @@ class Writes:
         applied go in one write, conditional on the resourceVersion the originals were read
         from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3.
         ``sized``: the webhook created the pod at this size (``stamp`` binds its originals)."""
-        reason, message = self._aligned(pod, plan, context, sized)
+        reason, message = aligned(pod, plan, context, sized)
         try:
             return await self.applied(pod, node_type, plan, generation, reason, message, originals=stamp)
         except ApiError as err:
             if err.status != 409:
                 return await self._originals_not_recorded(pod, signature, plan, err)
         return None
-
-    @staticmethod
-    def _aligned(pod: Obj, plan: ResizePlan, context: str, sized: bool) -> tuple[Reason, str]:
-        """The report of a pod that needs no resize; ``sized``: the webhook created it at this size."""
-        if not sized:
-            return Reason.ALREADY_ALIGNED, aligned_message(plan, context)
-        return Reason.SIZED_AT_ADMISSION, (
-            f"created at its size for {context} (the webhook knew the node type "
-            f"{pod['metadata']['annotations'].get(SIZED_AT_ADMISSION)!r} at admission): {summary_from_originals(plan)}"
-        )
-
-    def _fits(self, pod: Obj, node_type: str, base: Baseline) -> bool:
-        """Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded.
-        (Stand-ins of the right size for the MAC and the size digest: only their length counts here.)"""
-        final = {
-            **original_annotations(pod),
-            **(base.stamp or {}),
-            **pod_mac_stand_in(self._c.keyring()),
-            APPLIED_INSTANCE_TYPE: node_type,
-            APPLIED_AT: rfc3339(),
-            APPLIED_SIZE: "-" * SPEC_SIZE_CHARS,
-        }
-        return fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None})
 
     async def _stamped(self, pod: Obj, base: Baseline) -> None:
         """Step 1 is written: say so if it replaced rejected originals."""
@@ -319,6 +275,8 @@ class Writes:
             {RESIZE_STATE: state.encode(), **binding(self._c, pod, state.node_type)},
             resource_version=resource_version,
         )
+        if state.state in (Stage.INFEASIBLE, Stage.ERROR):  # parked at this size (see needs_work)
+            self._c.memory.of(pod_uid(pod)).parked = parked_at(pod, self._c.config.generation, state.size)
         self._c.fault(Step.STATE)
         return str(written["metadata"]["resourceVersion"])
 
