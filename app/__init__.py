@@ -1,6 +1,6 @@
 """workload-resizer mutating admission webhook.
 
-Stamps each eligible pod's baseline ``workload-resizer.io/original-*``
-annotations at pod CREATE so the reconciler can later resize the pod in place
-from what the author wrote, never compounding. Run with ``python -m app``.
+Stamps each eligible pod's baseline ``original-*`` annotations at pod CREATE
+so the reconciler can later resize the pod in place from what the author wrote,
+never compounding. Run with ``python -m app``.
 """

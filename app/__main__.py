@@ -13,6 +13,7 @@ from ops.flags import boolean, string_list
 from ops.flags import byte_size as parse_size
 from ops.flags import duration as parse_duration
 from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
+from resizer.podstate import described_keys
 
 log = logging.getLogger("workload_resizer.webhook")
 
@@ -22,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m app",
         description=(
             "workload-resizer mutating admission webhook. Serves POST /mutate (admission.k8s.io/v1 "
-            "AdmissionReview) over TLS: at pod CREATE it stamps the workload-resizer.io/original-* "
+            f"AdmissionReview) over TLS: at pod CREATE it stamps the {described_keys('original-*')} "
             "annotations of eligible pods and strips forged controller-owned annotations. Also serves "
             "GET /healthz (alive), /readyz (certificate loaded) and /metrics (Prometheus)."
         ),

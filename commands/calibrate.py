@@ -11,10 +11,10 @@ a spread and a ratio to the baseline type with its confidence interval
 ConfigMap's config.yaml gets those values (only those bytes change; validated first;
 resourceVersion precondition); the reconciler then re-aligns the pods at its own rate.
 
-The pods are bare (no controller) and carry ``workload-resizer.io/skip``, so neither the
-webhook nor the reconciler touches them, whatever the namespace. Each is deleted as soon as it
-has run, and everything this run created (label ``workload-resizer.io/calibration-run``) is
-deleted on the way out, Ctrl-C and SIGTERM included.
+The pods are bare (no controller) and carry the skip annotation, so neither the webhook nor the
+reconciler touches them, whatever the namespace. Each is deleted as soon as it has run, and
+everything this run created (labelled with the run, :func:`resizer.podstate.calibration_labels`)
+is deleted on the way out, Ctrl-C and SIGTERM included.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from commands.plan import compile_config, list_all, read_configmap, run_command
 from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
-from resizer.annotations import SKIP
 from resizer.calibration import (
     CalibrationError,
     Ratio,
@@ -54,11 +53,10 @@ from resizer.calibration import (
 )
 from resizer.config import CompiledConfig, load_config
 from resizer.errors import ResizerError
+from resizer.podstate import calibration_labels, calibration_selector, skip_patch
 
 APP_LABEL = "app.kubernetes.io/name"
 APP = "workload-resizer-calibrate"
-RUN_LABEL = "workload-resizer.io/calibration-run"
-TYPE_LABEL = "workload-resizer.io/calibration-node-type"
 CONTAINER = "benchmark"
 POLL_SECONDS = 1.0
 LOG_TAIL_LINES = 20
@@ -216,8 +214,8 @@ def benchmark_pod(settings: CalibrateSettings, target: Target, run_id: str, atte
         "kind": "Pod",
         "metadata": {
             "generateName": f"{APP}-{_name_part(target.node_type)}-{attempt}-",
-            "labels": {APP_LABEL: APP, RUN_LABEL: run_id, TYPE_LABEL: target.node_type},
-            "annotations": {SKIP: "true"},
+            "labels": {APP_LABEL: APP, **calibration_labels(run_id, target.node_type)},
+            "annotations": skip_patch(),
         },
         "spec": {
             "restartPolicy": "Never",
@@ -402,7 +400,7 @@ class Calibration:
         for name in list(self._live):
             await self._delete(name)
         with contextlib.suppress(ApiError, TransportError):
-            left = await self._client.get(self._pods, labelSelector=f"{RUN_LABEL}={self.run_id}")
+            left = await self._client.get(self._pods, labelSelector=calibration_selector(self.run_id))
             for pod in left.get("items") or []:
                 await self._delete(pod["metadata"]["name"])
 

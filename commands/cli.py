@@ -27,6 +27,7 @@ from reconciler.settings import (
     ReportSettings,
     RestoreSettings,
 )
+from resizer.podstate import described_keys
 from resizer.quantity import QuantityError, parse_quantity
 from resizer.scope import ScopeError, namespace_scope
 
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         "uninstall, or scale it to 0), or it resizes the pods again. While the chart is "
         "installed, its admission policy lets only the principals in "
         "admissionPolicy.exemptGroups (default system:masters) or exemptUsers edit "
-        "workload-resizer.io/* annotations: run restore with such credentials, or after "
+        f"{described_keys()} annotations: run restore with such credentials, or after "
         "helm uninstall.",
     )
     _cluster_flags(restore, 20.0)

@@ -28,6 +28,7 @@ from kube.slim import slim_pod
 from reconciler.settings import RestoreSettings
 from resizer import EMPTY_KEYRING, KeyRing
 from resizer.originals import OriginalsError
+from resizer.podstate import described_keys, read_state, strip_controller_owned
 from resizer.restore import managed_annotation_keys, restore_decision
 from resizer.scope import NamespaceScope
 
@@ -103,7 +104,7 @@ class Restorer:
     async def _preflight(self, pod: dict[str, Any]) -> None:
         """Before changing anything: may these credentials remove the annotations? (A dry-run
         request goes through admission, so the chart's policy answers as for the real one.)"""
-        body = {"metadata": {"annotations": {key: None for key in managed_annotation_keys(pod)}}}
+        body = strip_controller_owned(read_state(pod))
         try:
             await self._client.request("PATCH", _pod_path(pod), body, MERGE_PATCH, params={"dryRun": "All"})
         except ApiError as err:
@@ -175,12 +176,7 @@ class Restorer:
             pod = await self._client.get(_pod_path(pod))
             if restore_decision(pod, self._keyring).patch:
                 raise _Conflict()
-        body = {
-            "metadata": {
-                "resourceVersion": pod["metadata"]["resourceVersion"],
-                "annotations": {key: None for key in managed_annotation_keys(pod)},
-            }
-        }
+        body = strip_controller_owned(read_state(pod), pod["metadata"]["resourceVersion"])
         try:
             await self._client.patch(_pod_path(pod), body, MERGE_PATCH)
         except ApiError as err:
@@ -224,7 +220,7 @@ class Denied(CommandError):
         if _policy_denial(self.error):
             lines += [
                 "workload-resizer's admission policy lets only its reconciler and the exempt admins edit",
-                "workload-resizer.io/* annotations of existing pods. Run restore with credentials in one of",
+                f"{described_keys()} annotations of existing pods. Run restore with credentials in one of",
                 "the chart's admissionPolicy.exemptGroups (default: system:masters, e.g. the cluster-admin",
                 "kubeconfig) or admissionPolicy.exemptUsers, or uninstall the chart first (its policies go",
                 "with it) and run restore then.",

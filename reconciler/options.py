@@ -20,6 +20,7 @@ from reconciler.settings import (
     PreflightSettings,
     ReconcilerSettings,
 )
+from resizer.podstate import described_keys
 from resizer.scope import ScopeError, namespace_scope
 
 
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--namespace-selector",
         default="",
         metavar="SELECTOR",
-        help="label selector (kubectl syntax, e.g. '!workload-resizer.io/exclude') a pod's "
+        help=f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a pod's "
         "namespace must match to be in scope; needs list/watch on namespaces",
     )
     sizing.add_argument(

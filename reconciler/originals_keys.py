@@ -25,7 +25,8 @@ from kube import ApiError, KubeClient
 from ops.keys import KeyDirectoryError, generate_key, keys_digest, keys_from_secret_data, new_key_id
 from reconciler import metrics
 from reconciler.errors import ReconcilerError
-from resizer import ORIGINALS_MAC, KeyRing, key_id_of
+from resizer import KeyRing
+from resizer.podstate import description_patch, read_state
 
 log = logging.getLogger("reconciler")
 
@@ -83,12 +84,10 @@ class SecretKeys:
                     "app.kubernetes.io/part-of": "workload-resizer",
                     "app.kubernetes.io/component": "originals-keys",
                 },
-                "annotations": {
-                    "workload-resizer.io/description": (
-                        "HMAC keys of the pods' original-* annotations, created by the reconciler. "
-                        "Never delete or replace a key that signed pods; rotate by adding a greater id."
-                    )
-                },
+                "annotations": description_patch(
+                    "HMAC keys of the pods' original-* annotations, created by the reconciler. "
+                    "Never delete or replace a key that signed pods; rotate by adding a greater id."
+                ),
             },
             "data": {key_id: base64.b64encode(generate_key()).decode("ascii")},
         }
@@ -139,7 +138,8 @@ class UnknownKeyWatch:
     def update(self, pods: Iterable[dict[str, Any]], keyring: KeyRing) -> int:
         by_key: dict[str, list[str]] = {}
         for pod in pods:
-            key_id = key_id_of(((pod.get("metadata") or {}).get("annotations") or {}).get(ORIGINALS_MAC))
+            mac = read_state(pod).mac
+            key_id = mac.key_id if mac is not None else None
             if key_id is not None and key_id not in keyring.keys and _KEY_ID.fullmatch(key_id):
                 meta = pod["metadata"]
                 by_key.setdefault(key_id, []).append(f"{meta.get('namespace')}/{meta.get('name')}")

@@ -11,15 +11,17 @@ present, and every running container's status resources equal its spec by value.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
 from kube.slim import Obj
 from resizer import OriginalsError, QuantityError, original_keys, parse_quantity, sidecars
+
+# The resize-state record and its stages are the pod model's (re-exported for the reconciler).
+from resizer.podstate import ResizeState as ResizeState
+from resizer.podstate import Stage as Stage
 
 PENDING = "PodResizePending"
 IN_PROGRESS = "PodResizeInProgress"
@@ -28,17 +30,6 @@ INFEASIBLE = "Infeasible"
 ERROR = "Error"
 _RESOURCES = ("cpu", "memory")
 _KINDS = ("requests", "limits")
-
-
-class Stage(StrEnum):
-    """What the kubelet says about the pod's current spec."""
-
-    REQUESTED = "requested"  # not observed yet, being actuated, or containers not running yet
-    DEFERRED = "deferred"
-    INFEASIBLE = "infeasible"
-    ERROR = "error"
-    UNSUPPORTED = "unsupported"  # containers run but report no resources: the node cannot resize
-    ACTUATED = "actuated"
 
 
 @dataclass(frozen=True)
@@ -202,66 +193,7 @@ def _differences(spec: Obj, actual: Obj) -> dict[str, dict[str, str]]:
 
 
 # ---------------------------------------------------------------- the state annotation
-
-
-@dataclass(frozen=True)
-class ResizeState:
-    """What the reconciler recorded about a resize that did not (yet) end actuated.
-
-    Kept in the pod annotation RESIZE_STATE so that a restarted reconciler neither
-    reports the same state twice nor retries a size the node cannot take.
-    """
-
-    state: Stage  # deferred | infeasible | error | unsupported
-    node_type: str
-    generation: int | None  # the metadata.generation the state was reported for
-    size: str = ""  # fingerprint of the planned size (infeasible, error)
-    allocatable: str = ""  # the node's allocatable cpu/memory when it was recorded
-    requested_at: str = ""  # RFC 3339, when the resize was requested (if known)
-    warned: bool = False  # deferred: the too-long Warning was reported
-    reverted: bool = False  # infeasible/error: the spec was set back to the actual size
-    # infeasible/error: the containers report a size the product never set, so the spec was kept
-    # at the planned size (the RevertRefused Warning was reported)
-    kept: bool = False
-
-    def encode(self) -> str:
-        record = {"state": str(self.state), "nodeType": self.node_type, "generation": self.generation}
-        for key, value in (
-            ("size", self.size),
-            ("allocatable", self.allocatable),
-            ("requestedAt", self.requested_at),
-            ("warned", self.warned),
-            ("reverted", self.reverted),
-            ("kept", self.kept),
-        ):
-            if value:
-                record[key] = value
-        return json.dumps(record, separators=(",", ":"), sort_keys=True)
-
-    @staticmethod
-    def decode(text: str | None) -> ResizeState | None:
-        """None for an absent or unreadable annotation (a forged one is ignored, never trusted)."""
-        if not text:
-            return None
-        try:
-            record = json.loads(text)
-            state = Stage(record["state"])
-            generation = record.get("generation")
-            if not isinstance(record["nodeType"], str) or not (generation is None or isinstance(generation, int)):
-                return None
-            return ResizeState(
-                state,
-                record["nodeType"],
-                generation,
-                str(record.get("size", "")),
-                str(record.get("allocatable", "")),
-                str(record.get("requestedAt", "")),
-                bool(record.get("warned")),
-                bool(record.get("reverted")),
-                bool(record.get("kept")),
-            )
-        except (ValueError, KeyError, TypeError):
-            return None
+# (its record, ResizeState, is resizer.podstate's)
 
 
 def allocatable_fingerprint(node: Obj | None) -> str:

@@ -8,22 +8,6 @@ resize plan (original x baselinePerf / nodePerf, stopped by the bounds) with its
 the JSON shape the API server uses.
 """
 
-from resizer.annotations import (
-    APPLIED_AT,
-    APPLIED_INSTANCE_TYPE,
-    APPLIED_SIZE,
-    ORIGINALS_MAC,
-    PREFIX,
-    RESIZE_STATE,
-    SIZED_AT_ADMISSION,
-    SKIP,
-    TOTAL_ANNOTATION_SIZE_LIMIT,
-    fits_annotation_limit,
-    is_controller_owned_key,
-    is_original_key,
-    original_key,
-    pod_original_key,
-)
 from resizer.config import (
     COMPUTE_CLASS_SELECTOR,
     SAMPLE_CONFIG,
@@ -92,6 +76,22 @@ from resizer.plan import (
     desired_quantity,
     node_resizes_pod_level,
     plan_resize,
+)
+from resizer.podstate import (  # the pod model; key names re-exported for callers not yet migrated
+    APPLIED_AT,
+    APPLIED_INSTANCE_TYPE,
+    APPLIED_SIZE,
+    ORIGINALS_MAC,
+    PREFIX,
+    RESIZE_STATE,
+    SIZED_AT_ADMISSION,
+    SKIP,
+    TOTAL_ANNOTATION_SIZE_LIMIT,
+    fits_annotation_limit,
+    is_controller_owned_key,
+    is_original_key,
+    original_key,
+    pod_original_key,
 )
 from resizer.qos import pod_qos_class
 from resizer.quantity import (

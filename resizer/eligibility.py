@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.annotations import MIRROR_POD, SKIP
+from resizer.podstate import read_state
 
 __all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "eligibility"]
 
@@ -33,14 +33,15 @@ class Eligibility:
 def eligibility(pod: Mapping[str, Any]) -> Eligibility:
     """Classify a pod; reasons are checked in this order:
 
-    ``MirrorPod`` (mirror/static pod: ``kubernetes.io/config.mirror`` annotation or a
-    Node controller), ``SkipAnnotation`` (``workload-resizer.io/skip: "true"``, any case),
+    ``MirrorPod`` (mirror/static pod: the kubelet's mirror annotation, :attr:`PodState.mirror
+    <resizer.podstate.PodState.mirror>`, or a Node controller), ``SkipAnnotation`` (the skip
+    annotation says ``"true"``, any case: :attr:`PodState.skip <resizer.podstate.PodState.skip>`),
     ``NoController`` (no ownerReference with ``controller: true``),
     ``UnsupportedOwnerKind`` (controller is not an apps ReplicaSet/StatefulSet/DaemonSet
     or a batch Job), otherwise ``Eligible``.
     """
     metadata = pod.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
+    state = read_state(pod)
     owner = _controller_reference(metadata)
     owner_kind = owner.get("kind") if owner else None
     owner_name = owner.get("name") if owner else None
@@ -48,9 +49,9 @@ def eligibility(pod: Mapping[str, Any]) -> Eligibility:
     def verdict(reason: str) -> Eligibility:
         return Eligibility(reason == "Eligible", reason, owner_kind, owner_name)
 
-    if MIRROR_POD in annotations or owner_kind == "Node":
+    if state.mirror or owner_kind == "Node":
         return verdict("MirrorPod")
-    if str(annotations.get(SKIP, "")).lower() == "true":
+    if state.skip:
         return verdict("SkipAnnotation")
     if owner is None:
         return verdict("NoController")

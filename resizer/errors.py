@@ -10,8 +10,8 @@ Each class is defined next to the code that raises it (module in parentheses):
     ├── QuantityError      (quantity) a string or number that is not a Kubernetes quantity we accept
     ├── ConfigError        (config) config.yaml is invalid; ``errors`` holds (field path, message) pairs
     ├── ScopeError         (scope) a namespace list or label selector that cannot be used
-    ├── OriginalsError     (originals) an ``original-*`` annotation holds no usable quantity
-    │   └── KeyCollisionError  (originals) two resizable containers map to one ``original-*`` key
+    ├── OriginalsError     (podstate) an ``original-*`` annotation holds no usable quantity
+    │   └── KeyCollisionError  (podstate) two resizable containers map to one ``original-*`` key
     ├── PlanError          (plan) the pod's baseline cannot be sized into quantities Kubernetes holds
     ├── KeyRingError       (integrity) a key ring that cannot be used (bad key id, key too short)
     └── CalibrationError   (calibration) scores or a config that calibrate cannot use

@@ -15,7 +15,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from resizer.annotations import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
 from resizer.errors import ResizerError
@@ -23,6 +22,7 @@ from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
 from resizer.originals import read_originals, read_pod_originals, sidecars
 from resizer.pinning import plan_bound_pod
 from resizer.plan import POD_LEVEL, ResizePlan
+from resizer.podstate import read_state
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
 from resizer.vpa import Owner, deployment_of
@@ -209,7 +209,8 @@ def forecast_fleet(
         if not node_type:
             skip("NodeWithoutType")
             continue
-        if skip_applied and (metadata.get("annotations") or {}).get(APPLIED_INSTANCE_TYPE) == node_type:
+        state = read_state(pod)
+        if skip_applied and state.applied.instance_type == node_type:
             skip("AlreadyApplied")
             continue
         try:
@@ -235,14 +236,13 @@ def forecast_fleet(
                 "OriginalsUnverified",
                 f"{decision.check.reason}, and the pod is not aligned with them",
             )
-        record = (metadata.get("annotations") or {}).get(SIZED_AT_ADMISSION)
         forecast = replace(
             shared,
             namespace=namespace,
             name=str(metadata.get("name")),
             workload=workload_of(pod),
             node=node,
-            sized_at_admission=record if isinstance(record, str) else "",
+            sized_at_admission=state.sized_at_admission or "",
         )
         if forecast.outcome in ("Resize", "AlreadyAligned"):
             key = (namespace, forecast.workload, node_type)

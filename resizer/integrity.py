@@ -4,7 +4,7 @@ The ``original-*`` annotations are the baseline every resize is computed from, s
 whoever can choose them can make the reconciler raise a pod with its own
 credentials. Their integrity rests on two facts:
 
-* a MAC (``workload-resizer.io/originals-mac``) that only the webhook and the
+* a MAC (the ``originals-mac`` annotation) that only the webhook and the
   reconciler can compute (key ring from a Secret both mount), over every
   ``original-*`` key and value of the pod plus what identifies the pod and its
   controller;
@@ -67,14 +67,12 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
-from resizer.annotations import ORIGINALS_MAC, SIZED_AT_ADMISSION, is_original_key
 from resizer.errors import ResizerError
 from resizer.originals import (
-    POD_ORIGINAL_KEYS,
     OriginalsError,
     missing_original_annotations,
     original_keys,
@@ -82,6 +80,16 @@ from resizer.originals import (
     originals_as_written,
     originals_from_spec_annotations,
     sidecar_original_keys,
+)
+from resizer.podstate import (
+    Mac,
+    PodState,
+    Scope,
+    mac_patch,
+    originals_removal,
+    pod_level_keys,
+    read_state,
+    sized_record_patch,
 )
 
 __all__ = [
@@ -107,10 +115,7 @@ __all__ = [
     "sign_originals",
 ]
 
-Scope = Literal["admission", "pod", "sized"]
-_VERSION = "v1"
-_SCOPE_CODES: Mapping[str, Scope] = {"a": "admission", "p": "pod", "s": "sized"}
-_CODE_OF: Mapping[Scope, str] = {"admission": "a", "pod": "p", "sized": "s"}
+_VERSION = "v1"  # of the message a MAC covers (:func:`_message`)
 # Prefix of the sized values' entries in what a sized MAC covers (never an annotation key).
 _SIZED_VALUE = "sized:"
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
@@ -229,8 +234,7 @@ class OriginalsCheck:
 
 def original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     """The pod's ``original-*`` annotations (what a MAC covers)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return {k: v for k, v in annotations.items() if is_original_key(k)}
+    return dict(read_state(pod).originals)
 
 
 def sign_originals(keyring: KeyRing, originals: Mapping[str, str], identity: PodIdentity, scope: Scope) -> str:
@@ -238,14 +242,13 @@ def sign_originals(keyring: KeyRing, originals: Mapping[str, str], identity: Pod
     key_id = keyring.newest
     if key_id is None:
         raise KeyRingError("no key to sign with")
-    mac = _mac(keyring.keys[key_id], originals, identity, scope)
-    return f"{_VERSION}.{_CODE_OF[scope]}.{key_id}.{mac}"
+    return Mac(scope, key_id, _mac(keyring.keys[key_id], originals, identity, scope)).encode()
 
 
 def key_id_of(value: Any) -> str | None:
     """Key id of a well-formed MAC value, else None."""
-    parsed = _parse(value)
-    return parsed[1] if parsed else None
+    parsed = Mac.parse(value)
+    return parsed.key_id if parsed else None
 
 
 def check_originals(
@@ -282,21 +285,21 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
         )
 
     meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    originals = original_annotations(pod)
+    state = read_state(pod)
+    originals = dict(state.originals)
     generation = meta.get("generation")
     # No generation (an apiserver older than 1.35): whether the spec changed cannot be known.
     changed = generation > 1 if isinstance(generation, int) else True
     changed_text = f"generation {generation}" if isinstance(generation, int) else "no metadata.generation"
 
-    mac_value = annotations.get(ORIGINALS_MAC)
-    problem = _verify(mac_value, keyring, originals, pod, spec)
+    mac_value = state.mac_value
+    problem = _verify(state, keyring, originals, pod, spec)
     if isinstance(problem, str):
         present = bool(originals) or mac_value is not None
         if not changed and originals and mac_value is None and _equal_or_upgraded(pod, originals, spec()):
             # Unsigned (e.g. no keys configured) but exactly what a re-capture would write.
             return OriginalsCheck(Trust.TRUSTED, "equal to the unchanged spec")
-        lost = _lost_key(mac_value, keyring)
+        lost = _lost_key(state.mac, keyring)
         if not changed and lost is not None and originals and not _equal_or_upgraded(pod, originals, spec()):
             # Signed with a key that is gone: the spec may be a size we gave (sized at admission),
             # and re-capturing it would make that size the baseline for good.
@@ -325,7 +328,7 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
         # The MAC covers the spec values it verified against: the pod is exactly as the webhook sized it.
         return OriginalsCheck(
             Trust.TRUSTED,
-            f"verified, sized at admission for node type {annotations.get(SIZED_AT_ADMISSION)!r}",
+            f"verified, sized at admission for node type {state.sized_at_admission!r}",
             scope,
             key_id,
         )
@@ -362,7 +365,7 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
 
 def _late_keys(pod: Mapping[str, Any]) -> frozenset[str]:
     """The ``original-*`` keys older versions did not stamp: the pod level's and the sidecars'."""
-    return POD_ORIGINAL_KEYS | sidecar_original_keys(pod)
+    return pod_level_keys() | sidecar_original_keys(pod)
 
 
 def _equal_or_upgraded(pod: Mapping[str, Any], originals: Mapping[str, str], spec: Mapping[str, str]) -> bool:
@@ -374,42 +377,41 @@ def _equal_or_upgraded(pod: Mapping[str, Any], originals: Mapping[str, str], spe
     )
 
 
-def _lost_key(value: Any, keyring: KeyRing) -> str | None:
+def _lost_key(parsed: Mac | None, keyring: KeyRing) -> str | None:
     """The key id a MAC of the form we write names when the ring lacks it (no ring at all
     included), else None."""
-    parsed = _parse(value)
     if (
         parsed is None
-        or not _KEY_ID.fullmatch(parsed[1])
-        or not _MAC_FORM.fullmatch(parsed[2])
-        or parsed[1] in keyring.keys
+        or not _KEY_ID.fullmatch(parsed.key_id)
+        or not _MAC_FORM.fullmatch(parsed.digest)
+        or parsed.key_id in keyring.keys
     ):
         return None
-    return parsed[1]
+    return parsed.key_id
 
 
 def _verify(
-    value: Any,
+    state: PodState,
     keyring: KeyRing,
     originals: Mapping[str, str],
     pod: Mapping[str, Any],
     spec: Callable[[], Mapping[str, str]],
 ) -> tuple[Scope, str] | str:
     """(scope, key id) of a MAC that verifies, else why not."""
-    if value is None:
+    if state.mac_value is None:
         return "no originals MAC" if originals else "no original resources recorded"
-    parsed = _parse(value)
+    parsed = state.mac
     if parsed is None:
         return "malformed originals MAC"
-    scope, key_id, mac = parsed
+    scope, key_id, mac = parsed.scope, parsed.key_id, parsed.digest
     if not keyring:
         return "no key configured to verify the originals MAC"
     secret = keyring.keys.get(key_id)
     if secret is None:
         return f"originals MAC signed with unknown key {key_id!r}"
     if scope == "sized":
-        record = ((pod.get("metadata") or {}).get("annotations") or {}).get(SIZED_AT_ADMISSION)
-        if not isinstance(record, str):
+        record = state.sized_at_admission
+        if record is None:
             return "sized-at-admission MAC without its record"
         originals = _sized_cover(originals, record, spec())
     if _matches(secret, originals, PodIdentity.of(pod, scope=scope), scope, mac):
@@ -423,15 +425,6 @@ def _matches(secret: bytes, covered: Mapping[str, str], identity: PodIdentity, s
         # The webhook saw no name for a generateName pod: try that form too.
         candidates.append(PodIdentity(**{**identity.__dict__, "name": ""}))
     return any(hmac.compare_digest(_mac(secret, covered, candidate, scope), mac) for candidate in candidates)
-
-
-def _parse(value: Any) -> tuple[Scope, str, str] | None:
-    if not isinstance(value, str):
-        return None
-    parts = value.split(".")
-    if len(parts) != 4 or parts[0] != _VERSION or parts[1] not in _SCOPE_CODES:
-        return None
-    return _SCOPE_CODES[parts[1]], parts[2], parts[3]
 
 
 def _mac(secret: bytes, originals: Mapping[str, str], identity: PodIdentity, scope: Scope) -> str:
@@ -507,13 +500,12 @@ def baseline(
     if spec_originals is None:
         spec_originals = originals_from_spec_annotations(pod)
     meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    kept = {k: v for k, v in annotations.items() if not is_original_key(k) and k != ORIGINALS_MAC}
+    stamp: dict[str, str | None] = dict(originals_removal(read_state(pod)))
+    kept = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in stamp}
     view = {**pod, "metadata": {**meta, "annotations": kept}}
-    stamp: dict[str, str | None] = {k: None for k in annotations if is_original_key(k) or k == ORIGINALS_MAC}
     stamp.update(spec_originals)
     if keyring:
-        stamp[ORIGINALS_MAC] = sign_originals(keyring, spec_originals, PodIdentity.of(pod), "pod")
+        stamp.update(mac_patch(sign_originals(keyring, spec_originals, PodIdentity.of(pod), "pod")))
     return Baseline(result, view, stamp)
 
 
@@ -544,8 +536,8 @@ def _sized_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | 
     a webhook again at most once), so no container is ever left without originals."""
     missing = missing_original_annotations(pod)
     binding: dict[str, str | None] = dict(missing)
-    binding[ORIGINALS_MAC] = sign_originals(
-        keyring, {**original_annotations(pod), **missing}, PodIdentity.of(pod), "pod"
+    binding.update(
+        mac_patch(sign_originals(keyring, {**original_annotations(pod), **missing}, PodIdentity.of(pod), "pod"))
     )
     return binding
 
@@ -560,8 +552,8 @@ def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | Non
         return None
     stamp: dict[str, str | None] = dict(missing)
     if keyring:
-        stamp[ORIGINALS_MAC] = sign_originals(
-            keyring, {**original_annotations(pod), **missing}, PodIdentity.of(pod), "pod"
+        stamp.update(
+            mac_patch(sign_originals(keyring, {**original_annotations(pod), **missing}, PodIdentity.of(pod), "pod"))
         )
     return stamp
 
@@ -577,7 +569,7 @@ def admission_stamp(
     if not originals or not keyring:
         return originals
     identity = PodIdentity.of(pod, namespace, "admission")
-    return {**originals, ORIGINALS_MAC: sign_originals(keyring, originals, identity, "admission")}
+    return {**originals, **mac_patch(sign_originals(keyring, originals, identity, "admission"))}
 
 
 def admitted_originals(
@@ -590,19 +582,18 @@ def admitted_originals(
     own answer, called again (``reinvocationPolicy: IfNeeded``) after a later mutating webhook
     changed it: its author wrote the originals, not the spec's sized values. ``spec_originals``:
     ``originals_from_spec_annotations(pod)`` if known."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    record = annotations.get(SIZED_AT_ADMISSION)
-    parsed = _parse(annotations.get(ORIGINALS_MAC))
-    if not isinstance(record, str) or parsed is None or parsed[0] != "sized":
+    state = read_state(pod)
+    record, parsed = state.sized_at_admission, state.mac
+    if record is None or parsed is None or parsed.scope != "sized":
         return None
-    secret = keyring.keys.get(parsed[1])
-    originals = original_annotations(pod)
+    secret = keyring.keys.get(parsed.key_id)
+    originals = dict(state.originals)
     if secret is None or not originals:
         return None
     spec = spec_originals if spec_originals is not None else originals_from_spec_annotations(pod)
     try:  # (signed under the keys the pod carries: legacy ones too, from a webhook before an upgrade)
         covered = _sized_cover(originals, record, originals_as_recorded(pod, spec))
-        if not _matches(secret, covered, PodIdentity.of(pod, namespace, "sized"), "sized", parsed[2]):
+        if not _matches(secret, covered, PodIdentity.of(pod, namespace, "sized"), "sized", parsed.digest):
             return None
         return originals_as_written(pod, originals)
     except OriginalsError:  # colliding keys: no record of ours can describe this pod
@@ -625,7 +616,7 @@ def sized_stamp(
         return {}
     identity = PodIdentity.of(pod, namespace, "sized")
     mac = sign_originals(keyring, _sized_cover(originals, node_type, sized), identity, "sized")
-    return {**originals, SIZED_AT_ADMISSION: node_type, ORIGINALS_MAC: mac}
+    return {**originals, **sized_record_patch(node_type), **mac_patch(mac)}
 
 
 def _sized_cover(originals: Mapping[str, str], record: str, sized: Mapping[str, str]) -> dict[str, str]:
@@ -635,28 +626,30 @@ def _sized_cover(originals: Mapping[str, str], record: str, sized: Mapping[str, 
     values were never sized by us, the spec is their baseline."""
     return {
         **originals,
-        SIZED_AT_ADMISSION: record,
+        **sized_record_patch(record),
         **{_SIZED_VALUE + k: v for k, v in sized.items() if k in originals},
     }
 
 
 def pod_mac(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str]:
-    """``{ORIGINALS_MAC: ...}`` binding the pod's current originals to this pod (empty without keys)."""
+    """The MAC (:func:`resizer.podstate.mac_patch`) binding the pod's current originals to this pod
+    (empty without keys)."""
     if not keyring:
         return {}
-    return {ORIGINALS_MAC: sign_originals(keyring, original_annotations(pod), PodIdentity.of(pod), "pod")}
+    return mac_patch(sign_originals(keyring, original_annotations(pod), PodIdentity.of(pod), "pod"))
 
 
 def pod_mac_stand_in(keyring: KeyRing) -> dict[str, str]:
-    """An ``{ORIGINALS_MAC: ...}`` of exactly :func:`pod_mac`'s size, without computing a MAC
-    (what a size check needs)."""
-    if not keyring:
+    """A MAC patch of exactly :func:`pod_mac`'s size, without computing a MAC (what a size check
+    needs)."""
+    key_id = keyring.newest
+    if key_id is None:
         return {}
-    return {ORIGINALS_MAC: f"{_VERSION}.{_CODE_OF['pod']}.{keyring.newest}.{'-' * _MAC_CHARS}"}
+    return mac_patch(Mac("pod", key_id, "-" * _MAC_CHARS))
 
 
 def needs_resign(pod: Mapping[str, Any], keyring: KeyRing) -> bool:
     """A MAC signed with a key other than the newest (rotation): re-sign while it still verifies."""
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ORIGINALS_MAC)
-    key_id = key_id_of(value)
+    parsed = read_state(pod).mac
+    key_id = parsed.key_id if parsed is not None else None
     return bool(keyring) and key_id is not None and key_id != keyring.newest and key_id in keyring.keys

@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from resizer.annotations import is_controller_owned_key, original_key, pod_original_key
 from resizer.config import CompiledConfig, Policy, resolve_policy
 from resizer.originals import originals_from_spec_annotations
 from resizer.plan import POD_LEVEL, ResizePlan, ResourceChange, plan_resize
+from resizer.podstate import original_key, pod_original_key, without_controller_owned
 from resizer.preflight import limit_range_hold
 from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory
 
@@ -159,7 +159,7 @@ def admission_sizing(pod: Mapping[str, Any], config: CompiledConfig, node_type: 
         **pod,
         "metadata": {
             **metadata,
-            "annotations": {k: v for k, v in annotations.items() if not is_controller_owned_key(k)},
+            "annotations": without_controller_owned(annotations),
         },
     }
     plan = plan_resize(as_sent, resolve_policy(config, as_sent), node_type, pod_level=True)
@@ -342,7 +342,7 @@ def as_authored(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[st
         **pod,
         "metadata": {
             **metadata,
-            "annotations": {k: v for k, v in annotations.items() if not is_controller_owned_key(k)},
+            "annotations": without_controller_owned(annotations),
         },
         "spec": spec,
     }

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from resizer.annotations import APPLIED_INSTANCE_TYPE
 from resizer.config import CompiledConfig, resolve_policy
 from resizer.errors import ResizerError
 from resizer.originals import missing_original_annotations, sidecar_original_keys
 from resizer.plan import ResizePlan, plan_resize
+from resizer.podstate import read_state
 
 __all__ = ["realignment"]
 
@@ -32,8 +32,7 @@ def realignment(
     type, its originals are not all recorded, or its plan fails (reported when it was
     first sized). A sidecar without originals (a pod stamped before sidecars had them) was
     never sized: its spec is its baseline (resizer.integrity)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(APPLIED_INSTANCE_TYPE) != node_type:
+    if read_state(pod).applied.instance_type != node_type:
         return None
     try:
         if missing_original_annotations(pod).keys() - sidecar_original_keys(pod):

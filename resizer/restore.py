@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.annotations import is_controller_owned_key, pod_original_key
 from resizer.eligibility import eligibility
 from resizer.integrity import KeyRing, Trust, baseline
-from resizer.originals import OriginalsError, Slot, original_keys, sidecars
+from resizer.originals import OriginalsError, sidecars
+from resizer.podstate import Original, Slot, controller_owned_keys, read_state
 from resizer.quantity import QuantityError, coerce_quantity
 from resizer.scope import NamespaceScope
 
@@ -69,17 +69,11 @@ def restore_decision(
 
 
 _SPEC_FIELDS = {"request": "requests", "limit": "limits"}
-_POD_LEVEL_KEYS: dict[Slot, str] = {
-    (resource, kind): pod_original_key(resource, kind)
-    for resource in ("cpu", "memory")
-    for kind in ("request", "limit")
-}
 
 
 def managed_annotation_keys(pod: Mapping[str, Any]) -> list[str]:
     """The product's annotations on the pod (``original-*`` and ``applied-*``), sorted."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return sorted(key for key in annotations if is_controller_owned_key(key))
+    return controller_owned_keys(read_state(pod))
 
 
 def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,38 +81,37 @@ def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     (containers, and sidecars under ``initContainers``)
     (only the values that differ from the spec, compared by value); ``{}`` when the spec
     already holds the originals. Raises :class:`OriginalsError` for an unusable annotation."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    state = read_state(pod)
     spec = pod.get("spec") or {}
-    keys = original_keys(pod)
+    held = state.container_originals()
     patch: dict[str, Any] = {}
     for field, containers in (("containers", spec.get("containers") or []), ("initContainers", sidecars(pod))):
         entries = []
         for container in containers:  # a sidecar without originals was never sized: nothing to put back
-            resources = _put_back(annotations, container.get("resources"), keys[container["name"]])
+            resources = _put_back(container.get("resources"), held[container["name"]])
             if resources:
                 entries.append({"name": container["name"], "resources": resources})
         if entries:
             patch[field] = entries
     # The pod level (spec.resources) goes back in the same patch: the apiserver validates the
     # two levels against each other.
-    pod_level = _put_back(annotations, spec.get("resources"), _POD_LEVEL_KEYS)
+    pod_level = _put_back(spec.get("resources"), state.pod_level)
     if pod_level:
         patch["resources"] = pod_level
     return {"spec": patch} if patch else {}
 
 
 def _put_back(
-    annotations: Mapping[str, Any], current_resources: Mapping[str, Any] | None, keys: Mapping[Slot, str]
+    current_resources: Mapping[str, Any] | None, originals: Mapping[Slot, Original]
 ) -> dict[str, dict[str, str]]:
-    """The values to put back: each ``(resource, kind)`` recorded under its key in ``keys``."""
+    """The values to put back: each ``(resource, kind)`` recorded in ``originals``."""
     resources: dict[str, dict[str, str]] = {}
-    for (resource, kind), key in keys.items():
-        if key not in annotations:
+    for (resource, kind), original in originals.items():
+        if not original.recorded:
             continue
         spec_field = _SPEC_FIELDS[kind]
-        original = annotations[key]
-        if not _same(original, ((current_resources or {}).get(spec_field) or {}).get(resource), key):
-            resources.setdefault(spec_field, {})[resource] = original
+        if not _same(original.value, ((current_resources or {}).get(spec_field) or {}).get(resource), original.key):
+            resources.setdefault(spec_field, {})[resource] = original.value
     return resources
 
 

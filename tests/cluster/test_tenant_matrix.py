@@ -39,7 +39,7 @@ from resizer import (
     original_key,
     sign_originals,
 )
-from resizer.annotations import legacy_original_key
+from resizer.podstate import legacy_original_key
 from tests.cluster.test_reconciler import CONFIG_YAML, Harness, guaranteed, make_namespace, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
 

@@ -65,9 +65,9 @@ from resizer import (
     read_originals,
     resolve_policy,
 )
-from resizer.annotations import legacy_original_key
 from resizer.forecast import forecast_fleet
 from resizer.plan import ResizePlan, plan_resize
+from resizer.podstate import legacy_original_key
 from resizer.preflight import apply_patch as apply_resize
 from resizer.restore import restore_decision
 from resizer.scope import namespace_scope

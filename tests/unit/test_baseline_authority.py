@@ -38,8 +38,8 @@ from resizer import (
     sign_originals,
     sized_stamp,
 )
-from resizer.annotations import legacy_original_key
 from resizer.forecast import forecast_fleet
+from resizer.podstate import legacy_original_key
 from resizer.restore import restore_decision
 from resizer.scope import namespace_scope
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resizer.annotations import (
+from resizer.podstate import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
     PREFIX,

@@ -31,9 +31,9 @@ from resizer import (
     sign_originals,
     sized_stamp,
 )
-from resizer.annotations import legacy_original_key, original_key
 from resizer.originals import KeyCollisionError, missing_original_annotations, original_keys, read_pod_originals
 from resizer.plan import plan_resize
+from resizer.podstate import legacy_original_key, original_key
 from resizer.restore import restore_patch
 
 from .test_resizer_annotations import assert_valid_annotation_key, dns_labels

@@ -4,7 +4,6 @@ from fractions import Fraction
 
 import pytest
 
-from resizer.annotations import original_key
 from resizer.originals import (
     ContainerOriginals,
     OriginalsError,
@@ -13,6 +12,7 @@ from resizer.originals import (
     originals_from_spec_annotations,
     read_originals,
 )
+from resizer.podstate import original_key
 
 from .test_resizer_support import GiB, container, guaranteed, make_pod
 

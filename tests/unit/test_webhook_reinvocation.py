@@ -267,8 +267,8 @@ def test_a_record_under_the_keys_an_earlier_version_wrote_is_recognised_too() ->
     which wrote a long container name's originals under its legacy key: the reinvocation by a
     new replica takes the author's values back from them all the same."""
     from resizer import PodIdentity, sign_originals
-    from resizer.annotations import legacy_original_key
     from resizer.integrity import _sized_cover
+    from resizer.podstate import legacy_original_key
 
     long_name = "a" * 50
     obj = pod([container(long_name, {"cpu": "1", "memory": "256Mi"}, {"cpu": "1", "memory": "256Mi"})])
