@@ -1,7 +1,6 @@
 """The pod resizer's reconcile(key): read the pod and its node, decide (reconciler.decide, pure),
-then carry out the decision (reconciler.writes in the recovery-safe order its docstring gives,
-reconciler.follow for the kubelet's outcome). Reads and writes go only through the interfaces
-of reconciler.ports.
+act (reconciler.act: the writes in the recovery-safe order its docstring gives, then the reports).
+Reads and writes go only through the interfaces of reconciler.ports.
 """
 
 from __future__ import annotations
@@ -10,35 +9,20 @@ import logging
 import time
 from collections.abc import Callable
 
-from kube.informer import object_key
 from reconciler import gated
+from reconciler.act import Act, decision_record
 from reconciler.decide import (
-    Action,
-    Adopt,
-    Follow,
-    Hold,
-    NotEligible,
-    Nothing,
-    Parked,
-    RecordApplied,
-    Report,
-    Resign,
-    Resize,
-    Untyped,
     World,
     awaiting_kubelet,
     decide,
     node_type_of,
 )
-from reconciler.follow import Follow as Following
-from reconciler.gates import VPA, Gate, OpenGate
+from reconciler.gates import Gate, OpenGate
 from reconciler.memory import DONE, Context, InFlight, Memory, PodMemory, Result, Step
 from reconciler.outcome import Stage, allocatable_fingerprint
 from reconciler.pods import applied_node_type, live_and_bound, parked_at, pod_uid, recorded_state, situation
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault
-from reconciler.report import Reporter, decision_record
 from reconciler.settings import ControllerSettings
-from reconciler.writes import Writes
 from resizer import EMPTY_KEYRING, KeyRing, ResizerError, eligibility, missing_original_annotations
 from resizer.originals import sidecar_original_keys
 
@@ -76,9 +60,7 @@ class PodResizeReconciler:
         self._options = options
         self._memory = Memory()
         self._context = Context(writer, config, options, fault, clock, keyring, self._memory, gate or OpenGate())
-        self._reporter = Reporter(events, self._memory, options)
-        self._writes = Writes(self._context, self._reporter)
-        self._follow = Following(self._context, self._reporter, self._writes)
+        self._act = Act(self._context, events)
 
     @property
     def _fault(self) -> FaultHook:
@@ -167,56 +149,6 @@ class PodResizeReconciler:
             self._context.gate,
         )
         return await self._act(pod, decide(pod, node, world, self._memory.get(pod_uid(pod))))
-
-    async def _act(self, pod: Obj, action: Action) -> Result:
-        uid = pod_uid(pod)
-        if action.past_gate:
-            self._context.holds.release(uid, VPA)
-        if isinstance(action, Nothing):
-            return DONE if action.requeue_after is None else Result(requeue_after=action.requeue_after)
-        if isinstance(action, (Resize, RecordApplied)):
-            return await self._writes.write(pod, action.planned)
-        if isinstance(action, Follow):
-            return await self._follow.follow(pod, action.planned, action.observation)
-        if isinstance(action, Report):
-            return await self._reporter.terminal(
-                pod, action.signature, action.plan, action.event_type, action.reason, action.message
-            )
-        if isinstance(action, Resign):
-            self._memory.of(
-                uid
-            ).realign_checked = action.generation  # decided: the filter skips it until the config changes
-            self._memory.wait(uid, None)
-            self._context.holds.release(uid)
-            if action.mac:
-                await self._context.writer.record(pod, action.mac, resource_version=pod["metadata"]["resourceVersion"])
-            return DONE
-        if isinstance(action, Hold):
-            return await self._writes.holding.held(pod, None, action.held)
-        if isinstance(action, Parked):
-            self._memory.of(uid).parked = action.at
-            return DONE
-        if isinstance(action, Adopt):
-            log.info(
-                "following a re-alignment requested before this reconciler started",
-                extra={"pod": object_key(pod), "generation": pod["metadata"].get("generation")},
-            )
-            self._memory.of(uid).flight = action.flight
-            return await self._act(pod, action.then)
-        if isinstance(action, NotEligible):
-            self._memory.wait(uid, None)
-            return DONE
-        assert isinstance(action, Untyped)
-        log.debug(
-            "node has no type label; skipping",
-            extra={
-                "pod": object_key(pod),
-                "node": action.node_name,
-                "nodeExists": action.node_exists,
-                "label": self._options.node_type_label,
-            },
-        )
-        return DONE
 
 
 def has_originals(pod: Obj) -> bool:

@@ -3,7 +3,7 @@
 What the containers have (``status.containerStatuses[].resources``, the sidecars' and the pod
 level's ``status.resources``) is written by the kubelet, and by anyone else who may update
 ``pods/status``: a claim, not a fact. An infeasible or finally failing resize is set back to it
-(reconciler.follow) only when it is a size the product itself knows the pod had:
+(reconciler.act) only when it is a size the product itself knows the pod had:
 
 - the spec as it was right before this process's resize of it (and before any earlier resize
   of it the kubelet never answered), from memory;

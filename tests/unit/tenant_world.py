@@ -378,7 +378,7 @@ class World:
         self.pod["metadata"]["generation"] += 1
 
     def bind(self) -> None:
-        """The pod MAC the reconciler's writes carry when the authority lets it sign (reconciler.authority)."""
+        """The pod MAC the reconciler's writes carry when the authority lets it sign (reconciler.act.binding)."""
         try:
             if baseline(self.pod, self.ring, vouched=self.flight.originals if self.flight else None).may_sign:
                 annotations(self.pod).update(pod_mac(self.pod, self.ring))
@@ -396,7 +396,7 @@ class World:
     def stalled(self, reported_cpu_milli: int | None, condition: str) -> None:
         """The pod's status says the resize in its spec is infeasible or failing, the containers
         reporting ``reported_cpu_milli`` for the first container (None: the size before our resize);
-        the reconciler follows it (reconciler.follow): records it, and sets the spec back if it may."""
+        the reconciler follows it (reconciler.act): records it, and sets the spec back if it may."""
         pod = self.pod
         if reported_cpu_milli is None:
             if self.flight is None:
