@@ -65,20 +65,16 @@ from reconciler.ports import EventSink, Obj
 from reconciler.reasons import EventType, Reason
 from reconciler.revert import Revert, decide_revert, size_of_originals, sizes_before
 from resizer import (
-    APPLIED_AT,
-    APPLIED_INSTANCE_TYPE,
-    APPLIED_SIZE,
-    RESIZE_STATE,
     Baseline,
     ResizePlan,
     ResizerError,
     Trust,
     baseline,
-    original_annotations,
     plan_resize,
     pod_mac,
     resolve_policy,
 )
+from resizer.podstate import PodState, applied_patch, read_state, resize_state_patch
 
 log = logging.getLogger("reconciler.act")
 audit = logging.getLogger("reconciler.decision")
@@ -209,9 +205,10 @@ class Act:
         assert config is not None
         node, node_type, signature = planned.node, planned.node_type, planned.signature
         plan, context, base, generation = planned.plan, planned.context, planned.base, planned.generation
+        state = planned.state
         if base.stamp is not None and not plan.patch and not base.check.tampered:
             done = await self._originals_and_applied(
-                pod, node_type, signature, plan, context, base.stamp, generation, base.check.scope == "sized"
+                pod, state, node_type, signature, plan, context, base.stamp, generation, base.check.scope == "sized"
             )
             if done is not None:
                 return done
@@ -226,12 +223,14 @@ class Act:
             # The stamp changed the annotations the signature covers: a terminal decision
             # below must be keyed on the pod as it is now, or the watch event of our own
             # write looks like a new situation and the pod is decided (and reported) again.
+            state = read_state(pod)
             signature = situation(
                 pod,
+                state,
                 node_type,
                 self._c.config.generation,
                 self._c.pod_level(node),
-                mac_key_known(pod, self._c.keyring()),
+                mac_key_known(state, self._c.keyring()),
             )
             if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
                 generation = self._c.config.generation
@@ -244,13 +243,14 @@ class Act:
                 )
         if not plan.patch:
             return await self.applied(
-                pod, node_type, plan, generation, *aligned(pod, plan, context, base.check.scope == "sized")
+                pod, state, node_type, plan, generation, *aligned(state, plan, context, base.check.scope == "sized")
             )
-        return await self._resize(pod, node, node_type, signature, plan, context, generation)
+        return await self._resize(pod, state, node, node_type, signature, plan, context, generation)
 
     async def _originals_and_applied(
         self,
         pod: Obj,
+        state: PodState,
         node_type: str,
         signature: tuple[Any, ...],
         plan: ResizePlan,
@@ -263,9 +263,9 @@ class Act:
         applied go in one write, conditional on the resourceVersion the originals were read
         from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3.
         ``sized``: the webhook created the pod at this size (``stamp`` binds its originals)."""
-        reason, message = aligned(pod, plan, context, sized)
+        reason, message = aligned(state, plan, context, sized)
         try:
-            return await self.applied(pod, node_type, plan, generation, reason, message, originals=stamp)
+            return await self.applied(pod, state, node_type, plan, generation, reason, message, originals=stamp)
         except ApiError as err:
             if err.status != 409:
                 return await self._originals_not_recorded(pod, signature, plan, err)
@@ -286,6 +286,7 @@ class Act:
     async def _resize(
         self,
         pod: Obj,
+        state: PodState,
         node: Obj,
         node_type: str,
         signature: tuple[Any, ...],
@@ -294,7 +295,7 @@ class Act:
         generation: int,
     ) -> Result:
         """Step 2: the resize itself. Its outcome arrives through the pod watch (follow)."""
-        realigned = APPLIED_INSTANCE_TYPE in pod["metadata"]["annotations"]
+        realigned = state.applied.recorded
         if realigned:
             await self._realign_limiter.take()  # --max-resizes-per-second
         async with self._node_lock(pod):
@@ -309,7 +310,7 @@ class Act:
             except ApiError as err:
                 if err.retryable:  # a 409 included: retried from the cache with backoff
                     raise
-                return await self._rejected(pod, node, node_type, signature, plan, context, err)
+                return await self._rejected(pod, state, node, node_type, signature, plan, context, generation, err)
             self._c.gate.sent(pod, plan.patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
         record = self._c.memory.of(pod_uid(pod))
@@ -321,7 +322,7 @@ class Act:
             plan.summary(),
             "re-aligned" if realigned else "resized",
             config_generation=generation,
-            originals=original_annotations(pod),
+            originals=dict(state.originals),
             before=sizes_before(pod, previous.before if previous is not None else ()),
         )
         self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
@@ -345,6 +346,7 @@ class Act:
     async def applied(
         self,
         pod: Obj,
+        state: PodState,
         node_type: str,
         plan: ResizePlan,
         generation: int,
@@ -363,13 +365,9 @@ class Act:
         # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
         annotations: dict[str, str | None] = {
             **(originals or {}),
-            APPLIED_INSTANCE_TYPE: node_type,
-            APPLIED_AT: rfc3339(),
-            APPLIED_SIZE: spec_size(pod),
+            **applied_patch(node_type, rfc3339(), spec_size(pod), state),
             **binding(self._c, signed, node_type),
         }
-        if RESIZE_STATE in pod["metadata"]["annotations"]:
-            annotations[RESIZE_STATE] = None
         resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
         await self._record_applied(pod, node_type, annotations, resource_version)
         uid = pod_uid(pod)
@@ -402,13 +400,16 @@ class Act:
         reconciler still trusts them."""
         written = await self._c.writer.annotate(
             pod,
-            {RESIZE_STATE: state.encode(), **binding(self._c, pod, state.node_type)},
+            {**resize_state_patch(state), **binding(self._c, pod, state.node_type)},
             resource_version=resource_version,
         )
-        if state.state in (Stage.INFEASIBLE, Stage.ERROR):  # parked at this size (see needs_work)
-            self._c.memory.of(pod_uid(pod)).parked = parked_at(pod, self._c.config.generation, state.size)
         self._c.fault(Step.STATE)
         return str(written["metadata"]["resourceVersion"])
+
+    def _park(self, pod: Obj, state: PodState, generation: int, size: str) -> None:
+        """A size recorded infeasible or failing: remembered parked, so that needs_work lets the
+        pod's watch events pass only once something it was judged under changes."""
+        self._c.memory.of(pod_uid(pod)).parked = parked_at(pod, state, generation, size)
 
     async def _stamp_originals(self, pod: Obj, stamp: dict[str, str | None]) -> tuple[Obj, bool]:
         """Merge-patch the originals captured from the spec, conditional on the resourceVersion we
@@ -437,11 +438,13 @@ class Act:
     async def _rejected(
         self,
         pod: Obj,
+        state: PodState,
         node: Obj,
         node_type: str,
         signature: tuple[Any, ...],
         plan: ResizePlan,
         context: str,
+        generation: int,
         err: ApiError,
     ) -> Result:
         """The apiserver refused step 2."""
@@ -466,10 +469,11 @@ class Act:
                 self._c.memory.pod_level_refused = err.message
                 signature = situation(
                     pod,
+                    state,
                     node_type,
                     self._c.config.generation,
                     self._c.pod_level(node),
-                    mac_key_known(pod, self._c.keyring()),
+                    mac_key_known(state, self._c.keyring()),
                 )
             return await self.terminal(
                 pod,
@@ -482,7 +486,7 @@ class Act:
                 f"left alone",
             )
         if NODE_CAPACITY in err.causes:
-            return await self._refused_capacity(pod, node, node_type, plan, context, err)
+            return await self._refused_capacity(pod, state, node, node_type, plan, context, generation, err)
         return await self.terminal(
             pod,
             signature,
@@ -493,7 +497,15 @@ class Act:
         )
 
     async def _refused_capacity(
-        self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, context: str, err: ApiError
+        self,
+        pod: Obj,
+        state: PodState,
+        node: Obj,
+        node_type: str,
+        plan: ResizePlan,
+        context: str,
+        generation: int,
+        err: ApiError,
     ) -> Result:
         """The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
         nothing to set back."""
@@ -508,6 +520,7 @@ class Act:
                 allocatable_fingerprint(node),
             ),
         )
+        self._park(pod, state, generation, size_fingerprint(plan))
         metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
         await self.report(
             pod,
@@ -525,34 +538,44 @@ class Act:
     async def follow(self, pod: Obj, planned: Planned, observation: Observation) -> Result:
         """The spec holds the plan (from ``planned.base``, the baseline authority's decision); act
         on what the kubelet reports about it (``observation``)."""
-        node, node_type, plan, base = planned.node, planned.node_type, planned.plan, planned.base
+        node_type, plan, state = planned.node_type, planned.plan, planned.state
         context, generation = planned.context, planned.generation
+        recorded = recorded_state(state, node_type)
         if observation.stage == Stage.ACTUATED:
-            return await self._actuated(pod, node_type, plan, context, generation)
+            return await self._actuated(pod, state, recorded, node_type, plan, context, generation)
         if observation.stage == Stage.REQUESTED:
             self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
             return DONE
         if observation.stage == Stage.DEFERRED:
-            return await self._deferred(pod, node_type, observation)
+            return await self._deferred(pod, recorded, node_type, observation)
         try:
             if observation.stage == Stage.INFEASIBLE:
-                return await self._infeasible(pod, node, node_type, plan, base, observation.message)
+                return await self._infeasible(pod, planned, recorded, observation.message)
             if observation.stage == Stage.ERROR:
-                return await self._failing(pod, node, node_type, plan, base, observation)
+                return await self._failing(pod, planned, recorded, observation)
         except ApiError as err:
             # Their writes are conditional on the pod as read (they judge the status in hand):
             # it changed, e.g. the kubelet took the size after all. Its watch event decides again.
             if err.status != 409:
                 raise
             return DONE
-        return await self._unsupported(pod, node_type, plan, context)
+        return await self._unsupported(pod, recorded, node_type, plan, context)
 
-    async def _actuated(self, pod: Obj, node_type: str, plan: ResizePlan, context: str, generation: int) -> Result:
+    async def _actuated(
+        self,
+        pod: Obj,
+        state: PodState,
+        recorded: ResizeState | None,
+        node_type: str,
+        plan: ResizePlan,
+        context: str,
+        generation: int,
+    ) -> Result:
         flight = self._c.memory.get(pod_uid(pod)).flight
         requested = (
             flight.requested_at
             if flight is not None and flight.requested_at is not None
-            else parse_time(requested_at(pod, node_type))
+            else parse_time(requested_at(recorded))
         )
         summary = flight.summary if flight is not None else summary_from_originals(plan)
         message = f"{flight.verb if flight is not None else 'resized'} for {context}: {summary}"
@@ -564,15 +587,17 @@ class Act:
             message += "; actuated (requested before this reconciler started)"
         metrics.RESIZE_OUTCOMES.labels("actuated").inc()
         reason = Reason.BOUNDS_CLAMPED if plan.clamped else Reason.RESIZED
-        return await self.applied(pod, node_type, plan, generation, reason, message)
+        return await self.applied(pod, state, node_type, plan, generation, reason, message)
 
-    async def _deferred(self, pod: Obj, node_type: str, observation: Observation) -> Result:
+    async def _deferred(
+        self, pod: Obj, recorded: ResizeState | None, node_type: str, observation: Observation
+    ) -> Result:
         self._c.memory.wait(pod_uid(pod), Stage.DEFERRED)
         generation = pod["metadata"].get("generation")
-        state = recorded_state(pod, node_type)
+        state = recorded
         if state is None or state.state != Stage.DEFERRED or state.generation != generation:
             state = ResizeState(
-                Stage.DEFERRED, node_type, generation, requested_at=self._requested_stamp(pod, node_type)
+                Stage.DEFERRED, node_type, generation, requested_at=self._requested_stamp(pod, recorded)
             )
             await self.record(pod, state)
             metrics.RESIZE_OUTCOMES.labels("deferred").inc()
@@ -601,9 +626,7 @@ class Act:
         )
         return DONE
 
-    async def _infeasible(
-        self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, base: Baseline, message: str
-    ) -> Result:
+    async def _infeasible(self, pod: Obj, planned: Planned, recorded: ResizeState | None, message: str) -> Result:
         """The kubelet will never take this size: record it, then set the spec back to the actual size
         (if the product knows the pod had it; else keep the spec and say so, once).
 
@@ -611,7 +634,8 @@ class Act:
         is computed from the status in hand, and a kubelet that actuated the size meanwhile
         (e.g. its node grew) must not have it taken back (nor the pod marked infeasible)."""
         self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
-        state = recorded_state(pod, node_type)
+        node, node_type, plan, base = planned.node, planned.node_type, planned.plan, planned.base
+        state = recorded
         size = size_fingerprint(plan)
         allocatable = allocatable_fingerprint(node)
         revert = self._revert_of(pod, base)
@@ -630,6 +654,7 @@ class Act:
                 ),
                 resource_version=resource_version,
             )
+            self._park(pod, planned.state, planned.generation, size)
             metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
             outcome = (
                 "the spec is kept at the planned size (see RevertRefused)"
@@ -656,12 +681,13 @@ class Act:
         return DONE
 
     async def _failing(
-        self, pod: Obj, node: Obj, node_type: str, plan: ResizePlan, base: Baseline, observation: Observation
+        self, pod: Obj, planned: Planned, recorded: ResizeState | None, observation: Observation
     ) -> Result:
         """Actuation failed: the kubelet retries on each pod sync; we re-check with backoff, then give up."""
+        node, node_type, plan, base = planned.node, planned.node_type, planned.plan, planned.base
         uid = pod_uid(pod)
         self._c.memory.wait(uid, Stage.ERROR)
-        state = recorded_state(pod, node_type)
+        state = recorded
         size = size_fingerprint(plan)
         now = self._c.clock()
         record = self._c.memory.of(uid)
@@ -669,7 +695,7 @@ class Act:
             record.flight = InFlight(
                 node_type,
                 pod["metadata"].get("generation") or 0,
-                parse_time(requested_at(pod, node_type)),
+                parse_time(requested_at(recorded)),
                 summary_from_originals(plan),
             )
         flight = record.flight
@@ -680,6 +706,7 @@ class Act:
                 Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)
             )
             resource_version = await self.record(pod, state, resource_version=resource_version)
+            self._park(pod, planned.state, planned.generation, size)
             metrics.RESIZE_OUTCOMES.labels("error").inc()
             await self.report(
                 pod,
@@ -738,12 +765,14 @@ class Act:
         )
         return DONE
 
-    async def _unsupported(self, pod: Obj, node_type: str, plan: ResizePlan, context: str) -> Result:
+    async def _unsupported(
+        self, pod: Obj, recorded: ResizeState | None, node_type: str, plan: ResizePlan, context: str
+    ) -> Result:
         """Resized before its containers ran, on a node whose kubelet turns out not to resize in place."""
         uid = pod_uid(pod)
         self._c.memory.of(uid).flight = None
         self._c.memory.wait(uid, None)
-        state = recorded_state(pod, node_type)
+        state = recorded
         if state is not None and state.state == Stage.UNSUPPORTED:
             return DONE
         await self.record(pod, ResizeState(Stage.UNSUPPORTED, node_type, pod["metadata"].get("generation")))
@@ -802,11 +831,11 @@ class Act:
         record.flight = None
         self._c.fault(Step.REVERT)
 
-    def _requested_stamp(self, pod: Obj, node_type: str) -> str:
+    def _requested_stamp(self, pod: Obj, recorded: ResizeState | None) -> str:
         flight = self._c.memory.get(pod_uid(pod)).flight
         if flight is not None and flight.requested_at is not None:
             return format_time(flight.requested_at)
-        return requested_at(pod, node_type)
+        return requested_at(recorded)
 
 
 def decision_record(pod: Obj, plan: ResizePlan | None, outcome: str, dry_run: bool) -> dict[str, Any]:

@@ -20,11 +20,12 @@ from reconciler.decide import (
 from reconciler.gates import Gate, OpenGate
 from reconciler.memory import DONE, Context, InFlight, Memory, PodMemory, Result, Step
 from reconciler.outcome import Stage, allocatable_fingerprint
-from reconciler.pods import applied_node_type, live_and_bound, parked_at, pod_uid, recorded_state, situation
+from reconciler.pods import live_and_bound, parked_at, pod_uid, recorded_state, situation
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault
 from reconciler.settings import ControllerSettings
 from resizer import EMPTY_KEYRING, KeyRing, ResizerError, eligibility, missing_original_annotations
 from resizer.originals import sidecar_original_keys
+from resizer.podstate import PodState, read_state
 
 __all__ = [
     "DONE",
@@ -61,6 +62,7 @@ class PodResizeReconciler:
         self._memory = Memory()
         self._context = Context(writer, config, options, fault, clock, keyring, self._memory, gate or OpenGate())
         self._act = Act(self._context, events)
+        self._last_read: tuple[Obj, PodState] | None = None
 
     @property
     def _fault(self) -> FaultHook:
@@ -91,11 +93,12 @@ class PodResizeReconciler:
         memory = self._memory.get(uid)
         if memory.flight is not None and awaiting_kubelet(pod, node_type, memory.flight, self._config.generation):
             return False
-        if node_type in (applied_node_type(pod), memory.finished):
+        state = self._read(pod)
+        if node_type in (state.applied.instance_type, memory.finished):
             # Sized for this type: follow a re-alignment in flight, or decide it again once per
             # config version (a re-alignment due, or one an earlier process left unreported).
             return memory.flight is not None or (self._realign_due(uid) and has_originals(pod))
-        return not self._parked(pod, node, node_type, memory)
+        return not self._parked(pod, state, node, node_type, memory)
 
     def _realign_due(self, uid: str) -> bool:
         generation = self._config.generation
@@ -108,21 +111,31 @@ class PodResizeReconciler:
         self._memory.of(uid).realign_checked = generation
         return True
 
-    def _parked(self, pod: Obj, node: Obj, node_type: str, memory: PodMemory) -> bool:
+    def _parked(self, pod: Obj, state: PodState, node: Obj, node_type: str, memory: PodMemory) -> bool:
         """A node recorded as unable to resize, or a size recorded infeasible/failed on this node as
         it is that a pass of this process judged under the same config, originals and labels."""
-        state = recorded_state(pod, node_type)
-        if state is None:
+        recorded = recorded_state(state, node_type)
+        if recorded is None:
             return False
-        if state.state == Stage.UNSUPPORTED:
+        if recorded.state == Stage.UNSUPPORTED:
             return True
-        if state.state not in (Stage.INFEASIBLE, Stage.ERROR) or state.allocatable != allocatable_fingerprint(node):
+        if recorded.state not in (Stage.INFEASIBLE, Stage.ERROR) or recorded.allocatable != allocatable_fingerprint(
+            node
+        ):
             return False
-        return memory.parked is not None and memory.parked == parked_at(pod, self._config.generation, state.size)
+        judged = parked_at(pod, state, self._config.generation, recorded.size)
+        return memory.parked is not None and memory.parked == judged
 
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""
-        self._memory.observe(pod_uid(pod), pod["metadata"]["annotations"])
+        self._memory.observe(pod_uid(pod), self._read(pod))
+
+    def _read(self, pod: Obj) -> PodState:
+        """read_state(pod), once per version of the pod: the watch event's observe, needs_work and
+        the pass that follows it read the same cached object (kept, so its identity is not reused)."""
+        if self._last_read is None or self._last_read[0] is not pod:
+            self._last_read = (pod, read_state(pod))
+        return self._last_read[1]
 
     def forget(self, pod: Obj) -> None:
         """`pod` was deleted."""
@@ -148,7 +161,7 @@ class PodResizeReconciler:
             self._memory.pod_level_refused,
             self._context.gate,
         )
-        return await self._act(pod, decide(pod, node, world, self._memory.get(pod_uid(pod))))
+        return await self._act(pod, decide(pod, node, world, self._memory.get(pod_uid(pod)), self._read(pod)))
 
 
 def has_originals(pod: Obj) -> bool:

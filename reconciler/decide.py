@@ -28,8 +28,6 @@ from reconciler.outcome import (
 )
 from reconciler.pods import (
     aligned_message,
-    applied_node_type,
-    applied_size,
     live_and_bound,
     mac_key_known,
     parked_at,
@@ -43,10 +41,6 @@ from reconciler.ports import Obj
 from reconciler.reasons import EventType, Reason
 from reconciler.settings import ControllerSettings
 from resizer import (
-    APPLIED_AT,
-    APPLIED_INSTANCE_TYPE,
-    APPLIED_SIZE,
-    SIZED_AT_ADMISSION,
     Baseline,
     CompiledConfig,
     KeyRing,
@@ -62,7 +56,6 @@ from resizer import (
     missing_original_annotations,
     needs_resign,
     node_resizes_pod_level,
-    original_annotations,
     plan_bound_pod,
     plan_resize,
     pod_mac,
@@ -70,6 +63,7 @@ from resizer import (
     resolve_policy,
 )
 from resizer.originals import sidecar_original_keys
+from resizer.podstate import PodState, applied_patch, read_state
 
 CONFIG_RETRY = 5.0  # seconds: no valid config read yet
 
@@ -97,6 +91,7 @@ class Planned:
 
     node: Obj
     node_type: str
+    state: PodState  # the pod's annotations, read once
     signature: tuple[Any, ...]  # the situation a terminal decision is not taken twice in
     generation: int  # the config version the plan was made with
     base: Baseline
@@ -211,8 +206,9 @@ class Follow(Action):
 NOTHING = Nothing()
 
 
-def decide(pod: Obj, node: Obj | None, world: World, memory: PodMemory) -> Action:
-    """The one decision of a pass for `pod` as observed on `node` (None: no such node)."""
+def decide(pod: Obj, node: Obj | None, world: World, memory: PodMemory, state: PodState | None = None) -> Action:
+    """The one decision of a pass for `pod` as observed on `node` (None: no such node); `state`:
+    its annotations as read_state(pod) reads them, if the caller has read them already."""
     if not live_and_bound(pod) or not eligibility(pod).eligible:
         return NotEligible()
     node_type = node_type_of(node, world.options)
@@ -221,13 +217,15 @@ def decide(pod: Obj, node: Obj | None, world: World, memory: PodMemory) -> Actio
     flight = memory.flight
     if flight is not None and awaiting_kubelet(pod, node_type, flight, world.config_generation):
         return NOTHING  # queued before our resize (e.g. dirty while we wrote it): nothing to do yet
-    planner = Planner(pod, node_type, world)
+    state = state or read_state(pod)
+    planner = Planner(pod, state, node_type, world)
     if flight is None:
-        unreported = _unreported_realignment(pod, node_type, world, memory, planner)
+        unreported = _unreported_realignment(pod, state, node_type, world, memory, planner)
         if unreported is not None:
-            adopted = adopt(pod, unreported)
-            return Adopt(adopted, _decide(pod, node, node_type, world, replace(memory, flight=adopted), planner))
-    return _decide(pod, node, node_type, world, memory, planner)
+            adopted = adopt(pod, state, unreported)
+            remembered = replace(memory, flight=adopted)
+            return Adopt(adopted, _decide(pod, state, node, node_type, world, remembered, planner))
+    return _decide(pod, state, node, node_type, world, memory, planner)
 
 
 def node_type_of(node: Obj | None, options: ControllerSettings) -> str | None:
@@ -249,8 +247,9 @@ def awaiting_kubelet(pod: Obj, node_type: str, flight: InFlight, config_generati
 class Planner:
     """The plans of one decision: each pod to plan from, at each pod level, planned at most once."""
 
-    def __init__(self, pod: Obj, node_type: str, world: World) -> None:
+    def __init__(self, pod: Obj, state: PodState, node_type: str, world: World) -> None:
         self._pod = pod
+        self._state = state
         self._node_type = node_type
         self._world = world
         self._plans: dict[tuple[int, bool], ResizePlan] = {}
@@ -290,7 +289,7 @@ class Planner:
 
     def realignment(self) -> ResizePlan | None:
         """resizer.realign.realignment of the pod: its plan if the config now wants it different."""
-        if applied_node_type(self._pod) != self._node_type:
+        if self._state.applied.instance_type != self._node_type:
             return None
         try:
             if missing_original_annotations(self._pod).keys() - sidecar_original_keys(self._pod):
@@ -302,17 +301,17 @@ class Planner:
 
 
 def _unreported_realignment(
-    pod: Obj, node_type: str, world: World, memory: PodMemory, planner: Planner
+    pod: Obj, state: PodState, node_type: str, world: World, memory: PodMemory, planner: Planner
 ) -> ResizePlan | None:
     """The plan, if the spec holds a re-alignment (the spec equals the plan) whose size is not
     the one recorded as applied: requested by an earlier process that died before it ended."""
-    recorded = applied_size(pod)
+    recorded = state.applied.size
     if (
         recorded is None
         or not world.options.realign
         or world.config is None
         or memory.finished is not None
-        or applied_node_type(pod) != node_type
+        or state.applied.instance_type != node_type
         or recorded == spec_size(pod)
     ):
         return None
@@ -327,7 +326,7 @@ def _unreported_realignment(
     return plan if plan.outcome == "AlreadyAligned" else None
 
 
-def adopt(pod: Obj, plan: ResizePlan) -> InFlight:
+def adopt(pod: Obj, state: PodState, plan: ResizePlan) -> InFlight:
     """An unreported re-alignment found on the pod, as if this process had requested it."""
     return InFlight(
         plan.node_type,
@@ -335,17 +334,19 @@ def adopt(pod: Obj, plan: ResizePlan) -> InFlight:
         None,
         summary_from_originals(plan),
         "re-aligned",
-        originals=original_annotations(pod),
+        originals=dict(state.originals),
     )
 
 
-def _decide(pod: Obj, node: Obj, node_type: str, world: World, memory: PodMemory, planner: Planner) -> Action:
-    if _sized(pod, node_type, world, memory, planner):
+def _decide(
+    pod: Obj, state: PodState, node: Obj, node_type: str, world: World, memory: PodMemory, planner: Planner
+) -> Action:
+    if _sized(state, node_type, world, memory, planner):
         return Resign(world.config_generation, _resigned(pod, world))
     if world.config is None:
         return Nothing(requeue_after=CONFIG_RETRY)
     signature = situation(
-        pod, node_type, world.config_generation, world.pod_level(node), mac_key_known(pod, world.keyring)
+        pod, state, node_type, world.config_generation, world.pod_level(node), mac_key_known(state, world.keyring)
     )
     if memory.decided == signature:
         return NOTHING
@@ -354,7 +355,7 @@ def _decide(pod: Obj, node: Obj, node_type: str, world: World, memory: PodMemory
     held = world.gate.admit(pod)  # left to another controller (an updating VPA)
     if held is not None:
         return Hold(held)
-    planned = _plan(pod, node, node_type, signature, world, memory, planner)
+    planned = _plan(pod, state, node, node_type, signature, world, memory, planner)
     if isinstance(planned, Report):
         return planned
     refused = _refused(pod, planned, world)
@@ -362,23 +363,23 @@ def _decide(pod: Obj, node: Obj, node_type: str, world: World, memory: PodMemory
         return refused
     base, plan = planned.base, planned.plan
     if plan.patch:
-        state = recorded_state(pod, node_type)
-        if _parked(state, node, plan):
-            return Parked(parked_at(pod, planned.generation, state.size if state is not None else None))
+        recorded = recorded_state(state, node_type)
+        if _parked(recorded, node, plan):
+            return Parked(parked_at(pod, state, planned.generation, recorded.size if recorded is not None else None))
         return _fitting(pod, planned, world) or Resize(planned)
     sized = base.check.scope == "sized"
     if (sized and base.stamp is not None) or (
         # Aligned and never resized: only the originals and the record of what was applied to write.
-        memory.flight is None and not resized_from_originals(plan) and recorded_state(pod, node_type) is None
+        memory.flight is None and not resized_from_originals(plan) and recorded_state(state, node_type) is None
     ):
-        reason, message = aligned(pod, plan, planned.context, sized)
+        reason, message = aligned(state, plan, planned.context, sized)
         return _fitting(pod, planned, world) or RecordApplied(planned, reason, message)
     return Follow(planned, observe(pod))
 
 
-def _sized(pod: Obj, node_type: str, world: World, memory: PodMemory, planner: Planner) -> bool:
+def _sized(state: PodState, node_type: str, world: World, memory: PodMemory, planner: Planner) -> bool:
     """Sized for this node type, with no re-alignment in flight nor due under the config in use."""
-    if node_type not in (applied_node_type(pod), memory.finished):
+    if node_type not in (state.applied.instance_type, memory.finished):
         return False
     if memory.flight is not None:  # a re-alignment being followed to actuation
         return False
@@ -409,6 +410,7 @@ def vouched(memory: PodMemory, pod: Obj, node_type: str) -> Mapping[str, str] | 
 
 def _plan(
     pod: Obj,
+    state: PodState,
     node: Obj,
     node_type: str,
     signature: tuple[Any, ...],
@@ -439,7 +441,7 @@ def _plan(
         )
     except PlanError as err:  # reported once, like a corrupt original: a retry cannot help
         return Report(signature, None, EventType.WARNING, Reason.RESIZE_FAILED, f"cannot size the pod: {err}")
-    return Planned(node, node_type, signature, world.config_generation, base, plan)
+    return Planned(node, node_type, state, signature, world.config_generation, base, plan)
 
 
 def _refused(pod: Obj, planned: Planned, world: World) -> Report | None:
@@ -501,12 +503,10 @@ def _fitting(pod: Obj, planned: Planned, world: World) -> Report | None:
     (reported once, not resized). Stand-ins of the right size for the MAC and the size digest:
     only their length counts here."""
     final = {
-        **original_annotations(pod),
+        **planned.state.originals,
         **(planned.base.stamp or {}),
         **pod_mac_stand_in(world.keyring),
-        APPLIED_INSTANCE_TYPE: planned.node_type,
-        APPLIED_AT: rfc3339(),
-        APPLIED_SIZE: "-" * SPEC_SIZE_CHARS,
+        **applied_patch(planned.node_type, rfc3339(), "-" * SPEC_SIZE_CHARS),
     }
     if fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None}):
         return None
@@ -521,11 +521,11 @@ def _fitting(pod: Obj, planned: Planned, world: World) -> Report | None:
     )
 
 
-def aligned(pod: Obj, plan: ResizePlan, context: str, sized: bool) -> tuple[Reason, str]:
+def aligned(state: PodState, plan: ResizePlan, context: str, sized: bool) -> tuple[Reason, str]:
     """The report of a pod that needs no resize; `sized`: the webhook created it at this size."""
     if not sized:
         return Reason.ALREADY_ALIGNED, aligned_message(plan, context)
     return Reason.SIZED_AT_ADMISSION, (
         f"created at its size for {context} (the webhook knew the node type "
-        f"{pod['metadata']['annotations'].get(SIZED_AT_ADMISSION)!r} at admission): {summary_from_originals(plan)}"
+        f"{state.sized_at_admission!r} at admission): {summary_from_originals(plan)}"
     )

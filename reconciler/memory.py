@@ -8,11 +8,12 @@ from typing import Any
 
 from reconciler import metrics
 from reconciler.gates import Gate, HoldMemory, OpenGate
-from reconciler.outcome import ResizeState, Stage
+from reconciler.outcome import Stage
 from reconciler.ports import ConfigView, FaultHook, Obj, PodWriter
 from reconciler.revert import Size
 from reconciler.settings import ControllerSettings
-from resizer import APPLIED_INSTANCE_TYPE, RESIZE_STATE, KeyRing, node_resizes_pod_level
+from resizer import KeyRing, node_resizes_pod_level
+from resizer.podstate import PodState
 
 
 class Step:
@@ -115,20 +116,16 @@ class Memory:
             if stage is not None:
                 metrics.RESIZES_WAITING.labels(stage.value).inc()
 
-    def observe(self, uid: str, annotations: Mapping[str, str]) -> None:
+    def observe(self, uid: str, state: PodState) -> None:
         """The pod's annotations as a watch event shows them."""
         record = self._pods.get(uid)
-        if (
-            record is not None
-            and record.finished is not None
-            and annotations.get(APPLIED_INSTANCE_TYPE) == record.finished
-        ):
+        if record is not None and record.finished is not None and state.applied.instance_type == record.finished:
             record.finished = None
-        if RESIZE_STATE in annotations and (record is None or record.waiting is None):
+        recorded = state.resize_state
+        if recorded is not None and (record is None or record.waiting is None):
             # After a restart: count the stalled resizes recorded on pods (the gauge).
-            state = ResizeState.decode(annotations[RESIZE_STATE])
-            if state is not None and state.state in (Stage.DEFERRED, Stage.INFEASIBLE, Stage.ERROR):
-                self.wait(uid, state.state)
+            if recorded.state in (Stage.DEFERRED, Stage.INFEASIBLE, Stage.ERROR):
+                self.wait(uid, recorded.state)
 
     def forget(self, uid: str) -> None:
         """The pod was deleted."""

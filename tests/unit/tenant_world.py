@@ -67,7 +67,7 @@ from resizer import (
 )
 from resizer.forecast import forecast_fleet
 from resizer.plan import ResizePlan, plan_resize
-from resizer.podstate import legacy_original_key
+from resizer.podstate import legacy_original_key, read_state
 from resizer.preflight import apply_patch as apply_resize
 from resizer.restore import restore_decision
 from resizer.scope import namespace_scope
@@ -424,7 +424,9 @@ class World:
             return
         base, plan = decided
         if plan.patch or (
-            self.flight is None and not resized_from_originals(plan) and recorded_state(pod, self.node_type) is None
+            self.flight is None
+            and not resized_from_originals(plan)
+            and recorded_state(read_state(pod), self.node_type) is None
         ):
             return  # the reconciler resizes, or records the pod aligned: no resize of ours to set back
         before = self.flight.before if self.flight else ()

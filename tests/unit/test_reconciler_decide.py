@@ -294,3 +294,23 @@ def test_the_filter_never_plans(plans: list[str]) -> None:
             rec = reconciler(cluster(), config=config)
             rec.needs_work(pod_, node)
         assert plans == [], situation.__name__
+
+
+def test_a_watch_event_and_its_pass_read_the_pods_annotations_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from resizer.podstate import read_state
+
+    reads: list[object] = []
+
+    def counted(pod_: Any) -> Any:
+        reads.append(pod_)
+        return read_state(pod_)
+
+    for module in ("reconciler.controller", "reconciler.decide", "reconciler.act"):
+        monkeypatch.setattr(f"{module}.read_state", counted)
+    fake = cluster(pod(stamped=True))
+    rec = reconciler(fake)
+    cached = fake.pod(KEY)
+    rec.observe(cached)
+    assert rec.needs_work(cached, node_of(fake))
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize"] and reads == [cached]
