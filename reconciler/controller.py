@@ -82,7 +82,10 @@ class PodResizeReconciler:
     def needs_work(self, pod: Obj, node: Obj | None) -> bool:
         """Whether a watch event of `pod` (on `node`, None if not cached) is worth a reconcile.
         Never plans: what only a plan can tell is left to the pass (reconciler.decide)."""
-        if not live_and_bound(pod) or not eligibility(pod).eligible:
+        if not live_and_bound(pod):
+            return False
+        state = self._read(pod)
+        if not eligibility(pod, state).eligible:
             return False
         if node is None:
             return True  # a node we have not seen yet: reconcile looks it up
@@ -93,7 +96,6 @@ class PodResizeReconciler:
         memory = self._memory.get(uid)
         if memory.flight is not None and awaiting_kubelet(pod, node_type, memory.flight, self._config.generation):
             return False
-        state = self._read(pod)
         if node_type in (state.applied.instance_type, memory.finished):
             # Sized for this type: follow a re-alignment in flight, or decide it again once per
             # config version (a re-alignment due, or one an earlier process left unreported).

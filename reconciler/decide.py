@@ -209,7 +209,10 @@ NOTHING = Nothing()
 def decide(pod: Obj, node: Obj | None, world: World, memory: PodMemory, state: PodState | None = None) -> Action:
     """The one decision of a pass for `pod` as observed on `node` (None: no such node); `state`:
     its annotations as read_state(pod) reads them, if the caller has read them already."""
-    if not live_and_bound(pod) or not eligibility(pod).eligible:
+    if not live_and_bound(pod):
+        return NotEligible()
+    state = state or read_state(pod)
+    if not eligibility(pod, state).eligible:
         return NotEligible()
     node_type = node_type_of(node, world.options)
     if node is None or not node_type:
@@ -217,7 +220,6 @@ def decide(pod: Obj, node: Obj | None, world: World, memory: PodMemory, state: P
     flight = memory.flight
     if flight is not None and awaiting_kubelet(pod, node_type, flight, world.config_generation):
         return NOTHING  # queued before our resize (e.g. dirty while we wrote it): nothing to do yet
-    state = state or read_state(pod)
     planner = Planner(pod, state, node_type, world)
     if flight is None:
         unreported = _unreported_realignment(pod, state, node_type, world, memory, planner)
