@@ -18,7 +18,7 @@ from reconciler.decide import (
     node_type_of,
 )
 from reconciler.gates import Gate, OpenGate
-from reconciler.memory import DONE, Context, InFlight, Memory, PodMemory, Result, Step
+from reconciler.memory import DONE, Context, InFlight, Memory, PodMemory, Result, Step, cache_behind
 from reconciler.outcome import Stage, allocatable_fingerprint
 from reconciler.pods import live_and_bound, parked_at, pod_uid, recorded_state, situation
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault
@@ -94,12 +94,16 @@ class PodResizeReconciler:
             return False  # untyped node: nothing to do until it is labelled
         uid = pod_uid(pod)
         memory = self._memory.get(uid)
-        if memory.flight is not None and awaiting_kubelet(pod, node_type, memory.flight, self._config.generation):
-            return False
+        flight = memory.flight
+        if flight is not None and (
+            awaiting_kubelet(pod, node_type, flight, self._config.generation)
+            or cache_behind(memory, pod["metadata"].get("generation") or 0, node_type)
+        ):
+            return False  # our resize not answered yet, or the event of a write before it
         if node_type in (state.applied.instance_type, memory.finished):
             # Sized for this type: follow a re-alignment in flight, or decide it again once per
             # config version (a re-alignment due, or one an earlier process left unreported).
-            return memory.flight is not None or (self._realign_due(uid) and has_originals(pod))
+            return flight is not None or (self._realign_due(uid) and has_originals(pod))
         return not self._parked(pod, state, node, node_type, memory)
 
     def _realign_due(self, uid: str) -> bool:

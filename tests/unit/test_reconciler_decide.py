@@ -314,3 +314,19 @@ def test_a_watch_event_and_its_pass_read_the_pods_annotations_once(monkeypatch: 
     assert rec.needs_work(cached, node_of(fake))
     run(rec.reconcile(KEY))
     assert fake.ops() == ["resize"] and reads == [cached]
+
+
+def test_the_filter_drops_the_events_of_writes_older_than_our_resize() -> None:
+    """The watch events of step 1 (or of anything before our resize) arrive after it: a pass would
+    find the cache behind our own write and do nothing, so no pass is queued."""
+    fake = cluster(pod())
+    fake.lagging_cache = True
+    rec = reconciler(fake)
+    node = node_of(fake)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["annotate", "resize"]
+    assert not rec.needs_work(fake.pod(KEY), node), "the pod as it was before our resize"
+    fake.sync()
+    assert not rec.needs_work(fake.pod(KEY), node), "our resize, not answered yet"
+    fake.actuate(KEY)
+    assert rec.needs_work(fake.pod(KEY), node), "the kubelet's answer"
