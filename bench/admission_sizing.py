@@ -47,7 +47,8 @@ from bench.reconciler_burst import _gone, byte_compile, cluster_up  # noqa: E402
 from devkit.configs import config_yaml  # noqa: E402
 from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
 from devkit.processes import Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active  # noqa: E402
-from resizer import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION, parse_quantity  # noqa: E402
+from resizer import parse_quantity  # noqa: E402
+from resizer.podstate import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION  # noqa: E402
 
 NAMESPACE = "bench-admission"
 LABEL = "cloud.google.com/machine-family"

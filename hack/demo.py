@@ -46,7 +46,8 @@ from devkit.cluster import ClusterError, LocalCluster, cluster_dir_for_demo  # n
 from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
 from devkit.processes import Reconciler, Webhook, WebhookCerts, register_webhook  # noqa: E402
 from reconciler.settings import ORIGINALS_KEYS_SECRET  # noqa: E402
-from resizer import APPLIED_INSTANCE_TYPE, SAMPLE_CONFIG, SIZED_AT_ADMISSION, original_key  # noqa: E402
+from resizer import SAMPLE_CONFIG, original_key  # noqa: E402
+from resizer.podstate import APPLIED_INSTANCE_TYPE, SIZED_AT_ADMISSION  # noqa: E402
 
 CLUSTER = LocalCluster(cluster_dir_for_demo())
 DEMO = CLUSTER.state_dir / "demo"

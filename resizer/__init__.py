@@ -77,15 +77,7 @@ from resizer.plan import (
     node_resizes_pod_level,
     plan_resize,
 )
-from resizer.podstate import (  # the pod model; key names re-exported for callers not yet migrated
-    APPLIED_AT,
-    APPLIED_INSTANCE_TYPE,
-    APPLIED_SIZE,
-    ORIGINALS_MAC,
-    PREFIX,
-    RESIZE_STATE,
-    SIZED_AT_ADMISSION,
-    SKIP,
+from resizer.podstate import (
     TOTAL_ANNOTATION_SIZE_LIMIT,
     fits_annotation_limit,
     is_controller_owned_key,
@@ -106,16 +98,8 @@ from resizer.quantity import (
 )
 
 __all__ = [
-    "APPLIED_AT",
-    "APPLIED_INSTANCE_TYPE",
-    "APPLIED_SIZE",
     "COMPUTE_CLASS_SELECTOR",
     "EMPTY_KEYRING",
-    "ORIGINALS_MAC",
-    "PREFIX",
-    "RESIZE_STATE",
-    "SIZED_AT_ADMISSION",
-    "SKIP",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "Bounds",
     "CompiledConfig",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from bench.drills.harness import Burst, Context, Drill, wait_aligned
 from bench.drills.workload import TEMPLATE_LABEL, TEMPLATES, list_pods, resource_units
 from devkit.cluster import ok_count
-from resizer import APPLIED_INSTANCE_TYPE
+from resizer.podstate import APPLIED_INSTANCE_TYPE
 
 
 @dataclass(frozen=True)

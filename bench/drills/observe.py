@@ -20,7 +20,7 @@ import orjson
 
 from devkit.kube import Kube
 from devkit.metrics import samples
-from resizer import APPLIED_INSTANCE_TYPE, PREFIX
+from resizer.podstate import APPLIED_INSTANCE_TYPE, PREFIX
 
 ORIGINAL_PREFIX = PREFIX + "original-"
 

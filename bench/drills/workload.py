@@ -14,9 +14,6 @@ from typing import Any
 from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from devkit.kube import Kube, container
 from resizer import (
-    APPLIED_INSTANCE_TYPE,
-    PREFIX,
-    SKIP,
     coerce_quantity,
     is_controller_owned_key,
     load_config,
@@ -26,6 +23,7 @@ from resizer import (
     to_bytes,
     to_millicores,
 )
+from resizer.podstate import APPLIED_INSTANCE_TYPE, PREFIX, SKIP
 
 TEMPLATE_LABEL = "drill.workload-resizer.io/template"
 WORKLOAD_LABEL = "drill.workload-resizer.io/workload"

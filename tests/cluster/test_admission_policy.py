@@ -23,11 +23,12 @@ from devkit.chart import ensure_helm
 from devkit.kube import ApiError, Kube, deployment, wait_for
 from devkit.processes import REPO, Webhook, originals_key_dir, register_webhook, unregister_webhook, wait_webhook_active
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
+from resizer import podstate
 from tests.cluster.test_reconciler import Harness, guaranteed, make_namespace, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
 
 ORIGINAL_CPU = "workload-resizer.io/original-cpu.app"
-SIZED_AT_ADMISSION = resizer.SIZED_AT_ADMISSION
+SIZED_AT_ADMISSION = podstate.SIZED_AT_ADMISSION
 
 
 @pytest.fixture
@@ -463,7 +464,7 @@ def test_pods_the_webhook_sizes_at_admission_pass_the_create_policy(world: dict[
         ]
         pod = tenant.request("POST", f"/api/v1/namespaces/{ns}/pods", owned, params={"dryRun": "All"})
         assert pod["metadata"]["annotations"][SIZED_AT_ADMISSION] == "n4"
-        assert pod["metadata"]["annotations"][resizer.ORIGINALS_MAC].startswith("v1.s.")
+        assert pod["metadata"]["annotations"][podstate.ORIGINALS_MAC].startswith("v1.s.")
 
         harness.kube.create(
             f"/apis/apps/v1/namespaces/{ns}/deployments", pinned_deployment("pinned", {harness.label: "n4"})
@@ -471,7 +472,7 @@ def test_pods_the_webhook_sizes_at_admission_pass_the_create_policy(world: dict[
         (created,) = harness.wait_running("pinned")
         assert resources(created)["limits"]["cpu"] == q("800m"), "1 CPU sized for n4 at creation"
         assert ours(created)[SIZED_AT_ADMISSION] == "n4"
-        assert ours(created)[resizer.ORIGINALS_MAC].startswith("v1.s.")
+        assert ours(created)[podstate.ORIGINALS_MAC].startswith("v1.s.")
 
 
 def test_with_the_webhook_forged_keys_are_stripped_and_down_they_are_denied(world: dict[str, Any]) -> None:

@@ -28,7 +28,8 @@ import pytest
 
 from devkit.kube import container, deployment, wait_for
 from devkit.processes import MUTATING_WEBHOOKS, WebhookCerts
-from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, original_key
+from resizer import original_key
+from resizer.podstate import ORIGINALS_MAC, SIZED_AT_ADMISSION
 from tests.cluster.test_admission_sizing import (
     AUTHOR,
     cpu,

@@ -21,7 +21,8 @@ import yaml
 
 from devkit.kube import ApiError, container, deployment, wait_for
 from devkit.processes import Webhook, WebhookCerts
-from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, original_key, pod_original_key
+from resizer import original_key, pod_original_key
+from resizer.podstate import ORIGINALS_MAC, SIZED_AT_ADMISSION
 from tests.cluster.test_real_node import (
     START_TIMEOUT,
     app_status,

@@ -33,8 +33,9 @@ from devkit.processes import (
 )
 from devkit.rbac import POLICY_KINDS, RBAC_KINDS, TEST_LABEL, chart_names, kubeconfig_for_token, uninstall_rbac
 from devkit.tempdirs import temporary_directory
-from resizer import ORIGINALS_MAC, key_id_of
+from resizer import key_id_of
 from resizer.integrity import key_id_order
+from resizer.podstate import ORIGINALS_MAC
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, ours, q, resources
 
 CPU_ORIGINAL = "workload-resizer.io/original-cpu.app"

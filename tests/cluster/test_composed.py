@@ -54,15 +54,14 @@ from devkit.rbac import tenant_kubeconfig
 from devkit.watch import PodHistory
 from ops.keys import new_key_id
 from reconciler.outcome import spec_size
-from resizer import (
+from resizer import key_id_of, original_key
+from resizer.podstate import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
     APPLIED_SIZE,
     ORIGINALS_MAC,
     RESIZE_STATE,
     SIZED_AT_ADMISSION,
-    key_id_of,
-    original_key,
 )
 from tests.cluster.test_admission_policy import _denied_now, bare_pod, wait_create_policy_active
 from tests.cluster.test_preflight import VPA_CRD

@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from devkit.kube import ApiError, Kube, container, deployment, wait_for
-from resizer import SKIP, parse_quantity
+from resizer import parse_quantity
+from resizer.podstate import SKIP
 from tests.conftest import HACK_CLUSTER, Cluster
 
 TAINT = {"key": "workload-resizer.io/test-node", "value": "control-plane", "effect": "NoSchedule"}

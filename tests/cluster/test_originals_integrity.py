@@ -11,7 +11,8 @@ from typing import Any
 
 from devkit.kube import wait_for
 from devkit.processes import Webhook
-from resizer import ORIGINALS_MAC, original_key
+from resizer import original_key
+from resizer.podstate import ORIGINALS_MAC
 from tests.cluster.test_reconciler import Harness, guaranteed, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from devkit.kube import container
 from devkit.processes import REPO, originals_key_dir
-from resizer import SKIP, parse_quantity
+from resizer import parse_quantity
+from resizer.podstate import SKIP
 from tests.cluster.test_reconciler import (
     Harness,
     applied,

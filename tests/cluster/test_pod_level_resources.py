@@ -23,7 +23,8 @@ import pytest
 from devkit.kube import ApiError, container, deployment, wait_for
 from devkit.processes import REPO, Webhook, originals_key_dir
 from ops.keys import read_key_directory
-from resizer import ORIGINALS_MAC, KeyRing, Trust, baseline, parse_quantity, pod_original_key
+from resizer import KeyRing, Trust, baseline, parse_quantity, pod_original_key
+from resizer.podstate import ORIGINALS_MAC
 from tests.cluster.test_preflight import resizes_served
 from tests.cluster.test_reconciler import Harness, applied, ours
 from tests.cluster.test_restore_command import restore_argv

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from devkit.kube import deployment, installed_crd, wait_for
-from resizer import SKIP
+from resizer.podstate import SKIP
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, resources
 
 VPA_CRD = Path(__file__).parent / "manifests" / "vpa-crd.yaml"

@@ -21,7 +21,7 @@ from devkit.chart import ensure_helm
 from devkit.kube import deployment, wait_for
 from devkit.processes import Reconciler
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
-from resizer import ORIGINALS_MAC
+from resizer.podstate import ORIGINALS_MAC
 from tests.cluster.test_reconciler import PATCH_RESIZE, Harness, guaranteed, ours, q, resources
 
 FORBIDDEN = {"code": "403"}

@@ -23,7 +23,8 @@ import pytest
 from devkit.kube import ApiError, Kube, deployment, wait_for
 from devkit.processes import REPO, Webhook, originals_key_dir, register_webhook, unregister_webhook, wait_webhook_active
 from ops.keys import read_key_directory
-from resizer import RESIZE_STATE, KeyRing, Trust, baseline, pod_original_key
+from resizer import KeyRing, Trust, baseline, pod_original_key
+from resizer.podstate import RESIZE_STATE
 from tests.cluster.test_reconciler import (
     Harness,
     expected_originals,

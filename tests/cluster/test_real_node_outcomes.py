@@ -24,7 +24,7 @@ import pytest
 
 from devkit.configs import config_yaml
 from devkit.kube import wait_for
-from resizer import APPLIED_INSTANCE_TYPE, RESIZE_STATE, SKIP
+from resizer.podstate import APPLIED_INSTANCE_TYPE, RESIZE_STATE, SKIP
 from tests.cluster.test_real_node import (
     START_TIMEOUT,
     app_status,

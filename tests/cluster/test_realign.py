@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from devkit.kube import wait_for
-from resizer import APPLIED_SIZE
+from resizer.podstate import APPLIED_SIZE
 from tests.cluster.test_reconciler import (
     CONFIG_YAML,
     CRASH_AFTER,

@@ -26,7 +26,8 @@ import pytest
 from devkit.configs import config_yaml
 from devkit.kube import ApiError, Kube, container, deployment, wait_for
 from devkit.processes import Reconciler
-from resizer import APPLIED_AT, APPLIED_INSTANCE_TYPE, PREFIX, original_key, parse_quantity
+from resizer import original_key, parse_quantity
+from resizer.podstate import APPLIED_AT, APPLIED_INSTANCE_TYPE, PREFIX
 
 CONFIG_NAME = "workload-resizer-config"
 CRASH_AFTER = "WORKLOAD_RESIZER_TEST_CRASH_AFTER"

@@ -24,7 +24,7 @@ from devkit.chart import ensure_helm
 from devkit.kube import ApiError, Kube, wait_for
 from devkit.processes import Reconciler
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
-from resizer import RESIZE_STATE
+from resizer.podstate import RESIZE_STATE
 from tests.cluster.test_reconciler import (
     Harness,
     applied,

@@ -26,7 +26,6 @@ import pytest
 from devkit.configs import config_yaml
 from devkit.kube import Kube, container, wait_for
 from resizer import (
-    SKIP,
     ResizePlan,
     format_cpu,
     format_memory,
@@ -36,6 +35,7 @@ from resizer import (
     pod_qos_class,
     resolve_policy,
 )
+from resizer.podstate import SKIP
 from tests.conftest import Cluster
 
 CONFIG = load_config(config_yaml(extra_node_types={"ultra": (6.0, 3.0), "slow": (0.5, 0.8)}))

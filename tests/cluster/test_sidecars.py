@@ -20,17 +20,8 @@ from devkit.kube import deployment, wait_for
 from devkit.processes import REPO, Webhook, originals_key_dir
 from ops.keys import read_key_directory
 from reconciler.outcome import spec_size
-from resizer import (
-    APPLIED_INSTANCE_TYPE,
-    APPLIED_SIZE,
-    ORIGINALS_MAC,
-    KeyRing,
-    PodIdentity,
-    Trust,
-    check_originals,
-    original_key,
-    sign_originals,
-)
+from resizer import KeyRing, PodIdentity, Trust, check_originals, original_key, sign_originals
+from resizer.podstate import APPLIED_INSTANCE_TYPE, APPLIED_SIZE, ORIGINALS_MAC
 from tests.cluster.test_realign import edit_config
 from tests.cluster.test_reconciler import (
     CONFIG_YAML,

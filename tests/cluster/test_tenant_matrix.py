@@ -29,17 +29,8 @@ import httpx
 from devkit.kube import deployment, wait_for
 from devkit.processes import REPO, Webhook, originals_key_dir
 from ops.keys import read_key_directory
-from resizer import (
-    APPLIED_INSTANCE_TYPE,
-    APPLIED_SIZE,
-    ORIGINALS_MAC,
-    RESIZE_STATE,
-    KeyRing,
-    PodIdentity,
-    original_key,
-    sign_originals,
-)
-from resizer.podstate import legacy_original_key
+from resizer import KeyRing, PodIdentity, original_key, sign_originals
+from resizer.podstate import APPLIED_INSTANCE_TYPE, APPLIED_SIZE, ORIGINALS_MAC, RESIZE_STATE, legacy_original_key
 from tests.cluster.test_reconciler import CONFIG_YAML, Harness, guaranteed, make_namespace, ours, q, resources
 from tests.cluster.test_webhook_cluster import Registration
 

@@ -32,7 +32,8 @@ from devkit.processes import (
     wait_webhook_inactive,
     webhook_decisions,
 )
-from resizer import APPLIED_AT, APPLIED_INSTANCE_TYPE, ORIGINALS_MAC, PREFIX, SKIP, original_key
+from resizer import original_key
+from resizer.podstate import APPLIED_AT, APPLIED_INSTANCE_TYPE, ORIGINALS_MAC, PREFIX, SKIP
 from tests.cluster.test_reconciler import (
     Harness,
     applied,

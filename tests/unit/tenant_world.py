@@ -37,12 +37,6 @@ from reconciler.outcome import ERROR, IN_PROGRESS, INFEASIBLE, PENDING, Stage, o
 from reconciler.pods import recorded_state, resized_from_originals
 from reconciler.revert import decide_revert, size_of_originals, sizes_before
 from resizer import (
-    APPLIED_INSTANCE_TYPE,
-    APPLIED_SIZE,
-    ORIGINALS_MAC,
-    RESIZE_STATE,
-    SIZED_AT_ADMISSION,
-    SKIP,
     Baseline,
     KeyRing,
     OriginalsError,
@@ -67,7 +61,16 @@ from resizer import (
 )
 from resizer.forecast import forecast_fleet
 from resizer.plan import ResizePlan, plan_resize
-from resizer.podstate import legacy_original_key, read_state
+from resizer.podstate import (
+    APPLIED_INSTANCE_TYPE,
+    APPLIED_SIZE,
+    ORIGINALS_MAC,
+    RESIZE_STATE,
+    SIZED_AT_ADMISSION,
+    SKIP,
+    legacy_original_key,
+    read_state,
+)
 from resizer.preflight import apply_patch as apply_resize
 from resizer.restore import restore_decision
 from resizer.scope import namespace_scope

@@ -23,8 +23,6 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from resizer import (
-    ORIGINALS_MAC,
-    RESIZE_STATE,
     KeyRing,
     PodIdentity,
     Trust,
@@ -39,7 +37,7 @@ from resizer import (
     sized_stamp,
 )
 from resizer.forecast import forecast_fleet
-from resizer.podstate import legacy_original_key
+from resizer.podstate import ORIGINALS_MAC, RESIZE_STATE, legacy_original_key
 from resizer.restore import restore_decision
 from resizer.scope import namespace_scope
 

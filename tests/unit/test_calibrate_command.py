@@ -23,8 +23,8 @@ from commands.calibrate import (
 from commands.cli import parse
 from commands.errors import CommandError
 from reconciler.settings import CALIBRATE_IMAGE, CONFIG_NAMESPACE, CalibrateSettings
-from resizer import SKIP
 from resizer.config import load_config
+from resizer.podstate import SKIP
 
 LABEL = "cloud.google.com/machine-family"
 CONFIG = (

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import resizer
 from app.review import Answer, encode, handle_review
 from devkit.jsonpatch import apply_patch
+from resizer import podstate
 from tests.unit.test_webhook_fuzz import check_response, envelope
 
 EXAMPLES = int(os.environ.get("WR_FUZZ_EXAMPLES", "200"))
@@ -200,7 +201,7 @@ def forgeries(draw, pod: dict[str, Any]) -> dict[str, str]:
         for r in ("cpu", "memory")
         for k in ("request", "limit")
     ]
-    keys += [resizer.APPLIED_INSTANCE_TYPE, "workload-resizer.io/original-cpu.not-a-container"]
+    keys += [podstate.APPLIED_INSTANCE_TYPE, "workload-resizer.io/original-cpu.not-a-container"]
     chosen = draw(st.lists(st.sampled_from(keys), min_size=1, unique=True))
     return {k: draw(forged_values) for k in chosen}
 
@@ -244,7 +245,7 @@ def test_forged_originals_on_an_unowned_or_skipped_pod_are_not_laundered(data: s
     if data.draw(st.booleans()):
         forged["metadata"]["ownerReferences"] = []
     else:
-        forged["metadata"]["annotations"][resizer.SKIP] = "true"
+        forged["metadata"]["annotations"][podstate.SKIP] = "true"
     assume(not resizer.eligibility(forged).eligible)
     response, after, answer = review(forged)
     assert answer.decision == "skipped" and owned(after) == {}

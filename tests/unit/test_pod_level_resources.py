@@ -16,7 +16,6 @@ from reconciler.outcome import Stage, observe, revert_patch, spec_size
 from reconciler.ports import fenced_resize_patch
 from reconciler.settings import ControllerSettings
 from resizer import (
-    ORIGINALS_MAC,
     SAMPLE_CONFIG,
     KeyRing,
     PodIdentity,
@@ -32,6 +31,7 @@ from resizer import (
 )
 from resizer.integrity import original_annotations
 from resizer.plan import POD_LEVEL_RESIZE_FEATURE, ResizePlan, plan_resize
+from resizer.podstate import ORIGINALS_MAC
 from resizer.preflight import apply_patch
 from resizer.qos import pod_qos_class
 from resizer.restore import restore_decision, restore_patch

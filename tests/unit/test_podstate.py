@@ -323,11 +323,6 @@ def test_the_containers_are_mapped_once() -> None:
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT_PACKAGES = ("app", "reconciler", "resizer", "kube", "commands", "ops", "certs")
 POD_MODEL = ("resizer/podstate.py",)
-# Modules of app/ and reconciler/ (rewritten on their own branches) that still spell a key or
-# import a key-name constant, and resizer/__init__.py, which re-exports the constants for them.
-# It must shrink to empty: a module migrated to resizer.podstate leaves it (the test below fails
-# while a listed module no longer needs listing), and no module is ever added.
-NOT_YET_MIGRATED = ("resizer/__init__.py",)
 # A key under the product's prefix; an apiVersion of the product's API group
 # (``workload-resizer.io/v1alpha1``, the documents the commands print) names no key.
 SPELLED_KEY = re.compile(r"workload-resizer\.io/(?!v\d+(?:alpha|beta)?\d*\b)")
@@ -395,15 +390,9 @@ def test_no_module_but_the_pod_model_reads_a_key() -> None:
     offenders = {
         module: readings
         for module in product_modules()
-        if module not in POD_MODEL + NOT_YET_MIGRATED and (readings := key_readings(module, constants))
+        if module not in POD_MODEL and (readings := key_readings(module, constants))
     }
     assert offenders == {}, "read and write pod annotations through resizer.podstate"
-
-
-@pytest.mark.parametrize("module", NOT_YET_MIGRATED)
-def test_the_not_yet_migrated_list_only_shrinks(module: str) -> None:
-    assert module in product_modules(), f"{module} is gone: take it off NOT_YET_MIGRATED"
-    assert key_readings(module, key_name_constants()), f"{module} is migrated: take it off NOT_YET_MIGRATED"
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from kube.slim import slim_pod
 from reconciler.controller import decision_record, live_and_bound, situation
 from reconciler.pods import mac_key_known
 from reconciler.ports import pod_path
-from resizer import ORIGINALS_MAC, SAMPLE_CONFIG, KeyRing, load_config, plan_resize, resolve_policy
-from resizer.podstate import read_state
+from resizer import SAMPLE_CONFIG, KeyRing, load_config, plan_resize, resolve_policy
+from resizer.podstate import ORIGINALS_MAC, read_state
 
 CONFIG = load_config(SAMPLE_CONFIG)  # n2d baseline; n4 cpuPerf 1.25; bounds cpu 50m..16, memory 64Mi..32Gi
 MiB = 1024**2

@@ -14,8 +14,9 @@ from kube import ApiError
 from ops.prometheus import REGISTRY
 from reconciler.options import parse
 from reconciler.originals_keys import MAX_WARNED_KEY_IDS, SecretKeys, UnknownKeyWatch
-from resizer import ORIGINALS_MAC, KeyRing
+from resizer import KeyRing
 from resizer.integrity import key_id_order
+from resizer.podstate import ORIGINALS_MAC
 
 RING = KeyRing({"k0002": b"2" * 32})
 

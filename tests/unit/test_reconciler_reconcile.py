@@ -17,10 +17,6 @@ from reconciler.outcome import ResizeState, Stage, spec_size
 from reconciler.ports import no_fault
 from reconciler.settings import ControllerSettings
 from resizer import (
-    APPLIED_INSTANCE_TYPE,
-    APPLIED_SIZE,
-    ORIGINALS_MAC,
-    RESIZE_STATE,
     SAMPLE_CONFIG,
     KeyRing,
     PodIdentity,
@@ -31,6 +27,7 @@ from resizer import (
     pod_mac,
     sign_originals,
 )
+from resizer.podstate import APPLIED_INSTANCE_TYPE, APPLIED_SIZE, ORIGINALS_MAC, RESIZE_STATE
 from tests.unit.fake_cluster import FakeClock, FakeCluster, FakeConfig
 
 LABEL = "example.com/family"

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from reconciler.outcome import spec_size
 from reconciler.revert import decide_revert, describe, size_of, size_of_originals, sizes_before
-from resizer import APPLIED_SIZE, missing_original_annotations
+from resizer import missing_original_annotations
+from resizer.podstate import APPLIED_SIZE
 
 
 def resources(cpu: str, memory: str = "256Mi") -> dict[str, Any]:

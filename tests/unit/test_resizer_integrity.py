@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from resizer import (
-    ORIGINALS_MAC,
     KeyRing,
     KeyRingError,
     PodIdentity,
@@ -21,6 +20,7 @@ from resizer import (
     sign_originals,
 )
 from resizer.integrity import key_id_order
+from resizer.podstate import ORIGINALS_MAC
 
 OLD, NEW = "2026-01-01", "2026-06-01"
 RING = KeyRing({OLD: b"o" * 32, NEW: b"n" * 32})
@@ -347,7 +347,8 @@ def test_admission_mac_equal_to_a_changed_spec_is_trusted_while_this_process_vou
 def test_sized_mac_on_a_changed_pod_only_explains_an_aligned_pod() -> None:
     """A sized record whose sized values equal its originals (a pin of ratio 1), minted and put on a
     pod whose spec changed since but holds those values."""
-    from resizer import SIZED_AT_ADMISSION, sized_stamp
+    from resizer import sized_stamp
+    from resizer.podstate import SIZED_AT_ADMISSION
 
     review = make_pod("1")
     review["metadata"].pop("name")

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from reconciler.outcome import spec_size
 from resizer import (
-    ORIGINALS_MAC,
     KeyRing,
     OriginalsError,
     PodIdentity,
@@ -33,7 +32,7 @@ from resizer import (
 )
 from resizer.originals import KeyCollisionError, missing_original_annotations, original_keys, read_pod_originals
 from resizer.plan import plan_resize
-from resizer.podstate import legacy_original_key, original_key
+from resizer.podstate import ORIGINALS_MAC, legacy_original_key, original_key
 from resizer.restore import restore_patch
 
 from .test_resizer_annotations import assert_valid_annotation_key, dns_labels

@@ -10,8 +10,6 @@ import pytest
 import resizer
 from devkit.jsonpatch import apply_patch
 from resizer import (
-    ORIGINALS_MAC,
-    SIZED_AT_ADMISSION,
     KeyRing,
     Trust,
     admission_hold,
@@ -26,6 +24,7 @@ from resizer import (
     resolve_policy,
     sized_stamp,
 )
+from resizer.podstate import ORIGINALS_MAC, SIZED_AT_ADMISSION
 from resizer.preflight import apply_patch as resize_patched
 
 LABEL = "cloud.google.com/machine-family"

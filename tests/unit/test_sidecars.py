@@ -16,8 +16,6 @@ from reconciler.outcome import Stage, observe, revert_patch, spec_size
 from reconciler.ports import fenced_resize_patch
 from reconciler.settings import ControllerSettings
 from resizer import (
-    APPLIED_INSTANCE_TYPE,
-    ORIGINALS_MAC,
     ConfigError,
     KeyRing,
     PodIdentity,
@@ -34,6 +32,7 @@ from resizer import (
 )
 from resizer.forecast import forecast_pod
 from resizer.plan import plan_resize
+from resizer.podstate import APPLIED_INSTANCE_TYPE, ORIGINALS_MAC
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, pod_totals
 from resizer.realign import realignment
 from resizer.restore import restore_patch

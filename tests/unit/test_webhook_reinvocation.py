@@ -17,7 +17,8 @@ import pytest
 
 from app.review import Answer, encode, handle_review
 from devkit.jsonpatch import apply_patch
-from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, Trust, baseline, early_binding, original_key, pod_original_key
+from resizer import Trust, baseline, early_binding, original_key, pod_original_key
+from resizer.podstate import ORIGINALS_MAC, SIZED_AT_ADMISSION
 from tests.unit.test_webhook_review import container, pod, review
 from tests.unit.test_webhook_sizing import KEYS, LABEL, context, held, sized_for
 

@@ -13,6 +13,7 @@ import resizer
 from app import review as review_mod
 from app.review import Answer, annotation_path, build_patch, encode, handle_review, json_pointer_escape, originals_of
 from devkit.jsonpatch import apply_patch
+from resizer import podstate
 
 ORIG = "workload-resizer.io/original-"
 APPLIED = "workload-resizer.io/applied-"
@@ -209,7 +210,7 @@ def test_containers_that_would_share_original_keys_are_admitted_unstamped_with_f
     small, large = container("app", {"cpu": "100m"}, {"cpu": "100m"}), container("app", {"cpu": "4"}, {"cpu": "4"})
     p = pod(
         [small, large] if shape == "containers" else [small],
-        annotations={ORIG + "cpu.app": "16", resizer.ORIGINALS_MAC: "v1.a.k.forged", "keep": "me"},
+        annotations={ORIG + "cpu.app": "16", podstate.ORIGINALS_MAC: "v1.a.k.forged", "keep": "me"},
     )
     if shape == "sidecar":
         p["spec"]["initContainers"] = [{**large, "restartPolicy": "Always"}]
@@ -262,7 +263,7 @@ def test_ineligible_pod_is_allowed_untouched(p, reason):
 def test_ineligible_pod_loses_forged_controller_keys_on_create(p):
     """A pod admitted ineligible may become eligible later (skip removed, owner edited):
     it must not keep a baseline its author chose."""
-    p["metadata"]["annotations"].update({APPLIED + "instance-type": "n2d", resizer.ORIGINALS_MAC: "v1.a.k.x"})
+    p["metadata"]["annotations"].update({APPLIED + "instance-type": "n2d", podstate.ORIGINALS_MAC: "v1.a.k.x"})
     status, resp, answer = call(review(p))
     assert status == 200 and resp["response"]["allowed"] is True
     removed = {op["path"] for op in patch_of(resp) if op["op"] == "remove"}
@@ -490,7 +491,7 @@ def test_eligible_pod_gets_an_admission_scope_mac_with_the_newest_key():
     p = pod()
     _, resp, answer = call_signed(review(p))
     stored = admitted(p, resp)
-    mac = stored["metadata"]["annotations"][resizer.ORIGINALS_MAC]
+    mac = stored["metadata"]["annotations"][podstate.ORIGINALS_MAC]
     assert resizer.key_id_of(mac) == "k2"
     stored["metadata"].update(name="web-7d9f-abcde", uid="pod-uid", generation=1)
     check = resizer.check_originals(stored, KEYS, resizer.originals_from_spec_annotations(stored))
@@ -498,11 +499,11 @@ def test_eligible_pod_gets_an_admission_scope_mac_with_the_newest_key():
 
 
 def test_forged_mac_and_originals_are_replaced_not_kept():
-    p = pod(annotations={ORIG + "cpu.app": "16", resizer.ORIGINALS_MAC: "v1.a.k2.forged"})
+    p = pod(annotations={ORIG + "cpu.app": "16", podstate.ORIGINALS_MAC: "v1.a.k2.forged"})
     _, resp, _ = call_signed(review(p))
     stored = admitted(p, resp)["metadata"]["annotations"]
     assert stored[ORIG + "cpu.app"] == "500m"
-    assert stored[resizer.ORIGINALS_MAC] != "v1.a.k2.forged"
+    assert stored[podstate.ORIGINALS_MAC] != "v1.a.k2.forged"
 
 
 def test_a_made_up_review_obtains_only_an_admission_scope_mac_over_the_spec_it_sent():
@@ -513,7 +514,7 @@ def test_a_made_up_review_obtains_only_an_admission_scope_mac_over_the_spec_it_s
     victim = pod(
         name="victim",
         containers=[container("app", {"cpu": "64", "memory": "256Gi"})],
-        annotations={ORIG + "cpu.app": "128", resizer.ORIGINALS_MAC: "v1.p.k2.forged"},
+        annotations={ORIG + "cpu.app": "128", podstate.ORIGINALS_MAC: "v1.p.k2.forged"},
     )
     victim["metadata"].update(uid="victim-uid", generation=1)
     _, resp, _ = call_signed(review(victim))
@@ -521,14 +522,14 @@ def test_a_made_up_review_obtains_only_an_admission_scope_mac_over_the_spec_it_s
     notes = stored["metadata"]["annotations"]
     assert owned(notes) == {
         **resizer.originals_from_spec_annotations(victim),
-        resizer.ORIGINALS_MAC: notes[resizer.ORIGINALS_MAC],
+        podstate.ORIGINALS_MAC: notes[podstate.ORIGINALS_MAC],
     }
     assert notes[ORIG + "cpu.app"] == "64"
-    assert notes[resizer.ORIGINALS_MAC].startswith("v1.a.k2.")  # admission scope, newest key
+    assert notes[podstate.ORIGINALS_MAC].startswith("v1.a.k2.")  # admission scope, newest key
     pod_scope = resizer.sign_originals(
         KEYS, resizer.original_annotations(stored), resizer.PodIdentity.of(stored), "pod"
     )
-    assert notes[resizer.ORIGINALS_MAC] != pod_scope
+    assert notes[podstate.ORIGINALS_MAC] != pod_scope
     check = resizer.check_originals(stored, KEYS, resizer.originals_from_spec_annotations(stored))
     assert check.scope == "admission"
 
@@ -586,9 +587,9 @@ def test_pods_in_a_namespace_the_scope_excludes_are_allowed_untouched():
 def test_forged_controller_keys_are_stripped_even_in_an_excluded_namespace():
     from resizer.scope import namespace_scope
 
-    p = pod(annotations={ORIG + "cpu.app": "16", resizer.RESIZE_STATE: "forged"})
+    p = pod(annotations={ORIG + "cpu.app": "16", podstate.RESIZE_STATE: "forged"})
     answer = handle_review(orjson.dumps(review(p)), scope=namespace_scope("wr-system", ["shop"]))
     body = encode(answer)
     stored = admitted(p, orjson.loads(body))["metadata"]["annotations"]
     assert answer.reason == "NamespaceExcluded"
-    assert ORIG + "cpu.app" not in stored and resizer.RESIZE_STATE not in stored
+    assert ORIG + "cpu.app" not in stored and podstate.RESIZE_STATE not in stored

@@ -19,7 +19,8 @@ from app.sizing import ClusterView, SizingContext
 from app.worker import ReviewWorkers
 from devkit.jsonpatch import apply_patch
 from kube import ApiError, TransportError
-from resizer import ORIGINALS_MAC, SAMPLE_CONFIG, SIZED_AT_ADMISSION, KeyRing, Trust, baseline
+from resizer import SAMPLE_CONFIG, KeyRing, Trust, baseline
+from resizer.podstate import ORIGINALS_MAC, SIZED_AT_ADMISSION
 from resizer.vpa import GROUP_VERSION_PATH, slim_vpa, vpa_index
 from tests.unit.test_webhook_review import container, pod, review
 from tests.unit.test_webhook_worker import large_review, with_app
