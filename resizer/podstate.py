@@ -449,6 +449,14 @@ class PodState:
         return self.legacy.get(written_key, written_key) in self.originals
 
 
+# The core's functions each take the pod and read its state, so one decision reads the same pod
+# object many times: the record of a pod object read lately is handed out again while its
+# annotations and its resizable containers' names (which key the originals) are unchanged. It
+# holds the pods it remembers, so an id is never reused while remembered; bounded by a reset.
+_RECENT: dict[int, tuple[Mapping[str, Any], dict[Any, Any], tuple[Any, ...], PodState]] = {}
+_RECENT_MAX = 64
+
+
 def read_state(pod: Mapping[str, Any]) -> PodState:
     """The pod's state as the product sees it, parsed once from ``metadata.annotations`` (and the
     container names of its spec, which name the originals' keys). Never raises for what the
@@ -457,6 +465,27 @@ def read_state(pod: Mapping[str, Any]) -> PodState:
     annotations: Mapping[str, Any] = metadata.get("annotations") or {} if isinstance(metadata, Mapping) else {}
     if not isinstance(annotations, Mapping):
         annotations = {}
+    names = _container_names(pod)
+    recent = _RECENT.get(id(pod))
+    if recent is not None and recent[0] is pod and recent[2] == names and recent[1] == annotations:
+        return recent[3]
+    state = _read_state(pod, annotations)
+    if names is not None:
+        if len(_RECENT) >= _RECENT_MAX:
+            _RECENT.clear()
+        _RECENT[id(pod)] = (pod, dict(annotations), names, state)
+    return state
+
+
+def _container_names(pod: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What of the spec a state depends on (None: a spec too odd to remember a state by)."""
+    try:
+        return tuple(container.get("name") for container in resizable_containers(pod))
+    except (AttributeError, TypeError):
+        return None
+
+
+def _read_state(pod: Mapping[str, Any], annotations: Mapping[str, Any]) -> PodState:
     originals = {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(_ORIGINAL_PREFIX)}
     mac_value = annotations.get(ORIGINALS_MAC)
     resize_state = annotations.get(RESIZE_STATE)

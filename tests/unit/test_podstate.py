@@ -92,6 +92,21 @@ def test_read_state_tolerates_a_pod_with_no_metadata_or_spec() -> None:
     assert read_state({"metadata": {"annotations": ["not", "a", "map"]}}).owned == ()
 
 
+def test_a_pod_read_again_unchanged_is_the_same_record_and_a_change_is_seen() -> None:
+    """read_state hands out a pod object's record again only while what it depends on is unchanged."""
+    subject = pod({original_key("app", "cpu", "request"): "1"})
+    first = read_state(subject)
+    assert read_state(subject) is first
+    subject["metadata"]["annotations"][SKIP] = "true"  # changed in place
+    second = read_state(subject)
+    assert second is not first and second.skip and not first.skip
+    subject["spec"]["containers"][0]["name"] = "renamed"  # the originals' keys follow the names
+    third = read_state(subject)
+    assert third is not second and set(third.original_keys()) == {"renamed"}
+    assert not third.containers["renamed"][("cpu", "request")].recorded
+    assert read_state(pod({original_key("app", "cpu", "request"): "1"})) is not first  # another pod object
+
+
 def test_the_state_is_frozen() -> None:
     state = read_state(pod())
     with pytest.raises(dataclasses.FrozenInstanceError):
