@@ -18,6 +18,7 @@ from typing import Any, TextIO, TypeVar
 
 from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
+from commands.progress import Progress
 from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, PlanSettings
@@ -55,15 +56,19 @@ async def list_all(
     path: str,
     page_size: int,
     slim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    on_page: Callable[[int], None] | None = None,
     **params: Any,
 ) -> list[dict[str, Any]]:
     """Every item of a collection, in pages of ``page_size`` (continue tokens), each item
-    reduced by ``slim`` as its page arrives (memory stays proportional to what is read)."""
+    reduced by ``slim`` as its page arrives (memory stays proportional to what is read);
+    ``on_page`` is told how many items have been read after each page."""
     items: list[dict[str, Any]] = []
     query: dict[str, Any] = {"limit": page_size, **params}
     while True:
         page = await client.get(path, **query)
         items.extend(map(slim, page.get("items") or []) if slim else page.get("items") or [])
+        if on_page is not None:
+            on_page(len(items))
         token = (page.get("metadata") or {}).get("continue")
         if not token:
             return items
@@ -110,19 +115,33 @@ async def gather_forecast(
     scope: NamespaceScope,
     skip_applied: bool,
     listed_pods: list[dict[str, Any]] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[FleetForecast, dict[str, Any]]:
     """Read the cluster and forecast every pod; ``listed_pods``, if given, receives the (slim)
-    bound pods read (what `report` needs to say why a pod is held back)."""
+    bound pods read (what `report` needs to say why a pod is held back); ``progress`` counts
+    the pods as their pages arrive."""
+    progress = progress or Progress("plan", "pods read", enabled=False)
     started = time.monotonic()
     config, source = await read_config(client, settings)
     try:
         keyring, warning = await load_keyring(client, settings.keys)
     except (KeyRingError, KeyDirectoryError) as err:
         raise CommandError(f"originals keys: {err}") from None
-    pods, nodes = await asyncio.gather(
-        list_all(client, "/api/v1/pods", settings.api.page_size, slim_pod, fieldSelector="spec.nodeName!="),
-        list_all(client, "/api/v1/nodes", settings.api.page_size),
-    )
+    progress.start()
+    try:
+        pods, nodes = await asyncio.gather(
+            list_all(
+                client,
+                "/api/v1/pods",
+                settings.api.page_size,
+                slim_pod,
+                on_page=progress.update,
+                fieldSelector="spec.nodeName!=",
+            ),
+            list_all(client, "/api/v1/nodes", settings.api.page_size),
+        )
+    finally:
+        progress.finish()
     namespace_labels = None
     if scope.needs_labels:
         namespaces = await list_all(client, "/api/v1/namespaces", settings.api.page_size)
@@ -264,7 +283,13 @@ def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
             timeout=120.0,
         )
         try:
-            return await gather_forecast(client, settings, settings.scope, skip_applied=not settings.realign)
+            return await gather_forecast(
+                client,
+                settings,
+                settings.scope,
+                skip_applied=not settings.realign,
+                progress=Progress("plan", "pods read", enabled=settings.output == "table"),
+            )
         finally:
             await client.close()
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from commands.plan import _align, gather_forecast, run_command
+from commands.progress import Progress
 from kube import KubeClient, load_credentials
 from reconciler.outcome import Stage, observe
 from reconciler.settings import ReportSettings
@@ -102,7 +103,12 @@ def run_report(settings: ReportSettings, out: TextIO = sys.stdout) -> int:
         try:
             pods: list[dict[str, Any]] = []
             forecast, info = await gather_forecast(
-                client, settings, settings.scope, skip_applied=False, listed_pods=pods
+                client,
+                settings,
+                settings.scope,
+                skip_applied=False,
+                listed_pods=pods,
+                progress=Progress("report", "pods read", enabled=settings.output == "table"),
             )
             return build_report(forecast, pods, info)
         finally:
