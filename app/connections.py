@@ -21,6 +21,11 @@ configured with (composition: uvicorn's protocol runs unmodified) so that
 Both are counted (``workload_resizer_webhook_connections_*``) and logged, at most one
 line per kind every ``LOG_INTERVAL_SECONDS`` with the number of events since the last.
 
+uvicorn writes an answer's head and body with one transport write each: two TLS records and
+two ``send`` calls. The ASGI app corks the connection around its two sends
+(:meth:`GuardedConnection.cork`, :meth:`GuardedConnection.uncork`), so an answer goes out in
+one write.
+
 Connections still in the TLS handshake are not seen here (the protocol gets the
 connection once the handshake completes); the event loop gives up on a handshake after
 60 s.
@@ -163,10 +168,53 @@ class ConnectionGuard:
         self._sweeper = loop.call_later(self.sweep_interval, self._sweep, loop)
 
 
+class CorkableTransport:
+    """The transport as uvicorn's protocol sees it: while corked, its writes are gathered and go
+    out as one at :meth:`uncork` (or before a close); everything else is the transport's."""
+
+    __slots__ = ("_transport", "_corked")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._corked: list[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        corked = self._corked
+        if corked is None:
+            self._transport.write(data)
+        else:
+            corked.append(data)
+
+    def cork(self) -> None:
+        if self._corked is None:
+            self._corked = []
+
+    def uncork(self) -> None:
+        corked, self._corked = self._corked, None
+        if corked and not self._transport.is_closing():
+            self._transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
+
+    def close(self) -> None:
+        self.uncork()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class GuardedConnection(asyncio.Protocol):
     """One connection: uvicorn's protocol (``inner``) behind the read deadline and the cap."""
 
-    __slots__ = ("inner", "guard", "loop", "transport", "state", "since", "early")
+    __slots__ = ("inner", "guard", "loop", "transport", "state", "since", "early", "writes")
 
     def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard) -> None:
         self.inner = inner
@@ -176,6 +224,7 @@ class GuardedConnection(asyncio.Protocol):
         self.state = _READING
         self.since = 0.0  # when the current state began (loop time)
         self.early = -1.0  # loop time of a next request's first byte while deciding (-1: none)
+        self.writes: CorkableTransport | None = None  # the transport uvicorn's protocol writes to
 
     # -- asyncio protocol ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -185,7 +234,8 @@ class GuardedConnection(asyncio.Protocol):
             self.transport = None
             cast(asyncio.Transport, transport).abort()
             return
-        self.inner.connection_made(transport)
+        self.writes = CorkableTransport(self.transport)
+        self.inner.connection_made(cast(asyncio.Transport, self.writes))
 
     def data_received(self, data: bytes) -> None:
         if self.transport is None:  # refused
@@ -219,6 +269,16 @@ class GuardedConnection(asyncio.Protocol):
         self.inner.resume_writing()
 
     # -- told by the ASGI app --------------------------------------------------------------
+    def cork(self) -> None:
+        """Gather what uvicorn writes until :meth:`uncork` (an answer's head and body)."""
+        if self.writes is not None:
+            self.writes.cork()
+
+    def uncork(self) -> None:
+        """Write what was gathered since :meth:`cork`, at once."""
+        if self.writes is not None:
+            self.writes.uncork()
+
     def request_read(self) -> None:
         """The current request has arrived in full: the read deadline stops."""
         self.state = _DECIDING

@@ -1,34 +1,43 @@
 """AdmissionReview in, AdmissionReview out: the webhook's decision, free of I/O.
 
-``handle_review(body)`` returns ``(status_code, response_bytes, record)``: 200 with an
-AdmissionReview that is always ``allowed: true`` (for an eligible pod CREATE with a JSONPatch
-that sets the ``original-*`` annotations the shared core, :mod:`resizer`, computes, and removes
-every controller-owned annotation the client sent: a copied manifest must not carry stale
-state, a tenant must not pick its own baseline), or 400 when the body is not a usable review.
-Eligibility and originals are the core's decisions only. With a sizing context
-(:mod:`app.sizing`, ``--size-at-admission``) a pod whose node type is known at admission is also
-given its size there (:mod:`resizer.pinning`), with the sized-scope MAC instead of the admission
-one. A pod that carries the webhook's own verified sized record (its answer, called again after a
-later webhook changed the pod) is decided on the values its author wrote, the recorded originals
+A typed pipeline, one parse: :func:`parse` turns the body into a :class:`Review` (or the 400
+:class:`Answer` when it is not a usable review), :func:`decide` turns a review and its
+:class:`Context` into an :class:`Answer`, and :func:`encode` writes the answer's bytes. The
+answer is what the server counts and logs: the :class:`Decision`, the :class:`Reason` (every reason
+the webhook gives), the patch and warnings, and the log fields (pod, owner, originals, the sizing
+at admission as a :class:`SizingNote`, error and stack). :func:`handle_review` runs the three
+(after a bound on the body's brackets); :func:`handle_review_inline` declines, undecided, a
+review too costly for the event loop.
+
+An answer is 200 and always ``allowed: true`` (for an eligible pod CREATE with a JSONPatch that
+sets the ``original-*`` annotations the shared core, :mod:`resizer`, computes, and removes every
+controller-owned annotation the client sent: a copied manifest must not carry stale state, a
+tenant must not pick its own baseline), or 400 when the body is not a usable review. Eligibility
+and originals are the core's decisions only. With a sizing context (:mod:`app.sizing`,
+``--size-at-admission``) a pod whose node type is known at admission is also given its size there
+(:mod:`resizer.pinning`), with the sized-scope MAC instead of the admission one. A pod that
+carries the webhook's own verified sized record (its answer, called again after a later webhook
+changed the pod) is decided on the values its author wrote, the recorded originals
 (:func:`resizer.admitted_originals`), and patched from what it is now. A pod two of whose
 resizable containers would share an ``original-*`` key is allowed unstamped, forged keys stripped
-(``reason: CollidingContainerKeys``). Any unexpected exception allows the pod unchanged (our bug
-must never block pod creation) with ``reason: InternalError``; a failure of the sizing alone
-leaves the pod stamped only.
-``record`` holds the log fields (``uid``, ``pod``, ``namespace``, ``owner``, ``decision``,
-``reason``, ``originals``; ``error``/``stack`` on errors); the caller adds ``duration_ms``.
+(``CollidingContainerKeys``). Any unexpected exception allows the pod unchanged (our bug must
+never block pod creation) with ``InternalError``; a failure of the sizing alone leaves the pod
+stamped only.
 """
 
 from __future__ import annotations
 
 import base64
+import enum
 import re
 import traceback
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
 import resizer
+from resizer import podstate
 from resizer.scope import NamespaceScope
 from resizer.vpa import admission_vpa_hold
 
@@ -38,19 +47,116 @@ if TYPE_CHECKING:
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 
-# Decisions (the ``decision`` log field); metrics map InternalError to "error".
-PATCHED = "patched"
-SKIPPED = "skipped"
-REJECTED = "rejected"
 
-REASON_INTERNAL_ERROR = "InternalError"
-REASON_SIZED = "SizedAtAdmission"  # created at its size for the node type it is pinned to
-REASON_ALREADY_SIZED = "AlreadySized"  # our own sized answer, called again: nothing to change
-REASON_WOULD_RESIZE = "WouldResize"  # --dry-run: the size it would have been created at
-REASON_OVERLOADED = "Overloaded"
-# Two resizable containers would share an original-* key (e.g. one name twice: the apiserver
-# validates names after admission): admitted as sent, forged keys stripped, nothing stamped.
-REASON_COLLIDING_KEYS = "CollidingContainerKeys"
+class Decision(enum.StrEnum):
+    """What the webhook did with a review (the ``decision`` log field)."""
+
+    PATCHED = "patched"
+    SKIPPED = "skipped"
+    REJECTED = "rejected"
+
+
+class Reason(enum.StrEnum):
+    """Why (the ``reason`` log field); docs/operations.md describes each one."""
+
+    # The core's eligibility verdict (resizer.eligibility), the reason of a stamped pod.
+    ELIGIBLE = "Eligible"
+    MIRROR_POD = "MirrorPod"
+    SKIP_ANNOTATION = "SkipAnnotation"
+    NO_CONTROLLER = "NoController"
+    UNSUPPORTED_OWNER_KIND = "UnsupportedOwnerKind"
+    SIZED_AT_ADMISSION = "SizedAtAdmission"  # created at its size for the node type it is pinned to
+    ALREADY_SIZED = "AlreadySized"  # our own sized answer, called again: nothing to change
+    ALREADY_STAMPED = "AlreadyStamped"
+    NOTHING_TO_STAMP = "NothingToStamp"
+    WOULD_RESIZE = "WouldResize"  # --dry-run: named in the warning giving the size it would have had
+    NOT_POD_CREATE = "NotPodCreate"
+    NO_METADATA = "NoMetadata"
+    NAMESPACE_EXCLUDED = "NamespaceExcluded"
+    TOO_MANY_CONTAINERS = "TooManyContainers"
+    ANNOTATIONS_TOO_LARGE = "AnnotationsTooLarge"
+    # Two resizable containers would share an original-* key (e.g. one name twice: the apiserver
+    # validates names after admission): admitted as sent, forged keys stripped, nothing stamped.
+    COLLIDING_CONTAINER_KEYS = "CollidingContainerKeys"
+    OVERLOADED = "Overloaded"
+    INTERNAL_ERROR = "InternalError"
+    BAD_REQUEST = "BadRequest"
+    TOO_LARGE = "TooLarge"
+    METHOD_NOT_ALLOWED = "MethodNotAllowed"
+
+
+_REASON_OF = {reason.value: reason for reason in Reason}
+
+
+class Sizing(enum.StrEnum):
+    """What sizing at admission came to (the label of the sized-at-admission metric)."""
+
+    SIZED = "sized"
+    WOULD_RESIZE = "would_resize"
+    HELD = "held"
+    ERROR = "error"
+
+
+class SizingNote(NamedTuple):
+    """Sizing at admission of a review, for its log line and metrics: ``text`` is the plan's
+    summary (SIZED, WOULD_RESIZE), why it is held (HELD) or the error (ERROR)."""
+
+    result: Sizing
+    text: str
+    node_type: str = ""
+
+
+class Review(NamedTuple):
+    """A parsed AdmissionReview request, what :func:`decide` needs of it."""
+
+    uid: str
+    pod_create: bool  # a CREATE of a core Pod (no subresource)
+    name: str  # the pod's name as the log shows it (else generateName, else the request's name)
+    namespace: str
+    pod: dict[str, Any]  # the object the apiserver sent ({} when not a pod CREATE)
+    metadata: dict[str, Any] | None
+    annotations: dict[str, Any] | None  # None: absent, null or not a map
+    body_size: int
+
+
+class Context(NamedTuple):
+    """What a decision depends on besides the review: the keys signing the originals, the
+    namespaces excluded by name, and what sizing at admission needs (None: stamp only)."""
+
+    keyring: resizer.KeyRing = resizer.EMPTY_KEYRING
+    scope: NamespaceScope | None = None
+    sizing: SizingContext | None = None
+
+
+_NO_ORIGINALS: Mapping[str, str] = {}  # shared, never mutated
+
+
+class Answer(NamedTuple):
+    """The webhook's answer to one request, and what its metrics and log line say.
+
+    ``status`` 200 answers ``allowed: true`` for ``uid`` with ``patch`` (base64 JSONPatch, None:
+    none) and ``warnings``; 400/413 refuse the request (``error`` says why); 503 is the overload
+    answer without a uid. ``reviewed``: a review was parsed and decided, so its log line has the
+    pod's fields (``pod``, ``namespace``, ``owner``, ``originals``) whatever the outcome."""
+
+    status: int
+    uid: str
+    decision: Decision
+    reason: Reason
+    patch: str | None = None
+    warnings: tuple[str, ...] = ()
+    pod: str = ""
+    namespace: str = ""
+    owner: str = ""
+    originals: Mapping[str, str] = _NO_ORIGINALS
+    reviewed: bool = True
+    error: str = ""
+    stack: str = ""
+    stripped: int = 0  # forged controller-owned keys removed
+    authored_from: str = ""  # AUTHORED_FROM_RECORD when decided on the pod as its author wrote it
+    sizing: SizingNote | None = None
+
+
 # JSON objects + arrays in one review beyond which it is not parsed (answered "allowed, no
 # patch", as under overload). A pod of MAX_STAMPED_CONTAINERS (256) containers, each with
 # resources, ports, probes, a few mounts and twenty env vars, has ~10,000. Parsing time and
@@ -76,8 +182,6 @@ INLINE_MAX_BYTES = 16 * 1024
 INLINE_MAX_VALUES = 2048  # commas: JSON values after the first of each object/array
 INLINE_MAX_CONTAINERS = 4  # spec.containers whose originals are not memoised
 INLINE_MAX_ANNOTATIONS = 64
-
-_NO_ORIGINALS: dict[str, str] = {}  # shared, never mutated
 
 _JSON = orjson.loads
 _DUMPS = orjson.dumps
@@ -176,47 +280,6 @@ def annotation_path(key: str) -> str:
     return path
 
 
-def _error(status: int, message: str, uid: str = "") -> tuple[int, bytes, dict[str, Any]]:
-    record: dict[str, Any] = {"decision": REJECTED, "reason": "BadRequest", "error": message}
-    if uid:
-        record["uid"] = uid
-    return status, _DUMPS({"error": message, "code": status}), record
-
-
-def too_large(limit: int) -> tuple[int, bytes, dict[str, Any]]:
-    """The 413 answer for a body over ``limit`` bytes (used by the HTTP layer)."""
-    status, body, record = _error(413, f"request body exceeds the {limit}-byte limit")
-    record["reason"] = "TooLarge"
-    return status, body, record
-
-
-def allowed_response(uid: str) -> bytes:
-    """``allowed: true`` without a patch, for ``uid``."""
-    return _allowed(uid)
-
-
-def undecided(head: bytes, why: str, reason: str = REASON_OVERLOADED) -> tuple[int, bytes, dict[str, Any]]:
-    """The answer to a review not decided (overload, too many objects, a review worker's fault):
-    allowed without a patch for the uid found in the first 64 KiB of ``head`` (the reconciler
-    captures the originals from the spec later, as when the webhook is down); without a
-    findable uid, 503, which ``failurePolicy: Ignore`` admits."""
-    record: dict[str, Any] = {"decision": SKIPPED, "reason": reason, "error": why}
-    match = _UID.search(head, 0, _UID_SEARCH_BYTES)
-    if match is None:
-        return 503, b'{"error":"overloaded","code":503}', record
-    return 200, _allowed(match.group(1).decode("ascii")), record
-
-
-def _allowed(uid: str, patch_b64: str | None = None, warnings: list[str] | None = None) -> bytes:
-    response: dict[str, Any] = {"uid": uid, "allowed": True}
-    if patch_b64 is not None:
-        response["patchType"] = "JSONPatch"
-        response["patch"] = patch_b64
-    if warnings:
-        response["warnings"] = warnings
-    return _DUMPS({"apiVersion": API_VERSION, "kind": KIND, "response": response})
-
-
 def _encode(ops: list[dict[str, Any]]) -> str:
     return _b64(_DUMPS(ops)).decode("ascii")
 
@@ -261,7 +324,7 @@ def build_patch(annotations: Any, originals: dict[str, str]) -> list[dict[str, A
         ops.append({"op": "add", "path": _ANNOTATIONS_PATH, "value": {}})
         annotations = {}
     else:
-        owned = resizer.is_controller_owned_key
+        owned = podstate.is_controller_owned_key
         for key in annotations:
             if key not in originals and owned(key):
                 # Not memoised: removed keys are the client's choice, and a forged pod may carry thousands.
@@ -271,6 +334,151 @@ def build_patch(annotations: Any, originals: dict[str, str]) -> list[dict[str, A
         if get(key) != value:
             ops.append({"op": "add", "path": annotation_path(key), "value": value})
     return ops
+
+
+# -- the pipeline: parse, decide, encode ---------------------------------------------------
+
+
+def _refused(status: int, error: str, uid: str = "", reason: Reason = Reason.BAD_REQUEST) -> Answer:
+    return Answer(status, uid, Decision.REJECTED, reason, error=error, reviewed=False)
+
+
+def too_large(limit: int) -> Answer:
+    """The 413 answer for a body over ``limit`` bytes (used by the HTTP layer)."""
+    return _refused(413, f"request body exceeds the {limit}-byte limit", reason=Reason.TOO_LARGE)
+
+
+def undecided(head: bytes, why: str, reason: Reason = Reason.OVERLOADED) -> Answer:
+    """The answer to a review not decided (overload, too many objects, a review worker's fault):
+    allowed without a patch for the uid found in the first 64 KiB of ``head`` (the reconciler
+    captures the originals from the spec later, as when the webhook is down); without a
+    findable uid, 503, which ``failurePolicy: Ignore`` admits."""
+    match = _UID.search(head, 0, _UID_SEARCH_BYTES)
+    if match is None:
+        return Answer(503, "", Decision.SKIPPED, reason, error=why, reviewed=False)
+    return Answer(200, match.group(1).decode("ascii"), Decision.SKIPPED, reason, error=why, reviewed=False)
+
+
+_OVERLOADED_BODY = b'{"error":"overloaded","code":503}'
+
+
+def encode(answer: Answer) -> bytes:
+    """The response body of ``answer``: an AdmissionReview, or the JSON error of a refusal."""
+    if answer.status == 200:
+        return _allowed(answer.uid, answer.patch, answer.warnings)
+    if answer.status == 503:
+        return _OVERLOADED_BODY
+    return _DUMPS({"error": answer.error, "code": answer.status})
+
+
+def allowed_response(uid: str) -> bytes:
+    """``allowed: true`` without a patch, for ``uid``."""
+    return _allowed(uid)
+
+
+def _allowed(uid: str, patch_b64: str | None = None, warnings: tuple[str, ...] = ()) -> bytes:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch_b64 is not None:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = patch_b64
+    if warnings:
+        response["warnings"] = warnings
+    return _DUMPS({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+
+
+def handle_review(
+    body: bytes,
+    keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
+    scope: NamespaceScope | None = None,
+    sizing: SizingContext | None = None,
+) -> Answer:
+    """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned).
+    Pods in a namespace ``scope`` excludes by name are skipped (``NamespaceExcluded``; forged
+    controller-owned keys still stripped): the apiserver applies the label part of the scope
+    through the webhook configuration's namespaceSelector. A body of more than
+    ``MAX_JSON_CONTAINERS`` brackets is not parsed (an upper bound: brackets inside strings count
+    too)."""
+    if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
+        return undecided(body, TOO_MANY_OBJECTS)
+    review = parse(body)
+    if isinstance(review, Answer):
+        return review
+    return decide(review, Context(keyring, scope, sizing))
+
+
+def handle_review_inline(
+    body: bytes,
+    keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
+    scope: NamespaceScope | None = None,
+    sizing: SizingContext | None = None,
+) -> Answer | None:
+    """:func:`handle_review` for the event loop: None, without deciding, when the review is
+    too costly to decide there (more than ``INLINE_MAX_ANNOTATIONS`` annotations, or more
+    than ``INLINE_MAX_CONTAINERS`` containers whose originals are not memoised); the caller
+    decides it elsewhere. ``sizing``: what sizing at admission needs (None: stamp only)."""
+    document = _load(body)
+    if isinstance(document, Answer):
+        return document
+    if _costly(document):
+        return None
+    review = _review_of(document, len(body))
+    if isinstance(review, Answer):
+        return review
+    return decide(review, Context(keyring, scope, sizing))
+
+
+def parse(body: bytes) -> Review | Answer:
+    """The review in ``body``, or the 400 answer when it is not a usable AdmissionReview."""
+    document = _load(body)
+    return document if isinstance(document, Answer) else _review_of(document, len(body))
+
+
+def _load(body: bytes) -> dict[str, Any] | Answer:
+    try:
+        document = _JSON(body)
+    except Exception as exc:  # orjson.JSONDecodeError, and anything odd about the input
+        return _refused(400, f"body is not valid JSON: {exc}")
+    if not isinstance(document, dict):
+        return _refused(400, f"AdmissionReview must be a JSON object, got {type(document).__name__}")
+    return document
+
+
+def _review_of(document: dict[str, Any], body_size: int) -> Review | Answer:
+    if document.get("apiVersion") != API_VERSION or document.get("kind") != KIND:
+        return _refused(
+            400,
+            f"expected apiVersion {API_VERSION!r} and kind {KIND!r}, "
+            f"got {str(document.get('apiVersion'))[:100]!r} and {str(document.get('kind'))[:100]!r}",
+        )
+    request = document.get("request")
+    if not isinstance(request, dict):
+        return _refused(400, "AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return _refused(400, "AdmissionReview request has no uid")
+    obj = request.get("object")
+    create = request.get("operation") == "CREATE"
+    if create and not isinstance(obj, dict):
+        return _refused(400, "CREATE AdmissionReview request has no object", uid)
+    namespace = _str(request.get("namespace"))
+    if not create or not _is_pod(request) or not isinstance(obj, dict):
+        return Review(uid, False, _str(request.get("name")), namespace, {}, None, None, body_size)
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        # The apiserver always sends metadata; without it no owner and no
+        # annotations map could be patched, so there is nothing to do.
+        return Review(uid, True, _str(request.get("name")), namespace, obj, None, None, body_size)
+    annotations = metadata.get("annotations")
+    return Review(
+        uid,
+        True,
+        _str(metadata.get("name")) or _str(metadata.get("generateName")) or _str(request.get("name")),
+        namespace or _str(metadata.get("namespace")),
+        obj,
+        metadata,
+        annotations if isinstance(annotations, dict) else None,
+        body_size,
+    )
 
 
 def _is_pod(request: dict[str, Any]) -> bool:
@@ -285,57 +493,10 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def handle_review(
-    body: bytes,
-    keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
-    scope: NamespaceScope | None = None,
-    sizing: SizingContext | None = None,
-) -> tuple[int, bytes, dict[str, Any]]:
-    """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned).
-    Pods in a namespace ``scope`` excludes by name are skipped (``NamespaceExcluded``; forged
-    controller-owned keys still stripped): the apiserver applies the label part of the scope
-    through the webhook configuration's namespaceSelector. A body of more than
-    ``MAX_JSON_CONTAINERS`` brackets is not parsed (an upper bound: brackets inside strings count
-    too)."""
-    if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
-        return undecided(body, TOO_MANY_OBJECTS)
-    review = _parse(body)
-    if isinstance(review, tuple):
-        return review
-    return _handle(review, len(body), keyring, scope, sizing)
-
-
-def handle_review_inline(
-    body: bytes,
-    keyring: resizer.KeyRing = resizer.EMPTY_KEYRING,
-    scope: NamespaceScope | None = None,
-    sizing: SizingContext | None = None,
-) -> tuple[int, bytes, dict[str, Any]] | None:
-    """:func:`handle_review` for the event loop: None, without deciding, when the review is
-    too costly to decide there (more than ``INLINE_MAX_ANNOTATIONS`` annotations, or more
-    than ``INLINE_MAX_CONTAINERS`` containers whose originals are not memoised); the caller
-    decides it elsewhere. ``sizing``: what sizing at admission needs (None: stamp only)."""
-    review = _parse(body)
-    if isinstance(review, tuple):
-        return review
-    if _costly(review):
-        return None
-    return _handle(review, len(body), keyring, scope, sizing)
-
-
-def _parse(body: bytes) -> dict[str, Any] | tuple[int, bytes, dict[str, Any]]:
-    """The decoded AdmissionReview object, or the 400 answer when the body is not one."""
-    try:
-        review = _JSON(body)
-    except Exception as exc:  # orjson.JSONDecodeError, and anything odd about the input
-        return _error(400, f"body is not valid JSON: {exc}")
-    if not isinstance(review, dict):
-        return _error(400, f"AdmissionReview must be a JSON object, got {type(review).__name__}")
-    return review
-
-
-def _costly(review: dict[str, Any]) -> bool:
-    request = review.get("request")
+def _costly(document: dict[str, Any]) -> bool:
+    """Whether the review is too costly for the event loop (counted on the document as sent: a
+    review declined here is parsed and validated where it is decided)."""
+    request = document.get("request")
     pod = request.get("object") if isinstance(request, dict) else None
     if not isinstance(pod, dict):
         return False
@@ -349,6 +510,273 @@ def _costly(review: dict[str, Any]) -> bool:
     if isinstance(containers, list) and len(containers) > INLINE_MAX_CONTAINERS:
         return not _originals_memoised(spec)  # replicas of a workload stay cheap
     return False
+
+
+def decide(review: Review, context: Context) -> Answer:
+    """The answer to ``review``; never raises (our bug allows the pod unchanged: InternalError)."""
+    try:
+        return _decide(review, context)
+    except Exception as exc:  # our bug: allow the pod unchanged, log and count it
+        return Answer(
+            200,
+            review.uid,
+            Decision.SKIPPED,
+            Reason.INTERNAL_ERROR,
+            pod=review.name,
+            namespace=review.namespace,
+            error=repr(exc),
+            stack=traceback.format_exc(),
+        )
+
+
+def _decide(review: Review, context: Context) -> Answer:
+    uid, name, namespace = review.uid, review.name, review.namespace
+    if not review.pod_create:
+        return Answer(200, uid, Decision.SKIPPED, Reason.NOT_POD_CREATE, None, (), name, namespace)
+    if review.metadata is None:
+        return Answer(200, uid, Decision.SKIPPED, Reason.NO_METADATA, None, (), name, namespace)
+    obj, annotations, keyring = review.pod, review.annotations, context.keyring
+
+    # (Decoded text is never longer than its JSON: a review under the limit cannot hold more.)
+    if review.body_size > podstate.TOTAL_ANNOTATION_SIZE_LIMIT and annotations is not None and _oversized(annotations):
+        # The apiserver rejects this pod anyway (annotations over 256 KiB, checked after
+        # admission): answer at once instead of building a patch as large as the input.
+        return Answer(200, uid, Decision.SKIPPED, Reason.ANNOTATIONS_TOO_LARGE, None, (), name, namespace)
+    # Our own sized answer, called again after a later webhook changed the pod: decided on the
+    # pod its author wrote, the patch computed against the pod as sent.
+    # (A pod straight from its controller carries no controller-owned key: one pass over its keys.)
+    carries_owned = annotations is not None and any(map(podstate.is_controller_owned_key, annotations))
+    authored = _as_authored(obj, carries_owned, namespace, keyring)
+    authored_from = "" if authored is None else AUTHORED_FROM_RECORD
+    scope = context.scope
+    if scope is not None and namespace in scope.excluded:
+        # Controller-owned keys still go: the scope may change later.
+        return _stripped(review, Reason.NAMESPACE_EXCLUDED, "", authored, authored_from)
+
+    verdict = resizer.eligibility(obj)
+    owner = f"{verdict.owner_kind}/{verdict.owner_name or ''}" if verdict.owner_kind else ""
+    if not verdict.eligible:
+        # Controller-owned keys go on every CREATE, eligible or not: a pod admitted
+        # ineligible (skip annotation, odd owner) may become eligible later.
+        return _stripped(review, _REASON_OF[verdict.reason], owner, authored, authored_from)
+
+    spec = obj.get("spec")
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if isinstance(containers, list) and len(containers) > MAX_STAMPED_CONTAINERS:
+        return _stripped(review, Reason.TOO_MANY_CONTAINERS, owner, authored, authored_from)
+
+    subject = obj if authored is None else authored
+    try:
+        originals, memo_key = _originals_and_key(subject)
+    except resizer.KeyCollisionError as error:  # never one baseline for two containers
+        return _stripped(review, Reason.COLLIDING_CONTAINER_KEYS, owner, authored, authored_from, str(error))
+    # The baseline authority's rule at admission: the spec authored is the baseline, whatever the pod carries.
+    stamp = resizer.admission_stamp(subject, namespace, keyring, originals)
+    if memo_key is not None and podstate.carries_mac(stamp):
+        identity = resizer.PodIdentity.of(subject, namespace, "admission")
+        memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), keyring.fingerprint.encode()))
+    existing = annotations if annotations is not None else {}
+    warnings: tuple[str, ...] = ()
+    note: SizingNote | None = None
+
+    def stamped(decision: Decision, reason: Reason, patch: str | None) -> Answer:
+        return Answer(
+            200,
+            uid,
+            decision,
+            reason,
+            patch,
+            warnings,
+            name,
+            namespace,
+            owner,
+            originals,
+            authored_from=authored_from,
+            sizing=note,
+        )
+
+    sizing = context.sizing
+    if sizing is not None and stamp:
+        outcome = _sized_at_admission(subject, namespace, keyring, originals, sizing)
+        if isinstance(outcome, Sized):
+            result = Sizing.WOULD_RESIZE if sizing.dry_run else Sizing.SIZED
+            note = SizingNote(result, outcome.summary, outcome.node_type)
+            if sizing.dry_run:
+                warnings = (
+                    f"workload-resizer (dry run): {Reason.WOULD_RESIZE} at admission for node type "
+                    f"{outcome.node_type}: {outcome.summary}",
+                )
+            elif podstate.fits_annotation_limit(existing, outcome.stamp):
+                ops = list(outcome.ops) if authored is None else resizer.values_patch(obj, outcome.values)
+                ops = build_patch(annotations, outcome.stamp) + ops
+                if not ops:
+                    return stamped(Decision.SKIPPED, Reason.ALREADY_SIZED, None)
+                return stamped(Decision.PATCHED, Reason.SIZED_AT_ADMISSION, _encode(ops))
+        elif isinstance(outcome, (Held, SizingFailed)):
+            note = outcome.note
+    fresh = fresh_patch(stamp, annotations is None, memo_key) if stamp and not carries_owned else None
+    if stamp and not _fits(review.body_size, existing, stamp, fresh):
+        # Stamping would push the pod over the apiserver's annotation size limit and so
+        # block its creation. Admit it unstamped (forged keys still stripped); the
+        # reconciler will not resize a pod whose originals cannot be recorded.
+        return _stripped(review, Reason.ANNOTATIONS_TOO_LARGE, owner, authored, authored_from, sizing=note)
+    if fresh is not None:
+        return stamped(Decision.PATCHED, Reason.ELIGIBLE, fresh)
+    ops = build_patch(annotations, stamp) + _restoring(obj, authored)
+    if not ops:
+        return stamped(Decision.SKIPPED, Reason.ALREADY_STAMPED if stamp else Reason.NOTHING_TO_STAMP, None)
+    return stamped(Decision.PATCHED, Reason.ELIGIBLE, _encode(ops))
+
+
+# The annotations' bytes as the size limit counts them (a value that is not a string by its str())
+# are at most 4.5 times their JSON text (1e15 is 1000000000000000.0), so at most 5 times the
+# review's; the stamp's are at most its patch's (the base64 of JSON ops holding every key and
+# value). Within the limit together, they need no exact count.
+_TEXT_GROWTH = 5
+
+
+def _fits(body_size: int, annotations: dict[str, Any], stamp: dict[str, str], patch: str | None) -> bool:
+    """Whether the pod's annotations with ``stamp`` (its ``patch``, if built) stay within the limit."""
+    if patch is not None and _TEXT_GROWTH * body_size + len(patch) <= podstate.TOTAL_ANNOTATION_SIZE_LIMIT:
+        return True
+    return podstate.fits_annotation_limit(annotations, stamp)
+
+
+def _stripped(
+    review: Review,
+    reason: Reason,
+    owner: str,
+    authored: dict[str, Any] | None,
+    authored_from: str,
+    error: str = "",
+    sizing: SizingNote | None = None,
+) -> Answer:
+    """Allowed unstamped, with the patch removing every client-supplied controller-owned key and
+    putting the authored values back (none when there is nothing to change)."""
+    annotations = review.annotations
+    stripped = build_patch(annotations, {}) if annotations is not None else []
+    ops = stripped + _restoring(review.pod, authored)
+    return Answer(
+        200,
+        review.uid,
+        Decision.SKIPPED,
+        reason,
+        _encode(ops) if ops else None,
+        (),
+        review.name,
+        review.namespace,
+        owner,
+        error=error,
+        stripped=len(stripped),
+        authored_from=authored_from,
+        sizing=sizing,
+    )
+
+
+# -- sizing at admission -------------------------------------------------------------------
+
+
+class Sized(NamedTuple):
+    """The pod's size for the node type it is pinned to: the ops setting it, the annotations to
+    stamp with them (originals, record, sized-scope MAC), the node type, the plan's summary and
+    the sized spec's values (``originals_from_spec_annotations`` form)."""
+
+    ops: tuple[dict[str, Any], ...]
+    stamp: dict[str, str]
+    node_type: str
+    summary: str
+    values: dict[str, str]
+
+
+class Held(NamedTuple):
+    """Not sized at admission: an updating VerticalPodAutoscaler may manage the pod
+    (:func:`resizer.vpa.admission_vpa_hold`) or :func:`resizer.admission_hold` says why."""
+
+    why: str
+
+    @property
+    def note(self) -> SizingNote:
+        return SizingNote(Sizing.HELD, self.why)
+
+
+class NotSized(NamedTuple):
+    """Not determined at admission (no node type pinned, or nothing to change): stamp only."""
+
+
+class SizingFailed(NamedTuple):
+    """Sizing raised (our bug or an odd spec): the pod is stamped only, as without sizing."""
+
+    error: str
+
+    @property
+    def note(self) -> SizingNote:
+        return SizingNote(Sizing.ERROR, self.error)
+
+
+SizingOutcome = Sized | Held | NotSized | SizingFailed
+NOT_SIZED = NotSized()
+
+
+def _sized_at_admission(
+    pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str], sizing: SizingContext
+) -> SizingOutcome:
+    """:func:`_size`, memoised; never raises: sizing is best effort."""
+    if not keyring:
+        return NOT_SIZED  # nothing could vouch for originals that differ from the spec
+    key = _sized_key(pod, namespace, keyring, sizing)
+    hit: Sized | Held | NotSized | None = _sized_cache.get(key) if key is not None else None
+    if hit is None:
+        try:
+            hit = _size(pod, namespace, keyring, originals, sizing)
+        except Exception as exc:  # our bug or an odd spec: the pod is stamped as today
+            return SizingFailed(repr(exc))
+        if key is not None:
+            _sized_cache.put(key, hit, len(key) + _size_bytes(hit))
+    return hit
+
+
+def _size_bytes(outcome: Sized | Held | NotSized) -> int:
+    if isinstance(outcome, Sized):
+        return len(_DUMPS((outcome.ops, outcome.stamp, outcome.node_type, outcome.summary, outcome.values)))
+    if isinstance(outcome, Held):
+        return len(outcome.why)
+    return 0
+
+
+# The sized patch of replicas of one workload is the same: memoised on the whole pod as sent
+# (every field any rule may read), the namespace, the signing key and the sizing context's
+# version (node labels and config). Pods too large to key are decided unmemoised.
+_sized_cache = ByteBoundedCache(2 * 1024 * 1024)
+_SIZED_KEY_MAX = 16 * 1024
+
+
+def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, sizing: SizingContext) -> bytes | None:
+    try:
+        key = _DUMPS((namespace, sizing.version, keyring.fingerprint, pod))
+    except Exception:  # odd shapes (e.g. integers beyond 64 bits): not memoised
+        return None
+    return key if len(key) <= _SIZED_KEY_MAX else None
+
+
+def _size(
+    pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str], sizing: SizingContext
+) -> Sized | Held | NotSized:
+    """The pod's sizing at admission."""
+    node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
+    if node_type is None:
+        return NOT_SIZED
+    decided = resizer.admission_sizing(pod, sizing.config, node_type)
+    if decided is None:
+        return NOT_SIZED
+    held = admission_vpa_hold(pod, namespace, sizing.vpas) or resizer.admission_hold(
+        pod, decided, sizing.limit_ranges.get(namespace, ())
+    )
+    if held is not None:
+        return Held(held)
+    stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
+    if not stamp:
+        return NOT_SIZED
+    return Sized(tuple(decided.ops), stamp, node_type, decided.plan.summary(), dict(decided.sized))
 
 
 def _originals_memoised(spec: dict[str, Any]) -> bool:
@@ -370,257 +798,8 @@ def _memo_key(spec: dict[str, Any]) -> bytes:
     return _DUMPS([key, sidecars, spec.get("resources") or None])
 
 
-def _handle(
-    review: dict[str, Any],
-    body_size: int,
-    keyring: resizer.KeyRing,
-    scope: NamespaceScope | None,
-    sizing: SizingContext | None = None,
-) -> tuple[int, bytes, dict[str, Any]]:
-    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
-        return _error(
-            400,
-            f"expected apiVersion {API_VERSION!r} and kind {KIND!r}, "
-            f"got {str(review.get('apiVersion'))[:100]!r} and {str(review.get('kind'))[:100]!r}",
-        )
-    request = review.get("request")
-    if not isinstance(request, dict):
-        return _error(400, "AdmissionReview has no request object")
-    uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
-        return _error(400, "AdmissionReview request has no uid")
-    operation = request.get("operation")
-    obj = request.get("object")
-    if operation == "CREATE" and not isinstance(obj, dict):
-        return _error(400, "CREATE AdmissionReview request has no object", uid)
-
-    # Every decision line has the same fields, whatever the outcome.
-    record: dict[str, Any] = {
-        "uid": uid,
-        "pod": "",
-        "namespace": "",
-        "owner": "",
-        "decision": SKIPPED,
-        "reason": "",
-        "originals": _NO_ORIGINALS,
-    }
-    try:
-        status, out = _decide(request, operation, obj, uid, record, keyring, scope, body_size, sizing)
-    except Exception as exc:  # our bug: allow the pod unchanged, log and count it
-        record["decision"] = SKIPPED
-        record["reason"] = REASON_INTERNAL_ERROR
-        record["error"] = repr(exc)
-        record["stack"] = traceback.format_exc()
-        record["originals"] = _NO_ORIGINALS
-        try:
-            return 200, _allowed(uid), record
-        except Exception:  # uid that cannot be echoed (e.g. lone surrogates)
-            return _error(400, "AdmissionReview request uid cannot be echoed", "")
-    return status, out, record
-
-
-def _decide(
-    request: dict[str, Any],
-    operation: Any,
-    obj: Any,
-    uid: str,
-    record: dict[str, Any],
-    keyring: resizer.KeyRing,
-    scope: NamespaceScope | None = None,
-    body_size: int | None = None,
-    sizing: SizingContext | None = None,
-) -> tuple[int, bytes]:
-    if operation != "CREATE" or not _is_pod(request):
-        record["decision"] = SKIPPED
-        record["reason"] = "NotPodCreate"
-        record["namespace"] = _str(request.get("namespace"))
-        record["pod"] = _str(request.get("name"))
-        return 200, _allowed(uid)
-
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, dict):
-        # The apiserver always sends metadata; without it no owner and no
-        # annotations map could be patched, so there is nothing to do.
-        record["decision"] = SKIPPED
-        record["reason"] = "NoMetadata"
-        record["namespace"] = _str(request.get("namespace"))
-        record["pod"] = _str(request.get("name"))
-        return 200, _allowed(uid)
-    record["pod"] = _str(metadata.get("name")) or _str(metadata.get("generateName")) or _str(request.get("name"))
-    namespace = _str(request.get("namespace")) or _str(metadata.get("namespace"))
-    record["namespace"] = namespace
-    annotations = metadata.get("annotations")
-
-    # (Decoded text is never longer than its JSON: a review under the limit cannot hold more.)
-    could_be_oversized = body_size is None or body_size > resizer.TOTAL_ANNOTATION_SIZE_LIMIT
-    if could_be_oversized and isinstance(annotations, dict) and _oversized(annotations):
-        # The apiserver rejects this pod anyway (annotations over 256 KiB, checked after
-        # admission): answer at once instead of building a patch as large as the input.
-        record["decision"] = SKIPPED
-        record["reason"] = "AnnotationsTooLarge"
-        return 200, _allowed(uid)
-    # Our own sized answer, called again after a later webhook changed the pod: decided on the
-    # pod its author wrote, the patch computed against the pod as sent.
-    authored = _as_authored(obj, annotations, namespace, keyring)
-    if authored is not None:
-        record["authoredFrom"] = AUTHORED_FROM_RECORD
-    if scope is not None and namespace in scope.excluded:
-        # Controller-owned keys still go: the scope may change later.
-        record["decision"] = SKIPPED
-        record["reason"] = "NamespaceExcluded"
-        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
-
-    verdict = resizer.eligibility(obj)
-    owner_kind = verdict.owner_kind
-    if owner_kind:
-        record["owner"] = f"{owner_kind}/{verdict.owner_name or ''}"
-    if not verdict.eligible:
-        # Controller-owned keys go on every CREATE, eligible or not: a pod admitted
-        # ineligible (skip annotation, odd owner) may become eligible later.
-        record["decision"] = SKIPPED
-        record["reason"] = verdict.reason
-        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
-
-    spec = obj.get("spec")
-    containers = spec.get("containers") if isinstance(spec, dict) else None
-    if isinstance(containers, list) and len(containers) > MAX_STAMPED_CONTAINERS:
-        record["decision"] = SKIPPED
-        record["reason"] = "TooManyContainers"
-        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
-
-    subject = obj if authored is None else authored
-    try:
-        originals, memo_key = _originals_and_key(subject)
-    except resizer.KeyCollisionError as error:  # never one baseline for two containers
-        record["decision"] = SKIPPED
-        record["reason"] = REASON_COLLIDING_KEYS
-        record["error"] = str(error)
-        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
-    # The baseline authority's rule at admission: the spec authored is the baseline, whatever the pod carries.
-    stamp = resizer.admission_stamp(subject, namespace, keyring, originals)
-    if memo_key is not None and resizer.ORIGINALS_MAC in stamp:
-        identity = resizer.PodIdentity.of(subject, namespace, "admission")
-        memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), keyring.fingerprint.encode()))
-    record["originals"] = originals
-    warnings: list[str] | None = None
-    if sizing is not None and stamp:
-        sized = _sized_at_admission(subject, namespace, keyring, originals, sizing, record)
-        if sized is not None and not sizing.dry_run:
-            ops, sized_stamp, sized_values = sized
-            if resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, sized_stamp):
-                if authored is not None:
-                    ops = resizer.values_patch(obj, sized_values)
-                ops = build_patch(annotations, sized_stamp) + ops
-                if not ops:
-                    record["decision"] = SKIPPED
-                    record["reason"] = REASON_ALREADY_SIZED
-                    return 200, _allowed(uid)
-                record["decision"] = PATCHED
-                record["reason"] = REASON_SIZED
-                return 200, _allowed(uid, _encode(ops))
-        elif sized is not None:
-            warnings = [
-                f"workload-resizer (dry run): {REASON_WOULD_RESIZE} at admission for node type "
-                f"{record['sizedFor']}: {record['wouldResize']}"
-            ]
-    if stamp and not resizer.fits_annotation_limit(annotations if isinstance(annotations, dict) else {}, stamp):
-        # Stamping would push the pod over the apiserver's annotation size limit and so
-        # block its creation. Admit it unstamped (forged keys still stripped); the
-        # reconciler will not resize a pod whose originals cannot be recorded.
-        record["decision"] = SKIPPED
-        record["reason"] = "AnnotationsTooLarge"
-        record["originals"] = _NO_ORIGINALS
-        return 200, _allowed(uid, _strip(annotations, record, _restoring(obj, authored)))
-    if stamp and (not isinstance(annotations, dict) or not any(map(resizer.is_controller_owned_key, annotations))):
-        patch = fresh_patch(stamp, not isinstance(annotations, dict), memo_key)
-    else:
-        ops = build_patch(annotations, stamp) + _restoring(obj, authored)
-        if not ops:
-            record["decision"] = SKIPPED
-            record["reason"] = "AlreadyStamped" if stamp else "NothingToStamp"
-            return 200, _allowed(uid, None, warnings)
-        patch = _encode(ops)
-    record["decision"] = PATCHED
-    record["reason"] = verdict.reason
-    return 200, _allowed(uid, patch, warnings)
-
-
-def _sized_at_admission(
-    pod: dict[str, Any],
-    namespace: str,
-    keyring: resizer.KeyRing,
-    originals: dict[str, str],
-    sizing: SizingContext,
-    record: dict[str, Any],
-) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]] | None:
-    """The ops setting the pod's size for the node type it is pinned to, the annotations to
-    stamp with them (originals, record, sized-scope MAC) and the sized spec's values
-    (``originals_from_spec_annotations`` form); None: not determined at admission, or nothing to
-    change (stamp only). Never raises: sizing is best effort."""
-    if not keyring:
-        return None  # nothing could vouch for originals that differ from the spec
-    key = _sized_key(pod, namespace, keyring, sizing)
-    hit = _sized_cache.get(key) if key is not None else None
-    if hit is None:
-        try:
-            hit = _size(pod, namespace, keyring, originals, sizing)
-        except Exception as exc:  # our bug or an odd spec: the pod is stamped as today
-            record["sizingError"] = repr(exc)
-            return None
-        if key is not None:
-            _sized_cache.put(key, hit, len(key) + (len(_DUMPS(hit)) if hit else 0))
-    if len(hit) == 1:
-        record["sizingHeld"] = hit[0]
-        return None
-    if not hit:
-        return None
-    ops, stamp, node_type, summary, sized_values = hit
-    record["sizedFor"] = node_type
-    record["wouldResize" if sizing.dry_run else "sized"] = summary
-    return list(ops), stamp, sized_values
-
-
-# The sized patch of replicas of one workload is the same: memoised on the whole pod as sent
-# (every field any rule may read), the namespace, the signing key and the sizing context's
-# version (node labels and config). Pods too large to key are decided unmemoised.
-_sized_cache = ByteBoundedCache(2 * 1024 * 1024)
-_SIZED_KEY_MAX = 16 * 1024
-_NOT_SIZED: tuple[()] = ()
-
-
-def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, sizing: SizingContext) -> bytes | None:
-    try:
-        key = _DUMPS((namespace, sizing.version, keyring.fingerprint, pod))
-    except Exception:  # odd shapes (e.g. integers beyond 64 bits): not memoised
-        return None
-    return key if len(key) <= _SIZED_KEY_MAX else None
-
-
-def _size(
-    pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str], sizing: SizingContext
-) -> tuple[Any, ...]:
-    """(ops, stamp, node type, summary, sized values) of the pod's sizing at admission, ``(why,)``
-    when it is held (an updating VerticalPodAutoscaler may manage it,
-    :func:`resizer.vpa.admission_vpa_hold`, or :func:`resizer.admission_hold`), or ``_NOT_SIZED``."""
-    node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
-    if node_type is None:
-        return _NOT_SIZED
-    decided = resizer.admission_sizing(pod, sizing.config, node_type)
-    if decided is None:
-        return _NOT_SIZED
-    held = admission_vpa_hold(pod, namespace, sizing.vpas) or resizer.admission_hold(
-        pod, decided, sizing.limit_ranges.get(namespace, ())
-    )
-    if held is not None:
-        return (held,)
-    stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
-    if not stamp:
-        return _NOT_SIZED
-    return tuple(decided.ops), stamp, node_type, decided.plan.summary(), dict(decided.sized)
-
-
 def _oversized(annotations: dict[str, Any]) -> bool:
-    limit = resizer.TOTAL_ANNOTATION_SIZE_LIMIT
+    limit = podstate.TOTAL_ANNOTATION_SIZE_LIMIT
     if len(annotations) > limit // 2:  # each entry takes >= 2 bytes
         return True
     size = sum(map(len, annotations))  # JSON object keys are always strings
@@ -629,28 +808,18 @@ def _oversized(annotations: dict[str, Any]) -> bool:
     return size + sum(len(v) for v in annotations.values() if isinstance(v, str)) > limit
 
 
-def _strip(annotations: Any, record: dict[str, Any], restoring: list[dict[str, Any]]) -> str | None:
-    """The patch removing every client-supplied controller-owned key, with the ``restoring`` ops
-    (None: nothing to change)."""
-    ops = build_patch(annotations, {}) if isinstance(annotations, dict) else []
-    if ops:
-        record["stripped"] = len(ops)
-    ops += restoring
-    return _encode(ops) if ops else None
-
-
 # -- the webhook called again on its own answer -------------------------------------------
 AUTHORED_FROM_RECORD = "sized-at-admission"  # the ``authoredFrom`` log field: the pod as authored came from it
 
 
 def _as_authored(
-    obj: dict[str, Any], annotations: Any, namespace: str, keyring: resizer.KeyRing
+    obj: dict[str, Any], carries_owned: bool, namespace: str, keyring: resizer.KeyRing
 ) -> dict[str, Any] | None:
     """The pod as its author wrote it when ``obj`` carries our own sized record, verified by the
-    baseline authority (:func:`resizer.admitted_originals`); None for any other pod (a fresh pod
-    costs one dict lookup). With ``reinvocationPolicy: IfNeeded`` the apiserver calls the webhook
-    again with its own answer after a later webhook changed the pod."""
-    if not isinstance(annotations, dict) or resizer.SIZED_AT_ADMISSION not in annotations or not keyring:
+    baseline authority (:func:`resizer.admitted_originals`); None for any other pod (a pod without
+    controller-owned keys is not read further). With ``reinvocationPolicy: IfNeeded`` the apiserver
+    calls the webhook again with its own answer after a later webhook changed the pod."""
+    if not carries_owned or not keyring or podstate.read_state(obj).sized_at_admission is None:
         return None
     originals = resizer.admitted_originals(obj, namespace, keyring, originals_of(obj))
     return None if originals is None else resizer.as_authored(obj, originals)

@@ -27,17 +27,18 @@ from app.metrics import Metrics
 from app.review import (
     INLINE_MAX_BYTES,
     INLINE_MAX_VALUES,
-    REASON_INTERNAL_ERROR,
-    REASON_OVERLOADED,
-    REASON_SIZED,
-    REJECTED,
+    Answer,
+    Decision,
+    Reason,
+    Sizing,
+    encode,
     handle_review,
     handle_review_inline,
     too_large,
     undecided,
 )
 from app.sizing import ClusterView, SizingContext
-from app.worker import Decision, ReviewWorkers, WorkerFailure, WorkersBusy
+from app.worker import ReviewWorkers, WorkerFailure, WorkersBusy
 from ops.jsonlog import log_fields
 from ops.probes import probe_routes
 from resizer import EMPTY_KEYRING, KeyRing
@@ -144,14 +145,16 @@ class MutateApp:
             await self.fallback(scope, receive, send)
 
     async def _overloaded(
-        self, send: Send, start: float, head: bytes, why: str, reason: str = REASON_OVERLOADED
+        self, send: Send, start: float, head: bytes, why: str, reason: Reason = Reason.OVERLOADED
     ) -> None:
         """Answer without deciding (:func:`app.review.undecided`), connection closed so the rest
         of the body is never read. ``reason`` InternalError (a review worker fault) counts as an
         error, not overload."""
-        status, payload, record = undecided(head, why, reason)
-        await self._respond(send, status, payload, close=True)
-        self._account(start, status, record)
+        await self._answer(send, start, undecided(head, why, reason), close=True)
+
+    async def _answer(self, send: Send, start: float, answer: Answer, close: bool = False) -> None:
+        await self._respond(send, answer.status, encode(answer), close=close)
+        self._account(start, answer)
 
     async def _mutate(
         self, scope: Scope, receive: Receive, send: Send, connection: GuardedConnection | None = None
@@ -161,7 +164,7 @@ class MutateApp:
             if connection is not None:
                 connection.request_read()
             await self._respond(send, 405, b'{"error":"use POST","code":405}', extra=((b"allow", b"POST"),))
-            self._account(start, 405, {"decision": REJECTED, "reason": "MethodNotAllowed"})
+            self._account(start, _METHOD_NOT_ALLOWED)
             return
 
         limit = self.max_request_bytes
@@ -174,18 +177,10 @@ class MutateApp:
                     declared = -2
                 break
         if declared == -2:
-            status, payload, record = (
-                400,
-                b'{"error":"invalid content-length","code":400}',
-                {"decision": REJECTED, "reason": "BadRequest", "error": "invalid content-length"},
-            )
-            await self._respond(send, status, payload, close=True)
-            self._account(start, status, record)
+            await self._answer(send, start, _INVALID_CONTENT_LENGTH, close=True)
             return
         if declared > limit:
-            status, payload, record = too_large(limit)
-            await self._respond(send, status, payload, close=True)
-            self._account(start, status, record)
+            await self._answer(send, start, too_large(limit), close=True)
             return
 
         message = await receive()
@@ -205,9 +200,7 @@ class MutateApp:
                     chunk = message.get("body", b"")
                     size += len(chunk)
                     if size > limit:
-                        status, payload, record = too_large(limit)
-                        await self._respond(send, status, payload, close=True)
-                        self._account(start, status, record)
+                        await self._answer(send, start, too_large(limit), close=True)
                         return
                     # Small bodies are bounded by --max-connections: they never wait for room.
                     if size > INLINE_MAX_BYTES and self._buffered + len(chunk) > self.max_buffered_bytes:
@@ -222,23 +215,21 @@ class MutateApp:
             finally:
                 self._buffered -= sum(map(len, parts))
         elif size > limit:
-            status, payload, record = too_large(limit)
-            await self._respond(send, status, payload, close=True)
-            self._account(start, status, record)
+            await self._answer(send, start, too_large(limit), close=True)
             return
         del body
         if connection is not None:
             connection.request_read()
 
-        decision = None
+        answer = None
         if size <= INLINE_MAX_BYTES:
             small = parts[0] if len(parts) == 1 else b"".join(parts)
             # Values beyond the first of each object or array follow a comma; nesting without
             # commas is cut short by orjson's depth limit (1,024), so commas bound the parse.
             if small.count(b",") <= INLINE_MAX_VALUES:
-                decision = handle_review_inline(small, self.keyring, self.scope, self._sizing())
+                answer = handle_review_inline(small, self.keyring, self.scope, self._sizing())
             del small
-        if decision is None:
+        if answer is None:
             if self._inflight >= self.max_inflight:
                 await self._overloaded(
                     send, start, parts[0], f"{self.max_inflight} reviews already waiting for a review worker"
@@ -246,19 +237,17 @@ class MutateApp:
                 return
             self._inflight += 1
             try:
-                decision = await self._decide_costly(parts, start)
+                answer = await self._decide_costly(parts, start)
             except WorkersBusy as busy:
                 await self._overloaded(send, start, parts[0], str(busy))
                 return
             except WorkerFailure as failure:
-                await self._overloaded(send, start, parts[0], str(failure), REASON_INTERNAL_ERROR)
+                await self._overloaded(send, start, parts[0], str(failure), Reason.INTERNAL_ERROR)
                 return
             finally:
                 self._inflight -= 1
         del parts
-        status, payload, record = decision
-        await self._respond(send, status, payload, close=self.draining)
-        self._account(start, status, record)
+        await self._answer(send, start, answer, close=self.draining)
 
     async def _receive_in_turn(self, receive: Receive) -> Message:
         """The next body chunk of a large review, read in turn with the other large ones.
@@ -276,7 +265,7 @@ class MutateApp:
                     return await asyncio.wait_for(receive(), READ_TURN_SECONDS)
             # Nothing came within the turn: the next large body reads, this one queues again.
 
-    async def _decide_costly(self, parts: list[bytes], start: float) -> Decision:
+    async def _decide_costly(self, parts: list[bytes], start: float) -> Answer:
         """Decide a review too costly for the event loop (the body in ``parts``). Raises
         :class:`WorkersBusy` or :class:`WorkerFailure` when a review worker could not."""
         workers = self.review_workers
@@ -315,33 +304,86 @@ class MutateApp:
             headers.append(_CLOSE_HEADER)
         if extra:
             headers.extend(extra)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        connection = current_connection()
+        if connection is None:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
+            return
+        connection.cork()  # head and body in one write
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
+        finally:
+            connection.uncork()
 
-    def _account(self, start: float, status: int, record: dict[str, Any]) -> None:
+    def _account(self, start: float, answer: Answer) -> None:
         elapsed = _perf() - start
         self._observe(elapsed)
-        record["duration_ms"] = round(elapsed * 1000.0, 3)
-        if status != 200 and record.get("reason") not in (REASON_OVERLOADED, REASON_INTERNAL_ERROR):
-            self._by_result["rejected"].inc()
-            log_fields(decision_log, logging.WARNING, "admission review rejected", record)
-        elif record.get("reason") == REASON_OVERLOADED:
+        fields = _log_fields(answer, round(elapsed * 1000.0, 3))
+        reason = answer.reason
+        if reason is Reason.OVERLOADED:
             self._by_result["overloaded"].inc()
-            log_fields(decision_log, logging.WARNING, "admission review answered without a decision", record)
-        elif record.get("reason") == REASON_INTERNAL_ERROR:
+            log_fields(decision_log, logging.WARNING, "admission review answered without a decision", fields)
+        elif reason is Reason.INTERNAL_ERROR:
             self._by_result["error"].inc()
-            log_fields(decision_log, logging.ERROR, "admission decision", record)
+            log_fields(decision_log, logging.ERROR, "admission decision", fields)
+        elif answer.status != 200:
+            self._by_result["rejected"].inc()
+            log_fields(decision_log, logging.WARNING, "admission review rejected", fields)
         else:
-            self._by_result[record["decision"]].inc()
-            if "wouldResize" in record:
-                self.metrics.sized["would_resize"].inc()
-            elif record.get("reason") == REASON_SIZED:
-                self.metrics.sized["sized"].inc()
-            elif "sizingHeld" in record:
-                self.metrics.sized["held"].inc()
-            elif "sizingError" in record:
-                self.metrics.sized["error"].inc()
-            log_fields(decision_log, logging.INFO, "admission decision", record)
+            self._by_result[answer.decision].inc()
+            sizing = answer.sizing
+            if sizing is not None:
+                if sizing.result is Sizing.WOULD_RESIZE:
+                    self.metrics.sized["would_resize"].inc()
+                elif reason is Reason.SIZED_AT_ADMISSION:
+                    self.metrics.sized["sized"].inc()
+                elif sizing.result is not Sizing.SIZED:  # held or error
+                    self.metrics.sized[sizing.result].inc()
+            log_fields(decision_log, logging.INFO, "admission decision", fields)
+
+
+_METHOD_NOT_ALLOWED = Answer(405, "", Decision.REJECTED, Reason.METHOD_NOT_ALLOWED, reviewed=False)
+_INVALID_CONTENT_LENGTH = Answer(
+    400, "", Decision.REJECTED, Reason.BAD_REQUEST, error="invalid content-length", reviewed=False
+)
+
+
+def _log_fields(answer: Answer, duration_ms: float) -> dict[str, Any]:
+    """The fields of the decision's log line: a reviewed pod's always, then those that apply."""
+    if answer.reviewed:
+        fields: dict[str, Any] = {
+            "uid": answer.uid,
+            "pod": answer.pod,
+            "namespace": answer.namespace,
+            "owner": answer.owner,
+            "decision": answer.decision,
+            "reason": answer.reason,
+            "originals": answer.originals,
+        }
+        if answer.authored_from:
+            fields["authoredFrom"] = answer.authored_from
+        if answer.stripped:
+            fields["stripped"] = answer.stripped
+        sizing = answer.sizing
+        if sizing is not None:
+            if sizing.result is Sizing.HELD:
+                fields["sizingHeld"] = sizing.text
+            elif sizing.result is Sizing.ERROR:
+                fields["sizingError"] = sizing.text
+            else:
+                fields["sizedFor"] = sizing.node_type
+                fields["wouldResize" if sizing.result is Sizing.WOULD_RESIZE else "sized"] = sizing.text
+    else:
+        fields = {"decision": answer.decision, "reason": answer.reason}
+        if answer.uid:
+            fields["uid"] = answer.uid
+    if answer.error:
+        fields["error"] = answer.error
+    if answer.stack:
+        fields["stack"] = answer.stack
+    fields["duration_ms"] = duration_ms
+    return fields
 
 
 def create_fastapi_app(

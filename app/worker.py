@@ -3,7 +3,7 @@
 Deciding a review holds the webhook's one event loop, and a small review that arrives
 meanwhile waits; threads would not help (orjson and the review code hold the GIL). So reviews
 too costly for the loop (``app.review.INLINE_MAX_*``) go to ``python -m app.worker``
-processes: the loop only pipes the body over and reads ``(status, payload, record)`` back. A
+processes: the loop only pipes the body over and reads the :class:`app.review.Answer` back. A
 worker runs at SCHED_IDLE once started, so the loop (small reviews, probes) comes first, and
 dies with its parent (``PR_SET_PDEATHSIG``). :class:`ReviewWorkers` never lets a worker fault
 reach the apiserver: a worker that dies, errs or overruns the time box is replaced and the
@@ -29,19 +29,21 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Callable
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Callable
 
 from app.errors import WebhookError
+
+if TYPE_CHECKING:
+    from app.review import Answer
 
 log = logging.getLogger("workload_resizer.webhook")
 
 # Request frame: (meta length, body length) + pickle of (keys, scope, sizing version, sizing
 # context or None) + the raw body. The sizing context (app.sizing) goes to a worker only when its
 # version is new to that worker; the worker keeps the last one it received.
-# Reply frame: length + pickle of (status, payload, record); status WORKER_ERROR with a text.
+# Reply frame: length + pickle of the Answer, or of a str (the error, when deciding raised).
 REQUEST_HEADER = struct.Struct(">II")
 REPLY_HEADER = struct.Struct(">I")
-WORKER_ERROR = -1
 READY = b"R"
 DEFAULT_WORKER_TIMEOUT = 2.0
 WORKER_NICENESS = 19
@@ -49,8 +51,6 @@ _PR_SET_PDEATHSIG = 1
 _PARENT_ENV = "WR_WORKER_PARENT_PID"
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
-
-Decision = tuple[int, bytes, dict[str, Any]]
 
 
 class WorkerFailure(WebhookError):
@@ -202,7 +202,7 @@ class ReviewWorker:
     def pid(self) -> int:
         return self.process.pid
 
-    async def decide(self, parts: list[bytes], meta: bytes) -> Decision:
+    async def decide(self, parts: list[bytes], meta: bytes) -> Answer:
         """Decide on the review whose body is the concatenation of ``parts``."""
         stdin, stdout = self.process.stdin, self.process.stdout
         assert stdin is not None and stdout is not None
@@ -211,10 +211,10 @@ class ReviewWorker:
         stdin.writelines(parts)
         await stdin.drain()
         (length,) = REPLY_HEADER.unpack(await stdout.readexactly(REPLY_HEADER.size))
-        status, payload, record = pickle.loads(await stdout.readexactly(length))
-        if status == WORKER_ERROR:
-            raise WorkerFailure("error", str(payload))
-        return status, payload, record
+        answer: Answer | str = pickle.loads(await stdout.readexactly(length))
+        if isinstance(answer, str):
+            raise WorkerFailure("error", answer)
+        return answer
 
     def kill(self) -> None:
         if self.process.returncode is None:
@@ -307,7 +307,7 @@ class ReviewWorkers:
 
     async def decide(
         self, body: bytes | list[bytes], keys: Any, scope: Any, deadline: float, sizing: Any = None
-    ) -> Decision:
+    ) -> Answer:
         """Decide on ``body`` (bytes, or a list of parts to concatenate) in a worker, answering
         by ``deadline`` (``time.monotonic()``), with the sizing context ``sizing`` (app.sizing; None: none).
 
@@ -330,7 +330,7 @@ class ReviewWorkers:
         except (TimeoutError, asyncio.TimeoutError):
             raise WorkersBusy(f"no decision within {self.timeout:g}s") from None
 
-    async def _run(self, worker: ReviewWorker, parts: list[bytes], meta: bytes) -> Decision:
+    async def _run(self, worker: ReviewWorker, parts: list[bytes], meta: bytes) -> Answer:
         try:
             result = await asyncio.wait_for(worker.decide(parts, meta), self.timeout)
         except (TimeoutError, asyncio.TimeoutError):
@@ -408,7 +408,7 @@ class ReviewWorkers:
             worker.kill()
 
 
-def _consume(task: asyncio.Task[Decision]) -> None:
+def _consume(task: asyncio.Task[Answer]) -> None:
     """Retrieve the outcome of a decision nobody waits for any more (past its deadline)."""
     if not task.cancelled():
         task.exception()
@@ -445,7 +445,7 @@ def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:
     return data
 
 
-def serve(decide: Callable[..., Decision] | None = None) -> int:
+def serve(decide: Callable[..., Answer] | None = None) -> int:
     """The worker's main loop: frames from stdin, answers on stdout, until EOF."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent drains; it closes our stdin
@@ -456,7 +456,7 @@ def serve(decide: Callable[..., Decision] | None = None) -> int:
     import resizer
     from app.review import handle_review
 
-    decision: Callable[..., Decision] = decide or handle_review
+    decision: Callable[..., Answer] = decide or handle_review
     sizing: Any = None  # the last sizing context received
     keyring = resizer.EMPTY_KEYRING  # kept while the keys sent are the same (its fingerprint once per ring)
 
@@ -493,7 +493,7 @@ def serve(decide: Callable[..., Decision] | None = None) -> int:
             args = (body, keyring, scope) + ((context,) if context is not None else ())
             reply = pickle.dumps(decision(*args), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
-            reply = pickle.dumps((WORKER_ERROR, f"{err!r}\n{traceback.format_exc()}", {}))
+            reply = pickle.dumps(f"{err!r}\n{traceback.format_exc()}", protocol=pickle.HIGHEST_PROTOCOL)
         del body, meta
         replies.write(REPLY_HEADER.pack(len(reply)))
         replies.write(reply)

@@ -27,6 +27,7 @@ from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forec
 from resizer.plan import node_resizes_pod_level
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
 from resizer.quantity import format_cpu, format_memory
+from resizer.runtime_hints import PodRuntimes, RuntimeHint, hints_by_pod, pod_runtimes
 from resizer.scope import NamespaceScope
 from resizer.vpa import NO_OWNER, Owner, VpaVerdict, managing_vpa, vpa_index
 
@@ -35,6 +36,7 @@ OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1
 
 
 T = TypeVar("T")
+PodKey = tuple[str, str]  # (namespace, name)
 
 
 def run_command(go: Callable[[], Coroutine[Any, Any, T]], unreachable: str = "cannot read the cluster") -> T | int:
@@ -115,11 +117,13 @@ async def gather_forecast(
     scope: NamespaceScope,
     skip_applied: bool,
     listed_pods: list[dict[str, Any]] | None = None,
+    runtimes: dict[PodKey, PodRuntimes] | None = None,
     progress: Progress | None = None,
 ) -> tuple[FleetForecast, dict[str, Any]]:
     """Read the cluster and forecast every pod; ``listed_pods``, if given, receives the (slim)
-    bound pods read (what `report` needs to say why a pod is held back); ``progress`` counts
-    the pods as their pages arrive."""
+    bound pods read (what `report` needs to say why a pod is held back), ``runtimes`` what their
+    containers' runtimes read from their limits at start (the slim pods drop env, image, command);
+    ``progress`` counts the pods as their pages arrive."""
     progress = progress or Progress("plan", "pods read", enabled=False)
     started = time.monotonic()
     config, source = await read_config(client, settings)
@@ -134,7 +138,7 @@ async def gather_forecast(
                 client,
                 "/api/v1/pods",
                 settings.api.page_size,
-                slim_pod,
+                slim_pod if runtimes is None else recording_runtimes(runtimes),
                 on_page=progress.update,
                 fieldSelector="spec.nodeName!=",
             ),
@@ -177,6 +181,29 @@ async def gather_forecast(
         "preflightNotJudged": constraints.get("notJudged", []),
     }
     return forecast, info
+
+
+def recording_runtimes(runtimes: dict[PodKey, PodRuntimes]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """``slim_pod`` that first records, in ``runtimes``, the runtime facts of a pod that has any."""
+
+    def slim(pod: dict[str, Any]) -> dict[str, Any]:
+        found = pod_runtimes(pod)
+        if found is not None:
+            metadata = pod.get("metadata") or {}
+            runtimes[(str(metadata.get("namespace")), str(metadata.get("name")))] = found
+        return slim_pod(pod)
+
+    return slim
+
+
+def planned_hints(
+    forecast: FleetForecast, runtimes: dict[PodKey, PodRuntimes]
+) -> dict[PodKey, tuple[RuntimeHint, ...]]:
+    """The runtime hints of the resizes the plan would send (sizes now -> planned)."""
+    return hints_by_pod(
+        (((p.namespace, p.name), p.plan) for g in forecast.workloads for p in g.pods if p.outcome == "Resize"),
+        runtimes,
+    )
 
 
 async def read_constraints(client: KubeClient, page_size: int, forecast: FleetForecast) -> dict[str, Any]:
@@ -273,6 +300,8 @@ def _held_entry(entry: PodForecast, reason: str, constraint: str, name: str, det
 
 
 def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
+    runtimes: dict[PodKey, PodRuntimes] = {}
+
     async def go() -> tuple[FleetForecast, dict[str, Any]]:
         api = settings.api
         client = KubeClient(
@@ -288,6 +317,7 @@ def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
                 settings,
                 settings.scope,
                 skip_applied=not settings.realign,
+                runtimes=runtimes,
                 progress=Progress("plan", "pods read", enabled=settings.output == "table"),
             )
         finally:
@@ -297,11 +327,12 @@ def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
     if isinstance(result, int):
         return result
     forecast, info = result
+    hints = planned_hints(forecast, runtimes)
     if settings.output == "json":
-        json.dump(forecast_json(forecast, info), out, indent=2)
+        json.dump(forecast_json(forecast, info, hints), out, indent=2)
         out.write("\n")
     else:
-        out.write(forecast_table(forecast, info, show_aligned=settings.show_aligned))
+        out.write(forecast_table(forecast, info, show_aligned=settings.show_aligned, hints=hints))
     return 0
 
 
@@ -320,7 +351,12 @@ def _signed(amount: int, fmt: Any) -> str:
     return "0" if amount == 0 else ("+" if amount > 0 else "") + fmt(amount)
 
 
-def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: bool = False) -> str:
+def forecast_table(
+    forecast: FleetForecast,
+    info: dict[str, Any],
+    show_aligned: bool = False,
+    hints: dict[PodKey, tuple[RuntimeHint, ...]] | None = None,
+) -> str:
     rows: list[tuple[str, ...]] = [
         ("NAMESPACE", "WORKLOAD", "NODE TYPE", "PODS", "CPU REQUESTS", "MEMORY REQUESTS", "CPU", "MEMORY")
     ]
@@ -356,6 +392,7 @@ def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: 
         shown = ", ".join(f"{p.namespace}/{p.name} ({p.sized_at_admission})" for p in sized[:10])
         more = f" and {len(sized) - 10} more" if len(sized) > 10 else ""
         lines.append(f"Sized at admission (created at their size by the webhook): {len(sized)} pods: {shown}{more}.")
+    lines += hint_lines(hinted_pods(forecast.workloads, hints or {}))
     if forecast.skipped:
         lines.append("Left alone: " + ", ".join(f"{count} {reason}" for reason, count in forecast.skipped.items()))
     lines.append(
@@ -368,6 +405,33 @@ def forecast_table(forecast: FleetForecast, info: dict[str, Any], show_aligned: 
             f"differ from their spec (sized at admission), show as OriginalsUnverified."
         )
     return "\n".join(lines) + "\n"
+
+
+def hinted_pods(
+    groups: list[WorkloadForecast], hints: dict[PodKey, tuple[RuntimeHint, ...]]
+) -> list[tuple[PodForecast, RuntimeHint]]:
+    """Each pod's hints, in the forecast's order."""
+    return [(pod, hint) for group in groups for pod in group.pods for hint in hints.get((pod.namespace, pod.name), ())]
+
+
+def hint_lines(hinted: list[tuple[PodForecast, RuntimeHint]]) -> list[str]:
+    """The "Runtime hints:" block: one line per workload, container and hint, with its pods counted."""
+    if not hinted:
+        return []
+    pods: dict[tuple[str, str, str, str, str], int] = {}
+    for pod, hint in hinted:
+        key = (pod.namespace, pod.workload, hint.container, hint.reason, hint.message)
+        pods[key] = pods.get(key, 0) + 1
+    lines = ["Runtime hints (sized once at start: a resize in place leaves them until the container restarts):"]
+    for (namespace, workload, container, reason, message), count in pods.items():
+        lines.append(
+            f"  {namespace}/{workload} ({count} pod{'' if count == 1 else 's'}), container {container}: {reason}: {message}"
+        )
+    return lines
+
+
+def hint_json(hint: RuntimeHint) -> dict[str, str]:
+    return {"container": hint.container, "runtime": hint.runtime, "reason": hint.reason, "message": hint.message}
 
 
 def _row(group: WorkloadForecast) -> tuple[str, ...]:
@@ -391,8 +455,11 @@ def _align(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
-def forecast_json(forecast: FleetForecast, info: dict[str, Any]) -> dict[str, Any]:
-    """Amounts in millicores and bytes (integers), plus the canonical quantity strings."""
+def forecast_json(
+    forecast: FleetForecast, info: dict[str, Any], hints: dict[PodKey, tuple[RuntimeHint, ...]] | None = None
+) -> dict[str, Any]:
+    """Amounts in millicores and bytes (integers), plus the canonical quantity strings; per pod, the
+    runtime hints of its resize (``runtimeHints``)."""
 
     def amounts(current_cpu: int, desired_cpu: int, current_memory: int, desired_memory: int) -> dict[str, Any]:
         return {
@@ -413,7 +480,7 @@ def forecast_json(forecast: FleetForecast, info: dict[str, Any]) -> dict[str, An
         }
 
     def pod_entry(pod: PodForecast) -> dict[str, Any]:
-        entry = {
+        entry: dict[str, Any] = {
             "namespace": pod.namespace,
             "name": pod.name,
             "node": pod.node,
@@ -426,6 +493,7 @@ def forecast_json(forecast: FleetForecast, info: dict[str, Any]) -> dict[str, An
             entry["patch"] = pod.plan.patch
         if pod.sized_at_admission:
             entry["sizedAtAdmission"] = pod.sized_at_admission
+        entry["runtimeHints"] = [hint_json(h) for h in (hints or {}).get((pod.namespace, pod.name), ())]
         return entry
 
     return {

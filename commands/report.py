@@ -19,13 +19,14 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from commands.plan import _align, gather_forecast, run_command
+from commands.plan import PodKey, _align, gather_forecast, hint_json, hint_lines, run_command
 from commands.progress import Progress
 from kube import KubeClient, load_credentials
 from reconciler.outcome import Stage, observe
 from reconciler.settings import ReportSettings
 from resizer.forecast import FleetForecast, PodForecast, RequestTotals, managed_requests
 from resizer.quantity import format_cpu, format_memory
+from resizer.runtime_hints import PodRuntimes, RuntimeHint, hints_by_pod
 
 # Why a pod is held back, beyond the plan's outcomes (UnknownNodeType, OriginalsUnverified, ...).
 NOT_RESIZED_YET = "NotResizedYet"
@@ -51,9 +52,16 @@ class Report:
     held_back: list[HeldBack]
     left_alone: dict[str, int]
     info: dict[str, Any]
+    # Containers resized in place whose runtime still runs with what it read from its limits at start.
+    runtime_hints: tuple[tuple[PodForecast, RuntimeHint], ...] = ()
 
 
-def build_report(forecast: FleetForecast, pods: list[dict[str, Any]], info: dict[str, Any]) -> Report:
+def build_report(
+    forecast: FleetForecast,
+    pods: list[dict[str, Any]],
+    info: dict[str, Any],
+    runtimes: dict[PodKey, PodRuntimes] | None = None,
+) -> Report:
     total = RequestTotals()
     for group in forecast.workloads:
         for pod in group.pods:
@@ -65,7 +73,19 @@ def build_report(forecast: FleetForecast, pods: list[dict[str, Any]], info: dict
         held_back(forecast, pods),
         forecast.skipped,
         info,
+        applied_hints(forecast, runtimes or {}),
     )
+
+
+def applied_hints(
+    forecast: FleetForecast, runtimes: dict[PodKey, PodRuntimes]
+) -> tuple[tuple[PodForecast, RuntimeHint], ...]:
+    """The managed pods' containers resized in place (as authored -> now) whose runtime read a limit
+    the resize changed when it started, and has not started again since the pod got its size. Pods
+    sized at admission started at their size: not flagged."""
+    managed = [pod for group in forecast.workloads for pod in group.pods if not pod.sized_at_admission]
+    hints = hints_by_pod((((p.namespace, p.name), p.plan) for p in managed), runtimes, applied=True)
+    return tuple((pod, hint) for pod in managed for hint in hints.get((pod.namespace, pod.name), ()))
 
 
 def held_back(forecast: FleetForecast, pods: list[dict[str, Any]]) -> list[HeldBack]:
@@ -102,15 +122,17 @@ def run_report(settings: ReportSettings, out: TextIO = sys.stdout) -> int:
         )
         try:
             pods: list[dict[str, Any]] = []
+            runtimes: dict[PodKey, PodRuntimes] = {}
             forecast, info = await gather_forecast(
                 client,
                 settings,
                 settings.scope,
                 skip_applied=False,
                 listed_pods=pods,
+                runtimes=runtimes,
                 progress=Progress("report", "pods read", enabled=settings.output == "table"),
             )
-            return build_report(forecast, pods, info)
+            return build_report(forecast, pods, info, runtimes)
         finally:
             await client.close()
 
@@ -176,6 +198,7 @@ def report_table(report: Report) -> str:
         lines += [
             f"  {h.namespace}/{h.name} on {h.node} ({h.node_type}): {h.reason}: {h.detail}" for h in report.held_back
         ]
+    lines += hint_lines(list(report.runtime_hints))
     if report.left_alone:
         lines.append("Left alone: " + ", ".join(f"{count} {reason}" for reason, count in report.left_alone.items()))
     info = report.info
@@ -232,6 +255,16 @@ def report_json(report: Report) -> dict[str, Any]:
                 "detail": h.detail,
             }
             for h in report.held_back
+        ],
+        "runtimeHints": [
+            {
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "workload": pod.workload,
+                "nodeType": pod.node_type,
+                **hint_json(hint),
+            }
+            for pod, hint in report.runtime_hints
         ],
         "leftAlone": report.left_alone,
         "total": _amounts(report.total),
@@ -310,6 +343,24 @@ TOTALS_HEADER = (
 )
 
 
+def _hints_html(hinted: tuple[tuple[PodForecast, RuntimeHint], ...]) -> list[str]:
+    """The runtime hints section, when there are any."""
+    if not hinted:
+        return []
+    return [
+        f"<h2>Runtime hints ({len(hinted)})</h2>",
+        '<p class="muted">Containers resized in place whose runtime sized itself once at start from a limit '
+        "the resize changed: restart them, or let the runtime follow the limit.</p>",
+        "<table><tr><th>pod</th><th>workload</th><th>container</th><th>reason</th><th>what it keeps</th></tr>",
+        *(
+            f"<tr>{_td(f'{pod.namespace}/{pod.name}')}{_td(pod.workload)}{_td(hint.container)}"
+            f"{_td(hint.reason)}{_td(hint.message)}</tr>"
+            for pod, hint in hinted
+        ),
+        "</table>",
+    ]
+
+
 def report_html(report: Report) -> str:
     total = report.total
     out = [
@@ -352,6 +403,7 @@ def report_html(report: Report) -> str:
         out.append("</table>")
     else:
         out.append("<p>None.</p>")
+    out += _hints_html(report.runtime_hints)
     if report.left_alone:
         out.append(
             '<p class="muted">Left alone: '

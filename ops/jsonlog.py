@@ -6,7 +6,9 @@
 line per admission decision) use :func:`log_fields`, which skips the standard library's
 caller lookup but keeps its levels, filters and handlers, so the output is the same; and
 ``flush_interval`` batches info/debug writes (:class:`BatchingStreamHandler`). The JSON line
-is written by python-json-logger's orjson formatter.
+is written by python-json-logger's orjson formatter; a :func:`log_fields` record without an
+exception is written directly from its fields, the same line without the formatter's scan of
+every record attribute.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ LEVELS = {
     "critical": logging.CRITICAL,
 }
 
+# The fields a log_fields record was given (keys as set on the record), kept on the record.
+_FIELDS = "_log_fields"
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 # ``color_message`` is uvicorn's ANSI-coloured duplicate of ``msg``.
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("x", logging.INFO, "", 0, "", None, None)).keys()) | {
@@ -50,6 +54,7 @@ _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("x", logging.INFO, "", 0, "",
     "asctime",
     "taskName",
     "color_message",
+    _FIELDS,
 }
 
 _LEVEL_NAMES = {
@@ -93,6 +98,28 @@ class JSONFormatter(OrjsonFormatter):
             reserved_attrs=list(_STANDARD_ATTRS),
             json_default=_default,
         )
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields: Mapping[str, Any] | None = record.__dict__.get(_FIELDS)
+        if fields is None or record.exc_info or record.exc_text or record.stack_info or isinstance(record.msg, dict):
+            return super().format(record)
+        # What add_fields makes of such a record: its extras are exactly ``fields``.
+        record.message = message = record.getMessage()
+        log_data: dict[str, Any] = {
+            "ts": rfc3339_millis(record.created),
+            "level": _level_name(record.levelno),
+            "logger": record.name,
+            "msg": message,
+        }
+        stack = None
+        for key, value in fields.items():
+            if key == "stack":
+                stack = value
+            elif key not in log_data and not key.startswith("_"):  # python-json-logger drops _keys
+                log_data[key] = value
+        if stack is not None:
+            log_data["stack"] = stack
+        return self.jsonify_log_record(log_data)
 
     def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
         fields: dict[str, Any] = {}
@@ -305,8 +332,10 @@ def log_fields(logger: logging.Logger, level: int, msg: str, fields: Mapping[str
     d["msecs"] = (now - int(now)) * 1000.0
     d["relativeCreated"] = (now - logging._startTime) * 1000.0  # type: ignore[attr-defined]  # as LogRecord does
     d["msg"] = msg
-    for key, value in fields.items():
-        if key in _STANDARD_ATTRS:
-            key = "field_" + key
-        d[key] = value
+    if _STANDARD_ATTRS.isdisjoint(fields):
+        d.update(fields)
+    else:
+        fields = {("field_" + key if key in _STANDARD_ATTRS else key): value for key, value in fields.items()}
+        d.update(fields)
+    d[_FIELDS] = fields
     logger.handle(record)

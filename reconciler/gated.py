@@ -21,11 +21,10 @@ from kube.informer import object_key
 from reconciler import metrics
 from reconciler.memory import DONE, Context, Result
 from reconciler.ports import Obj
-from resizer import ORIGINALS_MAC, KeyRing, ResizerError, early_binding, eligibility
+from resizer import KeyRing, ResizerError, early_binding, eligibility
+from resizer.podstate import read_state
 
 log = logging.getLogger("reconciler.gated")
-
-_POD_SCOPE = "v1.p."  # how a pod MAC begins (resizer.integrity)
 
 
 def held_at_a_gate(pod: Obj) -> bool:
@@ -42,13 +41,10 @@ def held_at_a_gate(pod: Obj) -> bool:
 def wants_binding(pod: Obj, keyring: KeyRing) -> bool:
     """Whether the pod is worth a binding pass (cheap: no MAC computed). An eligible pod held at
     a gate, with a key to sign with, whose originals no pod MAC binds yet."""
-    mac = pod["metadata"]["annotations"].get(ORIGINALS_MAC)
-    return (
-        bool(keyring)
-        and held_at_a_gate(pod)
-        and eligibility(pod).eligible
-        and not (isinstance(mac, str) and mac.startswith(_POD_SCOPE))
-    )
+    if not keyring or not held_at_a_gate(pod):
+        return False
+    mac = read_state(pod).mac
+    return eligibility(pod).eligible and not (mac is not None and mac.scope == "pod")
 
 
 async def bind(context: Context, pod: Obj) -> Result:

@@ -28,6 +28,7 @@ from reconciler.preflight import Preflight
 from reconciler.settings import ControllerSettings, PreflightSettings
 from reconciler.vpa import VpaWatch
 from resizer import EMPTY_KEYRING, KeyRing
+from resizer.podstate import read_state
 
 log = logging.getLogger("reconciler")
 
@@ -234,7 +235,7 @@ class Manager:
         reaching the webhook first) are decided again."""
         keyring = self._keyring()
         for key, pod in self.pods.store.items():
-            if mac_key_known(pod, keyring) and all(accept(pod) for accept in self._pod_filters):
+            if mac_key_known(read_state(pod), keyring) and all(accept(pod) for accept in self._pod_filters):
                 self.queue.add(key)
         self._queue_gated()
 

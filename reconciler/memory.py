@@ -8,11 +8,12 @@ from typing import Any
 
 from reconciler import metrics
 from reconciler.gates import Gate, HoldMemory, OpenGate
-from reconciler.outcome import ResizeState, Stage
+from reconciler.outcome import Stage
 from reconciler.ports import ConfigView, FaultHook, Obj, PodWriter
 from reconciler.revert import Size
 from reconciler.settings import ControllerSettings
-from resizer import APPLIED_INSTANCE_TYPE, RESIZE_STATE, KeyRing, node_resizes_pod_level
+from resizer import KeyRing, node_resizes_pod_level
+from resizer.podstate import PodState
 
 
 class Step:
@@ -55,64 +56,90 @@ class InFlight:
 
 
 @dataclass
-class Memory:
-    """What this process remembers of pods (by uid), lost on restart by design: the pods'
-    annotations are what a restarted process starts from."""
+class PodMemory:
+    """What this process remembers of one pod, lost on restart by design: the pod's annotations
+    are what a restarted process starts from."""
 
-    # Resizes this process requested, until they end (actuated or recorded).
-    in_flight: dict[str, InFlight] = field(default_factory=dict)
+    # The resize this process requested, until it ends (actuated or recorded).
+    flight: InFlight | None = None
     # Generation our last revert produced: a cached pod older than that is not reverted again.
-    reverted: dict[str, int] = field(default_factory=dict)
-    # The waiting state of each pod whose resize has not ended (the RESIZES_WAITING gauge).
-    waiting: dict[str, Stage] = field(default_factory=dict)
-    # Terminal decisions that wrote nothing (UnknownNodeType, ResizeUnsupported,
-    # ...): the same situation is not decided (and reported) twice.
-    decided: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    # Pods we finished (uid -> node type) whose applied annotation the watch has
-    # not delivered yet: a lagging cache must not cause a second pass.
-    finished: dict[str, str] = field(default_factory=dict)
-    # Re-alignment: the config version each sized pod was last re-planned for.
-    realign_checked: dict[str, int] = field(default_factory=dict)
-    # The apiserver's refusal of a pod-level resize (its InPlacePodLevelResourcesVerticalScaling
-    # gate off): pods with spec.resources are left alone for the rest of this process's life.
-    pod_level_refused: str | None = None
+    reverted: int = 0
+    # The waiting state of a pod whose resize has not ended (the RESIZES_WAITING gauge).
+    waiting: Stage | None = None
+    # The last terminal decision that wrote nothing (UnknownNodeType, ResizeUnsupported, ...):
+    # the same situation is not decided (and reported) twice.
+    decided: tuple[Any, ...] | None = None
+    # The node type we finished the pod for while the watch has not delivered its applied
+    # annotation yet: a lagging cache must not cause a second pass.
+    finished: str | None = None
+    # Re-alignment: the config version the sized pod was last decided again for.
+    realign_checked: int | None = None
+    # What its parked size (recorded infeasible or failing) was judged under (reconciler.pods.parked_at).
+    parked: tuple[Any, ...] | None = None
 
-    def cache_behind(self, uid: str, generation: int, node_type: str, flight: InFlight | None) -> bool:
-        """A cached pod at `generation` is older than our own last write to its spec."""
-        if flight is not None and flight.node_type == node_type and generation < flight.generation:
-            return True  # the cache has not caught up with our own resize yet
-        # Nor with our own revert (e.g. the event of the state recorded before it).
-        return generation < self.reverted.get(uid, 0)
+
+NOTHING_REMEMBERED = PodMemory()
+
+
+class Memory:
+    """What this process remembers of pods: one PodMemory per uid, dropped when the pod is deleted."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, PodMemory] = {}
+        # The apiserver's refusal of a pod-level resize (its InPlacePodLevelResourcesVerticalScaling
+        # gate off): pods with spec.resources are left alone for the rest of this process's life.
+        self.pod_level_refused: str | None = None
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._pods
+
+    def get(self, uid: str) -> PodMemory:
+        """What is remembered of the pod (a shared empty record, not to be changed, if nothing)."""
+        return self._pods.get(uid, NOTHING_REMEMBERED)
+
+    def of(self, uid: str) -> PodMemory:
+        """The pod's record, to change."""
+        record = self._pods.get(uid)
+        if record is None:
+            record = self._pods[uid] = PodMemory()
+        return record
 
     def wait(self, uid: str, stage: Stage | None) -> None:
         """Track the pod's waiting state for the gauge (None: not waiting)."""
-        old = self.waiting.pop(uid, None) if stage is None else self.waiting.get(uid)
-        if stage is not None:
-            self.waiting[uid] = stage
+        record = self._pods.get(uid) if stage is None else self.of(uid)
+        old = record.waiting if record is not None else None
+        if record is not None:
+            record.waiting = stage
         if old != stage:
             if old is not None:
                 metrics.RESIZES_WAITING.labels(old.value).dec()
             if stage is not None:
                 metrics.RESIZES_WAITING.labels(stage.value).inc()
 
-    def observe(self, uid: str, annotations: Mapping[str, str]) -> None:
+    def observe(self, uid: str, state: PodState) -> None:
         """The pod's annotations as a watch event shows them."""
-        if uid in self.finished and annotations.get(APPLIED_INSTANCE_TYPE) == self.finished[uid]:
-            del self.finished[uid]
-        if RESIZE_STATE in annotations and uid not in self.waiting:
+        record = self._pods.get(uid)
+        if record is not None and record.finished is not None and state.applied.instance_type == record.finished:
+            record.finished = None
+        recorded = state.resize_state
+        if recorded is not None and (record is None or record.waiting is None):
             # After a restart: count the stalled resizes recorded on pods (the gauge).
-            state = ResizeState.decode(annotations[RESIZE_STATE])
-            if state is not None and state.state in (Stage.DEFERRED, Stage.INFEASIBLE, Stage.ERROR):
-                self.wait(uid, state.state)
+            if recorded.state in (Stage.DEFERRED, Stage.INFEASIBLE, Stage.ERROR):
+                self.wait(uid, recorded.state)
 
     def forget(self, uid: str) -> None:
         """The pod was deleted."""
-        self.decided.pop(uid, None)
-        self.finished.pop(uid, None)
-        self.realign_checked.pop(uid, None)
-        self.in_flight.pop(uid, None)
-        self.reverted.pop(uid, None)
         self.wait(uid, None)
+        self._pods.pop(uid, None)
+
+
+def cache_behind(record: PodMemory, generation: int, node_type: str) -> bool:
+    """A cached pod at `generation` is older than our own last write to its spec."""
+    flight = record.flight
+    if flight is not None and flight.node_type == node_type and generation < flight.generation:
+        return True  # the cache has not caught up with our own resize yet
+    # Nor with our own revert (e.g. the event of the state recorded before it).
+    return generation < record.reverted
 
 
 @dataclass

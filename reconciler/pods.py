@@ -12,7 +12,8 @@ from kube.informer import object_key
 from kube.slim import status_fingerprint
 from reconciler.outcome import ResizeState
 from reconciler.ports import Obj
-from resizer import ORIGINALS_MAC, PREFIX, RESIZE_STATE, KeyRing, ResizePlan, key_id_of
+from resizer import KeyRing, ResizePlan
+from resizer.podstate import PodState
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -26,32 +27,37 @@ def live_and_bound(pod: Obj) -> bool:
 
 
 def situation(
-    pod: Obj, node_type: str, config_generation: int, pod_level: bool = False, key_known: bool = False
+    pod: Obj, state: PodState, node_type: str, config_generation: int, pod_level: bool = False, key_known: bool = False
 ) -> tuple[Any, ...]:
     """What a terminal decision depended on; the same situation is not decided twice. `pod_level`:
     whether pod-level resources can be resized on the pod's node (a pod that sets them is decided
     again when that changes, e.g. its kubelet starts declaring the feature). `key_known`
     (:func:`mac_key_known`): a pod held for a missing key is decided again once the key is back."""
-    ours = tuple(sorted((k, v) for k, v in pod["metadata"]["annotations"].items() if k.startswith(PREFIX)))
     sized_at_pod_level = pod_level if pod["spec"].get("resources") else None
-    return node_type, config_generation, status_fingerprint(pod), ours, sized_at_pod_level, key_known
+    return node_type, config_generation, status_fingerprint(pod), state.owned, sized_at_pod_level, key_known
 
 
-def mac_key_known(pod: Obj, keyring: KeyRing) -> bool:
+def mac_key_known(state: PodState, keyring: KeyRing) -> bool:
     """Whether the pod's originals MAC names a key of `keyring` (False without a MAC)."""
-    key_id = key_id_of(pod["metadata"]["annotations"].get(ORIGINALS_MAC))
-    return key_id is not None and key_id in keyring.keys
+    return state.mac is not None and state.mac.key_id in keyring.keys
 
 
-def recorded_state(pod: Obj, node_type: str) -> ResizeState | None:
+def recorded_state(state: PodState, node_type: str) -> ResizeState | None:
     """The pod's recorded resize state, if it is about this node type."""
-    state = ResizeState.decode(pod["metadata"]["annotations"].get(RESIZE_STATE))
-    return state if state is not None and state.node_type == node_type else None
+    recorded = state.resize_state
+    return recorded if recorded is not None and recorded.node_type == node_type else None
 
 
-def requested_at(pod: Obj, node_type: str) -> str:
-    state = recorded_state(pod, node_type)
-    return state.requested_at if state is not None else ""
+def parked_at(pod: Obj, state: PodState, config_generation: int, size: str | None) -> tuple[Any, ...]:
+    """What a parked size (recorded infeasible or failing) was judged under: the config version,
+    the size, and what the plan is made from besides the spec (the originals, the labels rules
+    match). While they stay, the same plan gives the same size: no need to plan it again."""
+    labels = tuple(sorted((pod["metadata"].get("labels") or {}).items()))
+    return config_generation, size, tuple(sorted(state.originals.items())), labels
+
+
+def requested_at(recorded: ResizeState | None) -> str:
+    return recorded.requested_at if recorded is not None else ""
 
 
 def size_fingerprint(plan: ResizePlan) -> str:

@@ -3,7 +3,7 @@
 What the containers have (``status.containerStatuses[].resources``, the sidecars' and the pod
 level's ``status.resources``) is written by the kubelet, and by anyone else who may update
 ``pods/status``: a claim, not a fact. An infeasible or finally failing resize is set back to it
-(reconciler.follow) only when it is a size the product itself knows the pod had:
+(reconciler.act) only when it is a size the product itself knows the pod had:
 
 - the spec as it was right before this process's resize of it (and before any earlier resize
   of it the kubelet never answered), from memory;
@@ -25,8 +25,9 @@ from typing import Any
 
 from reconciler.outcome import revert_patch, spec_size
 from reconciler.ports import Obj
-from resizer import APPLIED_SIZE, QuantityError, ResizerError, parse_quantity, read_originals, sidecars
+from resizer import QuantityError, ResizerError, parse_quantity, read_originals, sidecars
 from resizer.originals import ContainerOriginals, read_pod_originals
+from resizer.podstate import read_state
 from resizer.preflight import apply_patch
 
 # (spec field, container name, kind, resource); the pod level is ("resources", "", kind, resource).
@@ -163,5 +164,5 @@ def _holds(size: Size, target: Size) -> bool:
 
 def _recorded_as_applied(pod: Obj, patch: Obj) -> bool:
     """The spec the patch leaves is the one the last applied step recorded (by digest)."""
-    recorded = (pod["metadata"].get("annotations") or {}).get(APPLIED_SIZE)
+    recorded = read_state(pod).applied.size
     return recorded is not None and spec_size({**pod, "spec": apply_patch(pod, patch)}) == recorded

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.podstate import read_state
+from resizer.podstate import PodState, read_state
 
 __all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "eligibility"]
 
@@ -30,7 +30,7 @@ class Eligibility:
     owner_name: str | None = None
 
 
-def eligibility(pod: Mapping[str, Any]) -> Eligibility:
+def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligibility:
     """Classify a pod; reasons are checked in this order:
 
     ``MirrorPod`` (mirror/static pod: the kubelet's mirror annotation, :attr:`PodState.mirror
@@ -38,10 +38,10 @@ def eligibility(pod: Mapping[str, Any]) -> Eligibility:
     annotation says ``"true"``, any case: :attr:`PodState.skip <resizer.podstate.PodState.skip>`),
     ``NoController`` (no ownerReference with ``controller: true``),
     ``UnsupportedOwnerKind`` (controller is not an apps ReplicaSet/StatefulSet/DaemonSet
-    or a batch Job), otherwise ``Eligible``.
+    or a batch Job), otherwise ``Eligible``. ``state``: ``read_state(pod)``, if the caller has it.
     """
     metadata = pod.get("metadata") or {}
-    state = read_state(pod)
+    state = state or read_state(pod)
     owner = _controller_reference(metadata)
     owner_kind = owner.get("kind") if owner else None
     owner_name = owner.get("name") if owner else None

@@ -26,9 +26,18 @@ from tests.cluster.test_reconciler import (
     guaranteed,
 )
 
+# A Go runtime told its GOMAXPROCS and a variable the kubelet fills from the CPU limit at start.
+SIZED_AT_START = {
+    **guaranteed(),
+    "env": [
+        {"name": "GOMAXPROCS", "value": "1"},
+        {"name": "CPU_MILLIS", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}}},
+    ],
+}
+
 WORKLOADS = {
     # deployment: (node type, containers, replicas, pod annotations)
-    "web": ("n4", [guaranteed()], 2, None),
+    "web": ("n4", [SIZED_AT_START], 2, None),
     "api": ("c3", [burstable()], 1, None),
     "batch": ("slow", [container("app", {"cpu": "300m", "memory": "200Mi"})], 1, None),
     "tiny": ("n4", [container("app", {"cpu": "10m", "memory": "32Mi"})], 1, None),
@@ -123,6 +132,11 @@ def test_plan_predicts_exactly_what_the_reconciler_does(h: Harness) -> None:
     assert {by_app[n]: p["outcome"] for n, p in not_resized.items()} == {"odd": "UnknownNodeType"}
     assert not any(by_app.get(n) == "optout" for n in [*pod_plans, *not_resized])
     assert "Deployment/web" in table.stdout and "Total:" in table.stdout
+    # Runtime hints: the web pods' resize changes the CPU limit their runtime read at start.
+    hinted = {n: [hint["reason"] for hint in p["runtimeHints"]] for n, p in pod_plans.items() if p["runtimeHints"]}
+    assert {by_app[n] for n in hinted} == {"web"}
+    assert all(reasons == ["CpuCountFromDownwardApi", "GoMaxProcsAtStart"] for reasons in hinted.values()), hinted
+    assert f"  {h.ns}/Deployment/web (2 pods), container app: GoMaxProcsAtStart: GOMAXPROCS=1" in table.stdout
 
     h.reconciler()
     for app, (family, _, replicas, pod_annotations) in WORKLOADS.items():

@@ -153,7 +153,7 @@ def test_the_apiserver_accepts_the_pod_level_floor_it_demands(h: Harness) -> Non
     level would scale to 50m: the apiserver refuses a pod-level request below the containers'
     aggregate (shown first), and accepts the plan, which raises it to 100m. On 1.35 the apiserver
     refuses any pod-level resize, with the words the reconciler maps to PodLevelResources."""
-    from reconciler.writes import GATE_OFF, POD_LEVEL_REFUSED
+    from reconciler.act import GATE_OFF, POD_LEVEL_REFUSED
 
     node = h.node("floor", "hyper")
     manifest = deployment(

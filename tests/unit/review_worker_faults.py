@@ -11,13 +11,13 @@ import sys
 import time
 from typing import Any
 
-from app.review import handle_review
+from app.review import Answer, handle_review
 from app.worker import serve
 
 CRASH, HANG, RAISE = b"FAULT-CRASH", b"FAULT-HANG", b"FAULT-RAISE"
 
 
-def decide(body: bytes, keyring: Any, scope: Any) -> tuple[int, bytes, dict[str, Any]]:
+def decide(body: bytes, keyring: Any, scope: Any) -> Answer:
     if CRASH in body:
         os._exit(3)
     if HANG in body:

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from app.review import handle_review
+from app.review import encode, handle_review
 from app.sizing import SizingContext
 from devkit.jsonpatch import apply_patch as apply_json_patch
 from ops.keys import generate_key, new_key_id
@@ -67,7 +67,7 @@ from resizer import (
 )
 from resizer.forecast import forecast_fleet
 from resizer.plan import ResizePlan, plan_resize
-from resizer.podstate import legacy_original_key
+from resizer.podstate import legacy_original_key, read_state
 from resizer.preflight import apply_patch as apply_resize
 from resizer.restore import restore_decision
 from resizer.scope import namespace_scope
@@ -221,7 +221,8 @@ class World:
                 "object": obj,
             },
         }
-        status, body, _ = handle_review(orjson.dumps(review), self.ring, SCOPE, SIZING)
+        answer = handle_review(orjson.dumps(review), self.ring, SCOPE, SIZING)
+        status, body = answer.status, encode(answer)
         assert status == 200
         response = orjson.loads(body)["response"]
         ops = orjson.loads(base64.b64decode(response["patch"])) if "patch" in response else []
@@ -378,7 +379,7 @@ class World:
         self.pod["metadata"]["generation"] += 1
 
     def bind(self) -> None:
-        """The pod MAC the reconciler's writes carry when the authority lets it sign (reconciler.authority)."""
+        """The pod MAC the reconciler's writes carry when the authority lets it sign (reconciler.act.binding)."""
         try:
             if baseline(self.pod, self.ring, vouched=self.flight.originals if self.flight else None).may_sign:
                 annotations(self.pod).update(pod_mac(self.pod, self.ring))
@@ -396,7 +397,7 @@ class World:
     def stalled(self, reported_cpu_milli: int | None, condition: str) -> None:
         """The pod's status says the resize in its spec is infeasible or failing, the containers
         reporting ``reported_cpu_milli`` for the first container (None: the size before our resize);
-        the reconciler follows it (reconciler.follow): records it, and sets the spec back if it may."""
+        the reconciler follows it (reconciler.act): records it, and sets the spec back if it may."""
         pod = self.pod
         if reported_cpu_milli is None:
             if self.flight is None:
@@ -424,7 +425,9 @@ class World:
             return
         base, plan = decided
         if plan.patch or (
-            self.flight is None and not resized_from_originals(plan) and recorded_state(pod, self.node_type) is None
+            self.flight is None
+            and not resized_from_originals(plan)
+            and recorded_state(read_state(pod), self.node_type) is None
         ):
             return  # the reconciler resizes, or records the pod aligned: no resize of ours to set back
         before = self.flight.before if self.flight else ()

@@ -20,6 +20,7 @@ from app.__main__ import build_parser as webhook_parser
 from certs.__main__ import build_parser as certs_parser
 from commands.cli import build_parser as commands_parser
 from reconciler.options import build_parser as reconciler_parser
+from resizer.runtime_hints import HintReason
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -239,3 +240,37 @@ def test_the_docs_test_sees_a_missing_test() -> None:
         "`tests/unit/test_docs.py::test_no_such_thing`, `tests/unit/no_such_file.py`"
     )
     assert missing_tests(text) == ["tests/unit/test_docs.py::test_no_such_thing", "tests/unit/no_such_file.py"]
+
+
+OPERATIONS = DOCS / "operations.md"
+
+
+def documented_hint_reasons(text: str) -> set[str]:
+    """The reasons in the first column of the tables under docs/operations.md's "## Runtime hints"."""
+    rows = table_rows(sections(text).get("## Runtime hints", []))
+    return {cells[0].strip("`") for cells in rows if cells[0] != "__header__" and len(cells) == 3}
+
+
+def test_every_runtime_hint_reason_is_documented_with_what_to_do() -> None:
+    assert documented_hint_reasons(OPERATIONS.read_text()) == {reason.value for reason in HintReason}
+
+
+def test_the_docs_test_sees_an_undocumented_hint_reason() -> None:
+    text = "## Runtime hints\n\n| reason | when | what to do |\n|---|---|---|\n| `GoMaxProcsAtStart` | a | b |\n"
+    assert documented_hint_reasons(text) == {"GoMaxProcsAtStart"} != {reason.value for reason in HintReason}
+
+
+def webhook_reasons_documented() -> list[tuple[str, str]]:
+    """The rows of the webhook's reason table in docs/operations.md: (reason, decision)."""
+    text = (DOCS / "operations.md").read_text()
+    table = text[text.index('<a id="webhook-reasons"></a>') :].split("\n\n")[1]
+    cells = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    return [(reason.strip().strip("`"), decision.strip()) for reason, decision in cells]
+
+
+def test_every_reason_the_webhook_gives_is_documented_once() -> None:
+    from app.review import Decision, Reason
+
+    rows = webhook_reasons_documented()
+    assert sorted(reason for reason, _ in rows) == sorted(reason.value for reason in Reason)
+    assert {decision for _, decision in rows} <= {decision.value for decision in Decision} | {"—"}

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import resizer
-from app.review import handle_review
+from app.review import Answer, encode, handle_review
 from devkit.jsonpatch import apply_patch
 from tests.unit.test_webhook_fuzz import check_response, envelope
 
@@ -38,13 +38,14 @@ QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 TOTAL_ANNOTATION_LIMIT = 256 * 1024
 
 
-def review(pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(response, patched pod, record) for a pod CREATE."""
-    status, out, record = handle_review(envelope(pod, str(uuid.uuid4())))
+def review(pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Answer]:
+    """(response, patched pod, answer) for a pod CREATE."""
+    answer = handle_review(envelope(pod, str(uuid.uuid4())))
+    status, out = answer.status, encode(answer)
     response = check_response(status, out)["response"]
     assert status == 200 and response["allowed"] is True
     ops = orjson.loads(base64.b64decode(response["patch"])) if "patch" in response else []
-    return response, apply_patch(pod, ops), record
+    return response, apply_patch(pod, ops), answer
 
 
 def owned(pod: dict[str, Any]) -> dict[str, str]:
@@ -94,8 +95,8 @@ def test_a_pod_at_the_container_cap_is_stamped_exactly() -> None:
     from app.review import MAX_STAMPED_CONTAINERS
 
     pod = wide_pod(MAX_STAMPED_CONTAINERS)
-    response, after, record = review(pod)
-    assert record["decision"] == "patched"
+    response, after, answer = review(pod)
+    assert answer.decision == "patched"
     assert owned(after) == resizer.originals_from_spec_annotations(pod)
     assert len(owned(after)) == 4 * MAX_STAMPED_CONTAINERS
     assert_apiserver_would_accept_annotations(pod, after)
@@ -106,8 +107,8 @@ def test_a_pod_at_the_container_cap_is_stamped_exactly() -> None:
 def test_a_1000_container_pod_is_admitted_unstamped_with_forged_keys_stripped() -> None:
     pod = wide_pod(1000)
     pod["metadata"]["annotations"] = {resizer.original_key("c0", "cpu", "request"): "16"}
-    response, after, record = review(pod)
-    assert (record["decision"], record["reason"]) == ("skipped", "TooManyContainers")
+    response, after, answer = review(pod)
+    assert (answer.decision, answer.reason) == ("skipped", "TooManyContainers")
     assert owned(after) == {}
     assert_apiserver_would_accept_annotations(pod, after)
 
@@ -119,8 +120,8 @@ def test_stamping_never_pushes_a_pod_over_the_annotation_size_limit() -> None:
     pod = wide_pod(MAX_STAMPED_CONTAINERS, name="c{i:04d}-" + "x" * 57)
     pod["metadata"]["annotations"] = {"example.com/blob": "x" * (TOTAL_ANNOTATION_LIMIT - 50_000)}
     assert sum(len(k) + len(v) for k, v in resizer.originals_from_spec_annotations(pod).items()) > 50_000
-    _, after, record = review(pod)
-    assert (record["decision"], record["reason"]) == ("skipped", "AnnotationsTooLarge") and owned(after) == {}
+    _, after, answer = review(pod)
+    assert (answer.decision, answer.reason) == ("skipped", "AnnotationsTooLarge") and owned(after) == {}
     assert_apiserver_would_accept_annotations(pod, after)
 
 
@@ -156,7 +157,7 @@ def test_any_container_names_give_an_allowed_pod_and_only_valid_annotation_keys(
         "metadata": {"name": "pöd-🚀", "ownerReferences": [OWNER]},
         "spec": {"containers": [{"name": n, "resources": {"requests": {"cpu": "100m"}}} for n in names]},
     }
-    response, after, record = review(pod)
+    response, after, answer = review(pod)
     if "patch" in response:
         assert owned(after) == resizer.originals_from_spec_annotations(pod)
     assert_apiserver_would_accept_annotations(pod, after)
@@ -245,5 +246,5 @@ def test_forged_originals_on_an_unowned_or_skipped_pod_are_not_laundered(data: s
     else:
         forged["metadata"]["annotations"][resizer.SKIP] = "true"
     assume(not resizer.eligibility(forged).eligible)
-    response, after, record = review(forged)
-    assert record["decision"] == "skipped" and owned(after) == {}
+    response, after, answer = review(forged)
+    assert answer.decision == "skipped" and owned(after) == {}

@@ -81,6 +81,33 @@ def test_log_fields_matches_extra(restore_root):
     assert a == b
 
 
+ODD = object()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"uid": "u", "pod": "p", "originals": {"k": "v"}, "duration_ms": 0.25},
+        {"error": "boom", "stack": "Traceback ...", "reason": "InternalError", "after": 1},
+        {"stack": None, "n": 2**70, "tags": {"a"}, "obj": ODD, "raw": b"\xff"},
+        {"ts": "forged", "level": "forged", "logger": "forged", "_private": 1, "kept": True},
+        {"name": "x", "msg": "y", "args": 3, "message": "z"},
+        {},
+    ],
+)
+def test_log_fields_writes_the_line_the_formatter_writes_for_extra(restore_root, fields):
+    """The direct line of a log_fields record is the one python-json-logger writes for the same
+    fields given as ``extra`` (renamed as log_fields renames them), byte for byte but the time."""
+    out = io.StringIO()
+    configure_logging("info", "json", stream=out)
+    log = logging.getLogger("t.same")
+    log_fields(log, logging.WARNING, "decision %s", fields)
+    renamed = {("field_" + k if k in ("name", "msg", "args", "message") else k): v for k, v in fields.items()}
+    log.warning("decision %s", extra=renamed)
+    fast, slow = lines(out)
+    assert fast.split(",", 1)[1] == slow.split(",", 1)[1]
+
+
 def test_log_fields_renames_reserved_keys(restore_root):
     out = io.StringIO()
     configure_logging("info", "json", stream=out)

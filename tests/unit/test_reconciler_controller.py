@@ -12,6 +12,7 @@ from reconciler.controller import decision_record, live_and_bound, situation
 from reconciler.pods import mac_key_known
 from reconciler.ports import pod_path
 from resizer import ORIGINALS_MAC, SAMPLE_CONFIG, KeyRing, load_config, plan_resize, resolve_policy
+from resizer.podstate import read_state
 
 CONFIG = load_config(SAMPLE_CONFIG)  # n2d baseline; n4 cpuPerf 1.25; bounds cpu 50m..16, memory 64Mi..32Gi
 MiB = 1024**2
@@ -127,26 +128,28 @@ def test_decision_record_of_an_unknown_node_type_has_no_changes():
 
 def test_the_same_pod_in_the_same_circumstances_is_the_same_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
-    assert situation(pod, "n4", 3) == situation(copy.deepcopy(pod), "n4", 3)
+    assert situation(pod, read_state(pod), "n4", 3) == situation(
+        copy.deepcopy(pod), read_state(copy.deepcopy(pod)), "n4", 3
+    )
 
 
 def test_another_node_type_is_another_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
-    assert situation(pod, "n4", 3) != situation(pod, "c3", 3)
+    assert situation(pod, read_state(pod), "n4", 3) != situation(pod, read_state(pod), "c3", 3)
 
 
 def test_a_new_config_generation_is_another_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
-    assert situation(pod, "n4", 3) != situation(pod, "n4", 4)
+    assert situation(pod, read_state(pod), "n4", 3) != situation(pod, read_state(pod), "n4", 4)
 
 
 def test_the_key_of_the_originals_mac_coming_back_is_another_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
     pod["metadata"].setdefault("annotations", {})[ORIGINALS_MAC] = "v1.p.k0001." + "A" * 43
     missing, back = KeyRing({"k2": b"2" * 32}), KeyRing({"k0001": b"1" * 32, "k2": b"2" * 32})
-    assert not mac_key_known(pod, missing) and mac_key_known(pod, back)
-    assert situation(pod, "n4", 3, key_known=mac_key_known(pod, missing)) != situation(
-        pod, "n4", 3, key_known=mac_key_known(pod, back)
+    assert not mac_key_known(read_state(pod), missing) and mac_key_known(read_state(pod), back)
+    assert situation(pod, read_state(pod), "n4", 3, key_known=mac_key_known(read_state(pod), missing)) != situation(
+        pod, read_state(pod), "n4", 3, key_known=mac_key_known(read_state(pod), back)
     )
 
 
@@ -155,20 +158,20 @@ def test_a_container_that_starts_reporting_resources_is_another_situation():
     containers = [_container("app", {"cpu": "1"})]
     silent = _pod(containers, statuses=[{"name": "app", "state": {"running": {}}}])
     reporting = _pod(containers)
-    assert situation(silent, "n4", 1) != situation(reporting, "n4", 1)
+    assert situation(silent, read_state(silent), "n4", 1) != situation(reporting, read_state(reporting), "n4", 1)
 
 
 def test_a_change_to_our_annotations_is_another_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
     stamped = _pod([_container("app", {"cpu": "1"})], annotations={"workload-resizer.io/original-cpu.app": "1"})
-    assert situation(pod, "n4", 1) != situation(stamped, "n4", 1)
+    assert situation(pod, read_state(pod), "n4", 1) != situation(stamped, read_state(stamped), "n4", 1)
 
 
 def test_foreign_annotations_and_spec_churn_are_the_same_situation():
     pod = _pod([_container("app", {"cpu": "1"})])
     other = _pod([_container("app", {"cpu": "1"})], annotations={"deployment.kubernetes.io/revision": "7"})
     other["metadata"]["resourceVersion"] = "99"
-    assert situation(pod, "n4", 1) == situation(other, "n4", 1)
+    assert situation(pod, read_state(pod), "n4", 1) == situation(other, read_state(other), "n4", 1)
 
 
 def test_annotation_order_does_not_change_the_situation():
@@ -180,12 +183,14 @@ def test_annotation_order_does_not_change_the_situation():
         [_container("app", {"cpu": "1"})],
         annotations={"workload-resizer.io/original-memory.app": "1Gi", "workload-resizer.io/original-cpu.app": "1"},
     )
-    assert situation(first, "n4", 1) == situation(second, "n4", 1)
+    assert situation(first, read_state(first), "n4", 1) == situation(second, read_state(second), "n4", 1)
 
 
 def test_a_situation_is_hashable():
     pod = _pod([_container("app", {"cpu": "1"})])
-    assert hash(situation(pod, "n4", 1)) == hash(situation(copy.deepcopy(pod), "n4", 1))
+    assert hash(situation(pod, read_state(pod), "n4", 1)) == hash(
+        situation(copy.deepcopy(pod), read_state(copy.deepcopy(pod)), "n4", 1)
+    )
 
 
 # ------------------------------------------------------------------ small helpers
@@ -282,11 +287,11 @@ def test_a_relist_replacing_a_same_named_pod_drops_the_old_uids_entries():
 
     m = _manager()
     old, new = _bound("a", "uid-old"), _bound("a", "uid-new")
-    m.reconciler._decided["uid-old"] = ("n4", 1, (), ())
-    m.reconciler._finished["uid-old"] = "n4"
+    m.reconciler._memory.of("uid-old").decided = ("n4", 1, (), ())
+    m.reconciler._memory.of("uid-old").finished = "n4"
 
     async def body():
         m._on_pod("MODIFIED", new, old)  # what Informer._list reports for a replaced pod
 
     asyncio.run(body())
-    assert "uid-old" not in m.reconciler._decided and "uid-old" not in m.reconciler._finished
+    assert "uid-old" not in m.reconciler._memory

@@ -355,8 +355,8 @@ def test_the_watch_event_of_the_applied_annotation_does_not_re_plan_the_pod(monk
     def no_plan(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("re-planned a pod sized a moment ago with the same config")
 
-    monkeypatch.setattr("reconciler.controller.realignment", no_plan)
-    monkeypatch.setattr("reconciler.controller.plan_resize", no_plan)
+    monkeypatch.setattr("reconciler.decide.plan_bound_pod", no_plan)
+    monkeypatch.setattr("reconciler.decide.plan_resize", no_plan)
     rec.observe(fake.pod(KEY))
     assert not rec.needs_work(fake.pod(KEY), node)
 
@@ -397,9 +397,10 @@ def test_a_re_alignment_interrupted_by_a_restart_is_followed_to_one_resized():
     assert "requested before this reconciler started" in fake.events[0].message
     assert annotations(fake)[APPLIED_SIZE] == spec_size(fake.pod_now(KEY))
     third = reconciler(fake, config=FASTER)
-    assert not third.needs_work(fake.pod(KEY), node)
+    assert third.needs_work(fake.pod(KEY), node), "a new process decides a sized pod once (the filter never plans)"
     run(third.reconcile(KEY))
     assert reasons(fake) == ["Resized"] and len(fake.writes) == 2
+    assert not third.needs_work(fake.pod(KEY), node)
 
 
 def test_a_re_alignment_deferred_across_a_restart_is_reported_once_then_followed():
@@ -424,9 +425,9 @@ def test_a_pod_sized_before_applied_size_existed_is_not_followed_after_a_restart
     """Without the recorded size nothing tells our re-alignment from anybody's resize: left alone (as before)."""
     fake = cluster(sized_on_n4(cpu="500m", recorded_size=False))
     rec = reconciler(fake, config=FASTER)
-    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
     run(rec.reconcile(KEY))
     assert fake.writes == [] and fake.events == []
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
 
 
 def test_an_unreported_size_with_unreadable_originals_is_not_followed_and_raises_nothing():
@@ -437,9 +438,9 @@ def test_an_unreported_size_with_unreadable_originals_is_not_followed_and_raises
     sized["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "500m"
     fake = cluster(sized)
     rec = reconciler(fake, config=FASTER)
-    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
     run(rec.reconcile(KEY))
     assert fake.writes == []
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
 
 
 def test_a_lagging_cache_after_a_re_alignment_is_not_mistaken_for_an_unreported_one():
@@ -467,14 +468,19 @@ def test_a_spec_someone_else_changed_is_not_reported_as_our_re_alignment():
     assert fake.events == [] and fake.writes == []
 
 
-def test_needs_work_re_plans_a_sized_pod_once_per_config_version():
+def test_needs_work_passes_a_sized_pod_once_per_config_version():
+    """The filter never plans: a sized pod is decided again once per config version, by the pass."""
     node = {"metadata": {"name": "node-1", "labels": {LABEL: "n4"}}}
     faster = load_config(SAMPLE_CONFIG.replace("cpuPerf: 1.25", "cpuPerf: 2.0"))
     config = FakeConfig(CONFIG)
-    rec = PodResizeReconciler(*(cluster(),) * 3, config, ControllerSettings(node_type_label=LABEL))
-    assert not rec.needs_work(sized_on_n4(), node)  # this config changes nothing for it
+    fake = cluster(sized_on_n4())
+    rec = PodResizeReconciler(fake, fake, fake, config, ControllerSettings(node_type_label=LABEL))
+    assert rec.needs_work(sized_on_n4(), node)  # not decided under this config version yet
+    run(rec.reconcile(KEY))
+    assert fake.writes == [], "this config changes nothing for it"
+    assert not rec.needs_work(sized_on_n4(), node)  # asked once per config version
     config.config, config.generation = faster, 2
-    assert rec.needs_work(sized_on_n4(), node)  # the new one does
+    assert rec.needs_work(sized_on_n4(), node)  # the new one is decided
     assert not rec.needs_work(sized_on_n4(), node)  # asked once per config version
     off = PodResizeReconciler(
         *(cluster(),) * 3, FakeConfig(faster, 2), ControllerSettings(node_type_label=LABEL, realign=False)
@@ -970,9 +976,9 @@ def test_a_crash_after_recording_the_apiservers_refusal_does_not_retry_the_size(
     with pytest.raises(Crash):
         run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
     restarted = reconciler(fake)
-    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
     run(restarted.reconcile(KEY))
     assert fake.ops() == ["annotate"] and fake.events == [] and generation(fake) == 1
+    assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
 
 
 def test_a_node_capacity_cause_sent_under_type_is_not_taken_for_one():
@@ -1361,10 +1367,10 @@ def test_an_unreported_size_on_a_pod_whose_originals_are_not_bound_to_it_is_not_
     del sized["metadata"]["annotations"][ORIGINALS_MAC]
     fake = cluster(sized)
     rec = reconciler(fake, config=FASTER)
-    assert rec._unreported_realignment(fake.pod(KEY), "n4") is None
-    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
     run(rec.reconcile(KEY))
     assert fake.writes == [] and "Resized" not in reasons(fake)
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    assert rec._memory.get("uid-1").flight is None, "not adopted"
     assert ORIGINALS_MAC not in annotations(fake)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from commands.cli import parse
-from commands.report import build_report, report_html, report_json, report_table
+from commands.report import applied_hints, build_report, report_html, report_json, report_table
 from reconciler.settings import ReportSettings
 from resizer.forecast import forecast_fleet
+from resizer.runtime_hints import pod_runtimes
 
 from .test_baseline_authority import CONFIG, RING, SCOPE
 from .test_freed import NODES, fleet, pod
@@ -98,3 +100,63 @@ def test_report_flags_are_plans() -> None:
     assert isinstance(settings, ReportSettings)
     assert (settings.output, settings.node_type_label) == ("html", "family")
     assert settings.scope.excluded == {"kube-system", "wr"}
+
+
+def with_jvm(p: dict[str, Any]) -> dict[str, Any]:
+    p["spec"]["containers"][0]["env"] = [{"name": "JAVA_TOOL_OPTIONS", "value": "-XX:MaxRAMPercentage=75"}]
+    return p
+
+
+def hinted_report(pods: list[dict[str, Any]]):
+    runtimes = {(p["metadata"]["namespace"], p["metadata"]["name"]): r for p in pods if (r := pod_runtimes(p))}
+    forecast = forecast_fleet(pods, NODES, CONFIG, SCOPE, keyring=RING)
+    return build_report(forecast, pods, INFO, runtimes)
+
+
+def test_report_shows_the_runtime_hints_of_containers_resized_in_place() -> None:
+    resized, not_yet = with_jvm(pod("a", 1000, 256, resized_percent=80)), with_jvm(pod("c", 1000, 512))
+    plain = pod("b", 500, 128, resized_percent=80)
+    report = hinted_report([resized, not_yet, plain])
+    assert [(p.name, h.container, h.reason) for p, h in report.runtime_hints] == [
+        ("a", "app", "JvmCpuCountAtStart")
+    ]  # c is not resized yet, b has no runtime that reads its limits
+    table = report_table(report)
+    assert re.search(r"^n4\s+3\s+2500m -> 2200m\s+300m freed", table, re.M), table  # the tables as before
+    assert re.search(
+        r"^Runtime hints .*\n  shop/ReplicaSet/web-7d9f \(1 pod\), container app: JvmCpuCountAtStart: the JVM "
+        r"\(JAVA_TOOL_OPTIONS\) sizes .* they stay sized for 1 after the CPU limit 1 -> 800m, until it restarts$",
+        table,
+        re.M,
+    ), table
+    document = json.loads(json.dumps(report_json(report)))
+    assert document["runtimeHints"] == [
+        {
+            "namespace": "shop",
+            "name": "a",
+            "workload": "ReplicaSet/web-7d9f",
+            "nodeType": "n4",
+            "container": "app",
+            "runtime": "jvm",
+            "reason": "JvmCpuCountAtStart",
+            "message": report.runtime_hints[0][1].message,
+        }
+    ]
+    page = report_html(report)
+    assert "<h2>Runtime hints (1)</h2>" in page and "JvmCpuCountAtStart" in page
+
+
+def test_no_runtime_hints_section_without_hints() -> None:
+    report = hinted_report(fleet())
+    assert report.runtime_hints == ()
+    assert "Runtime hints" not in report_table(report) and "Runtime hints" not in report_html(report)
+    assert report_json(report)["runtimeHints"] == []
+
+
+def test_a_pod_sized_at_admission_started_at_its_size() -> None:
+    sized = with_jvm(pod("a", 1000, 256, resized_percent=80))
+    report = hinted_report([sized])
+    assert len(report.runtime_hints) == 1
+    forecast = forecast_fleet([sized], NODES, CONFIG, SCOPE, keyring=RING)
+    as_sized = replace(forecast.workloads[0].pods[0], sized_at_admission="n4")
+    forecast.workloads[0].pods[0] = as_sized
+    assert applied_hints(forecast, {("shop", "a"): pod_runtimes(sized)}) == ()  # type: ignore[dict-item]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from commands.plan import forecast_json, forecast_table
+from commands.plan import forecast_json, forecast_table, planned_hints
 from resizer.forecast import forecast_fleet, workload_of
+from resizer.runtime_hints import pod_runtimes
 from resizer.scope import namespace_scope
 
 from .test_resizer_support import container, guaranteed, make_pod, sample_config
@@ -83,3 +85,48 @@ def test_a_label_scope_uses_the_namespace_labels() -> None:
     scope = namespace_scope("wr", selector="!skip")
     assert forecast_fleet([pod], NODES, sample_config(), scope, {"shop": {"skip": ""}}).skipped == {"OutOfScope": 1}
     assert forecast_fleet([pod], NODES, sample_config(), scope, {"shop": {}}).resized == 1
+
+
+def test_plan_shows_the_runtime_hints_of_the_pods_it_would_resize() -> None:
+    java = guaranteed()
+    java["command"] = ["java", "-jar", "/app.jar"]
+    pods = [
+        bound(make_pod(java), "a", name="api-1"),
+        bound(make_pod(java), "a", name="api-2"),
+        bound(make_pod(guaranteed()), "a", name="web-1"),
+    ]
+    pods[2]["metadata"]["ownerReferences"][0]["name"] = "plain"
+    runtimes = {("shop", p["metadata"]["name"]): r for p in pods if (r := pod_runtimes(p)) is not None}
+    assert set(runtimes) == {("shop", "api-1"), ("shop", "api-2")}
+    forecast = forecast_fleet(pods, NODES, sample_config(), namespace_scope("wr"))
+    hints = planned_hints(forecast, runtimes)
+    info = {"config": "test", "pods": 3, "nodes": 4, "listSeconds": 0, "planSeconds": 0}
+    table = forecast_table(forecast, info, hints=hints)
+    assert "shop       ReplicaSet/web    n4         2     2 -> 1600m" in table  # the table's columns as before
+    block = table[table.index("Runtime hints") :].splitlines()
+    assert block[1] == (
+        "  shop/ReplicaSet/web (2 pods), container app: JvmCpuCountAtStart: the JVM (command) sizes its GC and JIT "
+        "compiler threads and common ForkJoinPool from the CPU limit when it starts: they stay sized for 1 after the "
+        "CPU limit 1 -> 800m, until it restarts"
+    )
+    assert not block[2].startswith("  ")  # one line for the workload's two pods; the plain one has none
+    document = forecast_json(forecast, info, hints)
+    entries = {p["name"]: p for w in document["workloads"] for p in w["podPlans"]}
+    assert entries["web-1"]["runtimeHints"] == []
+    assert entries["api-1"]["runtimeHints"] == [
+        {
+            "container": "app",
+            "runtime": "jvm",
+            "reason": "JvmCpuCountAtStart",
+            "message": hints[("shop", "api-1")][0].message,
+        }
+    ]
+    plans = {p["name"]: p for w in json.loads(json.dumps(document))["workloads"] for p in w["podPlans"]}
+    assert plans["api-2"]["runtimeHints"][0]["reason"] == "JvmCpuCountAtStart"
+
+
+def test_plan_prints_no_runtime_hints_block_without_hints() -> None:
+    forecast = forecast_fleet([bound(make_pod(guaranteed()), "a")], NODES, sample_config(), namespace_scope("wr"))
+    info = {"config": "test", "pods": 1, "nodes": 4, "listSeconds": 0, "planSeconds": 0}
+    assert "Runtime hints" not in forecast_table(forecast, info, hints=planned_hints(forecast, {}))
+    assert forecast_json(forecast, info)["workloads"][0]["podPlans"][0]["runtimeHints"] == []

@@ -13,6 +13,7 @@ import httpx
 import orjson
 
 from app.metrics import Metrics
+from app.review import Answer
 from app.server import create_app
 from devkit.metrics import metric_sum
 from ops.prometheus import exposition
@@ -238,9 +239,7 @@ class BlockedWorkers:
         self.release = asyncio.Event()
         self.entered = asyncio.Event()
 
-    async def decide(
-        self, body: Any, keys: Any, scope: Any, deadline: float, sizing: Any = None
-    ) -> tuple[int, bytes, dict[str, Any]]:
+    async def decide(self, body: Any, keys: Any, scope: Any, deadline: float, sizing: Any = None) -> Answer:
         from app.review import handle_review
 
         self.entered.set()

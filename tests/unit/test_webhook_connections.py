@@ -237,3 +237,83 @@ def test_rate_limited_log_says_how_many_events_it_stood_for(caplog):
             limited.event(max_connections=4)
     counts = [record.count for record in caplog.records if record.msg == "connection closed"]
     assert counts == [1, 10, 10]  # at 0 s, 10 s, 20 s; the last 4 wait for the next line
+
+
+class WritesTransport(FakeTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed_after: list[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed_after = list(self.writes)
+        super().close()
+
+
+class Writer(FakeInner):
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self.transport = transport
+
+
+def test_a_corked_connection_writes_an_answers_head_and_body_at_once_and_before_closing():
+    async def body() -> None:
+        guard = ConnectionGuard(max_connections=2, read_timeout=10.0, metrics=Metrics(process_metrics=False))
+        transport, inner = WritesTransport(), Writer()
+        connection = GuardedConnection(inner, guard)
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        inner.transport.write(b"uncorked")
+        connection.cork()
+        inner.transport.write(b"head")
+        inner.transport.write(b"body")
+        assert transport.writes == [b"uncorked"]
+        connection.uncork()
+        assert transport.writes == [b"uncorked", b"headbody"]
+        connection.cork()
+        inner.transport.write(b"last")
+        inner.transport.close()  # uvicorn closes after the body of a connection: close answer
+        assert transport.closed_after == [b"uncorked", b"headbody", b"last"]
+        connection.uncork()
+        assert transport.writes == [b"uncorked", b"headbody", b"last"]
+
+    asyncio.run(body())
+
+
+def test_the_app_sends_an_answers_head_and_body_in_one_write():
+    """MutateApp corks its connection around uvicorn's two sends: one transport write per answer."""
+    from app.connections import _CURRENT
+    from app.server import create_app
+
+    app = create_app(Metrics(process_metrics=False))
+
+    async def body() -> list[bytes]:
+        guard = ConnectionGuard(max_connections=2, read_timeout=10.0, metrics=Metrics(process_metrics=False))
+        transport, inner = WritesTransport(), Writer()
+        connection = GuardedConnection(inner, guard)
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        messages = [{"type": "http.request", "body": REVIEW_2C, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            return messages.pop(0)
+
+        async def send(message: dict[str, Any]) -> None:  # as uvicorn's protocol: a write per message
+            inner.transport.write(message.get("body") or b"head %d;" % message["status"])
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/mutate",
+            "headers": [(b"content-length", b"%d" % len(REVIEW_2C))],
+        }
+        token = _CURRENT.set(connection)
+        try:
+            await app(scope, receive, send)  # type: ignore[arg-type]
+        finally:
+            _CURRENT.reset(token)
+        return transport.writes
+
+    (written,) = asyncio.run(body())
+    assert written.startswith(b"head 200;") and b'"allowed":true' in written

@@ -22,6 +22,8 @@ from app.review import (
     INLINE_MAX_BYTES,
     INLINE_MAX_CONTAINERS,
     INLINE_MAX_VALUES,
+    Answer,
+    encode,
     handle_review,
     handle_review_inline,
 )
@@ -60,12 +62,15 @@ class RecordingWorkers:
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
 
-    async def decide(
-        self, body: Any, keys: Any, scope: Any, deadline: float, sizing: Any = None
-    ) -> tuple[int, bytes, dict[str, Any]]:
+    async def decide(self, body: Any, keys: Any, scope: Any, deadline: float, sizing: Any = None) -> Answer:
         joined = body if isinstance(body, bytes) else b"".join(body)
         self.bodies.append(joined)
         return handle_review(joined, KeyRing(keys), scope, sizing)
+
+
+def wire(answer: Answer) -> tuple[int, bytes]:
+    """What goes out for ``answer``: the status and the body."""
+    return answer.status, encode(answer)
 
 
 def make_app():
@@ -99,7 +104,7 @@ async def call(app, chunks: list[bytes], receive_hook=None) -> tuple[int, bytes]
 def test_the_bench_review_is_decided_on_the_event_loop():
     app, workers = make_app()
     status, body = asyncio.run(call(app, [REVIEW_2C]))
-    assert (status, body) == handle_review(REVIEW_2C, KEYRING)[:2]
+    assert (status, body) == wire(handle_review(REVIEW_2C, KEYRING))
     assert workers.bodies == []
 
 
@@ -116,7 +121,7 @@ def test_a_costly_review_is_decided_by_a_review_worker_with_the_same_answer(cost
     app, workers = make_app()
     status, body = asyncio.run(call(app, [costly]))
     assert workers.bodies == [costly]
-    assert (status, body) == handle_review(costly, KEYRING)[:2] and status == 200
+    assert (status, body) == wire(handle_review(costly, KEYRING)) and status == 200
 
 
 def test_a_small_review_of_many_containers_costs_no_more_on_the_loop_once_its_workload_is_memoised():
@@ -168,7 +173,7 @@ def test_large_bodies_are_read_one_at_a_time_a_chunk_per_turn():
 
     answers = asyncio.run(scenario())
     assert reading["peak"] == 1
-    assert [answer for answer in answers] == [handle_review(b, KEYRING)[:2] for b in bodies]
+    assert [answer for answer in answers] == [wire(handle_review(b, KEYRING)) for b in bodies]
     turns = reading["turns"]
     assert {turns[i] for i in range(3, 9)} == {0, 1, 2}, "turns go round, not one whole body after the other"
     assert sorted(workers.bodies) == sorted(bodies)
@@ -195,5 +200,5 @@ def test_a_slow_sender_gives_its_turn_away():
         return await slow, fast
 
     slow, fast = asyncio.run(scenario())
-    assert fast == handle_review(fast_body, KEYRING)[:2]
-    assert slow == handle_review(slow_body, KEYRING)[:2]
+    assert fast == wire(handle_review(fast_body, KEYRING))
+    assert slow == wire(handle_review(slow_body, KEYRING))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import resizer
 from app.metrics import Metrics
-from app.review import handle_review
+from app.review import encode, handle_review
 from app.server import create_app
 from devkit.jsonpatch import apply_patch
 
@@ -45,14 +45,16 @@ def check_response(status: int, body: bytes) -> dict[str, Any]:
 @FUZZ
 @given(st.binary(max_size=2000))
 def test_random_bytes_never_crash(body):
-    status, out, _ = handle_review(body)
+    answer = handle_review(body)
+    status, out = answer.status, encode(answer)
     check_response(status, out)
 
 
 @FUZZ
 @given(st.integers(0, len(REVIEW_2C) - 2))
 def test_truncated_review_is_400(cut):
-    status, out, _ = handle_review(REVIEW_2C[:cut])
+    answer = handle_review(REVIEW_2C[:cut])
+    status, out = answer.status, encode(answer)
     assert status == 400
     check_response(status, out)
 
@@ -60,7 +62,8 @@ def test_truncated_review_is_400(cut):
 @FUZZ
 @given(json_values)
 def test_random_json_value_never_crashes(value):
-    status, out, _ = handle_review(orjson.dumps(value))
+    answer = handle_review(orjson.dumps(value))
+    status, out = answer.status, encode(answer)
     check_response(status, out)
 
 
@@ -78,7 +81,8 @@ def test_random_json_in_place_of_a_review_part_never_crashes(value, where):
         "annotations": (obj["metadata"], "annotations"),
     }[where]
     target[0][target[1]] = value
-    status, out, _ = handle_review(orjson.dumps(review))
+    answer = handle_review(orjson.dumps(review))
+    status, out = answer.status, encode(answer)
     check_response(status, out)
 
 
@@ -147,7 +151,8 @@ def envelope(pod: Any, uid: str = "u") -> bytes:
 @FUZZ
 @given(pods(), names)
 def test_random_pod_is_allowed_and_patch_yields_exactly_the_core_originals(pod, uid):
-    status, out, record = handle_review(envelope(pod, uid))
+    answer = handle_review(envelope(pod, uid))
+    status, out = answer.status, encode(answer)
     resp = check_response(status, out)["response"]
     assert status == 200 and resp["uid"] == uid
     if "patch" not in resp:
@@ -156,14 +161,15 @@ def test_random_pod_is_allowed_and_patch_yields_exactly_the_core_originals(pod, 
     owned = {k: v for k, v in after["metadata"]["annotations"].items() if resizer.is_controller_owned_key(k)}
     # (CollidingContainerKeys: two containers would share a key, e.g. one name twice, which the
     # apiserver refuses only after admission: nothing is stamped.)
-    stamped = resizer.eligibility(pod).eligible and record["reason"] not in (
+    stamped = resizer.eligibility(pod).eligible and answer.reason not in (
         "AnnotationsTooLarge",
         "CollidingContainerKeys",
     )
     # eligible: exactly the core's originals; otherwise every client-supplied controller key is gone
     assert owned == (resizer.originals_from_spec_annotations(pod) if stamped else {})
     # and reinvoking on the result changes nothing
-    status2, out2, _ = handle_review(envelope(after, uid))
+    again = handle_review(envelope(after, uid))
+    out2 = encode(again)
     assert "patch" not in orjson.loads(out2)["response"]
 
 
@@ -173,12 +179,13 @@ def test_huge_annotations_are_handled():
     ann["big"] = "x" * 1_000_000
     for i in range(2000):
         ann[f"workload-resizer.io/original-cpu.forged-{i}"] = "1"
-    status, out, record = handle_review(orjson.dumps(review))
+    answer = handle_review(orjson.dumps(review))
+    status, out = answer.status, encode(answer)
     resp = check_response(status, out)["response"]
     # Over the apiserver's annotation size limit (its own 1 MB value): the apiserver rejects
     # the pod after admission whatever we do, so it is answered at once, without a patch.
     assert resp["allowed"] is True and "patch" not in resp
-    assert (record["decision"], record["reason"]) == ("skipped", "AnnotationsTooLarge")
+    assert (answer.decision, answer.reason) == ("skipped", "AnnotationsTooLarge")
 
 
 def test_unicode_names_are_handled():
@@ -196,19 +203,22 @@ def test_unicode_names_are_handled():
             ]
         },
     }
-    status, out, record = handle_review(envelope(pod, "üid-✓"))
+    answer = handle_review(envelope(pod, "üid-✓"))
+    status, out = answer.status, encode(answer)
     resp = check_response(status, out)["response"]
     assert status == 200 and resp["uid"] == "üid-✓"
 
 
 def test_lone_surrogate_uid_is_rejected_not_crashed():
     body = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"\\ud800","operation":"CREATE","object":{}}}'
-    status, out, _ = handle_review(body)
+    answer = handle_review(body)
+    status, out = answer.status, encode(answer)
     check_response(status, out)
 
 
 def test_deeply_nested_json_is_400():
-    status, out, _ = handle_review(b"[" * 10_000 + b"]" * 10_000)
+    answer = handle_review(b"[" * 10_000 + b"]" * 10_000)
+    status, out = answer.status, encode(answer)
     assert status == 400
     check_response(status, out)
 
@@ -216,9 +226,10 @@ def test_deeply_nested_json_is_400():
 def test_more_brackets_than_any_pod_has_are_not_parsed():
     """100,000 brackets: answered without parsing (no uid to echo: 503, which failurePolicy
     Ignore admits), not a 400 from the parser's depth limit."""
-    status, out, record = handle_review(b"[" * 100_000 + b"]" * 100_000)
-    assert status == 503 and record["reason"] == "Overloaded"
-    assert "more than 20000 JSON objects/arrays" in record["error"]
+    answer = handle_review(b"[" * 100_000 + b"]" * 100_000)
+    status = answer.status
+    assert status == 503 and answer.reason == "Overloaded"
+    assert "more than 20000 JSON objects/arrays" in answer.error
 
 
 @settings(max_examples=40, deadline=None, database=None)

@@ -15,11 +15,11 @@ from typing import Any
 import orjson
 import pytest
 
-from app.review import handle_review
+from app.review import Answer, encode, handle_review
 from devkit.jsonpatch import apply_patch
 from resizer import ORIGINALS_MAC, SIZED_AT_ADMISSION, Trust, baseline, early_binding, original_key, pod_original_key
 from tests.unit.test_webhook_review import container, pod, review
-from tests.unit.test_webhook_sizing import KEYS, LABEL, context
+from tests.unit.test_webhook_sizing import KEYS, LABEL, context, held, sized_for
 
 APP_CPU = original_key("app", "cpu", "request")
 
@@ -30,14 +30,15 @@ def authored(cpu: str = "1", spec: dict[str, Any] | None = None) -> dict[str, An
     return obj
 
 
-def admit(obj: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    """One call: (patch ops, the pod with them applied, the log record)."""
-    status, body, record = handle_review(orjson.dumps(review(obj)), KEYS, None, context())
+def admit(obj: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any], Answer]:
+    """One call: (patch ops, the pod with them applied, the answer)."""
+    answer = handle_review(orjson.dumps(review(obj)), KEYS, None, context())
+    status, body = answer.status, encode(answer)
     assert status == 200
     response = orjson.loads(body)["response"]
     assert response["allowed"] is True
     ops = orjson.loads(base64.b64decode(response["patch"])) if "patch" in response else []
-    return ops, apply_patch(copy.deepcopy(obj), ops), record
+    return ops, apply_patch(copy.deepcopy(obj), ops), answer
 
 
 def cpu(obj: dict[str, Any], index: int = 0, field: str = "containers") -> tuple[str, str]:
@@ -82,11 +83,11 @@ def reinvoke(first: dict[str, Any], change: Any) -> tuple[list[dict[str, Any]], 
 
 @pytest.mark.parametrize(("author", "sized"), [("1", "800m"), ("8", "6400m")])
 def test_a_label_added_by_a_later_webhook_leaves_the_sized_pod_as_it_is(author: str, sized: str) -> None:
-    _, first, record = admit(authored(author))
-    assert cpu(first) == (sized, sized) and record["reason"] == "SizedAtAdmission"
-    ops, second, record = reinvoke(first, add_label)
+    _, first, answer = admit(authored(author))
+    assert cpu(first) == (sized, sized) and answer.reason == "SizedAtAdmission"
+    ops, second, answer = reinvoke(first, add_label)
     assert ops == [], "nothing of ours changed"
-    assert record["decision"] == "skipped" and record["reason"] == "AlreadySized"
+    assert answer.decision == "skipped" and answer.reason == "AlreadySized"
     assert cpu(second) == (sized, sized)
     assert ours(second)[APP_CPU] == author, "the author's value, not the sized one"
     assert ours(second) == ours(first)
@@ -97,15 +98,15 @@ def test_calling_again_and_again_changes_nothing() -> None:
     _, first, _ = admit(authored())
     pod_now = first
     for _ in range(3):
-        ops, pod_now, record = admit(pod_now)
-        assert ops == [] and record["reason"] == "AlreadySized"
+        ops, pod_now, answer = admit(pod_now)
+        assert ops == [] and answer.reason == "AlreadySized"
     assert pod_now == first
 
 
 def test_a_container_injected_by_a_later_webhook_is_recorded_and_sized_too() -> None:
     _, first, _ = admit(authored())
-    ops, second, record = reinvoke(first, inject_sidecar)
-    assert record["reason"] == "SizedAtAdmission", record
+    ops, second, answer = reinvoke(first, inject_sidecar)
+    assert answer.reason == "SizedAtAdmission", answer
     assert cpu(second) == ("800m", "800m"), "the author's container keeps its size"
     assert cpu(second, 1) == ("80m", "80m"), "the injected one sized from its spec"
     annotations = ours(second)
@@ -115,42 +116,42 @@ def test_a_container_injected_by_a_later_webhook_is_recorded_and_sized_too() -> 
     check = baseline(stored(second), KEYS).check
     assert check.trust is Trust.TRUSTED and check.scope == "sized"
     assert all(op["path"].startswith(("/spec/containers/1/", "/metadata/annotations/")) for op in ops), ops
-    ops, _, record = admit(second)
-    assert ops == [] and record["reason"] == "AlreadySized"
+    ops, _, answer = admit(second)
+    assert ops == [] and answer.reason == "AlreadySized"
 
 
 @pytest.mark.parametrize("change", [add_gate, unpin], ids=["gated", "unpinned"])
 def test_a_pod_no_longer_to_be_sized_gets_the_authors_values_back_and_is_stamped_only(change: Any) -> None:
     _, first, _ = admit(authored())
-    ops, second, record = reinvoke(first, change)
+    ops, second, answer = reinvoke(first, change)
     assert ops, "the size goes back"
     assert cpu(second) == ("1", "1")
     annotations = ours(second)
     assert annotations[APP_CPU] == "1" and SIZED_AT_ADMISSION not in annotations
     assert annotations[ORIGINALS_MAC].startswith("v1.a."), "the spec is the baseline again"
-    assert record["decision"] == "patched" and "sizedFor" not in record
+    assert answer.decision == "patched" and not sized_for(answer)
     if change is add_gate:
-        assert "scheduling gate" in record["sizingHeld"]
+        assert "scheduling gate" in held(answer)
     check = baseline(stored(second), KEYS).check
     assert check.trust is Trust.TRUSTED and check.scope == "admission"
-    ops, _, record = admit(second)
-    assert ops == [] and record["reason"] == "AlreadyStamped"
+    ops, _, answer = admit(second)
+    assert ops == [] and answer.reason == "AlreadyStamped"
 
 
 def test_a_pod_a_later_webhook_opts_out_gets_the_authors_values_back_and_nothing_of_ours() -> None:
     _, first, _ = admit(authored())
-    _, second, record = reinvoke(
+    _, second, answer = reinvoke(
         first, lambda p: p["metadata"]["annotations"].update({"workload-resizer.io/skip": "true"})
     )
-    assert record["reason"] == "SkipAnnotation" and record["authoredFrom"] == "sized-at-admission"
+    assert answer.reason == "SkipAnnotation" and answer.authored_from == "sized-at-admission"
     assert cpu(second) == ("1", "1") and ours(second) == {"workload-resizer.io/skip": "true"}
 
 
 def test_a_pod_pinned_by_a_later_webhook_is_sized_on_the_second_call() -> None:
-    _, first, record = admit(authored(spec={}))
-    assert cpu(first) == ("1", "1") and "sizedFor" not in record
-    _, second, record = reinvoke(first, lambda p: p["spec"].update(nodeSelector={LABEL: "n4"}))
-    assert cpu(second) == ("800m", "800m") and record["reason"] == "SizedAtAdmission"
+    _, first, answer = admit(authored(spec={}))
+    assert cpu(first) == ("1", "1") and not sized_for(answer)
+    _, second, answer = reinvoke(first, lambda p: p["spec"].update(nodeSelector={LABEL: "n4"}))
+    assert cpu(second) == ("800m", "800m") and answer.reason == "SizedAtAdmission"
     assert ours(second)[APP_CPU] == "1"
 
 
@@ -160,8 +161,8 @@ def test_a_named_pod_and_pod_level_resources_are_recognised_too() -> None:
     obj["spec"]["resources"] = {"requests": {"cpu": "2", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "512Mi"}}
     _, first, _ = admit(obj)
     assert first["spec"]["resources"]["requests"]["cpu"] == "1600m"
-    ops, second, record = reinvoke(first, add_label)
-    assert ops == [] and record["reason"] == "AlreadySized"
+    ops, second, answer = reinvoke(first, add_label)
+    assert ops == [] and answer.reason == "AlreadySized"
     assert ours(second)[pod_original_key("cpu", "request")] == "2"
     _, third, _ = reinvoke(second, unpin)
     assert third["spec"]["resources"]["requests"]["cpu"] == "2" and cpu(third) == ("1", "1")
@@ -183,9 +184,9 @@ def test_a_record_that_does_not_verify_is_not_the_authors(tamper: str) -> None:
     else:
         annotations[ORIGINALS_MAC] = annotations[ORIGINALS_MAC][:-4] + "AAAA"
     spec_cpu = later["spec"]["containers"][0]["resources"]["requests"]["cpu"]
-    _, second, record = admit(later)
+    _, second, answer = admit(later)
     assert ours(second)[APP_CPU] == spec_cpu, "the spec as sent is the baseline"
-    assert "authoredFrom" not in record
+    assert not answer.authored_from
 
 
 @pytest.mark.parametrize("pinned", [True, False])
@@ -211,9 +212,9 @@ def test_a_gated_pod_is_stamped_only_and_trusted_once_its_gate_is_removed() -> N
     the gate is gone. The webhook's own admission MAC no longer does then (anyone mints one)."""
     obj = authored()
     add_gate(obj)
-    _, first, record = admit(obj)
-    assert cpu(first) == ("1", "1") and "scheduling gate" in record["sizingHeld"]
-    assert record["decision"] == "patched" and SIZED_AT_ADMISSION not in ours(first)
+    _, first, answer = admit(obj)
+    assert cpu(first) == ("1", "1") and "scheduling gate" in held(answer)
+    assert answer.decision == "patched" and SIZED_AT_ADMISSION not in ours(first)
     gated = stored(first)
     binding = early_binding(gated, KEYS)
     assert binding is not None and set(binding) == {ORIGINALS_MAC} and binding[ORIGINALS_MAC].startswith("v1.p.")
@@ -273,8 +274,8 @@ def test_a_record_under_the_keys_an_earlier_version_wrote_is_recognised_too() ->
     long_name = "a" * 50
     obj = pod([container(long_name, {"cpu": "1", "memory": "256Mi"}, {"cpu": "1", "memory": "256Mi"})])
     obj["spec"]["nodeSelector"] = {LABEL: "n4"}
-    _, first, record = admit(obj)
-    assert record["reason"] == "SizedAtAdmission" and cpu(first) == ("800m", "800m")
+    _, first, answer = admit(obj)
+    assert answer.reason == "SizedAtAdmission" and cpu(first) == ("800m", "800m")
     # The same answer as the previous version signed it: every key of the long name in legacy form.
     legacy = {}
     for resource, kind in (("cpu", "request"), ("cpu", "limit"), ("memory", "request"), ("memory", "limit")):
@@ -294,7 +295,7 @@ def test_a_record_under_the_keys_an_earlier_version_wrote_is_recognised_too() ->
         **originals,
         ORIGINALS_MAC: mac,
     }
-    ops, second, record = reinvoke(first, add_label)
-    assert record["reason"] in ("SizedAtAdmission", "AlreadySized"), record
+    ops, second, answer = reinvoke(first, add_label)
+    assert answer.reason in ("SizedAtAdmission", "AlreadySized"), answer
     assert cpu(second) == ("800m", "800m"), "sized once, from the author's 1 CPU"
     assert {ours(second)[original_key(long_name, "cpu", kind)] for kind in ("request", "limit")} == {"1"}

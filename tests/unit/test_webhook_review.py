@@ -11,7 +11,7 @@ import pytest
 
 import resizer
 from app import review as review_mod
-from app.review import annotation_path, build_patch, handle_review, json_pointer_escape, originals_of
+from app.review import Answer, annotation_path, build_patch, encode, handle_review, json_pointer_escape, originals_of
 from devkit.jsonpatch import apply_patch
 
 ORIG = "workload-resizer.io/original-"
@@ -66,9 +66,10 @@ def review(
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
 
 
-def call(r: Any) -> tuple[int, dict[str, Any], dict[str, Any]]:
-    status, body, record = handle_review(orjson.dumps(r))
-    return status, orjson.loads(body), record
+def call(r: Any) -> tuple[int, dict[str, Any], Answer]:
+    answer = handle_review(orjson.dumps(r))
+    status, body = answer.status, encode(answer)
+    return status, orjson.loads(body), answer
 
 
 def patch_of(resp: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -94,7 +95,7 @@ def owned(annotations: dict[str, str] | None) -> dict[str, str]:
 # -- eligible pods ----------------------------------------------------------------------
 def test_eligible_pod_without_annotations_gets_map_and_every_original():
     p = pod()
-    status, resp, record = call(review(p))
+    status, resp, answer = call(review(p))
     assert status == 200
     assert resp["apiVersion"] == "admission.k8s.io/v1" and resp["kind"] == "AdmissionReview"
     assert resp["response"]["uid"] == "uid-1" and resp["response"]["allowed"] is True
@@ -102,9 +103,9 @@ def test_eligible_pod_without_annotations_gets_map_and_every_original():
     assert ops[0] == {"op": "add", "path": "/metadata/annotations", "value": {}}
     after = apply_patch(p, ops)
     assert after["metadata"]["annotations"] == resizer.originals_from_spec_annotations(p)
-    assert record["decision"] == "patched" and record["reason"] == "Eligible"
-    assert record["owner"] == "ReplicaSet/web-7d9f" and record["pod"] == "web-7d9f-" and record["namespace"] == "shop"
-    assert record["originals"] == resizer.originals_from_spec_annotations(p)
+    assert answer.decision == "patched" and answer.reason == "Eligible"
+    assert answer.owner == "ReplicaSet/web-7d9f" and answer.pod == "web-7d9f-" and answer.namespace == "shop"
+    assert answer.originals == resizer.originals_from_spec_annotations(p)
 
 
 def test_eligible_pod_keeps_unrelated_annotations():
@@ -143,14 +144,14 @@ def test_stale_original_and_applied_annotations_are_removed():
         "keep.me/too": "yes",
     }
     p = pod(annotations=stale)
-    status, resp, record = call(review(p))
+    status, resp, answer = call(review(p))
     ops = patch_of(resp)
     removed = {op["path"] for op in ops if op["op"] == "remove"}
     assert removed == {annotation_path(k) for k in stale if k != "keep.me/too"}
     after = apply_patch(p, ops)
     assert owned(after["metadata"]["annotations"]) == resizer.originals_from_spec_annotations(p)
     assert after["metadata"]["annotations"]["keep.me/too"] == "yes"
-    assert record["decision"] == "patched"
+    assert answer.decision == "patched"
 
 
 def test_pod_without_resources_only_loses_forged_keys():
@@ -160,17 +161,17 @@ def test_pod_without_resources_only_loses_forged_keys():
 
 
 def test_pod_without_resources_or_annotations_needs_no_patch():
-    status, resp, record = call(review(pod(containers=[container("app")])))
+    status, resp, answer = call(review(pod(containers=[container("app")])))
     assert patch_of(resp) is None
-    assert record["decision"] == "skipped" and record["reason"] == "NothingToStamp"
+    assert answer.decision == "skipped" and answer.reason == "NothingToStamp"
 
 
 def test_reinvocation_on_stamped_pod_yields_no_patch():
     once = mutated(pod())
-    status, resp, record = call(review(once))
+    status, resp, answer = call(review(once))
     assert status == 200 and resp["response"]["allowed"] is True
     assert patch_of(resp) is None
-    assert record["decision"] == "skipped" and record["reason"] == "AlreadyStamped"
+    assert answer.decision == "skipped" and answer.reason == "AlreadyStamped"
 
 
 def test_reinvocation_after_sidecar_injection_adds_only_the_sidecar():
@@ -194,10 +195,10 @@ def test_too_many_containers_are_admitted_unstamped_with_forged_keys_stripped():
     the single event loop and would not fit the annotation limit anyway."""
     cs = [container(f"c{i}", {"cpu": "1m"}) for i in range(review_mod.MAX_STAMPED_CONTAINERS + 1)]
     p = pod(containers=cs, annotations={ORIG + "cpu.c0": "16"})
-    status, resp, record = call(review(p))
+    status, resp, answer = call(review(p))
     assert status == 200 and resp["response"]["allowed"] is True
     assert [op["op"] for op in patch_of(resp)] == ["remove"]
-    assert record["reason"] == "TooManyContainers"
+    assert answer.reason == "TooManyContainers"
 
 
 @pytest.mark.parametrize("shape", ["containers", "sidecar"])
@@ -212,18 +213,18 @@ def test_containers_that_would_share_original_keys_are_admitted_unstamped_with_f
     )
     if shape == "sidecar":
         p["spec"]["initContainers"] = [{**large, "restartPolicy": "Always"}]
-    status, resp, record = call(review(p))
+    status, resp, answer = call(review(p))
     assert status == 200 and resp["response"]["allowed"] is True
     after = apply_patch(p, patch_of(resp))
     assert after["metadata"]["annotations"] == {"keep": "me"}
     assert after["spec"] == p["spec"]
-    assert (record["decision"], record["reason"]) == ("skipped", "CollidingContainerKeys")
-    assert "'app'" in record["error"] and record["originals"] == {}
+    assert (answer.decision, answer.reason) == ("skipped", "CollidingContainerKeys")
+    assert "'app'" in answer.error and answer.originals == {}
     clean = pod([small, large] if shape == "containers" else [small])
     if shape == "sidecar":
         clean["spec"]["initContainers"] = [{**large, "restartPolicy": "Always"}]
-    status, resp, record = call(review(clean))
-    assert status == 200 and "patch" not in resp["response"] and record["reason"] == "CollidingContainerKeys"
+    status, resp, answer = call(review(clean))
+    assert status == 200 and "patch" not in resp["response"] and answer.reason == "CollidingContainerKeys"
 
 
 # -- pods left alone --------------------------------------------------------------------
@@ -241,9 +242,9 @@ def test_containers_that_would_share_original_keys_are_admitted_unstamped_with_f
     ids=["bare-pod", "skip-annotation", "mirror-pod", "unsupported-owner"],
 )
 def test_ineligible_pod_is_allowed_untouched(p, reason):
-    status, resp, record = call(review(p))
+    status, resp, answer = call(review(p))
     assert status == 200 and resp["response"] == {"uid": "uid-1", "allowed": True}
-    assert record["decision"] == "skipped" and record["reason"] == reason == resizer.eligibility(p).reason
+    assert answer.decision == "skipped" and answer.reason == reason == resizer.eligibility(p).reason
 
 
 @pytest.mark.parametrize(
@@ -262,24 +263,24 @@ def test_ineligible_pod_loses_forged_controller_keys_on_create(p):
     """A pod admitted ineligible may become eligible later (skip removed, owner edited):
     it must not keep a baseline its author chose."""
     p["metadata"]["annotations"].update({APPLIED + "instance-type": "n2d", resizer.ORIGINALS_MAC: "v1.a.k.x"})
-    status, resp, record = call(review(p))
+    status, resp, answer = call(review(p))
     assert status == 200 and resp["response"]["allowed"] is True
     removed = {op["path"] for op in patch_of(resp) if op["op"] == "remove"}
     assert removed == {annotation_path(k) for k in p["metadata"]["annotations"] if resizer.is_controller_owned_key(k)}
-    assert record["decision"] == "skipped" and record["stripped"] == 3
+    assert answer.decision == "skipped" and answer.stripped == 3
 
 
 @pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT"])
 def test_non_create_operation_is_allowed_without_patch(operation):
     obj = None if operation == "DELETE" else pod()
-    status, resp, record = call(review(obj, operation=operation))
+    status, resp, answer = call(review(obj, operation=operation))
     assert status == 200 and resp["response"] == {"uid": "uid-1", "allowed": True}
-    assert record["reason"] == "NotPodCreate"
+    assert answer.reason == "NotPodCreate"
 
 
 def test_non_pod_resource_is_allowed_without_patch():
-    status, resp, record = call(review({"metadata": {"name": "x"}}, resource="configmaps"))
-    assert status == 200 and patch_of(resp) is None and record["reason"] == "NotPodCreate"
+    status, resp, answer = call(review({"metadata": {"name": "x"}}, resource="configmaps"))
+    assert status == 200 and patch_of(resp) is None and answer.reason == "NotPodCreate"
 
 
 def test_pod_subresource_is_allowed_without_patch():
@@ -290,13 +291,13 @@ def test_pod_subresource_is_allowed_without_patch():
 def test_pod_without_metadata_is_allowed_without_patch():
     p = pod()
     del p["metadata"]
-    status, resp, record = call(review(p))
-    assert status == 200 and patch_of(resp) is None and record["reason"] == "NoMetadata"
+    status, resp, answer = call(review(p))
+    assert status == 200 and patch_of(resp) is None and answer.reason == "NoMetadata"
 
 
 def test_pod_name_is_preferred_over_generate_name_in_record():
-    _, _, record = call(review(pod(name="web-0", generate_name="web-")))
-    assert record["pod"] == "web-0"
+    _, _, answer = call(review(pod(name="web-0", generate_name="web-")))
+    assert answer.pod == "web-0"
 
 
 # -- malformed requests -----------------------------------------------------------------
@@ -315,10 +316,11 @@ def test_pod_name_is_preferred_over_generate_name_in_record():
     ids=["empty", "text", "truncated", "array", "number", "string", "null", "binary"],
 )
 def test_body_that_is_not_a_json_object_is_400(body):
-    status, out, record = handle_review(body)
+    answer = handle_review(body)
+    status, out = answer.status, encode(answer)
     assert status == 400
     assert "error" in orjson.loads(out)
-    assert record["decision"] == "rejected"
+    assert answer.decision == "rejected"
 
 
 @pytest.mark.parametrize(
@@ -351,7 +353,8 @@ def test_body_that_is_not_a_json_object_is_400(body):
 def test_review_missing_required_parts_is_400(mutate):
     r = review(pod())
     mutate(r)
-    status, out, _ = handle_review(orjson.dumps(r))
+    answer = handle_review(orjson.dumps(r))
+    status, out = answer.status, encode(answer)
     assert status == 400
     assert orjson.loads(out)["code"] == 400
 
@@ -361,15 +364,15 @@ def test_bug_in_mutation_logic_still_allows_without_patch(monkeypatch):
         raise RuntimeError("simulated bug")
 
     monkeypatch.setattr(resizer, "eligibility", boom)
-    status, resp, record = call(review(pod()))
+    status, resp, answer = call(review(pod()))
     assert status == 200 and resp["response"] == {"uid": "uid-1", "allowed": True}
-    assert record["reason"] == "InternalError" and "simulated bug" in record["error"] and "stack" in record
+    assert answer.reason == "InternalError" and "simulated bug" in answer.error and bool(answer.stack)
 
 
 def test_invalid_quantity_from_the_spec_still_allows_without_patch():
-    status, resp, record = call(review(pod(containers=[container("app", {"cpu": "lots"})])))
+    status, resp, answer = call(review(pod(containers=[container("app", {"cpu": "lots"})])))
     assert status == 200 and resp["response"] == {"uid": "uid-1", "allowed": True}
-    assert record["reason"] == "InternalError"
+    assert answer.reason == "InternalError"
 
 
 # -- JSON pointer escaping --------------------------------------------------------------
@@ -471,9 +474,10 @@ def test_second_replica_gets_the_same_patch_as_the_first():
 KEYS = resizer.KeyRing({"k1": b"k" * 32, "k2": b"s" * 32})
 
 
-def call_signed(r: Any, keyring: resizer.KeyRing = KEYS) -> tuple[int, dict[str, Any], dict[str, Any]]:
-    status, body, record = handle_review(orjson.dumps(r), keyring)
-    return status, orjson.loads(body), record
+def call_signed(r: Any, keyring: resizer.KeyRing = KEYS) -> tuple[int, dict[str, Any], Answer]:
+    answer = handle_review(orjson.dumps(r), keyring)
+    status, body = answer.status, encode(answer)
+    return status, orjson.loads(body), answer
 
 
 def admitted(p: dict[str, Any], resp: dict[str, Any]) -> dict[str, Any]:
@@ -484,7 +488,7 @@ def admitted(p: dict[str, Any], resp: dict[str, Any]) -> dict[str, Any]:
 
 def test_eligible_pod_gets_an_admission_scope_mac_with_the_newest_key():
     p = pod()
-    _, resp, record = call_signed(review(p))
+    _, resp, answer = call_signed(review(p))
     stored = admitted(p, resp)
     mac = stored["metadata"]["annotations"][resizer.ORIGINALS_MAC]
     assert resizer.key_id_of(mac) == "k2"
@@ -550,27 +554,41 @@ def test_annotations_over_the_apiserver_limit_are_answered_without_building_a_pa
     """The apiserver rejects such a pod after admission anyway; a 52k-key strip patch would
     cost as much memory as the input many times over."""
     ann = {f"{ORIG}cpu.f{i}": "16" for i in range(resizer.TOTAL_ANNOTATION_SIZE_LIMIT // 30)}
-    status, resp, record = call(review(pod(annotations=ann)))
-    assert status == 200 and patch_of(resp) is None and record["reason"] == "AnnotationsTooLarge"
+    status, resp, answer = call(review(pod(annotations=ann)))
+    assert status == 200 and patch_of(resp) is None and answer.reason == "AnnotationsTooLarge"
+
+
+def test_annotations_whose_text_grows_past_the_limit_are_counted_exactly():
+    """Numbers as annotation values (the apiserver refuses them later) are counted as their str():
+    1e15 is 18 bytes there, 4 in the review. Here the review stays under the limit but the
+    annotations as counted do not, so the bound that spares the count must not apply."""
+    ann: Any = {f"a{i:05}": 1e15 for i in range(11_000)}
+    body = orjson.dumps(review(pod(annotations=ann))).replace(b"1000000000000000.0", b"1e15")
+    assert len(body) < resizer.TOTAL_ANNOTATION_SIZE_LIMIT
+    answer = handle_review(body)
+    assert answer.status == 200 and answer.patch is None and answer.reason == "AnnotationsTooLarge"
 
 
 def test_pods_in_a_namespace_the_scope_excludes_are_allowed_untouched():
     from resizer.scope import namespace_scope
 
     scope = namespace_scope("wr-system", ["shop"])
-    status, body, record = handle_review(orjson.dumps(review(pod())), scope=scope)
+    answer = handle_review(orjson.dumps(review(pod())), scope=scope)
+    status, body = answer.status, encode(answer)
     response = orjson.loads(body)["response"]
     assert status == 200 and response["allowed"] is True and "patch" not in response
-    assert (record["decision"], record["reason"], record["namespace"]) == ("skipped", "NamespaceExcluded", "shop")
-    status, body, record = handle_review(orjson.dumps(review(pod())), scope=namespace_scope("wr-system", ["other"]))
-    assert record["decision"] == "patched"
+    assert (answer.decision, answer.reason, answer.namespace) == ("skipped", "NamespaceExcluded", "shop")
+    answer = handle_review(orjson.dumps(review(pod())), scope=namespace_scope("wr-system", ["other"]))
+    status, body = answer.status, encode(answer)
+    assert answer.decision == "patched"
 
 
 def test_forged_controller_keys_are_stripped_even_in_an_excluded_namespace():
     from resizer.scope import namespace_scope
 
     p = pod(annotations={ORIG + "cpu.app": "16", resizer.RESIZE_STATE: "forged"})
-    _, body, record = handle_review(orjson.dumps(review(p)), scope=namespace_scope("wr-system", ["shop"]))
+    answer = handle_review(orjson.dumps(review(p)), scope=namespace_scope("wr-system", ["shop"]))
+    body = encode(answer)
     stored = admitted(p, orjson.loads(body))["metadata"]["annotations"]
-    assert record["reason"] == "NamespaceExcluded"
+    assert answer.reason == "NamespaceExcluded"
     assert ORIG + "cpu.app" not in stored and resizer.RESIZE_STATE not in stored

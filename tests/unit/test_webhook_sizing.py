@@ -14,7 +14,7 @@ import pytest
 import resizer
 from app import review as review_mod
 from app.metrics import Metrics
-from app.review import handle_review, handle_review_inline
+from app.review import Answer, Sizing, encode, handle_review, handle_review_inline
 from app.sizing import ClusterView, SizingContext
 from app.worker import ReviewWorkers
 from devkit.jsonpatch import apply_patch
@@ -69,14 +69,39 @@ def pinned(spec: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def sized_for(answer: Answer) -> str:
+    """The node type the pod was sized (or, dry run, would have been sized) for; "" when not."""
+    note = answer.sizing
+    return note.node_type if note is not None and note.result in (Sizing.SIZED, Sizing.WOULD_RESIZE) else ""
+
+
+def _sizing_text(answer: Answer, result: Sizing) -> str:
+    note = answer.sizing
+    return note.text if note is not None and note.result is result else ""
+
+
+def held(answer: Answer) -> str:
+    """Why sizing at admission was held ("" when it was not)."""
+    return _sizing_text(answer, Sizing.HELD)
+
+
+def would_resize(answer: Answer) -> str:
+    return _sizing_text(answer, Sizing.WOULD_RESIZE)
+
+
+def sizing_error(answer: Answer) -> str:
+    return _sizing_text(answer, Sizing.ERROR)
+
+
 def decide(
     obj: dict[str, Any], sizing: SizingContext | None, keys: KeyRing = KEYS
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    status, body, record = handle_review(orjson.dumps(review(obj)), keys, None, sizing)
+) -> tuple[dict[str, Any], dict[str, Any], Answer]:
+    answer = handle_review(orjson.dumps(review(obj)), keys, None, sizing)
+    status, body = answer.status, encode(answer)
     assert status == 200
     response = orjson.loads(body)["response"]
     ops = orjson.loads(base64.b64decode(response["patch"])) if "patch" in response else []
-    return response, apply_patch(copy.deepcopy(obj), ops), record
+    return response, apply_patch(copy.deepcopy(obj), ops), answer
 
 
 def cpu(obj: dict[str, Any]) -> tuple[str, str]:
@@ -104,13 +129,13 @@ def cpu(obj: dict[str, Any]) -> tuple[str, str]:
 )
 def test_a_pinned_pod_is_created_at_its_size_with_signed_originals(spec: dict[str, Any]) -> None:
     obj = pinned(spec)
-    response, created, record = decide(obj, context())
+    response, created, answer = decide(obj, context())
     assert cpu(created) == ("800m", "800m")
     annotations = created["metadata"]["annotations"]
     assert annotations[SIZED_AT_ADMISSION] == "n4"
     assert annotations["workload-resizer.io/original-cpu.app"] == "1"
     assert annotations[ORIGINALS_MAC].startswith("v1.s.k0001.")
-    assert record["reason"] == "SizedAtAdmission" and record["sizedFor"] == "n4"
+    assert answer.reason == "SizedAtAdmission" and sized_for(answer) == "n4"
     assert "warnings" not in response
     stored = {**created, "metadata": {**created["metadata"], "name": "web-7d9f-x", "uid": "u", "generation": 1}}
     assert baseline(stored, KEYS).check.trust is Trust.TRUSTED
@@ -122,11 +147,11 @@ def test_an_unpinned_pod_or_no_context_or_no_keys_is_stamped_as_today() -> None:
         (pinned({"nodeSelector": {LABEL: "n4"}}), None, KEYS),
         (pinned({"nodeSelector": {LABEL: "n4"}}), context(), resizer.EMPTY_KEYRING),
     ):
-        _, created, record = decide(obj, sizing, keys)
+        _, created, answer = decide(obj, sizing, keys)
         today = decide(obj, None, keys)[1]
         assert created == today and cpu(created) == ("1", "1")
         assert SIZED_AT_ADMISSION not in created["metadata"].get("annotations", {})
-        assert "sizedFor" not in record
+        assert not sized_for(answer)
 
 
 def test_different_performance_is_left_to_the_reconciler() -> None:
@@ -143,18 +168,18 @@ def test_different_performance_is_left_to_the_reconciler() -> None:
             }
         }
     )
-    _, created, record = decide(obj, context())
-    assert cpu(created) == ("1", "1") and "sizedFor" not in record
+    _, created, answer = decide(obj, context())
+    assert cpu(created) == ("1", "1") and not sized_for(answer)
 
 
 def test_dry_run_warns_and_changes_no_size() -> None:
     obj = pinned({"nodeSelector": {LABEL: "n4"}})
-    response, created, record = decide(obj, context(dry_run=True))
+    response, created, answer = decide(obj, context(dry_run=True))
     assert cpu(created) == ("1", "1")
     assert created["metadata"]["annotations"][ORIGINALS_MAC].startswith("v1.a.")
     (warning,) = response["warnings"]
     assert "WouldResize" in warning and "n4" in warning and "cpu 1 -> 800m" in warning
-    assert record["wouldResize"] and record["sizedFor"] == "n4"
+    assert would_resize(answer) and sized_for(answer) == "n4"
 
 
 def test_a_sizing_failure_never_blocks_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,8 +189,8 @@ def test_a_sizing_failure_never_blocks_the_pod(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(resizer, "admission_sizing", broken)
     review_mod._sized_cache.clear()
     obj = pinned({"nodeSelector": {LABEL: "n4"}})
-    _, created, record = decide(obj, context())
-    assert cpu(created) == ("1", "1") and "RuntimeError" in record["sizingError"]
+    _, created, answer = decide(obj, context())
+    assert cpu(created) == ("1", "1") and "RuntimeError" in sizing_error(answer)
     assert created["metadata"]["annotations"][ORIGINALS_MAC].startswith("v1.a.")
 
 
@@ -186,7 +211,7 @@ def test_inline_and_worker_decide_alike_and_the_context_is_sent_once_per_version
     obj = pinned({"nodeSelector": {LABEL: "n4"}})
     small = orjson.dumps(review(obj))
     inline = handle_review_inline(small, KEYS, None, context())
-    assert inline is not None and inline[2]["reason"] == "SizedAtAdmission"
+    assert inline is not None and inline.reason == "SizedAtAdmission"
 
     big = orjson.loads(large_review())
     big["request"]["object"]["spec"]["nodeSelector"] = {LABEL: "n4"}
@@ -209,7 +234,7 @@ def test_inline_and_worker_decide_alike_and_the_context_is_sent_once_per_version
         return records
 
     first, second = asyncio.run(with_app(scenario, command=None))
-    expected = handle_review(body, KEYS, None, context(version=3))[1]
+    expected = encode(handle_review(body, KEYS, None, context(version=3)))
     assert orjson.loads(expected)["response"]["patch"] == first["patch"] == second["patch"]
 
 
@@ -257,14 +282,14 @@ def test_a_size_that_grows_or_that_a_limit_range_refuses_is_left_to_the_reconcil
         {"slow-a": "slow"},
         SAMPLE_CONFIG.replace("nodeTypes:\n", "nodeTypes:\n  slow: { cpuPerf: 0.5, memPerf: 1.0 }\n"),
     )
-    _, created, record = decide(pinned({"nodeName": "slow-a"}), slow)
-    assert cpu(created) == ("1", "1") and "grows" in record["sizingHeld"], record
+    _, created, answer = decide(pinned({"nodeName": "slow-a"}), slow)
+    assert cpu(created) == ("1", "1") and "grows" in held(answer), answer
     floor = {
         "metadata": {"name": "floor", "namespace": "shop"},
         "spec": {"limits": [{"type": "Container", "min": {"cpu": "900m"}}]},
     }
-    _, created, record = decide(pinned({"nodeName": "n4-a"}), context(version=22, limit_ranges={"shop": (floor,)}))
-    assert cpu(created) == ("1", "1") and "LimitRange floor" in record["sizingHeld"], record
+    _, created, answer = decide(pinned({"nodeName": "n4-a"}), context(version=22, limit_ranges={"shop": (floor,)}))
+    assert cpu(created) == ("1", "1") and "LimitRange floor" in held(answer), answer
     other_namespace = context(version=23, limit_ranges={"elsewhere": (floor,)})
     assert cpu(decide(pinned({"nodeName": "n4-a"}), other_namespace)[1]) == ("800m", "800m")
     copied = pickle.loads(pickle.dumps(context(version=24, limit_ranges={"shop": (floor,)})))
@@ -297,13 +322,13 @@ def of_deployment(spec: dict[str, Any]) -> dict[str, Any]:
 def test_a_pod_an_updating_vpa_manages_is_stamped_only_and_the_hold_names_the_vpa() -> None:
     review_mod._sized_cache.clear()
     obj = of_deployment({"nodeSelector": {LABEL: "n4"}})
-    response, created, record = decide(obj, context(version=31, vpas=[a_vpa("web")]))
+    response, created, answer = decide(obj, context(version=31, vpas=[a_vpa("web")]))
     assert cpu(created) == ("1", "1") and SIZED_AT_ADMISSION not in created["metadata"]["annotations"]
     assert created["metadata"]["annotations"][ORIGINALS_MAC].startswith("v1.a."), "stamped as without sizing"
-    assert "VerticalPodAutoscaler web-vpa (updateMode InPlaceOrRecreate)" in record["sizingHeld"], record
-    assert "Deployment web" in record["sizingHeld"] and "sizedFor" not in record and "warnings" not in response
+    assert "VerticalPodAutoscaler web-vpa (updateMode InPlaceOrRecreate)" in held(answer), answer
+    assert "Deployment web" in held(answer) and not sized_for(answer) and "warnings" not in response
     dry = decide(obj, context(dry_run=True, version=32, vpas=[a_vpa("web")]))
-    assert "warnings" not in dry[0] and "VerticalPodAutoscaler web-vpa" in dry[2]["sizingHeld"]
+    assert "warnings" not in dry[0] and "VerticalPodAutoscaler web-vpa" in held(dry[2])
 
 
 def test_a_vpa_that_composes_or_targets_another_workload_leaves_the_pod_sized() -> None:
@@ -313,22 +338,22 @@ def test_a_vpa_that_composes_or_targets_another_workload_leaves_the_pod_sized() 
         ([a_vpa("web", "Off")], [a_vpa("web", "Initial")], [a_vpa("api")], [a_vpa("web", namespace="elsewhere")]),
         start=41,
     ):
-        _, created, record = decide(obj, context(version=version, vpas=vpas))
-        assert cpu(created) == ("800m", "800m") and "sizingHeld" not in record, (vpas, record)
+        _, created, answer = decide(obj, context(version=version, vpas=vpas))
+        assert cpu(created) == ("800m", "800m") and not held(answer), (vpas, answer)
 
 
 def test_a_replicaset_the_pod_does_not_name_is_held_for_any_updating_deployment_vpa() -> None:
     review_mod._sized_cache.clear()
     obj = pinned({"nodeName": "n4-a"})  # ReplicaSet web-7d9f, no pod-template-hash label
-    _, created, record = decide(obj, context(version=51, vpas=[a_vpa("api")]))
-    assert cpu(created) == ("1", "1") and "may own the pod's ReplicaSet web-7d9f" in record["sizingHeld"]
+    _, created, answer = decide(obj, context(version=51, vpas=[a_vpa("api")]))
+    assert cpu(created) == ("1", "1") and "may own the pod's ReplicaSet web-7d9f" in held(answer)
 
 
 def test_the_vpas_survive_pickling_for_the_review_workers() -> None:
     copied = pickle.loads(pickle.dumps(context(version=61, vpas=[a_vpa("web")])))
     assert copied.vpas == vpa_index([a_vpa("web")])
-    _, created, record = decide(of_deployment({"nodeName": "n4-a"}), copied)
-    assert cpu(created) == ("1", "1") and "web-vpa" in record["sizingHeld"]
+    _, created, answer = decide(of_deployment({"nodeName": "n4-a"}), copied)
+    assert cpu(created) == ("1", "1") and "web-vpa" in held(answer)
 
 
 class VpaApi:

@@ -23,7 +23,7 @@ import pytest
 
 import certs
 from app.metrics import Metrics
-from app.review import INLINE_MAX_BYTES, handle_review
+from app.review import INLINE_MAX_BYTES, Answer, encode, handle_review
 from app.server import create_app
 from app.worker import ReviewWorkers, WorkersBusy
 from devkit.metrics import metric_sum
@@ -109,7 +109,8 @@ def test_a_large_review_gets_the_same_answer_from_the_worker_as_on_the_loop():
         return r, workers.pids
 
     r, pids = asyncio.run(with_app(scenario, command=None))
-    status, payload, _ = handle_review(body, KEYRING)
+    answer = handle_review(body, KEYRING)
+    status, payload = answer.status, encode(answer)
     assert r.status_code == status == 200 and r.content == payload
     assert patch_of(r) and len(pids) == 1
 
@@ -241,7 +242,7 @@ def test_workers_are_spawned_off_the_event_loop_thread(monkeypatch):
         workers = ReviewWorkers(1, 1.0)
         await workers.start()
         try:
-            status, _, _ = await workers.decide(large_review(), {}, None, time.monotonic() + 10)
+            status = (await workers.decide(large_review(), {}, None, time.monotonic() + 10)).status
             assert status == 200
         finally:
             await workers.stop()
@@ -368,10 +369,9 @@ def test_a_worker_that_cannot_start_fails_startup_and_leaves_nothing_running():
 def test_a_worker_signs_with_the_key_it_is_sent_when_only_its_content_changed():
     """A key recreated under the same id: the worker's caches never answer with a MAC of the old key."""
 
-    def mac_of(decision: Any) -> str:
-        status, body, _ = decision
-        assert status == 200
-        ops = orjson.loads(base64.b64decode(orjson.loads(body)["response"]["patch"]))
+    def mac_of(answer: Answer) -> str:
+        assert answer.status == 200 and answer.patch is not None
+        ops = orjson.loads(base64.b64decode(answer.patch))
         return next(op["value"] for op in ops if op["path"].endswith("originals-mac"))
 
     async def scenario() -> list[str]:

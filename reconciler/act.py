@@ -1,0 +1,889 @@
+"""Carrying out a pass's decision (reconciler.decide): the writes in the recovery-safe order, the
+kubelet's outcome followed, holds, and the reports (Event, metrics, audit record).
+
+Per pod, writes happen in this order, and the order is the recovery contract: (1) the missing
+original-* annotations, conditional on the resourceVersion read, so they describe the spec we
+read; (2) the pods/resize patch, computed from the originals (never from the spec); (3)
+applied-instance-type / applied-at / applied-size once the kubelet has actuated the new size
+(followed from the pod watch: Follow), then the Resized Event. A crash between
+any two steps leaves a state from which the next pass reaches the same end state; reordering
+them re-introduces compounding resizes. A resize that does not end actuated is recorded in the
+resize-state annotation (record) before it is reported, so it is reported once and an infeasible
+size is not retried while the node and the plan stay the same (docs/how-it-works.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from kube import ApiError
+from kube.events import object_reference
+from kube.informer import object_key
+from kube.ratelimit import TokenBucket
+from ops.timestamps import rfc3339
+from reconciler import metrics
+from reconciler.decide import (
+    Action,
+    Adopt,
+    Follow,
+    Hold,
+    NotEligible,
+    Nothing,
+    Parked,
+    Planned,
+    RecordApplied,
+    Report,
+    Resign,
+    Resize,
+    Untyped,
+    aligned,
+    vouched,
+)
+from reconciler.gates import VPA, Held
+from reconciler.memory import DONE, Context, InFlight, Result, Step
+from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fingerprint, spec_size
+from reconciler.pods import (
+    duration,
+    format_time,
+    mac_key_known,
+    parked_at,
+    parse_time,
+    pod_uid,
+    recorded_state,
+    requested_at,
+    situation,
+    size_fingerprint,
+    summary_from_originals,
+    with_annotations,
+)
+from reconciler.ports import EventSink, Obj
+from reconciler.reasons import EventType, Reason
+from reconciler.revert import Revert, decide_revert, size_of_originals, sizes_before
+from resizer import (
+    Baseline,
+    ResizePlan,
+    ResizerError,
+    Trust,
+    baseline,
+    plan_resize,
+    pod_mac,
+    resolve_policy,
+)
+from resizer.podstate import PodState, applied_patch, read_state, resize_state_patch
+
+log = logging.getLogger("reconciler.act")
+audit = logging.getLogger("reconciler.decision")
+
+UNSUPPORTED_MESSAGE = "without support for resize"
+# In the apiserver's refusal of a pods/resize that changes spec.resources while its
+# InPlacePodLevelResourcesVerticalScaling gate is off, and of the NodeDeclaredFeatureValidator's
+# on a node that does not declare that feature.
+POD_LEVEL_REFUSED = "InPlacePodLevelResourcesVerticalScaling"
+GATE_OFF = "feature gate is disabled"
+NODE_CAPACITY = "NodeCapacity"  # the cause of the 1.36+ apiserver's (PodResizeValidator) refusal
+
+
+class Act:
+    """Executes decisions: one instance per process (its node locks and resize limiter are shared)."""
+
+    def __init__(self, context: Context, events: EventSink) -> None:
+        self._c = context
+        self._events = events
+        # The limiter of resizes of pods already sized (--max-resizes-per-second).
+        self._realign_limiter = TokenBucket(context.options.max_resizes_per_second, 1)
+        # Two increases judged at once on one node would both count the same free room.
+        self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    async def __call__(self, pod: Obj, action: Action) -> Result:
+        uid = pod_uid(pod)
+        if action.past_gate:
+            self._c.holds.release(uid, VPA)
+        if isinstance(action, Nothing):
+            return DONE if action.requeue_after is None else Result(requeue_after=action.requeue_after)
+        if isinstance(action, (Resize, RecordApplied)):
+            return await self.write(pod, action.planned)
+        if isinstance(action, Follow):
+            return await self.follow(pod, action.planned, action.observation)
+        if isinstance(action, Report):
+            return await self.terminal(
+                pod, action.signature, action.plan, action.event_type, action.reason, action.message
+            )
+        if isinstance(action, Resign):
+            self._c.memory.of(uid).realign_checked = action.generation  # the filter skips it until the config changes
+            self._c.memory.wait(uid, None)
+            self._c.holds.release(uid)
+            if action.mac:
+                await self._c.writer.record(pod, action.mac, resource_version=pod["metadata"]["resourceVersion"])
+            return DONE
+        if isinstance(action, Hold):
+            return await self._held(pod, None, action.held)
+        if isinstance(action, Parked):
+            self._c.memory.of(uid).parked = action.at
+            return DONE
+        if isinstance(action, Adopt):
+            log.info(
+                "following a re-alignment requested before this reconciler started",
+                extra={"pod": object_key(pod), "generation": pod["metadata"].get("generation")},
+            )
+            self._c.memory.of(uid).flight = action.flight
+            return await self(pod, action.then)
+        if isinstance(action, NotEligible):
+            self._c.memory.wait(uid, None)
+            return DONE
+        assert isinstance(action, Untyped)
+        log.debug(
+            "node has no type label; skipping",
+            extra={
+                "pod": object_key(pod),
+                "node": action.node_name,
+                "nodeExists": action.node_exists,
+                "label": self._c.options.node_type_label,
+            },
+        )
+        return DONE
+
+    # ------------------------------------------------------------------ reports
+
+    async def terminal(
+        self,
+        pod: Obj,
+        signature: tuple[Any, ...],
+        plan: ResizePlan | None,
+        event_type: EventType,
+        reason: Reason,
+        message: str,
+    ) -> Result:
+        """A decision that writes nothing to the pod: report it once per situation."""
+        self._c.memory.of(pod_uid(pod)).decided = signature
+        await self.report(pod, plan, event_type, reason, message)
+        return DONE
+
+    async def report(
+        self, pod: Obj, plan: ResizePlan | None, event_type: EventType, reason: Reason, message: str
+    ) -> None:
+        metrics.OUTCOMES.labels(reason.value).inc()
+        audit.info("decision", extra=decision_record(pod, plan, reason, self._c.options.dry_run))
+        await self._events.emit(object_reference(pod, "Pod"), event_type.value, reason.value, message)
+
+    # ------------------------------------------------------------------ holds
+
+    def _node_lock(self, pod: Obj) -> asyncio.Lock:
+        return self._node_locks[str(pod["spec"]["nodeName"])]
+
+    async def _held(self, pod: Obj, plan: ResizePlan | None, held: Held) -> Result:
+        """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`);
+        each distinct hold is reported once."""
+        uid = pod_uid(pod)
+        if self._c.holds.hold(uid, held, self._c.clock()):
+            event_type = EventType.WARNING if held.constraint in ("LimitRange", "ResourceQuota") else EventType.NORMAL
+            await self.report(pod, plan, event_type, held.reason, held.message)
+        if held.at_most is not None and held.requeue_after is not None:
+            since = self._c.holds.since(uid) or self._c.clock()
+            return Result(requeue_after=max(1.0, since + held.at_most - self._c.clock()))
+        return Result(requeue_after=held.requeue_after)
+
+    def _waited_enough(self, pod: Obj, held: Held) -> bool:
+        """A bounded hold (room on the node) that has lasted its bound: the resize goes out anyway."""
+        if held.at_most is None:
+            return False
+        previous = self._c.holds.held.get(pod_uid(pod))
+        since = self._c.holds.since(pod_uid(pod))
+        if previous is None or previous.fingerprint != held.fingerprint or since is None:
+            return False
+        return self._c.clock() - since >= held.at_most
+
+    # ------------------------------------------------------------------ steps 1-3, the resize-state record
+
+    async def write(self, pod: Obj, planned: Planned) -> Result:
+        """Steps 1 to 3 as the decided pod needs them (reconciler.decide: Resize, RecordApplied)."""
+        config = self._c.config.config
+        assert config is not None
+        node, node_type, signature = planned.node, planned.node_type, planned.signature
+        plan, context, base, generation = planned.plan, planned.context, planned.base, planned.generation
+        state = planned.state
+        if base.stamp is not None and not plan.patch and not base.check.tampered:
+            done = await self._originals_and_applied(
+                pod, state, node_type, signature, plan, context, base.stamp, generation, base.check.scope == "sized"
+            )
+            if done is not None:
+                return done
+        # Step 1: originals, if the webhook did not stamp them (or they were rejected, or the
+        # pod-level ones are missing: stamped before they were recorded).
+        if base.stamp is not None:
+            try:
+                pod, reread = await self._stamp_originals(pod, base.stamp)
+            except ApiError as err:
+                return await self._originals_not_recorded(pod, signature, plan, err)
+            await self._stamped(pod, base)
+            # The stamp changed the annotations the signature covers: a terminal decision
+            # below must be keyed on the pod as it is now, or the watch event of our own
+            # write looks like a new situation and the pod is decided (and reported) again.
+            state = read_state(pod)
+            signature = situation(
+                pod,
+                state,
+                node_type,
+                self._c.config.generation,
+                self._c.pod_level(node),
+                mac_key_known(state, self._c.keyring()),
+            )
+            if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
+                generation = self._c.config.generation
+                plan = plan_resize(
+                    pod,
+                    resolve_policy(config, pod),
+                    node_type,
+                    self._c.options.resize_restart_containers,
+                    self._c.pod_level(node),
+                )
+        if not plan.patch:
+            return await self.applied(
+                pod, state, node_type, plan, generation, *aligned(state, plan, context, base.check.scope == "sized")
+            )
+        return await self._resize(pod, state, node, node_type, signature, plan, context, generation)
+
+    async def _originals_and_applied(
+        self,
+        pod: Obj,
+        state: PodState,
+        node_type: str,
+        signature: tuple[Any, ...],
+        plan: ResizePlan,
+        context: str,
+        stamp: dict[str, str | None],
+        generation: int,
+        sized: bool = False,
+    ) -> Result | None:
+        """Already aligned: no resize will follow, so the originals and the record of what was
+        applied go in one write, conditional on the resourceVersion the originals were read
+        from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3.
+        ``sized``: the webhook created the pod at this size (``stamp`` binds its originals)."""
+        reason, message = aligned(state, plan, context, sized)
+        try:
+            return await self.applied(pod, state, node_type, plan, generation, reason, message, originals=stamp)
+        except ApiError as err:
+            if err.status != 409:
+                return await self._originals_not_recorded(pod, signature, plan, err)
+        return None
+
+    async def _stamped(self, pod: Obj, base: Baseline) -> None:
+        """Step 1 is written: say so if it replaced rejected originals."""
+        if base.check.tampered:
+            await self.report(
+                pod,
+                None,
+                EventType.WARNING,
+                Reason.ORIGINALS_REPLACED,
+                f"original-* annotations rejected ({base.check.reason}); re-captured from the pod's unchanged spec",
+            )
+        self._c.fault(Step.ORIGINALS)
+
+    async def _resize(
+        self,
+        pod: Obj,
+        state: PodState,
+        node: Obj,
+        node_type: str,
+        signature: tuple[Any, ...],
+        plan: ResizePlan,
+        context: str,
+        generation: int,
+    ) -> Result:
+        """Step 2: the resize itself. Its outcome arrives through the pod watch (follow)."""
+        realigned = state.applied.recorded
+        if realigned:
+            await self._realign_limiter.take()  # --max-resizes-per-second
+        async with self._node_lock(pod):
+            held = self._c.gate.preflight(pod, node, plan.patch)  # a resize that would be refused
+            if held is not None and not self._waited_enough(pod, held):
+                return await self._held(pod, plan, held)
+            self._c.holds.release(pod_uid(pod))
+            try:
+                # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
+                # planned from a pod that changed meanwhile, is refused (409) instead of landing.
+                resized = await self._c.writer.resize(pod, plan.patch, if_generation=pod["metadata"].get("generation"))
+            except ApiError as err:
+                if err.retryable:  # a 409 included: retried from the cache with backoff
+                    raise
+                return await self._rejected(pod, state, node, node_type, signature, plan, context, generation, err)
+            self._c.gate.sent(pod, plan.patch, resized["metadata"].get("generation") or 0)
+        self._c.fault(Step.RESIZE)
+        record = self._c.memory.of(pod_uid(pod))
+        previous = record.flight
+        record.flight = InFlight(
+            node_type,
+            resized["metadata"].get("generation") or 0,
+            self._c.clock(),
+            plan.summary(),
+            "re-aligned" if realigned else "resized",
+            config_generation=generation,
+            originals=dict(state.originals),
+            before=sizes_before(pod, previous.before if previous is not None else ()),
+        )
+        self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
+        return DONE
+
+    async def _originals_not_recorded(
+        self, pod: Obj, signature: tuple[Any, ...], plan: ResizePlan, err: ApiError
+    ) -> Result:
+        """Step 1's write failed: raised again when a retry may succeed, else reported once."""
+        if err.retryable:
+            raise err
+        return await self.terminal(
+            pod,
+            signature,
+            plan,
+            EventType.WARNING,
+            Reason.RESIZE_FAILED,
+            f"cannot record the original resources ({err.message}); not resized",
+        )
+
+    async def applied(
+        self,
+        pod: Obj,
+        state: PodState,
+        node_type: str,
+        plan: ResizePlan,
+        generation: int,
+        reason: Reason,
+        message: str,
+        originals: Mapping[str, str | None] | None = None,
+    ) -> Result:
+        """Step 3: record that the pod has its size for the node type, then report it.
+
+        `generation` is the config version the plan was made with: no re-alignment check
+        is due for it (else the watch event of this very write would re-plan the pod).
+        With `originals` (step 1's annotations, for a pod that needs no resize) both go in
+        one write, conditional on the pod's resourceVersion (409 when it changed)."""
+        self._c.memory.of(pod_uid(pod)).realign_checked = generation
+        signed = pod if originals is None else with_annotations(pod, originals)
+        # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
+        annotations: dict[str, str | None] = {
+            **(originals or {}),
+            **applied_patch(node_type, rfc3339(), spec_size(pod), state),
+            **binding(self._c, signed, node_type),
+        }
+        resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
+        await self._record_applied(pod, node_type, annotations, resource_version)
+        uid = pod_uid(pod)
+        self._c.memory.of(uid).flight = None
+        self._c.memory.wait(uid, None)
+        self._c.fault(Step.APPLIED)
+        await self.report(pod, plan, EventType.NORMAL, reason, message)
+        return DONE
+
+    async def _record_applied(
+        self, pod: Obj, node_type: str, annotations: dict[str, str | None], resource_version: str | None
+    ) -> None:
+        # Finished before the write: the watch event of the write may be observed while we wait
+        # for the reply, and observe() forgets the entry once the cache shows it (set after, it
+        # would outlive that event and hide a later removal of applied-* from needs_work).
+        record = self._c.memory.of(pod_uid(pod))
+        before, record.finished = record.finished, node_type
+        try:
+            await self._c.writer.record(pod, annotations, resource_version=resource_version)
+        except BaseException:
+            record.finished = before
+            raise
+
+    async def record(self, pod: Obj, state: ResizeState, resource_version: str | None = None) -> str:
+        """Write the resize-state annotation (with `resource_version`, conditional on it); returns
+        the pod's resourceVersion after the write (a revert that follows is conditional on it).
+
+        The state itself vouches for nothing (anyone who can write annotations can forge it): the
+        same write binds the originals our resize was planned from to the pod, so that a restarted
+        reconciler still trusts them."""
+        written = await self._c.writer.annotate(
+            pod,
+            {**resize_state_patch(state), **binding(self._c, pod, state.node_type)},
+            resource_version=resource_version,
+        )
+        self._c.fault(Step.STATE)
+        return str(written["metadata"]["resourceVersion"])
+
+    def _park(self, pod: Obj, state: PodState, generation: int, size: str) -> None:
+        """A size recorded infeasible or failing: remembered parked, so that needs_work lets the
+        pod's watch events pass only once something it was judged under changes."""
+        self._c.memory.of(pod_uid(pod)).parked = parked_at(pod, state, generation, size)
+
+    async def _stamp_originals(self, pod: Obj, stamp: dict[str, str | None]) -> tuple[Obj, bool]:
+        """Merge-patch the originals captured from the spec, conditional on the resourceVersion we
+        read (they describe exactly that spec). On a conflict the pod is read again once and the
+        originals decided again from it: stamped meanwhile (and trusted) means nothing to write.
+        Returns the pod as written and whether it was read again (so its spec may differ from
+        the one planned from)."""
+        for attempt in range(2):
+            try:
+                written = await self._c.writer.annotate(pod, stamp, resource_version=pod["metadata"]["resourceVersion"])
+                return written, attempt > 0
+            except ApiError as err:
+                if err.status != 409 or attempt == 1:
+                    raise
+            pod = await self._c.writer.get(pod)
+            again = baseline(pod, self._c.keyring())
+            if again.check.trust is Trust.TRUSTED and again.stamp is None:
+                return pod, True
+            if again.stamp is None:  # refused or trusted only if aligned: decide again from scratch
+                raise ApiError(
+                    409, {"reason": "Conflict", "message": "the pod changed while its originals were recorded"}
+                )
+            stamp = again.stamp
+        raise AssertionError("unreachable")
+
+    async def _rejected(
+        self,
+        pod: Obj,
+        state: PodState,
+        node: Obj,
+        node_type: str,
+        signature: tuple[Any, ...],
+        plan: ResizePlan,
+        context: str,
+        generation: int,
+        err: ApiError,
+    ) -> Result:
+        """The apiserver refused step 2."""
+        if err.status == 404:
+            return DONE  # deleted meanwhile: nothing to report; the watch's DELETED event cleans up
+        if UNSUPPORTED_MESSAGE in err.message:
+            # A soft skip: the node's kubelet does not advertise in-place resize.
+            # Tried again when the pod's status changes (see status_fingerprint).
+            return await self.terminal(
+                pod,
+                signature,
+                plan,
+                EventType.WARNING,
+                Reason.RESIZE_UNSUPPORTED,
+                f"node {pod['spec']['nodeName']} does not support in-place resize; "
+                f"wanted for {context}: {plan.summary()}",
+            )
+        if plan.patch.get("spec", {}).get("resources") and POD_LEVEL_REFUSED in err.message:
+            if GATE_OFF in err.message:
+                # The apiserver's gate is off (cluster-wide): learnt once, pods with pod-level
+                # resources are left alone for the rest of this process's life.
+                self._c.memory.pod_level_refused = err.message
+                signature = situation(
+                    pod,
+                    state,
+                    node_type,
+                    self._c.config.generation,
+                    self._c.pod_level(node),
+                    mac_key_known(state, self._c.keyring()),
+                )
+            return await self.terminal(
+                pod,
+                signature,
+                plan,
+                EventType.WARNING,
+                Reason.POD_LEVEL_RESOURCES,
+                f"not resized for {context}: the apiserver cannot resize pod-level "
+                f"resources ({err.message}); pods that set spec.resources are "
+                f"left alone",
+            )
+        if NODE_CAPACITY in err.causes:
+            return await self._refused_capacity(pod, state, node, node_type, plan, context, generation, err)
+        return await self.terminal(
+            pod,
+            signature,
+            plan,
+            EventType.WARNING,
+            Reason.RESIZE_FAILED,
+            f"apiserver rejected the resize for {context}: {err.message}",
+        )
+
+    async def _refused_capacity(
+        self,
+        pod: Obj,
+        state: PodState,
+        node: Obj,
+        node_type: str,
+        plan: ResizePlan,
+        context: str,
+        generation: int,
+        err: ApiError,
+    ) -> Result:
+        """The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
+        nothing to set back."""
+        self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
+        await self.record(
+            pod,
+            ResizeState(
+                Stage.INFEASIBLE,
+                node_type,
+                pod["metadata"].get("generation"),
+                size_fingerprint(plan),
+                allocatable_fingerprint(node),
+            ),
+        )
+        self._park(pod, state, generation, size_fingerprint(plan))
+        metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
+        await self.report(
+            pod,
+            plan,
+            EventType.WARNING,
+            Reason.RESIZE_INFEASIBLE,
+            f"node {pod['spec']['nodeName']} cannot fit the new size ({err.message}); not "
+            f"tried again until the node's type or allocatable or the planned size changes; "
+            f"wanted for {context}: {plan.summary()}",
+        )
+        return DONE
+
+    # ------------------------------------------------------------------ the kubelet's outcome
+
+    async def follow(self, pod: Obj, planned: Planned, observation: Observation) -> Result:
+        """The spec holds the plan (from ``planned.base``, the baseline authority's decision); act
+        on what the kubelet reports about it (``observation``)."""
+        node_type, plan, state = planned.node_type, planned.plan, planned.state
+        context, generation = planned.context, planned.generation
+        recorded = recorded_state(state, node_type)
+        if observation.stage == Stage.ACTUATED:
+            return await self._actuated(pod, state, recorded, node_type, plan, context, generation)
+        if observation.stage == Stage.REQUESTED:
+            self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
+            return DONE
+        if observation.stage == Stage.DEFERRED:
+            return await self._deferred(pod, recorded, node_type, observation)
+        try:
+            if observation.stage == Stage.INFEASIBLE:
+                return await self._infeasible(pod, planned, recorded, observation.message)
+            if observation.stage == Stage.ERROR:
+                return await self._failing(pod, planned, recorded, observation)
+        except ApiError as err:
+            # Their writes are conditional on the pod as read (they judge the status in hand):
+            # it changed, e.g. the kubelet took the size after all. Its watch event decides again.
+            if err.status != 409:
+                raise
+            return DONE
+        return await self._unsupported(pod, recorded, node_type, plan, context)
+
+    async def _actuated(
+        self,
+        pod: Obj,
+        state: PodState,
+        recorded: ResizeState | None,
+        node_type: str,
+        plan: ResizePlan,
+        context: str,
+        generation: int,
+    ) -> Result:
+        flight = self._c.memory.get(pod_uid(pod)).flight
+        requested = (
+            flight.requested_at
+            if flight is not None and flight.requested_at is not None
+            else parse_time(requested_at(recorded))
+        )
+        summary = flight.summary if flight is not None else summary_from_originals(plan)
+        message = f"{flight.verb if flight is not None else 'resized'} for {context}: {summary}"
+        if requested is not None:
+            latency = max(0.0, self._c.clock() - requested)
+            metrics.RESIZE_ACTUATION.observe(latency)
+            message += f"; actuated {latency:.2f}s after the request"
+        else:
+            message += "; actuated (requested before this reconciler started)"
+        metrics.RESIZE_OUTCOMES.labels("actuated").inc()
+        reason = Reason.BOUNDS_CLAMPED if plan.clamped else Reason.RESIZED
+        return await self.applied(pod, state, node_type, plan, generation, reason, message)
+
+    async def _deferred(
+        self, pod: Obj, recorded: ResizeState | None, node_type: str, observation: Observation
+    ) -> Result:
+        self._c.memory.wait(pod_uid(pod), Stage.DEFERRED)
+        generation = pod["metadata"].get("generation")
+        state = recorded
+        if state is None or state.state != Stage.DEFERRED or state.generation != generation:
+            state = ResizeState(
+                Stage.DEFERRED, node_type, generation, requested_at=self._requested_stamp(pod, recorded)
+            )
+            await self.record(pod, state)
+            metrics.RESIZE_OUTCOMES.labels("deferred").inc()
+            await self.report(
+                pod,
+                None,
+                EventType.NORMAL,
+                Reason.RESIZE_DEFERRED,
+                f"the kubelet deferred the resize (it retries by itself): {observation.message}",
+            )
+        since = parse_time(observation.since) or parse_time(state.requested_at) or self._c.clock()
+        waited = self._c.clock() - since
+        if state.warned:
+            return DONE
+        if waited < self._c.options.deferred_timeout:
+            return Result(requeue_after=self._c.options.deferred_timeout - waited + 1.0)
+        await self.record(pod, replace(state, warned=True))
+        metrics.RESIZE_OUTCOMES.labels("deferred_too_long").inc()
+        await self.report(
+            pod,
+            None,
+            EventType.WARNING,
+            Reason.RESIZE_DEFERRED,
+            f"the resize is still deferred after {duration(waited)} (kept: the kubelet "
+            f"applies it as soon as the node has room): {observation.message}",
+        )
+        return DONE
+
+    async def _infeasible(self, pod: Obj, planned: Planned, recorded: ResizeState | None, message: str) -> Result:
+        """The kubelet will never take this size: record it, then set the spec back to the actual size
+        (if the product knows the pod had it; else keep the spec and say so, once).
+
+        All writes are conditional on the pod as read (409 otherwise, see follow): the revert
+        is computed from the status in hand, and a kubelet that actuated the size meanwhile
+        (e.g. its node grew) must not have it taken back (nor the pod marked infeasible)."""
+        self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
+        node, node_type, plan, base = planned.node, planned.node_type, planned.plan, planned.base
+        state = recorded
+        size = size_fingerprint(plan)
+        allocatable = allocatable_fingerprint(node)
+        revert = self._revert_of(pod, base)
+        resource_version = pod["metadata"]["resourceVersion"]
+        if state is None or state.state != Stage.INFEASIBLE or state.size != size or state.allocatable != allocatable:
+            # (Recorded again when only the allocatable changed: parked at the node as it is now.)
+            resource_version = await self.record(
+                pod,
+                ResizeState(
+                    Stage.INFEASIBLE,
+                    node_type,
+                    pod["metadata"].get("generation"),
+                    size,
+                    allocatable,
+                    kept=bool(revert.refused),
+                ),
+                resource_version=resource_version,
+            )
+            self._park(pod, planned.state, planned.generation, size)
+            metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
+            outcome = (
+                "the spec is kept at the planned size (see RevertRefused)"
+                if revert.refused
+                else (
+                    "the spec is set back to what the containers have, and this size is not tried again until the "
+                    "node's type or allocatable or the planned size changes"
+                )
+            )
+            await self.report(
+                pod,
+                plan,
+                EventType.WARNING,
+                Reason.RESIZE_INFEASIBLE,
+                f"node {pod['spec']['nodeName']} cannot take the new size ({message}); {outcome}",
+            )
+            if revert.refused:
+                await self._report_kept(pod, plan, revert)
+        elif revert.refused and not state.kept:
+            resource_version = await self.record(pod, replace(state, kept=True), resource_version=resource_version)
+            await self._report_kept(pod, plan, revert)
+        if not revert.refused:
+            await self._revert(pod, revert.patch, resource_version)
+        return DONE
+
+    async def _failing(
+        self, pod: Obj, planned: Planned, recorded: ResizeState | None, observation: Observation
+    ) -> Result:
+        """Actuation failed: the kubelet retries on each pod sync; we re-check with backoff, then give up."""
+        node, node_type, plan, base = planned.node, planned.node_type, planned.plan, planned.base
+        uid = pod_uid(pod)
+        self._c.memory.wait(uid, Stage.ERROR)
+        state = recorded
+        size = size_fingerprint(plan)
+        now = self._c.clock()
+        record = self._c.memory.of(uid)
+        if record.flight is None:
+            record.flight = InFlight(
+                node_type,
+                pod["metadata"].get("generation") or 0,
+                parse_time(requested_at(recorded)),
+                summary_from_originals(plan),
+            )
+        flight = record.flight
+        resource_version = pod["metadata"]["resourceVersion"]
+        if state is None or state.state != Stage.ERROR or state.size != size:
+            # Conditional like the revert that may follow (409 otherwise, see follow).
+            state = ResizeState(
+                Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)
+            )
+            resource_version = await self.record(pod, state, resource_version=resource_version)
+            self._park(pod, planned.state, planned.generation, size)
+            metrics.RESIZE_OUTCOMES.labels("error").inc()
+            await self.report(
+                pod,
+                plan,
+                EventType.WARNING,
+                Reason.RESIZE_ERROR,
+                f"the kubelet could not actuate the resize: {observation.message}",
+            )
+        if flight.next_error_check == 0.0:
+            flight.next_error_check = now + self._c.options.error_backoff
+        if now < flight.next_error_check:
+            return Result(requeue_after=flight.next_error_check - now)
+        if flight.error_checks + 1 < self._c.options.error_retries:
+            flight.error_checks += 1
+            flight.next_error_check = now + self._c.options.error_backoff * 2**flight.error_checks
+            return Result(requeue_after=flight.next_error_check - now)
+        return await self._give_up(pod, plan, base, flight, state, observation, resource_version)
+
+    async def _give_up(
+        self,
+        pod: Obj,
+        plan: ResizePlan,
+        base: Baseline,
+        flight: InFlight,
+        state: ResizeState,
+        observation: Observation,
+        resource_version: str,
+    ) -> Result:
+        """The last check of a failing resize: set the spec back to what the containers have (if
+        the product knows the pod had it; else keep the spec and say so, once)."""
+        revert = self._revert_of(pod, base)
+        if revert.refused:
+            if not state.kept:
+                await self.record(pod, replace(state, kept=True), resource_version=resource_version)
+                flight.error_checks += 1
+                await self.report(
+                    pod,
+                    plan,
+                    EventType.WARNING,
+                    Reason.RESIZE_ERROR,
+                    f"the resize still failed after {flight.error_checks} checks; the spec "
+                    f"is kept at the planned size (see RevertRefused): {observation.message}",
+                )
+                await self._report_kept(pod, plan, revert)
+            return DONE
+        await self._revert(pod, revert.patch, resource_version)  # a 409 leaves the checks as they are
+        flight.error_checks += 1
+        metrics.RESIZE_OUTCOMES.labels("error_reverted").inc()
+        await self.report(
+            pod,
+            plan,
+            EventType.WARNING,
+            Reason.RESIZE_ERROR,
+            f"the resize still failed after {flight.error_checks} checks; the spec is set "
+            f"back to what the containers have: {observation.message}",
+        )
+        return DONE
+
+    async def _unsupported(
+        self, pod: Obj, recorded: ResizeState | None, node_type: str, plan: ResizePlan, context: str
+    ) -> Result:
+        """Resized before its containers ran, on a node whose kubelet turns out not to resize in place."""
+        uid = pod_uid(pod)
+        self._c.memory.of(uid).flight = None
+        self._c.memory.wait(uid, None)
+        state = recorded
+        if state is not None and state.state == Stage.UNSUPPORTED:
+            return DONE
+        await self.record(pod, ResizeState(Stage.UNSUPPORTED, node_type, pod["metadata"].get("generation")))
+        metrics.RESIZE_OUTCOMES.labels("unsupported").inc()
+        await self.report(
+            pod,
+            plan,
+            EventType.WARNING,
+            Reason.RESIZE_UNSUPPORTED,
+            f"node {pod['spec']['nodeName']} does not support in-place resize: the spec was "
+            f"resized before the containers started and the running containers do not "
+            f"have the new size (it takes effect when they restart); wanted for {context}",
+        )
+        return DONE
+
+    def _revert_of(self, pod: Obj, base: Baseline) -> Revert:
+        """Whether what the containers of `pod` report is a size to set the spec back to
+        (reconciler.revert): the sizes before our resize, from memory, or after a restart the
+        originals (bounding the revert only where the baseline authority trusts them)."""
+        flight = self._c.memory.get(pod_uid(pod)).flight
+        before = flight.before if flight is not None else ()
+        return decide_revert(
+            pod, before, None if before else size_of_originals(base.pod), base.check.trust is Trust.TRUSTED
+        )
+
+    async def _report_kept(self, pod: Obj, plan: ResizePlan, revert: Revert) -> None:
+        metrics.RESIZE_OUTCOMES.labels("revert_refused").inc()
+        log.warning(
+            "the containers report resources the product never set: the spec is not set back to them",
+            extra={"pod": object_key(pod), "reported": revert.reported, "why": revert.refused},
+        )
+        await self.report(
+            pod,
+            plan,
+            EventType.WARNING,
+            Reason.REVERT_REFUSED,
+            f"the containers report resources the product never set ({revert.reported}: "
+            f"{revert.refused}); the spec is not set back to them and stays at the planned "
+            f"size",
+        )
+
+    async def _revert(self, pod: Obj, patch: Obj, resource_version: str) -> None:
+        """Send `patch` (what the containers of `pod` have), conditional on `resource_version`
+        (the pod as read, or as our own write of its state left it): 409 if anything changed since."""
+        uid = pod_uid(pod)
+        if not patch:
+            return
+        try:
+            reverted = await self._c.writer.resize(pod, patch, resource_version=resource_version)
+        except ApiError as err:
+            if err.retryable or err.status != 404:
+                raise
+            return
+        record = self._c.memory.of(uid)
+        record.reverted = reverted["metadata"].get("generation") or 0
+        record.flight = None
+        self._c.fault(Step.REVERT)
+
+    def _requested_stamp(self, pod: Obj, recorded: ResizeState | None) -> str:
+        flight = self._c.memory.get(pod_uid(pod)).flight
+        if flight is not None and flight.requested_at is not None:
+            return format_time(flight.requested_at)
+        return requested_at(recorded)
+
+
+def decision_record(pod: Obj, plan: ResizePlan | None, outcome: str, dry_run: bool) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "pod": pod["metadata"]["name"],
+        "namespace": pod["metadata"]["namespace"],
+        "node": pod["spec"].get("nodeName"),
+        "outcome": str(outcome),
+        "dryRun": dry_run,
+    }
+    if plan is not None:
+        record.update(
+            {
+                "nodeType": plan.node_type,
+                "baseline": plan.baseline_node_type,
+                "rule": plan.rule,
+                "changes": [_change_record(c) for c in plan.changes],
+            }
+        )
+    return record
+
+
+def _change_record(change: Any) -> dict[str, Any]:
+    record = {
+        "container": change.container,
+        "resource": change.resource,
+        "original": change.original_request,
+        "desired": change.desired_request,
+        "current": change.current_request,
+        "unit": "millicores" if change.resource == "cpu" else "bytes",
+    }
+    if change.original_limit is not None or change.desired_limit is not None:
+        record.update({"originalLimit": change.original_limit, "desiredLimit": change.desired_limit})
+    if change.clamped:
+        record["clamped"] = change.clamped
+    if change.skipped:
+        record["skipped"] = change.skipped
+    if change.sidecar:
+        record["sidecar"] = True
+    return record
+
+
+def binding(context: Context, pod: Obj, node_type: str) -> dict[str, str]:
+    """A pod MAC over the pod's originals, if the baseline authority lets us bind them to it."""
+    keyring = context.keyring()
+    try:
+        if not baseline(pod, keyring, vouched=vouched(context.memory.get(pod_uid(pod)), pod, node_type)).may_sign:
+            return {}
+    except ResizerError:
+        return {}
+    return pod_mac(pod, keyring)

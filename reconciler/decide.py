@@ -1,0 +1,533 @@
+"""One pass's decision for a pod: `decide(pod, node, world, memory) -> Action`.
+
+Pure: it writes nothing and changes no memory; it reads the pod as observed, its node, the
+config in use, what the process remembers of the pod (reconciler.memory.PodMemory) and the
+gate's read-only verdicts. The baseline (resizer.integrity.baseline) and the plan are computed
+once and carried in the action, which reconciler.act executes in the recovery-safe order.
+The actions are a closed set: Nothing, NotEligible, Untyped, Adopt, Resign, Hold, Report,
+Parked, Resize, RecordApplied, Follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from ops.timestamps import rfc3339
+from reconciler.gates import Gate, Held
+from reconciler.memory import InFlight, PodMemory, cache_behind
+from reconciler.outcome import (
+    SPEC_SIZE_CHARS,
+    Observation,
+    ResizeState,
+    Stage,
+    allocatable_fingerprint,
+    observe,
+    spec_size,
+)
+from reconciler.pods import (
+    aligned_message,
+    live_and_bound,
+    mac_key_known,
+    parked_at,
+    recorded_state,
+    resized_from_originals,
+    situation,
+    size_fingerprint,
+    summary_from_originals,
+)
+from reconciler.ports import Obj
+from reconciler.reasons import EventType, Reason
+from reconciler.settings import ControllerSettings
+from resizer import (
+    Baseline,
+    CompiledConfig,
+    KeyRing,
+    OriginalsError,
+    PlanError,
+    QuantityError,
+    ResizePlan,
+    ResizerError,
+    Trust,
+    baseline,
+    eligibility,
+    fits_annotation_limit,
+    missing_original_annotations,
+    needs_resign,
+    node_resizes_pod_level,
+    plan_bound_pod,
+    plan_resize,
+    pod_mac,
+    pod_mac_stand_in,
+    resolve_policy,
+)
+from resizer.originals import sidecar_original_keys
+from resizer.podstate import PodState, applied_patch, read_state
+
+CONFIG_RETRY = 5.0  # seconds: no valid config read yet
+
+
+@dataclass(frozen=True)
+class World:
+    """What a decision reads besides the pod, its node and its memory."""
+
+    config: CompiledConfig | None
+    config_generation: int  # bumped on each config change
+    options: ControllerSettings
+    keyring: KeyRing  # the originals MAC keys in force
+    pod_level_refused: str | None  # the apiserver's refusal of a pod-level resize, once learnt
+    gate: Gate  # asked only what it would hold (admit, would_hold), never told anything
+
+    def pod_level(self, node: Obj | None) -> bool:
+        """Whether pods with pod-level resources are resized on `node` (None: a node that resized
+        them before): the node declares the feature and the apiserver has not refused it."""
+        return self.pod_level_refused is None and (node is None or node_resizes_pod_level(node))
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What every decision past the gate knows about the pass."""
+
+    node: Obj
+    node_type: str
+    state: PodState  # the pod's annotations, read once
+    signature: tuple[Any, ...]  # the situation a terminal decision is not taken twice in
+    generation: int  # the config version the plan was made with
+    base: Baseline
+    plan: ResizePlan
+
+    @property
+    def context(self) -> str:
+        plan = self.plan
+        return f"node type {self.node_type} (baseline {plan.baseline_node_type}, rule {plan.rule})"
+
+
+class Action:
+    """A decision; `past_gate`: the pod passed the gate (a VPA hold is released)."""
+
+    past_gate: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class Nothing(Action):
+    """Nothing to do in this pass (come back after `requeue_after`, if given)."""
+
+    requeue_after: float | None = None
+
+
+@dataclass(frozen=True)
+class NotEligible(Action):
+    """Not a pod to size (gone, unbound, finished, out of scope): it waits for nothing."""
+
+
+@dataclass(frozen=True)
+class Untyped(Action):
+    """Its node has no type label (or does not exist): nothing to do until it does."""
+
+    node_name: str
+    node_exists: bool
+
+
+@dataclass(frozen=True)
+class Adopt(Action):
+    """Follow a re-alignment an earlier process requested as if this one had: remember `flight`,
+    then carry out `then`."""
+
+    flight: InFlight
+    then: Action
+
+
+@dataclass(frozen=True)
+class Resign(Action):
+    """Sized for its node type, nothing due under config version `generation`: re-sign its
+    originals with `mac` (a key rotated), if given."""
+
+    generation: int
+    mac: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Hold(Action):
+    """Left to another controller (an updating VPA) before it is planned: reported once per hold."""
+
+    held: Held
+
+
+@dataclass(frozen=True)
+class Report(Action):
+    """A terminal decision that writes nothing to the pod: reported once per situation."""
+
+    past_gate: ClassVar[bool] = True
+    signature: tuple[Any, ...]
+    plan: ResizePlan | None
+    event_type: EventType
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class Parked(Action):
+    """A size recorded infeasible or failing, not tried again while node and plan stay the same;
+    `at` is what it was judged under (reconciler.pods.parked_at)."""
+
+    past_gate: ClassVar[bool] = True
+    at: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Resize(Action):
+    """Step 1 (the originals in `planned.base.stamp`, if any), then step 2: the pods/resize patch."""
+
+    past_gate: ClassVar[bool] = True
+    planned: Planned
+
+
+@dataclass(frozen=True)
+class RecordApplied(Action):
+    """No resize to send: record the originals (if any) and what is applied in one write, then
+    report `reason` with `message`."""
+
+    past_gate: ClassVar[bool] = True
+    planned: Planned
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class Follow(Action):
+    """The spec holds the plan: act on what the kubelet reports about it (`observation`)."""
+
+    past_gate: ClassVar[bool] = True
+    planned: Planned
+    observation: Observation
+
+
+NOTHING = Nothing()
+
+
+def decide(pod: Obj, node: Obj | None, world: World, memory: PodMemory, state: PodState | None = None) -> Action:
+    """The one decision of a pass for `pod` as observed on `node` (None: no such node); `state`:
+    its annotations as read_state(pod) reads them, if the caller has read them already."""
+    if not live_and_bound(pod):
+        return NotEligible()
+    state = state or read_state(pod)
+    if not eligibility(pod, state).eligible:
+        return NotEligible()
+    node_type = node_type_of(node, world.options)
+    if node is None or not node_type:
+        return Untyped(pod["spec"]["nodeName"], node is not None)
+    flight = memory.flight
+    if flight is not None and awaiting_kubelet(pod, node_type, flight, world.config_generation):
+        return NOTHING  # queued before our resize (e.g. dirty while we wrote it): nothing to do yet
+    planner = Planner(pod, state, node_type, world)
+    if flight is None:
+        unreported = _unreported_realignment(pod, state, node_type, world, memory, planner)
+        if unreported is not None:
+            adopted = adopt(pod, state, unreported)
+            remembered = replace(memory, flight=adopted)
+            return Adopt(adopted, _decide(pod, state, node, node_type, world, remembered, planner))
+    return _decide(pod, state, node, node_type, world, memory, planner)
+
+
+def node_type_of(node: Obj | None, options: ControllerSettings) -> str | None:
+    return node["metadata"]["labels"].get(options.node_type_label) if node is not None else None
+
+
+def awaiting_kubelet(pod: Obj, node_type: str, flight: InFlight, config_generation: int) -> bool:
+    """Our resize of this very spec, planned with the config in use, that the kubelet has not
+    reported on yet: a pass would re-plan the same size and only wait. (Most watch events of a
+    pod in flight are of this kind: our own writes, the start.)"""
+    return (
+        flight.node_type == node_type
+        and flight.config_generation == config_generation
+        and pod["metadata"].get("generation") == flight.generation
+        and observe(pod).stage == Stage.REQUESTED
+    )
+
+
+class Planner:
+    """The plans of one decision: each pod to plan from, at each pod level, planned at most once."""
+
+    def __init__(self, pod: Obj, state: PodState, node_type: str, world: World) -> None:
+        self._pod = pod
+        self._state = state
+        self._node_type = node_type
+        self._world = world
+        self._plans: dict[tuple[int, bool], ResizePlan] = {}
+
+    def plan(self, planned_from: Mapping[str, Any], pod_level: bool) -> ResizePlan:
+        """plan_resize of `planned_from` (the pod, or the baseline authority's view of it); raises ResizerError."""
+        # Only a pod with pod-level resources is planned differently at each pod level.
+        key = (id(planned_from), pod_level and bool(planned_from["spec"].get("resources")))
+        plan = self._plans.get(key)
+        if plan is None:
+            config = self._world.config
+            assert config is not None
+            plan = self._plans[key] = plan_resize(
+                planned_from,
+                resolve_policy(config, self._pod),
+                self._node_type,
+                self._world.options.resize_restart_containers,
+                pod_level,
+            )
+        return plan
+
+    def bound(self, base: Baseline, pod_level: bool) -> ResizePlan:
+        """The plan of the bound pod from its baseline (resizer.pinning.plan_bound_pod)."""
+        if base.check.scope != "sized":
+            return self.plan(base.pod, pod_level)
+        config = self._world.config
+        assert config is not None
+        options = self._world.options
+        return plan_bound_pod(
+            base.pod,
+            resolve_policy(config, self._pod),
+            self._node_type,
+            options.resize_restart_containers,
+            pod_level,
+            True,
+        )
+
+    def realignment(self) -> ResizePlan | None:
+        """resizer.realign.realignment of the pod: its plan if the config now wants it different."""
+        if self._state.applied.instance_type != self._node_type:
+            return None
+        try:
+            if missing_original_annotations(self._pod).keys() - sidecar_original_keys(self._pod):
+                return None
+            plan = self.plan(self._pod, self._world.pod_level(None))
+        except ResizerError:
+            return None
+        return plan if plan.outcome == "Resize" and plan.patch else None
+
+
+def _unreported_realignment(
+    pod: Obj, state: PodState, node_type: str, world: World, memory: PodMemory, planner: Planner
+) -> ResizePlan | None:
+    """The plan, if the spec holds a re-alignment (the spec equals the plan) whose size is not
+    the one recorded as applied: requested by an earlier process that died before it ended."""
+    recorded = state.applied.size
+    if (
+        recorded is None
+        or not world.options.realign
+        or world.config is None
+        or memory.finished is not None
+        or state.applied.instance_type != node_type
+        or recorded == spec_size(pod)
+    ):
+        return None
+    try:
+        # Only originals bound to this pod (resizer.integrity): adopting the spec as our
+        # re-alignment would otherwise sign originals nobody verified at step 3.
+        if baseline(pod, world.keyring).check.trust is not Trust.TRUSTED:
+            return None
+        plan = planner.plan(pod, world.pod_level(None))
+    except ResizerError:
+        return None
+    return plan if plan.outcome == "AlreadyAligned" else None
+
+
+def adopt(pod: Obj, state: PodState, plan: ResizePlan) -> InFlight:
+    """An unreported re-alignment found on the pod, as if this process had requested it."""
+    return InFlight(
+        plan.node_type,
+        pod["metadata"].get("generation") or 0,
+        None,
+        summary_from_originals(plan),
+        "re-aligned",
+        originals=dict(state.originals),
+    )
+
+
+def _decide(
+    pod: Obj, state: PodState, node: Obj, node_type: str, world: World, memory: PodMemory, planner: Planner
+) -> Action:
+    if _sized(state, node_type, world, memory, planner):
+        return Resign(world.config_generation, _resigned(pod, world))
+    if world.config is None:
+        return Nothing(requeue_after=CONFIG_RETRY)
+    signature = situation(
+        pod, state, node_type, world.config_generation, world.pod_level(node), mac_key_known(state, world.keyring)
+    )
+    if memory.decided == signature:
+        return NOTHING
+    if cache_behind(memory, pod["metadata"].get("generation") or 0, node_type):
+        return NOTHING
+    held = world.gate.admit(pod)  # left to another controller (an updating VPA)
+    if held is not None:
+        return Hold(held)
+    planned = _plan(pod, state, node, node_type, signature, world, memory, planner)
+    if isinstance(planned, Report):
+        return planned
+    refused = _refused(pod, planned, world)
+    if refused is not None:
+        return refused
+    base, plan = planned.base, planned.plan
+    if plan.patch:
+        recorded = recorded_state(state, node_type)
+        if _parked(recorded, node, plan):
+            return Parked(parked_at(pod, state, planned.generation, recorded.size if recorded is not None else None))
+        return _fitting(pod, planned, world) or Resize(planned)
+    sized = base.check.scope == "sized"
+    if (sized and base.stamp is not None) or (
+        # Aligned and never resized: only the originals and the record of what was applied to write.
+        memory.flight is None and not resized_from_originals(plan) and recorded_state(state, node_type) is None
+    ):
+        reason, message = aligned(state, plan, planned.context, sized)
+        return _fitting(pod, planned, world) or RecordApplied(planned, reason, message)
+    return Follow(planned, observe(pod))
+
+
+def _sized(state: PodState, node_type: str, world: World, memory: PodMemory, planner: Planner) -> bool:
+    """Sized for this node type, with no re-alignment in flight nor due under the config in use."""
+    if node_type not in (state.applied.instance_type, memory.finished):
+        return False
+    if memory.flight is not None:  # a re-alignment being followed to actuation
+        return False
+    return not world.options.realign or world.config is None or planner.realignment() is None
+
+
+def _resigned(pod: Obj, world: World) -> Mapping[str, str] | None:
+    """An aligned pod signed with an older key (rotation): its verified originals signed with the newest."""
+    if world.options.dry_run or not needs_resign(pod, world.keyring):
+        return None
+    try:
+        trusted = baseline(pod, world.keyring).check.trust is Trust.TRUSTED
+    except ResizerError:
+        return None
+    return pod_mac(pod, world.keyring) if trusted else None
+
+
+def vouched(memory: PodMemory, pod: Obj, node_type: str) -> Mapping[str, str] | None:
+    """The originals this process verified and resized the pod from, while the spec holds that
+    resize: in flight for this node type, or for any type with no spec change since (the node may
+    have been relabelled before the kubelet actuated it). The baseline authority trusts them
+    while the pod still carries exactly those."""
+    flight = memory.flight
+    if flight is not None and (flight.node_type == node_type or flight.generation == pod["metadata"].get("generation")):
+        return flight.originals
+    return None
+
+
+def _plan(
+    pod: Obj,
+    state: PodState,
+    node: Obj,
+    node_type: str,
+    signature: tuple[Any, ...],
+    world: World,
+    memory: PodMemory,
+    planner: Planner,
+) -> Planned | Report:
+    """The pod's verified baseline and its plan for the node type, or the terminal decision when there is none."""
+    try:
+        # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
+        base = baseline(pod, world.keyring, vouched=vouched(memory, pod, node_type))
+        if base.check.trust is Trust.REFUSE:
+            return Report(
+                signature,
+                None,
+                EventType.WARNING,
+                Reason.ORIGINALS_UNVERIFIED,
+                f"not resized: {base.check.reason}",
+            )
+        plan = planner.bound(base, world.pod_level(node))
+    except (OriginalsError, QuantityError) as err:
+        return Report(
+            signature,
+            None,
+            EventType.WARNING,
+            Reason.RESIZE_FAILED,
+            f"cannot read the pod's original resources: {err}",
+        )
+    except PlanError as err:  # reported once, like a corrupt original: a retry cannot help
+        return Report(signature, None, EventType.WARNING, Reason.RESIZE_FAILED, f"cannot size the pod: {err}")
+    return Planned(node, node_type, state, signature, world.config_generation, base, plan)
+
+
+def _refused(pod: Obj, planned: Planned, world: World) -> Report | None:
+    """The terminal decision for a plan that is not to be written, else None."""
+    base, plan, context, signature = planned.base, planned.plan, planned.context, planned.signature
+    if base.check.trust is Trust.TRUSTED_IF_ALIGNED and plan.patch:
+        return Report(
+            signature,
+            plan,
+            EventType.WARNING,
+            Reason.ORIGINALS_UNVERIFIED,
+            f"not resized: {base.check.reason}, and the pod is not aligned with them: {plan.summary()}",
+        )
+    if plan.outcome == "UnknownNodeType":
+        return Report(
+            signature,
+            plan,
+            EventType.WARNING,
+            Reason.UNKNOWN_NODE_TYPE,
+            f"node type {planned.node_type!r} of node {pod['spec']['nodeName']} is not in "
+            f"the config's nodeTypes (rule {plan.rule}); pod left unchanged",
+        )
+    if plan.outcome == "PodLevelResources":
+        refused = world.pod_level_refused
+        why = f" (the apiserver refused such a resize: {refused})" if refused is not None else ""
+        return Report(
+            signature,
+            plan,
+            EventType.WARNING,
+            Reason.POD_LEVEL_RESOURCES,
+            f"not resized for {context}: {plan.summary()}{why}",
+        )
+    if plan.outcome == "QoSChange":
+        return Report(
+            signature, plan, EventType.WARNING, Reason.RESIZE_FAILED, f"not resized for {context}: {plan.summary()}"
+        )
+    if world.options.dry_run:
+        reason = Reason.WOULD_RESIZE if plan.patch else Reason.ALREADY_ALIGNED
+        hold = world.gate.would_hold(pod, planned.node, plan.patch) if plan.patch else None
+        held = f"; it would be held ({hold})" if hold is not None else ""
+        return Report(signature, plan, EventType.NORMAL, reason, f"dry run, {context}: {plan.summary()}{held}")
+    return None
+
+
+def _parked(state: ResizeState | None, node: Obj, plan: ResizePlan) -> bool:
+    """A recorded infeasible/failed size that is not to be tried again on this node,
+    or a node recorded as unable to resize."""
+    if state is None:
+        return False
+    if state.state == Stage.UNSUPPORTED:
+        return True
+    if state.state not in (Stage.INFEASIBLE, Stage.ERROR) or state.allocatable != allocatable_fingerprint(node):
+        return False
+    return state.size == size_fingerprint(plan) and bool(plan.patch)
+
+
+def _fitting(pod: Obj, planned: Planned, world: World) -> Report | None:
+    """Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded
+    (reported once, not resized). Stand-ins of the right size for the MAC and the size digest:
+    only their length counts here."""
+    final = {
+        **planned.state.originals,
+        **(planned.base.stamp or {}),
+        **pod_mac_stand_in(world.keyring),
+        **applied_patch(planned.node_type, rfc3339(), "-" * SPEC_SIZE_CHARS),
+    }
+    if fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None}):
+        return None
+    return Report(
+        planned.signature,
+        planned.plan,
+        EventType.WARNING,
+        Reason.RESIZE_FAILED,
+        "the original resources and what was applied do not fit in the "
+        "pod's annotations (256 KiB limit), so they cannot be recorded; "
+        "not resized",
+    )
+
+
+def aligned(state: PodState, plan: ResizePlan, context: str, sized: bool) -> tuple[Reason, str]:
+    """The report of a pod that needs no resize; `sized`: the webhook created it at this size."""
+    if not sized:
+        return Reason.ALREADY_ALIGNED, aligned_message(plan, context)
+    return Reason.SIZED_AT_ADMISSION, (
+        f"created at its size for {context} (the webhook knew the node type "
+        f"{state.sized_at_admission!r} at admission): {summary_from_originals(plan)}"
+    )
