@@ -11,6 +11,7 @@ import pty
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,35 @@ def test_the_installed_plugin_plans_what_the_checkout_plans(h: Harness, krew_roo
     assert len(resized) == 2 and all(name.startswith("web-") for name in resized)
 
 
-def test_on_a_terminal_plan_counts_on_stderr_and_stdout_stays_clean(h: Harness, krew_root: Path) -> None:
-    """stderr a real terminal (a pty), stdout a pipe: the counter goes to the terminal only,
+def run_on_terminal(argv: list[str], env: dict[str, str], stdout: Path) -> tuple[str, str, int]:
+    """`argv` with stderr on a pseudo-terminal (read as it is written, so a long run never blocks
+    on a full terminal buffer) and stdout in a file; what each received, and the exit code."""
+    controller, terminal = pty.openpty()
+    drawn = b""
+    try:
+        with open(stdout, "w") as out:
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=terminal)
+        os.close(terminal)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if select.select([controller], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:  # every writer closed the terminal and it is drained
+                    break
+                if not chunk:
+                    break
+                drawn += chunk
+        returncode = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(controller)
+    return drawn.decode(), stdout.read_text(), returncode
+
+
+def test_on_a_terminal_plan_counts_on_stderr_and_stdout_stays_clean(
+    h: Harness, krew_root: Path, tmp_path: Path
+) -> None:
+    """stderr a real terminal (a pty), stdout a file: the counter goes to the terminal only,
     and is erased before plan prints; with -o json the terminal gets nothing."""
     node = h.node("n4", "n4")
     h.deploy("web", node, [guaranteed()], replicas=3)
@@ -78,41 +106,21 @@ def test_on_a_terminal_plan_counts_on_stderr_and_stdout_stays_clean(h: Harness, 
     env = {**krew_env(krew_root), "PATH": f"{krew_root / 'bin'}:{h.cluster.bin_dir}:{os.environ['PATH']}"}
     seen = {}
     for output in ("table", "json"):
-        controller, terminal = pty.openpty()
-        try:
-            proc = subprocess.run(
-                [
-                    "kubectl",
-                    "workload-resizer",
-                    "plan",
-                    f"--kubeconfig={h.cluster.kubeconfig}",
-                    f"--config-namespace={h.ns}",
-                    f"--node-type-label={h.label}",
-                    f"--originals-key-dir={originals_key_dir()}",
-                    "--page-size=1",
-                    f"--output={output}",
-                ],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=terminal,
-                text=True,
-                timeout=120,
-            )
-            os.close(terminal)
-            drawn = b""
-            while select.select([controller], [], [], 0)[0]:
-                try:
-                    chunk = os.read(controller, 65536)
-                except OSError:  # the terminal's other end is closed and drained
-                    break
-                if not chunk:
-                    break
-                drawn += chunk
-        finally:
-            os.close(controller)
-        assert proc.returncode == 0
-        assert "\r" not in proc.stdout and "pods read" not in proc.stdout
-        seen[output] = (drawn.decode(), proc.stdout)
+        argv = [
+            "kubectl",
+            "workload-resizer",
+            "plan",
+            f"--kubeconfig={h.cluster.kubeconfig}",
+            f"--config-namespace={h.ns}",
+            f"--node-type-label={h.label}",
+            f"--originals-key-dir={originals_key_dir()}",
+            "--page-size=1",
+            f"--output={output}",
+        ]
+        drawn, printed, returncode = run_on_terminal(argv, env, tmp_path / f"stdout-{output}")
+        assert returncode == 0
+        assert "\r" not in printed and "pods read" not in printed
+        seen[output] = (drawn, printed)
     table_terminal, table = seen["table"]
     assert "plan: 0 pods read" in table_terminal and table_terminal.endswith("\r\x1b[K"), table_terminal
     assert "Deployment/web" in table
