@@ -108,11 +108,16 @@ def test_kubectl_runs_the_installed_plugin(installed: tuple[Path, Path, Path]) -
 
 def cpythons() -> list[tuple[str, str]]:
     """(version, interpreter) for each CPython the plugin ships for that this machine can run:
-    on PATH as python3.X, or under pyenv's versions (whose shims on PATH run only the active one)."""
+    on PATH as python3.X, under pyenv's versions (whose shims on PATH run only the active one),
+    and at least the one running the tests."""
     found = []
     for version in plugin.PYTHONS:
         candidates = [shutil.which(f"python{version}") or ""]
         candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
+        if version == f"{sys.version_info[0]}.{sys.version_info[1]}":
+            # The interpreter under the tests' venv, never the venv's own: its site-packages hold
+            # the product and would hide a package missing from the plugin.
+            candidates.append(getattr(sys, "_base_executable", sys.executable))
         for candidate in candidates:
             if candidate and subprocess.run([candidate, "-c", ""], capture_output=True).returncode == 0:
                 found.append((version, candidate))
@@ -155,6 +160,7 @@ def test_every_cpython_it_ships_for_loads_the_whole_command(
     proc = subprocess.run(
         [
             python,
+            "-S",  # no site-packages: a package missing from the plugin cannot be found elsewhere
             str(root / "bin" / "kubectl-workload_resizer"),
             "plan",
             f"--kubeconfig={tmp_path / 'kubeconfig'}",
