@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: all venv test unit-test tools-test cluster-test test-after-unit test-installed test-1.35 cluster-up cluster-down demo demo-down lint helm chart-lint image image-load certmanager-build certmanager-up drills drills-ci bench clean
+.PHONY: all venv test unit-test tools-test cluster-test test-after-unit test-installed test-1.35 cluster-up cluster-down demo demo-down lint helm plugin chart-lint image image-load certmanager-build certmanager-up drills drills-ci bench clean
 
 all: test
 
@@ -36,7 +36,7 @@ lint: venv
 unit-test: venv
 	$(PYTEST) tests/unit
 
-## Tests that build or run external tools: helm and promtool (hack/tools), hadolint, pip.
+## Tests that build or run external tools: helm, krew and promtool (hack/tools), hadolint, pip.
 tools-test: venv
 	$(PYTEST) tests/tools
 
@@ -84,6 +84,10 @@ demo-down: venv
 
 helm:
 	hack/tools build helm
+
+## The admin command as a krew plugin: dist/plugin/*.tar.gz and plugins/workload-resizer.yaml (its sha256).
+plugin: venv
+	$(PY) hack/plugin.py
 
 certmanager-build:
 	hack/certmanager/run build

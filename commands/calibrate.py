@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 from commands.errors import CommandError
 from commands.plan import compile_config, list_all, read_configmap, run_command
+from commands.progress import Progress
 from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
@@ -277,15 +278,17 @@ def pod_verdict(pod: Mapping[str, Any]) -> tuple[str, str]:
 
 
 class Calibration:
-    def __init__(self, client: KubeClient, settings: CalibrateSettings) -> None:
+    def __init__(self, client: KubeClient, settings: CalibrateSettings, progress: Progress | None = None) -> None:
         self._client = client
         self._settings = settings
+        self._progress = progress or Progress("calibrate", "benchmark runs", enabled=False)
         self._pods = f"/api/v1/namespaces/{settings.namespace}/pods"
         self.run_id = uuid.uuid4().hex[:10]
         self._live: set[str] = set()
 
     async def run_rounds(self, targets: list[Target]) -> list[TypeResult]:
         results = [TypeResult(t, error=t.problem) for t in targets]
+        self._progress.start(self._settings.repeats * sum(not r.error for r in results))
         try:
             for attempt in range(1, self._settings.repeats + 1):
                 active = [r for r in results if not r.error]
@@ -297,6 +300,7 @@ class Calibration:
                 )
                 await asyncio.gather(*(self._measure(r, attempt) for r in active))
         finally:
+            self._progress.finish()
             await asyncio.shield(self.clean_up())
         return results
 
@@ -305,14 +309,16 @@ class Calibration:
             score, details = await self.run_once(result.target, attempt)
         except BenchmarkError as err:
             result.error = f"run {attempt}: {err}"
-            return
         except KubeError as err:
             result.error = f"run {attempt}: the API refused or failed a request: {err}"
-            return
-        result.scores.append(score)
-        share = details.get("cpuShare")
-        if isinstance(share, (int, float)) and not isinstance(share, bool):
-            result.cpu_shares.append(float(share))
+        else:
+            result.scores.append(score)
+            share = details.get("cpuShare")
+            if isinstance(share, (int, float)) and not isinstance(share, bool):
+                result.cpu_shares.append(float(share))
+        if result.error:
+            self._progress.shrink(self._settings.repeats - attempt)  # a failed type runs no more rounds
+        self._progress.advance()
 
     async def run_once(self, target: Target, attempt: int) -> tuple[float, dict[str, Any]]:
         try:
@@ -405,7 +411,9 @@ class Calibration:
                 await self._delete(pod["metadata"]["name"])
 
     def _say(self, text: str) -> None:
+        self._progress.clear()
         print(f"calibrate: {text}", file=sys.stderr, flush=True)
+        self._progress.redraw()
 
 
 # ------------------------------------------------------------------ the verdict (pure)
@@ -496,7 +504,7 @@ async def calibrate(client: KubeClient, settings: CalibrateSettings) -> Report:
             f"only the baseline type {baseline} was found (label {settings.node_type_label}): "
             "nothing to compare it with"
         )
-    run = Calibration(client, settings)
+    run = Calibration(client, settings, Progress("calibrate", "benchmark runs", enabled=settings.output == "table"))
     results = await run.run_rounds(targets)
     reports, changes, new_text = evaluate(results, config, baseline, settings.confidence, text)
     report = Report(baseline, reports, source, text, new_text, changes, settings.confidence, time.monotonic() - started)

@@ -94,9 +94,15 @@ def _sizing_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     return sizing
 
 
-def build_parser() -> argparse.ArgumentParser:
+def program_name(argv0: str) -> str:
+    """How the admin called us, for usage lines: `kubectl workload-resizer` when kubectl ran the
+    plugin binary (`kubectl-workload_resizer`, krew's or pip's), else `workload-resizer`."""
+    return "kubectl workload-resizer" if os.path.basename(argv0).startswith("kubectl-") else "workload-resizer"
+
+
+def build_parser(prog: str = "workload-resizer") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="workload-resizer",
+        prog=prog,
         description="Admin commands of workload-resizer: preview what it would do (plan), show what it "
         "freed (report), undo everything it did (restore) and measure each node type's cpuPerf "
         "(calibrate).",
@@ -319,9 +325,11 @@ def _calibrate_settings(
     )
 
 
-def parse(argv: list[str]) -> PlanSettings | ReportSettings | RestoreSettings | CalibrateSettings:
+def parse(
+    argv: list[str], prog: str = "workload-resizer"
+) -> PlanSettings | ReportSettings | RestoreSettings | CalibrateSettings:
     """The settings of the command `argv` names; exits with a usage error on bad flags."""
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     api = ApiSettings(
         kubeconfig=args.kubeconfig,
@@ -378,7 +386,7 @@ def parse(argv: list[str]) -> PlanSettings | ReportSettings | RestoreSettings | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings = parse(sys.argv[1:] if argv is None else argv)
+    settings = parse(sys.argv[1:] if argv is None else argv, program_name(sys.argv[0]))
     if isinstance(settings, ReportSettings):
         from commands.report import run_report
 

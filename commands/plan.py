@@ -18,6 +18,7 @@ from typing import Any, TextIO, TypeVar
 
 from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
+from commands.progress import Progress
 from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, PlanSettings
@@ -57,15 +58,19 @@ async def list_all(
     path: str,
     page_size: int,
     slim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    on_page: Callable[[int], None] | None = None,
     **params: Any,
 ) -> list[dict[str, Any]]:
     """Every item of a collection, in pages of ``page_size`` (continue tokens), each item
-    reduced by ``slim`` as its page arrives (memory stays proportional to what is read)."""
+    reduced by ``slim`` as its page arrives (memory stays proportional to what is read);
+    ``on_page`` is told how many items have been read after each page."""
     items: list[dict[str, Any]] = []
     query: dict[str, Any] = {"limit": page_size, **params}
     while True:
         page = await client.get(path, **query)
         items.extend(map(slim, page.get("items") or []) if slim else page.get("items") or [])
+        if on_page is not None:
+            on_page(len(items))
         token = (page.get("metadata") or {}).get("continue")
         if not token:
             return items
@@ -113,26 +118,34 @@ async def gather_forecast(
     skip_applied: bool,
     listed_pods: list[dict[str, Any]] | None = None,
     runtimes: dict[PodKey, PodRuntimes] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[FleetForecast, dict[str, Any]]:
     """Read the cluster and forecast every pod; ``listed_pods``, if given, receives the (slim)
     bound pods read (what `report` needs to say why a pod is held back), ``runtimes`` what their
-    containers' runtimes read from their limits at start (the slim pods drop env, image, command)."""
+    containers' runtimes read from their limits at start (the slim pods drop env, image, command);
+    ``progress`` counts the pods as their pages arrive."""
+    progress = progress or Progress("plan", "pods read", enabled=False)
     started = time.monotonic()
     config, source = await read_config(client, settings)
     try:
         keyring, warning = await load_keyring(client, settings.keys)
     except (KeyRingError, KeyDirectoryError) as err:
         raise CommandError(f"originals keys: {err}") from None
-    pods, nodes = await asyncio.gather(
-        list_all(
-            client,
-            "/api/v1/pods",
-            settings.api.page_size,
-            slim_pod if runtimes is None else recording_runtimes(runtimes),
-            fieldSelector="spec.nodeName!=",
-        ),
-        list_all(client, "/api/v1/nodes", settings.api.page_size),
-    )
+    progress.start()
+    try:
+        pods, nodes = await asyncio.gather(
+            list_all(
+                client,
+                "/api/v1/pods",
+                settings.api.page_size,
+                slim_pod if runtimes is None else recording_runtimes(runtimes),
+                on_page=progress.update,
+                fieldSelector="spec.nodeName!=",
+            ),
+            list_all(client, "/api/v1/nodes", settings.api.page_size),
+        )
+    finally:
+        progress.finish()
     namespace_labels = None
     if scope.needs_labels:
         namespaces = await list_all(client, "/api/v1/namespaces", settings.api.page_size)
@@ -300,7 +313,12 @@ def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
         )
         try:
             return await gather_forecast(
-                client, settings, settings.scope, skip_applied=not settings.realign, runtimes=runtimes
+                client,
+                settings,
+                settings.scope,
+                skip_applied=not settings.realign,
+                runtimes=runtimes,
+                progress=Progress("plan", "pods read", enabled=settings.output == "table"),
             )
         finally:
             await client.close()

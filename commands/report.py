@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from commands.plan import PodKey, _align, gather_forecast, hint_json, hint_lines, run_command
+from commands.progress import Progress
 from kube import KubeClient, load_credentials
 from reconciler.outcome import Stage, observe
 from reconciler.settings import ReportSettings
@@ -123,7 +124,13 @@ def run_report(settings: ReportSettings, out: TextIO = sys.stdout) -> int:
             pods: list[dict[str, Any]] = []
             runtimes: dict[PodKey, PodRuntimes] = {}
             forecast, info = await gather_forecast(
-                client, settings, settings.scope, skip_applied=False, listed_pods=pods, runtimes=runtimes
+                client,
+                settings,
+                settings.scope,
+                skip_applied=False,
+                listed_pods=pods,
+                runtimes=runtimes,
+                progress=Progress("report", "pods read", enabled=settings.output == "table"),
             )
             return build_report(forecast, pods, info, runtimes)
         finally:

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from commands.plan import list_all, run_command
+from commands.progress import Progress
 from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
 from kube.slim import slim_pod
 from reconciler.settings import RestoreSettings
@@ -62,8 +63,10 @@ class Restorer:
         keyring: KeyRing = EMPTY_KEYRING,
         scope: NamespaceScope | None = None,
         remove_unverified: bool = False,
+        progress: Progress | None = None,
     ) -> None:
         self._client = client
+        self._progress = progress or Progress("restore", "pods", enabled=False)
         self._keyring = keyring
         self._scope = scope or NamespaceScope()
         self._remove_unverified = remove_unverified
@@ -93,12 +96,17 @@ class Restorer:
         )
         if pods:
             await self._preflight(pods[0])
-        for pod in pods:
-            if self.stop.is_set():
-                self.summary.interrupted = True
-                break
-            await self._pace()
-            await self._restore(pod)
+        self._progress.start(len(pods))
+        try:
+            for pod in pods:
+                if self.stop.is_set():
+                    self.summary.interrupted = True
+                    break
+                await self._pace()
+                await self._restore(pod)
+                self._progress.advance()
+        finally:
+            self._progress.finish()
         return self.summary
 
     async def _preflight(self, pod: dict[str, Any]) -> None:
@@ -198,8 +206,10 @@ class Restorer:
         self._say(f"{name}: NOT restored ({why}); its annotations are kept")
 
     def _say(self, line: str) -> None:
+        self._progress.clear()  # the counter and this line may share a terminal
         self._out.write(line + "\n")
         self._out.flush()
+        self._progress.redraw()
 
 
 class _Conflict(CommandError):
@@ -308,6 +318,7 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
             keyring,
             settings.scope,
             settings.remove_unverified,
+            Progress("restore", "pods"),
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -380,3 +380,30 @@ def test_cancelled_runs_delete_their_pods() -> None:
 
     asyncio.run(body())
     assert len(api.created) == 2 and sorted(api.deleted) == sorted(api.created)
+
+
+def test_the_runs_are_counted_on_a_terminal_and_the_round_lines_do_not_garble_the_counter(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import asyncio
+    import io
+
+    import commands.calibrate as module
+    from commands.progress import ERASE_LINE, Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    done = pod("Succeeded", {"terminated": {"exitCode": 0, "message": '{"score": 7}'}})
+    calibration = module.Calibration(
+        ScriptedApi([done]),  # type: ignore[arg-type]
+        CalibrateSettings(repeats=2, timeout=5),
+        Progress("calibrate", "benchmark runs", stream=terminal),
+    )
+    asyncio.run(calibration.run_rounds([Target("n2d", "a"), Target("slow", "s")]))
+    drawn = [part for part in terminal.getvalue().split(ERASE_LINE) if part]
+    assert drawn[0] == "calibrate: 0/4 benchmark runs" and "calibrate: 4/4 benchmark runs" in drawn
+    assert terminal.getvalue().endswith(ERASE_LINE)  # erased before the report
+    assert capsys.readouterr().err.count("calibrate: round") == 2  # the round lines, as before
