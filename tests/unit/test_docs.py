@@ -274,3 +274,12 @@ def test_every_reason_the_webhook_gives_is_documented_once() -> None:
     rows = webhook_reasons_documented()
     assert sorted(reason for reason, _ in rows) == sorted(reason.value for reason in Reason)
     assert {decision for _, decision in rows} <= {decision.value for decision in Decision} | {"—"}
+
+
+def test_every_path_in_where_to_change_what_exists() -> None:
+    text = (DOCS / "development.md").read_text()
+    table = text[text.index('<a id="where-to-change-what"></a>') :].split("\n\n")[1]
+    paths = set(re.findall(r"`((?:resizer|reconciler|app|kube|commands|ops|chart|docs|tests)/[\w./-]+)`", table))
+    assert len(paths) >= 10
+    missing = sorted(path for path in paths if not (REPO / path).exists())
+    assert not missing, f"docs/development.md names files that do not exist: {missing}"
