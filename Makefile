@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: all venv test unit-test tools-test cluster-test test-after-unit test-installed test-1.35 cluster-up cluster-down demo demo-down lint helm plugin chart-lint image image-load certmanager-build certmanager-up drills drills-ci bench clean
+.PHONY: all venv test unit-test tools-test cluster-test test-after-unit test-installed test-1.35 test-1.37 cluster-up cluster-down demo demo-down lint helm plugin chart-lint image image-load certmanager-build certmanager-up drills drills-ci bench clean
 
 all: test
 
@@ -52,11 +52,19 @@ test-after-unit: venv
 test-installed: venv
 	$(PYTEST) -m installed -rP tests/cluster/test_installed.py
 
-## The control-plane suite against Kubernetes 1.35 (first GA of in-place resize), in its own state dir,
-## with the composed matrix's core rows (all but the VPA one).
+## The cluster suite's core against another pinned minor, in its own state dir: control plane, resize
+## plans, pod-level, admission sizing, the real node, and the composed matrix's core rows (all but the VPA one).
+CORE_CLUSTER_TESTS := tests/cluster/test_control_plane.py tests/cluster/test_resize_plans.py \
+  tests/cluster/test_pod_level_resources.py tests/cluster/test_admission_sizing.py tests/cluster/test_real_node.py \
+  tests/cluster/test_composed.py --deselect tests/cluster/test_composed.py::test_07_pods_an_updating_vpa_manages_are_left_alone
+
+## 1.35: the first GA of in-place resize.
 test-1.35: venv
-	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) tests/cluster/test_control_plane.py tests/cluster/test_resize_plans.py tests/cluster/test_pod_level_resources.py \
-	  tests/cluster/test_composed.py --deselect tests/cluster/test_composed.py::test_07_pods_an_updating_vpa_manages_are_left_alone
+	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) $(CORE_CLUSTER_TESTS)
+
+## 1.37: also with KEP-5836's alpha gate on (scheduler preemption for deferred resizes).
+test-1.37: venv
+	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.37 K8S_VERSION=1.37 $(PYTEST) $(CORE_CLUSTER_TESTS) tests/cluster/test_resize_preemption.py
 
 ## Proof under faults, load and scale (issue sizes: 10k pods, 30-minute soak; each drill in its own cluster).
 drills: venv

@@ -234,7 +234,7 @@ def test_reconciler_resizes_a_running_container_in_place(h: Harness, real_node: 
     # originals, the resize, applied, one Event.
     assert metric_snapshot(proc) == {"PATCH pods": 2, "PATCH pods/resize": 1, "POST events": 1, "PATCH events": 0}
     reasons = {e["reason"] for e in h.kube.events_for(h.ns, name)}
-    assert {"ResizeStarted", "ResizeCompleted"} <= reasons, reasons  # 1.35.8 and 1.36.4 both emit them
+    assert {"ResizeStarted", "ResizeCompleted"} <= reasons, reasons  # 1.35.8, 1.36.4 and 1.37.2 all emit them
 
 
 def test_webhook_originals_then_reconciler_resize_in_place(h: Harness, real_node: RealNode) -> None:

@@ -175,3 +175,16 @@ def test_egress_selector_sends_only_cluster_traffic_to_the_proxy(cluster: Module
         "transport": {"uds": {"udsName": str(tmp_path / "egress.sock")}},
     }
     assert by_name["controlplane"] == by_name["etcd"] == {"proxyProtocol": "Direct"}
+
+
+def test_feature_gates_follow_the_minor_in_every_component(cluster: ModuleType, tmp_path: Path) -> None:
+    """KEP-5836's alpha gate on 1.37 only: the control plane's flag and the kubelet's config agree."""
+    gate = "InPlacePodVerticalScalingSchedulerPreemption"
+    assert cluster.feature_gate_flags("1.37.2") == [f"--feature-gates={gate}=true"]
+    assert cluster.feature_gate_flags("1.36.4") == [] and cluster.feature_gate_flags("1.35.8") == []
+    ports = {"kubelet": 1, "kubelet_healthz": 2}
+    node = cluster.RealNode("n1")
+    gated = cluster.kubelet_config(node, "198.18.0.2", ports, tmp_path, "0", gates=cluster.feature_gates("1.37.2"))
+    assert json.loads(gated)["featureGates"] == {gate: True}
+    plain = cluster.kubelet_config(node, "198.18.0.2", ports, tmp_path, "0", gates=cluster.feature_gates("1.36.4"))
+    assert "featureGates" not in json.loads(plain)
