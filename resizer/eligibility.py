@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.podstate import PodState, read_state
+from resizer.podstate import PodState, mirror_and_skip
 
 __all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "eligibility"]
 
@@ -41,7 +41,8 @@ def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligib
     or a batch Job), otherwise ``Eligible``. ``state``: ``read_state(pod)``, if the caller has it.
     """
     metadata = pod.get("metadata") or {}
-    state = state or read_state(pod)
+    # The two records eligibility needs, without parsing the rest when the caller has no state.
+    mirror, skip = (state.mirror, state.skip) if state is not None else mirror_and_skip(pod)
     owner = _controller_reference(metadata)
     owner_kind = owner.get("kind") if owner else None
     owner_name = owner.get("name") if owner else None
@@ -49,9 +50,9 @@ def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligib
     def verdict(reason: str) -> Eligibility:
         return Eligibility(reason == "Eligible", reason, owner_kind, owner_name)
 
-    if state.mirror or owner_kind == "Node":
+    if mirror or owner_kind == "Node":
         return verdict("MirrorPod")
-    if state.skip:
+    if skip:
         return verdict("SkipAnnotation")
     if owner is None:
         return verdict("NoController")

@@ -62,6 +62,7 @@ __all__ = [
     "is_controller_owned_key",
     "is_original_key",
     "legacy_original_key",
+    "mirror_and_skip",
     "mac_patch",
     "original_key",
     "originals_patch",
@@ -477,6 +478,20 @@ def read_state(pod: Mapping[str, Any]) -> PodState:
     return state
 
 
+def mirror_and_skip(pod: Mapping[str, Any]) -> tuple[bool, bool]:
+    """:attr:`PodState.mirror` and :attr:`PodState.skip` of ``pod``, read alone (eligibility's
+    question for every review, most of whose pods carry no other record)."""
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {} if isinstance(metadata, Mapping) else {}
+    if not isinstance(annotations, Mapping):
+        return False, False
+    return MIRROR_POD in annotations, _skip(annotations)
+
+
+def _skip(annotations: Mapping[str, Any]) -> bool:
+    return str(annotations.get(SKIP, "")).lower() == "true"
+
+
 def _container_names(pod: Mapping[str, Any]) -> tuple[Any, ...] | None:
     """What of the spec a state depends on (None: a spec too odd to remember a state by)."""
     try:
@@ -502,7 +517,7 @@ def _read_state(pod: Mapping[str, Any], annotations: Mapping[str, Any]) -> PodSt
             _text(annotations.get(APPLIED_AT)),
             _text(annotations.get(APPLIED_SIZE)),
         ),
-        skip=str(annotations.get(SKIP, "")).lower() == "true",
+        skip=_skip(annotations),
         mirror=MIRROR_POD in annotations,
         owned=tuple(sorted((k, v) for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX))),
         _pod=pod,

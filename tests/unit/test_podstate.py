@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from resizer import podstate
+from resizer.eligibility import eligibility
 from resizer.podstate import (
     APPLIED_AT,
     APPLIED_INSTANCE_TYPE,
@@ -36,6 +37,7 @@ from resizer.podstate import (
     description_patch,
     legacy_original_key,
     mac_patch,
+    mirror_and_skip,
     original_key,
     originals_patch,
     originals_removal,
@@ -105,6 +107,17 @@ def test_a_pod_read_again_unchanged_is_the_same_record_and_a_change_is_seen() ->
     assert third is not second and set(third.original_keys()) == {"renamed"}
     assert not third.containers["renamed"][("cpu", "request")].recorded
     assert read_state(pod({original_key("app", "cpu", "request"): "1"})) is not first  # another pod object
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [None, {}, {SKIP: "true"}, {SKIP: "TRUE"}, {SKIP: "yes"}, {SKIP: 1}, {MIRROR_POD: "x"}, ["not", "a", "map"]],
+)
+def test_mirror_and_skip_read_alone_agree_with_the_whole_state(annotations: Any) -> None:
+    subject = pod(annotations)
+    state = read_state(subject)
+    assert mirror_and_skip(subject) == (state.mirror, state.skip)
+    assert eligibility(subject) == eligibility(subject, state)
 
 
 def test_the_state_is_frozen() -> None:
