@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from devkit.kube import ApiError, deployment, wait_for
-from resizer import SKIP
+from resizer.podstate import SKIP
 from tests.cluster.test_control_plane import hack_cluster
 from tests.cluster.test_reconciler import Harness, guaranteed, resources
 
