@@ -104,7 +104,9 @@ class PodResizeReconciler:
             # Sized for this type: follow a re-alignment in flight, or decide it again once per
             # config version (a re-alignment due, or one an earlier process left unreported).
             return flight is not None or (self._realign_due(uid) and has_originals(pod))
-        return not self._parked(pod, state, node, node_type, memory)
+        # Our resize in flight is followed to its end: a size parked as failing may still be
+        # actuated by the kubelet's retry (only a size set back, or learnt after a restart, waits).
+        return flight is not None or not self._parked(pod, state, node, node_type, memory)
 
     def _realign_due(self, uid: str) -> bool:
         generation = self._config.generation
@@ -125,8 +127,10 @@ class PodResizeReconciler:
             return False
         if recorded.state == Stage.UNSUPPORTED:
             return True
-        if recorded.state not in (Stage.INFEASIBLE, Stage.ERROR) or recorded.allocatable != allocatable_fingerprint(
-            node
+        if (
+            recorded.state not in (Stage.INFEASIBLE, Stage.ERROR)
+            or recorded.kept  # the spec kept at the planned size, not set back: decided again
+            or recorded.allocatable != allocatable_fingerprint(node)
         ):
             return False
         judged = parked_at(pod, state, self._config.generation, recorded.size)

@@ -907,6 +907,18 @@ def test_an_actuation_error_that_clears_ends_resized():
     assert reasons(fake) == ["ResizeError", "Resized"] and RESIZE_STATE not in annotations(fake)
 
 
+def test_the_watch_event_of_a_failing_resize_the_kubelet_then_actuates_is_not_filtered_out():
+    """The failing size is parked, but our resize is still in flight: the filter lets the event of
+    the kubelet's successful retry through, so the pass reports Resized."""
+    clock = FakeClock()
+    fake, rec = failing_pod(clock)
+    run(rec.reconcile(KEY))  # ResizeError recorded
+    fake.actuate(KEY)
+    assert rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(rec.reconcile(KEY))
+    assert reasons(fake) == ["ResizeError", "Resized"]
+
+
 def test_a_failing_resize_the_kubelet_actuates_as_we_give_up_is_not_set_back():
     """The give-up revert is conditional on the pod as read: the kubelet got it right meanwhile
     (the cache has not shown it yet), so nothing is set back and the newer pod ends Resized."""
@@ -1032,6 +1044,24 @@ def test_a_forged_infeasible_status_never_sets_the_spec_to_what_it_reports(caplo
     assert state.state == Stage.INFEASIBLE and state.kept
     run(reconciler(fake).reconcile(KEY))  # a restarted process: nothing twice
     assert fake.ops() == ["resize", "annotate"] and len(fake.events) == 2
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["in-flight", "after-a-restart"])
+def test_a_kept_infeasible_size_is_decided_again_on_the_pods_next_event(restart: bool) -> None:
+    """The spec kept at the planned size (a forged status refused while the resize failed) is not
+    set back, so it is not parked: the pod's next watch event gets a pass, also in a process that
+    learnt of the resize only after a restart."""
+    clock = FakeClock()
+    fake, rec = failing_pod(clock)
+    run(rec.reconcile(KEY))  # ResizeError recorded
+    containers_report(fake, SEVEN)
+    fake.mark_infeasible(KEY)
+    process = reconciler(fake, clock=clock) if restart else rec
+    run(process.reconcile(KEY))
+    assert recorded_state(fake).kept and "RevertRefused" in reasons(fake)
+    assert process.needs_work(fake.pod(KEY), run(fake.node("node-1")))
+    run(process.reconcile(KEY))
+    assert fake.ops() == ["resize", "annotate", "annotate"], "decided again, nothing set back"
 
 
 def test_a_status_with_the_size_before_for_some_values_only_is_not_set_back():
