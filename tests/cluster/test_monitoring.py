@@ -63,6 +63,14 @@ def webhook(h: Harness) -> Iterator[Webhook]:
         unregister_webhook(h.kube, name)
 
 
+def scrape_health(prometheus: Prometheus) -> str:
+    """What a failure shows of the scrapes: each target's last error and its scrapes in the window."""
+    targets = {t["labels"]["job"]: (t["health"], t.get("lastError")) for t in prometheus.targets()}
+    scrapes = prometheus.query(f"count_over_time(up[{RATE_INTERVAL}])")
+    failed = prometheus.query(f"count_over_time((up == 0)[{RATE_INTERVAL}:1s])")
+    return f"targets {targets}; scrapes {scrapes}; failed scrapes {failed}"
+
+
 def finite(result: list[dict[str, Any]]) -> bool:
     return bool(result) and all(math.isfinite(float(sample["value"][1])) for sample in result)
 
@@ -117,8 +125,20 @@ def test_every_dashboard_panel_returns_data_and_the_alerts_follow_the_processes(
 
     queries = panel_queries(chart_docs)
     assert len(queries) >= 25
-    empty = {f"{title}: {expr}": result for title, expr in queries if not finite(result := prometheus.query(expr))}
-    assert not empty, f"panels without data: {json.dumps(empty, indent=1)}"
+    # A rate needs two samples of a series in its window: a panel may wait a scrape or two.
+    empty: dict[str, Any] = {}
+
+    def every_panel_has_data() -> bool:
+        empty.clear()
+        empty.update({f"{title}: {expr}": r for title, expr in queries if not finite(r := prometheus.query(expr))})
+        return not empty
+
+    try:
+        wait_for("every panel to have data", every_panel_has_data, timeout=30)
+    except AssertionError:
+        raise AssertionError(
+            f"panels without data: {json.dumps(empty, indent=1)}; {scrape_health(prometheus)}"
+        ) from None
     # Values the cluster's state pins down, as the stat panels show them.
     stats = {
         title: float(prometheus.query(expr)[0]["value"][1])
