@@ -303,6 +303,8 @@ class Act:
             if held is not None and not self._waited_enough(pod, held):
                 return await self._held(pod, plan, held)
             self._c.holds.release(pod_uid(pod))
+            sending = self._c.memory.of(pod_uid(pod))
+            sending.resizing = True
             try:
                 # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
                 # planned from a pod that changed meanwhile, is refused (409) instead of landing.
@@ -311,6 +313,8 @@ class Act:
                 if err.retryable:  # a 409 included: retried from the cache with backoff
                     raise
                 return await self._rejected(pod, state, node, node_type, signature, plan, context, generation, err)
+            finally:
+                sending.resizing = False
             self._c.gate.sent(pod, plan.patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
         record = self._c.memory.of(pod_uid(pod))

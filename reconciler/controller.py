@@ -94,6 +94,8 @@ class PodResizeReconciler:
             return False  # untyped node: nothing to do until it is labelled
         uid = pod_uid(pod)
         memory = self._memory.get(uid)
+        if memory.resizing:
+            return True  # e.g. the kubelet's actuation, seen before the reply to our resize
         flight = memory.flight
         if flight is not None and (
             awaiting_kubelet(pod, node_type, flight, self._config.generation)

@@ -330,3 +330,30 @@ def test_the_filter_drops_the_events_of_writes_older_than_our_resize() -> None:
     assert not rec.needs_work(fake.pod(KEY), node), "our resize, not answered yet"
     fake.actuate(KEY)
     assert rec.needs_work(fake.pod(KEY), node), "the kubelet's answer"
+
+
+def test_the_kubelets_answer_seen_before_the_reply_to_our_re_alignment_reaches_a_pass() -> None:
+    """The kubelet may actuate a resize, and its watch event reach the filter, while the reply to
+    pods/resize is still on the way: the event is let through, and the pass it queues (run once
+    the resizing pass ends) reports the re-alignment."""
+    fake = cluster(sized_on_n4(), auto_actuate=True)
+    rec = reconciler(fake, config=FASTER)
+    node = node_of(fake)
+    rec.observe(fake.pod(KEY))
+    assert rec.needs_work(fake.pod(KEY), node)  # a re-alignment is due under the new config
+    seen_while_resizing: list[bool] = []
+    resize = fake.resize
+
+    async def actuated_before_the_reply(*args: Any, **kwargs: Any) -> Any:
+        written = await resize(*args, **kwargs)
+        fake.sync()
+        rec.observe(fake.pod(KEY))
+        seen_while_resizing.append(rec.needs_work(fake.pod(KEY), node))
+        return written
+
+    fake.resize = actuated_before_the_reply  # type: ignore[method-assign]
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize"] and seen_while_resizing == [True]
+    run(rec.reconcile(KEY))  # the pass the event queued
+    assert [e.reason for e in fake.events] == ["Resized"]
+    assert "re-aligned" in fake.events[0].message
