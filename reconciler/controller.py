@@ -20,11 +20,10 @@ from reconciler.decide import (
 from reconciler.gates import Gate, OpenGate
 from reconciler.memory import DONE, Context, InFlight, Memory, PodMemory, Result, Step, cache_behind
 from reconciler.outcome import Stage, allocatable_fingerprint
-from reconciler.pods import live_and_bound, parked_at, pod_uid, recorded_state, situation
+from reconciler.pods import has_originals, live_and_bound, parked_at, pod_uid, recorded_state, situation
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault
 from reconciler.settings import ControllerSettings
-from resizer import EMPTY_KEYRING, KeyRing, ResizerError, eligibility, missing_original_annotations
-from resizer.originals import sidecar_original_keys
+from resizer import EMPTY_KEYRING, KeyRing, eligibility
 from resizer.podstate import PodState, read_state
 
 __all__ = [
@@ -174,11 +173,3 @@ class PodResizeReconciler:
             self._context.gate,
         )
         return await self._act(pod, decide(pod, node, world, self._memory.get(pod_uid(pod)), self._read(pod)))
-
-
-def has_originals(pod: Obj) -> bool:
-    """All the originals a plan is made from are recorded (a pod sized before they were is never re-aligned)."""
-    try:
-        return not missing_original_annotations(pod).keys() - sidecar_original_keys(pod)
-    except ResizerError:
-        return False

@@ -28,6 +28,7 @@ from reconciler.outcome import (
 )
 from reconciler.pods import (
     aligned_message,
+    has_originals,
     live_and_bound,
     mac_key_known,
     parked_at,
@@ -53,7 +54,6 @@ from resizer import (
     baseline,
     eligibility,
     fits_annotation_limit,
-    missing_original_annotations,
     needs_resign,
     node_resizes_pod_level,
     plan_bound_pod,
@@ -62,7 +62,6 @@ from resizer import (
     pod_mac_stand_in,
     resolve_policy,
 )
-from resizer.originals import sidecar_original_keys
 from resizer.podstate import PodState, applied_patch, read_state
 
 CONFIG_RETRY = 5.0  # seconds: no valid config read yet
@@ -291,11 +290,9 @@ class Planner:
 
     def realignment(self) -> ResizePlan | None:
         """resizer.realign.realignment of the pod: its plan if the config now wants it different."""
-        if self._state.applied.instance_type != self._node_type:
+        if self._state.applied.instance_type != self._node_type or not has_originals(self._pod):
             return None
         try:
-            if missing_original_annotations(self._pod).keys() - sidecar_original_keys(self._pod):
-                return None
             plan = self.plan(self._pod, self._world.pod_level(None))
         except ResizerError:
             return None

@@ -54,10 +54,6 @@ class ProbeApp:
         return 200, TEXT, b"ok"
 
 
-def build_app(checks: Mapping[str, Check]) -> ProbeApp:
-    return ProbeApp(checks)
-
-
 class _Connection(asyncio.Protocol):
     def __init__(self, app: ProbeApp, connections: set[_Connection]) -> None:
         self._app = app
@@ -163,7 +159,3 @@ class ProbeServer:
 
     def stop(self) -> None:
         self._stopped.set()
-
-
-def build_server(app: ProbeApp, address: str) -> ProbeServer:
-    return ProbeServer(app, address)

@@ -127,21 +127,20 @@ class Manager:
             active.inc()
             try:
                 result = await self.reconciler.reconcile(key)
-            except KubeError as err:
+            except Exception as err:
                 delay = self.queue.add_rate_limited(key)
                 metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
                 metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
-                log.log(
-                    level,
-                    "reconcile failed; will retry",
-                    extra={"pod": key, "error": str(err) or repr(err), "retryIn": round(delay, 2)},
-                )
-            except Exception:
-                delay = self.queue.add_rate_limited(key)
-                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
-                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                log.exception("reconcile crashed; will retry", extra={"pod": key, "retryIn": round(delay, 2)})
+                if isinstance(err, KubeError):
+                    level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
+                    error = str(err) or repr(err)
+                    log.log(
+                        level,
+                        "reconcile failed; will retry",
+                        extra={"pod": key, "error": error, "retryIn": round(delay, 2)},
+                    )
+                else:
+                    log.exception("reconcile crashed; will retry", extra={"pod": key, "retryIn": round(delay, 2)})
             else:
                 if result.requeue_after is not None:
                     self.queue.add_after(key, result.requeue_after)

@@ -95,7 +95,7 @@ class Reconciler:
             settings.config_namespace,
             settings.config_name,
             settings.config_refresh_interval,
-            on_change=self._config_changed,
+            on_change=lambda: self.manager.on_config_change(),
             idle_timeout=api.watch_idle_timeout,
         )
         # The namespace scope; a namespace whose labels change re-evaluates every cached pod.
@@ -129,9 +129,6 @@ class Reconciler:
         self.active = False
         # --originals-keys-secret: not ready before the Secret is read (or created), standby included.
         self.keys_loaded = self.secret_keys is None
-
-    def _config_changed(self) -> None:
-        self.manager.on_config_change()
 
     async def _load_secret_keys(self) -> bool:
         """--originals-keys-secret: read the Secret (created when absent) before any work."""
@@ -321,10 +318,10 @@ class Reconciler:
         return listeners
 
     def _start_http(self, listeners: dict[str, socket.socket]) -> dict[asyncio.Task[None], Any]:
-        app = http.build_app(self.checks())
+        app = http.ProbeApp(self.checks())
         servers = {}
         for address, sock in listeners.items():
-            server = http.build_server(app, address)
+            server = http.ProbeServer(app, address)
             servers[asyncio.create_task(server.serve(sockets=[sock]), name=f"http {address}")] = server
         return servers
 
