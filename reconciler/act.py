@@ -111,9 +111,7 @@ class Act:
         if isinstance(action, Follow):
             return await self.follow(pod, action.planned, action.observation)
         if isinstance(action, Report):
-            return await self.terminal(
-                pod, action.signature, action.plan, action.event_type, action.reason, action.message
-            )
+            return await self.terminal(pod, action)
         if isinstance(action, Resign):
             self._c.memory.of(uid).realign_checked = action.generation  # the filter skips it until the config changes
             self._c.memory.wait(uid, None)
@@ -150,18 +148,10 @@ class Act:
 
     # ------------------------------------------------------------------ reports
 
-    async def terminal(
-        self,
-        pod: Obj,
-        signature: tuple[Any, ...],
-        plan: ResizePlan | None,
-        event_type: EventType,
-        reason: Reason,
-        message: str,
-    ) -> Result:
+    async def terminal(self, pod: Obj, decided: Report) -> Result:
         """A decision that writes nothing to the pod: report it once per situation."""
-        self._c.memory.of(pod_uid(pod)).decided = signature
-        await self.report(pod, plan, event_type, reason, message)
+        self._c.memory.of(pod_uid(pod)).decided = decided.signature
+        await self.report(pod, decided.plan, decided.event_type, decided.reason, decided.message)
         return DONE
 
     async def report(
@@ -311,7 +301,7 @@ class Act:
     ) -> Result:
         """A Warning that ends the pass for `planned` without a write: reported once per situation."""
         signature = planned.signature if signature is None else signature
-        return await self.terminal(pod, signature, planned.plan, EventType.WARNING, reason, message)
+        return await self.terminal(pod, Report(signature, planned.plan, EventType.WARNING, reason, message))
 
     async def _originals_not_recorded(self, pod: Obj, planned: Planned, err: ApiError) -> Result:
         """Step 1's write failed: raised again when a retry may succeed, else reported once."""
