@@ -310,7 +310,7 @@ class Reconciler:
         listeners: dict[str, socket.socket] = {}
         try:
             for address in sorted(addresses):
-                listeners[address] = _bind(address)
+                listeners[address] = http.bind(address)
         except OSError:
             for sock in listeners.values():
                 sock.close()
@@ -334,24 +334,6 @@ class Reconciler:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*servers, return_exceptions=True)
-
-
-def _bind(address: str) -> socket.socket:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, int(port)))
-        sock.listen(128)
-    except OSError as err:
-        sock.close()
-        raise OSError(err.errno, f"{address}: {err.strerror}") from None
-    except ValueError as err:
-        sock.close()
-        raise OSError(f"{address}: invalid address ({err})") from None
-    return sock
 
 
 def main(settings: ReconcilerSettings) -> int:
