@@ -27,7 +27,6 @@ from reconciler.outcome import (
     spec_size,
 )
 from reconciler.pods import (
-    aligned_message,
     has_originals,
     live_and_bound,
     mac_key_known,
@@ -523,7 +522,9 @@ def _fitting(pod: Obj, planned: Planned, world: World) -> Report | None:
 def aligned(state: PodState, plan: ResizePlan, context: str, sized: bool) -> tuple[Reason, str]:
     """The report of a pod that needs no resize; `sized`: the webhook created it at this size."""
     if not sized:
-        return Reason.ALREADY_ALIGNED, aligned_message(plan, context)
+        return Reason.ALREADY_ALIGNED, f"already aligned for {context}" + (
+            f": {plan.summary()}" if plan.changes else ""
+        )
     return Reason.SIZED_AT_ADMISSION, (
         f"created at its size for {context} (the webhook knew the node type "
         f"{state.sized_at_admission!r} at admission): {summary_from_originals(plan)}"

@@ -81,9 +81,7 @@ class Manager:
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node, idle_timeout=idle_timeout)
         # Other controllers' VPAs and the constraints a resize is judged against before it is sent.
         self.vpa = (
-            VpaWatch(client, self._on_vpa_change, idle_timeout, recheck_interval)
-            if preflight.skip_vpa_managed
-            else None
+            VpaWatch(client, self._queue_wanted, idle_timeout, recheck_interval) if preflight.skip_vpa_managed else None
         )
         self.preflight = Preflight(client, preflight, self._node_pods, self._requeue, self.vpa, idle_timeout)
         self.reconciler = PodResizeReconciler(
@@ -209,9 +207,7 @@ class Manager:
 
     def on_config_change(self) -> None:
         """The config or the namespace scope changed: every pod that needs work is queued."""
-        for key, pod in self.pods.store.items():
-            if self._wants(pod):
-                self.queue.add(key)
+        self._queue_wanted(None)
         self._queue_gated()
 
     def _node_pods(self, node: str) -> list[Obj]:
@@ -222,8 +218,8 @@ class Manager:
         for key in keys:
             self.queue.add(key)
 
-    def _on_vpa_change(self, namespace: str | None) -> None:
-        """The VPAs of `namespace` (None: of all) changed: its pods are decided again."""
+    def _queue_wanted(self, namespace: str | None) -> None:
+        """Queue the pods of `namespace` (None: of all) that need work, e.g. its VPAs changed."""
         for key, pod in self.pods.store.items():
             if (namespace is None or pod["metadata"].get("namespace") == namespace) and self._wants(pod):
                 self.queue.add(key)

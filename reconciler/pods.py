@@ -98,10 +98,6 @@ def summary_from_originals(plan: ResizePlan) -> str:
     return from_originals.summary()
 
 
-def aligned_message(plan: ResizePlan, context: str) -> str:
-    return f"already aligned for {context}" + (f": {plan.summary()}" if plan.changes else "")
-
-
 def parse_time(text: str | None) -> float | None:
     if not text:
         return None
