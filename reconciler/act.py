@@ -163,9 +163,6 @@ class Act:
 
     # ------------------------------------------------------------------ holds
 
-    def _node_lock(self, pod: Obj) -> asyncio.Lock:
-        return self._node_locks[str(pod["spec"]["nodeName"])]
-
     async def _held(self, pod: Obj, plan: ResizePlan | None, held: Held) -> Result:
         """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`);
         each distinct hold is reported once."""
@@ -262,7 +259,7 @@ class Act:
         realigned = planned.state.applied.recorded
         if realigned:
             await self._realign_limiter.take()  # --max-resizes-per-second
-        async with self._node_lock(pod):
+        async with self._node_locks[str(pod["spec"]["nodeName"])]:
             held = self._c.gate.preflight(pod, planned.node, patch)  # a resize that would be refused
             if held is not None and not self._waited_enough(pod, held):
                 return await self._held(pod, planned.plan, held)
@@ -296,19 +293,12 @@ class Act:
         self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
         return DONE
 
-    async def _refuse(
-        self, pod: Obj, planned: Planned, reason: Reason, message: str, signature: tuple[Any, ...] | None = None
-    ) -> Result:
-        """A Warning that ends the pass for `planned` without a write: reported once per situation."""
-        signature = planned.signature if signature is None else signature
-        return await self.terminal(pod, Report(signature, planned.plan, EventType.WARNING, reason, message))
-
     async def _originals_not_recorded(self, pod: Obj, planned: Planned, err: ApiError) -> Result:
         """Step 1's write failed: raised again when a retry may succeed, else reported once."""
         if err.retryable:
             raise err
         message = f"cannot record the original resources ({err.message}); not resized"
-        return await self._refuse(pod, planned, Reason.RESIZE_FAILED, message)
+        return await self.terminal(pod, planned.refused(Reason.RESIZE_FAILED, message))
 
     async def applied(
         self,
@@ -430,19 +420,18 @@ class Act:
                 f"node {pod['spec']['nodeName']} does not support in-place resize; "
                 f"wanted for {context}: {plan.summary()}"
             )
-            return await self._refuse(pod, planned, Reason.RESIZE_UNSUPPORTED, message)
+            return await self.terminal(pod, planned.refused(Reason.RESIZE_UNSUPPORTED, message))
         if plan.patch.get("spec", {}).get("resources") and POD_LEVEL_REFUSED in err.message:
-            signature = None
             if GATE_OFF in err.message:
                 # The apiserver's gate is off (cluster-wide): learnt once, pods with pod-level
                 # resources are left alone for the rest of this process's life.
                 self._c.memory.pod_level_refused = err.message
-                signature = self._situation(pod, planned)
+                planned = replace(planned, signature=self._situation(pod, planned))
             message = (
                 f"not resized for {context}: the apiserver cannot resize pod-level "
                 f"resources ({err.message}); pods that set spec.resources are left alone"
             )
-            return await self._refuse(pod, planned, Reason.POD_LEVEL_RESOURCES, message, signature)
+            return await self.terminal(pod, planned.refused(Reason.POD_LEVEL_RESOURCES, message))
         if NODE_CAPACITY in err.causes:
             # The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
             # nothing to set back.
@@ -455,7 +444,7 @@ class Act:
             await self._park(pod, planned, Stage.INFEASIBLE, message)
             return DONE
         message = f"apiserver rejected the resize for {context}: {err.message}"
-        return await self._refuse(pod, planned, Reason.RESIZE_FAILED, message)
+        return await self.terminal(pod, planned.refused(Reason.RESIZE_FAILED, message))
 
     # ------------------------------------------------------------------ the kubelet's outcome
 
@@ -485,11 +474,7 @@ class Act:
 
     async def _actuated(self, pod: Obj, planned: Planned, recorded: ResizeState | None) -> Result:
         flight = self._c.memory.get(pod_uid(pod)).flight
-        requested = (
-            flight.requested_at
-            if flight is not None and flight.requested_at is not None
-            else parse_time(requested_at(recorded))
-        )
+        requested = self._requested(pod, recorded)
         summary = flight.summary if flight is not None else summary_from_originals(planned.plan)
         message = f"{flight.verb if flight is not None else 'resized'} for {planned.context}: {summary}"
         if requested is not None:
@@ -509,8 +494,9 @@ class Act:
         generation = pod["metadata"].get("generation")
         state = recorded
         if state is None or state.state != Stage.DEFERRED or state.generation != generation:
-            requested = self._requested_stamp(pod, recorded)
-            state = ResizeState(Stage.DEFERRED, planned.node_type, generation, requested_at=requested)
+            requested = self._requested(pod, recorded)
+            stamp = format_time(requested) if requested is not None else ""
+            state = ResizeState(Stage.DEFERRED, planned.node_type, generation, requested_at=stamp)
             await self.record(pod, state)
             metrics.RESIZE_OUTCOMES.labels("deferred").inc()
             await self.report(
@@ -698,11 +684,12 @@ class Act:
         record.flight = None
         self._c.fault(Step.REVERT)
 
-    def _requested_stamp(self, pod: Obj, recorded: ResizeState | None) -> str:
+    def _requested(self, pod: Obj, recorded: ResizeState | None) -> float | None:
+        """When the resize was requested: as remembered, else as recorded (None: not known)."""
         flight = self._c.memory.get(pod_uid(pod)).flight
         if flight is not None and flight.requested_at is not None:
-            return format_time(flight.requested_at)
-        return requested_at(recorded)
+            return flight.requested_at
+        return parse_time(requested_at(recorded))
 
 
 def decision_record(pod: Obj, plan: ResizePlan | None, outcome: str, dry_run: bool) -> dict[str, Any]:

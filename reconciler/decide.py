@@ -100,6 +100,10 @@ class Planned:
         plan = self.plan
         return f"node type {self.node_type} (baseline {plan.baseline_node_type}, rule {plan.rule})"
 
+    def refused(self, reason: Reason, message: str) -> Report:
+        """The plan is not written: a Warning, reported once in this situation."""
+        return Report(self.signature, self.plan, EventType.WARNING, reason, message)
+
 
 class Action:
     """A decision; `past_gate`: the pod passed the gate (a VPA hold is released)."""
@@ -444,20 +448,14 @@ def _plan(
 
 def _refused(pod: Obj, planned: Planned, world: World) -> Report | None:
     """The terminal decision for a plan that is not to be written, else None."""
-    base, plan, context, signature = planned.base, planned.plan, planned.context, planned.signature
+    base, plan, context = planned.base, planned.plan, planned.context
     if base.check.trust is Trust.TRUSTED_IF_ALIGNED and plan.patch:
-        return Report(
-            signature,
-            plan,
-            EventType.WARNING,
+        return planned.refused(
             Reason.ORIGINALS_UNVERIFIED,
             f"not resized: {base.check.reason}, and the pod is not aligned with them: {plan.summary()}",
         )
     if plan.outcome == "UnknownNodeType":
-        return Report(
-            signature,
-            plan,
-            EventType.WARNING,
+        return planned.refused(
             Reason.UNKNOWN_NODE_TYPE,
             f"node type {planned.node_type!r} of node {pod['spec']['nodeName']} is not in "
             f"the config's nodeTypes (rule {plan.rule}); pod left unchanged",
@@ -465,22 +463,15 @@ def _refused(pod: Obj, planned: Planned, world: World) -> Report | None:
     if plan.outcome == "PodLevelResources":
         refused = world.pod_level_refused
         why = f" (the apiserver refused such a resize: {refused})" if refused is not None else ""
-        return Report(
-            signature,
-            plan,
-            EventType.WARNING,
-            Reason.POD_LEVEL_RESOURCES,
-            f"not resized for {context}: {plan.summary()}{why}",
-        )
+        return planned.refused(Reason.POD_LEVEL_RESOURCES, f"not resized for {context}: {plan.summary()}{why}")
     if plan.outcome == "QoSChange":
-        return Report(
-            signature, plan, EventType.WARNING, Reason.RESIZE_FAILED, f"not resized for {context}: {plan.summary()}"
-        )
+        return planned.refused(Reason.RESIZE_FAILED, f"not resized for {context}: {plan.summary()}")
     if world.options.dry_run:
         reason = Reason.WOULD_RESIZE if plan.patch else Reason.ALREADY_ALIGNED
         hold = world.gate.would_hold(pod, planned.node, plan.patch) if plan.patch else None
         held = f"; it would be held ({hold})" if hold is not None else ""
-        return Report(signature, plan, EventType.NORMAL, reason, f"dry run, {context}: {plan.summary()}{held}")
+        message = f"dry run, {context}: {plan.summary()}{held}"
+        return Report(planned.signature, plan, EventType.NORMAL, reason, message)
     return None
 
 
@@ -508,10 +499,7 @@ def _fitting(pod: Obj, planned: Planned, world: World) -> Report | None:
     }
     if fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None}):
         return None
-    return Report(
-        planned.signature,
-        planned.plan,
-        EventType.WARNING,
+    return planned.refused(
         Reason.RESIZE_FAILED,
         "the original resources and what was applied do not fit in the "
         "pod's annotations (256 KiB limit), so they cannot be recorded; "
