@@ -37,7 +37,7 @@ from typing import Any, TextIO
 from commands.errors import CommandError
 from commands.plan import compile_config, list_all, read_configmap, run_command
 from commands.progress import Progress
-from kube import ApiError, KubeClient, KubeError, load_credentials
+from kube import ApiError, KubeClient, KubeError
 from kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
 from resizer.calibration import (
@@ -525,11 +525,7 @@ async def calibrate(client: KubeClient, settings: CalibrateSettings) -> Report:
 
 
 def run_calibrate(settings: CalibrateSettings, out: TextIO = sys.stdout) -> int:
-    async def go() -> Report:
-        api = settings.api
-        client = KubeClient(
-            load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst, max_connections=8, timeout=60.0
-        )
+    async def go(client: KubeClient) -> Report:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         if task is not None:
@@ -538,10 +534,9 @@ def run_calibrate(settings: CalibrateSettings, out: TextIO = sys.stdout) -> int:
             return await calibrate(client, settings)
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
-            await client.close()
 
     try:
-        report = run_command(go, unreachable="cannot reach the cluster")
+        report = run_command(settings.api, go, "cannot reach the cluster", max_connections=8, timeout=60.0)
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("calibrate: interrupted; its benchmark pods are deleted, the config is unchanged", file=sys.stderr)
         return 130

@@ -21,7 +21,7 @@ from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from commands.progress import Progress
 from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.slim import slim_pod
-from reconciler.settings import CONFIG_KEY, PlanSettings
+from reconciler.settings import CONFIG_KEY, ApiSettings, PlanSettings
 from resizer.config import CompiledConfig, ConfigError, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
 from resizer.plan import node_resizes_pod_level
@@ -39,12 +39,26 @@ T = TypeVar("T")
 PodKey = tuple[str, str]  # (namespace, name)
 
 
-def run_command(go: Callable[[], Coroutine[Any, Any, T]], unreachable: str = "cannot read the cluster") -> T | int:
-    """`go()` run to completion, or the exit code of its failure, said on stderr: 2 for a
-    CommandError (the admin's to fix), 1 when the cluster cannot be read (any KubeError, an unusable
-    kubeconfig included)."""
+def run_command(
+    api: ApiSettings,
+    go: Callable[[KubeClient], Coroutine[Any, Any, T]],
+    unreachable: str = "cannot read the cluster",
+    **client_options: Any,
+) -> T | int:
+    """`go(client)` run to completion with a client of the admin's kubeconfig (closed after), or
+    the exit code of its failure, said on stderr: 2 for a CommandError (the admin's to fix), 1 when
+    the cluster cannot be read (any KubeError, an unusable kubeconfig included)."""
+
+    async def with_client() -> T:
+        credentials = load_credentials(api.kubeconfig, api.context)
+        client = KubeClient(credentials, qps=api.qps, burst=api.burst, **client_options)
+        try:
+            return await go(client)
+        finally:
+            await client.close()
+
     try:
-        return asyncio.run(go())
+        return asyncio.run(with_client())
     except CommandError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -302,28 +316,17 @@ def _held_entry(entry: PodForecast, reason: str, constraint: str, name: str, det
 def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
     runtimes: dict[PodKey, PodRuntimes] = {}
 
-    async def go() -> tuple[FleetForecast, dict[str, Any]]:
-        api = settings.api
-        client = KubeClient(
-            load_credentials(api.kubeconfig, api.context),
-            qps=api.qps,
-            burst=api.burst,
-            max_connections=4,
-            timeout=120.0,
+    async def go(client: KubeClient) -> tuple[FleetForecast, dict[str, Any]]:
+        return await gather_forecast(
+            client,
+            settings,
+            settings.scope,
+            skip_applied=not settings.realign,
+            runtimes=runtimes,
+            progress=Progress("plan", "pods read", enabled=settings.output == "table"),
         )
-        try:
-            return await gather_forecast(
-                client,
-                settings,
-                settings.scope,
-                skip_applied=not settings.realign,
-                runtimes=runtimes,
-                progress=Progress("plan", "pods read", enabled=settings.output == "table"),
-            )
-        finally:
-            await client.close()
 
-    result = run_command(go)
+    result = run_command(settings.api, go, max_connections=4, timeout=120.0)
     if isinstance(result, int):
         return result
     forecast, info = result
@@ -337,14 +340,6 @@ def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
 
 
 # ------------------------------------------------------------------ rendering
-
-
-def _cpu(millicores: int) -> str:
-    return format_cpu(millicores)
-
-
-def _memory(nbytes: int) -> str:
-    return format_memory(nbytes)
 
 
 def _signed(amount: int, fmt: Any) -> str:
@@ -370,9 +365,10 @@ def forecast_table(
     lines += [
         "",
         f"Total: {forecast.resized} of {forecast.pods} pods in scope resized; CPU requests "
-        f"{_cpu(forecast.total('current_cpu'))} -> {_cpu(forecast.total('desired_cpu'))} ({_signed(cpu_delta, _cpu)}), "
-        f"memory requests {_memory(forecast.total('current_memory'))} -> "
-        f"{_memory(forecast.total('desired_memory'))} ({_signed(memory_delta, _memory)}).",
+        f"{format_cpu(forecast.total('current_cpu'))} -> {format_cpu(forecast.total('desired_cpu'))} "
+        f"({_signed(cpu_delta, format_cpu)}), "
+        f"memory requests {format_memory(forecast.total('current_memory'))} -> "
+        f"{format_memory(forecast.total('desired_memory'))} ({_signed(memory_delta, format_memory)}).",
     ]
     if forecast.not_resized:
         lines.append("Not resized (the reconciler reports these with a Warning Event):")
@@ -443,10 +439,10 @@ def _row(group: WorkloadForecast) -> tuple[str, ...]:
         group.workload,
         group.node_type,
         pods,
-        f"{_cpu(cpu_now)} -> {_cpu(cpu_then)}",
-        f"{_memory(memory_now)} -> {_memory(memory_then)}",
-        _signed(cpu_then - cpu_now, _cpu),
-        _signed(memory_then - memory_now, _memory),
+        f"{format_cpu(cpu_now)} -> {format_cpu(cpu_then)}",
+        f"{format_memory(memory_now)} -> {format_memory(memory_then)}",
+        _signed(cpu_then - cpu_now, format_cpu),
+        _signed(memory_then - memory_now, format_memory),
     )
 
 
@@ -467,15 +463,15 @@ def forecast_json(
                 "currentMillicores": current_cpu,
                 "desiredMillicores": desired_cpu,
                 "deltaMillicores": desired_cpu - current_cpu,
-                "current": _cpu(current_cpu),
-                "desired": _cpu(desired_cpu),
+                "current": format_cpu(current_cpu),
+                "desired": format_cpu(desired_cpu),
             },
             "memory": {
                 "currentBytes": current_memory,
                 "desiredBytes": desired_memory,
                 "deltaBytes": desired_memory - current_memory,
-                "current": _memory(current_memory),
-                "desired": _memory(desired_memory),
+                "current": format_memory(current_memory),
+                "desired": format_memory(desired_memory),
             },
         }
 

@@ -24,7 +24,7 @@ from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from commands.plan import list_all, run_command
 from commands.progress import Progress
-from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
+from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
 from kube.slim import slim_pod
 from reconciler.settings import RestoreSettings
 from resizer import EMPTY_KEYRING, KeyRing
@@ -292,18 +292,13 @@ async def _bounded(restorer: Restorer, work: Coroutine[Any, Any, Summary], grace
 def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
 
-    async def go() -> Summary:
-        api = settings.api
-        client = KubeClient(
-            load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst, max_connections=4
-        )
+    async def go(client: KubeClient) -> Summary:
         try:
             keyring, warning = await load_keyring(client, settings.keys)
         except (KeyRingError, KeyDirectoryError) as err:
             out.write(f"error: originals keys: {err}\n")
             restorer = Restorer(client, settings.max_resizes_per_second, settings.dry_run, out)
             restorer.summary.failed["(keys)"] = str(err)
-            await client.close()
             return restorer.summary
         if warning:
             out.write(
@@ -335,10 +330,8 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
             out.write(f"error: cannot list pods: {err}\n")
             restorer.summary.failed["(list)"] = str(err)
             return restorer.summary
-        finally:
-            await client.close()
 
-    summary = run_command(go)
+    summary = run_command(settings.api, go, max_connections=4)
     if isinstance(summary, int):
         return summary
     if summary.denied:
