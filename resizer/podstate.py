@@ -65,7 +65,6 @@ __all__ = [
     "mirror_and_skip",
     "mac_patch",
     "original_key",
-    "originals_patch",
     "originals_removal",
     "pod_level_keys",
     "pod_original_key",
@@ -650,14 +649,6 @@ def _legacy_owners(containers: list[Mapping[str, Any]]) -> dict[str, list[int]]:
 # ---------------------------------------------------------------- writes: patch builders
 # Annotation patches map a key to its new value, None removing it (a JSON merge patch's
 # ``metadata.annotations``).
-
-
-def originals_patch(originals: Mapping[str, str], mac: Mac | str | None = None) -> dict[str, str]:
-    """``originals`` (``original-*`` key -> value, as the originals readers key them) with their MAC."""
-    patch = dict(originals)
-    if mac is not None:
-        patch.update(mac_patch(mac))
-    return patch
 
 
 def mac_patch(mac: Mac | str) -> dict[str, str]:
