@@ -29,9 +29,8 @@ from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_ho
 from resizer.quantity import format_cpu, format_memory
 from resizer.runtime_hints import PodRuntimes, RuntimeHint, hints_by_pod, pod_runtimes
 from resizer.scope import NamespaceScope
-from resizer.vpa import NO_OWNER, Owner, VpaVerdict, managing_vpa, vpa_index
+from resizer.vpa import GROUP_VERSION_PATH, NO_OWNER, RESOURCE, Owner, VpaVerdict, managing_vpa, served_in, vpa_index
 
-VPA_PATH = "/apis/autoscaling.k8s.io/v1"
 OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
 
 
@@ -238,15 +237,13 @@ async def read_constraints(client: KubeClient, page_size: int, forecast: FleetFo
     found["limitranges"] = await read("LimitRange", "/api/v1/limitranges")
     found["resourcequotas"] = await read("ResourceQuota", "/api/v1/resourcequotas")
     try:
-        served = any(
-            r.get("name") == "verticalpodautoscalers" for r in (await client.get(VPA_PATH)).get("resources") or []
-        )
+        served = served_in(await client.get(GROUP_VERSION_PATH))
     except ApiError as err:
         if err.status != 404:
             found["notJudged"].append(f"VerticalPodAutoscaler: {err.message or err.status}")
         served = False
     if served:
-        found["vpas"] = await read("VerticalPodAutoscaler", f"{VPA_PATH}/verticalpodautoscalers")
+        found["vpas"] = await read("VerticalPodAutoscaler", f"{GROUP_VERSION_PATH}/{RESOURCE}")
         if vpa_index(found["vpas"]):
             for kind, path in OWNER_PATHS.items():
                 for item in await read(kind, path):
@@ -359,7 +356,7 @@ def forecast_table(
         if not show_aligned and group.resized == 0:
             continue
         rows.append(_row(group))
-    lines = _align(rows) if len(rows) > 1 else ["No pod would be resized."]
+    lines = align(rows) if len(rows) > 1 else ["No pod would be resized."]
     cpu_delta = forecast.total("desired_cpu") - forecast.total("current_cpu")
     memory_delta = forecast.total("desired_memory") - forecast.total("current_memory")
     lines += [
@@ -446,7 +443,7 @@ def _row(group: WorkloadForecast) -> tuple[str, ...]:
     )
 
 
-def _align(rows: list[tuple[str, ...]]) -> list[str]:
+def align(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from commands.plan import PodKey, _align, gather_forecast, hint_json, hint_lines, run_command
+from commands.plan import PodKey, align, gather_forecast, hint_json, hint_lines, run_command
 from commands.progress import Progress
 from kube import KubeClient
 from reconciler.outcome import Stage, observe
@@ -164,9 +164,9 @@ HEADER = ("PODS", "CPU REQUESTS (AUTHORED -> NOW)", "CPU", "MEMORY REQUESTS (AUT
 def report_table(report: Report) -> str:
     lines: list[str] = []
     if report.by_node_type:
-        lines += _align([("NODE TYPE", *HEADER), *((t, *_cells(v)) for t, v in report.by_node_type.items())])
+        lines += align([("NODE TYPE", *HEADER), *((t, *_cells(v)) for t, v in report.by_node_type.items())])
         lines.append("")
-        lines += _align(
+        lines += align(
             [
                 ("NAMESPACE", "WORKLOAD", "NODE TYPE", *HEADER),
                 *((*key, *_cells(v)) for key, v in report.by_workload.items()),

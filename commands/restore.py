@@ -29,11 +29,10 @@ from kube.slim import slim_pod
 from reconciler.settings import RestoreSettings
 from resizer import EMPTY_KEYRING, KeyRing
 from resizer.originals import OriginalsError
-from resizer.podstate import described_keys, read_state, strip_controller_owned
-from resizer.restore import managed_annotation_keys, restore_decision
+from resizer.podstate import controller_owned_keys, described_keys, read_state, strip_controller_owned
+from resizer.restore import restore_decision
 from resizer.scope import NamespaceScope
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
 ATTEMPTS = 5  # a status update by the kubelet between our read and write is a conflict
 
 
@@ -84,7 +83,7 @@ class Restorer:
         pods = [
             pod
             for pod in await list_all(self._client, collection, page_size, slim_pod)
-            if managed_annotation_keys(pod) and "deletionTimestamp" not in pod["metadata"]
+            if controller_owned_keys(read_state(pod)) and "deletionTimestamp" not in pod["metadata"]
         ]
         self.summary.managed = len(pods)
         if self._scope.needs_labels:
@@ -160,7 +159,7 @@ class Restorer:
         self._fail(name, "the pod kept changing (is the reconciler still running?)")
 
     async def _restore_once(self, pod: dict[str, Any]) -> str | None:
-        keys = managed_annotation_keys(pod)
+        keys = controller_owned_keys(read_state(pod))
         if not keys:
             self.summary.cleaned += 1  # someone else finished it meanwhile
             return None
@@ -244,16 +243,12 @@ def _policy_denial(err: ApiError) -> bool:
     return "ValidatingAdmissionPolicy" in err.message
 
 
-def _entries(patch: dict[str, Any]) -> list[dict[str, Any]]:
-    """The patch's containers, then its sidecars (spec.initContainers)."""
-    return [*patch["spec"].get("containers", []), *patch["spec"].get("initContainers", [])]
-
-
 def _describe(patch: dict[str, Any]) -> str:
     parts = []
-    levels = [(c["name"], c["resources"]) for c in _entries(patch)]
-    if patch["spec"].get("resources"):
-        levels.append(("pod level", patch["spec"]["resources"]))
+    spec = patch["spec"]  # containers, then sidecars (initContainers), then the pod level
+    levels = [(c["name"], c["resources"]) for c in [*spec.get("containers", []), *spec.get("initContainers", [])]]
+    if spec.get("resources"):
+        levels.append(("pod level", spec["resources"]))
     for name, changed in levels:
         values = ", ".join(
             f"{kind} {resource}={value}" for kind, resources in changed.items() for resource, value in resources.items()
