@@ -28,7 +28,6 @@ from resizer.plan import node_resizes_pod_level
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
 from resizer.quantity import format_cpu, format_memory
 from resizer.runtime_hints import PodRuntimes, RuntimeHint, hints_by_pod, pod_runtimes
-from resizer.scope import NamespaceScope
 from resizer.vpa import GROUP_VERSION_PATH, NO_OWNER, RESOURCE, Owner, VpaVerdict, managing_vpa, served_in, vpa_index
 
 OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
@@ -127,7 +126,6 @@ def compile_config(text: str, source: str) -> CompiledConfig:
 async def gather_forecast(
     client: KubeClient,
     settings: PlanSettings,
-    scope: NamespaceScope,
     skip_applied: bool,
     listed_pods: list[dict[str, Any]] | None = None,
     runtimes: dict[PodKey, PodRuntimes] | None = None,
@@ -160,7 +158,7 @@ async def gather_forecast(
     finally:
         progress.finish()
     namespace_labels = None
-    if scope.needs_labels:
+    if settings.scope.needs_labels:
         namespaces = await list_all(client, "/api/v1/namespaces", settings.api.page_size)
         namespace_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
     listed = time.monotonic()
@@ -173,7 +171,7 @@ async def gather_forecast(
         pods,
         node_types,
         config,
-        scope,
+        settings.scope,
         namespace_labels,
         settings.resize_restart_containers,
         skip_applied=skip_applied,
@@ -317,7 +315,6 @@ def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
         return await gather_forecast(
             client,
             settings,
-            settings.scope,
             skip_applied=not settings.realign,
             runtimes=runtimes,
             progress=Progress("plan", "pods read", enabled=settings.output == "table"),
@@ -472,6 +469,9 @@ def forecast_json(
             },
         }
 
+    def totals(of: WorkloadForecast | FleetForecast) -> dict[str, Any]:
+        return amounts(*(of.total(a) for a in ("current_cpu", "desired_cpu", "current_memory", "desired_memory")))
+
     def pod_entry(pod: PodForecast) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "namespace": pod.namespace,
@@ -500,9 +500,7 @@ def forecast_json(
                 "nodeType": g.node_type,
                 "pods": len(g.pods),
                 "resized": g.resized,
-                "requests": amounts(
-                    g.total("current_cpu"), g.total("desired_cpu"), g.total("current_memory"), g.total("desired_memory")
-                ),
+                "requests": totals(g),
                 "podPlans": [pod_entry(p) for p in g.pods],
             }
             for g in forecast.workloads
@@ -512,11 +510,6 @@ def forecast_json(
         "total": {
             "pods": forecast.pods,
             "resized": forecast.resized,
-            "requests": amounts(
-                forecast.total("current_cpu"),
-                forecast.total("desired_cpu"),
-                forecast.total("current_memory"),
-                forecast.total("desired_memory"),
-            ),
+            "requests": totals(forecast),
         },
     }

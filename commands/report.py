@@ -117,7 +117,6 @@ def run_report(settings: ReportSettings, out: TextIO = sys.stdout) -> int:
         forecast, info = await gather_forecast(
             client,
             settings,
-            settings.scope,
             skip_applied=False,
             listed_pods=pods,
             runtimes=runtimes,

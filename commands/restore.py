@@ -343,14 +343,12 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
         f"{summary.gone} disappeared meanwhile, {len(summary.held)} left as they are, "
         f"{len(summary.failed)} failed; {elapsed:.1f}s.\n"
     )
-    if summary.held:
-        out.write("Left as they are (spec unchanged, annotations kept; --remove-unverified removes them):\n")
-        for name, why in summary.held.items():
-            out.write(f"  {name}: {why}\n")
-    if summary.failed:
-        out.write("Failed (annotations kept, run again once fixed):\n")
-        for name, why in summary.failed.items():
-            out.write(f"  {name}: {why}\n")
+    for title, pods in (
+        ("Left as they are (spec unchanged, annotations kept; --remove-unverified removes them)", summary.held),
+        ("Failed (annotations kept, run again once fixed)", summary.failed),
+    ):
+        if pods:
+            out.write(f"{title}:\n" + "".join(f"  {name}: {why}\n" for name, why in pods.items()))
     if summary.interrupted:
         out.write("Interrupted: run the same command again to finish.\n")
         return 130
