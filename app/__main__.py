@@ -259,9 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.dry_run and not args.size_at_admission:
         parser.error("--dry-run needs --size-at-admission")
-    from app.run import NoApiserver, SizingSettings, sizing_credentials
+    from app.run import NoApiserver, run, sizing_credentials
 
-    sizing = None
+    credentials = None
     if args.size_at_admission:
         try:
             credentials = sizing_credentials(args.kubeconfig)
@@ -273,44 +273,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        sizing = SizingSettings(
-            credentials,
-            args.config_namespace,
-            args.config_name,
-            args.node_type_label,
-            args.dry_run,
-            args.skip_vpa_managed,
-        )
     from ops.jsonlog import configure_logging
 
     configure_logging(args.log_level, args.log_format, flush_interval=args.log_flush_interval)
-    from app.run import run
     from ops.keys import KeyDirectoryError
     from resizer import KeyRingError
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            return run(
-                bind_address=args.bind_address,
-                port=args.port,
-                cert_file=args.tls_cert_file,
-                key_file=args.tls_key_file,
-                tls_min_version=args.tls_min_version,
-                cert_reload_interval=args.cert_reload_interval,
-                max_request_bytes=args.max_request_bytes,
-                keep_alive_timeout=args.http_keep_alive_timeout,
-                shutdown_timeout=args.shutdown_timeout,
-                originals_key_dir=args.originals_key_dir,
-                originals_keys_optional=args.originals_keys_optional,
-                max_inflight=args.max_inflight_reviews,
-                shutdown_delay=args.shutdown_delay,
-                large_review_workers=args.large_review_workers,
-                large_review_timeout=args.large_review_timeout,
-                max_connections=args.max_connections,
-                read_timeout=args.http_read_timeout,
-                scope=scope,
-                sizing=sizing,
-            )
+            return run(args, scope, credentials)
     except (KeyDirectoryError, KeyRingError) as err:
         print(f"error: --originals-key-dir: {err}", file=sys.stderr)
         return 2
