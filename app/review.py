@@ -371,11 +371,6 @@ def encode(answer: Answer) -> bytes:
     return _DUMPS({"error": answer.error, "code": answer.status})
 
 
-def allowed_response(uid: str) -> bytes:
-    """``allowed: true`` without a patch, for ``uid``."""
-    return _allowed(uid)
-
-
 def _allowed(uid: str, patch_b64: str | None = None, warnings: tuple[str, ...] = ()) -> bytes:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch_b64 is not None:
@@ -401,9 +396,7 @@ def handle_review(
     if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
         return undecided(body, TOO_MANY_OBJECTS)
     review = parse(body)
-    if isinstance(review, Answer):
-        return review
-    return decide(review, Context(keyring, scope, sizing))
+    return review if isinstance(review, Answer) else decide(review, Context(keyring, scope, sizing))
 
 
 def handle_review_inline(
@@ -422,9 +415,7 @@ def handle_review_inline(
     if _costly(document):
         return None
     review = _review_of(document, len(body))
-    if isinstance(review, Answer):
-        return review
-    return decide(review, Context(keyring, scope, sizing))
+    return review if isinstance(review, Answer) else decide(review, Context(keyring, scope, sizing))
 
 
 def parse(body: bytes) -> Review | Answer:
@@ -531,10 +522,10 @@ def decide(review: Review, context: Context) -> Answer:
 
 def _decide(review: Review, context: Context) -> Answer:
     uid, name, namespace = review.uid, review.name, review.namespace
-    if not review.pod_create:
-        return Answer(200, uid, Decision.SKIPPED, Reason.NOT_POD_CREATE, None, (), name, namespace)
+    if not review.pod_create:  # (nothing to strip: no annotations read)
+        return _stripped(review, Reason.NOT_POD_CREATE)
     if review.metadata is None:
-        return Answer(200, uid, Decision.SKIPPED, Reason.NO_METADATA, None, (), name, namespace)
+        return _stripped(review, Reason.NO_METADATA)
     obj, annotations, keyring = review.pod, review.annotations, context.keyring
 
     # (Decoded text is never longer than its JSON: a review under the limit cannot hold more.)
@@ -547,29 +538,28 @@ def _decide(review: Review, context: Context) -> Answer:
     # (A pod straight from its controller carries no controller-owned key: one pass over its keys.)
     carries_owned = annotations is not None and any(map(podstate.is_controller_owned_key, annotations))
     authored = _as_authored(obj, carries_owned, namespace, keyring)
-    authored_from = "" if authored is None else AUTHORED_FROM_RECORD
     scope = context.scope
     if scope is not None and namespace in scope.excluded:
         # Controller-owned keys still go: the scope may change later.
-        return _stripped(review, Reason.NAMESPACE_EXCLUDED, "", authored, authored_from)
+        return _stripped(review, Reason.NAMESPACE_EXCLUDED, "", authored)
 
     verdict = resizer.eligibility(obj)
     owner = f"{verdict.owner_kind}/{verdict.owner_name or ''}" if verdict.owner_kind else ""
     if not verdict.eligible:
         # Controller-owned keys go on every CREATE, eligible or not: a pod admitted
         # ineligible (skip annotation, odd owner) may become eligible later.
-        return _stripped(review, _REASON_OF[verdict.reason], owner, authored, authored_from)
+        return _stripped(review, _REASON_OF[verdict.reason], owner, authored)
 
     spec = obj.get("spec")
     containers = spec.get("containers") if isinstance(spec, dict) else None
     if isinstance(containers, list) and len(containers) > MAX_STAMPED_CONTAINERS:
-        return _stripped(review, Reason.TOO_MANY_CONTAINERS, owner, authored, authored_from)
+        return _stripped(review, Reason.TOO_MANY_CONTAINERS, owner, authored)
 
     subject = obj if authored is None else authored
     try:
         originals, memo_key = _originals_and_key(subject)
     except resizer.KeyCollisionError as error:  # never one baseline for two containers
-        return _stripped(review, Reason.COLLIDING_CONTAINER_KEYS, owner, authored, authored_from, str(error))
+        return _stripped(review, Reason.COLLIDING_CONTAINER_KEYS, owner, authored, str(error))
     # The baseline authority's rule at admission: the spec authored is the baseline, whatever the pod carries.
     stamp = resizer.admission_stamp(subject, namespace, keyring, originals)
     if memo_key is not None and podstate.carries_mac(stamp):
@@ -591,7 +581,7 @@ def _decide(review: Review, context: Context) -> Answer:
             namespace,
             owner,
             originals,
-            authored_from=authored_from,
+            authored_from=_authored_from(authored),
             sizing=note,
         )
 
@@ -612,14 +602,14 @@ def _decide(review: Review, context: Context) -> Answer:
                 if not ops:
                     return stamped(Decision.SKIPPED, Reason.ALREADY_SIZED, None)
                 return stamped(Decision.PATCHED, Reason.SIZED_AT_ADMISSION, _encode(ops))
-        elif isinstance(outcome, (Held, SizingFailed)):
-            note = outcome.note
+        elif isinstance(outcome, SizingNote):
+            note = outcome
     fresh = fresh_patch(stamp, annotations is None, memo_key) if stamp and not carries_owned else None
     if stamp and not _fits(review.body_size, existing, stamp, fresh):
         # Stamping would push the pod over the apiserver's annotation size limit and so
         # block its creation. Admit it unstamped (forged keys still stripped); the
         # reconciler will not resize a pod whose originals cannot be recorded.
-        return _stripped(review, Reason.ANNOTATIONS_TOO_LARGE, owner, authored, authored_from, sizing=note)
+        return _stripped(review, Reason.ANNOTATIONS_TOO_LARGE, owner, authored, sizing=note)
     if fresh is not None:
         return stamped(Decision.PATCHED, Reason.ELIGIBLE, fresh)
     ops = build_patch(annotations, stamp) + _restoring(obj, authored)
@@ -645,9 +635,8 @@ def _fits(body_size: int, annotations: dict[str, Any], stamp: dict[str, str], pa
 def _stripped(
     review: Review,
     reason: Reason,
-    owner: str,
-    authored: dict[str, Any] | None,
-    authored_from: str,
+    owner: str = "",
+    authored: dict[str, Any] | None = None,
     error: str = "",
     sizing: SizingNote | None = None,
 ) -> Answer:
@@ -668,7 +657,7 @@ def _stripped(
         owner,
         error=error,
         stripped=len(stripped),
-        authored_from=authored_from,
+        authored_from=_authored_from(authored),
         sizing=sizing,
     )
 
@@ -688,33 +677,12 @@ class Sized(NamedTuple):
     values: dict[str, str]
 
 
-class Held(NamedTuple):
-    """Not sized at admission: an updating VerticalPodAutoscaler may manage the pod
-    (:func:`resizer.vpa.admission_vpa_hold`) or :func:`resizer.admission_hold` says why."""
-
-    why: str
-
-    @property
-    def note(self) -> SizingNote:
-        return SizingNote(Sizing.HELD, self.why)
-
-
-class NotSized(NamedTuple):
-    """Not determined at admission (no node type pinned, or nothing to change): stamp only."""
-
-
-class SizingFailed(NamedTuple):
-    """Sizing raised (our bug or an odd spec): the pod is stamped only, as without sizing."""
-
-    error: str
-
-    @property
-    def note(self) -> SizingNote:
-        return SizingNote(Sizing.ERROR, self.error)
-
-
-SizingOutcome = Sized | Held | NotSized | SizingFailed
-NOT_SIZED = NotSized()
+# What sizing at admission came to: Sized; a SizingNote when held (an updating VerticalPodAutoscaler
+# may manage the pod, :func:`resizer.vpa.admission_vpa_hold`, or :func:`resizer.admission_hold`
+# says why) or when sizing raised (our bug or an odd spec: stamped only, as without sizing);
+# NOT_SIZED when not determined at admission (no node type pinned, or nothing to change).
+SizingOutcome = Sized | SizingNote | tuple[()]
+NOT_SIZED: tuple[()] = ()
 
 
 def _sized_at_admission(
@@ -724,23 +692,15 @@ def _sized_at_admission(
     if not keyring:
         return NOT_SIZED  # nothing could vouch for originals that differ from the spec
     key = _sized_key(pod, namespace, keyring, sizing)
-    hit: Sized | Held | NotSized | None = _sized_cache.get(key) if key is not None else None
+    hit: SizingOutcome | None = _sized_cache.get(key) if key is not None else None
     if hit is None:
         try:
             hit = _size(pod, namespace, keyring, originals, sizing)
         except Exception as exc:  # our bug or an odd spec: the pod is stamped as today
-            return SizingFailed(repr(exc))
+            return SizingNote(Sizing.ERROR, repr(exc))
         if key is not None:
-            _sized_cache.put(key, hit, len(key) + _size_bytes(hit))
+            _sized_cache.put(key, hit, len(key) + len(_DUMPS(tuple(hit))))
     return hit
-
-
-def _size_bytes(outcome: Sized | Held | NotSized) -> int:
-    if isinstance(outcome, Sized):
-        return len(_DUMPS((outcome.ops, outcome.stamp, outcome.node_type, outcome.summary, outcome.values)))
-    if isinstance(outcome, Held):
-        return len(outcome.why)
-    return 0
 
 
 # The sized patch of replicas of one workload is the same: memoised on the whole pod as sent
@@ -760,7 +720,7 @@ def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, si
 
 def _size(
     pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str], sizing: SizingContext
-) -> Sized | Held | NotSized:
+) -> SizingOutcome:
     """The pod's sizing at admission."""
     node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
     if node_type is None:
@@ -772,7 +732,7 @@ def _size(
         pod, decided, sizing.limit_ranges.get(namespace, ())
     )
     if held is not None:
-        return Held(held)
+        return SizingNote(Sizing.HELD, held)
     stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
     if not stamp:
         return NOT_SIZED
@@ -823,6 +783,10 @@ def _as_authored(
         return None
     originals = resizer.admitted_originals(obj, namespace, keyring, originals_of(obj))
     return None if originals is None else resizer.as_authored(obj, originals)
+
+
+def _authored_from(authored: dict[str, Any] | None) -> str:
+    return "" if authored is None else AUTHORED_FROM_RECORD
 
 
 def _restoring(obj: dict[str, Any], authored: dict[str, Any] | None) -> list[dict[str, Any]]:

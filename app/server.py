@@ -305,16 +305,14 @@ class MutateApp:
         if extra:
             headers.extend(extra)
         connection = current_connection()
-        if connection is None:
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": payload})
-            return
-        connection.cork()  # head and body in one write
+        if connection is not None:
+            connection.cork()  # head and body in one write
         try:
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
         finally:
-            connection.uncork()
+            if connection is not None:
+                connection.uncork()
 
     def _account(self, start: float, answer: Answer) -> None:
         elapsed = _perf() - start
@@ -418,7 +416,6 @@ def create_app(
     ``/readyz`` fails once the app is draining (SIGTERM), before anything stops serving.
     """
     metrics = metrics if metrics is not None else Metrics()
-    apps: list[MutateApp] = []
-    api = create_fastapi_app(metrics, is_ready, lifespan, draining=lambda: apps[0].draining)
-    apps.append(MutateApp(api, metrics, max_request_bytes, max_inflight, scope=scope))
-    return apps[0]
+    api = create_fastapi_app(metrics, is_ready, lifespan, draining=lambda: app.draining)
+    app = MutateApp(api, metrics, max_request_bytes, max_inflight, scope=scope)
+    return app
