@@ -248,17 +248,13 @@ def originals_of(pod: dict[str, Any]) -> dict[str, str]:
 
 def _originals_and_key(pod: dict[str, Any]) -> tuple[dict[str, str], bytes | None]:
     """The originals and the memo key they are cached under (None: not cacheable)."""
-    try:
-        key = _memo_key(pod["spec"])
-    except Exception:  # odd shapes: let the core decide (and raise) uncached
-        return resizer.originals_from_spec_annotations(pod), None
-    if len(key) > _ORIGINALS_KEY_MAX:  # unusually many containers: not worth the memory
-        return resizer.originals_from_spec_annotations(pod), None
-    hit = _originals_cache.get(key)
+    key = _memo_key(pod.get("spec"))
+    hit = _originals_cache.get(key) if key is not None else None
     if hit is not None:
         return hit, key
-    result = resizer.originals_from_spec_annotations(pod)
-    _originals_cache.put(key, result, len(key) + sum(len(k) + len(v) + 100 for k, v in result.items()))
+    result = resizer.originals_from_spec_annotations(pod)  # (odd shapes: the core decides, and raises)
+    if key is not None:
+        _originals_cache.put(key, result, len(key) + sum(len(k) + len(v) + 100 for k, v in result.items()))
     return result, key
 
 
@@ -298,14 +294,12 @@ def fresh_patch(stamp: dict[str, str], create_map: bool, memo_key: bytes | None 
 
     ``memo_key`` must identify ``stamp`` exactly (None: not memoised).
     """
-    if memo_key is None:
-        return _encode(build_patch(None if create_map else {}, stamp))
     key = (memo_key, create_map)
-    hit: str | None = _fresh_patch_cache.get(key)
-    if hit is not None:
-        return hit
-    encoded = _encode(build_patch(None if create_map else {}, stamp))
-    _fresh_patch_cache.put(key, encoded, len(memo_key) + len(encoded))
+    encoded: str | None = _fresh_patch_cache.get(key) if memo_key is not None else None
+    if encoded is None:
+        encoded = _encode(build_patch(None if create_map else {}, stamp))
+        if memo_key is not None:
+            _fresh_patch_cache.put(key, encoded, len(memo_key) + len(encoded))
     return encoded
 
 
@@ -740,22 +734,26 @@ def _size(
 
 
 def _originals_memoised(spec: dict[str, Any]) -> bool:
-    try:
-        key = _memo_key(spec)
-    except Exception:
-        return False
-    return _originals_cache.get(key) is not None
+    key = _memo_key(spec)
+    return key is not None and _originals_cache.get(key) is not None
 
 
-def _memo_key(spec: dict[str, Any]) -> bytes:
+def _memo_key(spec: Any) -> bytes | None:
     """What the originals of a spec depend on: the names and resources of the containers and of
     the restartable init containers (sidecars, which have originals too), and the pod level
-    (spec.resources)."""
-    key = [(c["name"], c.get("resources")) for c in spec["containers"]]
-    sidecars = [
-        (c["name"], c.get("resources")) for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"
-    ]
-    return _DUMPS([key, sidecars, spec.get("resources") or None])
+    (spec.resources). None: not memoised (an odd shape, or unusually many containers: not worth
+    the memory)."""
+    try:
+        key = [(c["name"], c.get("resources")) for c in spec["containers"]]
+        sidecars = [
+            (c["name"], c.get("resources"))
+            for c in spec.get("initContainers") or ()
+            if c.get("restartPolicy") == "Always"
+        ]
+        memo_key = _DUMPS([key, sidecars, spec.get("resources") or None])
+    except Exception:
+        return None
+    return memo_key if len(memo_key) <= _ORIGINALS_KEY_MAX else None
 
 
 def _oversized(annotations: dict[str, Any]) -> bool:

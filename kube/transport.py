@@ -195,26 +195,24 @@ class Connection(asyncio.Protocol):
 
     async def exchange(self, data: bytes, time_limit: float) -> tuple[int, bytes]:
         """Send a request, wait for the whole response: (status, body)."""
-        waiter = self._start(data, stream=False)
-        timer = self.loop.call_later(time_limit, self._time_out)
-        try:
-            status = await waiter
-        finally:
-            timer.cancel()
+        status = await self._within(self._start(data, stream=False), time_limit)
         body = self._body
         self._body = []
         return status, body[0] if len(body) == 1 else b"".join(body)
 
     async def open_stream(self, data: bytes, time_limit: float) -> tuple[int, _Stream]:
         """Send a request, wait for the response's head: (status, its body as a stream)."""
-        waiter = self._start(data, stream=True)
-        timer = self.loop.call_later(time_limit, self._time_out)
-        try:
-            status = await waiter
-        finally:
-            timer.cancel()
+        status = await self._within(self._start(data, stream=True), time_limit)
         assert self._stream is not None
         return status, self._stream
+
+    async def _within(self, waiter: asyncio.Future[int], time_limit: float) -> int:
+        """The status ``waiter`` is given, within ``time_limit`` (else the connection is aborted)."""
+        timer = self.loop.call_later(time_limit, self._time_out)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
 
     def _time_out(self) -> None:
         self._fail(TimeoutError("no complete response in time"))
