@@ -64,26 +64,6 @@ _perf = time.perf_counter
 class MutateApp:
     """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
 
-    __slots__ = (
-        "fallback",
-        "max_request_bytes",
-        "metrics",
-        "keyring",
-        "max_inflight",
-        "max_buffered_bytes",
-        "draining",
-        "scope",
-        "_inflight",
-        "_buffered",
-        "_by_result",
-        "_observe",
-        "_content_lengths",
-        "_large_lane",
-        "_read_lane",
-        "review_workers",
-        "cluster",
-    )
-
     def __init__(
         self,
         fallback: ASGIApp,

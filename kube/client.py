@@ -22,21 +22,10 @@ import httptools
 import orjson
 
 from kube import metrics
-from kube.credentials import Credentials, load_credentials, unverified_context
+from kube.credentials import Credentials, unverified_context
 from kube.errors import KubeError
 from kube.ratelimit import TokenBucket
 from kube.transport import Connection, Pool, ServerClosed
-
-__all__ = [
-    "ApiError",
-    "Credentials",
-    "KubeClient",
-    "TokenBucket",
-    "TransportError",
-    "WatchExpired",
-    "WatchIdle",
-    "load_credentials",
-]
 
 log = logging.getLogger("kube")
 
