@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Sequence
 
-from ops.flags import boolean, string_list
+from ops.flags import boolean, positive_int, string_list
 from ops.flags import byte_size as parse_size
 from ops.flags import duration as parse_duration
 from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-connections",
-        type=int,
+        type=positive_int,
         default=1024,
         metavar="N",
         help="Open connections at most. A new connection beyond that closes the one that has waited "
@@ -248,8 +248,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--large-review-timeout must be positive")
     if args.http_read_timeout <= 0:
         parser.error("--http-read-timeout must be positive")
-    if args.max_connections < 1:
-        parser.error("--max-connections must be at least 1")
     if args.max_inflight_reviews < 0:
         parser.error("--max-inflight-reviews must be 0 or more")
     try:

@@ -358,20 +358,16 @@ _OVERLOADED_BODY = b'{"error":"overloaded","code":503}'
 
 def encode(answer: Answer) -> bytes:
     """The response body of ``answer``: an AdmissionReview, or the JSON error of a refusal."""
-    if answer.status == 200:
-        return _allowed(answer.uid, answer.patch, answer.warnings)
     if answer.status == 503:
         return _OVERLOADED_BODY
-    return _DUMPS({"error": answer.error, "code": answer.status})
-
-
-def _allowed(uid: str, patch_b64: str | None = None, warnings: tuple[str, ...] = ()) -> bytes:
-    response: dict[str, Any] = {"uid": uid, "allowed": True}
-    if patch_b64 is not None:
+    if answer.status != 200:
+        return _DUMPS({"error": answer.error, "code": answer.status})
+    response: dict[str, Any] = {"uid": answer.uid, "allowed": True}
+    if answer.patch is not None:
         response["patchType"] = "JSONPatch"
-        response["patch"] = patch_b64
-    if warnings:
-        response["warnings"] = warnings
+        response["patch"] = answer.patch
+    if answer.warnings:
+        response["warnings"] = answer.warnings
     return _DUMPS({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 

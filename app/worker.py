@@ -69,10 +69,6 @@ class WorkersBusy(WebhookError):
 # ---------------------------------------------------------------- parent side
 
 
-def worker_command() -> list[str]:
-    return [sys.executable, "-m", "app.worker"]
-
-
 # Workers are spawned from this thread, not the event loop's: uvloop forks on the loop's
 # thread, copying the page tables of the whole heap while no review is answered (a stall an
 # attacker could trigger, one per worker replaced after a timeout); subprocess.Popen uses
@@ -219,7 +215,7 @@ async def start_worker(command: list[str] | None = None, start_timeout: float = 
     # `python -m app` from a checkout).
     root = _PACKAGE_ROOT
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    worker = await ReviewWorker.spawn(command or worker_command(), env)
+    worker = await ReviewWorker.spawn(command or [sys.executable, "-m", "app.worker"], env)
     try:
         ready = await asyncio.wait_for(worker.stdout.readexactly(len(READY)), start_timeout)
         if ready != READY:

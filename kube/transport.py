@@ -49,13 +49,9 @@ class _Stream:
     def feed(self, data: bytes) -> None:
         if self._partial:
             data = self._partial + data
-        if data.endswith(b"\n"):
-            self._partial = b""
-            self._lines.extend(data.split(b"\n")[:-1])
-        else:
-            parts = data.split(b"\n")
-            self._partial = parts.pop()
-            self._lines.extend(parts)
+        parts = data.split(b"\n")
+        self._partial = parts.pop()  # (b"" after a final newline)
+        self._lines.extend(parts)
         if len(self._lines) > _PAUSE_LINES and not self._paused and self._conn.transport is not None:
             self._paused = True
             self._conn.transport.pause_reading()
