@@ -134,6 +134,21 @@ def totals(by_family: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def saving(without: dict[str, Any], with_product: dict[str, Any]) -> dict[str, Any]:
+    """Nodes and allocatable CPU of the two runs, at all-Running and at the window's end, and
+    the fraction of nodes the product saved at the end."""
+    figures: dict[str, Any] = {}
+    for moment in ("at_all_running", "at_window_end"):
+        for what in ("nodes", "allocatable_cpu"):
+            figures[f"{what}_{moment}"] = {
+                "without": without[moment]["total"][what],
+                "with": with_product[moment]["total"][what],
+            }
+    before, after = without["at_window_end"]["total"]["nodes"], with_product["at_window_end"]["total"]["nodes"]
+    figures["nodes_saved_at_window_end"] = round(1 - after / before, 3) if before else 0.0
+    return figures
+
+
 def churn(samples: list[set[str]]) -> tuple[int, int]:
     """(adds, removes) between consecutive samples of the set of node names."""
     adds = sum(len(after - before) for before, after in zip(samples, samples[1:], strict=False))
@@ -322,6 +337,10 @@ def main() -> int:
     finally:
         kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
         karpenter("down")
+    if runs == ["without", "with"]:
+        summary = saving(*results)
+        print(json.dumps({"saving": summary}, indent=2))
+        results.append({"saving": summary})
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench.autoscaler_savings import churn, cpu_by_family, manifests, totals
+from bench.autoscaler_savings import churn, cpu_by_family, manifests, saving, totals
 from resizer import parse_quantity
 from tests.unit.hack_cluster import load_hack_script
 
@@ -50,6 +50,20 @@ def test_cpu_by_family_sums_bound_pods_per_family_of_their_node() -> None:
 
 def test_totals_of_no_node() -> None:
     assert totals({}) == {"nodes": 0, "allocatable_cpu": 0, "requested_cpu": 0, "requested_of_allocatable": 0.0}
+
+
+def test_saving_compares_the_runs_at_the_window_end() -> None:
+    def run(nodes_running: int, nodes_end: int) -> dict[str, Any]:
+        return {
+            "at_all_running": {"total": {"nodes": nodes_running, "allocatable_cpu": 8.0 * nodes_running}},
+            "at_window_end": {"total": {"nodes": nodes_end, "allocatable_cpu": 8.0 * nodes_end}},
+        }
+
+    figures = saving(run(40, 36), run(33, 30))
+    assert figures["nodes_at_all_running"] == {"without": 40, "with": 33}
+    assert figures["allocatable_cpu_at_window_end"] == {"without": 288.0, "with": 240.0}
+    assert figures["nodes_saved_at_window_end"] == 0.167
+    assert saving(run(0, 0), run(0, 0))["nodes_saved_at_window_end"] == 0.0
 
 
 def test_churn_counts_every_add_and_remove_between_samples() -> None:
