@@ -25,8 +25,8 @@ test: venv
 
 ## Formatting and import order (ruff format, ruff's isort rules), types (mypy: strict for the product), lint rules (ruff, also over the extensionless hack/cluster) and import layers (import-linter).
 lint: venv
-	$(VENV)/bin/ruff format --check . hack/cluster hack/image
-	$(VENV)/bin/ruff check . hack/cluster hack/image
+	$(VENV)/bin/ruff format --check . hack/cluster hack/image hack/karpenter
+	$(VENV)/bin/ruff check . hack/cluster hack/image hack/karpenter
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo
 	@unformatted="$$(gofmt -l bench/gowebhook bench/goreconciler)"; \
