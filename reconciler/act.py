@@ -264,18 +264,12 @@ class Act:
             if held is not None and not self._waited_enough(pod, held):
                 return await self._held(pod, planned.plan, held)
             self._c.holds.release(pod_uid(pod))
-            sending = self._c.memory.of(pod_uid(pod))
-            sending.resizing = True
             try:
-                # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
-                # planned from a pod that changed meanwhile, is refused (409) instead of landing.
-                resized = await self._c.writer.resize(pod, patch, if_generation=pod["metadata"].get("generation"))
+                resized = await self._send_resize(pod, patch)
             except ApiError as err:
                 if err.retryable:  # a 409 included: retried from the cache with backoff
                     raise
                 return await self._rejected(pod, planned, err)
-            finally:
-                sending.resizing = False
             self._c.gate.sent(pod, patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
         record = self._c.memory.of(pod_uid(pod))
@@ -292,6 +286,18 @@ class Act:
         )
         self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
         return DONE
+
+    async def _send_resize(self, pod: Obj, patch: Obj) -> Obj:
+        """The pods/resize request, conditional on the pod as read: a deposed leader's resize still
+        on the wire, or one planned from a pod that changed meanwhile, is refused (409) instead of
+        landing. While it is on the wire the pod's watch events pass the filter (the kubelet may
+        actuate it before the reply comes); not after, while a refusal is recorded."""
+        record = self._c.memory.of(pod_uid(pod))
+        record.resizing = True
+        try:
+            return await self._c.writer.resize(pod, patch, if_generation=pod["metadata"].get("generation"))
+        finally:
+            record.resizing = False
 
     async def _originals_not_recorded(self, pod: Obj, planned: Planned, err: ApiError) -> Result:
         """Step 1's write failed: raised again when a retry may succeed, else reported once."""
