@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Sequence
 
-from ops.flags import boolean, string_list
+from ops.flags import boolean, positive_int, string_list
 from ops.flags import byte_size as parse_size
 from ops.flags import duration as parse_duration
 from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-connections",
-        type=int,
+        type=positive_int,
         default=1024,
         metavar="N",
         help="Open connections at most. A new connection beyond that closes the one that has waited "
@@ -248,8 +248,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--large-review-timeout must be positive")
     if args.http_read_timeout <= 0:
         parser.error("--http-read-timeout must be positive")
-    if args.max_connections < 1:
-        parser.error("--max-connections must be at least 1")
     if args.max_inflight_reviews < 0:
         parser.error("--max-inflight-reviews must be 0 or more")
     try:
@@ -259,9 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.dry_run and not args.size_at_admission:
         parser.error("--dry-run needs --size-at-admission")
-    from app.run import NoApiserver, SizingSettings, sizing_credentials
+    from app.run import NoApiserver, run, sizing_credentials
 
-    sizing = None
+    credentials = None
     if args.size_at_admission:
         try:
             credentials = sizing_credentials(args.kubeconfig)
@@ -273,44 +271,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        sizing = SizingSettings(
-            credentials,
-            args.config_namespace,
-            args.config_name,
-            args.node_type_label,
-            args.dry_run,
-            args.skip_vpa_managed,
-        )
     from ops.jsonlog import configure_logging
 
     configure_logging(args.log_level, args.log_format, flush_interval=args.log_flush_interval)
-    from app.run import run
     from ops.keys import KeyDirectoryError
     from resizer import KeyRingError
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            return run(
-                bind_address=args.bind_address,
-                port=args.port,
-                cert_file=args.tls_cert_file,
-                key_file=args.tls_key_file,
-                tls_min_version=args.tls_min_version,
-                cert_reload_interval=args.cert_reload_interval,
-                max_request_bytes=args.max_request_bytes,
-                keep_alive_timeout=args.http_keep_alive_timeout,
-                shutdown_timeout=args.shutdown_timeout,
-                originals_key_dir=args.originals_key_dir,
-                originals_keys_optional=args.originals_keys_optional,
-                max_inflight=args.max_inflight_reviews,
-                shutdown_delay=args.shutdown_delay,
-                large_review_workers=args.large_review_workers,
-                large_review_timeout=args.large_review_timeout,
-                max_connections=args.max_connections,
-                read_timeout=args.http_read_timeout,
-                scope=scope,
-                sizing=sizing,
-            )
+            return run(args, scope, credentials)
     except (KeyDirectoryError, KeyRingError) as err:
         print(f"error: --originals-key-dir: {err}", file=sys.stderr)
         return 2

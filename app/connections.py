@@ -201,12 +201,6 @@ class CorkableTransport:
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
-    def pause_reading(self) -> None:
-        self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        self._transport.resume_reading()
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 

@@ -248,17 +248,13 @@ def originals_of(pod: dict[str, Any]) -> dict[str, str]:
 
 def _originals_and_key(pod: dict[str, Any]) -> tuple[dict[str, str], bytes | None]:
     """The originals and the memo key they are cached under (None: not cacheable)."""
-    try:
-        key = _memo_key(pod["spec"])
-    except Exception:  # odd shapes: let the core decide (and raise) uncached
-        return resizer.originals_from_spec_annotations(pod), None
-    if len(key) > _ORIGINALS_KEY_MAX:  # unusually many containers: not worth the memory
-        return resizer.originals_from_spec_annotations(pod), None
-    hit = _originals_cache.get(key)
+    key = _memo_key(pod.get("spec"))
+    hit = _originals_cache.get(key) if key is not None else None
     if hit is not None:
         return hit, key
-    result = resizer.originals_from_spec_annotations(pod)
-    _originals_cache.put(key, result, len(key) + sum(len(k) + len(v) + 100 for k, v in result.items()))
+    result = resizer.originals_from_spec_annotations(pod)  # (odd shapes: the core decides, and raises)
+    if key is not None:
+        _originals_cache.put(key, result, len(key) + sum(len(k) + len(v) + 100 for k, v in result.items()))
     return result, key
 
 
@@ -298,14 +294,12 @@ def fresh_patch(stamp: dict[str, str], create_map: bool, memo_key: bytes | None 
 
     ``memo_key`` must identify ``stamp`` exactly (None: not memoised).
     """
-    if memo_key is None:
-        return _encode(build_patch(None if create_map else {}, stamp))
     key = (memo_key, create_map)
-    hit: str | None = _fresh_patch_cache.get(key)
-    if hit is not None:
-        return hit
-    encoded = _encode(build_patch(None if create_map else {}, stamp))
-    _fresh_patch_cache.put(key, encoded, len(memo_key) + len(encoded))
+    encoded: str | None = _fresh_patch_cache.get(key) if memo_key is not None else None
+    if encoded is None:
+        encoded = _encode(build_patch(None if create_map else {}, stamp))
+        if memo_key is not None:
+            _fresh_patch_cache.put(key, encoded, len(memo_key) + len(encoded))
     return encoded
 
 
@@ -364,25 +358,16 @@ _OVERLOADED_BODY = b'{"error":"overloaded","code":503}'
 
 def encode(answer: Answer) -> bytes:
     """The response body of ``answer``: an AdmissionReview, or the JSON error of a refusal."""
-    if answer.status == 200:
-        return _allowed(answer.uid, answer.patch, answer.warnings)
     if answer.status == 503:
         return _OVERLOADED_BODY
-    return _DUMPS({"error": answer.error, "code": answer.status})
-
-
-def allowed_response(uid: str) -> bytes:
-    """``allowed: true`` without a patch, for ``uid``."""
-    return _allowed(uid)
-
-
-def _allowed(uid: str, patch_b64: str | None = None, warnings: tuple[str, ...] = ()) -> bytes:
-    response: dict[str, Any] = {"uid": uid, "allowed": True}
-    if patch_b64 is not None:
+    if answer.status != 200:
+        return _DUMPS({"error": answer.error, "code": answer.status})
+    response: dict[str, Any] = {"uid": answer.uid, "allowed": True}
+    if answer.patch is not None:
         response["patchType"] = "JSONPatch"
-        response["patch"] = patch_b64
-    if warnings:
-        response["warnings"] = warnings
+        response["patch"] = answer.patch
+    if answer.warnings:
+        response["warnings"] = answer.warnings
     return _DUMPS({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 
@@ -401,9 +386,7 @@ def handle_review(
     if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
         return undecided(body, TOO_MANY_OBJECTS)
     review = parse(body)
-    if isinstance(review, Answer):
-        return review
-    return decide(review, Context(keyring, scope, sizing))
+    return review if isinstance(review, Answer) else decide(review, Context(keyring, scope, sizing))
 
 
 def handle_review_inline(
@@ -422,9 +405,7 @@ def handle_review_inline(
     if _costly(document):
         return None
     review = _review_of(document, len(body))
-    if isinstance(review, Answer):
-        return review
-    return decide(review, Context(keyring, scope, sizing))
+    return review if isinstance(review, Answer) else decide(review, Context(keyring, scope, sizing))
 
 
 def parse(body: bytes) -> Review | Answer:
@@ -531,10 +512,10 @@ def decide(review: Review, context: Context) -> Answer:
 
 def _decide(review: Review, context: Context) -> Answer:
     uid, name, namespace = review.uid, review.name, review.namespace
-    if not review.pod_create:
-        return Answer(200, uid, Decision.SKIPPED, Reason.NOT_POD_CREATE, None, (), name, namespace)
+    if not review.pod_create:  # (nothing to strip: no annotations read)
+        return _stripped(review, Reason.NOT_POD_CREATE)
     if review.metadata is None:
-        return Answer(200, uid, Decision.SKIPPED, Reason.NO_METADATA, None, (), name, namespace)
+        return _stripped(review, Reason.NO_METADATA)
     obj, annotations, keyring = review.pod, review.annotations, context.keyring
 
     # (Decoded text is never longer than its JSON: a review under the limit cannot hold more.)
@@ -547,29 +528,28 @@ def _decide(review: Review, context: Context) -> Answer:
     # (A pod straight from its controller carries no controller-owned key: one pass over its keys.)
     carries_owned = annotations is not None and any(map(podstate.is_controller_owned_key, annotations))
     authored = _as_authored(obj, carries_owned, namespace, keyring)
-    authored_from = "" if authored is None else AUTHORED_FROM_RECORD
     scope = context.scope
     if scope is not None and namespace in scope.excluded:
         # Controller-owned keys still go: the scope may change later.
-        return _stripped(review, Reason.NAMESPACE_EXCLUDED, "", authored, authored_from)
+        return _stripped(review, Reason.NAMESPACE_EXCLUDED, "", authored)
 
     verdict = resizer.eligibility(obj)
     owner = f"{verdict.owner_kind}/{verdict.owner_name or ''}" if verdict.owner_kind else ""
     if not verdict.eligible:
         # Controller-owned keys go on every CREATE, eligible or not: a pod admitted
         # ineligible (skip annotation, odd owner) may become eligible later.
-        return _stripped(review, _REASON_OF[verdict.reason], owner, authored, authored_from)
+        return _stripped(review, _REASON_OF[verdict.reason], owner, authored)
 
     spec = obj.get("spec")
     containers = spec.get("containers") if isinstance(spec, dict) else None
     if isinstance(containers, list) and len(containers) > MAX_STAMPED_CONTAINERS:
-        return _stripped(review, Reason.TOO_MANY_CONTAINERS, owner, authored, authored_from)
+        return _stripped(review, Reason.TOO_MANY_CONTAINERS, owner, authored)
 
     subject = obj if authored is None else authored
     try:
         originals, memo_key = _originals_and_key(subject)
     except resizer.KeyCollisionError as error:  # never one baseline for two containers
-        return _stripped(review, Reason.COLLIDING_CONTAINER_KEYS, owner, authored, authored_from, str(error))
+        return _stripped(review, Reason.COLLIDING_CONTAINER_KEYS, owner, authored, str(error))
     # The baseline authority's rule at admission: the spec authored is the baseline, whatever the pod carries.
     stamp = resizer.admission_stamp(subject, namespace, keyring, originals)
     if memo_key is not None and podstate.carries_mac(stamp):
@@ -591,7 +571,7 @@ def _decide(review: Review, context: Context) -> Answer:
             namespace,
             owner,
             originals,
-            authored_from=authored_from,
+            authored_from=_authored_from(authored),
             sizing=note,
         )
 
@@ -612,14 +592,14 @@ def _decide(review: Review, context: Context) -> Answer:
                 if not ops:
                     return stamped(Decision.SKIPPED, Reason.ALREADY_SIZED, None)
                 return stamped(Decision.PATCHED, Reason.SIZED_AT_ADMISSION, _encode(ops))
-        elif isinstance(outcome, (Held, SizingFailed)):
-            note = outcome.note
+        elif isinstance(outcome, SizingNote):
+            note = outcome
     fresh = fresh_patch(stamp, annotations is None, memo_key) if stamp and not carries_owned else None
     if stamp and not _fits(review.body_size, existing, stamp, fresh):
         # Stamping would push the pod over the apiserver's annotation size limit and so
         # block its creation. Admit it unstamped (forged keys still stripped); the
         # reconciler will not resize a pod whose originals cannot be recorded.
-        return _stripped(review, Reason.ANNOTATIONS_TOO_LARGE, owner, authored, authored_from, sizing=note)
+        return _stripped(review, Reason.ANNOTATIONS_TOO_LARGE, owner, authored, sizing=note)
     if fresh is not None:
         return stamped(Decision.PATCHED, Reason.ELIGIBLE, fresh)
     ops = build_patch(annotations, stamp) + _restoring(obj, authored)
@@ -645,9 +625,8 @@ def _fits(body_size: int, annotations: dict[str, Any], stamp: dict[str, str], pa
 def _stripped(
     review: Review,
     reason: Reason,
-    owner: str,
-    authored: dict[str, Any] | None,
-    authored_from: str,
+    owner: str = "",
+    authored: dict[str, Any] | None = None,
     error: str = "",
     sizing: SizingNote | None = None,
 ) -> Answer:
@@ -668,7 +647,7 @@ def _stripped(
         owner,
         error=error,
         stripped=len(stripped),
-        authored_from=authored_from,
+        authored_from=_authored_from(authored),
         sizing=sizing,
     )
 
@@ -688,33 +667,12 @@ class Sized(NamedTuple):
     values: dict[str, str]
 
 
-class Held(NamedTuple):
-    """Not sized at admission: an updating VerticalPodAutoscaler may manage the pod
-    (:func:`resizer.vpa.admission_vpa_hold`) or :func:`resizer.admission_hold` says why."""
-
-    why: str
-
-    @property
-    def note(self) -> SizingNote:
-        return SizingNote(Sizing.HELD, self.why)
-
-
-class NotSized(NamedTuple):
-    """Not determined at admission (no node type pinned, or nothing to change): stamp only."""
-
-
-class SizingFailed(NamedTuple):
-    """Sizing raised (our bug or an odd spec): the pod is stamped only, as without sizing."""
-
-    error: str
-
-    @property
-    def note(self) -> SizingNote:
-        return SizingNote(Sizing.ERROR, self.error)
-
-
-SizingOutcome = Sized | Held | NotSized | SizingFailed
-NOT_SIZED = NotSized()
+# What sizing at admission came to: Sized; a SizingNote when held (an updating VerticalPodAutoscaler
+# may manage the pod, :func:`resizer.vpa.admission_vpa_hold`, or :func:`resizer.admission_hold`
+# says why) or when sizing raised (our bug or an odd spec: stamped only, as without sizing);
+# NOT_SIZED when not determined at admission (no node type pinned, or nothing to change).
+SizingOutcome = Sized | SizingNote | tuple[()]
+NOT_SIZED: tuple[()] = ()
 
 
 def _sized_at_admission(
@@ -724,23 +682,15 @@ def _sized_at_admission(
     if not keyring:
         return NOT_SIZED  # nothing could vouch for originals that differ from the spec
     key = _sized_key(pod, namespace, keyring, sizing)
-    hit: Sized | Held | NotSized | None = _sized_cache.get(key) if key is not None else None
+    hit: SizingOutcome | None = _sized_cache.get(key) if key is not None else None
     if hit is None:
         try:
             hit = _size(pod, namespace, keyring, originals, sizing)
         except Exception as exc:  # our bug or an odd spec: the pod is stamped as today
-            return SizingFailed(repr(exc))
+            return SizingNote(Sizing.ERROR, repr(exc))
         if key is not None:
-            _sized_cache.put(key, hit, len(key) + _size_bytes(hit))
+            _sized_cache.put(key, hit, len(key) + len(_DUMPS(tuple(hit))))
     return hit
-
-
-def _size_bytes(outcome: Sized | Held | NotSized) -> int:
-    if isinstance(outcome, Sized):
-        return len(_DUMPS((outcome.ops, outcome.stamp, outcome.node_type, outcome.summary, outcome.values)))
-    if isinstance(outcome, Held):
-        return len(outcome.why)
-    return 0
 
 
 # The sized patch of replicas of one workload is the same: memoised on the whole pod as sent
@@ -760,7 +710,7 @@ def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, si
 
 def _size(
     pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str], sizing: SizingContext
-) -> Sized | Held | NotSized:
+) -> SizingOutcome:
     """The pod's sizing at admission."""
     node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
     if node_type is None:
@@ -772,7 +722,7 @@ def _size(
         pod, decided, sizing.limit_ranges.get(namespace, ())
     )
     if held is not None:
-        return Held(held)
+        return SizingNote(Sizing.HELD, held)
     stamp = resizer.sized_stamp(pod, namespace, keyring, originals, node_type, decided.sized)
     if not stamp:
         return NOT_SIZED
@@ -780,22 +730,26 @@ def _size(
 
 
 def _originals_memoised(spec: dict[str, Any]) -> bool:
-    try:
-        key = _memo_key(spec)
-    except Exception:
-        return False
-    return _originals_cache.get(key) is not None
+    key = _memo_key(spec)
+    return key is not None and _originals_cache.get(key) is not None
 
 
-def _memo_key(spec: dict[str, Any]) -> bytes:
+def _memo_key(spec: Any) -> bytes | None:
     """What the originals of a spec depend on: the names and resources of the containers and of
     the restartable init containers (sidecars, which have originals too), and the pod level
-    (spec.resources)."""
-    key = [(c["name"], c.get("resources")) for c in spec["containers"]]
-    sidecars = [
-        (c["name"], c.get("resources")) for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"
-    ]
-    return _DUMPS([key, sidecars, spec.get("resources") or None])
+    (spec.resources). None: not memoised (an odd shape, or unusually many containers: not worth
+    the memory)."""
+    try:
+        key = [(c["name"], c.get("resources")) for c in spec["containers"]]
+        sidecars = [
+            (c["name"], c.get("resources"))
+            for c in spec.get("initContainers") or ()
+            if c.get("restartPolicy") == "Always"
+        ]
+        memo_key = _DUMPS([key, sidecars, spec.get("resources") or None])
+    except Exception:
+        return None
+    return memo_key if len(memo_key) <= _ORIGINALS_KEY_MAX else None
 
 
 def _oversized(annotations: dict[str, Any]) -> bool:
@@ -823,6 +777,10 @@ def _as_authored(
         return None
     originals = resizer.admitted_originals(obj, namespace, keyring, originals_of(obj))
     return None if originals is None else resizer.as_authored(obj, originals)
+
+
+def _authored_from(authored: dict[str, Any] | None) -> str:
+    return "" if authored is None else AUTHORED_FROM_RECORD
 
 
 def _restoring(obj: dict[str, Any], authored: dict[str, Any] | None) -> list[dict[str, Any]]:

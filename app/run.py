@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import gc
 import importlib.util
 import logging
 import signal
-from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import uvicorn
 
-from app.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT, ConnectionGuard, guarded_protocol
+from app.connections import ConnectionGuard, guarded_protocol
 from app.errors import WebhookError
 from app.metrics import Metrics
-from app.server import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_REQUEST_BYTES, create_app
+from app.server import create_app
 from app.sizing import ClusterView, watch_cluster
 from app.tls import CertReloader
-from app.worker import DEFAULT_WORKER_TIMEOUT, ReviewWorkers
+from app.worker import ReviewWorkers
 from kube import Credentials, KubeClient, load_credentials
 from ops.jsonlog import flush_logging
 from ops.keys import KeyDirectory
@@ -60,65 +60,39 @@ def sizing_credentials(kubeconfig: str | None) -> Credentials:
         raise NoApiserver(str(err) or repr(err)) from None
 
 
-@dataclass(frozen=True)
-class SizingSettings:
-    """What sizing at admission (--size-at-admission) watches, and with which credentials."""
-
-    credentials: Credentials
-    config_namespace: str
-    config_name: str
-    node_type_label: str
-    dry_run: bool = False
-    skip_vpa_managed: bool = True
-
-
-def _cluster_view(sizing: SizingSettings) -> tuple[KubeClient, ClusterView]:
-    client = KubeClient(sizing.credentials, qps=20.0, burst=40, max_connections=4, drop_managed_fields=True)
+def _cluster_view(credentials: Credentials, args: argparse.Namespace) -> tuple[KubeClient, ClusterView]:
+    client = KubeClient(credentials, qps=20.0, burst=40, max_connections=4, drop_managed_fields=True)
     return client, ClusterView(
         client,
-        sizing.config_namespace,
-        sizing.config_name,
-        sizing.node_type_label,
-        sizing.dry_run,
-        skip_vpa_managed=sizing.skip_vpa_managed,
+        args.config_namespace,
+        args.config_name,
+        args.node_type_label,
+        args.dry_run,
+        skip_vpa_managed=args.skip_vpa_managed,
     )
 
 
 def build_server(
-    *,
-    bind_address: str = "0.0.0.0",
-    port: int = 8443,
-    cert_file: str,
-    key_file: str,
-    tls_min_version: str = "1.2",
-    cert_reload_interval: float = 10.0,
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-    keep_alive_timeout: float = 120.0,
-    shutdown_timeout: float | None = 20.0,
-    metrics: Metrics | None = None,
-    originals_key_dir: str = "",
-    originals_keys_optional: bool = False,
-    max_inflight: int = DEFAULT_MAX_INFLIGHT,
-    shutdown_delay: float = 0.0,
+    args: argparse.Namespace,
     scope: NamespaceScope | None = None,
-    large_review_workers: int = 1,
-    large_review_timeout: float = DEFAULT_WORKER_TIMEOUT,
-    max_connections: int = DEFAULT_MAX_CONNECTIONS,
-    read_timeout: float = DEFAULT_READ_TIMEOUT,
-    sizing: SizingSettings | None = None,
+    sizing: Credentials | None = None,
+    metrics: Metrics | None = None,
 ) -> tuple["DrainingServer", CertReloader]:
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
     metrics = metrics if metrics is not None else Metrics()
-    reloader = CertReloader(cert_file, key_file, tls_min_version, cert_reload_interval, metrics)
+    reloader = CertReloader(
+        args.tls_cert_file, args.tls_key_file, args.tls_min_version, args.cert_reload_interval, metrics
+    )
     reloader.poll()  # first load; on failure we still start, not ready, and keep polling
     if not reloader.loaded:
         log.error(
             "no usable serving certificate yet; not ready until one is loaded",
-            extra={"cert_file": cert_file, "key_file": key_file},
+            extra={"cert_file": args.tls_cert_file, "key_file": args.tls_key_file},
         )
 
     # Fails fast on a bad directory (on an empty one too, unless optional).
-    keys = KeyDirectory(originals_key_dir, originals_keys_optional) if originals_key_dir else None
+    key_dir = args.originals_key_dir
+    keys = KeyDirectory(key_dir, args.originals_keys_optional) if key_dir else None
     if keys is None:
         log.warning("no --originals-key-dir: original-* annotations are stamped unsigned")
     key_task: asyncio.Task[None] | None = None
@@ -127,41 +101,41 @@ def build_server(
     async def poll_keys() -> None:
         assert keys is not None
         while True:
-            await asyncio.sleep(max(cert_reload_interval, 1.0))
+            await asyncio.sleep(max(args.cert_reload_interval, 1.0))
             app.keyring = reloaded_keyring(keys, app.keyring)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         nonlocal key_task, view_task
         reloader.start()
-        if large_review_workers > 0:  # before serving: a worker that cannot start fails startup
+        if args.large_review_workers > 0:  # before serving: a worker that cannot start fails startup
             workers = ReviewWorkers(
-                large_review_workers,
-                large_review_timeout,
+                args.large_review_workers,
+                args.large_review_timeout,
                 restarts=lambda reason: metrics.worker_restarts.labels(reason).inc(),
             )
             await workers.start()
             app.review_workers = workers
         if keys is not None:
             key_task = asyncio.get_running_loop().create_task(poll_keys())
-        view = _cluster_view(sizing) if sizing is not None else None
+        view = _cluster_view(sizing, args) if sizing is not None else None
         if view is not None:
             app.cluster = view[1]
             view_task = asyncio.get_running_loop().create_task(watch_cluster(view[1]))
         log.info(
             "webhook started",
             extra={
-                "address": bind_address,
-                "port": port,
-                "tls_min_version": tls_min_version,
-                "cert_reload_interval_s": cert_reload_interval,
-                "max_request_bytes": max_request_bytes,
-                "large_review_workers": large_review_workers,
-                "max_connections": max_connections,
-                "http_read_timeout_s": read_timeout,
+                "address": args.bind_address,
+                "port": args.port,
+                "tls_min_version": args.tls_min_version,
+                "cert_reload_interval_s": args.cert_reload_interval,
+                "max_request_bytes": args.max_request_bytes,
+                "large_review_workers": args.large_review_workers,
+                "max_connections": args.max_connections,
+                "http_read_timeout_s": args.http_read_timeout,
                 "size_at_admission": sizing is not None,
-                "dry_run": sizing is not None and sizing.dry_run,
-                "skip_vpa_managed": sizing is not None and sizing.skip_vpa_managed,
+                "dry_run": sizing is not None and args.dry_run,
+                "skip_vpa_managed": sizing is not None and args.skip_vpa_managed,
             },
         )
         try:
@@ -181,13 +155,15 @@ def build_server(
             reloader.close()
             log.info("webhook stopped")
 
-    app = create_app(metrics, lambda: reloader.loaded, max_request_bytes, lifespan, max_inflight, scope)
+    app = create_app(
+        metrics, lambda: reloader.loaded, args.max_request_bytes, lifespan, args.max_inflight_reviews, scope
+    )
     if keys is not None:
         app.keyring = KeyRing(keys.keys)
     config = uvicorn.Config(
         app,
-        host=bind_address,
-        port=port,
+        host=args.bind_address,
+        port=args.port,
         # uvloop + httptools when installed (they roughly double throughput), else pure asyncio + h11.
         loop="uvloop" if _have("uvloop") else "asyncio",
         http="httptools" if _have("httptools") else "h11",
@@ -198,19 +174,19 @@ def build_server(
         access_log=False,  # one decision line per review instead (app.server)
         server_header=False,
         # uvicorn annotates these as int but uses them as asyncio delays: fractions of a second work.
-        timeout_keep_alive=keep_alive_timeout,  # type: ignore[arg-type]
-        timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
+        timeout_keep_alive=args.http_keep_alive_timeout,
+        timeout_graceful_shutdown=args.shutdown_timeout,
         ssl_context_factory=lambda _config, _default: reloader.context,
         proxy_headers=False,
     )
     config.load()
     # Each connection: uvicorn's protocol, unmodified, behind the read deadline and the cap.
     config.http_protocol_class = guarded_protocol(
-        config.http_protocol_class, ConnectionGuard(max_connections, read_timeout, metrics)
+        config.http_protocol_class, ConnectionGuard(args.max_connections, args.http_read_timeout, metrics)
     )
     if config.ssl is not reloader.context:  # reloads must go into the context uvicorn serves with
         raise RuntimeError("uvicorn did not take the reloadable SSLContext")
-    return DrainingServer(config, app, shutdown_delay), reloader
+    return DrainingServer(config, app, args.shutdown_delay), reloader
 
 
 class DrainingServer(uvicorn.Server):
@@ -243,11 +219,13 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(0)
 
 
-def run(**kwargs: Any) -> int:
+def run(args: argparse.Namespace, scope: NamespaceScope | None, sizing: Credentials | None) -> int:
+    """Serve as ``args`` (the parsed flags) say; ``sizing``: the credentials sizing at admission
+    watches the cluster with (None: stamp only)."""
     # Freed request bodies go back to the OS instead of fragmenting the heap (RSS bound).
     if not bound_heap_retention():
         log.debug("not glibc: malloc thresholds left as they are")
-    server, _ = build_server(**kwargs)
+    server, _ = build_server(args, scope, sizing)
     # uvicorn handles SIGTERM/SIGINT while serving (stop accepting, drain, lifespan
     # shutdown) and then re-raises the signal with the previous handler restored.
     # With Python's default that would kill the process before atexit runs, losing

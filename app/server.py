@@ -64,26 +64,6 @@ _perf = time.perf_counter
 class MutateApp:
     """Raw ASGI app: ``POST /mutate`` here, anything else to ``fallback``."""
 
-    __slots__ = (
-        "fallback",
-        "max_request_bytes",
-        "metrics",
-        "keyring",
-        "max_inflight",
-        "max_buffered_bytes",
-        "draining",
-        "scope",
-        "_inflight",
-        "_buffered",
-        "_by_result",
-        "_observe",
-        "_content_lengths",
-        "_large_lane",
-        "_read_lane",
-        "review_workers",
-        "cluster",
-    )
-
     def __init__(
         self,
         fallback: ASGIApp,
@@ -305,16 +285,14 @@ class MutateApp:
         if extra:
             headers.extend(extra)
         connection = current_connection()
-        if connection is None:
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": payload})
-            return
-        connection.cork()  # head and body in one write
+        if connection is not None:
+            connection.cork()  # head and body in one write
         try:
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
         finally:
-            connection.uncork()
+            if connection is not None:
+                connection.uncork()
 
     def _account(self, start: float, answer: Answer) -> None:
         elapsed = _perf() - start
@@ -333,13 +311,9 @@ class MutateApp:
         else:
             self._by_result[answer.decision].inc()
             sizing = answer.sizing
-            if sizing is not None:
-                if sizing.result is Sizing.WOULD_RESIZE:
-                    self.metrics.sized["would_resize"].inc()
-                elif reason is Reason.SIZED_AT_ADMISSION:
-                    self.metrics.sized["sized"].inc()
-                elif sizing.result is not Sizing.SIZED:  # held or error
-                    self.metrics.sized[sizing.result].inc()
+            # (a pod sized at admission counts once it is given its size, not when the size fails to fit)
+            if sizing is not None and (sizing.result is not Sizing.SIZED or reason is Reason.SIZED_AT_ADMISSION):
+                self.metrics.sized[sizing.result].inc()
             log_fields(decision_log, logging.INFO, "admission decision", fields)
 
 
@@ -386,25 +360,6 @@ def _log_fields(answer: Answer, duration_ms: float) -> dict[str, Any]:
     return fields
 
 
-def create_fastapi_app(
-    metrics: Metrics, is_ready: Callable[[], bool], lifespan: Any = None, draining: Callable[[], bool] = lambda: False
-) -> FastAPI:
-    def certificate() -> tuple[bool, str]:  # ready once a serving certificate is loaded
-        return (True, "serving certificate loaded") if is_ready() else (False, "no serving certificate loaded")
-
-    def shutdown() -> tuple[bool, str]:  # not ready from the first SIGTERM on (drain)
-        return (False, "shutting down") if draining() else (True, "serving")
-
-    return FastAPI(
-        title="workload-resizer webhook",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-        lifespan=lifespan,
-        routes=probe_routes({"certificate": certificate, "shutdown": shutdown}, metrics.registry),
-    )
-
-
 def create_app(
     metrics: Metrics | None = None,
     is_ready: Callable[[], bool] = lambda: True,
@@ -418,7 +373,20 @@ def create_app(
     ``/readyz`` fails once the app is draining (SIGTERM), before anything stops serving.
     """
     metrics = metrics if metrics is not None else Metrics()
-    apps: list[MutateApp] = []
-    api = create_fastapi_app(metrics, is_ready, lifespan, draining=lambda: apps[0].draining)
-    apps.append(MutateApp(api, metrics, max_request_bytes, max_inflight, scope=scope))
-    return apps[0]
+
+    def certificate() -> tuple[bool, str]:  # ready once a serving certificate is loaded
+        return (True, "serving certificate loaded") if is_ready() else (False, "no serving certificate loaded")
+
+    def shutdown() -> tuple[bool, str]:  # not ready from the first SIGTERM on (drain)
+        return (False, "shutting down") if app.draining else (True, "serving")
+
+    api = FastAPI(
+        title="workload-resizer webhook",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+        routes=probe_routes({"certificate": certificate, "shutdown": shutdown}, metrics.registry),
+    )
+    app = MutateApp(api, metrics, max_request_bytes, max_inflight, scope=scope)
+    return app

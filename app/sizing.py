@@ -23,6 +23,7 @@ from typing import Any
 
 from kube import ApiError, KubeClient, KubeError
 from kube.informer import Informer
+from kube.slim import slim_node
 from resizer import CompiledConfig, ConfigError, load_config
 from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, served_in, slim_vpa, vpa_index
 
@@ -94,18 +95,6 @@ def slim_limit_range(limit_range: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def slim_node_labels(node: dict[str, Any]) -> dict[str, Any]:
-    """A node reduced to its name, resourceVersion and labels (what the webhook reads)."""
-    meta = node.get("metadata") or {}
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "labels": meta.get("labels") or {},
-        }
-    }
-
-
 class ClusterView:
     """Nodes, LimitRanges, the config ConfigMap and (``skip_vpa_managed``) the VerticalPodAutoscalers,
     watched; :attr:`context` is None until all are known.
@@ -140,15 +129,13 @@ class ClusterView:
         self._version = 0
         self._context: SizingContext | None = None
         self._dirty = True
-        self.nodes = Informer(
-            client, "nodes", "/api/v1/nodes", slim_node_labels, self._on_node, idle_timeout=idle_timeout
-        )
+        self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node, idle_timeout=idle_timeout)
         self.limitranges = Informer(
             client,
             "limitranges",
             "/api/v1/limitranges",
             slim_limit_range,
-            lambda kind, obj, old: self._changed(),
+            self._changed,
             idle_timeout=idle_timeout,
         )
         self.configmaps = Informer(
@@ -274,7 +261,7 @@ class ClusterView:
             return  # (a VPA's recommendation is in its status, updated often)
         self._vpas_changed = self._dirty = True
 
-    def _changed(self) -> None:
+    def _changed(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         self._dirty = True
 
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:

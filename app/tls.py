@@ -23,6 +23,7 @@ import shutil
 import ssl
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -125,7 +126,7 @@ class CertReloader:
         except _InFlux:
             return None
         except OSError as exc:
-            digest = _hash_error(exc)
+            digest = "oserror:" + repr(exc)
             if digest == self._rejected_hash:
                 return None
             return self._refuse(f"cannot read certificate files: {exc}", digest)
@@ -168,10 +169,7 @@ class CertReloader:
 
     def _read_pair(self) -> tuple[bytes, bytes]:
         before = (os.path.realpath(self.cert_file), os.path.realpath(self.key_file))
-        with open(before[0], "rb") as f:
-            cert_pem = f.read()
-        with open(before[1], "rb") as f:
-            key_pem = f.read()
+        cert_pem, key_pem = (Path(path).read_bytes() for path in before)
         after = (os.path.realpath(self.cert_file), os.path.realpath(self.key_file))
         if after != before:
             raise _InFlux
@@ -260,10 +258,6 @@ class CertReloader:
 
 class _InFlux(WebhookError):
     """The certificate files changed while we read them; try again next tick."""
-
-
-def _hash_error(exc: OSError) -> str:
-    return "oserror:" + repr(exc)
 
 
 def _remove(*paths: str) -> None:

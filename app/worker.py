@@ -69,10 +69,6 @@ class WorkersBusy(WebhookError):
 # ---------------------------------------------------------------- parent side
 
 
-def worker_command() -> list[str]:
-    return [sys.executable, "-m", "app.worker"]
-
-
 # Workers are spawned from this thread, not the event loop's: uvloop forks on the loop's
 # thread, copying the page tables of the whole heap while no review is answered (a stall an
 # attacker could trigger, one per worker replaced after a timeout); subprocess.Popen uses
@@ -81,8 +77,8 @@ def worker_command() -> list[str]:
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="review-worker-spawner")
 
 
-class WorkerProcess:
-    """A worker process spawned by ``_SPAWNER``, its pipes as asyncio streams."""
+class ReviewWorker:
+    """A worker process spawned by ``_SPAWNER``, its pipes as asyncio streams; one review at a time."""
 
     def __init__(
         self,
@@ -95,9 +91,10 @@ class WorkerProcess:
         self.stdin = stdin
         self.stdout = stdout
         self._stdout_transport = stdout_transport
+        self.sizing_version: int | None = None  # of the sizing context this worker holds
 
     @classmethod
-    async def spawn(cls, argv: list[str], env: dict[str, str]) -> WorkerProcess:
+    async def spawn(cls, argv: list[str], env: dict[str, str]) -> ReviewWorker:
         loop = asyncio.get_running_loop()
         popen = await loop.run_in_executor(_SPAWNER, _popen, argv, env)
         assert popen.stdin is not None and popen.stdout is not None
@@ -123,7 +120,26 @@ class WorkerProcess:
         return self._popen.poll()  # reaps it once it has exited
 
     def kill(self) -> None:
-        self._popen.kill()
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._popen.kill()
+
+    async def stop(self) -> None:
+        """Kill it and reap it."""
+        self.kill()
+        await self.wait()
+
+    async def decide(self, parts: list[bytes], meta: bytes) -> Answer:
+        """Decide on the review whose body is the concatenation of ``parts``."""
+        self.stdin.write(REQUEST_HEADER.pack(len(meta), sum(map(len, parts))))
+        self.stdin.write(meta)
+        self.stdin.writelines(parts)
+        await self.stdin.drain()
+        (length,) = REPLY_HEADER.unpack(await self.stdout.readexactly(REPLY_HEADER.size))
+        answer: Answer | str = pickle.loads(await self.stdout.readexactly(length))
+        if isinstance(answer, str):
+            raise WorkerFailure("error", answer)
+        return answer
 
     async def wait(self) -> int:
         """Its exit code, once it has exited (reaped through a pidfd, without a thread per
@@ -191,37 +207,6 @@ def _popen(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
 
-class ReviewWorker:
-    """One worker process and its pipes; one review at a time."""
-
-    def __init__(self, process: WorkerProcess) -> None:
-        self.process = process
-        self.sizing_version: int | None = None  # of the sizing context this worker holds
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    async def decide(self, parts: list[bytes], meta: bytes) -> Answer:
-        """Decide on the review whose body is the concatenation of ``parts``."""
-        stdin, stdout = self.process.stdin, self.process.stdout
-        assert stdin is not None and stdout is not None
-        stdin.write(REQUEST_HEADER.pack(len(meta), sum(map(len, parts))))
-        stdin.write(meta)
-        stdin.writelines(parts)
-        await stdin.drain()
-        (length,) = REPLY_HEADER.unpack(await stdout.readexactly(REPLY_HEADER.size))
-        answer: Answer | str = pickle.loads(await stdout.readexactly(length))
-        if isinstance(answer, str):
-            raise WorkerFailure("error", answer)
-        return answer
-
-    def kill(self) -> None:
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
-
-
 async def start_worker(command: list[str] | None = None, start_timeout: float = 60.0) -> ReviewWorker:
     """Spawn a worker and wait for its ready byte (it has imported the review code)."""
     env = dict(os.environ)
@@ -230,16 +215,13 @@ async def start_worker(command: list[str] | None = None, start_timeout: float = 
     # `python -m app` from a checkout).
     root = _PACKAGE_ROOT
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    process = await WorkerProcess.spawn(command or worker_command(), env)
-    worker = ReviewWorker(process)
+    worker = await ReviewWorker.spawn(command or [sys.executable, "-m", "app.worker"], env)
     try:
-        assert process.stdout is not None
-        ready = await asyncio.wait_for(process.stdout.readexactly(len(READY)), start_timeout)
+        ready = await asyncio.wait_for(worker.stdout.readexactly(len(READY)), start_timeout)
         if ready != READY:
             raise RuntimeError(f"review worker sent {ready!r} instead of its ready byte")
     except BaseException:
-        worker.kill()
-        await process.wait()
+        await worker.stop()
         raise
     return worker
 
@@ -286,8 +268,7 @@ class ReviewWorkers:
         failed = [e for e in started if not isinstance(e, ReviewWorker)]
         if failed:
             for worker in workers:
-                worker.kill()
-                await worker.process.wait()
+                await worker.stop()
             raise RuntimeError(f"review worker did not start: {failed[0]!r}") from failed[0]
         for worker in workers:
             self._all.add(worker)
@@ -340,7 +321,7 @@ class ReviewWorkers:
             self._replace(worker, failure.reason)
             raise
         except (asyncio.IncompleteReadError, ConnectionError) as err:
-            code = worker.process.returncode
+            code = worker.returncode
             self._replace(worker, "crash")
             raise WorkerFailure("crash", f"worker pid {worker.pid} gone ({err!r}, exit code {code})") from None
         except asyncio.CancelledError:  # only at loop teardown: the pipe is mid-frame
@@ -363,7 +344,7 @@ class ReviewWorkers:
             task.add_done_callback(self._replacing.discard)
 
     async def _start_replacement(self, old: ReviewWorker) -> None:
-        await old.process.wait()  # reap it
+        await old.wait()  # reap it
         delay = 0.1
         while not self._stopped:
             try:
@@ -374,8 +355,7 @@ class ReviewWorkers:
                 delay = min(delay * 2, 5.0)
                 continue
             if self._stopped:
-                worker.kill()
-                await worker.process.wait()
+                await worker.stop()
                 return
             self._all.add(worker)
             self._idle.put_nowait(worker)
@@ -389,9 +369,8 @@ class ReviewWorkers:
             task.cancel()
         workers = list(self._all)
         for worker in workers:
-            if worker.process.stdin is not None:
-                worker.process.stdin.close()
-        waits = [asyncio.ensure_future(w.process.wait()) for w in workers]
+            worker.stdin.close()
+        waits = [asyncio.ensure_future(w.wait()) for w in workers]
         if waits:
             _, pending = await asyncio.wait(waits, timeout=grace)
             for worker in workers:

@@ -10,10 +10,12 @@ Keys are ECDSA P-256.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import ipaddress
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from cryptography import x509
@@ -152,10 +154,8 @@ def ca_bundle(ca_cert: x509.Certificate | bytes) -> str:
 
 
 def load_ca(cert_path: str, key_path: str) -> Issued:
-    with open(cert_path, "rb") as f:
-        cert = x509.load_pem_x509_certificate(f.read())
-    with open(key_path, "rb") as f:
-        key = serialization.load_pem_private_key(f.read(), password=None)
+    cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+    key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise ValueError(f"{key_path} is not an EC private key")
     if cert.public_key().public_bytes(*_SPKI) != key.public_key().public_bytes(*_SPKI):
@@ -173,10 +173,8 @@ def _write(path: str, data: bytes, mode: int) -> None:
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 
@@ -187,21 +185,16 @@ def write_pair(out_dir: str, serving: Issued, ca: Issued | None = None, ca_key_f
     Returns the written paths by name.
     """
     os.makedirs(out_dir, exist_ok=True)
-    paths = {"tls.crt": os.path.join(out_dir, "tls.crt"), "tls.key": os.path.join(out_dir, "tls.key")}
-    _write(paths["tls.crt"], pem_cert(serving.cert), 0o644)
-    _write(paths["tls.key"], pem_key(serving.key), 0o600)
+    files = [("tls.crt", pem_cert(serving.cert), 0o644), ("tls.key", pem_key(serving.key), 0o600)]
     if ca is not None:
-        paths["ca.crt"] = os.path.join(out_dir, "ca.crt")
-        _write(paths["ca.crt"], pem_cert(ca.cert), 0o644)
+        files.append(("ca.crt", pem_cert(ca.cert), 0o644))
         if ca_key_file:
-            paths["ca.key"] = os.path.join(out_dir, "ca.key")
-            _write(paths["ca.key"], pem_key(ca.key), 0o600)
-    return paths
+            files.append(("ca.key", pem_key(ca.key), 0o600))
+    for name, data, mode in files:
+        _write(os.path.join(out_dir, name), data, mode)
+    return {name: os.path.join(out_dir, name) for name, _, _ in files}
 
 
 def dedupe(items: Iterable[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for item in items:
-        if item:
-            seen.setdefault(item, None)
-    return list(seen)
+    """The non-empty items, each once, in order of first appearance."""
+    return list(dict.fromkeys(item for item in items if item))

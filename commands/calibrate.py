@@ -35,9 +35,9 @@ from fractions import Fraction
 from typing import Any, TextIO
 
 from commands.errors import CommandError
-from commands.plan import compile_config, list_all, read_configmap, run_command
+from commands.plan import align, compile_config, list_all, read_configmap, run_command
 from commands.progress import Progress
-from kube import ApiError, KubeClient, KubeError, load_credentials
+from kube import ApiError, KubeClient, KubeError
 from kube.client import TransportError
 from reconciler.settings import CONFIG_KEY, CalibrateSettings
 from resizer.calibration import (
@@ -481,15 +481,10 @@ def evaluate(
 # ------------------------------------------------------------------ entry point
 
 
-async def read_config(client: KubeClient, settings: CalibrateSettings) -> tuple[CompiledConfig, str, str, str]:
-    """The ConfigMap's config (compiled), its text, resourceVersion and a name for messages."""
-    text, resource_version, source = await read_configmap(client, settings.config_namespace, settings.config_name)
-    return compile_config(text, source), text, resource_version, source
-
-
 async def calibrate(client: KubeClient, settings: CalibrateSettings) -> Report:
     started = time.monotonic()
-    config, text, resource_version, source = await read_config(client, settings)
+    text, resource_version, source = await read_configmap(client, settings.config_namespace, settings.config_name)
+    config = compile_config(text, source)
     baseline = settings.baseline_node_type or config.baseline_node_type
     if baseline not in config.node_types:
         raise CommandError(
@@ -525,11 +520,7 @@ async def calibrate(client: KubeClient, settings: CalibrateSettings) -> Report:
 
 
 def run_calibrate(settings: CalibrateSettings, out: TextIO = sys.stdout) -> int:
-    async def go() -> Report:
-        api = settings.api
-        client = KubeClient(
-            load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst, max_connections=8, timeout=60.0
-        )
+    async def go(client: KubeClient) -> Report:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         if task is not None:
@@ -538,10 +529,9 @@ def run_calibrate(settings: CalibrateSettings, out: TextIO = sys.stdout) -> int:
             return await calibrate(client, settings)
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
-            await client.close()
 
     try:
-        report = run_command(go, unreachable="cannot reach the cluster")
+        report = run_command(settings.api, go, "cannot reach the cluster", max_connections=8, timeout=60.0)
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("calibrate: interrupted; its benchmark pods are deleted, the config is unchanged", file=sys.stderr)
         return 130
@@ -588,20 +578,7 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
         r = t.result
         if t.summary is None or t.ratio is None:
             rows.append(
-                (
-                    r.node_type,
-                    r.target.node or "-",
-                    str(len(r.scores)),
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    _perf(t.configured),
-                    "-",
-                    "FAILED",
-                )
+                (r.node_type, r.target.node or "-", str(len(r.scores)), *["-"] * 6, _perf(t.configured), "-", "FAILED")
             )
             continue
         s = t.summary
@@ -636,8 +613,7 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
                 action,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = align(rows)
     for t in report.failed:
         lines.append(f"{t.result.node_type}: {t.result.error}")
     baseline_result = report.types[0].result

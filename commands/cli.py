@@ -151,6 +151,7 @@ def build_parser(prog: str = "workload-resizer") -> argparse.ArgumentParser:
     report.add_argument_group("output").add_argument(
         "-o", "--output", choices=("table", "json", "html"), default="table"
     )
+    report.set_defaults(realign=True, show_aligned=False)  # `plan`'s flags, fixed for a report
 
     restore = sub.add_parser(
         "restore",
@@ -416,19 +417,8 @@ def parse(
             only_namespace=args.only_namespace,
             shutdown_timeout=args.shutdown_timeout,
         )
-    if args.command == "report":
-        return ReportSettings(
-            api=api,
-            scope=scope,
-            keys=keys,
-            config_file=args.config_file,
-            config_namespace=args.config_namespace,
-            config_name=args.config_name,
-            node_type_label=args.node_type_label,
-            resize_restart_containers=args.resize_restart_containers,
-            output=args.output,
-        )
-    return PlanSettings(
+    settings = ReportSettings if args.command == "report" else PlanSettings
+    return settings(
         api=api,
         scope=scope,
         keys=keys,

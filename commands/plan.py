@@ -21,17 +21,15 @@ from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from commands.progress import Progress
 from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.slim import slim_pod
-from reconciler.settings import CONFIG_KEY, PlanSettings
+from reconciler.settings import CONFIG_KEY, ApiSettings, PlanSettings
 from resizer.config import CompiledConfig, ConfigError, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
 from resizer.plan import node_resizes_pod_level
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
 from resizer.quantity import format_cpu, format_memory
 from resizer.runtime_hints import PodRuntimes, RuntimeHint, hints_by_pod, pod_runtimes
-from resizer.scope import NamespaceScope
-from resizer.vpa import NO_OWNER, Owner, VpaVerdict, managing_vpa, vpa_index
+from resizer.vpa import GROUP_VERSION_PATH, NO_OWNER, RESOURCE, Owner, VpaVerdict, managing_vpa, served_in, vpa_index
 
-VPA_PATH = "/apis/autoscaling.k8s.io/v1"
 OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
 
 
@@ -39,12 +37,26 @@ T = TypeVar("T")
 PodKey = tuple[str, str]  # (namespace, name)
 
 
-def run_command(go: Callable[[], Coroutine[Any, Any, T]], unreachable: str = "cannot read the cluster") -> T | int:
-    """`go()` run to completion, or the exit code of its failure, said on stderr: 2 for a
-    CommandError (the admin's to fix), 1 when the cluster cannot be read (any KubeError, an unusable
-    kubeconfig included)."""
+def run_command(
+    api: ApiSettings,
+    go: Callable[[KubeClient], Coroutine[Any, Any, T]],
+    unreachable: str = "cannot read the cluster",
+    **client_options: Any,
+) -> T | int:
+    """`go(client)` run to completion with a client of the admin's kubeconfig (closed after), or
+    the exit code of its failure, said on stderr: 2 for a CommandError (the admin's to fix), 1 when
+    the cluster cannot be read (any KubeError, an unusable kubeconfig included)."""
+
+    async def with_client() -> T:
+        credentials = load_credentials(api.kubeconfig, api.context)
+        client = KubeClient(credentials, qps=api.qps, burst=api.burst, **client_options)
+        try:
+            return await go(client)
+        finally:
+            await client.close()
+
     try:
-        return asyncio.run(go())
+        return asyncio.run(with_client())
     except CommandError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -114,7 +126,6 @@ def compile_config(text: str, source: str) -> CompiledConfig:
 async def gather_forecast(
     client: KubeClient,
     settings: PlanSettings,
-    scope: NamespaceScope,
     skip_applied: bool,
     listed_pods: list[dict[str, Any]] | None = None,
     runtimes: dict[PodKey, PodRuntimes] | None = None,
@@ -147,7 +158,7 @@ async def gather_forecast(
     finally:
         progress.finish()
     namespace_labels = None
-    if scope.needs_labels:
+    if settings.scope.needs_labels:
         namespaces = await list_all(client, "/api/v1/namespaces", settings.api.page_size)
         namespace_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
     listed = time.monotonic()
@@ -160,7 +171,7 @@ async def gather_forecast(
         pods,
         node_types,
         config,
-        scope,
+        settings.scope,
         namespace_labels,
         settings.resize_restart_containers,
         skip_applied=skip_applied,
@@ -224,15 +235,13 @@ async def read_constraints(client: KubeClient, page_size: int, forecast: FleetFo
     found["limitranges"] = await read("LimitRange", "/api/v1/limitranges")
     found["resourcequotas"] = await read("ResourceQuota", "/api/v1/resourcequotas")
     try:
-        served = any(
-            r.get("name") == "verticalpodautoscalers" for r in (await client.get(VPA_PATH)).get("resources") or []
-        )
+        served = served_in(await client.get(GROUP_VERSION_PATH))
     except ApiError as err:
         if err.status != 404:
             found["notJudged"].append(f"VerticalPodAutoscaler: {err.message or err.status}")
         served = False
     if served:
-        found["vpas"] = await read("VerticalPodAutoscaler", f"{VPA_PATH}/verticalpodautoscalers")
+        found["vpas"] = await read("VerticalPodAutoscaler", f"{GROUP_VERSION_PATH}/{RESOURCE}")
         if vpa_index(found["vpas"]):
             for kind, path in OWNER_PATHS.items():
                 for item in await read(kind, path):
@@ -302,28 +311,16 @@ def _held_entry(entry: PodForecast, reason: str, constraint: str, name: str, det
 def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
     runtimes: dict[PodKey, PodRuntimes] = {}
 
-    async def go() -> tuple[FleetForecast, dict[str, Any]]:
-        api = settings.api
-        client = KubeClient(
-            load_credentials(api.kubeconfig, api.context),
-            qps=api.qps,
-            burst=api.burst,
-            max_connections=4,
-            timeout=120.0,
+    async def go(client: KubeClient) -> tuple[FleetForecast, dict[str, Any]]:
+        return await gather_forecast(
+            client,
+            settings,
+            skip_applied=not settings.realign,
+            runtimes=runtimes,
+            progress=Progress("plan", "pods read", enabled=settings.output == "table"),
         )
-        try:
-            return await gather_forecast(
-                client,
-                settings,
-                settings.scope,
-                skip_applied=not settings.realign,
-                runtimes=runtimes,
-                progress=Progress("plan", "pods read", enabled=settings.output == "table"),
-            )
-        finally:
-            await client.close()
 
-    result = run_command(go)
+    result = run_command(settings.api, go, max_connections=4, timeout=120.0)
     if isinstance(result, int):
         return result
     forecast, info = result
@@ -337,14 +334,6 @@ def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
 
 
 # ------------------------------------------------------------------ rendering
-
-
-def _cpu(millicores: int) -> str:
-    return format_cpu(millicores)
-
-
-def _memory(nbytes: int) -> str:
-    return format_memory(nbytes)
 
 
 def _signed(amount: int, fmt: Any) -> str:
@@ -364,15 +353,16 @@ def forecast_table(
         if not show_aligned and group.resized == 0:
             continue
         rows.append(_row(group))
-    lines = _align(rows) if len(rows) > 1 else ["No pod would be resized."]
+    lines = align(rows) if len(rows) > 1 else ["No pod would be resized."]
     cpu_delta = forecast.total("desired_cpu") - forecast.total("current_cpu")
     memory_delta = forecast.total("desired_memory") - forecast.total("current_memory")
     lines += [
         "",
         f"Total: {forecast.resized} of {forecast.pods} pods in scope resized; CPU requests "
-        f"{_cpu(forecast.total('current_cpu'))} -> {_cpu(forecast.total('desired_cpu'))} ({_signed(cpu_delta, _cpu)}), "
-        f"memory requests {_memory(forecast.total('current_memory'))} -> "
-        f"{_memory(forecast.total('desired_memory'))} ({_signed(memory_delta, _memory)}).",
+        f"{format_cpu(forecast.total('current_cpu'))} -> {format_cpu(forecast.total('desired_cpu'))} "
+        f"({_signed(cpu_delta, format_cpu)}), "
+        f"memory requests {format_memory(forecast.total('current_memory'))} -> "
+        f"{format_memory(forecast.total('desired_memory'))} ({_signed(memory_delta, format_memory)}).",
     ]
     if forecast.not_resized:
         lines.append("Not resized (the reconciler reports these with a Warning Event):")
@@ -443,14 +433,14 @@ def _row(group: WorkloadForecast) -> tuple[str, ...]:
         group.workload,
         group.node_type,
         pods,
-        f"{_cpu(cpu_now)} -> {_cpu(cpu_then)}",
-        f"{_memory(memory_now)} -> {_memory(memory_then)}",
-        _signed(cpu_then - cpu_now, _cpu),
-        _signed(memory_then - memory_now, _memory),
+        f"{format_cpu(cpu_now)} -> {format_cpu(cpu_then)}",
+        f"{format_memory(memory_now)} -> {format_memory(memory_then)}",
+        _signed(cpu_then - cpu_now, format_cpu),
+        _signed(memory_then - memory_now, format_memory),
     )
 
 
-def _align(rows: list[tuple[str, ...]]) -> list[str]:
+def align(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
@@ -467,17 +457,20 @@ def forecast_json(
                 "currentMillicores": current_cpu,
                 "desiredMillicores": desired_cpu,
                 "deltaMillicores": desired_cpu - current_cpu,
-                "current": _cpu(current_cpu),
-                "desired": _cpu(desired_cpu),
+                "current": format_cpu(current_cpu),
+                "desired": format_cpu(desired_cpu),
             },
             "memory": {
                 "currentBytes": current_memory,
                 "desiredBytes": desired_memory,
                 "deltaBytes": desired_memory - current_memory,
-                "current": _memory(current_memory),
-                "desired": _memory(desired_memory),
+                "current": format_memory(current_memory),
+                "desired": format_memory(desired_memory),
             },
         }
+
+    def totals(of: WorkloadForecast | FleetForecast) -> dict[str, Any]:
+        return amounts(*(of.total(a) for a in ("current_cpu", "desired_cpu", "current_memory", "desired_memory")))
 
     def pod_entry(pod: PodForecast) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -507,9 +500,7 @@ def forecast_json(
                 "nodeType": g.node_type,
                 "pods": len(g.pods),
                 "resized": g.resized,
-                "requests": amounts(
-                    g.total("current_cpu"), g.total("desired_cpu"), g.total("current_memory"), g.total("desired_memory")
-                ),
+                "requests": totals(g),
                 "podPlans": [pod_entry(p) for p in g.pods],
             }
             for g in forecast.workloads
@@ -519,11 +510,6 @@ def forecast_json(
         "total": {
             "pods": forecast.pods,
             "resized": forecast.resized,
-            "requests": amounts(
-                forecast.total("current_cpu"),
-                forecast.total("desired_cpu"),
-                forecast.total("current_memory"),
-                forecast.total("desired_memory"),
-            ),
+            "requests": totals(forecast),
         },
     }

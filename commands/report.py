@@ -19,9 +19,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from commands.plan import PodKey, _align, gather_forecast, hint_json, hint_lines, run_command
+from commands.plan import PodKey, align, gather_forecast, hint_json, hint_lines, run_command
 from commands.progress import Progress
-from kube import KubeClient, load_credentials
+from kube import KubeClient
 from reconciler.outcome import Stage, observe
 from reconciler.settings import ReportSettings
 from resizer.forecast import FleetForecast, PodForecast, RequestTotals, managed_requests
@@ -111,32 +111,20 @@ def held_back(forecast: FleetForecast, pods: list[dict[str, Any]]) -> list[HeldB
 
 
 def run_report(settings: ReportSettings, out: TextIO = sys.stdout) -> int:
-    async def go() -> Report:
-        api = settings.api
-        client = KubeClient(
-            load_credentials(api.kubeconfig, api.context),
-            qps=api.qps,
-            burst=api.burst,
-            max_connections=4,
-            timeout=120.0,
+    async def go(client: KubeClient) -> Report:
+        pods: list[dict[str, Any]] = []
+        runtimes: dict[PodKey, PodRuntimes] = {}
+        forecast, info = await gather_forecast(
+            client,
+            settings,
+            skip_applied=False,
+            listed_pods=pods,
+            runtimes=runtimes,
+            progress=Progress("report", "pods read", enabled=settings.output == "table"),
         )
-        try:
-            pods: list[dict[str, Any]] = []
-            runtimes: dict[PodKey, PodRuntimes] = {}
-            forecast, info = await gather_forecast(
-                client,
-                settings,
-                settings.scope,
-                skip_applied=False,
-                listed_pods=pods,
-                runtimes=runtimes,
-                progress=Progress("report", "pods read", enabled=settings.output == "table"),
-            )
-            return build_report(forecast, pods, info, runtimes)
-        finally:
-            await client.close()
+        return build_report(forecast, pods, info, runtimes)
 
-    report = run_command(go)
+    report = run_command(settings.api, go, max_connections=4, timeout=120.0)
     if isinstance(report, int):
         return report
     if settings.output == "json":
@@ -175,9 +163,9 @@ HEADER = ("PODS", "CPU REQUESTS (AUTHORED -> NOW)", "CPU", "MEMORY REQUESTS (AUT
 def report_table(report: Report) -> str:
     lines: list[str] = []
     if report.by_node_type:
-        lines += _align([("NODE TYPE", *HEADER), *((t, *_cells(v)) for t, v in report.by_node_type.items())])
+        lines += align([("NODE TYPE", *HEADER), *((t, *_cells(v)) for t, v in report.by_node_type.items())])
         lines.append("")
-        lines += _align(
+        lines += align(
             [
                 ("NAMESPACE", "WORKLOAD", "NODE TYPE", *HEADER),
                 *((*key, *_cells(v)) for key, v in report.by_workload.items()),

@@ -24,16 +24,15 @@ from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from commands.plan import list_all, run_command
 from commands.progress import Progress
-from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, load_credentials
+from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
 from kube.slim import slim_pod
 from reconciler.settings import RestoreSettings
 from resizer import EMPTY_KEYRING, KeyRing
 from resizer.originals import OriginalsError
-from resizer.podstate import described_keys, read_state, strip_controller_owned
-from resizer.restore import managed_annotation_keys, restore_decision
+from resizer.podstate import controller_owned_keys, described_keys, read_state, strip_controller_owned
+from resizer.restore import restore_decision
 from resizer.scope import NamespaceScope
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
 ATTEMPTS = 5  # a status update by the kubelet between our read and write is a conflict
 
 
@@ -84,7 +83,7 @@ class Restorer:
         pods = [
             pod
             for pod in await list_all(self._client, collection, page_size, slim_pod)
-            if managed_annotation_keys(pod) and "deletionTimestamp" not in pod["metadata"]
+            if controller_owned_keys(read_state(pod)) and "deletionTimestamp" not in pod["metadata"]
         ]
         self.summary.managed = len(pods)
         if self._scope.needs_labels:
@@ -160,7 +159,7 @@ class Restorer:
         self._fail(name, "the pod kept changing (is the reconciler still running?)")
 
     async def _restore_once(self, pod: dict[str, Any]) -> str | None:
-        keys = managed_annotation_keys(pod)
+        keys = controller_owned_keys(read_state(pod))
         if not keys:
             self.summary.cleaned += 1  # someone else finished it meanwhile
             return None
@@ -244,16 +243,12 @@ def _policy_denial(err: ApiError) -> bool:
     return "ValidatingAdmissionPolicy" in err.message
 
 
-def _entries(patch: dict[str, Any]) -> list[dict[str, Any]]:
-    """The patch's containers, then its sidecars (spec.initContainers)."""
-    return [*patch["spec"].get("containers", []), *patch["spec"].get("initContainers", [])]
-
-
 def _describe(patch: dict[str, Any]) -> str:
     parts = []
-    levels = [(c["name"], c["resources"]) for c in _entries(patch)]
-    if patch["spec"].get("resources"):
-        levels.append(("pod level", patch["spec"]["resources"]))
+    spec = patch["spec"]  # containers, then sidecars (initContainers), then the pod level
+    levels = [(c["name"], c["resources"]) for c in [*spec.get("containers", []), *spec.get("initContainers", [])]]
+    if spec.get("resources"):
+        levels.append(("pod level", spec["resources"]))
     for name, changed in levels:
         values = ", ".join(
             f"{kind} {resource}={value}" for kind, resources in changed.items() for resource, value in resources.items()
@@ -292,18 +287,13 @@ async def _bounded(restorer: Restorer, work: Coroutine[Any, Any, Summary], grace
 def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
 
-    async def go() -> Summary:
-        api = settings.api
-        client = KubeClient(
-            load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst, max_connections=4
-        )
+    async def go(client: KubeClient) -> Summary:
         try:
             keyring, warning = await load_keyring(client, settings.keys)
         except (KeyRingError, KeyDirectoryError) as err:
             out.write(f"error: originals keys: {err}\n")
             restorer = Restorer(client, settings.max_resizes_per_second, settings.dry_run, out)
             restorer.summary.failed["(keys)"] = str(err)
-            await client.close()
             return restorer.summary
         if warning:
             out.write(
@@ -335,10 +325,8 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
             out.write(f"error: cannot list pods: {err}\n")
             restorer.summary.failed["(list)"] = str(err)
             return restorer.summary
-        finally:
-            await client.close()
 
-    summary = run_command(go)
+    summary = run_command(settings.api, go, max_connections=4)
     if isinstance(summary, int):
         return summary
     if summary.denied:
@@ -355,14 +343,12 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
         f"{summary.gone} disappeared meanwhile, {len(summary.held)} left as they are, "
         f"{len(summary.failed)} failed; {elapsed:.1f}s.\n"
     )
-    if summary.held:
-        out.write("Left as they are (spec unchanged, annotations kept; --remove-unverified removes them):\n")
-        for name, why in summary.held.items():
-            out.write(f"  {name}: {why}\n")
-    if summary.failed:
-        out.write("Failed (annotations kept, run again once fixed):\n")
-        for name, why in summary.failed.items():
-            out.write(f"  {name}: {why}\n")
+    for title, pods in (
+        ("Left as they are (spec unchanged, annotations kept; --remove-unverified removes them)", summary.held),
+        ("Failed (annotations kept, run again once fixed)", summary.failed),
+    ):
+        if pods:
+            out.write(f"{title}:\n" + "".join(f"  {name}: {why}\n" for name, why in pods.items()))
     if summary.interrupted:
         out.write("Interrupted: run the same command again to finish.\n")
         return 130

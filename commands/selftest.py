@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from commands.plan import run_command
-from kube import ApiError, KubeClient, load_credentials
+from kube import ApiError, KubeClient
 from reconciler.settings import SelftestSettings
 from resizer.podstate import described_keys, read_state
 
@@ -196,22 +196,15 @@ async def until_ok(check: Callable[[], Awaitable[Verdict]], deadline: float) -> 
 def run_selftest(settings: SelftestSettings, out: TextIO = sys.stdout) -> int:
     """Print each check's verdict; 0 when both pass, 1 when one fails (the reason printed)."""
 
-    async def go() -> list[tuple[str, Verdict]]:
-        api = settings.api
-        client = KubeClient(
-            load_credentials(api.kubeconfig, api.context), qps=api.qps, burst=api.burst, max_connections=2
-        )
+    async def go(client: KubeClient) -> list[tuple[str, Verdict]]:
         deadline = time.monotonic() + settings.timeout
         test = Selftest(client, settings)
-        try:
-            webhook, reconciler = await asyncio.gather(
-                until_ok(test.webhook, deadline), until_ok(test.reconciler, deadline)
-            )
-            return [("webhook", webhook), ("reconciler", reconciler)]
-        finally:
-            await client.close()
+        webhook, reconciler = await asyncio.gather(
+            until_ok(test.webhook, deadline), until_ok(test.reconciler, deadline)
+        )
+        return [("webhook", webhook), ("reconciler", reconciler)]
 
-    result = run_command(go)
+    result = run_command(settings.api, go, max_connections=2)
     if isinstance(result, int):
         return result
     for name, verdict in result:

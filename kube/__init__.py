@@ -10,15 +10,14 @@ from kube.client import (
     STRATEGIC_MERGE_PATCH,
     UNEXPECTED_REPLY,
     ApiError,
-    Credentials,
     KubeClient,
-    TokenBucket,
     TransportError,
     WatchExpired,
     WatchIdle,
-    load_credentials,
 )
+from kube.credentials import Credentials, load_credentials
 from kube.errors import KubeError
+from kube.ratelimit import TokenBucket
 
 __all__ = [
     "JSON_PATCH",

@@ -22,21 +22,10 @@ import httptools
 import orjson
 
 from kube import metrics
-from kube.credentials import Credentials, load_credentials
+from kube.credentials import Credentials, unverified_context
 from kube.errors import KubeError
 from kube.ratelimit import TokenBucket
 from kube.transport import Connection, Pool, ServerClosed
-
-__all__ = [
-    "ApiError",
-    "Credentials",
-    "KubeClient",
-    "TokenBucket",
-    "TransportError",
-    "WatchExpired",
-    "WatchIdle",
-    "load_credentials",
-]
 
 log = logging.getLogger("kube")
 
@@ -126,9 +115,7 @@ class KubeClient:
         self._timeout = timeout
         context = creds.ssl_context
         if context is False:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+            context = unverified_context()
         self._pool = Pool(
             creds.server,
             context if isinstance(context, ssl.SSLContext) else None,
@@ -175,8 +162,21 @@ class KubeClient:
     ) -> dict[str, Any]:
         """The reply's JSON object; with `decode=False` the status is checked and {} returned (the
         body of a 2xx reply is not read: a pod is kilobytes of JSON its writer may not need)."""
-        await self._limiter.take()
         content = orjson.dumps(body) if body is not None else None
+        status, raw = await self._exchange(method, path, params, content, content_type)
+        if not decode:
+            return {}
+        if self._trim:
+            value = _loads_trimmed(raw, watch_event=False)
+            if value is not None:
+                return value
+        return _json_object(status, raw)
+
+    async def _exchange(
+        self, method: str, path: str, params: dict[str, Any] | None, content: bytes | None, content_type: str | None
+    ) -> tuple[int, bytes]:
+        """A 2xx reply's status and body, counted; TransportError, or ApiError for any other status."""
+        await self._limiter.take()
         data = self._request_bytes(method, path, params, content, content_type)
         resource = _resource_label(path)
         try:
@@ -187,13 +187,7 @@ class KubeClient:
         self._count(method, resource, status)
         if status >= 300:
             raise ApiError(status, _json_or_message(raw))
-        if not decode:
-            return {}
-        if self._trim:
-            value = _loads_trimmed(raw, watch_event=False)
-            if value is not None:
-                return value
-        return _json_object(status, raw)
+        return status, raw
 
     async def _send(self, data: bytes) -> tuple[int, bytes]:
         for attempt in range(_SEND_ATTEMPTS):
@@ -212,17 +206,7 @@ class KubeClient:
 
     async def get_text(self, path: str, **params: Any) -> str:
         """A reply that is not JSON (e.g. pods/NAME/log), as text."""
-        await self._limiter.take()
-        data = self._request_bytes("GET", path, params or None, None, None)
-        resource = _resource_label(path)
-        try:
-            status, raw = await self._send(data)
-        except (OSError, httptools.HttpParserError) as err:
-            self._count("GET", resource, "<error>")
-            raise TransportError(f"GET {path}: {err!r}") from err
-        self._count("GET", resource, status)
-        if status >= 300:
-            raise ApiError(status, _json_or_message(raw))
+        _, raw = await self._exchange("GET", path, params or None, None, None)
         return raw.decode(errors="replace")
 
     async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:

@@ -111,9 +111,7 @@ def _from_kubeconfig(path: Path, context_name: str | None) -> Credentials | None
         raise CredentialsError(f"kubeconfig {path}: cluster {context.get('cluster')!r} has no server")
     base = path.parent
     if cluster.get("insecure-skip-tls-verify"):
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
+        ctx = unverified_context()
     elif cluster.get("certificate-authority-data"):
         ctx = ssl.create_default_context(cadata=_decode(cluster["certificate-authority-data"]).decode())
     elif cluster.get("certificate-authority"):
@@ -122,6 +120,14 @@ def _from_kubeconfig(path: Path, context_name: str | None) -> Credentials | None
         ctx = ssl.create_default_context()
     _load_client_certificate(ctx, user, base)
     return Credentials(str(server).rstrip("/"), ctx, _user_token(user, base))
+
+
+def unverified_context() -> ssl.SSLContext:
+    """A client context that checks neither the server's certificate nor its name."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 def _named(config: dict[str, Any], section: str, name: str | None, key: str) -> dict[str, Any]:
@@ -186,9 +192,7 @@ def _library_credentials(kubeconfig: str | None, context: str | None) -> Credent
     if cfg.verify_ssl:
         ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
     else:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
+        ctx = unverified_context()
     if cfg.cert_file:
         ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
     return Credentials(server=cfg.host.rstrip("/"), ssl_context=ctx, token=_library_token(cfg))

@@ -213,9 +213,6 @@ class FencedClient:
             raise NotLeader(method, path)
         return await self._client.request(method, path, *args, **kwargs)
 
-    async def get(self, path: str, **params: Any) -> dict[str, Any]:
-        return await self._client.get(path, **params)
-
     async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, obj)
 

@@ -82,14 +82,7 @@ def slim_pod(pod: Obj) -> Obj:
     slim_status: Obj = {
         "phase": _shared_str(status.get("phase")),
         "qosClass": _shared_str(status.get("qosClass")),
-        "containerStatuses": [
-            {
-                "name": _shared_str(s.get("name")),
-                "resources": _shared_resources(s.get("resources")),
-                "running": "running" in (s.get("state") or {}),
-            }
-            for s in status.get("containerStatuses") or []
-        ],
+        "containerStatuses": [_slim_container_status(s) for s in status.get("containerStatuses") or []],
         "conditions": [
             {k: _shared_str(c[k]) for k in _CONDITION_FIELDS if k in c}
             for c in status.get("conditions") or []
@@ -101,13 +94,7 @@ def slim_pod(pod: Obj) -> Obj:
     sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
     if sidecars:  # what a sidecar has (resized in place like a container)
         slim_status["initContainerStatuses"] = [
-            {
-                "name": _shared_str(s.get("name")),
-                "resources": _shared_resources(s.get("resources")),
-                "running": "running" in (s.get("state") or {}),
-            }
-            for s in status.get("initContainerStatuses") or []
-            if s.get("name") in sidecars
+            _slim_container_status(s) for s in status.get("initContainerStatuses") or [] if s.get("name") in sidecars
         ]
     if status.get("resources"):  # what the pod level has (kubelets that resize it)
         slim_status["resources"] = _shared_resources(status["resources"])
@@ -145,6 +132,14 @@ def _slim_container(container: Obj) -> Obj:
     if container.get("restartPolicy"):
         slim["restartPolicy"] = _shared_str(container["restartPolicy"])
     return slim
+
+
+def _slim_container_status(status: Obj) -> Obj:
+    return {
+        "name": _shared_str(status.get("name")),
+        "resources": _shared_resources(status.get("resources")),
+        "running": "running" in (status.get("state") or {}),
+    }
 
 
 def slim_node(node: Obj) -> Obj:

@@ -49,13 +49,9 @@ class _Stream:
     def feed(self, data: bytes) -> None:
         if self._partial:
             data = self._partial + data
-        if data.endswith(b"\n"):
-            self._partial = b""
-            self._lines.extend(data.split(b"\n")[:-1])
-        else:
-            parts = data.split(b"\n")
-            self._partial = parts.pop()
-            self._lines.extend(parts)
+        parts = data.split(b"\n")
+        self._partial = parts.pop()  # (b"" after a final newline)
+        self._lines.extend(parts)
         if len(self._lines) > _PAUSE_LINES and not self._paused and self._conn.transport is not None:
             self._paused = True
             self._conn.transport.pause_reading()
@@ -195,26 +191,24 @@ class Connection(asyncio.Protocol):
 
     async def exchange(self, data: bytes, time_limit: float) -> tuple[int, bytes]:
         """Send a request, wait for the whole response: (status, body)."""
-        waiter = self._start(data, stream=False)
-        timer = self.loop.call_later(time_limit, self._time_out)
-        try:
-            status = await waiter
-        finally:
-            timer.cancel()
+        status = await self._within(self._start(data, stream=False), time_limit)
         body = self._body
         self._body = []
         return status, body[0] if len(body) == 1 else b"".join(body)
 
     async def open_stream(self, data: bytes, time_limit: float) -> tuple[int, _Stream]:
         """Send a request, wait for the response's head: (status, its body as a stream)."""
-        waiter = self._start(data, stream=True)
-        timer = self.loop.call_later(time_limit, self._time_out)
-        try:
-            status = await waiter
-        finally:
-            timer.cancel()
+        status = await self._within(self._start(data, stream=True), time_limit)
         assert self._stream is not None
         return status, self._stream
+
+    async def _within(self, waiter: asyncio.Future[int], time_limit: float) -> int:
+        """The status ``waiter`` is given, within ``time_limit`` (else the connection is aborted)."""
+        timer = self.loop.call_later(time_limit, self._time_out)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
 
     def _time_out(self) -> None:
         self._fail(TimeoutError("no complete response in time"))

@@ -57,13 +57,7 @@ _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("x", logging.INFO, "", 0, "",
     _FIELDS,
 }
 
-_LEVEL_NAMES = {
-    logging.DEBUG: "debug",
-    logging.INFO: "info",
-    logging.WARNING: "warning",
-    logging.ERROR: "error",
-    logging.CRITICAL: "critical",
-}
+_LEVEL_NAMES = {levelno: name for name, levelno in LEVELS.items() if name != "warn"}
 
 
 def _level_name(levelno: int) -> str:
@@ -81,7 +75,8 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
-_ORJSON_OPTS = orjson.OPT_NON_STR_KEYS
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value, default=_default, option=orjson.OPT_NON_STR_KEYS)
 
 
 class JSONFormatter(OrjsonFormatter):
@@ -139,16 +134,16 @@ class JSONFormatter(OrjsonFormatter):
 
     def jsonify_log_record(self, log_data: dict[str, Any]) -> str:
         try:
-            return orjson.dumps(log_data, default=_default, option=_ORJSON_OPTS).decode()
+            return _dumps(log_data).decode()
         except (TypeError, orjson.JSONEncodeError):
             safe = {}
             for key, value in log_data.items():
                 try:
-                    orjson.dumps(value, default=_default, option=_ORJSON_OPTS)
+                    _dumps(value)
                     safe[key] = value
                 except (TypeError, orjson.JSONEncodeError):
                     safe[key] = repr(value)
-            return orjson.dumps(safe, default=_default, option=_ORJSON_OPTS).decode()
+            return _dumps(safe).decode()
 
 
 class TextFormatter(logging.Formatter):
@@ -172,7 +167,7 @@ class TextFormatter(logging.Formatter):
                 )
             else:
                 try:
-                    text = orjson.dumps(value, default=_default, option=_ORJSON_OPTS).decode()
+                    text = _dumps(value).decode()
                 except (TypeError, orjson.JSONEncodeError):
                     text = repr(value)
             parts.append(f"{key}={text}")

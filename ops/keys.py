@@ -94,7 +94,10 @@ def new_key_id(now: datetime | None = None) -> str:
 
 def keys_digest(keys: Mapping[str, bytes]) -> str:
     """Changes whenever a key id or key does; reveals nothing of the keys."""
-    return _digest(dict(keys))
+    h = hashlib.sha256()
+    for key_id in sorted(keys):
+        h.update(key_id.encode() + b"\0" + hashlib.sha256(keys[key_id]).digest())
+    return h.hexdigest()
 
 
 def _has_entries(directory: Path) -> bool:
@@ -129,7 +132,7 @@ class KeyDirectory:
                 extra={"directory": str(self.directory)},
             )
             self.keys, self.error = {}, str(err)
-        self._digest = _digest(self.keys)
+        self._digest = keys_digest(self.keys)
 
     def poll(self) -> bool:
         """Re-read the directory; True when the keys changed. Errors keep the last good keys."""
@@ -141,16 +144,9 @@ class KeyDirectory:
             self.error = str(err)
             return False
         self.error = None
-        digest = _digest(keys)
+        digest = keys_digest(keys)
         if digest == self._digest:
             return False
         log.info("originals keys reloaded", extra={"keyIds": sorted(keys)})
         self.keys, self._digest = keys, digest
         return True
-
-
-def _digest(keys: dict[str, bytes]) -> str:
-    h = hashlib.sha256()
-    for key_id in sorted(keys):
-        h.update(key_id.encode() + b"\0" + hashlib.sha256(keys[key_id]).digest())
-    return h.hexdigest()

@@ -74,7 +74,7 @@ from resizer import (
     pod_mac,
     resolve_policy,
 )
-from resizer.podstate import PodState, applied_patch, read_state, resize_state_patch
+from resizer.podstate import applied_patch, read_state, resize_state_patch
 
 log = logging.getLogger("reconciler.act")
 audit = logging.getLogger("reconciler.decision")
@@ -86,6 +86,7 @@ UNSUPPORTED_MESSAGE = "without support for resize"
 POD_LEVEL_REFUSED = "InPlacePodLevelResourcesVerticalScaling"
 GATE_OFF = "feature gate is disabled"
 NODE_CAPACITY = "NodeCapacity"  # the cause of the 1.36+ apiserver's (PodResizeValidator) refusal
+KEPT = "the spec is kept at the planned size (see RevertRefused)"
 
 
 class Act:
@@ -110,9 +111,7 @@ class Act:
         if isinstance(action, Follow):
             return await self.follow(pod, action.planned, action.observation)
         if isinstance(action, Report):
-            return await self.terminal(
-                pod, action.signature, action.plan, action.event_type, action.reason, action.message
-            )
+            return await self.terminal(pod, action)
         if isinstance(action, Resign):
             self._c.memory.of(uid).realign_checked = action.generation  # the filter skips it until the config changes
             self._c.memory.wait(uid, None)
@@ -149,18 +148,10 @@ class Act:
 
     # ------------------------------------------------------------------ reports
 
-    async def terminal(
-        self,
-        pod: Obj,
-        signature: tuple[Any, ...],
-        plan: ResizePlan | None,
-        event_type: EventType,
-        reason: Reason,
-        message: str,
-    ) -> Result:
+    async def terminal(self, pod: Obj, decided: Report) -> Result:
         """A decision that writes nothing to the pod: report it once per situation."""
-        self._c.memory.of(pod_uid(pod)).decided = signature
-        await self.report(pod, plan, event_type, reason, message)
+        self._c.memory.of(pod_uid(pod)).decided = decided.signature
+        await self.report(pod, decided.plan, decided.event_type, decided.reason, decided.message)
         return DONE
 
     async def report(
@@ -171,9 +162,6 @@ class Act:
         await self._events.emit(object_reference(pod, "Pod"), event_type.value, reason.value, message)
 
     # ------------------------------------------------------------------ holds
-
-    def _node_lock(self, pod: Obj) -> asyncio.Lock:
-        return self._node_locks[str(pod["spec"]["nodeName"])]
 
     async def _held(self, pod: Obj, plan: ResizePlan | None, held: Held) -> Result:
         """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`);
@@ -203,13 +191,10 @@ class Act:
         """Steps 1 to 3 as the decided pod needs them (reconciler.decide: Resize, RecordApplied)."""
         config = self._c.config.config
         assert config is not None
-        node, node_type, signature = planned.node, planned.node_type, planned.signature
-        plan, context, base, generation = planned.plan, planned.context, planned.base, planned.generation
-        state = planned.state
-        if base.stamp is not None and not plan.patch and not base.check.tampered:
-            done = await self._originals_and_applied(
-                pod, state, node_type, signature, plan, context, base.stamp, generation, base.check.scope == "sized"
-            )
+        base = planned.base
+        sized = base.check.scope == "sized"  # the webhook created the pod at this size
+        if base.stamp is not None and not planned.plan.patch and not base.check.tampered:
+            done = await self._originals_and_applied(pod, planned, base.stamp, sized)
             if done is not None:
                 return done
         # Step 1: originals, if the webhook did not stamp them (or they were rejected, or the
@@ -218,57 +203,42 @@ class Act:
             try:
                 pod, reread = await self._stamp_originals(pod, base.stamp)
             except ApiError as err:
-                return await self._originals_not_recorded(pod, signature, plan, err)
+                return await self._originals_not_recorded(pod, planned, err)
             await self._stamped(pod, base)
             # The stamp changed the annotations the signature covers: a terminal decision
             # below must be keyed on the pod as it is now, or the watch event of our own
             # write looks like a new situation and the pod is decided (and reported) again.
-            state = read_state(pod)
-            signature = situation(
-                pod,
-                state,
-                node_type,
-                self._c.config.generation,
-                self._c.pod_level(node),
-                mac_key_known(state, self._c.keyring()),
-            )
+            planned = replace(planned, state=read_state(pod))
+            planned = replace(planned, signature=self._situation(pod, planned))
             if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
-                generation = self._c.config.generation
+                options, pod_level = self._c.options, self._c.pod_level(planned.node)
                 plan = plan_resize(
-                    pod,
-                    resolve_policy(config, pod),
-                    node_type,
-                    self._c.options.resize_restart_containers,
-                    self._c.pod_level(node),
+                    pod, resolve_policy(config, pod), planned.node_type, options.resize_restart_containers, pod_level
                 )
-        if not plan.patch:
-            return await self.applied(
-                pod, state, node_type, plan, generation, *aligned(state, plan, context, base.check.scope == "sized")
-            )
-        return await self._resize(pod, state, node, node_type, signature, plan, context, generation)
+                planned = replace(planned, generation=self._c.config.generation, plan=plan)
+        if not planned.plan.patch:
+            return await self.applied(pod, planned, *aligned(planned.state, planned.plan, planned.context, sized))
+        return await self._resize(pod, planned)
+
+    def _situation(self, pod: Obj, planned: Planned) -> tuple[Any, ...]:
+        """The signature of `planned` recomputed for `pod` as it is now (reconciler.pods.situation)."""
+        state, pod_level = planned.state, self._c.pod_level(planned.node)
+        key_known = mac_key_known(state, self._c.keyring())
+        return situation(pod, state, planned.node_type, self._c.config.generation, pod_level, key_known)
 
     async def _originals_and_applied(
-        self,
-        pod: Obj,
-        state: PodState,
-        node_type: str,
-        signature: tuple[Any, ...],
-        plan: ResizePlan,
-        context: str,
-        stamp: dict[str, str | None],
-        generation: int,
-        sized: bool = False,
+        self, pod: Obj, planned: Planned, stamp: dict[str, str | None], sized: bool
     ) -> Result | None:
         """Already aligned: no resize will follow, so the originals and the record of what was
         applied go in one write, conditional on the resourceVersion the originals were read
         from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3.
         ``sized``: the webhook created the pod at this size (``stamp`` binds its originals)."""
-        reason, message = aligned(state, plan, context, sized)
+        reason, message = aligned(planned.state, planned.plan, planned.context, sized)
         try:
-            return await self.applied(pod, state, node_type, plan, generation, reason, message, originals=stamp)
+            return await self.applied(pod, planned, reason, message, originals=stamp)
         except ApiError as err:
             if err.status != 409:
-                return await self._originals_not_recorded(pod, signature, plan, err)
+                return await self._originals_not_recorded(pod, planned, err)
         return None
 
     async def _stamped(self, pod: Obj, base: Baseline) -> None:
@@ -283,93 +253,74 @@ class Act:
             )
         self._c.fault(Step.ORIGINALS)
 
-    async def _resize(
-        self,
-        pod: Obj,
-        state: PodState,
-        node: Obj,
-        node_type: str,
-        signature: tuple[Any, ...],
-        plan: ResizePlan,
-        context: str,
-        generation: int,
-    ) -> Result:
+    async def _resize(self, pod: Obj, planned: Planned) -> Result:
         """Step 2: the resize itself. Its outcome arrives through the pod watch (follow)."""
-        realigned = state.applied.recorded
+        patch = planned.plan.patch
+        realigned = planned.state.applied.recorded
         if realigned:
             await self._realign_limiter.take()  # --max-resizes-per-second
-        async with self._node_lock(pod):
-            held = self._c.gate.preflight(pod, node, plan.patch)  # a resize that would be refused
+        async with self._node_locks[str(pod["spec"]["nodeName"])]:
+            held = self._c.gate.preflight(pod, planned.node, patch)  # a resize that would be refused
             if held is not None and not self._waited_enough(pod, held):
-                return await self._held(pod, plan, held)
+                return await self._held(pod, planned.plan, held)
             self._c.holds.release(pod_uid(pod))
             sending = self._c.memory.of(pod_uid(pod))
             sending.resizing = True
             try:
                 # Conditional on the pod as read: a deposed leader's resize still on the wire, or one
                 # planned from a pod that changed meanwhile, is refused (409) instead of landing.
-                resized = await self._c.writer.resize(pod, plan.patch, if_generation=pod["metadata"].get("generation"))
+                resized = await self._c.writer.resize(pod, patch, if_generation=pod["metadata"].get("generation"))
             except ApiError as err:
                 if err.retryable:  # a 409 included: retried from the cache with backoff
                     raise
-                return await self._rejected(pod, state, node, node_type, signature, plan, context, generation, err)
+                return await self._rejected(pod, planned, err)
             finally:
                 sending.resizing = False
-            self._c.gate.sent(pod, plan.patch, resized["metadata"].get("generation") or 0)
+            self._c.gate.sent(pod, patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
         record = self._c.memory.of(pod_uid(pod))
         previous = record.flight
         record.flight = InFlight(
-            node_type,
+            planned.node_type,
             resized["metadata"].get("generation") or 0,
             self._c.clock(),
-            plan.summary(),
+            planned.plan.summary(),
             "re-aligned" if realigned else "resized",
-            config_generation=generation,
-            originals=dict(state.originals),
+            config_generation=planned.generation,
+            originals=dict(planned.state.originals),
             before=sizes_before(pod, previous.before if previous is not None else ()),
         )
         self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
         return DONE
 
-    async def _originals_not_recorded(
-        self, pod: Obj, signature: tuple[Any, ...], plan: ResizePlan, err: ApiError
-    ) -> Result:
+    async def _originals_not_recorded(self, pod: Obj, planned: Planned, err: ApiError) -> Result:
         """Step 1's write failed: raised again when a retry may succeed, else reported once."""
         if err.retryable:
             raise err
-        return await self.terminal(
-            pod,
-            signature,
-            plan,
-            EventType.WARNING,
-            Reason.RESIZE_FAILED,
-            f"cannot record the original resources ({err.message}); not resized",
-        )
+        message = f"cannot record the original resources ({err.message}); not resized"
+        return await self.terminal(pod, planned.refused(Reason.RESIZE_FAILED, message))
 
     async def applied(
         self,
         pod: Obj,
-        state: PodState,
-        node_type: str,
-        plan: ResizePlan,
-        generation: int,
+        planned: Planned,
         reason: Reason,
         message: str,
         originals: Mapping[str, str | None] | None = None,
     ) -> Result:
         """Step 3: record that the pod has its size for the node type, then report it.
 
-        `generation` is the config version the plan was made with: no re-alignment check
+        `planned.generation` is the config version the plan was made with: no re-alignment check
         is due for it (else the watch event of this very write would re-plan the pod).
         With `originals` (step 1's annotations, for a pod that needs no resize) both go in
         one write, conditional on the pod's resourceVersion (409 when it changed)."""
-        self._c.memory.of(pod_uid(pod)).realign_checked = generation
+        node_type = planned.node_type
+        self._c.memory.of(pod_uid(pod)).realign_checked = planned.generation
         signed = pod if originals is None else with_annotations(pod, originals)
         # The MAC binds the originals to this very pod (a webhook MAC verifies on look-alike siblings too).
         annotations: dict[str, str | None] = {
             **(originals or {}),
-            **applied_patch(node_type, rfc3339(), spec_size(pod), state),
+            **applied_patch(node_type, rfc3339(), spec_size(pod), planned.state),
             **binding(self._c, signed, node_type),
         }
         resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
@@ -378,7 +329,7 @@ class Act:
         self._c.memory.of(uid).flight = None
         self._c.memory.wait(uid, None)
         self._c.fault(Step.APPLIED)
-        await self.report(pod, plan, EventType.NORMAL, reason, message)
+        await self.report(pod, planned.plan, EventType.NORMAL, reason, message)
         return DONE
 
     async def _record_applied(
@@ -410,10 +361,28 @@ class Act:
         self._c.fault(Step.STATE)
         return str(written["metadata"]["resourceVersion"])
 
-    def _park(self, pod: Obj, state: PodState, generation: int, size: str) -> None:
-        """A size recorded infeasible or failing: remembered parked, so that needs_work lets the
-        pod's watch events pass only once something it was judged under changes."""
-        self._c.memory.of(pod_uid(pod)).parked = parked_at(pod, state, generation, size)
+    async def _park(
+        self,
+        pod: Obj,
+        planned: Planned,
+        stage: Stage,
+        message: str,
+        kept: bool = False,
+        resource_version: str | None = None,
+    ) -> tuple[ResizeState, str]:
+        """Record the planned size as `stage` (infeasible or failing) on the node as it is, remember
+        it parked (needs_work lets the pod's watch events pass only once something it was judged
+        under changes) and report it; returns the state recorded and the pod's resourceVersion
+        after the write."""
+        size = size_fingerprint(planned.plan)
+        generation, allocatable = pod["metadata"].get("generation"), allocatable_fingerprint(planned.node)
+        state = ResizeState(stage, planned.node_type, generation, size, allocatable, kept=kept)
+        resource_version = await self.record(pod, state, resource_version=resource_version)
+        self._c.memory.of(pod_uid(pod)).parked = parked_at(pod, planned.state, planned.generation, size)
+        metrics.RESIZE_OUTCOMES.labels(stage.value).inc()
+        reason = Reason.RESIZE_INFEASIBLE if stage == Stage.INFEASIBLE else Reason.RESIZE_ERROR
+        await self.report(pod, planned.plan, EventType.WARNING, reason, message)
+        return state, resource_version
 
     async def _stamp_originals(self, pod: Obj, stamp: dict[str, str | None]) -> tuple[Obj, bool]:
         """Merge-patch the originals captured from the spec, conditional on the resourceVersion we
@@ -439,119 +408,57 @@ class Act:
             stamp = again.stamp
         raise AssertionError("unreachable")
 
-    async def _rejected(
-        self,
-        pod: Obj,
-        state: PodState,
-        node: Obj,
-        node_type: str,
-        signature: tuple[Any, ...],
-        plan: ResizePlan,
-        context: str,
-        generation: int,
-        err: ApiError,
-    ) -> Result:
+    async def _rejected(self, pod: Obj, planned: Planned, err: ApiError) -> Result:
         """The apiserver refused step 2."""
+        plan, context = planned.plan, planned.context
         if err.status == 404:
             return DONE  # deleted meanwhile: nothing to report; the watch's DELETED event cleans up
         if UNSUPPORTED_MESSAGE in err.message:
             # A soft skip: the node's kubelet does not advertise in-place resize.
             # Tried again when the pod's status changes (see status_fingerprint).
-            return await self.terminal(
-                pod,
-                signature,
-                plan,
-                EventType.WARNING,
-                Reason.RESIZE_UNSUPPORTED,
+            message = (
                 f"node {pod['spec']['nodeName']} does not support in-place resize; "
-                f"wanted for {context}: {plan.summary()}",
+                f"wanted for {context}: {plan.summary()}"
             )
+            return await self.terminal(pod, planned.refused(Reason.RESIZE_UNSUPPORTED, message))
         if plan.patch.get("spec", {}).get("resources") and POD_LEVEL_REFUSED in err.message:
             if GATE_OFF in err.message:
                 # The apiserver's gate is off (cluster-wide): learnt once, pods with pod-level
                 # resources are left alone for the rest of this process's life.
                 self._c.memory.pod_level_refused = err.message
-                signature = situation(
-                    pod,
-                    state,
-                    node_type,
-                    self._c.config.generation,
-                    self._c.pod_level(node),
-                    mac_key_known(state, self._c.keyring()),
-                )
-            return await self.terminal(
-                pod,
-                signature,
-                plan,
-                EventType.WARNING,
-                Reason.POD_LEVEL_RESOURCES,
+                planned = replace(planned, signature=self._situation(pod, planned))
+            message = (
                 f"not resized for {context}: the apiserver cannot resize pod-level "
-                f"resources ({err.message}); pods that set spec.resources are "
-                f"left alone",
+                f"resources ({err.message}); pods that set spec.resources are left alone"
             )
+            return await self.terminal(pod, planned.refused(Reason.POD_LEVEL_RESOURCES, message))
         if NODE_CAPACITY in err.causes:
-            return await self._refused_capacity(pod, state, node, node_type, plan, context, generation, err)
-        return await self.terminal(
-            pod,
-            signature,
-            plan,
-            EventType.WARNING,
-            Reason.RESIZE_FAILED,
-            f"apiserver rejected the resize for {context}: {err.message}",
-        )
-
-    async def _refused_capacity(
-        self,
-        pod: Obj,
-        state: PodState,
-        node: Obj,
-        node_type: str,
-        plan: ResizePlan,
-        context: str,
-        generation: int,
-        err: ApiError,
-    ) -> Result:
-        """The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
-        nothing to set back."""
-        self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
-        await self.record(
-            pod,
-            ResizeState(
-                Stage.INFEASIBLE,
-                node_type,
-                pod["metadata"].get("generation"),
-                size_fingerprint(plan),
-                allocatable_fingerprint(node),
-            ),
-        )
-        self._park(pod, state, generation, size_fingerprint(plan))
-        metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
-        await self.report(
-            pod,
-            plan,
-            EventType.WARNING,
-            Reason.RESIZE_INFEASIBLE,
-            f"node {pod['spec']['nodeName']} cannot fit the new size ({err.message}); not "
-            f"tried again until the node's type or allocatable or the planned size changes; "
-            f"wanted for {context}: {plan.summary()}",
-        )
-        return DONE
+            # The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
+            # nothing to set back.
+            self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
+            message = (
+                f"node {pod['spec']['nodeName']} cannot fit the new size ({err.message}); not "
+                f"tried again until the node's type or allocatable or the planned size changes; "
+                f"wanted for {context}: {plan.summary()}"
+            )
+            await self._park(pod, planned, Stage.INFEASIBLE, message)
+            return DONE
+        message = f"apiserver rejected the resize for {context}: {err.message}"
+        return await self.terminal(pod, planned.refused(Reason.RESIZE_FAILED, message))
 
     # ------------------------------------------------------------------ the kubelet's outcome
 
     async def follow(self, pod: Obj, planned: Planned, observation: Observation) -> Result:
         """The spec holds the plan (from ``planned.base``, the baseline authority's decision); act
         on what the kubelet reports about it (``observation``)."""
-        node_type, plan, state = planned.node_type, planned.plan, planned.state
-        context, generation = planned.context, planned.generation
-        recorded = recorded_state(state, node_type)
+        recorded = recorded_state(planned.state, planned.node_type)
         if observation.stage == Stage.ACTUATED:
-            return await self._actuated(pod, state, recorded, node_type, plan, context, generation)
+            return await self._actuated(pod, planned, recorded)
         if observation.stage == Stage.REQUESTED:
             self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
             return DONE
         if observation.stage == Stage.DEFERRED:
-            return await self._deferred(pod, recorded, node_type, observation)
+            return await self._deferred(pod, planned, recorded, observation)
         try:
             if observation.stage == Stage.INFEASIBLE:
                 return await self._infeasible(pod, planned, recorded, observation.message)
@@ -563,26 +470,13 @@ class Act:
             if err.status != 409:
                 raise
             return DONE
-        return await self._unsupported(pod, recorded, node_type, plan, context)
+        return await self._unsupported(pod, planned, recorded)
 
-    async def _actuated(
-        self,
-        pod: Obj,
-        state: PodState,
-        recorded: ResizeState | None,
-        node_type: str,
-        plan: ResizePlan,
-        context: str,
-        generation: int,
-    ) -> Result:
+    async def _actuated(self, pod: Obj, planned: Planned, recorded: ResizeState | None) -> Result:
         flight = self._c.memory.get(pod_uid(pod)).flight
-        requested = (
-            flight.requested_at
-            if flight is not None and flight.requested_at is not None
-            else parse_time(requested_at(recorded))
-        )
-        summary = flight.summary if flight is not None else summary_from_originals(plan)
-        message = f"{flight.verb if flight is not None else 'resized'} for {context}: {summary}"
+        requested = self._requested(pod, recorded)
+        summary = flight.summary if flight is not None else summary_from_originals(planned.plan)
+        message = f"{flight.verb if flight is not None else 'resized'} for {planned.context}: {summary}"
         if requested is not None:
             latency = max(0.0, self._c.clock() - requested)
             metrics.RESIZE_ACTUATION.observe(latency)
@@ -590,19 +484,19 @@ class Act:
         else:
             message += "; actuated (requested before this reconciler started)"
         metrics.RESIZE_OUTCOMES.labels("actuated").inc()
-        reason = Reason.BOUNDS_CLAMPED if plan.clamped else Reason.RESIZED
-        return await self.applied(pod, state, node_type, plan, generation, reason, message)
+        reason = Reason.BOUNDS_CLAMPED if planned.plan.clamped else Reason.RESIZED
+        return await self.applied(pod, planned, reason, message)
 
     async def _deferred(
-        self, pod: Obj, recorded: ResizeState | None, node_type: str, observation: Observation
+        self, pod: Obj, planned: Planned, recorded: ResizeState | None, observation: Observation
     ) -> Result:
         self._c.memory.wait(pod_uid(pod), Stage.DEFERRED)
         generation = pod["metadata"].get("generation")
         state = recorded
         if state is None or state.state != Stage.DEFERRED or state.generation != generation:
-            state = ResizeState(
-                Stage.DEFERRED, node_type, generation, requested_at=self._requested_stamp(pod, recorded)
-            )
+            requested = self._requested(pod, recorded)
+            stamp = format_time(requested) if requested is not None else ""
+            state = ResizeState(Stage.DEFERRED, planned.node_type, generation, requested_at=stamp)
             await self.record(pod, state)
             metrics.RESIZE_OUTCOMES.labels("deferred").inc()
             await self.report(
@@ -638,48 +532,30 @@ class Act:
         is computed from the status in hand, and a kubelet that actuated the size meanwhile
         (e.g. its node grew) must not have it taken back (nor the pod marked infeasible)."""
         self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
-        node, node_type, plan, base = planned.node, planned.node_type, planned.plan, planned.base
         state = recorded
-        size = size_fingerprint(plan)
-        allocatable = allocatable_fingerprint(node)
-        revert = self._revert_of(pod, base)
+        revert = self._revert_of(pod, planned.base)
         resource_version = pod["metadata"]["resourceVersion"]
-        if state is None or state.state != Stage.INFEASIBLE or state.size != size or state.allocatable != allocatable:
+        if (
+            state is None
+            or state.state != Stage.INFEASIBLE
+            or state.size != size_fingerprint(planned.plan)
+            or state.allocatable != allocatable_fingerprint(planned.node)
+        ):
             # (Recorded again when only the allocatable changed: parked at the node as it is now.)
-            resource_version = await self.record(
-                pod,
-                ResizeState(
-                    Stage.INFEASIBLE,
-                    node_type,
-                    pod["metadata"].get("generation"),
-                    size,
-                    allocatable,
-                    kept=bool(revert.refused),
-                ),
-                resource_version=resource_version,
-            )
-            self._park(pod, planned.state, planned.generation, size)
-            metrics.RESIZE_OUTCOMES.labels("infeasible").inc()
             outcome = (
-                "the spec is kept at the planned size (see RevertRefused)"
+                KEPT
                 if revert.refused
-                else (
-                    "the spec is set back to what the containers have, and this size is not tried again until the "
-                    "node's type or allocatable or the planned size changes"
-                )
+                else "the spec is set back to what the containers have, and this size is not tried again until the "
+                "node's type or allocatable or the planned size changes"
             )
-            await self.report(
-                pod,
-                plan,
-                EventType.WARNING,
-                Reason.RESIZE_INFEASIBLE,
-                f"node {pod['spec']['nodeName']} cannot take the new size ({message}); {outcome}",
-            )
+            message = f"node {pod['spec']['nodeName']} cannot take the new size ({message}); {outcome}"
+            kept = bool(revert.refused)
+            _, resource_version = await self._park(pod, planned, Stage.INFEASIBLE, message, kept, resource_version)
             if revert.refused:
-                await self._report_kept(pod, plan, revert)
+                await self._report_kept(pod, planned.plan, revert)
         elif revert.refused and not state.kept:
             resource_version = await self.record(pod, replace(state, kept=True), resource_version=resource_version)
-            await self._report_kept(pod, plan, revert)
+            await self._report_kept(pod, planned.plan, revert)
         if not revert.refused:
             await self._revert(pod, revert.patch, resource_version)
         return DONE
@@ -688,36 +564,25 @@ class Act:
         self, pod: Obj, planned: Planned, recorded: ResizeState | None, observation: Observation
     ) -> Result:
         """Actuation failed: the kubelet retries on each pod sync; we re-check with backoff, then give up."""
-        node, node_type, plan, base = planned.node, planned.node_type, planned.plan, planned.base
         uid = pod_uid(pod)
         self._c.memory.wait(uid, Stage.ERROR)
         state = recorded
-        size = size_fingerprint(plan)
         now = self._c.clock()
         record = self._c.memory.of(uid)
         if record.flight is None:
             record.flight = InFlight(
-                node_type,
+                planned.node_type,
                 pod["metadata"].get("generation") or 0,
                 parse_time(requested_at(recorded)),
-                summary_from_originals(plan),
+                summary_from_originals(planned.plan),
             )
         flight = record.flight
         resource_version = pod["metadata"]["resourceVersion"]
-        if state is None or state.state != Stage.ERROR or state.size != size:
+        if state is None or state.state != Stage.ERROR or state.size != size_fingerprint(planned.plan):
             # Conditional like the revert that may follow (409 otherwise, see follow).
-            state = ResizeState(
-                Stage.ERROR, node_type, pod["metadata"].get("generation"), size, allocatable_fingerprint(node)
-            )
-            resource_version = await self.record(pod, state, resource_version=resource_version)
-            self._park(pod, planned.state, planned.generation, size)
-            metrics.RESIZE_OUTCOMES.labels("error").inc()
-            await self.report(
-                pod,
-                plan,
-                EventType.WARNING,
-                Reason.RESIZE_ERROR,
-                f"the kubelet could not actuate the resize: {observation.message}",
+            message = f"the kubelet could not actuate the resize: {observation.message}"
+            state, resource_version = await self._park(
+                pod, planned, Stage.ERROR, message, resource_version=resource_version
             )
         if flight.next_error_check == 0.0:
             flight.next_error_check = now + self._c.options.error_backoff
@@ -727,13 +592,12 @@ class Act:
             flight.error_checks += 1
             flight.next_error_check = now + self._c.options.error_backoff * 2**flight.error_checks
             return Result(requeue_after=flight.next_error_check - now)
-        return await self._give_up(pod, plan, base, flight, state, observation, resource_version)
+        return await self._give_up(pod, planned, flight, state, observation, resource_version)
 
     async def _give_up(
         self,
         pod: Obj,
-        plan: ResizePlan,
-        base: Baseline,
+        planned: Planned,
         flight: InFlight,
         state: ResizeState,
         observation: Observation,
@@ -741,54 +605,39 @@ class Act:
     ) -> Result:
         """The last check of a failing resize: set the spec back to what the containers have (if
         the product knows the pod had it; else keep the spec and say so, once)."""
-        revert = self._revert_of(pod, base)
+        revert = self._revert_of(pod, planned.base)
         if revert.refused:
-            if not state.kept:
-                await self.record(pod, replace(state, kept=True), resource_version=resource_version)
-                flight.error_checks += 1
-                await self.report(
-                    pod,
-                    plan,
-                    EventType.WARNING,
-                    Reason.RESIZE_ERROR,
-                    f"the resize still failed after {flight.error_checks} checks; the spec "
-                    f"is kept at the planned size (see RevertRefused): {observation.message}",
-                )
-                await self._report_kept(pod, plan, revert)
-            return DONE
-        await self._revert(pod, revert.patch, resource_version)  # a 409 leaves the checks as they are
+            if state.kept:
+                return DONE
+            await self.record(pod, replace(state, kept=True), resource_version=resource_version)
+        else:
+            await self._revert(pod, revert.patch, resource_version)  # a 409 leaves the checks as they are
+            metrics.RESIZE_OUTCOMES.labels("error_reverted").inc()
         flight.error_checks += 1
-        metrics.RESIZE_OUTCOMES.labels("error_reverted").inc()
-        await self.report(
-            pod,
-            plan,
-            EventType.WARNING,
-            Reason.RESIZE_ERROR,
-            f"the resize still failed after {flight.error_checks} checks; the spec is set "
-            f"back to what the containers have: {observation.message}",
-        )
+        outcome = KEPT if revert.refused else "the spec is set back to what the containers have"
+        message = f"the resize still failed after {flight.error_checks} checks; {outcome}: {observation.message}"
+        await self.report(pod, planned.plan, EventType.WARNING, Reason.RESIZE_ERROR, message)
+        if revert.refused:
+            await self._report_kept(pod, planned.plan, revert)
         return DONE
 
-    async def _unsupported(
-        self, pod: Obj, recorded: ResizeState | None, node_type: str, plan: ResizePlan, context: str
-    ) -> Result:
+    async def _unsupported(self, pod: Obj, planned: Planned, recorded: ResizeState | None) -> Result:
         """Resized before its containers ran, on a node whose kubelet turns out not to resize in place."""
         uid = pod_uid(pod)
         self._c.memory.of(uid).flight = None
         self._c.memory.wait(uid, None)
-        state = recorded
-        if state is not None and state.state == Stage.UNSUPPORTED:
+        if recorded is not None and recorded.state == Stage.UNSUPPORTED:
             return DONE
-        await self.record(pod, ResizeState(Stage.UNSUPPORTED, node_type, pod["metadata"].get("generation")))
+        await self.record(pod, ResizeState(Stage.UNSUPPORTED, planned.node_type, pod["metadata"].get("generation")))
         metrics.RESIZE_OUTCOMES.labels("unsupported").inc()
         await self.report(
             pod,
-            plan,
+            planned.plan,
             EventType.WARNING,
             Reason.RESIZE_UNSUPPORTED,
             f"node {pod['spec']['nodeName']} does not support in-place resize: the spec was "
             f"resized before the containers started and the running containers do not "
-            f"have the new size (it takes effect when they restart); wanted for {context}",
+            f"have the new size (it takes effect when they restart); wanted for {planned.context}",
         )
         return DONE
 
@@ -835,11 +684,12 @@ class Act:
         record.flight = None
         self._c.fault(Step.REVERT)
 
-    def _requested_stamp(self, pod: Obj, recorded: ResizeState | None) -> str:
+    def _requested(self, pod: Obj, recorded: ResizeState | None) -> float | None:
+        """When the resize was requested: as remembered, else as recorded (None: not known)."""
         flight = self._c.memory.get(pod_uid(pod)).flight
         if flight is not None and flight.requested_at is not None:
-            return format_time(flight.requested_at)
-        return requested_at(recorded)
+            return flight.requested_at
+        return parse_time(requested_at(recorded))
 
 
 def decision_record(pod: Obj, plan: ResizePlan | None, outcome: str, dry_run: bool) -> dict[str, Any]:

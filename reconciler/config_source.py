@@ -19,11 +19,10 @@ from kube.events import EventRecorder, object_reference
 from kube.informer import Informer
 from reconciler import metrics
 from reconciler.reasons import EventType, Reason
+from reconciler.settings import CONFIG_KEY
 from resizer import CompiledConfig, ConfigError, load_config
 
 log = logging.getLogger("reconciler.config")
-
-CONFIG_KEY = "config.yaml"
 
 
 class ConfigSource:
@@ -59,10 +58,6 @@ class ConfigSource:
             params={"fieldSelector": f"metadata.name={name}"},
             idle_timeout=idle_timeout,
         )
-
-    @property
-    def ready(self) -> bool:
-        return self.config is not None
 
     async def run(self) -> None:
         try:

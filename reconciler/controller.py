@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from reconciler import gated
-from reconciler.act import Act, decision_record
+from reconciler.act import Act
 from reconciler.decide import (
     World,
     awaiting_kubelet,
@@ -18,25 +18,13 @@ from reconciler.decide import (
     node_type_of,
 )
 from reconciler.gates import Gate, OpenGate
-from reconciler.memory import DONE, Context, InFlight, Memory, PodMemory, Result, Step, cache_behind
+from reconciler.memory import DONE, Context, Memory, PodMemory, Result, cache_behind
 from reconciler.outcome import Stage, allocatable_fingerprint
-from reconciler.pods import live_and_bound, parked_at, pod_uid, recorded_state, situation
+from reconciler.pods import has_originals, live_and_bound, parked_at, pod_uid, recorded_state
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault
 from reconciler.settings import ControllerSettings
-from resizer import EMPTY_KEYRING, KeyRing, ResizerError, eligibility, missing_original_annotations
-from resizer.originals import sidecar_original_keys
+from resizer import EMPTY_KEYRING, KeyRing, eligibility
 from resizer.podstate import PodState, read_state
-
-__all__ = [
-    "DONE",
-    "InFlight",
-    "PodResizeReconciler",
-    "Result",
-    "Step",
-    "decision_record",
-    "live_and_bound",
-    "situation",
-]
 
 log = logging.getLogger("reconciler.controller")
 
@@ -63,14 +51,6 @@ class PodResizeReconciler:
         self._context = Context(writer, config, options, fault, clock, keyring, self._memory, gate or OpenGate())
         self._act = Act(self._context, events)
         self._last_read: tuple[Obj, PodState] | None = None
-
-    @property
-    def _fault(self) -> FaultHook:
-        return self._context.fault
-
-    @_fault.setter
-    def _fault(self, fault: FaultHook) -> None:  # tests crash a pass after a given write step
-        self._context.fault = fault
 
     # ------------------------------------------------------------------ what the manager asks
 
@@ -174,11 +154,3 @@ class PodResizeReconciler:
             self._context.gate,
         )
         return await self._act(pod, decide(pod, node, world, self._memory.get(pod_uid(pod)), self._read(pod)))
-
-
-def has_originals(pod: Obj) -> bool:
-    """All the originals a plan is made from are recorded (a pod sized before they were is never re-aligned)."""
-    try:
-        return not missing_original_annotations(pod).keys() - sidecar_original_keys(pod)
-    except ResizerError:
-        return False

@@ -27,7 +27,7 @@ from reconciler.outcome import (
     spec_size,
 )
 from reconciler.pods import (
-    aligned_message,
+    has_originals,
     live_and_bound,
     mac_key_known,
     parked_at,
@@ -53,7 +53,6 @@ from resizer import (
     baseline,
     eligibility,
     fits_annotation_limit,
-    missing_original_annotations,
     needs_resign,
     node_resizes_pod_level,
     plan_bound_pod,
@@ -62,7 +61,6 @@ from resizer import (
     pod_mac_stand_in,
     resolve_policy,
 )
-from resizer.originals import sidecar_original_keys
 from resizer.podstate import PodState, applied_patch, read_state
 
 CONFIG_RETRY = 5.0  # seconds: no valid config read yet
@@ -101,6 +99,10 @@ class Planned:
     def context(self) -> str:
         plan = self.plan
         return f"node type {self.node_type} (baseline {plan.baseline_node_type}, rule {plan.rule})"
+
+    def refused(self, reason: Reason, message: str) -> Report:
+        """The plan is not written: a Warning, reported once in this situation."""
+        return Report(self.signature, self.plan, EventType.WARNING, reason, message)
 
 
 class Action:
@@ -291,11 +293,9 @@ class Planner:
 
     def realignment(self) -> ResizePlan | None:
         """resizer.realign.realignment of the pod: its plan if the config now wants it different."""
-        if self._state.applied.instance_type != self._node_type:
+        if self._state.applied.instance_type != self._node_type or not has_originals(self._pod):
             return None
         try:
-            if missing_original_annotations(self._pod).keys() - sidecar_original_keys(self._pod):
-                return None
             plan = self.plan(self._pod, self._world.pod_level(None))
         except ResizerError:
             return None
@@ -448,20 +448,14 @@ def _plan(
 
 def _refused(pod: Obj, planned: Planned, world: World) -> Report | None:
     """The terminal decision for a plan that is not to be written, else None."""
-    base, plan, context, signature = planned.base, planned.plan, planned.context, planned.signature
+    base, plan, context = planned.base, planned.plan, planned.context
     if base.check.trust is Trust.TRUSTED_IF_ALIGNED and plan.patch:
-        return Report(
-            signature,
-            plan,
-            EventType.WARNING,
+        return planned.refused(
             Reason.ORIGINALS_UNVERIFIED,
             f"not resized: {base.check.reason}, and the pod is not aligned with them: {plan.summary()}",
         )
     if plan.outcome == "UnknownNodeType":
-        return Report(
-            signature,
-            plan,
-            EventType.WARNING,
+        return planned.refused(
             Reason.UNKNOWN_NODE_TYPE,
             f"node type {planned.node_type!r} of node {pod['spec']['nodeName']} is not in "
             f"the config's nodeTypes (rule {plan.rule}); pod left unchanged",
@@ -469,22 +463,15 @@ def _refused(pod: Obj, planned: Planned, world: World) -> Report | None:
     if plan.outcome == "PodLevelResources":
         refused = world.pod_level_refused
         why = f" (the apiserver refused such a resize: {refused})" if refused is not None else ""
-        return Report(
-            signature,
-            plan,
-            EventType.WARNING,
-            Reason.POD_LEVEL_RESOURCES,
-            f"not resized for {context}: {plan.summary()}{why}",
-        )
+        return planned.refused(Reason.POD_LEVEL_RESOURCES, f"not resized for {context}: {plan.summary()}{why}")
     if plan.outcome == "QoSChange":
-        return Report(
-            signature, plan, EventType.WARNING, Reason.RESIZE_FAILED, f"not resized for {context}: {plan.summary()}"
-        )
+        return planned.refused(Reason.RESIZE_FAILED, f"not resized for {context}: {plan.summary()}")
     if world.options.dry_run:
         reason = Reason.WOULD_RESIZE if plan.patch else Reason.ALREADY_ALIGNED
         hold = world.gate.would_hold(pod, planned.node, plan.patch) if plan.patch else None
         held = f"; it would be held ({hold})" if hold is not None else ""
-        return Report(signature, plan, EventType.NORMAL, reason, f"dry run, {context}: {plan.summary()}{held}")
+        message = f"dry run, {context}: {plan.summary()}{held}"
+        return Report(planned.signature, plan, EventType.NORMAL, reason, message)
     return None
 
 
@@ -512,10 +499,7 @@ def _fitting(pod: Obj, planned: Planned, world: World) -> Report | None:
     }
     if fits_annotation_limit(pod["metadata"]["annotations"], {k: v for k, v in final.items() if v is not None}):
         return None
-    return Report(
-        planned.signature,
-        planned.plan,
-        EventType.WARNING,
+    return planned.refused(
         Reason.RESIZE_FAILED,
         "the original resources and what was applied do not fit in the "
         "pod's annotations (256 KiB limit), so they cannot be recorded; "
@@ -526,7 +510,9 @@ def _fitting(pod: Obj, planned: Planned, world: World) -> Report | None:
 def aligned(state: PodState, plan: ResizePlan, context: str, sized: bool) -> tuple[Reason, str]:
     """The report of a pod that needs no resize; `sized`: the webhook created it at this size."""
     if not sized:
-        return Reason.ALREADY_ALIGNED, aligned_message(plan, context)
+        return Reason.ALREADY_ALIGNED, f"already aligned for {context}" + (
+            f": {plan.summary()}" if plan.changes else ""
+        )
     return Reason.SIZED_AT_ADMISSION, (
         f"created at its size for {context} (the webhook knew the node type "
         f"{state.sized_at_admission!r} at admission): {summary_from_originals(plan)}"

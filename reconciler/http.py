@@ -54,10 +54,6 @@ class ProbeApp:
         return 200, TEXT, b"ok"
 
 
-def build_app(checks: Mapping[str, Check]) -> ProbeApp:
-    return ProbeApp(checks)
-
-
 class _Connection(asyncio.Protocol):
     def __init__(self, app: ProbeApp, connections: set[_Connection]) -> None:
         self._app = app
@@ -145,11 +141,7 @@ class ProbeServer:
         def factory() -> _Connection:
             return _Connection(self._app, self._connections)
 
-        if sockets:
-            servers = [await loop.create_server(factory, sock=sock) for sock in sockets]
-        else:
-            host, _, port = self.address.rpartition(":")
-            servers = [await loop.create_server(factory, host.strip("[]") or None, int(port), reuse_address=True)]
+        servers = [await loop.create_server(factory, sock=sock) for sock in sockets or [bind(self.address)]]
         log.info("serving probes and metrics", extra={"address": self.address})
         try:
             await self._stopped.wait()
@@ -165,5 +157,20 @@ class ProbeServer:
         self._stopped.set()
 
 
-def build_server(app: ProbeApp, address: str) -> ProbeServer:
-    return ProbeServer(app, address)
+def bind(address: str) -> socket.socket:
+    """A listening socket on `address` (host:port; an empty host: every IPv4 address)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        raise OSError(err.errno, f"{address}: {err.strerror}") from None
+    except ValueError as err:
+        sock.close()
+        raise OSError(f"{address}: invalid address ({err})") from None
+    return sock

@@ -81,9 +81,7 @@ class Manager:
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node, idle_timeout=idle_timeout)
         # Other controllers' VPAs and the constraints a resize is judged against before it is sent.
         self.vpa = (
-            VpaWatch(client, self._on_vpa_change, idle_timeout, recheck_interval)
-            if preflight.skip_vpa_managed
-            else None
+            VpaWatch(client, self._queue_wanted, idle_timeout, recheck_interval) if preflight.skip_vpa_managed else None
         )
         self.preflight = Preflight(client, preflight, self._node_pods, self._requeue, self.vpa, idle_timeout)
         self.reconciler = PodResizeReconciler(
@@ -127,21 +125,20 @@ class Manager:
             active.inc()
             try:
                 result = await self.reconciler.reconcile(key)
-            except KubeError as err:
+            except Exception as err:
                 delay = self.queue.add_rate_limited(key)
                 metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
                 metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
-                log.log(
-                    level,
-                    "reconcile failed; will retry",
-                    extra={"pod": key, "error": str(err) or repr(err), "retryIn": round(delay, 2)},
-                )
-            except Exception:
-                delay = self.queue.add_rate_limited(key)
-                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
-                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                log.exception("reconcile crashed; will retry", extra={"pod": key, "retryIn": round(delay, 2)})
+                if isinstance(err, KubeError):
+                    level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
+                    error = str(err) or repr(err)
+                    log.log(
+                        level,
+                        "reconcile failed; will retry",
+                        extra={"pod": key, "error": error, "retryIn": round(delay, 2)},
+                    )
+                else:
+                    log.exception("reconcile crashed; will retry", extra={"pod": key, "retryIn": round(delay, 2)})
             else:
                 if result.requeue_after is not None:
                     self.queue.add_after(key, result.requeue_after)
@@ -210,9 +207,7 @@ class Manager:
 
     def on_config_change(self) -> None:
         """The config or the namespace scope changed: every pod that needs work is queued."""
-        for key, pod in self.pods.store.items():
-            if self._wants(pod):
-                self.queue.add(key)
+        self._queue_wanted(None)
         self._queue_gated()
 
     def _node_pods(self, node: str) -> list[Obj]:
@@ -223,8 +218,8 @@ class Manager:
         for key in keys:
             self.queue.add(key)
 
-    def _on_vpa_change(self, namespace: str | None) -> None:
-        """The VPAs of `namespace` (None: of all) changed: its pods are decided again."""
+    def _queue_wanted(self, namespace: str | None) -> None:
+        """Queue the pods of `namespace` (None: of all) that need work, e.g. its VPAs changed."""
         for key, pod in self.pods.store.items():
             if (namespace is None or pod["metadata"].get("namespace") == namespace) and self._wants(pod):
                 self.queue.add(key)

@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     api = p.add_argument_group("Kubernetes API")
     api.add_argument(
         "--kubeconfig",
-        default=None,
+        default=_DEFAULT.api.kubeconfig,
         help="path to a kubeconfig; default: in-cluster config, then $KUBECONFIG / ~/.kube/config",
     )
     api.add_argument(
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sizing.add_argument(
         "--originals-key-dir",
-        default="",
+        default=_DEFAULT.originals_key_dir,
         help="directory of HMAC keys (file name = key id; the greatest id signs, any verifies) "
         "for the original-* annotations: the Secret shared with the webhook; re-read every "
         "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sizing.add_argument(
         "--originals-keys-secret",
-        default="",
+        default=_DEFAULT.originals_keys_secret,
         metavar="NAMESPACE/NAME",
         help="Secret holding the HMAC keys (data entry name = key id), "
         "read through the API and re-read every --config-refresh-interval; created with one "

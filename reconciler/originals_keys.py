@@ -65,11 +65,16 @@ class SecretKeys:
         except OSError as err:
             raise KeySecretError(f"cannot read {self.where}: {err}") from None
         try:
-            self.keys = keys_from_secret_data(secret.get("data"), self.where)
-            KeyRing(self.keys)
+            self.keys = self._keys_of(secret)
         except (KeyDirectoryError, ValueError) as err:
             raise KeySecretError(str(err)) from None
         self._digest = keys_digest(self.keys)
+
+    def _keys_of(self, secret: dict[str, Any]) -> dict[str, bytes]:
+        """The keys `secret` holds; raises when they are no usable ring."""
+        keys = keys_from_secret_data(secret.get("data"), self.where)
+        KeyRing(keys)
+        return keys
 
     async def _create(self) -> dict[str, Any]:
         key_id = new_key_id()
@@ -107,9 +112,7 @@ class SecretKeys:
     async def poll(self) -> bool:
         """Re-read the Secret; True when the keys changed. Any error keeps the last good keys."""
         try:
-            secret = await self._client.get(self.path)
-            keys = keys_from_secret_data(secret.get("data"), self.where)
-            KeyRing(keys)
+            keys = self._keys_of(await self._client.get(self.path))
         except (ApiError, OSError, KeyDirectoryError, ValueError) as err:
             if self.error != str(err):
                 log.error(

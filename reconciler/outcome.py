@@ -28,8 +28,8 @@ IN_PROGRESS = "PodResizeInProgress"
 DEFERRED = "Deferred"
 INFEASIBLE = "Infeasible"
 ERROR = "Error"
-_RESOURCES = ("cpu", "memory")
-_KINDS = ("requests", "limits")
+RESOURCES = ("cpu", "memory")
+KINDS = ("requests", "limits")
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,9 @@ def same_resources(spec: Obj | None, actual: Obj | None) -> bool:
 
 def _values(resources: Obj | None) -> dict[tuple[str, str], Fraction]:
     values = {}
-    for kind in _KINDS:
+    for kind in KINDS:
         for name, text in ((resources or {}).get(kind) or {}).items():
-            if name in _RESOURCES:
+            if name in RESOURCES:
                 try:
                     values[(kind, name)] = parse_quantity(str(text))
                 except QuantityError:
@@ -183,8 +183,8 @@ def revert_patch(pod: Obj) -> Obj:
 
 def _differences(spec: Obj, actual: Obj) -> dict[str, dict[str, str]]:
     resources: dict[str, dict[str, str]] = {}
-    for kind in _KINDS:
-        for name in _RESOURCES:
+    for kind in KINDS:
+        for name in RESOURCES:
             have = (actual.get(kind) or {}).get(name)
             want = (spec.get(kind) or {}).get(name)
             if have is not None and (want is None or not same_resources({kind: {name: want}}, {kind: {name: have}})):
@@ -198,4 +198,4 @@ def _differences(spec: Obj, actual: Obj) -> dict[str, dict[str, str]]:
 
 def allocatable_fingerprint(node: Obj | None) -> str:
     allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
-    return ",".join(f"{k}={allocatable[k]}" for k in _RESOURCES if k in allocatable)
+    return ",".join(f"{k}={allocatable[k]}" for k in RESOURCES if k in allocatable)

@@ -12,7 +12,8 @@ from kube.informer import object_key
 from kube.slim import status_fingerprint
 from reconciler.outcome import ResizeState
 from reconciler.ports import Obj
-from resizer import KeyRing, ResizePlan
+from resizer import KeyRing, ResizePlan, ResizerError, missing_original_annotations
+from resizer.originals import sidecar_original_keys
 from resizer.podstate import PodState
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -24,6 +25,14 @@ def live_and_bound(pod: Obj) -> bool:
         and "deletionTimestamp" not in pod["metadata"]
         and pod["status"].get("phase") not in TERMINAL_PHASES
     )
+
+
+def has_originals(pod: Obj) -> bool:
+    """All the originals a plan is made from are recorded (a pod sized before they were is never re-aligned)."""
+    try:
+        return not missing_original_annotations(pod).keys() - sidecar_original_keys(pod)
+    except ResizerError:
+        return False
 
 
 def situation(
@@ -87,10 +96,6 @@ def summary_from_originals(plan: ResizePlan) -> str:
         ),
     )
     return from_originals.summary()
-
-
-def aligned_message(plan: ResizePlan, context: str) -> str:
-    return f"already aligned for {context}" + (f": {plan.summary()}" if plan.changes else "")
 
 
 def parse_time(text: str | None) -> float | None:

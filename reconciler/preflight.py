@@ -17,6 +17,7 @@ from kube import KubeClient
 from kube.informer import Informer, object_key
 from kube.slim import Obj
 from reconciler.gates import VPA, Held
+from reconciler.pods import TERMINAL_PHASES
 from reconciler.reasons import Reason
 from reconciler.settings import PreflightSettings
 from reconciler.vpa import VpaWatch
@@ -26,17 +27,16 @@ from resizer.vpa import Unresolved
 log = logging.getLogger("reconciler.preflight")
 
 UNRESOLVED_RETRY = 2.0  # seconds: a pod whose VPA status the caches cannot tell yet is looked at again
-TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def _slim_metadata(obj: Obj) -> Obj:
+    meta = obj.get("metadata") or {}
+    return {key: meta.get(key) for key in ("name", "namespace", "resourceVersion")}
 
 
 def slim_limit_range(obj: Obj) -> Obj:
-    meta = obj.get("metadata") or {}
     return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
+        "metadata": _slim_metadata(obj),
         "spec": {
             "limits": [
                 item for item in (obj.get("spec") or {}).get("limits") or [] if item.get("type") in ("Container", "Pod")
@@ -46,15 +46,10 @@ def slim_limit_range(obj: Obj) -> Obj:
 
 
 def slim_quota(obj: Obj) -> Obj:
-    meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
+        "metadata": _slim_metadata(obj),
         "spec": {k: spec[k] for k in ("hard", "scopes", "scopeSelector") if spec.get(k)},
         "status": {"hard": status.get("hard") or {}, "used": status.get("used") or {}},
     }
@@ -83,26 +78,12 @@ class Preflight:
         self._limit_ranges_by_ns = NamespaceIndex()
         self._quotas_by_ns = NamespaceIndex()
         self.limit_ranges = (
-            Informer(
-                client,
-                "limitranges",
-                "/api/v1/limitranges",
-                slim_limit_range,
-                self._handler(self._limit_ranges_by_ns),
-                idle_timeout=idle_timeout,
-            )
+            self._informer(client, "limitranges", slim_limit_range, self._limit_ranges_by_ns, idle_timeout)
             if settings.limit_ranges
             else None
         )
         self.quotas = (
-            Informer(
-                client,
-                "resourcequotas",
-                "/api/v1/resourcequotas",
-                slim_quota,
-                self._handler(self._quotas_by_ns),
-                idle_timeout=idle_timeout,
-            )
+            self._informer(client, "resourcequotas", slim_quota, self._quotas_by_ns, idle_timeout)
             if settings.quotas
             else None
         )
@@ -221,12 +202,16 @@ class Preflight:
         if keys:
             self._requeue(list(keys))
 
-    def _handler(self, index: NamespaceIndex) -> Callable[[str, Obj, Obj | None], None]:
+    def _informer(
+        self, client: KubeClient, resource: str, slim: Callable[[Obj], Obj], index: NamespaceIndex, idle_timeout: float
+    ) -> Informer:
+        """An informer of the namespaced `resource` that keeps `index` current."""
+
         def handle(kind: str, obj: Obj, old: Obj | None) -> None:
             index.apply(kind, obj)
             self._on_namespaced(kind, obj, old)
 
-        return handle
+        return Informer(client, resource, f"/api/v1/{resource}", slim, handle, idle_timeout=idle_timeout)
 
     def _on_namespaced(self, kind: str, obj: Obj, old: Obj | None) -> None:
         if (

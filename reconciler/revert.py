@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from reconciler.outcome import revert_patch, spec_size
+from reconciler.outcome import KINDS, RESOURCES, revert_patch, spec_size
 from reconciler.ports import Obj
 from resizer import QuantityError, ResizerError, parse_quantity, read_originals, sidecars
 from resizer.originals import ContainerOriginals, read_pod_originals
@@ -35,8 +35,6 @@ Key = tuple[str, str, str, str]
 Size = Mapping[Key, Fraction]
 
 POD_LEVEL = "resources"
-_KINDS = ("requests", "limits")
-_RESOURCES = ("cpu", "memory")
 
 
 @dataclass(frozen=True)
@@ -124,7 +122,7 @@ def describe(patch: Obj) -> str:
         f"{name}: "
         + "; ".join(
             f"{kind} " + ", ".join(f"{r} {v}" for r, v in resources[kind].items())
-            for kind in _KINDS
+            for kind in KINDS
             if resources.get(kind)
         )
         for name, resources in entries
@@ -134,9 +132,9 @@ def describe(patch: Obj) -> str:
 def _values(field: str, name: str, resources: Obj | None) -> dict[Key, Fraction]:
     return {
         (field, name, kind, resource): parse_quantity(str(text))
-        for kind in _KINDS
+        for kind in KINDS
         for resource, text in ((resources or {}).get(kind) or {}).items()
-        if resource in _RESOURCES
+        if resource in RESOURCES
     }
 
 

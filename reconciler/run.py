@@ -95,7 +95,7 @@ class Reconciler:
             settings.config_namespace,
             settings.config_name,
             settings.config_refresh_interval,
-            on_change=self._config_changed,
+            on_change=lambda: self.manager.on_config_change(),
             idle_timeout=api.watch_idle_timeout,
         )
         # The namespace scope; a namespace whose labels change re-evaluates every cached pod.
@@ -129,9 +129,6 @@ class Reconciler:
         self.active = False
         # --originals-keys-secret: not ready before the Secret is read (or created), standby included.
         self.keys_loaded = self.secret_keys is None
-
-    def _config_changed(self) -> None:
-        self.manager.on_config_change()
 
     async def _load_secret_keys(self) -> bool:
         """--originals-keys-secret: read the Secret (created when absent) before any work."""
@@ -313,7 +310,7 @@ class Reconciler:
         listeners: dict[str, socket.socket] = {}
         try:
             for address in sorted(addresses):
-                listeners[address] = _bind(address)
+                listeners[address] = http.bind(address)
         except OSError:
             for sock in listeners.values():
                 sock.close()
@@ -321,10 +318,10 @@ class Reconciler:
         return listeners
 
     def _start_http(self, listeners: dict[str, socket.socket]) -> dict[asyncio.Task[None], Any]:
-        app = http.build_app(self.checks())
+        app = http.ProbeApp(self.checks())
         servers = {}
         for address, sock in listeners.items():
-            server = http.build_server(app, address)
+            server = http.ProbeServer(app, address)
             servers[asyncio.create_task(server.serve(sockets=[sock]), name=f"http {address}")] = server
         return servers
 
@@ -337,24 +334,6 @@ class Reconciler:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*servers, return_exceptions=True)
-
-
-def _bind(address: str) -> socket.socket:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, int(port)))
-        sock.listen(128)
-    except OSError as err:
-        sock.close()
-        raise OSError(err.errno, f"{address}: {err.strerror}") from None
-    except ValueError as err:
-        sock.close()
-        raise OSError(f"{address}: invalid address ({err})") from None
-    return sock
 
 
 def main(settings: ReconcilerSettings) -> int:

@@ -10,27 +10,16 @@ Precedence: the first override (list order) whose ``match`` fully holds, then
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import MISSING, dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
-from types import MappingProxyType
-from typing import Annotated, Any, Literal, TypeVar
+from functools import cache, partial
+from types import MappingProxyType, UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    Strict,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
 
 from resizer.errors import ResizerError
 from resizer.quantity import QuantityError, Resource, coerce_quantity, to_bytes, to_millicores
@@ -169,104 +158,101 @@ class PolicyTable:
     default: Policy
 
 
-# ---- the document's structure: pydantic models ------------------------------------------
-# Strict (no coercion: a number is not a string, a set is not a list), unknown fields refused,
-# frozen, mappings read-only. Field names are the document's (camelCase) so paths in errors
-# read like the YAML. Pydantic runs once per ConfigMap change: the per-pod path
-# (resolve_policy) reads only the plain dataclasses compiled from these models.
+# ---- the document's structure: frozen dataclasses -----------------------------------------
+# Field names are the document's (camelCase) so paths in errors read like the YAML. The parsers
+# below are made from these field types: strict (no coercion: a number is not a string, a set is
+# not a list), unknown fields refused, mappings read-only, every problem reported. They run once
+# per ConfigMap change; the per-pod path (resolve_policy) reads the Policy records compiled from
+# them. Hand-written rather than a library: docs/dependencies.md says why.
 
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-FrozenMap = Annotated[Mapping[_K, _V], AfterValidator(MappingProxyType)]
-"""A mapping validated as a dict of its key and value types, then made read-only."""
-Perf = Annotated[Fraction, PlainValidator(_perf)]
-NonNegativeQuantity = Annotated[Fraction, PlainValidator(_non_negative_quantity)]
+# An annotated field type: the function checks the value and converts it.
+Perf = Annotated[Fraction, _perf]
+NonNegativeQuantity = Annotated[Fraction, _non_negative_quantity]
 
 
-def _list_to_tuple(value: object) -> object:
-    return tuple(value) if isinstance(value, list) else value
+def _override_name(value: object) -> str:
+    name = _string(value)
+    if not name.strip():
+        raise ValueError("must not be empty")
+    return name
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class NodeTypeSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class NodeTypeSpec:
     """Performance of one machine family relative to the others (higher = faster)."""
 
     cpuPerf: Perf
     memPerf: Perf
 
 
-class ResourceBounds(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class ResourceBounds:
     """Bounds of one resource in a policy block; each side optional (falls back to global)."""
 
     min: NonNegativeQuantity | None = None
     max: NonNegativeQuantity | None = None
 
 
-class RequiredResourceBounds(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class RequiredResourceBounds:
     """Global bounds of one resource; both sides required."""
 
     min: NonNegativeQuantity
     max: NonNegativeQuantity
 
 
-class BoundsSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class BoundsSpec:
     cpu: ResourceBounds | None = None
     memory: ResourceBounds | None = None
 
 
-class GlobalBounds(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class GlobalBounds:
     cpu: RequiredResourceBounds
     memory: RequiredResourceBounds
 
 
-class PolicyBlock(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class PolicyBlock:
     """Settings for the pods a block applies to, merged over the global settings as the
     module docstring describes (missing fields fall back; nodeTypes and bounds overlay)."""
 
     baselineNodeType: str | None = None
-    nodeTypes: FrozenMap[str, NodeTypeSpec] | None = None
+    nodeTypes: Mapping[str, NodeTypeSpec] | None = None
     bounds: BoundsSpec | None = None
     memoryLimitDecrease: MemoryLimitDecrease | None = None
     sidecars: bool | None = None
 
 
-class OverrideMatch(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class OverrideMatch:
     """Criteria of an override; all given criteria must hold (AND)."""
 
     computeClass: str | None = None
-    podLabel: FrozenMap[str, str] | None = None
-    podAnnotation: FrozenMap[str, str] | None = None
+    podLabel: Mapping[str, str] | None = None
+    podAnnotation: Mapping[str, str] | None = None
 
-    @model_validator(mode="after")
-    def _has_a_criterion(self) -> OverrideMatch:
+    def __post_init__(self) -> None:
         if self.computeClass is None and not self.podLabel and not self.podAnnotation:
             raise ValueError("needs at least one of computeClass, podLabel, podAnnotation")
-        return self
 
 
+@dataclass(frozen=True, kw_only=True)
 class Override(PolicyBlock):
     """A named policy block applied to the pods its ``match`` selects."""
 
-    name: str
+    name: Annotated[str, _override_name]
     match: OverrideMatch
 
-    @field_validator("name")
-    @classmethod
-    def _name_not_blank(cls, name: str) -> str:
-        if not name.strip():
-            raise ValueError("must not be empty")
-        return name
 
-
-class ResizerConfig(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class ResizerConfig:
     """The validated ``config.yaml`` document (structure only). :func:`load_config`
     returns it compiled (:class:`CompiledConfig`), cross-field checks included."""
 
     baselineNodeType: str
-    nodeTypes: FrozenMap[str, NodeTypeSpec]
+    nodeTypes: Mapping[str, NodeTypeSpec]
     bounds: GlobalBounds
     # Never (default): a memory limit is never set below the author's. Lowering one below
     # the container's usage fails on cgroup v1 (the kernel refuses; the resize stays
@@ -276,18 +262,18 @@ class ResizerConfig(_Strict):
     # resize needs Kubernetes 1.33+, and a sidecar (a proxy, a log shipper) is often sized for
     # its own load, not for the node's speed: the admin opts in where the ratio fits it.
     sidecars: bool = False
-    overrides: Annotated[tuple[Override, ...], BeforeValidator(_list_to_tuple)] = ()
-    podAnnotations: FrozenMap[str, FrozenMap[str, PolicyBlock]] = Field(default_factory=lambda: MappingProxyType({}))
-    podLabels: FrozenMap[str, FrozenMap[str, PolicyBlock]] = Field(default_factory=lambda: MappingProxyType({}))
-    computeClasses: FrozenMap[str, PolicyBlock] = Field(default_factory=lambda: MappingProxyType({}))
+    overrides: tuple[Override, ...] = ()
+    podAnnotations: Mapping[str, Mapping[str, PolicyBlock]] = field(default_factory=lambda: MappingProxyType({}))
+    podLabels: Mapping[str, Mapping[str, PolicyBlock]] = field(default_factory=lambda: MappingProxyType({}))
+    computeClasses: Mapping[str, PolicyBlock] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def from_document(cls, document: object) -> ResizerConfig:
         """The structure of a parsed YAML document; :class:`ConfigError` lists every problem."""
-        try:
-            return cls.model_validate(document)
-        except ValidationError as error:
-            raise ConfigError(_structural_errors(error)) from None
+        config, errors = _structure(document)
+        if errors:
+            raise ConfigError(errors)
+        return config
 
 
 @dataclass(frozen=True)
@@ -314,52 +300,72 @@ class PodMatch:
         )
 
 
-# ---- pydantic's errors as (field path, message) ---------------------------------------------
+# ---- parsers: (value, path, errors) -> the typed value, or _INVALID with errors appended ------
 
-_MAPPING_ERRORS = frozenset({"dict_type", "mapping_type", "model_type", "model_attributes_type"})
-_LIST_ERRORS = frozenset({"list_type", "tuple_type"})
-
-
-def _structural_errors(error: ValidationError) -> list[tuple[str, str]]:
-    """One error per problem: what is under a key that is not a string is not checked further."""
-    details = error.errors(include_url=False)
-    bad_keys = [detail["loc"][:-1] for detail in details if _is_key_error(detail)]
-    return [
-        _path_and_message(detail)
-        for detail in details
-        if _is_key_error(detail) or not any(detail["loc"][: len(key)] == key for key in bad_keys)
-    ]
+_Parser = Callable[[object, str, list[tuple[str, str]]], Any]
+_INVALID: Any = object()
 
 
-def _is_key_error(detail: Mapping[str, Any]) -> bool:
-    """Pydantic reports a key that is not a string at ``(..., key, "[key]")`` (key as an int
-    or its repr); a field that happens to be named "[key]" does not repeat its value there."""
-    loc, value = detail["loc"], detail.get("input")
-    return (
-        detail["type"] == "string_type"
-        and len(loc) >= 2
-        and loc[-1] == "[key]"
-        and loc[-2] in (value, repr(value), str(value))
-    )
+def _structure(document: object) -> tuple[ResizerConfig, list[tuple[str, str]]]:
+    """The parsed document, or _INVALID and every structural problem ("(root)": the document)."""
+    errors: list[tuple[str, str]] = []
+    config = _parser(ResizerConfig)(document, "", errors)
+    return config, [(path or "(root)", message) for path, message in errors]
 
 
-def _path_and_message(detail: Mapping[str, Any]) -> tuple[str, str]:
-    loc, kind, value = detail["loc"], detail["type"], detail.get("input")
-    if _is_key_error(detail):
-        return _path((*loc[:-2], str(value))), f"key must be a string, got {value!r}"
-    if kind == "extra_forbidden":
-        return _path(loc), "unknown field"
-    if kind == "missing":
-        return _path(loc), "field required"
-    if kind == "string_type":
-        return _path(loc), f"must be a string, got {_shown(value)}"
-    if kind in _MAPPING_ERRORS:
-        return _path(loc), f"must be a mapping, got {_shown(value)}"
-    if kind in _LIST_ERRORS:
-        return _path(loc), f"must be a list, got {_shown(value)}"
-    if kind == "literal_error":
-        return _path(loc), f"must be {(detail.get('ctx') or {}).get('expected')}, got {_shown(value)}"
-    return _path(loc), str(detail["msg"]).removeprefix("Value error, ")
+@cache
+def _parser(field_type: Any) -> _Parser:
+    """The parser of a field type of the document's dataclasses."""
+    origin, args = get_origin(field_type), get_args(field_type)
+    if origin is Annotated:
+        return _checked(args[1])
+    if field_type is str:
+        return _checked(_string)
+    if field_type is bool:
+        return _checked(_boolean)
+    if origin is Literal:
+        return _checked(partial(_one_of, args))
+    if origin in (Union, UnionType):  # X | None, the only union of the document
+        (inner,) = (arg for arg in args if arg is not type(None))
+        return _optional(_parser(inner))
+    if origin is Mapping:
+        return _mapping_of(_parser(args[1]))
+    if origin is tuple:
+        return _list_of(_parser(args[0]))
+    if isinstance(field_type, type) and dataclasses.is_dataclass(field_type):
+        return _model(field_type)
+    raise TypeError(f"no parser for {field_type!r}")
+
+
+def _checked(check: Callable[[object], Any]) -> _Parser:
+    """A parser from a function that returns the value or raises ValueError."""
+
+    def parse(value: object, path: str, errors: list[tuple[str, str]]) -> Any:
+        try:
+            return check(value)
+        except ValueError as error:
+            errors.append((path, str(error)))
+            return _INVALID
+
+    return parse
+
+
+def _string(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {_shown(value)}")
+    return value
+
+
+def _boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be a boolean, got {_shown(value)}")
+    return value
+
+
+def _one_of(choices: tuple[str, ...], value: object) -> str:
+    if value not in choices:
+        raise ValueError(f"must be {' or '.join(map(repr, choices))}, got {_shown(value)}")
+    return value
 
 
 def _shown(value: object) -> str:
@@ -368,21 +374,96 @@ def _shown(value: object) -> str:
     return "null" if value is None else repr(value)
 
 
-_T = TypeVar("_T")
+def _optional(parser: _Parser) -> _Parser:
+    def parse(value: object, path: str, errors: list[tuple[str, str]]) -> Any:
+        return None if value is None else parser(value, path, errors)
+
+    return parse
 
 
-def _valid_or_none(adapter: TypeAdapter[_T], value: object) -> _T | None:
-    try:
-        return adapter.validate_python(value)
-    except ValidationError:
-        return None
+def _mapping_of(parser: _Parser) -> _Parser:
+    """A mapping with string keys, each value checked by ``parser``; what is under a key that
+    is not a string is not checked further."""
+
+    def parse(value: object, path: str, errors: list[tuple[str, str]]) -> Any:
+        if not isinstance(value, Mapping):
+            return _wrong(path, "a mapping", value, errors)
+        before = len(errors)
+        parsed = {}
+        for key, item in value.items():
+            if isinstance(key, str):
+                parsed[key] = parser(item, _at(path, key), errors)
+            else:
+                errors.append(_key_error(path, key))
+        return _INVALID if len(errors) > before else MappingProxyType(parsed)
+
+    return parse
 
 
-_STR: TypeAdapter[str] = TypeAdapter(Annotated[str, Strict()])
-_NODE_TYPES: TypeAdapter[Mapping[str, NodeTypeSpec]] = TypeAdapter(Annotated[FrozenMap[str, NodeTypeSpec], Strict()])
-_GLOBAL_BOUNDS: TypeAdapter[GlobalBounds] = TypeAdapter(GlobalBounds)
-_OVERRIDE: TypeAdapter[Override] = TypeAdapter(Override)
-_BLOCK: TypeAdapter[PolicyBlock] = TypeAdapter(PolicyBlock)
+def _list_of(parser: _Parser) -> _Parser:
+    def parse(value: object, path: str, errors: list[tuple[str, str]]) -> Any:
+        if not isinstance(value, (list, tuple)):
+            return _wrong(path, "a list", value, errors)
+        before = len(errors)
+        parsed = tuple(parser(item, f"{path}[{index}]", errors) for index, item in enumerate(value))
+        return _INVALID if len(errors) > before else parsed
+
+    return parse
+
+
+def _model(cls: type[Any]) -> _Parser:
+    """A mapping with the fields of dataclass ``cls``, those without a default required and
+    unknown ones refused; a ValueError of ``cls`` itself is a problem of the whole mapping."""
+    field_types = get_type_hints(cls, include_extras=True)
+    fields = {
+        field.name: (_parser(field_types[field.name]), field.default is MISSING and field.default_factory is MISSING)
+        for field in dataclasses.fields(cls)
+    }
+
+    def parse(value: object, path: str, errors: list[tuple[str, str]]) -> Any:
+        if not isinstance(value, dict):
+            return _wrong(path, "a mapping", value, errors)
+        before = len(errors)
+        parsed = {}
+        for name, (parser, required) in fields.items():
+            if name in value:
+                parsed[name] = parser(value[name], _at(path, name), errors)
+            elif required:
+                errors.append((_at(path, name), "field required"))
+        for key in value:
+            if not isinstance(key, str):
+                errors.append(_key_error(path, key))
+            elif key not in fields:
+                errors.append((_at(path, key), "unknown field"))
+        if len(errors) > before:
+            return _INVALID
+        try:
+            return cls(**parsed)
+        except ValueError as error:
+            errors.append((path, str(error)))
+            return _INVALID
+
+    return parse
+
+
+def _wrong(path: str, expected: str, value: object, errors: list[tuple[str, str]]) -> Any:
+    errors.append((path, f"must be {expected}, got {_shown(value)}"))
+    return _INVALID
+
+
+def _key_error(path: str, key: object) -> tuple[str, str]:
+    return _at(path, str(key)), f"key must be a string, got {key!r}"
+
+
+def _at(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _valid_or_none(field_type: Any, value: object) -> Any:
+    """``value`` parsed as a field of ``field_type``, or None if it is not one."""
+    errors: list[tuple[str, str]] = []
+    parsed = _parser(field_type)(value, "", errors)
+    return None if errors else parsed
 
 
 @dataclass(frozen=True)
@@ -439,10 +520,9 @@ def load_config(text: str) -> CompiledConfig:
     of the document that is itself structurally valid.
     """
     document = _parse_yaml(text)
-    try:
-        config = ResizerConfig.model_validate(document)
-    except ValidationError as error:
-        raise ConfigError(_structural_errors(error) + _semantic_errors(_valid_parts(document))) from None
+    config, errors = _structure(document)
+    if errors:
+        raise ConfigError(errors + _semantic_errors(_valid_parts(document)))
     return compile_config(config)
 
 
@@ -486,18 +566,6 @@ def _parse_yaml(text: str) -> dict[str, Any]:
     return document
 
 
-def _path(loc: tuple[int | str, ...]) -> str:
-    """``overrides[2].match``: the only list of the document is ``overrides``; any other
-    int in a location is a mapping key that YAML read as a number."""
-    path = ""
-    for index, part in enumerate(loc):
-        if isinstance(part, int) and index == 1 and loc[0] == "overrides":
-            path += f"[{part}]"
-        else:
-            path += f".{part}" if path else str(part)
-    return path or "(root)"
-
-
 def _valid_parts(document: Mapping[str, Any]) -> PartialConfig:
     """The parts of ``document`` that are valid on their own (others are None)."""
 
@@ -506,20 +574,20 @@ def _valid_parts(document: Mapping[str, Any]) -> PartialConfig:
 
     def blocks(section: str) -> dict[str, dict[str, PolicyBlock | None]]:
         return {
-            key: {value: _valid_or_none(_BLOCK, raw) for value, raw in mapping(by_value).items()}
+            key: {value: _valid_or_none(PolicyBlock, raw) for value, raw in mapping(by_value).items()}
             for key, by_value in mapping(document.get(section)).items()
         }
 
     overrides = document.get("overrides")
     return PartialConfig(
-        baselineNodeType=_valid_or_none(_STR, document.get("baselineNodeType")),
-        nodeTypes=_valid_or_none(_NODE_TYPES, document.get("nodeTypes")),
-        bounds=_valid_or_none(_GLOBAL_BOUNDS, document.get("bounds")),
-        overrides=tuple(_valid_or_none(_OVERRIDE, raw) for raw in (overrides if isinstance(overrides, list) else [])),
+        baselineNodeType=_valid_or_none(str, document.get("baselineNodeType")),
+        nodeTypes=_valid_or_none(Mapping[str, NodeTypeSpec], document.get("nodeTypes")),
+        bounds=_valid_or_none(GlobalBounds, document.get("bounds")),
+        overrides=tuple(_valid_or_none(Override, raw) for raw in (overrides if isinstance(overrides, list) else [])),
         podAnnotations=blocks("podAnnotations"),
         podLabels=blocks("podLabels"),
         computeClasses={
-            name: _valid_or_none(_BLOCK, raw) for name, raw in mapping(document.get("computeClasses")).items()
+            name: _valid_or_none(PolicyBlock, raw) for name, raw in mapping(document.get("computeClasses")).items()
         },
     )
 

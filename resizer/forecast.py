@@ -19,10 +19,10 @@ from resizer.config import CompiledConfig, resolve_policy
 from resizer.eligibility import eligibility
 from resizer.errors import ResizerError
 from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
-from resizer.originals import read_originals, read_pod_originals, sidecars
+from resizer.originals import read_originals, read_pod_originals
 from resizer.pinning import plan_bound_pod
 from resizer.plan import POD_LEVEL, ResizePlan
-from resizer.podstate import read_state
+from resizer.podstate import read_state, resizable_containers
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
 from resizer.vpa import Owner, deployment_of
@@ -216,10 +216,10 @@ def forecast_fleet(
         try:
             decision = baseline(pod, keyring)  # per pod: a MAC binds the pod's identity
         except ResizerError as error:
-            not_resized.append(_held(pod, node, node_type, "ResizeFailed", str(error)))
+            not_resized.append(_pod_forecast(pod, node, node_type, "ResizeFailed", str(error)))
             continue
         if decision.refused:
-            not_resized.append(_held(pod, node, node_type, "OriginalsUnverified", decision.check.reason))
+            not_resized.append(_pod_forecast(pod, node, node_type, "OriginalsUnverified", decision.check.reason))
             continue
         pod_level, sized = node in pod_level_nodes, decision.check.scope == "sized"
         plan_key = _plan_key(decision.pod, node_type) + str((pod_level, sized))
@@ -229,13 +229,8 @@ def forecast_fleet(
                 decision.pod, node, node_type, config, resize_restart_containers, pod_level, sized
             )
         if decision.check.trust is Trust.TRUSTED_IF_ALIGNED and shared.outcome == "Resize":
-            shared = _held(
-                pod,
-                node,
-                node_type,
-                "OriginalsUnverified",
-                f"{decision.check.reason}, and the pod is not aligned with them",
-            )
+            detail = f"{decision.check.reason}, and the pod is not aligned with them"
+            shared = _pod_forecast(pod, node, node_type, "OriginalsUnverified", detail)
         forecast = replace(
             shared,
             namespace=namespace,
@@ -251,26 +246,6 @@ def forecast_fleet(
             not_resized.append(forecast)
     ordered = [groups[key] for key in sorted(groups)]
     return FleetForecast(ordered, dict(sorted(skipped.items())), not_resized)
-
-
-def _held(pod: Mapping[str, Any], node: str, node_type: str, outcome: str, detail: str) -> PodForecast:
-    """A pod the reconciler would leave as it is, and why."""
-    metadata = pod.get("metadata") or {}
-    cpu, memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
-    return PodForecast(
-        str(metadata.get("namespace")),
-        str(metadata.get("name")),
-        workload_of(pod),
-        node,
-        node_type,
-        outcome,
-        cpu,
-        cpu,
-        memory,
-        memory,
-        None,
-        detail,
-    )
 
 
 def _plan_key(pod: Mapping[str, Any], node_type: str) -> str:
@@ -300,42 +275,53 @@ def forecast_pod(
     pod_level: bool = False,
     sized_at_admission: bool = False,
 ) -> PodForecast:
-    metadata = pod.get("metadata") or {}
-    current_cpu, current_memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
-    try:
-        original_cpu, original_memory = _original_requests(pod)
-    except ResizerError:
-        original_cpu, original_memory = current_cpu, current_memory
-
-    def result(outcome: str, plan: ResizePlan | None = None, detail: str = "") -> PodForecast:
-        desired_cpu, desired_memory = current_cpu, current_memory
-        if plan is not None and outcome in ("Resize", "AlreadyAligned"):
-            desired_cpu += _delta(plan, "cpu")
-            desired_memory += _delta(plan, "memory")
-        return PodForecast(
-            str(metadata.get("namespace")),
-            str(metadata.get("name")),
-            workload_of(pod),
-            node,
-            node_type,
-            outcome,
-            current_cpu,
-            desired_cpu,
-            current_memory,
-            desired_memory,
-            plan,
-            detail or (plan.summary() if plan else ""),
-            original_cpu,
-            original_memory,
-        )
-
     try:
         plan = plan_bound_pod(
             pod, resolve_policy(config, pod), node_type, resize_restart_containers, pod_level, sized_at_admission
         )
     except ResizerError as error:
-        return result("ResizeFailed", detail=str(error))
-    return result(plan.outcome, plan)
+        return _pod_forecast(pod, node, node_type, "ResizeFailed", str(error), authored=True)
+    return _pod_forecast(pod, node, node_type, plan.outcome, plan=plan, authored=True)
+
+
+def _pod_forecast(
+    pod: Mapping[str, Any],
+    node: str,
+    node_type: str,
+    outcome: str,
+    detail: str = "",
+    plan: ResizePlan | None = None,
+    authored: bool = False,
+) -> PodForecast:
+    """The pod's requests now and with ``plan``; ``authored``: also as authored (the baseline's
+    originals, the current ones when unreadable), else none (a pod the reconciler leaves as it is)."""
+    metadata = pod.get("metadata") or {}
+    cpu, memory = _requests(pod, to_millicores, "cpu"), _requests(pod, to_bytes, "memory")
+    desired_cpu, desired_memory = cpu, memory
+    if plan is not None and outcome in ("Resize", "AlreadyAligned"):
+        desired_cpu, desired_memory = cpu + _delta(plan, "cpu"), memory + _delta(plan, "memory")
+    original_cpu = original_memory = 0
+    if authored:
+        try:
+            original_cpu, original_memory = _original_requests(pod)
+        except ResizerError:
+            original_cpu, original_memory = cpu, memory
+    return PodForecast(
+        str(metadata.get("namespace")),
+        str(metadata.get("name")),
+        workload_of(pod),
+        node,
+        node_type,
+        outcome,
+        cpu,
+        desired_cpu,
+        memory,
+        desired_memory,
+        plan,
+        detail or (plan.summary() if plan else ""),
+        original_cpu,
+        original_memory,
+    )
 
 
 def _delta(plan: ResizePlan, resource: str) -> int:
@@ -362,27 +348,18 @@ def _original_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     return cpu, memory
 
 
-def _pod_level_request(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str) -> int | None:
-    """The pod-level request of ``resource``; None when unset or unreadable (then the containers count)."""
-    value = (((pod.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(resource)
-    if value is None:
-        return None
-    try:
-        return units(coerce_quantity(value))
-    except QuantityError:
-        return None
-
-
 def _requests(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str) -> int:
-    pod_level = _pod_level_request(pod, units, resource)
+    """The pod's request of ``resource`` the scheduler counts: the pod level's where it is set and
+    readable, else its containers' and sidecars' (an unreadable one counting as none)."""
+
+    def request(holder: Mapping[str, Any]) -> int | None:
+        value = ((holder.get("resources") or {}).get("requests") or {}).get(resource)
+        try:
+            return None if value is None else units(coerce_quantity(value))
+        except QuantityError:
+            return None
+
+    pod_level = request(pod.get("spec") or {})
     if pod_level is not None:
         return pod_level
-    total = 0
-    for container in [*((pod.get("spec") or {}).get("containers") or []), *sidecars(pod)]:
-        value = ((container.get("resources") or {}).get("requests") or {}).get(resource)
-        if value is not None:
-            try:
-                total += units(coerce_quantity(value))
-            except QuantityError:
-                continue
-    return total
+    return sum(request(container) or 0 for container in resizable_containers(pod))

@@ -73,11 +73,8 @@ import orjson
 
 from resizer.errors import ResizerError
 from resizer.originals import (
-    OriginalsError,
     missing_original_annotations,
     original_keys,
-    originals_as_recorded,
-    originals_as_written,
     originals_from_spec_annotations,
     sidecar_original_keys,
 )
@@ -279,13 +276,12 @@ def check_originals(
 
 
 def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str, str] | None) -> OriginalsCheck:
+    state = read_state(pod)  # its keys are not refused: check_originals raised for those
+
     def spec() -> dict[str, str]:  # under the keys the pod's originals use (legacy ones included)
-        return originals_as_recorded(
-            pod, spec_originals if spec_originals is not None else originals_from_spec_annotations(pod)
-        )
+        return state.as_recorded(spec_originals if spec_originals is not None else originals_from_spec_annotations(pod))
 
     meta = pod.get("metadata") or {}
-    state = read_state(pod)
     originals = dict(state.originals)
     generation = meta.get("generation")
     # No generation (an apiserver older than 1.35): whether the spec changed cannot be known.
@@ -535,11 +531,7 @@ def _sized_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | 
     webhook added after the webhook's last call: as created, never sized by us, the apiserver calls
     a webhook again at most once), so no container is ever left without originals."""
     missing = missing_original_annotations(pod)
-    binding: dict[str, str | None] = dict(missing)
-    binding.update(
-        mac_patch(sign_originals(keyring, {**original_annotations(pod), **missing}, PodIdentity.of(pod), "pod"))
-    )
-    return binding
+    return {**missing, **pod_mac(pod, keyring, missing)}
 
 
 def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
@@ -548,14 +540,7 @@ def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | Non
     key), so their baseline is the spec. Step 1 records them, with a pod MAC over all the originals."""
     late = _late_keys(pod)
     missing = {key: value for key, value in missing_original_annotations(pod).items() if key in late}
-    if not missing:
-        return None
-    stamp: dict[str, str | None] = dict(missing)
-    if keyring:
-        stamp.update(
-            mac_patch(sign_originals(keyring, {**original_annotations(pod), **missing}, PodIdentity.of(pod), "pod"))
-        )
-    return stamp
+    return {**missing, **pod_mac(pod, keyring, missing)} if missing else None
 
 
 def admission_stamp(
@@ -591,13 +576,13 @@ def admitted_originals(
     if secret is None or not originals:
         return None
     spec = spec_originals if spec_originals is not None else originals_from_spec_annotations(pod)
-    try:  # (signed under the keys the pod carries: legacy ones too, from a webhook before an upgrade)
-        covered = _sized_cover(originals, record, originals_as_recorded(pod, spec))
-        if not _matches(secret, covered, PodIdentity.of(pod, namespace, "sized"), "sized", parsed.digest):
-            return None
-        return originals_as_written(pod, originals)
-    except OriginalsError:  # colliding keys: no record of ours can describe this pod
+    if state.keys_refused is not None:  # colliding keys: no record of ours can describe this pod
         return None
+    # (signed under the keys the pod carries: legacy ones too, from a webhook before an upgrade)
+    covered = _sized_cover(originals, record, state.as_recorded(spec))
+    if not _matches(secret, covered, PodIdentity.of(pod, namespace, "sized"), "sized", parsed.digest):
+        return None
+    return state.as_written(originals)
 
 
 def sized_stamp(
@@ -631,12 +616,13 @@ def _sized_cover(originals: Mapping[str, str], record: str, sized: Mapping[str, 
     }
 
 
-def pod_mac(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str]:
-    """The MAC (:func:`resizer.podstate.mac_patch`) binding the pod's current originals to this pod
-    (empty without keys)."""
+def pod_mac(pod: Mapping[str, Any], keyring: KeyRing, added: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The MAC (:func:`resizer.podstate.mac_patch`) binding the pod's current originals, with
+    ``added`` ones stamped along, to this pod (empty without keys)."""
     if not keyring:
         return {}
-    return mac_patch(sign_originals(keyring, original_annotations(pod), PodIdentity.of(pod), "pod"))
+    originals = {**original_annotations(pod), **(added or {})}
+    return mac_patch(sign_originals(keyring, originals, PodIdentity.of(pod), "pod"))
 
 
 def pod_mac_stand_in(keyring: KeyRing) -> dict[str, str]:

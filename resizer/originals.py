@@ -28,7 +28,6 @@ from resizer.podstate import (
     Original,
     OriginalsError,
     Slot,
-    pod_level_keys,
     pod_original_key,
     read_state,
     resizable_containers,
@@ -43,10 +42,7 @@ __all__ = [
     "OriginalsError",
     "ResourceOriginal",
     "missing_original_annotations",
-    "missing_pod_level_originals",
     "original_keys",
-    "originals_as_recorded",
-    "originals_as_written",
     "originals_from_spec_annotations",
     "read_originals",
     "read_pod_originals",
@@ -144,40 +140,12 @@ def originals_from_spec_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     return originals
 
 
-def missing_pod_level_originals(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The pod-level subset of :func:`missing_original_annotations` (keys a pod stamped before
-    pod-level sizing lacks)."""
-    present = read_state(pod).originals
-    return {
-        key: value
-        for key, value in originals_from_spec_annotations(pod).items()
-        if key in pod_level_keys() and key not in present
-    }
-
-
 def missing_original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     """The subset of :func:`originals_from_spec_annotations` whose originals the pod does not
     hold yet (under any key :func:`original_keys` reads)."""
     state = read_state(pod)
     state.container_originals()
     return {key: value for key, value in originals_from_spec_annotations(pod).items() if not state.holds(key)}
-
-
-def originals_as_recorded(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[str, str]:
-    """``originals`` (keyed as :func:`originals_from_spec_annotations` writes them) under the keys
-    that hold them on ``pod`` (:func:`original_keys`: a legacy key where the pod has only that):
-    what compares with, or was signed with, the pod's own annotations."""
-    state = read_state(pod)
-    state.container_originals()
-    return state.as_recorded(originals)
-
-
-def originals_as_written(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[str, str]:
-    """The inverse of :func:`originals_as_recorded`: the pod's ``originals`` under the keys
-    written today (a legacy key's value under the key it stands for)."""
-    state = read_state(pod)
-    state.container_originals()
-    return state.as_written(originals)
 
 
 def original_keys(pod: Mapping[str, Any]) -> dict[str, dict[Slot, str]]:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from resizer.config import CompiledConfig, Policy, resolve_policy
 from resizer.originals import originals_from_spec_annotations
-from resizer.plan import POD_LEVEL, ResizePlan, ResourceChange, plan_resize
+from resizer.plan import POD_LEVEL, ResizePlan, plan_resize, resources_with
 from resizer.podstate import original_key, pod_original_key, without_controller_owned
 from resizer.preflight import limit_range_hold
 from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory
@@ -152,16 +152,7 @@ def admission_sizing(pod: Mapping[str, Any], config: CompiledConfig, node_type: 
     node's in-place pod-level resize. None when there is nothing to change (aligned already, or
     not sized: unknown type, QoS change, nothing sizable). Raises like
     :func:`resizer.plan.plan_resize`."""
-    metadata = pod.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
-    # The spec as sent is the baseline, whatever original-* the client wrote.
-    as_sent = {
-        **pod,
-        "metadata": {
-            **metadata,
-            "annotations": without_controller_owned(annotations),
-        },
-    }
+    as_sent = _without_controller_owned(pod)  # the spec as sent is the baseline, whatever original-* it carries
     plan = plan_resize(as_sent, resolve_policy(config, as_sent), node_type, pod_level=True)
     if plan.outcome != "Resize":
         return None
@@ -176,14 +167,14 @@ def _sized_pod(pod: Mapping[str, Any], plan: ResizePlan) -> dict[str, Any]:
     spec = dict(pod.get("spec") or {})
     level = [change for change in plan.changed if change.container == POD_LEVEL]
     if level:
-        spec["resources"] = _applied(spec.get("resources") or {}, level)
+        spec["resources"] = resources_with(spec.get("resources") or {}, level)
     for field, sidecar in (("containers", False), ("initContainers", True)):
         if field not in spec:
             continue
         spec[field] = [
             {
                 **container,
-                "resources": _applied(
+                "resources": resources_with(
                     container.get("resources") or {},
                     [
                         change
@@ -197,18 +188,6 @@ def _sized_pod(pod: Mapping[str, Any], plan: ResizePlan) -> dict[str, Any]:
             for container in spec.get(field) or []
         ]
     return {**pod, "spec": spec}
-
-
-def _applied(current: Mapping[str, Any], changes: Iterable[ResourceChange]) -> dict[str, Any]:
-    resources = {kind: dict(values or {}) for kind, values in current.items()}
-    for change in changes:
-        for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
-            if amount is not None:
-                resources.setdefault(kind, {})[change.resource] = _FORMAT[change.resource](amount)
-    return resources
-
-
-_FORMAT = {"cpu": format_cpu, "memory": format_memory}
 
 
 def _ops(pod: Mapping[str, Any], plan: ResizePlan) -> list[dict[str, Any]]:
@@ -231,7 +210,7 @@ def _ops(pod: Mapping[str, Any], plan: ResizePlan) -> list[dict[str, Any]]:
         for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):
             if amount is None:
                 continue
-            value = _FORMAT[change.resource](amount)
+            value = (format_cpu if change.resource == "cpu" else format_memory)(amount)
             if isinstance(resources.get(kind), Mapping) or f"{base}/{kind}" in added:
                 ops.append({"op": "add", "path": f"{base}/{kind}/{change.resource}", "value": value})
             else:  # (the apiserver defaults requests from limits before admission: not expected)
@@ -324,7 +303,6 @@ def as_authored(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[st
     (:func:`resizer.integrity.admitted_originals`): every recorded value back in the spec, the
     values without one as the spec has them (added by a later webhook: part of the pod as
     created), and no controller-owned annotation."""
-    metadata = pod.get("metadata") or {}
     spec: dict[str, Any] = dict(pod.get("spec") or {})
     lists = {field: list(spec.get(field) or []) for field in ("containers", "initContainers")}
     for field, index, holder in _holders(pod.get("spec") or {}):
@@ -337,15 +315,12 @@ def as_authored(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[st
         else:
             lists[field][index] = {**holder, "resources": resources}
     spec.update((field, items) for field, items in lists.items() if field in spec)
-    annotations = metadata.get("annotations") or {}
-    return {
-        **pod,
-        "metadata": {
-            **metadata,
-            "annotations": without_controller_owned(annotations),
-        },
-        "spec": spec,
-    }
+    return {**_without_controller_owned(pod), "spec": spec}
+
+
+def _without_controller_owned(pod: Mapping[str, Any]) -> dict[str, Any]:
+    metadata = pod.get("metadata") or {}
+    return {**pod, "metadata": {**metadata, "annotations": without_controller_owned(metadata.get("annotations") or {})}}
 
 
 def values_patch(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[dict[str, Any]]:

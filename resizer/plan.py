@@ -36,6 +36,7 @@ __all__ = [
     "desired_limit",
     "desired_quantity",
     "plan_resize",
+    "resources_with",
 ]
 
 Clamp = Literal["min", "max"]
@@ -243,18 +244,17 @@ def plan_resize(
         return plan("UnknownNodeType")
     if _pod_level(pod) and not pod_level:
         return plan("PodLevelResources")
-    ratios = _ratios(policy.node_types[policy.baseline_node_type], node)
-    bounds: dict[Resource, Bounds] = {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds}
-    keep_memory_limits = policy.memory_limit_decrease == "Never"
-    changes = tuple(
-        _changes(
-            pod, read_originals(pod), ratios, bounds, resize_restart_containers, keep_memory_limits, policy.sidecars
-        )
+    sizing = _Sizing(
+        _ratios(policy.node_types[policy.baseline_node_type], node),
+        {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds},
+        resize_restart_containers,
+        policy.memory_limit_decrease == "Never",
     )
+    changes = tuple(_changes(pod, read_originals(pod), sizing, policy.sidecars))
     pod_originals = read_pod_originals(pod)
     if pod_originals is not None:
         try:
-            changes += tuple(_pod_level_changes(pod, pod_originals, changes, ratios, bounds, keep_memory_limits))
+            changes += tuple(_pod_level_changes(pod, pod_originals, changes, sizing))
         except QuantityError as error:
             raise PlanError(f"cannot read the containers' resources: {error}") from None
     if all(change.skipped is not None for change in changes):
@@ -270,71 +270,49 @@ def plan_resize(
     return plan("Resize" if patch else "AlreadyAligned", changes, patch)
 
 
+@dataclass(frozen=True)
+class _Sizing:
+    """What sizes each resource of a pod on its node type (the policy's, for this node type)."""
+
+    ratios: Mapping[Resource, Fraction]
+    bounds: Mapping[Resource, Bounds]
+    resize_restart_containers: bool
+    keep_memory_limits: bool  # memoryLimitDecrease: Never
+
+
 def _ratios(baseline: NodeProfile, node: NodeProfile) -> dict[Resource, Fraction]:
     return {"cpu": baseline.cpu_perf / node.cpu_perf, "memory": baseline.mem_perf / node.mem_perf}
 
 
 def _changes(
-    pod: Mapping[str, Any],
-    originals: Mapping[str, ContainerOriginals],
-    ratios: Mapping[Resource, Fraction],
-    bounds: Mapping[Resource, Bounds],
-    resize_restart_containers: bool,
-    keep_memory_limits: bool,
-    size_sidecars: bool,
+    pod: Mapping[str, Any], originals: Mapping[str, ContainerOriginals], sizing: _Sizing, size_sidecars: bool
 ) -> Iterator[ResourceChange]:
     for container in _containers(pod):
-        yield from _container_changes(
-            container, originals, ratios, bounds, resize_restart_containers, keep_memory_limits
-        )
-    unchanged = {resource: Fraction(1) for resource in _RESOURCES}
+        yield from _container_changes(container, originals, sizing)
+    unchanged = replace(sizing, ratios={resource: Fraction(1) for resource in _RESOURCES})
     for sidecar in sidecars(pod):
         if size_sidecars:
-            yield from _container_changes(
-                sidecar, originals, ratios, bounds, resize_restart_containers, keep_memory_limits, sidecar=True
-            )
+            yield from _container_changes(sidecar, originals, sizing, sidecar=True)
             continue
         # Not sized: back to its original if it differs (sized while the opt-in was on).
-        for change in _container_changes(
-            sidecar, originals, unchanged, bounds, resize_restart_containers, keep_memory_limits, sidecar=True
-        ):
+        for change in _container_changes(sidecar, originals, unchanged, sidecar=True):
             if change.changed:
                 yield replace(change, held=SIDECARS_OFF)
 
 
 def _container_changes(
-    container: Mapping[str, Any],
-    originals: Mapping[str, ContainerOriginals],
-    ratios: Mapping[Resource, Fraction],
-    bounds: Mapping[Resource, Bounds],
-    resize_restart_containers: bool,
-    keep_memory_limits: bool,
-    sidecar: bool = False,
+    container: Mapping[str, Any], originals: Mapping[str, ContainerOriginals], sizing: _Sizing, sidecar: bool = False
 ) -> Iterator[ResourceChange]:
-    restart_resources = set() if resize_restart_containers else _restart_resources(container)
-    container_originals = originals[container["name"]]
+    restart_resources = set() if sizing.resize_restart_containers else _restart_resources(container)
     for resource in _RESOURCES:
-        change = _resource_change(
-            container,
-            resource,
-            container_originals.of(resource),
-            ratios[resource],
-            bounds[resource],
-            resource in restart_resources,
-            keep_memory_limits and resource == "memory",
-        )
+        original = originals[container["name"]].of(resource)
+        change = _resource_change(container, resource, original, sizing, resource in restart_resources)
         if change is not None:
             yield replace(change, sidecar=True) if sidecar else change
 
 
 def _resource_change(
-    container: Mapping[str, Any],
-    resource: Resource,
-    original: ResourceOriginal,
-    ratio: Fraction,
-    bounds: Bounds,
-    skip: bool,
-    keep_limit: bool,
+    container: Mapping[str, Any], resource: Resource, original: ResourceOriginal, sizing: _Sizing, skip: bool
 ) -> ResourceChange | None:
     to_units = _TO_UNITS[resource]
     original_request = to_units(original.request) if original.request is not None else 0
@@ -342,30 +320,23 @@ def _resource_change(
         return None  # nothing to scale; a zero request is left alone like a missing one
     original_limit = to_units(original.limit) if original.limit is not None else None
     current_request, current_limit = (_current(container, kind, resource) for kind in ("requests", "limits"))
-    if skip:
-        return ResourceChange(
-            container["name"],
-            resource,
-            original_request=original_request,
-            desired_request=original_request if current_request is None else current_request,
-            current_request=current_request,
-            original_limit=original_limit,
-            desired_limit=current_limit,
-            current_limit=current_limit,
-            skipped=RESTART_CONTAINER_POLICY,
-        )
-    desired_request, clamped = desired_quantity(original_request, ratio, bounds)
-    limit = None
-    held = None
-    if original_limit is not None:
-        limit = desired_limit(original_request, original_limit, desired_request, MAX_UNITS[resource])
-        if keep_limit and limit < original_limit:
-            # Never lower a memory limit below the author's: a Guaranteed container keeps
-            # its memory request too (request == limit), a Burstable one only its limit.
-            held = MEMORY_LIMIT_KEPT
-            limit = original_limit
-            if original_limit == original_request:
-                desired_request, clamped = original_request, None
+    clamped: Clamp | None = None
+    held: str | None = None
+    if skip:  # left as it is (restart policy)
+        desired_request = original_request if current_request is None else current_request
+        limit = current_limit
+    else:
+        desired_request, clamped = desired_quantity(original_request, sizing.ratios[resource], sizing.bounds[resource])
+        limit = None
+        if original_limit is not None:
+            limit = desired_limit(original_request, original_limit, desired_request, MAX_UNITS[resource])
+            if sizing.keep_memory_limits and resource == "memory" and limit < original_limit:
+                # Never lower a memory limit below the author's: a Guaranteed container keeps
+                # its memory request too (request == limit), a Burstable one only its limit.
+                held = MEMORY_LIMIT_KEPT
+                limit = original_limit
+                if original_limit == original_request:
+                    desired_request, clamped = original_request, None
     return ResourceChange(
         container["name"],
         resource,
@@ -377,6 +348,7 @@ def _resource_change(
         current_limit=current_limit,
         clamped=clamped,
         held=held,
+        skipped=RESTART_CONTAINER_POLICY if skip else None,
     )
 
 
@@ -384,9 +356,7 @@ def _pod_level_changes(
     pod: Mapping[str, Any],
     originals: ContainerOriginals,
     container_changes: tuple[ResourceChange, ...],
-    ratios: Mapping[Resource, Fraction],
-    bounds: Mapping[Resource, Bounds],
-    keep_memory_limits: bool,
+    sizing: _Sizing,
 ) -> Iterator[ResourceChange]:
     """The pod-level values (``spec.resources``), each like a container's, then raised to what
     the apiserver validates against the resized containers: a pod-level request at least the
@@ -396,15 +366,7 @@ def _pod_level_changes(
     aggregate = pod_totals(containers_spec)
     level = {"resources": (pod.get("spec") or {}).get("resources") or {}}
     for resource in _RESOURCES:
-        change = _resource_change(
-            level | {"name": POD_LEVEL},
-            resource,
-            originals.of(resource),
-            ratios[resource],
-            bounds[resource],
-            False,
-            keep_memory_limits and resource == "memory",
-        )
+        change = _resource_change(level | {"name": POD_LEVEL}, resource, originals.of(resource), sizing, False)
         if change is None:
             continue
         needed_request = aggregate.get(("requests", resource), 0)
@@ -452,16 +414,17 @@ def _resized_spec(pod: Mapping[str, Any], changes: tuple[ResourceChange, ...]) -
             spec[group] = [
                 {
                     **container,
-                    "resources": _targets_applied(container.get("resources"), targets.get(container["name"], ())),
+                    "resources": resources_with(container.get("resources"), targets.get(container["name"], ())),
                 }
                 for container in spec.get(group) or []
             ]
     if POD_LEVEL in targets:
-        spec["resources"] = _targets_applied(spec.get("resources"), targets[POD_LEVEL])
+        spec["resources"] = resources_with(spec.get("resources"), targets[POD_LEVEL])
     return spec
 
 
-def _targets_applied(current: Mapping[str, Any] | None, changes: Iterable[ResourceChange]) -> dict[str, Any]:
+def resources_with(current: Mapping[str, Any] | None, changes: Iterable[ResourceChange]) -> dict[str, Any]:
+    """A ``resources`` map (requests, limits) with the changes' desired values written in."""
     resources = {kind: dict(values or {}) for kind, values in (current or {}).items()}
     for change in changes:
         for kind, amount in (("requests", change.desired_request), ("limits", change.desired_limit)):

@@ -65,7 +65,6 @@ __all__ = [
     "mirror_and_skip",
     "mac_patch",
     "original_key",
-    "originals_patch",
     "originals_removal",
     "pod_level_keys",
     "pod_original_key",
@@ -115,11 +114,7 @@ _LEGACY_DIGEST_LENGTH = 8  # hex characters of sha256: 32 bits
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
 
 
-def original_key(
-    container: str,
-    resource: Literal["cpu", "memory"],
-    kind: Literal["request", "limit"],
-) -> str:
+def original_key(container: str, resource: Resource, kind: Kind) -> str:
     """Annotation key the product writes a container's baseline request or limit under.
 
     ``workload-resizer.io/original-cpu.<container>`` (request) or
@@ -140,11 +135,7 @@ def original_key(
     return _original_key(container, resource, kind, False)
 
 
-def legacy_original_key(
-    container: str,
-    resource: Literal["cpu", "memory"],
-    kind: Literal["request", "limit"],
-) -> str:
+def legacy_original_key(container: str, resource: Resource, kind: Kind) -> str:
     """The key earlier versions wrote: :func:`original_key` for names whose key fits verbatim,
     else ``<stem>.<truncated container>-<8 hex of sha256(container)>``, 63 long. 32 bits: two
     valid names sharing it are found in under a second. Read (where unambiguous), never written."""
@@ -172,7 +163,7 @@ def _original_key(container: str, resource: str, kind: str, legacy: bool) -> str
     return PREFIX + name
 
 
-def pod_original_key(resource: Literal["cpu", "memory"], kind: Literal["request", "limit"]) -> str:
+def pod_original_key(resource: Resource, kind: Kind) -> str:
     """Annotation key holding the pod-level (``spec.resources``) baseline request or limit:
     ``workload-resizer.io/original-pod-cpu``, ``original-pod-cpu-limit``, likewise for memory.
     Never equal to a container's key (those have a ``.<container>`` suffix)."""
@@ -462,10 +453,7 @@ def read_state(pod: Mapping[str, Any]) -> PodState:
     """The pod's state as the product sees it, parsed once from ``metadata.annotations`` (and the
     container names of its spec, which name the originals' keys). Never raises for what the
     annotations hold: see :class:`PodState` for how odd values read."""
-    metadata = pod.get("metadata") or {}
-    annotations: Mapping[str, Any] = metadata.get("annotations") or {} if isinstance(metadata, Mapping) else {}
-    if not isinstance(annotations, Mapping):
-        annotations = {}
+    annotations = _annotations(pod)
     names = _container_names(pod)
     recent = _RECENT.get(id(pod))
     if recent is not None and recent[0] is pod and recent[2] == names and recent[1] == annotations:
@@ -481,11 +469,14 @@ def read_state(pod: Mapping[str, Any]) -> PodState:
 def mirror_and_skip(pod: Mapping[str, Any]) -> tuple[bool, bool]:
     """:attr:`PodState.mirror` and :attr:`PodState.skip` of ``pod``, read alone (eligibility's
     question for every review, most of whose pods carry no other record)."""
+    annotations = _annotations(pod)
+    return MIRROR_POD in annotations, _skip(annotations)
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {} if isinstance(metadata, Mapping) else {}
-    if not isinstance(annotations, Mapping):
-        return False, False
-    return MIRROR_POD in annotations, _skip(annotations)
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def _skip(annotations: Mapping[str, Any]) -> bool:
@@ -536,10 +527,7 @@ def _text(value: Any) -> str | None:
 
 # ---------------------------------------------------------------- which key holds which original
 
-_POD_LEVEL_KEYS: Mapping[Slot, str] = {
-    (resource, kind): f"{_ORIGINAL_PREFIX}pod-{resource}" + ("-limit" if kind == "limit" else "")
-    for resource, kind in _SLOTS
-}
+_POD_LEVEL_KEYS: Mapping[Slot, str] = {slot: pod_original_key(*slot) for slot in _SLOTS}
 # The pod-level (spec.resources) keys, which pods stamped before pod-level sizing lack.
 POD_ORIGINAL_KEYS: frozenset[str] = frozenset(_POD_LEVEL_KEYS.values())
 _UNRECORDED_POD_LEVEL: Mapping[Slot, Original] = {slot: Original(key, False) for slot, key in _POD_LEVEL_KEYS.items()}
@@ -650,14 +638,6 @@ def _legacy_owners(containers: list[Mapping[str, Any]]) -> dict[str, list[int]]:
 # ---------------------------------------------------------------- writes: patch builders
 # Annotation patches map a key to its new value, None removing it (a JSON merge patch's
 # ``metadata.annotations``).
-
-
-def originals_patch(originals: Mapping[str, str], mac: Mac | str | None = None) -> dict[str, str]:
-    """``originals`` (``original-*`` key -> value, as the originals readers key them) with their MAC."""
-    patch = dict(originals)
-    if mac is not None:
-        patch.update(mac_patch(mac))
-    return patch
 
 
 def mac_patch(mac: Mac | str) -> dict[str, str]:

@@ -20,11 +20,11 @@ from typing import Any
 from resizer.eligibility import eligibility
 from resizer.integrity import KeyRing, Trust, baseline
 from resizer.originals import OriginalsError, sidecars
-from resizer.podstate import Original, Slot, controller_owned_keys, read_state
+from resizer.podstate import Original, Slot, read_state
 from resizer.quantity import QuantityError, coerce_quantity
 from resizer.scope import NamespaceScope
 
-__all__ = ["RestoreDecision", "managed_annotation_keys", "restore_decision", "restore_patch"]
+__all__ = ["RestoreDecision", "restore_decision", "restore_patch"]
 
 _TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -69,11 +69,6 @@ def restore_decision(
 
 
 _SPEC_FIELDS = {"request": "requests", "limit": "limits"}
-
-
-def managed_annotation_keys(pod: Mapping[str, Any]) -> list[str]:
-    """The product's annotations on the pod (``original-*`` and ``applied-*``), sorted."""
-    return controller_owned_keys(read_state(pod))
 
 
 def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:

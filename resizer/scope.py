@@ -131,10 +131,7 @@ def parse_label_selector(text: str) -> tuple[Requirement, ...]:
     """Parse a label selector in kubectl syntax: ``a=b``, ``a==b``, ``a!=b``,
     ``a in (x,y)``, ``a notin (x)``, ``a`` (exists), ``!a`` (does not exist), comma-separated
     (AND). Raises :class:`ScopeError`."""
-    requirements = []
-    for part in _split(text):
-        requirements.append(_requirement(part))
-    return tuple(requirements)
+    return tuple(_requirement(part) for part in _split(text))
 
 
 def _split(text: str) -> list[str]:

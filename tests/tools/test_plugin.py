@@ -130,7 +130,7 @@ def test_every_cpython_it_ships_for_loads_the_whole_command(
     installed: tuple[Path, Path, Path], tmp_path: Path, version: str, python: str
 ) -> None:
     """`plan` against an exec-plugin kubeconfig: the kubernetes package (the kubeconfig extra)
-    runs the exec plugin, the config is compiled (pydantic-core, PyYAML), and only then does
+    runs the exec plugin, the config is compiled (PyYAML), and only then does
     the connection to a closed port fail."""
     _, root, _ = installed
     ran = tmp_path / "exec-plugin-ran"

@@ -39,7 +39,6 @@ from resizer.podstate import (
     mac_patch,
     mirror_and_skip,
     original_key,
-    originals_patch,
     originals_removal,
     pod_original_key,
     read_state,
@@ -131,7 +130,7 @@ def test_every_record_round_trips_through_its_patch() -> None:
     mac = Mac("pod", "k1", "x" * 43)
     annotations: dict[str, Any] = {}
     for patch in (
-        originals_patch({original_key("app", "cpu", "request"): "500m", pod_original_key("memory", "limit"): "1Gi"}),
+        {original_key("app", "cpu", "request"): "500m", pod_original_key("memory", "limit"): "1Gi"},
         mac_patch(mac),
         sized_record_patch("c3"),
         resize_state_patch(record),
@@ -169,7 +168,7 @@ def test_applied_patch_clears_a_resize_state_the_pod_carries() -> None:
 def test_a_mac_of_each_scope_parses(scope: Any) -> None:
     mac = Mac(scope, "k20260101", "d" * 43)
     assert read_state(pod({ORIGINALS_MAC: mac.encode()})).mac == mac
-    assert carries_mac(originals_patch({}, mac)) and not carries_mac(originals_patch({"k": "v"}))
+    assert carries_mac(mac_patch(mac)) and not carries_mac({"k": "v"})
 
 
 @pytest.mark.parametrize(

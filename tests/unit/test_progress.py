@@ -214,8 +214,8 @@ def test_plan_and_report_count_only_for_output_meant_for_a_person(
         raise CommandError("read nothing")
 
     monkeypatch.setattr(sys, "stderr", Terminal())
-    monkeypatch.setattr(module, "load_credentials", lambda *args: None)
-    monkeypatch.setattr(module, "KubeClient", NoClient)
+    monkeypatch.setattr(commands.plan, "load_credentials", lambda *args: None)
+    monkeypatch.setattr(commands.plan, "KubeClient", NoClient)
     monkeypatch.setattr(module, "gather_forecast", gather_forecast)
     settings = parse([command, "-o", output])
     run = commands.plan.run_plan if command == "plan" else commands.report.run_report

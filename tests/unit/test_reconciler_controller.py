@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from kube.slim import slim_pod
-from reconciler.controller import decision_record, live_and_bound, situation
-from reconciler.pods import mac_key_known
+from reconciler.act import decision_record
+from reconciler.pods import live_and_bound, mac_key_known, situation
 from reconciler.ports import pod_path
 from resizer import SAMPLE_CONFIG, KeyRing, load_config, plan_resize, resolve_policy
 from resizer.podstate import ORIGINALS_MAC, read_state

@@ -110,7 +110,7 @@ def after_step_3() -> tuple[dict[str, Any], Any, World, PodMemory]:
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
     with pytest.raises(Crash):
-        rec._fault = crash_after(Step.APPLIED)
+        rec._context.fault = crash_after(Step.APPLIED)
         run(rec.reconcile(KEY))
     return fake.pod(KEY), node_of(fake), world(), PodMemory()
 

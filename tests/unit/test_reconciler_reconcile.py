@@ -12,7 +12,8 @@ from kube.client import ApiError
 from kube.slim import slim_pod
 from ops.prometheus import REGISTRY
 from reconciler import metrics
-from reconciler.controller import DONE, PodResizeReconciler, Result, Step
+from reconciler.controller import PodResizeReconciler
+from reconciler.memory import DONE, Result, Step
 from reconciler.outcome import ResizeState, Stage, spec_size
 from reconciler.ports import no_fault
 from reconciler.settings import ControllerSettings
@@ -803,7 +804,7 @@ def test_a_crash_between_recording_infeasible_and_the_revert_still_reverts_witho
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
-    rec._fault = crash_after(Step.STATE)  # the record bound the originals it resized from to the pod
+    rec._context.fault = crash_after(Step.STATE)  # the record bound the originals it resized from to the pod
     with pytest.raises(Crash):
         run(rec.reconcile(KEY))
     run(reconciler(fake).reconcile(KEY))
@@ -816,7 +817,7 @@ def test_a_crash_right_after_the_revert_leaves_the_pod_parked_and_reported_once(
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
     fake.mark_infeasible(KEY)
-    rec._fault = crash_after(Step.REVERT)
+    rec._context.fault = crash_after(Step.REVERT)
     with pytest.raises(Crash):
         run(rec.reconcile(KEY))
     fake.settle(KEY)
@@ -939,7 +940,7 @@ def test_a_failing_resize_the_kubelet_actuates_as_we_give_up_is_not_set_back():
 def test_a_crash_after_recording_an_actuation_error_reports_it_once_and_still_gives_up_in_bounds():
     clock = FakeClock()
     fake, rec = failing_pod(clock)
-    rec._fault = crash_after(Step.STATE)  # the record bound the originals it resized from to the pod
+    rec._context.fault = crash_after(Step.STATE)  # the record bound the originals it resized from to the pod
     with pytest.raises(Crash):
         run(rec.reconcile(KEY))
     restarted = reconciler(fake, clock=clock, error_retries=3, error_backoff=30.0)
@@ -956,7 +957,7 @@ def test_a_crash_after_recording_an_actuation_error_reports_it_once_and_still_gi
 def test_a_crash_right_after_giving_up_on_an_actuation_error_leaves_the_pod_parked():
     clock = FakeClock()
     fake, rec = failing_pod(clock)
-    rec._fault = crash_after(Step.REVERT)
+    rec._context.fault = crash_after(Step.REVERT)
     with pytest.raises(Crash):
         while (result := run(rec.reconcile(KEY))).requeue_after is not None:
             clock.advance(result.requeue_after)

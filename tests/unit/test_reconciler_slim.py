@@ -10,7 +10,7 @@ import pytest
 
 from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from kube.slim import slim_node, slim_pod, slim_unbound_pod, status_fingerprint
-from reconciler.controller import live_and_bound
+from reconciler.pods import live_and_bound
 from resizer import (
     OriginalsError,
     eligibility,

@@ -64,3 +64,16 @@ def test_an_unusable_key_directory_is_a_startup_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "--originals-key-dir" in result.stderr and "cannot list" in result.stderr
+
+
+def test_the_reconciler_does_not_import_pydantic() -> None:
+    """pydantic (the webhook's, through FastAPI) and its models are half of the reconciler's
+    memory after its imports: the reconciler and the config it loads do without it."""
+    code = (
+        "import sys, reconciler.run, reconciler.__main__, resizer\n"
+        "resizer.load_config(resizer.SAMPLE_CONFIG)\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('pydantic', 'pydantic_core')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

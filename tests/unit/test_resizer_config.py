@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -231,6 +230,18 @@ def test_unknown_fields_nested() -> None:
             "must be 'Never' or 'Allow', got True",
         ),
         (lambda d: d.update(memoryLimitDecrease=None), "memoryLimitDecrease", "must be 'Never' or 'Allow', got null"),
+        (lambda d: d.update(sidecars="yes"), "sidecars", "must be a boolean, got 'yes'"),
+        (
+            lambda d: d.update(computeClasses={"spot": {"sidecars": 1}}),
+            "computeClasses.spot.sidecars",
+            "must be a boolean, got 1",
+        ),
+        (lambda d: d.update({7: "n2d"}), "7", "key must be a string, got 7"),
+        (
+            lambda d: d["nodeTypes"].update({7: {"cpuPerf": 0, 8: 1}}),
+            "nodeTypes.7",
+            "key must be a string, got 7",
+        ),
     ],
     ids=[
         "baseline-int",
@@ -245,6 +256,10 @@ def test_unknown_fields_nested() -> None:
         "labels-null",
         "mld-bool",
         "mld-null",
+        "sidecars-text",
+        "block-sidecars-int",
+        "field-key-int",
+        "nothing-under-a-bad-key",
     ],
 )
 def test_wrong_types_are_reported_at_their_path(
@@ -493,24 +508,3 @@ def test_the_partial_config_keeps_the_valid_parts_of_a_broken_document() -> None
 def test_a_valid_document_has_no_missing_part() -> None:
     partial = PartialConfig.of(ResizerConfig.from_document(BASE))
     assert None not in (partial.baselineNodeType, partial.nodeTypes, partial.bounds)
-
-
-def test_the_per_pod_path_reads_plain_objects_not_pydantic_models() -> None:
-    """pydantic runs per ConfigMap change; what resolve_policy reads per pod is compiled to
-    dataclasses and read-only mappings, whatever the config's sections."""
-    from pydantic import BaseModel
-
-    def models_in(value: object) -> list[object]:
-        if isinstance(value, BaseModel):
-            return [value]
-        if isinstance(value, Mapping):
-            return [m for item in value.values() for m in models_in(item)]
-        if isinstance(value, tuple):
-            return [m for item in value for m in models_in(item)]
-        if dataclasses.is_dataclass(value):
-            return [m for f in dataclasses.fields(value) for m in models_in(getattr(value, f.name))]
-        return []
-
-    config = load_config(PRECEDENCE_CONFIG)
-    assert config.policies.overrides and config.policies.pod_labels and config.policies.compute_classes
-    assert models_in(config.policies) == []

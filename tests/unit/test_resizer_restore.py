@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from resizer.originals import OriginalsError, originals_from_spec_annotations
-from resizer.restore import managed_annotation_keys, restore_patch
+from resizer.podstate import controller_owned_keys, read_state
+from resizer.restore import restore_patch
 
 from .test_resizer_support import container, guaranteed, make_pod, with_annotations
 
@@ -43,7 +44,7 @@ def test_a_pod_at_its_originals_needs_no_resize() -> None:
 
 
 def test_only_the_products_own_keys_are_removed() -> None:
-    assert managed_annotation_keys(resized_pod()) == [
+    assert controller_owned_keys(read_state(resized_pod())) == [
         "workload-resizer.io/applied-instance-type",
         "workload-resizer.io/original-cpu-limit.app",
         "workload-resizer.io/original-cpu-limit.side",

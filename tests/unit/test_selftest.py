@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from app.review import encode, handle_review
-from commands import selftest
+from commands import plan, selftest
 from commands.cli import parse
 from commands.selftest import judge_lease, judge_pods, judge_webhook, probe_pod
 from devkit.jsonpatch import apply_patch
@@ -163,8 +163,8 @@ class FakeClient:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Any:
     def install(client: FakeClient) -> FakeClient:
-        monkeypatch.setattr(selftest, "KubeClient", lambda *a, **k: client)
-        monkeypatch.setattr(selftest, "load_credentials", lambda *a: None)
+        monkeypatch.setattr(plan, "KubeClient", lambda *a, **k: client)  # run_command's client
+        monkeypatch.setattr(plan, "load_credentials", lambda *a: None)
         monkeypatch.setattr(selftest, "RETRY_INTERVAL", 0.01)
         return client
 

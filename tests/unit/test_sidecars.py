@@ -11,7 +11,8 @@ import pytest
 from app import review as review_mod
 from kube.slim import slim_pod
 from reconciler.act import decision_record
-from reconciler.controller import PodResizeReconciler, Step
+from reconciler.controller import PodResizeReconciler
+from reconciler.memory import Step
 from reconciler.outcome import Stage, observe, revert_patch, spec_size
 from reconciler.ports import fenced_resize_patch
 from reconciler.settings import ControllerSettings

@@ -259,12 +259,12 @@ def test_workers_started_and_killed_leave_no_descriptor_behind():
     async def scenario():
         worker = await start_worker()  # the first start opens what stays (the spawner thread)
         worker.kill()
-        await worker.process.wait()
+        await worker.wait()
         before = len(os.listdir("/proc/self/fd"))
         for _ in range(10):
             worker = await start_worker()
             worker.kill()
-            await worker.process.wait()
+            await worker.wait()
         await asyncio.sleep(0.1)
         return before, len(os.listdir("/proc/self/fd"))
 
