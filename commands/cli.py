@@ -1,8 +1,7 @@
-"""The admin's commands: `workload-resizer plan`, `report`, `restore` and `calibrate`.
+"""The admin's commands: `workload-resizer plan`, `report`, `restore`, `calibrate` and `selftest`.
 
-Also reachable as `python -m commands plan|report|restore|calibrate` and, installed on $PATH, as
-the kubectl plugin `kubectl workload-resizer plan|report|restore|calibrate` (console script
-`kubectl-workload_resizer`).
+Also reachable as `python -m commands plan|report|...` and, installed on $PATH, as the kubectl
+plugin `kubectl workload-resizer plan|report|...` (console script `kubectl-workload_resizer`).
 """
 
 from __future__ import annotations
@@ -26,12 +25,13 @@ from reconciler.settings import (
     PlanSettings,
     ReportSettings,
     RestoreSettings,
+    SelftestSettings,
 )
 from resizer.podstate import described_keys
 from resizer.quantity import QuantityError, parse_quantity
 from resizer.scope import ScopeError, namespace_scope
 
-COMMANDS = ("plan", "report", "restore", "calibrate")
+COMMANDS = ("plan", "report", "restore", "calibrate", "selftest")
 _TOLERATION = re.compile(r"([^=:]+)(?:=([^:]*))?(?::(NoSchedule|PreferNoSchedule|NoExecute))?")
 
 
@@ -104,10 +104,10 @@ def build_parser(prog: str = "workload-resizer") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="Admin commands of workload-resizer: preview what it would do (plan), show what it "
-        "freed (report), undo everything it did (restore) and measure each node type's cpuPerf "
-        "(calibrate).",
+        "freed (report), undo everything it did (restore), measure each node type's cpuPerf "
+        "(calibrate) and check that the installed product works (selftest).",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{plan,report,restore,calibrate}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{plan,report,restore,calibrate,selftest}")
 
     plan = sub.add_parser(
         "plan",
@@ -193,7 +193,53 @@ def build_parser(prog: str = "workload-resizer") -> argparse.ArgumentParser:
         help="on SIGTERM/SIGINT, finish the pod in progress for at most this long",
     )
     _calibrate_parser(sub)
+    _selftest_parser(sub)
     return p
+
+
+def _selftest_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    selftest = sub.add_parser(
+        "selftest",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="check that the installed product works: the apiserver calls the webhook, a reconciler leads",
+        description="What `helm test` runs. The webhook: a pod controlled by a ReplicaSet is created in "
+        "--probe-namespace as a server-side dry run (nothing is stored), and the apiserver's answer "
+        f"must carry the {described_keys('original-*')} annotations the webhook stamps. The "
+        "reconciler: its Lease has a holder that renewed it within the lease duration, and the "
+        "holder is a Running reconciler pod (without leader election: a Ready reconciler pod). Each "
+        "check is retried until --timeout; prints one line per check, exit 1 with the reason when "
+        "one fails. Needs: create pods in --probe-namespace (dry run only), list pods and get the "
+        "Lease in --namespace.",
+    )
+    default = SelftestSettings()
+    _cluster_flags(selftest, default.api.qps)
+    where = selftest.add_argument_group("the installed product")
+    where.add_argument(
+        "--namespace", default=default.namespace, help="the release namespace: the reconciler pods and its Lease"
+    )
+    where.add_argument(
+        "--lease",
+        default=default.lease,
+        metavar="NAME",
+        help="the reconciler's leader-election Lease; '' when it runs without leader election",
+    )
+    where.add_argument(
+        "--reconciler-selector",
+        default=default.reconciler_selector,
+        metavar="SELECTOR",
+        help="label selector of the reconciler pods",
+    )
+    probe = selftest.add_argument_group("the webhook's probe pod (created as a dry run only)")
+    probe.add_argument(
+        "--probe-namespace",
+        default=default.probe_namespace,
+        metavar="NS",
+        help="a namespace the webhook covers (not kube-system, the release namespace or one scope.* excludes)",
+    )
+    probe.add_argument("--probe-image", default=default.probe_image, help="its image (never pulled: nothing runs)")
+    selftest.add_argument(
+        "--timeout", type=duration, default=default.timeout, help="retry a failing check for this long before failing"
+    )
 
 
 def _calibrate_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -328,7 +374,7 @@ def _calibrate_settings(
 
 def parse(
     argv: list[str], prog: str = "workload-resizer"
-) -> PlanSettings | ReportSettings | RestoreSettings | CalibrateSettings:
+) -> PlanSettings | ReportSettings | RestoreSettings | CalibrateSettings | SelftestSettings:
     """The settings of the command `argv` names; exits with a usage error on bad flags."""
     parser = build_parser(prog)
     args = parser.parse_args(argv)
@@ -341,6 +387,18 @@ def parse(
     )
     if args.command == "calibrate":
         return _calibrate_settings(parser, args, api)
+    if args.command == "selftest":
+        if args.timeout <= 0:
+            parser.error("--timeout must be positive")
+        return SelftestSettings(
+            api=api,
+            namespace=args.namespace,
+            probe_namespace=args.probe_namespace,
+            probe_image=args.probe_image,
+            lease=args.lease,
+            reconciler_selector=args.reconciler_selector,
+            timeout=args.timeout,
+        )
     try:
         scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
@@ -389,6 +447,10 @@ def main(argv: list[str] | None = None) -> int:
         from commands.calibrate import run_calibrate
 
         return run_calibrate(settings)
+    if isinstance(settings, SelftestSettings):
+        from commands.selftest import run_selftest
+
+        return run_selftest(settings)
     from commands.restore import run_restore
 
     return run_restore(settings)

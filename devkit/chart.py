@@ -84,7 +84,10 @@ def template(
     set_values: list[str] | None = None,
     extra: list[str] | None = None,
     check: bool = True,
+    tests: bool = False,
 ) -> subprocess.CompletedProcess[str]:
+    """`helm template`: the release's objects, as `helm install` creates them; its `helm test`
+    hooks (created only by `helm test`) too with ``tests``."""
     args = [
         "template",
         release,
@@ -93,12 +96,14 @@ def template(
         namespace,
         *_values_args(values, set_values),
         *(extra or []),
+        *([] if tests else ["--skip-tests"]),
     ]
     return run_helm(helm, *args, check=check)
 
 
 def render(helm: str, **kwargs: Any) -> list[dict[str, Any]]:
-    """The chart's objects (helm template) as dicts, in helm's install order."""
+    """The chart's objects (helm template) as dicts, in helm's install order (`tests=True`: with
+    its `helm test` hooks)."""
     return [doc for doc in yaml.safe_load_all(template(helm, **kwargs).stdout) if doc]
 
 

@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     election.add_argument(
         "--leader-election-identity",
         default=None,
-        help="this instance's identity in the Lease (default: hostname_random)",
+        help="this instance's identity in the Lease (default: $POD_NAME, else the hostname, _random)",
     )
     election.add_argument(
         "--leader-election-lease-duration",
@@ -248,6 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, wait this long for in-flight reconciles",
     )
     return p
+
+
+def _instance_name() -> str:
+    """The pod's name (the chart sets $POD_NAME), else the hostname: with hostNetwork the
+    hostname is the node's, shared by every replica on it, and names no pod."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
 
 
 def parse(argv: list[str] | None = None) -> ReconcilerSettings:
@@ -296,7 +302,7 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
             enabled=args.leader_elect,
             namespace=args.leader_election_namespace or args.config_namespace,
             name=args.leader_election_id,
-            identity=args.leader_election_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+            identity=args.leader_election_identity or f"{_instance_name()}_{uuid.uuid4().hex[:8]}",
             lease_duration=args.leader_election_lease_duration,
             renew_deadline=args.leader_election_renew_deadline,
             retry_period=args.leader_election_retry_period,

@@ -183,3 +183,17 @@ class CalibrateSettings:
     host_network: bool = False
     output: str = "table"
     apply: bool = False
+
+
+@dataclass(frozen=True)
+class SelftestSettings:
+    """`workload-resizer selftest` (what `helm test` runs): where the product runs and where the
+    webhook is probed."""
+
+    api: ApiSettings = field(default_factory=lambda: ApiSettings(qps=20.0, burst=40))
+    namespace: str = CONFIG_NAMESPACE  # the release's: the reconciler pods and the Lease
+    probe_namespace: str = "default"  # a namespace the webhook covers; the probe pod is a dry run
+    probe_image: str = "registry.k8s.io/pause:3.10"  # never pulled: nothing runs
+    lease: str = LeaderElectionSettings().name  # empty: the reconciler runs without leader election
+    reconciler_selector: str = "app.kubernetes.io/name=workload-resizer,app.kubernetes.io/component=reconciler"
+    timeout: float = 30.0  # each check is retried this long before it fails

@@ -130,6 +130,12 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
+{{/* Annotations of the `helm test` objects: a failed run's stay for inspection until the next. */}}
+{{- define "wr.testHook" -}}
+helm.sh/hook: test
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end -}}
+
 {{/* The Secret holding the originals HMAC keys (mounted into both Deployments). */}}
 {{- define "wr.originalsKeysSecretName" -}}
 {{- .Values.originalsKeys.existingSecret | default (printf "%s-originals-keys" (include "wr.fullname" .)) -}}

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from app.__main__ import build_parser as webhook_parser
+from commands.cli import parse as commands_parse
 from devkit.chart import CERT_MANAGER_KINDS, ensure_helm, find, find_all, lint, render, template
 from devkit.kube import ApiError, Kube, collection_path, wait_for
 from devkit.processes import Webhook
@@ -32,6 +33,7 @@ from devkit.progress import run_visible
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 from reconciler.options import build_parser as reconciler_parser
 from reconciler.options import parse as reconciler_parse
+from reconciler.settings import SelftestSettings
 from resizer.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -913,6 +915,198 @@ def test_rbac_rules_are_exactly_least_privilege(helm: str) -> None:
     assert "--leader-elect" not in container(find(docs, "Deployment", "workload-resizer-reconciler"))["args"]
 
 
+# --------------------------------------------------------------------------- `helm test`
+
+HOOK = {"helm.sh/hook": "test", "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded"}
+
+
+def hooks(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+
+
+def selftest_settings(pod: dict[str, Any]) -> SelftestSettings:
+    (c,) = pod["spec"]["containers"]
+    assert c["args"][:2] == ["commands", "selftest"]  # the image's entrypoint is `python -m`
+    settings = commands_parse(c["args"][1:])
+    assert isinstance(settings, SelftestSettings)
+    return settings
+
+
+def test_helm_test_hooks_run_the_selftest_as_its_own_least_privileged_account(helm: str) -> None:
+    """The test's objects are hooks only `helm test` creates (render() leaves them out, as `helm
+    install` does), its Pod runs the product's image as the Deployments do, its command points at
+    the release's reconciler and Lease, and its rights are exactly what the checks need."""
+    assert not hooks(render(helm, namespace=NS))
+    docs = render(helm, namespace=NS, tests=True)
+    tests = hooks(docs)
+    assert sorted((d["kind"], d["metadata"]["name"], d["metadata"]["namespace"]) for d in tests) == sorted(
+        [
+            ("ServiceAccount", "workload-resizer-test", NS),
+            ("Role", "workload-resizer-test", NS),
+            ("RoleBinding", "workload-resizer-test", NS),
+            ("Role", "workload-resizer-test-probe", "default"),
+            ("RoleBinding", "workload-resizer-test-probe", "default"),
+            ("Pod", "workload-resizer-test", NS),
+        ]
+    )
+    for doc in tests:
+        assert HOOK.items() <= doc["metadata"]["annotations"].items(), doc["metadata"]
+        assert doc["metadata"]["labels"]["app.kubernetes.io/component"] == "test"
+        # Helm runs test hooks by weight, then by name: the rights exist before the Pod starts.
+        weight = "0" if doc["kind"] == "Pod" else "-1"
+        assert doc["metadata"]["annotations"].get("helm.sh/hook-weight", "0") == weight, doc["metadata"]
+    # Its output printed by helm test (without --logs, which Helm 3 asks of every hook as a pod).
+    output_policy = find(tests, "Pod")["metadata"]["annotations"]["helm.sh/hook-output-log-policy"]
+    assert output_policy == "hook-succeeded,hook-failed"
+    assert sorted(d["kind"] for d in docs if d not in tests) == sorted(d["kind"] for d in render(helm, namespace=NS))
+
+    pod = find(tests, "Pod")
+    spec = pod["spec"]
+    reconciler = find(docs, "Deployment", "workload-resizer-reconciler")
+    deployed = reconciler["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert (c["image"], c["imagePullPolicy"]) == (container(reconciler)["image"], "IfNotPresent")
+    assert c["securityContext"] == container(reconciler)["securityContext"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True and c["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"] == deployed["securityContext"]
+    assert (spec["restartPolicy"], spec["activeDeadlineSeconds"]) == ("Never", 90)
+    assert spec["serviceAccountName"] == "workload-resizer-test" and spec["automountServiceAccountToken"] is True
+    assert find(tests, "ServiceAccount")["automountServiceAccountToken"] is False
+    assert c["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}
+    assert "hostNetwork" not in spec and "nodeSelector" not in spec and "affinity" not in spec
+
+    settings = selftest_settings(pod)
+    selector = dict(pair.split("=") for pair in settings.reconciler_selector.split(","))
+    assert selector == reconciler["spec"]["selector"]["matchLabels"]
+    assert (settings.namespace, settings.lease, settings.probe_namespace) == (
+        NS,
+        "workload-resizer-reconciler",
+        "default",
+    )
+    assert (settings.probe_image, settings.timeout) == (c["image"], 30.0)
+    assert settings.timeout < spec["activeDeadlineSeconds"]
+
+    roles = {d["metadata"]["name"]: d["rules"] for d in tests if d["kind"] == "Role"}
+    assert roles == {
+        "workload-resizer-test": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": ["workload-resizer-reconciler"],
+                "verbs": ["get"],
+            },
+        ],
+        "workload-resizer-test-probe": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
+    }
+    for binding in (d for d in tests if d["kind"] == "RoleBinding"):
+        assert binding["roleRef"]["name"] == binding["metadata"]["name"]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "workload-resizer-test", "namespace": NS}]
+
+
+def test_helm_test_follows_the_values(helm: str) -> None:
+    custom = hooks(render(helm, namespace="other", values=CUSTOM, tests=True))
+    settings = selftest_settings(find(custom, "Pod"))
+    assert (settings.namespace, settings.lease) == ("other", "resizer-lock")
+    assert "app.kubernetes.io/instance=workload-resizer" in settings.reconciler_selector
+    assert settings.probe_image == "registry.example/workload-resizer:1.2.3"
+    assert find(custom, "Role", "resizer-test")["rules"][1]["resourceNames"] == ["resizer-lock"]
+
+    # Without leader election: no Lease to read, a Ready reconciler pod suffices.
+    solo = hooks(render(helm, namespace=NS, values=VARIANTS["no-leader-election"], tests=True))
+    assert selftest_settings(find(solo, "Pod")).lease == ""
+    assert find(solo, "Role", "workload-resizer-test")["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+    ]
+
+    placed = {
+        "probeNamespace": "apps",
+        "timeout": "45s",
+        "activeDeadlineSeconds": 120,
+        "hostNetwork": True,
+        "priorityClassName": "ops",
+        "nodeSelector": {"type": "real"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {}},
+        "podAnnotations": {"a": "b"},
+        "podLabels": {"team": "platform"},
+        "resources": {"requests": {"cpu": "20m", "memory": "80Mi"}},
+    }
+    tests = hooks(render(helm, namespace=NS, values={"tests": placed}, tests=True))
+    pod = find(tests, "Pod")
+    spec = pod["spec"]
+    assert (spec["hostNetwork"], spec["dnsPolicy"], spec["priorityClassName"]) == (
+        True,
+        "ClusterFirstWithHostNet",
+        "ops",
+    )
+    assert (spec["nodeSelector"], spec["tolerations"], spec["affinity"]) == (
+        placed["nodeSelector"],
+        placed["tolerations"],
+        placed["affinity"],
+    )
+    assert pod["metadata"]["annotations"]["a"] == "b" and pod["metadata"]["labels"]["team"] == "platform"
+    assert spec["activeDeadlineSeconds"] == 120
+    assert spec["containers"][0]["resources"] == {**placed["resources"], "limits": {"memory": "128Mi"}}  # merged
+    settings = selftest_settings(pod)
+    assert (settings.probe_namespace, settings.timeout) == ("apps", 45.0)
+    assert find(tests, "Role", "workload-resizer-test-probe")["metadata"]["namespace"] == "apps"
+
+    assert not hooks(render(helm, namespace=NS, values={"tests": {"enabled": False}}, tests=True))
+    proc = template(helm, set_values=["tests.probeNamespace=Not_A_Namespace"], check=False)
+    assert proc.returncode != 0 and "/tests/probeNamespace" in proc.stderr, proc.stderr
+
+
+def test_the_test_identity_may_run_its_checks_and_nothing_more(cluster, helm: str, namespace: str) -> None:
+    """The hooks' RBAC installed for real (the probe namespace here the test's own): as the test's
+    ServiceAccount, what `selftest` does is allowed, and little else."""
+    names = chart_names(namespace)
+    values = {"fullnameOverride": names["fullname"], "tests": {"probeNamespace": namespace}}
+    tests = hooks(render(helm, namespace=namespace, values=values, tests=True))
+    for doc in tests:
+        if doc["kind"] != "Pod":
+            cluster.kube.apply(doc, namespace)
+    account = find(tests, "ServiceAccount")["metadata"]["name"]
+    token = cluster.kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
+    )
+    me = Kube(kubeconfig_for_token(cluster, token["status"]["token"]))
+    leases = "coordination.k8s.io"
+    allowed = [
+        ("create", "pods", namespace, None, ""),
+        ("list", "pods", namespace, None, ""),
+        ("get", "leases", namespace, names["lease"], leases),
+    ]
+    denied = [
+        ("create", "pods", "default", None, ""),
+        ("list", "pods", None, None, ""),
+        ("get", "pods", namespace, "x", ""),
+        ("delete", "pods", namespace, "x", ""),
+        ("patch", "pods", namespace, "x", ""),
+        ("update", "leases", namespace, names["lease"], leases),
+        ("get", "leases", namespace, "other", leases),
+        ("get", "secrets", namespace, f"{names['fullname']}-originals-keys", ""),
+        ("get", "configmaps", namespace, names["config"], ""),
+        ("create", "pods/exec", namespace, "x", ""),
+    ]
+    wait_for("the test's RBAC in force", lambda: can(me, "create", "pods", namespace), timeout=30)
+    for verb, resource, ns, name, group in allowed:
+        assert can(me, verb, resource, ns, name, group), (verb, resource, ns, name)
+    for verb, resource, ns, name, group in denied:
+        resource, _, sub = resource.partition("/")
+        assert not can(me, verb, resource, ns, name, group, sub or None), (verb, resource, sub, ns, name)
+    # The probe itself: a dry run is created (nothing stored).
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "probe-"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
+    me.request("POST", f"/api/v1/namespaces/{namespace}/pods", probe, params={"dryRun": "All"})
+    assert not cluster.kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+
+
 # --------------------------------------------------------------------------- the real apiserver
 
 
@@ -929,11 +1123,12 @@ CERT_MANAGER_PLURALS = {"Issuer": "issuers", "Certificate": "certificates"}
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_server_side_dry_run(cluster, helm: str, namespace: str, variant: str) -> None:
-    """Every rendered object is accepted by the real apiserver (strict field validation,
-    dryRun=All: nothing is persisted). cert-manager objects only where its CRDs are installed."""
+    """Every rendered object, `helm test`'s hooks included, is accepted by the real apiserver
+    (strict field validation, dryRun=All: nothing is persisted but the test's ServiceAccount, which
+    its Pod's admission looks up). cert-manager objects only where its CRDs are installed."""
     values = values_for(variant, namespace)
     values["fullnameOverride"] = chart_names(namespace)["fullname"]  # no clash with a real install
-    docs = render(helm, namespace=namespace, values=values)
+    docs = render(helm, namespace=namespace, values=values, tests=True)  # `helm test`'s hooks too
     with_cert_manager = _cert_manager_installed(cluster.kube)
     checked = []
     for doc in docs:
@@ -943,8 +1138,10 @@ def test_server_side_dry_run(cluster, helm: str, namespace: str, variant: str) -
             path = f"/apis/cert-manager.io/v1/namespaces/{namespace}/{CERT_MANAGER_PLURALS[doc['kind']]}"
         else:
             path = collection_path(doc, namespace)
+        # `helm test` creates its ServiceAccount before its Pod, whose admission looks the account up.
+        dry_run = {} if doc in hooks(docs) and doc["kind"] == "ServiceAccount" else {"dryRun": "All"}
         try:
-            created = cluster.kube.request("POST", path, doc, params={"dryRun": "All", "fieldValidation": "Strict"})
+            created = cluster.kube.request("POST", path, doc, params={**dry_run, "fieldValidation": "Strict"})
         except ValueError:  # plain-text 404: cert-manager's CRDs went away meanwhile
             assert doc["kind"] in CERT_MANAGER_KINDS and not _cert_manager_installed(cluster.kube)
             continue
@@ -962,6 +1159,7 @@ def test_server_side_dry_run(cluster, helm: str, namespace: str, variant: str) -
         "Role",
         "ConfigMap",
         "ServiceAccount",
+        "Pod",
     } <= set(checked)
     # Nothing was persisted.
     assert not cluster.kube.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")["items"]

@@ -37,7 +37,7 @@ from devkit.chart import CHART
 from devkit.kube import Kube, wait_for
 from devkit.progress import run_visible
 from devkit.tempdirs import temporary_directory
-from tests.cluster.test_readme_install import README, Admin, _flag, marked_blocks
+from tests.cluster.test_readme_install import README, Admin, _exists, _flag, marked_blocks
 from tests.cluster.test_real_node import START_TIMEOUT, TAINT, WORKLOAD_IMAGE, container_cgroups
 from tests.conftest import HACK_CLUSTER, REPO, read_real_node
 
@@ -285,6 +285,8 @@ def installed(cluster: Any) -> Iterator[Installed]:
                 f"webhook.nodeSelector.{label}=1",
                 "--set-string",
                 f"reconciler.nodeSelector.{label}=1",
+                "--set-string",
+                f"tests.nodeSelector.{label}=1",
                 "--wait",
                 "--timeout",
                 "10m",
@@ -360,6 +362,30 @@ def test_the_chart_runs_on_the_real_nodes_non_root_with_a_read_only_root(install
     (hook,) = config["webhooks"]
     assert hook["clientConfig"]["service"]["name"] == WEBHOOK and "url" not in hook["clientConfig"]
     assert hook["clientConfig"].get("caBundle")
+
+
+def test_helm_test_passes_on_the_installed_release(installed: Installed) -> None:
+    """`helm test` as an admin runs it after installing: the test Pod (the image's `selftest`) finds
+    the webhook stamping a dry-run pod and a reconciler pod leading, and its hooks are deleted."""
+    started = time.monotonic()
+    proc = installed.admin.run(["helm", "test", RELEASE, "-n", installed.ns, "--timeout", "3m"])
+    installed.figures["helm test (s)"] = time.monotonic() - started
+    output = proc.stdout + proc.stderr  # Helm writes the Pod's output (hook-output-log-policy) on stderr
+    print(output)
+    assert f"TEST SUITE:     {RELEASE}-test\n" in proc.stdout and "Phase:          Failed" not in proc.stdout, output
+    assert "webhook: ok: a pod created in default (dry run) came back with" in output, output
+    holder = installed.lease_holder()
+    assert f"reconciler: ok: {holder.rpartition('_')[0]} leads" in output, output
+    assert installed.identities()[holder] == holder.rpartition("_")[0]  # the holder names its pod ($POD_NAME)
+    hooks = [
+        f"/api/v1/namespaces/{installed.ns}/pods/{RELEASE}-test",
+        f"/api/v1/namespaces/{installed.ns}/serviceaccounts/{RELEASE}-test",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{installed.ns}/roles/{RELEASE}-test",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings/{RELEASE}-test-probe",
+    ]
+    wait_for(
+        "the passed test's hooks deleted", lambda: not [p for p in hooks if _exists(installed.kube, p)], timeout=60
+    )
 
 
 def test_a_deployment_on_real_and_kwok_nodes_is_resized_by_the_installed_product(installed: Installed) -> None:

@@ -77,10 +77,18 @@ def test_explicit_lease_namespace_is_kept():
     assert settings.leader_election.namespace == "leases"
 
 
-def test_default_identity_is_hostname_with_a_random_suffix():
+def test_default_identity_is_hostname_with_a_random_suffix(monkeypatch):
+    monkeypatch.delenv("POD_NAME", raising=False)
     first, second = parse([]).leader_election.identity, parse([]).leader_election.identity
     assert first.startswith(socket.gethostname() + "_")
     assert first != second
+
+
+def test_default_identity_names_the_pod_when_the_chart_says_which(monkeypatch):
+    """With hostNetwork the hostname is the node's: $POD_NAME (the chart's env) names the pod."""
+    monkeypatch.setenv("POD_NAME", "workload-resizer-reconciler-5d8f-abcde")
+    identity = parse([]).leader_election.identity
+    assert identity.startswith("workload-resizer-reconciler-5d8f-abcde_") and len(identity.rsplit("_", 1)[1]) == 8
 
 
 def test_renew_deadline_must_be_shorter_than_the_lease_duration(capsys):
