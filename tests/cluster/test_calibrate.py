@@ -269,6 +269,9 @@ def test_an_interrupted_calibration_deletes_its_pods(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As in an admin's terminal: a test run started in the background (a non-interactive
+        # shell's `&`) passes SIGINT on ignored, and Python then installs no Ctrl-C handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         wait_for("both benchmark pods", lambda: len(benchmark_pods(h)) == 2 or None, timeout=START_TIMEOUT)

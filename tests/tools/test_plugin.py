@@ -98,7 +98,7 @@ def test_kubectl_runs_the_installed_plugin(installed: tuple[Path, Path, Path]) -
     listed = subprocess.run(["kubectl", "plugin", "list"], env=env, capture_output=True, text=True, timeout=60)
     assert str(root / "bin" / "kubectl-workload_resizer") in listed.stdout, listed.stdout + listed.stderr
     direct = subprocess.run(["kubectl-workload_resizer", "--help"], env=env, capture_output=True, text=True, timeout=60)
-    assert direct.returncode == 0 and "{plan,report,restore,calibrate}" in direct.stdout, direct.stderr
+    assert direct.returncode == 0 and "{plan,report,restore,calibrate,selftest}" in direct.stdout, direct.stderr
     help_text = subprocess.run(
         ["kubectl", "workload-resizer", "plan", "--help"], env=env, capture_output=True, text=True, timeout=60
     )
