@@ -58,6 +58,11 @@ def add_real_node(cluster: Any, name: str, *flags: str) -> RealNode:
     return read_real_node(name)
 
 
+def not_ready_lifted(cluster: Any, name: str) -> bool:
+    taints = cluster.kube.get(f"/api/v1/nodes/{name}")["spec"].get("taints") or []
+    return not any(t["key"] == "node.kubernetes.io/not-ready" for t in taints)
+
+
 @pytest.fixture(scope="module")
 def nodes(cluster: Any) -> Iterator[tuple[RealNode, RealNode]]:
     """(base, slow): two real nodes; slow's own cgroup has half a core."""
@@ -66,6 +71,8 @@ def nodes(cluster: Any) -> Iterator[tuple[RealNode, RealNode]]:
     try:
         added.append(add_real_node(cluster, f"base-{suffix}", "--cpu-shares", "262144"))
         added.append(add_real_node(cluster, f"slow-{suffix}", "--cpu-shares", "262144", "--cpu-quota", "50000/100000"))
+        for node in added:  # Ready, and the node lifecycle controller has lifted its not-ready taint
+            wait_for(f"node {node.name} untainted", lambda node=node: not_ready_lifted(cluster, node.name), timeout=120)
         yield added[0], added[1]
     finally:
         for node in added:

@@ -21,7 +21,7 @@ import pytest
 from devkit.chart import ensure_helm
 from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from devkit.faultproxy import FaultProxy
-from devkit.kube import wait_for
+from devkit.kube import ApiError, wait_for
 from devkit.processes import Reconciler
 from devkit.rbac import chart_names, install_rbac, kubeconfig_for_token, uninstall_rbac
 from tests.cluster.test_reconciler import Harness, applied, guaranteed, q, resources
@@ -88,11 +88,22 @@ def test_old_leader_makes_no_write_after_its_renew_deadline_and_the_new_one_take
 
     if fault == "taken":
         path = f"/apis/coordination.k8s.io/v1/namespaces/{harness.ns}/leases/{names['lease']}"
-        lease = harness.kube.get(path)
-        lease["spec"].update(
-            holderIdentity="intruder", renewTime=time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-        )
-        harness.kube.request("PUT", path, lease)
+
+        def take() -> bool:
+            """The lease written as the intruder's, or False when the leader renewed it meanwhile (409)."""
+            lease = harness.kube.get(path)
+            lease["spec"].update(
+                holderIdentity="intruder", renewTime=time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+            )
+            try:
+                harness.kube.request("PUT", path, lease)
+            except ApiError as err:
+                if err.status != 409:
+                    raise
+                return False
+            return True
+
+        wait_for("the lease taken by an intruder", take, timeout=30)
     else:
         proxy.fault = fault
     harness.deploy("during", node, [guaranteed()], replicas=10)  # work the old leader must not finish
