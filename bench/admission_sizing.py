@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.drills.observe import cpu_seconds, requests_by_verb  # noqa: E402
-from bench.reconciler_burst import _gone, byte_compile, cluster_up  # noqa: E402
+from bench.reconciler_burst import byte_compile, cluster_up, fresh_namespace  # noqa: E402
 from devkit.configs import config_yaml  # noqa: E402
 from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
 from devkit.processes import Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active  # noqa: E402
@@ -113,18 +113,7 @@ class Timeline(threading.Thread):
 
 
 def setup(kube: Kube, nodes: int) -> list[str]:
-    kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
-    wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=900)
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    kube.create(
-        f"/api/v1/namespaces/{NAMESPACE}/configmaps",
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "workload-resizer-config"},
-            "data": {"config.yaml": CONFIG},
-        },
-    )
+    fresh_namespace(kube, NAMESPACE, CONFIG)
     names = []
     for i in range(nodes):
         name = f"admission-n4-{i}"

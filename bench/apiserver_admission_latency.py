@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.drills.observe import cpu_seconds  # noqa: E402
-from bench.reconciler_burst import _gone, cluster_up  # noqa: E402
+from bench.reconciler_burst import cluster_up, fresh_namespace  # noqa: E402
 from bench.webhook_bench import build_go  # noqa: E402
 from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
 from devkit.metrics import samples  # noqa: E402
@@ -97,14 +97,8 @@ class GoWebhook(Process):
             return sock.connect_ex(("127.0.0.1", self.port)) == 0
 
 
-def reset_namespace(kube: Kube) -> None:
-    kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
-    wait_for("old namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=600)
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-
-
 def burst(kube: Kube, server: Any, name: str, replicas: int) -> dict[str, Any]:
-    reset_namespace(kube)
+    fresh_namespace(kube, NAMESPACE, timeout=600)
     registration = register_webhook(
         kube, server.url, server.certs.ca_bundle, name=f"bench-{name}", namespaces=[NAMESPACE]
     )

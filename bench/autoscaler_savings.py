@@ -50,7 +50,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.reconciler_burst import _gone, byte_compile, cluster_up  # noqa: E402
+from bench.reconciler_burst import byte_compile, cluster_up, fresh_namespace  # noqa: E402
 from devkit.configs import config_yaml  # noqa: E402
 from devkit.kube import Kube, container, deployment, wait_for  # noqa: E402
 from devkit.processes import Reconciler, Webhook, register_webhook, unregister_webhook, wait_webhook_active  # noqa: E402
@@ -185,20 +185,9 @@ def manifests(scale: float) -> list[dict[str, Any]]:
 
 def reset(kube: Kube) -> None:
     """No bench namespace and no autoscaled node: every run starts from zero nodes."""
-    kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
-    wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=600)
     kube.delete("/apis/karpenter.sh/v1/nodeclaims")
+    fresh_namespace(kube, NAMESPACE, CONFIG, timeout=600)
     wait_for("the autoscaler's nodes gone", lambda: not autoscaled_nodes(kube), timeout=600, interval=1)
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    kube.create(
-        f"/api/v1/namespaces/{NAMESPACE}/configmaps",
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "workload-resizer-config"},
-            "data": {"config.yaml": CONFIG},
-        },
-    )
     wait_for(
         "default service account",
         lambda: kube.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"),

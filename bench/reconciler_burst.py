@@ -92,19 +92,25 @@ def cluster_up() -> str:
     return next(line.split("=", 1)[1] for line in proc.stdout.splitlines() if line.startswith("export KUBECONFIG="))
 
 
+def fresh_namespace(kube: Kube, namespace: str, config: str | None = None, timeout: float = 900) -> None:
+    """`namespace` deleted (waited out) and created again, with the product's ConfigMap if `config`."""
+    kube.delete(f"/api/v1/namespaces/{namespace}")
+    wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{namespace}"), timeout=timeout)
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    if config is not None:
+        kube.create(
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "workload-resizer-config"},
+                "data": {"config.yaml": config},
+            },
+        )
+
+
 def setup(kube: Kube, nodes_per_family: int) -> list[str]:
-    kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
-    wait_for("old bench namespace gone", lambda: _gone(kube, f"/api/v1/namespaces/{NAMESPACE}"), timeout=900)
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    kube.create(
-        f"/api/v1/namespaces/{NAMESPACE}/configmaps",
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "workload-resizer-config"},
-            "data": {"config.yaml": CONFIG},
-        },
-    )
+    fresh_namespace(kube, NAMESPACE, CONFIG)
     nodes = []
     for family in ("n2d", "n4", "c3"):
         for i in range(nodes_per_family):
