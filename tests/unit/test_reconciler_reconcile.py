@@ -1577,6 +1577,54 @@ def test_a_conflict_on_the_one_write_of_a_pod_sized_at_admission_still_reports_i
     assert check.trust is Trust.TRUSTED and check.scope == "pod"
 
 
+def pod_level_sized_at_admission() -> dict[str, Any]:
+    """A pod with pod-level resources the webhook created at its n4 size at both levels."""
+    from resizer import admission_sizing, originals_from_spec_annotations, sized_stamp
+
+    sent = pod()
+    sent["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "400m", "memory": "256Mi"},
+        "limits": {"cpu": "800m", "memory": "512Mi"},
+    }
+    sent["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    sent["status"]["qosClass"] = "Burstable"
+    sizing = admission_sizing(sent, CONFIG, "n4")
+    assert sizing is not None
+    created = copy.deepcopy(sent)
+    created["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "320m", "memory": "256Mi"},
+        "limits": {"cpu": "640m", "memory": "512Mi"},
+    }
+    created["spec"]["resources"] = {
+        "requests": {"cpu": "800m", "memory": "512Mi"},
+        "limits": {"cpu": "1600m", "memory": "1Gi"},
+    }
+    created["status"]["containerStatuses"][0]["resources"] = copy.deepcopy(
+        created["spec"]["containers"][0]["resources"]
+    )
+    created["metadata"]["annotations"] = sized_stamp(
+        sent, "shop", KEYS, originals_from_spec_annotations(sent), "n4", sizing.sized
+    )
+    created["metadata"]["generation"] = 1
+    return created
+
+
+@pytest.mark.parametrize("conflict", [False, True], ids=["one write", "conflict"])
+def test_a_pod_level_pod_sized_at_admission_on_a_node_without_pod_level_resize_reports_its_size(conflict):
+    """Created at its size at both levels: aligned even where the node cannot resize pod level,
+    whichever path writes the record (one write, or after a conflict the originals re-read and
+    planned again: the same plan, never 'left alone')."""
+    fake = cluster(pod_level_sized_at_admission())
+    if conflict:  # a kubelet status update after the cache was read: both conditional writes conflict
+        stored = fake.pod_now(KEY)["metadata"]
+        stored["resourceVersion"] = str(int(stored["resourceVersion"]) + 1)
+    run(reconciler(fake).reconcile(KEY))
+    assert "resize" not in fake.ops()
+    assert reasons(fake) == ["SizedAtAdmission"]
+    assert fake.ops() == (["annotate", "annotate"] if conflict else ["annotate"])
+    assert "pod level: cpu 1 -> 800m" in fake.events[0].message, fake.events[0].message
+
+
 def test_a_pod_held_for_a_lost_key_keeps_its_originals_and_is_sized_from_them_once_the_key_is_back():
     """Authored at 1 CPU, created at 800m for an n4 and bound with a key since lost, its node now
     an n2d: held (never re-captured at 800m); with the key back it is decided again, from 1 CPU."""
