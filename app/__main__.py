@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 from typing import Sequence
 
-from ops.flags import boolean, positive_int, string_list
+from ops.flags import boolean, log_flags, positive_int, scope_flags
 from ops.flags import byte_size as parse_size
 from ops.flags import duration as parse_duration
 from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
@@ -147,27 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
         "stamped unsigned until a key appears (a Secret volume mounted optional, whose Secret "
         "the reconciler creates at its first start: the chart's default).",
     )
-    p.add_argument(
-        "--exclude-namespaces",
-        type=string_list,
-        default=[],
-        metavar="NS[,NS...]",
-        help="Namespaces whose pods are never stamped, besides kube-system and --namespace. "
-        "Set the same list on the reconciler (the chart sets both from scope.*).",
-    )
-    p.add_argument(
-        "--namespace-selector",
-        default="",
-        metavar="SELECTOR",
-        help="Label selector (kubectl syntax) a namespace must match to be in scope. The webhook "
-        "cannot read namespace labels: only validated here; the webhook configuration's "
-        "namespaceSelector applies it (the chart renders both from scope.*).",
-    )
-    p.add_argument(
-        "--namespace",
-        default=os.environ.get("POD_NAMESPACE", ""),
-        metavar="NS",
-        help="The product's own namespace, always excluded (default: $POD_NAMESPACE).",
+    scope_flags(
+        p,
+        {
+            "--exclude-namespaces": "Namespaces whose pods are never stamped, besides kube-system and --namespace. "
+            "Set the same list on the reconciler (the chart sets both from scope.*).",
+            "--namespace-selector": "Label selector (kubectl syntax) a namespace must match to be in scope. The "
+            "webhook cannot read namespace labels: only validated here; the webhook configuration's "
+            "namespaceSelector applies it (the chart renders both from scope.*).",
+            "--namespace": "The product's own namespace, always excluded (default: $POD_NAMESPACE).",
+        },
     )
     p.add_argument(
         "--size-at-admission",
@@ -213,17 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config-namespace", default=CONFIG_NAMESPACE, help="Namespace of the config ConfigMap.")
     p.add_argument("--config-name", default=CONFIG_NAME, help="Name of the config ConfigMap (key config.yaml).")
-    p.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="info",
-        help="Minimum log level. 'info' logs one line per admission decision.",
-    )
-    p.add_argument(
-        "--log-format",
-        choices=("json", "text"),
-        default="json",
-        help="json: one JSON object per line; text: human-readable.",
+    log_flags(
+        p,
+        "info",
+        "json",
+        level_help="Minimum log level. 'info' logs one line per admission decision.",
+        fmt_help="json: one JSON object per line; text: human-readable.",
     )
     p.add_argument(
         "--log-flush-interval",

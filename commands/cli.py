@@ -12,7 +12,7 @@ import re
 import shlex
 import sys
 
-from ops.flags import duration, positive_float, positive_int, string_list
+from ops.flags import duration, is_namespaced_name, positive_float, positive_int, scope_flags, string_list
 from reconciler.settings import (
     CALIBRATE_IMAGE,
     CONFIG_NAME,
@@ -49,21 +49,15 @@ def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
 
 
 def _scope_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--namespace", default=CONFIG_NAMESPACE, help="the product's own namespace (always out of scope)"
-    )
-    group.add_argument(
-        "--exclude-namespaces",
-        type=string_list,
-        default=[],
-        metavar="NS[,NS...]",
-        help="namespaces out of scope besides kube-system and --namespace (the reconciler's flag)",
-    )
-    group.add_argument(
-        "--namespace-selector",
-        default="",
-        metavar="SELECTOR",
-        help="label selector a pod's namespace must match to be in scope (the reconciler's flag)",
+    scope_flags(
+        group,
+        {
+            "--namespace": "the product's own namespace (always out of scope)",
+            "--exclude-namespaces": "namespaces out of scope besides kube-system and --namespace (the reconciler's flag)",
+            "--namespace-selector": "label selector a pod's namespace must match to be in scope (the reconciler's flag)",
+        },
+        default=CONFIG_NAMESPACE,
+        metavar=None,
     )
 
 
@@ -403,7 +397,7 @@ def parse(
         scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
         parser.error(str(error))
-    if args.originals_keys_secret.count("/") != 1 or not all(args.originals_keys_secret.split("/")):
+    if not is_namespaced_name(args.originals_keys_secret):
         parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     keys = KeySettings(key_dir=args.originals_key_dir, secret=args.originals_keys_secret)
     if args.command == "restore":

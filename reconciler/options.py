@@ -8,7 +8,16 @@ import os
 import socket
 import uuid
 
-from ops.flags import boolean, duration, positive_float, positive_int, string_list
+from ops.flags import (
+    boolean,
+    duration,
+    is_namespaced_name,
+    log_flags,
+    positive_float,
+    positive_int,
+    scope_flags,
+    string_list,
+)
 from reconciler.settings import (
     PREFLIGHT_CHECKS,
     ApiSettings,
@@ -73,26 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also resize resources whose resizePolicy is RestartContainer (restarts them)",
     )
-    sizing.add_argument(
-        "--exclude-namespaces",
-        type=string_list,
-        default=[],
-        metavar="NS[,NS...]",
-        help="namespaces whose pods are never touched, besides kube-system and --namespace "
-        "(set the same list on the webhook; the chart sets both from scope.*)",
-    )
-    sizing.add_argument(
-        "--namespace",
-        default=os.environ.get("POD_NAMESPACE", ""),
-        metavar="NS",
-        help="the product's own namespace, always excluded (default: $POD_NAMESPACE)",
-    )
-    sizing.add_argument(
-        "--namespace-selector",
-        default="",
-        metavar="SELECTOR",
-        help=f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a pod's "
-        "namespace must match to be in scope; needs list/watch on namespaces",
+    scope_flags(
+        sizing,
+        {
+            "--exclude-namespaces": "namespaces whose pods are never touched, besides kube-system and --namespace "
+            "(set the same list on the webhook; the chart sets both from scope.*)",
+            "--namespace": "the product's own namespace, always excluded (default: $POD_NAMESPACE)",
+            "--namespace-selector": f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a pod's "
+            "namespace must match to be in scope; needs list/watch on namespaces",
+        },
     )
     sizing.add_argument(
         "--realign",
@@ -239,8 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=_DEFAULT.health_probe_bind_address,
         help="address for /healthz and /readyz ('0' disables)",
     )
-    ops.add_argument("--log-level", default=_DEFAULT.log_level, choices=["debug", "info", "warning", "error"])
-    ops.add_argument("--log-format", default=_DEFAULT.log_format, choices=["json", "text"])
+    log_flags(ops, _DEFAULT.log_level, _DEFAULT.log_format)
     ops.add_argument(
         "--shutdown-timeout",
         type=duration,
@@ -262,9 +259,7 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
     args = parser.parse_args(argv)
     if args.originals_key_dir and args.originals_keys_secret:
         parser.error("--originals-key-dir and --originals-keys-secret are alternatives: set one")
-    if args.originals_keys_secret and (
-        args.originals_keys_secret.count("/") != 1 or not all(args.originals_keys_secret.split("/"))
-    ):
+    if args.originals_keys_secret and not is_namespaced_name(args.originals_keys_secret):
         parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
         parser.error("--leader-election-renew-deadline must be shorter than the lease duration")
