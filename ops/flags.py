@@ -106,7 +106,7 @@ def scope_flags(group: argparse._ActionsContainer, helps: Mapping[str, str], **n
 
     Every program that takes a scope (the webhook, the reconciler, the admin commands) parses
     it alike and says in its own help what the scope means to it. `--namespace` defaults to
-    $POD_NAMESPACE, read now; `namespace` overrides its other arguments.
+    $POD_NAMESPACE, read now; `namespace` overrides its arguments (its default, its metavar).
     """
     specs: dict[str, dict[str, Any]] = {
         "--namespace": {"default": os.environ.get("POD_NAMESPACE", ""), "metavar": "NS", **namespace},
