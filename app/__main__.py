@@ -8,9 +8,7 @@ import logging
 import sys
 from typing import Sequence
 
-from ops.flags import boolean, log_flags, positive_int, scope_flags
-from ops.flags import byte_size as parse_size
-from ops.flags import duration as parse_duration
+from ops import flags
 from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
 from resizer.podstate import described_keys
 
@@ -41,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-min-version", choices=("1.2", "1.3"), default="1.2", help="Minimum TLS version.")
     p.add_argument(
         "--cert-reload-interval",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="10s",
         help="How often to check the certificate files for a rotation (Go duration, e.g. 10s, 500ms; "
@@ -49,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-request-bytes",
-        type=parse_size,
+        type=flags.byte_size,
         metavar="SIZE",
         default="4MiB",
         help="Largest AdmissionReview body accepted (e.g. 4MiB); larger requests get HTTP 413. "
@@ -57,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--http-keep-alive-timeout",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="120s",
         help="Close idle keep-alive connections after this long. Keep it above the apiserver's idle "
@@ -65,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--http-read-timeout",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="3s",
         help="A request's headers and body must arrive within this long of its first byte (a new "
@@ -77,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-connections",
-        type=positive_int,
+        type=flags.positive_int,
         default=1024,
         metavar="N",
         help="Open connections at most. A new connection beyond that closes the one that has waited "
@@ -86,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--shutdown-timeout",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="20s",
         help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.",
@@ -114,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--large-review-timeout",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="2s",
         help="A large review not decided this long after it arrived is answered 'allowed, no patch'; "
@@ -123,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--shutdown-delay",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="5s",
         help="On SIGTERM, first fail /readyz and keep serving this long (closing each connection "
@@ -146,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stamped unsigned until a key appears (a Secret volume mounted optional, whose Secret "
         "the reconciler creates at its first start: the chart's default).",
     )
-    scope_flags(
+    flags.scope_flags(
         p,
         {
             "--exclude-namespaces": "Namespaces whose pods are never stamped, besides kube-system and --namespace. "
@@ -159,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--size-at-admission",
-        type=boolean,
+        type=flags.boolean,
         default=True,
         metavar="BOOL",
         help="Create pods whose node type is known at admission (spec.nodeName, a DaemonSet's node "
@@ -178,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--skip-vpa-managed",
-        type=boolean,
+        type=flags.boolean,
         default=True,
         metavar="BOOL",
         help="With --size-at-admission: a pod an updating VerticalPodAutoscaler (not Off or Initial) "
@@ -201,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config-namespace", default=CONFIG_NAMESPACE, help="Namespace of the config ConfigMap.")
     p.add_argument("--config-name", default=CONFIG_NAME, help="Name of the config ConfigMap (key config.yaml).")
-    log_flags(
+    flags.log_flags(
         p,
         "info",
         "json",
@@ -210,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--log-flush-interval",
-        type=parse_duration,
+        type=flags.duration,
         default="100ms",
         metavar="DURATION",
         help="Write info/debug lines in batches at most this old (warnings and errors at once; "
