@@ -204,15 +204,13 @@ class Act:
                 pod, reread = await self._stamp_originals(pod, base.stamp)
             except ApiError as err:
                 return await self._originals_not_recorded(pod, planned, err)
-            if reread is not None:
-                sized = reread.check.scope == "sized"
             await self._stamped(pod, base)
             # The stamp changed the annotations the signature covers: a terminal decision
             # below must be keyed on the pod as it is now, or the watch event of our own
             # write looks like a new situation and the pod is decided (and reported) again.
             planned = replace(planned, state=read_state(pod))
             planned = replace(planned, signature=self._situation(pod, planned))
-            if reread is not None:  # otherwise the originals are the spec we planned from, written as read: same plan
+            if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
                 options, pod_level = self._c.options, self._c.pod_level(planned.node)
                 plan = plan_bound_pod(
                     pod,
@@ -397,24 +395,23 @@ class Act:
         await self.report(pod, planned.plan, EventType.WARNING, reason, message)
         return state, resource_version
 
-    async def _stamp_originals(self, pod: Obj, stamp: dict[str, str | None]) -> tuple[Obj, Baseline | None]:
+    async def _stamp_originals(self, pod: Obj, stamp: dict[str, str | None]) -> tuple[Obj, bool]:
         """Merge-patch the originals captured from the spec, conditional on the resourceVersion we
         read (they describe exactly that spec). On a conflict the pod is read again once and the
         originals decided again from it: stamped meanwhile (and trusted) means nothing to write.
-        Returns the pod as written and, if it was read again (so its spec may differ from the one
-        planned from), the baseline decided from the pod as read again."""
-        again: Baseline | None = None
-        for _ in range(2):
+        Returns the pod as written and whether it was read again (so its spec may differ from
+        the one planned from)."""
+        for attempt in range(2):
             try:
                 written = await self._c.writer.annotate(pod, stamp, resource_version=pod["metadata"]["resourceVersion"])
-                return written, again
+                return written, attempt > 0
             except ApiError as err:
-                if err.status != 409 or again is not None:
+                if err.status != 409 or attempt == 1:
                     raise
             pod = await self._c.writer.get(pod)
             again = baseline(pod, self._c.keyring())
             if again.check.trust is Trust.TRUSTED and again.stamp is None:
-                return pod, again
+                return pod, True
             if again.stamp is None:  # refused or trusted only if aligned: decide again from scratch
                 raise ApiError(
                     409, {"reason": "Conflict", "message": "the pod changed while its originals were recorded"}
