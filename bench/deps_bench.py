@@ -177,7 +177,7 @@ def handwritten(path: str, name: str) -> Any:
 WEBHOOK_LIBRARIES = (
     "import fastapi, uvicorn, uvloop, httptools, orjson, yaml, pydantic, cryptography.x509, asyncio, ssl"
 )
-RECONCILER_LIBRARIES = "import uvloop, httptools, orjson, yaml, pydantic, asyncio, ssl, logging, resizer.config"
+RECONCILER_LIBRARIES = "import uvloop, httptools, orjson, yaml, asyncio, ssl, logging, resizer.config"
 OUTCOME_REASONS = [f"Reason{i}" for i in range(16)]
 
 
