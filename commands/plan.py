@@ -22,16 +22,24 @@ from commands.progress import Progress
 from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, ApiSettings, PlanSettings
+from reconciler.vpa import OWNER_PATHS
 from resizer.config import CompiledConfig, ConfigError, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
 from resizer.plan import node_resizes_pod_level
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
 from resizer.quantity import format_cpu, format_memory
 from resizer.runtime_hints import PodRuntimes, RuntimeHint, hints_by_pod, pod_runtimes
-from resizer.vpa import GROUP_VERSION_PATH, NO_OWNER, RESOURCE, Owner, VpaVerdict, managing_vpa, served_in, vpa_index
-
-OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
-
+from resizer.vpa import (
+    GROUP_VERSION_PATH,
+    NO_OWNER,
+    RESOURCE,
+    Owner,
+    VpaVerdict,
+    controller_owner,
+    managing_vpa,
+    served_in,
+    vpa_index,
+)
 
 T = TypeVar("T")
 PodKey = tuple[str, str]  # (namespace, name)
@@ -246,10 +254,8 @@ async def read_constraints(client: KubeClient, page_size: int, forecast: FleetFo
             for kind, path in OWNER_PATHS.items():
                 for item in await read(kind, path):
                     meta = item.get("metadata") or {}
-                    ref = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-                    found["owners"][(meta.get("namespace"), Owner(kind, str(meta.get("name"))))] = (
-                        Owner(str(ref.get("kind")), str(ref.get("name"))) if ref else NO_OWNER
-                    )
+                    owner = controller_owner(meta) or NO_OWNER
+                    found["owners"][(meta.get("namespace"), Owner(kind, str(meta.get("name"))))] = owner
     return found
 
 

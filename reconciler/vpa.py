@@ -24,6 +24,7 @@ from resizer.vpa import (
     Owner,
     Unresolved,
     VpaVerdict,
+    controller_owner,
     managing_vpa,
     served_in,
     slim_vpa,
@@ -43,20 +44,12 @@ OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1
 def slim_owned(obj: Obj) -> Obj:
     """A ReplicaSet or Job reduced to its name and controller owner."""
     meta = obj.get("metadata") or {}
-    owner = next(
-        (
-            {"kind": o.get("kind"), "name": o.get("name")}
-            for o in meta.get("ownerReferences") or []
-            if o.get("controller")
-        ),
-        None,
-    )
     return {
         "metadata": {
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
             "resourceVersion": meta.get("resourceVersion"),
-            "owner": owner,
+            "owner": controller_owner(meta),
         }
     }
 
@@ -119,8 +112,8 @@ class VpaWatch:
         if cached is None:
             first = self._missing_since.setdefault((namespace, owner.kind, owner.name), self._clock())
             return NO_OWNER if self._clock() - first >= OWNER_GRACE else None
-        parent = cached["metadata"]["owner"]
-        return Owner(str(parent["kind"]), str(parent["name"])) if parent else NO_OWNER
+        parent: Owner | None = cached["metadata"]["owner"]
+        return parent or NO_OWNER
 
     # ---- discovery and informers
 

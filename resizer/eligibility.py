@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from resizer.owners import controller_reference
 from resizer.podstate import PodState, mirror_and_skip
 
 __all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "eligibility"]
@@ -43,7 +44,7 @@ def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligib
     metadata = pod.get("metadata") or {}
     # The two records eligibility needs, without parsing the rest when the caller has no state.
     mirror, skip = (state.mirror, state.skip) if state is not None else mirror_and_skip(pod)
-    owner = _controller_reference(metadata)
+    owner = controller_reference(metadata)
     owner_kind = owner.get("kind") if owner else None
     owner_name = owner.get("name") if owner else None
 
@@ -59,11 +60,6 @@ def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligib
     if not _is_supported_controller(owner):
         return verdict("UnsupportedOwnerKind")
     return verdict("Eligible")
-
-
-def _controller_reference(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    references: list[Mapping[str, Any]] = metadata.get("ownerReferences") or []
-    return next((reference for reference in references if reference.get("controller") is True), None)
 
 
 def _is_supported_controller(reference: Mapping[str, Any]) -> bool:

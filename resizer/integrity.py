@@ -78,6 +78,7 @@ from resizer.originals import (
     originals_from_spec_annotations,
     sidecar_original_keys,
 )
+from resizer.owners import controller_reference
 from resizer.podstate import (
     Mac,
     PodState,
@@ -194,9 +195,7 @@ class PodIdentity:
         """Identity of ``pod`` for ``scope`` (``namespace`` overrides metadata's: at admission
         the namespace comes from the request)."""
         meta = pod.get("metadata") or {}
-        owner: Mapping[str, Any] = next(
-            (o for o in meta.get("ownerReferences") or [] if o.get("controller") is True), {}
-        )
+        owner = controller_reference(meta) or {}
         return cls(
             namespace=_text(namespace if namespace is not None else meta.get("namespace")),
             name=_text(meta.get("name")),

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from resizer.owners import controller_reference
+
 __all__ = [
     "GROUP_VERSION_PATH",
     "NON_UPDATING_MODES",
@@ -30,6 +32,7 @@ __all__ = [
     "VpaIndex",
     "VpaVerdict",
     "admission_vpa_hold",
+    "controller_owner",
     "deployment_of",
     "managing_vpa",
     "owner_chain",
@@ -88,6 +91,12 @@ class VpaVerdict:
             f"left alone: VerticalPodAutoscaler {self.vpa} (updateMode {self.mode}) manages the requests "
             f"of {self.target.kind} {self.target.name}; two controllers writing requests would fight"
         )
+
+
+def controller_owner(metadata: Mapping[str, Any]) -> Owner | None:
+    """The controller owner of the object whose metadata this is, None if it has none."""
+    ref = controller_reference(metadata)
+    return None if ref is None else Owner(str(ref.get("kind")), str(ref.get("name")))
 
 
 # namespace -> target -> (vpa name, mode), updating VPAs only.
@@ -151,10 +160,10 @@ def owner_chain(pod: Mapping[str, Any], lookup: OwnerLookup) -> tuple[tuple[Owne
     an intermediate owner, e.g. the ReplicaSet, is not known to the lookup yet)."""
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace") or "")
-    ref = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-    if ref is None:
+    owner = controller_owner(meta)
+    if owner is None:
         return (), True
-    chain = [Owner(str(ref.get("kind")), str(ref.get("name")))]
+    chain = [owner]
     while chain[-1].kind in INTERMEDIATE_KINDS and len(chain) < MAX_CHAIN:
         parent = lookup(namespace, chain[-1])
         if parent is None:
@@ -216,11 +225,9 @@ def admission_vpa_hold(pod: Mapping[str, Any], namespace: str, index: VpaIndex) 
     targets = index.get(namespace)
     if not targets:
         return None
-    meta = _mapping(pod.get("metadata"))
-    ref = next((_mapping(o) for o in meta.get("ownerReferences") or [] if _mapping(o).get("controller")), None)
-    if ref is None:
+    owner = controller_owner(_mapping(pod.get("metadata")))
+    if owner is None:
         return None
-    owner = Owner(str(ref.get("kind")), str(ref.get("name")))
     derived = deployment_of(pod, owner)
     for target in (owner, *([Owner("Deployment", derived)] if derived is not None else [])):
         found = targets.get(target)
