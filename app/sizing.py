@@ -23,7 +23,7 @@ from typing import Any
 
 from kube import ApiError, KubeClient, KubeError
 from kube.informer import Informer
-from kube.slim import slim_node
+from kube.slim import slim_limit_range, slim_node
 from resizer import CompiledConfig, ConfigError, load_config
 from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, served_in, slim_vpa, vpa_index
 
@@ -81,18 +81,6 @@ class SizingContext:
         version, label, nodes, text, dry_run, limit_ranges, vpas = state
         init = SizingContext.__init__
         init(self, version, label, MappingProxyType(nodes), text, None, dry_run, MappingProxyType(limit_ranges), vpas)
-
-
-def slim_limit_range(limit_range: dict[str, Any]) -> dict[str, Any]:
-    meta = limit_range.get("metadata") or {}
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
-        "spec": limit_range.get("spec") or {},
-    }
 
 
 class ClusterView:

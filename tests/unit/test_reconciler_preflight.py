@@ -11,9 +11,10 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from kube.informer import Informer
+from kube.slim import slim_limit_range, slim_quota
 from reconciler import metrics
 from reconciler.controller import PodResizeReconciler
-from reconciler.preflight import Preflight, slim_limit_range, slim_quota
+from reconciler.preflight import Preflight
 from reconciler.settings import ControllerSettings, PreflightSettings
 from reconciler.vpa import VpaWatch, slim_owned
 from resizer import SAMPLE_CONFIG, load_config
