@@ -20,6 +20,7 @@ from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from commands.progress import Progress
 from kube import ApiError, KubeClient, KubeError, load_credentials
+from kube.discovery import serves
 from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, ApiSettings, PlanSettings
 from reconciler.vpa import OWNER_PATHS
@@ -37,7 +38,6 @@ from resizer.vpa import (
     VpaVerdict,
     controller_owner,
     managing_vpa,
-    served_in,
     vpa_index,
 )
 
@@ -243,10 +243,9 @@ async def read_constraints(client: KubeClient, page_size: int, forecast: FleetFo
     found["limitranges"] = await read("LimitRange", "/api/v1/limitranges")
     found["resourcequotas"] = await read("ResourceQuota", "/api/v1/resourcequotas")
     try:
-        served = served_in(await client.get(GROUP_VERSION_PATH))
+        served = await serves(client, GROUP_VERSION_PATH, RESOURCE)
     except ApiError as err:
-        if err.status != 404:
-            found["notJudged"].append(f"VerticalPodAutoscaler: {err.message or err.status}")
+        found["notJudged"].append(f"VerticalPodAutoscaler: {err.message or err.status}")
         served = False
     if served:
         found["vpas"] = await read("VerticalPodAutoscaler", f"{GROUP_VERSION_PATH}/{RESOURCE}")

@@ -36,7 +36,6 @@ __all__ = [
     "deployment_of",
     "managing_vpa",
     "owner_chain",
-    "served_in",
     "slim_vpa",
     "update_mode",
     "vpa_index",
@@ -113,12 +112,6 @@ def update_mode(vpa: Mapping[str, Any]) -> str:
     """The VPA's update mode, ``Auto`` when unset (as VPA itself defaults it)."""
     mode = _mapping(_mapping(_mapping(vpa).get("spec")).get("updatePolicy")).get("updateMode")
     return mode if isinstance(mode, str) and mode else DEFAULT_MODE
-
-
-def served_in(discovery: Mapping[str, Any]) -> bool:
-    """Whether the discovery document of ``GROUP_VERSION_PATH`` lists the VPA resource."""
-    resources = discovery.get("resources")
-    return isinstance(resources, list) and any(_mapping(r).get("name") == RESOURCE for r in resources)
 
 
 def slim_vpa(vpa: Mapping[str, Any]) -> dict[str, Any]:

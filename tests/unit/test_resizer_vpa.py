@@ -15,7 +15,6 @@ from resizer.vpa import (
     deployment_of,
     managing_vpa,
     owner_chain,
-    served_in,
     update_mode,
     vpa_index,
 )
@@ -286,9 +285,3 @@ def test_whatever_the_reconciler_finds_after_binding_was_held_at_admission() -> 
             after = managing_vpa(obj, lambda ns, o: owners.get((ns, o), NO_OWNER), index)
             if isinstance(after, VpaVerdict):
                 assert admission_vpa_hold(obj, "ns", index) is not None, (kind, name, obj["metadata"])
-
-
-def test_served_in_reads_the_discovery_document() -> None:
-    assert served_in({"resources": [{"name": "verticalpodautoscalers/status"}, {"name": "verticalpodautoscalers"}]})
-    assert not served_in({"resources": [{"name": "verticalpodautoscalercheckpoints"}]})
-    assert not served_in({}) and not served_in({"resources": "x"}) and not served_in({"resources": ["x"]})
