@@ -22,14 +22,14 @@ from typing import Any
 
 from kube import KubeClient
 from kube.discovery import ServedInformers
-from kube.informer import Informer
+from kube.informer import Informer, object_informer
 from kube.slim import slim_limit_range, slim_node
 from resizer import CompiledConfig, ConfigError, load_config
+from resizer.config import config_text
 from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, slim_vpa, vpa_index
 
 log = logging.getLogger("workload_resizer.webhook")
 
-CONFIG_KEY = "config.yaml"
 # How often the VerticalPodAutoscaler CRD is looked up again (the reconciler's default
 # --config-refresh-interval).
 VPA_RECHECK_INTERVAL = 30.0
@@ -125,14 +125,8 @@ class ClusterView:
             self._changed,
             idle_timeout=idle_timeout,
         )
-        self.configmaps = Informer(
-            client,
-            "configmaps",
-            f"/api/v1/namespaces/{config_namespace}/configmaps",
-            slim=lambda cm: cm,
-            handler=self._on_configmap,
-            params={"fieldSelector": f"metadata.name={config_name}"},
-            idle_timeout=idle_timeout,
+        self.configmaps = object_informer(
+            client, "configmaps", config_namespace, config_name, self._on_configmap, idle_timeout
         )
         self.vpa_discovery = ServedInformers(
             client,
@@ -237,10 +231,9 @@ class ClusterView:
 
     def apply_config(self, configmap: dict[str, Any] | None) -> None:
         """Take a new ConfigMap content into force if it is valid; else keep the last good config."""
-        data = (configmap or {}).get("data") or {}
-        text = data.get(CONFIG_KEY) if isinstance(data, dict) else None
+        text = config_text(configmap)
         where = f"{self.config_namespace}/{self.config_name}"
-        if not isinstance(text, str):
+        if text is None:
             log.warning(
                 "no config to size pods at admission with; keeping the last good one",
                 extra={"configmap": where, "present": configmap is not None},

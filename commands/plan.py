@@ -24,7 +24,7 @@ from kube.discovery import serves
 from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, ApiSettings, PlanSettings
 from reconciler.vpa import OWNER_PATHS
-from resizer.config import CompiledConfig, ConfigError, load_config
+from resizer.config import CompiledConfig, ConfigError, config_text, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
 from resizer.plan import node_resizes_pod_level
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
@@ -118,8 +118,8 @@ async def read_configmap(client: KubeClient, namespace: str, name: str, hint: st
         configmap = await client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
     except ApiError as err:
         raise CommandError(f"cannot read {source}: {err}{hint}") from None
-    text = (configmap.get("data") or {}).get(CONFIG_KEY)
-    if not isinstance(text, str):
+    text = config_text(configmap)
+    if text is None:
         raise CommandError(f"{source} has no key {CONFIG_KEY}")
     return text, str(configmap["metadata"]["resourceVersion"]), source
 
