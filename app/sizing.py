@@ -198,10 +198,6 @@ class ClusterView:
 
     # ---- VerticalPodAutoscalers
 
-    async def check_vpas(self) -> None:
-        """Discovery again: start or stop watching the VPAs when their CRD came or went."""
-        await self.vpa_discovery.check()
-
     def _vpas_served_changed(self, was: bool | None) -> None:
         if not self.vpa_discovery.served:
             self._vpa_index, self._vpas_changed = {}, False

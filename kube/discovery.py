@@ -43,8 +43,8 @@ class ServedInformers:
 
     Discovery at start and every ``recheck_interval`` (every ``FIRST_RETRY`` until it first
     answers): the resource found, the informers are started; gone, they are stopped. Each change of
-    :attr:`served` is logged (``found``, ``gone``) and then passed on: ``on_change(was)``, the
-    answer before. A discovery that fails is logged and changes nothing: the last answer stands.
+    :attr:`served` is logged (``found``, ``gone``) and then passed on: ``on_served_change(was)``,
+    the answer before. A discovery that fails is logged and changes nothing: the last answer stands.
     ``crashed``: what to log should an informer ever end by an error."""
 
     client: KubeClient
@@ -52,7 +52,7 @@ class ServedInformers:
     resource: str
     slim: Callable[[Obj], Obj]
     handler: Handler
-    on_change: Callable[[bool | None], None]
+    on_served_change: Callable[[bool | None], None]
     log: logging.Logger
     kind: str  # of the resource, as its log lines name it
     found: str
@@ -111,7 +111,7 @@ class ServedInformers:
             await self._stop()
             if served:
                 self._start()
-            self.on_change(was)
+            self.on_served_change(was)
         self.answered.set()  # (once the informers of the answer exist: wait_synced waits for them)
 
     def _start(self) -> None:

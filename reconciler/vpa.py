@@ -52,7 +52,7 @@ def slim_owned(obj: Obj) -> Obj:
     }
 
 
-class VpaWatch:
+class VpaWatch(ServedInformers):
     """Answers "does an updating VPA manage this pod?" from cached state.
 
     `on_change(namespace)` is called when the VPAs of a namespace change (None: of every
@@ -67,14 +67,7 @@ class VpaWatch:
         recheck_interval: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = client
-        self._on_change = on_change
-        self._idle_timeout = idle_timeout
-        self.owners: dict[str, Informer] = {}
-        self._index: dict[str, dict[Owner, tuple[str, str]]] = {}
-        self._clock = clock
-        self._missing_since: dict[tuple[str, str, str], float] = {}  # owners looked up and not cached
-        self.discovery = ServedInformers(
+        super().__init__(
             client,
             GROUP_VERSION_PATH,
             RESOURCE,
@@ -90,19 +83,16 @@ class VpaWatch:
             recheck_interval=recheck_interval,
             idle_timeout=idle_timeout,
         )
+        self._on_change = on_change
+        self.owners: dict[str, Informer] = {}
+        self._index: dict[str, dict[Owner, tuple[str, str]]] = {}
+        self._clock = clock
+        self._missing_since: dict[tuple[str, str, str], float] = {}  # owners looked up and not cached
 
-    # ---- the answer
-
-    @property
-    def synced(self) -> bool:
-        """Discovery answered and, where the CRD is served, every cache holds a full list."""
-        return self.discovery.synced
-
-    async def wait_synced(self) -> None:
-        await self.discovery.wait_synced()  # (startup waits for a first answer: never resize blind)
+    # ---- the answer (startup waits for the caches, wait_synced: never resize blind)
 
     def verdict(self, pod: Obj) -> VpaVerdict | Unresolved | None:
-        if not self.discovery.served:
+        if not self.served:
             return None
         if not self.synced:
             meta = pod["metadata"]
@@ -120,27 +110,24 @@ class VpaWatch:
         parent: Owner | None = cached["metadata"]["owner"]
         return parent or NO_OWNER
 
-    # ---- discovery and informers
-
-    async def run(self) -> None:
-        await self.discovery.run()
+    # ---- the informers
 
     def _watch_owners(self) -> list[Informer]:
         self.owners = {
             kind: Informer(
-                self._client,
+                self.client,
                 path.rsplit("/", 1)[-1],
                 path,
                 slim_owned,
                 self._owner_handler(kind),
-                idle_timeout=self._idle_timeout,
+                idle_timeout=self.idle_timeout,
             )
             for kind, path in OWNER_PATHS.items()
         }
         return list(self.owners.values())
 
     def _served_changed(self, was: bool | None) -> None:
-        if self.discovery.served:
+        if self.served:
             return
         self.owners, self._index = {}, {}
         self._missing_since.clear()
@@ -150,8 +137,8 @@ class VpaWatch:
     def _on_vpa(self, kind: str, vpa: Obj, old: Obj | None) -> None:
         if old is not None and kind != "DELETED" and old["spec"] == vpa["spec"]:
             return
-        assert self.discovery.informer is not None
-        self._index = vpa_index(self.discovery.informer.store.values())
+        assert self.informer is not None
+        self._index = vpa_index(self.informer.store.values())
         self._on_change(str(vpa["metadata"].get("namespace") or ""))
 
     def _owner_handler(self, owner_kind: str) -> Callable[[str, Obj, Obj | None], None]:

@@ -292,9 +292,9 @@ def vpa_watch(mode: str) -> VpaWatch:
 
 def served(watch: VpaWatch, vpas: Informer) -> VpaWatch:
     """What discovery finding the CRD does, over hand-filled caches (the VPAs', the watch's owners)."""
-    watch.discovery.served = True
-    watch.discovery.answered.set()
-    watch.discovery.informers = [vpas, *watch.owners.values()]
+    watch.served = True
+    watch.answered.set()
+    watch.informers = [vpas, *watch.owners.values()]
     watch._on_vpa("ADDED", next(iter(vpas.store.values())), None)
     return watch
 
@@ -341,7 +341,7 @@ def test_an_owner_that_never_appears_ends_the_chain_after_a_grace() -> None:
     now = [0.0]
     watch = VpaWatch(None, lambda _: None, clock=lambda: now[0])  # type: ignore[arg-type]
     watch.owners = {"ReplicaSet": informer("replicasets", slim_owned), "Job": informer("jobs", slim_owned)}
-    served(watch, vpa_watch("Auto").discovery.informers[0])
+    served(watch, vpa_watch("Auto").informers[0])
     orphan = pod()
     assert isinstance(watch.verdict(orphan), Unresolved)
     now[0] = OWNER_GRACE - 1

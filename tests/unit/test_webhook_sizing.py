@@ -388,14 +388,14 @@ def test_the_view_watches_vpas_only_while_their_crd_is_served_and_never_sizes_bl
         view.nodes.synced.set()
         view.limitranges.synced.set()
         api.served = None
-        await view.check_vpas()
+        await view.vpa_discovery.check()
         assert view.context is None, "discovery never answered: stamp only"
         api.served = False
-        await view.check_vpas()
+        await view.vpa_discovery.check()
         without = view.context
         assert without is not None and dict(without.vpas) == {} and view.vpas is None
         api.served, api.vpas = True, [a_vpa("web")]
-        await view.check_vpas()  # installed later
+        await view.vpa_discovery.check()  # installed later
         assert view.context is None, "until the VPAs are listed"
         await asyncio.wait_for(view.vpas.synced.wait(), 5)  # type: ignore[union-attr]
         listed = view.context
@@ -410,10 +410,10 @@ def test_the_view_watches_vpas_only_while_their_crd_is_served_and_never_sizes_bl
         off = view.context
         assert off is not None and off.version > listed.version and dict(off.vpas) == {}
         api.served = None
-        await view.check_vpas()
+        await view.vpa_discovery.check()
         assert view.context is off, "unreachable: the last answer stands"
         api.served = False
-        await view.check_vpas()  # removed
+        await view.vpa_discovery.check()  # removed
         gone = view.context
         assert gone is not None and dict(gone.vpas) == {} and view.vpas is None
 
