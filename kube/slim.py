@@ -161,7 +161,8 @@ def slim_node(node: Obj) -> Obj:
     return slim
 
 
-def _slim_metadata(obj: Obj) -> Obj:
+def slim_metadata(obj: Obj) -> Obj:
+    """An object's name, namespace and resourceVersion: all an informer's cache needs of its metadata."""
     meta = obj.get("metadata") or {}
     return {key: meta.get(key) for key in ("name", "namespace", "resourceVersion")}
 
@@ -170,7 +171,7 @@ def slim_limit_range(obj: Obj) -> Obj:
     """A LimitRange reduced to its items that bound containers and pods (what a resize is checked
     against; both programs' preflight reads no other type)."""
     return {
-        "metadata": _slim_metadata(obj),
+        "metadata": slim_metadata(obj),
         "spec": {
             "limits": [
                 item for item in (obj.get("spec") or {}).get("limits") or [] if item.get("type") in ("Container", "Pod")
@@ -184,7 +185,7 @@ def slim_quota(obj: Obj) -> Obj:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     return {
-        "metadata": _slim_metadata(obj),
+        "metadata": slim_metadata(obj),
         "spec": {k: spec[k] for k in ("hard", "scopes", "scopeSelector") if spec.get(k)},
         "status": {"hard": status.get("hard") or {}, "used": status.get("used") or {}},
     }

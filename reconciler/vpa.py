@@ -15,7 +15,7 @@ from collections.abc import Callable
 from kube import KubeClient
 from kube.discovery import ServedInformers
 from kube.informer import Informer
-from kube.slim import Obj
+from kube.slim import Obj, slim_metadata
 from resizer.vpa import (
     GROUP_VERSION_PATH,
     NO_OWNER,
@@ -41,15 +41,7 @@ OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1
 
 def slim_owned(obj: Obj) -> Obj:
     """A ReplicaSet or Job reduced to its name and controller owner."""
-    meta = obj.get("metadata") or {}
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "owner": controller_owner(meta),
-        }
-    }
+    return {"metadata": {**slim_metadata(obj), "owner": controller_owner(obj.get("metadata") or {})}}
 
 
 class VpaWatch(ServedInformers):

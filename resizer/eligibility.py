@@ -6,10 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.owners import controller_reference
 from resizer.podstate import PodState, mirror_and_skip
 
-__all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "eligibility"]
+__all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "controller_reference", "eligibility"]
 
 # Controller kind -> API group. The group is checked too, so a custom resource that
 # happens to be called "Job" (e.g. batch.volcano.sh) is not mistaken for a batch/v1 Job.
@@ -60,6 +59,15 @@ def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligib
     if not _is_supported_controller(owner):
         return verdict("UnsupportedOwnerKind")
     return verdict("Eligible")
+
+
+def controller_reference(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference of ``metadata`` whose ``controller`` is true (the apiserver allows one at
+    most), None if there is none; references that are not objects are passed over."""
+    references = metadata.get("ownerReferences")
+    if not isinstance(references, list):
+        return None
+    return next((r for r in references if isinstance(r, Mapping) and r.get("controller") is True), None)
 
 
 def _is_supported_controller(reference: Mapping[str, Any]) -> bool:

@@ -71,6 +71,7 @@ from typing import Any
 
 import orjson
 
+from resizer.eligibility import controller_reference
 from resizer.errors import ResizerError
 from resizer.originals import (
     missing_original_annotations,
@@ -78,7 +79,6 @@ from resizer.originals import (
     originals_from_spec_annotations,
     sidecar_original_keys,
 )
-from resizer.owners import controller_reference
 from resizer.podstate import (
     Mac,
     PodState,

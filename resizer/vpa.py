@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.owners import controller_reference
+from resizer.eligibility import controller_reference
 
 __all__ = [
     "GROUP_VERSION_PATH",

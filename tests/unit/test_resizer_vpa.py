@@ -6,12 +6,14 @@ from typing import Any
 
 import pytest
 
+from resizer.eligibility import controller_reference
 from resizer.vpa import (
     NO_OWNER,
     Owner,
     Unresolved,
     VpaVerdict,
     admission_vpa_hold,
+    controller_owner,
     deployment_of,
     managing_vpa,
     owner_chain,
@@ -285,3 +287,12 @@ def test_whatever_the_reconciler_finds_after_binding_was_held_at_admission() -> 
             after = managing_vpa(obj, lambda ns, o: owners.get((ns, o), NO_OWNER), index)
             if isinstance(after, VpaVerdict):
                 assert admission_vpa_hold(obj, "ns", index) is not None, (kind, name, obj["metadata"])
+
+
+def test_the_controller_is_the_one_reference_whose_controller_is_true() -> None:
+    ref = {"kind": "ReplicaSet", "name": "web-6d4f"}
+    meta: dict[str, Any] = {"ownerReferences": ["x", {**ref, "controller": "true"}, {**ref, "controller": True}]}
+    assert controller_reference(meta) == {**ref, "controller": True}
+    assert controller_owner(meta) == Owner("ReplicaSet", "web-6d4f")
+    for malformed in ({}, {"ownerReferences": None}, {"ownerReferences": {"kind": "x"}}, {"ownerReferences": [ref]}):
+        assert controller_reference(malformed) is None and controller_owner(malformed) is None
