@@ -3,9 +3,9 @@
 :class:`ClusterView` lists and watches the nodes (their node-type label only) and the config
 ConfigMap, the LimitRanges (a size one would refuse is not given at CREATE) and, where their CRD
 is served, the VerticalPodAutoscalers (a pod an updating one may manage is not sized), through
-``kube`` (the product's Kubernetes client; the one import of the
-reconciler package the webhook makes, see pyproject.toml). An invalid config keeps the last
-good one in force, as in the reconciler. :class:`SizingContext` is an immutable snapshot of
+``kube`` (the product's Kubernetes client: its informers, and its discovery watch, which the
+reconciler's VPA watch is too). An invalid config keeps the last good one in force, as in the
+reconciler. :class:`SizingContext` is an immutable snapshot of
 both, versioned: the review workers receive it only when its version changed, so a review never
 costs an API call nor a copy of the node table. Any failure here leaves reviews on today's path
 (stamp only): a missing view never blocks a pod.
@@ -148,11 +148,6 @@ class ClusterView:
         self._vpas_changed = False  # the index is rebuilt with the next context, not per event
 
     @property
-    def vpas(self) -> Informer | None:
-        """The VPAs' informer, while their CRD is served."""
-        return self.vpa_discovery.informer
-
-    @property
     def context(self) -> SizingContext | None:
         """The current snapshot (rebuilt after a change, at most once per change, and once the
         watches have all listed)."""
@@ -161,8 +156,9 @@ class ClusterView:
             if not self._ready():
                 self._context = None
             else:
-                if self._vpas_changed and self.vpas is not None:
-                    self._vpa_index, self._vpas_changed = vpa_index(self.vpas.store.values()), False
+                vpas = self.vpa_discovery.informer
+                if self._vpas_changed and vpas is not None:
+                    self._vpa_index, self._vpas_changed = vpa_index(vpas.store.values()), False
                 self._version += 1
                 by_namespace: dict[str, list[dict[str, Any]]] = {}
                 for limit_range in self.limitranges.store.values():
