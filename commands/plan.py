@@ -23,23 +23,14 @@ from kube import ApiError, KubeClient, KubeError, load_credentials
 from kube.discovery import serves
 from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, ApiSettings, PlanSettings
-from reconciler.vpa import OWNER_PATHS
+from reconciler.vpa import OWNER_PATHS, slim_owned
 from resizer.config import CompiledConfig, ConfigError, config_text, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
 from resizer.plan import node_resizes_pod_level
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
 from resizer.quantity import format_cpu, format_memory
 from resizer.runtime_hints import PodRuntimes, RuntimeHint, hints_by_pod, pod_runtimes
-from resizer.vpa import (
-    GROUP_VERSION_PATH,
-    NO_OWNER,
-    RESOURCE,
-    Owner,
-    VpaVerdict,
-    controller_owner,
-    managing_vpa,
-    vpa_index,
-)
+from resizer.vpa import GROUP_VERSION_PATH, NO_OWNER, RESOURCE, Owner, VpaVerdict, managing_vpa, vpa_index
 
 T = TypeVar("T")
 PodKey = tuple[str, str]  # (namespace, name)
@@ -252,9 +243,8 @@ async def read_constraints(client: KubeClient, page_size: int, forecast: FleetFo
         if vpa_index(found["vpas"]):
             for kind, path in OWNER_PATHS.items():
                 for item in await read(kind, path):
-                    meta = item.get("metadata") or {}
-                    owner = controller_owner(meta) or NO_OWNER
-                    found["owners"][(meta.get("namespace"), Owner(kind, str(meta.get("name"))))] = owner
+                    meta = slim_owned(item)["metadata"]
+                    found["owners"][(meta["namespace"], Owner(kind, str(meta["name"])))] = meta["owner"] or NO_OWNER
     return found
 
 
