@@ -3,9 +3,9 @@
 :class:`ClusterView` lists and watches the nodes (their node-type label only) and the config
 ConfigMap, the LimitRanges (a size one would refuse is not given at CREATE) and, where their CRD
 is served, the VerticalPodAutoscalers (a pod an updating one may manage is not sized), through
-``kube`` (the product's Kubernetes client; the one import of the
-reconciler package the webhook makes, see pyproject.toml). An invalid config keeps the last
-good one in force, as in the reconciler. :class:`SizingContext` is an immutable snapshot of
+``kube`` (the product's Kubernetes client: its informers, and its discovery watch, which the
+reconciler's VPA watch is too). An invalid config keeps the last good one in force, as in the
+reconciler. :class:`SizingContext` is an immutable snapshot of
 both, versioned: the review workers receive it only when its version changed, so a review never
 costs an API call nor a copy of the node table. Any failure here leaves reviews on today's path
 (stamp only): a missing view never blocks a pod.
@@ -14,26 +14,25 @@ costs an API call nor a copy of the node table. Any failure here leaves reviews 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from kube import ApiError, KubeClient, KubeError
-from kube.informer import Informer
-from kube.slim import slim_node
+from kube import KubeClient
+from kube.discovery import ServedInformers
+from kube.informer import Informer, object_informer
+from kube.slim import slim_limit_range, slim_node
 from resizer import CompiledConfig, ConfigError, load_config
-from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, served_in, slim_vpa, vpa_index
+from resizer.config import config_text
+from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, slim_vpa, vpa_index
 
 log = logging.getLogger("workload_resizer.webhook")
 
-CONFIG_KEY = "config.yaml"
 # How often the VerticalPodAutoscaler CRD is looked up again (the reconciler's default
-# --config-refresh-interval), and again while discovery has never answered.
+# --config-refresh-interval).
 VPA_RECHECK_INTERVAL = 30.0
-VPA_FIRST_RETRY = 2.0
 
 
 class SizingContext:
@@ -83,18 +82,6 @@ class SizingContext:
         init(self, version, label, MappingProxyType(nodes), text, None, dry_run, MappingProxyType(limit_ranges), vpas)
 
 
-def slim_limit_range(limit_range: dict[str, Any]) -> dict[str, Any]:
-    meta = limit_range.get("metadata") or {}
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
-        "spec": limit_range.get("spec") or {},
-    }
-
-
 class ClusterView:
     """Nodes, LimitRanges, the config ConfigMap and (``skip_vpa_managed``) the VerticalPodAutoscalers,
     watched; :attr:`context` is None until all are known.
@@ -138,22 +125,27 @@ class ClusterView:
             self._changed,
             idle_timeout=idle_timeout,
         )
-        self.configmaps = Informer(
+        self.configmaps = object_informer(
+            client, "configmaps", config_namespace, config_name, self._on_configmap, idle_timeout
+        )
+        self.vpa_discovery = ServedInformers(
             client,
-            "configmaps",
-            f"/api/v1/namespaces/{config_namespace}/configmaps",
-            slim=lambda cm: cm,
-            handler=self._on_configmap,
-            params={"fieldSelector": f"metadata.name={config_name}"},
+            GROUP_VERSION_PATH,
+            RESOURCE,
+            slim_vpa,
+            self._on_vpa,
+            self._vpas_served_changed,
+            log,
+            "VerticalPodAutoscaler",
+            found="VerticalPodAutoscaler CRD found: pods an updating VPA may manage are not sized at admission",
+            gone="VerticalPodAutoscaler CRD gone: no pod is held from sizing at admission for a VPA any more",
+            recheck_interval=vpa_recheck_interval,
             idle_timeout=idle_timeout,
         )
-        # None: discovery has not answered yet (never with skip_vpa_managed off: nothing to look up).
-        self.vpa_served: bool | None = None if skip_vpa_managed else False
-        self.vpas: Informer | None = None
+        if not skip_vpa_managed:
+            self.vpa_discovery.served = False  # nothing to look up: known at once, never served
         self._vpa_index: dict[str, dict[Owner, tuple[str, str]]] = {}
         self._vpas_changed = False  # the index is rebuilt with the next context, not per event
-        self._vpa_task: asyncio.Task[None] | None = None
-        self._vpa_recheck_interval = vpa_recheck_interval
 
     @property
     def context(self) -> SizingContext | None:
@@ -164,8 +156,9 @@ class ClusterView:
             if not self._ready():
                 self._context = None
             else:
-                if self._vpas_changed and self.vpas is not None:
-                    self._vpa_index, self._vpas_changed = vpa_index(self.vpas.store.values()), False
+                vpas = self.vpa_discovery.informer
+                if self._vpas_changed and vpas is not None:
+                    self._vpa_index, self._vpas_changed = vpa_index(vpas.store.values()), False
                 self._version += 1
                 by_namespace: dict[str, list[dict[str, Any]]] = {}
                 for limit_range in self.limitranges.store.values():
@@ -183,11 +176,11 @@ class ClusterView:
         return self._context
 
     def _ready(self) -> bool:
-        vpas_known = self.vpa_served is False or (
-            self.vpa_served is True and self.vpas is not None and self.vpas.synced.is_set()
-        )
         return (
-            self._config is not None and self.nodes.synced.is_set() and self.limitranges.synced.is_set() and vpas_known
+            self._config is not None
+            and self.nodes.synced.is_set()
+            and self.limitranges.synced.is_set()
+            and self.vpa_discovery.synced
         )
 
     async def run(self) -> None:
@@ -196,65 +189,15 @@ class ClusterView:
             self.nodes.run(),
             self.limitranges.run(),
             self.configmaps.run(),
-            *([self._follow_vpas()] if self.skip_vpa_managed else []),
+            *([self.vpa_discovery.run()] if self.skip_vpa_managed else []),
         )
 
     # ---- VerticalPodAutoscalers
 
-    async def _follow_vpas(self) -> None:
-        try:
-            while True:
-                await self.check_vpas()
-                await asyncio.sleep(self._vpa_recheck_interval if self.vpa_served is not None else VPA_FIRST_RETRY)
-        finally:
-            await self._stop_vpas()
-
-    async def check_vpas(self) -> None:
-        """Discovery again: start or stop watching the VPAs when their CRD came or went."""
-        try:
-            served = await self._vpas_served()
-        except KubeError as err:
-            log.warning(
-                "cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
-                extra={"error": str(err) or repr(err), "served": self.vpa_served},
-            )
-            return
-        if served == self.vpa_served:
-            return
-        if served:
-            log.info("VerticalPodAutoscaler CRD found: pods an updating VPA may manage are not sized at admission")
-        elif self.vpa_served:
-            log.info("VerticalPodAutoscaler CRD gone: no pod is held from sizing at admission for a VPA any more")
-        self.vpa_served = served
-        if served:
-            self.vpas = Informer(
-                self._client,
-                RESOURCE,
-                f"{GROUP_VERSION_PATH}/{RESOURCE}",
-                slim_vpa,
-                self._on_vpa,
-                idle_timeout=self._idle_timeout,
-            )
-            self._vpa_task = asyncio.create_task(self.vpas.run(), name="webhook vpas")
-        else:
-            await self._stop_vpas()
+    def _vpas_served_changed(self, was: bool | None) -> None:
+        if not self.vpa_discovery.served:
+            self._vpa_index, self._vpas_changed = {}, False
         self._dirty = True
-
-    async def _vpas_served(self) -> bool:
-        try:
-            return served_in(await self._client.get(GROUP_VERSION_PATH))
-        except ApiError as err:
-            if err.status == 404:
-                return False
-            raise
-
-    async def _stop_vpas(self) -> None:
-        task, self._vpa_task, self.vpas = self._vpa_task, None, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._vpa_index, self._vpas_changed = {}, False
 
     def _on_vpa(self, kind: str, vpa: dict[str, Any], old: dict[str, Any] | None) -> None:
         if old is not None and kind != "DELETED" and old["spec"] == vpa["spec"]:
@@ -280,10 +223,9 @@ class ClusterView:
 
     def apply_config(self, configmap: dict[str, Any] | None) -> None:
         """Take a new ConfigMap content into force if it is valid; else keep the last good config."""
-        data = (configmap or {}).get("data") or {}
-        text = data.get(CONFIG_KEY) if isinstance(data, dict) else None
+        text = config_text(configmap)
         where = f"{self.config_namespace}/{self.config_name}"
-        if not isinstance(text, str):
+        if text is None:
             log.warning(
                 "no config to size pods at admission with; keeping the last good one",
                 extra={"configmap": where, "present": configmap is not None},

@@ -20,18 +20,17 @@ from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
 from commands.progress import Progress
 from kube import ApiError, KubeClient, KubeError, load_credentials
+from kube.discovery import serves
 from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, ApiSettings, PlanSettings
-from resizer.config import CompiledConfig, ConfigError, load_config
+from reconciler.vpa import OWNER_PATHS, slim_owned
+from resizer.config import CompiledConfig, ConfigError, config_text, load_config
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
 from resizer.plan import node_resizes_pod_level
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
 from resizer.quantity import format_cpu, format_memory
 from resizer.runtime_hints import PodRuntimes, RuntimeHint, hints_by_pod, pod_runtimes
-from resizer.vpa import GROUP_VERSION_PATH, NO_OWNER, RESOURCE, Owner, VpaVerdict, managing_vpa, served_in, vpa_index
-
-OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1/jobs"}
-
+from resizer.vpa import GROUP_VERSION_PATH, NO_OWNER, RESOURCE, Owner, VpaVerdict, managing_vpa, vpa_index
 
 T = TypeVar("T")
 PodKey = tuple[str, str]  # (namespace, name)
@@ -110,8 +109,8 @@ async def read_configmap(client: KubeClient, namespace: str, name: str, hint: st
         configmap = await client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
     except ApiError as err:
         raise CommandError(f"cannot read {source}: {err}{hint}") from None
-    text = (configmap.get("data") or {}).get(CONFIG_KEY)
-    if not isinstance(text, str):
+    text = config_text(configmap)
+    if text is None:
         raise CommandError(f"{source} has no key {CONFIG_KEY}")
     return text, str(configmap["metadata"]["resourceVersion"]), source
 
@@ -235,21 +234,17 @@ async def read_constraints(client: KubeClient, page_size: int, forecast: FleetFo
     found["limitranges"] = await read("LimitRange", "/api/v1/limitranges")
     found["resourcequotas"] = await read("ResourceQuota", "/api/v1/resourcequotas")
     try:
-        served = served_in(await client.get(GROUP_VERSION_PATH))
+        served = await serves(client, GROUP_VERSION_PATH, RESOURCE)
     except ApiError as err:
-        if err.status != 404:
-            found["notJudged"].append(f"VerticalPodAutoscaler: {err.message or err.status}")
+        found["notJudged"].append(f"VerticalPodAutoscaler: {err.message or err.status}")
         served = False
     if served:
         found["vpas"] = await read("VerticalPodAutoscaler", f"{GROUP_VERSION_PATH}/{RESOURCE}")
         if vpa_index(found["vpas"]):
             for kind, path in OWNER_PATHS.items():
                 for item in await read(kind, path):
-                    meta = item.get("metadata") or {}
-                    ref = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-                    found["owners"][(meta.get("namespace"), Owner(kind, str(meta.get("name"))))] = (
-                        Owner(str(ref.get("kind")), str(ref.get("name"))) if ref else NO_OWNER
-                    )
+                    meta = slim_owned(item)["metadata"]
+                    found["owners"][(meta["namespace"], Owner(kind, str(meta["name"])))] = meta["owner"] or NO_OWNER
     return found
 
 

@@ -38,6 +38,22 @@ def object_key(obj: Obj) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
 
 
+def object_informer(
+    client: KubeClient, resource: str, namespace: str, name: str, handler: Handler, idle_timeout: float = 90.0
+) -> Informer:
+    """An informer of one core (v1) object, ``namespace/name`` of ``resource``, kept whole: a field
+    selector on its name, so the list and the watch carry nothing else."""
+    return Informer(
+        client,
+        resource,
+        f"/api/v1/namespaces/{namespace}/{resource}",
+        slim=lambda obj: obj,
+        handler=handler,
+        params={"fieldSelector": f"metadata.name={name}"},
+        idle_timeout=idle_timeout,
+    )
+
+
 class Informer:
     def __init__(
         self,

@@ -3,7 +3,8 @@
 A cached pod keeps what the pure core looks at (owner, labels, annotations, node selector,
 scheduling gates, container resources and resize policies, QoS class, whether the kubelet reports
 container resources, the resize conditions and the observed generation; a node's labels and
-allocatable cpu/memory and declared features) and drops the rest (env, volumes, probes, managedFields, ...), most of
+allocatable cpu/memory and declared features; the LimitRange and ResourceQuota fields the
+preflight checks read) and drops the rest (env, volumes, probes, managedFields, ...), most of
 a pod's size. String values that pods of one workload share (namespace, labels, annotation
 values, owner, node name, quantities, phase, condition reasons) are interned: the JSON decoder
 makes a fresh copy of each in each pod, a large share of the cache at scale.
@@ -158,6 +159,36 @@ def slim_node(node: Obj) -> Obj:
     if type(features) is list:  # whether the node resizes pod-level resources (resizer.plan)
         slim["status"]["declaredFeatures"] = [_shared_str(f) for f in features]
     return slim
+
+
+def slim_metadata(obj: Obj) -> Obj:
+    """An object's name, namespace and resourceVersion: all an informer's cache needs of its metadata."""
+    meta = obj.get("metadata") or {}
+    return {key: meta.get(key) for key in ("name", "namespace", "resourceVersion")}
+
+
+def slim_limit_range(obj: Obj) -> Obj:
+    """A LimitRange reduced to its items that bound containers and pods (what a resize is checked
+    against; both programs' preflight reads no other type)."""
+    return {
+        "metadata": slim_metadata(obj),
+        "spec": {
+            "limits": [
+                item for item in (obj.get("spec") or {}).get("limits") or [] if item.get("type") in ("Container", "Pod")
+            ]
+        },
+    }
+
+
+def slim_quota(obj: Obj) -> Obj:
+    """A ResourceQuota reduced to what a resize is charged against: its hard limits, scopes and usage."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    return {
+        "metadata": slim_metadata(obj),
+        "spec": {k: spec[k] for k in ("hard", "scopes", "scopeSelector") if spec.get(k)},
+        "status": {"hard": status.get("hard") or {}, "used": status.get("used") or {}},
+    }
 
 
 def status_fingerprint(pod: Obj) -> tuple[Any, ...]:

@@ -16,11 +16,12 @@ from typing import Any
 
 from kube import ApiError, KubeClient
 from kube.events import EventRecorder, object_reference
-from kube.informer import Informer
+from kube.informer import object_informer
 from reconciler import metrics
 from reconciler.reasons import EventType, Reason
 from reconciler.settings import CONFIG_KEY
 from resizer import CompiledConfig, ConfigError, load_config
+from resizer.config import config_text
 
 log = logging.getLogger("reconciler.config")
 
@@ -49,15 +50,7 @@ class ConfigSource:
         self._last_digest: str | None = None
         self._good_digest: str | None = None
         self._pending: set[asyncio.Task[None]] = set()
-        self.informer = Informer(
-            client,
-            "configmaps",
-            f"/api/v1/namespaces/{namespace}/configmaps",
-            slim=lambda cm: cm,
-            handler=self._on_event,
-            params={"fieldSelector": f"metadata.name={name}"},
-            idle_timeout=idle_timeout,
-        )
+        self.informer = object_informer(client, "configmaps", namespace, name, self._on_event, idle_timeout)
 
     async def run(self) -> None:
         try:
@@ -98,10 +91,7 @@ class ConfigSource:
         task.add_done_callback(self._pending.discard)
 
     async def apply(self, configmap: dict[str, Any] | None) -> None:
-        data = (configmap or {}).get("data") or {}
-        text = data.get(CONFIG_KEY) if isinstance(data, dict) else None
-        if text is not None and not isinstance(text, str):
-            text = None
+        text = config_text(configmap)
         digest = "missing" if configmap is None else hashlib.sha256((text or "").encode()).hexdigest()
         if digest == self._last_digest:
             return

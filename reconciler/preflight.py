@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from kube import KubeClient
 from kube.informer import Informer, object_key
-from kube.slim import Obj
+from kube.slim import Obj, slim_limit_range, slim_quota
 from reconciler.gates import VPA, Held
 from reconciler.pods import TERMINAL_PHASES
 from reconciler.reasons import Reason
@@ -27,32 +27,6 @@ from resizer.vpa import Unresolved
 log = logging.getLogger("reconciler.preflight")
 
 UNRESOLVED_RETRY = 2.0  # seconds: a pod whose VPA status the caches cannot tell yet is looked at again
-
-
-def _slim_metadata(obj: Obj) -> Obj:
-    meta = obj.get("metadata") or {}
-    return {key: meta.get(key) for key in ("name", "namespace", "resourceVersion")}
-
-
-def slim_limit_range(obj: Obj) -> Obj:
-    return {
-        "metadata": _slim_metadata(obj),
-        "spec": {
-            "limits": [
-                item for item in (obj.get("spec") or {}).get("limits") or [] if item.get("type") in ("Container", "Pod")
-            ]
-        },
-    }
-
-
-def slim_quota(obj: Obj) -> Obj:
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    return {
-        "metadata": _slim_metadata(obj),
-        "spec": {k: spec[k] for k in ("hard", "scopes", "scopeSelector") if spec.get(k)},
-        "status": {"hard": status.get("hard") or {}, "used": status.get("used") or {}},
-    }
 
 
 class Preflight:

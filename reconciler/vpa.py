@@ -8,15 +8,14 @@ decision itself is resizer.vpa's.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
-from kube import ApiError, KubeClient, KubeError
+from kube import KubeClient
+from kube.discovery import ServedInformers
 from kube.informer import Informer
-from kube.slim import Obj
+from kube.slim import Obj, slim_metadata
 from resizer.vpa import (
     GROUP_VERSION_PATH,
     NO_OWNER,
@@ -24,8 +23,8 @@ from resizer.vpa import (
     Owner,
     Unresolved,
     VpaVerdict,
+    controller_owner,
     managing_vpa,
-    served_in,
     slim_vpa,
     vpa_index,
 )
@@ -42,30 +41,14 @@ OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/replicasets", "Job": "/apis/batch/v1
 
 def slim_owned(obj: Obj) -> Obj:
     """A ReplicaSet or Job reduced to its name and controller owner."""
-    meta = obj.get("metadata") or {}
-    owner = next(
-        (
-            {"kind": o.get("kind"), "name": o.get("name")}
-            for o in meta.get("ownerReferences") or []
-            if o.get("controller")
-        ),
-        None,
-    )
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "owner": owner,
-        }
-    }
+    return {"metadata": {**slim_metadata(obj), "owner": controller_owner(obj.get("metadata") or {})}}
 
 
-class VpaWatch:
+class VpaWatch(ServedInformers):
     """Answers "does an updating VPA manage this pod?" from cached state.
 
     `on_change(namespace)` is called when the VPAs of a namespace change (None: of every
-    namespace, e.g. the CRD appeared or went away), so its pods are decided again.
+    namespace, e.g. the CRD went away), so its pods are decided again.
     """
 
     def __init__(
@@ -76,32 +59,29 @@ class VpaWatch:
         recheck_interval: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = client
+        super().__init__(
+            client,
+            GROUP_VERSION_PATH,
+            RESOURCE,
+            slim_vpa,
+            self._on_vpa,
+            self._served_changed,
+            log,
+            "VerticalPodAutoscaler",
+            found="VerticalPodAutoscaler CRD found: pods managed by an updating VPA are left alone",
+            gone="VerticalPodAutoscaler CRD gone: no pod is left alone for a VPA any more",
+            crashed="VPA informer stopped",
+            others=self._watch_owners,
+            recheck_interval=recheck_interval,
+            idle_timeout=idle_timeout,
+        )
         self._on_change = on_change
-        self._idle_timeout = idle_timeout
-        self._recheck_interval = recheck_interval
-        self.served = False
-        self.vpas: Informer | None = None
         self.owners: dict[str, Informer] = {}
         self._index: dict[str, dict[Owner, tuple[str, str]]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
         self._clock = clock
         self._missing_since: dict[tuple[str, str, str], float] = {}  # owners looked up and not cached
-        self.checked = asyncio.Event()  # discovery answered once
 
-    # ---- the answer
-
-    @property
-    def synced(self) -> bool:
-        """Discovery answered and, where the CRD is served, every cache holds a full list."""
-        if not self.checked.is_set():
-            return False
-        return not self.served or all(i.synced.is_set() for i in self._informers())
-
-    async def wait_synced(self) -> None:
-        await self.checked.wait()
-        for informer in self._informers():
-            await informer.synced.wait()
+    # ---- the answer (startup waits for the caches, wait_synced: never resize blind)
 
     def verdict(self, pod: Obj) -> VpaVerdict | Unresolved | None:
         if not self.served:
@@ -119,95 +99,38 @@ class VpaWatch:
         if cached is None:
             first = self._missing_since.setdefault((namespace, owner.kind, owner.name), self._clock())
             return NO_OWNER if self._clock() - first >= OWNER_GRACE else None
-        parent = cached["metadata"]["owner"]
-        return Owner(str(parent["kind"]), str(parent["name"])) if parent else NO_OWNER
+        parent: Owner | None = cached["metadata"]["owner"]
+        return parent or NO_OWNER
 
-    # ---- discovery and informers
+    # ---- the informers
 
-    async def run(self) -> None:
-        try:
-            while True:
-                if await self._check():
-                    self.checked.set()  # (startup waits for a first answer: never resize blind)
-                await asyncio.sleep(self._recheck_interval if self.checked.is_set() else 2.0)
-        finally:
-            await self._stop()
-
-    async def _check(self) -> bool:
-        """Discovery again; whether it answered."""
-        try:
-            served = await self._discover()
-        except KubeError as err:
-            log.warning(
-                "cannot tell whether VerticalPodAutoscalers are served; keeping the last answer",
-                extra={"error": str(err) or repr(err), "served": self.served},
-            )
-            return False
-        if served == self.served:
-            return True
-        log.info(
-            "VerticalPodAutoscaler CRD found: pods managed by an updating VPA are left alone"
-            if served
-            else "VerticalPodAutoscaler CRD gone: no pod is left alone for a VPA any more"
-        )
-        self.served = served
-        if served:
-            self._start()
-        else:
-            await self._stop()
-            self._on_change(None)
-        return True
-
-    async def _discover(self) -> bool:
-        try:
-            discovery = await self._client.get(GROUP_VERSION_PATH)
-        except ApiError as err:
-            if err.status == 404:
-                return False
-            raise
-        return served_in(discovery)
-
-    def _informers(self) -> list[Informer]:
-        return [*([self.vpas] if self.vpas is not None else []), *self.owners.values()]
-
-    def _start(self) -> None:
-        self.vpas = Informer(
-            self._client,
-            RESOURCE,
-            f"{GROUP_VERSION_PATH}/{RESOURCE}",
-            slim_vpa,
-            self._on_vpa,
-            idle_timeout=self._idle_timeout,
-        )
+    def _watch_owners(self) -> list[Informer]:
         self.owners = {
             kind: Informer(
-                self._client,
+                self.client,
                 path.rsplit("/", 1)[-1],
                 path,
                 slim_owned,
                 self._owner_handler(kind),
-                idle_timeout=self._idle_timeout,
+                idle_timeout=self.idle_timeout,
             )
             for kind, path in OWNER_PATHS.items()
         }
-        self._tasks = [asyncio.create_task(i.run(), name=f"vpa {i.resource}") for i in self._informers()]
-        for task in self._tasks:
-            task.add_done_callback(_log_crash)
+        return list(self.owners.values())
 
-    async def _stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks, self.vpas, self.owners, self._index = [], None, {}, {}
+    def _served_changed(self, was: bool | None) -> None:
+        if self.served:
+            return
+        self.owners, self._index = {}, {}
         self._missing_since.clear()
+        if was:
+            self._on_change(None)
 
     def _on_vpa(self, kind: str, vpa: Obj, old: Obj | None) -> None:
         if old is not None and kind != "DELETED" and old["spec"] == vpa["spec"]:
             return
-        assert self.vpas is not None
-        self._index = vpa_index(self.vpas.store.values())
+        assert self.informer is not None
+        self._index = vpa_index(self.informer.store.values())
         self._on_change(str(vpa["metadata"].get("namespace") or ""))
 
     def _owner_handler(self, owner_kind: str) -> Callable[[str, Obj, Obj | None], None]:
@@ -219,8 +142,3 @@ class VpaWatch:
                 self._on_change(namespace)
 
         return on_owner
-
-
-def _log_crash(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("VPA informer stopped", extra={"task": task.get_name(), "error": repr(task.exception())})

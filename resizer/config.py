@@ -38,6 +38,7 @@ bounds:
 
 __all__ = [
     "COMPUTE_CLASS_SELECTOR",
+    "CONFIG_KEY",
     "CONFIG_NAME",
     "CONFIG_NAMESPACE",
     "NODE_TYPE_LABEL",
@@ -59,6 +60,7 @@ __all__ = [
     "ResizerConfig",
     "ResourceBounds",
     "compile_config",
+    "config_text",
     "load_config",
     "resolve_policy",
 ]
@@ -68,6 +70,7 @@ COMPUTE_CLASS_SELECTOR = "cloud.google.com/compute-class"
 NODE_TYPE_LABEL = "cloud.google.com/machine-family"
 CONFIG_NAMESPACE = "workload-resizer-system"
 CONFIG_NAME = "workload-resizer-config"
+CONFIG_KEY = "config.yaml"  # the key of that ConfigMap holding the config
 
 MemoryLimitDecrease = Literal["Never", "Allow"]
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
@@ -509,6 +512,13 @@ class CompiledConfig:
     @property
     def node_types(self) -> Mapping[str, NodeTypeSpec]:
         return self.document.nodeTypes
+
+
+def config_text(configmap: Mapping[str, Any] | None) -> str | None:
+    """The config a ConfigMap holds at :data:`CONFIG_KEY`; None without one (or with no string there)."""
+    data = (configmap or {}).get("data")
+    text = data.get(CONFIG_KEY) if isinstance(data, Mapping) else None
+    return text if isinstance(text, str) else None
 
 
 def load_config(text: str) -> CompiledConfig:

@@ -8,7 +8,7 @@ from typing import Any
 
 from resizer.podstate import PodState, mirror_and_skip
 
-__all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "eligibility"]
+__all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "controller_reference", "eligibility"]
 
 # Controller kind -> API group. The group is checked too, so a custom resource that
 # happens to be called "Job" (e.g. batch.volcano.sh) is not mistaken for a batch/v1 Job.
@@ -43,7 +43,7 @@ def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligib
     metadata = pod.get("metadata") or {}
     # The two records eligibility needs, without parsing the rest when the caller has no state.
     mirror, skip = (state.mirror, state.skip) if state is not None else mirror_and_skip(pod)
-    owner = _controller_reference(metadata)
+    owner = controller_reference(metadata)
     owner_kind = owner.get("kind") if owner else None
     owner_name = owner.get("name") if owner else None
 
@@ -61,9 +61,13 @@ def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligib
     return verdict("Eligible")
 
 
-def _controller_reference(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    references: list[Mapping[str, Any]] = metadata.get("ownerReferences") or []
-    return next((reference for reference in references if reference.get("controller") is True), None)
+def controller_reference(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference of ``metadata`` whose ``controller`` is true (the apiserver allows one at
+    most), None if there is none; references that are not objects are passed over."""
+    references = metadata.get("ownerReferences")
+    if not isinstance(references, list):
+        return None
+    return next((r for r in references if isinstance(r, Mapping) and r.get("controller") is True), None)
 
 
 def _is_supported_controller(reference: Mapping[str, Any]) -> bool:

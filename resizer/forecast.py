@@ -25,7 +25,7 @@ from resizer.plan import POD_LEVEL, ResizePlan
 from resizer.podstate import read_state, resizable_containers
 from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
-from resizer.vpa import Owner, deployment_of
+from resizer.vpa import controller_owner, deployment_of
 
 __all__ = [
     "FleetForecast",
@@ -55,12 +55,11 @@ def is_live_and_bound(pod: Mapping[str, Any]) -> bool:
 def workload_of(pod: Mapping[str, Any]) -> str:
     """``Kind/name`` of the workload: a ReplicaSet of a Deployment counts as the Deployment."""
     metadata = pod.get("metadata") or {}
-    owner = next((o for o in metadata.get("ownerReferences") or [] if o.get("controller") is True), None)
+    owner = controller_owner(metadata)
     if owner is None:
         return "Pod/" + str(metadata.get("name"))
-    kind, name = str(owner.get("kind")), str(owner.get("name"))
-    deployment = deployment_of(pod, Owner(kind, name))
-    return f"{kind}/{name}" if deployment is None else f"Deployment/{deployment}"
+    deployment = deployment_of(pod, owner)
+    return f"{owner.kind}/{owner.name}" if deployment is None else f"Deployment/{deployment}"
 
 
 @dataclass(frozen=True)

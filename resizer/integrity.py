@@ -71,6 +71,7 @@ from typing import Any
 
 import orjson
 
+from resizer.eligibility import controller_reference
 from resizer.errors import ResizerError
 from resizer.originals import (
     missing_original_annotations,
@@ -195,9 +196,7 @@ class PodIdentity:
         """Identity of ``pod`` for ``scope`` (``namespace`` overrides metadata's: at admission
         the namespace comes from the request)."""
         meta = pod.get("metadata") or {}
-        owner: Mapping[str, Any] = next(
-            (o for o in meta.get("ownerReferences") or [] if o.get("controller") is True), {}
-        )
+        owner = controller_reference(meta) or {}
         return cls(
             namespace=_text(namespace if namespace is not None else meta.get("namespace")),
             name=_text(meta.get("name")),

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from resizer.eligibility import controller_reference
+
 __all__ = [
     "GROUP_VERSION_PATH",
     "NON_UPDATING_MODES",
@@ -30,10 +32,10 @@ __all__ = [
     "VpaIndex",
     "VpaVerdict",
     "admission_vpa_hold",
+    "controller_owner",
     "deployment_of",
     "managing_vpa",
     "owner_chain",
-    "served_in",
     "slim_vpa",
     "update_mode",
     "vpa_index",
@@ -90,6 +92,12 @@ class VpaVerdict:
         )
 
 
+def controller_owner(metadata: Mapping[str, Any]) -> Owner | None:
+    """The controller owner of the object whose metadata this is, None if it has none."""
+    ref = controller_reference(metadata)
+    return None if ref is None else Owner(str(ref.get("kind")), str(ref.get("name")))
+
+
 # namespace -> target -> (vpa name, mode), updating VPAs only.
 VpaIndex = Mapping[str, Mapping[Owner, tuple[str, str]]]
 
@@ -104,12 +112,6 @@ def update_mode(vpa: Mapping[str, Any]) -> str:
     """The VPA's update mode, ``Auto`` when unset (as VPA itself defaults it)."""
     mode = _mapping(_mapping(_mapping(vpa).get("spec")).get("updatePolicy")).get("updateMode")
     return mode if isinstance(mode, str) and mode else DEFAULT_MODE
-
-
-def served_in(discovery: Mapping[str, Any]) -> bool:
-    """Whether the discovery document of ``GROUP_VERSION_PATH`` lists the VPA resource."""
-    resources = discovery.get("resources")
-    return isinstance(resources, list) and any(_mapping(r).get("name") == RESOURCE for r in resources)
 
 
 def slim_vpa(vpa: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,10 +153,10 @@ def owner_chain(pod: Mapping[str, Any], lookup: OwnerLookup) -> tuple[tuple[Owne
     an intermediate owner, e.g. the ReplicaSet, is not known to the lookup yet)."""
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace") or "")
-    ref = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-    if ref is None:
+    owner = controller_owner(meta)
+    if owner is None:
         return (), True
-    chain = [Owner(str(ref.get("kind")), str(ref.get("name")))]
+    chain = [owner]
     while chain[-1].kind in INTERMEDIATE_KINDS and len(chain) < MAX_CHAIN:
         parent = lookup(namespace, chain[-1])
         if parent is None:
@@ -216,11 +218,9 @@ def admission_vpa_hold(pod: Mapping[str, Any], namespace: str, index: VpaIndex) 
     targets = index.get(namespace)
     if not targets:
         return None
-    meta = _mapping(pod.get("metadata"))
-    ref = next((_mapping(o) for o in meta.get("ownerReferences") or [] if _mapping(o).get("controller")), None)
-    if ref is None:
+    owner = controller_owner(_mapping(pod.get("metadata")))
+    if owner is None:
         return None
-    owner = Owner(str(ref.get("kind")), str(ref.get("name")))
     derived = deployment_of(pod, owner)
     for target in (owner, *([Owner("Deployment", derived)] if derived is not None else [])):
         found = targets.get(target)

@@ -11,9 +11,10 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from kube.informer import Informer
+from kube.slim import slim_limit_range, slim_quota
 from reconciler import metrics
 from reconciler.controller import PodResizeReconciler
-from reconciler.preflight import Preflight, slim_limit_range, slim_quota
+from reconciler.preflight import Preflight
 from reconciler.settings import ControllerSettings, PreflightSettings
 from reconciler.vpa import VpaWatch, slim_owned
 from resizer import SAMPLE_CONFIG, load_config
@@ -261,9 +262,7 @@ def test_a_resize_just_sent_counts_on_its_node_until_the_cache_shows_it() -> Non
 
 def vpa_watch(mode: str) -> VpaWatch:
     watch = VpaWatch(None, lambda _: None)  # type: ignore[arg-type]
-    watch.served = True
-    watch.checked.set()
-    watch.vpas = informer(
+    vpas = informer(
         "verticalpodautoscalers",
         slim_vpa,
         {
@@ -288,7 +287,15 @@ def vpa_watch(mode: str) -> VpaWatch:
         ),
         "Job": informer("jobs", slim_owned),
     }
-    watch._on_vpa("ADDED", next(iter(watch.vpas.store.values())), None)
+    return served(watch, vpas)
+
+
+def served(watch: VpaWatch, vpas: Informer) -> VpaWatch:
+    """What discovery finding the CRD does, over hand-filled caches (the VPAs', the watch's owners)."""
+    watch.served = True
+    watch.answered.set()
+    watch.informers = [vpas, *watch.owners.values()]
+    watch._on_vpa("ADDED", next(iter(vpas.store.values())), None)
     return watch
 
 
@@ -333,11 +340,8 @@ def test_an_owner_that_never_appears_ends_the_chain_after_a_grace() -> None:
 
     now = [0.0]
     watch = VpaWatch(None, lambda _: None, clock=lambda: now[0])  # type: ignore[arg-type]
-    watch.served = True
-    watch.checked.set()
-    watch.vpas = vpa_watch("Auto").vpas
     watch.owners = {"ReplicaSet": informer("replicasets", slim_owned), "Job": informer("jobs", slim_owned)}
-    watch._on_vpa("ADDED", next(iter(watch.vpas.store.values())), None)
+    served(watch, vpa_watch("Auto").informers[0])
     orphan = pod()
     assert isinstance(watch.verdict(orphan), Unresolved)
     now[0] = OWNER_GRACE - 1

@@ -17,6 +17,7 @@ from resizer.config import (
     ResizerConfig,
     _valid_parts,
     compile_config,
+    config_text,
     load_config,
     resolve_policy,
 )
@@ -508,3 +509,10 @@ def test_the_partial_config_keeps_the_valid_parts_of_a_broken_document() -> None
 def test_a_valid_document_has_no_missing_part() -> None:
     partial = PartialConfig.of(ResizerConfig.from_document(BASE))
     assert None not in (partial.baselineNodeType, partial.nodeTypes, partial.bounds)
+
+
+def test_config_text_is_the_string_at_the_config_key_or_none() -> None:
+    assert config_text({"data": {"config.yaml": "a: 1"}}) == "a: 1"
+    assert config_text({"data": {"config.yaml": ""}}) == ""
+    for configmap in (None, {}, {"data": None}, {"data": "x"}, {"data": {"other": "a"}}, {"data": {"config.yaml": 1}}):
+        assert config_text(configmap) is None, configmap

@@ -6,16 +6,17 @@ from typing import Any
 
 import pytest
 
+from resizer.eligibility import controller_reference
 from resizer.vpa import (
     NO_OWNER,
     Owner,
     Unresolved,
     VpaVerdict,
     admission_vpa_hold,
+    controller_owner,
     deployment_of,
     managing_vpa,
     owner_chain,
-    served_in,
     update_mode,
     vpa_index,
 )
@@ -288,7 +289,10 @@ def test_whatever_the_reconciler_finds_after_binding_was_held_at_admission() -> 
                 assert admission_vpa_hold(obj, "ns", index) is not None, (kind, name, obj["metadata"])
 
 
-def test_served_in_reads_the_discovery_document() -> None:
-    assert served_in({"resources": [{"name": "verticalpodautoscalers/status"}, {"name": "verticalpodautoscalers"}]})
-    assert not served_in({"resources": [{"name": "verticalpodautoscalercheckpoints"}]})
-    assert not served_in({}) and not served_in({"resources": "x"}) and not served_in({"resources": ["x"]})
+def test_the_controller_is_the_one_reference_whose_controller_is_true() -> None:
+    ref = {"kind": "ReplicaSet", "name": "web-6d4f"}
+    meta: dict[str, Any] = {"ownerReferences": ["x", {**ref, "controller": "true"}, {**ref, "controller": True}]}
+    assert controller_reference(meta) == {**ref, "controller": True}
+    assert controller_owner(meta) == Owner("ReplicaSet", "web-6d4f")
+    for malformed in ({}, {"ownerReferences": None}, {"ownerReferences": {"kind": "x"}}, {"ownerReferences": [ref]}):
+        assert controller_reference(malformed) is None and controller_owner(malformed) is None

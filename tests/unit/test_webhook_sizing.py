@@ -388,34 +388,34 @@ def test_the_view_watches_vpas_only_while_their_crd_is_served_and_never_sizes_bl
         view.nodes.synced.set()
         view.limitranges.synced.set()
         api.served = None
-        await view.check_vpas()
+        await view.vpa_discovery.check()
         assert view.context is None, "discovery never answered: stamp only"
         api.served = False
-        await view.check_vpas()
+        await view.vpa_discovery.check()
         without = view.context
-        assert without is not None and dict(without.vpas) == {} and view.vpas is None
+        assert without is not None and dict(without.vpas) == {} and view.vpa_discovery.informer is None
         api.served, api.vpas = True, [a_vpa("web")]
-        await view.check_vpas()  # installed later
+        await view.vpa_discovery.check()  # installed later
         assert view.context is None, "until the VPAs are listed"
-        await asyncio.wait_for(view.vpas.synced.wait(), 5)  # type: ignore[union-attr]
+        await asyncio.wait_for(view.vpa_discovery.informer.synced.wait(), 5)  # type: ignore[union-attr]
         listed = view.context
         assert listed is not None and listed.version > without.version and listed.vpas == vpa_index([a_vpa("web")])
         assert view.context is listed
         status_only = {**a_vpa("web"), "status": {"recommendation": {}}}
-        view.vpas.store["shop/web-vpa"] = slim_vpa(status_only)  # type: ignore[union-attr]
+        view.vpa_discovery.informer.store["shop/web-vpa"] = slim_vpa(status_only)  # type: ignore[union-attr]
         view._on_vpa("MODIFIED", slim_vpa(status_only), slim_vpa(a_vpa("web")))
         assert view.context is listed, "a recommendation changes nothing"
         view._on_vpa("MODIFIED", slim_vpa(a_vpa("web", "Off")), slim_vpa(a_vpa("web")))
-        view.vpas.store["shop/web-vpa"] = slim_vpa(a_vpa("web", "Off"))  # type: ignore[union-attr]
+        view.vpa_discovery.informer.store["shop/web-vpa"] = slim_vpa(a_vpa("web", "Off"))  # type: ignore[union-attr]
         off = view.context
         assert off is not None and off.version > listed.version and dict(off.vpas) == {}
         api.served = None
-        await view.check_vpas()
+        await view.vpa_discovery.check()
         assert view.context is off, "unreachable: the last answer stands"
         api.served = False
-        await view.check_vpas()  # removed
+        await view.vpa_discovery.check()  # removed
         gone = view.context
-        assert gone is not None and dict(gone.vpas) == {} and view.vpas is None
+        assert gone is not None and dict(gone.vpas) == {} and view.vpa_discovery.informer is None
 
     asyncio.run(scenario())
 
