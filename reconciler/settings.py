@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from resizer.config import CONFIG_NAME as CONFIG_NAME  # shared with the webhook
+from resizer.config import CONFIG_KEY as CONFIG_KEY  # shared with the webhook
+from resizer.config import CONFIG_NAME as CONFIG_NAME
 from resizer.config import CONFIG_NAMESPACE as CONFIG_NAMESPACE
 from resizer.config import NODE_TYPE_LABEL as NODE_TYPE_LABEL
 from resizer.scope import NamespaceScope
 
-CONFIG_KEY = "config.yaml"
 ORIGINALS_KEYS_SECRET = f"{CONFIG_NAMESPACE}/workload-resizer-originals-keys"  # the chart's, by default
 
 
