@@ -295,14 +295,15 @@ class Act:
     async def _send_resize(self, pod: Obj, patch: Obj) -> Obj:
         """The pods/resize request, conditional on the pod as read: a deposed leader's resize still
         on the wire, or one planned from a pod that changed meanwhile, is refused (409) instead of
-        landing. While it is on the wire the pod's watch events pass the filter (the kubelet may
-        actuate it before the reply comes); not after, while a refusal is recorded."""
+        landing. While it is on the wire the kubelet's answer to it passes the filter (it may come
+        before the reply); not after, while a refusal is recorded."""
         record = self._c.memory.of(pod_uid(pod))
-        record.resizing = True
+        generation = pod["metadata"].get("generation")
+        record.resizing = generation or 0
         try:
-            return await self._c.writer.resize(pod, patch, if_generation=pod["metadata"].get("generation"))
+            return await self._c.writer.resize(pod, patch, if_generation=generation)
         finally:
-            record.resizing = False
+            record.resizing = None
 
     async def _originals_not_recorded(self, pod: Obj, planned: Planned, err: ApiError) -> Result:
         """Step 1's write failed: raised again when a retry may succeed, else reported once."""

@@ -19,7 +19,7 @@ from reconciler.decide import (
 )
 from reconciler.gates import Gate, OpenGate
 from reconciler.memory import DONE, Context, Memory, PodMemory, Result, cache_behind
-from reconciler.outcome import Stage, allocatable_fingerprint
+from reconciler.outcome import Stage, allocatable_fingerprint, observe
 from reconciler.pods import has_originals, live_and_bound, parked_at, pod_uid, recorded_state
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault
 from reconciler.settings import ControllerSettings
@@ -74,8 +74,11 @@ class PodResizeReconciler:
             return False  # untyped node: nothing to do until it is labelled
         uid = pod_uid(pod)
         memory = self._memory.get(uid)
-        if memory.resizing:
-            return True  # e.g. the kubelet's actuation, seen before the reply to our resize
+        if memory.resizing is not None:
+            # Our resize on the wire: only the kubelet's answer to it (it may come before the
+            # reply) is for a pass; our own writes and older news are the resizing pass's.
+            generation = pod["metadata"].get("generation") or 0
+            return generation > memory.resizing and observe(pod).stage != Stage.REQUESTED
         flight = memory.flight
         if flight is not None and (
             awaiting_kubelet(pod, node_type, flight, self._config.generation)

@@ -62,9 +62,10 @@ class PodMemory:
 
     # The resize this process requested, until it ends (actuated or recorded).
     flight: InFlight | None = None
-    # Our pods/resize request is on the wire: the kubelet may actuate it before the reply comes,
-    # and the watch events of that must reach a pass (run once this one ends, with `flight` set).
-    resizing: bool = False
+    # The pod's generation our pods/resize request on the wire was sent for: the kubelet may
+    # answer it before the reply comes, and the watch events of that answer must reach a pass
+    # (run once this one ends, with `flight` set).
+    resizing: int | None = None
     # Generation our last revert produced: a cached pod older than that is not reverted again.
     reverted: int = 0
     # The waiting state of a pod whose resize has not ended (the RESIZES_WAITING gauge).

@@ -357,3 +357,31 @@ def test_the_kubelets_answer_seen_before_the_reply_to_our_re_alignment_reaches_a
     run(rec.reconcile(KEY))  # the pass the event queued
     assert [e.reason for e in fake.events] == ["Resized"]
     assert "re-aligned" in fake.events[0].message
+
+
+def test_our_own_writes_seen_while_the_resize_is_on_the_wire_queue_no_pass() -> None:
+    """While the resize is on the wire, the watch events of the originals written before it, and
+    of the resize landing before the kubelet answers it, are the resizing pass's own: no pass."""
+    fake = cluster(pod())
+    rec = reconciler(fake)
+    node = node_of(fake)
+    seen_while_resizing: list[bool] = []
+    resize = fake.resize
+
+    def seen() -> None:
+        fake.sync()
+        rec.observe(fake.pod(KEY))
+        seen_while_resizing.append(rec.needs_work(fake.pod(KEY), node))
+
+    async def landed_not_answered(*args: Any, **kwargs: Any) -> Any:
+        seen()  # the originals' write
+        written = await resize(*args, **kwargs)
+        seen()  # the resize, not answered by the kubelet yet
+        return written
+
+    fake.resize = landed_not_answered  # type: ignore[method-assign]
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["annotate", "resize"] and seen_while_resizing == [False, False]
+    fake.actuate(KEY)
+    fake.sync()
+    assert rec.needs_work(fake.pod(KEY), node), "the kubelet's answer, after the reply"
