@@ -116,19 +116,20 @@ class Stage:
     admin: Admin
     ns: str  # the release namespace
     label: str  # this test's node label: value = the KWOK node's family, or "real"
-    real_nodes: list[str]
     images: dict[str, str]  # "old" / "new" -> image reference
     upgrade: list[str]  # helm upgrade argv to this checkout's chart and image
     figures: dict[str, float] = field(default_factory=dict)
 
-    def version_of_reconciler(self, pod_name: str) -> str:
-        """ "old" or "new": the image of the reconciler ReplicaSet `pod_name` belongs to."""
+    def reconciler_releases(self) -> dict[str, str]:
+        """{pod name prefix of a reconciler ReplicaSet: "old" or "new", the release whose image it runs}."""
         path = f"/apis/apps/v1/namespaces/{self.ns}/replicasets"
         versions = {image: version for version, image in self.images.items()}
-        for rs in self.kube.get(path, labelSelector="app.kubernetes.io/component=reconciler")["items"]:
-            if pod_name.startswith(f"{RECONCILER}-{rs['metadata']['labels']['pod-template-hash']}-"):
-                return versions[rs["spec"]["template"]["spec"]["containers"][0]["image"]]
-        raise AssertionError(f"{pod_name} is no pod of the reconciler's ReplicaSets")
+        return {
+            f"{RECONCILER}-{rs['metadata']['labels']['pod-template-hash']}-": versions[
+                rs["spec"]["template"]["spec"]["containers"][0]["image"]
+            ]
+            for rs in self.kube.get(path, labelSelector="app.kubernetes.io/component=reconciler")["items"]
+        }
 
     def our_images(self) -> set[str]:
         pods = self.kube.pods(self.ns, f"app.kubernetes.io/instance={RELEASE}")
@@ -196,10 +197,8 @@ class LeaseWatch(threading.Thread):
 
     def __init__(self, kube: Kube, ns: str) -> None:
         super().__init__(daemon=True)
-        self.kube, self.path = (
-            kube.own_connections(),
-            f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{RECONCILER}",
-        )
+        self.kube = kube.own_connections()
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{RECONCILER}"
         self.records: list[tuple[str, str, str]] = []
         self.stopped = threading.Event()
 
@@ -288,7 +287,7 @@ def stage(cluster: Any) -> Iterator[Stage]:
     new_values = [a for a in helm_install[4:] if a != "--create-namespace"]
     upgrade = ["helm", "upgrade", RELEASE, str(CHART), *new_values]
     upgrade += placement(label, tags["new"], REPO / "hack" / "chart" / "real-nodes.yaml", tests=True)
-    result = Stage(cluster.kube, admin, release_ns, label, real_nodes, images, upgrade, figures)
+    result = Stage(cluster.kube, admin, release_ns, label, images, upgrade, figures)
     admin.run(["helm", "uninstall", RELEASE, "-n", release_ns, "--wait"], check=False)  # an interrupted run's
     cluster.kube.delete(f"/api/v1/namespaces/{release_ns}")
     wait_for(f"namespace {release_ns} gone", lambda: not namespace_exists(cluster.kube, release_ns), timeout=180)
@@ -397,7 +396,7 @@ def settled(kube: Kube, ns: str, burst: list[Group]) -> list[dict[str, Any]] | N
 
 def run_under_burst(
     stage: Stage, ns: str, burst: list[Group], argv: list[str], what: str
-) -> tuple[float, float, LeaseWatch]:
+) -> tuple[tuple[float, float], LeaseWatch]:
     """`argv` (helm upgrade or rollback) once the burst has started; returns its start and end (wall
     clock) and the Lease's history over it."""
     lease = LeaseWatch(stage.kube, stage.ns)
@@ -417,79 +416,93 @@ def run_under_burst(
     finally:
         lease.stopped.set()
         lease.join(timeout=10)
-    return begun, ended, lease
+    return (begun, ended), lease
+
+
+def check_pod(pod: dict[str, Any], group: Group, node_labels: dict[str, str], reported: Counter[str]) -> None:
+    """Created as its author wrote it, sized once for its node's family, nothing left in flight."""
+    name = pod["metadata"]["name"]
+    annotations = pod["metadata"].get("annotations") or {}
+    originals = {k: v for k, v in annotations.items() if k.startswith(f"{OURS}original-")}
+    authored = {f"{OURS}original-cpu.app": AUTHORED["cpu"], f"{OURS}original-memory.app": AUTHORED["memory"]}
+    assert originals == authored, (name, annotations)
+    family = node_labels[FAMILY_LABEL]
+    assert family == group.family, (name, node_labels)
+    (container,) = pod["spec"]["containers"]
+    expected = {"cpu": EXPECTED_CPU[family], "memory": AUTHORED["memory"]}
+    assert container["resources"]["requests"] == expected, (name, container["resources"])
+    assert reported == Counter({group.reason: 1}), (name, reported)
+    assert annotations.get(f"{OURS}applied-instance-type") == family, (name, annotations)
+    # Every resize reached its outcome: none pending or in progress, none waiting on the kubelet.
+    assert f"{OURS}resize-state" not in annotations, (name, annotations)
+    conditions = {c["type"] for c in pod["status"].get("conditions") or []}
+    assert not conditions & {"PodResizePending", "PodResizeInProgress"}, (name, pod["status"]["conditions"])
+    if group.real:
+        (status,) = pod["status"]["containerStatuses"]
+        assert status.get("resources", {}).get("requests", {}).get("cpu") == EXPECTED_CPU[family], (name, status)
+        assert status["restartCount"] == 0, (name, status)
+
+
+def deciders(stage: Stage, events: list[dict[str, Any]]) -> Counter[str]:
+    """Outcome Events per release ("old", "new") whose reconciler reported them (the Event's
+    source is its pod)."""
+    releases = stage.reconciler_releases()
+    return Counter(
+        next((r for prefix, r in releases.items() if e["source"]["host"].startswith(prefix)), e["source"]["host"])
+        for e in events
+        if e["reason"] in OUTCOMES
+    )
+
+
+def check_pods(stage: Stage, ns: str, burst: list[Group]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every pod of the burst created and right (:func:`check_pod`), no Warning; returns the
+    pods and our Events."""
+    kube = stage.kube
+    by_name = expected_of(burst)
+    all_events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    failed = [
+        e for e in all_events if e["involvedObject"].get("kind") == "ReplicaSet" and e["reason"] == "FailedCreate"
+    ]
+    assert not failed, [e["message"] for e in failed]
+    pods = [p for p in kube.pods(ns) if p["metadata"].get("deletionTimestamp") is None]
+    assert len(pods) == sum(g.replicas for g in burst)
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube.get("/api/v1/nodes")["items"]}
+    events = our_events(kube, ns)
+    reported = outcome_reasons(events)
+    for pod in pods:
+        group = by_name[pod["metadata"]["labels"]["app"]]
+        labels = nodes[pod["spec"]["nodeName"]]
+        assert (labels.get(stage.label) == "real") == group.real, (pod["metadata"]["name"], labels)
+        check_pod(pod, group, labels, reported.get(pod["metadata"]["name"], Counter()))
+    rejected = [(e["involvedObject"]["name"], e["reason"]) for e in events if e["reason"] in REJECTED_ORIGINALS]
+    assert not rejected, rejected
+    warnings = [(e["involvedObject"]["name"], e["reason"], e["message"]) for e in events if e["type"] == "Warning"]
+    assert not warnings, warnings
+    return pods, events
 
 
 def check_burst(stage: Stage, ns: str, burst: list[Group], window: tuple[float, float], what: str) -> list[str]:
     """The checks every burst passes; returns the printed summary lines."""
-    kube = stage.kube
-    by_name = expected_of(burst)
-    pods = [p for p in kube.pods(ns) if p["metadata"].get("deletionTimestamp") is None]
-    events = our_events(kube, ns)
-    all_events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
-    failed_create = [
-        e for e in all_events if e["involvedObject"].get("kind") == "ReplicaSet" and e["reason"] == "FailedCreate"
-    ]
-    assert not failed_create, [e["message"] for e in failed_create]
-    assert len(pods) == sum(g.replicas for g in burst)
-    nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube.get("/api/v1/nodes")["items"]}
-    reported = outcome_reasons(events)
-    during = 0
-    for pod in pods:
-        name, group = pod["metadata"]["name"], by_name[pod["metadata"]["labels"]["app"]]
-        annotations = pod["metadata"].get("annotations") or {}
-        originals = {k: v for k, v in annotations.items() if k.startswith(f"{OURS}original-")}
-        assert originals == {
-            f"{OURS}original-cpu.app": AUTHORED["cpu"],
-            f"{OURS}original-memory.app": AUTHORED["memory"],
-        }, (
-            name,
-            annotations,
-        )
-        family = nodes[pod["spec"]["nodeName"]][FAMILY_LABEL]
-        assert family == group.family and (nodes[pod["spec"]["nodeName"]].get(stage.label) == "real") == group.real, (
-            name
-        )
-        (container,) = pod["spec"]["containers"]
-        assert container["resources"]["requests"] == {"cpu": EXPECTED_CPU[family], "memory": AUTHORED["memory"]}, (
-            name,
-            container["resources"],
-        )
-        assert reported.get(name) == Counter({group.reason: 1}), (name, reported.get(name))
-        assert annotations.get(f"{OURS}applied-instance-type") == family, (name, annotations)
-        # Every resize reached its outcome: none pending or in progress, none waiting on the kubelet.
-        assert f"{OURS}resize-state" not in annotations, (name, annotations)
-        conditions = {c["type"] for c in pod["status"].get("conditions") or []}
-        assert not conditions & {"PodResizePending", "PodResizeInProgress"}, (name, pod["status"]["conditions"])
-        if group.real:
-            (status,) = pod["status"]["containerStatuses"]
-            assert status.get("resources", {}).get("requests", {}).get("cpu") == EXPECTED_CPU[family], (name, status)
-            assert status["restartCount"] == 0, (name, status)
-        created = micro_time(pod["metadata"]["creationTimestamp"]).timestamp()
-        during += window[0] <= created <= window[1]
-    rejected = [
-        (e["involvedObject"]["name"], e["reason"], e["message"]) for e in events if e["reason"] in REJECTED_ORIGINALS
-    ]
-    assert not rejected, rejected
-    warnings = [(e["involvedObject"]["name"], e["reason"], e["message"]) for e in events if e["type"] == "Warning"]
-    assert not warnings, warnings
+    pods, events = check_pods(stage, ns, burst)
     # The burst overlapped the rollout: pods were admitted while it ran (creationTimestamp: 1 s).
+    during = sum(window[0] <= micro_time(p["metadata"]["creationTimestamp"]).timestamp() <= window[1] for p in pods)
     assert during > 0, "no pod was created while the rollout ran: the burst ended too early"
+    # Both releases' reconcilers decided pods of the burst: what the one before the handover
+    # decided was read again by the one after it.
+    decided = deciders(stage, events)
+    assert decided["old"] and decided["new"], f"the burst was not decided on both sides of the handover: {decided}"
     reasons: Counter[str] = Counter()
     for e in events:
         reasons[e["reason"]] += event_count(e)
-    # Which release's reconciler decided each pod (the Event's source is its pod): both did,
-    # so pods the one before the handover decided were read again by the one after it.
-    deciders = Counter(stage.version_of_reconciler(e["source"]["host"]) for e in events if e["reason"] in OUTCOMES)
-    assert deciders["old"] and deciders["new"], f"the burst was not decided on both sides of the handover: {deciders}"
+    per_reason: Counter[str] = Counter()
+    for g in burst:
+        per_reason[g.reason] += g.replicas
     return [
-        f"{what}: pods {len(pods)} (created during the rollout: {during}), "
-        f"resized {sum(g.replicas for g in burst if g.reason == 'Resized')} "
-        f"(on real nodes {sum(g.replicas for g in burst if g.real)}), "
-        f"sized at admission {sum(g.replicas for g in burst if g.at_admission)}, "
-        f"already aligned {sum(g.replicas for g in burst if g.reason == 'AlreadyAligned')}",
+        f"{what}: pods {len(pods)} (created during the rollout: {during}), resized {per_reason['Resized']} "
+        f"(on real nodes {sum(g.replicas for g in burst if g.real)}), sized at admission "
+        f"{per_reason['SizedAtAdmission']}, already aligned {per_reason['AlreadyAligned']}",
         f"{what}: events per reason {dict(sorted(reasons.items()))}, ReplicaSets' FailedCreate 0",
-        f"{what}: pods decided by the old release's reconciler {deciders['old']}, by the new one's {deciders['new']}",
+        f"{what}: pods decided by the old release's reconciler {decided['old']}, by the new one's {decided['new']}",
     ]
 
 
@@ -508,9 +521,9 @@ def test_helm_upgrade_under_a_burst_loses_nothing(stage: Stage, app_namespaces: 
     ns = app_namespaces["upgrade"]
     wait_for("the old webhook to stamp pods", lambda: webhook_stamps(stage.kube, ns), timeout=120, interval=1)
     burst = groups("up", BURST_PODS, real=3)
-    *window, lease = run_under_burst(stage, ns, burst, stage.upgrade, "helm upgrade")
+    window, lease = run_under_burst(stage, ns, burst, stage.upgrade, "helm upgrade")
     assert stage.our_images() == {stage.images["new"]}
-    lines = check_burst(stage, ns, burst, (window[0], window[1]), "upgrade")
+    lines = check_burst(stage, ns, burst, window, "upgrade")
     lines += check_handovers(stage, lease, "upgrade")
     lines.append(f"upgrade: helm upgrade --wait took {stage.figures['helm upgrade --wait (s)']:.1f}s")
     print("\n".join(lines))
@@ -521,17 +534,13 @@ def test_helm_rollback_under_a_burst_loses_nothing(stage: Stage, app_namespaces:
     before = {p["metadata"]["name"]: p["spec"]["containers"][0]["resources"] for p in stage.kube.pods(upgraded)}
     burst = groups("down", max(BURST_PODS // 3, 12), real=2)
     rollback = ["helm", "rollback", RELEASE, "-n", stage.ns, "--wait", "--timeout", "10m"]
-    *window, lease = run_under_burst(stage, ns, burst, rollback, "helm rollback")
+    window, lease = run_under_burst(stage, ns, burst, rollback, "helm rollback")
     assert stage.our_images() == {stage.images["old"]}
-    lines = check_burst(stage, ns, burst, (window[0], window[1]), "rollback")
+    lines = check_burst(stage, ns, burst, window, "rollback")
     lines += check_handovers(stage, lease, "rollback")
     lines.append(f"rollback: helm rollback --wait took {stage.figures['helm rollback --wait (s)']:.1f}s")
-    # The old release, back, leaves what the new one sized as it was: no second decision.
+    # The old release, back, leaves the first burst as it was: no second decision, no rejection.
     after = {p["metadata"]["name"]: p["spec"]["containers"][0]["resources"] for p in stage.kube.pods(upgraded)}
     assert after == before
-    reported = outcome_reasons(our_events(stage.kube, upgraded))
-    assert all(sum(c.values()) == 1 for c in reported.values()) and set(reported) == set(before), reported
-    assert not [
-        e for e in our_events(stage.kube, upgraded) if e["reason"] in REJECTED_ORIGINALS or e["type"] == "Warning"
-    ]
+    check_pods(stage, upgraded, groups("up", BURST_PODS, real=3))
     print("\n".join(lines))
