@@ -11,6 +11,9 @@
 # builder's COPY and pip steps (without docker) to prove the image installs and runs.
 
 ARG PYTHON_IMAGE=python:3.11-slim
+# The runtime stage's base: the builder's unless a smaller one with the same Python is given
+# (hack/image passes its base without pip, setuptools and wheels).
+ARG RUNTIME_IMAGE=${PYTHON_IMAGE}
 
 # ---------------------------------------------------------------- builder
 FROM ${PYTHON_IMAGE} AS builder
@@ -43,7 +46,7 @@ RUN python -m venv --without-pip /opt/venv \
       --output-file /opt/venv/share/doc/workload-resizer/sbom.cdx.json /opt/venv/bin/python
 
 # ---------------------------------------------------------------- runtime
-FROM ${PYTHON_IMAGE}
+FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="workload-resizer" \
       org.opencontainers.image.description="Right-size Kubernetes pods in place for the machine family they land on" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -57,7 +57,7 @@ test-installed: venv
 ## plans, pod-level, admission sizing, the real node, and the composed matrix's core rows (all but the VPA one).
 CORE_CLUSTER_TESTS := tests/cluster/test_control_plane.py tests/cluster/test_resize_plans.py \
   tests/cluster/test_pod_level_resources.py tests/cluster/test_admission_sizing.py tests/cluster/test_real_node.py \
-  tests/cluster/test_composed.py --deselect tests/cluster/test_composed.py::test_07_pods_an_updating_vpa_manages_are_left_alone
+  tests/cluster/test_composed.py tests/cluster/test_chart.py::test_server_side_dry_run --deselect tests/cluster/test_composed.py::test_07_pods_an_updating_vpa_manages_are_left_alone
 
 ## 1.35: the first GA of in-place resize.
 test-1.35: venv

@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 from typing import Sequence
 
-from ops.flags import boolean, positive_int, string_list
-from ops.flags import byte_size as parse_size
-from ops.flags import duration as parse_duration
+from ops import flags
 from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
 from resizer.podstate import described_keys
 
@@ -42,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-min-version", choices=("1.2", "1.3"), default="1.2", help="Minimum TLS version.")
     p.add_argument(
         "--cert-reload-interval",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="10s",
         help="How often to check the certificate files for a rotation (Go duration, e.g. 10s, 500ms; "
@@ -50,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-request-bytes",
-        type=parse_size,
+        type=flags.byte_size,
         metavar="SIZE",
         default="4MiB",
         help="Largest AdmissionReview body accepted (e.g. 4MiB); larger requests get HTTP 413. "
@@ -58,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--http-keep-alive-timeout",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="120s",
         help="Close idle keep-alive connections after this long. Keep it above the apiserver's idle "
@@ -66,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--http-read-timeout",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="3s",
         help="A request's headers and body must arrive within this long of its first byte (a new "
@@ -78,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-connections",
-        type=positive_int,
+        type=flags.positive_int,
         default=1024,
         metavar="N",
         help="Open connections at most. A new connection beyond that closes the one that has waited "
@@ -87,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--shutdown-timeout",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="20s",
         help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.",
@@ -115,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--large-review-timeout",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="2s",
         help="A large review not decided this long after it arrived is answered 'allowed, no patch'; "
@@ -124,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--shutdown-delay",
-        type=parse_duration,
+        type=flags.duration,
         metavar="DURATION",
         default="5s",
         help="On SIGTERM, first fail /readyz and keep serving this long (closing each connection "
@@ -147,31 +144,20 @@ def build_parser() -> argparse.ArgumentParser:
         "stamped unsigned until a key appears (a Secret volume mounted optional, whose Secret "
         "the reconciler creates at its first start: the chart's default).",
     )
-    p.add_argument(
-        "--exclude-namespaces",
-        type=string_list,
-        default=[],
-        metavar="NS[,NS...]",
-        help="Namespaces whose pods are never stamped, besides kube-system and --namespace. "
-        "Set the same list on the reconciler (the chart sets both from scope.*).",
-    )
-    p.add_argument(
-        "--namespace-selector",
-        default="",
-        metavar="SELECTOR",
-        help="Label selector (kubectl syntax) a namespace must match to be in scope. The webhook "
-        "cannot read namespace labels: only validated here; the webhook configuration's "
-        "namespaceSelector applies it (the chart renders both from scope.*).",
-    )
-    p.add_argument(
-        "--namespace",
-        default=os.environ.get("POD_NAMESPACE", ""),
-        metavar="NS",
-        help="The product's own namespace, always excluded (default: $POD_NAMESPACE).",
+    flags.scope_flags(
+        p,
+        {
+            "--exclude-namespaces": "Namespaces whose pods are never stamped, besides kube-system and --namespace. "
+            "Set the same list on the reconciler (the chart sets both from scope.*).",
+            "--namespace-selector": "Label selector (kubectl syntax) a namespace must match to be in scope. The "
+            "webhook cannot read namespace labels: only validated here; the webhook configuration's "
+            "namespaceSelector applies it (the chart renders both from scope.*).",
+            "--namespace": "The product's own namespace, always excluded (default: $POD_NAMESPACE).",
+        },
     )
     p.add_argument(
         "--size-at-admission",
-        type=boolean,
+        type=flags.boolean,
         default=True,
         metavar="BOOL",
         help="Create pods whose node type is known at admission (spec.nodeName, a DaemonSet's node "
@@ -190,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--skip-vpa-managed",
-        type=boolean,
+        type=flags.boolean,
         default=True,
         metavar="BOOL",
         help="With --size-at-admission: a pod an updating VerticalPodAutoscaler (not Off or Initial) "
@@ -213,21 +199,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config-namespace", default=CONFIG_NAMESPACE, help="Namespace of the config ConfigMap.")
     p.add_argument("--config-name", default=CONFIG_NAME, help="Name of the config ConfigMap (key config.yaml).")
-    p.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="info",
-        help="Minimum log level. 'info' logs one line per admission decision.",
-    )
-    p.add_argument(
-        "--log-format",
-        choices=("json", "text"),
-        default="json",
-        help="json: one JSON object per line; text: human-readable.",
+    flags.log_flags(
+        p,
+        "info",
+        "json",
+        level_help="Minimum log level. 'info' logs one line per admission decision.",
+        fmt_help="json: one JSON object per line; text: human-readable.",
     )
     p.add_argument(
         "--log-flush-interval",
-        type=parse_duration,
+        type=flags.duration,
         default="100ms",
         metavar="DURATION",
         help="Write info/debug lines in batches at most this old (warnings and errors at once; "

@@ -12,9 +12,8 @@ import re
 import shlex
 import sys
 
-from ops.flags import duration, positive_float, positive_int, string_list
+from ops.flags import duration, is_namespaced_name, positive_float, positive_int, scope_flags, string_list
 from reconciler.settings import (
-    CALIBRATE_IMAGE,
     CONFIG_NAME,
     CONFIG_NAMESPACE,
     NODE_TYPE_LABEL,
@@ -35,7 +34,7 @@ COMMANDS = ("plan", "report", "restore", "calibrate", "selftest")
 _TOLERATION = re.compile(r"([^=:]+)(?:=([^:]*))?(?::(NoSchedule|PreferNoSchedule|NoExecute))?")
 
 
-def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
+def _cluster_flags(p: argparse.ArgumentParser, default: ApiSettings) -> None:
     api = p.add_argument_group("Kubernetes API")
     api.add_argument(
         "--kubeconfig",
@@ -43,27 +42,21 @@ def _cluster_flags(p: argparse.ArgumentParser, qps: float) -> None:
         help="path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)",
     )
     api.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
-    api.add_argument("--kube-api-qps", type=positive_float, default=qps, help="client-side requests per second")
-    api.add_argument("--kube-api-burst", type=positive_int, default=int(qps * 2), help="client-side burst")
-    api.add_argument("--page-size", type=positive_int, default=500, help="items per LIST page")
+    api.add_argument("--kube-api-qps", type=positive_float, default=default.qps, help="client-side requests per second")
+    api.add_argument("--kube-api-burst", type=positive_int, default=default.burst, help="client-side burst")
+    api.add_argument("--page-size", type=positive_int, default=default.page_size, help="items per LIST page")
 
 
 def _scope_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--namespace", default=CONFIG_NAMESPACE, help="the product's own namespace (always out of scope)"
-    )
-    group.add_argument(
-        "--exclude-namespaces",
-        type=string_list,
-        default=[],
-        metavar="NS[,NS...]",
-        help="namespaces out of scope besides kube-system and --namespace (the reconciler's flag)",
-    )
-    group.add_argument(
-        "--namespace-selector",
-        default="",
-        metavar="SELECTOR",
-        help="label selector a pod's namespace must match to be in scope (the reconciler's flag)",
+    scope_flags(
+        group,
+        {
+            "--namespace": "the product's own namespace (always out of scope)",
+            "--exclude-namespaces": "namespaces out of scope besides kube-system and --namespace (the reconciler's flag)",
+            "--namespace-selector": "label selector a pod's namespace must match to be in scope (the reconciler's flag)",
+        },
+        default=CONFIG_NAMESPACE,
+        metavar=None,
     )
 
 
@@ -119,7 +112,7 @@ def build_parser(prog: str = "workload-resizer") -> argparse.ArgumentParser:
         "node type the pods affected, current -> desired requests, and the CPU and memory "
         "requests freed (-) or added (+), per workload and in total. Writes nothing.",
     )
-    _cluster_flags(plan, 50.0)
+    _cluster_flags(plan, PlanSettings().api)
     sizing = _sizing_flags(plan)
     sizing.add_argument(
         "--no-realign",
@@ -145,7 +138,7 @@ def build_parser(prog: str = "workload-resizer") -> argparse.ArgumentParser:
         "reconciler. -o html writes one self-contained page (no external assets) with a "
         "chart per node type. Writes nothing to the cluster.",
     )
-    _cluster_flags(report, 50.0)
+    _cluster_flags(report, ReportSettings().api)
     _sizing_flags(report)
     _key_flags(report)
     report.add_argument_group("output").add_argument(
@@ -167,7 +160,8 @@ def build_parser(prog: str = "workload-resizer") -> argparse.ArgumentParser:
         f"{described_keys()} annotations: run restore with such credentials, or after "
         "helm uninstall.",
     )
-    _cluster_flags(restore, 20.0)
+    default = RestoreSettings()
+    _cluster_flags(restore, default.api)
     _scope_flags(restore.add_argument_group("scope (the reconciler's flags): pods outside it are left alone"))
     _key_flags(restore)
     restore.add_argument(
@@ -177,7 +171,10 @@ def build_parser(prog: str = "workload-resizer") -> argparse.ArgumentParser:
         "workload-resizer.io annotations (default: keep them and report the pod)",
     )
     restore.add_argument(
-        "--max-resizes-per-second", type=positive_float, default=10.0, help="pods restored per second at most"
+        "--max-resizes-per-second",
+        type=positive_float,
+        default=default.max_resizes_per_second,
+        help="pods restored per second at most",
     )
     restore.add_argument("--dry-run", action="store_true", help="print what would be restored, change nothing")
     restore.add_argument(
@@ -189,7 +186,7 @@ def build_parser(prog: str = "workload-resizer") -> argparse.ArgumentParser:
     restore.add_argument(
         "--shutdown-timeout",
         type=duration,
-        default=10.0,
+        default=default.shutdown_timeout,
         help="on SIGTERM/SIGINT, finish the pod in progress for at most this long",
     )
     _calibrate_parser(sub)
@@ -212,7 +209,7 @@ def _selftest_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         "Lease in --namespace.",
     )
     default = SelftestSettings()
-    _cluster_flags(selftest, default.api.qps)
+    _cluster_flags(selftest, default.api)
     where = selftest.add_argument_group("the installed product")
     where.add_argument(
         "--namespace", default=default.namespace, help="the release namespace: the reconciler pods and its Lease"
@@ -255,7 +252,8 @@ def _calibrate_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         "benchmark of your own (--image/--command) must print its result as its last line, "
         'JSON {"score": <work per second>}, or write that line to /dev/termination-log.',
     )
-    _cluster_flags(calibrate, 20.0)
+    default = CalibrateSettings()
+    _cluster_flags(calibrate, default.api)
     what = calibrate.add_argument_group("what to measure")
     what.add_argument(
         "--node-types",
@@ -271,22 +269,28 @@ def _calibrate_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         metavar="TYPE",
         help="the type the ratios are relative to (default: the config's baselineNodeType)",
     )
-    what.add_argument("--node-type-label", default=NODE_TYPE_LABEL)
-    what.add_argument("--repeats", type=positive_int, default=5, help="benchmark runs per node type (at least 2)")
-    what.add_argument("--confidence", type=positive_float, default=0.95, help="of the ratio's interval (0..1)")
+    what.add_argument("--node-type-label", default=default.node_type_label)
+    what.add_argument(
+        "--repeats", type=positive_int, default=default.repeats, help="benchmark runs per node type (at least 2)"
+    )
+    what.add_argument(
+        "--confidence", type=positive_float, default=default.confidence, help="of the ratio's interval (0..1)"
+    )
     pods = calibrate.add_argument_group("the benchmark pods")
     pods.add_argument(
         "--namespace",
-        default=CONFIG_NAMESPACE,
+        default=default.namespace,
         help="where they run (default: the product's namespace, which it never resizes)",
     )
-    pods.add_argument("--cpu", default="1", help="CPU request = limit of the benchmark container")
-    pods.add_argument("--memory", default="64Mi", help="memory request = limit of the benchmark container")
+    pods.add_argument("--cpu", default=default.cpu, help="CPU request = limit of the benchmark container")
+    pods.add_argument("--memory", default=default.memory, help="memory request = limit of the benchmark container")
     pods.add_argument(
-        "--timeout", type=duration, default=300.0, help="per run: scheduling, start and the benchmark itself"
+        "--timeout", type=duration, default=default.timeout, help="per run: scheduling, start and the benchmark itself"
     )
-    pods.add_argument("--image", default=CALIBRATE_IMAGE, help="the benchmark image")
-    pods.add_argument("--image-pull-policy", choices=("Always", "IfNotPresent", "Never"), default="IfNotPresent")
+    pods.add_argument("--image", default=default.image, help="the benchmark image")
+    pods.add_argument(
+        "--image-pull-policy", choices=("Always", "IfNotPresent", "Never"), default=default.image_pull_policy
+    )
     pods.add_argument(
         "--command",
         dest="benchmark_command",
@@ -297,7 +301,7 @@ def _calibrate_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     pods.add_argument(
         "--benchmark-duration",
         type=duration,
-        default=2.0,
+        default=default.benchmark_seconds,
         help="the built-in benchmark's wall time per kernel (three kernels)",
     )
     pods.add_argument(
@@ -313,8 +317,8 @@ def _calibrate_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         help="tolerate a taint of the nodes (repeatable)",
     )
     config = calibrate.add_argument_group("the config")
-    config.add_argument("--config-namespace", default=CONFIG_NAMESPACE)
-    config.add_argument("--config-name", default=CONFIG_NAME)
+    config.add_argument("--config-namespace", default=default.config_namespace)
+    config.add_argument("--config-name", default=default.config_name)
     config.add_argument(
         "--apply",
         action="store_true",
@@ -403,7 +407,7 @@ def parse(
         scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
         parser.error(str(error))
-    if args.originals_keys_secret.count("/") != 1 or not all(args.originals_keys_secret.split("/")):
+    if not is_namespaced_name(args.originals_keys_secret):
         parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     keys = KeySettings(key_dir=args.originals_key_dir, secret=args.originals_keys_secret)
     if args.command == "restore":

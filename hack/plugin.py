@@ -146,6 +146,7 @@ spec:
       report     what it has freed so far, and the pods it holds back and why
       restore    every managed pod back to its original requests and limits
       calibrate  each node type's cpuPerf measured with a benchmark pod
+      selftest   whether the installed webhook answers and a reconciler leads
     It reads your kubeconfig like kubectl (--kubeconfig, --context, $KUBECONFIG).
     Written in Python: needs CPython {pythons} on linux/amd64.
   caveats: |

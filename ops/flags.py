@@ -1,10 +1,13 @@
-"""Command-line value types shared by the webhook's and the reconciler's flags (the only place for them)."""
+"""Command-line value types and the flag families the programs share (the only place for them)."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
+from collections.abc import Mapping
+from typing import Any
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -96,3 +99,32 @@ def boolean(text: str) -> bool:
 def string_list(text: str) -> list[str]:
     """``a,b,c`` -> ["a", "b", "c"] (blanks dropped)."""
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def scope_flags(group: argparse._ActionsContainer, helps: Mapping[str, str], **namespace: Any) -> None:
+    """Add the namespace scope's flags to `group`, in the order of `helps` (flag -> help text).
+
+    Every program that takes a scope (the webhook, the reconciler, the admin commands) parses
+    it alike and says in its own help what the scope means to it. `--namespace` defaults to
+    $POD_NAMESPACE, read now; `namespace` overrides its arguments (its default, its metavar).
+    """
+    specs: dict[str, dict[str, Any]] = {
+        "--namespace": {"default": os.environ.get("POD_NAMESPACE", ""), "metavar": "NS", **namespace},
+        "--exclude-namespaces": {"type": string_list, "default": [], "metavar": "NS[,NS...]"},
+        "--namespace-selector": {"default": "", "metavar": "SELECTOR"},
+    }
+    for flag, text in helps.items():
+        group.add_argument(flag, help=text, **specs[flag])
+
+
+def log_flags(
+    group: argparse._ActionsContainer, level: str, fmt: str, level_help: str | None = None, fmt_help: str | None = None
+) -> None:
+    """Add `--log-level` and `--log-format` (what :func:`ops.jsonlog.configure_logging` takes) to `group`."""
+    group.add_argument("--log-level", default=level, choices=("debug", "info", "warning", "error"), help=level_help)
+    group.add_argument("--log-format", default=fmt, choices=("json", "text"), help=fmt_help)
+
+
+def is_namespaced_name(text: str) -> bool:
+    """Whether `text` is NAMESPACE/NAME, both parts non-empty."""
+    return text.count("/") == 1 and all(text.split("/"))

@@ -22,7 +22,7 @@ from reconciler import metrics
 from reconciler.memory import DONE, Context, Result
 from reconciler.ports import Obj
 from resizer import KeyRing, ResizerError, early_binding, eligibility
-from resizer.podstate import read_state
+from resizer.podstate import read_mac
 
 log = logging.getLogger("reconciler.gated")
 
@@ -43,7 +43,7 @@ def wants_binding(pod: Obj, keyring: KeyRing) -> bool:
     a gate, with a key to sign with, whose originals no pod MAC binds yet."""
     if not keyring or not held_at_a_gate(pod):
         return False
-    mac = read_state(pod).mac
+    mac = read_mac(pod)
     return eligibility(pod).eligible and not (mac is not None and mac.scope == "pod")
 
 

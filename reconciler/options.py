@@ -8,7 +8,7 @@ import os
 import socket
 import uuid
 
-from ops.flags import boolean, duration, positive_float, positive_int, string_list
+from ops import flags
 from reconciler.settings import (
     PREFLIGHT_CHECKS,
     ApiSettings,
@@ -41,11 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--kube-api-qps", type=float, default=_DEFAULT.api.qps, help="client-side sustained requests per second"
     )
     api.add_argument(
-        "--kube-api-burst", type=positive_int, default=_DEFAULT.api.burst, help="client-side request burst"
+        "--kube-api-burst", type=flags.positive_int, default=_DEFAULT.api.burst, help="client-side request burst"
     )
     api.add_argument(
         "--watch-idle-timeout",
-        type=duration,
+        type=flags.duration,
         default=_DEFAULT.api.watch_idle_timeout,
         help="restart a watch that delivered nothing (not even a bookmark) for this long",
     )
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sizing.add_argument(
         "--config-refresh-interval",
-        type=duration,
+        type=flags.duration,
         default=_DEFAULT.config_refresh_interval,
         help="also re-read the ConfigMap this often, besides watching it",
     )
@@ -73,30 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also resize resources whose resizePolicy is RestartContainer (restarts them)",
     )
-    sizing.add_argument(
-        "--exclude-namespaces",
-        type=string_list,
-        default=[],
-        metavar="NS[,NS...]",
-        help="namespaces whose pods are never touched, besides kube-system and --namespace "
-        "(set the same list on the webhook; the chart sets both from scope.*)",
-    )
-    sizing.add_argument(
-        "--namespace",
-        default=os.environ.get("POD_NAMESPACE", ""),
-        metavar="NS",
-        help="the product's own namespace, always excluded (default: $POD_NAMESPACE)",
-    )
-    sizing.add_argument(
-        "--namespace-selector",
-        default="",
-        metavar="SELECTOR",
-        help=f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a pod's "
-        "namespace must match to be in scope; needs list/watch on namespaces",
+    flags.scope_flags(
+        sizing,
+        {
+            "--exclude-namespaces": "namespaces whose pods are never touched, besides kube-system and --namespace "
+            "(set the same list on the webhook; the chart sets both from scope.*)",
+            "--namespace": "the product's own namespace, always excluded (default: $POD_NAMESPACE)",
+            "--namespace-selector": f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a pod's "
+            "namespace must match to be in scope; needs list/watch on namespaces",
+        },
     )
     sizing.add_argument(
         "--realign",
-        type=boolean,
+        type=flags.boolean,
         default=_DEFAULT.controller.realign,
         metavar="BOOL",
         help="when the config or a node's type changes, resize pods already sized whose desired "
@@ -105,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sizing.add_argument(
         "--max-resizes-per-second",
-        type=positive_float,
+        type=flags.positive_float,
         default=_DEFAULT.controller.max_resizes_per_second,
         metavar="N",
         help="re-alignment resizes (pods already sized) per second at most, so a config edit "
@@ -135,20 +124,20 @@ def build_parser() -> argparse.ArgumentParser:
     outcome = p.add_argument_group("resize outcomes (docs/how-it-works.md: Resize states)")
     outcome.add_argument(
         "--resize-deferred-timeout",
-        type=duration,
+        type=flags.duration,
         default=_DEFAULT.controller.deferred_timeout,
         help="a resize the kubelet still defers after this long gets a Warning event "
         "(it is kept: the kubelet applies it when the node has room)",
     )
     outcome.add_argument(
         "--resize-error-retries",
-        type=positive_int,
+        type=flags.positive_int,
         default=_DEFAULT.controller.error_retries,
         help="checks of a resize the kubelet fails to actuate before its spec is set back to what the containers have",
     )
     outcome.add_argument(
         "--resize-error-backoff",
-        type=duration,
+        type=flags.duration,
         default=_DEFAULT.controller.error_backoff,
         help="first wait between those checks; doubles after each",
     )
@@ -156,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     gates = p.add_argument_group("preflight and other controllers (docs/how-it-works.md)")
     gates.add_argument(
         "--preflight-checks",
-        type=string_list,
+        type=flags.string_list,
         default=list(_DEFAULT.preflight.checks),
         metavar="CHECK[,...]",
         help="what a resize is judged against before it is sent, from cached state; a resize one of "
@@ -166,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gates.add_argument(
         "--node-room-wait",
-        type=duration,
+        type=flags.duration,
         default=_DEFAULT.preflight.node_room_wait,
         help="an increase held for room on its node (NodeHeadroom: decreases there still pending, or "
         "the node full) is sent after this long anyway; the kubelet then keeps it Deferred "
@@ -174,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gates.add_argument(
         "--upsize-critical-pods",
-        type=boolean,
+        type=flags.boolean,
         default=_DEFAULT.preflight.upsize_critical_pods,
         metavar="BOOL",
         help="also grow pods at system-cluster-critical priority or above (the kubelet may evict "
@@ -182,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gates.add_argument(
         "--skip-vpa-managed",
-        type=boolean,
+        type=flags.boolean,
         default=_DEFAULT.preflight.skip_vpa_managed,
         metavar="BOOL",
         help="leave alone (one VPAManaged event) pods whose owner a VerticalPodAutoscaler in an "
@@ -193,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     work = p.add_argument_group("work")
     work.add_argument(
-        "--concurrency", type=positive_int, default=_DEFAULT.concurrency, help="pods reconciled at the same time"
+        "--concurrency", type=flags.positive_int, default=_DEFAULT.concurrency, help="pods reconciled at the same time"
     )
 
     election = p.add_argument_group("leader election")
@@ -211,19 +200,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     election.add_argument(
         "--leader-election-lease-duration",
-        type=duration,
+        type=flags.duration,
         default=_DEFAULT.leader_election.lease_duration,
         help="how long a lease is valid without renewal",
     )
     election.add_argument(
         "--leader-election-renew-deadline",
-        type=duration,
+        type=flags.duration,
         default=_DEFAULT.leader_election.renew_deadline,
         help="the leader gives up (and exits) if it cannot renew for this long",
     )
     election.add_argument(
         "--leader-election-retry-period",
-        type=duration,
+        type=flags.duration,
         default=_DEFAULT.leader_election.retry_period,
         help="interval between acquire/renew attempts",
     )
@@ -239,11 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=_DEFAULT.health_probe_bind_address,
         help="address for /healthz and /readyz ('0' disables)",
     )
-    ops.add_argument("--log-level", default=_DEFAULT.log_level, choices=["debug", "info", "warning", "error"])
-    ops.add_argument("--log-format", default=_DEFAULT.log_format, choices=["json", "text"])
+    flags.log_flags(ops, _DEFAULT.log_level, _DEFAULT.log_format)
     ops.add_argument(
         "--shutdown-timeout",
-        type=duration,
+        type=flags.duration,
         default=_DEFAULT.shutdown_timeout,
         help="on SIGTERM, wait this long for in-flight reconciles",
     )
@@ -262,9 +250,7 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
     args = parser.parse_args(argv)
     if args.originals_key_dir and args.originals_keys_secret:
         parser.error("--originals-key-dir and --originals-keys-secret are alternatives: set one")
-    if args.originals_keys_secret and (
-        args.originals_keys_secret.count("/") != 1 or not all(args.originals_keys_secret.split("/"))
-    ):
+    if args.originals_keys_secret and not flags.is_namespaced_name(args.originals_keys_secret):
         parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     if args.leader_election_renew_deadline >= args.leader_election_lease_duration:
         parser.error("--leader-election-renew-deadline must be shorter than the lease duration")

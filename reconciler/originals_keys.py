@@ -26,7 +26,7 @@ from ops.keys import KeyDirectoryError, generate_key, keys_digest, keys_from_sec
 from reconciler import metrics
 from reconciler.errors import ReconcilerError
 from resizer import KeyRing
-from resizer.podstate import description_patch, read_state
+from resizer.podstate import description_patch, read_mac
 
 log = logging.getLogger("reconciler")
 
@@ -141,7 +141,7 @@ class UnknownKeyWatch:
     def update(self, pods: Iterable[dict[str, Any]], keyring: KeyRing) -> int:
         by_key: dict[str, list[str]] = {}
         for pod in pods:
-            mac = read_state(pod).mac
+            mac = read_mac(pod)
             key_id = mac.key_id if mac is not None else None
             if key_id is not None and key_id not in keyring.keys and _KEY_ID.fullmatch(key_id):
                 meta = pod["metadata"]

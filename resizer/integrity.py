@@ -85,6 +85,7 @@ from resizer.podstate import (
     mac_patch,
     originals_removal,
     pod_level_keys,
+    read_mac,
     read_state,
     sized_record_patch,
 )
@@ -636,6 +637,6 @@ def pod_mac_stand_in(keyring: KeyRing) -> dict[str, str]:
 
 def needs_resign(pod: Mapping[str, Any], keyring: KeyRing) -> bool:
     """A MAC signed with a key other than the newest (rotation): re-sign while it still verifies."""
-    parsed = read_state(pod).mac
+    parsed = read_mac(pod)
     key_id = parsed.key_id if parsed is not None else None
     return bool(keyring) and key_id is not None and key_id != keyring.newest and key_id in keyring.keys

@@ -63,6 +63,7 @@ __all__ = [
     "is_original_key",
     "legacy_original_key",
     "mirror_and_skip",
+    "read_mac",
     "mac_patch",
     "original_key",
     "originals_removal",
@@ -464,6 +465,11 @@ def read_state(pod: Mapping[str, Any]) -> PodState:
             _RECENT.clear()
         _RECENT[id(pod)] = (pod, dict(annotations), names, state)
     return state
+
+
+def read_mac(pod: Mapping[str, Any]) -> Mac | None:
+    """:attr:`PodState.mac` of ``pod``, read alone (asked of every cached pod: which key signed it)."""
+    return Mac.parse(_annotations(pod).get(ORIGINALS_MAC))
 
 
 def mirror_and_skip(pod: Mapping[str, Any]) -> tuple[bool, bool]:

@@ -83,6 +83,10 @@ def logical_lines(text: str) -> list[str]:
 def parse_dockerfile(text: str) -> tuple[dict[str, str], list[Stage]]:
     global_args: dict[str, str] = {}
     stages: list[Stage] = []
+
+    def expand(text: str) -> str:
+        return re.sub(r"\$\{?(\w+)\}?", lambda m: global_args.get(m.group(1), m.group(0)), text)
+
     for line in logical_lines(text):
         keyword, _, rest = line.partition(" ")
         keyword = keyword.upper()
@@ -94,12 +98,12 @@ def parse_dockerfile(text: str) -> tuple[dict[str, str], list[Stage]]:
             rest = rest.lstrip()
         if keyword == "FROM":
             words = rest.split()
-            base = re.sub(r"\$\{?(\w+)\}?", lambda m: global_args.get(m.group(1), m.group(0)), words[0])
+            base = expand(words[0])
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
             stages.append(Stage(base, name))
         elif not stages and keyword == "ARG":
             key, _, value = rest.partition("=")
-            global_args[key.strip()] = value.strip()
+            global_args[key.strip()] = expand(value.strip())  # a default may name an earlier ARG
         elif stages:
             stages[-1].instructions.append(Instruction(keyword, rest, flags))
     return global_args, stages

@@ -116,3 +116,11 @@ def test_the_committed_manifest_is_the_one_the_script_writes() -> None:
     version = plugin.version()
     uri = plugin.RELEASE_URI.format(version=version, archive=plugin.archive_name(version))
     assert committed == plugin.manifest(version, uri, sha256, plugin.PYTHONS), "run `make plugin` and commit it"
+
+
+def test_the_manifest_describes_every_command() -> None:
+    from commands.cli import COMMANDS
+
+    description = yaml.safe_load(plugin.MANIFEST.read_text())["spec"]["description"]
+    listed = [line.split()[0] for line in description.splitlines() if line.startswith("  ")]
+    assert listed == list(COMMANDS)

@@ -255,7 +255,7 @@ def plans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(args[2])
         return plan_resize(*args, **kwargs)
 
-    for module in ("reconciler.decide", "reconciler.act", "resizer.pinning", "resizer.realign"):
+    for module in ("reconciler.decide", "resizer.pinning", "resizer.realign"):
         monkeypatch.setattr(f"{module}.plan_resize", counted)
     assert resizer.pinning and resizer.realign
     return calls

@@ -8,7 +8,8 @@ import socket
 
 import pytest
 
-from reconciler.options import duration, parse, positive_int
+from ops.flags import duration, positive_int
+from reconciler.options import parse
 from reconciler.settings import ReconcilerSettings
 
 

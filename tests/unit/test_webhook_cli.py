@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.__main__ import build_parser, parse_duration, parse_size
+from app.__main__ import build_parser
+from ops.flags import byte_size as parse_size
+from ops.flags import duration as parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 
