@@ -55,9 +55,9 @@ from tests.cluster.test_installed import (
     RELEASE,
     RETRY_PERIOD,
     clean_checkout,
+    dry_run_annotations,
     hack,
     namespace_exists,
-    webhook_stamps,
 )
 from tests.cluster.test_readme_install import README, Admin, marked_blocks
 from tests.cluster.test_real_node import START_TIMEOUT, TAINT, WORKLOAD_IMAGE
@@ -378,20 +378,14 @@ def outcome_reasons(events: list[dict[str, Any]]) -> dict[str, Counter[str]]:
     return found
 
 
-def expected_of(burst: list[Group]) -> dict[str, Group]:
-    return {g.name: g for g in burst}
-
-
 def settled(kube: Kube, ns: str, burst: list[Group]) -> list[dict[str, Any]] | None:
-    """Every pod of the burst Running with its outcome reported, else None."""
+    """Every pod of the burst Running with an outcome reported (:func:`check_pod` says whether
+    it is the right one), else None."""
     pods = [p for p in kube.pods(ns) if p["metadata"].get("deletionTimestamp") is None]
     if len(pods) != sum(g.replicas for g in burst) or any(p["status"].get("phase") != "Running" for p in pods):
         return None
     reported = outcome_reasons(our_events(kube, ns))
-    by_name = expected_of(burst)
-    if any(by_name[p["metadata"]["labels"]["app"]].reason not in reported.get(p["metadata"]["name"], {}) for p in pods):
-        return None
-    return pods
+    return pods if all(p["metadata"]["name"] in reported for p in pods) else None
 
 
 def run_under_burst(
@@ -458,7 +452,7 @@ def check_pods(stage: Stage, ns: str, burst: list[Group]) -> tuple[list[dict[str
     """Every pod of the burst created and right (:func:`check_pod`), no Warning; returns the
     pods and our Events."""
     kube = stage.kube
-    by_name = expected_of(burst)
+    by_name = {g.name: g for g in burst}
     all_events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
     failed = [
         e for e in all_events if e["involvedObject"].get("kind") == "ReplicaSet" and e["reason"] == "FailedCreate"
@@ -485,7 +479,8 @@ def check_burst(stage: Stage, ns: str, burst: list[Group], window: tuple[float, 
     """The checks every burst passes; returns the printed summary lines."""
     pods, events = check_pods(stage, ns, burst)
     # The burst overlapped the rollout: pods were admitted while it ran (creationTimestamp: 1 s).
-    during = sum(window[0] <= micro_time(p["metadata"]["creationTimestamp"]).timestamp() <= window[1] for p in pods)
+    created = sorted(micro_time(p["metadata"]["creationTimestamp"]).timestamp() for p in pods)
+    during = sum(window[0] <= t <= window[1] for t in created)
     assert during > 0, "no pod was created while the rollout ran: the burst ended too early"
     # Both releases' reconcilers decided pods of the burst: what the one before the handover
     # decided was read again by the one after it.
@@ -498,7 +493,8 @@ def check_burst(stage: Stage, ns: str, burst: list[Group], window: tuple[float, 
     for g in burst:
         per_reason[g.reason] += g.replicas
     return [
-        f"{what}: pods {len(pods)} (created during the rollout: {during}), resized {per_reason['Resized']} "
+        f"{what}: pods {len(pods)}, created over {created[-1] - created[0]:.0f}s, {during} of them during the "
+        f"{window[1] - window[0]:.1f}s rollout (from {window[0] - created[0]:.0f}s on); resized {per_reason['Resized']} "
         f"(on real nodes {sum(g.replicas for g in burst if g.real)}), sized at admission "
         f"{per_reason['SizedAtAdmission']}, already aligned {per_reason['AlreadyAligned']}",
         f"{what}: events per reason {dict(sorted(reasons.items()))}, ReplicaSets' FailedCreate 0",
@@ -519,7 +515,14 @@ def check_handovers(stage: Stage, lease: LeaseWatch, what: str) -> list[str]:
 
 def test_helm_upgrade_under_a_burst_loses_nothing(stage: Stage, app_namespaces: dict[str, str]) -> None:
     ns = app_namespaces["upgrade"]
-    wait_for("the old webhook to stamp pods", lambda: webhook_stamps(stage.kube, ns), timeout=120, interval=1)
+    # A fresh install's webhook stamps unsigned, and so sizes nothing at admission, until the
+    # kubelet projects the keys Secret its reconciler created (about a minute): not an upgrade's.
+    wait_for(
+        "the old webhook to sign its stamps",
+        lambda: f"{OURS}originals-mac" in dry_run_annotations(stage.kube, ns),
+        timeout=180,
+        interval=2,
+    )
     burst = groups("up", BURST_PODS, real=3)
     window, lease = run_under_burst(stage, ns, burst, stage.upgrade, "helm upgrade")
     assert stage.our_images() == {stage.images["new"]}
