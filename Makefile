@@ -48,9 +48,10 @@ cluster-test: venv
 test-after-unit: venv
 	$(PYTEST) -m "not installed" tests/tools tests/cluster
 
-## The image built by buildah and the chart installed on real nodes (tests/cluster/test_installed.py).
+## The image built by buildah and the chart installed on real nodes (tests/cluster/test_installed.py),
+## and upgraded from the last release and rolled back under bursts of pods (test_upgrade.py).
 test-installed: venv
-	$(PYTEST) -m installed -rP tests/cluster/test_installed.py
+	$(PYTEST) -m installed -rP tests/cluster/test_installed.py tests/cluster/test_upgrade.py
 
 ## The cluster suite's core against another pinned minor, in its own state dir: control plane, resize
 ## plans, pod-level, admission sizing, the real node, and the composed matrix's core rows (all but the VPA one).

@@ -189,6 +189,11 @@ def resized_events(kube: Kube, ns: str) -> list[dict[str, Any]]:
 def webhook_stamps(kube: Kube, ns: str) -> bool:
     """A dry-run pod creation comes back with original-* annotations: the apiserver called the
     in-cluster webhook (through its Service) with the CA cert-manager injected."""
+    return any(k.startswith(f"{OURS}original-") for k in dry_run_annotations(kube, ns))
+
+
+def dry_run_annotations(kube: Kube, ns: str) -> dict[str, str]:
+    """The annotations a pod controlled by a ReplicaSet comes back with from a dry-run creation."""
     probe = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -207,7 +212,7 @@ def webhook_stamps(kube: Kube, ns: str) -> bool:
         "spec": {"containers": [{"name": "c", "image": WORKLOAD_IMAGE, "resources": {"requests": {"cpu": "100m"}}}]},
     }
     created = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", probe, params={"dryRun": "All"})
-    return any(k.startswith(f"{OURS}original-") for k in (created.get("metadata", {}).get("annotations") or {}))
+    return dict(created.get("metadata", {}).get("annotations") or {})
 
 
 @pytest.fixture(scope="module")
