@@ -66,7 +66,7 @@ from tests.conftest import HACK_CLUSTER, REPO
 pytestmark = [pytest.mark.installed, pytest.mark.timeout(2400)]
 
 # The last released state of main: the release an admin upgrades from.
-OLD_COMMIT = "3d224df"
+OLD_COMMIT = "3d224dfb2e306c2616cbf6e6571b23a283850fd6"
 BURST_PODS = int(os.environ.get("WR_UPGRADE_PODS", "240"))
 BURST_SECONDS = float(os.environ.get("WR_UPGRADE_BURST_SECONDS", "40"))
 FAMILY_LABEL = "cloud.google.com/machine-family"
@@ -232,9 +232,18 @@ def micro_time(text: str) -> datetime:
 def old_checkout(into: Path) -> Path:
     """OLD_COMMIT's files, as its release archive has them (the main checkout is left alone)."""
     into.mkdir(parents=True)
+    if not _have_commit(OLD_COMMIT):  # a shallow clone: fetch the release from where it came from
+        subprocess.run(["git", "fetch", "--quiet", "--depth=1", "origin", OLD_COMMIT], cwd=REPO, capture_output=True)
+    assert _have_commit(OLD_COMMIT), f"the upgrade test needs commit {OLD_COMMIT} (the last release) in this clone"
     archive = subprocess.run(["git", "archive", "--format=tar", OLD_COMMIT], cwd=REPO, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
+
+
+def _have_commit(commit: str) -> bool:
+    return (
+        subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=REPO, capture_output=True).returncode == 0
+    )
 
 
 def build_image(context: Path, image: str, work: Path) -> Path:
