@@ -6,13 +6,17 @@ Each real node (hack/cluster add-node --real) has a network namespace of its own
 kubernetes Service's ClusterIP on it. The machine's network is never changed: no interface,
 route or iptables rule is added outside those namespaces. Two relays cross the boundary:
 
-    python3 hack/nodenet.py egress --state STATE --socket SOCK
+    python3 hack/nodenet.py egress --state STATE [--socket SOCK] [--listen IP:PORT]
         The kube-apiserver's egress proxy for its "cluster" traffic (EgressSelectorConfiguration,
         HTTP CONNECT over a unix socket): kubelet connections (logs, exec, port-forward) and
         calls to webhooks referenced by a Service (with --enable-aggregator-routing the apiserver
         resolves the Service to an endpoint, the webhook pod's IP). A CONNECT to a real node's IP
-        is dialled inside that node's namespace; any other destination is refused at once
-        (KWOK pods' made-up IPs are never dialled on the machine's network).
+        is dialled inside that node's namespace; one to 198.18.0.1 (the range's first address,
+        no node's) at a port state.json lists under "host_services" is dialled on the machine's
+        loopback: a process of the machine behind a Service, e.g. metrics-server behind its
+        APIService. Any other destination is refused at once (KWOK pods' made-up IPs are never
+        dialled on the machine's network). `--listen 127.0.0.1:PORT` serves the same on TCP, the
+        HTTPS_PROXY of a program of the machine that calls the kubelets (metrics-server).
 
     python3 hack/nodenet.py apiserver --netns FILE --listen IP:PORT ... --to 127.0.0.1:PORT
         Inside one node's namespace, listen where the node's processes look for the apiserver
@@ -35,6 +39,7 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -77,18 +82,33 @@ def split_host_port(text: str) -> tuple[str, int]:
 # ---------------------------------------------------------------- egress (host side)
 
 
-def node_netns_by_ip(state_dir: Path) -> dict[str, str]:
-    """{node IP: its network namespace file} of the cluster's real nodes (read per connection,
-    so nodes added or removed after start are known at once)."""
+# The machine's own processes, as a Service's endpoint: the first address of the nodes' range,
+# which hack/cluster gives no node.
+HOST_IP = "198.18.0.1"
+
+
+def read_state(state_dir: Path) -> dict[str, Any]:
+    """The cluster's state.json (read per connection, so nodes and host services added or removed
+    after start are known at once); {} if there is none."""
     try:
         state = json.loads((state_dir / "state.json").read_text())
     except (OSError, ValueError):
         return {}
+    return state if isinstance(state, dict) else {}
+
+
+def node_netns_by_ip(state: dict[str, Any]) -> dict[str, str]:
+    """{node IP: its network namespace file} of the cluster's real nodes."""
     return {
         record["ip"]: record["netns"]
         for record in state.get("real_nodes", {}).values()
         if record.get("ip") and record.get("netns")
     }
+
+
+def host_ports(state: dict[str, Any]) -> set[int]:
+    """The machine's loopback ports a CONNECT to HOST_IP may reach: the host services'."""
+    return {int(port) for port in (state.get("host_services") or {}).values()}
 
 
 def read_request_head(conn: socket.socket) -> bytes:
@@ -106,14 +126,20 @@ def serve_connect(conn: socket.socket, state_dir: Path) -> None:
         head = read_request_head(conn)
         method, target, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
         host, port = split_host_port(target)
-        netns = node_netns_by_ip(state_dir).get(host)
-        if method != "CONNECT" or netns is None:
+        state = read_state(state_dir)
+        netns = node_netns_by_ip(state).get(host)
+        on_host = host == HOST_IP and port in host_ports(state)
+        if method != "CONNECT" or (netns is None and not on_host):
             conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-            log(f"refused {method} {target}: not a real node's address")
+            log(f"refused {method} {target}: not a real node's address nor a host service's")
             conn.close()
             return
-        setns(netns)  # this thread only: the upstream socket is created in the node's namespace
-        upstream = socket.create_connection((host, port), timeout=10)
+        if netns is None:
+            netns = "the machine's loopback"
+            upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
+        else:
+            setns(netns)  # this thread only: the upstream socket is created in the node's namespace
+            upstream = socket.create_connection((host, port), timeout=10)
         upstream.settimeout(None)
     except (OSError, ValueError, ConnectionError) as err:
         with contextlib.suppress(OSError):
@@ -127,14 +153,31 @@ def serve_connect(conn: socket.socket, state_dir: Path) -> None:
 
 
 def egress(args: argparse.Namespace) -> None:
-    sock_path = Path(args.socket)
-    sock_path.unlink(missing_ok=True)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(sock_path))
-    sock_path.chmod(0o600)
-    server.listen(128)
-    log(f"egress proxy on {sock_path}")
+    servers = []
+    if args.socket:
+        sock_path = Path(args.socket)
+        sock_path.unlink(missing_ok=True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(sock_path))
+        sock_path.chmod(0o600)
+        servers.append(server)
+    for listen in args.listen or []:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(split_host_port(listen))
+        servers.append(server)
+    for server in servers:
+        server.listen(128)
+    log(f"egress proxy on {', '.join(str(s.getsockname()) for s in servers)}")
     state_dir = Path(args.state)
+    threads = [threading.Thread(target=accept_connects, args=(s, state_dir), daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def accept_connects(server: socket.socket, state_dir: Path) -> None:
     while True:
         conn, _ = server.accept()
         # A new OS thread per connection: its setns never leaks into another connection.
@@ -194,12 +237,15 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("egress")
     p.add_argument("--state", required=True, help="the cluster's state directory")
-    p.add_argument("--socket", required=True, help="unix socket the apiserver's egress selector dials")
+    p.add_argument("--socket", help="unix socket the apiserver's egress selector dials")
+    p.add_argument("--listen", action="append", help="IP:PORT to serve on TCP too (a program's HTTPS_PROXY)")
     p = sub.add_parser("apiserver")
     p.add_argument("--netns", required=True, help="the node's pinned network namespace")
     p.add_argument("--listen", action="append", required=True, help="IP:PORT inside the node's namespace")
     p.add_argument("--to", required=True, help="the apiserver, IP:PORT on the machine")
     args = parser.parse_args(argv)
+    if args.command == "egress" and not (args.socket or args.listen):
+        parser.error("egress: --socket or --listen")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if args.command == "egress":
         egress(args)

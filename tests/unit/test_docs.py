@@ -224,6 +224,12 @@ def test_every_test_docs_security_names_exists() -> None:
     assert not missing_tests(SECURITY.read_text()), "docs/security.md names tests that do not exist"
 
 
+@pytest.mark.parametrize("page", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)
+def test_every_test_a_docs_page_names_exists(page: Path) -> None:
+    """A rule's proof named in docs/ (e.g. how-it-works.md's horizontal autoscaling) is a real test."""
+    assert not missing_tests(page.read_text()), f"docs/{page.name} names tests that do not exist"
+
+
 def test_security_has_one_routes_table_each_route_once_and_proven() -> None:
     rows = route_rows(SECURITY.read_text())
     assert all(len(cells) == 3 for cells in rows), [cells[0] for cells in rows if len(cells) != 3]
