@@ -63,9 +63,9 @@ def not_ready_lifted(cluster: Any, name: str) -> bool:
     return not any(t["key"] == "node.kubernetes.io/not-ready" for t in taints)
 
 
-@pytest.fixture(scope="module")
-def nodes(cluster: Any) -> Iterator[tuple[RealNode, RealNode]]:
-    """(base, slow): two real nodes; slow's own cgroup has half a core."""
+def base_and_slow_nodes(cluster: Any) -> Iterator[tuple[RealNode, RealNode]]:
+    """(base, slow): two real nodes; slow's own cgroup has half a core. Both have the machine's
+    highest cpu.shares, as near as it gets to each being a machine of its own."""
     suffix = uuid.uuid4().hex[:5]
     added = []
     try:
@@ -79,8 +79,8 @@ def nodes(cluster: Any) -> Iterator[tuple[RealNode, RealNode]]:
             subprocess.run([str(HACK_CLUSTER), "remove-node", node.name], check=False, env=cluster.env())
 
 
-@pytest.fixture
-def h(cluster: Any, namespace: str, nodes: tuple[RealNode, RealNode]) -> Iterator[Harness]:
+def labelled_harness(cluster: Any, namespace: str, nodes: tuple[RealNode, RealNode]) -> Iterator[Harness]:
+    """A harness with CONFIG whose label makes the nodes n2d (base) and slow, unlabelled after."""
     harness = Harness(cluster, namespace)
     harness.config(CONFIG)
     harness.relabel(nodes[0].name, "n2d")
@@ -91,6 +91,16 @@ def h(cluster: Any, namespace: str, nodes: tuple[RealNode, RealNode]) -> Iterato
         harness.close()
         for node in nodes:
             cluster.kube.patch(f"/api/v1/nodes/{node.name}", {"metadata": {"labels": {harness.label: None}}})
+
+
+@pytest.fixture(scope="module")
+def nodes(cluster: Any) -> Iterator[tuple[RealNode, RealNode]]:
+    yield from base_and_slow_nodes(cluster)
+
+
+@pytest.fixture
+def h(cluster: Any, namespace: str, nodes: tuple[RealNode, RealNode]) -> Iterator[Harness]:
+    yield from labelled_harness(cluster, namespace, nodes)
 
 
 def calibrate(h: Harness, *flags: str) -> subprocess.CompletedProcess[str]:

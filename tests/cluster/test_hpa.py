@@ -29,7 +29,6 @@ import math
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -37,9 +36,8 @@ from typing import Any
 
 import pytest
 
-from devkit.kube import wait_for
 from resizer.podstate import SKIP
-from tests.cluster.test_calibrate import CONFIG, IMPOSED_RATIO, add_real_node, calibrate, not_ready_lifted
+from tests.cluster.test_calibrate import IMPOSED_RATIO, base_and_slow_nodes, calibrate, labelled_harness
 from tests.cluster.test_real_node import real_deployment
 from tests.cluster.test_reconciler import Harness, q, resources, status_resources
 from tests.conftest import HACK_CLUSTER, RealNode, cluster_state_dir
@@ -59,19 +57,7 @@ SETTLE_TIMEOUT = 240.0
 
 @pytest.fixture(scope="module")
 def nodes(cluster: Any) -> Iterator[tuple[RealNode, RealNode]]:
-    """(base, slow) as in test_calibrate.py: slow's own cgroup has half a core; both have the
-    machine's highest cpu.shares, as near as it gets to each being a machine of its own."""
-    suffix = uuid.uuid4().hex[:5]
-    added = []
-    try:
-        added.append(add_real_node(cluster, f"base-{suffix}", "--cpu-shares", "262144"))
-        added.append(add_real_node(cluster, f"slow-{suffix}", "--cpu-shares", "262144", "--cpu-quota", "50000/100000"))
-        for node in added:
-            wait_for(f"node {node.name} untainted", lambda node=node: not_ready_lifted(cluster, node.name), timeout=120)
-        yield added[0], added[1]
-    finally:
-        for node in added:
-            subprocess.run([str(HACK_CLUSTER), "remove-node", node.name], check=False, env=cluster.env())
+    yield from base_and_slow_nodes(cluster)
 
 
 def metrics_server_running() -> bool:
@@ -95,16 +81,7 @@ def metrics_server(cluster: Any) -> Iterator[None]:
 
 @pytest.fixture
 def h(cluster: Any, namespace: str, nodes: tuple[RealNode, RealNode]) -> Iterator[Harness]:
-    harness = Harness(cluster, namespace)
-    harness.config(CONFIG)
-    harness.relabel(nodes[0].name, "n2d")
-    harness.relabel(nodes[1].name, "slow")
-    try:
-        yield harness
-    finally:
-        harness.close()
-        for node in nodes:
-            cluster.kube.patch(f"/api/v1/nodes/{node.name}", {"metadata": {"labels": {harness.label: None}}})
+    yield from labelled_harness(cluster, namespace, nodes)
 
 
 def burner(name: str, node: RealNode, load_millicores: int, load_dir: Path, skip: bool = False) -> dict[str, Any]:

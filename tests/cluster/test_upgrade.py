@@ -78,6 +78,8 @@ REJECTED_ORIGINALS = frozenset({"OriginalsUnverified", "OriginalsReplaced"})
 # client-go semantics: a standby takes a Lease leaseDuration after its last renewal at the
 # latest, trying every retryPeriod (jittered up to x1.2); a try may take a second on 2 CPUs.
 HANDOVER_LIMIT = LEASE_DURATION + 1.2 * RETRY_PERIOD + 1
+# The rollout starts once this many pods of the burst have their outcome Event.
+ROLLOUT_AFTER_DECIDED = 10
 
 
 @dataclass(frozen=True)
@@ -406,7 +408,12 @@ def run_under_burst(
     lease.start()
     driver = Burst(stage.kube, ns, burst, stage.label)
     driver.start()
-    time.sleep(min(6.0, BURST_SECONDS / 4))  # pods are being created and resized when the rollout begins
+    # Pods are being created and resized when the rollout begins: some already decided.
+    wait_for(
+        f"the first pods of the {what}'s burst decided",
+        lambda: len(outcome_reasons(our_events(stage.kube, ns))) >= ROLLOUT_AFTER_DECIDED,
+        timeout=BURST_SECONDS,
+    )
     begun, started = time.time(), time.monotonic()
     try:
         stage.admin.run(argv)
