@@ -60,6 +60,12 @@ class ConfigSource:
                 task.cancel()
             await asyncio.gather(*self._pending, return_exceptions=True)
 
+    async def wait_first_read(self) -> None:
+        """Until the ConfigMap's first list has been applied (or found nothing): a worker that
+        started before would find no config and put each pod off for a retry."""
+        await self.informer.synced.wait()
+        await asyncio.gather(*self._pending, return_exceptions=True)
+
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(self._refresh)

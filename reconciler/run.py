@@ -281,6 +281,7 @@ class Reconciler:
         if self.namespaces.informer is not None:
             await self.namespaces.informer.synced.wait()
         await self.manager.wait_synced()
+        await self.config.wait_first_read()
 
     async def _shutdown(
         self, workers: list[asyncio.Task[None]], background: list[asyncio.Task[Any]], stopped: asyncio.Task[Any]
