@@ -1,6 +1,6 @@
 """The chart's value sets the tests render and check: each turns on objects or branches of the
 templates the defaults leave out. tests/cluster/test_chart.py lints and dry-runs every one on the
-real apiserver.
+real apiserver; devkit.schemas checks them (and a few more) against each minor's OpenAPI.
 
 docs = render(helm, values=values_for("provided"))
 """
