@@ -23,13 +23,15 @@ venv: $(VENV)/.installed
 test: venv
 	$(PYTEST) -m "not installed" tests
 
-## Formatting and import order (ruff format, ruff's isort rules), types (mypy: strict for the product), lint rules (ruff, also over the extensionless hack/cluster), import layers (import-linter) and the chart (helm lint --strict; helm is built once, from its Go module).
+## Formatting and import order (ruff format, ruff's isort rules), types (mypy: strict for the product), lint rules (ruff, also over the extensionless hack/cluster), import layers (import-linter) and the chart (helm lint --strict; helm is built once, from its Go module),
+## whose every rendered object, under each value set the tests use, is checked against the OpenAPI of every minor hack/cluster pins (devkit/schemas.py: the spec from the k8s.io/kubernetes Go module, in Go's module cache).
 lint: venv
 	$(VENV)/bin/ruff format --check . hack/cluster hack/image hack/karpenter
 	$(VENV)/bin/ruff check . hack/cluster hack/image hack/karpenter
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo
 	$$(hack/tools build helm) lint --strict --quiet chart --namespace workload-resizer-system
+	$(PY) -m devkit.schemas
 	@unformatted="$$(gofmt -l bench/gowebhook bench/goreconciler)"; \
 	  if [ -n "$$unformatted" ]; then echo "gofmt -w these Go files: $$unformatted" >&2; exit 1; fi
 
