@@ -285,16 +285,16 @@ class Pool:
 
     async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(
-            loop.create_connection(
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that comes as
+        # the connection is made (a command's Ctrl-C would then go unheeded).
+        async with asyncio.timeout(self._connect_timeout):
+            _, conn = await loop.create_connection(
                 lambda: Connection(loop),
                 self.host,
                 self.port,
                 ssl=self._ssl,
                 server_hostname=self.host if self._ssl is not None else None,
-            ),
-            self._connect_timeout,
-        )
+            )
         return conn
 
     def release(self, conn: Connection) -> None:

@@ -715,3 +715,28 @@ def test_get_text_returns_a_plain_reply_and_raises_on_errors():
     assert text == 'warming up\n{"score": 12.5}\n'
     assert error.status == 404
     assert server.seen[0].query == {"container": "c", "tailLines": "20"}
+
+
+def test_a_cancellation_that_comes_as_the_connection_is_made_is_not_swallowed(monkeypatch):
+    """Ctrl-C (a task cancelled) at the moment a connection completes must still cancel: 3.11's
+    wait_for returned the connection instead, and a command interrupted then went on running."""
+    from kube.transport import Pool
+
+    async def connect(task_box: list[asyncio.Task[Any]]) -> str:
+        loop = asyncio.get_running_loop()
+
+        async def connected_as_cancelled(factory, host, port, **kwargs):
+            task_box[0].cancel()  # the cancellation and the connection land in the same loop turn
+            return None, factory()
+
+        monkeypatch.setattr(loop, "create_connection", connected_as_cancelled)
+        await Pool("http://127.0.0.1:1", None, max_connections=1).acquire()
+        return "connected"
+
+    async def main() -> bool:
+        task_box: list[asyncio.Task[Any]] = []
+        task_box.append(asyncio.create_task(connect(task_box)))
+        await asyncio.wait(task_box)
+        return task_box[0].cancelled()
+
+    assert asyncio.run(main()), "the connection was returned, the cancellation lost"
