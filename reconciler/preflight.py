@@ -11,7 +11,7 @@ until the pod cache shows it, so two increases decided at once cannot both take 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from kube import KubeClient
 from kube.informer import Informer, object_key
@@ -139,11 +139,11 @@ class Preflight:
         node = str(pod["spec"].get("nodeName"))
         self._sent.setdefault(node, {})[str(pod["metadata"].get("uid"))] = (generation, apply_patch(pod, patch))
 
-    def _others(self, pod: Obj) -> list[Obj]:
-        """The node's other live pods; a resize we sent counts at its size until the cache shows it."""
+    def _others(self, pod: Obj) -> Iterator[Obj]:
+        """The node's other live pods; a resize we sent counts at its size until the cache shows it.
+        Lazy: only a resize that grows a request walks them (most shrink)."""
         node = str(pod["spec"].get("nodeName"))
         sent = self._sent.get(node, {})
-        others = []
         for other in self._node_pods(node):
             uid = other["metadata"].get("uid")
             if uid == pod["metadata"].get("uid") or other["status"].get("phase") in TERMINAL_PHASES:
@@ -153,8 +153,7 @@ class Preflight:
                 other = {**other, "spec": pending[1]}
             elif pending is not None:
                 del sent[str(uid)]
-            others.append(other)
-        return others
+            yield other
 
     # ---- what to look at again
 

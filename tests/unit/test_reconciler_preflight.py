@@ -257,6 +257,22 @@ def test_a_resize_just_sent_counts_on_its_node_until_the_cache_shows_it() -> Non
     assert held is not None and held.constraint == "NodeHeadroom"  # 8 - 7 (sent, not yet cached) < 2
 
 
+def test_a_shrink_never_walks_the_nodes_pods() -> None:
+    """The node's room matters only to a request that grows: a shrink (most resizes) is judged
+    without reading the node's other pods."""
+    w = World(cluster(pod(stamped=True)))  # 1 cpu on n4: shrinks to 800m
+    crowded(w)
+    walked: list[str] = []
+    w.preflight._node_pods = lambda node: walked.append(node) or w.node_pods(node)  # type: ignore[method-assign]
+    w.reconcile()
+    assert w.fake.ops().count("resize") == 1 and walked == []
+    grower = world_growing()
+    crowded(grower)
+    grower.preflight._node_pods = lambda node: walked.append(node) or grower.node_pods(node)  # type: ignore[method-assign]
+    grower.reconcile()
+    assert walked == ["node-1"]  # the growth is judged against them
+
+
 # ---------------------------------------------------------------- VPA
 
 
