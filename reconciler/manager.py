@@ -175,7 +175,7 @@ class Manager:
         self._pods_on_node.setdefault(node, set()).add(key)
         if self._wants(pod):
             self.queue.add(key)
-        self.preflight.pod_changed(node)  # room freed (or taken) on the node
+        self.preflight.pod_changed(node, pod)  # room freed (or taken) on the node
 
     def _on_unbound_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
         """Only a pod held at a scheduling gate whose originals are to be bound is queued; a bound

@@ -169,8 +169,15 @@ class Preflight:
         if sent is not None:
             sent.pop(str(pod["metadata"].get("uid")), None)
 
-    def pod_changed(self, node: str) -> None:
-        """A pod on `node` changed or went away: the pods held for its room are decided again."""
+    def pod_changed(self, node: str, pod: Obj | None = None) -> None:
+        """A pod on `node` changed (`pod`, as the cache has it now) or went away: the pods held for
+        its room are decided again, and a resize we sent it stops standing in once the cache shows it."""
+        sent = self._sent.get(node)
+        if sent and pod is not None:
+            uid = str(pod["metadata"].get("uid"))
+            pending = sent.get(uid)
+            if pending is not None and (pod["metadata"].get("generation") or 0) >= pending[0]:
+                del sent[uid]
         keys = self._waiting.get(("node", node))
         if keys:
             self._requeue(list(keys))

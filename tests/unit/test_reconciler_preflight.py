@@ -257,6 +257,18 @@ def test_a_resize_just_sent_counts_on_its_node_until_the_cache_shows_it() -> Non
     assert held is not None and held.constraint == "NodeHeadroom"  # 8 - 7 (sent, not yet cached) < 2
 
 
+def test_a_sent_resize_stops_standing_in_once_the_pods_event_shows_it() -> None:
+    """What a sent resize leaves behind is dropped as its pod's event brings the new generation,
+    whether or not another pod on the node is judged (one entry per resized pod otherwise)."""
+    w = world_growing()
+    cached = w.fake.cache[KEY]
+    w.preflight.sent(cached, {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "7"}}}]}}, 5)
+    w.preflight.pod_changed("node-1", {**cached, "metadata": {**cached["metadata"], "generation": 4}})
+    assert w.preflight._sent["node-1"]  # an older event: still standing in
+    w.preflight.pod_changed("node-1", {**cached, "metadata": {**cached["metadata"], "generation": 5}})
+    assert not w.preflight._sent["node-1"]
+
+
 def test_a_shrink_never_walks_the_nodes_pods() -> None:
     """The node's room matters only to a request that grows: a shrink (most resizes) is judged
     without reading the node's other pods."""
