@@ -800,7 +800,12 @@ def test_07_pods_an_updating_vpa_manages_are_left_alone(world: World, row: Row) 
         for pod in row.pods(app):
             assert cpu(pod) == (q("1"), q("1")) and pod["metadata"]["generation"] == 1, (app, cpu(pod))
             assert SIZED_AT_ADMISSION not in ours(pod), (app, "sized at admission although a VPA manages it")
-    decisions = [r for r in webhook_decisions(world.webhook, row.ns) if str(r.get("pod")).startswith("vpa-pinned-")]
+    # The webhook writes its log lines in batches: wait for the pinned pods' decision lines to reach the file.
+    decisions = wait_for(
+        "the webhook's decision lines of the pinned pods",
+        lambda: [r for r in webhook_decisions(world.webhook, row.ns) if str(r.get("pod")).startswith("vpa-pinned-")],
+        timeout=30,
+    )
     assert decisions and all(
         "VerticalPodAutoscaler vpa-pinned (updateMode InPlaceOrRecreate) manages the requests of Deployment "
         "vpa-pinned" in str(r.get("sizingHeld"))
