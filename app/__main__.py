@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
             "workload-resizer mutating admission webhook. Serves POST /mutate (admission.k8s.io/v1 "
             f"AdmissionReview) over TLS: at pod CREATE it stamps the {described_keys('original-*')} "
             "annotations of eligible pods and strips forged controller-owned annotations. Also serves "
-            "GET /healthz (alive), /readyz (certificate loaded) and /metrics (Prometheus)."
+            "GET /healthz (alive), /readyz (certificate loaded, sizing caches listed) and /metrics (Prometheus)."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -173,6 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="With --size-at-admission: change no pod's size; report what it would have been as an "
         "AdmissionReview warning (WouldResize), a log field and a metric.",
+    )
+    p.add_argument(
+        "--sizing-ready-timeout",
+        type=flags.duration,
+        metavar="DURATION",
+        default="30s",
+        help="With --size-at-admission: /readyz fails until the nodes, the config, the LimitRanges "
+        "and the VPAs are listed, so a replica that starts (a rolling update) takes reviews only "
+        "once it can size pods; for at most this long after start, then it is ready and stamps "
+        "only until they are. 0: ready at once.",
     )
     p.add_argument(
         "--skip-vpa-managed",

@@ -17,7 +17,7 @@ from app.connections import ConnectionGuard, guarded_protocol
 from app.errors import WebhookError
 from app.metrics import Metrics
 from app.server import create_app
-from app.sizing import ClusterView, watch_cluster
+from app.sizing import ClusterView, sizing_readiness, watch_cluster
 from app.tls import CertReloader
 from app.worker import ReviewWorkers
 from kube import Credentials, KubeClient, load_credentials
@@ -156,7 +156,13 @@ def build_server(
             log.info("webhook stopped")
 
     app = create_app(
-        metrics, lambda: reloader.loaded, args.max_request_bytes, lifespan, args.max_inflight_reviews, scope
+        metrics,
+        lambda: reloader.loaded,
+        args.max_request_bytes,
+        lifespan,
+        args.max_inflight_reviews,
+        scope,
+        sizing_readiness(lambda: app.cluster, args.sizing_ready_timeout) if sizing is not None else None,
     )
     if keys is not None:
         app.keyring = KeyRing(keys.keys)

@@ -40,7 +40,7 @@ from app.review import (
 from app.sizing import ClusterView, SizingContext
 from app.worker import ReviewWorkers, WorkerFailure, WorkersBusy
 from ops.jsonlog import log_fields
-from ops.probes import probe_routes
+from ops.probes import Check, probe_routes
 from resizer import EMPTY_KEYRING, KeyRing
 from resizer.scope import NamespaceScope
 
@@ -367,10 +367,12 @@ def create_app(
     lifespan: Any = None,
     max_inflight: int = DEFAULT_MAX_INFLIGHT,
     scope: NamespaceScope | None = None,
+    sizing_ready: Check | None = None,
 ) -> MutateApp:
     """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints.
 
-    ``/readyz`` fails once the app is draining (SIGTERM), before anything stops serving.
+    ``/readyz`` fails once the app is draining (SIGTERM), before anything stops serving, and
+    while ``sizing_ready`` (sizing at admission) fails.
     """
     metrics = metrics if metrics is not None else Metrics()
 
@@ -386,7 +388,10 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
-        routes=probe_routes({"certificate": certificate, "shutdown": shutdown}, metrics.registry),
+        routes=probe_routes(
+            {"certificate": certificate, "shutdown": shutdown, **({"sizing": sizing_ready} if sizing_ready else {})},
+            metrics.registry,
+        ),
     )
     app = MutateApp(api, metrics, max_request_bytes, max_inflight, scope=scope)
     return app

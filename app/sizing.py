@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -24,6 +25,7 @@ from kube import KubeClient
 from kube.discovery import ServedInformers
 from kube.informer import Informer, object_informer
 from kube.slim import slim_limit_range, slim_node
+from ops.probes import Check
 from resizer import CompiledConfig, ConfigError, load_config
 from resizer.config import config_text
 from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, slim_vpa, vpa_index
@@ -183,6 +185,17 @@ class ClusterView:
             and self.vpa_discovery.synced
         )
 
+    @property
+    def listed(self) -> bool:
+        """Every watch has listed: what the cluster holds is known (a config, or that there is
+        no valid one)."""
+        return (
+            self.nodes.synced.is_set()
+            and self.limitranges.synced.is_set()
+            and self.configmaps.synced.is_set()
+            and self.vpa_discovery.synced
+        )
+
     async def run(self) -> None:
         """Watch until cancelled (the informers resume and re-list on their own)."""
         await asyncio.gather(
@@ -261,3 +274,31 @@ async def watch_cluster(view: ClusterView) -> None:
             log.error("cluster view for sizing at admission failed; retrying", extra={"error": repr(err)})
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
+
+
+def sizing_readiness(
+    view: Callable[[], ClusterView | None], timeout: float, clock: Callable[[], float] = time.monotonic
+) -> Check:
+    """/readyz's ``sizing`` check: failing until every watch of ``view()`` has listed, for at most
+    ``timeout`` seconds from now (a missing or invalid config, once listed, is known: ready). A replica that starts in a rolling update takes reviews only once it can
+    size pods, while the bound keeps a view that never lists (RBAC, the network) from keeping it
+    out of service: from then on it is ready, and stamps only until the view lists."""
+    deadline = clock() + timeout
+    warned = False
+
+    def check() -> tuple[bool, str]:
+        nonlocal warned
+        cluster = view()
+        if cluster is not None and cluster.listed:
+            return True, "nodes, config, LimitRanges and VPAs listed"
+        if clock() < deadline:
+            return False, "nodes, config, LimitRanges and VPAs not all listed yet"
+        if not warned:
+            warned = True
+            log.warning(
+                "sizing at admission not ready; serving anyway: pods are stamped only until it is",
+                extra={"sizing_ready_timeout_s": timeout},
+            )
+        return True, f"not all listed after {timeout:g}s: pods are stamped only until they are"
+
+    return check

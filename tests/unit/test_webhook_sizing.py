@@ -15,7 +15,7 @@ import resizer
 from app import review as review_mod
 from app.metrics import Metrics
 from app.review import Answer, Sizing, encode, handle_review, handle_review_inline
-from app.sizing import ClusterView, SizingContext
+from app.sizing import ClusterView, SizingContext, sizing_readiness
 from app.worker import ReviewWorkers
 from devkit.jsonpatch import apply_patch
 from kube import ApiError, TransportError
@@ -429,3 +429,35 @@ def test_with_skip_vpa_managed_off_the_view_never_looks_vpas_up() -> None:
     view.limitranges.synced.set()
     context = view.context
     assert context is not None and dict(context.vpas) == {}
+
+
+def test_a_starting_replica_is_ready_once_its_caches_list_or_after_the_bound(caplog) -> None:
+    """/readyz's sizing check: failing until the view's watches have listed (a rolling update
+    sends no review to a replica that could not size it yet), ready after the bound anyway (a view that never
+    lists must not keep the webhook out of service), with one warning."""
+    now = [100.0]
+    view = ClusterView(VpaApi(), "ns", "cfg", LABEL, skip_vpa_managed=False)  # type: ignore[arg-type]
+    current: list[ClusterView | None] = [None]
+    check = sizing_readiness(lambda: current[0], 30.0, clock=lambda: now[0])
+    assert check()[0] is False, "no view yet (before the lifespan starts it)"
+    current[0] = view
+    assert check() == (False, "nodes, config, LimitRanges and VPAs not all listed yet")
+    view.nodes.synced.set()
+    view.limitranges.synced.set()
+    assert check()[0] is False, "the config's ConfigMap is not listed yet"
+    view.configmaps.synced.set()
+    assert check() == (True, "nodes, config, LimitRanges and VPAs listed"), "no config, and that is known"
+    assert view.context is None, "stamp only"
+
+    never = ClusterView(VpaApi(), "ns", "cfg", LABEL, skip_vpa_managed=False)  # type: ignore[arg-type]
+    bounded = sizing_readiness(lambda: never, 30.0, clock=lambda: now[0])
+    now[0] += 29.9
+    assert bounded()[0] is False
+    now[0] += 0.1
+    with caplog.at_level("WARNING", logger="workload_resizer.webhook"):
+        assert bounded() == (True, "not all listed after 30s: pods are stamped only until they are")
+        assert bounded()[0] is True
+    assert [r.message for r in caplog.records].count(
+        "sizing at admission not ready; serving anyway: pods are stamped only until it is"
+    ) == 1
+    assert sizing_readiness(lambda: never, 0.0)()[0] is True, "0: ready at once"
