@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO))
 from bench.drills.observe import PodTimeline, bare_resize_ceiling, cpu_seconds, peak_rss_mb, requests_by_verb  # noqa: E402
 from devkit.configs import config_yaml  # noqa: E402
 from devkit.kube import ApiError, Kube, container, deployment, wait_for  # noqa: E402
-from devkit.metrics import metric_sum  # noqa: E402
+from devkit.metrics import metric_sum, samples  # noqa: E402
 from devkit.processes import (  # noqa: E402
     Process,
     Reconciler,
@@ -323,6 +323,12 @@ def run_burst(kube: Kube, kubeconfig: str, args: argparse.Namespace, go_binary: 
             # How often the work queue handed a pod out, and how often a watch event put it in.
             "reconciles_per_pod": round(metric_sum(metrics_text, "controller_runtime_reconcile_total") / n, 2),
             "queue_adds_per_pod": round(metric_sum(metrics_text, "workqueue_adds_total") / n, 2),
+            # Ours only: which decision each reconcile took (reconciler.decide's actions).
+            "actions_per_pod": {
+                labels["action"]: round(value / n, 3)
+                for labels, value in samples(metrics_text, "workload_resizer_reconcile_actions_total")
+                if value
+            },
             "reconciler_peak_rss_mb": round(peak_rss_mb(reconciler.proc.pid), 1),
             "reconciler_cpu_s": round(burst_cpu, 2),
             "reconciler_startup_cpu_s": round(ready_cpu, 2),

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from reconciler import gated
+from reconciler import gated, metrics
 from reconciler.act import Act
 from reconciler.decide import (
     World,
@@ -156,4 +156,6 @@ class PodResizeReconciler:
             self._memory.pod_level_refused,
             self._context.gate,
         )
-        return await self._act(pod, decide(pod, node, world, self._memory.get(pod_uid(pod)), self._read(pod)))
+        action = decide(pod, node, world, self._memory.get(pod_uid(pod)), self._read(pod))
+        metrics.ACTIONS.labels(type(action).__name__).inc()
+        return await self._act(pod, action)

@@ -32,6 +32,12 @@ MAX_WORKERS = Gauge(
     ["controller"],
 )
 OUTCOMES = Counter("workload_resizer_outcomes_total", "Decisions per outcome (the Event reasons).", ["reason"])
+ACTIONS = Counter(
+    "workload_resizer_reconcile_actions_total",
+    "Reconciles per action decided (reconciler.decide: Resize, RecordApplied, Follow, Report, Hold, Parked, "
+    "Resign, Adopt, Nothing, NotEligible, Untyped).",
+    ["action"],
+)
 CONFIG_VALID = Gauge("workload_resizer_config_valid", "1 if the latest ConfigMap content is valid, 0 if it is not.")
 CONFIG_LOADED = Gauge("workload_resizer_config_loaded", "1 once a valid config is in use (possibly the last good one).")
 CONFIG_ERRORS = Counter(
@@ -89,10 +95,27 @@ WAITING_STATES = ("requested", "deferred", "infeasible", "error")
 RECONCILE_RESULTS = ("success", "error", "requeue_after")
 HELD_CONSTRAINTS = ("LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPriority", "VerticalPodAutoscaler")
 BOUND_WHEN = ("gated",)
+# The names of reconciler.decide.Action's subclasses (decide cannot be imported here: its imports reach this module).
+ACTION_NAMES = (
+    "Resize",
+    "RecordApplied",
+    "Follow",
+    "Report",
+    "Hold",
+    "Parked",
+    "Resign",
+    "Adopt",
+    "Nothing",
+    "NotEligible",
+    "Untyped",
+)
 
 
 def _start_known_series_at_zero() -> None:
     from reconciler.reasons import Reason
+
+    for action in ACTION_NAMES:
+        ACTIONS.labels(action)
 
     for outcome in RESIZE_OUTCOME_VALUES:
         RESIZE_OUTCOMES.labels(outcome)

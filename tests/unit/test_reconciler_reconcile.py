@@ -1774,3 +1774,21 @@ def test_a_binding_is_counted():
     before = REGISTRY.get_sample_value("workload_resizer_originals_bound_total", {"when": "gated"}) or 0.0
     run(reconciler(fake).reconcile(KEY))
     assert REGISTRY.get_sample_value("workload_resizer_originals_bound_total", {"when": "gated"}) == before + 1
+
+
+def test_each_pass_counts_the_action_it_decided():
+    from reconciler.decide import Action
+
+    assert set(metrics.ACTION_NAMES) == {cls.__name__ for cls in Action.__subclasses__()}
+
+    def count(action: str) -> float:
+        return REGISTRY.get_sample_value("workload_resizer_reconcile_actions_total", {"action": action}) or 0.0
+
+    before = {name: count(name) for name in metrics.ACTION_NAMES}
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))  # resized
+    run(rec.reconcile(KEY))  # the kubelet's answer followed: applied-* written
+    run(rec.reconcile(KEY))  # sized for its node type: nothing to do
+    counted = {name: count(name) - before[name] for name in metrics.ACTION_NAMES}
+    assert {name: n for name, n in counted.items() if n} == {"Resize": 1, "Follow": 1, "Resign": 1}
