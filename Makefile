@@ -62,13 +62,13 @@ CORE_CLUSTER_TESTS := tests/cluster/test_control_plane.py tests/cluster/test_res
   tests/cluster/test_pod_level_resources.py tests/cluster/test_admission_sizing.py tests/cluster/test_real_node.py \
   tests/cluster/test_composed.py tests/cluster/test_chart.py::test_server_side_dry_run --deselect tests/cluster/test_composed.py::test_07_pods_an_updating_vpa_manages_are_left_alone
 
-## 1.35: the first GA of in-place resize.
+## 1.35: the first GA of in-place resize. (No pytest cache: .ci/run runs both minors and the drills at once.)
 test-1.35: venv
-	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) $(CORE_CLUSTER_TESTS)
+	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.35 K8S_VERSION=1.35 $(PYTEST) -p no:cacheprovider $(CORE_CLUSTER_TESTS)
 
 ## 1.37: also with KEP-5836's alpha gate on (scheduler preemption for deferred resizes).
 test-1.37: venv
-	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.37 K8S_VERSION=1.37 $(PYTEST) $(CORE_CLUSTER_TESTS) tests/cluster/test_resize_preemption.py
+	WR_CLUSTER_DIR=$(CURDIR)/.cluster-1.37 K8S_VERSION=1.37 $(PYTEST) -p no:cacheprovider $(CORE_CLUSTER_TESTS) tests/cluster/test_resize_preemption.py
 
 ## Proof under faults, load and scale (issue sizes: 10k pods, 30-minute soak; each drill in its own cluster).
 drills: venv
