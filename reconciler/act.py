@@ -200,10 +200,17 @@ class Act:
         # Step 1: originals, if the webhook did not stamp them (or they were rejected, or the
         # pod-level ones are missing: stamped before they were recorded).
         if base.stamp is not None:
+            record = self._c.memory.of(pod_uid(pod))
+            if planned.plan.patch:  # the watch event of this write is the resizing pass's (needs_work)
+                record.resizing = pod["metadata"].get("generation") or 0
             try:
                 pod, reread = await self._stamp_originals(pod, base.stamp)
             except ApiError as err:
+                record.resizing = None
                 return await self._originals_not_recorded(pod, planned, err)
+            except BaseException:
+                record.resizing = None
+                raise
             await self._stamped(pod, base)
             # The stamp changed the annotations the signature covers: a terminal decision
             # below must be keyed on the pod as it is now, or the watch event of our own
@@ -221,9 +228,12 @@ class Act:
                     sized,
                 )
                 planned = replace(planned, generation=self._c.config.generation, plan=plan)
-        if not planned.plan.patch:
-            return await self.applied(pod, planned, *aligned(planned.state, planned.plan, planned.context, sized))
-        return await self._resize(pod, planned)
+        try:
+            if not planned.plan.patch:
+                return await self.applied(pod, planned, *aligned(planned.state, planned.plan, planned.context, sized))
+            return await self._resize(pod, planned)
+        finally:
+            self._c.memory.of(pod_uid(pod)).resizing = None
 
     def _situation(self, pod: Obj, planned: Planned) -> tuple[Any, ...]:
         """The signature of `planned` recomputed for `pod` as it is now (reconciler.pods.situation)."""
@@ -347,15 +357,17 @@ class Act:
     async def _record_applied(
         self, pod: Obj, node_type: str, annotations: dict[str, str | None], resource_version: str | None
     ) -> None:
-        # Finished before the write: the watch event of the write may be observed while we wait
-        # for the reply, and observe() forgets the entry once the cache shows it (set after, it
-        # would outlive that event and hide a later removal of applied-* from needs_work).
+        # Finished, and no longer in flight, before the write: the watch event of the write may be
+        # observed while we wait for the reply (with the flight still remembered it would queue the
+        # pod again), and observe() forgets the entry once the cache shows it (set after, it would
+        # outlive that event and hide a later removal of applied-* from needs_work).
         record = self._c.memory.of(pod_uid(pod))
         before, record.finished = record.finished, node_type
+        flight, record.flight = record.flight, None
         try:
             await self._c.writer.record(pod, annotations, resource_version=resource_version)
         except BaseException:
-            record.finished = before
+            record.finished, record.flight = before, flight
             raise
 
     async def record(self, pod: Obj, state: ResizeState, resource_version: str | None = None) -> str:

@@ -1792,3 +1792,36 @@ def test_each_pass_counts_the_action_it_decided():
     run(rec.reconcile(KEY))  # sized for its node type: nothing to do
     counted = {name: count(name) - before[name] for name in metrics.ACTION_NAMES}
     assert {name: n for name, n in counted.items() if n} == {"Resize": 1, "Follow": 1, "Resign": 1}
+
+
+class WatchDuringWrites(FakeCluster):
+    """The watch event of each pod write, delivered while the write's reply is awaited: what
+    the manager's filter says of it then."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.filter: Any = None
+        self.wanted: list[tuple[str, bool]] = []
+
+    async def annotate(self, pod, annotations, resource_version=None):  # type: ignore[no-untyped-def]
+        written = await super().annotate(pod, annotations, resource_version)
+        if self.filter is not None:
+            event = self.cache[f"{written['metadata']['namespace']}/{written['metadata']['name']}"]
+            self.wanted.append((",".join(sorted(k.rsplit("/", 1)[-1] for k in annotations)), self.filter(event)))
+        return written
+
+
+def test_the_watch_events_of_a_passs_own_writes_queue_no_second_pass():
+    """Step 1's originals before the resize, and step 3's record of what was applied: each write's
+    watch event may arrive before its reply. The filter lets neither through (either would queue
+    the pod for a pass that decides nothing: Nothing after step 1, Resign after step 3)."""
+    fake = WatchDuringWrites(auto_actuate=True)
+    fake.add_node("node-1", {LABEL: "n4"})
+    fake.add_pod(pod())
+    rec = reconciler(fake)
+    fake.filter = lambda event: rec.needs_work(event, fake.nodes["node-1"])
+    run(rec.reconcile(KEY))  # step 1 (originals) and step 2 (the resize)
+    run(rec.reconcile(KEY))  # the kubelet's answer: step 3
+    assert fake.ops() == ["annotate", "resize", "annotate"]
+    assert [wanted for _, wanted in fake.wanted] == [False, False], fake.wanted
+    assert not rec.needs_work(fake.cache[KEY], fake.nodes["node-1"])
