@@ -96,19 +96,7 @@ RECONCILE_RESULTS = ("success", "error", "requeue_after")
 HELD_CONSTRAINTS = ("LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPriority", "VerticalPodAutoscaler")
 BOUND_WHEN = ("gated",)
 # The names of reconciler.decide.Action's subclasses (decide cannot be imported here: its imports reach this module).
-ACTION_NAMES = (
-    "Resize",
-    "RecordApplied",
-    "Follow",
-    "Report",
-    "Hold",
-    "Parked",
-    "Resign",
-    "Adopt",
-    "Nothing",
-    "NotEligible",
-    "Untyped",
-)
+ACTION_NAMES = tuple("Resize RecordApplied Follow Report Hold Parked Resign Adopt Nothing NotEligible Untyped".split())
 
 
 def _start_known_series_at_zero() -> None:
