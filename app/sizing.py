@@ -279,10 +279,11 @@ async def watch_cluster(view: ClusterView) -> None:
 def sizing_readiness(
     view: Callable[[], ClusterView | None], timeout: float, clock: Callable[[], float] = time.monotonic
 ) -> Check:
-    """/readyz's ``sizing`` check: failing until every watch of ``view()`` has listed, for at most
-    ``timeout`` seconds from now (a missing or invalid config, once listed, is known: ready). A replica that starts in a rolling update takes reviews only once it can
-    size pods, while the bound keeps a view that never lists (RBAC, the network) from keeping it
-    out of service: from then on it is ready, and stamps only until the view lists."""
+    """/readyz's ``sizing`` check: failing until every watch of ``view()`` has listed (a missing
+    or invalid config, once listed, is known), for at most ``timeout`` seconds from now. A replica
+    that starts in a rolling update takes reviews only once it can size pods, while the bound
+    keeps a view that never lists (RBAC, the network) from keeping it out of service: from then
+    on it is ready, and stamps only until the view lists."""
     deadline = clock() + timeout
     warned = False
 

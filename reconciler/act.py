@@ -199,41 +199,37 @@ class Act:
                 return done
         # Step 1: originals, if the webhook did not stamp them (or they were rejected, or the
         # pod-level ones are missing: stamped before they were recorded).
-        if base.stamp is not None:
-            record = self._c.memory.of(pod_uid(pod))
-            if planned.plan.patch:  # the watch event of this write is the resizing pass's (needs_work)
-                record.resizing = pod["metadata"].get("generation") or 0
-            try:
-                pod, reread = await self._stamp_originals(pod, base.stamp)
-            except ApiError as err:
-                record.resizing = None
-                return await self._originals_not_recorded(pod, planned, err)
-            except BaseException:
-                record.resizing = None
-                raise
-            await self._stamped(pod, base)
-            # The stamp changed the annotations the signature covers: a terminal decision
-            # below must be keyed on the pod as it is now, or the watch event of our own
-            # write looks like a new situation and the pod is decided (and reported) again.
-            planned = replace(planned, state=read_state(pod))
-            planned = replace(planned, signature=self._situation(pod, planned))
-            if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
-                options, pod_level = self._c.options, self._c.pod_level(planned.node)
-                plan = plan_bound_pod(
-                    pod,
-                    resolve_policy(config, pod),
-                    planned.node_type,
-                    options.resize_restart_containers,
-                    pod_level,
-                    sized,
-                )
-                planned = replace(planned, generation=self._c.config.generation, plan=plan)
+        record = self._c.memory.of(pod_uid(pod))
+        if base.stamp is not None and planned.plan.patch:
+            record.resizing = pod["metadata"].get("generation") or 0  # this write's watch event is ours (needs_work)
         try:
+            if base.stamp is not None:
+                try:
+                    pod, reread = await self._stamp_originals(pod, base.stamp)
+                except ApiError as err:
+                    return await self._originals_not_recorded(pod, planned, err)
+                await self._stamped(pod, base)
+                # The stamp changed the annotations the signature covers: a terminal decision
+                # below must be keyed on the pod as it is now, or the watch event of our own
+                # write looks like a new situation and the pod is decided (and reported) again.
+                planned = replace(planned, state=read_state(pod))
+                planned = replace(planned, signature=self._situation(pod, planned))
+                if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
+                    options, pod_level = self._c.options, self._c.pod_level(planned.node)
+                    plan = plan_bound_pod(
+                        pod,
+                        resolve_policy(config, pod),
+                        planned.node_type,
+                        options.resize_restart_containers,
+                        pod_level,
+                        sized,
+                    )
+                    planned = replace(planned, generation=self._c.config.generation, plan=plan)
             if not planned.plan.patch:
                 return await self.applied(pod, planned, *aligned(planned.state, planned.plan, planned.context, sized))
             return await self._resize(pod, planned)
         finally:
-            self._c.memory.of(pod_uid(pod)).resizing = None
+            record.resizing = None
 
     def _situation(self, pod: Obj, planned: Planned) -> tuple[Any, ...]:
         """The signature of `planned` recomputed for `pod` as it is now (reconciler.pods.situation)."""
