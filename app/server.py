@@ -241,8 +241,9 @@ class MutateApp:
         """
         while True:
             async with self._read_lane:
-                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                    return await asyncio.wait_for(receive(), READ_TURN_SECONDS)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(READ_TURN_SECONDS):
+                        return await receive()
             # Nothing came within the turn: the next large body reads, this one queues again.
 
     async def _decide_costly(self, parts: list[bytes], start: float) -> Answer:

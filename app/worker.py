@@ -217,7 +217,8 @@ async def start_worker(command: list[str] | None = None, start_timeout: float = 
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     worker = await ReviewWorker.spawn(command or [sys.executable, "-m", "app.worker"], env)
     try:
-        ready = await asyncio.wait_for(worker.stdout.readexactly(len(READY)), start_timeout)
+        async with asyncio.timeout(start_timeout):
+            ready = await worker.stdout.readexactly(len(READY))
         if ready != READY:
             raise RuntimeError(f"review worker sent {ready!r} instead of its ready byte")
     except BaseException:
@@ -300,21 +301,24 @@ class ReviewWorkers:
         if self._stopped:
             raise WorkersBusy("review workers stopped")
         try:
-            worker = await asyncio.wait_for(self._idle.get(), max(0.0, deadline - time.monotonic()))
-        except (TimeoutError, asyncio.TimeoutError):
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                worker = await self._idle.get()
+        except TimeoutError:
             raise WorkersBusy(f"no review worker free within {self.timeout:g}s") from None
         parts = [body] if isinstance(body, bytes) else body
         task = asyncio.get_running_loop().create_task(self._run(worker, parts, self._meta(keys, scope, sizing, worker)))
         task.add_done_callback(_consume)
         try:
-            return await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - time.monotonic()))
-        except (TimeoutError, asyncio.TimeoutError):
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                return await asyncio.shield(task)
+        except TimeoutError:
             raise WorkersBusy(f"no decision within {self.timeout:g}s") from None
 
     async def _run(self, worker: ReviewWorker, parts: list[bytes], meta: bytes) -> Answer:
         try:
-            result = await asyncio.wait_for(worker.decide(parts, meta), self.timeout)
-        except (TimeoutError, asyncio.TimeoutError):
+            async with asyncio.timeout(self.timeout):
+                result = await worker.decide(parts, meta)
+        except TimeoutError:
             self._replace(worker, "timeout")
             raise WorkerFailure("timeout", f"no answer within {self.timeout:g}s") from None
         except WorkerFailure as failure:

@@ -389,3 +389,27 @@ def test_a_worker_signs_with_the_key_it_is_sent_when_only_its_content_changed():
 
     lost, recreated, again = asyncio.run(scenario())
     assert lost != recreated and lost == again and recreated.startswith("v1.a.k0001.")
+
+
+def test_a_cancellation_that_comes_as_a_worker_answers_is_not_swallowed():
+    """The webhook stopping (its review task cancelled) at the moment a worker answers must still
+    stop that task: 3.11's wait_for returned the answer instead, and the cancellation was lost."""
+    task_box: list[asyncio.Task[Any]] = []
+
+    class AnsweringAsCancelled:
+        pid = 1
+        returncode = None
+        sizing_version = None
+
+        async def decide(self, parts: list[bytes], meta: bytes) -> str:
+            task_box[0].cancel()  # the cancellation and the answer land in the same loop turn
+            return "answer"
+
+    async def main() -> bool:
+        workers = ReviewWorkers(count=1, timeout=5.0)
+        workers._idle.put_nowait(AnsweringAsCancelled())  # type: ignore[arg-type]
+        task_box.append(asyncio.create_task(workers._run(workers._idle.get_nowait(), [b"{}"], b"")))
+        await asyncio.wait(task_box)
+        return task_box[0].cancelled()
+
+    assert asyncio.run(main()), "the answer was returned, the cancellation lost"
