@@ -81,8 +81,11 @@ async def until(predicate, seconds: float = 30.0) -> bool:
     return False
 
 
-async def with_app(scenario, time_box: float = 5.0, command: list[str] | None = COMMAND):
-    """Run ``scenario(client, app, metrics, workers)`` against the ASGI app with started workers."""
+async def with_app(scenario, time_box: float = 60.0, command: list[str] | None = COMMAND):
+    """Run ``scenario(client, app, metrics, workers)`` against the ASGI app with started workers.
+
+    The default time box is one only a hung worker reaches: on a machine busy compiling, a
+    worker's first decision took over 5 s and the review was answered without one."""
     metrics = Metrics(process_metrics=False)
     app = create_app(metrics)
     app.keyring = KEYRING
