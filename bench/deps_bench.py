@@ -158,7 +158,7 @@ def bench_config(repeat: int) -> None:
 
 # ---- metrics: per review / per reconcile, per scrape --------------------------------------------
 
-HANDWRITTEN_COMMIT = "efd8d7a"  # the last commit with the hand-written ops/prometheus.py and ops/jsonlog.py
+HANDWRITTEN_COMMIT = "efd8d7a"  # the last commit with the hand-written ops/jsonlog.py
 
 
 def handwritten(path: str, name: str) -> Any:
@@ -221,7 +221,7 @@ def bench_metrics(repeat: int) -> None:
     import prometheus_client
 
     prometheus_client.disable_created_metrics()
-    ours = handwritten("ops/prometheus.py", "handwritten_prometheus")
+    import ops.prometheus as ours
 
     def library_page(registry: Any) -> Callable[[], bytes]:
         for collector in (
@@ -233,31 +233,27 @@ def bench_metrics(repeat: int) -> None:
         return lambda: prometheus_client.generate_latest(registry)
 
     def handwritten_page(registry: Any) -> Callable[[], bytes]:
-        ours.register_runtime_collectors(registry)
-        return registry.exposition  # type: ignore[no-any-return]
+        return lambda: ours.exposition(registry)
 
-    bench_metrics_of("hand-written", ours, ours.Registry(), handwritten_page, repeat)
+    bench_metrics_of("hand-written", ours, ours.new_registry(), handwritten_page, repeat)
     bench_metrics_of(
         "prometheus_client", prometheus_client, prometheus_client.CollectorRegistry(), library_page, repeat
     )
-    emit(
-        "metrics",
-        "import (fresh process, one-off)",
-        impl="prometheus_client",
-        **import_cost("import prometheus_client"),
-    )
-    emit(
-        "metrics",
-        "import into a process that already runs FastAPI/uvicorn/pydantic (the webhook's)",
-        impl="prometheus_client",
-        **import_cost("import prometheus_client", WEBHOOK_LIBRARIES),
-    )
-    emit(
-        "metrics",
-        "import into a process that already runs the reconciler's libraries",
-        impl="prometheus_client",
-        **import_cost("import prometheus_client", RECONCILER_LIBRARIES),
-    )
+    for impl, module in (("hand-written", "ops.prometheus"), ("prometheus_client", "prometheus_client")):
+        statement = f"import {module}"
+        emit("metrics", "import (fresh process, one-off)", impl=impl, **import_cost(statement))
+        emit(
+            "metrics",
+            "import into a process that already runs FastAPI/uvicorn/pydantic (the webhook's)",
+            impl=impl,
+            **import_cost(statement, WEBHOOK_LIBRARIES),
+        )
+        emit(
+            "metrics",
+            "import into a process that already runs the reconciler's libraries",
+            impl=impl,
+            **import_cost(statement, RECONCILER_LIBRARIES),
+        )
 
 
 def bench_metrics_of(

@@ -1,21 +1,22 @@
-"""ops.prometheus: prometheus_client with the project's conventions (no *_created series, the
-0.0.4 text format, runtime collectors on every /metrics page), read back with its parser."""
+"""ops.prometheus: the page prometheus_client writes for the same metrics (byte for byte, minus
+its *_created series), read back with its parser; the runtime series on every /metrics page."""
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
+import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import ops.prometheus
 from ops.prometheus import (
     CONTENT_TYPE,
     REGISTRY,
     CollectorRegistry,
     Counter,
-    Gauge,
-    Histogram,
     exposition,
     new_registry,
 )
@@ -23,21 +24,45 @@ from ops.prometheus import (
 BUCKETS = (0.005, 0.5, 1, 10, 1e7)
 
 
-def fill(registry: CollectorRegistry) -> None:
-    requests = Counter("requests_total", 'Requests \\ by "code"\nsecond line.', ["method", "code"], registry=registry)
+def fill(registry: CollectorRegistry, library: Any = ops.prometheus) -> None:
+    counter, gauge, histogram = library.Counter, library.Gauge, library.Histogram
+    requests = counter("requests_total", 'Requests \\ by "code"\nsecond line.', ["method", "code"], registry=registry)
     requests.labels("GET", 200).inc()
     requests.labels("PATCH", "409").inc(2.5)
     requests.labels('odd "value"\\\n', "x").inc()
-    Counter("restarts", "Without the suffix.", registry=registry).inc(3)
-    depth = Gauge("queue_depth", "Depth.", ["name"], registry=registry)
+    counter("restarts", "Without the suffix.", registry=registry).inc(3)
+    depth = gauge("queue_depth", "Depth.", ["name"], registry=registry)
     depth.labels("pods").set(1234567.5)
     depth.labels("pods").dec(0.5)
     depth.labels("nodes").inc()
-    Gauge("empty_labels", "A family with labels and no child yet.", ["x"], registry=registry)
-    latency = Histogram("latency_seconds", "Latency.", ["controller"], buckets=BUCKETS, registry=registry)
+    gauge("empty_labels", "A family with labels and no child yet.", ["x"], registry=registry)
+    latency = histogram("latency_seconds", "Latency.", ["controller"], buckets=BUCKETS, registry=registry)
     for value in (0.001, 0.005, 0.7, 3, 5e7):
         latency.labels("pods").observe(value)
-    Histogram("plain_seconds", "No labels.", buckets=(1, 2), registry=registry).observe(1.5)
+    histogram("plain_seconds", "No labels.", buckets=(1, 2), registry=registry).observe(1.5)
+    gauge("large", "Values Go writes with an exponent.", registry=registry).set(12345678901.0)
+
+
+def test_the_page_is_what_prometheus_client_writes_for_the_same_metrics() -> None:
+    ours = new_registry(runtime_collectors=False)
+    fill(ours)
+    prometheus_client.disable_created_metrics()
+    theirs = prometheus_client.CollectorRegistry()
+    fill(theirs, prometheus_client)
+    assert exposition(ours) == prometheus_client.generate_latest(theirs)
+
+
+def test_the_runtime_series_are_prometheus_client_s() -> None:
+    theirs = prometheus_client.CollectorRegistry()
+    for collector in (prometheus_client.ProcessCollector, prometheus_client.PlatformCollector):
+        collector(registry=theirs)
+    prometheus_client.GCCollector(registry=theirs)
+
+    def shape(page: bytes) -> list[tuple[str, str, str, list[tuple[str, ...]]]]:
+        families = text_string_to_metric_families(page.decode())
+        return [(f.name, f.type, f.documentation, [tuple(sorted(s.labels)) for s in f.samples]) for f in families]
+
+    assert shape(exposition(new_registry())) == shape(prometheus_client.generate_latest(theirs))
 
 
 def test_the_page_reads_back_to_the_recorded_values_under_controller_runtime_like_names() -> None:

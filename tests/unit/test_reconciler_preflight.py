@@ -8,10 +8,9 @@ import asyncio
 import copy
 from typing import Any
 
-from prometheus_client import REGISTRY
-
 from kube.informer import Informer
 from kube.slim import slim_limit_range, slim_quota
+from ops.prometheus import REGISTRY
 from reconciler import metrics
 from reconciler.controller import PodResizeReconciler
 from reconciler.preflight import Preflight

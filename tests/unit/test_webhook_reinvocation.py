@@ -258,7 +258,7 @@ def test_the_sized_metric_counts_the_review_that_sized_not_the_call_again() -> N
         counts = []
         for body in bodies:
             assert (await client.post("/mutate", content=body)).status_code == 200
-            counts.append(metrics.sized["sized"]._value.get())
+            counts.append(metrics.sized["sized"].value)
         return counts
 
     assert asyncio.run(with_app(scenario, command=None)) == [1, 1]
