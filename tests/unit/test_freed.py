@@ -74,9 +74,9 @@ def test_totals_are_the_sums_over_managed_pods_of_original_minus_current() -> No
 def samples(gauge: Any) -> dict[tuple[str, ...], float]:
     """The gauge's samples as a scrape sees them: label values (in labelnames order) -> value."""
     return {
-        tuple(s.labels[name] for name in gauge.labelnames): s.value
+        tuple(dict(labels)[name] for name in gauge.labelnames): value
         for family in gauge.collect()
-        for s in family.samples
+        for _, labels, value in family.samples
     }
 
 
