@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -357,6 +358,9 @@ def main(settings: ReconcilerSettings) -> int:
     async def _run() -> int:
         return await Reconciler(settings, keys).run()
 
+    # The modules loaded so far live as long as the process: out of the cyclic GC's sight, each
+    # full collection while pods stream in scans the cache and the passes, not the code.
+    gc.freeze()
     with contextlib.suppress(KeyboardInterrupt):
         code: int = runner(_run())
         return code
