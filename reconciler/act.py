@@ -433,6 +433,10 @@ class Act:
         plan, context = planned.plan, planned.context
         if err.status == 404:
             return DONE  # deleted meanwhile: nothing to report; the watch's DELETED event cleans up
+        if err.status == 403 and self._c.gate.judges(err.message):
+            # Our cache let this size through; the apiserver's admission reads caches of its own,
+            # which can be behind it (a LimitRange or quota just raised): tried again with backoff.
+            raise err
         if UNSUPPORTED_MESSAGE in err.message:
             # A soft skip: the node's kubelet does not advertise in-place resize.
             # Tried again when the pod's status changes (see status_fingerprint).

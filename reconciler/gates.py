@@ -46,6 +46,10 @@ class Gate(Protocol):
     def sent(self, pod: Obj, patch: Obj, generation: int) -> None:
         """`patch` was accepted, the pod is at `generation`: count it on its node until the cache shows it."""
 
+    def judges(self, refusal: str) -> bool:
+        """Whether the apiserver's `refusal` of a resize names a constraint this gate checks (and
+        so let the resize through)."""
+
 
 class OpenGate:
     """No gate: everything passes."""
@@ -61,6 +65,9 @@ class OpenGate:
 
     def sent(self, pod: Obj, patch: Obj, generation: int) -> None:
         return None
+
+    def judges(self, refusal: str) -> bool:
+        return False
 
 
 class HoldMemory:

@@ -29,6 +29,13 @@ log = logging.getLogger("reconciler.preflight")
 UNRESOLVED_RETRY = 2.0  # seconds: a pod whose VPA status the caches cannot tell yet is looked at again
 
 
+# How the apiserver's admission refuses a pods/resize request (403) for a LimitRange (the
+# LimitRanger's "maximum cpu usage per Container is 1500m, but limit is 2", "... limit to request
+# ratio per Pod is ...") and for a ResourceQuota ("exceeded quota: ...").
+LIMIT_RANGE_REFUSALS = ("usage per Container", "usage per Pod", "limit to request ratio per")
+QUOTA_REFUSAL = "exceeded quota:"
+
+
 class Preflight:
     """A reconciler.gates.Gate over the caches.
 
@@ -134,6 +141,11 @@ class Preflight:
         if self.settings.node_room and node is not None:
             return node_hold(node, pod, resized, self._others(pod))
         return None
+
+    def judges(self, refusal: str) -> bool:
+        if self.limit_ranges is not None and any(fragment in refusal for fragment in LIMIT_RANGE_REFUSALS):
+            return True
+        return self.quotas is not None and QUOTA_REFUSAL in refusal
 
     def sent(self, pod: Obj, patch: Obj, generation: int) -> None:
         node = str(pod["spec"].get("nodeName"))

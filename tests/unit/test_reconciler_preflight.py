@@ -8,6 +8,9 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
+
+from kube import ApiError
 from kube.informer import Informer
 from kube.slim import slim_limit_range, slim_quota
 from ops.prometheus import REGISTRY
@@ -130,6 +133,37 @@ def test_a_resize_beyond_the_limit_range_is_not_sent_and_reported_once() -> None
     w.reconcile()
     assert w.fake.ops().count("resize") == 1 and spec_cpu(w.fake) == ("2", "2")
     assert held_gauge("LimitRange") == before
+
+
+def refusal(message: str) -> ApiError:
+    return ApiError(403, {"reason": "Forbidden", "message": f'pods "web" is forbidden: {message}'})
+
+
+BEHIND = {
+    "LimitRange": refusal("maximum cpu usage per Container is 1500m, but limit is 2"),
+    "ResourceQuota": refusal("exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=2500m"),
+}
+
+
+@pytest.mark.parametrize("constraint", sorted(BEHIND))
+def test_a_refusal_by_a_constraint_the_cache_lets_through_is_tried_again_not_reported(constraint: str) -> None:
+    """Just after a LimitRange or quota is raised, the apiserver's admission (which reads caches
+    of its own) can still refuse the size our cache lets through: the error goes back to the
+    queue, retried with backoff, instead of a ResizeFailed that nothing would decide again."""
+    w = world_growing()
+    w.fake.fail("resize", BEHIND[constraint])
+    with pytest.raises(ApiError):
+        w.reconcile()
+    assert reasons(w.fake) == [] and "resize" not in w.fake.ops()
+    w.reconcile()
+    assert w.fake.ops().count("resize") == 1 and spec_cpu(w.fake) == ("2", "2") and reasons(w.fake) == []
+
+
+def test_without_the_check_a_constraint_s_refusal_is_reported_once() -> None:
+    w = world_growing(checks=())
+    w.fake.fail("resize", BEHIND["LimitRange"])
+    w.reconcile()
+    assert reasons(w.fake) == ["ResizeFailed"] and "maximum cpu usage per Container" in w.fake.events[0].message
 
 
 def test_a_nearly_full_quota_holds_an_increase() -> None:
