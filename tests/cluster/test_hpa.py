@@ -191,7 +191,7 @@ def test_the_hpa_keeps_its_meaning_on_a_slower_family(
 ) -> None:
     base, slow = nodes
     started = time.monotonic()
-    proc = calibrate(h, "--repeats=3", "--benchmark-duration=1s", "--apply", "-o", "json")
+    proc = calibrate(h, "--repeats=5", "--apply", "-o", "json")  # test_calibrate.py's settings
     assert proc.returncode == 0, proc.stderr + proc.stdout
     measured = Fraction(json.loads(proc.stdout)["changes"]["slow"])
     print(f"calibrate: slow cpuPerf {float(measured):.3f} (imposed {IMPOSED_RATIO}), {time.monotonic() - started:.0f}s")
