@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
@@ -247,7 +248,7 @@ class _Buckets:
 Child = TypeVar("Child", _CounterValue, _GaugeValue, _Buckets)
 
 
-class _Metric(Generic[Child]):
+class _Metric(ABC, Generic[Child]):
     """A family of children by label values (one child, ``()``, when it has no labels)."""
 
     kind = ""
@@ -270,8 +271,9 @@ class _Metric(Generic[Child]):
             suffixes = ("", "_bucket", "_count", "_sum") if self.kind == "histogram" else ("",)
             registry.register(self, [self.name + suffix for suffix in suffixes])
 
+    @abstractmethod
     def _new_child(self) -> Child:
-        raise NotImplementedError
+        """The value kept for a new set of label values."""
 
     def labels(self, *values: object) -> Child:
         key = tuple(map(str, values))
