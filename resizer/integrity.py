@@ -75,6 +75,7 @@ from resizer.eligibility import controller_reference
 from resizer.errors import ResizerError
 from resizer.originals import (
     missing_original_annotations,
+    only_container_values,
     original_keys,
     originals_from_spec_annotations,
     sidecar_original_keys,
@@ -538,6 +539,8 @@ def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | Non
     """Trusted originals without the pod-level or a sidecar's keys: never resized by us (older
     versions left them alone; newer ones record before they resize, and a pod MAC binds every
     key), so their baseline is the spec. Step 1 records them, with a pod MAC over all the originals."""
+    if only_container_values(pod):
+        return None  # asked on every pass of a trusted pod: skip reading the whole spec
     late = _late_keys(pod)
     missing = {key: value for key, value in missing_original_annotations(pod).items() if key in late}
     return {**missing, **pod_mac(pod, keyring, missing)} if missing else None

@@ -46,6 +46,7 @@ __all__ = [
     "originals_from_spec_annotations",
     "read_originals",
     "read_pod_originals",
+    "only_container_values",
     "sidecar_original_keys",
     "sidecars",
 ]
@@ -146,6 +147,12 @@ def missing_original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     state = read_state(pod)
     state.container_originals()
     return {key: value for key, value in originals_from_spec_annotations(pod).items() if not state.holds(key)}
+
+
+def only_container_values(pod: Mapping[str, Any]) -> bool:
+    """Whether the spec's values are all its plain containers': no pod level (``spec.resources``)
+    and no sidecar, so none of its originals is one older versions did not stamp."""
+    return not sidecars(pod) and next(_spec_values(_pod_level(pod)), None) is None
 
 
 def original_keys(pod: Mapping[str, Any]) -> dict[str, dict[Slot, str]]:

@@ -9,6 +9,7 @@ from resizer.originals import (
     OriginalsError,
     ResourceOriginal,
     missing_original_annotations,
+    only_container_values,
     originals_from_spec_annotations,
     read_originals,
 )
@@ -105,3 +106,14 @@ def test_long_container_names_get_valid_keys_that_read_back() -> None:
     assert all(len(key.partition("/")[2]) <= 63 for key in annotations)
     resized = make_pod(guaranteed(name, cpu="800m"), annotations=annotations)
     assert read_originals(resized)[name].cpu == ResourceOriginal(Fraction(1), Fraction(1))
+
+
+def test_only_container_values_is_false_for_a_pod_level_or_a_sidecar() -> None:
+    """What lets the authority skip the late originals (pod level, sidecars) of most pods."""
+    plain = make_pod(guaranteed())
+    pod_level = make_pod(guaranteed())
+    pod_level["spec"]["resources"] = {"requests": {"cpu": "1"}}
+    with_sidecar = make_pod(guaranteed(), init_containers=[{**guaranteed("proxy"), "restartPolicy": "Always"}])
+    plain_init = make_pod(guaranteed(), init_containers=[guaranteed("setup")])
+    verdicts = [only_container_values(p) for p in (plain, pod_level, with_sidecar, plain_init)]
+    assert verdicts == [True, False, False, True]
