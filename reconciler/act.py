@@ -339,7 +339,7 @@ class Act:
         annotations: dict[str, str | None] = {
             **(originals or {}),
             **applied_patch(node_type, rfc3339(), spec_size(pod), planned.state),
-            **binding(self._c, signed, node_type),
+            **binding(self._c, signed, node_type, planned.base),
         }
         resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
         await self._record_applied(pod, node_type, annotations, resource_version)
@@ -756,11 +756,14 @@ def _change_record(change: Any) -> dict[str, Any]:
     return record
 
 
-def binding(context: Context, pod: Obj, node_type: str) -> dict[str, str]:
-    """A pod MAC over the pod's originals, if the baseline authority lets us bind them to it."""
+def binding(context: Context, pod: Obj, node_type: str, decided: Baseline | None = None) -> dict[str, str]:
+    """A pod MAC over the pod's originals, if the baseline authority lets us bind them to it.
+    ``decided``: the pass's decision, taken again unless it was made for this very pod object."""
     keyring = context.keyring()
     try:
-        if not baseline(pod, keyring, vouched=vouched(context.memory.get(pod_uid(pod)), pod, node_type)).may_sign:
+        if decided is None or decided.pod is not pod:
+            decided = baseline(pod, keyring, vouched=vouched(context.memory.get(pod_uid(pod)), pod, node_type))
+        if not decided.may_sign:
             return {}
     except ResizerError:
         return {}

@@ -276,6 +276,30 @@ def test_a_full_pass_plans_once_per_reconcile_and_the_filter_never(plans: list[s
     assert not rec.needs_work(fake.pod(KEY), node) and len(plans) == 2
 
 
+def test_a_pass_takes_the_baseline_decision_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decision's baseline is the one the pass acts on: the actuated pass's applied record binds
+    the originals without asking the authority again (only a pod re-read after a write is asked again)."""
+    from resizer.integrity import baseline
+
+    decided: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        decided.append(1)
+        return baseline(*args, **kwargs)
+
+    for module in ("reconciler.decide", "reconciler.act"):
+        monkeypatch.setattr(f"{module}.baseline", counted)
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    run(rec.reconcile(KEY))  # the resize
+    assert fake.ops() == ["resize"]
+    resize_pass = len(decided)
+    rec.observe(fake.pod(KEY))
+    run(rec.reconcile(KEY))  # actuated: applied, Resized
+    assert [e.reason for e in fake.events] == ["Resized"]
+    assert (resize_pass, len(decided) - resize_pass) == (1, 1)
+
+
 def test_a_re_alignment_pass_plans_once(plans: list[str]) -> None:
     fake = cluster(sized_on_n4())
     rec = reconciler(fake, config=FASTER)
