@@ -853,6 +853,26 @@ def test_08_a_size_a_limit_range_would_refuse_is_held_and_never_blocks(world: Wo
     row.sweep(sizings=0)
 
 
+def test_08b_a_held_size_is_resized_once_the_limit_range_allows_it(world: World, row: Row) -> None:
+    """A LimitRange (cpu min 900m) holds the n4 size (800m) of a pod known after binding; lowered
+    to 500m, it lets the pod be resized to 800m, once, with no ResizeFailed (a refusal by the
+    apiserver's LimitRanger, whose cache may still hold the old floor, is tried again)."""
+    path = f"/api/v1/namespaces/{row.ns}/limitranges"
+    floor = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "floor"}}
+    row.kube.create(path, {**floor, "spec": {"limits": [{"type": "Container", "min": {"cpu": "900m"}}]}})
+    row.deploy("raised", [guaranteed(cpu="1")], pin_node(world.nodes["n4"]))
+    (pod,) = row.wait_created("raised")
+    name = pod["metadata"]["name"]
+    row.wait_event(name, "ResizeHeld")
+    assert cpu(row.pod(name)) == (q("1"), q("1")) and row.pod(name)["metadata"]["generation"] == 1
+    row.kube.patch(f"{path}/floor", {"spec": {"limits": [{"type": "Container", "min": {"cpu": "500m"}}]}})
+    now = row.wait_cpu(name, "800m")
+    row.wait_event(name, "Resized")
+    assert now["metadata"]["generation"] == 2, "one resize"
+    assert not row.events(name)["ResizeFailed"], row.explain(name)
+    row.sweep(sizings=1)
+
+
 def test_09_a_config_edit_re_aligns_from_the_originals(world: World, row: Row) -> None:
     """n4 sized pods (one resized after binding, one sized at admission) and then n4 twice the
     baseline: both re-aligned from their originals, 1 CPU / 2 = 500m (from their spec it would
