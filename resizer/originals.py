@@ -42,11 +42,11 @@ __all__ = [
     "OriginalsError",
     "ResourceOriginal",
     "missing_original_annotations",
+    "only_container_values",
     "original_keys",
     "originals_from_spec_annotations",
     "read_originals",
     "read_pod_originals",
-    "only_container_values",
     "sidecar_original_keys",
     "sidecars",
 ]
