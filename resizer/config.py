@@ -17,7 +17,7 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from functools import cache, partial
 from types import MappingProxyType, UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -73,6 +73,7 @@ CONFIG_NAME = "workload-resizer-config"
 CONFIG_KEY = "config.yaml"  # the key of that ConfigMap holding the config
 
 MemoryLimitDecrease = Literal["Never", "Allow"]
+_T = TypeVar("_T")
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 # Perf values are ratios of machine capability; anything outside this range is a typo
 # (and a huge exponent would make the exact Fraction arithmetic explode).
@@ -463,7 +464,6 @@ def _at(path: str, key: str) -> str:
 
 
 def _valid_or_none(field_type: Any, value: object) -> Any:
-    """``value`` parsed as a field of ``field_type``, or None if it is not one."""
     errors: list[tuple[str, str]] = []
     parsed = _parser(field_type)(value, "", errors)
     return None if errors else parsed
@@ -486,15 +486,7 @@ class PartialConfig:
 
     @classmethod
     def of(cls, document: ResizerConfig) -> PartialConfig:
-        return cls(
-            baselineNodeType=document.baselineNodeType,
-            nodeTypes=document.nodeTypes,
-            bounds=document.bounds,
-            overrides=tuple(document.overrides),
-            podAnnotations=document.podAnnotations,
-            podLabels=document.podLabels,
-            computeClasses=document.computeClasses,
-        )
+        return cls(**{part.name: getattr(document, part.name) for part in dataclasses.fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -522,13 +514,9 @@ def config_text(configmap: Mapping[str, Any] | None) -> str | None:
 
 
 def load_config(text: str) -> CompiledConfig:
-    """Parse, validate and compile ``config.yaml``; raise :class:`ConfigError` listing every problem.
-
-    Structural problems (types, unknown fields, bad quantities or perf values) are all
-    reported, and so are the cross-field ones (baseline not among the effective node
-    types, min > max on the effective bounds, duplicate override names) for every part
-    of the document that is itself structurally valid.
-    """
+    """Parse, validate and compile ``config.yaml``; raise :class:`ConfigError` listing every
+    structural problem and the cross-field ones (baseline not among the effective node types,
+    min > max on the effective bounds, duplicate override names) of every valid part."""
     document = _parse_yaml(text)
     config, errors = _structure(document)
     if errors:
@@ -577,8 +565,6 @@ def _parse_yaml(text: str) -> dict[str, Any]:
 
 
 def _valid_parts(document: Mapping[str, Any]) -> PartialConfig:
-    """The parts of ``document`` that are valid on their own (others are None)."""
-
     def mapping(value: object) -> dict[Any, Any]:
         return value if isinstance(value, dict) else {}
 
@@ -677,14 +663,18 @@ def _block_resource_bounds(block: PolicyBlock, resource: Resource) -> ResourceBo
 def _effective_bounds(bounds: GlobalBounds, block: PolicyBlock | None, resource: Resource) -> tuple[Fraction, Fraction]:
     global_bounds: RequiredResourceBounds = getattr(bounds, resource)
     own = _block_resource_bounds(block, resource) if block is not None else None
-    low = own.min if own is not None and own.min is not None else global_bounds.min
-    high = own.max if own is not None and own.max is not None else global_bounds.max
-    return low, high
+    if own is None:
+        return global_bounds.min, global_bounds.max
+    return _inherited(own.min, global_bounds.min), _inherited(own.max, global_bounds.max)
 
 
 def _effective_node_types(node_types: Mapping[str, NodeTypeSpec], block: PolicyBlock | None) -> dict[str, NodeTypeSpec]:
-    overlay = block.nodeTypes if block is not None and block.nodeTypes is not None else {}
-    return {**node_types, **overlay}
+    return {**node_types, **((block.nodeTypes if block is not None else None) or {})}
+
+
+def _inherited(own: _T | None, inherited: _T) -> _T:
+    """A block's own setting, or the global one it falls back to."""
+    return inherited if own is None else own
 
 
 def _compile(config: ResizerConfig) -> PolicyTable:
@@ -713,20 +703,12 @@ def _policy(config: ResizerConfig, rule: str, block: PolicyBlock | None) -> Poli
     node_types = _effective_node_types(config.nodeTypes, block)
     cpu_min, cpu_max = _effective_bounds(config.bounds, block, "cpu")
     memory_min, memory_max = _effective_bounds(config.bounds, block, "memory")
-    baseline = (
-        block.baselineNodeType if block is not None and block.baselineNodeType is not None else config.baselineNodeType
-    )
-    memory_limit_decrease = (
-        block.memoryLimitDecrease
-        if block is not None and block.memoryLimitDecrease is not None
-        else config.memoryLimitDecrease
-    )
-    sidecars = block.sidecars if block is not None and block.sidecars is not None else config.sidecars
+    own = block if block is not None else PolicyBlock()
     return Policy(
         rule=rule,
-        baseline_node_type=baseline,
-        memory_limit_decrease=memory_limit_decrease,
-        sidecars=sidecars,
+        baseline_node_type=_inherited(own.baselineNodeType, config.baselineNodeType),
+        memory_limit_decrease=_inherited(own.memoryLimitDecrease, config.memoryLimitDecrease),
+        sidecars=_inherited(own.sidecars, config.sidecars),
         node_types=MappingProxyType(
             {name: NodeProfile(name, spec.cpuPerf, spec.memPerf) for name, spec in node_types.items()}
         ),
