@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
-from resizer.config import Bounds, NodeProfile, Policy
+from resizer.config import Bounds, Policy
 from resizer.errors import ResizerError
 from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals, read_pod_originals, sidecars
 from resizer.preflight import pod_totals
@@ -165,16 +165,11 @@ class PlanError(ResizerError):
 
 
 def desired_quantity(original: int, ratio: Fraction, bounds: Bounds) -> tuple[int, Clamp | None]:
-    """The request for ``original`` under ``ratio``: bounds stop the ratio, they never
-    push a value past its original.
+    """``original x ratio`` (rounded half away from zero) and the bound that stopped it, if any.
 
-    ``scaled = original x ratio`` (rounded half away from zero). A shrink (ratio < 1)
-    stops at the floor ``min(bounds.min, original)``; a growth (ratio > 1) stops at the
-    ceiling ``max(bounds.max, original)``; ratio 1 leaves the value alone. So a shrink
-    never ends above the original, a growth never below it, and a value already
-    outside the bounds is neither moved further out nor pulled in against the ratio.
-    A positive amount never becomes 0 (that would drop it from the QoS computation).
-    Also returns which bound stopped the ratio, if any.
+    A shrink stops at ``min(bounds.min, original)``, a growth at ``max(bounds.max, original)``: the
+    bounds stop the ratio but never push a value past its original, nor pull one already outside
+    them in against the ratio. A positive amount never becomes 0 (it would leave the QoS computation).
     """
     scaled = round_ratio(original * ratio.numerator, ratio.denominator)
     if ratio < 1:
@@ -189,12 +184,10 @@ def desired_quantity(original: int, ratio: Fraction, bounds: Bounds) -> tuple[in
 def desired_limit(original_request: int, original_limit: int, desired_request: int, maximum: int) -> int:
     """The limit that keeps its relation to the request, so the QoS class holds by construction.
 
-    A limit equal to its request follows the request exactly (Guaranteed stays
-    Guaranteed). A limit above its request is scaled by the request's effective ratio
-    (``desired_request / original_request``, bounds included) and stays strictly above
-    the new request even after rounding to whole millicores or bytes (Burstable never
-    turns Guaranteed). Like the request, it never crosses its original against the
-    ratio, and a growth stops at ``max(original_limit, maximum)`` so no quantity overflows.
+    A limit equal to its request follows it exactly (Guaranteed stays Guaranteed); one above it is
+    scaled by the request's effective ratio (bounds included) and stays strictly above the new
+    request after rounding (Burstable never turns Guaranteed). A growth stops at
+    ``max(original_limit, maximum)`` so no quantity overflows.
     """
     if original_limit == original_request:
         return desired_request
@@ -213,25 +206,18 @@ def plan_resize(
     resize_restart_containers: bool = False,
     pod_level: bool = False,
 ) -> ResizePlan:
-    """Plan the resize of ``spec.containers`` for a pod bound to a ``node_type`` node.
+    """Plan the resize of a pod bound to a ``node_type`` node.
 
-    Per resource with a baseline request: request = original x baselinePerf / nodePerf,
-    stopped by the bounds (:func:`desired_quantity`); the limit keeps its relation to
-    the request (:func:`desired_limit`). With ``memoryLimitDecrease: Never`` (the
-    default) a memory limit is never set below its original: the limit is held, and so
-    is the request of a container whose memory limit equals its request. Resources
-    whose ``resizePolicy`` is ``RestartContainer`` are left alone unless
-    ``resize_restart_containers``. Sidecars (restartable init containers) are sized the same
-    way when the policy opts in (``sidecars: true``); otherwise one that differs from its
-    recorded original (sized while the opt-in was on) is planned back to it, and the others
-    are not in the plan. Raises :class:`resizer.originals.OriginalsError` on a
-    corrupt baseline annotation and :class:`PlanError` when a value cannot be expressed
-    as a Kubernetes quantity.
-
-    A pod with pod-level ``spec.resources`` (KEP-2837) is sized at both levels in one patch
-    when ``pod_level`` (its node can resize them, KEP-5419), else left alone
-    (``PodLevelResources``): each pod-level value like a container's, then raised where the
-    apiserver's validation needs it (:func:`_pod_level_changes`).
+    Per resource with a baseline request: :func:`desired_quantity` of original x baselinePerf /
+    nodePerf, the limit by :func:`desired_limit`. With ``memoryLimitDecrease: Never`` a memory
+    limit is never set below its original (a Guaranteed container keeps its memory request too).
+    ``RestartContainer`` resources are left alone unless ``resize_restart_containers``. Sidecars
+    are sized when the policy opts in (``sidecars: true``); otherwise one that differs from its
+    recorded original (sized while the opt-in was on) is planned back to it. A pod with pod-level
+    ``spec.resources`` (KEP-2837) is sized at both levels in one patch when ``pod_level`` (its
+    node resizes them, KEP-5419; :func:`_pod_level_changes`), else left alone. Raises
+    :class:`resizer.originals.OriginalsError` on a corrupt baseline annotation and
+    :class:`PlanError` when a value cannot be expressed as a Kubernetes quantity.
     """
 
     def plan(
@@ -244,8 +230,9 @@ def plan_resize(
         return plan("UnknownNodeType")
     if _pod_level(pod) and not pod_level:
         return plan("PodLevelResources")
+    baseline = policy.node_types[policy.baseline_node_type]
     sizing = _Sizing(
-        _ratios(policy.node_types[policy.baseline_node_type], node),
+        {"cpu": baseline.cpu_perf / node.cpu_perf, "memory": baseline.mem_perf / node.mem_perf},
         {"cpu": policy.cpu_bounds, "memory": policy.memory_bounds},
         resize_restart_containers,
         policy.memory_limit_decrease == "Never",
@@ -280,14 +267,10 @@ class _Sizing:
     keep_memory_limits: bool  # memoryLimitDecrease: Never
 
 
-def _ratios(baseline: NodeProfile, node: NodeProfile) -> dict[Resource, Fraction]:
-    return {"cpu": baseline.cpu_perf / node.cpu_perf, "memory": baseline.mem_perf / node.mem_perf}
-
-
 def _changes(
     pod: Mapping[str, Any], originals: Mapping[str, ContainerOriginals], sizing: _Sizing, size_sidecars: bool
 ) -> Iterator[ResourceChange]:
-    for container in _containers(pod):
+    for container in (pod.get("spec") or {}).get("containers") or []:
         yield from _container_changes(container, originals, sizing)
     unchanged = replace(sizing, ratios={resource: Fraction(1) for resource in _RESOURCES})
     for sidecar in sidecars(pod):
@@ -459,10 +442,6 @@ def _by_container(changes: tuple[ResourceChange, ...]) -> dict[str, list[Resourc
     for change in changes:
         grouped.setdefault(change.container, []).append(change)
     return grouped
-
-
-def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list((pod.get("spec") or {}).get("containers") or [])
 
 
 def _pod_level(pod: Mapping[str, Any]) -> bool:

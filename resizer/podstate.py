@@ -1,11 +1,8 @@
 """The pod as the product sees it: every ``workload-resizer.io/*`` annotation, read and written here.
 
-:func:`read_state` parses a pod's annotations once into a frozen :class:`PodState`: the originals
-per container and pod level with the annotation key each is held under (a legacy key of a long
-name where the pod has only that one), the originals MAC (scope, key id), the sized-at-admission
-record, the resize-state record, the applied record, skip and mirror. The writes are patch
-builders (``*_patch``): annotation changes, ``None`` removing a key, or metadata merge patches.
-Every other module gets a key only through this module's functions, so the names and the key
+:func:`read_state` parses a pod's annotations once into a frozen :class:`PodState`; the writes
+are patch builders (``*_patch``): annotation changes (``None`` removing a key) or metadata merge
+patches. Every other module gets a key only through this module's functions, so the names and the key
 derivation (verbatim, 130-bit digest, legacy 8-hex digest) are decided in one place.
 
 A forged or odd value never crashes a reader: an unreadable resize state or MAC reads as none, a
@@ -116,22 +113,16 @@ _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASC
 
 
 def original_key(container: str, resource: Resource, kind: Kind) -> str:
-    """Annotation key the product writes a container's baseline request or limit under.
+    """Annotation key the product writes a container's baseline request or limit under:
+    ``workload-resizer.io/original-cpu.<container>`` (request) or ``original-cpu-limit.<container>``
+    (limit), likewise for memory.
 
-    ``workload-resizer.io/original-cpu.<container>`` (request) or
-    ``workload-resizer.io/original-cpu-limit.<container>`` (limit), likewise for memory.
-    The part after ``/`` must be a qualified name of at most 63 characters, so a name
-    that would reach 63 characters becomes ``<stem>.<truncated container>_<26 lowercase
-    base32 characters of sha256(container)>``, exactly 63 long: 130 bits, so no search
-    finds two container names sharing a key.
-
-    Three forms, never equal to one another: a verbatim key is at most 62 characters; a
-    hashed key and a legacy key (:func:`legacy_original_key`) are 63, and a legacy key has
-    ``-`` ninth from the end where a hashed key has a digest character. So a hashed key never
-    equals another container's verbatim or legacy key, and two names share a key only if
-    sha256 collides on 130 bits. Which annotation holds a given pod's original (a pod stamped
-    before may hold it under the legacy key) is :meth:`PodState.original_keys`' answer, never
-    the caller's.
+    The part after ``/`` must be a qualified name of at most 63 characters, so a name that would
+    reach 63 becomes ``<stem>.<truncated container>_<26 lowercase base32 characters of
+    sha256(container)>``, exactly 63 long. A verbatim key is at most 62 characters, and a legacy
+    key (:func:`legacy_original_key`) has ``-`` ninth from the end where a hashed key has a digest
+    character: so two names share a key only if sha256 collides on 130 bits. Which annotation holds
+    a given pod's original is :meth:`PodState.original_keys`' answer, never the caller's.
     """
     return _original_key(container, resource, kind, False)
 
@@ -147,9 +138,7 @@ def legacy_original_key(container: str, resource: Resource, kind: Kind) -> str:
 # bounded, since container names are tenant input; errors are not cached).
 @functools.lru_cache(maxsize=8192)
 def _original_key(container: str, resource: str, kind: str, legacy: bool) -> str:
-    if resource not in ("cpu", "memory") or kind not in ("request", "limit"):
-        raise ValueError(f"unsupported original key {resource!r}/{kind!r}")
-    stem = f"original-{resource}" + ("-limit" if kind == "limit" else "")
+    stem = _stem(resource, kind)
     name = f"{stem}.{container}"
     if len(name) >= _MAX_NAME_LENGTH:
         digest = hashlib.sha256(container.encode())
@@ -168,9 +157,13 @@ def pod_original_key(resource: Resource, kind: Kind) -> str:
     """Annotation key holding the pod-level (``spec.resources``) baseline request or limit:
     ``workload-resizer.io/original-pod-cpu``, ``original-pod-cpu-limit``, likewise for memory.
     Never equal to a container's key (those have a ``.<container>`` suffix)."""
+    return PREFIX + _stem(resource, kind, "pod-")
+
+
+def _stem(resource: str, kind: str, level: str = "") -> str:
     if resource not in ("cpu", "memory") or kind not in ("request", "limit"):
         raise ValueError(f"unsupported original key {resource!r}/{kind!r}")
-    return f"{_ORIGINAL_PREFIX}pod-{resource}" + ("-limit" if kind == "limit" else "")
+    return f"original-{level}{resource}" + ("-limit" if kind == "limit" else "")
 
 
 def is_controller_owned_key(key: str) -> bool:
@@ -328,9 +321,7 @@ class Applied:
 
     instance_type: str | None = None  # the node type it was sized for
     at: str | None = None  # RFC 3339
-    # A digest of the containers' cpu/memory when it was recorded: a spec that differs from it
-    # (and equals the plan) holds a re-alignment an earlier reconciler requested but did not report.
-    size: str | None = None
+    size: str | None = None  # the digest :data:`APPLIED_SIZE` holds
 
     @property
     def recorded(self) -> bool:
@@ -411,16 +402,12 @@ class PodState:
         return self.containers
 
     def original_keys(self) -> dict[str, dict[Slot, str]]:
-        """The one answer to "which annotation holds this original": for every resizable container
-        (``spec.containers`` and sidecars) by name, the key of each (resource, kind) on this pod.
-
-        That is :func:`original_key`'s key, or the legacy key of a long name
-        (:func:`legacy_original_key`) when only the legacy one is present. Raises
-        :class:`KeyCollisionError` naming both containers when two would share a key (a
-        duplicate name), or when a legacy key read is also the legacy key of another resizable
-        container of the pod (whose original it holds cannot be known); :class:`OriginalsError`
-        for a container without a name.
-        """
+        """The one answer to "which annotation holds this original": per resizable container by
+        name, the key of each (resource, kind) on this pod: :func:`original_key`'s, or the legacy
+        key of a long name when only that one is present. Raises :class:`KeyCollisionError` when
+        two containers would share a key, or a legacy key read is also another resizable
+        container's legacy key (whose original it holds cannot be known); :class:`OriginalsError`
+        for a container without a name."""
         return {
             name: {slot: original.key for slot, original in slots.items()}
             for name, slots in self.container_originals().items()
@@ -604,10 +591,8 @@ def _key_map(
             if key in originals:
                 held[slot] = Original(key, True, originals[key])
                 continue
-            if not originals:  # nothing recorded (a pod before its stamp): no legacy key to look for
-                held[slot] = Original(key, False)
-                continue
-            legacy = legacy_original_key(name, *slot)
+            # Nothing recorded (a pod before its stamp): no legacy key to look for.
+            legacy = legacy_original_key(name, *slot) if originals else key
             if legacy == key or legacy not in originals:
                 held[slot] = Original(key, False)
                 continue
