@@ -1,28 +1,17 @@
 """AdmissionReview in, AdmissionReview out: the webhook's decision, free of I/O.
 
-A typed pipeline, one parse: :func:`parse` turns the body into a :class:`Review` (or the 400
-:class:`Answer` when it is not a usable review), :func:`decide` turns a review and its
-:class:`Context` into an :class:`Answer`, and :func:`encode` writes the answer's bytes. The
-answer is what the server counts and logs: the :class:`Decision`, the :class:`Reason` (every reason
-the webhook gives), the patch and warnings, and the log fields (pod, owner, originals, the sizing
-at admission as a :class:`SizingNote`, error and stack). :func:`handle_review` runs the three
-(after a bound on the body's brackets); :func:`handle_review_inline` declines, undecided, a
-review too costly for the event loop.
+:func:`parse` turns the body into a :class:`Review` (or the 400 :class:`Answer`), :func:`decide`
+turns a review and its :class:`Context` into an :class:`Answer` (what the server counts and
+logs), :func:`encode` writes its bytes; :func:`handle_review` runs the three.
 
-An answer is 200 and always ``allowed: true`` (for an eligible pod CREATE with a JSONPatch that
-sets the ``original-*`` annotations the shared core, :mod:`resizer`, computes, and removes every
-controller-owned annotation the client sent: a copied manifest must not carry stale state, a
-tenant must not pick its own baseline), or 400 when the body is not a usable review. Eligibility
-and originals are the core's decisions only. With a sizing context (:mod:`app.sizing`,
-``--size-at-admission``) a pod whose node type is known at admission is also given its size there
-(:mod:`resizer.pinning`), with the sized-scope MAC instead of the admission one. A pod that
-carries the webhook's own verified sized record (its answer, called again after a later webhook
-changed the pod) is decided on the values its author wrote, the recorded originals
-(:func:`resizer.admitted_originals`), and patched from what it is now. A pod two of whose
-resizable containers would share an ``original-*`` key is allowed unstamped, forged keys stripped
-(``CollidingContainerKeys``). Any unexpected exception allows the pod unchanged (our bug must
-never block pod creation) with ``InternalError``; a failure of the sizing alone leaves the pod
-stamped only.
+Every review answer is ``allowed: true``. An eligible pod CREATE gets a JSONPatch setting the
+``original-*`` annotations the core (:mod:`resizer`) computes; every CREATE loses the
+controller-owned annotations the client sent (a copied manifest must not carry stale state, a
+tenant must not pick its own baseline). With a sizing context (``--size-at-admission``) a pod
+whose node type is known is also given its size (:mod:`resizer.pinning`). A pod carrying our own
+verified sized record (the webhook reinvoked after a later webhook changed the pod) is decided on
+the values its author wrote. Any unexpected exception allows the pod unchanged
+(``InternalError``): our bug must never block pod creation.
 """
 
 from __future__ import annotations
@@ -98,8 +87,7 @@ class Sizing(enum.StrEnum):
 
 
 class SizingNote(NamedTuple):
-    """Sizing at admission of a review, for its log line and metrics: ``text`` is the plan's
-    summary (SIZED, WOULD_RESIZE), why it is held (HELD) or the error (ERROR)."""
+    """Sizing at admission of a review: ``text`` is the plan's summary, why it is held, or the error."""
 
     result: Sizing
     text: str
@@ -120,8 +108,7 @@ class Review(NamedTuple):
 
 
 class Context(NamedTuple):
-    """What a decision depends on besides the review: the keys signing the originals, the
-    namespaces excluded by name, and what sizing at admission needs (None: stamp only)."""
+    """What a decision depends on besides the review (``sizing`` None: stamp only)."""
 
     keyring: resizer.KeyRing = resizer.EMPTY_KEYRING
     scope: NamespaceScope | None = None
@@ -134,10 +121,9 @@ _NO_ORIGINALS: Mapping[str, str] = {}  # shared, never mutated
 class Answer(NamedTuple):
     """The webhook's answer to one request, and what its metrics and log line say.
 
-    ``status`` 200 answers ``allowed: true`` for ``uid`` with ``patch`` (base64 JSONPatch, None:
-    none) and ``warnings``; 400/413 refuse the request (``error`` says why); 503 is the overload
-    answer without a uid. ``reviewed``: a review was parsed and decided, so its log line has the
-    pod's fields (``pod``, ``namespace``, ``owner``, ``originals``) whatever the outcome."""
+    ``status`` 200 answers ``allowed: true`` for ``uid`` with ``patch`` (base64 JSONPatch) and
+    ``warnings``; 400/413 refuse the request; 503 is the overload answer without a uid.
+    ``reviewed``: a review was decided, so its log line has the pod's fields."""
 
     status: int
     uid: str
@@ -158,26 +144,18 @@ class Answer(NamedTuple):
 
 
 # JSON objects + arrays in one review beyond which it is not parsed (answered "allowed, no
-# patch", as under overload). A pod of MAX_STAMPED_CONTAINERS (256) containers, each with
-# resources, ports, probes, a few mounts and twenty env vars, has ~10,000. Parsing time and
-# memory grow with objects, not bytes: a 4 MiB review of tiny objects parses to many times its
-# size. Counted where the review is decided, off the event loop: counting on the loop, chunk
-# by chunk as the body arrived, held every other review up.
+# patch"): parsing time and memory grow with objects, not bytes. Counted where the review is
+# decided, off the event loop, never chunk by chunk on it.
 MAX_JSON_CONTAINERS = 20_000
 TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
 _UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')
 _UID_SEARCH_BYTES = 64 * 1024
-# Pods with more spec containers are admitted with forged keys stripped but unstamped:
-# every container's originals cost CPU to compute, sign and patch when not memoised (a
-# review worker's time), and a few hundred containers' originals would not fit the 256 KiB
-# annotation limit anyway.
+# Pods with more spec containers are admitted unstamped (forged keys stripped): their originals
+# cost a worker's CPU and would not fit the 256 KiB annotation limit anyway.
 MAX_STAMPED_CONTAINERS = 256
-# A review decided on the webhook's event loop holds every other review up meanwhile, so
-# only reviews that cost well under a millisecond are decided there (the caller checks the
-# byte bounds before parsing, handle_review_inline the rest); the bounds follow what parsing
-# per JSON value, originals per unmemoised container and stripping per forged key cost
-# (docs/performance.md). Costlier reviews are decided by a review worker (app.worker), else
-# one at a time in the large lane (app.server).
+# A review decided on the event loop holds every other review up, so only reviews well under a
+# millisecond are decided there (docs/performance.md): the caller checks the byte bounds before
+# parsing, handle_review_inline the rest. Costlier ones go to a review worker (app.worker).
 INLINE_MAX_BYTES = 16 * 1024
 INLINE_MAX_VALUES = 2048  # commas: JSON values after the first of each object/array
 INLINE_MAX_CONTAINERS = 4  # spec.containers whose originals are not memoised
@@ -189,15 +167,10 @@ _b64 = base64.b64encode
 
 
 # -- memo of the core's originals ---------------------------------------------------
-# resizer.originals_from_spec_annotations parses and canonicalises every quantity
-# exactly (Fractions), most of a request's CPU. Its result depends only on each spec
-# container's name and resources (its contract: "the spec as it is now";
-# tests/unit/test_webhook_review.py checks that varying anything else leaves it
-# unchanged), and replicas of one workload share those, so the result is memoised on
-# exactly that projection.
-# The rules stay in the core: a miss calls it, a hit returns what it returned.
-# Every cache here is bounded in bytes (keys and values as counted by
-# ByteBoundedCache), whatever the input; huge pods are answered without caching.
+# resizer.originals_from_spec_annotations (exact Fraction arithmetic) is most of a request's
+# CPU. Its result depends only on the containers' names and resources (checked by
+# tests/unit/test_webhook_review.py), which replicas of one workload share: it is memoised on
+# that projection. Every cache here is bounded in bytes whatever the input.
 _ORIGINALS_KEY_MAX = 4096  # bytes of key; bigger pods are not memoised
 _ENTRY_OVERHEAD = 200  # bytes a dict entry and its objects cost beyond the counted text
 
@@ -242,12 +215,10 @@ _originals_cache = ByteBoundedCache(2 * 1024 * 1024)
 
 def originals_of(pod: dict[str, Any]) -> dict[str, str]:
     """``resizer.originals_from_spec_annotations(pod)``, memoised. Treat the result as read-only."""
-    result, _ = _originals_and_key(pod)
-    return result
+    return _originals_and_key(pod)[0]
 
 
 def _originals_and_key(pod: dict[str, Any]) -> tuple[dict[str, str], bytes | None]:
-    """The originals and the memo key they are cached under (None: not cacheable)."""
     key = _memo_key(pod.get("spec"))
     hit = _originals_cache.get(key) if key is not None else None
     if hit is not None:
@@ -280,20 +251,15 @@ def _encode(ops: list[dict[str, Any]]) -> str:
     return _b64(_DUMPS(ops)).decode("ascii")
 
 
-# The common case, a pod straight from its controller (no controller-owned
-# annotation yet), gets the same patch as every replica of its workload: all
-# ``add``s (the originals and their admission-scope MAC), plus creating the map
-# when absent. That encoded patch is memoised on the originals' memo key, what
-# the MAC binds (the replicas of one workload share both) and the signing key's
-# content (a key recreated under the same id must never get the old key's MAC).
+# A pod straight from its controller (no controller-owned annotation yet) gets the same patch
+# as every replica of its workload, memoised on the originals' memo key, what the MAC binds and
+# the signing key's content (a key recreated under the same id must never get the old key's MAC).
 _fresh_patch_cache = ByteBoundedCache(2 * 1024 * 1024)
 
 
 def fresh_patch(stamp: dict[str, str], create_map: bool, memo_key: bytes | None = None) -> str:
-    """Base64 JSONPatch stamping ``stamp`` on a pod with no controller-owned annotation.
-
-    ``memo_key`` must identify ``stamp`` exactly (None: not memoised).
-    """
+    """Base64 JSONPatch stamping ``stamp`` on a pod with no controller-owned annotation;
+    ``memo_key`` must identify ``stamp`` exactly (None: not memoised)."""
     key = (memo_key, create_map)
     encoded: str | None = _fresh_patch_cache.get(key) if memo_key is not None else None
     if encoded is None:
@@ -304,17 +270,12 @@ def fresh_patch(stamp: dict[str, str], create_map: bool, memo_key: bytes | None 
 
 
 def build_patch(annotations: Any, originals: dict[str, str]) -> list[dict[str, Any]]:
-    """JSONPatch ops turning ``annotations`` into one whose controller-owned keys are exactly ``originals``.
-
-    ``annotations`` is the pod's ``metadata.annotations`` (None when absent).
-    Keys already holding the wanted value produce no op, so a reinvocation on a
-    stamped pod yields an empty list. ``add`` on an existing member replaces it.
-    """
+    """JSONPatch ops turning ``annotations`` (None: absent) into a map whose controller-owned keys
+    are exactly ``originals``; keys already holding the wanted value produce no op."""
     ops: list[dict[str, Any]] = []
     if not isinstance(annotations, dict):
         if not originals:
             return ops
-        # Absent (or null) map: create it, then add into it.
         ops.append({"op": "add", "path": _ANNOTATIONS_PATH, "value": {}})
         annotations = {}
     else:
@@ -343,10 +304,9 @@ def too_large(limit: int) -> Answer:
 
 
 def undecided(head: bytes, why: str, reason: Reason = Reason.OVERLOADED) -> Answer:
-    """The answer to a review not decided (overload, too many objects, a review worker's fault):
-    allowed without a patch for the uid found in the first 64 KiB of ``head`` (the reconciler
-    captures the originals from the spec later, as when the webhook is down); without a
-    findable uid, 503, which ``failurePolicy: Ignore`` admits."""
+    """The answer to a review not decided: allowed without a patch for the uid found in the first
+    64 KiB of ``head`` (the reconciler captures the originals later); without a findable uid, 503,
+    which ``failurePolicy: Ignore`` admits."""
     match = _UID.search(head, 0, _UID_SEARCH_BYTES)
     if match is None:
         return Answer(503, "", Decision.SKIPPED, reason, error=why, reviewed=False)
@@ -377,12 +337,9 @@ def handle_review(
     scope: NamespaceScope | None = None,
     sizing: SizingContext | None = None,
 ) -> Answer:
-    """Decide on one AdmissionReview; never raises. ``keyring`` signs the originals (none: unsigned).
-    Pods in a namespace ``scope`` excludes by name are skipped (``NamespaceExcluded``; forged
-    controller-owned keys still stripped): the apiserver applies the label part of the scope
-    through the webhook configuration's namespaceSelector. A body of more than
-    ``MAX_JSON_CONTAINERS`` brackets is not parsed (an upper bound: brackets inside strings count
-    too)."""
+    """Decide on one AdmissionReview; never raises. ``scope`` excludes namespaces by name only (the
+    apiserver applies its label part through the webhook configuration's namespaceSelector). A
+    body of more than ``MAX_JSON_CONTAINERS`` brackets (strings' too) is not parsed."""
     if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
         return undecided(body, TOO_MANY_OBJECTS)
     review = parse(body)
@@ -395,10 +352,8 @@ def handle_review_inline(
     scope: NamespaceScope | None = None,
     sizing: SizingContext | None = None,
 ) -> Answer | None:
-    """:func:`handle_review` for the event loop: None, without deciding, when the review is
-    too costly to decide there (more than ``INLINE_MAX_ANNOTATIONS`` annotations, or more
-    than ``INLINE_MAX_CONTAINERS`` containers whose originals are not memoised); the caller
-    decides it elsewhere. ``sizing``: what sizing at admission needs (None: stamp only)."""
+    """:func:`handle_review` for the event loop: None, without deciding, when the review is too
+    costly to decide there (:func:`_costly`); the caller decides it elsewhere."""
     document = _load(body)
     if isinstance(document, Answer):
         return document
@@ -445,9 +400,7 @@ def _review_of(document: dict[str, Any], body_size: int) -> Review | Answer:
     if not create or not _is_pod(request) or not isinstance(obj, dict):
         return Review(uid, False, _str(request.get("name")), namespace, {}, None, None, body_size)
     metadata = obj.get("metadata")
-    if not isinstance(metadata, dict):
-        # The apiserver always sends metadata; without it no owner and no
-        # annotations map could be patched, so there is nothing to do.
+    if not isinstance(metadata, dict):  # (the apiserver always sends it): nothing to patch
         return Review(uid, True, _str(request.get("name")), namespace, obj, None, None, body_size)
     annotations = metadata.get("annotations")
     return Review(
@@ -475,8 +428,7 @@ def _str(value: Any) -> str:
 
 
 def _costly(document: dict[str, Any]) -> bool:
-    """Whether the review is too costly for the event loop (counted on the document as sent: a
-    review declined here is parsed and validated where it is decided)."""
+    """Whether the review is too costly for the event loop (counted on the document as sent)."""
     request = document.get("request")
     pod = request.get("object") if isinstance(request, dict) else None
     if not isinstance(pod, dict):
@@ -489,7 +441,8 @@ def _costly(document: dict[str, Any]) -> bool:
         return False
     containers = spec.get("containers")
     if isinstance(containers, list) and len(containers) > INLINE_MAX_CONTAINERS:
-        return not _originals_memoised(spec)  # replicas of a workload stay cheap
+        key = _memo_key(spec)  # replicas of a workload stay cheap
+        return key is None or _originals_cache.get(key) is None
     return False
 
 
@@ -520,12 +473,9 @@ def _decide(review: Review, context: Context) -> Answer:
 
     # (Decoded text is never longer than its JSON: a review under the limit cannot hold more.)
     if review.body_size > podstate.TOTAL_ANNOTATION_SIZE_LIMIT and annotations is not None and _oversized(annotations):
-        # The apiserver rejects this pod anyway (annotations over 256 KiB, checked after
-        # admission): answer at once instead of building a patch as large as the input.
+        # The apiserver rejects this pod anyway: answer at once, not with a patch as large as the input.
         return Answer(200, uid, Decision.SKIPPED, Reason.ANNOTATIONS_TOO_LARGE, None, (), name, namespace)
-    # Our own sized answer, called again after a later webhook changed the pod: decided on the
-    # pod its author wrote, the patch computed against the pod as sent.
-    # (A pod straight from its controller carries no controller-owned key: one pass over its keys.)
+    # Our own sized answer, reinvoked: decided on the pod its author wrote, patched as sent.
     carries_owned = annotations is not None and any(map(podstate.is_controller_owned_key, annotations))
     authored = _as_authored(obj, carries_owned, namespace, keyring)
     scope = context.scope
@@ -536,8 +486,7 @@ def _decide(review: Review, context: Context) -> Answer:
     verdict = resizer.eligibility(obj)
     owner = f"{verdict.owner_kind}/{verdict.owner_name or ''}" if verdict.owner_kind else ""
     if not verdict.eligible:
-        # Controller-owned keys go on every CREATE, eligible or not: a pod admitted
-        # ineligible (skip annotation, odd owner) may become eligible later.
+        # Controller-owned keys go on every CREATE: an ineligible pod may become eligible later.
         return _stripped(review, _REASON_OF[verdict.reason], owner, authored)
 
     spec = obj.get("spec")
@@ -550,7 +499,7 @@ def _decide(review: Review, context: Context) -> Answer:
         originals, memo_key = _originals_and_key(subject)
     except resizer.KeyCollisionError as error:  # never one baseline for two containers
         return _stripped(review, Reason.COLLIDING_CONTAINER_KEYS, owner, authored, str(error))
-    # The baseline authority's rule at admission: the spec authored is the baseline, whatever the pod carries.
+    # The baseline authority's rule: the spec authored is the baseline, whatever the pod carries.
     stamp = resizer.admission_stamp(subject, namespace, keyring, originals)
     if memo_key is not None and podstate.carries_mac(stamp):
         identity = resizer.PodIdentity.of(subject, namespace, "admission")
@@ -596,9 +545,8 @@ def _decide(review: Review, context: Context) -> Answer:
             note = outcome
     fresh = fresh_patch(stamp, annotations is None, memo_key) if stamp and not carries_owned else None
     if stamp and not _fits(review.body_size, existing, stamp, fresh):
-        # Stamping would push the pod over the apiserver's annotation size limit and so
-        # block its creation. Admit it unstamped (forged keys still stripped); the
-        # reconciler will not resize a pod whose originals cannot be recorded.
+        # Stamping would push the pod over the annotation size limit and block its creation:
+        # admitted unstamped (the reconciler will not resize a pod without originals).
         return _stripped(review, Reason.ANNOTATIONS_TOO_LARGE, owner, authored, sizing=note)
     if fresh is not None:
         return stamped(Decision.PATCHED, Reason.ELIGIBLE, fresh)
@@ -608,15 +556,13 @@ def _decide(review: Review, context: Context) -> Answer:
     return stamped(Decision.PATCHED, Reason.ELIGIBLE, _encode(ops))
 
 
-# The annotations' bytes as the size limit counts them (a value that is not a string by its str())
-# are at most 4.5 times their JSON text (1e15 is 1000000000000000.0), so at most 5 times the
-# review's; the stamp's are at most its patch's (the base64 of JSON ops holding every key and
-# value). Within the limit together, they need no exact count.
+# The annotations' bytes as the size limit counts them (a non-string value by its str()) are at
+# most 4.5 times their JSON text (1e15 is 1000000000000000.0), the stamp's at most its patch's:
+# within the limit together, they need no exact count.
 _TEXT_GROWTH = 5
 
 
 def _fits(body_size: int, annotations: dict[str, Any], stamp: dict[str, str], patch: str | None) -> bool:
-    """Whether the pod's annotations with ``stamp`` (its ``patch``, if built) stay within the limit."""
     if patch is not None and _TEXT_GROWTH * body_size + len(patch) <= podstate.TOTAL_ANNOTATION_SIZE_LIMIT:
         return True
     return podstate.fits_annotation_limit(annotations, stamp)
@@ -630,8 +576,7 @@ def _stripped(
     error: str = "",
     sizing: SizingNote | None = None,
 ) -> Answer:
-    """Allowed unstamped, with the patch removing every client-supplied controller-owned key and
-    putting the authored values back (none when there is nothing to change)."""
+    """Allowed unstamped, the client's controller-owned keys removed, the authored values put back."""
     annotations = review.annotations
     stripped = build_patch(annotations, {}) if annotations is not None else []
     ops = stripped + _restoring(review.pod, authored)
@@ -656,9 +601,8 @@ def _stripped(
 
 
 class Sized(NamedTuple):
-    """The pod's size for the node type it is pinned to: the ops setting it, the annotations to
-    stamp with them (originals, record, sized-scope MAC), the node type, the plan's summary and
-    the sized spec's values (``originals_from_spec_annotations`` form)."""
+    """The pod's size for its pinned node type: the ops setting it, the annotations to stamp with
+    them (originals, record, sized-scope MAC), and the sized spec's values."""
 
     ops: tuple[dict[str, Any], ...]
     stamp: dict[str, str]
@@ -667,10 +611,8 @@ class Sized(NamedTuple):
     values: dict[str, str]
 
 
-# What sizing at admission came to: Sized; a SizingNote when held (an updating VerticalPodAutoscaler
-# may manage the pod, :func:`resizer.vpa.admission_vpa_hold`, or :func:`resizer.admission_hold`
-# says why) or when sizing raised (our bug or an odd spec: stamped only, as without sizing);
-# NOT_SIZED when not determined at admission (no node type pinned, or nothing to change).
+# Sized; a SizingNote when held or when sizing raised (stamped only); NOT_SIZED when no node type
+# is pinned or there is nothing to change.
 SizingOutcome = Sized | SizingNote | tuple[()]
 NOT_SIZED: tuple[()] = ()
 
@@ -686,16 +628,15 @@ def _sized_at_admission(
     if hit is None:
         try:
             hit = _size(pod, namespace, keyring, originals, sizing)
-        except Exception as exc:  # our bug or an odd spec: the pod is stamped as today
+        except Exception as exc:  # our bug or an odd spec: the pod is stamped only
             return SizingNote(Sizing.ERROR, repr(exc))
         if key is not None:
             _sized_cache.put(key, hit, len(key) + len(_DUMPS(tuple(hit))))
     return hit
 
 
-# The sized patch of replicas of one workload is the same: memoised on the whole pod as sent
-# (every field any rule may read), the namespace, the signing key and the sizing context's
-# version (node labels and config). Pods too large to key are decided unmemoised.
+# Replicas of one workload get the same sized patch: memoised on the whole pod as sent (any rule
+# may read any field), the namespace, the signing key and the sizing context's version.
 _sized_cache = ByteBoundedCache(2 * 1024 * 1024)
 _SIZED_KEY_MAX = 16 * 1024
 
@@ -711,7 +652,6 @@ def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, si
 def _size(
     pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, originals: dict[str, str], sizing: SizingContext
 ) -> SizingOutcome:
-    """The pod's sizing at admission."""
     node_type = resizer.pinned_node_type(pod, sizing.nodes, sizing.config, sizing.label)
     if node_type is None:
         return NOT_SIZED
@@ -729,16 +669,10 @@ def _size(
     return Sized(tuple(decided.ops), stamp, node_type, decided.plan.summary(), dict(decided.sized))
 
 
-def _originals_memoised(spec: dict[str, Any]) -> bool:
-    key = _memo_key(spec)
-    return key is not None and _originals_cache.get(key) is not None
-
-
 def _memo_key(spec: Any) -> bytes | None:
-    """What the originals of a spec depend on: the names and resources of the containers and of
-    the restartable init containers (sidecars, which have originals too), and the pod level
-    (spec.resources). None: not memoised (an odd shape, or unusually many containers: not worth
-    the memory)."""
+    """What the originals of a spec depend on: the names and resources of the containers, of the
+    sidecars (restartable init containers) and of the pod level. None: an odd shape, or too large
+    to be worth memoising."""
     try:
         key = [(c["name"], c.get("resources")) for c in spec["containers"]]
         sidecars = [
@@ -769,10 +703,9 @@ AUTHORED_FROM_RECORD = "sized-at-admission"  # the ``authoredFrom`` log field: t
 def _as_authored(
     obj: dict[str, Any], carries_owned: bool, namespace: str, keyring: resizer.KeyRing
 ) -> dict[str, Any] | None:
-    """The pod as its author wrote it when ``obj`` carries our own sized record, verified by the
-    baseline authority (:func:`resizer.admitted_originals`); None for any other pod (a pod without
-    controller-owned keys is not read further). With ``reinvocationPolicy: IfNeeded`` the apiserver
-    calls the webhook again with its own answer after a later webhook changed the pod."""
+    """The pod as its author wrote it when ``obj`` carries our own sized record, verified by
+    :func:`resizer.admitted_originals`; None for any other pod. (``reinvocationPolicy: IfNeeded``:
+    the apiserver calls the webhook again with its own answer after a later webhook changed it.)"""
     if not carries_owned or not keyring or podstate.read_state(obj).sized_at_admission is None:
         return None
     originals = resizer.admitted_originals(obj, namespace, keyring, originals_of(obj))
@@ -784,7 +717,7 @@ def _authored_from(authored: dict[str, Any] | None) -> str:
 
 
 def _restoring(obj: dict[str, Any], authored: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The ops putting the authored values back into the pod as sent (none for a pod as authored)."""
+    """The ops putting the authored values back into the pod as sent."""
     if authored is None:
         return []
     return resizer.values_patch(obj, resizer.originals_from_spec_annotations(authored))
