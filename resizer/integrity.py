@@ -1,59 +1,43 @@
 """Tamper-evident originals: an HMAC over the baseline values and the pod's identity.
 
-The ``original-*`` annotations are the baseline every resize is computed from, so
-whoever can choose them can make the reconciler raise a pod with its own
-credentials. Their integrity rests on two facts:
+The ``original-*`` annotations are the baseline every resize is computed from, so whoever can
+choose them can make the reconciler raise a pod with its own credentials. Their integrity rests on
+a MAC (the ``originals-mac`` annotation) that only the webhook and the reconciler can compute (key
+ring from a Secret both mount) over every ``original-*`` key and value of the pod plus what
+identifies the pod and its controller; and on ``metadata.generation``, which the apiserver sets to
+1 at creation and bumps on every spec change (a resize included) and no client can set: a pod at
+generation 1 still has exactly the spec its author wrote.
 
-* a MAC (the ``originals-mac`` annotation) that only the webhook and the
-  reconciler can compute (key ring from a Secret both mount), over every
-  ``original-*`` key and value of the pod plus what identifies the pod and its
-  controller;
-* ``metadata.generation``, which the apiserver sets to 1 at creation and bumps on
-  every spec change (a resize included) and no client can set: a pod at
-  generation 1 still has exactly the spec its author wrote.
+Three scopes of MAC, because the webhook does not know a generated pod's name or any pod's uid:
 
-Two scopes of MAC, because the webhook does not know a generated pod's name or
-any pod's uid:
+``admission`` (written by the webhook): namespace, the name as sent (empty for ``generateName``
+    pods), ``generateName`` and the controller reference (kind, apiVersion, name, uid). Siblings of
+    one ReplicaSet share it, and a made-up AdmissionReview obtains one for any values (the webhook
+    signs whatever it is sent): so such originals are only trusted where they cannot raise
+    anything, equal to the spec of a never-changed pod. On a changed pod they may only explain a
+    spec already at their plan, even where they equal it (a tenant can mint the values of a spec
+    the product resized). A pod whose spec changes before the reconciler can bind it (a scheduling
+    gate removed) gets its originals bound at generation 1 instead (:func:`early_binding`).
+``pod`` (written by the reconciler, steps 1 and 3, or by :func:`early_binding`): also the pod's
+    name and uid, so it verifies on that one pod only. The webhook never signs it, whatever a
+    review asks: anything it signs can be minted through a made-up review.
+``sized`` (written by the webhook when it sized the pod at CREATE, :mod:`resizer.pinning`): the
+    admission identity over the originals, the ``sized-at-admission`` record AND the spec values
+    it wrote. It verifies only while the spec holds exactly those values, and on a never-changed
+    pod it is trusted although the originals differ from the spec: whoever mints one through a
+    made-up review gets exactly the pod an honest author who wrote those originals with that pin
+    gets (docs/security.md). The reconciler binds the originals with a pod MAC at once.
 
-``admission`` (written by the webhook): namespace, the name as sent (empty for
-    ``generateName`` pods), ``generateName`` and the controller reference (kind,
-    apiVersion, name, uid). Siblings of one ReplicaSet share it, so a copy onto a
-    look-alike pod verifies, and a made-up AdmissionReview obtains one for any values (the
-    webhook signs whatever it is sent): that is why such originals are only trusted where
-    they cannot raise anything: equal to the spec of a never-changed pod. On a changed pod
-    they may only explain a spec already at their plan, even where they equal it (a tenant
-    mints the values of a spec the product resized: trusted, each resize would start from the
-    last one). A pod whose spec changes before the reconciler can bind it (a scheduling gate
-    removed) gets its originals bound at generation 1 instead (:func:`early_binding`).
-``pod`` (written by the reconciler, steps 1 and 3, or at generation 1 by :func:`early_binding`):
-    also the pod's name and uid, so it verifies on that one pod only. Only the reconciler,
-    which reads the real pod, signs it: the webhook never does, whatever a review asks, since
-    anything it signs can be minted through a made-up review.
-``sized`` (written by the webhook when it sized the pod at CREATE for a node type known
-    then, :mod:`resizer.pinning`): the admission identity over the originals, the
-    ``sized-at-admission`` record AND the spec values it wrote (the spec's values of the keys
-    the originals have). It verifies only while the spec still holds exactly those values, and
-    on a never-changed pod (generation 1) it is trusted although the originals differ from the
-    spec: whoever mints such a MAC through a made-up review gets exactly the pod an honest
-    author who wrote those originals with that pin gets, and every later size is computed from
-    the originals, as for that author (docs/security.md). The reconciler binds the originals with a pod MAC at once, so
-    trust no longer depends on generation 1.
+Pod-level (``original-pod-*``) and sidecar originals came later: a pod stamped before lacks them.
+Under a pod MAC a missing key means that value was never resized by us, and on a never-changed pod
+an admission MAC over originals equal to the spec except for those keys is trusted; either way
+their baseline is the spec, recorded (with a pod MAC over every key) at step 1 before any resize.
 
-Pod-level originals (``original-pod-*``) came later: a pod stamped before carries none.
-Under a pod MAC a missing pod-level key means the pod level was never resized by us, and on
-a never-changed pod an admission MAC over originals that equal the spec except for the
-missing pod-level keys is trusted; either way the pod level's baseline is the spec, recorded
-(signed with a pod MAC over every key) at step 1 before any resize.
-
-:func:`baseline` is the product's one baseline authority: the reconciler, ``plan``,
-``restore`` and the re-alignment check all take the values they may scale from (or put
-back) from it, and nothing unsigned vouches for anything (the resize-state annotation
-included). An admission-scope (or sized) MAC can be minted for any values through a made-up
-AdmissionReview, so it is only ever trusted where the spec itself is the baseline (or, sized,
-holds exactly the sized values) and never changed; only a pod MAC (or this process's own memory
-of a resize it requested) vouches for originals on a changed pod. Signing and key rotation are
-in :class:`KeyRing` (verify with any key, sign with the newest). No I/O: the keys are read by
-the processes (``ops.keys``).
+:func:`baseline` is the one baseline authority: the reconciler, ``plan``, ``restore`` and the
+re-alignment check take what they may scale from (or put back) from it, and nothing unsigned
+vouches for anything (the resize-state annotation included); only a pod MAC (or this process's
+own memory of a resize it requested) vouches for originals on a changed pod. :class:`KeyRing`
+verifies with any key and signs with the newest. No I/O: the processes read the keys (``ops.keys``).
 """
 
 from __future__ import annotations
@@ -131,14 +115,10 @@ class KeyRingError(ResizerError):
 
 @dataclass(frozen=True)
 class KeyRing:
-    """HMAC-SHA256 keys by id. Verification accepts any; signing uses the newest.
-
-    "Newest" is the greatest key id in natural order: ids are compared run by run,
-    a run of digits as a number and any other run as text (so ``k10`` > ``k9`` and
-    ``2026-11-23`` > ``2026-9-30``); ids that compare equal that way (``k01``,
-    ``k1``) are ordered as plain strings. Ids should therefore count up with age
-    (e.g. ``k20261127000214``, as the reconciler generates them): rotating is adding a greater id, retiring is
-    removing an old one.
+    """HMAC-SHA256 keys by id. Verification accepts any; signing uses the newest: the greatest id
+    in natural order (runs of digits compared as numbers, so ``k10`` > ``k9``; ids equal that way,
+    ``k01`` and ``k1``, as plain strings). Ids count up with age, as the reconciler generates
+    them: rotating is adding a greater id, retiring is removing an old one.
     """
 
     keys: Mapping[str, bytes]
@@ -257,13 +237,11 @@ def check_originals(
 ) -> OriginalsCheck:
     """May the product trust this pod's ``original-*`` annotations?
 
-    ``spec_originals`` is ``originals_from_spec_annotations(pod)`` (the spec as it is now);
-    None: computed only if the verdict depends on it (a pod MAC that verifies does not).
-    ``vouched``: the ``original-*`` annotations this process verified and resized the pod
-    from (its memory of a resize in flight); they vouch only while the pod still carries
-    exactly those. Raises :class:`OriginalsError` / :class:`QuantityError` for a spec it
-    cannot read, and :class:`KeyCollisionError` for a pod two of whose containers map to one
-    ``original-*`` key, whatever its MAC (:func:`resizer.originals.original_keys`).
+    ``spec_originals``: ``originals_from_spec_annotations(pod)``, computed only if the verdict
+    depends on it when None. ``vouched``: the originals this process verified and resized the pod
+    from (a resize in flight); they vouch only while the pod carries exactly those. Raises
+    :class:`OriginalsError` / :class:`QuantityError` for a spec it cannot read, and
+    :class:`KeyCollisionError` when two containers map to one key, whatever the MAC.
     """
     original_keys(pod)
     verdict = _check(pod, keyring, spec_originals)
@@ -361,22 +339,20 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
 
 
 def _late_keys(pod: Mapping[str, Any]) -> frozenset[str]:
-    """The ``original-*`` keys older versions did not stamp: the pod level's and the sidecars'."""
+    """The ``original-*`` keys older versions did not stamp."""
     return pod_level_keys() | sidecar_original_keys(pod)
 
 
 def _equal_or_upgraded(pod: Mapping[str, Any], originals: Mapping[str, str], spec: Mapping[str, str]) -> bool:
-    """Every recorded key equals the spec and only keys older versions did not stamp are missing
-    (:func:`_late_keys`): what a pod stamped before they were recorded carries (trusted only on a
-    never-changed pod)."""
+    """Every recorded key equals the spec and only :func:`_late_keys` are missing: what a pod
+    stamped before those were recorded carries."""
     return all(spec.get(key) == value for key, value in originals.items()) and set(spec) - set(originals) <= _late_keys(
         pod
     )
 
 
 def _lost_key(parsed: Mac | None, keyring: KeyRing) -> str | None:
-    """The key id a MAC of the form we write names when the ring lacks it (no ring at all
-    included), else None."""
+    """The key id a MAC of the form we write names when the ring lacks it, else None."""
     if (
         parsed is None
         or not _KEY_ID.fullmatch(parsed.key_id)
@@ -449,12 +425,10 @@ def _text(value: Any) -> str:
 class Baseline:
     """The baseline authority's decision: what the product may scale from, and why.
 
-    ``pod`` is the pod to plan from (recaptured: its ``original-*`` annotations
-    removed, so the spec is the baseline); ``stamp`` is the annotations merge patch of
-    step 1 (None: nothing to write), ``None`` values deleting rejected keys. A trusted
-    pod stamped before pod-level or sidecar originals were recorded gets a stamp too: those
-    originals, from the spec (older versions never sized them, so the spec is their
-    baseline), with a pod MAC over all of them, so they are recorded before anything is resized.
+    ``pod`` is the pod to plan from (recaptured: its ``original-*`` annotations removed, so the
+    spec is the baseline); ``stamp`` is the annotations merge patch of step 1 (None: nothing to
+    write), ``None`` values deleting rejected keys. A trusted pod stamped before pod-level or
+    sidecar originals were recorded gets those from the spec, with a pod MAC over all of them.
     """
 
     check: OriginalsCheck
@@ -509,12 +483,10 @@ def baseline(
 def early_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
     """The annotations merge patch that binds a never-changed pod's originals to it with a pod MAC
     before its spec changes by something other than a resize of ours (a scheduling gate removed:
-    generation 2 before the pod can be bound to a node, when admission-signed originals would no
-    longer vouch for anything). What step 1 writes when it writes anything (a re-capture from the
-    spec of a pod that has no originals, the sized record's binding), else a pod MAC over the
-    originals the authority trusts. None: nothing to bind (changed already, bound already, no key to
-    sign with, or originals the authority does not trust: rejected ones are replaced by step 1 of a
-    bound pod, which reports it). Raises as :func:`check_originals` does."""
+    generation 2 before binding, when admission-signed originals would no longer vouch for
+    anything): step 1's stamp when it has one, else a pod MAC over the trusted originals. None:
+    changed or bound already, no key, or originals the authority does not trust (step 1 of the
+    bound pod replaces and reports them). Raises as :func:`check_originals` does."""
     if (pod.get("metadata") or {}).get("generation") != 1 or not keyring:
         return None
     decided = baseline(pod, keyring)
@@ -528,9 +500,8 @@ def early_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | N
 
 def _sized_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None]:
     """Step 1 of a pod trusted by its sized record (so never changed): its originals bound to it
-    with a pod MAC, with the spec's values that have no original recorded (a container another
-    webhook added after the webhook's last call: as created, never sized by us, the apiserver calls
-    a webhook again at most once), so no container is ever left without originals."""
+    with a pod MAC, with the spec's values that have none (a container a later webhook added: never
+    sized by us), so no container is ever left without originals."""
     missing = missing_original_annotations(pod)
     return {**missing, **pod_mac(pod, keyring, missing)}
 
@@ -564,12 +535,10 @@ def admitted_originals(
     pod: Mapping[str, Any], namespace: str, keyring: KeyRing, spec_originals: Mapping[str, str] | None = None
 ) -> dict[str, str] | None:
     """The ``original-*`` annotations of a pod at admission that carries the webhook's own sized
-    record, verified as the webhook wrote it (:func:`sized_stamp`: the admission identity with the
-    request's ``namespace`` and the name as sent or empty, the originals, the record and the spec's
-    values of the keys the originals have); None for any other pod. Such a pod is the webhook's
-    own answer, called again (``reinvocationPolicy: IfNeeded``) after a later mutating webhook
-    changed it: its author wrote the originals, not the spec's sized values. ``spec_originals``:
-    ``originals_from_spec_annotations(pod)`` if known."""
+    record, verified as :func:`sized_stamp` wrote it; None for any other pod. Such a pod is the
+    webhook's own answer, called again (``reinvocationPolicy: IfNeeded``) after a later mutating
+    webhook changed it: its author wrote the originals, not the spec's sized values.
+    ``spec_originals``: ``originals_from_spec_annotations(pod)`` if known."""
     state = read_state(pod)
     record, parsed = state.sized_at_admission, state.mac
     if record is None or parsed is None or parsed.scope != "sized":
@@ -629,8 +598,7 @@ def pod_mac(pod: Mapping[str, Any], keyring: KeyRing, added: Mapping[str, str] |
 
 
 def pod_mac_stand_in(keyring: KeyRing) -> dict[str, str]:
-    """A MAC patch of exactly :func:`pod_mac`'s size, without computing a MAC (what a size check
-    needs)."""
+    """A MAC patch of exactly :func:`pod_mac`'s size, for a size check, without computing a MAC."""
     key_id = keyring.newest
     if key_id is None:
         return {}
