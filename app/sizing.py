@@ -1,14 +1,11 @@
-"""What the webhook needs to size pods at admission: the node types and the config, from watches.
+"""What the webhook needs to size pods at admission, from watches.
 
-:class:`ClusterView` lists and watches the nodes (their node-type label only) and the config
-ConfigMap, the LimitRanges (a size one would refuse is not given at CREATE) and, where their CRD
-is served, the VerticalPodAutoscalers (a pod an updating one may manage is not sized), through
-``kube`` (the product's Kubernetes client: its informers, and its discovery watch, which the
-reconciler's VPA watch is too). An invalid config keeps the last good one in force, as in the
-reconciler. :class:`SizingContext` is an immutable snapshot of
-both, versioned: the review workers receive it only when its version changed, so a review never
-costs an API call nor a copy of the node table. Any failure here leaves reviews on today's path
-(stamp only): a missing view never blocks a pod.
+:class:`ClusterView` watches the nodes (their node-type label only), the config ConfigMap (an
+invalid one keeps the last good one in force), the LimitRanges (a size one would refuse is not
+given at CREATE) and, where their CRD is served, the VerticalPodAutoscalers (a pod an updating
+one may manage is not sized). :class:`SizingContext` is an immutable, versioned snapshot: the
+review workers receive it only when its version changed, so a review never costs an API call.
+Any failure here leaves pods stamped only: a missing view never blocks a pod.
 """
 
 from __future__ import annotations
@@ -109,8 +106,6 @@ class ClusterView:
         self.config_namespace = config_namespace
         self.config_name = config_name
         self.skip_vpa_managed = skip_vpa_managed
-        self._client = client
-        self._idle_timeout = idle_timeout
         self._types: dict[str, str | None] = {}
         self._config: CompiledConfig | None = None
         self._config_text = ""
@@ -151,50 +146,40 @@ class ClusterView:
 
     @property
     def context(self) -> SizingContext | None:
-        """The current snapshot (rebuilt after a change, at most once per change, and once the
-        watches have all listed)."""
-        if self._dirty or (self._context is None and self._ready()):
-            self._dirty = False
-            if not self._ready():
-                self._context = None
-            else:
-                vpas = self.vpa_discovery.informer
-                if self._vpas_changed and vpas is not None:
-                    self._vpa_index, self._vpas_changed = vpa_index(vpas.store.values()), False
-                self._version += 1
-                by_namespace: dict[str, list[dict[str, Any]]] = {}
-                for limit_range in self.limitranges.store.values():
-                    by_namespace.setdefault(str(limit_range["metadata"].get("namespace")), []).append(limit_range)
-                self._context = SizingContext(
-                    self._version,
-                    self.label,
-                    MappingProxyType(dict(self._types)),
-                    self._config_text,
-                    self._config,
-                    self.dry_run,
-                    MappingProxyType({ns: tuple(lrs) for ns, lrs in by_namespace.items()}),
-                    self._vpa_index,
-                )
+        """The current snapshot (rebuilt at most once per change, once the watches have listed)."""
+        if self._context is not None and not self._dirty:
+            return self._context
+        self._dirty = False
+        if self._config is None or not self._synced():
+            self._context = None
+            return None
+        vpas = self.vpa_discovery.informer
+        if self._vpas_changed and vpas is not None:
+            self._vpa_index, self._vpas_changed = vpa_index(vpas.store.values()), False
+        self._version += 1
+        by_namespace: dict[str, list[dict[str, Any]]] = {}
+        for limit_range in self.limitranges.store.values():
+            by_namespace.setdefault(str(limit_range["metadata"].get("namespace")), []).append(limit_range)
+        self._context = SizingContext(
+            self._version,
+            self.label,
+            MappingProxyType(dict(self._types)),
+            self._config_text,
+            self._config,
+            self.dry_run,
+            MappingProxyType({ns: tuple(lrs) for ns, lrs in by_namespace.items()}),
+            self._vpa_index,
+        )
         return self._context
 
-    def _ready(self) -> bool:
-        return (
-            self._config is not None
-            and self.nodes.synced.is_set()
-            and self.limitranges.synced.is_set()
-            and self.vpa_discovery.synced
-        )
+    def _synced(self) -> bool:
+        return self.nodes.synced.is_set() and self.limitranges.synced.is_set() and self.vpa_discovery.synced
 
     @property
     def listed(self) -> bool:
         """Every watch has listed: what the cluster holds is known (a config, or that there is
         no valid one)."""
-        return (
-            self.nodes.synced.is_set()
-            and self.limitranges.synced.is_set()
-            and self.configmaps.synced.is_set()
-            and self.vpa_discovery.synced
-        )
+        return self._synced() and self.configmaps.synced.is_set()
 
     async def run(self) -> None:
         """Watch until cancelled (the informers resume and re-list on their own)."""

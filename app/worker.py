@@ -1,13 +1,9 @@
 """Costly reviews decided in worker processes, off the event loop.
 
-Deciding a review holds the webhook's one event loop, and a small review that arrives
-meanwhile waits; threads would not help (orjson and the review code hold the GIL). So reviews
-too costly for the loop (``app.review.INLINE_MAX_*``) go to ``python -m app.worker``
-processes: the loop only pipes the body over and reads the :class:`app.review.Answer` back. A
-worker runs at SCHED_IDLE once started, so the loop (small reviews, probes) comes first, and
-dies with its parent (``PR_SET_PDEATHSIG``). :class:`ReviewWorkers` never lets a worker fault
-reach the apiserver: a worker that dies, errs or overruns the time box is replaced and the
-review answered "allowed, no patch" (:class:`WorkerFailure`, :class:`WorkersBusy`).
+Deciding a review holds the webhook's one event loop (threads would not help: orjson and the
+review code hold the GIL), so reviews too costly for it (``app.review.INLINE_MAX_*``) go to
+``python -m app.worker`` processes, at SCHED_IDLE, dying with their parent. A worker that dies,
+errs or overruns the time box is replaced and its review answered "allowed, no patch".
 Frames carry pickles written only by the parent; the review body travels as raw bytes and
 is parsed by orjson only, so pickle never sees untrusted input.
 """
@@ -28,6 +24,7 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Callable
 
@@ -70,28 +67,21 @@ class WorkersBusy(WebhookError):
 
 
 # Workers are spawned from this thread, not the event loop's: uvloop forks on the loop's
-# thread, copying the page tables of the whole heap while no review is answered (a stall an
-# attacker could trigger, one per worker replaced after a timeout); subprocess.Popen uses
-# vfork and the loop goes on meanwhile. One
-# long-lived thread, as PR_SET_PDEATHSIG follows the thread that spawned the worker.
+# thread, copying the whole heap's page tables while no review is answered (a stall an attacker
+# could trigger by timeouts); subprocess.Popen uses vfork. One long-lived thread, as
+# PR_SET_PDEATHSIG follows the thread that spawned the worker.
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="review-worker-spawner")
 
 
+@dataclass(eq=False)
 class ReviewWorker:
     """A worker process spawned by ``_SPAWNER``, its pipes as asyncio streams; one review at a time."""
 
-    def __init__(
-        self,
-        popen: subprocess.Popen[bytes],
-        stdin: asyncio.StreamWriter,
-        stdout: asyncio.StreamReader,
-        stdout_transport: asyncio.BaseTransport,
-    ) -> None:
-        self._popen = popen
-        self.stdin = stdin
-        self.stdout = stdout
-        self._stdout_transport = stdout_transport
-        self.sizing_version: int | None = None  # of the sizing context this worker holds
+    _popen: subprocess.Popen[bytes]
+    stdin: asyncio.StreamWriter
+    stdout: asyncio.StreamReader
+    _stdout_transport: asyncio.BaseTransport
+    sizing_version: int | None = None  # of the sizing context this worker holds
 
     @classmethod
     async def spawn(cls, argv: list[str], env: dict[str, str]) -> ReviewWorker:
@@ -142,8 +132,7 @@ class ReviewWorker:
         return answer
 
     async def wait(self) -> int:
-        """Its exit code, once it has exited (reaped through a pidfd, without a thread per
-        wait); its pipes are closed then."""
+        """Its exit code, once it has exited (reaped through a pidfd, not a thread per wait)."""
         try:
             return await self._exited()
         finally:
@@ -177,10 +166,9 @@ class ReviewWorker:
 
 
 class _PipeEnd:
-    """One end of a worker's pipe, for ``connect_read_pipe``/``connect_write_pipe``, closed exactly
-    once whichever event loop takes it. uvloop closes the descriptor itself and then calls the
-    file object's ``close()`` too; a second ``close(2)`` of the number can hit a descriptor the
-    spawner thread has been given meanwhile (a new worker's pipe, which then fails with EBADF).
+    """One end of a worker's pipe for ``connect_*_pipe``, closed exactly once whichever event loop
+    takes it: uvloop closes the descriptor itself and then calls ``close()`` too, and a second
+    ``close(2)`` can hit a descriptor the spawner thread was given meanwhile (a new worker's pipe).
     asyncio's own loop only calls ``close()``."""
 
     def __init__(self, fd: int, closes: bool) -> None:
@@ -211,10 +199,8 @@ async def start_worker(command: list[str] | None = None, start_timeout: float = 
     """Spawn a worker and wait for its ready byte (it has imported the review code)."""
     env = dict(os.environ)
     env[_PARENT_ENV] = str(os.getpid())
-    # The worker must import this package however the webhook was started (installed, or
-    # `python -m app` from a checkout).
-    root = _PACKAGE_ROOT
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    # The worker must import this package however the webhook was started (installed, or a checkout).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
     worker = await ReviewWorker.spawn(command or [sys.executable, "-m", "app.worker"], env)
     try:
         async with asyncio.timeout(start_timeout):
@@ -228,11 +214,8 @@ async def start_worker(command: list[str] | None = None, start_timeout: float = 
 
 
 class ReviewWorkers:
-    """A fixed number of review workers; a faulty one is killed and replaced.
-
-    ``restarts`` is called with the reason (``crash``, ``timeout``, ``error``) each time a
-    worker is replaced, e.g. to count it.
-    """
+    """A fixed number of review workers; a faulty one is killed and replaced (``restarts`` is
+    called with the reason)."""
 
     def __init__(
         self,
@@ -290,14 +273,10 @@ class ReviewWorkers:
     async def decide(
         self, body: bytes | list[bytes], keys: Any, scope: Any, deadline: float, sizing: Any = None
     ) -> Answer:
-        """Decide on ``body`` (bytes, or a list of parts to concatenate) in a worker, answering
-        by ``deadline`` (``time.monotonic()``), with the sizing context ``sizing`` (app.sizing; None: none).
-
-        A decision still running at the deadline goes on in the background (its worker is
-        killed only when it exceeds ``timeout``) and this raises :class:`WorkersBusy`, as
-        when no worker becomes free in time; a worker fault raises :class:`WorkerFailure`.
-        Nothing else is raised.
-        """
+        """Decide on ``body`` (bytes, or parts to concatenate) in a worker by ``deadline``
+        (``time.monotonic()``). Raises :class:`WorkersBusy` when no worker is free in time or the
+        decision is still running at the deadline (it goes on, killed only past ``timeout``),
+        :class:`WorkerFailure` on a worker fault, and nothing else."""
         if self._stopped:
             raise WorkersBusy("review workers stopped")
         try:
@@ -423,9 +402,7 @@ def _yield_cpu_to_the_event_loop() -> None:
 
 def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:
     data = stream.read(n)
-    if len(data) < n:
-        return None
-    return data
+    return data if len(data) == n else None
 
 
 def serve(decide: Callable[..., Answer] | None = None) -> int:
