@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from resizer.config import CompiledConfig, Policy, resolve_policy
 from resizer.originals import originals_from_spec_annotations
-from resizer.plan import POD_LEVEL, ResizePlan, plan_resize, resources_with
+from resizer.plan import POD_LEVEL, ResizePlan, plan_resize, resized_spec
 from resizer.podstate import original_key, pod_original_key, without_controller_owned
 from resizer.preflight import limit_range_hold
 from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory
@@ -61,10 +61,7 @@ def pinned_types(pod: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozen
     known = [s for s in sets if s is not None]
     if not known or (node_name and sets[0] is None):
         return None
-    result = known[0]
-    for other in known[1:]:
-        result &= other
-    return result or None
+    return frozenset.intersection(*known) or None
 
 
 def pinned_node_type(pod: Mapping[str, Any], nodes: NodeTypes, config: CompiledConfig, label: str) -> str | None:
@@ -157,37 +154,11 @@ def admission_sizing(pod: Mapping[str, Any], config: CompiledConfig, node_type: 
     if plan.outcome != "Resize":
         return None
     return AdmissionSizing(
-        node_type, plan, tuple(_ops(pod, plan)), originals_from_spec_annotations(_sized_pod(pod, plan))
+        node_type,
+        plan,
+        tuple(_ops(pod, plan)),
+        originals_from_spec_annotations({**pod, "spec": resized_spec(pod, plan.changed)}),
     )
-
-
-def _sized_pod(pod: Mapping[str, Any], plan: ResizePlan) -> dict[str, Any]:
-    """``pod`` with the plan's changes in its spec (what the ops leave): containers, the
-    sidecars when a rule opts them in, and the pod level (``spec.resources``)."""
-    spec = dict(pod.get("spec") or {})
-    level = [change for change in plan.changed if change.container == POD_LEVEL]
-    if level:
-        spec["resources"] = resources_with(spec.get("resources") or {}, level)
-    for field, sidecar in (("containers", False), ("initContainers", True)):
-        if field not in spec:
-            continue
-        spec[field] = [
-            {
-                **container,
-                "resources": resources_with(
-                    container.get("resources") or {},
-                    [
-                        change
-                        for change in plan.changed
-                        if change.container == container.get("name")
-                        and change.sidecar is sidecar
-                        and change.container != POD_LEVEL
-                    ],
-                ),
-            }
-            for container in spec.get(field) or []
-        ]
-    return {**pod, "spec": spec}
 
 
 def _ops(pod: Mapping[str, Any], plan: ResizePlan) -> list[dict[str, Any]]:
@@ -261,7 +232,7 @@ def admission_hold(
     if grown:
         what = "the pod level" if grown[0].container == POD_LEVEL else f"{grown[0].container}'s"
         return f"the size grows {what} {grown[0].resource} (a ResourceQuota is judged at CREATE)"
-    hold = limit_range_hold(_sized_pod(pod, sizing.plan).get("spec") or {}, limit_ranges)
+    hold = limit_range_hold(resized_spec(pod, sizing.plan.changed), limit_ranges)
     return None if hold is None else f"LimitRange {hold.name} would refuse the size: {hold.detail}"
 
 

@@ -36,7 +36,7 @@ __all__ = [
     "desired_limit",
     "desired_quantity",
     "plan_resize",
-    "resources_with",
+    "resized_spec",
 ]
 
 Clamp = Literal["min", "max"]
@@ -249,7 +249,7 @@ def plan_resize(
     try:
         # The construction keeps the QoS class; checking the result guards against
         # originals that do not describe the spec (e.g. edited after admission).
-        if pod_qos_class(_resized_spec(pod, changes)) != _current_qos(pod):
+        if pod_qos_class(resized_spec(pod, changes)) != _current_qos(pod):
             return plan("QoSChange", changes)
         patch = _patch(changes)
     except QuantityError as error:
@@ -345,7 +345,7 @@ def _pod_level_changes(
     the apiserver validates against the resized containers: a pod-level request at least the
     containers' aggregate request, a pod-level limit at least every container's limit
     (and a pod-level limit equal to its request stays equal, so the QoS class holds)."""
-    containers_spec = {**_resized_spec(pod, container_changes), "resources": None}
+    containers_spec = {**resized_spec(pod, container_changes), "resources": None}
     aggregate = pod_totals(containers_spec)
     level = {"resources": (pod.get("spec") or {}).get("resources") or {}}
     for resource in _RESOURCES:
@@ -388,8 +388,9 @@ def _current_qos(pod: Mapping[str, Any]) -> QoSClass:
     return recorded if recorded else pod_qos_class(pod.get("spec") or {})
 
 
-def _resized_spec(pod: Mapping[str, Any], changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
-    """The pod spec as it would be with every (non-skipped) target applied."""
+def resized_spec(pod: Mapping[str, Any], changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
+    """The pod spec as it would be with every (non-skipped) target applied: containers, sidecars
+    and the pod level (``spec.resources``)."""
     targets = _by_container(tuple(change for change in changes if change.skipped is None))
     spec = dict(pod.get("spec") or {})
     for group in ("containers", "initContainers"):  # initContainers: sidecars
@@ -397,16 +398,16 @@ def _resized_spec(pod: Mapping[str, Any], changes: tuple[ResourceChange, ...]) -
             spec[group] = [
                 {
                     **container,
-                    "resources": resources_with(container.get("resources"), targets.get(container["name"], ())),
+                    "resources": _resources_with(container.get("resources"), targets.get(container["name"], ())),
                 }
                 for container in spec.get(group) or []
             ]
     if POD_LEVEL in targets:
-        spec["resources"] = resources_with(spec.get("resources"), targets[POD_LEVEL])
+        spec["resources"] = _resources_with(spec.get("resources"), targets[POD_LEVEL])
     return spec
 
 
-def resources_with(current: Mapping[str, Any] | None, changes: Iterable[ResourceChange]) -> dict[str, Any]:
+def _resources_with(current: Mapping[str, Any] | None, changes: Iterable[ResourceChange]) -> dict[str, Any]:
     """A ``resources`` map (requests, limits) with the changes' desired values written in."""
     resources = {kind: dict(values or {}) for kind, values in (current or {}).items()}
     for change in changes:
