@@ -1,34 +1,21 @@
 """Connection limits in front of uvicorn's HTTP protocol: a read deadline and a cap.
 
-uvicorn has no deadline for a request to arrive: a client that opens a connection and
-sends nothing, or part of the headers, or part of the body, holds the connection (and,
-in a body, the bytes it sent) for as long as it likes, and nothing caps the number of
-connections. :func:`guarded_protocol` wraps the HTTP protocol class uvicorn was
-configured with (composition: uvicorn's protocol runs unmodified) so that
+uvicorn has no deadline for a request to arrive (a client sending part of the headers or body
+holds the connection, and what it sent, as long as it likes) and no cap on connections.
+:func:`guarded_protocol` wraps uvicorn's protocol class, unmodified, so that
 
-* every request must arrive, headers and body, within ``read_timeout`` of its first
-  byte (a new connection's first request: of the end of the TLS handshake); otherwise
-  the connection is dropped (by a sweep, so within 1.25 ``read_timeout``). The ASGI app says when it has read a body
-  (:meth:`GuardedConnection.request_read`) and when it has answered
-  (:meth:`GuardedConnection.responded`), through :func:`current_connection`;
-* at most ``max_connections`` connections are open. A new connection beyond that closes
-  the connection that has waited longest for its request to arrive, else the one idle
-  longest between requests; when every connection has a request being decided, the new
-  connection is closed at once (refused). So however many connections a client holds
-  open, the apiserver's next connection gets in, and reviews whose body is complete are
-  never dropped for it.
+* every request must arrive, headers and body, within ``read_timeout`` of its first byte (a
+  new connection's first request: of the TLS handshake's end), else the connection is dropped;
+  the ASGI app says when it has read a body and when it has answered
+  (:func:`current_connection`);
+* at most ``max_connections`` are open: a new one beyond that closes the one that has waited
+  longest for its request, else the one idle longest; when every connection has a request
+  being decided, the new one is refused. So the apiserver's next connection gets in, and
+  reviews whose body is complete are never dropped for it.
 
-Both are counted (``workload_resizer_webhook_connections_*``) and logged, at most one
-line per kind every ``LOG_INTERVAL_SECONDS`` with the number of events since the last.
-
-uvicorn writes an answer's head and body with one transport write each: two TLS records and
-two ``send`` calls. The ASGI app corks the connection around its two sends
-(:meth:`GuardedConnection.cork`, :meth:`GuardedConnection.uncork`), so an answer goes out in
-one write.
-
-Connections still in the TLS handshake are not seen here (the protocol gets the
-connection once the handshake completes); the event loop gives up on a handshake after
-60 s.
+The ASGI app also corks the connection around an answer's head and body, so they go out in one
+write (one TLS record) instead of two. Connections still in the TLS handshake are not seen
+here; the event loop gives up on a handshake after 60 s.
 """
 
 from __future__ import annotations
@@ -91,10 +78,9 @@ class RateLimitedLog:
 class ConnectionGuard:
     """The open connections of one server, and its limits.
 
-    The read deadline is checked by a sweep every ``read_timeout / 4`` (at most every
-    second) while connections are open, not by a timer per request: a request then costs
-    two attribute writes, and a connection is dropped between 1 and 1.25 read timeouts
-    after its request began.
+    The read deadline is checked by a sweep every ``read_timeout / 4`` (at most every second),
+    not by a timer per request (a request then costs two attribute writes): a connection is
+    dropped between 1 and 1.25 read timeouts after its request began.
     """
 
     def __init__(
@@ -145,15 +131,11 @@ class ConnectionGuard:
             self._gauge.set(len(self.open))
 
     def _eviction_candidate(self) -> GuardedConnection | None:
-        reading: GuardedConnection | None = None
-        idle: GuardedConnection | None = None
-        for connection in self.open:
-            if connection.state == _READING:
-                if reading is None or connection.since < reading.since:
-                    reading = connection
-            elif connection.state == _IDLE and (idle is None or connection.since < idle.since):
-                idle = connection
-        return reading if reading is not None else idle
+        for state in (_READING, _IDLE):
+            oldest = min((c for c in self.open if c.state == state), key=lambda c: c.since, default=None)
+            if oldest is not None:
+                return oldest
+        return None
 
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self.open:
