@@ -1,13 +1,11 @@
-"""The webhook's ASGI application and the uvicorn runner.
+"""The webhook's ASGI application.
 
 ``POST /mutate``, the only hot path (the apiserver calls it synchronously for every pod
 CREATE), is served by :class:`MutateApp`, a raw ASGI app in front of FastAPI, because a
-FastAPI route costs several times the decision itself (routing, Request and Response
-objects, dependencies, middleware). Everything else (``/healthz``, ``/readyz``,
-``/metrics``, lifespan) goes to FastAPI. Only cheap reviews are decided on the event loop
-(``app.review.INLINE_MAX_*``); the others go to a review worker (``app.worker``), or without
-workers to the large lane (one at a time, after the waiting ones). Bodies over 16 KiB are
-read in turn, one at a time (``MutateApp._receive_in_turn``).
+FastAPI route costs several times the decision itself. Everything else (``/healthz``,
+``/readyz``, ``/metrics``, lifespan) goes to FastAPI. Only cheap reviews are decided on the
+event loop (``app.review.INLINE_MAX_*``); the others go to a review worker (``app.worker``),
+or without workers to the large lane (one at a time, after the waiting ones).
 """
 
 from __future__ import annotations
@@ -77,11 +75,10 @@ class MutateApp:
         self.scope = scope
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
-        # Overload: more costly reviews waiting for their decision than this, or a large body
-        # beyond max_buffered_bytes buffered, get a fast "allowed, no patch" answer. Bodies
-        # still arriving do not count: a client that never finishes its body must not take
-        # the room of reviews that are complete (those bodies are bounded by the connection
-        # cap and the read deadline, app.connections).
+        # Overload: more costly reviews waiting than this, or a large body beyond
+        # max_buffered_bytes, get "allowed, no patch". Bodies still arriving do not count: a
+        # client that never finishes its body must not take the room of complete reviews
+        # (app.connections bounds those).
         self.max_inflight = max_inflight
         self.max_buffered_bytes = max(max_buffered_bytes, max_request_bytes)
         self.draining = False  # SIGTERM received: readiness fails, connections are closed after each answer
@@ -90,8 +87,7 @@ class MutateApp:
         self.keyring: KeyRing = EMPTY_KEYRING  # signs the originals; replaced when the keys rotate
         self._by_result = metrics.by_result
         self._observe = metrics.duration.observe
-        # Cache of content-length header values -> bytes, most responses share a few sizes.
-        self._content_lengths: dict[int, bytes] = {}
+        self._content_lengths: dict[int, bytes] = {}  # most responses share a few sizes
         self._large_lane = asyncio.Lock()
         self._read_lane = asyncio.Lock()
         # Set by the lifespan when --large-review-workers > 0; None: large reviews are decided here.
@@ -128,8 +124,7 @@ class MutateApp:
         self, send: Send, start: float, head: bytes, why: str, reason: Reason = Reason.OVERLOADED
     ) -> None:
         """Answer without deciding (:func:`app.review.undecided`), connection closed so the rest
-        of the body is never read. ``reason`` InternalError (a review worker fault) counts as an
-        error, not overload."""
+        of the body is never read."""
         await self._answer(send, start, undecided(head, why, reason), close=True)
 
     async def _answer(self, send: Send, start: float, answer: Answer, close: bool = False) -> None:
@@ -148,18 +143,13 @@ class MutateApp:
             return
 
         limit = self.max_request_bytes
-        declared = -1
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = -2
-                break
-        if declared == -2:
+        declared = next((value for name, value in scope["headers"] if name == b"content-length"), b"-1")
+        try:
+            too_long = int(declared) > limit
+        except ValueError:
             await self._answer(send, start, _INVALID_CONTENT_LENGTH, close=True)
             return
-        if declared > limit:
+        if too_long:
             await self._answer(send, start, too_large(limit), close=True)
             return
 
@@ -232,23 +222,19 @@ class MutateApp:
     async def _receive_in_turn(self, receive: Receive) -> Message:
         """The next body chunk of a large review, read in turn with the other large ones.
 
-        Reading a chunk (TLS decryption of up to 256 KiB, a few copies) holds the event loop
-        for a few tenths of a millisecond. One large body is read at a time, a chunk per turn
-        (the others stay paused by uvicorn's flow control, which reads no further than 64 KiB
-        ahead until ``receive`` is called), so however many large reviews are in flight, a
-        small review waits for at most one such chunk. A sender slower than
-        ``READ_TURN_SECONDS`` gives its turn away and waits for the next one.
+        Reading a chunk (TLS decryption of up to 256 KiB) holds the event loop a few tenths of a
+        millisecond. One large body is read at a time (the others stay paused by uvicorn's flow
+        control, which reads at most 64 KiB ahead of ``receive``), so a small review waits for at
+        most one such chunk. A sender slower than ``READ_TURN_SECONDS`` gives its turn away.
         """
         while True:
             async with self._read_lane:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(READ_TURN_SECONDS):
                         return await receive()
-            # Nothing came within the turn: the next large body reads, this one queues again.
 
     async def _decide_costly(self, parts: list[bytes], start: float) -> Answer:
-        """Decide a review too costly for the event loop (the body in ``parts``). Raises
-        :class:`WorkersBusy` or :class:`WorkerFailure` when a review worker could not."""
+        """Decide a review too costly for the event loop (raises as :meth:`ReviewWorkers.decide`)."""
         workers = self.review_workers
         if workers is not None:
             # Off the event loop: small reviews and probes go on meanwhile. The parts go to
@@ -260,9 +246,8 @@ class MutateApp:
                 time.monotonic() + workers.timeout - (_perf() - start),
                 self._sizing(),
             )
-        # Deciding holds the event loop for as long as parsing takes (it grows with the body,
-        # more for many small objects): costly reviews are decided one at a time, and only after the
-        # reviews already waiting, so a flood of them cannot stack up in front of small ones.
+        # Deciding holds the event loop: costly reviews are decided one at a time, after the reviews
+        # already waiting, so a flood of them cannot stack up in front of small ones.
         async with self._large_lane:
             await asyncio.sleep(0)
             return handle_review(b"".join(parts), self.keyring, self.scope, self._sizing())
