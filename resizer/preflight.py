@@ -90,6 +90,10 @@ def _show(resource: str, amount: int) -> str:
     return format_cpu(amount) if resource == "cpu" else format_memory(amount)
 
 
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name"))
+
+
 def _container_amounts(container: Mapping[str, Any], kind: Kind) -> dict[str, int]:
     values = ((container.get("resources") or {}).get(kind)) or {}
     return {r: _amount(r, values[r]) for r in _RESOURCES if r in values}
@@ -162,12 +166,11 @@ def _merge_resources(current: Mapping[str, Any], change: Mapping[str, Any]) -> d
 def limit_range_hold(spec: Mapping[str, Any], limit_ranges: Iterable[Mapping[str, Any]]) -> Hold | None:
     """The first LimitRange item the resized pod spec `spec` violates."""
     try:
-        for limit_range in sorted(limit_ranges, key=lambda o: str((o.get("metadata") or {}).get("name"))):
-            name = str((limit_range.get("metadata") or {}).get("name"))
+        for limit_range in sorted(limit_ranges, key=_name):
             for item in (limit_range.get("spec") or {}).get("limits") or []:
                 detail = _limit_item_violation(spec, item)
                 if detail is not None:
-                    return Hold("LimitRange", name, detail)
+                    return Hold("LimitRange", _name(limit_range), detail)
     except QuantityError:
         return None  # a value we cannot read: the apiserver judges it
     return None
@@ -228,12 +231,10 @@ def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any], quotas: Itera
     try:
         before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
         best_effort = pod_qos_class(resized) == "BestEffort"
-        for quota in sorted(quotas, key=lambda o: str((o.get("metadata") or {}).get("name"))):
-            if not _quota_applies(quota, best_effort):
-                continue
-            excess = _quota_excess(quota, before, after)
+        for quota in sorted(quotas, key=_name):
+            excess = _quota_excess(quota, before, after) if _quota_applies(quota, best_effort) else None
             if excess is not None:
-                return Hold("ResourceQuota", str((quota.get("metadata") or {}).get("name")), excess[1], excess[0])
+                return Hold("ResourceQuota", _name(quota), excess[1], excess[0])
     except QuantityError:
         return None
     return None
@@ -242,9 +243,7 @@ def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any], quotas: Itera
 def _quota_applies(quota: Mapping[str, Any], best_effort: bool) -> bool:
     spec = quota.get("spec") or {}
     scopes = set(spec.get("scopes") or [])
-    if spec.get("scopeSelector"):
-        return False
-    if not scopes <= _JUDGED_SCOPES:
+    if spec.get("scopeSelector") or not scopes <= _JUDGED_SCOPES:
         return False
     return not (("BestEffort" in scopes and not best_effort) or ("NotBestEffort" in scopes and best_effort))
 
@@ -263,11 +262,8 @@ def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> tu
         if delta <= 0:
             continue
         in_use = _amount(resource, used.get(name, 0))
-        limit = _amount(resource, value)
-        if in_use + delta > limit:
-            return name, (
-                f"{name}: used {_show(resource, in_use)} + {_show(resource, delta)} would exceed hard {value}"
-            )
+        if in_use + delta > _amount(resource, value):
+            return name, f"{name}: used {_show(resource, in_use)} + {_show(resource, delta)} would exceed hard {value}"
     return None
 
 
@@ -300,11 +296,9 @@ def node_hold(
     needs, counting each of the `others` (the node's other live pods) at the larger of its spec
     requests and what its containers have."""
     try:
-        before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        growing = [
-            r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0) and r in allocatable
-        ]
+        after, growing = _growing(pod, resized)
+        growing = [r for r in growing if r in allocatable]
         if not growing:
             return None
         used = {r: 0 for r in growing}
@@ -313,27 +307,24 @@ def node_hold(
             for r in growing:
                 used[r] += max(spec_totals.get(("requests", r), 0), actual.get(r, 0))
         for r in growing:
-            want = after.get(("requests", r), 0)
-            total = _amount(r, allocatable[r])
+            want, total = after.get(("requests", r), 0), _amount(r, allocatable[r])
             room = total - used[r]
-            name = str((node.get("metadata") or {}).get("name"))
+            needs = f"{r}: needs {_show(r, want)}"
             if want > total:  # what the kubelet calls Infeasible: never, until the node grows
-                return Hold(
-                    "NodeHeadroom",
-                    name,
-                    f"{r}: needs {_show(r, want)}, more than the node's {allocatable[r]} allocatable",
-                    f"{r} beyond allocatable",
-                )
+                detail = f"{needs}, more than the node's {allocatable[r]} allocatable"
+                return Hold("NodeHeadroom", _name(node), detail, f"{r} beyond allocatable")
             if want > room:  # Deferred: once other pods free room
-                return Hold(
-                    "NodeHeadroom",
-                    name,
-                    f"{r}: needs {_show(r, want)}, {_show(r, max(room, 0))} free of {allocatable[r]} allocatable",
-                    r,
-                )
+                detail = f"{needs}, {_show(r, max(room, 0))} free of {allocatable[r]} allocatable"
+                return Hold("NodeHeadroom", _name(node), detail, r)
     except QuantityError:
         return None
     return None
+
+
+def _growing(pod: Mapping[str, Any], resized: Mapping[str, Any]) -> tuple[Totals, list[str]]:
+    """The ``resized`` spec's totals, and the resources whose requests it grows."""
+    before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
+    return after, [r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0)]
 
 
 # ---------------------------------------------------------------- critical pods
@@ -345,10 +336,9 @@ def critical_hold(pod: Mapping[str, Any], resized: Mapping[str, Any]) -> Hold | 
     if not isinstance(priority, int) or priority < CRITICAL_PRIORITY:
         return None
     try:
-        before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
+        growing = _growing(pod, resized)[1]
     except QuantityError:
         return None
-    growing = [r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0)]
     if not growing:
         return None
     return Hold(
