@@ -1,17 +1,13 @@
 """Baseline (pre-resize) requests and limits, persisted as pod annotations.
 
-The annotations are the recovery contract: once a pod has been resized its spec no
-longer shows the baseline, so the baseline must come from the annotations or a
-restarted controller would compound resizes.
-
-Which annotation holds a container's original is :meth:`resizer.podstate.PodState.original_keys`' answer, for every
-reader and writer: the key :func:`resizer.podstate.original_key` gives, or, on a pod stamped
-by an earlier version, the legacy key of a long name (:func:`resizer.podstate.legacy_original_key`)
-when only that one is present. Dropping a legacy key would make the (resized) spec the baseline:
-compounding. Legacy keys stay where they are (the MAC covers them as any ``original-*`` key;
-rewriting them would be one more write with nothing to gain), and only today's keys are ever
-written. A pod whose resizable containers would share a key (a duplicate name, or long names
-whose 32-bit legacy digests collide) is refused with :class:`KeyCollisionError`, never sized
+The annotations are the recovery contract: once a pod has been resized its spec no longer shows
+the baseline, so it must come from the annotations or a restarted controller would compound
+resizes. Which annotation holds a container's original is
+:meth:`resizer.podstate.PodState.original_keys`' answer for every reader and writer: today's key,
+or, on a pod stamped by an earlier version, the legacy key of a long name when only that one is
+present (dropping it would make the resized spec the baseline). Legacy keys stay where they are
+(the MAC covers them; rewriting them gains nothing) and only today's keys are written. A pod whose
+resizable containers would share a key is refused with :class:`KeyCollisionError`, never sized
 from another container's values.
 """
 
@@ -77,57 +73,36 @@ class ContainerOriginals:
 
 
 def read_originals(pod: Mapping[str, Any]) -> dict[str, ContainerOriginals]:
-    """Baselines of every ``spec.containers`` entry and every sidecar (:func:`sidecars`), keyed
-    by container name (names are unique across containers and init containers).
-
-    Each of the four values (cpu/memory x request/limit) comes from its annotation when
+    """Baselines of every container and sidecar by name: each value from its annotation when
     present (under the key :func:`original_keys` names), otherwise from the spec. A corrupt
-    annotation raises :class:`OriginalsError`: falling back to the (possibly already resized) spec
-    would compound resizes; containers sharing a key raise :class:`KeyCollisionError`.
-    """
+    annotation raises :class:`OriginalsError` (falling back to the possibly resized spec would
+    compound resizes); containers sharing a key raise :class:`KeyCollisionError`."""
     held = read_state(pod).container_originals()
     return {
-        container["name"]: ContainerOriginals(
-            name=container["name"],
-            cpu=_resource_original(held[container["name"]], container, "cpu"),
-            memory=_resource_original(held[container["name"]], container, "memory"),
+        container["name"]: _originals(
+            container["name"], held[container["name"]], container, f"container {container['name']!r}"
         )
         for container in resizable_containers(pod)
     }
 
 
 def read_pod_originals(pod: Mapping[str, Any]) -> ContainerOriginals | None:
-    """Baselines of the pod-level ``spec.resources`` (KEP-2837), None when the pod sets no
-    pod-level cpu or memory. Like :func:`read_originals`: the annotation when present, else the
-    spec; a corrupt annotation raises :class:`OriginalsError`, containers sharing a key (the pod
-    level is sized with them) :class:`KeyCollisionError`."""
+    """:func:`read_originals` of the pod-level ``spec.resources`` (KEP-2837), None when the pod
+    sets no pod-level cpu or memory; raises like it (the pod level is sized with the containers)."""
     state = read_state(pod)
     state.container_originals()
     level = _pod_level(pod)
-    if not any(_spec_resources(level, kind).get(r) is not None for r in _RESOURCES for kind in _KINDS):
+    if next(_spec_values(level), None) is None:
         return None
-    values = {
-        (resource, kind): _value(state.pod_level[(resource, kind)], level, resource, kind, "pod")
-        for resource in _RESOURCES
-        for kind in _KINDS
-    }
-    return ContainerOriginals(
-        name="",
-        cpu=ResourceOriginal(request=values[("cpu", "request")], limit=values[("cpu", "limit")]),
-        memory=ResourceOriginal(request=values[("memory", "request")], limit=values[("memory", "limit")]),
-    )
+    return _originals("", state.pod_level, level, "pod")
 
 
 def originals_from_spec_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
-    """Every ``original-*`` annotation describing the spec as it is now (for the webhook):
-    the containers' and the pod level's (``spec.resources``).
-
-    Values are canonical (``format_cpu``/``format_memory``) when the quantity is a whole
-    number of millicores/bytes, otherwise the spec's own string. Sidecars are included
-    whether or not a policy sizes them: the baseline must exist if an admin opts in later.
-    Raises :class:`KeyCollisionError` when two resizable containers would share a key (e.g. a
-    name twice in a review: the apiserver validates names only after admission).
-    """
+    """Every ``original-*`` annotation describing the spec as it is now: the containers', the
+    sidecars' (sized or not: the baseline must exist if an admin opts in later) and the pod
+    level's. Values are canonical when whole millicores/bytes, else the spec's own string. Raises
+    :class:`KeyCollisionError` when two resizable containers would share a key (e.g. a name twice
+    in a review: the apiserver validates names only after admission)."""
     containers = resizable_containers(pod)
     originals = {
         keys[(resource, kind)]: _canonical(resource, value)
@@ -156,26 +131,23 @@ def only_container_values(pod: Mapping[str, Any]) -> bool:
 
 
 def original_keys(pod: Mapping[str, Any]) -> dict[str, dict[Slot, str]]:
-    """The one answer to "which annotation holds this original" (:meth:`PodState.original_keys`):
-    for every resizable container by name, the key of each (resource, kind) on this pod. Raises
-    :class:`KeyCollisionError` when two containers would share a key."""
+    """:meth:`resizer.podstate.PodState.original_keys` of the pod."""
     return read_state(pod).original_keys()
 
 
 def sidecar_original_keys(pod: Mapping[str, Any]) -> frozenset[str]:
-    """Every ``original-*`` key a sidecar of the pod can have (stamped since sidecars can be
-    sized: a pod stamped before lacks them), as :func:`original_keys` names them."""
+    """Every ``original-*`` key a sidecar of the pod can have (a pod stamped before sidecars
+    could be sized lacks them)."""
     keys = original_keys(pod)
     return frozenset(key for sidecar in sidecars(pod) for key in keys[sidecar["name"]].values())
 
 
-def _resource_original(
-    held: Mapping[Slot, Original], container: Mapping[str, Any], resource: Resource
-) -> ResourceOriginal:
-    request, limit = (
-        _value(held[(resource, kind)], container, resource, kind, f"container {container['name']!r}") for kind in _KINDS
+def _originals(name: str, held: Mapping[Slot, Original], holder: Mapping[str, Any], what: str) -> ContainerOriginals:
+    cpu, memory = (
+        ResourceOriginal(*(_value(held[(resource, kind)], holder, resource, kind, what) for kind in _KINDS))
+        for resource in _RESOURCES
     )
-    return ResourceOriginal(request=request, limit=limit)
+    return ContainerOriginals(name, cpu, memory)
 
 
 def _value(original: Original, holder: Mapping[str, Any], resource: Resource, kind: Kind, what: str) -> Fraction | None:
