@@ -30,10 +30,6 @@ from resizer.scope import NamespaceScope
 log = logging.getLogger("workload_resizer.webhook")
 
 
-def _have(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
 def reloaded_keyring(keys: KeyDirectory, current: KeyRing) -> KeyRing:
     """The key ring after re-reading ``keys``: ``current`` when nothing changed or when the
     new keys are unusable (an invalid key id or a short key must not stop the reload loop,
@@ -60,18 +56,6 @@ def sizing_credentials(kubeconfig: str | None) -> Credentials:
         raise NoApiserver(str(err) or repr(err)) from None
 
 
-def _cluster_view(credentials: Credentials, args: argparse.Namespace) -> tuple[KubeClient, ClusterView]:
-    client = KubeClient(credentials, qps=20.0, burst=40, max_connections=4, drop_managed_fields=True)
-    return client, ClusterView(
-        client,
-        args.config_namespace,
-        args.config_name,
-        args.node_type_label,
-        args.dry_run,
-        skip_vpa_managed=args.skip_vpa_managed,
-    )
-
-
 def build_server(
     args: argparse.Namespace,
     scope: NamespaceScope | None = None,
@@ -95,8 +79,6 @@ def build_server(
     keys = KeyDirectory(key_dir, args.originals_keys_optional) if key_dir else None
     if keys is None:
         log.warning("no --originals-key-dir: original-* annotations are stamped unsigned")
-    key_task: asyncio.Task[None] | None = None
-    view_task: asyncio.Task[None] | None = None
 
     async def poll_keys() -> None:
         assert keys is not None
@@ -106,7 +88,6 @@ def build_server(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
-        nonlocal key_task, view_task
         reloader.start()
         if args.large_review_workers > 0:  # before serving: a worker that cannot start fails startup
             workers = ReviewWorkers(
@@ -116,12 +97,20 @@ def build_server(
             )
             await workers.start()
             app.review_workers = workers
-        if keys is not None:
-            key_task = asyncio.get_running_loop().create_task(poll_keys())
-        view = _cluster_view(sizing, args) if sizing is not None else None
-        if view is not None:
-            app.cluster = view[1]
-            view_task = asyncio.get_running_loop().create_task(watch_cluster(view[1]))
+        loop = asyncio.get_running_loop()
+        key_task = loop.create_task(poll_keys()) if keys is not None else None
+        client, view_task = None, None
+        if sizing is not None:
+            client = KubeClient(sizing, qps=20.0, burst=40, max_connections=4, drop_managed_fields=True)
+            app.cluster = ClusterView(
+                client,
+                args.config_namespace,
+                args.config_name,
+                args.node_type_label,
+                args.dry_run,
+                skip_vpa_managed=args.skip_vpa_managed,
+            )
+            view_task = loop.create_task(watch_cluster(app.cluster))
         log.info(
             "webhook started",
             extra={
@@ -147,8 +136,8 @@ def build_server(
                 view_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await view_task
-            if view is not None:
-                await view[0].close()
+            if client is not None:
+                await client.close()
             if app.review_workers is not None:  # in-flight reviews have finished (uvicorn drained)
                 await app.review_workers.stop()
             await reloader.stop()
@@ -171,8 +160,8 @@ def build_server(
         host=args.bind_address,
         port=args.port,
         # uvloop + httptools when installed (they roughly double throughput), else pure asyncio + h11.
-        loop="uvloop" if _have("uvloop") else "asyncio",
-        http="httptools" if _have("httptools") else "h11",
+        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        http="httptools" if importlib.util.find_spec("httptools") else "h11",
         ws="none",
         lifespan="on",
         interface="asgi3",
