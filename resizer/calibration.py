@@ -117,14 +117,8 @@ class Suggestion:
 
 def suggest(node_type: str, ratio: Ratio, baseline_cpu_perf: Fraction, configured: Fraction | None) -> Suggestion:
     scale = float(baseline_cpu_perf)
-    return Suggestion(
-        node_type, configured, _round_significant(scale * ratio.value), scale * ratio.low, scale * ratio.high
-    )
-
-
-def _round_significant(value: float) -> Fraction:
-    text = f"{value:.{SIGNIFICANT_DIGITS}g}"
-    return Fraction(Decimal(text))
+    measured = Fraction(Decimal(f"{scale * ratio.value:.{SIGNIFICANT_DIGITS}g}"))
+    return Suggestion(node_type, configured, measured, scale * ratio.low, scale * ratio.high)
 
 
 def decimal_text(value: Fraction) -> str:
@@ -273,8 +267,7 @@ def _insertion(text: str, mapping: yaml.Node, entries: list[str]) -> tuple[int, 
         closing = mapping.end_mark.index - 1
         if text[closing] != "}":
             raise CalibrationError("cannot find the end of the nodeTypes mapping; edit it by hand")
-        addition = "".join(f", {entry}" for entry in entries)
-        return closing, closing, addition
+        return closing, closing, "".join(f", {entry}" for entry in entries)
     indent = " " * mapping.value[0][0].start_mark.column
     last = mapping.value[-1][1].end_mark
     if last.column == 0:  # a block value ends where the next line starts
