@@ -300,17 +300,15 @@ def _sizes(plan: ResizePlan, planned: bool) -> dict[str, tuple[Sizes, Sizes]]:
     for change in plan.changes:
         if change.container == POD_LEVEL or change.skipped is not None:
             continue
-        old: tuple[int | None, int | None]
-        new: tuple[int | None, int | None]
+        now: tuple[int | None, int | None] = (change.current_request, change.current_limit)
+        old, new = now, now
         if planned:
-            old = (change.current_request, change.current_limit)
             new = (
                 change.desired_request,
                 change.current_limit if change.desired_limit is None else change.desired_limit,
             )
         else:
             old = (change.original_request, change.original_limit)
-            new = (change.current_request, change.current_limit)
         for side, (request, limit) in ((before, old), (after, new)):
             values = side.setdefault(change.container, {})
             values[f"{change.resource}_request"], values[f"{change.resource}_limit"] = request, limit
@@ -411,22 +409,19 @@ def _cpu_hints(runtime: ContainerRuntime, before: int, after: int) -> Iterator[R
                 f"when it starts: they stay sized for {format_cpu(before)} after the {change}, until it restarts"
             )
         yield RuntimeHint(name, Runtime.JVM, HintReason.JVM_CPU_COUNT_AT_START, text)
+    go = None
     if runtime.gomaxprocs is not None:
-        yield RuntimeHint(
-            name,
-            Runtime.GO,
-            HintReason.GO_MAX_PROCS_AT_START,
+        go = (
             f"GOMAXPROCS={runtime.gomaxprocs} is set in its env: the Go runtime keeps it whatever the CPU "
-            f"limit ({change}); Go 1.25+ follows the limit only when GOMAXPROCS is unset",
+            f"limit ({change}); Go 1.25+ follows the limit only when GOMAXPROCS is unset"
         )
     elif runtime.go_updates_off:
-        yield RuntimeHint(
-            name,
-            Runtime.GO,
-            HintReason.GO_MAX_PROCS_AT_START,
+        go = (
             f"GODEBUG=updatemaxprocs=0: a Go 1.25+ runtime keeps the GOMAXPROCS it read from the CPU limit at "
-            f"start ({format_cpu(before)}) after the {change}",
+            f"start ({format_cpu(before)}) after the {change}"
         )
+    if go is not None:
+        yield RuntimeHint(name, Runtime.GO, HintReason.GO_MAX_PROCS_AT_START, go)
     if runtime.uv_threadpool_size is not None:
         yield RuntimeHint(
             name,
