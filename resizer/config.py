@@ -175,7 +175,7 @@ NonNegativeQuantity = Annotated[Fraction, _non_negative_quantity]
 
 
 def _override_name(value: object) -> str:
-    name = _string(value)
+    name: str = _typed(str, value)
     if not name.strip():
         raise ValueError("must not be empty")
     return name
@@ -323,10 +323,8 @@ def _parser(field_type: Any) -> _Parser:
     origin, args = get_origin(field_type), get_args(field_type)
     if origin is Annotated:
         return _checked(args[1])
-    if field_type is str:
-        return _checked(_string)
-    if field_type is bool:
-        return _checked(_boolean)
+    if field_type in _TYPE_NAMES:
+        return _checked(partial(_typed, field_type))
     if origin is Literal:
         return _checked(partial(_one_of, args))
     if origin in (Union, UnionType):  # X | None, the only union of the document
@@ -354,15 +352,12 @@ def _checked(check: Callable[[object], Any]) -> _Parser:
     return parse
 
 
-def _string(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"must be a string, got {_shown(value)}")
-    return value
+_TYPE_NAMES: Mapping[type, str] = {str: "a string", bool: "a boolean"}
 
 
-def _boolean(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"must be a boolean, got {_shown(value)}")
+def _typed(kind: type, value: object) -> Any:
+    if not isinstance(value, kind):
+        raise ValueError(f"must be {_TYPE_NAMES[kind]}, got {_shown(value)}")
     return value
 
 
