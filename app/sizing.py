@@ -11,7 +11,6 @@ Any failure here leaves pods stamped only: a missing view never blocks a pod.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -103,13 +102,12 @@ class ClusterView:
     ) -> None:
         self.label = label
         self.dry_run = dry_run
-        self.config_namespace = config_namespace
-        self.config_name = config_name
+        self._configmap_name = f"{config_namespace}/{config_name}"  # (for the log)
         self.skip_vpa_managed = skip_vpa_managed
         self._types: dict[str, str | None] = {}
         self._config: CompiledConfig | None = None
         self._config_text = ""
-        self._config_digest: str | None = None
+        self._config_seen: str | None = None  # the last text read, valid or not
         self._version = 0
         self._context: SizingContext | None = None
         self._dirty = True
@@ -222,28 +220,27 @@ class ClusterView:
     def apply_config(self, configmap: dict[str, Any] | None) -> None:
         """Take a new ConfigMap content into force if it is valid; else keep the last good config."""
         text = config_text(configmap)
-        where = f"{self.config_namespace}/{self.config_name}"
         if text is None:
             log.warning(
                 "no config to size pods at admission with; keeping the last good one",
-                extra={"configmap": where, "present": configmap is not None},
+                extra={"configmap": self._configmap_name, "present": configmap is not None},
             )
             return
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        if digest == self._config_digest:
+        if text == self._config_seen:
             return
-        self._config_digest = digest
+        self._config_seen = text
         try:
             config = load_config(text)
         except ConfigError as err:
             log.error(
                 "invalid config; sizing at admission keeps the last good one",
-                extra={"configmap": where, "errors": [{"field": p, "error": m} for p, m in err.errors]},
+                extra={"configmap": self._configmap_name, "errors": [{"field": p, "error": m} for p, m in err.errors]},
             )
             return
         self._config, self._config_text, self._dirty = config, text, True
         log.info(
-            "config loaded for sizing at admission", extra={"configmap": where, "nodeTypes": sorted(config.node_types)}
+            "config loaded for sizing at admission",
+            extra={"configmap": self._configmap_name, "nodeTypes": sorted(config.node_types)},
         )
 
 

@@ -149,15 +149,10 @@ class ReviewWorker:
         except (AttributeError, OSError):  # no pidfd (old kernel) or already gone
             return await loop.run_in_executor(None, self._popen.wait)
         try:
-            exited: asyncio.Future[None] = loop.create_future()
-
-            def readable() -> None:
-                if not exited.done():
-                    exited.set_result(None)
-
-            loop.add_reader(pidfd, readable)
+            exited = asyncio.Event()  # (set idempotently: the reader fires until it is removed)
+            loop.add_reader(pidfd, exited.set)
             try:
-                await exited
+                await exited.wait()
             finally:
                 loop.remove_reader(pidfd)
         finally:
