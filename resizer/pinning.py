@@ -72,15 +72,10 @@ def pinned_node_type(pod: Mapping[str, Any], nodes: NodeTypes, config: CompiledC
     types = pinned_types(pod, nodes, label)
     if types is None:
         return None
-    return _one_performance(types, resolve_policy(config, pod))
-
-
-def _one_performance(types: frozenset[str], policy: Policy) -> str | None:
-    profiles = [policy.node_types.get(t) for t in types]
-    if any(p is None for p in profiles):
+    profiles = resolve_policy(config, pod).node_types
+    if not types <= profiles.keys():
         return None
-    perfs = {(p.cpu_perf, p.mem_perf) for p in profiles if p is not None}
-    return min(types) if len(perfs) == 1 else None
+    return min(types) if len({(profiles[t].cpu_perf, profiles[t].mem_perf) for t in types}) == 1 else None
 
 
 def _types_of_nodes(names: Iterable[Any], nodes: NodeTypes) -> frozenset[str] | None:
@@ -110,22 +105,20 @@ def _term_types(term: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozen
     """The types one term allows (its requirements ANDed); None when none of them pins a type.
     Requirements on other labels or fields only narrow the nodes further: ignored."""
     result: frozenset[str] | None = None
-    pins = [(expr, "label") for expr in term.get("matchExpressions") or []] + [
-        (expr, "field") for expr in term.get("matchFields") or []
-    ]
-    for expr, kind in pins:
-        if not isinstance(expr, Mapping) or expr.get("operator") != "In" or not isinstance(expr.get("values"), list):
-            continue
-        if kind == "label" and expr.get("key") == label:
-            allowed = frozenset(v for v in expr["values"] if isinstance(v, str))
-        elif kind == "field" and expr.get("key") == _NODE_NAME_FIELD:
-            named = _types_of_nodes(expr["values"], nodes)
-            if named is None:
+    for group, key in (("matchExpressions", label), ("matchFields", _NODE_NAME_FIELD)):
+        for expr in term.get(group) or []:
+            if not isinstance(expr, Mapping) or expr.get("key") != key or expr.get("operator") != "In":
+                continue
+            values = expr.get("values")
+            if not isinstance(values, list):
+                continue
+            if group == "matchExpressions":
+                allowed: frozenset[str] | None = frozenset(v for v in values if isinstance(v, str))
+            else:
+                allowed = _types_of_nodes(values, nodes)
+            if allowed is None:
                 return None  # a node we do not know: its type cannot be told
-            allowed = named
-        else:
-            continue
-        result = allowed if result is None else result & allowed
+            result = allowed if result is None else result & allowed
     return result
 
 
