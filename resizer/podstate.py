@@ -225,6 +225,17 @@ class Stage(StrEnum):
     ACTUATED = "actuated"
 
 
+# The fields a resize-state record holds only when set: (attribute, record key, type).
+_OPTIONAL_RECORD: tuple[tuple[str, str, type], ...] = (
+    ("size", "size", str),
+    ("allocatable", "allocatable", str),
+    ("requested_at", "requestedAt", str),
+    ("warned", "warned", bool),
+    ("reverted", "reverted", bool),
+    ("kept", "kept", bool),
+)
+
+
 @dataclass(frozen=True)
 class ResizeState:
     """What the reconciler recorded about a resize that did not (yet) end actuated.
@@ -247,16 +258,7 @@ class ResizeState:
 
     def encode(self) -> str:
         record = {"state": str(self.state), "nodeType": self.node_type, "generation": self.generation}
-        for key, value in (
-            ("size", self.size),
-            ("allocatable", self.allocatable),
-            ("requestedAt", self.requested_at),
-            ("warned", self.warned),
-            ("reverted", self.reverted),
-            ("kept", self.kept),
-        ):
-            if value:
-                record[key] = value
+        record.update((key, getattr(self, name)) for name, key, _ in _OPTIONAL_RECORD if getattr(self, name))
         return json.dumps(record, separators=(",", ":"), sort_keys=True)
 
     @staticmethod
@@ -270,17 +272,8 @@ class ResizeState:
             generation = record.get("generation")
             if not isinstance(record["nodeType"], str) or not (generation is None or isinstance(generation, int)):
                 return None
-            return ResizeState(
-                state,
-                record["nodeType"],
-                generation,
-                str(record.get("size", "")),
-                str(record.get("allocatable", "")),
-                str(record.get("requestedAt", "")),
-                bool(record.get("warned")),
-                bool(record.get("reverted")),
-                bool(record.get("kept")),
-            )
+            optional = {name: kind(record.get(key, "")) for name, key, kind in _OPTIONAL_RECORD}
+            return ResizeState(state, record["nodeType"], generation, **optional)
         except (ValueError, KeyError, TypeError):
             return None
 
