@@ -248,17 +248,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.dry_run and not args.size_at_admission:
         parser.error("--dry-run needs --size-at-admission")
-    from app.run import NoApiserver, run, sizing_credentials
+    from app.run import run
 
     credentials = None
-    if args.size_at_admission:
+    if args.size_at_admission:  # --kubeconfig, else in-cluster, else $KUBECONFIG or ~/.kube/config
+        from kube import load_credentials
+
         try:
-            credentials = sizing_credentials(args.kubeconfig)
-        except NoApiserver as err:
+            credentials = load_credentials(args.kubeconfig)
+        except Exception as err:  # any loader's failure (the kubernetes package's too)
             print(
                 f"error: --size-at-admission (on by default) needs the apiserver, from an in-cluster service "
-                f"account or --kubeconfig: {err}. Pass --kubeconfig, or --size-at-admission=false to stamp "
-                f"the originals only.",
+                f"account or --kubeconfig: {str(err) or repr(err)}. Pass --kubeconfig, or "
+                f"--size-at-admission=false to stamp the originals only.",
                 file=sys.stderr,
             )
             return 2

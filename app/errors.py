@@ -6,7 +6,6 @@ defined next to the code that raises it (module in parentheses):
 
     WebhookError           anything the webhook raises of its own
     ├── CertError          (tls) a certificate/key pair that must not be served
-    ├── NoApiserver        (run) sizing at admission asked for and no apiserver credentials can be loaded
     ├── WorkerFailure      (worker) a review worker could not decide: ``reason`` is crash, timeout or error
     └── WorkersBusy        (worker) no review worker became free within the time box (or they are stopped)
 """

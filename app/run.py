@@ -14,13 +14,12 @@ from typing import Any, AsyncIterator
 import uvicorn
 
 from app.connections import ConnectionGuard, guarded_protocol
-from app.errors import WebhookError
 from app.metrics import Metrics
 from app.server import create_app
 from app.sizing import ClusterView, sizing_readiness, watch_cluster
 from app.tls import CertReloader
 from app.worker import ReviewWorkers
-from kube import Credentials, KubeClient, load_credentials
+from kube import Credentials, KubeClient
 from ops.jsonlog import flush_logging
 from ops.keys import KeyDirectory
 from ops.malloc import bound_heap_retention
@@ -41,19 +40,6 @@ def reloaded_keyring(keys: KeyDirectory, current: KeyRing) -> KeyRing:
     except KeyRingError as err:
         log.error("originals keys unusable; keeping the last good ones", extra={"error": str(err)})
         return current
-
-
-class NoApiserver(WebhookError):
-    """Sizing at admission was asked for and no apiserver credentials can be loaded."""
-
-
-def sizing_credentials(kubeconfig: str | None) -> Credentials:
-    """The credentials sizing at admission watches the cluster with: --kubeconfig, else the
-    in-cluster service account, else $KUBECONFIG or ~/.kube/config (NoApiserver: none usable)."""
-    try:
-        return load_credentials(kubeconfig)
-    except Exception as err:  # noqa: BLE001 - any loader's failure (the kubernetes package's too)
-        raise NoApiserver(str(err) or repr(err)) from None
 
 
 def build_server(
