@@ -47,17 +47,15 @@ RESOURCE = "verticalpodautoscalers"
 
 DEFAULT_MODE = "Auto"
 NON_UPDATING_MODES = frozenset({"Off", "Initial"})
-# Owners whose own controller owner is worth looking up (ReplicaSet -> Deployment, Job -> CronJob,
-# ReplicationController -> DeploymentConfig); any other kind ends the chain.
-INTERMEDIATE_KINDS = frozenset({"ReplicaSet", "Job", "ReplicationController"})
 MAX_CHAIN = 4
 # The kinds VPA itself knows; any other kind of target is a custom (scalable) resource, which may
 # own any of these.
 WELL_KNOWN_KINDS = frozenset(
     {"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicationController"}
 )
-# The kinds of owner an intermediate owner may have besides custom ones (a ReplicationController:
-# custom ones only).
+# Owners whose own controller owner is worth looking up (any other kind ends the chain), and the
+# kinds it may be besides custom ones (a ReplicationController's: custom ones only, e.g. an
+# OpenShift DeploymentConfig).
 PARENT_KINDS = {
     "ReplicaSet": frozenset({"Deployment"}),
     "Job": frozenset({"CronJob"}),
@@ -157,7 +155,7 @@ def owner_chain(pod: Mapping[str, Any], lookup: OwnerLookup) -> tuple[tuple[Owne
     if owner is None:
         return (), True
     chain = [owner]
-    while chain[-1].kind in INTERMEDIATE_KINDS and len(chain) < MAX_CHAIN:
+    while chain[-1].kind in PARENT_KINDS and len(chain) < MAX_CHAIN:
         parent = lookup(namespace, chain[-1])
         if parent is None:
             return tuple(chain), False
