@@ -8,6 +8,8 @@ GC collectors are registered on it so ``/metrics`` still shows the usual
 
 from __future__ import annotations
 
+from functools import partial
+
 from ops.prometheus import CollectorRegistry, Counter, Gauge, Histogram, new_registry
 
 # Webhook calls take well under a millisecond; the apiserver gives up at
@@ -22,13 +24,13 @@ SIZED_RESULTS = ("sized", "would_resize", "held", "error")
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, process_metrics: bool = True) -> None:
         self.registry = registry if registry is not None else new_registry(runtime_collectors=process_metrics)
-        self.requests = Counter(
+        counter, gauge = partial(Counter, registry=self.registry), partial(Gauge, registry=self.registry)
+        self.requests = counter(
             "workload_resizer_webhook_requests_total",
             "Admission requests by result: patched (pod stamped), skipped (allowed unchanged), "
             "error (our bug; allowed unchanged), rejected (malformed request, HTTP 4xx), "
             "overloaded (answered allowed without a decision, or 503, under overload).",
             ["result"],
-            registry=self.registry,
         )
         self.duration = Histogram(
             "workload_resizer_webhook_request_duration_seconds",
@@ -36,45 +38,39 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=self.registry,
         )
-        self.cert_reloads = Counter(
+        self.cert_reloads = counter(
             "workload_resizer_webhook_cert_reloads_total",
             "Serving-certificate loads by result (success, error = bad pair kept out).",
             ["result"],
-            registry=self.registry,
         )
-        self.cert_not_after = Gauge(
+        self.cert_not_after = gauge(
             "workload_resizer_webhook_cert_not_after_timestamp_seconds",
             "Expiry (notAfter, Unix time) of the serving certificate in use.",
-            registry=self.registry,
         )
-        self.worker_restarts = Counter(
+        self.worker_restarts = counter(
             "workload_resizer_webhook_review_worker_restarts_total",
             "Review worker processes (deciding the costly reviews) killed and replaced, by reason: "
             "crash (exited), timeout (no answer within --large-review-timeout), error (reported one), "
             "cancelled (shutdown mid-review).",
             ["reason"],
-            registry=self.registry,
         )
-        self.connections = Gauge(
+        self.connections = gauge(
             "workload_resizer_webhook_connections",
             "Open connections (TLS handshake done), at most --max-connections.",
-            registry=self.registry,
         )
-        self.connections_refused = Counter(
+        self.connections_refused = counter(
             "workload_resizer_webhook_connections_refused_total",
             "New connections closed at once: --max-connections reached and every open connection "
             "had a review being decided.",
-            registry=self.registry,
         )
-        self.connections_closed = Counter(
+        self.connections_closed = counter(
             "workload_resizer_webhook_connections_closed_total",
             "Connections the webhook dropped, by reason: read_timeout (a request not read in full "
             "within --http-read-timeout of its first byte), evicted (the connection waiting longest "
             "for its request, else idle longest, closed to admit a new one at --max-connections).",
             ["reason"],
-            registry=self.registry,
         )
-        self.sized_at_admission = Counter(
+        self.sized_at_admission = counter(
             "workload_resizer_webhook_sized_at_admission_total",
             "Pods whose node type was known at admission, by result: sized (created at their size), "
             "would_resize (--dry-run: reported in a warning, not changed), held (an updating "
@@ -82,7 +78,6 @@ class Metrics:
             "refuse it, or the pod has scheduling gates: decided after binding), error (sizing failed; "
             "stamped only, as without sizing).",
             ["result"],
-            registry=self.registry,
         )
         # Children resolved once: .labels() builds a tuple and looks it up per call.
         self.by_result = {r: self.requests.labels(r) for r in REQUEST_RESULTS}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -87,7 +88,6 @@ class MutateApp:
         self.keyring: KeyRing = EMPTY_KEYRING  # signs the originals; replaced when the keys rotate
         self._by_result = metrics.by_result
         self._observe = metrics.duration.observe
-        self._content_lengths: dict[int, bytes] = {}  # most responses share a few sizes
         self._large_lane = asyncio.Lock()
         self._read_lane = asyncio.Lock()
         # Set by the lifespan when --large-review-workers > 0; None: large reviews are decided here.
@@ -259,13 +259,7 @@ class MutateApp:
     async def _respond(
         self, send: Send, status: int, payload: bytes, close: bool = False, extra: tuple[tuple[bytes, bytes], ...] = ()
     ) -> None:
-        n = len(payload)
-        length = self._content_lengths.get(n)
-        if length is None:
-            length = str(n).encode()
-            if len(self._content_lengths) < 4096:
-                self._content_lengths[n] = length
-        headers = [_JSON_HEADER, (b"content-length", length)]
+        headers = [_JSON_HEADER, (b"content-length", _content_length(len(payload)))]
         if close:
             headers.append(_CLOSE_HEADER)
         if extra:
@@ -301,6 +295,11 @@ class MutateApp:
             if sizing is not None and (sizing.result is not Sizing.SIZED or reason is Reason.SIZED_AT_ADMISSION):
                 self.metrics.sized[sizing.result].inc()
             log_fields(decision_log, logging.INFO, "admission decision", fields)
+
+
+@functools.lru_cache(maxsize=4096)  # most responses share a few sizes
+def _content_length(n: int) -> bytes:
+    return str(n).encode()
 
 
 _METHOD_NOT_ALLOWED = Answer(405, "", Decision.REJECTED, Reason.METHOD_NOT_ALLOWED, reviewed=False)

@@ -188,8 +188,6 @@ class ClusterView:
             *([self.vpa_discovery.run()] if self.skip_vpa_managed else []),
         )
 
-    # ---- VerticalPodAutoscalers
-
     def _vpas_served_changed(self, was: bool | None) -> None:
         if not self.vpa_discovery.served:
             self._vpa_index, self._vpas_changed = {}, False

@@ -117,7 +117,6 @@ class CertReloader:
         """True once a certificate has been loaded into the live context (readiness)."""
         return self.info is not None
 
-    # -- one poll -----------------------------------------------------------------
     def poll(self) -> bool | None:
         """Check the files once. True: a new pair is now served; False: a bad pair was
         refused; None: nothing to do (unchanged, already refused, or mid-swap)."""
@@ -227,7 +226,6 @@ class CertReloader:
             paths.append(path)
         return paths[0], paths[1]
 
-    # -- background loop ------------------------------------------------------------
     async def run(self) -> None:
         """Poll every ``interval`` seconds until cancelled."""
         while True:
