@@ -7,21 +7,241 @@ import argparse
 import os
 import socket
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 from ops import flags
-from reconciler.settings import (
-    PREFLIGHT_CHECKS,
-    ApiSettings,
-    ControllerSettings,
-    LeaderElectionSettings,
-    PreflightSettings,
-    ReconcilerSettings,
-)
+from reconciler.settings import PREFLIGHT_CHECKS, ReconcilerSettings
 from resizer.podstate import described_keys
 from resizer.scope import ScopeError, namespace_scope
 
 # Every flag's default is read from the settings' own defaults: one place each.
 _DEFAULT = ReconcilerSettings()
+
+
+def _scope_flags(group: argparse._ArgumentGroup) -> None:
+    flags.scope_flags(
+        group,
+        {
+            "--exclude-namespaces": "namespaces whose pods are never touched, besides kube-system and --namespace "
+            "(set the same list on the webhook; the chart sets both from scope.*)",
+            "--namespace": "the product's own namespace, always excluded (default: $POD_NAMESPACE)",
+            "--namespace-selector": f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a pod's "
+            "namespace must match to be in scope; needs list/watch on namespaces",
+        },
+    )
+
+
+def _log_flags(group: argparse._ArgumentGroup) -> None:
+    flags.log_flags(group, _DEFAULT.log_level, _DEFAULT.log_format)
+
+
+# A flag: (name, the ReconcilerSettings field it sets and takes its default from, "api.qps" for a
+# section's, help, more add_argument options); a function adds a family of shared flags.
+Flag = tuple[str, str, str, dict[str, Any]]
+# The --help groups and their flags, in --help order.
+GROUPS: dict[str, tuple[Flag | Callable[[argparse._ArgumentGroup], None], ...]] = {
+    "Kubernetes API": (
+        (
+            "--kubeconfig",
+            "api.kubeconfig",
+            "path to a kubeconfig; default: in-cluster config, then $KUBECONFIG / ~/.kube/config",
+            {},
+        ),
+        ("--kube-api-qps", "api.qps", "client-side sustained requests per second", {"type": float}),
+        ("--kube-api-burst", "api.burst", "client-side request burst", {"type": flags.positive_int}),
+        (
+            "--watch-idle-timeout",
+            "api.watch_idle_timeout",
+            "restart a watch that delivered nothing (not even a bookmark) for this long",
+            {"type": flags.duration},
+        ),
+    ),
+    "sizing": (
+        (
+            "--node-type-label",
+            "controller.node_type_label",
+            "node label whose value names the node type in the config's nodeTypes",
+            {},
+        ),
+        ("--config-namespace", "config_namespace", "namespace of the config ConfigMap", {}),
+        ("--config-name", "config_name", "name of the config ConfigMap (key config.yaml)", {}),
+        (
+            "--config-refresh-interval",
+            "config_refresh_interval",
+            "also re-read the ConfigMap this often, besides watching it",
+            {"type": flags.duration},
+        ),
+        (
+            "--resize-restart-containers",
+            "controller.resize_restart_containers",
+            "also resize resources whose resizePolicy is RestartContainer (restarts them)",
+            {"action": "store_true"},
+        ),
+        _scope_flags,
+        (
+            "--realign",
+            "controller.realign",
+            "when the config or a node's type changes, resize pods already sized whose desired "
+            "size changed (from their originals, never compounding); false: only pods not yet "
+            "sized for their node's type are sized (the design's 'new pods only')",
+            {"type": flags.boolean, "metavar": "BOOL"},
+        ),
+        (
+            "--max-resizes-per-second",
+            "controller.max_resizes_per_second",
+            "re-alignment resizes (pods already sized) per second at most, so a config edit "
+            "rolls out gradually; the first sizing of a new pod is not throttled",
+            {"type": flags.positive_float, "metavar": "N"},
+        ),
+        (
+            "--dry-run",
+            "controller.dry_run",
+            "decide, log and record WouldResize events, but patch nothing",
+            {"action": "store_true"},
+        ),
+        (
+            "--originals-key-dir",
+            "originals_key_dir",
+            "directory of HMAC keys (file name = key id; the greatest id signs, any verifies) "
+            "for the original-* annotations: the Secret shared with the webhook; re-read every "
+            "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
+            "changed are resized (from their spec)",
+            {},
+        ),
+        (
+            "--originals-keys-secret",
+            "originals_keys_secret",
+            "Secret holding the HMAC keys (data entry name = key id), "
+            "read through the API and re-read every --config-refresh-interval; created with one "
+            "random key under a new id (k<UTC time>-<letters>) when it does not exist, never "
+            "written otherwise (the webhook mounts it). Instead of --originals-key-dir",
+            {"metavar": "NAMESPACE/NAME"},
+        ),
+    ),
+    "resize outcomes (docs/how-it-works.md: Resize states)": (
+        (
+            "--resize-deferred-timeout",
+            "controller.deferred_timeout",
+            "a resize the kubelet still defers after this long gets a Warning event "
+            "(it is kept: the kubelet applies it when the node has room)",
+            {"type": flags.duration},
+        ),
+        (
+            "--resize-error-retries",
+            "controller.error_retries",
+            "checks of a resize the kubelet fails to actuate before its spec is set back to what the containers have",
+            {"type": flags.positive_int},
+        ),
+        (
+            "--resize-error-backoff",
+            "controller.error_backoff",
+            "first wait between those checks; doubles after each",
+            {"type": flags.duration},
+        ),
+    ),
+    "preflight and other controllers (docs/how-it-works.md)": (
+        (
+            "--preflight-checks",
+            "preflight.checks",
+            "what a resize is judged against before it is sent, from cached state; a resize one of "
+            "them would refuse is held (one ResizeHeld event) and decided again when the constraint "
+            "changes. Any of: " + ", ".join(PREFLIGHT_CHECKS) + " (empty: none; needs list/watch on "
+            "limitranges and resourcequotas)",
+            {"type": flags.string_list, "default": list(_DEFAULT.preflight.checks), "metavar": "CHECK[,...]"},
+        ),
+        (
+            "--node-room-wait",
+            "preflight.node_room_wait",
+            "an increase held for room on its node (NodeHeadroom: decreases there still pending, or "
+            "the node full) is sent after this long anyway; the kubelet then keeps it Deferred "
+            "until room frees",
+            {"type": flags.duration},
+        ),
+        (
+            "--upsize-critical-pods",
+            "preflight.upsize_critical_pods",
+            "also grow pods at system-cluster-critical priority or above (the kubelet may evict "
+            "other pods to admit them); false: their increases are held (ResizeHeld)",
+            {"type": flags.boolean, "metavar": "BOOL"},
+        ),
+        (
+            "--skip-vpa-managed",
+            "preflight.skip_vpa_managed",
+            "leave alone (one VPAManaged event) pods whose owner a VerticalPodAutoscaler in an "
+            "updating mode (Auto, Recreate, InPlaceOrRecreate, InPlace) targets; Off and Initial "
+            "compose. Needs list/watch on verticalpodautoscalers, replicasets and jobs where the "
+            "VPA CRD is installed",
+            {"type": flags.boolean, "metavar": "BOOL"},
+        ),
+    ),
+    "work": (("--concurrency", "concurrency", "pods reconciled at the same time", {"type": flags.positive_int}),),
+    "leader election": (
+        (
+            "--leader-elect",
+            "leader_election.enabled",
+            "elect a leader on a Lease; only the leader watches and writes",
+            {"action": "store_true"},
+        ),
+        (
+            "--leader-election-namespace",
+            "leader_election.namespace",
+            "namespace of the Lease (default: --config-namespace)",
+            {"default": None},
+        ),
+        ("--leader-election-id", "leader_election.name", "name of the Lease", {}),
+        (
+            "--leader-election-identity",
+            "leader_election.identity",
+            "this instance's identity in the Lease (default: $POD_NAME, else the hostname, _random)",
+            {"default": None},
+        ),
+        (
+            "--leader-election-lease-duration",
+            "leader_election.lease_duration",
+            "how long a lease is valid without renewal",
+            {"type": flags.duration},
+        ),
+        (
+            "--leader-election-renew-deadline",
+            "leader_election.renew_deadline",
+            "the leader gives up (and exits) if it cannot renew for this long",
+            {"type": flags.duration},
+        ),
+        (
+            "--leader-election-retry-period",
+            "leader_election.retry_period",
+            "interval between acquire/renew attempts",
+            {"type": flags.duration},
+        ),
+    ),
+    "operations": (
+        ("--metrics-bind-address", "metrics_bind_address", "address for Prometheus /metrics ('0' disables)", {}),
+        (
+            "--health-probe-bind-address",
+            "health_probe_bind_address",
+            "address for /healthz and /readyz ('0' disables)",
+            {},
+        ),
+        _log_flags,
+        (
+            "--shutdown-timeout",
+            "shutdown_timeout",
+            "on SIGTERM, wait this long for in-flight reconciles",
+            {"type": flags.duration},
+        ),
+    ),
+}
+
+
+def _flags() -> list[Flag]:
+    return [entry for entries in GROUPS.values() for entry in entries if isinstance(entry, tuple)]
+
+
+def _default(field: str) -> Any:
+    section, _, name = field.rpartition(".")
+    return getattr(getattr(_DEFAULT, section) if section else _DEFAULT, name)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,210 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
         "machine family of their node, from the originals stamped at admission.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    api = p.add_argument_group("Kubernetes API")
-    api.add_argument(
-        "--kubeconfig",
-        default=_DEFAULT.api.kubeconfig,
-        help="path to a kubeconfig; default: in-cluster config, then $KUBECONFIG / ~/.kube/config",
-    )
-    api.add_argument(
-        "--kube-api-qps", type=float, default=_DEFAULT.api.qps, help="client-side sustained requests per second"
-    )
-    api.add_argument(
-        "--kube-api-burst", type=flags.positive_int, default=_DEFAULT.api.burst, help="client-side request burst"
-    )
-    api.add_argument(
-        "--watch-idle-timeout",
-        type=flags.duration,
-        default=_DEFAULT.api.watch_idle_timeout,
-        help="restart a watch that delivered nothing (not even a bookmark) for this long",
-    )
-
-    sizing = p.add_argument_group("sizing")
-    sizing.add_argument(
-        "--node-type-label",
-        default=_DEFAULT.controller.node_type_label,
-        help="node label whose value names the node type in the config's nodeTypes",
-    )
-    sizing.add_argument(
-        "--config-namespace", default=_DEFAULT.config_namespace, help="namespace of the config ConfigMap"
-    )
-    sizing.add_argument(
-        "--config-name", default=_DEFAULT.config_name, help="name of the config ConfigMap (key config.yaml)"
-    )
-    sizing.add_argument(
-        "--config-refresh-interval",
-        type=flags.duration,
-        default=_DEFAULT.config_refresh_interval,
-        help="also re-read the ConfigMap this often, besides watching it",
-    )
-    sizing.add_argument(
-        "--resize-restart-containers",
-        action="store_true",
-        help="also resize resources whose resizePolicy is RestartContainer (restarts them)",
-    )
-    flags.scope_flags(
-        sizing,
-        {
-            "--exclude-namespaces": "namespaces whose pods are never touched, besides kube-system and --namespace "
-            "(set the same list on the webhook; the chart sets both from scope.*)",
-            "--namespace": "the product's own namespace, always excluded (default: $POD_NAMESPACE)",
-            "--namespace-selector": f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a pod's "
-            "namespace must match to be in scope; needs list/watch on namespaces",
-        },
-    )
-    sizing.add_argument(
-        "--realign",
-        type=flags.boolean,
-        default=_DEFAULT.controller.realign,
-        metavar="BOOL",
-        help="when the config or a node's type changes, resize pods already sized whose desired "
-        "size changed (from their originals, never compounding); false: only pods not yet "
-        "sized for their node's type are sized (the design's 'new pods only')",
-    )
-    sizing.add_argument(
-        "--max-resizes-per-second",
-        type=flags.positive_float,
-        default=_DEFAULT.controller.max_resizes_per_second,
-        metavar="N",
-        help="re-alignment resizes (pods already sized) per second at most, so a config edit "
-        "rolls out gradually; the first sizing of a new pod is not throttled",
-    )
-    sizing.add_argument(
-        "--dry-run", action="store_true", help="decide, log and record WouldResize events, but patch nothing"
-    )
-    sizing.add_argument(
-        "--originals-key-dir",
-        default=_DEFAULT.originals_key_dir,
-        help="directory of HMAC keys (file name = key id; the greatest id signs, any verifies) "
-        "for the original-* annotations: the Secret shared with the webhook; re-read every "
-        "--config-refresh-interval. Empty: nothing verifies, so only pods whose spec never "
-        "changed are resized (from their spec)",
-    )
-    sizing.add_argument(
-        "--originals-keys-secret",
-        default=_DEFAULT.originals_keys_secret,
-        metavar="NAMESPACE/NAME",
-        help="Secret holding the HMAC keys (data entry name = key id), "
-        "read through the API and re-read every --config-refresh-interval; created with one "
-        "random key under a new id (k<UTC time>-<letters>) when it does not exist, never "
-        "written otherwise (the webhook mounts it). Instead of --originals-key-dir",
-    )
-
-    outcome = p.add_argument_group("resize outcomes (docs/how-it-works.md: Resize states)")
-    outcome.add_argument(
-        "--resize-deferred-timeout",
-        type=flags.duration,
-        default=_DEFAULT.controller.deferred_timeout,
-        help="a resize the kubelet still defers after this long gets a Warning event "
-        "(it is kept: the kubelet applies it when the node has room)",
-    )
-    outcome.add_argument(
-        "--resize-error-retries",
-        type=flags.positive_int,
-        default=_DEFAULT.controller.error_retries,
-        help="checks of a resize the kubelet fails to actuate before its spec is set back to what the containers have",
-    )
-    outcome.add_argument(
-        "--resize-error-backoff",
-        type=flags.duration,
-        default=_DEFAULT.controller.error_backoff,
-        help="first wait between those checks; doubles after each",
-    )
-
-    gates = p.add_argument_group("preflight and other controllers (docs/how-it-works.md)")
-    gates.add_argument(
-        "--preflight-checks",
-        type=flags.string_list,
-        default=list(_DEFAULT.preflight.checks),
-        metavar="CHECK[,...]",
-        help="what a resize is judged against before it is sent, from cached state; a resize one of "
-        "them would refuse is held (one ResizeHeld event) and decided again when the constraint "
-        "changes. Any of: " + ", ".join(PREFLIGHT_CHECKS) + " (empty: none; needs list/watch on "
-        "limitranges and resourcequotas)",
-    )
-    gates.add_argument(
-        "--node-room-wait",
-        type=flags.duration,
-        default=_DEFAULT.preflight.node_room_wait,
-        help="an increase held for room on its node (NodeHeadroom: decreases there still pending, or "
-        "the node full) is sent after this long anyway; the kubelet then keeps it Deferred "
-        "until room frees",
-    )
-    gates.add_argument(
-        "--upsize-critical-pods",
-        type=flags.boolean,
-        default=_DEFAULT.preflight.upsize_critical_pods,
-        metavar="BOOL",
-        help="also grow pods at system-cluster-critical priority or above (the kubelet may evict "
-        "other pods to admit them); false: their increases are held (ResizeHeld)",
-    )
-    gates.add_argument(
-        "--skip-vpa-managed",
-        type=flags.boolean,
-        default=_DEFAULT.preflight.skip_vpa_managed,
-        metavar="BOOL",
-        help="leave alone (one VPAManaged event) pods whose owner a VerticalPodAutoscaler in an "
-        "updating mode (Auto, Recreate, InPlaceOrRecreate, InPlace) targets; Off and Initial "
-        "compose. Needs list/watch on verticalpodautoscalers, replicasets and jobs where the "
-        "VPA CRD is installed",
-    )
-
-    work = p.add_argument_group("work")
-    work.add_argument(
-        "--concurrency", type=flags.positive_int, default=_DEFAULT.concurrency, help="pods reconciled at the same time"
-    )
-
-    election = p.add_argument_group("leader election")
-    election.add_argument(
-        "--leader-elect", action="store_true", help="elect a leader on a Lease; only the leader watches and writes"
-    )
-    election.add_argument(
-        "--leader-election-namespace", default=None, help="namespace of the Lease (default: --config-namespace)"
-    )
-    election.add_argument("--leader-election-id", default=_DEFAULT.leader_election.name, help="name of the Lease")
-    election.add_argument(
-        "--leader-election-identity",
-        default=None,
-        help="this instance's identity in the Lease (default: $POD_NAME, else the hostname, _random)",
-    )
-    election.add_argument(
-        "--leader-election-lease-duration",
-        type=flags.duration,
-        default=_DEFAULT.leader_election.lease_duration,
-        help="how long a lease is valid without renewal",
-    )
-    election.add_argument(
-        "--leader-election-renew-deadline",
-        type=flags.duration,
-        default=_DEFAULT.leader_election.renew_deadline,
-        help="the leader gives up (and exits) if it cannot renew for this long",
-    )
-    election.add_argument(
-        "--leader-election-retry-period",
-        type=flags.duration,
-        default=_DEFAULT.leader_election.retry_period,
-        help="interval between acquire/renew attempts",
-    )
-
-    ops = p.add_argument_group("operations")
-    ops.add_argument(
-        "--metrics-bind-address",
-        default=_DEFAULT.metrics_bind_address,
-        help="address for Prometheus /metrics ('0' disables)",
-    )
-    ops.add_argument(
-        "--health-probe-bind-address",
-        default=_DEFAULT.health_probe_bind_address,
-        help="address for /healthz and /readyz ('0' disables)",
-    )
-    flags.log_flags(ops, _DEFAULT.log_level, _DEFAULT.log_format)
-    ops.add_argument(
-        "--shutdown-timeout",
-        type=flags.duration,
-        default=_DEFAULT.shutdown_timeout,
-        help="on SIGTERM, wait this long for in-flight reconciles",
-    )
+    for title, entries in GROUPS.items():
+        group = p.add_argument_group(title)
+        for entry in entries:
+            if callable(entry):
+                entry(group)
+            else:
+                flag, field, text, options = entry
+                group.add_argument(flag, help=text, **{"default": _default(field), **options})
     return p
 
 
@@ -261,48 +285,18 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
         scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
         parser.error(str(error))
+    fields: dict[str, dict[str, Any]] = {}  # section ("" for a field of the settings' own) -> field -> value
+    for flag, field, _, _ in _flags():
+        section, _, name = field.rpartition(".")
+        fields.setdefault(section, {})[name] = getattr(args, flag[2:].replace("-", "_"))
+    own, preflight, election = fields.pop(""), fields["preflight"], fields["leader_election"]
+    preflight["checks"] = tuple(dict.fromkeys(preflight["checks"]))
+    election["namespace"] = election["namespace"] or args.config_namespace
+    election["identity"] = election["identity"] or f"{_instance_name()}_{uuid.uuid4().hex[:8]}"
     return ReconcilerSettings(
-        api=ApiSettings(
-            kubeconfig=args.kubeconfig,
-            qps=args.kube_api_qps,
-            burst=args.kube_api_burst,
-            watch_idle_timeout=args.watch_idle_timeout,
-        ),
-        controller=ControllerSettings(
-            node_type_label=args.node_type_label,
-            dry_run=args.dry_run,
-            resize_restart_containers=args.resize_restart_containers,
-            realign=args.realign,
-            max_resizes_per_second=args.max_resizes_per_second,
-            deferred_timeout=args.resize_deferred_timeout,
-            error_retries=args.resize_error_retries,
-            error_backoff=args.resize_error_backoff,
-        ),
-        preflight=PreflightSettings(
-            checks=tuple(dict.fromkeys(args.preflight_checks)),
-            skip_vpa_managed=args.skip_vpa_managed,
-            node_room_wait=args.node_room_wait,
-            upsize_critical_pods=args.upsize_critical_pods,
-        ),
-        leader_election=LeaderElectionSettings(
-            enabled=args.leader_elect,
-            namespace=args.leader_election_namespace or args.config_namespace,
-            name=args.leader_election_id,
-            identity=args.leader_election_identity or f"{_instance_name()}_{uuid.uuid4().hex[:8]}",
-            lease_duration=args.leader_election_lease_duration,
-            renew_deadline=args.leader_election_renew_deadline,
-            retry_period=args.leader_election_retry_period,
-        ),
+        **{section: replace(getattr(_DEFAULT, section), **values) for section, values in fields.items()},
+        **own,
         scope=scope,
-        config_namespace=args.config_namespace,
-        config_name=args.config_name,
-        config_refresh_interval=args.config_refresh_interval,
-        originals_key_dir=args.originals_key_dir,
-        originals_keys_secret=args.originals_keys_secret,
-        concurrency=args.concurrency,
-        metrics_bind_address=args.metrics_bind_address,
-        health_probe_bind_address=args.health_probe_bind_address,
         log_level=args.log_level,
         log_format=args.log_format,
-        shutdown_timeout=args.shutdown_timeout,
     )

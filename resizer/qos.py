@@ -57,5 +57,4 @@ def _positive(resource_list: Mapping[str, Any] | None) -> dict[str, Fraction]:
 
 def _accumulate(totals: dict[str, Fraction], additions: Mapping[str, Fraction]) -> None:
     for name, value in additions.items():
-        total = totals.get(name)
-        totals[name] = value if total is None else total + value
+        totals[name] = totals.get(name, 0) + value

@@ -72,10 +72,9 @@ _SPEC_FIELDS = {"request": "requests", "limit": "limits"}
 
 
 def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``pods/resize`` strategic merge patch that puts every recorded original back
-    (containers, and sidecars under ``initContainers``)
-    (only the values that differ from the spec, compared by value); ``{}`` when the spec
-    already holds the originals. Raises :class:`OriginalsError` for an unusable annotation."""
+    """The ``pods/resize`` strategic merge patch that puts back every recorded original that
+    differs by value from the spec (sidecars under ``initContainers``); ``{}`` when none does.
+    Raises :class:`OriginalsError` for an unusable annotation."""
     state = read_state(pod)
     spec = pod.get("spec") or {}
     held = state.container_originals()
@@ -99,7 +98,6 @@ def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
 def _put_back(
     current_resources: Mapping[str, Any] | None, originals: Mapping[Slot, Original]
 ) -> dict[str, dict[str, str]]:
-    """The values to put back: each ``(resource, kind)`` recorded in ``originals``."""
     resources: dict[str, dict[str, str]] = {}
     for (resource, kind), original in originals.items():
         if not original.recorded:
