@@ -7,10 +7,12 @@ plugin `kubectl workload-resizer plan|report|...` (console script `kubectl-workl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shlex
 import sys
+from typing import Any, TypeVar
 
 from ops.flags import duration, is_namespaced_name, positive_float, positive_int, scope_flags, string_list
 from reconciler.settings import (
@@ -31,6 +33,7 @@ from resizer.quantity import QuantityError, parse_quantity
 from resizer.scope import ScopeError, namespace_scope
 
 COMMANDS = ("plan", "report", "restore", "calibrate", "selftest")
+_Settings = TypeVar("_Settings", PlanSettings, RestoreSettings, CalibrateSettings, SelftestSettings)
 _TOLERATION = re.compile(r"([^=:]+)(?:=([^:]*))?(?::(NoSchedule|PreferNoSchedule|NoExecute))?")
 
 
@@ -352,28 +355,21 @@ def _calibrate_settings(
                 raise QuantityError("not positive")
         except QuantityError as error:
             parser.error(f"{flag} {value!r}: {error}")
-    return CalibrateSettings(
+    return _from_args(
+        CalibrateSettings,
+        args,
         api=api,
-        config_namespace=args.config_namespace,
-        config_name=args.config_name,
-        node_type_label=args.node_type_label,
         node_types=tuple(args.node_types),
-        baseline_node_type=args.baseline_node_type,
-        repeats=args.repeats,
-        confidence=args.confidence,
-        cpu=args.cpu,
-        memory=args.memory,
-        timeout=args.timeout,
-        namespace=args.namespace,
-        image=args.image,
-        image_pull_policy=args.image_pull_policy,
         command=command,
         benchmark_seconds=args.benchmark_duration,
         tolerations=tuple(tolerations),
-        host_network=args.host_network,
-        output=args.output,
-        apply=args.apply,
     )
+
+
+def _from_args(settings: type[_Settings], args: argparse.Namespace, **given: Any) -> _Settings:
+    """``settings`` with ``given`` and, for every other field, the flag of the same name."""
+    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(settings) if f.name not in given}
+    return settings(**given, **flags)
 
 
 def parse(
@@ -394,15 +390,7 @@ def parse(
     if args.command == "selftest":
         if args.timeout <= 0:
             parser.error("--timeout must be positive")
-        return SelftestSettings(
-            api=api,
-            namespace=args.namespace,
-            probe_namespace=args.probe_namespace,
-            probe_image=args.probe_image,
-            lease=args.lease,
-            reconciler_selector=args.reconciler_selector,
-            timeout=args.timeout,
-        )
+        return _from_args(SelftestSettings, args, api=api)
     try:
         scope = namespace_scope(args.namespace or None, args.exclude_namespaces, args.namespace_selector)
     except ScopeError as error:
@@ -411,30 +399,9 @@ def parse(
         parser.error("--originals-keys-secret must be NAMESPACE/NAME")
     keys = KeySettings(key_dir=args.originals_key_dir, secret=args.originals_keys_secret)
     if args.command == "restore":
-        return RestoreSettings(
-            api=api,
-            scope=scope,
-            keys=keys,
-            remove_unverified=args.remove_unverified,
-            max_resizes_per_second=args.max_resizes_per_second,
-            dry_run=args.dry_run,
-            only_namespace=args.only_namespace,
-            shutdown_timeout=args.shutdown_timeout,
-        )
+        return _from_args(RestoreSettings, args, api=api, scope=scope, keys=keys)
     settings = ReportSettings if args.command == "report" else PlanSettings
-    return settings(
-        api=api,
-        scope=scope,
-        keys=keys,
-        config_file=args.config_file,
-        config_namespace=args.config_namespace,
-        config_name=args.config_name,
-        node_type_label=args.node_type_label,
-        resize_restart_containers=args.resize_restart_containers,
-        realign=args.realign,
-        output=args.output,
-        show_aligned=args.show_aligned,
-    )
+    return _from_args(settings, args, api=api, scope=scope, keys=keys)
 
 
 def main(argv: list[str] | None = None) -> int:
