@@ -429,7 +429,6 @@ class Act:
         raise AssertionError("unreachable")
 
     async def _rejected(self, pod: Obj, planned: Planned, err: ApiError) -> Result:
-        """The apiserver refused step 2."""
         plan, context = planned.plan, planned.context
         if err.status == 404:
             return DONE  # deleted meanwhile: nothing to report; the watch's DELETED event cleans up

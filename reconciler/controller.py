@@ -133,7 +133,6 @@ class PodResizeReconciler:
         return self._last_read[1]
 
     def forget(self, pod: Obj) -> None:
-        """`pod` was deleted."""
         self._memory.forget(pod_uid(pod))
         self._context.holds.release(pod_uid(pod))
 

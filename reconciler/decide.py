@@ -425,25 +425,18 @@ def _plan(
         # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
         base = baseline(pod, world.keyring, vouched=vouched(memory, pod, node_type))
         if base.check.trust is Trust.REFUSE:
-            return Report(
-                signature,
-                None,
-                EventType.WARNING,
-                Reason.ORIGINALS_UNVERIFIED,
-                f"not resized: {base.check.reason}",
-            )
+            return _unplanned(signature, Reason.ORIGINALS_UNVERIFIED, f"not resized: {base.check.reason}")
         plan = planner.bound(base, world.pod_level(node))
     except (OriginalsError, QuantityError) as err:
-        return Report(
-            signature,
-            None,
-            EventType.WARNING,
-            Reason.RESIZE_FAILED,
-            f"cannot read the pod's original resources: {err}",
-        )
+        return _unplanned(signature, Reason.RESIZE_FAILED, f"cannot read the pod's original resources: {err}")
     except PlanError as err:  # reported once, like a corrupt original: a retry cannot help
-        return Report(signature, None, EventType.WARNING, Reason.RESIZE_FAILED, f"cannot size the pod: {err}")
+        return _unplanned(signature, Reason.RESIZE_FAILED, f"cannot size the pod: {err}")
     return Planned(node, node_type, state, signature, world.config_generation, base, plan)
+
+
+def _unplanned(signature: tuple[Any, ...], reason: Reason, message: str) -> Report:
+    """No plan to write: a Warning, reported once in this situation."""
+    return Report(signature, None, EventType.WARNING, reason, message)
 
 
 def _refused(pod: Obj, planned: Planned, world: World) -> Report | None:
@@ -501,9 +494,8 @@ def _fitting(pod: Obj, planned: Planned, world: World) -> Report | None:
         return None
     return planned.refused(
         Reason.RESIZE_FAILED,
-        "the original resources and what was applied do not fit in the "
-        "pod's annotations (256 KiB limit), so they cannot be recorded; "
-        "not resized",
+        "the original resources and what was applied do not fit in the pod's annotations (256 KiB limit), "
+        "so they cannot be recorded; not resized",
     )
 
 

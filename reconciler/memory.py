@@ -132,7 +132,6 @@ class Memory:
                 self.wait(uid, recorded.state)
 
     def forget(self, uid: str) -> None:
-        """The pod was deleted."""
         self.wait(uid, None)
         self._pods.pop(uid, None)
 
