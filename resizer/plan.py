@@ -425,11 +425,7 @@ def _patch(changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
     actuates them together."""
     spec: dict[str, Any] = {}
     for container, container_changes in _by_container(tuple(c for c in changes if c.changed)).items():
-        resources: dict[str, dict[str, str]] = {}
-        for change in container_changes:
-            resources.setdefault("requests", {})[change.resource] = _FORMAT[change.resource](change.desired_request)
-            if change.desired_limit is not None:
-                resources.setdefault("limits", {})[change.resource] = _FORMAT[change.resource](change.desired_limit)
+        resources = _resources_with(None, container_changes)
         if container == POD_LEVEL:
             spec["resources"] = resources
         else:
@@ -446,6 +442,5 @@ def _by_container(changes: tuple[ResourceChange, ...]) -> dict[str, list[Resourc
 
 
 def _pod_level(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod sets pod-level cpu or memory (KEP-2837 ``spec.resources``)."""
     resources = (pod.get("spec") or {}).get("resources") or {}
     return any(r in (resources.get(kind) or {}) for kind in ("requests", "limits") for r in _RESOURCES)
