@@ -319,7 +319,6 @@ def _structure(document: object) -> tuple[ResizerConfig, list[tuple[str, str]]]:
 
 @cache
 def _parser(field_type: Any) -> _Parser:
-    """The parser of a field type of the document's dataclasses."""
     origin, args = get_origin(field_type), get_args(field_type)
     if origin is Annotated:
         return _checked(args[1])

@@ -152,7 +152,6 @@ _DIGIT_RUNS = re.compile(r"([0-9]+)", re.ASCII)
 
 
 def key_id_order(key_id: str) -> tuple[list[str | int], str]:
-    """Sort key of a key id in :attr:`KeyRing.newest`'s natural order."""
     # re.split with a capturing group alternates text (even places) and digits (odd
     # places), so two ids never compare a number with text.
     runs: list[str | int] = [int(run) if i % 2 else run for i, run in enumerate(_DIGIT_RUNS.split(key_id))]
@@ -211,7 +210,6 @@ class OriginalsCheck:
 
 
 def original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The pod's ``original-*`` annotations (what a MAC covers)."""
     return dict(read_state(pod).originals)
 
 
@@ -224,7 +222,6 @@ def sign_originals(keyring: KeyRing, originals: Mapping[str, str], identity: Pod
 
 
 def key_id_of(value: Any) -> str | None:
-    """Key id of a well-formed MAC value, else None."""
     parsed = Mac.parse(value)
     return parsed.key_id if parsed else None
 
@@ -437,7 +434,6 @@ class Baseline:
 
     @property
     def may_resize(self) -> bool:
-        """Whether a resize may be planned from ``pod``'s originals."""
         return self.check.trust in (Trust.TRUSTED, Trust.RECAPTURE)
 
     @property

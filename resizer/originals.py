@@ -131,7 +131,6 @@ def only_container_values(pod: Mapping[str, Any]) -> bool:
 
 
 def original_keys(pod: Mapping[str, Any]) -> dict[str, dict[Slot, str]]:
-    """:meth:`resizer.podstate.PodState.original_keys` of the pod."""
     return read_state(pod).original_keys()
 
 

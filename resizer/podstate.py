@@ -177,7 +177,6 @@ def is_controller_owned_key(key: str) -> bool:
 
 
 def is_original_key(key: str) -> bool:
-    """True for an ``original-*`` key (a baseline value)."""
     return key.startswith(_ORIGINAL_PREFIX)
 
 
@@ -625,12 +624,10 @@ def _legacy_owners(containers: list[Mapping[str, Any]]) -> dict[str, list[int]]:
 
 
 def mac_patch(mac: Mac | str) -> dict[str, str]:
-    """The originals-mac annotation set to ``mac``."""
     return {ORIGINALS_MAC: mac.encode() if isinstance(mac, Mac) else mac}
 
 
 def carries_mac(patch: Mapping[str, Any]) -> bool:
-    """Whether an annotation patch sets an originals MAC."""
     return patch.get(ORIGINALS_MAC) is not None
 
 
@@ -657,7 +654,6 @@ def applied_patch(instance_type: str, at: str, size: str, state: PodState | None
 
 
 def resize_state_patch(record: ResizeState | None) -> dict[str, str | None]:
-    """The resize-state annotation set to ``record``, or removed (None)."""
     return {RESIZE_STATE: None if record is None else record.encode()}
 
 
@@ -692,12 +688,10 @@ _DESCRIPTION = PREFIX + "description"
 
 
 def calibration_labels(run_id: str, node_type: str) -> dict[str, str]:
-    """The labels of a ``calibrate`` pod: its run and the node type it measures."""
     return {_CALIBRATION_RUN: run_id, _CALIBRATION_NODE_TYPE: node_type}
 
 
 def calibration_selector(run_id: str) -> str:
-    """The label selector of the pods of one ``calibrate`` run."""
     return f"{_CALIBRATION_RUN}={run_id}"
 
 
