@@ -538,8 +538,7 @@ def run_calibrate(settings: CalibrateSettings, out: TextIO = sys.stdout) -> int:
     if isinstance(report, int):
         return report
     if settings.output == "json":
-        json.dump(report_json(report, settings), out, indent=2)
-        out.write("\n")
+        out.write(json.dumps(report_json(report, settings), indent=2) + "\n")
     else:
         out.write(report_table(report, settings))
     return 1 if report.failed else 0

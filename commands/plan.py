@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -321,8 +322,7 @@ def run_plan(settings: PlanSettings, out: TextIO = sys.stdout) -> int:
     forecast, info = result
     hints = planned_hints(forecast, runtimes)
     if settings.output == "json":
-        json.dump(forecast_json(forecast, info, hints), out, indent=2)
-        out.write("\n")
+        out.write(json.dumps(forecast_json(forecast, info, hints), indent=2) + "\n")
     else:
         out.write(forecast_table(forecast, info, show_aligned=settings.show_aligned, hints=hints))
     return 0
@@ -341,13 +341,10 @@ def forecast_table(
     show_aligned: bool = False,
     hints: dict[PodKey, tuple[RuntimeHint, ...]] | None = None,
 ) -> str:
-    rows: list[tuple[str, ...]] = [
-        ("NAMESPACE", "WORKLOAD", "NODE TYPE", "PODS", "CPU REQUESTS", "MEMORY REQUESTS", "CPU", "MEMORY")
+    rows = [
+        ("NAMESPACE", "WORKLOAD", "NODE TYPE", "PODS", "CPU REQUESTS", "MEMORY REQUESTS", "CPU", "MEMORY"),
+        *(_row(group) for group in forecast.workloads if show_aligned or group.resized),
     ]
-    for group in forecast.workloads:
-        if not show_aligned and group.resized == 0:
-            continue
-        rows.append(_row(group))
     lines = align(rows) if len(rows) > 1 else ["No pod would be resized."]
     cpu_delta = forecast.total("desired_cpu") - forecast.total("current_cpu")
     memory_delta = forecast.total("desired_memory") - forecast.total("current_memory")
@@ -395,7 +392,6 @@ def forecast_table(
 def hinted_pods(
     groups: list[WorkloadForecast], hints: dict[PodKey, tuple[RuntimeHint, ...]]
 ) -> list[tuple[PodForecast, RuntimeHint]]:
-    """Each pod's hints, in the forecast's order."""
     return [(pod, hint) for group in groups for pod in group.pods for hint in hints.get((pod.namespace, pod.name), ())]
 
 
@@ -403,10 +399,7 @@ def hint_lines(hinted: list[tuple[PodForecast, RuntimeHint]]) -> list[str]:
     """The "Runtime hints:" block: one line per workload, container and hint, with its pods counted."""
     if not hinted:
         return []
-    pods: dict[tuple[str, str, str, str, str], int] = {}
-    for pod, hint in hinted:
-        key = (pod.namespace, pod.workload, hint.container, hint.reason, hint.message)
-        pods[key] = pods.get(key, 0) + 1
+    pods = Counter((pod.namespace, pod.workload, hint.container, hint.reason, hint.message) for pod, hint in hinted)
     lines = ["Runtime hints (sized once at start: a resize in place leaves them until the container restarts):"]
     for (namespace, workload, container, reason, message), count in pods.items():
         lines.append(

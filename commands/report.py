@@ -128,8 +128,7 @@ def run_report(settings: ReportSettings, out: TextIO = sys.stdout) -> int:
     if isinstance(report, int):
         return report
     if settings.output == "json":
-        json.dump(report_json(report), out, indent=2)
-        out.write("\n")
+        out.write(json.dumps(report_json(report), indent=2) + "\n")
     elif settings.output == "html":
         out.write(report_html(report))
     else:
