@@ -18,6 +18,7 @@ Pods and objects are the JSON shapes the API uses; amounts are millicores and by
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -107,20 +108,18 @@ def pod_totals(spec: Mapping[str, Any]) -> Totals:
     pod_level = spec.get("resources") or {}
     for kind in ("requests", "limits"):
         level = _container_amounts({"resources": pod_level}, kind)
-        sidecars: dict[str, int] = {}
+        sidecars: Counter[str] = Counter()
         init_peak: dict[str, int] = {}
         for init in spec.get("initContainers") or []:
             amounts = _container_amounts(init, kind)
             if init.get("restartPolicy") == "Always":
-                for r, v in amounts.items():
-                    sidecars[r] = sidecars.get(r, 0) + v
+                sidecars.update(amounts)
             else:
                 for r, v in amounts.items():
-                    init_peak[r] = max(init_peak.get(r, 0), v + sidecars.get(r, 0))
-        running = dict(sidecars)
+                    init_peak[r] = max(init_peak.get(r, 0), v + sidecars[r])
+        running = Counter(sidecars)
         for container in spec.get("containers") or []:
-            for r, v in _container_amounts(container, kind).items():
-                running[r] = running.get(r, 0) + v
+            running.update(_container_amounts(container, kind))
         for r in _RESOURCES:
             if r in level:
                 totals[(kind, r)] = level[r]
@@ -274,7 +273,7 @@ def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     """What the pod has: its containers' and sidecars' reported resources, summed, or, for a
     resource the pod sets at pod level, what the kubelet reports applied at pod level
     (status.resources)."""
-    total: dict[str, int] = {}
+    total: Counter[str] = Counter()
     status_of = pod.get("status") or {}
     sidecars = {
         c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or [] if c.get("restartPolicy") == "Always"
@@ -283,8 +282,7 @@ def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         *(status_of.get("containerStatuses") or []),
         *(s for s in status_of.get("initContainerStatuses") or [] if s.get("name") in sidecars),
     ]:
-        for r, v in _container_amounts(status, "requests").items():
-            total[r] = total.get(r, 0) + v
+        total.update(_container_amounts(status, "requests"))
     pod_level = _container_amounts(pod.get("status") or {}, "requests")
     return {**total, **pod_level}
 
