@@ -511,13 +511,12 @@ class Act:
         return await self.applied(pod, planned, reason, message)
 
     async def _deferred(
-        self, pod: Obj, planned: Planned, recorded: ResizeState | None, observation: Observation
+        self, pod: Obj, planned: Planned, state: ResizeState | None, observation: Observation
     ) -> Result:
         self._c.memory.wait(pod_uid(pod), Stage.DEFERRED)
         generation = pod["metadata"].get("generation")
-        state = recorded
         if state is None or state.state != Stage.DEFERRED or state.generation != generation:
-            requested = self._requested(pod, recorded)
+            requested = self._requested(pod, state)
             stamp = format_time(requested) if requested is not None else ""
             state = ResizeState(Stage.DEFERRED, planned.node_type, generation, requested_at=stamp)
             await self.record(pod, state)
@@ -547,7 +546,7 @@ class Act:
         )
         return DONE
 
-    async def _infeasible(self, pod: Obj, planned: Planned, recorded: ResizeState | None, message: str) -> Result:
+    async def _infeasible(self, pod: Obj, planned: Planned, state: ResizeState | None, message: str) -> Result:
         """The kubelet will never take this size: record it, then set the spec back to the actual size
         (if the product knows the pod had it; else keep the spec and say so, once).
 
@@ -555,7 +554,6 @@ class Act:
         is computed from the status in hand, and a kubelet that actuated the size meanwhile
         (e.g. its node grew) must not have it taken back (nor the pod marked infeasible)."""
         self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
-        state = recorded
         revert = self._revert_of(pod, planned.base)
         resource_version = pod["metadata"]["resourceVersion"]
         if (
@@ -583,20 +581,17 @@ class Act:
             await self._revert(pod, revert.patch, resource_version)
         return DONE
 
-    async def _failing(
-        self, pod: Obj, planned: Planned, recorded: ResizeState | None, observation: Observation
-    ) -> Result:
+    async def _failing(self, pod: Obj, planned: Planned, state: ResizeState | None, observation: Observation) -> Result:
         """Actuation failed: the kubelet retries on each pod sync; we re-check with backoff, then give up."""
         uid = pod_uid(pod)
         self._c.memory.wait(uid, Stage.ERROR)
-        state = recorded
         now = self._c.clock()
         record = self._c.memory.of(uid)
         if record.flight is None:
             record.flight = InFlight(
                 planned.node_type,
                 pod["metadata"].get("generation") or 0,
-                parse_time(requested_at(recorded)),
+                parse_time(requested_at(state)),
                 summary_from_originals(planned.plan),
             )
         flight = record.flight
@@ -685,9 +680,8 @@ class Act:
             plan,
             EventType.WARNING,
             Reason.REVERT_REFUSED,
-            f"the containers report resources the product never set ({revert.reported}: "
-            f"{revert.refused}); the spec is not set back to them and stays at the planned "
-            f"size",
+            f"the containers report resources the product never set ({revert.reported}: {revert.refused}); "
+            "the spec is not set back to them and stays at the planned size",
         )
 
     async def _revert(self, pod: Obj, patch: Obj, resource_version: str) -> None:
@@ -724,14 +718,8 @@ def decision_record(pod: Obj, plan: ResizePlan | None, outcome: str, dry_run: bo
         "dryRun": dry_run,
     }
     if plan is not None:
-        record.update(
-            {
-                "nodeType": plan.node_type,
-                "baseline": plan.baseline_node_type,
-                "rule": plan.rule,
-                "changes": [_change_record(c) for c in plan.changes],
-            }
-        )
+        record.update(nodeType=plan.node_type, baseline=plan.baseline_node_type, rule=plan.rule)
+        record["changes"] = [_change_record(c) for c in plan.changes]
     return record
 
 
