@@ -59,12 +59,7 @@ from resizer.pinning import (
     plan_bound_pod,
     values_patch,
 )
-from resizer.plan import (
-    PlanError,
-    ResizePlan,
-    node_resizes_pod_level,
-    plan_resize,
-)
+from resizer.plan import PlanError, ResizePlan, node_resizes_pod_level, plan_resize
 from resizer.podstate import (
     TOTAL_ANNOTATION_SIZE_LIMIT,
     fits_annotation_limit,

@@ -299,10 +299,7 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
     if scope == "sized" and not changed:
         # The MAC covers the spec values it verified against: the pod is exactly as the webhook sized it.
         return OriginalsCheck(
-            Trust.TRUSTED,
-            f"verified, sized at admission for node type {state.sized_at_admission!r}",
-            scope,
-            key_id,
+            Trust.TRUSTED, f"verified, sized at admission for node type {state.sized_at_admission!r}", scope, key_id
         )
     if changed:
         # Signed at admission (a made-up review obtains that for any values, those of a spec the
