@@ -84,10 +84,14 @@ class VpaVerdict:
     target: Owner
 
     def message(self) -> str:
-        return (
-            f"left alone: VerticalPodAutoscaler {self.vpa} (updateMode {self.mode}) manages the requests "
-            f"of {self.target.kind} {self.target.name}; two controllers writing requests would fight"
-        )
+        return f"left alone: {_manages(self.vpa, self.mode, self.target)}"
+
+
+def _manages(vpa: str, mode: str, target: Owner) -> str:
+    return (
+        f"VerticalPodAutoscaler {vpa} (updateMode {mode}) manages the requests of "
+        f"{target.kind} {target.name}; two controllers writing requests would fight"
+    )
 
 
 def controller_owner(metadata: Mapping[str, Any]) -> Owner | None:
@@ -223,10 +227,7 @@ def admission_vpa_hold(pod: Mapping[str, Any], namespace: str, index: VpaIndex) 
     for target in (owner, *([Owner("Deployment", derived)] if derived is not None else [])):
         found = targets.get(target)
         if found is not None:
-            return (
-                f"VerticalPodAutoscaler {found[0]} (updateMode {found[1]}) manages the requests of "
-                f"{target.kind} {target.name}; two controllers writing requests would fight"
-            )
+            return _manages(found[0], found[1], target)
     if owner.kind not in PARENT_KINDS or derived is not None:
         return None  # the reconciler matches such an owner itself only; a derived chain is known
     for target, (vpa, mode) in targets.items():
