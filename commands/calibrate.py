@@ -35,7 +35,7 @@ from fractions import Fraction
 from typing import Any, TextIO
 
 from commands.errors import CommandError
-from commands.plan import align, compile_config, list_all, read_configmap, run_command
+from commands.plan import align, compile_config, is_ready, list_all, read_configmap, run_command
 from commands.progress import Progress
 from kube import ApiError, KubeClient, KubeError
 from kube.client import TransportError
@@ -143,7 +143,7 @@ def _target(
 ) -> Target:
     if not nodes:
         return Target(node_type, problem=f"no node has the label {label}={node_type}")
-    ready = [n for n in nodes if _ready(n) and not (n.get("spec") or {}).get("unschedulable")]
+    ready = [n for n in nodes if is_ready(n) and not (n.get("spec") or {}).get("unschedulable")]
     if not ready:
         names = ", ".join(sorted(n["metadata"]["name"] for n in nodes))
         return Target(node_type, problem=f"no schedulable node: {names} NotReady or cordoned")
@@ -169,13 +169,6 @@ def _target(
             problem=f"every Ready node is tainted ({', '.join(taints)}): pass --toleration KEY[=VALUE][:EFFECT]",
         )
     return Target(node_type, node=min(n["metadata"]["name"] for n in usable))
-
-
-def _ready(node: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (node.get("status") or {}).get("conditions") or []
-    )
 
 
 # ------------------------------------------------------------------ the benchmark pod

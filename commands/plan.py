@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -87,6 +87,12 @@ async def list_all(
         if not token:
             return items
         query["continue"] = token
+
+
+def is_ready(obj: Mapping[str, Any]) -> bool:
+    """Whether a pod's or a node's Ready condition is True."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 async def read_config(client: KubeClient, settings: PlanSettings) -> tuple[CompiledConfig, str]:
@@ -495,9 +501,5 @@ def forecast_json(
         ],
         "notResized": [pod_entry(p) for p in forecast.not_resized],
         "leftAlone": forecast.skipped,
-        "total": {
-            "pods": forecast.pods,
-            "resized": forecast.resized,
-            "requests": totals(forecast),
-        },
+        "total": {"pods": forecast.pods, "resized": forecast.resized, "requests": totals(forecast)},
     }

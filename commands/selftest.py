@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from commands.plan import run_command
+from commands.plan import is_ready, run_command
 from kube import ApiError, KubeClient
 from reconciler.settings import SelftestSettings
 from resizer.podstate import described_keys, read_state
@@ -126,15 +126,10 @@ def judge_lease(
 
 def judge_pods(pods: Sequence[Mapping[str, Any]]) -> Verdict:
     """Without leader election: a Ready reconciler pod."""
-    ready = sorted(p["metadata"]["name"] for p in pods if _ready(p))
+    ready = sorted(p["metadata"]["name"] for p in pods if is_ready(p))
     if not ready:
         return Verdict(False, f"no reconciler pod is Ready ({len(pods)} found)")
     return Verdict(True, f"{', '.join(ready)} Ready (no leader election)")
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _parse_time(text: Any) -> datetime | None:
@@ -145,39 +140,32 @@ def _parse_time(text: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
-class Selftest:
-    def __init__(self, client: KubeClient, settings: SelftestSettings) -> None:
-        self._client = client
-        self._settings = settings
+async def check_webhook(client: KubeClient, settings: SelftestSettings) -> Verdict:
+    namespace = settings.probe_namespace
+    answer = await client.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        probe_pod(settings.probe_image, str(uuid.uuid4())),
+        params={"dryRun": "All"},
+    )
+    return judge_webhook(answer, namespace)
 
-    async def webhook(self) -> Verdict:
-        namespace = self._settings.probe_namespace
-        answer = await self._client.request(
-            "POST",
-            f"/api/v1/namespaces/{namespace}/pods",
-            probe_pod(self._settings.probe_image, str(uuid.uuid4())),
-            params={"dryRun": "All"},
+
+async def check_reconciler(client: KubeClient, settings: SelftestSettings) -> Verdict:
+    pods = (
+        await client.get(f"/api/v1/namespaces/{settings.namespace}/pods", labelSelector=settings.reconciler_selector)
+    ).get("items") or []
+    if not settings.lease:
+        return judge_pods(pods)
+    lease = None
+    try:
+        lease = await client.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{settings.namespace}/leases/{settings.lease}"
         )
-        return judge_webhook(answer, namespace)
-
-    async def reconciler(self) -> Verdict:
-        settings = self._settings
-        pods = (
-            await self._client.get(
-                f"/api/v1/namespaces/{settings.namespace}/pods", labelSelector=settings.reconciler_selector
-            )
-        ).get("items") or []
-        if not settings.lease:
-            return judge_pods(pods)
-        lease = None
-        try:
-            lease = await self._client.get(
-                f"/apis/coordination.k8s.io/v1/namespaces/{settings.namespace}/leases/{settings.lease}"
-            )
-        except ApiError as err:
-            if err.status != 404:
-                raise
-        return judge_lease(lease, pods, datetime.now(timezone.utc), f"{settings.namespace}/{settings.lease}")
+    except ApiError as err:
+        if err.status != 404:
+            raise
+    return judge_lease(lease, pods, datetime.now(timezone.utc), f"{settings.namespace}/{settings.lease}")
 
 
 async def until_ok(check: Callable[[], Awaitable[Verdict]], deadline: float) -> Verdict:
@@ -198,9 +186,9 @@ def run_selftest(settings: SelftestSettings, out: TextIO = sys.stdout) -> int:
 
     async def go(client: KubeClient) -> list[tuple[str, Verdict]]:
         deadline = time.monotonic() + settings.timeout
-        test = Selftest(client, settings)
         webhook, reconciler = await asyncio.gather(
-            until_ok(test.webhook, deadline), until_ok(test.reconciler, deadline)
+            until_ok(lambda: check_webhook(client, settings), deadline),
+            until_ok(lambda: check_reconciler(client, settings), deadline),
         )
         return [("webhook", webhook), ("reconciler", reconciler)]
 
