@@ -131,12 +131,8 @@ class Manager:
                 metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
                 if isinstance(err, KubeError):
                     level = logging.INFO if isinstance(err, ApiError) and err.retryable else logging.WARNING
-                    error = str(err) or repr(err)
-                    log.log(
-                        level,
-                        "reconcile failed; will retry",
-                        extra={"pod": key, "error": error, "retryIn": round(delay, 2)},
-                    )
+                    extra = {"pod": key, "error": str(err) or repr(err), "retryIn": round(delay, 2)}
+                    log.log(level, "reconcile failed; will retry", extra=extra)
                 else:
                     log.exception("reconcile crashed; will retry", extra={"pod": key, "retryIn": round(delay, 2)})
             else:

@@ -63,9 +63,8 @@ def observe(pod: Obj) -> Observation:
         return Observation(Stage.REQUESTED)  # not started yet (a non-running container reports
         # its allocated resources once it has any)
     observed = status.get("observedGeneration")
-    if observed is not None and generation is not None and observed < generation:
-        return Observation(Stage.REQUESTED)
-    if pending is not None or progress is not None:
+    stale = observed is not None and generation is not None and observed < generation
+    if stale or pending is not None or progress is not None:
         return Observation(Stage.REQUESTED)
     if (
         all(same_resources(c.get("resources"), statuses[c["name"]].get("resources")) for c in containers)
@@ -155,12 +154,8 @@ def _recorded_sidecars(pod: Obj) -> list[Mapping[str, Any]]:
 
 
 def revert_patch(pod: Obj) -> Obj:
-    """The pods/resize patch that sets each container's (and sidecar's) spec back to what it
-    actually has.
-
-    Only cpu/memory values that differ are sent; a value the container does not
-    report is left as it is.
-    """
+    """The pods/resize patch that sets each container's (and sidecar's) spec back to what it actually
+    has: only the cpu/memory values that differ; a value the container does not report is left as it is."""
     status = pod.get("status") or {}
     spec: Obj = {}
     for field, containers, statuses in (
@@ -190,10 +185,6 @@ def _differences(spec: Obj, actual: Obj) -> dict[str, dict[str, str]]:
             if have is not None and (want is None or not same_resources({kind: {name: want}}, {kind: {name: have}})):
                 resources.setdefault(kind, {})[name] = have
     return resources
-
-
-# ---------------------------------------------------------------- the state annotation
-# (its record, ResizeState, is resizer.podstate's)
 
 
 def allocatable_fingerprint(node: Obj | None) -> str:

@@ -142,8 +142,6 @@ class ReportSettings(PlanSettings):
 
 @dataclass(frozen=True)
 class RestoreSettings:
-    """`workload-resizer restore`."""
-
     api: ApiSettings = field(default_factory=lambda: ApiSettings(qps=20.0, burst=40))
     scope: NamespaceScope = field(default_factory=lambda: NamespaceScope())
     keys: KeySettings = field(default_factory=KeySettings)
