@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from resizer.errors import ResizerError
-from resizer.quantity import QuantityError, Resource, coerce_quantity, to_bytes, to_millicores
+from resizer.quantity import RESOURCES, QuantityError, Resource, coerce_quantity, to_bytes, to_millicores
 
 SAMPLE_CONFIG = """\
 baselineNodeType: n2d
@@ -74,7 +74,6 @@ CONFIG_KEY = "config.yaml"  # the key of that ConfigMap holding the config
 
 MemoryLimitDecrease = Literal["Never", "Allow"]
 _T = TypeVar("_T")
-_RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 # Perf values are ratios of machine capability; anything outside this range is a typo
 # (and a huge exponent would make the exact Fraction arithmetic explode).
 _PERF_MAX_ADJUSTED_EXPONENT = 18
@@ -635,7 +634,7 @@ def _bounds_errors(path: str, global_bounds: GlobalBounds, block: PolicyBlock | 
     """min > max on the effective bounds, reported only where the block sets bounds
     (an inherited global problem is reported once, at ``bounds``)."""
     errors = []
-    for resource in _RESOURCES:
+    for resource in RESOURCES:
         if block is not None and _block_resource_bounds(block, resource) is None:
             continue
         low, high = _effective_bounds(global_bounds, block, resource)

@@ -30,7 +30,7 @@ from resizer.podstate import (
     sidecars,
     written_keys,
 )
-from resizer.quantity import QuantityError, Resource, coerce_quantity, format_cpu, format_memory
+from resizer.quantity import RESOURCES, QuantityError, Resource, coerce_quantity, format_cpu, format_memory
 
 __all__ = [
     "ContainerOriginals",
@@ -47,7 +47,6 @@ __all__ = [
     "sidecars",
 ]
 
-_RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 _KINDS: tuple[Kind, ...] = ("request", "limit")
 _SPEC_FIELD: Mapping[Kind, str] = {"request": "requests", "limit": "limits"}
 _UNITS_PER_BASE: Mapping[Resource, int] = {"cpu": 1000, "memory": 1}
@@ -144,7 +143,7 @@ def sidecar_original_keys(pod: Mapping[str, Any]) -> frozenset[str]:
 def _originals(name: str, held: Mapping[Slot, Original], holder: Mapping[str, Any], what: str) -> ContainerOriginals:
     cpu, memory = (
         ResourceOriginal(*(_value(held[(resource, kind)], holder, resource, kind, what) for kind in _KINDS))
-        for resource in _RESOURCES
+        for resource in RESOURCES
     )
     return ContainerOriginals(name, cpu, memory)
 
@@ -174,7 +173,7 @@ def _parse_annotation(key: str, value: object) -> Fraction:
 
 
 def _spec_values(container: Mapping[str, Any]) -> Iterator[tuple[Resource, Kind, Any]]:
-    for resource in _RESOURCES:
+    for resource in RESOURCES:
         for kind in _KINDS:
             value = _spec_resources(container, kind).get(resource)
             if value is not None:

@@ -21,7 +21,7 @@ from resizer.originals import originals_from_spec_annotations
 from resizer.plan import POD_LEVEL, ResizePlan, plan_resize, resized_spec
 from resizer.podstate import original_key, pod_original_key, without_controller_owned
 from resizer.preflight import limit_range_hold
-from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory
+from resizer.quantity import RESOURCES, QuantityError, coerce_quantity, format_cpu, format_memory
 
 __all__ = [
     "AdmissionSizing",
@@ -231,7 +231,6 @@ def admission_hold(
 
 # -- the webhook called again on its own answer ----------------------------------------------
 _KINDS: tuple[tuple[str, Literal["request", "limit"]], ...] = (("requests", "request"), ("limits", "limit"))
-_RESOURCES: tuple[Literal["cpu", "memory"], ...] = ("cpu", "memory")
 _POD_LEVEL_FIELD = "resources"  # spec.resources: the pod level's holder, at /spec
 
 
@@ -251,7 +250,7 @@ def _wanted(field: str, holder: Mapping[str, Any], values: Mapping[str, str]) ->
     """The requests and limits ``values`` (``originals_from_spec_annotations`` form) give one holder."""
     wanted: dict[str, dict[str, str]] = {}
     for kind, singular in _KINDS:
-        for resource in _RESOURCES:
+        for resource in RESOURCES:
             key = (
                 pod_original_key(resource, singular)
                 if field == _POD_LEVEL_FIELD
@@ -306,7 +305,7 @@ def values_patch(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[dict
                 if want:
                     ops.append({"op": "add", "path": f"{base}/{kind}", "value": want})
                 continue
-            for resource in _RESOURCES:
+            for resource in RESOURCES:
                 current, target = have.get(resource), want.get(resource)
                 if target is None and current is not None:
                     ops.append({"op": "remove", "path": f"{base}/{kind}/{resource}"})

@@ -14,6 +14,7 @@ from resizer.preflight import pod_totals
 from resizer.qos import QoSClass, pod_qos_class
 from resizer.quantity import (
     MAX_QUANTITY,
+    RESOURCES,
     QuantityError,
     Resource,
     coerce_quantity,
@@ -53,7 +54,6 @@ MEMORY_LIMIT_KEPT = "memoryLimitDecrease=Never"
 # The largest amount a quantity can hold, in the plan's units (Kubernetes caps a quantity
 # at 2^63-1 base units): a limit grows with the ratio only up to here.
 MAX_UNITS: Mapping[Resource, int] = {"cpu": MAX_QUANTITY * 1000, "memory": MAX_QUANTITY}
-_RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 _TO_UNITS: Mapping[Resource, Callable[[Fraction], int]] = {"cpu": to_millicores, "memory": to_bytes}
 _FORMAT: Mapping[Resource, Callable[[int], str]] = {"cpu": format_cpu, "memory": format_memory}
 
@@ -272,7 +272,7 @@ def _changes(
 ) -> Iterator[ResourceChange]:
     for container in (pod.get("spec") or {}).get("containers") or []:
         yield from _container_changes(container, originals, sizing)
-    unchanged = replace(sizing, ratios={resource: Fraction(1) for resource in _RESOURCES})
+    unchanged = replace(sizing, ratios={resource: Fraction(1) for resource in RESOURCES})
     for sidecar in sidecars(pod):
         if size_sidecars:
             yield from _container_changes(sidecar, originals, sizing, sidecar=True)
@@ -287,7 +287,7 @@ def _container_changes(
     container: Mapping[str, Any], originals: Mapping[str, ContainerOriginals], sizing: _Sizing, sidecar: bool = False
 ) -> Iterator[ResourceChange]:
     restart_resources = set() if sizing.resize_restart_containers else _restart_resources(container)
-    for resource in _RESOURCES:
+    for resource in RESOURCES:
         original = originals[container["name"]].of(resource)
         change = _resource_change(container, resource, original, sizing, resource in restart_resources)
         if change is not None:
@@ -348,7 +348,7 @@ def _pod_level_changes(
     containers_spec = {**resized_spec(pod, container_changes), "resources": None}
     aggregate = pod_totals(containers_spec)
     level = {"resources": (pod.get("spec") or {}).get("resources") or {}}
-    for resource in _RESOURCES:
+    for resource in RESOURCES:
         change = _resource_change(level | {"name": POD_LEVEL}, resource, originals.of(resource), sizing, False)
         if change is None:
             continue
@@ -443,4 +443,4 @@ def _by_container(changes: tuple[ResourceChange, ...]) -> dict[str, list[Resourc
 
 def _pod_level(pod: Mapping[str, Any]) -> bool:
     resources = (pod.get("spec") or {}).get("resources") or {}
-    return any(r in (resources.get(kind) or {}) for kind in ("requests", "limits") for r in _RESOURCES)
+    return any(r in (resources.get(kind) or {}) for kind in ("requests", "limits") for r in RESOURCES)

@@ -17,6 +17,7 @@ from resizer.errors import ResizerError
 
 __all__ = [
     "MAX_QUANTITY",
+    "RESOURCES",
     "QuantityError",
     "Resource",
     "coerce_quantity",
@@ -31,6 +32,7 @@ __all__ = [
 
 # The two resources the resizer sizes (the one alias for them).
 Resource = Literal["cpu", "memory"]
+RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 
 # Kubernetes caps every quantity at this many base units (it silently clamps; we reject).
 MAX_QUANTITY = 2**63 - 1
