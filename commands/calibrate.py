@@ -337,16 +337,14 @@ class Calibration:
                     raise BenchmarkError(f"pod {name} was deleted while it ran") from None
                 if not err.retryable:
                     raise
-                await asyncio.sleep(POLL_SECONDS)
-                continue
             except TransportError:  # the apiserver restarting, a dropped connection: poll again
-                await asyncio.sleep(POLL_SECONDS)
-                continue
-            verdict, what = pod_verdict(pod)
-            if verdict == "done":
-                return what
-            if verdict == "failed":
-                raise BenchmarkError(f"pod {name} on {pod['spec'].get('nodeName') or '(unscheduled)'}: {what}")
+                pass
+            else:
+                verdict, what = pod_verdict(pod)
+                if verdict == "done":
+                    return what
+                if verdict == "failed":
+                    raise BenchmarkError(f"pod {name} on {pod['spec'].get('nodeName') or '(unscheduled)'}: {what}")
             await asyncio.sleep(POLL_SECONDS)
         warning = await self._last_warning(name)
         raise BenchmarkError(

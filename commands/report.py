@@ -331,7 +331,6 @@ TOTALS_HEADER = (
 
 
 def _hints_html(hinted: tuple[tuple[PodForecast, RuntimeHint], ...]) -> list[str]:
-    """The runtime hints section, when there are any."""
     if not hinted:
         return []
     return [
