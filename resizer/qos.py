@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Literal
@@ -34,13 +35,13 @@ def pod_qos_class(pod_spec: Mapping[str, Any]) -> QoSClass:
 
 
 def _classify(holders: Iterable[Mapping[str, Any]]) -> QoSClass:
-    requests: dict[str, Fraction] = {}
-    limits: dict[str, Fraction] = {}
+    requests: Counter[str] = Counter()
+    limits: Counter[str] = Counter()
     every_holder_limits_both = True
     for resources in holders:
-        _accumulate(requests, _positive(resources.get("requests")))
+        requests.update(_positive(resources.get("requests")))
         holder_limits = _positive(resources.get("limits"))
-        _accumulate(limits, holder_limits)
+        limits.update(holder_limits)
         if not set(_QOS_RESOURCES) <= holder_limits.keys():
             every_holder_limits_both = False
     if not requests and not limits:
@@ -53,8 +54,3 @@ def _classify(holders: Iterable[Mapping[str, Any]]) -> QoSClass:
 def _positive(resource_list: Mapping[str, Any] | None) -> dict[str, Fraction]:
     values = {name: coerce_quantity(value) for name, value in (resource_list or {}).items() if name in _QOS_RESOURCES}
     return {name: value for name, value in values.items() if value.numerator > 0}
-
-
-def _accumulate(totals: dict[str, Fraction], additions: Mapping[str, Fraction]) -> None:
-    for name, value in additions.items():
-        totals[name] = totals.get(name, 0) + value
