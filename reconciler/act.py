@@ -255,13 +255,9 @@ class Act:
     async def _stamped(self, pod: Obj, base: Baseline) -> None:
         """Step 1 is written: say so if it replaced rejected originals."""
         if base.check.tampered:
-            await self.report(
-                pod,
-                None,
-                EventType.WARNING,
-                Reason.ORIGINALS_REPLACED,
-                f"original-* annotations rejected ({base.check.reason}); re-captured from the pod's unchanged spec",
-            )
+            why = base.check.reason
+            message = f"original-* annotations rejected ({why}); re-captured from the pod's unchanged spec"
+            await self.report(pod, None, EventType.WARNING, Reason.ORIGINALS_REPLACED, message)
         self._c.fault(Step.ORIGINALS)
 
     async def _resize(self, pod: Obj, planned: Planned) -> Result:
@@ -521,13 +517,8 @@ class Act:
             state = ResizeState(Stage.DEFERRED, planned.node_type, generation, requested_at=stamp)
             await self.record(pod, state)
             metrics.RESIZE_OUTCOMES.labels("deferred").inc()
-            await self.report(
-                pod,
-                None,
-                EventType.NORMAL,
-                Reason.RESIZE_DEFERRED,
-                f"the kubelet deferred the resize (it retries by itself): {observation.message}",
-            )
+            message = f"the kubelet deferred the resize (it retries by itself): {observation.message}"
+            await self.report(pod, None, EventType.NORMAL, Reason.RESIZE_DEFERRED, message)
         since = parse_time(observation.since) or parse_time(state.requested_at) or self._c.clock()
         waited = self._c.clock() - since
         if state.warned:
@@ -536,14 +527,11 @@ class Act:
             return Result(requeue_after=self._c.options.deferred_timeout - waited + 1.0)
         await self.record(pod, replace(state, warned=True))
         metrics.RESIZE_OUTCOMES.labels("deferred_too_long").inc()
-        await self.report(
-            pod,
-            None,
-            EventType.WARNING,
-            Reason.RESIZE_DEFERRED,
+        message = (
             f"the resize is still deferred after {duration(waited)} (kept: the kubelet "
-            f"applies it as soon as the node has room): {observation.message}",
+            f"applies it as soon as the node has room): {observation.message}"
         )
+        await self.report(pod, None, EventType.WARNING, Reason.RESIZE_DEFERRED, message)
         return DONE
 
     async def _infeasible(self, pod: Obj, planned: Planned, state: ResizeState | None, message: str) -> Result:
@@ -648,15 +636,12 @@ class Act:
             return DONE
         await self.record(pod, ResizeState(Stage.UNSUPPORTED, planned.node_type, pod["metadata"].get("generation")))
         metrics.RESIZE_OUTCOMES.labels("unsupported").inc()
-        await self.report(
-            pod,
-            planned.plan,
-            EventType.WARNING,
-            Reason.RESIZE_UNSUPPORTED,
+        message = (
             f"node {pod['spec']['nodeName']} does not support in-place resize: the spec was "
             f"resized before the containers started and the running containers do not "
-            f"have the new size (it takes effect when they restart); wanted for {planned.context}",
+            f"have the new size (it takes effect when they restart); wanted for {planned.context}"
         )
+        await self.report(pod, planned.plan, EventType.WARNING, Reason.RESIZE_UNSUPPORTED, message)
         return DONE
 
     def _revert_of(self, pod: Obj, base: Baseline) -> Revert:
@@ -675,14 +660,11 @@ class Act:
             "the containers report resources the product never set: the spec is not set back to them",
             extra={"pod": object_key(pod), "reported": revert.reported, "why": revert.refused},
         )
-        await self.report(
-            pod,
-            plan,
-            EventType.WARNING,
-            Reason.REVERT_REFUSED,
+        message = (
             f"the containers report resources the product never set ({revert.reported}: {revert.refused}); "
-            "the spec is not set back to them and stays at the planned size",
+            "the spec is not set back to them and stays at the planned size"
         )
+        await self.report(pod, plan, EventType.WARNING, Reason.REVERT_REFUSED, message)
 
     async def _revert(self, pod: Obj, patch: Obj, resource_version: str) -> None:
         """Send `patch` (what the containers of `pod` have), conditional on `resource_version`
