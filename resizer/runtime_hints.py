@@ -201,15 +201,8 @@ def read_runtime(container: Mapping[str, Any], started_at: Any = None) -> Contai
         ),
         started_at if isinstance(started_at, str) else None,
     )
-    if not (
-        runtime.resource_env
-        or runtime.jvm
-        or runtime.gomaxprocs
-        or runtime.go_updates_off
-        or runtime.uv_threadpool_size
-    ):
-        return None
-    return runtime
+    facts = (runtime.resource_env, runtime.jvm, runtime.gomaxprocs, runtime.go_updates_off, runtime.uv_threadpool_size)
+    return runtime if any(facts) else None
 
 
 def _go_updates_off(godebug: str) -> bool:
