@@ -106,6 +106,7 @@ TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 
 _ORIGINAL_PREFIX = PREFIX + "original-"
 _APPLIED_PREFIX = PREFIX + "applied-"
+_CONTROLLER_OWNED_RECORDS = frozenset({ORIGINALS_MAC, RESIZE_STATE, SIZED_AT_ADMISSION})
 _MAX_NAME_LENGTH = 63
 _DIGEST_LENGTH = 26  # lowercase base32 characters of sha256: 130 bits
 _LEGACY_DIGEST_LENGTH = 8  # hex characters of sha256: 32 bits
@@ -169,11 +170,7 @@ def _stem(resource: str, kind: str, level: str = "") -> str:
 def is_controller_owned_key(key: str) -> bool:
     """True for the ``original-*``, ``applied-*``, integrity, resize-state and sized-at-admission keys
     only the controller may set."""
-    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key in (
-        ORIGINALS_MAC,
-        RESIZE_STATE,
-        SIZED_AT_ADMISSION,
-    )
+    return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key in _CONTROLLER_OWNED_RECORDS
 
 
 def is_original_key(key: str) -> bool:
