@@ -148,9 +148,5 @@ class ConfigSource:
             },
         )
         if configmap is not None:
-            await self._recorder.emit(
-                object_reference(configmap, "ConfigMap"),
-                EventType.WARNING,
-                Reason.INVALID_CONFIG,
-                f"{problem}; {keeping}",
-            )
+            ref = object_reference(configmap, "ConfigMap")
+            await self._recorder.emit(ref, EventType.WARNING, Reason.INVALID_CONFIG, f"{problem}; {keeping}")

@@ -86,14 +86,8 @@ class Preflight:
         if verdict is None:
             return None
         if isinstance(verdict, Unresolved):
-            return Held(
-                Reason.VPA_MANAGED,
-                VPA,
-                f"waiting for {verdict.owner.kind} {verdict.owner.name} in the cache",
-                "unresolved",
-                requeue_after=UNRESOLVED_RETRY,
-                report=False,
-            )
+            waiting = f"waiting for {verdict.owner.kind} {verdict.owner.name} in the cache"
+            return Held(Reason.VPA_MANAGED, VPA, waiting, "unresolved", requeue_after=UNRESOLVED_RETRY, report=False)
         return Held(Reason.VPA_MANAGED, VPA, verdict.message(), f"VerticalPodAutoscaler/{verdict.vpa}/{verdict.mode}")
 
     def preflight(self, pod: Obj, node: Obj, patch: Obj) -> Held | None:
@@ -109,13 +103,9 @@ class Preflight:
         )
         self._waiting.setdefault(waits_for, set()).add(key)
         room = hold.constraint == "NodeHeadroom" and "beyond" not in hold.subject  # not one that can never fit
+        wait = self.settings.node_room_wait if room else None
         return Held(
-            Reason.RESIZE_HELD,
-            hold.constraint,
-            hold.message(),
-            hold.fingerprint,
-            requeue_after=self.settings.node_room_wait if room else None,
-            at_most=self.settings.node_room_wait if room else None,
+            Reason.RESIZE_HELD, hold.constraint, hold.message(), hold.fingerprint, requeue_after=wait, at_most=wait
         )
 
     def would_hold(self, pod: Obj, node: Obj, patch: Obj) -> str | None:
