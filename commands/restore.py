@@ -292,9 +292,7 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
             keyring, warning = await load_keyring(client, settings.keys)
         except (KeyRingError, KeyDirectoryError) as err:
             out.write(f"error: originals keys: {err}\n")
-            restorer = Restorer(client, settings.max_resizes_per_second, settings.dry_run, out)
-            restorer.summary.failed["(keys)"] = str(err)
-            return restorer.summary
+            return Summary(failed={"(keys)": str(err)})
         if warning:
             out.write(
                 f"warning: {warning}; pods whose spec changed since admission, or whose signed originals "
