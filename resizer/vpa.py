@@ -95,7 +95,6 @@ def _manages(vpa: str, mode: str, target: Owner) -> str:
 
 
 def controller_owner(metadata: Mapping[str, Any]) -> Owner | None:
-    """The controller owner of the object whose metadata this is, None if it has none."""
     ref = controller_reference(metadata)
     return None if ref is None else Owner(str(ref.get("kind")), str(ref.get("name")))
 
