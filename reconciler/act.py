@@ -64,16 +64,7 @@ from reconciler.pods import (
 from reconciler.ports import EventSink, Obj
 from reconciler.reasons import EventType, Reason
 from reconciler.revert import Revert, decide_revert, size_of_originals, sizes_before
-from resizer import (
-    Baseline,
-    ResizePlan,
-    ResizerError,
-    Trust,
-    baseline,
-    plan_bound_pod,
-    pod_mac,
-    resolve_policy,
-)
+from resizer import Baseline, ResizePlan, ResizerError, Trust, baseline, plan_bound_pod, pod_mac, resolve_policy
 from resizer.podstate import applied_patch, read_state, resize_state_patch
 
 log = logging.getLogger("reconciler.act")

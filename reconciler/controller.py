@@ -11,12 +11,7 @@ from collections.abc import Callable
 
 from reconciler import gated, metrics
 from reconciler.act import Act
-from reconciler.decide import (
-    World,
-    awaiting_kubelet,
-    decide,
-    node_type_of,
-)
+from reconciler.decide import World, awaiting_kubelet, decide, node_type_of
 from reconciler.gates import Gate, OpenGate
 from reconciler.memory import DONE, Context, Memory, PodMemory, Result, cache_behind
 from reconciler.outcome import Stage, allocatable_fingerprint, observe
