@@ -114,7 +114,6 @@ class CertReloader:
 
     @property
     def loaded(self) -> bool:
-        """True once a certificate has been loaded into the live context (readiness)."""
         return self.info is not None
 
     def poll(self) -> bool | None:

@@ -241,7 +241,6 @@ class ReviewWorkers:
         return self._idle.qsize()
 
     async def start(self) -> None:
-        """Start every worker (raises if one cannot start)."""
         started = await asyncio.gather(*(start_worker(self.command) for _ in range(self.count)), return_exceptions=True)
         workers = [w for w in started if isinstance(w, ReviewWorker)]
         failed = [e for e in started if not isinstance(e, ReviewWorker)]

@@ -196,5 +196,4 @@ def write_pair(out_dir: str, serving: Issued, ca: Issued | None = None, ca_key_f
 
 
 def dedupe(items: Iterable[str]) -> list[str]:
-    """The non-empty items, each once, in order of first appearance."""
     return list(dict.fromkeys(item for item in items if item))

@@ -31,7 +31,6 @@ async def serves(client: KubeClient, group_version_path: str, resource: str) -> 
 
 
 def served_in(discovery: Mapping[str, Any], resource: str) -> bool:
-    """Whether a group version's discovery document lists ``resource``."""
     resources = discovery.get("resources")
     return isinstance(resources, list) and any(isinstance(r, Mapping) and r.get("name") == resource for r in resources)
 
@@ -68,7 +67,6 @@ class ServedInformers:
 
     @property
     def informer(self) -> Informer | None:
-        """The resource's informer, while it is served."""
         return self.informers[0] if self.informers else None
 
     @property

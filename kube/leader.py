@@ -61,7 +61,6 @@ class LeaderElector:
         return self.is_leader and time.monotonic() < self._fence
 
     async def acquire(self) -> None:
-        """Block until this instance holds the lease."""
         log.info("waiting for leadership", extra={"lease": f"{self.namespace}/{self.name}", "identity": self.identity})
         while True:
             started = time.monotonic()

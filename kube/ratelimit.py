@@ -23,7 +23,6 @@ class TokenBucket:
         self._updated = now
 
     def try_take(self) -> bool:
-        """Take a token if one is there (no waiting)."""
         self._refill()
         if self._tokens >= 1:
             self._tokens -= 1

@@ -68,7 +68,6 @@ def byte_size(text: str) -> int:
 
 
 def positive_int(text: str) -> int:
-    """An integer of at least 1 (worker counts, bursts)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
@@ -126,5 +125,4 @@ def log_flags(
 
 
 def is_namespaced_name(text: str) -> bool:
-    """Whether `text` is NAMESPACE/NAME, both parts non-empty."""
     return text.count("/") == 1 and all(text.split("/"))
