@@ -207,14 +207,8 @@ class Act:
                 planned = replace(planned, signature=self._situation(pod, planned))
                 if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
                     options, pod_level = self._c.options, self._c.pod_level(planned.node)
-                    plan = plan_bound_pod(
-                        pod,
-                        resolve_policy(config, pod),
-                        planned.node_type,
-                        options.resize_restart_containers,
-                        pod_level,
-                        sized,
-                    )
+                    policy, restart = resolve_policy(config, pod), options.resize_restart_containers
+                    plan = plan_bound_pod(pod, policy, planned.node_type, restart, pod_level, sized)
                     planned = replace(planned, generation=self._c.config.generation, plan=plan)
             if not planned.plan.patch:
                 return await self.applied(pod, planned, *aligned(planned.state, planned.plan, planned.context, sized))

@@ -266,13 +266,8 @@ class Planner:
         if plan is None:
             config = self._world.config
             assert config is not None
-            plan = self._plans[key] = plan_resize(
-                planned_from,
-                resolve_policy(config, self._pod),
-                self._node_type,
-                self._world.options.resize_restart_containers,
-                pod_level,
-            )
+            policy, restart = resolve_policy(config, self._pod), self._world.options.resize_restart_containers
+            plan = self._plans[key] = plan_resize(planned_from, policy, self._node_type, restart, pod_level)
         return plan
 
     def bound(self, base: Baseline, pod_level: bool) -> ResizePlan:
@@ -281,15 +276,8 @@ class Planner:
             return self.plan(base.pod, pod_level)
         config = self._world.config
         assert config is not None
-        options = self._world.options
-        return plan_bound_pod(
-            base.pod,
-            resolve_policy(config, self._pod),
-            self._node_type,
-            options.resize_restart_containers,
-            pod_level,
-            True,
-        )
+        policy, restart = resolve_policy(config, self._pod), self._world.options.resize_restart_containers
+        return plan_bound_pod(base.pod, policy, self._node_type, restart, pod_level, True)
 
     def realignment(self) -> ResizePlan | None:
         """resizer.realign.realignment of the pod: its plan if the config now wants it different."""

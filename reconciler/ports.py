@@ -132,11 +132,8 @@ class ApiWriter:
     ) -> Obj:
         if if_generation is not None:
             try:
-                return slim_pod(
-                    await self._client.patch(
-                        pod_path(pod, "resize"), fenced_resize_patch(pod, patch, if_generation), JSON_PATCH
-                    )
-                )
+                fenced = fenced_resize_patch(pod, patch, if_generation)
+                return slim_pod(await self._client.patch(pod_path(pod, "resize"), fenced, JSON_PATCH))
             except ApiError as err:
                 # A failed `test` is a 422 the apiserver does not tell from other invalid patches:
                 # it is a conflict if the pod is no longer the one planned from.

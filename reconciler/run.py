@@ -59,11 +59,8 @@ class Reconciler:
         self.client = KubeClient(
             creds, qps=api.qps, burst=api.burst, max_connections=settings.concurrency + 8, drop_managed_fields=True
         )
-        self.secret_keys = (
-            SecretKeys(self.client, *settings.originals_keys_secret.split("/", 1))
-            if settings.originals_keys_secret
-            else None
-        )
+        secret = settings.originals_keys_secret
+        self.secret_keys = SecretKeys(self.client, *secret.split("/", 1)) if secret else None
         if keys is None and self.secret_keys is None:
             log.warning(
                 "no --originals-key-dir or --originals-keys-secret: original-* annotations cannot be "
