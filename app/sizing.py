@@ -113,12 +113,7 @@ class ClusterView:
         self._dirty = True
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node, idle_timeout=idle_timeout)
         self.limitranges = Informer(
-            client,
-            "limitranges",
-            "/api/v1/limitranges",
-            slim_limit_range,
-            self._changed,
-            idle_timeout=idle_timeout,
+            client, "limitranges", "/api/v1/limitranges", slim_limit_range, self._changed, idle_timeout=idle_timeout
         )
         self.configmaps = object_informer(
             client, "configmaps", config_namespace, config_name, self._on_configmap, idle_timeout

@@ -150,12 +150,7 @@ class TextFormatter(logging.Formatter):
     """``ts LEVEL logger msg key=value ...`` for humans at a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        parts = [
-            rfc3339_millis(record.created),
-            _level_name(record.levelno).upper(),
-            record.name,
-            record.getMessage(),
-        ]
+        parts = [rfc3339_millis(record.created), _level_name(record.levelno).upper(), record.name, record.getMessage()]
         for key, value in record.__dict__.items():
             if key in _STANDARD_ATTRS:
                 continue
@@ -229,10 +224,7 @@ def flush_logging() -> None:
 
 
 def configure_logging(
-    level: str = "info",
-    fmt: str = "json",
-    stream: IO[str] | None = None,
-    flush_interval: float = 0.0,
+    level: str = "info", fmt: str = "json", stream: IO[str] | None = None, flush_interval: float = 0.0
 ) -> logging.Handler:
     """Route all logging through one handler writing one line per record.
 
