@@ -89,13 +89,10 @@ def resized_from_originals(plan: ResizePlan) -> bool:
 
 def summary_from_originals(plan: ResizePlan) -> str:
     """The plan as a change from the originals (when the spec already holds it)."""
-    from_originals = replace(
-        plan,
-        changes=tuple(
-            replace(c, current_request=c.original_request, current_limit=c.original_limit) for c in plan.changes
-        ),
+    changes = tuple(
+        replace(c, current_request=c.original_request, current_limit=c.original_limit) for c in plan.changes
     )
-    return from_originals.summary()
+    return replace(plan, changes=changes).summary()
 
 
 def parse_time(text: str | None) -> float | None:
