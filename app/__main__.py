@@ -66,21 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=flags.duration,
         metavar="DURATION",
         default="3s",
-        help="A request's headers and body must arrive within this long of its first byte (a new "
-        "connection's first request: of the TLS handshake's end), else the connection is "
-        "dropped (checked every quarter of it). Bounds what a client that never finishes a "
-        "request holds. The apiserver gives up at the webhook configuration's timeoutSeconds "
-        "anyway: shorter only drops the apiserver's own requests when this process is short "
-        "of CPU (a throttled pod reads late what has arrived).",
+        help="A request's headers and body must arrive within this long of its first byte (a new connection's first "
+        "request: of the TLS handshake's end), else the connection is dropped (checked every quarter of it). Bounds "
+        "what a client that never finishes a request holds. The apiserver gives up at the webhook configuration's "
+        "timeoutSeconds anyway: shorter only drops the apiserver's own requests when this process is short of CPU (a "
+        "throttled pod reads late what has arrived).",
     )
     p.add_argument(
         "--max-connections",
         type=flags.positive_int,
         default=1024,
         metavar="N",
-        help="Open connections at most. A new connection beyond that closes the one that has waited "
-        "longest for its request, else the one idle longest; refused only when every connection "
-        "has a review being decided.",
+        help="Open connections at most. A new connection beyond that closes the one that has waited longest for its "
+        "request, else the one idle longest; refused only when every connection has a review being decided.",
     )
     p.add_argument(
         "--shutdown-timeout",
@@ -94,11 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=32,
         metavar="N",
-        help="Costly reviews (see --large-review-workers) waiting for their decision at once; beyond "
-        "that (or beyond 16MiB of buffered large bodies) a review is answered at once 'allowed, "
-        "no patch' (the reconciler captures the originals later) and its connection closed: "
-        "overload never delays or blocks pod creation. Reviews still arriving do not count "
-        "(--max-connections, --http-read-timeout bound them).",
+        help="Costly reviews (see --large-review-workers) waiting for their decision at once; beyond that (or beyond "
+        "16MiB of buffered large bodies) a review is answered at once 'allowed, no patch' (the reconciler captures the "
+        "originals later) and its connection closed: overload never delays or blocks pod creation. Reviews still "
+        "arriving do not count (--max-connections, --http-read-timeout bound them).",
     )
     p.add_argument(
         "--large-review-workers",
@@ -132,10 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--originals-key-dir",
         metavar="DIR",
         default="",
-        help="Directory of HMAC keys (file name = key id, the greatest id signs) that sign the "
-        "original-* annotations; the mounted Secret shared with the reconciler. Re-read every "
-        "--cert-reload-interval. Empty: originals are stamped unsigned (the reconciler then "
-        "trusts them only on pods whose spec never changed).",
+        help="Directory of HMAC keys (file name = key id, the greatest id signs) that sign the original-* annotations; "
+        "the mounted Secret shared with the reconciler. Re-read every --cert-reload-interval. Empty: originals are "
+        "stamped unsigned (the reconciler then trusts them only on pods whose spec never changed).",
     )
     p.add_argument(
         "--originals-keys-optional",
@@ -160,13 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=flags.boolean,
         default=True,
         metavar="BOOL",
-        help="Create pods whose node type is known at admission (spec.nodeName, a DaemonSet's node "
-        "affinity, a nodeSelector or required node affinity on --node-type-label naming types "
-        "of equal performance) at their size for it, with the reconciler's sizing rules. Needs "
-        "list/watch on nodes and the config ConfigMap (--kubeconfig or in-cluster): without "
-        "either the webhook does not start. Also needs --originals-key-dir. Until the nodes, "
-        "the config and a key are known, and on any error, pods are stamped only. false: "
-        "stamp only, no API access.",
+        help="Create pods whose node type is known at admission (spec.nodeName, a DaemonSet's node affinity, a "
+        "nodeSelector or required node affinity on --node-type-label naming types of equal performance) at their size "
+        "for it, with the reconciler's sizing rules. Needs list/watch on nodes and the config ConfigMap (--kubeconfig "
+        "or in-cluster): without either the webhook does not start. Also needs --originals-key-dir. Until the nodes, "
+        "the config and a key are known, and on any error, pods are stamped only. false: stamp only, no API access.",
     )
     p.add_argument(
         "--dry-run",
@@ -179,22 +173,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=flags.duration,
         metavar="DURATION",
         default="30s",
-        help="With --size-at-admission: /readyz fails until the nodes, the config, the LimitRanges "
-        "and the VPAs are listed, so a replica that starts (a rolling update) takes reviews only "
-        "once it can size pods; for at most this long after start, then it is ready and stamps "
-        "only until they are. 0: ready at once.",
+        help="With --size-at-admission: /readyz fails until the nodes, the config, the LimitRanges and the VPAs are "
+        "listed, so a replica that starts (a rolling update) takes reviews only once it can size pods; for at most "
+        "this long after start, then it is ready and stamps only until they are. 0: ready at once.",
     )
     p.add_argument(
         "--skip-vpa-managed",
         type=flags.boolean,
         default=True,
         metavar="BOOL",
-        help="With --size-at-admission: a pod an updating VerticalPodAutoscaler (not Off or Initial) "
-        "may manage is not sized at admission, only stamped (its controller, the Deployment its "
-        "ReplicaSet's name and pod-template-hash label name, or a kind that may own its controller "
-        "is the VPA's target), as the reconciler's flag of the same name leaves such pods alone. "
-        "Looks the VPA CRD up by discovery at start and every 30s; where it is served, needs "
-        "list/watch on verticalpodautoscalers.",
+        help="With --size-at-admission: a pod an updating VerticalPodAutoscaler (not Off or Initial) may manage is not "
+        "sized at admission, only stamped (its controller, the Deployment its ReplicaSet's name and pod-template-hash "
+        "label name, or a kind that may own its controller is the VPA's target), as the reconciler's flag of the same "
+        "name leaves such pods alone. Looks the VPA CRD up by discovery at start and every 30s; where it is served, "
+        "needs list/watch on verticalpodautoscalers.",
     )
     p.add_argument(
         "--kubeconfig",

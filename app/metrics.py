@@ -49,9 +49,8 @@ class Metrics:
         )
         self.worker_restarts = counter(
             "workload_resizer_webhook_review_worker_restarts_total",
-            "Review worker processes (deciding the costly reviews) killed and replaced, by reason: "
-            "crash (exited), timeout (no answer within --large-review-timeout), error (reported one), "
-            "cancelled (shutdown mid-review).",
+            "Review worker processes (deciding the costly reviews) killed and replaced, by reason: crash (exited), "
+            "timeout (no answer within --large-review-timeout), error (reported one), cancelled (shutdown mid-review).",
             ["reason"],
         )
         self.connections = gauge(
@@ -72,11 +71,10 @@ class Metrics:
         )
         self.sized_at_admission = counter(
             "workload_resizer_webhook_sized_at_admission_total",
-            "Pods whose node type was known at admission, by result: sized (created at their size), "
-            "would_resize (--dry-run: reported in a warning, not changed), held (an updating "
-            "VerticalPodAutoscaler may manage the pod, the size would grow something, a LimitRange would "
-            "refuse it, or the pod has scheduling gates: decided after binding), error (sizing failed; "
-            "stamped only, as without sizing).",
+            "Pods whose node type was known at admission, by result: sized (created at their size), would_resize "
+            "(--dry-run: reported in a warning, not changed), held (an updating VerticalPodAutoscaler may manage the "
+            "pod, the size would grow something, a LimitRange would refuse it, or the pod has scheduling gates: "
+            "decided after binding), error (sizing failed; stamped only, as without sizing).",
             ["result"],
         )
         # Children resolved once: .labels() builds a tuple and looks it up per call.

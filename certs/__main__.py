@@ -24,9 +24,8 @@ from certs import ca_bundle, dedupe, generate_ca, issue_serving_cert, load_ca, s
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m certs",
-        description="Generate a CA (or reuse one) and an ECDSA P-256 serving certificate for the webhook; "
-        "write ca.crt, tls.crt, tls.key (0600) and ca.key (0600, new CA only) into --out-dir and print "
-        "the base64 caBundle.",
+        description="Generate a CA (or reuse one) and an ECDSA P-256 serving certificate for the webhook; write "
+        "ca.crt, tls.crt, tls.key (0600) and ca.key (0600, new CA only) into --out-dir and print the base64 caBundle.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--out-dir", required=True, metavar="DIR", help="Directory to write the files into.")
