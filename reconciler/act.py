@@ -126,15 +126,9 @@ class Act:
             self._c.memory.wait(uid, None)
             return DONE
         assert isinstance(action, Untyped)
-        log.debug(
-            "node has no type label; skipping",
-            extra={
-                "pod": object_key(pod),
-                "node": action.node_name,
-                "nodeExists": action.node_exists,
-                "label": self._c.options.node_type_label,
-            },
-        )
+        label = self._c.options.node_type_label
+        extra = {"pod": object_key(pod), "node": action.node_name, "nodeExists": action.node_exists, "label": label}
+        log.debug("node has no type label; skipping", extra=extra)
         return DONE
 
     # ------------------------------------------------------------------ reports

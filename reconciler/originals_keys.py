@@ -115,10 +115,8 @@ class SecretKeys:
             keys = self._keys_of(await self._client.get(self.path))
         except (ApiError, OSError, KeyDirectoryError, ValueError) as err:
             if self.error != str(err):
-                log.error(
-                    "originals keys unreadable; keeping the last good ones",
-                    extra={"secret": self.where, "error": str(err)},
-                )
+                extra = {"secret": self.where, "error": str(err)}
+                log.error("originals keys unreadable; keeping the last good ones", extra=extra)
             self.error = str(err)
             return False
         self.error = None
