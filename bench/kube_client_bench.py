@@ -36,6 +36,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from devkit.ports import free_port  # noqa: E402
 from kube.client import Credentials, KubeClient, load_credentials  # noqa: E402
 
 REVIEW = REPO / "bench" / "data" / "review-2c.json"
@@ -163,7 +164,6 @@ def main() -> int:
 
 
 def _go_server() -> tuple[Credentials, subprocess.Popen]:
-    import socket
     import ssl
     import tempfile
 
@@ -174,9 +174,7 @@ def _go_server() -> tuple[Credentials, subprocess.Popen]:
     work = Path(tempfile.mkdtemp(prefix="kube-client-bench-"))
     ca = certs.generate_ca()
     paths = certs.write_pair(str(work), certs.issue_serving_cert(ca, ips=["127.0.0.1"]), ca)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             str(server_bin),

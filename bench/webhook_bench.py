@@ -49,16 +49,11 @@ DEFAULT_REVIEW = ROOT / "bench" / "data" / "review-2c.json"
 sys.path.insert(0, str(ROOT))
 
 import certs  # noqa: E402
+from devkit.ports import free_port  # noqa: E402
 
 
 def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pinned(core: str | None, argv: list[str]) -> list[str]:

@@ -65,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import certs  # noqa: E402
+from devkit.ports import free_port  # noqa: E402
 
 LEGIT = (ROOT / "bench" / "data" / "review-2c.json").read_bytes()
 LIMIT = 4 * 1024 * 1024
@@ -83,12 +84,6 @@ LARGE_LEGIT = _large_legit()
 
 def log(msg: str) -> None:
     print(f"[hostile] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rss_kib(pid: int) -> tuple[int, int]:

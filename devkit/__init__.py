@@ -12,4 +12,5 @@
 - devkit.watch      every version of a namespace's pods, from a watch (for "never" assertions)
 - devkit.labeller   another mutating webhook (adds a label), served from the test process
 - devkit.progress   long first-use builds shown on the terminal, even under pytest
+- devkit.ports      free ports below the kernel's ephemeral range, reserved across processes
 """

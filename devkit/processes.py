@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ import httpx
 
 from devkit.kube import ApiError
 from devkit.metrics import metric_sum
+from devkit.ports import free_port
 from devkit.tempdirs import temporary_directory
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,12 +56,6 @@ def _with_sizing_choice(flags: tuple[str, ...]) -> list[str]:
     if any(f.startswith("--size-at-admission") for f in flags):
         return list(flags)
     return ["--size-at-admission=false", *flags]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Process:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
+from devkit.ports import free_port
 from ops.prometheus import Counter, new_registry
 from reconciler.http import MAX_REQUEST_BYTES, ProbeApp, ProbeServer
 
@@ -56,14 +57,8 @@ async def _exchange(port: int, *requests: bytes) -> list[bytes]:
     return answers
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _serving(test):
-    port = _free_port()
+    port = free_port()
     server = ProbeServer(app(), f"127.0.0.1:{port}")
     task = asyncio.create_task(server.serve())
     for _ in range(100):
@@ -114,7 +109,7 @@ def test_a_request_it_cannot_parse_or_too_large_gets_400_and_the_connection_clos
 
 def test_stop_closes_the_listener_and_open_connections():
     async def scenario() -> None:
-        port = _free_port()
+        port = free_port()
         server = ProbeServer(app(), f"127.0.0.1:{port}")
         task = asyncio.create_task(server.serve())
         await asyncio.sleep(0.2)

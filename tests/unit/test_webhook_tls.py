@@ -23,6 +23,7 @@ import certs
 from app.metrics import Metrics
 from app.tls import CertReloader
 from devkit.metrics import metric_sum
+from devkit.ports import free_port
 from ops.prometheus import exposition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,12 +31,6 @@ REVIEW_2C = (ROOT / "bench" / "data" / "review-2c.json").read_bytes()
 
 
 # -- helpers ----------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def issue(ca: certs.Issued | None = None) -> tuple[certs.Issued, certs.Issued]:
     ca = ca or certs.generate_ca()
     return ca, certs.issue_serving_cert(ca, dns_names=["localhost"], ips=["127.0.0.1"])
