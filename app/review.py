@@ -675,11 +675,7 @@ def _memo_key(spec: Any) -> bytes | None:
     to be worth memoising."""
     try:
         key = [(c["name"], c.get("resources")) for c in spec["containers"]]
-        sidecars = [
-            (c["name"], c.get("resources"))
-            for c in spec.get("initContainers") or ()
-            if c.get("restartPolicy") == "Always"
-        ]
+        sidecars = [(c["name"], c.get("resources")) for c in spec.get("initContainers") or () if podstate.is_sidecar(c)]
         memo_key = _DUMPS([key, sidecars, spec.get("resources") or None])
     except Exception:
         return None

@@ -26,6 +26,7 @@ from kube.slim import slim_pod
 from reconciler.settings import CONFIG_KEY, ApiSettings, PlanSettings
 from reconciler.vpa import OWNER_PATHS, slim_owned
 from resizer.config import CompiledConfig, ConfigError, config_text, load_config
+from resizer.eligibility import TERMINAL_PHASES
 from resizer.forecast import FleetForecast, PodForecast, WorkloadForecast, forecast_fleet
 from resizer.plan import node_resizes_pod_level
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, quota_hold
@@ -290,7 +291,7 @@ def preflight_verdicts(
                     o
                     for o in by_node.get(entry.node, [])
                     if o["metadata"].get("uid") != pod["metadata"].get("uid")
-                    and o["status"].get("phase") not in ("Succeeded", "Failed")
+                    and o["status"].get("phase") not in TERMINAL_PHASES
                 ]
                 hold = node_hold(node, pod, resized, others)
             if hold is not None:

@@ -15,10 +15,11 @@ from reconciler.decide import World, awaiting_kubelet, decide, node_type_of
 from reconciler.gates import Gate, OpenGate
 from reconciler.memory import DONE, Context, Memory, PodMemory, Result, cache_behind
 from reconciler.outcome import Stage, allocatable_fingerprint, observe
-from reconciler.pods import has_originals, live_and_bound, parked_at, pod_uid, recorded_state
+from reconciler.pods import has_originals, parked_at, pod_uid, recorded_state
 from reconciler.ports import ConfigView, EventSink, FaultHook, Obj, PodReader, PodWriter, no_fault
 from reconciler.settings import ControllerSettings
 from resizer import EMPTY_KEYRING, KeyRing, eligibility
+from resizer.eligibility import is_live_and_bound
 from resizer.podstate import PodState, read_state
 
 log = logging.getLogger("reconciler.controller")
@@ -57,7 +58,7 @@ class PodResizeReconciler:
     def needs_work(self, pod: Obj, node: Obj | None) -> bool:
         """Whether a watch event of `pod` (on `node`, None if not cached) is worth a reconcile.
         Never plans: what only a plan can tell is left to the pass (reconciler.decide)."""
-        if not live_and_bound(pod):
+        if not is_live_and_bound(pod):
             return False
         state = self._read(pod)
         if not eligibility(pod, state).eligible:
@@ -141,7 +142,7 @@ class PodResizeReconciler:
                 return await gated.bind(self._context, unbound)
         if pod is None:
             return DONE
-        node = await self._reader.node(pod["spec"]["nodeName"]) if live_and_bound(pod) else None
+        node = await self._reader.node(pod["spec"]["nodeName"]) if is_live_and_bound(pod) else None
         world = World(
             self._config.config,
             self._config.generation,

@@ -28,7 +28,6 @@ from reconciler.outcome import (
 )
 from reconciler.pods import (
     has_originals,
-    live_and_bound,
     mac_key_known,
     parked_at,
     recorded_state,
@@ -61,6 +60,7 @@ from resizer import (
     pod_mac_stand_in,
     resolve_policy,
 )
+from resizer.eligibility import is_live_and_bound
 from resizer.podstate import PodState, applied_patch, read_state
 
 CONFIG_RETRY = 5.0  # seconds: no valid config read yet
@@ -211,7 +211,7 @@ NOTHING = Nothing()
 def decide(pod: Obj, node: Obj | None, world: World, memory: PodMemory, state: PodState | None = None) -> Action:
     """The one decision of a pass for `pod` as observed on `node` (None: no such node); `state`:
     its annotations as read_state(pod) reads them, if the caller has read them already."""
-    if not live_and_bound(pod):
+    if not is_live_and_bound(pod):
         return NotEligible()
     state = state or read_state(pod)
     if not eligibility(pod, state).eligible:

@@ -16,16 +16,6 @@ from resizer import KeyRing, ResizePlan, ResizerError, missing_original_annotati
 from resizer.originals import sidecar_original_keys
 from resizer.podstate import PodState
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
-
-
-def live_and_bound(pod: Obj) -> bool:
-    return (
-        bool(pod["spec"].get("nodeName"))
-        and "deletionTimestamp" not in pod["metadata"]
-        and pod["status"].get("phase") not in TERMINAL_PHASES
-    )
-
 
 def has_originals(pod: Obj) -> bool:
     """All the originals a plan is made from are recorded (a pod sized before they were is never re-aligned)."""

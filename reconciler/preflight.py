@@ -17,10 +17,10 @@ from kube import KubeClient
 from kube.informer import Informer, object_key
 from kube.slim import Obj, slim_limit_range, slim_quota
 from reconciler.gates import VPA, Held
-from reconciler.pods import TERMINAL_PHASES
 from reconciler.reasons import Reason
 from reconciler.settings import PreflightSettings
 from reconciler.vpa import VpaWatch
+from resizer.eligibility import TERMINAL_PHASES
 from resizer.preflight import Hold, apply_patch, critical_hold, limit_range_hold, node_hold, quota_hold
 from resizer.vpa import Unresolved
 

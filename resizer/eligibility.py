@@ -8,7 +8,14 @@ from typing import Any
 
 from resizer.podstate import PodState, mirror_and_skip
 
-__all__ = ["SUPPORTED_CONTROLLERS", "Eligibility", "controller_reference", "eligibility"]
+__all__ = [
+    "SUPPORTED_CONTROLLERS",
+    "TERMINAL_PHASES",
+    "Eligibility",
+    "controller_reference",
+    "eligibility",
+    "is_live_and_bound",
+]
 
 # Controller kind -> API group. The group is checked too, so a custom resource that
 # happens to be called "Job" (e.g. batch.volcano.sh) is not mistaken for a batch/v1 Job.
@@ -18,6 +25,16 @@ SUPPORTED_CONTROLLERS: Mapping[str, str] = {
     "DaemonSet": "apps",
     "Job": "batch",
 }
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def is_live_and_bound(pod: Mapping[str, Any]) -> bool:
+    """Bound to a node, not being deleted, not finished: the pods the reconciler looks at."""
+    return (
+        bool((pod.get("spec") or {}).get("nodeName"))
+        and "deletionTimestamp" not in (pod.get("metadata") or {})
+        and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+    )
 
 
 @dataclass(frozen=True)

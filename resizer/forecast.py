@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from resizer.config import CompiledConfig, resolve_policy
-from resizer.eligibility import eligibility
+from resizer.eligibility import eligibility, is_live_and_bound
 from resizer.errors import ResizerError
 from resizer.integrity import EMPTY_KEYRING, KeyRing, Trust, baseline
 from resizer.originals import read_originals, read_pod_originals
@@ -33,23 +33,11 @@ __all__ = [
     "RequestTotals",
     "WorkloadForecast",
     "forecast_fleet",
-    "is_live_and_bound",
     "managed_requests",
     "workload_of",
 ]
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
 K = TypeVar("K", str, tuple[str, str, str])
-
-
-def is_live_and_bound(pod: Mapping[str, Any]) -> bool:
-    """Bound to a node, not being deleted, not finished: the pods the reconciler looks at."""
-    metadata = pod.get("metadata") or {}
-    return (
-        bool((pod.get("spec") or {}).get("nodeName"))
-        and "deletionTimestamp" not in metadata
-        and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
-    )
 
 
 def workload_of(pod: Mapping[str, Any]) -> str:

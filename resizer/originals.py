@@ -19,6 +19,7 @@ from fractions import Fraction
 from typing import Any
 
 from resizer.podstate import (
+    SPEC_FIELD,
     KeyCollisionError,
     Kind,
     Original,
@@ -48,7 +49,6 @@ __all__ = [
 ]
 
 _KINDS: tuple[Kind, ...] = ("request", "limit")
-_SPEC_FIELD: Mapping[Kind, str] = {"request": "requests", "limit": "limits"}
 _UNITS_PER_BASE: Mapping[Resource, int] = {"cpu": 1000, "memory": 1}
 _FORMATTERS = {"cpu": format_cpu, "memory": format_memory}
 
@@ -188,7 +188,7 @@ def _canonical(resource: Resource, value: Any) -> str:
 
 
 def _spec_resources(container: Mapping[str, Any], kind: Kind) -> Mapping[str, Any]:
-    return (container.get("resources") or {}).get(_SPEC_FIELD[kind]) or {}
+    return (container.get("resources") or {}).get(SPEC_FIELD[kind]) or {}
 
 
 def _pod_level(pod: Mapping[str, Any]) -> Mapping[str, Any]:

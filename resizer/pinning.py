@@ -19,7 +19,7 @@ from typing import Any, Literal
 from resizer.config import CompiledConfig, Policy, resolve_policy
 from resizer.originals import originals_from_spec_annotations
 from resizer.plan import POD_LEVEL, ResizePlan, plan_resize, resized_spec
-from resizer.podstate import original_key, pod_original_key, without_controller_owned
+from resizer.podstate import is_sidecar, original_key, pod_original_key, without_controller_owned
 from resizer.preflight import limit_range_hold
 from resizer.quantity import RESOURCES, QuantityError, coerce_quantity, format_cpu, format_memory
 
@@ -238,11 +238,7 @@ def _holders(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]
     """(spec field, index, holder) of every place ``original-*`` values describe: the containers,
     the sidecars (restartable init containers) and the pod level (``spec`` itself, index -1)."""
     holders = [("containers", i, c) for i, c in enumerate(spec.get("containers") or [])]
-    holders += [
-        ("initContainers", i, c)
-        for i, c in enumerate(spec.get("initContainers") or [])
-        if c.get("restartPolicy") == "Always"
-    ]
+    holders += [("initContainers", i, c) for i, c in enumerate(spec.get("initContainers") or []) if is_sidecar(c)]
     return [*holders, (_POD_LEVEL_FIELD, -1, spec)]
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "RESIZE_STATE",
     "SIZED_AT_ADMISSION",
     "SKIP",
+    "SPEC_FIELD",
     "TOTAL_ANNOTATION_SIZE_LIMIT",
     "Applied",
     "KeyCollisionError",
@@ -58,6 +59,7 @@ __all__ = [
     "fits_annotation_limit",
     "is_controller_owned_key",
     "is_original_key",
+    "is_sidecar",
     "legacy_original_key",
     "mirror_and_skip",
     "read_mac",
@@ -83,6 +85,7 @@ Slot = tuple[Resource, Kind]
 Scope = Literal["admission", "pod", "sized"]
 _RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 _KINDS: tuple[Kind, ...] = ("request", "limit")
+SPEC_FIELD: Mapping[Kind, str] = {"request": "requests", "limit": "limits"}  # a container's resources.<field>
 _SLOTS: tuple[Slot, ...] = tuple((resource, kind) for resource in _RESOURCES for kind in _KINDS)
 
 PREFIX = "workload-resizer.io/"
@@ -521,11 +524,15 @@ def pod_level_keys() -> frozenset[str]:
     return POD_ORIGINAL_KEYS
 
 
+def is_sidecar(init: Mapping[str, Any]) -> bool:
+    """A restartable init container (``restartPolicy: Always``): a sidecar, which the kubelet
+    resizes in place like a container (Kubernetes 1.33+). A plain init container is not."""
+    return init.get("restartPolicy") == "Always"
+
+
 def sidecars(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The pod's restartable init containers (``restartPolicy: Always``): sidecars, which the
-    kubelet resizes in place like containers (Kubernetes 1.33+). Plain init containers are not."""
-    inits = (pod.get("spec") or {}).get("initContainers") or []
-    return [init for init in inits if init.get("restartPolicy") == "Always"]
+    """The pod's sidecars (:func:`is_sidecar`), in spec order."""
+    return [init for init in (pod.get("spec") or {}).get("initContainers") or [] if is_sidecar(init)]
 
 
 def resizable_containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:

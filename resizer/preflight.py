@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from resizer import podstate
 from resizer.qos import pod_qos_class
 from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory, to_bytes, to_millicores
 
@@ -112,7 +113,7 @@ def pod_totals(spec: Mapping[str, Any]) -> Totals:
         init_peak: dict[str, int] = {}
         for init in spec.get("initContainers") or []:
             amounts = _container_amounts(init, kind)
-            if init.get("restartPolicy") == "Always":
+            if podstate.is_sidecar(init):
                 sidecars.update(amounts)
             else:
                 for r, v in amounts.items():
@@ -178,7 +179,7 @@ def limit_range_hold(spec: Mapping[str, Any], limit_ranges: Iterable[Mapping[str
 def _limit_item_violation(spec: Mapping[str, Any], item: Mapping[str, Any]) -> str | None:
     kind = item.get("type")
     if kind == "Container":  # sidecars too: the LimitRanger checks init containers like containers
-        sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        sidecars = [c for c in spec.get("initContainers") or [] if podstate.is_sidecar(c)]
         for container in [*(spec.get("containers") or []), *sidecars]:
             detail = _violation(
                 item, _container_amounts(container, "requests"), _container_amounts(container, "limits")
@@ -275,9 +276,7 @@ def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     (status.resources)."""
     total: Counter[str] = Counter()
     status_of = pod.get("status") or {}
-    sidecars = {
-        c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or [] if c.get("restartPolicy") == "Always"
-    }
+    sidecars = {c.get("name") for c in podstate.sidecars(pod)}
     for status in [
         *(status_of.get("containerStatuses") or []),
         *(s for s in status_of.get("initContainerStatuses") or [] if s.get("name") in sidecars),

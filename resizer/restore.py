@@ -17,16 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resizer.eligibility import eligibility
+from resizer.eligibility import TERMINAL_PHASES, eligibility
 from resizer.integrity import KeyRing, Trust, baseline
 from resizer.originals import OriginalsError, sidecars
-from resizer.podstate import Original, Slot, read_state
+from resizer.podstate import SPEC_FIELD, Original, Slot, read_state
 from resizer.quantity import QuantityError, coerce_quantity
 from resizer.scope import NamespaceScope
 
 __all__ = ["RestoreDecision", "restore_decision", "restore_patch"]
-
-_TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ def restore_decision(
     verdict = eligibility(pod)
     if not verdict.eligible:
         return RestoreDecision({}, f"not a pod the product sizes ({verdict.reason})")
-    if (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
+    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
         return RestoreDecision({})
     try:
         decision = baseline(pod, keyring)
@@ -66,9 +64,6 @@ def restore_decision(
     # Trusted: put them back. Re-captured (forged originals on a never-changed spec): the spec
     # is the baseline, so there is nothing to resize.
     return RestoreDecision(restore_patch(decision.pod))
-
-
-_SPEC_FIELDS = {"request": "requests", "limit": "limits"}
 
 
 def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,7 +97,7 @@ def _put_back(
     for (resource, kind), original in originals.items():
         if not original.recorded:
             continue
-        spec_field = _SPEC_FIELDS[kind]
+        spec_field = SPEC_FIELD[kind]
         if not _same(original.value, ((current_resources or {}).get(spec_field) or {}).get(resource), original.key):
             resources.setdefault(spec_field, {})[resource] = original.value
     return resources

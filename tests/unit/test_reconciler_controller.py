@@ -9,9 +9,10 @@ import pytest
 
 from kube.slim import slim_pod
 from reconciler.act import decision_record
-from reconciler.pods import live_and_bound, mac_key_known, situation
+from reconciler.pods import mac_key_known, situation
 from reconciler.ports import pod_path
 from resizer import SAMPLE_CONFIG, KeyRing, load_config, plan_resize, resolve_policy
+from resizer.eligibility import is_live_and_bound
 from resizer.podstate import ORIGINALS_MAC, read_state
 
 CONFIG = load_config(SAMPLE_CONFIG)  # n2d baseline; n4 cpuPerf 1.25; bounds cpu 50m..16, memory 64Mi..32Gi
@@ -208,18 +209,18 @@ def test_pod_path(subresource, path):
 
 
 def test_a_running_bound_pod_is_live():
-    assert live_and_bound(_pod([_container("app", {"cpu": "1"})]))
+    assert is_live_and_bound(_pod([_container("app", {"cpu": "1"})]))
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
 def test_a_finished_pod_is_not_live(phase):
-    assert not live_and_bound(_pod([_container("app", {"cpu": "1"})], phase=phase))
+    assert not is_live_and_bound(_pod([_container("app", {"cpu": "1"})], phase=phase))
 
 
 def test_an_unbound_pod_is_not_live():
     pod = _pod([_container("app", {"cpu": "1"})])
     pod["spec"]["nodeName"] = None
-    assert not live_and_bound(pod)
+    assert not is_live_and_bound(pod)
 
 
 # ------------------------------------------------------------------ bookkeeping that must not leak

@@ -10,7 +10,6 @@ import pytest
 
 from devkit.configs import DESIGN_NODE_TYPES, config_yaml
 from kube.slim import slim_node, slim_pod, slim_unbound_pod, status_fingerprint
-from reconciler.pods import live_and_bound
 from resizer import (
     OriginalsError,
     eligibility,
@@ -20,6 +19,7 @@ from resizer import (
     read_originals,
     resolve_policy,
 )
+from resizer.eligibility import is_live_and_bound
 from resizer.qos import pod_qos_class
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -305,7 +305,7 @@ def test_qos_class_of_the_slim_spec_is_the_same(name):
 @pytest.mark.parametrize("name", POD_NAMES)
 def test_live_and_bound_is_the_same_on_the_slim_pod(name):
     pod = _pods()[name]
-    assert live_and_bound(slim_pod(pod)) == live_and_bound(pod)
+    assert is_live_and_bound(slim_pod(pod)) == is_live_and_bound(pod)
 
 
 def test_the_realistic_pods_exercise_every_outcome_the_comparison_relies_on():
@@ -438,7 +438,7 @@ def test_deletion_timestamp_is_kept_so_terminating_pods_are_skipped():
     pod["metadata"]["deletionTimestamp"] = "2025-01-01T01:00:00Z"
     slim = slim_pod(pod)
     assert slim["metadata"]["deletionTimestamp"] == "2025-01-01T01:00:00Z"
-    assert not live_and_bound(slim)
+    assert not is_live_and_bound(slim)
 
 
 def test_pod_level_resources_are_kept():
