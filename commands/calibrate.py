@@ -402,9 +402,7 @@ class Calibration:
                 await self._delete(pod["metadata"]["name"])
 
     def _say(self, text: str) -> None:
-        self._progress.clear()
-        print(f"calibrate: {text}", file=sys.stderr, flush=True)
-        self._progress.redraw()
+        self._progress.say(f"calibrate: {text}", sys.stderr)
 
 
 # ------------------------------------------------------------------ the verdict (pure)

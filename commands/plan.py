@@ -90,6 +90,12 @@ async def list_all(
         query["continue"] = token
 
 
+async def namespace_labels(client: KubeClient, page_size: int) -> dict[str, dict[str, str]]:
+    """Every namespace's labels by name, for a namespace scope that selects by label."""
+    namespaces = await list_all(client, "/api/v1/namespaces", page_size)
+    return {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
+
+
 def is_ready(obj: Mapping[str, Any]) -> bool:
     """Whether a pod's or a node's Ready condition is True."""
     conditions = (obj.get("status") or {}).get("conditions") or []
@@ -164,10 +170,7 @@ async def gather_forecast(
         )
     finally:
         progress.finish()
-    namespace_labels = None
-    if settings.scope.needs_labels:
-        namespaces = await list_all(client, "/api/v1/namespaces", settings.api.page_size)
-        namespace_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
+    labels = await namespace_labels(client, settings.api.page_size) if settings.scope.needs_labels else None
     listed = time.monotonic()
     if listed_pods is not None:
         listed_pods.extend(pods)
@@ -179,7 +182,7 @@ async def gather_forecast(
         node_types,
         config,
         settings.scope,
-        namespace_labels,
+        labels,
         settings.resize_restart_containers,
         skip_applied=skip_applied,
         keyring=keyring,

@@ -75,6 +75,13 @@ class Progress:
         """Draw the counter again after :meth:`clear` (other text was written meanwhile)."""
         self._draw(force=True)
 
+    def say(self, line: str, stream: TextIO) -> None:
+        """Write a line to `stream`, which may share the counter's terminal: erased, then drawn again."""
+        self.clear()
+        stream.write(line + "\n")
+        stream.flush()
+        self.redraw()
+
     def finish(self) -> None:
         """Erase the counter for good: the command's own output follows."""
         self.clear()

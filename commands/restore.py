@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from commands.errors import CommandError
 from commands.keys import KeyDirectoryError, KeyRingError, load_keyring
-from commands.plan import list_all, run_command
+from commands.plan import list_all, namespace_labels, run_command
 from commands.progress import Progress
 from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
 from kube.slim import slim_pod
@@ -87,8 +87,7 @@ class Restorer:
         ]
         self.summary.managed = len(pods)
         if self._scope.needs_labels:
-            namespaces = await list_all(self._client, "/api/v1/namespaces", page_size)
-            self._namespace_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in namespaces}
+            self._namespace_labels = await namespace_labels(self._client, page_size)
         self._say(
             f"{len(pods)} pods carry workload-resizer.io annotations"
             + (" (dry run: nothing is changed)" if self._dry_run else "")
@@ -205,10 +204,7 @@ class Restorer:
         self._say(f"{name}: NOT restored ({why}); its annotations are kept")
 
     def _say(self, line: str) -> None:
-        self._progress.clear()  # the counter and this line may share a terminal
-        self._out.write(line + "\n")
-        self._out.flush()
-        self._progress.redraw()
+        self._progress.say(line, self._out)
 
 
 class _Conflict(CommandError):
