@@ -45,6 +45,7 @@ from resizer import (
     KeyRing,
     OriginalsError,
     PlanError,
+    Policy,
     QuantityError,
     ResizePlan,
     ResizerError,
@@ -264,9 +265,7 @@ class Planner:
         key = (id(planned_from), pod_level and bool(planned_from["spec"].get("resources")))
         plan = self._plans.get(key)
         if plan is None:
-            config = self._world.config
-            assert config is not None
-            policy, restart = resolve_policy(config, self._pod), self._world.options.resize_restart_containers
+            policy, restart = self._policy()
             plan = self._plans[key] = plan_resize(planned_from, policy, self._node_type, restart, pod_level)
         return plan
 
@@ -274,10 +273,14 @@ class Planner:
         """The plan of the bound pod from its baseline (resizer.pinning.plan_bound_pod)."""
         if base.check.scope != "sized":
             return self.plan(base.pod, pod_level)
+        policy, restart = self._policy()
+        return plan_bound_pod(base.pod, policy, self._node_type, restart, pod_level, True)
+
+    def _policy(self) -> tuple[Policy, bool]:
+        """The pod's policy and whether a resize may restart containers."""
         config = self._world.config
         assert config is not None
-        policy, restart = resolve_policy(config, self._pod), self._world.options.resize_restart_containers
-        return plan_bound_pod(base.pod, policy, self._node_type, restart, pod_level, True)
+        return resolve_policy(config, self._pod), self._world.options.resize_restart_containers
 
     def realignment(self) -> ResizePlan | None:
         """resizer.realign.realignment of the pod: its plan if the config now wants it different."""
