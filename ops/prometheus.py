@@ -6,8 +6,9 @@ Written here, not taken from prometheus_client: importing that package loads its
 servers' modules (``http.server``, ``email``, ``urllib.request``, ``wsgiref``) into each
 process's resident memory, which never uses them (docs/dependencies.md has the figure). The
 page is what prometheus_client writes for the same metrics with its ``*_created`` series
-disabled (controller-runtime exports none); a unit test compares the two byte for byte. Both processes update their metrics from their event loop's thread only, so a
-value is a plain float with no lock.
+disabled (controller-runtime exports none); a unit test compares the two byte for byte. Both
+processes update their metrics from their event loop's thread only, so a value is a plain float
+with no lock.
 
 The reconciler's metrics live on the process-wide :data:`REGISTRY` (with the runtime series);
 the webhook makes a registry per app (:func:`new_registry`) so tests and several apps in one
