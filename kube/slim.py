@@ -4,7 +4,7 @@ A cached pod keeps what the pure core looks at (owner, labels, annotations, node
 scheduling gates, container resources and resize policies, QoS class, whether the kubelet reports
 container resources, the resize conditions and the observed generation; a node's labels and
 allocatable cpu/memory and declared features; the LimitRange and ResourceQuota fields the
-preflight checks read) and drops the rest (env, volumes, probes, managedFields, ...), most of
+preflight checks read, and what a quota's scopes match a pod by) and drops the rest (env, volumes, probes, managedFields, ...), most of
 a pod's size. String values that pods of one workload share (namespace, labels, annotation
 values, owner, node name, quantities, phase, condition reasons) are interned: the JSON decoder
 makes a fresh copy of each in each pod, a large share of the cache at scale.
@@ -78,6 +78,15 @@ def slim_pod(pod: Obj) -> Obj:
         slim_spec["schedulingGates"] = [_shared_str(g.get("name")) for g in spec["schedulingGates"] if type(g) is dict]
     if spec.get("priority") is not None:
         slim_spec["priority"] = spec["priority"]  # an upsize of a critical pod may evict others
+    # What a ResourceQuota's scopes match a pod by (the preflight charges a resize to the quotas
+    # that match it): its priority class, a deadline (Terminating) and cross-namespace affinity.
+    if spec.get("priorityClassName"):
+        slim_spec["priorityClassName"] = _shared_str(spec["priorityClassName"])
+    if spec.get("activeDeadlineSeconds") is not None:
+        slim_spec["activeDeadlineSeconds"] = spec["activeDeadlineSeconds"]
+    affinity = {k: v for k, v in (spec.get("affinity") or {}).items() if k in ("podAffinity", "podAntiAffinity")}
+    if affinity:
+        slim_spec["affinity"] = affinity
     if spec.get("resources"):
         slim_spec["resources"] = _shared_resources(spec["resources"])
     slim_status: Obj = {

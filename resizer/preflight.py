@@ -54,7 +54,6 @@ _QUOTA_NAMES: Mapping[str, tuple[Kind, str]] = {
     "requests.memory": ("requests", "memory"),
     "limits.memory": ("limits", "memory"),
 }
-_JUDGED_SCOPES = frozenset({"BestEffort", "NotBestEffort"})
 
 Totals = dict[tuple[Kind, str], int]  # (requests|limits, cpu|memory) -> amount
 
@@ -232,7 +231,8 @@ def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any], quotas: Itera
         before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
         best_effort = pod_qos_class(resized) == "BestEffort"
         for quota in sorted(quotas, key=_name):
-            excess = _quota_excess(quota, before, after) if _quota_applies(quota, best_effort) else None
+            charged = _quota_applies(quota, pod.get("spec") or {}, best_effort)
+            excess = _quota_excess(quota, before, after) if charged else None
             if excess is not None:
                 return Hold("ResourceQuota", _name(quota), excess[1], excess[0])
     except QuantityError:
@@ -240,12 +240,48 @@ def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any], quotas: Itera
     return None
 
 
-def _quota_applies(quota: Mapping[str, Any], best_effort: bool) -> bool:
-    spec = quota.get("spec") or {}
-    scopes = set(spec.get("scopes") or [])
-    if spec.get("scopeSelector") or not scopes <= _JUDGED_SCOPES:
-        return False
-    return not (("BestEffort" in scopes and not best_effort) or ("NotBestEffort" in scopes and best_effort))
+def _quota_applies(quota: Mapping[str, Any], spec: Mapping[str, Any], best_effort: bool) -> bool:
+    """Whether the quota charges a pod of this spec: each scope it lists and each expression of
+    its scopeSelector match the pod, as the apiserver's pod quota evaluator matches them."""
+    quota_spec = quota.get("spec") or {}
+    selectors = [{"scopeName": scope, "operator": "Exists"} for scope in quota_spec.get("scopes") or []]
+    selectors += (quota_spec.get("scopeSelector") or {}).get("matchExpressions") or []
+    return all(_scope_matches(selector, spec, best_effort) for selector in selectors)
+
+
+def _scope_matches(selector: Mapping[str, Any], spec: Mapping[str, Any], best_effort: bool) -> bool:
+    scope = str(selector.get("scopeName"))
+    if scope in ("Terminating", "NotTerminating"):
+        deadline = spec.get("activeDeadlineSeconds")
+        return (type(deadline) is int and deadline >= 0) == (scope == "Terminating")
+    if scope in ("BestEffort", "NotBestEffort"):
+        return best_effort == (scope == "BestEffort")
+    if scope == "PriorityClass":  # a label selector over {"PriorityClass": name}, the key absent without a name
+        name, operator = str(spec.get("priorityClassName") or ""), str(selector.get("operator"))
+        values = selector.get("values")
+        values = values if isinstance(values, list) else []
+        if operator in ("Exists", "DoesNotExist"):
+            return bool(name) == (operator == "Exists")
+        return operator in ("In", "NotIn") and (bool(name) and name in values) == (operator == "In")
+    if scope == "CrossNamespacePodAffinity":
+        return _cross_namespace_affinity(spec.get("affinity") or {})
+    return False  # the apiserver matches no pod to any other scope
+
+
+def _cross_namespace_affinity(affinity: Mapping[str, Any]) -> bool:
+    """Whether a pod (anti-)affinity term names namespaces or a namespace selector."""
+    for kind in ("podAffinity", "podAntiAffinity"):
+        rules = affinity.get(kind) or {}
+        terms = [
+            *(rules.get("requiredDuringSchedulingIgnoredDuringExecution") or []),
+            *(
+                t.get("podAffinityTerm") or {}
+                for t in rules.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+            ),
+        ]
+        if any(t.get("namespaces") or t.get("namespaceSelector") is not None for t in terms):
+            return True
+    return False
 
 
 def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> tuple[str, str] | None:

@@ -1,6 +1,7 @@
 """Resizes that never surprise the apiserver, a node or another controller, on the real apiserver.
 
-- A LimitRange max, a nearly full ResourceQuota and a full (KWOK) node each hold the resize:
+- A LimitRange max, a nearly full ResourceQuota, a full quota of one PriorityClass (its
+  scopeSelector) and a full (KWOK) node each hold the resize:
   zero pods/resize requests reach the apiserver (counted by the apiserver's own
   apiserver_request_total), one ResizeHeld Event, and the resize goes out once the constraint
   is lifted.
@@ -115,6 +116,51 @@ def test_nearly_full_quota_holds_the_resize_until_it_is_freed(h: Harness) -> Non
         )
 
     held_then_lifted(h, "web", lift, "ResourceQuota compute", "ResourceQuota")
+
+
+def test_a_full_priority_class_quota_holds_the_resize_until_it_is_raised(h: Harness) -> None:
+    """A quota charging only pods of one priority class (scopeSelector), full: the preflight
+    matches the pod to it as the apiserver's quota admission does."""
+    node = h.node("pcq", "slow")
+    priority_class = f"{h.ns}-high"
+    h.kube.create("/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": priority_class}, "value": 1000})
+    try:
+        held_by_priority_class_quota(h, node, priority_class)
+    finally:
+        h.kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority_class}")
+
+
+def held_by_priority_class_quota(h: Harness, node: str, priority_class: str) -> None:
+    selector = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": [priority_class]}]}
+    h.kube.create(
+        f"/api/v1/namespaces/{h.ns}/resourcequotas",
+        {
+            "metadata": {"name": "high"},
+            "spec": {"hard": {"requests.cpu": "1", "limits.cpu": "1"}, "scopeSelector": selector},
+        },
+    )
+    manifest = deployment("web", 1, [guaranteed()], node_selector={"kubernetes.io/hostname": node})
+    manifest["spec"]["template"]["spec"]["priorityClassName"] = priority_class
+    h.kube.create(f"/apis/apps/v1/namespaces/{h.ns}/deployments", manifest)
+    wait_for(
+        "the priority class's pods counted",
+        lambda: (
+            h.kube.get(f"/api/v1/namespaces/{h.ns}/resourcequotas/high")
+            .get("status", {})
+            .get("used", {})
+            .get("requests.cpu")
+            == "1"
+        ),
+        timeout=30,
+    )
+
+    def lift() -> None:
+        h.kube.patch(
+            f"/api/v1/namespaces/{h.ns}/resourcequotas/high",
+            {"spec": {"hard": {"requests.cpu": "4", "limits.cpu": "4"}}},
+        )
+
+    held_then_lifted(h, "web", lift, "ResourceQuota high", "ResourceQuota")
 
 
 def test_full_node_holds_the_resize_until_room_is_freed(h: Harness) -> None:

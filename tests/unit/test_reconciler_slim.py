@@ -20,6 +20,7 @@ from resizer import (
     resolve_policy,
 )
 from resizer.eligibility import is_live_and_bound
+from resizer.preflight import apply_patch, quota_hold
 from resizer.qos import pod_qos_class
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -345,6 +346,43 @@ def test_a_restart_container_memory_policy_survives_slimming():
 def test_a_sidecar_restart_policy_survives_slimming():
     pod = _pods()["job-with-sidecar-no-qos-recorded"]
     assert slim_pod(pod)["spec"]["initContainers"][0]["restartPolicy"] == "Always"
+
+
+def test_what_a_quota_scope_matches_survives_slimming():
+    pod = copy.deepcopy(_pods()["deployment-burstable"])
+    cross = {"weight": 1, "podAffinityTerm": {"namespaceSelector": {}, "topologyKey": "zone"}}
+    pod["spec"] |= {
+        "priorityClassName": "high",
+        "activeDeadlineSeconds": 60,
+        "affinity": {
+            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [cross]},
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}},
+        },
+    }
+    full, grown = (
+        {"requests.cpu": "1"},
+        {
+            "spec": {
+                "containers": [
+                    {"name": c["name"], "resources": {"requests": {"cpu": "64"}}} for c in pod["spec"]["containers"]
+                ]
+            }
+        },
+    )
+    for scope in ("PriorityClass", "Terminating", "CrossNamespacePodAffinity"):
+        expression = {"scopeName": scope, "operator": "In" if scope == "PriorityClass" else "Exists"}
+        if scope == "PriorityClass":
+            expression["values"] = ["high"]
+        scoped = {
+            "metadata": {"name": "q"},
+            "spec": {"hard": full, "scopeSelector": {"matchExpressions": [expression]}},
+            "status": {"hard": full, "used": full},
+        }
+        slim = slim_pod(pod)
+        on_full = quota_hold(pod, apply_patch(pod, grown), [scoped])
+        assert on_full is not None, scope
+        assert quota_hold(slim, apply_patch(slim, grown), [scoped]) == on_full, scope
+    assert set(slim_pod(pod)["spec"]["affinity"]) == {"podAntiAffinity"}
 
 
 # ------------------------------------------------------------------ what is dropped

@@ -46,10 +46,18 @@ def limit_range(name: str, kind: str = "Container", **item: dict[str, str]) -> d
     return {"metadata": {"name": name}, "spec": {"limits": [{"type": kind, **item}]}}
 
 
-def quota(name: str, hard: dict[str, str], used: dict[str, str], scopes: list[str] | None = None) -> dict[str, Any]:
+def quota(
+    name: str,
+    hard: dict[str, str],
+    used: dict[str, str],
+    scopes: list[str] | None = None,
+    selector: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"hard": hard}
     if scopes:
         spec["scopes"] = scopes
+    if selector is not None:
+        spec["scopeSelector"] = {"matchExpressions": selector}
     return {"metadata": {"name": name}, "spec": spec, "status": {"hard": hard, "used": used}}
 
 
@@ -147,7 +155,85 @@ def test_quota_scopes() -> None:
     full = {"requests.cpu": "1"}
     assert quota_hold(p, grown, [quota("be", full, full, ["BestEffort"])]) is None
     assert quota_hold(p, grown, [quota("nbe", full, full, ["NotBestEffort"])]) is not None
-    assert quota_hold(p, grown, [quota("t", full, full, ["Terminating"])]) is None  # not judged
+    assert quota_hold(p, grown, [quota("t", full, full, ["Terminating"])]) is None
+    assert quota_hold(p, grown, [quota("nt", full, full, ["NotTerminating"])]) is not None
+    p["spec"]["activeDeadlineSeconds"] = 0  # a deadline, even 0, makes a pod Terminating
+    assert quota_hold(p, grown, [quota("t", full, full, ["Terminating"])]) is not None
+    assert quota_hold(p, grown, [quota("nt", full, full, ["NotTerminating"])]) is None
+
+
+def priority_class(operator: str, *values: str) -> list[dict[str, Any]]:
+    return [{"scopeName": "PriorityClass", "operator": operator, "values": list(values)}]
+
+
+@pytest.mark.parametrize(
+    ("pod_class", "selector", "charged"),
+    [
+        ("high", priority_class("In", "high", "mid"), True),
+        ("low", priority_class("In", "high"), False),
+        (None, priority_class("In", "high"), False),
+        ("high", priority_class("NotIn", "high"), False),
+        ("low", priority_class("NotIn", "high"), True),
+        (None, priority_class("NotIn", "high"), True),  # no class: the selector's key is absent
+        ("low", priority_class("Exists"), True),
+        (None, priority_class("Exists"), False),
+        ("low", priority_class("DoesNotExist"), False),
+        (None, priority_class("DoesNotExist"), True),
+        ("high", priority_class("Near", "high"), False),  # no such operator: the apiserver matches nothing
+        ("high", [{"scopeName": "PriorityClass", "operator": "In", "values": "high"}], False),  # forged values
+    ],
+)
+def test_quota_priority_class_scope_selector(pod_class: str | None, selector: list[dict[str, Any]], charged: bool):
+    p = pod(container("app", "500m"))
+    if pod_class:
+        p["spec"]["priorityClassName"] = pod_class
+    full = {"requests.cpu": "1"}
+    hold = quota_hold(p, apply_patch(p, resize("app", "4")), [quota("pc", full, full, selector=selector)])
+    assert (hold is not None) == charged
+    assert hold is None or hold == Hold(
+        "ResourceQuota", "pc", "requests.cpu: used 1 + 3500m would exceed hard 1", "requests.cpu"
+    )
+
+
+def test_quota_scopes_and_selector_expressions_must_all_match() -> None:
+    p = pod(container("app", "500m"))
+    p["spec"]["priorityClassName"] = "high"
+    grown, full = apply_patch(p, resize("app", "4")), {"requests.cpu": "1"}
+    both = quota("q", full, full, ["NotBestEffort"], priority_class("In", "high"))
+    assert quota_hold(p, grown, [both]) is not None
+    assert quota_hold(p, grown, [quota("q", full, full, ["BestEffort"], priority_class("In", "high"))]) is None
+    assert quota_hold(p, grown, [quota("q", full, full, ["NotBestEffort"], priority_class("In", "low"))]) is None
+    assert quota_hold(p, grown, [quota("q", full, full, ["SomeFutureScope"])]) is None  # matches no pod upstream
+
+
+@pytest.mark.parametrize(
+    ("affinity", "charged"),
+    [
+        ({}, False),
+        ({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]}}, False),
+        (
+            {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"namespaces": ["other"]}]}},
+            True,
+        ),
+        (
+            {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 1, "podAffinityTerm": {"namespaceSelector": {}, "topologyKey": "zone"}}
+                    ]
+                }
+            },
+            True,
+        ),
+        ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}, False),
+    ],
+)
+def test_quota_cross_namespace_pod_affinity_scope(affinity: dict[str, Any], charged: bool) -> None:
+    p = pod(container("app", "500m"))
+    p["spec"]["affinity"] = affinity
+    full = {"requests.cpu": "1"}
+    scoped = quota("x", full, full, selector=[{"scopeName": "CrossNamespacePodAffinity", "operator": "Exists"}])
+    assert (quota_hold(p, apply_patch(p, resize("app", "4")), [scoped]) is not None) == charged
 
 
 # ---------------------------------------------------------------- node room
