@@ -78,6 +78,9 @@ POD_LEVEL_REFUSED = "InPlacePodLevelResourcesVerticalScaling"
 GATE_OFF = "feature gate is disabled"
 NODE_CAPACITY = "NodeCapacity"  # the cause of the 1.36+ apiserver's (PodResizeValidator) refusal
 KEPT = "the spec is kept at the planned size (see RevertRefused)"
+# The apiserver's admission caches catch up with ours within seconds: a refusal the preflight let
+# through that still comes after this long is a disagreement, reported once (ResizeHeld).
+REFUSAL_REPORTED_AFTER = 30.0
 
 
 class Act:
@@ -259,6 +262,7 @@ class Act:
             self._c.gate.sent(pod, patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
         record = self._c.memory.of(pod_uid(pod))
+        record.refused_since, record.refusal_reported = None, False
         previous = record.flight
         record.flight = InFlight(
             planned.node_type,
@@ -410,6 +414,7 @@ class Act:
         if err.status == 403 and self._c.gate.judges(err.message):
             # Our cache let this size through; the apiserver's admission reads caches of its own,
             # which can be behind it (a LimitRange or quota just raised): tried again with backoff.
+            await self._refused_anyway(pod, planned, err.message)
             raise err
         if UNSUPPORTED_MESSAGE in err.message:
             # A soft skip: the node's kubelet does not advertise in-place resize.
@@ -443,6 +448,21 @@ class Act:
             return DONE
         message = f"apiserver rejected the resize for {context}: {err.message}"
         return await self.terminal(pod, planned.refused(Reason.RESIZE_FAILED, message))
+
+    async def _refused_anyway(self, pod: Obj, planned: Planned, refusal: str) -> None:
+        """Report, once, a refusal the preflight let through that has outlasted any cache lag."""
+        record, now = self._c.memory.of(pod_uid(pod)), self._c.clock()
+        if record.refused_since is None:
+            record.refused_since = now
+        lasted = now - record.refused_since
+        if lasted < REFUSAL_REPORTED_AFTER or record.refusal_reported:
+            return
+        record.refusal_reported = True
+        message = (
+            f"the apiserver has refused the resize for {planned.context} for {lasted:.0f}s although "
+            f"the reconciler's cache lets it through: {refusal}; tried again with backoff"
+        )
+        await self.report(pod, planned.plan, EventType.WARNING, Reason.RESIZE_HELD, message)
 
     # ------------------------------------------------------------------ the kubelet's outcome
 

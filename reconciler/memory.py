@@ -80,6 +80,10 @@ class PodMemory:
     realign_checked: int | None = None
     # What its parked size (recorded infeasible or failing) was judged under (reconciler.pods.parked_at).
     parked: tuple[Any, ...] | None = None
+    # Since when the apiserver has refused the resize for a constraint the preflight let through,
+    # and whether that has been reported (reconciler.act.REFUSAL_REPORTED_AFTER).
+    refused_since: float | None = None
+    refusal_reported: bool = False
 
 
 NOTHING_REMEMBERED = PodMemory()

@@ -14,7 +14,7 @@ from kube import ApiError
 from kube.informer import Informer
 from kube.slim import slim_limit_range, slim_quota
 from ops.prometheus import REGISTRY
-from reconciler import metrics
+from reconciler import act, metrics
 from reconciler.controller import PodResizeReconciler
 from reconciler.preflight import Preflight
 from reconciler.settings import ControllerSettings, PreflightSettings
@@ -157,6 +157,32 @@ def test_a_refusal_by_a_constraint_the_cache_lets_through_is_tried_again_not_rep
     assert reasons(w.fake) == [] and "resize" not in w.fake.ops()
     w.reconcile()
     assert w.fake.ops().count("resize") == 1 and spec_cpu(w.fake) == ("2", "2") and reasons(w.fake) == []
+
+
+def test_a_refusal_that_outlasts_any_cache_lag_is_reported_once_and_still_tried_again() -> None:
+    """The preflight and the apiserver disagree for good (a rule the preflight does not know):
+    tried again with backoff as ever, and once it has lasted REFUSAL_REPORTED_AFTER, one
+    ResizeHeld Warning says so."""
+    w = world_growing()
+    w.fake.fail("resize", *[BEHIND["ResourceQuota"]] * 5)
+    for wait in (0.0, 10.0, act.REFUSAL_REPORTED_AFTER - 10.5):
+        w.clock.advance(wait)
+        with pytest.raises(ApiError):
+            w.reconcile()
+        assert reasons(w.fake) == []
+    for _ in range(2):
+        w.clock.advance(1.0)
+        with pytest.raises(ApiError):
+            w.reconcile()
+    assert reasons(w.fake) == ["ResizeHeld"]
+    (event,) = w.fake.events
+    assert (
+        event.type == "Warning" and "refused the resize" in event.message and "exceeded quota: compute" in event.message
+    )
+    assert "for 30s" in event.message
+    w.reconcile()
+    assert w.fake.ops().count("resize") == 1 and spec_cpu(w.fake) == ("2", "2")
+    assert reasons(w.fake) == ["ResizeHeld"]
 
 
 def test_without_the_check_a_constraint_s_refusal_is_reported_once() -> None:
