@@ -540,6 +540,20 @@ def check_burst(stage: Stage, ns: str, burst: list[Group], window: tuple[float, 
     ]
 
 
+def every_webhook_keyed(stage: Stage) -> bool:
+    """Whether each webhook replica of the release has an originals key. A replica started before
+    its kubelet projected the keys Secret logs that it stamps unsigned until it reloads one; the
+    apiserver's reviews go to either replica, so a dry run signed by one says nothing of the other."""
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=webhook"
+    replicas = [p for p in stage.kube.pods(stage.ns, selector) if p["metadata"].get("deletionTimestamp") is None]
+    for pod in replicas:
+        argv = ["kubectl", "logs", "-n", stage.ns, "--all-containers", pod["metadata"]["name"]]
+        log = stage.admin.run(argv, check=False).stdout
+        if "no originals key yet" in log and "originals keys reloaded" not in log:
+            return False
+    return bool(replicas)
+
+
 def check_handovers(stage: Stage, lease: LeaseWatch, what: str) -> list[str]:
     handovers = lease.handovers()
     assert handovers, f"the Lease never changed hands during the {what}: {lease.records}"
@@ -556,8 +570,8 @@ def test_helm_upgrade_under_a_burst_loses_nothing(stage: Stage, app_namespaces: 
     # A fresh install's webhook stamps unsigned, and so sizes nothing at admission, until the
     # kubelet projects the keys Secret its reconciler created (about a minute): not an upgrade's.
     wait_for(
-        "the old webhook to sign its stamps",
-        lambda: f"{OURS}originals-mac" in dry_run_annotations(stage.kube, ns),
+        "every replica of the old webhook to sign its stamps",
+        lambda: every_webhook_keyed(stage) and f"{OURS}originals-mac" in dry_run_annotations(stage.kube, ns),
         timeout=180,
         interval=2,
     )
