@@ -251,6 +251,7 @@ class Act:
         async with self._node_locks[str(pod["spec"]["nodeName"])]:
             held = self._c.gate.preflight(pod, planned.node, patch)  # a resize that would be refused
             if held is not None and not self._waited_enough(pod, held):
+                self._forget_refusals(pod)  # the preflight agrees with the apiserver now
                 return await self._held(pod, planned.plan, held)
             self._c.holds.release(pod_uid(pod))
             try:
@@ -261,8 +262,8 @@ class Act:
                 return await self._rejected(pod, planned, err)
             self._c.gate.sent(pod, patch, resized["metadata"].get("generation") or 0)
         self._c.fault(Step.RESIZE)
+        self._forget_refusals(pod)
         record = self._c.memory.of(pod_uid(pod))
-        record.refused_since, record.refusal_reported = None, False
         previous = record.flight
         record.flight = InFlight(
             planned.node_type,
@@ -463,6 +464,11 @@ class Act:
             f"the reconciler's cache lets it through: {refusal}; tried again with backoff"
         )
         await self.report(pod, planned.plan, EventType.WARNING, Reason.RESIZE_HELD, message)
+
+    def _forget_refusals(self, pod: Obj) -> None:
+        record = self._c.memory.get(pod_uid(pod))
+        if record.refused_since is not None:  # (never the shared empty record)
+            record.refused_since, record.refusal_reported = None, False
 
     # ------------------------------------------------------------------ the kubelet's outcome
 
