@@ -105,8 +105,16 @@ class Registration:
             if record.get("msg") == "admission decision" and not str(record.get("pod", "")).startswith("webhook-probe-")
         ]
 
-    def decision_for(self, pod_name_prefix: str) -> list[dict[str, Any]]:
-        return [r for r in self.decisions() if str(r.get("pod", "")).startswith(pod_name_prefix)]
+    def decision_for(self, pod_name_prefix: str, count: int = 1) -> list[dict[str, Any]]:
+        """The decisions about pods named `pod_name_prefix...`, once `count` of them are logged (the
+        webhook logs a decision after it answers, so the pod can be seen first), or all there are
+        after a few seconds, for the caller's assertion to show."""
+        deadline = time.monotonic() + 10
+        while True:
+            mine = [r for r in self.decisions() if str(r.get("pod", "")).startswith(pod_name_prefix)]
+            if len(mine) >= count or time.monotonic() > deadline:
+                return mine
+            time.sleep(0.1)
 
 
 @pytest.fixture
@@ -158,7 +166,7 @@ def test_deployment_pods_arrive_with_the_original_annotations(
             "requests": {"cpu": q("1500m"), "memory": q("1Gi")},
             "limits": {"cpu": q("1500m"), "memory": q("1Gi")},
         }
-    mine = registered.decision_for("web-")
+    mine = registered.decision_for("web-", count=2)
     assert [r["decision"] for r in mine] == ["patched", "patched"], mine
     assert all(r["owner"].startswith("ReplicaSet/web-") for r in mine), mine
 
@@ -257,7 +265,7 @@ def test_pods_are_stamped_while_connections_stall_their_bodies(
             for pod in pods:
                 assert originals(pod) == expected_originals(app["resources"]), ours(pod)
                 assert ORIGINALS_MAC in ours(pod)
-            mine = registration.decision_for("busy-")
+            mine = registration.decision_for("busy-", count=3)
             assert [r["decision"] for r in mine] == ["patched"] * 3, mine
             assert all(r["duration_ms"] < 1000 for r in mine), mine
             assert time.monotonic() - started < 30
