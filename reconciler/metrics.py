@@ -81,20 +81,11 @@ ORIGINALS_UNKNOWN_KEY_PODS = Gauge(
 # The label values known in advance start at 0 (controller-runtime does this for its results):
 # a series that first appears at 1 shows no increase() in PromQL, so an alert on the first
 # failure after a (re)start would never fire.
-RESIZE_OUTCOME_VALUES = (
-    "actuated",
-    "deferred",
-    "deferred_too_long",
-    "infeasible",
-    "error",
-    "error_reverted",
-    "revert_refused",
-    "unsupported",
+RESIZE_OUTCOME_VALUES = tuple(
+    "actuated deferred deferred_too_long infeasible error error_reverted revert_refused unsupported".split()
 )
 WAITING_STATES = ("requested", "deferred", "infeasible", "error")
-RECONCILE_RESULTS = ("success", "error", "requeue_after")
 HELD_CONSTRAINTS = ("LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPriority", "VerticalPodAutoscaler")
-BOUND_WHEN = ("gated",)
 # The names of reconciler.decide.Action's subclasses (decide cannot be imported here: its imports reach this module).
 ACTION_NAMES = tuple("Resize RecordApplied Follow Report Hold Parked Resign Adopt Nothing NotEligible Untyped".split())
 
@@ -102,20 +93,17 @@ ACTION_NAMES = tuple("Resize RecordApplied Follow Report Hold Parked Resign Adop
 def _start_known_series_at_zero() -> None:
     from reconciler.reasons import Reason
 
-    for action in ACTION_NAMES:
-        ACTIONS.labels(action)
-
-    for outcome in RESIZE_OUTCOME_VALUES:
-        RESIZE_OUTCOMES.labels(outcome)
-    for state in WAITING_STATES:
-        RESIZES_WAITING.labels(state)
-    for constraint in HELD_CONSTRAINTS:
-        RESIZES_HELD.labels(constraint)
-    for when in BOUND_WHEN:
-        ORIGINALS_BOUND.labels(when)
-    for reason in Reason:
-        OUTCOMES.labels(reason.value)
-    for result in RECONCILE_RESULTS:
+    for metric, values in (
+        (ACTIONS, ACTION_NAMES),
+        (RESIZE_OUTCOMES, RESIZE_OUTCOME_VALUES),
+        (RESIZES_WAITING, WAITING_STATES),
+        (RESIZES_HELD, HELD_CONSTRAINTS),
+        (ORIGINALS_BOUND, ("gated",)),
+        (OUTCOMES, [reason.value for reason in Reason]),
+    ):
+        for value in values:
+            metric.labels(value)
+    for result in ("success", "error", "requeue_after"):
         RECONCILE_TOTAL.labels(CONTROLLER, result)
     RECONCILE_ERRORS.labels(CONTROLLER)
 
