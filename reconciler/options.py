@@ -9,6 +9,7 @@ import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from ops import flags
@@ -18,23 +19,6 @@ from resizer.scope import ScopeError, namespace_scope
 
 # Every flag's default is read from the settings' own defaults: one place each.
 _DEFAULT = ReconcilerSettings()
-
-
-def _scope_flags(group: argparse._ArgumentGroup) -> None:
-    flags.scope_flags(
-        group,
-        {
-            "--exclude-namespaces": "namespaces whose pods are never touched, besides kube-system and --namespace "
-            "(set the same list on the webhook; the chart sets both from scope.*)",
-            "--namespace": "the product's own namespace, always excluded (default: $POD_NAMESPACE)",
-            "--namespace-selector": f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a pod's "
-            "namespace must match to be in scope; needs list/watch on namespaces",
-        },
-    )
-
-
-def _log_flags(group: argparse._ArgumentGroup) -> None:
-    flags.log_flags(group, _DEFAULT.log_level, _DEFAULT.log_format)
 
 
 # A flag: (name, the ReconcilerSettings field it sets and takes its default from, "api.qps" for a
@@ -79,7 +63,16 @@ GROUPS: dict[str, tuple[Flag | Callable[[argparse._ArgumentGroup], None], ...]] 
             "also resize resources whose resizePolicy is RestartContainer (restarts them)",
             {"action": "store_true"},
         ),
-        _scope_flags,
+        partial(
+            flags.scope_flags,
+            helps={
+                "--exclude-namespaces": "namespaces whose pods are never touched, besides kube-system and "
+                "--namespace (set the same list on the webhook; the chart sets both from scope.*)",
+                "--namespace": "the product's own namespace, always excluded (default: $POD_NAMESPACE)",
+                "--namespace-selector": f"label selector (kubectl syntax, e.g. '!{described_keys('exclude')}') a "
+                "pod's namespace must match to be in scope; needs list/watch on namespaces",
+            },
+        ),
         (
             "--realign",
             "controller.realign",
@@ -224,7 +217,7 @@ GROUPS: dict[str, tuple[Flag | Callable[[argparse._ArgumentGroup], None], ...]] 
             "address for /healthz and /readyz ('0' disables)",
             {},
         ),
-        _log_flags,
+        partial(flags.log_flags, level=_DEFAULT.log_level, fmt=_DEFAULT.log_format),
         (
             "--shutdown-timeout",
             "shutdown_timeout",
