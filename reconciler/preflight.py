@@ -114,23 +114,19 @@ class Preflight:
 
     def judge(self, pod: Obj, node: Obj | None, patch: Obj) -> Hold | None:
         """The first constraint that would refuse `patch` (pods/resize) for `pod` on `node`."""
+        return next((hold for hold in self._holds(pod, node, apply_patch(pod, patch)) if hold is not None), None)
+
+    def _holds(self, pod: Obj, node: Obj | None, resized: Obj) -> Iterator[Hold | None]:
+        """What each check in force says of `resized`, in order, each judged only if those before pass."""
         namespace = str(pod["metadata"].get("namespace"))
-        resized = apply_patch(pod, patch)
         if not self.settings.upsize_critical_pods:
-            hold = critical_hold(pod, resized)
-            if hold is not None:
-                return hold
+            yield critical_hold(pod, resized)
         if self.limit_ranges is not None:
-            hold = limit_range_hold(resized, self._limit_ranges_by_ns.get(namespace))
-            if hold is not None:
-                return hold
+            yield limit_range_hold(resized, self._limit_ranges_by_ns.get(namespace))
         if self.quotas is not None:
-            hold = quota_hold(pod, resized, self._quotas_by_ns.get(namespace))
-            if hold is not None:
-                return hold
+            yield quota_hold(pod, resized, self._quotas_by_ns.get(namespace))
         if self.settings.node_room and node is not None:
-            return node_hold(node, pod, resized, self._others(pod))
-        return None
+            yield node_hold(node, pod, resized, self._others(pod))
 
     def judges(self, refusal: str) -> bool:
         if self.limit_ranges is not None and any(fragment in refusal for fragment in LIMIT_RANGE_REFUSALS):
