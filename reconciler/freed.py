@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import fields
 
 from reconciler.ports import Obj
 from resizer import KeyRing, node_resizes_pod_level
@@ -92,7 +93,7 @@ class FreedRequests:
         node_types: Mapping[str, str | None],
         config: CompiledConfig,
         keyring: KeyRing,
-        pod_level: frozenset[str] = frozenset(),
+        pod_level: frozenset[str],
     ) -> dict[str, RequestTotals]:
         shares: dict[str, tuple[tuple[object, ...], tuple[str, RequestTotals] | None]] = {}
         totals: dict[str, RequestTotals] = {}
@@ -115,10 +116,7 @@ class FreedRequests:
             if known[1] is not None:
                 node_type, share = known[1]
                 total = totals.setdefault(node_type, RequestTotals())
-                total.pods += share.pods
-                total.original_cpu += share.original_cpu
-                total.current_cpu += share.current_cpu
-                total.original_memory += share.original_memory
-                total.current_memory += share.current_memory
+                for field in fields(RequestTotals):
+                    setattr(total, field.name, getattr(total, field.name) + getattr(share, field.name))
         self._shares = shares  # pods gone are dropped
         return {k: totals[k] for k in sorted(totals)}
