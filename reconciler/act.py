@@ -41,6 +41,7 @@ from reconciler.decide import (
     Resign,
     Resize,
     Untyped,
+    World,
     aligned,
     vouched,
 )
@@ -50,13 +51,11 @@ from reconciler.outcome import Observation, ResizeState, Stage, allocatable_fing
 from reconciler.pods import (
     duration,
     format_time,
-    mac_key_known,
     parked_at,
     parse_time,
     pod_uid,
     recorded_state,
     requested_at,
-    situation,
     size_fingerprint,
     summary_from_originals,
     with_annotations,
@@ -99,7 +98,7 @@ class Act:
         if action.past_gate:
             self._c.holds.release(uid, VPA)
         if isinstance(action, Nothing):
-            return DONE if action.requeue_after is None else Result(requeue_after=action.requeue_after)
+            return Result(action.requeue_after)
         if isinstance(action, (Resize, RecordApplied)):
             return await self.write(pod, action.planned)
         if isinstance(action, Follow):
@@ -182,9 +181,15 @@ class Act:
         base = planned.base
         sized = base.check.scope == "sized"  # the webhook created the pod at this size
         if base.stamp is not None and not planned.plan.patch and not base.check.tampered:
-            done = await self._originals_and_applied(pod, planned, base.stamp, sized)
-            if done is not None:
-                return done
+            # Already aligned: no resize will follow, so the originals and the record of what was
+            # applied go in one write, conditional on the resourceVersion the originals were read
+            # from (no step between them for a crash to fall into). A conflict takes steps 1 and 3.
+            reason, message = aligned(planned.state, planned.plan, planned.context, sized)
+            try:
+                return await self.applied(pod, planned, reason, message, originals=base.stamp)
+            except ApiError as err:
+                if err.status != 409:
+                    return await self._originals_not_recorded(pod, planned, err)
         # Step 1: originals, if the webhook did not stamp them (or they were rejected, or the
         # pod-level ones are missing: stamped before they were recorded).
         record = self._c.memory.of(pod_uid(pod))
@@ -196,51 +201,27 @@ class Act:
                     pod, reread = await self._stamp_originals(pod, base.stamp)
                 except ApiError as err:
                     return await self._originals_not_recorded(pod, planned, err)
-                await self._stamped(pod, base)
+                if base.check.tampered:
+                    why = base.check.reason
+                    message = f"original-* annotations rejected ({why}); re-captured from the pod's unchanged spec"
+                    await self.report(pod, None, EventType.WARNING, Reason.ORIGINALS_REPLACED, message)
+                self._c.fault(Step.ORIGINALS)
                 # The stamp changed the annotations the signature covers: a terminal decision
                 # below must be keyed on the pod as it is now, or the watch event of our own
                 # write looks like a new situation and the pod is decided (and reported) again.
-                planned = replace(planned, state=read_state(pod))
-                planned = replace(planned, signature=self._situation(pod, planned))
+                world, state = World.of(self._c), read_state(pod)
+                planned = replace(
+                    planned, state=state, signature=world.situation(pod, state, planned.node_type, planned.node)
+                )
                 if reread:  # otherwise the originals are the spec we planned from, written as read: same plan
-                    options, pod_level = self._c.options, self._c.pod_level(planned.node)
-                    policy, restart = resolve_policy(config, pod), options.resize_restart_containers
-                    plan = plan_bound_pod(pod, policy, planned.node_type, restart, pod_level, sized)
-                    planned = replace(planned, generation=self._c.config.generation, plan=plan)
+                    policy, restart = resolve_policy(config, pod), self._c.options.resize_restart_containers
+                    plan = plan_bound_pod(pod, policy, planned.node_type, restart, world.pod_level(planned.node), sized)
+                    planned = replace(planned, generation=world.config_generation, plan=plan)
             if not planned.plan.patch:
                 return await self.applied(pod, planned, *aligned(planned.state, planned.plan, planned.context, sized))
             return await self._resize(pod, planned)
         finally:
             record.resizing = None
-
-    def _situation(self, pod: Obj, planned: Planned) -> tuple[Any, ...]:
-        """The signature of `planned` recomputed for `pod` as it is now (reconciler.pods.situation)."""
-        state, pod_level = planned.state, self._c.pod_level(planned.node)
-        key_known = mac_key_known(state, self._c.keyring())
-        return situation(pod, state, planned.node_type, self._c.config.generation, pod_level, key_known)
-
-    async def _originals_and_applied(
-        self, pod: Obj, planned: Planned, stamp: dict[str, str | None], sized: bool
-    ) -> Result | None:
-        """Already aligned: no resize will follow, so the originals and the record of what was
-        applied go in one write, conditional on the resourceVersion the originals were read
-        from (no step between them for a crash to fall into). A conflict (None) takes steps 1 and 3.
-        ``sized``: the webhook created the pod at this size (``stamp`` binds its originals)."""
-        reason, message = aligned(planned.state, planned.plan, planned.context, sized)
-        try:
-            return await self.applied(pod, planned, reason, message, originals=stamp)
-        except ApiError as err:
-            if err.status != 409:
-                return await self._originals_not_recorded(pod, planned, err)
-        return None
-
-    async def _stamped(self, pod: Obj, base: Baseline) -> None:
-        """Step 1 is written: say so if it replaced rejected originals."""
-        if base.check.tampered:
-            why = base.check.reason
-            message = f"original-* annotations rejected ({why}); re-captured from the pod's unchanged spec"
-            await self.report(pod, None, EventType.WARNING, Reason.ORIGINALS_REPLACED, message)
-        self._c.fault(Step.ORIGINALS)
 
     async def _resize(self, pod: Obj, planned: Planned) -> Result:
         """Step 2: the resize itself. Its outcome arrives through the pod watch (follow)."""
@@ -322,22 +303,12 @@ class Act:
             **binding(self._c, signed, node_type, planned.base),
         }
         resource_version = pod["metadata"]["resourceVersion"] if originals is not None else None
-        await self._record_applied(pod, node_type, annotations, resource_version)
-        uid = pod_uid(pod)
-        self._c.memory.of(uid).flight = None
-        self._c.memory.wait(uid, None)
-        self._c.fault(Step.APPLIED)
-        await self.report(pod, planned.plan, EventType.NORMAL, reason, message)
-        return DONE
-
-    async def _record_applied(
-        self, pod: Obj, node_type: str, annotations: dict[str, str | None], resource_version: str | None
-    ) -> None:
         # Finished, and no longer in flight, before the write: the watch event of the write may be
         # observed while we wait for the reply (with the flight still remembered it would queue the
         # pod again), and observe() forgets the entry once the cache shows it (set after, it would
         # outlive that event and hide a later removal of applied-* from needs_work).
-        record = self._c.memory.of(pod_uid(pod))
+        uid = pod_uid(pod)
+        record = self._c.memory.of(uid)
         before, record.finished = record.finished, node_type
         flight, record.flight = record.flight, None
         try:
@@ -345,6 +316,11 @@ class Act:
         except BaseException:
             record.finished, record.flight = before, flight
             raise
+        self._c.memory.of(uid).flight = None
+        self._c.memory.wait(uid, None)
+        self._c.fault(Step.APPLIED)
+        await self.report(pod, planned.plan, EventType.NORMAL, reason, message)
+        return DONE
 
     async def record(self, pod: Obj, state: ResizeState, resource_version: str | None = None) -> str:
         """Write the resize-state annotation (with `resource_version`, conditional on it); returns
@@ -430,7 +406,8 @@ class Act:
                 # The apiserver's gate is off (cluster-wide): learnt once, pods with pod-level
                 # resources are left alone for the rest of this process's life.
                 self._c.memory.pod_level_refused = err.message
-                planned = replace(planned, signature=self._situation(pod, planned))
+                signature = World.of(self._c).situation(pod, planned.state, planned.node_type, planned.node)
+                planned = replace(planned, signature=signature)
             message = (
                 f"not resized for {context}: the apiserver cannot resize pod-level "
                 f"resources ({err.message}); pods that set spec.resources are left alone"
@@ -603,19 +580,8 @@ class Act:
             flight.error_checks += 1
             flight.next_error_check = now + self._c.options.error_backoff * 2**flight.error_checks
             return Result(requeue_after=flight.next_error_check - now)
-        return await self._give_up(pod, planned, flight, state, observation, resource_version)
-
-    async def _give_up(
-        self,
-        pod: Obj,
-        planned: Planned,
-        flight: InFlight,
-        state: ResizeState,
-        observation: Observation,
-        resource_version: str,
-    ) -> Result:
-        """The last check of a failing resize: set the spec back to what the containers have (if
-        the product knows the pod had it; else keep the spec and say so, once)."""
+        # The last check: set the spec back to what the containers have (if the product knows the
+        # pod had it; else keep the spec and say so, once).
         revert = self._revert_of(pod, planned.base)
         if revert.refused:
             if state.kept:
@@ -674,7 +640,6 @@ class Act:
     async def _revert(self, pod: Obj, patch: Obj, resource_version: str) -> None:
         """Send `patch` (what the containers of `pod` have), conditional on `resource_version`
         (the pod as read, or as our own write of its state left it): 409 if anything changed since."""
-        uid = pod_uid(pod)
         if not patch:
             return
         try:
@@ -683,7 +648,7 @@ class Act:
             if err.retryable or err.status != 404:
                 raise
             return
-        record = self._c.memory.of(uid)
+        record = self._c.memory.of(pod_uid(pod))
         record.reverted = reverted["metadata"].get("generation") or 0
         record.flight = None
         self._c.fault(Step.REVERT)

@@ -143,14 +143,6 @@ class PodResizeReconciler:
         if pod is None:
             return DONE
         node = await self._reader.node(pod["spec"]["nodeName"]) if is_live_and_bound(pod) else None
-        world = World(
-            self._config.config,
-            self._config.generation,
-            self._options,
-            self._context.keyring(),
-            self._memory.pod_level_refused,
-            self._context.gate,
-        )
-        action = decide(pod, node, world, self._memory.get(pod_uid(pod)), self._read(pod))
+        action = decide(pod, node, World.of(self._context), self._memory.get(pod_uid(pod)), self._read(pod))
         metrics.ACTIONS.labels(type(action).__name__).inc()
         return await self._act(pod, action)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from ops.timestamps import rfc3339
 from reconciler.gates import Gate, Held
-from reconciler.memory import InFlight, PodMemory, cache_behind
+from reconciler.memory import Context, InFlight, PodMemory, cache_behind
 from reconciler.outcome import (
     SPEC_SIZE_CHARS,
     Observation,
@@ -78,10 +78,23 @@ class World:
     pod_level_refused: str | None  # the apiserver's refusal of a pod-level resize, once learnt
     gate: Gate  # asked only what it would hold (admit, would_hold), never told anything
 
+    @classmethod
+    def of(cls, context: Context) -> World:
+        """What `context` holds now."""
+        config, memory = context.config, context.memory
+        return cls(
+            config.config, config.generation, context.options, context.keyring(), memory.pod_level_refused, context.gate
+        )
+
     def pod_level(self, node: Obj | None) -> bool:
         """Whether pods with pod-level resources are resized on `node` (None: a node that resized
         them before): the node declares the feature and the apiserver has not refused it."""
         return self.pod_level_refused is None and (node is None or node_resizes_pod_level(node))
+
+    def situation(self, pod: Obj, state: PodState, node_type: str, node: Obj) -> tuple[Any, ...]:
+        """The signature of a terminal decision for `pod` on `node` (reconciler.pods.situation)."""
+        key_known = mac_key_known(state, self.keyring)
+        return situation(pod, state, node_type, self.config_generation, self.pod_level(node), key_known)
 
 
 @dataclass(frozen=True)
@@ -226,8 +239,10 @@ def decide(pod: Obj, node: Obj | None, world: World, memory: PodMemory, state: P
     planner = Planner(pod, state, node_type, world)
     if flight is None:
         unreported = _unreported_realignment(pod, state, node_type, world, memory, planner)
-        if unreported is not None:
-            adopted = adopt(pod, state, unreported)
+        if unreported is not None:  # followed as if this process had requested it
+            generation = pod["metadata"].get("generation") or 0
+            summary, originals = summary_from_originals(unreported), dict(state.originals)
+            adopted = InFlight(unreported.node_type, generation, None, summary, "re-aligned", originals=originals)
             remembered = replace(memory, flight=adopted)
             return Adopt(adopted, _decide(pod, state, node, node_type, world, remembered, planner))
     return _decide(pod, state, node, node_type, world, memory, planner)
@@ -319,18 +334,6 @@ def _unreported_realignment(
     return plan if plan.outcome == "AlreadyAligned" else None
 
 
-def adopt(pod: Obj, state: PodState, plan: ResizePlan) -> InFlight:
-    """An unreported re-alignment found on the pod, as if this process had requested it."""
-    return InFlight(
-        plan.node_type,
-        pod["metadata"].get("generation") or 0,
-        None,
-        summary_from_originals(plan),
-        "re-aligned",
-        originals=dict(state.originals),
-    )
-
-
 def _decide(
     pod: Obj, state: PodState, node: Obj, node_type: str, world: World, memory: PodMemory, planner: Planner
 ) -> Action:
@@ -338,9 +341,7 @@ def _decide(
         return Resign(world.config_generation, _resigned(pod, world))
     if world.config is None:
         return Nothing(requeue_after=CONFIG_RETRY)
-    signature = situation(
-        pod, state, node_type, world.config_generation, world.pod_level(node), mac_key_known(state, world.keyring)
-    )
+    signature = world.situation(pod, state, node_type, node)
     if memory.decided == signature:
         return NOTHING
     if cache_behind(memory, pod["metadata"].get("generation") or 0, node_type):

@@ -9,10 +9,10 @@ from typing import Any
 from reconciler import metrics
 from reconciler.gates import Gate, HoldMemory, OpenGate
 from reconciler.outcome import Stage
-from reconciler.ports import ConfigView, FaultHook, Obj, PodWriter
+from reconciler.ports import ConfigView, FaultHook, PodWriter
 from reconciler.revert import Size
 from reconciler.settings import ControllerSettings
-from resizer import KeyRing, node_resizes_pod_level
+from resizer import KeyRing
 from resizer.podstate import PodState
 
 
@@ -107,10 +107,7 @@ class Memory:
 
     def of(self, uid: str) -> PodMemory:
         """The pod's record, to change."""
-        record = self._pods.get(uid)
-        if record is None:
-            record = self._pods[uid] = PodMemory()
-        return record
+        return self._pods.setdefault(uid, PodMemory())
 
     def wait(self, uid: str, stage: Stage | None) -> None:
         """Track the pod's waiting state for the gauge (None: not waiting)."""
@@ -164,9 +161,3 @@ class Context:
     # What a pod passes before it is planned and before its resize is sent (reconciler.gates).
     gate: Gate = field(default_factory=OpenGate)
     holds: HoldMemory = field(default_factory=HoldMemory)
-
-    def pod_level(self, node: Obj | None) -> bool:
-        """Whether pods with pod-level resources are resized (at both levels) on `node` (None: a
-        node that resized them before): the node declares the feature and the apiserver has not
-        refused such a resize to this process."""
-        return self.memory.pod_level_refused is None and (node is None or node_resizes_pod_level(node))
