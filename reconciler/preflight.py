@@ -60,12 +60,12 @@ class Preflight:
         self._quotas_by_ns = NamespaceIndex()
         self.limit_ranges = (
             self._informer(client, "limitranges", slim_limit_range, self._limit_ranges_by_ns, idle_timeout)
-            if settings.limit_ranges
+            if "LimitRange" in settings.checks
             else None
         )
         self.quotas = (
             self._informer(client, "resourcequotas", slim_quota, self._quotas_by_ns, idle_timeout)
-            if settings.quotas
+            if "ResourceQuota" in settings.checks
             else None
         )
         # Pods held, by what they wait for: ("namespace", ns) or ("node", name) -> pod keys.
@@ -125,7 +125,7 @@ class Preflight:
             yield limit_range_hold(resized, self._limit_ranges_by_ns.get(namespace))
         if self.quotas is not None:
             yield quota_hold(pod, resized, self._quotas_by_ns.get(namespace))
-        if self.settings.node_room and node is not None:
+        if "NodeHeadroom" in self.settings.checks and node is not None:
             yield node_hold(node, pod, resized, self._others(pod))
 
     def judges(self, refusal: str) -> bool:

@@ -62,18 +62,6 @@ class PreflightSettings:
     node_room_wait: float = 600.0
     upsize_critical_pods: bool = False
 
-    @property
-    def limit_ranges(self) -> bool:
-        return "LimitRange" in self.checks
-
-    @property
-    def quotas(self) -> bool:
-        return "ResourceQuota" in self.checks
-
-    @property
-    def node_room(self) -> bool:
-        return "NodeHeadroom" in self.checks
-
 
 @dataclass(frozen=True)
 class LeaderElectionSettings:
