@@ -366,23 +366,19 @@ class Act:
         originals decided again from it: stamped meanwhile (and trusted) means nothing to write.
         Returns the pod as written and whether it was read again (so its spec may differ from
         the one planned from)."""
-        for attempt in range(2):
-            try:
-                written = await self._c.writer.annotate(pod, stamp, resource_version=pod["metadata"]["resourceVersion"])
-                return written, attempt > 0
-            except ApiError as err:
-                if err.status != 409 or attempt == 1:
-                    raise
-            pod = await self._c.writer.get(pod)
-            again = baseline(pod, self._c.keyring())
-            if again.check.trust is Trust.TRUSTED and again.stamp is None:
-                return pod, True
-            if again.stamp is None:  # refused or trusted only if aligned: decide again from scratch
-                raise ApiError(
-                    409, {"reason": "Conflict", "message": "the pod changed while its originals were recorded"}
-                )
-            stamp = again.stamp
-        raise AssertionError("unreachable")
+        try:
+            return await self._c.writer.annotate(pod, stamp, resource_version=pod["metadata"]["resourceVersion"]), False
+        except ApiError as err:
+            if err.status != 409:
+                raise
+        pod = await self._c.writer.get(pod)
+        again = baseline(pod, self._c.keyring())
+        if again.check.trust is Trust.TRUSTED and again.stamp is None:
+            return pod, True
+        if again.stamp is None:  # refused or trusted only if aligned: decide again from scratch
+            raise ApiError(409, {"reason": "Conflict", "message": "the pod changed while its originals were recorded"})
+        written = await self._c.writer.annotate(pod, again.stamp, resource_version=pod["metadata"]["resourceVersion"])
+        return written, True
 
     async def _rejected(self, pod: Obj, planned: Planned, err: ApiError) -> Result:
         plan, context = planned.plan, planned.context
@@ -686,12 +682,8 @@ def _change_record(change: Any) -> dict[str, Any]:
     }
     if change.original_limit is not None or change.desired_limit is not None:
         record.update({"originalLimit": change.original_limit, "desiredLimit": change.desired_limit})
-    if change.clamped:
-        record["clamped"] = change.clamped
-    if change.skipped:
-        record["skipped"] = change.skipped
-    if change.sidecar:
-        record["sidecar"] = True
+    optional = {"clamped": change.clamped, "skipped": change.skipped, "sidecar": change.sidecar}
+    record.update((key, value) for key, value in optional.items() if value)
     return record
 
 

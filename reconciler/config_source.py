@@ -103,11 +103,8 @@ class ConfigSource:
             return
         self._last_digest = digest
         if configmap is None or text is None:
-            problem = (
-                f"ConfigMap {self.namespace}/{self.name} not found"
-                if configmap is None
-                else f"ConfigMap {self.namespace}/{self.name} has no key {CONFIG_KEY}"
-            )
+            where = f"ConfigMap {self.namespace}/{self.name}"
+            problem = f"{where} not found" if configmap is None else f"{where} has no key {CONFIG_KEY}"
             await self._reject(configmap, problem, [("(root)", problem)])
             return
         try:
