@@ -284,12 +284,25 @@ class Planner:
             plan = self._plans[key] = plan_resize(planned_from, policy, self._node_type, restart, pod_level)
         return plan
 
-    def bound(self, base: Baseline, pod_level: bool) -> ResizePlan:
-        """The plan of the bound pod from its baseline (resizer.pinning.plan_bound_pod)."""
-        if base.check.scope != "sized":
-            return self.plan(base.pod, pod_level)
-        policy, restart = self._policy()
-        return plan_bound_pod(base.pod, policy, self._node_type, restart, pod_level, True)
+    def planned(self, node: Obj, signature: tuple[Any, ...], memory: PodMemory) -> Planned | Report:
+        """The pod's verified baseline and its plan for the node type on `node` (for a pod sized at
+        admission, resizer.pinning.plan_bound_pod), or the terminal decision when there is none."""
+        pod, world = self._pod, self._world
+        try:
+            # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
+            base = baseline(pod, world.keyring, vouched=vouched(memory, pod, self._node_type))
+            if base.check.trust is Trust.REFUSE:
+                return _unplanned(signature, Reason.ORIGINALS_UNVERIFIED, f"not resized: {base.check.reason}")
+            if base.check.scope == "sized":
+                policy, restart = self._policy()
+                plan = plan_bound_pod(base.pod, policy, self._node_type, restart, world.pod_level(node), True)
+            else:
+                plan = self.plan(base.pod, world.pod_level(node))
+        except (OriginalsError, QuantityError) as err:
+            return _unplanned(signature, Reason.RESIZE_FAILED, f"cannot read the pod's original resources: {err}")
+        except PlanError as err:  # reported once, like a corrupt original: a retry cannot help
+            return _unplanned(signature, Reason.RESIZE_FAILED, f"cannot size the pod: {err}")
+        return Planned(node, self._node_type, self._state, signature, world.config_generation, base, plan)
 
     def _policy(self) -> tuple[Policy, bool]:
         """The pod's policy and whether a resize may restart containers."""
@@ -342,14 +355,12 @@ def _decide(
     if world.config is None:
         return Nothing(requeue_after=CONFIG_RETRY)
     signature = world.situation(pod, state, node_type, node)
-    if memory.decided == signature:
-        return NOTHING
-    if cache_behind(memory, pod["metadata"].get("generation") or 0, node_type):
+    if memory.decided == signature or cache_behind(memory, pod["metadata"].get("generation") or 0, node_type):
         return NOTHING
     held = world.gate.admit(pod)  # left to another controller (an updating VPA)
     if held is not None:
         return Hold(held)
-    planned = _plan(pod, state, node, node_type, signature, world, memory, planner)
+    planned = planner.planned(node, signature, memory)
     if isinstance(planned, Report):
         return planned
     refused = _refused(pod, planned, world)
@@ -400,30 +411,6 @@ def vouched(memory: PodMemory, pod: Obj, node_type: str) -> Mapping[str, str] | 
     if flight is not None and (flight.node_type == node_type or flight.generation == pod["metadata"].get("generation")):
         return flight.originals
     return None
-
-
-def _plan(
-    pod: Obj,
-    state: PodState,
-    node: Obj,
-    node_type: str,
-    signature: tuple[Any, ...],
-    world: World,
-    memory: PodMemory,
-    planner: Planner,
-) -> Planned | Report:
-    """The pod's verified baseline and its plan for the node type, or the terminal decision when there is none."""
-    try:
-        # Whose originals these are (resizer.integrity): trusted, re-captured from the spec, or refused.
-        base = baseline(pod, world.keyring, vouched=vouched(memory, pod, node_type))
-        if base.check.trust is Trust.REFUSE:
-            return _unplanned(signature, Reason.ORIGINALS_UNVERIFIED, f"not resized: {base.check.reason}")
-        plan = planner.bound(base, world.pod_level(node))
-    except (OriginalsError, QuantityError) as err:
-        return _unplanned(signature, Reason.RESIZE_FAILED, f"cannot read the pod's original resources: {err}")
-    except PlanError as err:  # reported once, like a corrupt original: a retry cannot help
-        return _unplanned(signature, Reason.RESIZE_FAILED, f"cannot size the pod: {err}")
-    return Planned(node, node_type, state, signature, world.config_generation, base, plan)
 
 
 def _unplanned(signature: tuple[Any, ...], reason: Reason, message: str) -> Report:
