@@ -78,23 +78,13 @@ class FreedRequests:
         if self._cached is not None and now - self._cached[0] < self._ttl:
             return self._cached[1]
         config = self._config()
-        totals: dict[str, RequestTotals] = {}
-        if config is not None:
-            nodes = list(self._nodes())
-            node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(self._label) for n in nodes}
-            pod_level = frozenset(n["metadata"]["name"] for n in nodes if node_resizes_pod_level(n))
-            totals = self._sum(self._pods(), node_types, config, self._keyring(), pod_level)
-        self._cached = (now, totals)
-        return totals
-
-    def _sum(
-        self,
-        pods: Iterable[Obj],
-        node_types: Mapping[str, str | None],
-        config: CompiledConfig,
-        keyring: KeyRing,
-        pod_level: frozenset[str],
-    ) -> dict[str, RequestTotals]:
+        if config is None:
+            self._cached = (now, {})
+            return self._cached[1]
+        nodes = list(self._nodes())
+        node_types = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(self._label) for n in nodes}
+        pod_level = frozenset(n["metadata"]["name"] for n in nodes if node_resizes_pod_level(n))
+        pods, keyring = self._pods(), self._keyring()
         shares: dict[str, tuple[tuple[object, ...], tuple[str, RequestTotals] | None]] = {}
         totals: dict[str, RequestTotals] = {}
         for pod in pods:
@@ -119,4 +109,5 @@ class FreedRequests:
                 for field in fields(RequestTotals):
                     setattr(total, field.name, getattr(total, field.name) + getattr(share, field.name))
         self._shares = shares  # pods gone are dropped
-        return {k: totals[k] for k in sorted(totals)}
+        self._cached = (now, {k: totals[k] for k in sorted(totals)})
+        return self._cached[1]
