@@ -303,9 +303,7 @@ class Reconciler:
     def _listen(self) -> dict[str, socket.socket]:
         """Bind every metrics/probe address now: a port already taken is a startup error, not a
         reconciler running without health or metrics endpoints."""
-        addresses = {
-            a for a in (self.settings.metrics_bind_address, self.settings.health_probe_bind_address) if a != "0"
-        }
+        addresses = {self.settings.metrics_bind_address, self.settings.health_probe_bind_address} - {"0"}
         listeners: dict[str, socket.socket] = {}
         try:
             for address in sorted(addresses):
