@@ -27,24 +27,15 @@ from resizer.podstate import read_mac
 log = logging.getLogger("reconciler.gated")
 
 
-def held_at_a_gate(pod: Obj) -> bool:
-    """A live pod not bound to a node, held by scheduling gates, its spec never changed."""
-    meta, spec = pod["metadata"], pod["spec"]
-    return (
-        bool(spec.get("schedulingGates"))
-        and not spec.get("nodeName")
-        and "deletionTimestamp" not in meta
-        and meta.get("generation") == 1
-    )
-
-
 def wants_binding(pod: Obj, keyring: KeyRing) -> bool:
-    """Whether the pod is worth a binding pass (cheap: no MAC computed). An eligible pod held at
-    a gate, with a key to sign with, whose originals no pod MAC binds yet."""
-    if not keyring or not held_at_a_gate(pod):
+    """Whether the pod is worth a binding pass (cheap: no MAC computed). An eligible live pod not
+    bound to a node, held by scheduling gates, its spec never changed (generation 1), with a key
+    to sign with, whose originals no pod MAC binds yet."""
+    meta, spec = pod["metadata"], pod["spec"]
+    if not keyring or not spec.get("schedulingGates") or spec.get("nodeName") or "deletionTimestamp" in meta:
         return False
     mac = read_mac(pod)
-    return eligibility(pod).eligible and not (mac is not None and mac.scope == "pod")
+    return meta.get("generation") == 1 and eligibility(pod).eligible and not (mac is not None and mac.scope == "pod")
 
 
 async def bind(context: Context, pod: Obj) -> Result:
