@@ -80,7 +80,6 @@ class World:
 
     @classmethod
     def of(cls, context: Context) -> World:
-        """What `context` holds now."""
         config, memory = context.config, context.memory
         return cls(
             config.config, config.generation, context.options, context.keyring(), memory.pod_level_refused, context.gate
