@@ -50,7 +50,5 @@ class ScopedNamespaces:
         return cached is not None and self.scope.includes(namespace, cached["metadata"]["labels"])
 
     def _on_event(self, kind: str, namespace: Obj, old: Obj | None) -> None:
-        if kind == "DELETED":
-            return
-        if old is None or old["metadata"]["labels"] != namespace["metadata"]["labels"]:
+        if kind != "DELETED" and (old is None or old["metadata"]["labels"] != namespace["metadata"]["labels"]):
             self._on_labels_changed(namespace["metadata"]["name"])

@@ -140,10 +140,9 @@ class UnknownKeyWatch:
         by_key: dict[str, list[str]] = {}
         for pod in pods:
             mac = read_mac(pod)
-            key_id = mac.key_id if mac is not None else None
-            if key_id is not None and key_id not in keyring.keys and _KEY_ID.fullmatch(key_id):
+            if mac is not None and mac.key_id not in keyring.keys and _KEY_ID.fullmatch(mac.key_id):
                 meta = pod["metadata"]
-                by_key.setdefault(key_id, []).append(f"{meta.get('namespace')}/{meta.get('name')}")
+                by_key.setdefault(mac.key_id, []).append(f"{meta.get('namespace')}/{meta.get('name')}")
         total = sum(map(len, by_key.values()))
         metrics.ORIGINALS_UNKNOWN_KEY_PODS.set(total)
         for key_id in sorted(by_key):
