@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import logging
 import sys
+from functools import partial
 from typing import Sequence
 
 from ops import flags
@@ -26,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    duration = partial(p.add_argument, type=flags.duration, metavar="DURATION")
+    boolean = partial(p.add_argument, type=flags.boolean, default=True, metavar="BOOL")
+    count = partial(p.add_argument, type=int, metavar="N")
     p.add_argument("--bind-address", default="0.0.0.0", metavar="IP", help="IP address to listen on.")
     p.add_argument("--port", type=int, default=8443, help="TCP port to listen on (HTTPS).")
     p.add_argument(
@@ -37,10 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tls-key-file", required=True, metavar="PATH", help="PEM private key of --tls-cert-file.")
     p.add_argument("--tls-min-version", choices=("1.2", "1.3"), default="1.2", help="Minimum TLS version.")
-    p.add_argument(
+    duration(
         "--cert-reload-interval",
-        type=flags.duration,
-        metavar="DURATION",
         default="10s",
         help="How often to check the certificate files for a rotation (Go duration, e.g. 10s, 500ms; "
         "0 disables reloading).",
@@ -53,18 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="Largest AdmissionReview body accepted (e.g. 4MiB); larger requests get HTTP 413. "
         "The apiserver accepts requests up to 3 MiB, and the review wraps the pod in an envelope.",
     )
-    p.add_argument(
+    duration(
         "--http-keep-alive-timeout",
-        type=flags.duration,
-        metavar="DURATION",
         default="120s",
         help="Close idle keep-alive connections after this long. Keep it above the apiserver's idle "
         "timeout (90s) so the client, not us, closes idle connections (no request ever races a close).",
     )
-    p.add_argument(
+    duration(
         "--http-read-timeout",
-        type=flags.duration,
-        metavar="DURATION",
         default="3s",
         help="A request's headers and body must arrive within this long of its first byte (a new connection's first "
         "request: of the TLS handshake's end), else the connection is dropped (checked every quarter of it). Bounds "
@@ -80,46 +78,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="Open connections at most. A new connection beyond that closes the one that has waited longest for its "
         "request, else the one idle longest; refused only when every connection has a review being decided.",
     )
-    p.add_argument(
+    duration(
         "--shutdown-timeout",
-        type=flags.duration,
-        metavar="DURATION",
         default="20s",
         help="On SIGTERM/SIGINT stop accepting, finish in-flight requests, and give up after this long.",
     )
-    p.add_argument(
+    count(
         "--max-inflight-reviews",
-        type=int,
         default=32,
-        metavar="N",
         help="Costly reviews (see --large-review-workers) waiting for their decision at once; beyond that (or beyond "
         "16MiB of buffered large bodies) a review is answered at once 'allowed, no patch' (the reconciler captures the "
         "originals later) and its connection closed: overload never delays or blocks pod creation. Reviews still "
         "arriving do not count (--max-connections, --http-read-timeout bound them).",
     )
-    p.add_argument(
+    count(
         "--large-review-workers",
-        type=int,
         default=1,
-        metavar="N",
         help="Worker processes deciding the reviews too costly for the event loop (over 16KiB, over "
         "2048 JSON values or 64 annotations, or over 4 containers not seen before), so that small "
         "reviews never wait behind them. Each is a Python process of its own (RSS under 64MiB), "
         "at a lower CPU priority. 0: decide them on the event loop, one at a time.",
     )
-    p.add_argument(
+    duration(
         "--large-review-timeout",
-        type=flags.duration,
-        metavar="DURATION",
         default="2s",
         help="A large review not decided this long after it arrived is answered 'allowed, no patch'; "
         "a worker still busy with one review after this long is killed and replaced. Keep it "
         "below the webhook configuration's timeoutSeconds.",
     )
-    p.add_argument(
+    duration(
         "--shutdown-delay",
-        type=flags.duration,
-        metavar="DURATION",
         default="5s",
         help="On SIGTERM, first fail /readyz and keep serving this long (closing each connection "
         "after its answer) so endpoints and the apiserver move away, then shut down "
@@ -151,11 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--namespace": "The product's own namespace, always excluded (default: $POD_NAMESPACE).",
         },
     )
-    p.add_argument(
+    boolean(
         "--size-at-admission",
-        type=flags.boolean,
-        default=True,
-        metavar="BOOL",
         help="Create pods whose node type is known at admission (spec.nodeName, a DaemonSet's node affinity, a "
         "nodeSelector or required node affinity on --node-type-label naming types of equal performance) at their size "
         "for it, with the reconciler's sizing rules. Needs list/watch on nodes and the config ConfigMap (--kubeconfig "
@@ -168,20 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="With --size-at-admission: change no pod's size; report what it would have been as an "
         "AdmissionReview warning (WouldResize), a log field and a metric.",
     )
-    p.add_argument(
+    duration(
         "--sizing-ready-timeout",
-        type=flags.duration,
-        metavar="DURATION",
         default="30s",
         help="With --size-at-admission: /readyz fails until the nodes, the config, the LimitRanges and the VPAs are "
         "listed, so a replica that starts (a rolling update) takes reviews only once it can size pods; for at most "
         "this long after start, then it is ready and stamps only until they are. 0: ready at once.",
     )
-    p.add_argument(
+    boolean(
         "--skip-vpa-managed",
-        type=flags.boolean,
-        default=True,
-        metavar="BOOL",
         help="With --size-at-admission: a pod an updating VerticalPodAutoscaler (not Off or Initial) may manage is not "
         "sized at admission, only stamped (its controller, the Deployment its ReplicaSet's name and pod-template-hash "
         "label name, or a kind that may own its controller is the VPA's target), as the reconciler's flag of the same "
@@ -208,11 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         level_help="Minimum log level. 'info' logs one line per admission decision.",
         fmt_help="json: one JSON object per line; text: human-readable.",
     )
-    p.add_argument(
+    duration(
         "--log-flush-interval",
-        type=flags.duration,
         default="100ms",
-        metavar="DURATION",
         help="Write info/debug lines in batches at most this old (warnings and errors at once; "
         "everything on shutdown). 0 writes every line at once. Batching saves a write "
         "syscall per admission decision; a SIGKILL may lose up to this much.",
