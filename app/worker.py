@@ -56,7 +56,6 @@ class WorkerFailure(WebhookError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"review worker {reason}: {detail}")
         self.reason = reason
-        self.detail = detail
 
 
 class WorkersBusy(WebhookError):
@@ -115,7 +114,6 @@ class ReviewWorker:
                 self._popen.kill()
 
     async def stop(self) -> None:
-        """Kill it and reap it."""
         self.kill()
         await self.wait()
 
@@ -292,23 +290,21 @@ class ReviewWorkers:
             async with asyncio.timeout(self.timeout):
                 result = await worker.decide(parts, meta)
         except TimeoutError:
-            self._replace(worker, "timeout")
-            raise WorkerFailure("timeout", f"no answer within {self.timeout:g}s") from None
-        except WorkerFailure as failure:
-            self._replace(worker, failure.reason)
-            raise
+            failure = WorkerFailure("timeout", f"no answer within {self.timeout:g}s")
+        except WorkerFailure as reported:
+            failure = reported
         except (asyncio.IncompleteReadError, ConnectionError) as err:
-            code = worker.returncode
-            self._replace(worker, "crash")
-            raise WorkerFailure("crash", f"worker pid {worker.pid} gone ({err!r}, exit code {code})") from None
+            failure = WorkerFailure("crash", f"worker pid {worker.pid} gone ({err!r}, exit code {worker.returncode})")
         except asyncio.CancelledError:  # only at loop teardown: the pipe is mid-frame
             self._replace(worker, "cancelled")
             raise
         except Exception as err:  # e.g. an unpicklable reply: our bug
-            self._replace(worker, "error")
-            raise WorkerFailure("error", repr(err)) from None
-        self._idle.put_nowait(worker)
-        return result
+            failure = WorkerFailure("error", repr(err))
+        else:
+            self._idle.put_nowait(worker)
+            return result
+        self._replace(worker, failure.reason)
+        raise failure
 
     def _replace(self, worker: ReviewWorker, reason: str) -> None:
         worker.kill()
@@ -333,9 +329,9 @@ class ReviewWorkers:
                 continue
             if self._stopped:
                 await worker.stop()
-                return
-            self._all.add(worker)
-            self._idle.put_nowait(worker)
+            else:
+                self._all.add(worker)
+                self._idle.put_nowait(worker)
             return
 
     async def stop(self, grace: float = 5.0) -> None:
