@@ -84,7 +84,7 @@ class ClusterView:
     """Nodes, LimitRanges, the config ConfigMap and (``skip_vpa_managed``) the VerticalPodAutoscalers,
     watched; :attr:`context` is None until all are known.
 
-    The VPA CRD is looked up by discovery at start and every ``vpa_recheck_interval`` (installed
+    The VPA CRD is looked up by discovery at start and every ``VPA_RECHECK_INTERVAL`` (installed
     later, its VPAs are watched from then on; removed, none holds a pod any more), as the
     reconciler does. While discovery has never answered, or the VPAs of a served CRD are not
     listed yet, there is no context: pods are stamped only, never sized past a VPA."""
@@ -96,9 +96,7 @@ class ClusterView:
         config_name: str,
         label: str,
         dry_run: bool = False,
-        idle_timeout: float = 90.0,
         skip_vpa_managed: bool = True,
-        vpa_recheck_interval: float = VPA_RECHECK_INTERVAL,
     ) -> None:
         self.label = label
         self.dry_run = dry_run
@@ -111,13 +109,9 @@ class ClusterView:
         self._version = 0
         self._context: SizingContext | None = None
         self._dirty = True
-        self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node, idle_timeout=idle_timeout)
-        self.limitranges = Informer(
-            client, "limitranges", "/api/v1/limitranges", slim_limit_range, self._changed, idle_timeout=idle_timeout
-        )
-        self.configmaps = object_informer(
-            client, "configmaps", config_namespace, config_name, self._on_configmap, idle_timeout
-        )
+        self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node)
+        self.limitranges = Informer(client, "limitranges", "/api/v1/limitranges", slim_limit_range, self._changed)
+        self.configmaps = object_informer(client, "configmaps", config_namespace, config_name, self._on_configmap)
         self.vpa_discovery = ServedInformers(
             client,
             GROUP_VERSION_PATH,
@@ -129,8 +123,7 @@ class ClusterView:
             "VerticalPodAutoscaler",
             found="VerticalPodAutoscaler CRD found: pods an updating VPA may manage are not sized at admission",
             gone="VerticalPodAutoscaler CRD gone: no pod is held from sizing at admission for a VPA any more",
-            recheck_interval=vpa_recheck_interval,
-            idle_timeout=idle_timeout,
+            recheck_interval=VPA_RECHECK_INTERVAL,
         )
         if not skip_vpa_managed:
             self.vpa_discovery.served = False  # nothing to look up: known at once, never served
