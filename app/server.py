@@ -69,7 +69,6 @@ class MutateApp:
         metrics: Metrics,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
-        max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
         scope: NamespaceScope | None = None,
     ) -> None:
         self.fallback = fallback
@@ -81,7 +80,7 @@ class MutateApp:
         # client that never finishes its body must not take the room of complete reviews
         # (app.connections bounds those).
         self.max_inflight = max_inflight
-        self.max_buffered_bytes = max(max_buffered_bytes, max_request_bytes)
+        self.max_buffered_bytes = max(DEFAULT_MAX_BUFFERED_BYTES, max_request_bytes)
         self.draining = False  # SIGTERM received: readiness fails, connections are closed after each answer
         self._inflight = 0
         self._buffered = 0
@@ -259,11 +258,9 @@ class MutateApp:
     async def _respond(
         self, send: Send, status: int, payload: bytes, close: bool = False, extra: tuple[tuple[bytes, bytes], ...] = ()
     ) -> None:
-        headers = [_JSON_HEADER, (b"content-length", _content_length(len(payload)))]
+        headers = [_JSON_HEADER, (b"content-length", _content_length(len(payload))), *extra]
         if close:
             headers.append(_CLOSE_HEADER)
-        if extra:
-            headers.extend(extra)
         connection = current_connection()
         if connection is not None:
             connection.cork()  # head and body in one write
