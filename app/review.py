@@ -16,14 +16,14 @@ the values its author wrote. Any unexpected exception allows the pod unchanged
 
 from __future__ import annotations
 
-import base64
 import enum
 import re
 import traceback
+from base64 import b64encode
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import orjson
+from orjson import dumps, loads
 
 import resizer
 from resizer import podstate
@@ -161,10 +161,6 @@ INLINE_MAX_VALUES = 2048  # commas: JSON values after the first of each object/a
 INLINE_MAX_CONTAINERS = 4  # spec.containers whose originals are not memoised
 INLINE_MAX_ANNOTATIONS = 64
 
-_JSON = orjson.loads
-_DUMPS = orjson.dumps
-_b64 = base64.b64encode
-
 
 # -- memo of the core's originals ---------------------------------------------------
 # resizer.originals_from_spec_annotations (exact Fraction arithmetic) is most of a request's
@@ -193,10 +189,10 @@ class ByteBoundedCache:
         nbytes += _ENTRY_OVERHEAD
         if nbytes > self.max_bytes // 8:  # one entry never takes a large share
             return
-        old = self._data.pop(key, None)
+        data = self._data
+        old = data.pop(key, None)
         if old is not None:
             self.size -= old[1]
-        data = self._data
         while data and self.size + nbytes > self.max_bytes:
             self.size -= data.pop(next(iter(data)))[1]
         data[key] = (value, nbytes)
@@ -248,7 +244,7 @@ def annotation_path(key: str) -> str:
 
 
 def _encode(ops: list[dict[str, Any]]) -> str:
-    return _b64(_DUMPS(ops)).decode("ascii")
+    return b64encode(dumps(ops)).decode("ascii")
 
 
 # A pod straight from its controller (no controller-owned annotation yet) gets the same patch
@@ -308,9 +304,8 @@ def undecided(head: bytes, why: str, reason: Reason = Reason.OVERLOADED) -> Answ
     64 KiB of ``head`` (the reconciler captures the originals later); without a findable uid, 503,
     which ``failurePolicy: Ignore`` admits."""
     match = _UID.search(head, 0, _UID_SEARCH_BYTES)
-    if match is None:
-        return Answer(503, "", Decision.SKIPPED, reason, error=why, reviewed=False)
-    return Answer(200, match.group(1).decode("ascii"), Decision.SKIPPED, reason, error=why, reviewed=False)
+    uid = "" if match is None else match.group(1).decode("ascii")
+    return Answer(200 if uid else 503, uid, Decision.SKIPPED, reason, error=why, reviewed=False)
 
 
 _OVERLOADED_BODY = b'{"error":"overloaded","code":503}'
@@ -321,14 +316,14 @@ def encode(answer: Answer) -> bytes:
     if answer.status == 503:
         return _OVERLOADED_BODY
     if answer.status != 200:
-        return _DUMPS({"error": answer.error, "code": answer.status})
+        return dumps({"error": answer.error, "code": answer.status})
     response: dict[str, Any] = {"uid": answer.uid, "allowed": True}
     if answer.patch is not None:
         response["patchType"] = "JSONPatch"
         response["patch"] = answer.patch
     if answer.warnings:
         response["warnings"] = answer.warnings
-    return _DUMPS({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+    return dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 
 def handle_review(
@@ -371,7 +366,7 @@ def parse(body: bytes) -> Review | Answer:
 
 def _load(body: bytes) -> dict[str, Any] | Answer:
     try:
-        document = _JSON(body)
+        document = loads(body)
     except Exception as exc:  # orjson.JSONDecodeError, and anything odd about the input
         return _refused(400, f"body is not valid JSON: {exc}")
     if not isinstance(document, dict):
@@ -403,15 +398,10 @@ def _review_of(document: dict[str, Any], body_size: int) -> Review | Answer:
     if not isinstance(metadata, dict):  # (the apiserver always sends it): nothing to patch
         return Review(uid, True, _str(request.get("name")), namespace, obj, None, None, body_size)
     annotations = metadata.get("annotations")
+    name = _str(metadata.get("name")) or _str(metadata.get("generateName")) or _str(request.get("name"))
+    namespace = namespace or _str(metadata.get("namespace"))
     return Review(
-        uid,
-        True,
-        _str(metadata.get("name")) or _str(metadata.get("generateName")) or _str(request.get("name")),
-        namespace or _str(metadata.get("namespace")),
-        obj,
-        metadata,
-        annotations if isinstance(annotations, dict) else None,
-        body_size,
+        uid, True, name, namespace, obj, metadata, annotations if isinstance(annotations, dict) else None, body_size
     )
 
 
@@ -437,13 +427,11 @@ def _costly(document: dict[str, Any]) -> bool:
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if isinstance(annotations, dict) and len(annotations) > INLINE_MAX_ANNOTATIONS:
         return True
-    if not isinstance(spec, dict):
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if not isinstance(containers, list) or len(containers) <= INLINE_MAX_CONTAINERS:
         return False
-    containers = spec.get("containers")
-    if isinstance(containers, list) and len(containers) > INLINE_MAX_CONTAINERS:
-        key = _memo_key(spec)  # replicas of a workload stay cheap
-        return key is None or _originals_cache.get(key) is None
-    return False
+    key = _memo_key(spec)  # replicas of a workload stay cheap
+    return key is None or _originals_cache.get(key) is None
 
 
 def decide(review: Review, context: Context) -> Answer:
@@ -503,7 +491,7 @@ def _decide(review: Review, context: Context) -> Answer:
     stamp = resizer.admission_stamp(subject, namespace, keyring, originals)
     if memo_key is not None and podstate.carries_mac(stamp):
         identity = resizer.PodIdentity.of(subject, namespace, "admission")
-        memo_key = b"\0".join((memo_key, _DUMPS(identity.__dict__), keyring.fingerprint.encode()))
+        memo_key = b"\0".join((memo_key, dumps(identity.__dict__), keyring.fingerprint.encode()))
     existing = annotations if annotations is not None else {}
     warnings: tuple[str, ...] = ()
     note: SizingNote | None = None
@@ -631,7 +619,7 @@ def _sized_at_admission(
         except Exception as exc:  # our bug or an odd spec: the pod is stamped only
             return SizingNote(Sizing.ERROR, repr(exc))
         if key is not None:
-            _sized_cache.put(key, hit, len(key) + len(_DUMPS(tuple(hit))))
+            _sized_cache.put(key, hit, len(key) + len(dumps(tuple(hit))))
     return hit
 
 
@@ -643,7 +631,7 @@ _SIZED_KEY_MAX = 16 * 1024
 
 def _sized_key(pod: dict[str, Any], namespace: str, keyring: resizer.KeyRing, sizing: SizingContext) -> bytes | None:
     try:
-        key = _DUMPS((namespace, sizing.version, keyring.fingerprint, pod))
+        key = dumps((namespace, sizing.version, keyring.fingerprint, pod))
     except Exception:  # odd shapes (e.g. integers beyond 64 bits): not memoised
         return None
     return key if len(key) <= _SIZED_KEY_MAX else None
@@ -676,7 +664,7 @@ def _memo_key(spec: Any) -> bytes | None:
     try:
         key = [(c["name"], c.get("resources")) for c in spec["containers"]]
         sidecars = [(c["name"], c.get("resources")) for c in spec.get("initContainers") or () if podstate.is_sidecar(c)]
-        memo_key = _DUMPS([key, sidecars, spec.get("resources") or None])
+        memo_key = dumps([key, sidecars, spec.get("resources") or None])
     except Exception:
         return None
     return memo_key if len(memo_key) <= _ORIGINALS_KEY_MAX else None
@@ -687,9 +675,7 @@ def _oversized(annotations: dict[str, Any]) -> bool:
     if len(annotations) > limit // 2:  # each entry takes >= 2 bytes
         return True
     size = sum(map(len, annotations))  # JSON object keys are always strings
-    if size > limit:
-        return True
-    return size + sum(len(v) for v in annotations.values() if isinstance(v, str)) > limit
+    return size > limit or size + sum(len(v) for v in annotations.values() if isinstance(v, str)) > limit
 
 
 # -- the webhook called again on its own answer -------------------------------------------
