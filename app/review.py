@@ -135,12 +135,12 @@ class Answer(NamedTuple):
     namespace: str = ""
     owner: str = ""
     originals: Mapping[str, str] = _NO_ORIGINALS
+    authored_from: str = ""  # AUTHORED_FROM_RECORD when decided on the pod as its author wrote it
+    sizing: SizingNote | None = None
     reviewed: bool = True
     error: str = ""
     stack: str = ""
     stripped: int = 0  # forged controller-owned keys removed
-    authored_from: str = ""  # AUTHORED_FROM_RECORD when decided on the pod as its author wrote it
-    sizing: SizingNote | None = None
 
 
 # JSON objects + arrays in one review beyond which it is not parsed (answered "allowed, no
@@ -493,24 +493,12 @@ def _decide(review: Review, context: Context) -> Answer:
         identity = resizer.PodIdentity.of(subject, namespace, "admission")
         memo_key = b"\0".join((memo_key, dumps(identity.__dict__), keyring.fingerprint.encode()))
     existing = annotations if annotations is not None else {}
+    source = _authored_from(authored)
     warnings: tuple[str, ...] = ()
     note: SizingNote | None = None
 
     def stamped(decision: Decision, reason: Reason, patch: str | None) -> Answer:
-        return Answer(
-            200,
-            uid,
-            decision,
-            reason,
-            patch,
-            warnings,
-            name,
-            namespace,
-            owner,
-            originals,
-            authored_from=_authored_from(authored),
-            sizing=note,
-        )
+        return Answer(200, uid, decision, reason, patch, warnings, name, namespace, owner, originals, source, note)
 
     sizing = context.sizing
     if sizing is not None and stamp:
