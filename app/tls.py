@@ -101,7 +101,7 @@ class CertReloader:
         self.key_file = key_file
         self.min_version = min_version
         self.interval = interval
-        self.metrics = metrics
+        self.metrics = metrics if metrics is not None else Metrics(process_metrics=False)
         self.context = new_server_context(min_version)
         self.info: CertInfo | None = None
         self._current_hash: str | None = None
@@ -138,9 +138,8 @@ class CertReloader:
         self._current_hash = digest
         self._rejected_hash = None
         self.info = info
-        if self.metrics is not None:
-            self.metrics.reloads_by_result["success"].inc()
-            self.metrics.cert_not_after.set(info.not_after.timestamp())
+        self.metrics.reloads_by_result["success"].inc()
+        self.metrics.cert_not_after.set(info.not_after.timestamp())
         log.info(
             "serving certificate loaded",
             extra={
@@ -156,8 +155,7 @@ class CertReloader:
 
     def _refuse(self, reason: str, digest: str) -> bool:
         self._rejected_hash = digest
-        if self.metrics is not None:
-            self.metrics.reloads_by_result["error"].inc()
+        self.metrics.reloads_by_result["error"].inc()
         log.error(
             "certificate not loaded; %s",
             "keeping the current one" if self.loaded else "no certificate served yet",
