@@ -70,11 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
         "timeoutSeconds anyway: shorter only drops the apiserver's own requests when this process is short of CPU (a "
         "throttled pod reads late what has arrived).",
     )
-    p.add_argument(
+    count(
         "--max-connections",
         type=flags.positive_int,
         default=1024,
-        metavar="N",
         help="Open connections at most. A new connection beyond that closes the one that has waited longest for its "
         "request, else the one idle longest; refused only when every connection has a review being decided.",
     )
@@ -170,7 +169,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--kubeconfig",
-        default=None,
         metavar="PATH",
         help="kubeconfig for --size-at-admission; default: in-cluster config, then $KUBECONFIG.",
     )

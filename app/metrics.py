@@ -54,8 +54,7 @@ class Metrics:
             ["reason"],
         )
         self.connections = gauge(
-            "workload_resizer_webhook_connections",
-            "Open connections (TLS handshake done), at most --max-connections.",
+            "workload_resizer_webhook_connections", "Open connections (TLS handshake done), at most --max-connections."
         )
         self.connections_refused = counter(
             "workload_resizer_webhook_connections_refused_total",
