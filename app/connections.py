@@ -217,8 +217,7 @@ class GuardedConnection(asyncio.Protocol):
         if self.transport is None:  # refused
             return
         if self.state == _IDLE:
-            self.state = _READING
-            self.since = self.loop.time()
+            self.state, self.since = _READING, self.loop.time()
         elif self.state == _DECIDING and self.early < 0:
             self.early = self.loop.time()
         token = _CURRENT.set(self)
@@ -265,12 +264,9 @@ class GuardedConnection(asyncio.Protocol):
         if self.state != _DECIDING:  # answered before reading it all (413, overload), or dropped
             return
         if self.early >= 0:  # the next request began meanwhile: its deadline runs from then
-            self.state = _READING
-            self.since = self.early
-            self.early = -1.0
-            return
-        self.state = _IDLE
-        self.since = self.loop.time()
+            self.state, self.since, self.early = _READING, self.early, -1.0
+        else:
+            self.state, self.since = _IDLE, self.loop.time()
 
     def drop(self) -> None:
         """Drop the connection at once and stop counting it (uvicorn's protocol sees
