@@ -493,7 +493,7 @@ def _decide(review: Review, context: Context) -> Answer:
         identity = resizer.PodIdentity.of(subject, namespace, "admission")
         memo_key = b"\0".join((memo_key, dumps(identity.__dict__), keyring.fingerprint.encode()))
     existing = annotations if annotations is not None else {}
-    source = _authored_from(authored)
+    source = "" if authored is None else AUTHORED_FROM_RECORD
     warnings: tuple[str, ...] = ()
     note: SizingNote | None = None
 
@@ -568,7 +568,7 @@ def _stripped(
         owner,
         error=error,
         stripped=len(stripped),
-        authored_from=_authored_from(authored),
+        authored_from="" if authored is None else AUTHORED_FROM_RECORD,
         sizing=sizing,
     )
 
@@ -680,10 +680,6 @@ def _as_authored(
         return None
     originals = resizer.admitted_originals(obj, namespace, keyring, originals_of(obj))
     return None if originals is None else resizer.as_authored(obj, originals)
-
-
-def _authored_from(authored: dict[str, Any] | None) -> str:
-    return "" if authored is None else AUTHORED_FROM_RECORD
 
 
 def _restoring(obj: dict[str, Any], authored: dict[str, Any] | None) -> list[dict[str, Any]]:
