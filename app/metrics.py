@@ -16,10 +16,6 @@ from ops.prometheus import CollectorRegistry, Counter, Gauge, Histogram, new_reg
 # timeoutSeconds (3 s in webhook-config/).
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
-REQUEST_RESULTS = ("patched", "skipped", "error", "rejected", "overloaded")
-RELOAD_RESULTS = ("success", "error")
-SIZED_RESULTS = ("sized", "would_resize", "held", "error")
-
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, process_metrics: bool = True) -> None:
@@ -77,6 +73,6 @@ class Metrics:
             ["result"],
         )
         # Children resolved once: .labels() builds a tuple and looks it up per call.
-        self.by_result = {r: self.requests.labels(r) for r in REQUEST_RESULTS}
-        self.reloads_by_result = {r: self.cert_reloads.labels(r) for r in RELOAD_RESULTS}
-        self.sized = {r: self.sized_at_admission.labels(r) for r in SIZED_RESULTS}
+        self.by_result = {r: self.requests.labels(r) for r in ("patched", "skipped", "error", "rejected", "overloaded")}
+        self.reloads_by_result = {r: self.cert_reloads.labels(r) for r in ("success", "error")}
+        self.sized = {r: self.sized_at_admission.labels(r) for r in ("sized", "would_resize", "held", "error")}
