@@ -290,13 +290,13 @@ def build_patch(annotations: Any, originals: dict[str, str]) -> list[dict[str, A
 # -- the pipeline: parse, decide, encode ---------------------------------------------------
 
 
-def _refused(status: int, error: str, uid: str = "", reason: Reason = Reason.BAD_REQUEST) -> Answer:
+def refused(status: int, error: str, uid: str = "", reason: Reason = Reason.BAD_REQUEST) -> Answer:
     return Answer(status, uid, Decision.REJECTED, reason, error=error, reviewed=False)
 
 
 def too_large(limit: int) -> Answer:
     """The 413 answer for a body over ``limit`` bytes (used by the HTTP layer)."""
-    return _refused(413, f"request body exceeds the {limit}-byte limit", reason=Reason.TOO_LARGE)
+    return refused(413, f"request body exceeds the {limit}-byte limit", reason=Reason.TOO_LARGE)
 
 
 def undecided(head: bytes, why: str, reason: Reason = Reason.OVERLOADED) -> Answer:
@@ -368,29 +368,29 @@ def _load(body: bytes) -> dict[str, Any] | Answer:
     try:
         document = loads(body)
     except Exception as exc:  # orjson.JSONDecodeError, and anything odd about the input
-        return _refused(400, f"body is not valid JSON: {exc}")
+        return refused(400, f"body is not valid JSON: {exc}")
     if not isinstance(document, dict):
-        return _refused(400, f"AdmissionReview must be a JSON object, got {type(document).__name__}")
+        return refused(400, f"AdmissionReview must be a JSON object, got {type(document).__name__}")
     return document
 
 
 def _review_of(document: dict[str, Any], body_size: int) -> Review | Answer:
     if document.get("apiVersion") != API_VERSION or document.get("kind") != KIND:
-        return _refused(
+        return refused(
             400,
             f"expected apiVersion {API_VERSION!r} and kind {KIND!r}, "
             f"got {str(document.get('apiVersion'))[:100]!r} and {str(document.get('kind'))[:100]!r}",
         )
     request = document.get("request")
     if not isinstance(request, dict):
-        return _refused(400, "AdmissionReview has no request object")
+        return refused(400, "AdmissionReview has no request object")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
-        return _refused(400, "AdmissionReview request has no uid")
+        return refused(400, "AdmissionReview request has no uid")
     obj = request.get("object")
     create = request.get("operation") == "CREATE"
     if create and not isinstance(obj, dict):
-        return _refused(400, "CREATE AdmissionReview request has no object", uid)
+        return refused(400, "CREATE AdmissionReview request has no object", uid)
     namespace = _str(request.get("namespace"))
     if not create or not _is_pod(request) or not isinstance(obj, dict):
         return Review(uid, False, _str(request.get("name")), namespace, {}, None, None, body_size)

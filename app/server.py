@@ -33,6 +33,7 @@ from app.review import (
     encode,
     handle_review,
     handle_review_inline,
+    refused,
     too_large,
     undecided,
 )
@@ -300,9 +301,7 @@ def _content_length(n: int) -> bytes:
 
 
 _METHOD_NOT_ALLOWED = Answer(405, "", Decision.REJECTED, Reason.METHOD_NOT_ALLOWED, reviewed=False)
-_INVALID_CONTENT_LENGTH = Answer(
-    400, "", Decision.REJECTED, Reason.BAD_REQUEST, error="invalid content-length", reviewed=False
-)
+_INVALID_CONTENT_LENGTH = refused(400, "invalid content-length")
 
 
 def _log_fields(answer: Answer, duration_ms: float) -> dict[str, Any]:
