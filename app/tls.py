@@ -66,9 +66,7 @@ def _cert_info(pem: bytes) -> CertInfo:
     cert = x509.load_pem_x509_certificate(pem)
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        dns = tuple(san.get_values_for_type(x509.DNSName)) + tuple(
-            str(ip) for ip in san.get_values_for_type(x509.IPAddress)
-        )
+        dns = (*san.get_values_for_type(x509.DNSName), *map(str, san.get_values_for_type(x509.IPAddress)))
     except x509.ExtensionNotFound:
         dns = ()
     return CertInfo(
