@@ -157,10 +157,9 @@ class MutateApp:
         if message["type"] != "http.request":  # client went away
             return
         body = message.get("body", b"")
-        more_body = message.get("more_body", False)
         parts = [body]
         size = len(body)
-        if more_body:
+        if message.get("more_body", False):
             try:
                 self._buffered += size
                 while True:
@@ -239,13 +238,8 @@ class MutateApp:
         if workers is not None:
             # Off the event loop: small reviews and probes go on meanwhile. The parts go to
             # the worker's pipe as they are (joining 4 MiB holds the loop for milliseconds).
-            return await workers.decide(
-                parts,
-                self.keyring.keys,
-                self.scope,
-                time.monotonic() + workers.timeout - (_perf() - start),
-                self._sizing(),
-            )
+            deadline = time.monotonic() + workers.timeout - (_perf() - start)
+            return await workers.decide(parts, self.keyring.keys, self.scope, deadline, self._sizing())
         # Deciding holds the event loop: costly reviews are decided one at a time, after the reviews
         # already waiting, so a flood of them cannot stack up in front of small ones.
         async with self._large_lane:
