@@ -47,7 +47,7 @@ def build_server(
     scope: NamespaceScope | None = None,
     sizing: Credentials | None = None,
     metrics: Metrics | None = None,
-) -> tuple["DrainingServer", CertReloader]:
+) -> "DrainingServer":
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
     metrics = metrics if metrics is not None else Metrics()
     reloader = CertReloader(
@@ -61,8 +61,7 @@ def build_server(
         )
 
     # Fails fast on a bad directory (on an empty one too, unless optional).
-    key_dir = args.originals_key_dir
-    keys = KeyDirectory(key_dir, args.originals_keys_optional) if key_dir else None
+    keys = KeyDirectory(args.originals_key_dir, args.originals_keys_optional) if args.originals_key_dir else None
     if keys is None:
         log.warning("no --originals-key-dir: original-* annotations are stamped unsigned")
 
@@ -167,7 +166,7 @@ def build_server(
     )
     if config.ssl is not reloader.context:  # reloads must go into the context uvicorn serves with
         raise RuntimeError("uvicorn did not take the reloadable SSLContext")
-    return DrainingServer(config, app, args.shutdown_delay), reloader
+    return DrainingServer(config, app, args.shutdown_delay)
 
 
 class DrainingServer(uvicorn.Server):
@@ -206,7 +205,7 @@ def run(args: argparse.Namespace, scope: NamespaceScope | None, sizing: Credenti
     # Freed request bodies go back to the OS instead of fragmenting the heap (RSS bound).
     if not bound_heap_retention():
         log.debug("not glibc: malloc thresholds left as they are")
-    server, _ = build_server(args, scope, sizing)
+    server = build_server(args, scope, sizing)
     # uvicorn handles SIGTERM/SIGINT while serving (stop accepting, drain, lifespan
     # shutdown) and then re-raises the signal with the previous handler restored.
     # With Python's default that would kill the process before atexit runs, losing
