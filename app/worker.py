@@ -190,8 +190,7 @@ def _popen(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 async def start_worker(command: list[str] | None = None, start_timeout: float = 60.0) -> ReviewWorker:
     """Spawn a worker and wait for its ready byte (it has imported the review code)."""
-    env = dict(os.environ)
-    env[_PARENT_ENV] = str(os.getpid())
+    env = {**os.environ, _PARENT_ENV: str(os.getpid())}
     # The worker must import this package however the webhook was started (installed, or a checkout).
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
     worker = await ReviewWorker.spawn(command or [sys.executable, "-m", "app.worker"], env)
