@@ -87,7 +87,7 @@ class ReviewWorker:
         loop = asyncio.get_running_loop()
         popen = await loop.run_in_executor(_SPAWNER, _popen, argv, env)
         assert popen.stdin is not None and popen.stdout is not None
-        read_end, write_end = _PipeEnd.take(loop, popen.stdout), _PipeEnd.take(loop, popen.stdin)
+        read_end, write_end = _PipeEnd(loop, popen.stdout), _PipeEnd(loop, popen.stdin)
         popen.stdout = popen.stdin = None
         try:
             stdout = asyncio.StreamReader(limit=2**20)
@@ -162,18 +162,13 @@ class _PipeEnd:
     """One end of a worker's pipe for ``connect_*_pipe``, closed exactly once whichever event loop
     takes it: uvloop closes the descriptor itself and then calls ``close()`` too, and a second
     ``close(2)`` can hit a descriptor the spawner thread was given meanwhile (a new worker's pipe).
-    asyncio's own loop only calls ``close()``."""
+    asyncio's own loop only calls ``close()``. It holds a duplicate of ``file``'s descriptor and
+    closes ``file``."""
 
-    def __init__(self, fd: int, closes: bool) -> None:
-        self._fd = fd
-        self._closes = closes
-
-    @classmethod
-    def take(cls, loop: asyncio.AbstractEventLoop, file: IO[bytes]) -> _PipeEnd:
-        """Take the descriptor of ``file`` (detached: ``file`` no longer closes it)."""
-        fd = os.dup(file.fileno())
+    def __init__(self, loop: asyncio.AbstractEventLoop, file: IO[bytes]) -> None:
+        self._fd = os.dup(file.fileno())
         file.close()
-        return cls(fd, closes=not type(loop).__module__.startswith("uvloop"))
+        self._closes = not type(loop).__module__.startswith("uvloop")
 
     def fileno(self) -> int:
         return self._fd
