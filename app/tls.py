@@ -212,14 +212,12 @@ class CertReloader:
             except OSError:
                 self._private_dir = tempfile.mkdtemp(prefix="workload-resizer-tls-")
         self._generation += 1
-        paths = []
-        for name, data in (("tls.crt", cert_pem), ("tls.key", key_pem)):
-            path = os.path.join(self._private_dir, f"{self._generation}-{name}")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
+        prefix = os.path.join(self._private_dir, str(self._generation))
+        paths = (f"{prefix}-tls.crt", f"{prefix}-tls.key")
+        for path, data in zip(paths, (cert_pem, key_pem), strict=True):
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
                 f.write(data)
-            paths.append(path)
-        return paths[0], paths[1]
+        return paths
 
     async def run(self) -> None:
         """Poll every ``interval`` seconds until cancelled."""
