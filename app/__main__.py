@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     duration = partial(p.add_argument, type=flags.duration, metavar="DURATION")
     boolean = partial(p.add_argument, type=flags.boolean, default=True, metavar="BOOL")
     count = partial(p.add_argument, type=int, metavar="N")
+    switch = partial(p.add_argument, action="store_true")
     p.add_argument("--bind-address", default="0.0.0.0", metavar="IP", help="IP address to listen on.")
     p.add_argument("--port", type=int, default=8443, help="TCP port to listen on (HTTPS).")
     p.add_argument(
@@ -120,9 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the mounted Secret shared with the reconciler. Re-read every --cert-reload-interval. Empty: originals are "
         "stamped unsigned (the reconciler then trusts them only on pods whose spec never changed).",
     )
-    p.add_argument(
+    switch(
         "--originals-keys-optional",
-        action="store_true",
         help="An empty or absent --originals-key-dir at startup is not an error: originals are "
         "stamped unsigned until a key appears (a Secret volume mounted optional, whose Secret "
         "the reconciler creates at its first start: the chart's default).",
@@ -146,9 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         "or in-cluster): without either the webhook does not start. Also needs --originals-key-dir. Until the nodes, "
         "the config and a key are known, and on any error, pods are stamped only. false: stamp only, no API access.",
     )
-    p.add_argument(
+    switch(
         "--dry-run",
-        action="store_true",
         help="With --size-at-admission: change no pod's size; report what it would have been as an "
         "AdmissionReview warning (WouldResize), a log field and a metric.",
     )
