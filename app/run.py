@@ -43,13 +43,10 @@ def reloaded_keyring(keys: KeyDirectory, current: KeyRing) -> KeyRing:
 
 
 def build_server(
-    args: argparse.Namespace,
-    scope: NamespaceScope | None = None,
-    sizing: Credentials | None = None,
-    metrics: Metrics | None = None,
+    args: argparse.Namespace, scope: NamespaceScope | None, sizing: Credentials | None
 ) -> "DrainingServer":
     """A loaded ``uvicorn.Server`` whose ``config.ssl`` is the reloader's live context."""
-    metrics = metrics if metrics is not None else Metrics()
+    metrics = Metrics()
     reloader = CertReloader(
         args.tls_cert_file, args.tls_key_file, args.tls_min_version, args.cert_reload_interval, metrics
     )
