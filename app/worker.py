@@ -15,6 +15,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 import pickle
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Callable
 
 from app.errors import WebhookError
+from ops.malloc import bound_heap_retention
 
 if TYPE_CHECKING:
     from app.review import Answer
@@ -138,8 +140,7 @@ class ReviewWorker:
             self._stdout_transport.close()
 
     async def _exited(self) -> int:
-        code = self._popen.poll()
-        if code is not None:
+        if (code := self._popen.poll()) is not None:
             return code
         loop = asyncio.get_running_loop()
         try:
@@ -394,8 +395,6 @@ def serve(decide: Callable[..., Answer] | None = None) -> int:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent drains; it closes our stdin
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from ops.malloc import bound_heap_retention
-
     bound_heap_retention(arena_max=1)
     import resizer
     from app.review import handle_review
@@ -409,8 +408,6 @@ def serve(decide: Callable[..., Answer] | None = None) -> int:
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
-    import gc
-
     gc.collect()
     gc.freeze()
     # Only now: started at SCHED_IDLE, the imports above took 35 s instead of 1 s on a node
