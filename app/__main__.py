@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import sys
 from functools import partial
 from typing import Sequence
 
 from ops import flags
+from resizer import KeyRingError
 from resizer.config import CONFIG_NAME, CONFIG_NAMESPACE, NODE_TYPE_LABEL
 from resizer.podstate import described_keys
-
-log = logging.getLogger("workload_resizer.webhook")
+from resizer.scope import ScopeError, namespace_scope
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,8 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from resizer.scope import ScopeError, namespace_scope
-
     if args.large_review_workers < 0:
         parser.error("--large-review-workers must be 0 or more")
     if args.large_review_timeout <= 0:
@@ -235,7 +232,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_logging(args.log_level, args.log_format, flush_interval=args.log_flush_interval)
     from ops.keys import KeyDirectoryError
-    from resizer import KeyRingError
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
