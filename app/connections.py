@@ -227,9 +227,7 @@ class GuardedConnection(asyncio.Protocol):
             _CURRENT.reset(token)
 
     def eof_received(self) -> bool | None:
-        if self.transport is None:
-            return None
-        return self.inner.eof_received()
+        return None if self.transport is None else self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.transport is None:  # refused: uvicorn never saw it
