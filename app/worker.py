@@ -147,14 +147,12 @@ class ReviewWorker:
             pidfd = os.pidfd_open(self._popen.pid)
         except (AttributeError, OSError):  # no pidfd (old kernel) or already gone
             return await loop.run_in_executor(None, self._popen.wait)
+        exited = asyncio.Event()  # (set idempotently: the reader fires until it is removed)
         try:
-            exited = asyncio.Event()  # (set idempotently: the reader fires until it is removed)
             loop.add_reader(pidfd, exited.set)
-            try:
-                await exited.wait()
-            finally:
-                loop.remove_reader(pidfd)
+            await exited.wait()
         finally:
+            loop.remove_reader(pidfd)  # (False, not an error, if add_reader failed)
             os.close(pidfd)
         return self._popen.wait()
 
