@@ -287,9 +287,10 @@ class Calibration:
                 active = [r for r in results if not r.error]
                 if not active or results[0].error:
                     break
-                self._say(
-                    f"round {attempt}/{self._settings.repeats}: "
-                    + ", ".join(f"{r.node_type} on {r.target.node}" for r in active)
+                self._progress.say(
+                    f"calibrate: round {attempt}/{self._settings.repeats}: "
+                    + ", ".join(f"{r.node_type} on {r.target.node}" for r in active),
+                    sys.stderr,
                 )
                 await asyncio.gather(*(self._measure(r, attempt) for r in active))
         finally:
@@ -400,9 +401,6 @@ class Calibration:
             left = await self._client.get(self._pods, labelSelector=calibration_selector(self.run_id))
             for pod in left.get("items") or []:
                 await self._delete(pod["metadata"]["name"])
-
-    def _say(self, text: str) -> None:
-        self._progress.say(f"calibrate: {text}", sys.stderr)
 
 
 # ------------------------------------------------------------------ the verdict (pure)
@@ -570,20 +568,13 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
             )
             continue
         s = t.summary
-        base = r.node_type == report.baseline
-        ci = "baseline" if base else f"{_g(t.ratio.low, 3)}..{_g(t.ratio.high, 3)}"
-        measured = _perf(t.configured) if base or t.suggestion is None else _perf(t.suggestion.measured)
-        action = (
-            "baseline"
-            if base
-            else (
-                "add"
-                if t.configured is None
-                else "change"
-                if t.suggestion and t.suggestion.change
-                else "keep (inside the CI)"
-            )
-        )
+        if r.node_type == report.baseline:
+            ci, measured, action = "baseline", _perf(t.configured), "baseline"
+        else:
+            ci = f"{_g(t.ratio.low, 3)}..{_g(t.ratio.high, 3)}"
+            measured = _perf(t.configured if t.suggestion is None else t.suggestion.measured)
+            changed = t.suggestion and t.suggestion.change
+            action = "add" if t.configured is None else "change" if changed else "keep (inside the CI)"
         share = f"{_mean_share(r):.0%}" if r.cpu_shares else "-"
         rows.append(
             (
@@ -631,11 +622,7 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
         )
     )
     if report.failed:
-        lines.append(
-            f"Nothing applied: {len(report.failed)} node type(s) failed."
-            if settings.apply
-            else f"{len(report.failed)} node type(s) failed."
-        )
+        lines.append(("Nothing applied: " if settings.apply else "") + f"{len(report.failed)} node type(s) failed.")
     if not diff:
         lines.append(f"{report.config_source} needs no change.")
     else:
