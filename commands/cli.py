@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ops.flags import duration, is_namespaced_name, positive_float, positive_int, scope_flags, string_list
@@ -34,6 +36,13 @@ from resizer.scope import ScopeError, namespace_scope
 
 COMMANDS = ("plan", "report", "restore", "calibrate", "selftest")
 _Settings = TypeVar("_Settings", PlanSettings, RestoreSettings, CalibrateSettings, SelftestSettings)
+_COMMAND_OF: dict[type, str] = {
+    PlanSettings: "plan",
+    ReportSettings: "report",
+    RestoreSettings: "restore",
+    CalibrateSettings: "calibrate",
+    SelftestSettings: "selftest",
+}
 _TOLERATION = re.compile(r"([^=:]+)(?:=([^:]*))?(?::(NoSchedule|PreferNoSchedule|NoExecute))?")
 
 
@@ -406,25 +415,9 @@ def parse(
 
 def main(argv: list[str] | None = None) -> int:
     settings = parse(sys.argv[1:] if argv is None else argv, program_name(sys.argv[0]))
-    if isinstance(settings, ReportSettings):
-        from commands.report import run_report
-
-        return run_report(settings)
-    if isinstance(settings, PlanSettings):
-        from commands.plan import run_plan
-
-        return run_plan(settings)
-    if isinstance(settings, CalibrateSettings):
-        from commands.calibrate import run_calibrate
-
-        return run_calibrate(settings)
-    if isinstance(settings, SelftestSettings):
-        from commands.selftest import run_selftest
-
-        return run_selftest(settings)
-    from commands.restore import run_restore
-
-    return run_restore(settings)
+    name = _COMMAND_OF[type(settings)]  # its module is imported only to run it
+    run: Callable[[Any], int] = getattr(importlib.import_module(f"commands.{name}"), f"run_{name}")
+    return run(settings)
 
 
 if __name__ == "__main__":
