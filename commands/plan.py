@@ -443,6 +443,16 @@ def align(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
+def _change(unit: str, fmt: Callable[[int], str], current: int, desired: int) -> dict[str, Any]:
+    return {
+        f"current{unit}": current,
+        f"desired{unit}": desired,
+        f"delta{unit}": desired - current,
+        "current": fmt(current),
+        "desired": fmt(desired),
+    }
+
+
 def forecast_json(
     forecast: FleetForecast, info: dict[str, Any], hints: dict[PodKey, tuple[RuntimeHint, ...]] | None = None
 ) -> dict[str, Any]:
@@ -451,20 +461,8 @@ def forecast_json(
 
     def amounts(current_cpu: int, desired_cpu: int, current_memory: int, desired_memory: int) -> dict[str, Any]:
         return {
-            "cpu": {
-                "currentMillicores": current_cpu,
-                "desiredMillicores": desired_cpu,
-                "deltaMillicores": desired_cpu - current_cpu,
-                "current": format_cpu(current_cpu),
-                "desired": format_cpu(desired_cpu),
-            },
-            "memory": {
-                "currentBytes": current_memory,
-                "desiredBytes": desired_memory,
-                "deltaBytes": desired_memory - current_memory,
-                "current": format_memory(current_memory),
-                "desired": format_memory(desired_memory),
-            },
+            "cpu": _change("Millicores", format_cpu, current_cpu, desired_cpu),
+            "memory": _change("Bytes", format_memory, current_memory, desired_memory),
         }
 
     def totals(of: WorkloadForecast | FleetForecast) -> dict[str, Any]:

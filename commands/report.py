@@ -13,9 +13,11 @@ as what it was authored with cannot be told.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -203,20 +205,18 @@ def report_table(report: Report) -> str:
 def _amounts(totals: RequestTotals) -> dict[str, Any]:
     return {
         "pods": totals.pods,
-        "cpu": {
-            "originalMillicores": totals.original_cpu,
-            "currentMillicores": totals.current_cpu,
-            "freedMillicores": totals.freed_cpu,
-            "original": format_cpu(totals.original_cpu),
-            "current": format_cpu(totals.current_cpu),
-        },
-        "memory": {
-            "originalBytes": totals.original_memory,
-            "currentBytes": totals.current_memory,
-            "freedBytes": totals.freed_memory,
-            "original": format_memory(totals.original_memory),
-            "current": format_memory(totals.current_memory),
-        },
+        "cpu": _freed_json("Millicores", format_cpu, totals.original_cpu, totals.current_cpu),
+        "memory": _freed_json("Bytes", format_memory, totals.original_memory, totals.current_memory),
+    }
+
+
+def _freed_json(unit: str, fmt: Callable[[int], str], original: int, current: int) -> dict[str, Any]:
+    return {
+        f"original{unit}": original,
+        f"current{unit}": current,
+        f"freed{unit}": original - current,
+        "original": fmt(original),
+        "current": fmt(current),
     }
 
 
@@ -232,15 +232,7 @@ def report_json(report: Report) -> dict[str, Any]:
             for (ns, w, t), v in report.by_workload.items()
         ],
         "heldBack": [
-            {
-                "namespace": h.namespace,
-                "name": h.name,
-                "workload": h.workload,
-                "node": h.node,
-                "nodeType": h.node_type,
-                "reason": h.reason,
-                "detail": h.detail,
-            }
+            {("nodeType" if key == "node_type" else key): value for key, value in dataclasses.asdict(h).items()}
             for h in report.held_back
         ],
         "runtimeHints": [
