@@ -140,15 +140,14 @@ async def gather_forecast(
     client: KubeClient,
     settings: PlanSettings,
     skip_applied: bool,
+    runtimes: dict[PodKey, PodRuntimes],
+    progress: Progress,
     listed_pods: list[dict[str, Any]] | None = None,
-    runtimes: dict[PodKey, PodRuntimes] | None = None,
-    progress: Progress | None = None,
 ) -> tuple[FleetForecast, dict[str, Any]]:
     """Read the cluster and forecast every pod; ``listed_pods``, if given, receives the (slim)
     bound pods read (what `report` needs to say why a pod is held back), ``runtimes`` what their
     containers' runtimes read from their limits at start (the slim pods drop env, image, command);
     ``progress`` counts the pods as their pages arrive."""
-    progress = progress or Progress("plan", "pods read", enabled=False)
     started = time.monotonic()
     config, source = await read_config(client, settings)
     try:
@@ -162,7 +161,7 @@ async def gather_forecast(
                 client,
                 "/api/v1/pods",
                 settings.api.page_size,
-                slim_pod if runtimes is None else recording_runtimes(runtimes),
+                recording_runtimes(runtimes),
                 on_page=progress.update,
                 fieldSelector="spec.nodeName!=",
             ),
@@ -190,14 +189,13 @@ async def gather_forecast(
     )
     constraints = await read_constraints(client, settings.api.page_size, forecast)
     held = preflight_verdicts(forecast, pods, nodes, constraints)
-    done = time.monotonic()
     info = {
         "config": source,
         "pods": len(pods),
         "nodes": len(nodes),
         "keys": warning or "verified",
         "listSeconds": round(listed - started, 3),
-        "planSeconds": round(done - listed, 3),
+        "planSeconds": round(time.monotonic() - listed, 3),
         "held": held,
         "preflightNotJudged": constraints.get("notJudged", []),
     }
@@ -356,15 +354,11 @@ def forecast_table(
         *(_row(group) for group in forecast.workloads if show_aligned or group.resized),
     ]
     lines = align(rows) if len(rows) > 1 else ["No pod would be resized."]
-    cpu_delta = forecast.total("desired_cpu") - forecast.total("current_cpu")
-    memory_delta = forecast.total("desired_memory") - forecast.total("current_memory")
+    cpu, memory, cpu_delta, memory_delta = _changes(forecast)
     lines += [
         "",
-        f"Total: {forecast.resized} of {forecast.pods} pods in scope resized; CPU requests "
-        f"{format_cpu(forecast.total('current_cpu'))} -> {format_cpu(forecast.total('desired_cpu'))} "
-        f"({_signed(cpu_delta, format_cpu)}), "
-        f"memory requests {format_memory(forecast.total('current_memory'))} -> "
-        f"{format_memory(forecast.total('desired_memory'))} ({_signed(memory_delta, format_memory)}).",
+        f"Total: {forecast.resized} of {forecast.pods} pods in scope resized; CPU requests {cpu} ({cpu_delta}), "
+        f"memory requests {memory} ({memory_delta}).",
     ]
     if forecast.not_resized:
         lines.append("Not resized (the reconciler reports these with a Warning Event):")
@@ -423,14 +417,15 @@ def hint_json(hint: RuntimeHint) -> dict[str, str]:
 
 
 def _row(group: WorkloadForecast) -> tuple[str, ...]:
-    cpu_now, cpu_then = group.total("current_cpu"), group.total("desired_cpu")
-    memory_now, memory_then = group.total("current_memory"), group.total("desired_memory")
     pods = f"{group.resized}/{len(group.pods)}" if group.resized != len(group.pods) else str(len(group.pods))
+    return (group.namespace, group.workload, group.node_type, pods, *_changes(group))
+
+
+def _changes(of: WorkloadForecast | FleetForecast) -> tuple[str, str, str, str]:
+    """CPU and memory requests now -> desired, then the signed CPU and memory changes."""
+    cpu_now, cpu_then = of.total("current_cpu"), of.total("desired_cpu")
+    memory_now, memory_then = of.total("current_memory"), of.total("desired_memory")
     return (
-        group.namespace,
-        group.workload,
-        group.node_type,
-        pods,
         f"{format_cpu(cpu_now)} -> {format_cpu(cpu_then)}",
         f"{format_memory(memory_now)} -> {format_memory(memory_then)}",
         _signed(cpu_then - cpu_now, format_cpu),
