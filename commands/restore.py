@@ -26,6 +26,7 @@ from commands.plan import list_all, namespace_labels, run_command
 from commands.progress import Progress
 from kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
 from kube.slim import slim_pod
+from reconciler.ports import pod_path
 from reconciler.settings import RestoreSettings
 from resizer import EMPTY_KEYRING, KeyRing
 from resizer.originals import OriginalsError
@@ -52,49 +53,39 @@ class Summary:
         return self.resized + self.cleaned + self.gone
 
 
+@dataclass
 class Restorer:
-    def __init__(
-        self,
-        client: KubeClient,
-        rate: float,
-        dry_run: bool,
-        out: TextIO,
-        keyring: KeyRing = EMPTY_KEYRING,
-        scope: NamespaceScope | None = None,
-        remove_unverified: bool = False,
-        progress: Progress | None = None,
-    ) -> None:
-        self._client = client
-        self._progress = progress or Progress("restore", "pods", enabled=False)
-        self._keyring = keyring
-        self._scope = scope or NamespaceScope()
-        self._remove_unverified = remove_unverified
-        self._namespace_labels: dict[str, dict[str, str]] = {}
-        self._interval = 1.0 / rate
-        self._dry_run = dry_run
-        self._out = out
-        self._next = 0.0
-        self.stop = asyncio.Event()
-        self.summary = Summary()
-        self._resized_now: dict[str, dict[str, Any]] = {}  # pod uid -> the patch this run sent
+    client: KubeClient
+    rate: float  # pods per second at most
+    dry_run: bool
+    out: TextIO
+    keyring: KeyRing = EMPTY_KEYRING
+    scope: NamespaceScope = field(default_factory=NamespaceScope)
+    remove_unverified: bool = False
+    progress: Progress = field(default_factory=lambda: Progress("restore", "pods", enabled=False))
+    stop: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    summary: Summary = field(default_factory=Summary, init=False)
+    _namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict, init=False)
+    _next: float = field(default=0.0, init=False)
+    _resized_now: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)  # pod uid -> the patch sent
 
     async def run(self, page_size: int, namespace: str = "") -> Summary:
         collection = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
         pods = [
             pod
-            for pod in await list_all(self._client, collection, page_size, slim_pod)
+            for pod in await list_all(self.client, collection, page_size, slim_pod)
             if controller_owned_keys(read_state(pod)) and "deletionTimestamp" not in pod["metadata"]
         ]
         self.summary.managed = len(pods)
-        if self._scope.needs_labels:
-            self._namespace_labels = await namespace_labels(self._client, page_size)
+        if self.scope.needs_labels:
+            self._namespace_labels = await namespace_labels(self.client, page_size)
         self._say(
             f"{len(pods)} pods carry workload-resizer.io annotations"
-            + (" (dry run: nothing is changed)" if self._dry_run else "")
+            + (" (dry run: nothing is changed)" if self.dry_run else "")
         )
         if pods:
             await self._preflight(pods[0])
-        self._progress.start(len(pods))
+        self.progress.start(len(pods))
         try:
             for pod in pods:
                 if self.stop.is_set():
@@ -102,9 +93,9 @@ class Restorer:
                     break
                 await self._pace()
                 await self._restore(pod)
-                self._progress.advance()
+                self.progress.advance()
         finally:
-            self._progress.finish()
+            self.progress.finish()
         return self.summary
 
     async def _preflight(self, pod: dict[str, Any]) -> None:
@@ -112,7 +103,7 @@ class Restorer:
         request goes through admission, so the chart's policy answers as for the real one.)"""
         body = strip_controller_owned(read_state(pod))
         try:
-            await self._client.request("PATCH", _pod_path(pod), body, MERGE_PATCH, params={"dryRun": "All"})
+            await self.client.request("PATCH", pod_path(pod), body, MERGE_PATCH, params={"dryRun": "All"})
         except ApiError as err:
             if err.status == 403:
                 raise Denied(err) from None
@@ -122,7 +113,7 @@ class Restorer:
         now = time.monotonic()
         if self._next > now:
             await asyncio.sleep(self._next - now)
-        self._next = max(now, self._next) + self._interval
+        self._next = max(now, self._next) + 1.0 / self.rate
 
     async def _restore(self, pod: dict[str, Any]) -> None:
         name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
@@ -131,7 +122,7 @@ class Restorer:
                 outcome = await self._restore_once(pod)
             except _Conflict:
                 try:
-                    pod = await self._client.get(_pod_path(pod))
+                    pod = await self.client.get(pod_path(pod))
                 except ApiError as err:
                     if err.status == 404:
                         self.summary.gone += 1
@@ -163,28 +154,28 @@ class Restorer:
             self.summary.cleaned += 1  # someone else finished it meanwhile
             return None
         decision = restore_decision(
-            pod, self._keyring, self._scope, self._namespace_labels.get(pod["metadata"]["namespace"])
+            pod, self.keyring, self.scope, self._namespace_labels.get(pod["metadata"]["namespace"])
         )
-        if decision.held is not None and not self._remove_unverified:
+        if decision.held is not None and not self.remove_unverified:
             self.summary.held[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = decision.held
             return f"left as it is: {decision.held}; its annotations are kept"
         patch = decision.patch
-        if self._dry_run:
+        if self.dry_run:
             self.summary.resized += bool(patch)
             self.summary.cleaned += not patch
             return (
                 f"would resize back: {json.dumps(patch['spec'])}" if patch else f"would remove {len(keys)} annotations"
             )
         if patch:
-            await self._client.patch(_pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH)
+            await self.client.patch(pod_path(pod, "resize"), patch, STRATEGIC_MERGE_PATCH)
             self._resized_now[pod["metadata"].get("uid", "")] = patch
             # The originals stay until the spec holds them: removing them is the second write.
-            pod = await self._client.get(_pod_path(pod))
-            if restore_decision(pod, self._keyring).patch:
+            pod = await self.client.get(pod_path(pod))
+            if restore_decision(pod, self.keyring).patch:
                 raise _Conflict()
         body = strip_controller_owned(read_state(pod), pod["metadata"]["resourceVersion"])
         try:
-            await self._client.patch(_pod_path(pod), body, MERGE_PATCH)
+            await self.client.patch(pod_path(pod), body, MERGE_PATCH)
         except ApiError as err:
             if err.status == 409:
                 raise _Conflict() from None
@@ -204,7 +195,7 @@ class Restorer:
         self._say(f"{name}: NOT restored ({why}); its annotations are kept")
 
     def _say(self, line: str) -> None:
-        self._progress.say(line, self._out)
+        self.progress.say(line, self.out)
 
 
 class _Conflict(CommandError):
@@ -251,12 +242,6 @@ def _describe(patch: dict[str, Any]) -> str:
         )
         parts.append(f"{name}: {values}")
     return "(" + "; ".join(parts) + ")"
-
-
-def _pod_path(pod: dict[str, Any], subresource: str | None = None) -> str:
-    meta = pod["metadata"]
-    path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-    return f"{path}/{subresource}" if subresource else path
 
 
 async def _bounded(restorer: Restorer, work: Coroutine[Any, Any, Summary], grace: float) -> Summary:
