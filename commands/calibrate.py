@@ -147,28 +147,19 @@ def _target(
     if not ready:
         names = ", ".join(sorted(n["metadata"]["name"] for n in nodes))
         return Target(node_type, problem=f"no schedulable node: {names} NotReady or cordoned")
+    taints = {n["metadata"]["name"]: (n.get("spec") or {}).get("taints") or [] for n in ready}
     usable = [
-        n
-        for n in ready
-        if all(
-            tolerates(t, tolerations)
-            for t in (n.get("spec") or {}).get("taints") or []
-            if t.get("effect") in ("NoSchedule", "NoExecute")
-        )
+        name
+        for name, on_node in taints.items()
+        if all(tolerates(t, tolerations) for t in on_node if t.get("effect") in ("NoSchedule", "NoExecute"))
     ]
     if not usable:
-        taints = sorted(
-            {
-                f"{t['key']}={t.get('value', '')}:{t['effect']}"
-                for n in ready
-                for t in (n.get("spec") or {}).get("taints") or []
-            }
+        shown = sorted(
+            {f"{t['key']}={t.get('value', '')}:{t['effect']}" for on_node in taints.values() for t in on_node}
         )
-        return Target(
-            node_type,
-            problem=f"every Ready node is tainted ({', '.join(taints)}): pass --toleration KEY[=VALUE][:EFFECT]",
-        )
-    return Target(node_type, node=min(n["metadata"]["name"] for n in usable))
+        problem = f"every Ready node is tainted ({', '.join(shown)}): pass --toleration KEY[=VALUE][:EFFECT]"
+        return Target(node_type, problem=problem)
+    return Target(node_type, node=min(usable))
 
 
 # ------------------------------------------------------------------ the benchmark pod
@@ -439,23 +430,20 @@ def evaluate(
     base = results[0]
     base_summary = summarize(base.scores) if base.scores and not base.error else None
     base_spec = config.node_types.get(baseline)
+    baseline_perf = base_spec.cpuPerf if base_spec is not None else Fraction(1)
     reports = []
     for result in results:
         configured = config.node_types[result.node_type].cpuPerf if result.node_type in config.node_types else None
         if result.error or not result.scores or base_summary is None:
             reports.append(TypeReport(result, configured=configured))
-            continue
-        summary = summarize(result.scores)
-        if result is base:
-            reports.append(
-                TypeReport(result, summary, Ratio(1.0, 1.0, 1.0, confidence, float("inf")), configured=configured)
-            )
-            continue
-        ratio = ratio_of_means(summary, base_summary, confidence)
-        baseline_perf = base_spec.cpuPerf if base_spec is not None else Fraction(1)
-        reports.append(
-            TypeReport(result, summary, ratio, suggest(result.node_type, ratio, baseline_perf, configured), configured)
-        )
+        elif result is base:
+            itself = Ratio(1.0, 1.0, 1.0, confidence, float("inf"))
+            reports.append(TypeReport(result, base_summary, itself, configured=configured))
+        else:
+            summary = summarize(result.scores)
+            ratio = ratio_of_means(summary, base_summary, confidence)
+            suggestion = suggest(result.node_type, ratio, baseline_perf, configured)
+            reports.append(TypeReport(result, summary, ratio, suggestion, configured))
     changes = {t.suggestion.node_type: t.suggestion.measured for t in reports if t.suggestion and t.suggestion.change}
     try:
         new_text = set_cpu_perf(config_text, changes)
