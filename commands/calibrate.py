@@ -581,8 +581,7 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
             )
         )
     lines = align(rows)
-    for t in report.failed:
-        lines.append(f"{t.result.node_type}: {t.result.error}")
+    lines += [f"{t.result.node_type}: {t.result.error}" for t in report.failed]
     baseline_result = report.types[0].result
     if baseline_result.cpu_shares and _mean_share(baseline_result) < BUSY_BASELINE_SHARE:
         lines.append(
@@ -600,15 +599,8 @@ def report_table(report: Report, settings: CalibrateSettings) -> str:
         "CPU SHARE: the benchmark's CPU time / wall time (built-in benchmark): below 100% a quota or other load "
         "held it back.",
     ]
-    diff = list(
-        difflib.unified_diff(
-            report.old_text.splitlines(),
-            report.new_text.splitlines(),
-            f"{report.config_source} (now)",
-            "suggested",
-            lineterm="",
-        )
-    )
+    old, new = report.old_text.splitlines(), report.new_text.splitlines()
+    diff = list(difflib.unified_diff(old, new, f"{report.config_source} (now)", "suggested", lineterm=""))
     if report.failed:
         lines.append(("Nothing applied: " if settings.apply else "") + f"{len(report.failed)} node type(s) failed.")
     if not diff:

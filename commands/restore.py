@@ -314,13 +314,12 @@ def run_restore(settings: RestoreSettings, out: TextIO = sys.stdout) -> int:
             "run again with such credentials to finish.\n"
         )
         return 1
-    elapsed = time.monotonic() - started
     verb = "would be" if settings.dry_run else "were"
     out.write(
         f"Summary: {summary.managed} managed pods; {summary.resized} {verb} resized back to their originals, "
         f"{summary.cleaned} {'would only lose' if settings.dry_run else 'only lost'} their annotations, "
         f"{summary.gone} disappeared meanwhile, {len(summary.held)} left as they are, "
-        f"{len(summary.failed)} failed; {elapsed:.1f}s.\n"
+        f"{len(summary.failed)} failed; {time.monotonic() - started:.1f}s.\n"
     )
     for title, pods in (
         ("Left as they are (spec unchanged, annotations kept; --remove-unverified removes them)", summary.held),
