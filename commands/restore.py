@@ -53,7 +53,7 @@ class Summary:
         return self.resized + self.cleaned + self.gone
 
 
-@dataclass
+@dataclass(eq=False)
 class Restorer:
     client: KubeClient
     rate: float  # pods per second at most
