@@ -107,7 +107,10 @@ class Memory:
 
     def of(self, uid: str) -> PodMemory:
         """The pod's record, to change."""
-        return self._pods.setdefault(uid, PodMemory())
+        record = self._pods.get(uid)
+        if record is None:
+            record = self._pods[uid] = PodMemory()
+        return record
 
     def wait(self, uid: str, stage: Stage | None) -> None:
         """Track the pod's waiting state for the gauge (None: not waiting)."""
