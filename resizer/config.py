@@ -617,10 +617,7 @@ def _override_name_errors(overrides: tuple[Override | None, ...]) -> list[tuple[
     errors: list[tuple[str, str]] = []
     first_index: dict[str, int] = {}
     for index, override in enumerate(overrides):
-        if override is None:
-            continue
-        first = first_index.setdefault(override.name, index)
-        if first != index:
+        if override is not None and (first := first_index.setdefault(override.name, index)) != index:
             message = f"duplicate override name {override.name!r} (first used by overrides[{first}])"
             errors.append((f"overrides[{index}].name", message))
     return errors
@@ -649,15 +646,13 @@ def _decimal_text(value: Fraction) -> str:
     return format(Decimal(value.numerator) / Decimal(value.denominator), "f")
 
 
-def _block_resource_bounds(block: PolicyBlock, resource: Resource) -> ResourceBounds | None:
-    return getattr(block.bounds, resource) if block.bounds is not None else None
+def _block_resource_bounds(block: PolicyBlock | None, resource: Resource) -> ResourceBounds | None:
+    return getattr(block.bounds, resource) if block is not None and block.bounds is not None else None
 
 
 def _effective_bounds(bounds: GlobalBounds, block: PolicyBlock | None, resource: Resource) -> tuple[Fraction, Fraction]:
     global_bounds: RequiredResourceBounds = getattr(bounds, resource)
-    own = _block_resource_bounds(block, resource) if block is not None else None
-    if own is None:
-        return global_bounds.min, global_bounds.max
+    own = _block_resource_bounds(block, resource) or ResourceBounds()
     return _inherited(own.min, global_bounds.min), _inherited(own.max, global_bounds.max)
 
 

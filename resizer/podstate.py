@@ -291,10 +291,9 @@ class Mac:
     scope: Scope
     key_id: str
     digest: str
-    version: str = _MAC_VERSION
 
     def encode(self) -> str:
-        return f"{self.version}.{_CODE_OF[self.scope]}.{self.key_id}.{self.digest}"
+        return f"{_MAC_VERSION}.{_CODE_OF[self.scope]}.{self.key_id}.{self.digest}"
 
     @staticmethod
     def parse(value: object) -> Mac | None:
@@ -669,11 +668,8 @@ def controller_owned_keys(state: PodState) -> list[str]:
 def strip_controller_owned(state: PodState, resource_version: str | None = None) -> dict[str, Any]:
     """The metadata merge patch removing every controller-owned annotation of the pod
     (``restore``'s last write), conditional on ``resource_version`` when given."""
-    metadata: dict[str, Any] = {}
-    if resource_version is not None:
-        metadata["resourceVersion"] = resource_version
-    metadata["annotations"] = dict.fromkeys(controller_owned_keys(state))
-    return {"metadata": metadata}
+    metadata: dict[str, Any] = {} if resource_version is None else {"resourceVersion": resource_version}
+    return {"metadata": {**metadata, "annotations": dict.fromkeys(controller_owned_keys(state))}}
 
 
 def without_controller_owned(annotations: Mapping[str, Any]) -> dict[str, Any]:

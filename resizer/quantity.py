@@ -24,7 +24,6 @@ __all__ = [
     "format_cpu",
     "format_memory",
     "parse_quantity",
-    "round_half_away",
     "round_ratio",
     "to_bytes",
     "to_millicores",
@@ -88,24 +87,15 @@ def _parse(text: str) -> Fraction:
 
 def coerce_quantity(value: str | int | float) -> Fraction:
     """Parse a quantity that YAML may have handed over as an int or float (``max: 16``)."""
-    if type(value) is str:  # the common case first: the spec and annotations hold strings
+    if isinstance(value, str):  # the common case first: the spec and annotations hold strings
         return _parse(value)
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise QuantityError(f"quantity must be a string or number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise QuantityError(f"quantity must be finite, got {value!r}")
     if isinstance(value, int) and abs(value) > MAX_QUANTITY:
         raise QuantityError(f"quantity exceeds the Kubernetes maximum ({MAX_QUANTITY})")
-    if isinstance(value, (int, float)):
-        return parse_quantity(str(value))
-    if isinstance(value, str):
-        return parse_quantity(value)
-    raise QuantityError(f"quantity must be a string or number, got {value!r}")
-
-
-def round_half_away(value: Fraction | int) -> int:
-    """Round to the nearest integer, halves away from zero (0.5 -> 1, -2.5 -> -3)."""
-    return round_ratio(value.numerator, value.denominator)
+    return _parse(str(value))
 
 
 def round_ratio(numerator: int, denominator: int) -> int:

@@ -13,7 +13,7 @@ from resizer.config import Bounds, NodeProfile, Policy
 from resizer.originals import originals_from_spec_annotations
 from resizer.plan import MAX_UNITS, desired_limit, desired_quantity, plan_resize
 from resizer.qos import pod_qos_class
-from resizer.quantity import format_cpu, format_memory, round_half_away
+from resizer.quantity import format_cpu, format_memory, to_bytes
 
 from .test_resizer_support import apply_resize_patch, make_pod, policy, with_annotations
 
@@ -102,7 +102,7 @@ def on_the_ratio_side(original: int, desired: int, ratio: Fraction) -> bool:
 @given(st.integers(min_value=1, max_value=10**12), ratios, bounds(st.integers(0, 10**12)))
 def test_bounds_stop_the_ratio_and_never_push_past_the_original(original: int, ratio: Fraction, limits: Bounds) -> None:
     desired, clamped = desired_quantity(original, ratio, limits)
-    scaled = round_half_away(original * ratio)
+    scaled = to_bytes(original * ratio)
     assert desired >= 1
     assert on_the_ratio_side(original, desired, ratio)
     if ratio < 1:

@@ -15,7 +15,6 @@ from resizer.quantity import (
     format_cpu,
     format_memory,
     parse_quantity,
-    round_half_away,
     to_bytes,
     to_millicores,
 )
@@ -137,7 +136,7 @@ def test_coerce_quantity_rejects_bools_non_finite_and_non_numbers(value: object)
     ],
 )
 def test_round_half_away_rounds_halves_away_from_zero(value: Fraction, expected: int) -> None:
-    assert round_half_away(value) == expected
+    assert to_bytes(value) == expected
 
 
 def test_to_millicores_and_to_bytes_round_half_away_from_zero() -> None:
