@@ -11,6 +11,7 @@ and node type and adds up the requests freed or added.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -165,40 +166,37 @@ def forecast_fleet(
     ``skip_applied``: pods already sized for their node's type are left alone (re-alignment
     off), as the reconciler does."""
     groups: dict[tuple[str, str, str], WorkloadForecast] = {}
-    skipped: dict[str, int] = {}
+    skipped: Counter[str] = Counter()
     not_resized: list[PodForecast] = []
     # Replicas of a workload have the same plan: memoised on everything plan_resize and
     # resolve_policy read (a pure function of it), so 10,000 pods cost a few hundred plans.
     memo: dict[str, PodForecast] = {}
 
-    def skip(reason: str) -> None:
-        skipped[reason] = skipped.get(reason, 0) + 1
-
     for pod in pods:
         metadata = pod.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "")
         if not is_live_and_bound(pod):
-            skip("NotBoundOrFinished")
+            skipped["NotBoundOrFinished"] += 1
             continue
         labels = (namespace_labels or {}).get(namespace, {}) if scope.needs_labels else None
         if not scope.includes(namespace, labels):
-            skip("OutOfScope")
+            skipped["OutOfScope"] += 1
             continue
         verdict = eligibility(pod)
         if not verdict.eligible:
-            skip(verdict.reason)
+            skipped[verdict.reason] += 1
             continue
         node = str(pod["spec"]["nodeName"])
         if node not in node_types:
-            skip("NodeNotFound")
+            skipped["NodeNotFound"] += 1
             continue
         node_type = node_types[node]
         if not node_type:
-            skip("NodeWithoutType")
+            skipped["NodeWithoutType"] += 1
             continue
         state = read_state(pod)
         if skip_applied and state.applied.instance_type == node_type:
-            skip("AlreadyApplied")
+            skipped["AlreadyApplied"] += 1
             continue
         try:
             decision = baseline(pod, keyring)  # per pod: a MAC binds the pod's identity
