@@ -25,20 +25,6 @@ import yaml
 
 from resizer.errors import ResizerError
 
-__all__ = [
-    "MEM_PERF_FOR_NEW_TYPES",
-    "CalibrationError",
-    "Ratio",
-    "ScoreSummary",
-    "Suggestion",
-    "parse_score_line",
-    "ratio_of_means",
-    "set_cpu_perf",
-    "suggest",
-    "summarize",
-    "t_quantile",
-]
-
 # A node type the config does not have yet gets this memPerf (the benchmark measures CPU only;
 # 1.0 leaves memory requests as the author wrote them).
 MEM_PERF_FOR_NEW_TYPES = "1.0"

@@ -36,34 +36,6 @@ bounds:
 """
 """The design's sample ``config.yaml``: the chart's default and the demo's config."""
 
-__all__ = [
-    "COMPUTE_CLASS_SELECTOR",
-    "CONFIG_KEY",
-    "CONFIG_NAME",
-    "CONFIG_NAMESPACE",
-    "NODE_TYPE_LABEL",
-    "Bounds",
-    "BoundsSpec",
-    "CompiledConfig",
-    "ConfigError",
-    "GlobalBounds",
-    "NodeProfile",
-    "NodeTypeSpec",
-    "Override",
-    "OverrideMatch",
-    "PartialConfig",
-    "PodMatch",
-    "Policy",
-    "PolicyBlock",
-    "PolicyTable",
-    "RequiredResourceBounds",
-    "ResizerConfig",
-    "ResourceBounds",
-    "compile_config",
-    "config_text",
-    "load_config",
-    "resolve_policy",
-]
 
 COMPUTE_CLASS_SELECTOR = "cloud.google.com/compute-class"
 # Where the webhook and the reconciler find the node type and the config, unless told otherwise.

@@ -8,15 +8,6 @@ from typing import Any
 
 from resizer.podstate import PodState, mirror_and_skip
 
-__all__ = [
-    "SUPPORTED_CONTROLLERS",
-    "TERMINAL_PHASES",
-    "Eligibility",
-    "controller_reference",
-    "eligibility",
-    "is_live_and_bound",
-]
-
 # Controller kind -> API group. The group is checked too, so a custom resource that
 # happens to be called "Job" (e.g. batch.volcano.sh) is not mistaken for a batch/v1 Job.
 SUPPORTED_CONTROLLERS: Mapping[str, str] = {

@@ -28,16 +28,6 @@ from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millic
 from resizer.scope import NamespaceScope
 from resizer.vpa import controller_owner, deployment_of
 
-__all__ = [
-    "FleetForecast",
-    "PodForecast",
-    "RequestTotals",
-    "WorkloadForecast",
-    "forecast_fleet",
-    "managed_requests",
-    "workload_of",
-]
-
 K = TypeVar("K", str, tuple[str, str, str])
 
 

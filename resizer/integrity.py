@@ -76,29 +76,6 @@ from resizer.podstate import (
     sized_record_patch,
 )
 
-__all__ = [
-    "Baseline",
-    "admission_stamp",
-    "admitted_originals",
-    "sized_stamp",
-    "EMPTY_KEYRING",
-    "KeyRing",
-    "KeyRingError",
-    "OriginalsCheck",
-    "PodIdentity",
-    "Trust",
-    "check_originals",
-    "baseline",
-    "early_binding",
-    "key_id_of",
-    "key_id_order",
-    "needs_resign",
-    "original_annotations",
-    "pod_mac",
-    "pod_mac_stand_in",
-    "sign_originals",
-]
-
 _VERSION = "v1"  # of the message a MAC covers (:func:`_message`)
 # Prefix of the sized values' entries in what a sized MAC covers (never an annotation key).
 _SIZED_VALUE = "sized:"

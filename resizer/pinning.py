@@ -23,17 +23,6 @@ from resizer.podstate import is_sidecar, original_key, pod_original_key, without
 from resizer.preflight import limit_range_hold
 from resizer.quantity import RESOURCES, QuantityError, coerce_quantity, format_cpu, format_memory
 
-__all__ = [
-    "AdmissionSizing",
-    "admission_hold",
-    "admission_sizing",
-    "as_authored",
-    "pinned_node_type",
-    "pinned_types",
-    "plan_bound_pod",
-    "values_patch",
-]
-
 # node name -> its node-type label value (None: the node has no such label)
 NodeTypes = Mapping[str, str | None]
 _NODE_NAME_FIELD = "metadata.name"

@@ -25,21 +25,6 @@ from resizer.quantity import (
     to_millicores,
 )
 
-__all__ = [
-    "POD_LEVEL",
-    "POD_LEVEL_RESIZE_FEATURE",
-    "node_resizes_pod_level",
-    "Clamp",
-    "Outcome",
-    "PlanError",
-    "ResizePlan",
-    "ResourceChange",
-    "desired_limit",
-    "desired_quantity",
-    "plan_resize",
-    "resized_spec",
-]
-
 Clamp = Literal["min", "max"]
 Outcome = Literal["Resize", "AlreadyAligned", "UnknownNodeType", "QoSChange", "NothingToSize", "PodLevelResources"]
 

@@ -28,17 +28,6 @@ from resizer import podstate
 from resizer.qos import pod_qos_class
 from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory, to_bytes, to_millicores
 
-__all__ = [
-    "Constraint",
-    "Hold",
-    "apply_patch",
-    "critical_hold",
-    "limit_range_hold",
-    "node_hold",
-    "pod_totals",
-    "quota_hold",
-]
-
 Constraint = Literal["LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPriority"]
 # system-cluster-critical and system-node-critical and above: the kubelet may evict other pods to
 # admit them (KEP-1287), so growing them in place is the admin's choice.

@@ -9,8 +9,6 @@ from typing import Any, Literal
 
 from resizer.quantity import coerce_quantity
 
-__all__ = ["QoSClass", "pod_qos_class"]
-
 QoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 
 _QOS_RESOURCES = ("cpu", "memory")

@@ -15,20 +15,6 @@ from typing import Literal
 
 from resizer.errors import ResizerError
 
-__all__ = [
-    "MAX_QUANTITY",
-    "RESOURCES",
-    "QuantityError",
-    "Resource",
-    "coerce_quantity",
-    "format_cpu",
-    "format_memory",
-    "parse_quantity",
-    "round_ratio",
-    "to_bytes",
-    "to_millicores",
-]
-
 # The two resources the resizer sizes (the one alias for them).
 Resource = Literal["cpu", "memory"]
 RESOURCES: tuple[Resource, ...] = ("cpu", "memory")

@@ -17,8 +17,6 @@ from resizer.originals import missing_original_annotations, sidecar_original_key
 from resizer.plan import ResizePlan, plan_resize
 from resizer.podstate import read_state
 
-__all__ = ["realignment"]
-
 
 def realignment(
     pod: Mapping[str, Any],

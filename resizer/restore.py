@@ -24,8 +24,6 @@ from resizer.podstate import SPEC_FIELD, Original, Slot, read_state
 from resizer.quantity import QuantityError, coerce_quantity
 from resizer.scope import NamespaceScope
 
-__all__ = ["RestoreDecision", "restore_decision", "restore_patch"]
-
 
 @dataclass(frozen=True)
 class RestoreDecision:

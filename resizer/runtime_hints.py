@@ -39,24 +39,6 @@ from resizer.plan import POD_LEVEL, ResizePlan
 from resizer.podstate import read_state, resizable_containers
 from resizer.quantity import QuantityError, coerce_quantity, format_cpu, format_memory
 
-__all__ = [
-    "ContainerRuntime",
-    "HintReason",
-    "Jvm",
-    "PodRuntimes",
-    "ResourceEnv",
-    "Runtime",
-    "RuntimeHint",
-    "Sizes",
-    "applied_sizes",
-    "container_hints",
-    "hints_by_pod",
-    "planned_sizes",
-    "pod_hints",
-    "pod_runtimes",
-    "read_runtime",
-]
-
 ResourceField = Literal["limits.cpu", "requests.cpu", "limits.memory", "requests.memory"]
 _RESOURCE_FIELDS: tuple[ResourceField, ...] = ("limits.cpu", "requests.cpu", "limits.memory", "requests.memory")
 # Options the JVM itself reads (JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS) and the launch scripts'

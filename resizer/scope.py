@@ -18,16 +18,6 @@ from typing import Any, Literal
 
 from resizer.errors import ResizerError
 
-__all__ = [
-    "ALWAYS_EXCLUDED",
-    "NAMESPACE_NAME_LABEL",
-    "NamespaceScope",
-    "Requirement",
-    "ScopeError",
-    "namespace_scope",
-    "parse_label_selector",
-]
-
 ALWAYS_EXCLUDED = ("kube-system",)
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 

@@ -21,26 +21,6 @@ from typing import Any
 
 from resizer.eligibility import controller_reference
 
-__all__ = [
-    "GROUP_VERSION_PATH",
-    "NON_UPDATING_MODES",
-    "NO_OWNER",
-    "Owner",
-    "OwnerLookup",
-    "RESOURCE",
-    "Unresolved",
-    "VpaIndex",
-    "VpaVerdict",
-    "admission_vpa_hold",
-    "controller_owner",
-    "deployment_of",
-    "managing_vpa",
-    "owner_chain",
-    "slim_vpa",
-    "update_mode",
-    "vpa_index",
-]
-
 # Where VPAs are served (discovery) and listed.
 GROUP_VERSION_PATH = "/apis/autoscaling.k8s.io/v1"
 RESOURCE = "verticalpodautoscalers"
