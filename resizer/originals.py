@@ -48,7 +48,6 @@ __all__ = [
     "sidecars",
 ]
 
-_KINDS: tuple[Kind, ...] = ("request", "limit")
 _UNITS_PER_BASE: Mapping[Resource, int] = {"cpu": 1000, "memory": 1}
 _FORMATTERS = {"cpu": format_cpu, "memory": format_memory}
 
@@ -142,7 +141,7 @@ def sidecar_original_keys(pod: Mapping[str, Any]) -> frozenset[str]:
 
 def _originals(name: str, held: Mapping[Slot, Original], holder: Mapping[str, Any], what: str) -> ContainerOriginals:
     cpu, memory = (
-        ResourceOriginal(*(_value(held[(resource, kind)], holder, resource, kind, what) for kind in _KINDS))
+        ResourceOriginal(*(_value(held[(resource, kind)], holder, resource, kind, what) for kind in SPEC_FIELD))
         for resource in RESOURCES
     )
     return ContainerOriginals(name, cpu, memory)
@@ -174,7 +173,7 @@ def _parse_annotation(key: str, value: object) -> Fraction:
 
 def _spec_values(container: Mapping[str, Any]) -> Iterator[tuple[Resource, Kind, Any]]:
     for resource in RESOURCES:
-        for kind in _KINDS:
+        for kind in SPEC_FIELD:
             value = _spec_resources(container, kind).get(resource)
             if value is not None:
                 yield resource, kind, value

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from resizer.config import CompiledConfig, Policy, resolve_policy
 from resizer.originals import originals_from_spec_annotations
 from resizer.plan import POD_LEVEL, ResizePlan, plan_resize, resized_spec
-from resizer.podstate import is_sidecar, original_key, pod_original_key, without_controller_owned
+from resizer.podstate import SPEC_FIELD, is_sidecar, original_key, pod_original_key, without_controller_owned
 from resizer.preflight import limit_range_hold
 from resizer.quantity import RESOURCES, QuantityError, coerce_quantity, format_cpu, format_memory
 
@@ -219,7 +219,6 @@ def admission_hold(
 
 
 # -- the webhook called again on its own answer ----------------------------------------------
-_KINDS: tuple[tuple[str, Literal["request", "limit"]], ...] = (("requests", "request"), ("limits", "limit"))
 _POD_LEVEL_FIELD = "resources"  # spec.resources: the pod level's holder, at /spec
 
 
@@ -234,7 +233,7 @@ def _holders(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]
 def _wanted(field: str, holder: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """The requests and limits ``values`` (``originals_from_spec_annotations`` form) give one holder."""
     wanted: dict[str, dict[str, str]] = {}
-    for kind, singular in _KINDS:
+    for singular, kind in SPEC_FIELD.items():
         for resource in RESOURCES:
             key = (
                 pod_original_key(resource, singular)
@@ -284,7 +283,7 @@ def values_patch(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[dict
             if wanted:
                 ops.append({"op": "add", "path": base, "value": wanted})
             continue
-        for kind, _ in _KINDS:
+        for kind in SPEC_FIELD.values():
             have, want = resources.get(kind), wanted.get(kind, {})
             if not isinstance(have, Mapping):
                 if want:

@@ -24,15 +24,14 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from resizer.errors import ResizerError
+from resizer.quantity import RESOURCES, Resource
 
-Resource = Literal["cpu", "memory"]
 Kind = Literal["request", "limit"]
 Slot = tuple[Resource, Kind]
 Scope = Literal["admission", "pod", "sized"]
-_RESOURCES: tuple[Resource, ...] = ("cpu", "memory")
 _KINDS: tuple[Kind, ...] = ("request", "limit")
 SPEC_FIELD: Mapping[Kind, str] = {"request": "requests", "limit": "limits"}  # a container's resources.<field>
-_SLOTS: tuple[Slot, ...] = tuple((resource, kind) for resource in _RESOURCES for kind in _KINDS)
+_SLOTS: tuple[Slot, ...] = tuple((resource, kind) for resource in RESOURCES for kind in _KINDS)
 
 PREFIX = "workload-resizer.io/"
 SKIP = PREFIX + "skip"
