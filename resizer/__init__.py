@@ -49,7 +49,6 @@ from resizer.originals import (
     original_keys,
     originals_from_spec_annotations,
     read_originals,
-    sidecars,
 )
 from resizer.pinning import (
     admission_hold,
@@ -67,6 +66,7 @@ from resizer.podstate import (
     is_original_key,
     original_key,
     pod_original_key,
+    sidecars,
 )
 from resizer.qos import pod_qos_class
 from resizer.quantity import (

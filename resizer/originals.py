@@ -20,10 +20,8 @@ from typing import Any
 
 from resizer.podstate import (
     SPEC_FIELD,
-    KeyCollisionError,
     Kind,
     Original,
-    OriginalsError,
     Slot,
     pod_original_key,
     read_state,
@@ -31,22 +29,11 @@ from resizer.podstate import (
     sidecars,
     written_keys,
 )
-from resizer.quantity import RESOURCES, QuantityError, Resource, coerce_quantity, format_cpu, format_memory
 
-__all__ = [
-    "ContainerOriginals",
-    "KeyCollisionError",
-    "OriginalsError",
-    "ResourceOriginal",
-    "missing_original_annotations",
-    "only_container_values",
-    "original_keys",
-    "originals_from_spec_annotations",
-    "read_originals",
-    "read_pod_originals",
-    "sidecar_original_keys",
-    "sidecars",
-]
+# The errors this module raises, defined with the pod model: re-exported.
+from resizer.podstate import KeyCollisionError as KeyCollisionError
+from resizer.podstate import OriginalsError as OriginalsError
+from resizer.quantity import RESOURCES, QuantityError, Resource, coerce_quantity, format_cpu, format_memory
 
 _UNITS_PER_BASE: Mapping[Resource, int] = {"cpu": 1000, "memory": 1}
 _FORMATTERS = {"cpu": format_cpu, "memory": format_memory}

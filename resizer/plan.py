@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from resizer.config import Bounds, Policy
 from resizer.errors import ResizerError
-from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals, read_pod_originals, sidecars
+from resizer.originals import ContainerOriginals, ResourceOriginal, read_originals, read_pod_originals
+from resizer.podstate import sidecars
 from resizer.preflight import pod_totals
 from resizer.qos import QoSClass, pod_qos_class
 from resizer.quantity import (

@@ -19,8 +19,7 @@ from typing import Any
 
 from resizer.eligibility import TERMINAL_PHASES, eligibility
 from resizer.integrity import KeyRing, Trust, baseline
-from resizer.originals import OriginalsError, sidecars
-from resizer.podstate import SPEC_FIELD, Original, Slot, read_state
+from resizer.podstate import SPEC_FIELD, Original, OriginalsError, Slot, read_state, sidecars
 from resizer.quantity import QuantityError, coerce_quantity
 from resizer.scope import NamespaceScope
 
