@@ -633,7 +633,6 @@ def _effective_node_types(node_types: Mapping[str, NodeTypeSpec], block: PolicyB
 
 
 def _inherited(own: _T | None, inherited: _T) -> _T:
-    """A block's own setting, or the global one it falls back to."""
     return inherited if own is None else own
 
 

@@ -66,7 +66,6 @@ class ResourceChange:
 
     @property
     def changed(self) -> bool:
-        """True when the spec differs from the target, so the resource must be patched."""
         if self.skipped is not None:
             return False
         limit_differs = self.desired_limit is not None and self.desired_limit != self.current_limit

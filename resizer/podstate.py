@@ -142,9 +142,6 @@ def _bytes(text: Any) -> int:
     return len(str(text))
 
 
-# ---------------------------------------------------------------- errors
-
-
 class OriginalsError(ResizerError):
     """An ``original-*`` annotation is present but does not hold a usable quantity, or the pod's
     originals cannot be attributed to its containers."""
@@ -153,9 +150,6 @@ class OriginalsError(ResizerError):
 class KeyCollisionError(OriginalsError):
     """Two of a pod's resizable containers map to the same ``original-*`` key: whose original it
     holds cannot be known, so the pod is not stamped, sized nor restored."""
-
-
-# ---------------------------------------------------------------- the records
 
 
 class Stage(StrEnum):

@@ -68,9 +68,6 @@ class Hold:
         return f"resize held: {what} {self.name} would refuse it ({self.detail}); retried when it changes"
 
 
-# ---------------------------------------------------------------- amounts
-
-
 def _amount(resource: str, value: Any) -> int:
     quantity: Fraction = coerce_quantity(value)
     return to_millicores(quantity) if resource == "cpu" else to_bytes(quantity)
@@ -148,9 +145,6 @@ def _merge_resources(current: Mapping[str, Any], change: Mapping[str, Any]) -> d
     return merged
 
 
-# ---------------------------------------------------------------- LimitRange
-
-
 def limit_range_hold(spec: Mapping[str, Any], limit_ranges: Iterable[Mapping[str, Any]]) -> Hold | None:
     """The first LimitRange item the resized pod spec `spec` violates."""
     try:
@@ -209,9 +203,6 @@ def _violation(item: Mapping[str, Any], requests: Mapping[str, int], limits: Map
                 f"maxLimitRequestRatio {ratio}"
             )
     return None
-
-
-# ---------------------------------------------------------------- ResourceQuota
 
 
 def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any], quotas: Iterable[Mapping[str, Any]]) -> Hold | None:
@@ -292,9 +283,6 @@ def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> tu
     return None
 
 
-# ---------------------------------------------------------------- node headroom
-
-
 def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     """What the pod has: its containers' and sidecars' reported resources, summed, or, for a
     resource the pod sets at pod level, what the kubelet reports applied at pod level
@@ -347,9 +335,6 @@ def _growing(pod: Mapping[str, Any], resized: Mapping[str, Any]) -> tuple[Totals
     """The ``resized`` spec's totals, and the resources whose requests it grows."""
     before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
     return after, [r for r in _RESOURCES if after.get(("requests", r), 0) > before.get(("requests", r), 0)]
-
-
-# ---------------------------------------------------------------- critical pods
 
 
 def critical_hold(pod: Mapping[str, Any], resized: Mapping[str, Any]) -> Hold | None:

@@ -141,9 +141,6 @@ class Sizes:
 Resize = Mapping[str, tuple[Sizes, Sizes]]  # container -> (sizes its process started with, sizes after)
 
 
-# ------------------------------------------------------------------ reading the spec
-
-
 def pod_runtimes(pod: Mapping[str, Any]) -> PodRuntimes | None:
     """The facts of the pod's containers and sidecars that have any; None when none has."""
     started = {
@@ -255,9 +252,6 @@ def _repository(image: str) -> str:
     return name[:colon] if colon > slash else name
 
 
-# ------------------------------------------------------------------ the sizes a change moves between
-
-
 def planned_sizes(plan: ResizePlan) -> dict[str, tuple[Sizes, Sizes]]:
     """Each container's sizes now and as the plan would set them (what `plan` flags)."""
     return _sizes(plan, planned=True)
@@ -288,9 +282,6 @@ def _sizes(plan: ResizePlan, planned: bool) -> dict[str, tuple[Sizes, Sizes]]:
             values = side.setdefault(change.container, {})
             values[f"{change.resource}_request"], values[f"{change.resource}_limit"] = request, limit
     return {name: (Sizes(**before[name]), Sizes(**after[name])) for name in before}
-
-
-# ------------------------------------------------------------------ the hints
 
 
 def pod_hints(runtimes: PodRuntimes | None, resize: Resize, applied: bool = False) -> tuple[RuntimeHint, ...]:
@@ -330,7 +321,6 @@ def container_hints(runtime: ContainerRuntime, resize: Resize) -> tuple[RuntimeH
 
 
 def _moved(sizes: tuple[Sizes, Sizes] | None, field: ResourceField) -> tuple[int, int] | None:
-    """(before, after) of ``field`` when both are set and differ."""
     if sizes is None:
         return None
     before, after = sizes[0].of(field), sizes[1].of(field)
