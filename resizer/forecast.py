@@ -225,20 +225,10 @@ def forecast_fleet(
 
 def _plan_key(pod: Mapping[str, Any], node_type: str) -> str:
     metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    return json.dumps(
-        [
-            node_type,
-            metadata.get("labels"),
-            metadata.get("annotations"),
-            spec.get("containers"),
-            spec.get("initContainers"),
-            spec.get("resources"),
-            spec.get("nodeSelector"),
-            (pod.get("status") or {}).get("qosClass"),
-        ],
-        sort_keys=True,
-        default=str,
-    )
+    read = [metadata.get("labels"), metadata.get("annotations")]
+    read += [spec.get(part) for part in ("containers", "initContainers", "resources", "nodeSelector")]
+    read.append((pod.get("status") or {}).get("qosClass"))
+    return json.dumps([node_type, *read], sort_keys=True, default=str)
 
 
 def forecast_pod(

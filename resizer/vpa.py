@@ -100,11 +100,7 @@ def slim_vpa(vpa: Mapping[str, Any]) -> dict[str, Any]:
     meta = _mapping(vpa.get("metadata"))
     target = _mapping(_mapping(vpa.get("spec")).get("targetRef"))
     return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
         "spec": {
             "targetRef": {k: target.get(k) for k in ("apiVersion", "kind", "name")},
             "updatePolicy": {"updateMode": update_mode(vpa)},
