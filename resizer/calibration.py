@@ -192,9 +192,6 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
     return front * f / a
 
 
-# ---- the config.yaml edit -----------------------------------------------------------------------
-
-
 def set_cpu_perf(text: str, changes: Mapping[str, Fraction]) -> str:
     """``config.yaml`` with ``nodeTypes.<type>.cpuPerf`` set for each type in ``changes``, every
     other byte kept (comments, order, style). A type the config lacks is added with

@@ -295,8 +295,7 @@ def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         *(s for s in status_of.get("initContainerStatuses") or [] if s.get("name") in sidecars),
     ]:
         total.update(_container_amounts(status, "requests"))
-    pod_level = _container_amounts(pod.get("status") or {}, "requests")
-    return {**total, **pod_level}
+    return {**total, **_container_amounts(status_of, "requests")}
 
 
 def node_hold(
