@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from resizer.errors import ResizerError
@@ -71,7 +71,6 @@ class NamespaceScope:
 
     excluded: frozenset[str] = frozenset(ALWAYS_EXCLUDED)
     selector: tuple[Requirement, ...] = ()
-    own_namespace: str | None = field(default=None, compare=False)
 
     @property
     def needs_labels(self) -> bool:
@@ -114,7 +113,7 @@ def namespace_scope(
         if not _VALUE_ONLY.fullmatch(name) or len(name) > 63:
             raise ScopeError(f"invalid namespace name {name!r}")
     excluded = set(ALWAYS_EXCLUDED) | names | ({own_namespace} if own_namespace else set())
-    return NamespaceScope(frozenset(excluded), parse_label_selector(selector), own_namespace)
+    return NamespaceScope(frozenset(excluded), parse_label_selector(selector))
 
 
 def parse_label_selector(text: str) -> tuple[Requirement, ...]:
