@@ -246,7 +246,6 @@ def test_decide(situation: Situation, expected: Callable[[Action], bool]) -> Non
 def plans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every call of the planner (resizer.plan.plan_resize, wherever it is imported)."""
     import resizer.pinning
-    import resizer.realign
     from resizer.plan import plan_resize
 
     calls: list[str] = []
@@ -255,9 +254,9 @@ def plans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(args[2])
         return plan_resize(*args, **kwargs)
 
-    for module in ("reconciler.decide", "resizer.pinning", "resizer.realign"):
+    for module in ("reconciler.decide", "resizer.pinning"):
         monkeypatch.setattr(f"{module}.plan_resize", counted)
-    assert resizer.pinning and resizer.realign
+    assert resizer.pinning
     return calls
 
 

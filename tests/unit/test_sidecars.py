@@ -35,7 +35,6 @@ from resizer.forecast import forecast_pod
 from resizer.plan import plan_resize
 from resizer.podstate import APPLIED_INSTANCE_TYPE, ORIGINALS_MAC
 from resizer.preflight import apply_patch, limit_range_hold, node_hold, pod_totals
-from resizer.realign import realignment
 from resizer.restore import restore_patch
 
 from .fake_cluster import FakeClock, FakeCluster, FakeConfig
@@ -291,17 +290,6 @@ def test_under_a_pod_mac_a_sidecar_without_originals_has_its_spec_as_baseline() 
         k: v for k, v in originals_from_spec_annotations(pod).items() if k in keys_of("proxy")
     }
     assert check_originals(merged(pod, decision.stamp), RING).scope == "pod"
-    # Re-aligned once the opt-in is on: the missing sidecar originals do not block it.
-    realigned = realignment(pod, load_config(ON), "n4")
-    assert realigned is not None and realigned.patch == {
-        "spec": {
-            "initContainers": [{"name": "proxy", "resources": {"requests": {"cpu": "400m"}, "limits": {"cpu": "400m"}}}]
-        }
-    }
-    assert realignment(pod, load_config(SAMPLE_CONFIG), "n4") is None
-    no_app_key = copy.deepcopy(pod)
-    del no_app_key["metadata"]["annotations"][original_key("app", "cpu", "request")]
-    assert realignment(no_app_key, load_config(ON), "n4") is None
 
 
 def test_vouched_originals_are_not_completed_from_the_spec() -> None:
