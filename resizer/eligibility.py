@@ -64,7 +64,8 @@ def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligib
         return verdict("SkipAnnotation")
     if owner is None:
         return verdict("NoController")
-    if not _is_supported_controller(owner):
+    group, api_version = SUPPORTED_CONTROLLERS.get(owner_kind or ""), owner.get("apiVersion")
+    if group is None or not isinstance(api_version, str) or api_version.rpartition("/")[0] != group:
         return verdict("UnsupportedOwnerKind")
     return verdict("Eligible")
 
@@ -76,11 +77,3 @@ def controller_reference(metadata: Mapping[str, Any]) -> Mapping[str, Any] | Non
     if not isinstance(references, list):
         return None
     return next((r for r in references if isinstance(r, Mapping) and r.get("controller") is True), None)
-
-
-def _is_supported_controller(reference: Mapping[str, Any]) -> bool:
-    expected_group = SUPPORTED_CONTROLLERS.get(reference.get("kind") or "")
-    api_version = reference.get("apiVersion")
-    if expected_group is None or not isinstance(api_version, str):
-        return False
-    return api_version.rpartition("/")[0] == expected_group
