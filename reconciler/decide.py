@@ -310,7 +310,8 @@ class Planner:
         return resolve_policy(config, self._pod), self._world.options.resize_restart_containers
 
     def realignment(self) -> ResizePlan | None:
-        """resizer.realign.realignment of the pod: its plan if the config now wants it different."""
+        """The pod's plan if the config now wants it different, planned again from its originals
+        (never from its spec, so re-alignment never compounds); None when nothing would change."""
         if self._state.applied.instance_type != self._node_type or not has_originals(self._pod):
             return None
         try:

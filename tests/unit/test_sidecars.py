@@ -14,6 +14,7 @@ from reconciler.act import decision_record
 from reconciler.controller import PodResizeReconciler
 from reconciler.memory import Step
 from reconciler.outcome import Stage, observe, revert_patch, spec_size
+from reconciler.pods import has_originals
 from reconciler.ports import fenced_resize_patch
 from reconciler.settings import ControllerSettings
 from resizer import (
@@ -290,6 +291,11 @@ def test_under_a_pod_mac_a_sidecar_without_originals_has_its_spec_as_baseline() 
         k: v for k, v in originals_from_spec_annotations(pod).items() if k in keys_of("proxy")
     }
     assert check_originals(merged(pod, decision.stamp), RING).scope == "pod"
+    # The missing sidecar originals do not keep it from re-alignment; a missing app original does.
+    assert has_originals(pod)
+    no_app_key = copy.deepcopy(pod)
+    del no_app_key["metadata"]["annotations"][original_key("app", "cpu", "request")]
+    assert not has_originals(no_app_key)
 
 
 def test_vouched_originals_are_not_completed_from_the_spec() -> None:
