@@ -8,29 +8,21 @@ from kube.client import (
     JSON_PATCH,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
-    UNEXPECTED_REPLY,
     ApiError,
     KubeClient,
     TransportError,
-    WatchExpired,
-    WatchIdle,
 )
 from kube.credentials import Credentials, load_credentials
 from kube.errors import KubeError
-from kube.ratelimit import TokenBucket
 
 __all__ = [
     "JSON_PATCH",
     "MERGE_PATCH",
     "STRATEGIC_MERGE_PATCH",
-    "UNEXPECTED_REPLY",
     "ApiError",
     "Credentials",
     "KubeClient",
     "KubeError",
-    "TokenBucket",
     "TransportError",
-    "WatchExpired",
-    "WatchIdle",
     "load_credentials",
 ]

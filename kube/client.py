@@ -1,21 +1,18 @@
 """Thin asynchronous Kubernetes API client: raw JSON over keep-alive HTTP/1.1, nothing more.
 
-Credentials (kubeconfig or in-cluster, token refresh) come from
-kube.credentials; requests go through a small pool of
-persistent connections (kube.transport: asyncio protocols + the httptools
-parser) and bodies are parsed with orjson into plain dicts, which is what the pure
-core consumes. Deserialising into the official client's model classes would cost
-several times the CPU and memory per pod, and a general-purpose HTTP client
-(httpx) cost the reconciler about half of its CPU.
+Credentials (kubeconfig or in-cluster, token refresh) come from kube.credentials; requests go
+through a small pool of persistent connections (kube.transport: asyncio protocols + the httptools
+parser) and bodies are parsed with orjson into plain dicts, which is what the pure core consumes.
+Deserialising into the official client's model classes would cost several times the CPU and memory
+per pod, and a general-purpose HTTP client (httpx) cost the reconciler about half of its CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import ssl
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import httptools
@@ -27,7 +24,7 @@ from kube.errors import KubeError
 from kube.ratelimit import TokenBucket
 from kube.transport import Connection, Pool, ServerClosed
 
-log = logging.getLogger("kube")
+_T = TypeVar("_T")
 
 UNEXPECTED_REPLY = "UnexpectedReply"  # ApiError.reason of a reply that is not a JSON object
 MERGE_PATCH = "application/merge-patch+json"
@@ -166,11 +163,8 @@ class KubeClient:
         status, raw = await self._exchange(method, path, params, content, content_type)
         if not decode:
             return {}
-        if self._trim:
-            value = _loads_trimmed(raw, watch_event=False)
-            if value is not None:
-                return value
-        return _json_object(status, raw)
+        value = _loads_trimmed(raw, watch_event=False) if self._trim else None
+        return value if value is not None else _json_object(status, raw)
 
     async def _exchange(
         self, method: str, path: str, params: dict[str, Any] | None, content: bytes | None, content_type: str | None
@@ -180,7 +174,8 @@ class KubeClient:
         data = self._request_bytes(method, path, params, content, content_type)
         resource = _resource_label(path)
         try:
-            status, raw = await self._send(data)
+            conn, (status, raw) = await self._send(lambda conn: conn.exchange(data, self._timeout))
+            self._pool.release(conn)
         except (OSError, httptools.HttpParserError) as err:
             self._count(method, resource, "<error>")
             raise TransportError(f"{method} {path}: {err!r}") from err
@@ -189,16 +184,16 @@ class KubeClient:
             raise ApiError(status, _json_or_message(raw))
         return status, raw
 
-    async def _send(self, data: bytes) -> tuple[int, bytes]:
+    async def _send(self, send: Callable[[Connection], Awaitable[_T]]) -> tuple[Connection, _T]:
+        """`send` on a pooled connection, again on a fresh one after ServerClosed; the caller releases it."""
         for attempt in range(_SEND_ATTEMPTS):
             conn = await self._pool.acquire()
             try:
-                return await conn.exchange(data, self._timeout)
-            except ServerClosed:
-                if attempt == _SEND_ATTEMPTS - 1:
-                    raise
-            finally:
+                return conn, await send(conn)
+            except BaseException as err:
                 self._pool.release(conn)
+                if not isinstance(err, ServerClosed) or attempt == _SEND_ATTEMPTS - 1:
+                    raise
         raise AssertionError("unreachable")
 
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
@@ -244,7 +239,7 @@ class KubeClient:
         data = self._request_bytes("GET", path, query, None, None)
         conn: Connection | None = None
         try:
-            conn, status, stream = await self._open_stream(data)
+            conn, (status, stream) = await self._send(lambda conn: conn.open_stream(data, self._timeout))
             self._count("WATCH", resource, status)
             if status == 410:
                 raise WatchExpired(path)
@@ -276,21 +271,6 @@ class KubeClient:
         finally:
             if conn is not None:
                 self._pool.release(conn)  # closed unless the stream ended cleanly
-
-    async def _open_stream(self, data: bytes) -> tuple[Connection, int, Any]:
-        for attempt in range(_SEND_ATTEMPTS):
-            conn = await self._pool.acquire()
-            try:
-                status, stream = await conn.open_stream(data, self._timeout)
-                return conn, status, stream
-            except ServerClosed:
-                self._pool.release(conn)
-                if attempt == _SEND_ATTEMPTS - 1:
-                    raise
-            except BaseException:
-                self._pool.release(conn)
-                raise
-        raise AssertionError("unreachable")
 
 
 def _json_object(status: int, body: bytes | str) -> dict[str, Any]:

@@ -113,7 +113,7 @@ def _from_kubeconfig(path: Path, context_name: str | None) -> Credentials | None
     if cluster.get("insecure-skip-tls-verify"):
         ctx = unverified_context()
     elif cluster.get("certificate-authority-data"):
-        ctx = ssl.create_default_context(cadata=_decode(cluster["certificate-authority-data"]).decode())
+        ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
     elif cluster.get("certificate-authority"):
         ctx = ssl.create_default_context(cafile=str(base / cluster["certificate-authority"]))
     else:
@@ -137,10 +137,6 @@ def _named(config: dict[str, Any], section: str, name: str | None, key: str) -> 
     raise CredentialsError(f"kubeconfig: no {key} named {name!r} in {section}")
 
 
-def _decode(data: str) -> bytes:
-    return base64.b64decode(data)
-
-
 def _load_client_certificate(ctx: ssl.SSLContext, user: dict[str, Any], base: Path) -> None:
     cert_data, key_data = user.get("client-certificate-data"), user.get("client-key-data")
     if cert_data or key_data:
@@ -151,7 +147,7 @@ def _load_client_certificate(ctx: ssl.SSLContext, user: dict[str, Any], base: Pa
                 (cert_file, cert_data, user.get("client-certificate")),
                 (key_file, key_data, user.get("client-key")),
             ):
-                content = _decode(data) if data else (base / plain).read_bytes() if plain else b""
+                content = base64.b64decode(data) if data else (base / plain).read_bytes() if plain else b""
                 file.touch(mode=0o600)
                 file.write_bytes(content)
             ctx.load_cert_chain(str(cert_file), str(key_file))
@@ -208,8 +204,6 @@ def _library_token(cfg: Any) -> Callable[[], str | None]:
             hook(cfg)
             state["checked"] = time.monotonic()
         value = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-        if not value:
-            return None
-        return str(value).removeprefix("Bearer ").strip()
+        return str(value).removeprefix("Bearer ").strip() if value else None
 
     return token

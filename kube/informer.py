@@ -102,8 +102,6 @@ class Informer:
                 metrics.WATCH_RESTARTS.labels(self.resource, "expired").inc()
                 log.info("watch expired, re-listing", extra={"resource": self.resource})
                 need_list = True
-            except asyncio.CancelledError:
-                raise
             except Exception as err:  # ApiError, OSError, and any reply we could not make sense of
                 cause = "idle" if isinstance(err, WatchIdle) else "error"
                 metrics.WATCH_RESTARTS.labels(self.resource, cause).inc()

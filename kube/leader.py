@@ -102,10 +102,13 @@ class LeaderElector:
                 self._lose(f"lease {self.namespace}/{self.name} is held by {self._lost_to}")
 
     def _lose(self, why: str) -> None:
+        self._step_down()
+        raise LeadershipLost(why)
+
+    def _step_down(self) -> None:
         self.is_leader = False
         self._fence = 0.0
         metrics.LEADER.labels(self.name).set(0)
-        raise LeadershipLost(why)
 
     @staticmethod
     async def _sleep_until(when: float) -> None:
@@ -117,9 +120,7 @@ class LeaderElector:
         """Give the lease up on graceful shutdown so a standby takes over at once."""
         if not self.is_leader:
             return
-        self.is_leader = False
-        self._fence = 0.0
-        metrics.LEADER.labels(self.name).set(0)
+        self._step_down()
         try:
             lease = await self._client.get(f"{self._path}/{self.name}")
             if lease.get("spec", {}).get("holderIdentity") != self.identity:
@@ -140,8 +141,6 @@ class LeaderElector:
         except OSError as err:
             log.warning("lease update failed", extra={"error": repr(err)})
             return False
-        except asyncio.CancelledError:
-            raise
         except Exception as err:  # anything unexpected is a failed attempt, never a crash
             log.warning("lease update failed unexpectedly", extra={"error": repr(err)})
             return False

@@ -139,13 +139,10 @@ class Connection(asyncio.Protocol):
             return
         if not self._answered and self.reused:
             self._fail(ServerClosed("the server closed the kept-alive connection"))
+        elif exc:
+            self._fail(ConnectionError(f"connection lost before the response was complete: {exc!r}"))
         else:
-            error = ConnectionError(
-                f"connection lost before the response was complete: {exc!r}"
-                if exc
-                else "connection closed before the response was complete"
-            )
-            self._fail(error)
+            self._fail(ConnectionError("connection closed before the response was complete"))
 
     # ---- httptools callbacks
 
@@ -192,9 +189,8 @@ class Connection(asyncio.Protocol):
     async def exchange(self, data: bytes, time_limit: float) -> tuple[int, bytes]:
         """Send a request, wait for the whole response: (status, body)."""
         status = await self._within(self._start(data, stream=False), time_limit)
-        body = self._body
-        self._body = []
-        return status, body[0] if len(body) == 1 else b"".join(body)
+        body, self._body = self._body, []
+        return status, b"".join(body)
 
     async def open_stream(self, data: bytes, time_limit: float) -> tuple[int, _Stream]:
         """Send a request, wait for the response's head: (status, its body as a stream)."""
@@ -243,9 +239,7 @@ class Pool:
         self.port = url.port or (443 if url.scheme == "https" else 80)
         self.host_header = url.netloc.rpartition("@")[2]
         self.base_path = url.path.rstrip("/")
-        self._ssl = ssl_context if url.scheme == "https" else None
-        if url.scheme == "https" and self._ssl is None:
-            self._ssl = ssl.create_default_context()
+        self._ssl = (ssl_context or ssl.create_default_context()) if url.scheme == "https" else None
         self._max = max(1, max_connections)
         self._connect_timeout = connect_timeout
         self._idle: list[Connection] = []
