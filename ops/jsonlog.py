@@ -14,12 +14,13 @@ every record attribute.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sys
 import threading
 import time
-from typing import IO, Any, Mapping
+from typing import IO, Any, Iterable, Mapping
 
 import orjson
 from pythonjsonlogger.orjson import OrjsonFormatter
@@ -79,6 +80,29 @@ def _dumps(value: Any) -> bytes:
     return orjson.dumps(value, default=_default, option=orjson.OPT_NON_STR_KEYS)
 
 
+def _line(
+    record: logging.LogRecord, message: str, fields: Iterable[tuple[str, Any]], error: str | None = None
+) -> dict[str, Any]:
+    """The fields of a JSON line, in the order :class:`JSONFormatter` writes them."""
+    log_data = {
+        "ts": rfc3339_millis(record.created),
+        "level": _level_name(record.levelno),
+        "logger": record.name,
+        "msg": message,
+    }
+    stack = None
+    for key, value in fields:
+        if key == "stack":
+            stack = value
+        elif key not in log_data:
+            log_data[key] = value
+    if error is not None:
+        log_data["error"] = error
+    if stack is not None:
+        log_data["stack"] = stack
+    return log_data
+
+
 class JSONFormatter(OrjsonFormatter):
     """One compact JSON object per record (no trailing newline): python-json-logger's orjson
     formatter writing the project's line, ``ts`` (RFC 3339, UTC, ms), ``level``, ``logger``,
@@ -100,37 +124,14 @@ class JSONFormatter(OrjsonFormatter):
             return super().format(record)
         # What add_fields makes of such a record: its extras are exactly ``fields``.
         record.message = message = record.getMessage()
-        log_data: dict[str, Any] = {
-            "ts": rfc3339_millis(record.created),
-            "level": _level_name(record.levelno),
-            "logger": record.name,
-            "msg": message,
-        }
-        stack = None
-        for key, value in fields.items():
-            if key == "stack":
-                stack = value
-            elif key not in log_data and not key.startswith("_"):  # python-json-logger drops _keys
-                log_data[key] = value
-        if stack is not None:
-            log_data["stack"] = stack
-        return self.jsonify_log_record(log_data)
+        extras = ((key, value) for key, value in fields.items() if not key.startswith("_"))  # as python-json-logger
+        return self.jsonify_log_record(_line(record, message, extras))
 
     def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
         fields: dict[str, Any] = {}
         super().add_fields(fields, record, message_dict)
-        log_data.update(
-            ts=rfc3339_millis(record.created),
-            level=_level_name(record.levelno),
-            logger=record.name,
-            msg=fields.pop("msg"),
-        )
-        stack = fields.pop("stack", None)
-        log_data.update((key, value) for key, value in fields.items() if key not in log_data)
-        if record.exc_info and record.exc_info[0] is not None:
-            log_data["error"] = repr(record.exc_info[1])
-        if stack is not None:
-            log_data["stack"] = stack
+        error = repr(record.exc_info[1]) if record.exc_info and record.exc_info[0] is not None else None
+        log_data.update(_line(record, fields.pop("msg"), fields.items(), error))
 
     def jsonify_log_record(self, log_data: dict[str, Any]) -> str:
         try:
@@ -154,12 +155,10 @@ class TextFormatter(logging.Formatter):
         for key, value in record.__dict__.items():
             if key in _STANDARD_ATTRS:
                 continue
-            if isinstance(value, str):
-                text = (
-                    value
-                    if value and " " not in value and "=" not in value and '"' not in value
-                    else orjson.dumps(value).decode()
-                )
+            if isinstance(value, str) and value and " " not in value and "=" not in value and '"' not in value:
+                text = value
+            elif isinstance(value, str):
+                text = orjson.dumps(value).decode()
             else:
                 try:
                     text = _dumps(value).decode()
@@ -226,25 +225,19 @@ def flush_logging() -> None:
 def configure_logging(
     level: str = "info", fmt: str = "json", stream: IO[str] | None = None, flush_interval: float = 0.0
 ) -> logging.Handler:
-    """Route all logging through one handler writing one line per record.
+    """Route all logging through one handler writing one line per record, and return it.
 
-    ``level`` is a name from :data:`LEVELS` (case-insensitive); ``fmt`` is
-    ``"json"`` or ``"text"``. Lines go to ``stream`` (default: standard error).
-    With ``flush_interval`` > 0 (seconds) lines below WARNING are written in
-    batches at most that old (:class:`BatchingStreamHandler`); otherwise every
-    line is flushed at once. Replaces handlers previously installed on the root
-    logger (so calling it twice does not double every line) and routes uvicorn's
-    own loggers through it as well. Returns the handler.
+    Lines go to ``stream`` (default: standard error); with ``flush_interval`` > 0 (seconds) those
+    below WARNING are written in batches at most that old (:class:`BatchingStreamHandler`), else
+    each is flushed at once. Replaces the root logger's handlers (calling it twice does not double
+    every line) and routes uvicorn's own loggers through it as well.
     """
     try:
         levelno = LEVELS[level.lower()]
     except KeyError:
         raise ValueError(f"unknown log level {level!r}; expected one of {sorted(LEVELS)}") from None
-    if fmt == "json":
-        formatter: logging.Formatter = JSONFormatter()
-    elif fmt == "text":
-        formatter = TextFormatter()
-    else:
+    formatter = {"json": JSONFormatter, "text": TextFormatter}.get(fmt)
+    if formatter is None:
         raise ValueError(f"unknown log format {fmt!r}; expected 'json' or 'text'")
 
     # Fields we never print; skipping them makes every LogRecord cheaper.
@@ -263,7 +256,7 @@ def configure_logging(
         handler = BatchingStreamHandler(stream, flush_interval)
     else:
         handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(formatter)
+    handler.setFormatter(formatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -279,19 +272,11 @@ def configure_logging(
     return handler
 
 
-_templates: dict[tuple[str, int], dict[str, Any]] = {}
-
-
+@functools.cache
 def _template(name: str, level: int) -> dict[str, Any]:
     """The attributes of a LogRecord for (logger, level) that do not change between calls."""
-    key = (name, level)
-    tpl = _templates.get(key)
-    if tpl is None:
-        tpl = dict(vars(logging.LogRecord(name, level, "", 0, "", None, None)))
-        for attr in ("created", "msecs", "relativeCreated"):
-            tpl.pop(attr, None)
-        _templates[key] = tpl
-    return tpl
+    attrs = vars(logging.LogRecord(name, level, "", 0, "", None, None))
+    return {key: value for key, value in attrs.items() if key not in ("created", "msecs", "relativeCreated")}
 
 
 _LogRecord = logging.LogRecord
@@ -319,10 +304,8 @@ def log_fields(logger: logging.Logger, level: int, msg: str, fields: Mapping[str
     d["msecs"] = (now - int(now)) * 1000.0
     d["relativeCreated"] = (now - logging._startTime) * 1000.0  # type: ignore[attr-defined]  # as LogRecord does
     d["msg"] = msg
-    if _STANDARD_ATTRS.isdisjoint(fields):
-        d.update(fields)
-    else:
+    if not _STANDARD_ATTRS.isdisjoint(fields):
         fields = {("field_" + key if key in _STANDARD_ATTRS else key): value for key, value in fields.items()}
-        d.update(fields)
+    d.update(fields)
     d[_FIELDS] = fields
     logger.handle(record)

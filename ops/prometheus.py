@@ -22,7 +22,6 @@ import logging
 import math
 import os
 import sys
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
@@ -249,11 +248,12 @@ class _Buckets:
 Child = TypeVar("Child", _CounterValue, _GaugeValue, _Buckets)
 
 
-class _Metric(ABC, Generic[Child]):
+class _Metric(Generic[Child]):
     """A family of children by label values (one child, ``()``, when it has no labels)."""
 
     kind = ""
     suffix = ""
+    _new_child: Callable[[], Child]  # the value kept for a new set of label values
 
     def __init__(
         self,
@@ -271,10 +271,6 @@ class _Metric(ABC, Generic[Child]):
         if registry is not None:
             suffixes = ("", "_bucket", "_count", "_sum") if self.kind == "histogram" else ("",)
             registry.register(self, [self.name + suffix for suffix in suffixes])
-
-    @abstractmethod
-    def _new_child(self) -> Child:
-        """The value kept for a new set of label values."""
 
     def labels(self, *values: object) -> Child:
         key = tuple(map(str, values))
@@ -304,9 +300,7 @@ class Counter(_Metric[_CounterValue]):
 
     kind = "counter"
     suffix = "_total"
-
-    def _new_child(self) -> _CounterValue:
-        return _CounterValue()
+    _new_child = _CounterValue
 
     def inc(self, amount: float = 1.0) -> None:
         self._only().inc(amount)
@@ -314,9 +308,7 @@ class Counter(_Metric[_CounterValue]):
 
 class Gauge(_Metric[_GaugeValue]):
     kind = "gauge"
-
-    def _new_child(self) -> _GaugeValue:
-        return _GaugeValue()
+    _new_child = _GaugeValue
 
     def set(self, value: float) -> None:
         self._only().set(value)
