@@ -37,21 +37,11 @@ def duration(text: str) -> float:
     return value
 
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "ki": 1024,
-    "kib": 1024,
-    "mi": 1024**2,
-    "mib": 1024**2,
-    "gi": 1024**3,
-    "gib": 1024**3,
+_SIZE_UNITS = {"": 1, "b": 1} | {  # k, kb, ki, kib, m, ... (matched lowercased)
+    prefix + suffix: base**power
+    for power, letter in enumerate("kmg", 1)
+    for base, prefix in ((1000, letter), (1024, letter + "i"))
+    for suffix in ("", "b")
 }
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 
