@@ -55,15 +55,6 @@ def service_dns_names(service: str, namespace: str, cluster_domain: str = "clust
     ]
 
 
-def _new_key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _validity(days: float, not_before: dt.datetime | None) -> tuple[dt.datetime, dt.datetime]:
-    start = (not_before or dt.datetime.now(dt.timezone.utc)) - _CLOCK_SKEW
-    return start, start + _CLOCK_SKEW + dt.timedelta(days=days)
-
-
 def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
     """ECDSA signatures; a CA also signs certificates and CRLs."""
     return x509.KeyUsage(
@@ -79,27 +70,41 @@ def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
     )
 
 
-def generate_ca(
-    common_name: str = "workload-resizer-webhook-ca", days: float = 3650, not_before: dt.datetime | None = None
+def _issue(
+    common_name: str,
+    issuer: Issued | None,
+    days: float,
+    not_before: dt.datetime | None,
+    extensions: Sequence[x509.ExtensionType] = (),
 ) -> Issued:
-    key = _new_key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    start, end = _validity(days, not_before)
-    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
-    cert = (
+    """A new key and its certificate, signed by ``issuer``; without one, a self-signed CA."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    start = (not_before or dt.datetime.now(dt.timezone.utc)) - _CLOCK_SKEW
+    is_ca = issuer is None
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(subject if issuer is None else issuer.cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_key_usage(signs_certificates=True), critical=True)
-        .add_extension(ski, critical=False)
-        .sign(key, hashes.SHA256())
+        .not_valid_after(start + _CLOCK_SKEW + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=0 if is_ca else None), critical=True)
+        .add_extension(_key_usage(signs_certificates=is_ca), critical=True)
     )
-    return Issued(cert, key)
+    extensions = [*extensions, x509.SubjectKeyIdentifier.from_public_key(key.public_key())]
+    if issuer is not None:
+        extensions.append(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer.key.public_key()))
+    for extension in extensions:
+        builder = builder.add_extension(extension, critical=False)
+    return Issued(builder.sign(key if issuer is None else issuer.key, hashes.SHA256()), key)
+
+
+def generate_ca(
+    common_name: str = "workload-resizer-webhook-ca", days: float = 3650, not_before: dt.datetime | None = None
+) -> Issued:
+    return _issue(common_name, None, days, not_before)
 
 
 def issue_serving_cert(
@@ -115,26 +120,9 @@ def issue_serving_cert(
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
     if not sans:
         raise ValueError("a serving certificate needs at least one DNS name or IP address")
-    key = _new_key()
     cn = common_name or (dns_names[0] if dns_names else ips[0])
-    start, end = _validity(days, not_before)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn[:64])]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_key_usage(signs_certificates=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    return Issued(cert, key)
+    server_auth = x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH])
+    return _issue(cn[:64], ca, days, not_before, [server_auth, x509.SubjectAlternativeName(sans)])
 
 
 def pem_cert(cert: x509.Certificate) -> bytes:

@@ -65,14 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not dns and not ips:
         p.error("give --service/--namespace, --dns or --ip: the certificate needs at least one name")
     try:
-        if args.ca_cert:
-            ca = load_ca(args.ca_cert, args.ca_key)
-            new_ca = False
-        else:
-            ca = generate_ca(args.ca_common_name, days=args.ca_days)
-            new_ca = True
+        ca = load_ca(args.ca_cert, args.ca_key) if args.ca_cert else generate_ca(args.ca_common_name, days=args.ca_days)
         serving = issue_serving_cert(ca, dns, ips, days=args.days)
-        paths = write_pair(args.out_dir, serving, ca, ca_key_file=new_ca)
+        paths = write_pair(args.out_dir, serving, ca, ca_key_file=not args.ca_cert)  # a new CA's key too
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
