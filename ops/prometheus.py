@@ -313,12 +313,6 @@ class Gauge(_Metric[_GaugeValue]):
     def set(self, value: float) -> None:
         self._only().set(value)
 
-    def inc(self, amount: float = 1.0) -> None:
-        self._only().inc(amount)
-
-    def dec(self, amount: float = 1.0) -> None:
-        self._only().dec(amount)
-
 
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 
