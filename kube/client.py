@@ -296,28 +296,20 @@ _END_OF_MANAGED_FIELDS = b']},"spec":'
 _LIST_ITEMS = b'"items":['
 
 
-def _without_managed_fields(raw: bytes) -> bytes | None:
-    """`raw` (one object, or a watch event of one) with `metadata.managedFields` emptied,
-    if laid out as the apiserver writes pods and nodes; else None."""
+def _loads_trimmed(raw: bytes, watch_event: bool) -> dict[str, Any] | None:
+    """`raw` (one object, or a watch event of one) decoded with `metadata.managedFields` emptied,
+    or None (decode `raw` as it is): when it is not laid out as the apiserver writes pods and
+    nodes, also when the result lacks what every object has before managedFields in that layout
+    (name, resourceVersion), i.e. the bytes were laid out some other way (e.g. re-serialised
+    with sorted keys by a proxy) and the cut may have taken more than managedFields."""
     start = raw.find(_MANAGED_FIELDS)
     if start < 0 or raw.find(_LIST_ITEMS, 0, start) >= 0:  # lists: not worth it
         return None
     end = raw.find(_END_OF_MANAGED_FIELDS, start)
     if end < 0:
         return None
-    return raw[: start + len(_MANAGED_FIELDS)] + raw[end:]
-
-
-def _loads_trimmed(raw: bytes, watch_event: bool) -> dict[str, Any] | None:
-    """`raw` decoded without its managedFields, or None (decode `raw` as it is): also when
-    the result lacks what every object has before managedFields in the apiserver's layout
-    (name, resourceVersion), i.e. the bytes were laid out some other way (e.g. re-serialised
-    with sorted keys by a proxy) and the cut may have taken more than managedFields."""
-    cut = _without_managed_fields(raw)
-    if cut is None:
-        return None
     try:
-        value = orjson.loads(cut)
+        value = orjson.loads(raw[: start + len(_MANAGED_FIELDS)] + raw[end:])
     except orjson.JSONDecodeError:
         return None
     obj = value.get("object") if watch_event and type(value) is dict else value

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kube import metrics
-from kube.client import MERGE_PATCH, ApiError, KubeClient
+from kube.client import ApiError, KubeClient
 from kube.errors import KubeError
 from ops.timestamps import rfc3339_micro
 
@@ -76,7 +76,9 @@ class LeaderElector:
         """Renew every retry period; raise LeadershipLost when the renew deadline of the last
         successful renewal passes, or at once when another identity holds the lease."""
         while True:
-            await self._sleep_until(min(time.monotonic() + self._retry, self._fence))
+            delay = min(self._retry, self._fence - time.monotonic())
+            if delay > 0:
+                await asyncio.sleep(delay)
             remaining = self._fence - time.monotonic()
             if remaining <= 0:
                 self._lose(
@@ -109,12 +111,6 @@ class LeaderElector:
         self.is_leader = False
         self._fence = 0.0
         metrics.LEADER.labels(self.name).set(0)
-
-    @staticmethod
-    async def _sleep_until(when: float) -> None:
-        delay = when - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
 
     async def release(self) -> None:
         """Give the lease up on graceful shutdown so a standby takes over at once."""
@@ -211,11 +207,7 @@ class FencedClient:
             raise NotLeader(method, path)
         return await self._client.request(method, path, *args, **kwargs)
 
-    async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("POST", path, obj)
-
-    async def update(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("PUT", path, obj)
-
-    async def patch(self, path: str, patch: dict[str, Any], content_type: str = MERGE_PATCH) -> dict[str, Any]:
-        return await self.request("PATCH", path, patch, content_type=content_type)
+    # KubeClient's writers, sending through request() above.
+    create = KubeClient.create
+    update = KubeClient.update
+    patch = KubeClient.patch
