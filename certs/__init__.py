@@ -55,21 +55,6 @@ def service_dns_names(service: str, namespace: str, cluster_domain: str = "clust
     ]
 
 
-def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
-    """ECDSA signatures; a CA also signs certificates and CRLs."""
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=signs_certificates,
-        crl_sign=signs_certificates,
-        encipher_only=False,
-        decipher_only=False,
-    )
-
-
 def _issue(
     common_name: str,
     issuer: Issued | None,
@@ -91,7 +76,20 @@ def _issue(
         .not_valid_before(start)
         .not_valid_after(start + _CLOCK_SKEW + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=is_ca, path_length=0 if is_ca else None), critical=True)
-        .add_extension(_key_usage(signs_certificates=is_ca), critical=True)
+        .add_extension(  # ECDSA signatures; a CA also signs certificates and CRLs
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=is_ca,
+                crl_sign=is_ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
     )
     extensions = [*extensions, x509.SubjectKeyIdentifier.from_public_key(key.public_key())]
     if issuer is not None:
