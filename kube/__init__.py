@@ -4,14 +4,7 @@ informers, a work queue, leader election and an event recorder.
 It imports nothing of the controller (import-linter enforces it), so it could stand alone.
 """
 
-from kube.client import (
-    JSON_PATCH,
-    MERGE_PATCH,
-    STRATEGIC_MERGE_PATCH,
-    ApiError,
-    KubeClient,
-    TransportError,
-)
+from kube.client import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, TransportError
 from kube.credentials import Credentials, load_credentials
 from kube.errors import KubeError
 

@@ -59,10 +59,8 @@ class ApiError(KubeError):
 
 
 class TransportError(KubeError, ConnectionError):
-    """The apiserver could not be reached, the connection broke or an answer timed out.
-
-    A ConnectionError, so `except OSError` at every call site covers it.
-    """
+    """The apiserver could not be reached, the connection broke or an answer timed out (a
+    ConnectionError, so `except OSError` at every call site covers it)."""
 
 
 class WatchIdle(TransportError):
@@ -222,11 +220,8 @@ class KubeClient:
     async def watch(
         self, path: str, resource_version: str, params: dict[str, Any], server_timeout: int, idle_timeout: float
     ) -> AsyncIterator[dict[str, Any]]:
-        """Yield watch events; ends when the server closes the stream.
-
-        `idle_timeout` is a client-side read timeout: bookmarks arrive about once a
-        minute, so a silent connection for longer than that is presumed dead.
-        """
+        """Yield watch events; ends when the server closes the stream. `idle_timeout` is a client-side
+        read timeout: bookmarks arrive about once a minute, so a longer silence means a dead connection."""
         query = {
             **params,
             "watch": "1",

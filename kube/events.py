@@ -1,9 +1,9 @@
 """Kubernetes Events, aggregated like client-go's event correlator.
 
-The same (object, type, reason, message) within `aggregate_window` bumps the
-count of the existing Event instead of creating a new one, and a per-object
-token bucket drops a storm of distinct events (25 at once, then one per
-5 minutes), so `kubectl describe` stays readable and etcd is spared.
+The same (object, type, reason, message) within `aggregate_window` bumps the count of the
+existing Event instead of creating a new one, and a per-object token bucket drops a storm of
+distinct events (25 at once, then one per 5 minutes), so `kubectl describe` stays readable and
+etcd is spared.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class EventRecorder:
             if not self._allowed(ref.get("uid") or ref.get("name") or ""):
                 log.debug("event dropped by spam filter", extra={"reason": reason, "object": ref.get("name")})
                 return
-            await self._create(ref, key, event_type, reason, message)
+            await self._create(ref, key)
         except ApiError as err:
             log.warning(
                 "could not record event", extra={"reason": reason, "object": ref.get("name"), "error": str(err)}
@@ -84,9 +84,8 @@ class EventRecorder:
                 self._buckets.popitem(last=False)
         return bucket.try_take()
 
-    async def _create(
-        self, ref: dict[str, Any], key: tuple[str, ...], event_type: str, reason: str, message: str
-    ) -> None:
+    async def _create(self, ref: dict[str, Any], key: tuple[str, ...]) -> None:
+        _, _, event_type, reason, message = key
         stamp = rfc3339()
         # client-go names Events <object>.<unix nanos in hex>; 16 random bits more for
         # two events of one object in the same clock tick (not a secret: no os.urandom).
@@ -119,7 +118,7 @@ class EventRecorder:
             if err.status != 404:
                 raise
             self._seen.pop(key, None)  # expired by the apiserver's event TTL
-            await self._create(ref, key, *key[2:5])
+            await self._create(ref, key)
             return
         self._remember(key, name, count + 1)
 
