@@ -110,7 +110,6 @@ def issue_serving_cert(
     dns_names: Sequence[str] = (),
     ips: Sequence[str] = (),
     days: float = 365,
-    common_name: str | None = None,
     not_before: dt.datetime | None = None,
 ) -> Issued:
     """A TLS server certificate signed by ``ca`` with the given SANs (at least one)."""
@@ -118,7 +117,7 @@ def issue_serving_cert(
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
     if not sans:
         raise ValueError("a serving certificate needs at least one DNS name or IP address")
-    cn = common_name or (dns_names[0] if dns_names else ips[0])
+    cn = dns_names[0] if dns_names else ips[0]
     server_auth = x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH])
     return _issue(cn[:64], ca, days, not_before, [server_auth, x509.SubjectAlternativeName(sans)])
 
@@ -133,10 +132,9 @@ def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def ca_bundle(ca_cert: x509.Certificate | bytes) -> str:
+def ca_bundle(ca_cert: x509.Certificate) -> str:
     """Base64 of the CA PEM: the ``caBundle`` field of a webhook clientConfig."""
-    pem = ca_cert if isinstance(ca_cert, bytes) else pem_cert(ca_cert)
-    return base64.b64encode(pem).decode("ascii")
+    return base64.b64encode(pem_cert(ca_cert)).decode("ascii")
 
 
 def load_ca(cert_path: str, key_path: str) -> Issued:
