@@ -185,10 +185,7 @@ def _library_credentials(kubeconfig: str | None, context: str | None) -> Credent
             k8s_config.load_incluster_config(client_configuration=cfg)
         except k8s_config.ConfigException:
             k8s_config.load_kube_config(context=context, client_configuration=cfg)
-    if cfg.verify_ssl:
-        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
-    else:
-        ctx = unverified_context()
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else unverified_context()
     if cfg.cert_file:
         ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
     return Credentials(server=cfg.host.rstrip("/"), ssl_context=ctx, token=_library_token(cfg))

@@ -36,7 +36,6 @@ def bound_heap_retention(arena_max: int = 2) -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     return all(
         mallopt(option, value) == 1
         for option, value in (
