@@ -23,26 +23,19 @@ _RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
 _CONDITION_FIELDS = ("type", "reason", "message", "observedGeneration", "lastTransitionTime")
 
 
-def _shared_str(value: Any) -> Any:
-    return intern(value) if type(value) is str else value
-
-
-def _shared(mapping: Obj) -> Obj:
-    """A flat mapping (labels, annotations, an owner reference) with its string values replaced by
-    equal interned ones, in place: rebuilding each mapping would cost more than the interning."""
-    for k, v in mapping.items():
-        if type(v) is str:
-            mapping[k] = intern(v)
-    return mapping
-
-
-def _shared_resources(resources: Any) -> Any:
-    """{"requests": {...}, "limits": {...}} with the quantities interned (in place)."""
-    if type(resources) is dict:
-        for v in resources.values():
-            if type(v) is dict:
+def _shared(value: Any) -> Any:
+    """`value` with its strings replaced by equal interned ones: a string, or the string values of
+    a mapping (labels, annotations, an owner reference) and of its mappings (a resources' requests
+    and limits), in place: rebuilding each mapping would cost more than the interning."""
+    if type(value) is str:
+        return intern(value)
+    if type(value) is dict:
+        for k, v in value.items():
+            if type(v) is str:
+                value[k] = intern(v)
+            elif type(v) is dict:
                 _shared(v)
-    return resources
+    return value
 
 
 def slim_pod(pod: Obj) -> Obj:
@@ -52,8 +45,8 @@ def slim_pod(pod: Obj) -> Obj:
     annotations = meta.get("annotations") or {}
     slim_meta: Obj = {
         "name": meta.get("name"),
-        "generateName": _shared_str(meta.get("generateName")),  # bound by the webhook's originals MAC
-        "namespace": _shared_str(meta.get("namespace")),
+        "generateName": _shared(meta.get("generateName")),  # bound by the webhook's originals MAC
+        "namespace": _shared(meta.get("namespace")),
         "uid": meta.get("uid"),
         "resourceVersion": meta.get("resourceVersion"),
         "generation": meta.get("generation"),
@@ -68,33 +61,33 @@ def slim_pod(pod: Obj) -> Obj:
     if meta.get("deletionTimestamp"):
         slim_meta["deletionTimestamp"] = meta["deletionTimestamp"]
     slim_spec: Obj = {
-        "nodeName": _shared_str(spec.get("nodeName")),
+        "nodeName": _shared(spec.get("nodeName")),
         "containers": [_slim_container(c) for c in spec.get("containers") or []],
         "initContainers": [_slim_container(c) for c in spec.get("initContainers") or []],
     }
     if spec.get("nodeSelector"):
         slim_spec["nodeSelector"] = _shared(spec["nodeSelector"])
     if spec.get("schedulingGates"):  # (never on a bound pod: the scheduler waits for them to go)
-        slim_spec["schedulingGates"] = [_shared_str(g.get("name")) for g in spec["schedulingGates"] if type(g) is dict]
+        slim_spec["schedulingGates"] = [_shared(g.get("name")) for g in spec["schedulingGates"] if type(g) is dict]
     if spec.get("priority") is not None:
         slim_spec["priority"] = spec["priority"]  # an upsize of a critical pod may evict others
     # What a ResourceQuota's scopes match a pod by (the preflight charges a resize to the quotas
     # that match it): its priority class, a deadline (Terminating) and cross-namespace affinity.
     if spec.get("priorityClassName"):
-        slim_spec["priorityClassName"] = _shared_str(spec["priorityClassName"])
+        slim_spec["priorityClassName"] = _shared(spec["priorityClassName"])
     if spec.get("activeDeadlineSeconds") is not None:
         slim_spec["activeDeadlineSeconds"] = spec["activeDeadlineSeconds"]
     affinity = {k: v for k, v in (spec.get("affinity") or {}).items() if k in ("podAffinity", "podAntiAffinity")}
     if affinity:
         slim_spec["affinity"] = affinity
     if spec.get("resources"):
-        slim_spec["resources"] = _shared_resources(spec["resources"])
+        slim_spec["resources"] = _shared(spec["resources"])
     slim_status: Obj = {
-        "phase": _shared_str(status.get("phase")),
-        "qosClass": _shared_str(status.get("qosClass")),
+        "phase": _shared(status.get("phase")),
+        "qosClass": _shared(status.get("qosClass")),
         "containerStatuses": [_slim_container_status(s) for s in status.get("containerStatuses") or []],
         "conditions": [
-            {k: _shared_str(c[k]) for k in _CONDITION_FIELDS if k in c}
+            {k: _shared(c[k]) for k in _CONDITION_FIELDS if k in c}
             for c in status.get("conditions") or []
             if c.get("type") in _RESIZE_CONDITIONS
         ],
@@ -107,7 +100,7 @@ def slim_pod(pod: Obj) -> Obj:
             _slim_container_status(s) for s in status.get("initContainerStatuses") or [] if s.get("name") in sidecars
         ]
     if status.get("resources"):  # what the pod level has (kubelets that resize it)
-        slim_status["resources"] = _shared_resources(status["resources"])
+        slim_status["resources"] = _shared(status["resources"])
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
 
 
@@ -121,7 +114,7 @@ def slim_unbound_pod(pod: Obj) -> Obj:
         return {
             "metadata": {
                 "name": meta.get("name"),
-                "namespace": _shared_str(meta.get("namespace")),
+                "namespace": _shared(meta.get("namespace")),
                 "resourceVersion": meta.get("resourceVersion"),
                 "annotations": {},
             },
@@ -134,20 +127,20 @@ def slim_unbound_pod(pod: Obj) -> Obj:
 
 def _slim_container(container: Obj) -> Obj:
     slim: Obj = {
-        "name": _shared_str(container.get("name")),
-        "resources": _shared_resources(container.get("resources") or {}),
+        "name": _shared(container.get("name")),
+        "resources": _shared(container.get("resources") or {}),
     }
     if container.get("resizePolicy"):
-        slim["resizePolicy"] = [_shared(p) if type(p) is dict else p for p in container["resizePolicy"]]
+        slim["resizePolicy"] = [_shared(p) for p in container["resizePolicy"]]
     if container.get("restartPolicy"):
-        slim["restartPolicy"] = _shared_str(container["restartPolicy"])
+        slim["restartPolicy"] = _shared(container["restartPolicy"])
     return slim
 
 
 def _slim_container_status(status: Obj) -> Obj:
     return {
-        "name": _shared_str(status.get("name")),
-        "resources": _shared_resources(status.get("resources")),
+        "name": _shared(status.get("name")),
+        "resources": _shared(status.get("resources")),
         "running": "running" in (status.get("state") or {}),
     }
 
@@ -166,7 +159,7 @@ def slim_node(node: Obj) -> Obj:
     }
     features = status.get("declaredFeatures")
     if type(features) is list:  # whether the node resizes pod-level resources (resizer.plan)
-        slim["status"]["declaredFeatures"] = [_shared_str(f) for f in features]
+        slim["status"]["declaredFeatures"] = [_shared(f) for f in features]
     return slim
 
 
