@@ -108,9 +108,7 @@ class KubeClient:
         self._token = creds.token
         self._limiter = TokenBucket(qps, burst)
         self._timeout = timeout
-        context = creds.ssl_context
-        if context is False:
-            context = unverified_context()
+        context = unverified_context() if creds.ssl_context is False else creds.ssl_context
         self._pool = Pool(
             creds.server,
             context if isinstance(context, ssl.SSLContext) else None,
