@@ -11,6 +11,7 @@ from typing import Any
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION = re.compile(f"(?:{_DURATION_PART.pattern})+")
 
 
 def duration(text: str) -> float:
@@ -22,14 +23,9 @@ def duration(text: str) -> float:
     try:
         value = float(s)
     except ValueError:
-        pos, value = 0, 0.0
-        for match in _DURATION_PART.finditer(s):
-            if match.start() != pos:
-                break
-            value += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-            pos = match.end()
-        if pos != len(s) or not s:
+        if not _DURATION.fullmatch(s):
             raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 500ms, 1m)") from None
+        value = sum(float(number) * _DURATION_UNITS[unit] for number, unit in _DURATION_PART.findall(s))
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 500ms, 1m)")
     if value < 0:
