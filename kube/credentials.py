@@ -55,9 +55,6 @@ def load_credentials(kubeconfig: str | None, context: str | None = None) -> Cred
     return creds if creds is not None else _library_credentials(kubeconfig, context)
 
 
-# ---------------------------------------------------------------------- in cluster
-
-
 def _in_cluster() -> Credentials | None:
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
     token_file, ca_file = SERVICE_ACCOUNT_DIR / "token", SERVICE_ACCOUNT_DIR / "ca.crt"
@@ -89,9 +86,6 @@ class FileToken:
                 pass  # keep the last good token; the apiserver says 401 if it expired
             self._read_at = now
         return self._value
-
-
-# ---------------------------------------------------------------------- kubeconfig
 
 
 def _from_kubeconfig(path: Path, context_name: str | None) -> Credentials | None:
@@ -162,9 +156,6 @@ def _user_token(user: dict[str, Any], base: Path) -> Callable[[], str | None]:
     if user.get("tokenFile"):
         return FileToken(base / user["tokenFile"])
     return lambda: None
-
-
-# ---------------------------------------------------------------------- the official loaders
 
 
 def _library_credentials(kubeconfig: str | None, context: str | None) -> Credentials:

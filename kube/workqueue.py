@@ -28,7 +28,7 @@ class WorkQueue:
         self._max = max_delay
         self._waiters: deque[asyncio.Future[None]] = deque()  # workers blocked in get()
         self._shutting_down = False
-        # Bound once: labels() takes a lock and builds a tuple on every call.
+        # Bound once: labels() builds a tuple and looks it up on every call.
         self._adds = metrics.QUEUE_ADDS.labels(name)
         self._depth = metrics.QUEUE_DEPTH.labels(name)
         self._retries = metrics.QUEUE_RETRIES.labels(name)

@@ -247,8 +247,7 @@ def configure_logging(
     handler: logging.StreamHandler
     if flush_interval > 0:
         if stream is None:
-            # stderr is line-buffered (a write per line); use a block-buffered
-            # duplicate of its file descriptor instead.
+            # stderr is line-buffered (a write per line): use a block-buffered duplicate of its fd.
             stream = open(
                 os.dup(sys.stderr.fileno()), "w", buffering=1 << 16, encoding="utf-8", errors="backslashreplace"
             )
