@@ -26,11 +26,11 @@ COMPONENT = "workload-resizer"
 MAX_MESSAGE = 1024
 
 
-def object_reference(obj: dict[str, Any], kind: str, api_version: str = "v1") -> dict[str, Any]:
+def object_reference(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     meta = obj["metadata"]
     return {
         "kind": kind,
-        "apiVersion": api_version,
+        "apiVersion": "v1",
         "namespace": meta.get("namespace"),
         "name": meta.get("name"),
         "uid": meta.get("uid"),
