@@ -26,6 +26,7 @@ Handler = Callable[[str, Obj, Obj | None], None]  # (ADDED|MODIFIED|DELETED, new
 
 
 SHORT_WATCH = 1.0  # seconds: a watch ending sooner without any event counts as a failure
+WATCH_TIMEOUT = (240, 360)  # seconds, the range a watch's server-side timeout is drawn from
 
 
 class ShortWatch(KubeError):
@@ -64,7 +65,6 @@ class Informer:
         params: dict[str, Any] | None = None,
         page_size: int = 500,
         idle_timeout: float = 90.0,
-        server_timeout: tuple[int, int] = (240, 360),
     ) -> None:
         self.resource = resource
         self.store: dict[str, Obj] = {}
@@ -76,7 +76,6 @@ class Informer:
         self._params = params or {}
         self._page_size = page_size
         self._idle_timeout = idle_timeout
-        self._server_timeout = server_timeout
         self._resource_version = ""
         self._cached_gauge = metrics.CACHED_OBJECTS.labels(resource)
 
@@ -145,7 +144,7 @@ class Informer:
     async def _watch(self) -> int:
         """Watch until the stream ends; the number of events (bookmarks included) it delivered."""
         count = 0
-        server_timeout = random.randint(*self._server_timeout)
+        server_timeout = random.randint(*WATCH_TIMEOUT)
         store, slim, handler, gauge = self.store, self._slim, self._handler, self._cached_gauge
         async for event in self._client.watch(
             self._path, self._resource_version, self._params, server_timeout, self._idle_timeout
