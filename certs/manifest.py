@@ -29,11 +29,9 @@ def placeholders(text: str) -> set[str]:
 
 def render(text: str, values: Mapping[str, str]) -> str:
     wanted = placeholders(text)
-    missing = sorted(wanted - set(values))
-    if missing:
+    if missing := sorted(wanted - set(values)):
         raise RenderError(f"no value for placeholder(s): {', '.join(missing)}")
-    unused = sorted(set(values) - wanted)
-    if unused:
+    if unused := sorted(set(values) - wanted):
         raise RenderError(f"template has no placeholder(s): {', '.join(unused)}")
     for name, value in values.items():
         if not isinstance(value, str) or not _SAFE_VALUE.fullmatch(value):
