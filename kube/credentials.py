@@ -44,8 +44,7 @@ class CredentialsError(KubeError, ValueError):
 def load_credentials(kubeconfig: str | None, context: str | None = None) -> Credentials:
     """Credentials from --kubeconfig, else the in-cluster service account, else $KUBECONFIG/~/.kube/config."""
     if not kubeconfig:
-        in_cluster = _in_cluster()
-        if in_cluster is not None:
+        if (in_cluster := _in_cluster()) is not None:
             return in_cluster
         paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
         if len(paths) > 1:

@@ -120,8 +120,7 @@ class WorkQueue:
     def drop(self, item: str) -> None:
         """Forget everything about an item (its object was deleted)."""
         self._failures.pop(item, None)
-        timer = self._delayed.pop(item, None)
-        if timer is not None:
+        if (timer := self._delayed.pop(item, None)) is not None:
             timer.cancel()
 
     async def shutdown(self) -> None:
