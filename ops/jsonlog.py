@@ -81,9 +81,10 @@ def _dumps(value: Any) -> bytes:
 
 
 def _line(
-    record: logging.LogRecord, message: str, fields: Iterable[tuple[str, Any]], error: str | None = None
+    record: logging.LogRecord, message: str, fields: Iterable[tuple[str, Any]], error: str | None, keep_private: bool
 ) -> dict[str, Any]:
-    """The fields of a JSON line, in the order :class:`JSONFormatter` writes them."""
+    """The fields of a JSON line, in the order :class:`JSONFormatter` writes them; an extra whose key
+    starts with ``_`` only with ``keep_private``, as python-json-logger drops those of ``extra``."""
     log_data = {
         "ts": rfc3339_millis(record.created),
         "level": _level_name(record.levelno),
@@ -94,7 +95,7 @@ def _line(
     for key, value in fields:
         if key == "stack":
             stack = value
-        elif key not in log_data:
+        elif key not in log_data and (keep_private or not key.startswith("_")):
             log_data[key] = value
     if error is not None:
         log_data["error"] = error
@@ -124,14 +125,13 @@ class JSONFormatter(OrjsonFormatter):
             return super().format(record)
         # What add_fields makes of such a record: its extras are exactly ``fields``.
         record.message = message = record.getMessage()
-        extras = ((key, value) for key, value in fields.items() if not key.startswith("_"))  # as python-json-logger
-        return self.jsonify_log_record(_line(record, message, extras))
+        return self.jsonify_log_record(_line(record, message, fields.items(), None, keep_private=False))
 
     def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
         fields: dict[str, Any] = {}
         super().add_fields(fields, record, message_dict)
         error = repr(record.exc_info[1]) if record.exc_info and record.exc_info[0] is not None else None
-        log_data.update(_line(record, fields.pop("msg"), fields.items(), error))
+        log_data.update(_line(record, fields.pop("msg"), fields.items(), error, keep_private=True))
 
     def jsonify_log_record(self, log_data: dict[str, Any]) -> str:
         try:
