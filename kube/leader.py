@@ -211,3 +211,4 @@ class FencedClient:
     create = KubeClient.create
     update = KubeClient.update
     patch = KubeClient.patch
+    write = KubeClient.write

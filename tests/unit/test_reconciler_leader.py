@@ -441,7 +441,13 @@ def test_the_fenced_client_refuses_writes_but_not_reads_once_leadership_may_be_l
         await client.patch("/p", {})
         allowed["write"] = False
         await client.get("/p")
-        for call in (client.patch("/p", {}), client.create("/p", {}), client.update("/p", {})):
+        writes = (
+            client.patch("/p", {}),
+            client.create("/p", {}),
+            client.update("/p", {}),
+            client.write("PATCH", "/p", {}),
+        )
+        for call in writes:
             with pytest.raises(NotLeader) as exc:
                 await call
             assert not exc.value.retryable
