@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from devkit.ports import free_port  # noqa: E402
-from kube.client import Credentials, KubeClient, load_credentials  # noqa: E402
+from kube.client import KubeClient  # noqa: E402
+from kube.credentials import Credentials, load_credentials  # noqa: E402
 
 REVIEW = REPO / "bench" / "data" / "review-2c.json"
 NAMESPACE = "default"
