@@ -1,4 +1,4 @@
-"""The admin's commands (`workload-resizer plan|report|restore`), also a kubectl plugin."""
+"""The admin's commands (`workload-resizer plan|report|restore|calibrate|selftest`), also a kubectl plugin."""
 
 from commands.cli import COMMANDS, main
 

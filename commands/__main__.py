@@ -1,4 +1,4 @@
-"""`python -m commands plan|report|restore|calibrate` (installed: `workload-resizer ...`)."""
+"""`python -m commands plan|report|restore|calibrate|selftest` (installed: `workload-resizer ...`)."""
 
 from __future__ import annotations
 
