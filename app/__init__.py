@@ -1,6 +1,3 @@
-"""workload-resizer mutating admission webhook.
-
-Stamps each eligible pod's baseline ``original-*`` annotations at pod CREATE
-so the reconciler can later resize the pod in place from what the author wrote,
-never compounding. Run with ``python -m app``.
-"""
+"""workload-resizer mutating admission webhook (``python -m app``): stamps each eligible pod's
+baseline ``original-*`` annotations at CREATE, so the reconciler resizes it in place from what
+its author wrote, never compounding."""

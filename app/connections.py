@@ -1,21 +1,18 @@
-"""Connection limits in front of uvicorn's HTTP protocol: a read deadline and a cap.
+"""Connection limits uvicorn's HTTP protocol lacks: a read deadline and a cap.
 
-uvicorn has no deadline for a request to arrive (a client sending part of the headers or body
-holds the connection, and what it sent, as long as it likes) and no cap on connections.
 :func:`guarded_protocol` wraps uvicorn's protocol class, unmodified, so that
 
-* every request must arrive, headers and body, within ``read_timeout`` of its first byte (a
-  new connection's first request: of the TLS handshake's end), else the connection is dropped;
-  the ASGI app says when it has read a body and when it has answered
-  (:func:`current_connection`);
+* every request must arrive, headers and body, within ``read_timeout`` of its first byte (a new
+  connection's first request: of the TLS handshake's end), else the connection is dropped (a
+  client sending part of a request would hold it, and what it sent, as long as it likes);
 * at most ``max_connections`` are open: a new one beyond that closes the one that has waited
-  longest for its request, else the one idle longest; when every connection has a request
-  being decided, the new one is refused. So the apiserver's next connection gets in, and
-  reviews whose body is complete are never dropped for it.
+  longest for its request, else the one idle longest, and is refused only when every connection
+  has a request being decided. So the apiserver's next connection gets in, and reviews whose
+  body is complete are never dropped for it.
 
-The ASGI app also corks the connection around an answer's head and body, so they go out in one
-write (one TLS record) instead of two. Connections still in the TLS handshake are not seen
-here; the event loop gives up on a handshake after 60 s.
+The ASGI app says when it has read a body and answered (:func:`current_connection`), and corks
+the connection around an answer's head and body (one write, one TLS record). Connections still
+in the TLS handshake are not seen here; the event loop gives up on a handshake after 60 s.
 """
 
 from __future__ import annotations
@@ -39,17 +36,13 @@ LOG_INTERVAL_SECONDS = 10.0
 _CURRENT: contextvars.ContextVar[GuardedConnection | None] = contextvars.ContextVar(
     "workload_resizer_connection", default=None
 )
+current_connection = _CURRENT.get  # the connection the calling ASGI request arrived on (None: not guarded)
 
 # Connection states
 _READING = 0  # waiting for (the rest of) a request: the read deadline runs
 _DECIDING = 1  # request read, answer not yet sent
 _IDLE = 2  # answered, no byte of the next request yet (uvicorn's keep-alive timeout runs)
 _DROPPED = 3  # closed by the guard
-
-
-def current_connection() -> GuardedConnection | None:
-    """The guarded connection the calling ASGI request arrived on (None: not guarded)."""
-    return _CURRENT.get()
 
 
 class RateLimitedLog:
@@ -76,12 +69,9 @@ class RateLimitedLog:
 
 
 class ConnectionGuard:
-    """The open connections of one server, and its limits.
-
-    The read deadline is checked by a sweep every ``read_timeout / 4`` (at most every second),
-    not by a timer per request (a request then costs two attribute writes): a connection is
-    dropped between 1 and 1.25 read timeouts after its request began.
-    """
+    """The open connections of one server, and its limits. The read deadline is checked by a sweep
+    every ``read_timeout / 4`` (at most every second), not a timer per request (which then costs
+    two attribute writes): a connection is dropped 1 to 1.25 read timeouts after its request began."""
 
     def __init__(
         self,
@@ -248,7 +238,6 @@ class GuardedConnection(asyncio.Protocol):
             self.writes.cork()
 
     def uncork(self) -> None:
-        """Write what was gathered since :meth:`cork`, at once."""
         if self.writes is not None:
             self.writes.uncork()
 
@@ -278,8 +267,7 @@ class GuardedConnection(asyncio.Protocol):
 
 def guarded_protocol(inner: Callable[..., asyncio.Protocol], guard: ConnectionGuard) -> type[asyncio.Protocol]:
     """A protocol class for uvicorn's ``Config.http_protocol_class``: each connection is
-    ``inner(**kwargs)`` (uvicorn's HTTP protocol, built with the arguments uvicorn passes)
-    behind ``guard``."""
+    ``inner(**kwargs)`` (uvicorn's HTTP protocol, with uvicorn's arguments) behind ``guard``."""
 
     class Guarded(GuardedConnection):
         __slots__ = ()

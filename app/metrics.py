@@ -1,10 +1,6 @@
-"""Prometheus metrics of the webhook, on a registry of their own.
-
-A registry per :class:`Metrics` instance (instead of the process-wide one) keeps
-tests independent and lets several apps live in one process; the process, Python and
-GC collectors are registered on it so ``/metrics`` still shows the usual
-``process_*`` series (:func:`ops.prometheus.new_registry`).
-"""
+"""Prometheus metrics of the webhook, on a registry per :class:`Metrics` (not the process-wide
+one: tests stay independent, several apps live in one process) that still has the process,
+Python and GC collectors, so ``/metrics`` shows the usual ``process_*`` series."""
 
 from __future__ import annotations
 

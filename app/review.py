@@ -1,17 +1,16 @@
 """AdmissionReview in, AdmissionReview out: the webhook's decision, free of I/O.
 
 :func:`parse` turns the body into a :class:`Review` (or the 400 :class:`Answer`), :func:`decide`
-turns a review and its :class:`Context` into an :class:`Answer` (what the server counts and
-logs), :func:`encode` writes its bytes; :func:`handle_review` runs the three.
+a review and its :class:`Context` into an :class:`Answer` (what the server counts and logs),
+:func:`encode` that into bytes; :func:`handle_review` runs the three.
 
 Every review answer is ``allowed: true``. An eligible pod CREATE gets a JSONPatch setting the
-``original-*`` annotations the core (:mod:`resizer`) computes; every CREATE loses the
-controller-owned annotations the client sent (a copied manifest must not carry stale state, a
-tenant must not pick its own baseline). With a sizing context (``--size-at-admission``) a pod
-whose node type is known is also given its size (:mod:`resizer.pinning`). A pod carrying our own
-verified sized record (the webhook reinvoked after a later webhook changed the pod) is decided on
-the values its author wrote. Any unexpected exception allows the pod unchanged
-(``InternalError``): our bug must never block pod creation.
+``original-*`` annotations (:mod:`resizer`); every CREATE loses the controller-owned annotations
+the client sent (a copied manifest must not carry stale state, a tenant must not pick its own
+baseline). With ``--size-at-admission`` a pod whose node type is known is also given its size
+(:mod:`resizer.pinning`); one carrying our own verified sized record (reinvoked after a later
+webhook changed it) is decided on the values its author wrote. Any unexpected exception allows
+the pod unchanged (``InternalError``): our bug must never block pod creation.
 """
 
 from __future__ import annotations
@@ -254,8 +253,8 @@ _fresh_patch_cache = ByteBoundedCache(2 * 1024 * 1024)
 
 
 def fresh_patch(stamp: dict[str, str], create_map: bool, memo_key: bytes | None = None) -> str:
-    """Base64 JSONPatch stamping ``stamp`` on a pod with no controller-owned annotation;
-    ``memo_key`` must identify ``stamp`` exactly (None: not memoised)."""
+    """Base64 JSONPatch stamping ``stamp`` on a pod with no controller-owned annotation; ``memo_key``
+    must identify ``stamp`` exactly (None: not memoised)."""
     key = (memo_key, create_map)
     encoded: str | None = _fresh_patch_cache.get(key) if memo_key is not None else None
     if encoded is None:
@@ -587,8 +586,7 @@ class Sized(NamedTuple):
     values: dict[str, str]
 
 
-# Sized; a SizingNote when held or when sizing raised (stamped only); NOT_SIZED when no node type
-# is pinned or there is nothing to change.
+# A SizingNote when held or when sizing raised (stamped only); NOT_SIZED: no node type pinned, or nothing to change.
 SizingOutcome = Sized | SizingNote | tuple[()]
 NOT_SIZED: tuple[()] = ()
 
@@ -646,9 +644,8 @@ def _size(
 
 
 def _memo_key(spec: Any) -> bytes | None:
-    """What the originals of a spec depend on: the names and resources of the containers, of the
-    sidecars (restartable init containers) and of the pod level. None: an odd shape, or too large
-    to be worth memoising."""
+    """What a spec's originals depend on: the names and resources of its containers, sidecars
+    (restartable init containers) and pod level. None: an odd shape, or too large to memoise."""
     try:
         key = [(c["name"], c.get("resources")) for c in spec["containers"]]
         sidecars = [(c["name"], c.get("resources")) for c in spec.get("initContainers") or () if podstate.is_sidecar(c)]
@@ -673,9 +670,8 @@ AUTHORED_FROM_RECORD = "sized-at-admission"  # the ``authoredFrom`` log field: t
 def _as_authored(
     obj: dict[str, Any], carries_owned: bool, namespace: str, keyring: resizer.KeyRing
 ) -> dict[str, Any] | None:
-    """The pod as its author wrote it when ``obj`` carries our own sized record, verified by
-    :func:`resizer.admitted_originals`; None for any other pod. (``reinvocationPolicy: IfNeeded``:
-    the apiserver calls the webhook again with its own answer after a later webhook changed it.)"""
+    """The pod as its author wrote it when ``obj`` carries our own verified sized record, else None
+    (``reinvocationPolicy: IfNeeded``: the apiserver calls us again after a later webhook's change)."""
     if not carries_owned or not keyring or podstate.read_state(obj).sized_at_admission is None:
         return None
     originals = resizer.admitted_originals(obj, namespace, keyring, originals_of(obj))

@@ -30,9 +30,8 @@ log = logging.getLogger("workload_resizer.webhook")
 
 
 def reloaded_keyring(keys: KeyDirectory, current: KeyRing) -> KeyRing:
-    """The key ring after re-reading ``keys``: ``current`` when nothing changed or when the
-    new keys are unusable (an invalid key id or a short key must not stop the reload loop,
-    or the webhook would sign with a retired key until restarted)."""
+    """The key ring after re-reading ``keys``: ``current`` when nothing changed or the new keys are
+    unusable (a bad key must not stop the reload loop, or a retired key signs until a restart)."""
     if not keys.poll():
         return current
     try:
@@ -167,11 +166,9 @@ def build_server(
 
 
 class DrainingServer(uvicorn.Server):
-    """On the first SIGTERM/SIGINT: /readyz fails at once and every answer closes its
-    connection, serving goes on for ``shutdown_delay`` (endpoints and the apiserver's
-    connections move to other replicas meanwhile), then uvicorn's graceful shutdown stops
-    accepting and lets in-flight requests finish (up to --shutdown-timeout). A second
-    signal stops at once."""
+    """On the first SIGTERM/SIGINT: /readyz fails and every answer closes its connection while
+    serving goes on for ``shutdown_delay`` (endpoints and the apiserver move to other replicas),
+    then uvicorn's graceful shutdown (--shutdown-timeout). A second signal stops at once."""
 
     def __init__(self, config: uvicorn.Config, app: Any, shutdown_delay: float) -> None:
         super().__init__(config)
@@ -197,20 +194,16 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def run(args: argparse.Namespace, scope: NamespaceScope | None, sizing: Credentials | None) -> int:
-    """Serve as ``args`` (the parsed flags) say; ``sizing``: the credentials sizing at admission
-    watches the cluster with (None: stamp only)."""
+    """Serve as the flags say; ``sizing``: the credentials sizing at admission watches with (None: stamp only)."""
     # Freed request bodies go back to the OS instead of fragmenting the heap (RSS bound).
     if not bound_heap_retention():
         log.debug("not glibc: malloc thresholds left as they are")
     server = build_server(args, scope, sizing)
-    # uvicorn handles SIGTERM/SIGINT while serving (stop accepting, drain, lifespan
-    # shutdown) and then re-raises the signal with the previous handler restored.
-    # With Python's default that would kill the process before atexit runs, losing
-    # batched log lines; this handler turns it into a clean exit instead.
+    # uvicorn re-raises SIGTERM after its shutdown, with the previous handler restored: Python's
+    # default would kill the process before atexit flushes the batched log lines.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    # Everything allocated so far (FastAPI, pydantic, uvicorn) lives as long as the
-    # process: keep it out of the cyclic GC's sight so a full collection while
-    # serving scans a few thousand objects instead of tens of thousands (a long pause).
+    # What is allocated so far (FastAPI, pydantic, uvicorn) lives as long as the process: out of
+    # the cyclic GC's sight, a full collection scans thousands of objects, not tens of thousands.
     gc.collect()
     gc.freeze()
     try:

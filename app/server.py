@@ -76,10 +76,8 @@ class MutateApp:
         self.scope = scope
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
-        # Overload: more costly reviews waiting than this, or a large body beyond
-        # max_buffered_bytes, get "allowed, no patch". Bodies still arriving do not count: a
-        # client that never finishes its body must not take the room of complete reviews
-        # (app.connections bounds those).
+        # Overload: more costly reviews waiting than this, or a large body beyond max_buffered_bytes,
+        # get "allowed, no patch". Bodies still arriving do not count (app.connections bounds those).
         self.max_inflight = max_inflight
         self.max_buffered_bytes = max(DEFAULT_MAX_BUFFERED_BYTES, max_request_bytes)
         self.draining = False  # SIGTERM received: readiness fails, connections are closed after each answer
@@ -219,13 +217,11 @@ class MutateApp:
         await self._answer(send, start, answer, close=self.draining)
 
     async def _receive_in_turn(self, receive: Receive) -> Message:
-        """The next body chunk of a large review, read in turn with the other large ones.
-
-        Reading a chunk (TLS decryption of up to 256 KiB) holds the event loop a few tenths of a
-        millisecond. One large body is read at a time (the others stay paused by uvicorn's flow
-        control, which reads at most 64 KiB ahead of ``receive``), so a small review waits for at
-        most one such chunk. A sender slower than ``READ_TURN_SECONDS`` gives its turn away.
-        """
+        """The next body chunk of a large review, read in turn with the other large ones: reading one
+        (TLS decryption of up to 256 KiB) holds the event loop a few tenths of a millisecond, so one
+        large body is read at a time (uvicorn's flow control pauses the others at 64 KiB ahead of
+        ``receive``) and a small review waits for one chunk at most. A sender slower than
+        ``READ_TURN_SECONDS`` gives its turn away."""
         while True:
             async with self._read_lane:
                 with contextlib.suppress(TimeoutError):
@@ -344,17 +340,14 @@ def create_app(
     scope: NamespaceScope | None = None,
     sizing_ready: Check | None = None,
 ) -> MutateApp:
-    """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints.
-
-    ``/readyz`` fails once the app is draining (SIGTERM), before anything stops serving, and
-    while ``sizing_ready`` (sizing at admission) fails.
-    """
+    """The full ASGI app: raw ``/mutate`` in front of the FastAPI ops endpoints. ``/readyz`` fails
+    once the app is draining (SIGTERM), before anything stops serving, and while ``sizing_ready`` does."""
     metrics = metrics if metrics is not None else Metrics()
 
-    def certificate() -> tuple[bool, str]:  # ready once a serving certificate is loaded
+    def certificate() -> tuple[bool, str]:
         return (True, "serving certificate loaded") if is_ready() else (False, "no serving certificate loaded")
 
-    def shutdown() -> tuple[bool, str]:  # not ready from the first SIGTERM on (drain)
+    def shutdown() -> tuple[bool, str]:
         return (False, "shutting down") if app.draining else (True, "serving")
 
     api = FastAPI(

@@ -28,18 +28,15 @@ from resizer.vpa import GROUP_VERSION_PATH, RESOURCE, Owner, VpaIndex, slim_vpa,
 
 log = logging.getLogger("workload_resizer.webhook")
 
-# How often the VerticalPodAutoscaler CRD is looked up again (the reconciler's default
-# --config-refresh-interval).
+# How often the VPA CRD is looked up again (the reconciler's default --config-refresh-interval).
 VPA_RECHECK_INTERVAL = 30.0
 
 
 class SizingContext:
-    """The node table (node name -> node-type label value), the LimitRanges by namespace, the
-    targets of the updating VerticalPodAutoscalers by namespace (:func:`resizer.vpa.vpa_index`)
-    and the config in force, as of ``version``.
-
-    Pickled as its config text (a compiled config holds read-only mappings pickle refuses) and
-    compiled again once per version by the receiving review worker."""
+    """The node table (node name -> node-type label value), LimitRanges and updating VPAs' targets
+    (:func:`resizer.vpa.vpa_index`) by namespace, and the config in force, as of ``version``.
+    Pickled as its config text (pickle refuses a compiled config's read-only mappings), compiled
+    again once per version by the receiving review worker."""
 
     __slots__ = ("version", "label", "nodes", "config_text", "config", "dry_run", "limit_ranges", "vpas")
 
@@ -82,12 +79,10 @@ class SizingContext:
 
 class ClusterView:
     """Nodes, LimitRanges, the config ConfigMap and (``skip_vpa_managed``) the VerticalPodAutoscalers,
-    watched; :attr:`context` is None until all are known.
-
-    The VPA CRD is looked up by discovery at start and every ``VPA_RECHECK_INTERVAL`` (installed
-    later, its VPAs are watched from then on; removed, none holds a pod any more), as the
-    reconciler does. While discovery has never answered, or the VPAs of a served CRD are not
-    listed yet, there is no context: pods are stamped only, never sized past a VPA."""
+    watched; :attr:`context` is None until all are known. As in the reconciler, the VPA CRD is looked
+    up at start and every ``VPA_RECHECK_INTERVAL`` (installed later, its VPAs are watched from then
+    on; removed, none holds a pod); until discovery answers and a served CRD's VPAs are listed,
+    there is no context: pods are stamped only, never sized past a VPA."""
 
     def __init__(
         self,
@@ -163,8 +158,7 @@ class ClusterView:
 
     @property
     def listed(self) -> bool:
-        """Every watch has listed: what the cluster holds is known (a config, or that there is
-        no valid one)."""
+        """Every watch has listed: what the cluster holds (a config, or that none is valid) is known."""
         return self._synced() and self.configmaps.synced.is_set()
 
     async def run(self) -> None:
@@ -247,11 +241,9 @@ async def watch_cluster(view: ClusterView) -> None:
 def sizing_readiness(
     view: Callable[[], ClusterView | None], timeout: float, clock: Callable[[], float] = time.monotonic
 ) -> Check:
-    """/readyz's ``sizing`` check: failing until every watch of ``view()`` has listed (a missing
-    or invalid config, once listed, is known), for at most ``timeout`` seconds from now. A replica
-    that starts in a rolling update takes reviews only once it can size pods, while the bound
-    keeps a view that never lists (RBAC, the network) from keeping it out of service: from then
-    on it is ready, and stamps only until the view lists."""
+    """/readyz's ``sizing`` check: failing until every watch of ``view()`` has listed, for at most
+    ``timeout`` seconds from now, so a replica starting in a rolling update takes reviews once it
+    can size pods, yet a view that never lists (RBAC, the network) cannot keep it out of service."""
     deadline = clock() + timeout
     warned = False
 

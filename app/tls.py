@@ -1,14 +1,12 @@
 """Serving certificate: one live ``ssl.SSLContext``, reloaded in place on rotation.
 
-Every new connection builds its SSL object from the context uvicorn was given, so loading a
-new pair into that *same* context makes new handshakes present it while established
-connections carry on: no restart, no dropped request. ``CertReloader.poll`` (every
-``--cert-reload-interval``) reads the pair consistently across a kubelet's ``..data``
-symlink swap, validates a private copy on a scratch context (key matches, not expired) and
-only then loads that copy into the live one: a bad pair is never served, the previous
-certificate stays, and the failure is logged and counted once. It runs on the event loop's
-thread, as handshakes do, so none starts between ``load_cert_chain`` setting the certificate
-and the key.
+New connections build their SSL object from the context uvicorn was given, so loading a new
+pair into that *same* context makes new handshakes present it while established connections
+carry on: no restart, no dropped request. ``CertReloader.poll`` reads the pair consistently
+across a kubelet's ``..data`` symlink swap and validates a private copy on a scratch context
+(key matches, not expired) before loading it into the live one: a bad pair is never served, the
+previous one stays, the failure is logged and counted once. It runs on the event loop's thread,
+as handshakes do, so none starts between ``load_cert_chain`` setting certificate and key.
 """
 
 from __future__ import annotations
@@ -115,8 +113,8 @@ class CertReloader:
         return self.info is not None
 
     def poll(self) -> bool | None:
-        """Check the files once. True: a new pair is now served; False: a bad pair was
-        refused; None: nothing to do (unchanged, already refused, or mid-swap)."""
+        """Check the files once. True: a new pair is served; False: a bad pair was refused; None:
+        nothing to do (unchanged, already refused, or mid-swap)."""
         try:
             cert_pem, key_pem = self._read_pair()
         except _InFlux:

@@ -158,11 +158,10 @@ class ReviewWorker:
 
 
 class _PipeEnd:
-    """One end of a worker's pipe for ``connect_*_pipe``, closed exactly once whichever event loop
-    takes it: uvloop closes the descriptor itself and then calls ``close()`` too, and a second
-    ``close(2)`` can hit a descriptor the spawner thread was given meanwhile (a new worker's pipe).
-    asyncio's own loop only calls ``close()``. It holds a duplicate of ``file``'s descriptor and
-    closes ``file``."""
+    """One end of a worker's pipe for ``connect_*_pipe`` (a duplicate of ``file``'s descriptor;
+    ``file`` is closed), closed exactly once whichever loop takes it: uvloop closes the descriptor
+    itself, then calls ``close()`` too (asyncio only calls ``close()``), and a second ``close(2)``
+    can hit a descriptor the spawner thread was given meanwhile (a new worker's pipe)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, file: IO[bytes]) -> None:
         self._fd = os.dup(file.fileno())
@@ -258,10 +257,9 @@ class ReviewWorkers:
     async def decide(
         self, body: bytes | list[bytes], keys: Any, scope: Any, deadline: float, sizing: Any = None
     ) -> Answer:
-        """Decide on ``body`` (bytes, or parts to concatenate) in a worker by ``deadline``
-        (``time.monotonic()``). Raises :class:`WorkersBusy` when no worker is free in time or the
-        decision is still running at the deadline (it goes on, killed only past ``timeout``),
-        :class:`WorkerFailure` on a worker fault, and nothing else."""
+        """Decide on ``body`` (or its parts) in a worker by ``deadline`` (``time.monotonic()``). Raises
+        :class:`WorkersBusy` when no worker is free in time or the decision still runs at the deadline
+        (it goes on, killed only past ``timeout``), :class:`WorkerFailure` on a worker fault."""
         if self._stopped:
             raise WorkersBusy("review workers stopped")
         try:
@@ -328,8 +326,8 @@ class ReviewWorkers:
             return
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Close every worker's stdin (it exits after its current review), then reap; kill
-        whatever is still running after ``grace`` seconds."""
+        """Close every worker's stdin (it exits after its current review) and reap; kill what still
+        runs after ``grace`` seconds."""
         self._stopped = True
         for task in list(self._replacing):
             task.cancel()
@@ -401,8 +399,7 @@ def serve(decide: Callable[..., Answer] | None = None) -> int:
     sizing: Any = None  # the last sizing context received
     keyring = resizer.EMPTY_KEYRING  # kept while the keys sent are the same (its fingerprint once per ring)
 
-    # The reply channel is a private copy of stdout; fd 1 goes to stderr so that no stray
-    # print can corrupt a frame.
+    # Replies go to a private copy of stdout; fd 1 goes to stderr: no stray print corrupts a frame.
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
