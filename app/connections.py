@@ -141,8 +141,7 @@ class ConnectionGuard:
 
 
 class CorkableTransport:
-    """The transport as uvicorn's protocol sees it: while corked, its writes are gathered and go
-    out as one at :meth:`uncork` (or before a close); everything else is the transport's."""
+    """The transport uvicorn's protocol sees: while corked, its writes go out as one at :meth:`uncork`."""
 
     __slots__ = ("_transport", "_corked")
 
@@ -266,8 +265,7 @@ class GuardedConnection(asyncio.Protocol):
 
 
 def guarded_protocol(inner: Callable[..., asyncio.Protocol], guard: ConnectionGuard) -> type[asyncio.Protocol]:
-    """A protocol class for uvicorn's ``Config.http_protocol_class``: each connection is
-    ``inner(**kwargs)`` (uvicorn's HTTP protocol, with uvicorn's arguments) behind ``guard``."""
+    """For uvicorn's ``Config.http_protocol_class``: each connection is ``inner(**kwargs)`` behind ``guard``."""
 
     class Guarded(GuardedConnection):
         __slots__ = ()

@@ -118,11 +118,10 @@ _NO_ORIGINALS: Mapping[str, str] = {}  # shared, never mutated
 
 
 class Answer(NamedTuple):
-    """The webhook's answer to one request, and what its metrics and log line say.
-
-    ``status`` 200 answers ``allowed: true`` for ``uid`` with ``patch`` (base64 JSONPatch) and
-    ``warnings``; 400/413 refuse the request; 503 is the overload answer without a uid.
-    ``reviewed``: a review was decided, so its log line has the pod's fields."""
+    """The answer to one request, and what its metrics and log line say: ``status`` 200 answers
+    ``allowed: true`` for ``uid`` with ``patch`` (base64 JSONPatch) and ``warnings``; 400/413
+    refuse it; 503 is the overload answer, without a uid. ``reviewed``: a review was decided (its
+    log line has the pod's fields)."""
 
     status: int
     uid: str
@@ -346,8 +345,7 @@ def handle_review_inline(
     scope: NamespaceScope | None = None,
     sizing: SizingContext | None = None,
 ) -> Answer | None:
-    """:func:`handle_review` for the event loop: None, without deciding, when the review is too
-    costly to decide there (:func:`_costly`); the caller decides it elsewhere."""
+    """:func:`handle_review` for the event loop; None, undecided, when the review is too costly there."""
     document = _load(body)
     if isinstance(document, Answer):
         return document

@@ -1,11 +1,11 @@
 """The webhook's ASGI application.
 
-``POST /mutate``, the only hot path (the apiserver calls it synchronously for every pod
-CREATE), is served by :class:`MutateApp`, a raw ASGI app in front of FastAPI, because a
-FastAPI route costs several times the decision itself. Everything else (``/healthz``,
-``/readyz``, ``/metrics``, lifespan) goes to FastAPI. Only cheap reviews are decided on the
-event loop (``app.review.INLINE_MAX_*``); the others go to a review worker (``app.worker``),
-or without workers to the large lane (one at a time, after the waiting ones).
+``POST /mutate``, the only hot path (the apiserver calls it synchronously for every pod CREATE),
+is served by :class:`MutateApp`, a raw ASGI app, because a FastAPI route costs several times the
+decision itself; ``/healthz``, ``/readyz``, ``/metrics`` and lifespan go to FastAPI behind it.
+Only cheap reviews are decided on the event loop (``app.review.INLINE_MAX_*``); the others go to
+a review worker (``app.worker``), or without workers to the large lane (one at a time, after
+the waiting ones).
 """
 
 from __future__ import annotations
@@ -121,8 +121,7 @@ class MutateApp:
     async def _overloaded(
         self, send: Send, start: float, head: bytes, why: str, reason: Reason = Reason.OVERLOADED
     ) -> None:
-        """Answer without deciding (:func:`app.review.undecided`), connection closed so the rest
-        of the body is never read."""
+        """Answer without deciding (:func:`app.review.undecided`); the connection closes, its body unread."""
         await self._answer(send, start, undecided(head, why, reason), close=True)
 
     async def _answer(self, send: Send, start: float, answer: Answer, close: bool = False) -> None:

@@ -199,8 +199,7 @@ async def start_worker(command: list[str] | None = None, start_timeout: float = 
 
 
 class ReviewWorkers:
-    """A fixed number of review workers; a faulty one is killed and replaced (``restarts`` is
-    called with the reason)."""
+    """A fixed number of review workers; a faulty one is killed and replaced (``restarts(reason)``)."""
 
     def __init__(
         self,
@@ -326,8 +325,7 @@ class ReviewWorkers:
             return
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Close every worker's stdin (it exits after its current review) and reap; kill what still
-        runs after ``grace`` seconds."""
+        """Close every worker's stdin (it exits after its current review), reap; kill any left after ``grace``."""
         self._stopped = True
         for task in list(self._replacing):
             task.cancel()
