@@ -1,20 +1,18 @@
 """`calibrate`: measure each node type's CPU performance instead of typing it from a table.
 
-Per node type (the node-type label's values on the nodes, or the --node-types named), one
-Ready, schedulable node is chosen; per round, one benchmark pod per type runs on its node at
-the same time (Guaranteed: --cpu request = limit, pinned by node affinity on the node's name,
-through the scheduler, so taints and capacity are honoured), and its score is read from the
-container's termination message (no connection to the kubelet needed) or, if that is empty,
-from the last line of its log. After --repeats rounds the scores become, per type, a mean,
-a spread and a ratio to the baseline type with its confidence interval
-(:mod:`resizer.calibration`), and the suggested ``nodeTypes.<type>.cpuPerf``. With --apply the
-ConfigMap's config.yaml gets those values (only those bytes change; validated first;
-resourceVersion precondition); the reconciler then re-aligns the pods at its own rate.
+Per round, one benchmark pod per node type runs at the same time on one Ready, schedulable node
+of its type (Guaranteed: --cpu request = limit; pinned by node affinity on the node's name, so
+the scheduler honours taints and capacity); its score comes from the container's termination
+message (no connection to the kubelet needed), else its log's last line. After --repeats rounds
+each type gets a mean, a spread, a ratio to the baseline with its confidence interval
+(:mod:`resizer.calibration`) and a suggested ``nodeTypes.<type>.cpuPerf``; --apply writes only
+those bytes of the ConfigMap's config.yaml (validated first; resourceVersion precondition), and
+the reconciler re-aligns the pods at its own rate.
 
-The pods are bare (no controller) and carry the skip annotation, so neither the webhook nor the
-reconciler touches them, whatever the namespace. Each is deleted as soon as it has run, and
-everything this run created (labelled with the run, :func:`resizer.podstate.calibration_labels`)
-is deleted on the way out, Ctrl-C and SIGTERM included.
+The pods are bare (no controller) and carry the skip annotation: neither the webhook nor the
+reconciler touches them. Each is deleted once it has run, and all this run created (labelled
+with the run, :func:`resizer.podstate.calibration_labels`) on the way out, Ctrl-C and SIGTERM
+included.
 """
 
 from __future__ import annotations
@@ -384,8 +382,7 @@ class Calibration:
         self._live.discard(name)
 
     async def clean_up(self) -> None:
-        """Delete every pod of this run: those still tracked, then any the label finds (a create
-        whose reply was lost)."""
+        """Delete every pod of this run: those tracked, then any the label finds (a create whose reply was lost)."""
         for name in list(self._live):
             await self._delete(name)
         with contextlib.suppress(ApiError, TransportError):

@@ -9,9 +9,8 @@ from resizer import EMPTY_KEYRING, KeyRing, KeyRingError
 
 
 async def load_keyring(client: KubeClient, settings: KeySettings) -> tuple[KeyRing, str | None]:
-    """The key ring, and a warning when there is none (then only pods whose spec never changed,
-    or equals their originals, can be verified). Raises KeyRingError/KeyDirectoryError for keys
-    that are present but unusable (a mistake the admin must fix)."""
+    """The key ring, and a warning when there is none (then only pods whose spec never changed, or
+    equals their originals, verify). Raises KeyRingError/KeyDirectoryError for unusable keys."""
     if settings.key_dir:
         return KeyRing(read_key_directory(settings.key_dir)), None
     namespace, name = settings.secret.split("/", 1)

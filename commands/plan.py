@@ -44,9 +44,8 @@ def run_command(
     unreachable: str = "cannot read the cluster",
     **client_options: Any,
 ) -> T | int:
-    """`go(client)` run to completion with a client of the admin's kubeconfig (closed after), or
-    the exit code of its failure, said on stderr: 2 for a CommandError (the admin's to fix), 1 when
-    the cluster cannot be read (any KubeError, an unusable kubeconfig included)."""
+    """`go(client)` with a client of the admin's kubeconfig (closed after), or its failure's exit code,
+    said on stderr: 2 for a CommandError (the admin's to fix), 1 when the cluster cannot be read."""
 
     async def with_client() -> T:
         credentials = load_credentials(api.kubeconfig, api.context)
@@ -74,9 +73,8 @@ async def list_all(
     on_page: Callable[[int], None] | None = None,
     **params: Any,
 ) -> list[dict[str, Any]]:
-    """Every item of a collection, in pages of ``page_size`` (continue tokens), each item
-    reduced by ``slim`` as its page arrives (memory stays proportional to what is read);
-    ``on_page`` is told how many items have been read after each page."""
+    """Every item of a collection, in pages of ``page_size``, each reduced by ``slim`` as its page
+    arrives (memory stays proportional to what is read); ``on_page`` gets the count after each page."""
     items: list[dict[str, Any]] = []
     query: dict[str, Any] = {"limit": page_size, **params}
     while True:
@@ -146,8 +144,7 @@ async def gather_forecast(
 ) -> tuple[FleetForecast, dict[str, Any]]:
     """Read the cluster and forecast every pod; ``listed_pods``, if given, receives the (slim)
     bound pods read (what `report` needs to say why a pod is held back), ``runtimes`` what their
-    containers' runtimes read from their limits at start (the slim pods drop env, image, command);
-    ``progress`` counts the pods as their pages arrive."""
+    containers' runtimes read from their limits at start (the slim pods drop env, image, command)."""
     started = time.monotonic()
     config, source = await read_config(client, settings)
     try:
@@ -366,11 +363,8 @@ def forecast_table(
             lines.append(f"  {pod.namespace}/{pod.name} on {pod.node} ({pod.node_type}): {pod.outcome}: {pod.detail}")
     if info.get("held"):
         lines.append("Held by preflight (not sent until the constraint changes; the reconciler reports each once):")
-        for held in info["held"]:
-            lines.append(
-                f"  {held['namespace']}/{held['name']} on {held['node']}: {held['reason']}: "
-                f"{held['constraint']} {held['object']}: {held['detail']}"
-            )
+        held_line = "  {namespace}/{name} on {node}: {reason}: {constraint} {object}: {detail}"
+        lines += [held_line.format_map(held) for held in info["held"]]
     if info.get("preflightNotJudged"):
         lines.append("Preflight not judged (cannot read): " + "; ".join(info["preflightNotJudged"]))
     sized = [pod for group in forecast.workloads for pod in group.pods if pod.sized_at_admission]

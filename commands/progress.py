@@ -1,9 +1,7 @@
-"""A progress counter for the long admin commands, redrawn in place on a terminal.
-
-`restore: 120/500 pods` on stderr, rewritten with a carriage return as the work goes on and
-erased when it ends, so the terminal keeps only the command's own output. Nothing at all is
-written when stderr is not a terminal (a pipe, a file, CI) or when the command's output is
-meant for a program (`-o json`, `-o html`): the stream a script reads stays exactly as it was.
+"""A progress counter for the long admin commands (`restore: 120/500 pods` on stderr), redrawn in
+place with a carriage return and erased when the work ends: the terminal keeps only the
+command's own output. Nothing is written when stderr is no terminal (a pipe, a file, CI) or the
+output is meant for a program (`-o json`, `-o html`): the stream a script reads stays as it was.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """`report`: what the product has freed (or added) so far, and what it holds back, read-only.
 
-The same reading and decisions as `plan` (:func:`commands.plan.gather_forecast`:
-one paged LIST of bound pods and nodes, the ConfigMap, the originals keys, then
-:func:`resizer.forecast.forecast_fleet` with the baseline authority). A managed pod's
-requests as authored are its verified originals; freed = as authored - as now, added up
-per node type and per workload (:func:`resizer.forecast.managed_requests`). A pod the
-product holds back is listed with the reason: one not at its planned size yet (deferred,
-infeasible or failed on its node, or not resized yet) counts in the totals as it is now;
-one without a plan (unknown node type, originals that cannot be verified, ...) does not,
-as what it was authored with cannot be told.
+The same reading and decisions as `plan` (:func:`commands.plan.gather_forecast`). A managed
+pod's requests as authored are its verified originals; freed = as authored - as now, per node
+type and per workload (:func:`resizer.forecast.managed_requests`). A held-back pod is listed
+with the reason: one not at its planned size yet (deferred, infeasible or failed on its node,
+or not resized yet) counts in the totals as it is now; one without a plan (unknown node type,
+unverifiable originals, ...) does not, as what it was authored with cannot be told.
 """
 
 from __future__ import annotations
@@ -82,9 +79,8 @@ def build_report(
 def applied_hints(
     forecast: FleetForecast, runtimes: dict[PodKey, PodRuntimes]
 ) -> tuple[tuple[PodForecast, RuntimeHint], ...]:
-    """The managed pods' containers resized in place (as authored -> now) whose runtime read a limit
-    the resize changed when it started, and has not started again since the pod got its size. Pods
-    sized at admission started at their size: not flagged."""
+    """Managed pods' containers resized in place whose runtime read, at its start, a limit the resize
+    changed, and has not restarted since. Pods sized at admission started at their size: not flagged."""
     managed = [pod for group in forecast.workloads for pod in group.pods if not pod.sized_at_admission]
     hints = hints_by_pod((((p.namespace, p.name), p.plan) for p in managed), runtimes, applied=True)
     return tuple((pod, hint) for pod in managed for hint in hints.get((pod.namespace, pod.name), ()))

@@ -245,9 +245,8 @@ def _describe(patch: dict[str, Any]) -> str:
 
 
 async def _bounded(restorer: Restorer, work: Coroutine[Any, Any, Summary], grace: float) -> Summary:
-    """`work`, given at most `grace` seconds after a signal to finish the pod in progress; then
-    cancelled (the pod's annotations are kept until its spec holds the originals, so a rerun
-    finishes it)."""
+    """`work`, given at most `grace` seconds after a signal to finish the pod in progress, then
+    cancelled (a pod keeps its annotations until its spec holds the originals: a rerun finishes it)."""
     task = asyncio.ensure_future(work)
     stopping = asyncio.ensure_future(restorer.stop.wait())
     try:

@@ -1,19 +1,16 @@
 """`selftest`: is the installed product working? What `helm test` runs in its test Pod.
 
-Two checks, each retried until it passes or ``--timeout`` runs out (right after an install
-the CA may not be injected yet, nor a leader elected):
+Two checks, each retried until it passes or ``--timeout`` runs out (right after an install the
+CA may not be injected yet, nor a leader elected):
 
-- the webhook: a pod controlled by a ReplicaSet is created in ``--probe-namespace`` as a
-  server-side dry run (``dryRun=All``: admission runs, nothing is stored), as a Deployment's
-  pod would be; the apiserver's answer must carry the ``original-*`` annotations the webhook
-  stamps. With ``failurePolicy: Ignore`` an unreachable webhook admits pods unstamped, so only
-  the annotations prove the apiserver called it.
-- the reconciler: its leader-election Lease has a holder that renewed it within the lease
-  duration, and the holder (``<pod name>_<random>``) is a Running reconciler pod. Without
-  leader election (``--lease ''``), a Ready reconciler pod.
+- the webhook: a ReplicaSet's pod created in ``--probe-namespace`` as a server-side dry run
+  (``dryRun=All``: admission runs, nothing is stored) must come back with the ``original-*``
+  annotations: with ``failurePolicy: Ignore`` an unreachable webhook admits pods unstamped.
+- the reconciler: its leader-election Lease's holder (``<pod name>_<random>``) renewed it within
+  the lease duration and is a Running reconciler pod; without leader election (``--lease ''``),
+  a Ready reconciler pod.
 
-The judging is pure (:func:`judge_webhook`, :func:`judge_lease`, :func:`judge_pods`); only
-:func:`run_selftest` talks to the cluster.
+The judging is pure (``judge_*``); only :func:`run_selftest` talks to the cluster.
 """
 
 from __future__ import annotations
