@@ -61,14 +61,10 @@ def build_report(
     info: dict[str, Any],
     runtimes: dict[PodKey, PodRuntimes] | None = None,
 ) -> Report:
-    total = RequestTotals()
-    for group in forecast.workloads:
-        for pod in group.pods:
-            total.add(pod)
     return Report(
         managed_requests(forecast, key=lambda p: p.node_type),
         managed_requests(forecast, key=lambda p: (p.namespace, p.workload, p.node_type)),
-        total,
+        managed_requests(forecast, key=lambda p: "all").get("all", RequestTotals()),
         held_back(forecast, pods),
         forecast.skipped,
         info,
@@ -296,20 +292,16 @@ def _td(text: str, numeric: bool = False, css: str = "") -> str:
     return f"<td{attribute}>{html.escape(text)}</td>"
 
 
-def _freed_td(amount: int, fmt: Any) -> str:
-    return _td(_freed(amount, fmt), True, "freed" if amount > 0 else "added" if amount < 0 else "")
-
-
 def _totals_tds(totals: RequestTotals) -> str:
-    return (
-        _td(str(totals.pods), True)
-        + _td(format_cpu(totals.original_cpu), True)
-        + _td(format_cpu(totals.current_cpu), True)
-        + _freed_td(totals.freed_cpu, format_cpu)
-        + _td(format_memory(totals.original_memory), True)
-        + _td(format_memory(totals.current_memory), True)
-        + _freed_td(totals.freed_memory, format_memory)
-    )
+    tds = _td(str(totals.pods), True)
+    for fmt, original, current in (
+        (format_cpu, totals.original_cpu, totals.current_cpu),
+        (format_memory, totals.original_memory, totals.current_memory),
+    ):
+        freed = original - current
+        css = "freed" if freed > 0 else "added" if freed < 0 else ""
+        tds += _td(fmt(original), True) + _td(fmt(current), True) + _td(_freed(freed, fmt), True, css)
+    return tds
 
 
 TOTALS_HEADER = (
