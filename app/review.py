@@ -161,10 +161,9 @@ INLINE_MAX_ANNOTATIONS = 64
 
 
 # -- memo of the core's originals ---------------------------------------------------
-# resizer.originals_from_spec_annotations (exact Fraction arithmetic) is most of a request's
-# CPU. Its result depends only on the containers' names and resources (checked by
-# tests/unit/test_webhook_review.py), which replicas of one workload share: it is memoised on
-# that projection. Every cache here is bounded in bytes whatever the input.
+# resizer.originals_from_spec_annotations (exact Fraction arithmetic) is most of a request's CPU.
+# Its result depends only on the containers' names and resources, which a workload's replicas
+# share (tests/unit/test_webhook_review.py checks): memoised on those. Every cache is byte-bounded.
 _ORIGINALS_KEY_MAX = 4096  # bytes of key; bigger pods are not memoised
 _ENTRY_OVERHEAD = 200  # bytes a dict entry and its objects cost beyond the counted text
 

@@ -1,9 +1,8 @@
 """`plan`: what the product would do to the cluster, read-only.
 
-One paged LIST of bound pods and one of nodes (plus namespaces when the scope has a
-label selector) with the admin's kubeconfig; the config from the product's ConfigMap or
-a candidate file; then the reconciler's own pure decisions (:mod:`resizer.forecast`).
-Nothing is written.
+One paged LIST of bound pods and one of nodes (plus namespaces when the scope selects by label)
+with the admin's kubeconfig, the config from the product's ConfigMap or a candidate file, then
+the reconciler's own pure decisions (:mod:`resizer.forecast`). Nothing is written.
 """
 
 from __future__ import annotations
@@ -186,7 +185,7 @@ async def gather_forecast(
     )
     constraints = await read_constraints(client, settings.api.page_size, forecast)
     held = preflight_verdicts(forecast, pods, nodes, constraints)
-    info = {
+    return forecast, {
         "config": source,
         "pods": len(pods),
         "nodes": len(nodes),
@@ -196,7 +195,6 @@ async def gather_forecast(
         "held": held,
         "preflightNotJudged": constraints.get("notJudged", []),
     }
-    return forecast, info
 
 
 def recording_runtimes(runtimes: dict[PodKey, PodRuntimes]) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -1,11 +1,10 @@
 """`restore`: every managed pod back to its originals, the product's annotations removed.
 
-Per pod, in this order (resizer/restore.py says why): resize back to the ``original-*``
-values if the spec differs, then remove the ``original-*``/``applied-*`` annotations
-with a resourceVersion precondition (a pod changed meanwhile is read again and
-redone). Pods are taken one at a time at no more than --max-resizes-per-second.
-Idempotent: a pod already restored carries none of our annotations and is not
-listed again; a run killed at any point is finished by running it again.
+Per pod, in this order (resizer/restore.py says why): resize back to the ``original-*`` values
+if the spec differs, then remove the ``original-*``/``applied-*`` annotations with a
+resourceVersion precondition (a pod changed meanwhile is read again and redone), one pod at a
+time at no more than --max-resizes-per-second. Idempotent: a restored pod carries none of our
+annotations and is not listed again; a run killed at any point is finished by running it again.
 """
 
 from __future__ import annotations
