@@ -8,8 +8,7 @@ from functools import partial
 
 from ops.prometheus import CollectorRegistry, Counter, Gauge, Histogram, new_registry
 
-# Webhook calls take well under a millisecond; the apiserver gives up at
-# timeoutSeconds (3 s in webhook-config/).
+# Webhook calls take well under a millisecond; the apiserver gives up at timeoutSeconds (3 s in webhook-config/).
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 

@@ -141,9 +141,8 @@ class Answer(NamedTuple):
     stripped: int = 0  # forged controller-owned keys removed
 
 
-# JSON objects + arrays in one review beyond which it is not parsed (answered "allowed, no
-# patch"): parsing time and memory grow with objects, not bytes. Counted where the review is
-# decided, off the event loop, never chunk by chunk on it.
+# JSON objects + arrays beyond which a review is not parsed ("allowed, no patch"): parse time and
+# memory grow with objects, not bytes. Counted where it is decided, off the loop, not per chunk.
 MAX_JSON_CONTAINERS = 20_000
 TOO_MANY_OBJECTS = f"more than {MAX_JSON_CONTAINERS} JSON objects/arrays"
 _UID = re.compile(rb'"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"')

@@ -49,11 +49,9 @@ decision_log = logging.getLogger("workload_resizer.webhook")
 MUTATE_PATH = "/mutate"
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 32
-# Request bodies held in memory at once, all requests together: beyond it a request
-# gets the overload answer instead of more buffering (memory bounded by bytes).
+# Request bodies held in memory at once, all together: beyond it, the overload answer, not more buffering.
 DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
-# How long a large body's sender may keep the read lane (MutateApp._receive_in_turn)
-# waiting for its next chunk before the next large body gets its turn.
+# How long a large body's sender may keep the read lane waiting for its next chunk before the next one's turn.
 READ_TURN_SECONDS = 0.05
 
 _JSON_HEADER = (b"content-type", b"application/json")
@@ -102,8 +100,7 @@ class MutateApp:
             except Exception:  # a bug here must not turn into uvicorn's 500
                 self._by_result["error"].inc()
                 decision_log.exception("webhook request failed")
-                # If no response went out yet, the apiserver gets a 400 and (failurePolicy Ignore)
-                # admits; if one did, the connection is already beyond help.
+                # No response sent yet: a 400, which failurePolicy Ignore admits; else the connection is lost.
                 with contextlib.suppress(Exception):
                     await self._respond(send, 400, b'{"error":"internal error","code":400}', close=True)
             finally:
@@ -231,12 +228,11 @@ class MutateApp:
         """Decide a review too costly for the event loop (raises as :meth:`ReviewWorkers.decide`)."""
         workers = self.review_workers
         if workers is not None:
-            # Off the event loop: small reviews and probes go on meanwhile. The parts go to
-            # the worker's pipe as they are (joining 4 MiB holds the loop for milliseconds).
+            # Off the loop (small reviews and probes go on), the parts piped as they are: joining 4 MiB holds it.
             deadline = time.monotonic() + workers.timeout - (_perf() - start)
             return await workers.decide(parts, self.keyring.keys, self.scope, deadline, self._sizing())
-        # Deciding holds the event loop: costly reviews are decided one at a time, after the reviews
-        # already waiting, so a flood of them cannot stack up in front of small ones.
+        # Deciding holds the loop: one costly review at a time, after those waiting, so a flood cannot
+        # stack up in front of small ones.
         async with self._large_lane:
             await asyncio.sleep(0)
             return handle_review(b"".join(parts), self.keyring, self.scope, self._sizing())

@@ -32,9 +32,8 @@ from app.metrics import Metrics
 log = logging.getLogger("workload_resizer.webhook.tls")
 
 TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
-# TLS 1.2: forward-secret key exchange (ECDHE) with AEAD ciphers only: no CBC, no DHE,
-# no static RSA. TLS 1.3 suites are all ECDHE/AEAD and preferred whenever the client has
-# it (the server picks the highest common version).
+# TLS 1.2: forward-secret key exchange (ECDHE) with AEAD ciphers only: no CBC, DHE or static RSA.
+# TLS 1.3's suites are all ECDHE/AEAD, preferred when the client has it (the highest common version).
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 

@@ -67,10 +67,9 @@ class WorkersBusy(WebhookError):
 # ---------------------------------------------------------------- parent side
 
 
-# Workers are spawned from this thread, not the event loop's: uvloop forks on the loop's
-# thread, copying the whole heap's page tables while no review is answered (a stall an attacker
-# could trigger by timeouts); subprocess.Popen uses vfork. One long-lived thread, as
-# PR_SET_PDEATHSIG follows the thread that spawned the worker.
+# Workers are spawned from this thread, not the event loop's: uvloop forks on the loop's thread,
+# copying the whole heap's page tables while no review is answered (a stall an attacker could
+# trigger by timeouts); subprocess.Popen uses vfork. Long-lived: PR_SET_PDEATHSIG follows it.
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="review-worker-spawner")
 
 
