@@ -100,8 +100,7 @@ def _sizing_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
 
 
 def program_name(argv0: str) -> str:
-    """How the admin called us, for usage lines: `kubectl workload-resizer` when kubectl ran the
-    plugin binary (`kubectl-workload_resizer`, krew's or pip's), else `workload-resizer`."""
+    """For usage lines: `kubectl workload-resizer` when run as `kubectl-workload_resizer`, else `workload-resizer`."""
     return "kubectl workload-resizer" if os.path.basename(argv0).startswith("kubectl-") else "workload-resizer"
 
 

@@ -150,6 +150,14 @@ async def gather_forecast(
         keyring, warning = await load_keyring(client, settings.keys)
     except (KeyRingError, KeyDirectoryError) as err:
         raise CommandError(f"originals keys: {err}") from None
+
+    def slim(pod: dict[str, Any]) -> dict[str, Any]:  # slim_pod, recording the runtime facts of a pod with any
+        found = pod_runtimes(pod)
+        if found is not None:
+            metadata = pod.get("metadata") or {}
+            runtimes[(str(metadata.get("namespace")), str(metadata.get("name")))] = found
+        return slim_pod(pod)
+
     progress.start()
     try:
         pods, nodes = await asyncio.gather(
@@ -157,7 +165,7 @@ async def gather_forecast(
                 client,
                 "/api/v1/pods",
                 settings.api.page_size,
-                recording_runtimes(runtimes),
+                slim,
                 on_page=progress.update,
                 fieldSelector="spec.nodeName!=",
             ),
@@ -195,19 +203,6 @@ async def gather_forecast(
         "held": held,
         "preflightNotJudged": constraints.get("notJudged", []),
     }
-
-
-def recording_runtimes(runtimes: dict[PodKey, PodRuntimes]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """``slim_pod`` that first records, in ``runtimes``, the runtime facts of a pod that has any."""
-
-    def slim(pod: dict[str, Any]) -> dict[str, Any]:
-        found = pod_runtimes(pod)
-        if found is not None:
-            metadata = pod.get("metadata") or {}
-            runtimes[(str(metadata.get("namespace")), str(metadata.get("name")))] = found
-        return slim_pod(pod)
-
-    return slim
 
 
 def planned_hints(
