@@ -150,9 +150,8 @@ _UID_SEARCH_BYTES = 64 * 1024
 # Pods with more spec containers are admitted unstamped (forged keys stripped): their originals
 # cost a worker's CPU and would not fit the 256 KiB annotation limit anyway.
 MAX_STAMPED_CONTAINERS = 256
-# A review decided on the event loop holds every other review up, so only reviews well under a
-# millisecond are decided there (docs/performance.md): the caller checks the byte bounds before
-# parsing, handle_review_inline the rest. Costlier ones go to a review worker (app.worker).
+# A review decided on the event loop holds all others up: only those well under a millisecond are
+# (docs/performance.md; the caller checks the byte bounds before parsing, handle_review_inline the rest).
 INLINE_MAX_BYTES = 16 * 1024
 INLINE_MAX_VALUES = 2048  # commas: JSON values after the first of each object/array
 INLINE_MAX_CONTAINERS = 4  # spec.containers whose originals are not memoised

@@ -2,10 +2,9 @@
 
 :class:`ClusterView` watches the nodes (their node-type label only), the config ConfigMap (an
 invalid one keeps the last good one in force), the LimitRanges (a size one would refuse is not
-given at CREATE) and, where their CRD is served, the VerticalPodAutoscalers (a pod an updating
-one may manage is not sized). :class:`SizingContext` is an immutable, versioned snapshot: the
-review workers receive it only when its version changed, so a review never costs an API call.
-Any failure here leaves pods stamped only: a missing view never blocks a pod.
+given at CREATE) and, where served, the VerticalPodAutoscalers (a pod an updating one may manage
+is not sized). :class:`SizingContext` is an immutable snapshot, sent to the review workers only
+when its version changed: a review never costs an API call. Any failure leaves pods stamped only.
 """
 
 from __future__ import annotations

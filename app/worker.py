@@ -38,9 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("workload_resizer.webhook")
 
 # Request frame: (meta length, body length) + pickle of (keys, scope, sizing version, sizing
-# context or None) + the raw body. The sizing context (app.sizing) goes to a worker only when its
-# version is new to that worker; the worker keeps the last one it received.
-# Reply frame: length + pickle of the Answer, or of a str (the error, when deciding raised).
+# context: sent only when its version is new to the worker, which keeps the last; else None) +
+# the raw body. Reply frame: length + pickle of the Answer, or of a str (the error deciding raised).
 REQUEST_HEADER = struct.Struct(">II")
 REPLY_HEADER = struct.Struct(">I")
 READY = b"R"
@@ -402,8 +401,7 @@ def serve(decide: Callable[..., Answer] | None = None) -> int:
     requests = sys.stdin.buffer
     gc.collect()
     gc.freeze()
-    # Only now: started at SCHED_IDLE, the imports above took 35 s instead of 1 s on a node
-    # whose CPUs were busy, and the webhook waits for its workers before it serves.
+    # Only now: at SCHED_IDLE the imports above took 35 s, not 1 s, on a busy node; the webhook waits for them.
     _yield_cpu_to_the_event_loop()
     replies.write(READY)
     replies.flush()
