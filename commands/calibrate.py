@@ -9,10 +9,9 @@ each type gets a mean, a spread, a ratio to the baseline with its confidence int
 those bytes of the ConfigMap's config.yaml (validated first; resourceVersion precondition), and
 the reconciler re-aligns the pods at its own rate.
 
-The pods are bare (no controller) and carry the skip annotation: neither the webhook nor the
-reconciler touches them. Each is deleted once it has run, and all this run created (labelled
-with the run, :func:`resizer.podstate.calibration_labels`) on the way out, Ctrl-C and SIGTERM
-included.
+The pods are bare and carry the skip annotation: neither the webhook nor the reconciler touches
+them. Each is deleted once it has run, and all this run created (labelled with the run,
+:func:`resizer.podstate.calibration_labels`) on the way out, Ctrl-C and SIGTERM included.
 """
 
 from __future__ import annotations

@@ -371,11 +371,8 @@ def report_html(report: Report) -> str:
         out.append("<p>None.</p>")
     out += _hints_html(report.runtime_hints)
     if report.left_alone:
-        out.append(
-            '<p class="muted">Left alone: '
-            + html.escape(", ".join(f"{count} {reason}" for reason, count in report.left_alone.items()))
-            + "</p>"
-        )
+        left_alone = ", ".join(f"{count} {reason}" for reason, count in report.left_alone.items())
+        out.append(f'<p class="muted">Left alone: {html.escape(left_alone)}</p>')
     info = report.info
     out.append(
         f'<p class="muted">Config: {html.escape(str(info["config"]))}; {info["pods"]} bound pods and '
