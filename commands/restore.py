@@ -116,17 +116,12 @@ class Restorer:
 
     async def _restore(self, pod: dict[str, Any]) -> None:
         name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-        for _ in range(ATTEMPTS):
+        for attempt in range(ATTEMPTS):
             try:
+                if attempt:  # the pod changed since it was read
+                    pod = await self.client.get(pod_path(pod))
                 outcome = await self._restore_once(pod)
             except _Conflict:
-                try:
-                    pod = await self.client.get(pod_path(pod))
-                except ApiError as err:
-                    if err.status == 404:
-                        self.summary.gone += 1
-                        return
-                    raise
                 continue
             except OriginalsError as err:
                 self._fail(name, f"unusable original annotation: {err}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +97,24 @@ def test_an_unusable_kubeconfig_is_one_error_line_not_a_traceback(
     err = capsys.readouterr().err
     assert err.startswith("error: cannot ") and err.endswith(": kubeconfig: no context named 'gone' in contexts\n")
     assert err.count("\n") == 1
+
+
+def test_restore_fails_only_the_pod_it_cannot_read_again_after_a_conflict() -> None:
+    import asyncio
+    import io
+
+    from commands.restore import Restorer, _Conflict
+    from kube import ApiError
+
+    class Unreadable:
+        async def get(self, path: str) -> dict[str, Any]:
+            raise ApiError(500, {"message": "etcdserver: request timed out"})
+
+    restorer = Restorer(client=Unreadable(), rate=1.0, dry_run=False, out=io.StringIO())  # type: ignore[arg-type]
+
+    async def conflicts(pod: dict[str, Any]) -> str | None:
+        raise _Conflict()
+
+    restorer._restore_once = conflicts  # type: ignore[method-assign]
+    asyncio.run(restorer._restore({"metadata": {"namespace": "team", "name": "web", "uid": "u1"}}))
+    assert restorer.summary.failed == {"team/web": "500 etcdserver: request timed out"}
