@@ -63,12 +63,8 @@ def read_originals(pod: Mapping[str, Any]) -> dict[str, ContainerOriginals]:
     annotation raises :class:`OriginalsError` (falling back to the possibly resized spec would
     compound resizes); containers sharing a key raise :class:`KeyCollisionError`."""
     held = read_state(pod).container_originals()
-    return {
-        container["name"]: _originals(
-            container["name"], held[container["name"]], container, f"container {container['name']!r}"
-        )
-        for container in resizable_containers(pod)
-    }
+    named = ((container["name"], container) for container in resizable_containers(pod))
+    return {name: _originals(name, held[name], container, f"container {name!r}") for name, container in named}
 
 
 def read_pod_originals(pod: Mapping[str, Any]) -> ContainerOriginals | None:

@@ -29,10 +29,6 @@ def pod_qos_class(pod_spec: Mapping[str, Any]) -> QoSClass:
     else:
         containers = [*(pod_spec.get("containers") or []), *(pod_spec.get("initContainers") or [])]
         holders = [container.get("resources") or {} for container in containers]
-    return _classify(holders)
-
-
-def _classify(holders: Iterable[Mapping[str, Any]]) -> QoSClass:
     requests: Counter[str] = Counter()
     limits: Counter[str] = Counter()
     every_holder_limits_both = True
@@ -40,8 +36,7 @@ def _classify(holders: Iterable[Mapping[str, Any]]) -> QoSClass:
         requests.update(_positive(resources.get("requests")))
         holder_limits = _positive(resources.get("limits"))
         limits.update(holder_limits)
-        if not set(_QOS_RESOURCES) <= holder_limits.keys():
-            every_holder_limits_both = False
+        every_holder_limits_both &= set(_QOS_RESOURCES) <= holder_limits.keys()
     if not requests and not limits:
         return "BestEffort"
     if every_holder_limits_both and requests == limits:

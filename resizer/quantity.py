@@ -39,14 +39,11 @@ class QuantityError(ResizerError):
 
 
 def parse_quantity(text: str) -> Fraction:
-    """Return the exact value Kubernetes reads from a quantity string.
-
-    Accepts an optional sign, digits with an optional decimal point (``1``, ``0.5``,
-    ``.5``, ``5.``) and a suffix: binary (``Ki``..``Ei``), decimal (``n u m k M G T P E``)
-    or a decimal exponent (``e3``, ``E-3``). Like Kubernetes, non-zero values finer than
-    one nano-unit are rounded away from zero to 1n. Stricter than Kubernetes in two
-    ways: a number without digits (``.``, ``-``, ``E``), which Kubernetes reads as 0, and
-    a value above 2^63-1 base units, which Kubernetes silently clamps, are rejected.
+    """The exact value Kubernetes reads from a quantity: an optional sign, digits with an optional
+    decimal point (``1``, ``0.5``, ``.5``, ``5.``) and a binary (``Ki``..``Ei``), decimal
+    (``n u m k M G T P E``) or exponent (``e3``, ``E-3``) suffix. Like Kubernetes, non-zero values
+    finer than 1n are rounded away from zero to 1n. Unlike it, a number without digits (``.``,
+    ``-``, ``E``: 0 to Kubernetes) and a value above 2^63-1 base units (clamped) are rejected.
     """
     if not isinstance(text, str):
         raise QuantityError(f"quantity must be a string, got {text!r}")
@@ -85,11 +82,8 @@ def coerce_quantity(value: str | int | float) -> Fraction:
 
 
 def round_ratio(numerator: int, denominator: int) -> int:
-    """``numerator / denominator`` (denominator > 0) rounded half away from zero.
-
-    Integer arithmetic only: the reconciler sizes every pod through this, and building
-    a Fraction per step costs many times more.
-    """
+    """``numerator / denominator`` (denominator > 0) rounded half away from zero, in integers:
+    the reconciler sizes every pod through this, and a Fraction per step costs many times more."""
     quotient, remainder = divmod(abs(numerator), denominator)
     rounded = quotient + (2 * remainder >= denominator)
     return rounded if numerator >= 0 else -rounded
@@ -113,8 +107,7 @@ def format_cpu(millicores: int) -> str:
 
 def format_memory(nbytes: int) -> str:
     """Canonical string for a memory amount: BinarySI when exactly divisible by 1024
-    (1073741824 -> "1Gi", 1536Mi stays "1536Mi"), otherwise DecimalSI ("1M", "858993459").
-    """
+    (1073741824 -> "1Gi", 1536Mi stays "1536Mi"), otherwise DecimalSI ("1M", "858993459")."""
     _check_whole(nbytes, MAX_QUANTITY)
     if abs(nbytes) < 1024 or nbytes % 1024:
         return _format_decimal_si(nbytes, 0)
