@@ -62,16 +62,13 @@ _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASC
 
 
 def original_key(container: str, resource: Resource, kind: Kind) -> str:
-    """Annotation key the product writes a container's baseline request or limit under:
-    ``workload-resizer.io/original-cpu.<container>`` (request) or ``original-cpu-limit.<container>``
-    (limit), likewise for memory.
-
-    The part after ``/`` must be a qualified name of at most 63 characters, so a name that would
-    reach 63 becomes ``<stem>.<truncated container>_<26 lowercase base32 characters of
-    sha256(container)>``, exactly 63 long. A verbatim key is at most 62 characters, and a legacy
-    key (:func:`legacy_original_key`) has ``-`` ninth from the end where a hashed key has a digest
-    character: so two names share a key only if sha256 collides on 130 bits. Which annotation holds
-    a given pod's original is :meth:`PodState.original_keys`' answer, never the caller's.
+    """Key of a container's baseline request or limit: ``workload-resizer.io/original-cpu.<container>``
+    or ``original-cpu-limit.<container>``, likewise for memory. The part after ``/`` must be a
+    qualified name of at most 63 characters, so one that would reach 63 becomes ``<stem>.<truncated
+    container>_<26 lowercase base32 characters of sha256(container)>``, exactly 63 long. Verbatim
+    keys have at most 62 and legacy keys (:func:`legacy_original_key`) ``-`` ninth from the end where
+    a hashed key has a digest character: two names share a key only if sha256 collides on 130 bits.
+    Which annotation holds a pod's original is :meth:`PodState.original_keys`' answer, not the caller's.
     """
     return _original_key(container, resource, kind, False)
 
@@ -116,8 +113,7 @@ def _stem(resource: str, kind: str, level: str = "") -> str:
 
 
 def is_controller_owned_key(key: str) -> bool:
-    """True for the ``original-*``, ``applied-*``, integrity, resize-state and sized-at-admission keys
-    only the controller may set."""
+    """The keys only the controller may set: ``original-*``, ``applied-*``, MAC, resize-state, sized-at-admission."""
     return key.startswith((_ORIGINAL_PREFIX, _APPLIED_PREFIX)) or key in _CONTROLLER_OWNED_RECORDS
 
 
@@ -176,11 +172,8 @@ _OPTIONAL_RECORD: tuple[tuple[str, str, type], ...] = (
 
 @dataclass(frozen=True)
 class ResizeState:
-    """What the reconciler recorded about a resize that did not (yet) end actuated.
-
-    Kept in the resize-state annotation so that a restarted reconciler neither
-    reports the same state twice nor retries a size the node cannot take.
-    """
+    """What the reconciler recorded about a resize that did not (yet) end actuated, so that a
+    restarted reconciler neither reports a state twice nor retries a size the node cannot take."""
 
     state: Stage  # deferred | infeasible | error | unsupported
     node_type: str
@@ -223,9 +216,8 @@ _CODE_OF: Mapping[Scope, str] = {"admission": "a", "pod": "p", "sized": "s"}
 
 @dataclass(frozen=True, slots=True)
 class Mac:
-    """An originals MAC as the annotation holds it: ``v1.<a|p|s>.<key id>.<digest>``. Parsed for its
-    form only: whether the key id and digest are well formed and verify is
-    :mod:`resizer.integrity`'s question."""
+    """An originals MAC as the annotation holds it: ``v1.<a|p|s>.<key id>.<digest>``, parsed for its
+    form only (whether key id and digest are well formed and verify is :mod:`resizer.integrity`'s)."""
 
     scope: Scope
     key_id: str
@@ -260,8 +252,8 @@ class Applied:
 
 @dataclass(frozen=True, slots=True)
 class Original:
-    """One baseline value's annotation on a pod: the key it is held under (written today, or the
-    legacy key of a long name where the pod has only that one) and its value as recorded."""
+    """One baseline value's annotation: its key on the pod (today's, or a long name's legacy key
+    where only that is present) and its value."""
 
     key: str
     recorded: bool  # whether the pod carries ``key``
@@ -303,8 +295,7 @@ class PodState:
 
     @property
     def containers(self) -> Mapping[str, Mapping[Slot, Original]]:
-        """Per resizable container (``spec.containers`` and sidecars) by name, its originals by
-        (resource, kind); empty when :attr:`keys_refused`."""
+        """Per resizable container by name, its originals by (resource, kind); empty when refused."""
         return self._key_map().containers
 
     @property
@@ -332,20 +323,18 @@ class PodState:
         return self.containers
 
     def original_keys(self) -> dict[str, dict[Slot, str]]:
-        """The one answer to "which annotation holds this original": per resizable container by
-        name, the key of each (resource, kind) on this pod: :func:`original_key`'s, or the legacy
-        key of a long name when only that one is present. Raises :class:`KeyCollisionError` when
-        two containers would share a key, or a legacy key read is also another resizable
-        container's legacy key (whose original it holds cannot be known); :class:`OriginalsError`
-        for a container without a name."""
+        """The one answer to "which annotation holds this original": per resizable container, the key
+        of each (resource, kind) on this pod (:func:`original_key`'s, or a long name's legacy key when
+        only that is present). Raises :class:`KeyCollisionError` when two containers would share a key
+        or a legacy key read is another container's too; :class:`OriginalsError` for one without a name."""
         return {
             name: {slot: original.key for slot, original in slots.items()}
             for name, slots in self.container_originals().items()
         }
 
     def as_recorded(self, originals: Mapping[str, str]) -> dict[str, str]:
-        """``originals`` keyed as written today under the keys that hold them on this pod (a legacy
-        key where the pod has only that): what compares with, or was signed with, its annotations."""
+        """``originals`` (keyed as written today) under the keys that hold them on this pod: what
+        compares with, or was signed with, its annotations."""
         held = self.legacy
         return {held.get(key, key): value for key, value in originals.items()}
 
@@ -368,9 +357,8 @@ _RECENT_MAX = 64
 
 
 def read_state(pod: Mapping[str, Any]) -> PodState:
-    """The pod's state as the product sees it, parsed once from ``metadata.annotations`` (and the
-    container names of its spec, which name the originals' keys). Never raises for what the
-    annotations hold: see :class:`PodState` for how odd values read."""
+    """The pod's state parsed once from ``metadata.annotations`` (and the container names, which key
+    the originals). Never raises for what the annotations hold (see the module docstring)."""
     annotations = _annotations(pod)
     names = _container_names(pod)
     recent = _RECENT.get(id(pod))
@@ -390,8 +378,7 @@ def read_mac(pod: Mapping[str, Any]) -> Mac | None:
 
 
 def mirror_and_skip(pod: Mapping[str, Any]) -> tuple[bool, bool]:
-    """:attr:`PodState.mirror` and :attr:`PodState.skip` of ``pod``, read alone (eligibility's
-    question for every review, most of whose pods carry no other record)."""
+    """:attr:`PodState.mirror` and :attr:`PodState.skip`, read alone (asked of every review)."""
     annotations = _annotations(pod)
     return MIRROR_POD in annotations, _skip(annotations)
 
@@ -457,8 +444,7 @@ _UNRECORDED_POD_LEVEL: Mapping[Slot, Original] = {slot: Original(key, False) for
 
 
 def pod_level_keys() -> frozenset[str]:
-    """The pod level's (``spec.resources``) ``original-*`` keys, which pods stamped before
-    pod-level sizing lack."""
+    """:data:`POD_ORIGINAL_KEYS`, for modules that must not import a key constant."""
     return POD_ORIGINAL_KEYS
 
 
@@ -479,9 +465,8 @@ def resizable_containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def written_keys(containers: Sequence[Mapping[str, Any]]) -> list[Mapping[Slot, str]]:
-    """Per container (in order), the keys the product writes its originals under; raises
-    :class:`KeyCollisionError` when two containers (or one and the pod level) would share one,
-    :class:`OriginalsError` for a container without a name."""
+    """Per container, the keys its originals are written under; raises :class:`KeyCollisionError`
+    when two (or one and the pod level) would share one, :class:`OriginalsError` for no name."""
     owners: dict[str, tuple[int, str]] = {key: (-1, "the pod level") for key in POD_ORIGINAL_KEYS}
     written = []
     for index, container in enumerate(containers):
@@ -544,8 +529,7 @@ def _key_map(
     return result, legacy_in_use
 
 
-# Every read and stamp of a pod looks its containers' keys up: memoised per name (pure; bounded,
-# since names are tenant input). Callers never mutate the mapping returned.
+# Memoised like _original_key; callers never mutate the mapping returned.
 @functools.lru_cache(maxsize=4096)
 def _keys_of(name: str) -> Mapping[Slot, str]:
     return {(resource, kind): original_key(name, resource, kind) for resource, kind in _SLOTS}
@@ -605,8 +589,8 @@ def controller_owned_keys(state: PodState) -> list[str]:
 
 
 def strip_controller_owned(state: PodState, resource_version: str | None = None) -> dict[str, Any]:
-    """The metadata merge patch removing every controller-owned annotation of the pod
-    (``restore``'s last write), conditional on ``resource_version`` when given."""
+    """The metadata merge patch removing every controller-owned annotation (``restore``'s last
+    write), conditional on ``resource_version`` when given."""
     metadata: dict[str, Any] = {} if resource_version is None else {"resourceVersion": resource_version}
     return {"metadata": {**metadata, "annotations": dict.fromkeys(controller_owned_keys(state))}}
 
@@ -635,9 +619,8 @@ def calibration_selector(run_id: str) -> str:
 
 
 def described_keys(pattern: str = "*") -> str:
-    """The product's annotation keys matching ``pattern`` as an admin reads them in a help text or
-    message (``workload-resizer.io/*``, ``workload-resizer.io/original-*``); never a key to read
-    or write."""
+    """The keys matching ``pattern`` as an admin reads them in a help text or message
+    (``workload-resizer.io/original-*``); never a key to read or write."""
     return PREFIX + pattern
 
 
