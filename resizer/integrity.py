@@ -209,13 +209,11 @@ def check_originals(
     spec_originals: Mapping[str, str] | None = None,
     vouched: Mapping[str, str] | None = None,
 ) -> OriginalsCheck:
-    """May the product trust this pod's ``original-*`` annotations?
-
-    ``spec_originals``: ``originals_from_spec_annotations(pod)``, computed only if the verdict
-    depends on it when None. ``vouched``: the originals this process verified and resized the pod
-    from (a resize in flight); they vouch only while the pod carries exactly those. Raises
-    :class:`OriginalsError` / :class:`QuantityError` for a spec it cannot read, and
-    :class:`KeyCollisionError` when two containers map to one key, whatever the MAC.
+    """May the product trust this pod's ``original-*`` annotations? ``spec_originals``:
+    ``originals_from_spec_annotations(pod)`` (computed only if the verdict needs it). ``vouched``: the
+    originals this process verified and resized the pod from (a resize in flight), vouching only
+    while the pod carries exactly those. Raises :class:`OriginalsError` / :class:`QuantityError` for
+    a spec it cannot read, :class:`KeyCollisionError` for two containers on one key, whatever the MAC.
     """
     original_keys(pod)
     verdict = _check(pod, keyring, spec_originals)
@@ -234,18 +232,16 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
     def spec() -> dict[str, str]:  # under the keys the pod's originals use (legacy ones included)
         return state.as_recorded(spec_originals if spec_originals is not None else originals_from_spec_annotations(pod))
 
-    meta = pod.get("metadata") or {}
     originals = dict(state.originals)
-    generation = meta.get("generation")
+    generation = (pod.get("metadata") or {}).get("generation")
     # No generation (an apiserver older than 1.35): whether the spec changed cannot be known.
     changed = generation > 1 if isinstance(generation, int) else True
     changed_text = f"generation {generation}" if isinstance(generation, int) else "no metadata.generation"
 
-    mac_value = state.mac_value
     problem = _verify(state, keyring, originals, pod, spec)
     if isinstance(problem, str):
-        present = bool(originals) or mac_value is not None
-        if not changed and originals and mac_value is None and _equal_or_upgraded(pod, originals, spec()):
+        present = bool(originals) or state.mac_value is not None
+        if not changed and originals and state.mac_value is None and _equal_or_upgraded(pod, originals, spec()):
             # Unsigned (e.g. no keys configured) but exactly what a re-capture would write.
             return OriginalsCheck(Trust.TRUSTED, "equal to the unchanged spec")
         lost = _lost_key(state.mac, keyring)
@@ -278,10 +274,7 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
         return OriginalsCheck(
             Trust.TRUSTED, f"verified, sized at admission for node type {state.sized_at_admission!r}", scope, key_id
         )
-    if changed:
-        # Signed at admission (a made-up review obtains that for any values, those of a spec the
-        # product resized included), so on a changed spec they may only explain a pod already at
-        # their plan, even where they equal the spec.
+    if changed:  # (a made-up review obtains an admission MAC for any values: see Trust)
         return OriginalsCheck(
             Trust.TRUSTED_IF_ALIGNED,
             f"original resources signed at admission only and the spec has changed since ({changed_text})",
@@ -317,9 +310,8 @@ def _late_keys(pod: Mapping[str, Any]) -> frozenset[str]:
 def _equal_or_upgraded(pod: Mapping[str, Any], originals: Mapping[str, str], spec: Mapping[str, str]) -> bool:
     """Every recorded key equals the spec and only :func:`_late_keys` are missing: what a pod
     stamped before those were recorded carries."""
-    return all(spec.get(key) == value for key, value in originals.items()) and set(spec) - set(originals) <= _late_keys(
-        pod
-    )
+    equal = all(spec.get(key) == value for key, value in originals.items())
+    return equal and set(spec) - set(originals) <= _late_keys(pod)
 
 
 def _lost_key(parsed: Mac | None, keyring: KeyRing) -> str | None:
@@ -394,12 +386,11 @@ def _text(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Baseline:
-    """The baseline authority's decision: what the product may scale from, and why.
-
-    ``pod`` is the pod to plan from (recaptured: its ``original-*`` annotations removed, so the
-    spec is the baseline); ``stamp`` is the annotations merge patch of step 1 (None: nothing to
-    write), ``None`` values deleting rejected keys. A trusted pod stamped before pod-level or
-    sidecar originals were recorded gets those from the spec, with a pod MAC over all of them.
+    """The baseline authority's decision: what the product may scale from, and why. ``pod``: the
+    pod to plan from (recaptured: without its ``original-*`` annotations, so the spec is the
+    baseline). ``stamp``: step 1's annotations merge patch (None: nothing to write; ``None`` values
+    delete rejected keys); a trusted pod stamped before pod-level or sidecar originals were
+    recorded gets those from the spec, with a pod MAC over all of them.
     """
 
     check: OriginalsCheck
@@ -451,12 +442,11 @@ def baseline(
 
 
 def early_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
-    """The annotations merge patch that binds a never-changed pod's originals to it with a pod MAC
-    before its spec changes by something other than a resize of ours (a scheduling gate removed:
-    generation 2 before binding, when admission-signed originals would no longer vouch for
-    anything): step 1's stamp when it has one, else a pod MAC over the trusted originals. None:
-    changed or bound already, no key, or originals the authority does not trust (step 1 of the
-    bound pod replaces and reports them). Raises as :func:`check_originals` does."""
+    """The annotations merge patch binding a never-changed pod's originals to it with a pod MAC
+    before its spec changes other than by our resize (a scheduling gate removed: generation 2
+    before binding, when admission-signed originals no longer vouch): step 1's stamp, else a pod
+    MAC over the trusted originals. None: changed or bound already, no key, or originals not
+    trusted (step 1 of the bound pod replaces and reports them). Raises as :func:`check_originals`."""
     if (pod.get("metadata") or {}).get("generation") != 1 or not keyring:
         return None
     decided = baseline(pod, keyring)
@@ -469,17 +459,16 @@ def early_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | N
 
 
 def _sized_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None]:
-    """Step 1 of a pod trusted by its sized record (so never changed): its originals bound to it
-    with a pod MAC, with the spec's values that have none (a container a later webhook added: never
-    sized by us), so no container is ever left without originals."""
+    """Step 1 of a pod trusted by its sized record (never changed): its originals bound with a pod
+    MAC, plus the spec's values lacking one (a container a later webhook added), so none lacks them."""
     missing = missing_original_annotations(pod)
     return {**missing, **pod_mac(pod, keyring, missing)}
 
 
 def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
-    """Trusted originals without the pod-level or a sidecar's keys: never resized by us (older
-    versions left them alone; newer ones record before they resize, and a pod MAC binds every
-    key), so their baseline is the spec. Step 1 records them, with a pod MAC over all the originals."""
+    """Trusted originals lacking the pod-level or a sidecar's keys, never resized by us (older versions
+    left them alone; newer ones record first, a pod MAC binding every key): step 1 records them
+    from the spec, with a pod MAC over all the originals."""
     if only_container_values(pod):
         return None  # asked on every pass of a trusted pod: skip reading the whole spec
     late = _late_keys(pod)
@@ -490,10 +479,9 @@ def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | Non
 def admission_stamp(
     pod: Mapping[str, Any], namespace: str, keyring: KeyRing, spec_originals: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The authority's rule at admission: the spec the author sent is the baseline, whatever
-    the pod carries. Returns the ``original-*`` annotations to stamp (``spec_originals``, or
-    computed from the spec) with their admission MAC (none without keys); every other
-    controller-owned key the client sent is to be removed."""
+    """The authority's rule at admission: the spec as sent is the baseline, whatever the pod
+    carries. The ``original-*`` annotations to stamp with their admission MAC (none without keys);
+    every other controller-owned key the client sent is to be removed."""
     originals = dict(spec_originals) if spec_originals is not None else originals_from_spec_annotations(pod)
     if not originals or not keyring:
         return originals
@@ -504,11 +492,10 @@ def admission_stamp(
 def admitted_originals(
     pod: Mapping[str, Any], namespace: str, keyring: KeyRing, spec_originals: Mapping[str, str] | None = None
 ) -> dict[str, str] | None:
-    """The ``original-*`` annotations of a pod at admission that carries the webhook's own sized
-    record, verified as :func:`sized_stamp` wrote it; None for any other pod. Such a pod is the
-    webhook's own answer, called again (``reinvocationPolicy: IfNeeded``) after a later mutating
-    webhook changed it: its author wrote the originals, not the spec's sized values.
-    ``spec_originals``: ``originals_from_spec_annotations(pod)`` if known."""
+    """The ``original-*`` annotations of a pod at admission carrying the webhook's own sized record,
+    verified as :func:`sized_stamp` wrote it; else None. Such a pod is the webhook's own answer,
+    called again (``reinvocationPolicy: IfNeeded``) after a later mutating webhook changed it: its
+    author wrote the originals, not the spec's sized values."""
     state = read_state(pod)
     record, parsed = state.sized_at_admission, state.mac
     if record is None or parsed is None or parsed.scope != "sized":
@@ -535,10 +522,10 @@ def sized_stamp(
     node_type: str,
     sized: Mapping[str, str],
 ) -> dict[str, str]:
-    """The authority's rule for a pod the webhook sizes at admission: ``originals`` (from the spec
-    as sent) with the ``sized-at-admission`` record ``node_type`` and a sized-scope MAC over
-    both and ``sized`` (``originals_from_spec_annotations`` of the pod as sized). Without keys:
-    empty, the pod is not to be sized (nothing could vouch for originals that differ from its spec)."""
+    """The authority's rule for a pod the webhook sizes at admission: ``originals`` (of the spec as
+    sent), the ``sized-at-admission`` record and a sized MAC over both and ``sized``
+    (``originals_from_spec_annotations`` of the pod as sized). Empty without keys: nothing could
+    vouch for originals that differ from the spec."""
     if not originals or not keyring:
         return {}
     identity = PodIdentity.of(pod, namespace, "sized")
@@ -547,10 +534,9 @@ def sized_stamp(
 
 
 def _sized_cover(originals: Mapping[str, str], record: str, sized: Mapping[str, str]) -> dict[str, str]:
-    """What a sized-scope MAC covers besides the identity: the spec's values restricted to the keys
-    the originals have. Values the webhook wrote all have originals (it records every value of the
-    pod it sizes), so a container another webhook adds afterwards does not void the record; its
-    values were never sized by us, the spec is their baseline."""
+    """What a sized MAC covers besides the identity: the originals, the record and the spec's values
+    of the keys the originals have. The webhook records every value it sizes, so a container another
+    webhook adds afterwards (never sized by us: the spec is its baseline) does not void the record."""
     return {
         **originals,
         **sized_record_patch(record),
@@ -559,8 +545,7 @@ def _sized_cover(originals: Mapping[str, str], record: str, sized: Mapping[str, 
 
 
 def pod_mac(pod: Mapping[str, Any], keyring: KeyRing, added: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The MAC (:func:`resizer.podstate.mac_patch`) binding the pod's current originals, with
-    ``added`` ones stamped along, to this pod (empty without keys)."""
+    """The MAC patch binding the pod's originals, with ``added`` ones, to this pod (empty without keys)."""
     if not keyring:
         return {}
     originals = {**original_annotations(pod), **(added or {})}
