@@ -190,8 +190,7 @@ class GlobalBounds:
 
 @dataclass(frozen=True, kw_only=True)
 class PolicyBlock:
-    """Settings for the pods a block applies to, merged over the global settings as the
-    module docstring describes (missing fields fall back; nodeTypes and bounds overlay)."""
+    """Settings for the pods a block applies to, overlaid on the global ones (module docstring)."""
 
     baselineNodeType: str | None = None
     nodeTypes: Mapping[str, NodeTypeSpec] | None = None
@@ -223,8 +222,7 @@ class Override(PolicyBlock):
 
 @dataclass(frozen=True, kw_only=True)
 class ResizerConfig:
-    """The validated ``config.yaml`` document (structure only). :func:`load_config`
-    returns it compiled (:class:`CompiledConfig`), cross-field checks included."""
+    """The validated ``config.yaml`` document (structure only; :func:`load_config` compiles it)."""
 
     baselineNodeType: str
     nodeTypes: Mapping[str, NodeTypeSpec]
@@ -351,8 +349,7 @@ def _optional(parser: _Parser) -> _Parser:
 
 
 def _mapping_of(parser: _Parser) -> _Parser:
-    """A mapping with string keys, each value checked by ``parser``; what is under a key that
-    is not a string is not checked further."""
+    """A mapping with string keys, each value checked by ``parser`` (a non-string key's is not)."""
 
     def parse(value: object, path: str, errors: list[tuple[str, str]]) -> Any:
         if not isinstance(value, Mapping):
@@ -381,8 +378,8 @@ def _list_of(parser: _Parser) -> _Parser:
 
 
 def _model(cls: type[Any]) -> _Parser:
-    """A mapping with the fields of dataclass ``cls``, those without a default required and
-    unknown ones refused; a ValueError of ``cls`` itself is a problem of the whole mapping."""
+    """A mapping with the fields of dataclass ``cls`` (those without a default required, unknown ones
+    refused); a ValueError of ``cls`` itself is a problem of the whole mapping."""
     field_types = get_type_hints(cls, include_extras=True)
     fields = {
         field.name: (_parser(field_types[field.name]), field.default is MISSING and field.default_factory is MISSING)
@@ -436,10 +433,8 @@ def _valid_or_none(field_type: Any, value: object) -> Any:
 
 @dataclass(frozen=True)
 class PartialConfig:
-    """The parts of a document that are valid on their own; None marks a part that is
-    missing or invalid. Cross-field checks run on it, so one broken section does not
-    hide the problems of the others. A valid document gives a partial config with no None.
-    """
+    """The parts of a document valid on their own (None: missing or invalid; a valid document has
+    none). Cross-field checks run on it, so one broken section does not hide the others' problems."""
 
     baselineNodeType: str | None
     nodeTypes: Mapping[str, NodeTypeSpec] | None
@@ -456,8 +451,7 @@ class PartialConfig:
 
 @dataclass(frozen=True)
 class CompiledConfig:
-    """A valid configuration: the document and the merged :class:`Policy` of every rule,
-    computed once. Obtain it with :func:`load_config` or :func:`compile_config`."""
+    """A valid configuration: the document and the merged :class:`Policy` of every rule, computed once."""
 
     document: ResizerConfig
     policies: PolicyTable
@@ -479,9 +473,9 @@ def config_text(configmap: Mapping[str, Any] | None) -> str | None:
 
 
 def load_config(text: str) -> CompiledConfig:
-    """Parse, validate and compile ``config.yaml``; raise :class:`ConfigError` listing every
-    structural problem and the cross-field ones (baseline not among the effective node types,
-    min > max on the effective bounds, duplicate override names) of every valid part."""
+    """Parse, validate and compile ``config.yaml``; :class:`ConfigError` lists every structural
+    problem and the cross-field ones (baseline not an effective node type, min > max on the
+    effective bounds, duplicate override names) of every valid part."""
     document = _parse_yaml(text)
     config, errors = _structure(document)
     if errors:
@@ -498,7 +492,7 @@ def compile_config(document: ResizerConfig) -> CompiledConfig:
 
 
 def resolve_policy(config: CompiledConfig, pod: Mapping[str, Any]) -> Policy:
-    """The policy for a pod, by the precedence described in the module docstring."""
+    """The policy for a pod, by the precedence the module docstring gives."""
     table = config.policies
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
@@ -533,11 +527,11 @@ def _valid_parts(document: Mapping[str, Any]) -> PartialConfig:
     def mapping(value: object) -> dict[Any, Any]:
         return value if isinstance(value, dict) else {}
 
+    def valid_blocks(by_name: object) -> dict[str, PolicyBlock | None]:
+        return {name: _valid_or_none(PolicyBlock, raw) for name, raw in mapping(by_name).items()}
+
     def blocks(section: str) -> dict[str, dict[str, PolicyBlock | None]]:
-        return {
-            key: {value: _valid_or_none(PolicyBlock, raw) for value, raw in mapping(by_value).items()}
-            for key, by_value in mapping(document.get(section)).items()
-        }
+        return {key: valid_blocks(by_value) for key, by_value in mapping(document.get(section)).items()}
 
     overrides = document.get("overrides")
     return PartialConfig(
@@ -547,9 +541,7 @@ def _valid_parts(document: Mapping[str, Any]) -> PartialConfig:
         overrides=tuple(_valid_or_none(Override, raw) for raw in (overrides if isinstance(overrides, list) else [])),
         podAnnotations=blocks("podAnnotations"),
         podLabels=blocks("podLabels"),
-        computeClasses={
-            name: _valid_or_none(PolicyBlock, raw) for name, raw in mapping(document.get("computeClasses")).items()
-        },
+        computeClasses=valid_blocks(document.get("computeClasses")),
     )
 
 
@@ -600,17 +592,15 @@ def _not_a_node_type(name: str, node_types: Mapping[str, object]) -> str:
 
 
 def _bounds_errors(path: str, global_bounds: GlobalBounds, block: PolicyBlock | None) -> list[tuple[str, str]]:
-    """min > max on the effective bounds, reported only where the block sets bounds
-    (an inherited global problem is reported once, at ``bounds``)."""
+    """min > max on the effective bounds where the block sets them (a global one is reported at ``bounds``)."""
     errors = []
     for resource in RESOURCES:
         if block is not None and _block_resource_bounds(block, resource) is None:
             continue
         low, high = _effective_bounds(global_bounds, block, resource)
         if low > high:
-            errors.append(
-                (f"{path}.{resource}", f"min ({_decimal_text(low)}) is greater than max ({_decimal_text(high)})")
-            )
+            message = f"min ({_decimal_text(low)}) is greater than max ({_decimal_text(high)})"
+            errors.append((f"{path}.{resource}", message))
     return errors
 
 
