@@ -39,15 +39,11 @@ class Eligibility:
 
 
 def eligibility(pod: Mapping[str, Any], state: PodState | None = None) -> Eligibility:
-    """Classify a pod; reasons are checked in this order:
-
-    ``MirrorPod`` (mirror/static pod: the kubelet's mirror annotation, :attr:`PodState.mirror
-    <resizer.podstate.PodState.mirror>`, or a Node controller), ``SkipAnnotation`` (the skip
-    annotation says ``"true"``, any case: :attr:`PodState.skip <resizer.podstate.PodState.skip>`),
-    ``NoController`` (no ownerReference with ``controller: true``),
-    ``UnsupportedOwnerKind`` (controller is not an apps ReplicaSet/StatefulSet/DaemonSet
-    or a batch Job), otherwise ``Eligible``. ``state``: ``read_state(pod)``, if the caller has it.
-    """
+    """Classify a pod, checking in this order: ``MirrorPod`` (a static pod: the kubelet's mirror
+    annotation or a Node controller), ``SkipAnnotation`` (the skip annotation says ``"true"``, any
+    case), ``NoController`` (no ownerReference with ``controller: true``), ``UnsupportedOwnerKind``
+    (not an apps ReplicaSet/StatefulSet/DaemonSet or a batch Job), else ``Eligible``.
+    ``state``: ``read_state(pod)``, if the caller has it."""
     metadata = pod.get("metadata") or {}
     # The two records eligibility needs, without parsing the rest when the caller has no state.
     mirror, skip = (state.mirror, state.skip) if state is not None else mirror_and_skip(pod)

@@ -117,30 +117,27 @@ def namespace_scope(
 
 
 def parse_label_selector(text: str) -> tuple[Requirement, ...]:
-    """Parse a label selector in kubectl syntax: ``a=b``, ``a==b``, ``a!=b``,
-    ``a in (x,y)``, ``a notin (x)``, ``a`` (exists), ``!a`` (does not exist), comma-separated
-    (AND). Raises :class:`ScopeError`."""
+    """Parse a label selector in kubectl syntax: ``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``,
+    ``a notin (x)``, ``a`` (exists), ``!a`` (does not exist), comma-separated (AND); raises :class:`ScopeError`."""
     return tuple(_requirement(part) for part in _split(text))
 
 
 def _split(text: str) -> list[str]:
     """Split on commas outside parentheses."""
-    parts, depth, current = [], 0, ""
-    for char in text:
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
         if char == "(":
             depth += 1
         elif char == ")":
             depth -= 1
             if depth < 0:
                 raise ScopeError(f"invalid selector {text!r}: unbalanced parentheses")
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
+        elif char == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
     if depth:
         raise ScopeError(f"invalid selector {text!r}: unbalanced parentheses")
-    parts.append(current)
+    parts.append(text[start:])
     if len(parts) == 1 and not parts[0].strip():
         return []
     if any(not part.strip() for part in parts):
@@ -152,7 +149,7 @@ def _requirement(part: str) -> Requirement:
     if match := _SET.fullmatch(part):
         key, operator, raw = match.groups()
         values = tuple(value.strip() for value in raw.split(","))
-        if not values or any(not value or not _VALUE_ONLY.fullmatch(value) for value in values):
+        if any(not value or not _VALUE_ONLY.fullmatch(value) for value in values):
             raise ScopeError(f"invalid values in {part.strip()!r}")
         return Requirement(key, "In" if operator == "in" else "NotIn", values)
     if match := _EQUALITY.fullmatch(part):
