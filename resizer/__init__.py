@@ -1,11 +1,9 @@
-"""Sizing policy core of workload-resizer.
+"""Sizing policy core of workload-resizer, shared by the admission webhook and the reconciler.
 
-Pure functions shared by the admission webhook and the reconciler: Kubernetes quantity
-arithmetic, the annotation contract, ConfigMap configuration and per-pod policy
-resolution, pod eligibility and QoS class, baseline ("original") values, and the
-resize plan (original x baselinePerf / nodePerf, stopped by the bounds) with its
-``pods/resize`` patch. No I/O, logging or Kubernetes client: pods are plain dicts in
-the JSON shape the API server uses.
+Kubernetes quantity arithmetic, the annotation contract, the ConfigMap's configuration and
+per-pod policy, eligibility and QoS class, baseline ("original") values, and the resize plan
+(original x baselinePerf / nodePerf, stopped by the bounds) with its ``pods/resize`` patch. No I/O,
+logging or Kubernetes client: pods are plain dicts in the JSON shape the API server uses.
 """
 
 from resizer.config import (

@@ -563,5 +563,4 @@ def pod_mac_stand_in(keyring: KeyRing) -> dict[str, str]:
 def needs_resign(pod: Mapping[str, Any], keyring: KeyRing) -> bool:
     """A MAC signed with a key other than the newest (rotation): re-sign while it still verifies."""
     parsed = read_mac(pod)
-    key_id = parsed.key_id if parsed is not None else None
-    return bool(keyring) and key_id is not None and key_id != keyring.newest and key_id in keyring.keys
+    return parsed is not None and parsed.key_id in keyring.keys and parsed.key_id != keyring.newest

@@ -1,14 +1,12 @@
 """Baseline (pre-resize) requests and limits, persisted as pod annotations.
 
-The annotations are the recovery contract: once a pod has been resized its spec no longer shows
-the baseline, so it must come from the annotations or a restarted controller would compound
-resizes. Which annotation holds a container's original is
-:meth:`resizer.podstate.PodState.original_keys`' answer for every reader and writer: today's key,
-or, on a pod stamped by an earlier version, the legacy key of a long name when only that one is
-present (dropping it would make the resized spec the baseline). Legacy keys stay where they are
-(the MAC covers them; rewriting them gains nothing) and only today's keys are written. A pod whose
-resizable containers would share a key is refused with :class:`KeyCollisionError`, never sized
-from another container's values.
+The annotations are the recovery contract: a resized pod's spec no longer shows the baseline, so
+it must come from them or a restarted controller would compound resizes. Which annotation holds an
+original is :meth:`resizer.podstate.PodState.original_keys`' answer for every reader and writer:
+today's key, or on a pod stamped by an earlier version a long name's legacy key when only that is
+present (dropping it would make the resized spec the baseline). Legacy keys stay (the MAC covers
+them); only today's are written. A pod whose resizable containers would share a key is refused
+with :class:`KeyCollisionError`, never sized from another container's values.
 """
 
 from __future__ import annotations
@@ -58,10 +56,9 @@ class ContainerOriginals:
 
 
 def read_originals(pod: Mapping[str, Any]) -> dict[str, ContainerOriginals]:
-    """Baselines of every container and sidecar by name: each value from its annotation when
-    present (under the key :func:`original_keys` names), otherwise from the spec. A corrupt
-    annotation raises :class:`OriginalsError` (falling back to the possibly resized spec would
-    compound resizes); containers sharing a key raise :class:`KeyCollisionError`."""
+    """Baselines of every container and sidecar by name: each value from its annotation when present,
+    else from the spec. A corrupt annotation raises :class:`OriginalsError` (falling back to the
+    possibly resized spec would compound resizes), containers sharing a key :class:`KeyCollisionError`."""
     held = read_state(pod).container_originals()
     named = ((container["name"], container) for container in resizable_containers(pod))
     return {name: _originals(name, held[name], container, f"container {name!r}") for name, container in named}
@@ -80,10 +77,9 @@ def read_pod_originals(pod: Mapping[str, Any]) -> ContainerOriginals | None:
 
 def originals_from_spec_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     """Every ``original-*`` annotation describing the spec as it is now: the containers', the
-    sidecars' (sized or not: the baseline must exist if an admin opts in later) and the pod
-    level's. Values are canonical when whole millicores/bytes, else the spec's own string. Raises
-    :class:`KeyCollisionError` when two resizable containers would share a key (e.g. a name twice
-    in a review: the apiserver validates names only after admission)."""
+    sidecars' (sized or not: the baseline must exist if an admin opts in later) and the pod level's,
+    canonical when whole millicores/bytes, else the spec's string. :class:`KeyCollisionError` for two
+    containers on one key (a name twice in a review: the apiserver validates names after admission)."""
     containers = resizable_containers(pod)
     originals = {
         keys[(resource, kind)]: _canonical(resource, value)
@@ -98,8 +94,7 @@ def originals_from_spec_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
 
 
 def missing_original_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The subset of :func:`originals_from_spec_annotations` whose originals the pod does not
-    hold yet (under any key :func:`original_keys` reads)."""
+    """:func:`originals_from_spec_annotations` the pod does not hold yet (under any key it reads)."""
     state = read_state(pod)
     state.container_originals()
     return {key: value for key, value in originals_from_spec_annotations(pod).items() if not state.holds(key)}
@@ -116,8 +111,7 @@ def original_keys(pod: Mapping[str, Any]) -> dict[str, dict[Slot, str]]:
 
 
 def sidecar_original_keys(pod: Mapping[str, Any]) -> frozenset[str]:
-    """Every ``original-*`` key a sidecar of the pod can have (a pod stamped before sidecars
-    could be sized lacks them)."""
+    """Every ``original-*`` key of the pod's sidecars (a pod stamped before sidecars were sized lacks them)."""
     keys = original_keys(pod)
     return frozenset(key for sidecar in sidecars(pod) for key in keys[sidecar["name"]].values())
 

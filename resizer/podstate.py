@@ -122,9 +122,8 @@ def is_original_key(key: str) -> bool:
 
 
 def fits_annotation_limit(annotations: Mapping[str, Any], originals: Mapping[str, str]) -> bool:
-    """Whether ``annotations`` with every controller-owned key replaced by ``originals``
-    stays within the apiserver's total size limit (a pod over it cannot be stored, so
-    stamping it would block its creation)."""
+    """Whether ``annotations`` with every controller-owned key replaced by ``originals`` stays within
+    the apiserver's total size limit (a pod over it cannot be stored: stamping would block it)."""
     size = sum(
         _bytes(k) + _bytes(v) for k, v in annotations.items() if k not in originals and not is_controller_owned_key(k)
     )
@@ -348,10 +347,9 @@ class PodState:
         return self.legacy.get(written_key, written_key) in self.originals
 
 
-# The core's functions each take the pod and read its state, so one decision reads the same pod
-# object many times: the record of a pod object read lately is handed out again while its
-# annotations and its resizable containers' names (which key the originals) are unchanged. It
-# holds the pods it remembers, so an id is never reused while remembered; bounded by a reset.
+# One decision reads the same pod object's state many times: a pod object read lately gets its
+# record again while its annotations and resizable containers' names (keying the originals) are
+# unchanged. Holding the pods keeps their ids from being reused while remembered; a reset bounds it.
 _RECENT: dict[int, tuple[Mapping[str, Any], dict[Any, Any], tuple[Any, ...], PodState]] = {}
 _RECENT_MAX = 64
 
@@ -545,8 +543,7 @@ def _legacy_owners(containers: list[Mapping[str, Any]]) -> dict[str, list[int]]:
 
 
 # ---------------------------------------------------------------- writes: patch builders
-# Annotation patches map a key to its new value, None removing it (a JSON merge patch's
-# ``metadata.annotations``).
+# Annotation patches map a key to its new value, None removing it (a merge patch's annotations).
 
 
 def mac_patch(mac: Mac | str) -> dict[str, str]:
