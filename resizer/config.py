@@ -561,7 +561,12 @@ def _blocks(config: PartialConfig | ResizerConfig) -> Iterator[tuple[str, Policy
 
 
 def _semantic_errors(config: PartialConfig) -> list[tuple[str, str]]:
-    errors = _override_name_errors(config.overrides)
+    errors: list[tuple[str, str]] = []
+    first_index: dict[str, int] = {}
+    for index, override in enumerate(config.overrides):
+        if override is not None and (first := first_index.setdefault(override.name, index)) != index:
+            message = f"duplicate override name {override.name!r} (first used by overrides[{first}])"
+            errors.append((f"overrides[{index}].name", message))
     node_types, bounds, baseline = config.nodeTypes, config.bounds, config.baselineNodeType
     if node_types is not None and baseline is not None and baseline not in node_types:
         errors.append(("baselineNodeType", _not_a_node_type(baseline, node_types)))
@@ -574,16 +579,6 @@ def _semantic_errors(config: PartialConfig) -> list[tuple[str, str]]:
         if block.baselineNodeType is not None and block.baselineNodeType not in effective_types:
             errors.append((f"{path}.baselineNodeType", _not_a_node_type(block.baselineNodeType, effective_types)))
         errors += _bounds_errors(f"{path}.bounds", bounds, block)
-    return errors
-
-
-def _override_name_errors(overrides: tuple[Override | None, ...]) -> list[tuple[str, str]]:
-    errors: list[tuple[str, str]] = []
-    first_index: dict[str, int] = {}
-    for index, override in enumerate(overrides):
-        if override is not None and (first := first_index.setdefault(override.name, index)) != index:
-            message = f"duplicate override name {override.name!r} (first used by overrides[{first}])"
-            errors.append((f"overrides[{index}].name", message))
     return errors
 
 

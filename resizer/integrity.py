@@ -93,10 +93,8 @@ class KeyRingError(ResizerError):
 @dataclass(frozen=True)
 class KeyRing:
     """HMAC-SHA256 keys by id. Verification accepts any; signing uses the newest: the greatest id
-    in natural order (runs of digits compared as numbers, so ``k10`` > ``k9``; ids equal that way,
-    ``k01`` and ``k1``, as plain strings). Ids count up with age, as the reconciler generates
-    them: rotating is adding a greater id, retiring is removing an old one.
-    """
+    in natural order (digit runs compared as numbers, ``k10`` > ``k9``; ``k01`` and ``k1`` as plain
+    strings). Ids count up with age: rotating is adding a greater id, retiring removing an old one."""
 
     keys: Mapping[str, bytes]
 
@@ -421,9 +419,11 @@ def baseline(
     """The one baseline authority: the originals decision for ``pod`` (see :func:`check_originals`)."""
     result = check_originals(pod, keyring, spec_originals, vouched)
     if result.scope == "sized" and result.trust is Trust.TRUSTED:
-        # Trusted only while the spec is unchanged: bind the originals to this pod before any write
-        # to its spec (step 1, conditional on the pod as read).
-        return Baseline(result, pod, _sized_binding(pod, keyring))
+        # Trusted only while the spec is unchanged: bind the originals, and the spec's values lacking
+        # one (a container a later webhook added), to this pod before any write to its spec (step 1,
+        # conditional on the pod as read), so no container is left without originals.
+        missing = missing_original_annotations(pod)
+        return Baseline(result, pod, {**missing, **pod_mac(pod, keyring, missing)})
     if result.trust is Trust.TRUSTED:
         # (Vouched originals are those step 1 recorded: the spec holds our resize, not a baseline.)
         return Baseline(result, pod, None if result.reason == _VOUCHED else _completion(pod, keyring))
@@ -456,13 +456,6 @@ def early_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | N
     if check.trust is Trust.RECAPTURE and not check.tampered:
         return decided.stamp
     return None
-
-
-def _sized_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None]:
-    """Step 1 of a pod trusted by its sized record (never changed): its originals bound with a pod
-    MAC, plus the spec's values lacking one (a container a later webhook added), so none lacks them."""
-    missing = missing_original_annotations(pod)
-    return {**missing, **pod_mac(pod, keyring, missing)}
 
 
 def _completion(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:

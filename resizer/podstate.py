@@ -358,7 +358,10 @@ def read_state(pod: Mapping[str, Any]) -> PodState:
     """The pod's state parsed once from ``metadata.annotations`` (and the container names, which key
     the originals). Never raises for what the annotations hold (see the module docstring)."""
     annotations = _annotations(pod)
-    names = _container_names(pod)
+    try:  # what of the spec a state depends on (None: a spec too odd to remember a state by)
+        names: tuple[Any, ...] | None = tuple(container.get("name") for container in resizable_containers(pod))
+    except (AttributeError, TypeError):
+        names = None
     recent = _RECENT.get(id(pod))
     if recent is not None and recent[0] is pod and recent[2] == names and recent[1] == annotations:
         return recent[3]
@@ -389,14 +392,6 @@ def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _skip(annotations: Mapping[str, Any]) -> bool:
     return str(annotations.get(SKIP, "")).lower() == "true"
-
-
-def _container_names(pod: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """What of the spec a state depends on (None: a spec too odd to remember a state by)."""
-    try:
-        return tuple(container.get("name") for container in resizable_containers(pod))
-    except (AttributeError, TypeError):
-        return None
 
 
 def _read_state(pod: Mapping[str, Any], annotations: Mapping[str, Any]) -> PodState:
@@ -468,7 +463,9 @@ def written_keys(containers: Sequence[Mapping[str, Any]]) -> list[Mapping[Slot, 
     owners: dict[str, tuple[int, str]] = {key: (-1, "the pod level") for key in POD_ORIGINAL_KEYS}
     written = []
     for index, container in enumerate(containers):
-        name = _name(container, index)
+        name = container.get("name") if isinstance(container, Mapping) else None
+        if not isinstance(name, str):
+            raise OriginalsError(f"resizable container #{index} has no name: its originals cannot be keyed")
         keys = _keys_of(name)
         for key in keys.values():
             owner, other = owners.setdefault(key, (index, name))
@@ -481,13 +478,6 @@ def written_keys(containers: Sequence[Mapping[str, Any]]) -> list[Mapping[Slot, 
                 raise KeyCollisionError(f"{what}: their original resources would share the annotation {key}")
         written.append(keys)
     return written
-
-
-def _name(container: Any, index: int) -> str:
-    name = container.get("name") if isinstance(container, Mapping) else None
-    if not isinstance(name, str):
-        raise OriginalsError(f"resizable container #{index} has no name: its originals cannot be keyed")
-    return name
 
 
 def _key_map(

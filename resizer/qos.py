@@ -15,14 +15,11 @@ _QOS_RESOURCES = ("cpu", "memory")
 
 
 def pod_qos_class(pod_spec: Mapping[str, Any]) -> QoSClass:
-    """QoS class of a pod spec (k8s.io/kubernetes pkg/apis/core/helper/qos).
-
-    Only cpu and memory quantities greater than zero count. Requests and limits are
-    summed per resource over containers and init containers; Guaranteed needs every
-    container to set both cpu and memory limits and the summed requests to equal the
-    summed limits for every resource. Pod-level ``spec.resources``, when it sets cpu or
-    memory, replaces the containers (as with the PodLevelResources feature).
-    """
+    """QoS class of a pod spec (k8s.io/kubernetes pkg/apis/core/helper/qos). Only cpu and memory
+    quantities above zero count, requests and limits summed per resource over containers and init containers;
+    Guaranteed needs every container to set cpu and memory limits and the summed requests to equal
+    the summed limits. Pod-level ``spec.resources`` setting cpu or memory replaces the containers
+    (as with the PodLevelResources feature)."""
     pod_resources = pod_spec.get("resources") or {}
     if _positive(pod_resources.get("requests")) or _positive(pod_resources.get("limits")):
         holders: Iterable[Mapping[str, Any]] = [pod_resources]
