@@ -645,8 +645,6 @@ def _compile(config: ResizerConfig) -> PolicyTable:
 
 def _policy(config: ResizerConfig, rule: str, block: PolicyBlock | None) -> Policy:
     node_types = _effective_node_types(config.nodeTypes, block)
-    cpu_min, cpu_max = _effective_bounds(config.bounds, block, "cpu")
-    memory_min, memory_max = _effective_bounds(config.bounds, block, "memory")
     own = block if block is not None else PolicyBlock()
     return Policy(
         rule=rule,
@@ -656,8 +654,8 @@ def _policy(config: ResizerConfig, rule: str, block: PolicyBlock | None) -> Poli
         node_types=MappingProxyType(
             {name: NodeProfile(name, spec.cpuPerf, spec.memPerf) for name, spec in node_types.items()}
         ),
-        cpu_bounds=Bounds(to_millicores(cpu_min), to_millicores(cpu_max)),
-        memory_bounds=Bounds(to_bytes(memory_min), to_bytes(memory_max)),
+        cpu_bounds=Bounds(*map(to_millicores, _effective_bounds(config.bounds, block, "cpu"))),
+        memory_bounds=Bounds(*map(to_bytes, _effective_bounds(config.bounds, block, "memory"))),
     )
 
 

@@ -248,9 +248,8 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
             # and re-capturing it would make that size the baseline for good.
             return OriginalsCheck(
                 Trust.REFUSE,
-                f"originals MAC signed with unknown key {lost!r}; put the key "
-                f"back in the Secret (the original resources differ from the "
-                f"spec: taking them from it would lose them)",
+                f"originals MAC signed with unknown key {lost!r}; put the key back in the Secret (the original "
+                "resources differ from the spec: taking them from it would lose them)",
                 key_id=lost,
             )
         if not changed:
@@ -269,27 +268,18 @@ def _check(pod: Mapping[str, Any], keyring: KeyRing, spec_originals: Mapping[str
         return OriginalsCheck(Trust.TRUSTED, "verified", scope, key_id)
     if scope == "sized" and not changed:
         # The MAC covers the spec values it verified against: the pod is exactly as the webhook sized it.
-        return OriginalsCheck(
-            Trust.TRUSTED, f"verified, sized at admission for node type {state.sized_at_admission!r}", scope, key_id
-        )
+        why = f"verified, sized at admission for node type {state.sized_at_admission!r}"
+        return OriginalsCheck(Trust.TRUSTED, why, scope, key_id)
     if changed:  # (a made-up review obtains an admission MAC for any values: see Trust)
-        return OriginalsCheck(
-            Trust.TRUSTED_IF_ALIGNED,
-            f"original resources signed at admission only and the spec has changed since ({changed_text})",
-            scope,
-            key_id,
-        )
+        why = f"original resources signed at admission only and the spec has changed since ({changed_text})"
+        return OriginalsCheck(Trust.TRUSTED_IF_ALIGNED, why, scope, key_id)
     # Admission scope: valid on every look-alike sibling too.
     current = spec()
     if originals == current:
         return OriginalsCheck(Trust.TRUSTED, "verified, equal to the unchanged spec", scope, key_id)
     if _equal_or_upgraded(pod, originals, current):
-        return OriginalsCheck(
-            Trust.TRUSTED,
-            "verified, equal to the unchanged spec (stamped before pod-level and sidecar originals were recorded)",
-            scope,
-            key_id,
-        )
+        why = "verified, equal to the unchanged spec (stamped before pod-level and sidecar originals were recorded)"
+        return OriginalsCheck(Trust.TRUSTED, why, scope, key_id)
     return OriginalsCheck(
         Trust.RECAPTURE,
         "original resources signed for another pod of the same owner "

@@ -100,9 +100,8 @@ def _original_key(container: str, resource: str, kind: str, legacy: bool) -> str
 
 
 def pod_original_key(resource: Resource, kind: Kind) -> str:
-    """Annotation key holding the pod-level (``spec.resources``) baseline request or limit:
-    ``workload-resizer.io/original-pod-cpu``, ``original-pod-cpu-limit``, likewise for memory.
-    Never equal to a container's key (those have a ``.<container>`` suffix)."""
+    """Key of the pod-level (``spec.resources``) baseline: ``workload-resizer.io/original-pod-cpu``,
+    ``original-pod-cpu-limit``, likewise for memory (never a container's: those end ``.<container>``)."""
     return PREFIX + _stem(resource, kind, "pod-")
 
 
