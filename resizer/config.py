@@ -1,11 +1,10 @@
 """The ``config.yaml`` of the workload-resizer ConfigMap, and policy resolution per pod.
 
-A policy block (an override, a ``podAnnotations``/``podLabels`` value or a
-``computeClasses`` entry) is overlaid on the global settings: a field it leaves out falls
-back to the global one, ``nodeTypes`` per entry, ``bounds`` per resource and side.
-Precedence: the first override (list order) whose ``match`` fully holds, then
-``podAnnotations``, ``podLabels`` (a pod's matching keys in lexicographic order),
-``computeClasses``, then the global settings (docs/configuration.md).
+A policy block (an override, a ``podAnnotations``/``podLabels`` value or a ``computeClasses`` entry)
+is overlaid on the global settings: a field it leaves out falls back to the global one, ``nodeTypes``
+per entry, ``bounds`` per resource and side. Precedence: the first override (list order) whose
+``match`` fully holds, then ``podAnnotations``, ``podLabels`` (a pod's matching keys in lexicographic
+order), ``computeClasses``, then the global settings (docs/configuration.md).
 """
 
 from __future__ import annotations

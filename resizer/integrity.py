@@ -34,10 +34,9 @@ an admission MAC over originals equal to the spec except for those keys is trust
 their baseline is the spec, recorded (with a pod MAC over every key) at step 1 before any resize.
 
 :func:`baseline` is the one baseline authority: the reconciler, ``plan``, ``restore`` and the
-re-alignment check take what they may scale from (or put back) from it, and nothing unsigned
-vouches for anything (the resize-state annotation included); only a pod MAC (or this process's
-own memory of a resize it requested) vouches for originals on a changed pod. :class:`KeyRing`
-verifies with any key and signs with the newest. No I/O: the processes read the keys (``ops.keys``).
+re-alignment check take what they may scale from (or put back) from it. Nothing unsigned vouches
+(the resize-state annotation included): only a pod MAC, or this process's own memory of a resize
+it requested, vouches for originals on a changed pod. No I/O: the processes read the keys (``ops.keys``).
 """
 
 from __future__ import annotations
@@ -211,8 +210,7 @@ def check_originals(
     ``originals_from_spec_annotations(pod)`` (computed only if the verdict needs it). ``vouched``: the
     originals this process verified and resized the pod from (a resize in flight), vouching only
     while the pod carries exactly those. Raises :class:`OriginalsError` / :class:`QuantityError` for
-    a spec it cannot read, :class:`KeyCollisionError` for two containers on one key, whatever the MAC.
-    """
+    a spec it cannot read, :class:`KeyCollisionError` for two containers on one key, whatever the MAC."""
     original_keys(pod)
     verdict = _check(pod, keyring, spec_originals)
     if (
@@ -378,8 +376,7 @@ class Baseline:
     pod to plan from (recaptured: without its ``original-*`` annotations, so the spec is the
     baseline). ``stamp``: step 1's annotations merge patch (None: nothing to write; ``None`` values
     delete rejected keys); a trusted pod stamped before pod-level or sidecar originals were
-    recorded gets those from the spec, with a pod MAC over all of them.
-    """
+    recorded gets those from the spec, with a pod MAC over all of them."""
 
     check: OriginalsCheck
     pod: Mapping[str, Any]

@@ -68,8 +68,7 @@ def original_key(container: str, resource: Resource, kind: Kind) -> str:
     container>_<26 lowercase base32 characters of sha256(container)>``, exactly 63 long. Verbatim
     keys have at most 62 and legacy keys (:func:`legacy_original_key`) ``-`` ninth from the end where
     a hashed key has a digest character: two names share a key only if sha256 collides on 130 bits.
-    Which annotation holds a pod's original is :meth:`PodState.original_keys`' answer, not the caller's.
-    """
+    Which annotation holds a pod's original is :meth:`PodState.original_keys`' answer, not the caller's."""
     return _original_key(container, resource, kind, False)
 
 

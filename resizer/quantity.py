@@ -43,8 +43,7 @@ def parse_quantity(text: str) -> Fraction:
     decimal point (``1``, ``0.5``, ``.5``, ``5.``) and a binary (``Ki``..``Ei``), decimal
     (``n u m k M G T P E``) or exponent (``e3``, ``E-3``) suffix. Like Kubernetes, non-zero values
     finer than 1n are rounded away from zero to 1n. Unlike it, a number without digits (``.``,
-    ``-``, ``E``: 0 to Kubernetes) and a value above 2^63-1 base units (clamped) are rejected.
-    """
+    ``-``, ``E``: 0 to Kubernetes) and a value above 2^63-1 base units (clamped) are rejected."""
     if not isinstance(text, str):
         raise QuantityError(f"quantity must be a string, got {text!r}")
     return _parse(text)

@@ -1,12 +1,11 @@
 """Which namespaces workload-resizer works in: one scope for the webhook and the reconciler.
 
-A namespace is in scope when its name is not excluded (``kube-system`` and the product's own
-namespace always are, ``--exclude-namespaces`` adds more) and its labels match the selector
-(``--namespace-selector``, kubectl syntax; empty matches every namespace). The reconciler
-evaluates :meth:`NamespaceScope.includes` per pod; the webhook cannot see namespace labels,
-so the apiserver applies the same scope for it through the webhook configuration's
-``namespaceSelector`` (:meth:`NamespaceScope.webhook_namespace_selector`), and the webhook
-checks the names itself as a second line.
+A namespace is in scope when its name is not excluded (``kube-system`` and the product's own namespace
+always are, ``--exclude-namespaces`` adds more) and its labels match the selector (``--namespace-selector``,
+kubectl syntax; empty matches every namespace). The reconciler evaluates :meth:`NamespaceScope.includes`
+per pod; the webhook cannot see namespace labels, so the apiserver applies the same scope for it
+through the webhook configuration's ``namespaceSelector`` (:meth:`NamespaceScope.webhook_namespace_selector`),
+and the webhook checks the names itself as a second line.
 """
 
 from __future__ import annotations
