@@ -302,14 +302,10 @@ def _equal_or_upgraded(pod: Mapping[str, Any], originals: Mapping[str, str], spe
 
 def _lost_key(parsed: Mac | None, keyring: KeyRing) -> str | None:
     """The key id a MAC of the form we write names when the ring lacks it, else None."""
-    if (
-        parsed is None
-        or not _KEY_ID.fullmatch(parsed.key_id)
-        or not _MAC_FORM.fullmatch(parsed.digest)
-        or parsed.key_id in keyring.keys
-    ):
+    if parsed is None or parsed.key_id in keyring.keys:
         return None
-    return parsed.key_id
+    well_formed = _KEY_ID.fullmatch(parsed.key_id) and _MAC_FORM.fullmatch(parsed.digest)
+    return parsed.key_id if well_formed else None
 
 
 def _verify(
@@ -429,11 +425,10 @@ def baseline(
 
 
 def early_binding(pod: Mapping[str, Any], keyring: KeyRing) -> dict[str, str | None] | None:
-    """The annotations merge patch binding a never-changed pod's originals to it with a pod MAC
-    before its spec changes other than by our resize (a scheduling gate removed: generation 2
-    before binding, when admission-signed originals no longer vouch): step 1's stamp, else a pod
-    MAC over the trusted originals. None: changed or bound already, no key, or originals not
-    trusted (step 1 of the bound pod replaces and reports them). Raises as :func:`check_originals`."""
+    """The annotations merge patch binding a never-changed pod's originals to it with a pod MAC before
+    its spec changes other than by our resize (a scheduling gate removed; see the module docstring):
+    step 1's stamp, else a pod MAC over the trusted originals. None: changed or bound already, no key,
+    or untrusted originals (the bound pod's step 1 replaces and reports them). Raises as :func:`check_originals`."""
     if (pod.get("metadata") or {}).get("generation") != 1 or not keyring:
         return None
     decided = baseline(pod, keyring)
