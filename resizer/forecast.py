@@ -24,7 +24,7 @@ from resizer.originals import read_originals, read_pod_originals
 from resizer.pinning import plan_bound_pod
 from resizer.plan import POD_LEVEL, ResizePlan
 from resizer.podstate import read_state, resizable_containers
-from resizer.quantity import QuantityError, coerce_quantity, to_bytes, to_millicores
+from resizer.quantity import RESOURCES, QuantityError, coerce_quantity, to_bytes, to_millicores
 from resizer.scope import NamespaceScope
 from resizer.vpa import controller_owner, deployment_of
 
@@ -149,12 +149,10 @@ def forecast_fleet(
     keyring: KeyRing = EMPTY_KEYRING,
     pod_level_nodes: Collection[str] = frozenset(),
 ) -> FleetForecast:
-    """Forecast every pod. ``node_types`` maps node name -> value of the node-type label
-    (None: unlabelled); ``namespace_labels`` is needed when the scope has a selector;
-    ``pod_level_nodes``: the nodes that resize pod-level resources in place (others leave pods
-    with ``spec.resources`` alone, see :func:`resizer.plan.node_resizes_pod_level`).
-    ``skip_applied``: pods already sized for their node's type are left alone (re-alignment
-    off), as the reconciler does."""
+    """Forecast every pod. ``node_types``: node name -> its node-type label (None: unlabelled);
+    ``namespace_labels`` when the scope has a selector; ``pod_level_nodes``: the nodes that resize
+    pod-level resources in place (:func:`resizer.plan.node_resizes_pod_level`); ``skip_applied``:
+    pods sized for their node's type already are left alone, as the reconciler's re-alignment off."""
     groups: dict[tuple[str, str, str], WorkloadForecast] = {}
     skipped: Counter[str] = Counter()
     not_resized: list[PodForecast] = []
@@ -299,18 +297,13 @@ def _delta(plan: ResizePlan, resource: str) -> int:
 def _original_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     """Millicores and bytes of the containers' and sidecars' requests as authored: the ``original-*``
     annotations of ``pod`` (the baseline authority's view), the spec where there are none."""
-    cpu = memory = 0
-    for original in read_originals(pod).values():
-        if original.cpu.request is not None:
-            cpu += to_millicores(original.cpu.request)
-        if original.memory.request is not None:
-            memory += to_bytes(original.memory.request)
-    pod_level = read_pod_originals(pod)
-    if pod_level is not None and pod_level.cpu.request is not None:
-        cpu = to_millicores(pod_level.cpu.request)
-    if pod_level is not None and pod_level.memory.request is not None:
-        memory = to_bytes(pod_level.memory.request)
-    return cpu, memory
+    containers, pod_level = list(read_originals(pod).values()), read_pod_originals(pod)
+    amounts = []
+    for resource in RESOURCES:
+        level = pod_level if pod_level is not None and pod_level.of(resource).request is not None else None
+        requests = [holder.of(resource).request for holder in (containers if level is None else [level])]
+        amounts.append(sum((to_millicores if resource == "cpu" else to_bytes)(r) for r in requests if r is not None))
+    return amounts[0], amounts[1]
 
 
 def _requests(pod: Mapping[str, Any], units: Callable[[Any], int], resource: str) -> int:

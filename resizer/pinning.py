@@ -54,10 +54,8 @@ def pinned_types(pod: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozen
 
 
 def pinned_node_type(pod: Mapping[str, Any], nodes: NodeTypes, config: CompiledConfig, label: str) -> str | None:
-    """The node type the pod will run on, if it is determined at admission: every type it is
-    pinned to (:func:`pinned_types`) is in the config and has the same cpu and memory
-    performance under the policy that applies to the pod. The least name of them (they size
-    alike); None otherwise."""
+    """The node type the pod will run on, if admission can tell: every type it is pinned to is in
+    its policy with the same cpu and memory performance (the least name of them: they size alike)."""
     types = pinned_types(pod, nodes, label)
     if types is None:
         return None
@@ -124,13 +122,11 @@ class AdmissionSizing:
 
 
 def admission_sizing(pod: Mapping[str, Any], config: CompiledConfig, node_type: str) -> AdmissionSizing | None:
-    """The sizing of the pod as sent for ``node_type``, by the reconciler's own rules (the spec is
-    the baseline; restart-policy resources left alone, as the reconciler's default). Pod-level
-    resources (``spec.resources``) are sized with the containers: at CREATE they need only the
+    """The sizing of the pod as sent for ``node_type``, by the reconciler's own rules and default
+    (the spec is the baseline; restart-policy resources left alone); None unless the plan is
+    ``Resize``. Pod-level resources are sized with the containers: at CREATE they need only the
     PodLevelResources feature (the apiserver drops them without it, before admission), not the
-    node's in-place pod-level resize. None when there is nothing to change (aligned already, or
-    not sized: unknown type, QoS change, nothing sizable). Raises like
-    :func:`resizer.plan.plan_resize`."""
+    node's in-place pod-level resize. Raises like :func:`resizer.plan.plan_resize`."""
     as_sent = _without_controller_owned(pod)  # the spec as sent is the baseline, whatever original-* it carries
     plan = plan_resize(as_sent, resolve_policy(config, as_sent), node_type, pod_level=True)
     if plan.outcome != "Resize":

@@ -92,13 +92,8 @@ class ResourceChange:
 
 @dataclass(frozen=True)
 class ResizePlan:
-    """What to do with a pod on ``node_type``; ``patch`` is the ``pods/resize`` body.
-
-    ``outcome`` is ``Resize`` (non-empty patch), ``AlreadyAligned`` (spec already equals
-    the target), ``UnknownNodeType``, ``QoSChange`` (target would change the QoS class,
-    so nothing is patched), ``NothingToSize`` (no container has a sizable resource) or
-    ``PodLevelResources`` (the pod sets ``spec.resources``: not sized, see ``summary``).
-    """
+    """What to do with a pod on ``node_type``; ``patch``, the ``pods/resize`` body, is non-empty
+    only for ``Resize`` (``QoSChange``: the target would change the QoS class, so nothing is sent)."""
 
     node_type: str
     baseline_node_type: str
@@ -194,15 +189,13 @@ def plan_resize(
     """Plan the resize of a pod bound to a ``node_type`` node.
 
     Per resource with a baseline request: :func:`desired_quantity` of original x baselinePerf /
-    nodePerf, the limit by :func:`desired_limit`. With ``memoryLimitDecrease: Never`` a memory
-    limit is never set below its original (a Guaranteed container keeps its memory request too).
-    ``RestartContainer`` resources are left alone unless ``resize_restart_containers``. Sidecars
-    are sized when the policy opts in (``sidecars: true``); otherwise one that differs from its
-    recorded original (sized while the opt-in was on) is planned back to it. A pod with pod-level
-    ``spec.resources`` (KEP-2837) is sized at both levels in one patch when ``pod_level`` (its
-    node resizes them, KEP-5419; :func:`_pod_level_changes`), else left alone. Raises
-    :class:`resizer.originals.OriginalsError` on a corrupt baseline annotation and
-    :class:`PlanError` when a value cannot be expressed as a Kubernetes quantity.
+    nodePerf, the limit by :func:`desired_limit`; ``memoryLimitDecrease: Never`` keeps memory
+    limits at least at their originals. ``RestartContainer`` resources are left alone unless
+    ``resize_restart_containers``. Sidecars are sized when the policy opts in (``sidecars: true``),
+    else planned back to their recorded originals. Pod-level ``spec.resources`` (KEP-2837) are
+    sized with the containers in one patch when ``pod_level`` (the node resizes them, KEP-5419),
+    else the pod is left alone. Raises :class:`resizer.originals.OriginalsError` on a corrupt
+    baseline annotation, :class:`PlanError` on a value no Kubernetes quantity can hold.
     """
 
     def plan(

@@ -146,9 +146,8 @@ def owner_chain(pod: Mapping[str, Any], lookup: OwnerLookup) -> tuple[tuple[Owne
 
 @dataclass(frozen=True)
 class Unresolved:
-    """Whether an updating VPA manages the pod cannot be told yet: an owner is missing from the
-    caches while an updating VPA in the namespace might target it (decide later, never resize
-    meanwhile)."""
+    """Whether an updating VPA manages the pod cannot be told yet: an owner an updating VPA in the
+    namespace might target is missing from the caches (decide later, never resize meanwhile)."""
 
     owner: Owner
 
@@ -186,12 +185,11 @@ def _may_own(owner: Owner, target: Owner) -> bool:
 
 def admission_vpa_hold(pod: Mapping[str, Any], namespace: str, index: VpaIndex) -> str | None:
     """Why the pod, as sent at admission, is not to be sized there (None: no updating VPA may
-    manage it). The webhook sees no owner but the pod's own controller: an updating VPA in the
-    namespace holds the pod when its target is that owner, the Deployment its ReplicaSet's name
-    and the pod's template hash name (:func:`deployment_of`), or a kind that may own the
-    controller and that only an API call would tell (a CronJob above a Job, a Deployment above a
-    ReplicaSet the pod does not name, a custom kind above either). The reconciler decides
-    precisely after binding; a pod held here and not managed after all is resized then."""
+    manage it). The webhook sees no owner but the pod's controller: an updating VPA in the
+    namespace holds the pod when it targets that owner, the Deployment :func:`deployment_of`
+    names, or a kind only an API call would tell may own the controller (a CronJob above a Job,
+    a Deployment above a ReplicaSet the pod does not name, a custom kind above either). The
+    reconciler decides precisely after binding: a pod held here but not managed is resized then."""
     targets = index.get(namespace)
     if not targets:
         return None
