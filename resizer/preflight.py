@@ -33,6 +33,7 @@ Constraint = Literal["LimitRange", "ResourceQuota", "NodeHeadroom", "CriticalPri
 # admit them (KEP-1287), so growing them in place is the admin's choice.
 CRITICAL_PRIORITY = 2_000_000_000
 Kind = Literal["requests", "limits"]
+_KINDS: tuple[Kind, ...] = ("requests", "limits")
 _RESOURCES = ("cpu", "memory")
 # ResourceQuota resource names a pod's cpu and memory are charged to.
 _QUOTA_NAMES: Mapping[str, tuple[Kind, str]] = {
@@ -163,25 +164,21 @@ def _limit_item_violation(spec: Mapping[str, Any], item: Mapping[str, Any]) -> s
     if kind == "Container":  # sidecars too: the LimitRanger checks init containers like containers
         sidecars = [c for c in spec.get("initContainers") or [] if podstate.is_sidecar(c)]
         for container in [*(spec.get("containers") or []), *sidecars]:
-            detail = _violation(
-                item, _container_amounts(container, "requests"), _container_amounts(container, "limits")
-            )
+            amounts = {(k, r): v for k in _KINDS for r, v in _container_amounts(container, k).items()}
+            detail = _violation(item, amounts)
             if detail is not None:
                 return f"container {container.get('name')}: {detail}"
     elif kind == "Pod":
-        totals = pod_totals(spec)
-        requests = {r: v for (k, r), v in totals.items() if k == "requests"}
-        limits = {r: v for (k, r), v in totals.items() if k == "limits"}
-        detail = _violation(item, requests, limits)
+        detail = _violation(item, pod_totals(spec))
         if detail is not None:
             return f"pod: {detail}"
     return None
 
 
-def _violation(item: Mapping[str, Any], requests: Mapping[str, int], limits: Mapping[str, int]) -> str | None:
+def _violation(item: Mapping[str, Any], amounts: Totals) -> str | None:
     """What of min, max and maxLimitRequestRatio the amounts break (like the LimitRanger's checks)."""
     for resource in _RESOURCES:
-        request, limit = requests.get(resource), limits.get(resource)
+        request, limit = amounts.get(("requests", resource)), amounts.get(("limits", resource))
         minimum = (item.get("min") or {}).get(resource)
         if minimum is not None:
             floor = _amount(resource, minimum)

@@ -247,8 +247,7 @@ def _with_flag(jvm: Jvm, word: str) -> Jvm:
 def _repository(image: str) -> str:
     """``registry/path/name`` of an image reference, lower case, without its tag or digest."""
     name = image.split("@", 1)[0].lower()
-    slash = name.rfind("/")
-    colon = name.rfind(":")
+    slash, colon = name.rfind("/"), name.rfind(":")
     return name[:colon] if colon > slash else name
 
 
