@@ -1,10 +1,8 @@
 """Thin asynchronous Kubernetes API client: raw JSON over keep-alive HTTP/1.1, nothing more.
 
-Credentials (kubeconfig or in-cluster, token refresh) come from kube.credentials; requests go
-through a small pool of persistent connections (kube.transport: asyncio protocols + the httptools
-parser) and bodies are parsed with orjson into plain dicts, which is what the pure core consumes.
-Deserialising into the official client's model classes would cost several times the CPU and memory
-per pod, and a general-purpose HTTP client (httpx) cost the reconciler about half of its CPU.
+Credentials come from kube.credentials, connections from kube.transport (which says why not
+httpx); bodies are parsed with orjson into the plain dicts the pure core consumes: the official
+client's model classes would cost several times the CPU and memory per pod.
 """
 
 from __future__ import annotations
@@ -44,10 +42,8 @@ class ApiError(KubeError):
 
     @property
     def causes(self) -> list[str]:
-        """The machine-readable causes of the Status (`details.causes[].reason`, e.g. "NodeCapacity").
-
-        metav1.StatusCause's Go field `Type` is serialised as "reason"; "" for a cause without one.
-        """
+        """The Status's `details.causes[].reason` (e.g. "NodeCapacity"; metav1.StatusCause's Go field
+        `Type` is serialised as "reason"), "" for a cause without one."""
         details = self.body.get("details") if isinstance(self.body, dict) else None
         causes = details.get("causes") if isinstance(details, dict) else None
         return [str(c.get("reason") or "") if isinstance(c, dict) else "" for c in causes or []]
@@ -291,10 +287,9 @@ _LIST_ITEMS = b'"items":['
 
 def _loads_trimmed(raw: bytes, watch_event: bool) -> dict[str, Any] | None:
     """`raw` (one object, or a watch event of one) decoded with `metadata.managedFields` emptied,
-    or None (decode `raw` as it is): when it is not laid out as the apiserver writes pods and
-    nodes, also when the result lacks what every object has before managedFields in that layout
-    (name, resourceVersion), i.e. the bytes were laid out some other way (e.g. re-serialised
-    with sorted keys by a proxy) and the cut may have taken more than managedFields."""
+    or None (decode it as it is) when it is not laid out as the apiserver writes pods and nodes:
+    also when the result lacks the name or resourceVersion that precede managedFields there (e.g.
+    a proxy re-serialised it with sorted keys, and the cut may have taken more)."""
     start = raw.find(_MANAGED_FIELDS)
     if start < 0 or raw.find(_LIST_ITEMS, 0, start) >= 0:  # lists: not worth it
         return None

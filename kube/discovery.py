@@ -38,12 +38,9 @@ def served_in(discovery: Mapping[str, Any], resource: str) -> bool:
 @dataclass(eq=False)
 class ServedInformers:
     """An informer of ``resource`` (and those ``others()`` makes), running only while the apiserver
-    serves it.
-
-    Discovery at start and every ``recheck_interval`` (every ``FIRST_RETRY`` until it first
-    answers): the resource found, the informers are started; gone, they are stopped. Each change of
-    :attr:`served` is logged (``found``, ``gone``) and then passed on: ``on_served_change(was)``,
-    the answer before. A discovery that fails is logged and changes nothing: the last answer stands.
+    serves it, by discovery every ``recheck_interval`` (``FIRST_RETRY`` until it first answers).
+    Each change of :attr:`served` is logged (``found``, ``gone``), then passed on as
+    ``on_served_change(was)``; a failed discovery is logged and the last answer stands.
     ``crashed``: what to log should an informer ever end by an error."""
 
     client: KubeClient

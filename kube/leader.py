@@ -2,13 +2,12 @@
 
 Expiry is judged by when *we* last saw the lease record change, not by the holder's clock
 (clock skew must not hand out two leases); updates carry the resourceVersion, so two
-candidates never both win. While leading, each renewal is bounded by the renew deadline, and
-from the moment that deadline has passed since the last successful renewal began,
-:meth:`LeaderElector.may_write` is false: :class:`FencedClient` refuses writes and
-:meth:`hold` raises :class:`LeadershipLost` (at once, too, when someone else holds the lease).
-The renew deadline is shorter than the lease duration, so the last write is sent before any
-standby can take over. Any failed attempt is a failed attempt, never an exception out of
-acquire() or hold().
+candidates never both win. Each renewal is bounded by the renew deadline; once it has passed
+since the last successful renewal began, :meth:`LeaderElector.may_write` is false:
+:class:`FencedClient` refuses writes and :meth:`hold` raises :class:`LeadershipLost` (at once,
+too, when someone else holds the lease). The renew deadline is shorter than the lease duration,
+so the last write is sent before any standby can take over. A failed attempt is never an
+exception out of acquire() or hold().
 """
 
 from __future__ import annotations
@@ -73,8 +72,7 @@ class LeaderElector:
         log.info("became leader", extra={"lease": f"{self.namespace}/{self.name}", "identity": self.identity})
 
     async def hold(self) -> None:
-        """Renew every retry period; raise LeadershipLost when the renew deadline of the last
-        successful renewal passes, or at once when another identity holds the lease."""
+        """Renew every retry period until leadership is lost (see the module): LeadershipLost."""
         while True:
             delay = min(self._retry, self._fence - time.monotonic())
             if delay > 0:

@@ -1,13 +1,10 @@
 """Projections of API objects down to the fields the reconciler reads.
 
-A cached pod keeps what the pure core looks at (owner, labels, annotations, node selector,
-scheduling gates, container resources and resize policies, QoS class, whether the kubelet reports
-container resources, the resize conditions and the observed generation; a node's labels and
-allocatable cpu/memory and declared features; the LimitRange and ResourceQuota fields the
-preflight checks read, and what a quota's scopes match a pod by) and drops the rest (env, volumes, probes, managedFields, ...), most of
-a pod's size. String values that pods of one workload share (namespace, labels, annotation
-values, owner, node name, quantities, phase, condition reasons) are interned: the JSON decoder
-makes a fresh copy of each in each pod, a large share of the cache at scale.
+A cached object keeps what the pure core and the preflight read and drops the rest (env,
+volumes, probes, managedFields, ...), most of a pod's size. String values that pods of one
+workload share (namespace, labels, annotation values, owner, node name, quantities, phase,
+condition reasons) are interned: the JSON decoder makes a fresh copy of each in each pod, a
+large share of the cache at scale.
 """
 
 from __future__ import annotations
@@ -65,23 +62,20 @@ def slim_pod(pod: Obj) -> Obj:
         "containers": [_slim_container(c) for c in spec.get("containers") or []],
         "initContainers": [_slim_container(c) for c in spec.get("initContainers") or []],
     }
-    if spec.get("nodeSelector"):
-        slim_spec["nodeSelector"] = _shared(spec["nodeSelector"])
     if spec.get("schedulingGates"):  # (never on a bound pod: the scheduler waits for them to go)
         slim_spec["schedulingGates"] = [_shared(g.get("name")) for g in spec["schedulingGates"] if type(g) is dict]
-    if spec.get("priority") is not None:
-        slim_spec["priority"] = spec["priority"]  # an upsize of a critical pod may evict others
-    # What a ResourceQuota's scopes match a pod by (the preflight charges a resize to the quotas
-    # that match it): its priority class, a deadline (Terminating) and cross-namespace affinity.
-    if spec.get("priorityClassName"):
-        slim_spec["priorityClassName"] = _shared(spec["priorityClassName"])
-    if spec.get("activeDeadlineSeconds") is not None:
-        slim_spec["activeDeadlineSeconds"] = spec["activeDeadlineSeconds"]
+    # priority: an upsize of a critical pod may evict others. What a ResourceQuota's scopes match
+    # a pod by (the preflight charges a resize to the quotas that match it): its priority class, a
+    # deadline (Terminating) and cross-namespace affinity.
+    for key in ("priority", "activeDeadlineSeconds"):
+        if spec.get(key) is not None:
+            slim_spec[key] = spec[key]
+    for key in ("nodeSelector", "priorityClassName", "resources"):
+        if spec.get(key):
+            slim_spec[key] = _shared(spec[key])
     affinity = {k: v for k, v in (spec.get("affinity") or {}).items() if k in ("podAffinity", "podAntiAffinity")}
     if affinity:
         slim_spec["affinity"] = affinity
-    if spec.get("resources"):
-        slim_spec["resources"] = _shared(spec["resources"])
     slim_status: Obj = {
         "phase": _shared(status.get("phase")),
         "qosClass": _shared(status.get("qosClass")),

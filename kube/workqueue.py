@@ -56,9 +56,9 @@ class WorkQueue:
             self.add(item)
             return
         existing = self._delayed.get(item)
-        if existing is not None and existing.when() <= asyncio.get_running_loop().time() + delay:
-            return
         if existing is not None:
+            if existing.when() <= asyncio.get_running_loop().time() + delay:
+                return  # due sooner already
             existing.cancel()
         self._delayed[item] = asyncio.get_running_loop().call_later(delay, self._fire_delayed, item)
 
