@@ -163,11 +163,8 @@ def _write(path: str, data: bytes, mode: int) -> None:
 
 
 def write_pair(out_dir: str, serving: Issued, ca: Issued | None = None, ca_key_file: bool = False) -> dict[str, str]:
-    """Write ``tls.crt`` (cert, then nothing else), ``tls.key`` (0600) and ``ca.crt`` into ``out_dir``.
-
-    With ``ca_key_file`` also ``ca.key`` (0600), to issue more certificates later.
-    Returns the written paths by name.
-    """
+    """Write ``tls.crt`` (the cert alone), ``tls.key`` (0600), ``ca.crt`` and with ``ca_key_file``
+    ``ca.key`` (0600, to issue more certificates later) into ``out_dir``; the paths by name."""
     os.makedirs(out_dir, exist_ok=True)
     files = [("tls.crt", pem_cert(serving.cert), 0o644), ("tls.key", pem_key(serving.key), 0o600)]
     if ca is not None:

@@ -16,9 +16,7 @@ _DURATION = re.compile(f"(?:{_DURATION_PART.pattern})+")
 
 def duration(text: str) -> float:
     """Seconds from a Go-style duration (`10s`, `500ms`, `1m30s`) or a plain number of seconds.
-
-    Negative, NaN and infinite values are rejected (they would only fail later, at use).
-    """
+    Negative, NaN and infinite values are rejected (they would only fail later, at use)."""
     s = text.strip()
     try:
         value = float(s)

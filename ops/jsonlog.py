@@ -1,14 +1,8 @@
 """One-line-per-record logging shared by the webhook and the reconciler.
 
-``configure_logging(level, fmt)`` installs one root handler writing a JSON object per line
-(``ts`` RFC 3339 UTC, ``level``, ``logger``, ``msg``, every ``extra`` key; ``error`` and
-``stack`` with an exception) or a ``key=value`` text line. Hot paths (the webhook logs one
-line per admission decision) use :func:`log_fields`, which skips the standard library's
-caller lookup but keeps its levels, filters and handlers, so the output is the same; and
-``flush_interval`` batches info/debug writes (:class:`BatchingStreamHandler`). The JSON line
-is written by python-json-logger's orjson formatter; a :func:`log_fields` record without an
-exception is written directly from its fields, the same line without the formatter's scan of
-every record attribute.
+:func:`configure_logging` installs one root handler writing a JSON object (:class:`JSONFormatter`)
+or a ``key=value`` text line per record. Hot paths (the webhook logs one line per admission
+decision) use :func:`log_fields` and ``flush_interval`` (:class:`BatchingStreamHandler`).
 """
 
 from __future__ import annotations
@@ -106,10 +100,11 @@ def _line(
 
 class JSONFormatter(OrjsonFormatter):
     """One compact JSON object per record (no trailing newline): python-json-logger's orjson
-    formatter writing the project's line, ``ts`` (RFC 3339, UTC, ms), ``level``, ``logger``,
-    ``msg``, the ``extra`` fields, then ``error``/``stack`` for an exception. An extra field
-    never replaces one of the first four, and an odd value (a >64-bit int) is written as its
-    repr rather than losing the line."""
+    formatter writing ``ts`` (RFC 3339, UTC, ms), ``level``, ``logger``, ``msg``, the ``extra``
+    fields, then ``error``/``stack`` for an exception. An extra field never replaces one of the
+    first four, and an odd value (a >64-bit int) is written as its repr rather than losing the
+    line. A :func:`log_fields` record without an exception is written straight from its fields:
+    the same line without the formatter's scan of every record attribute."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -224,13 +219,10 @@ def flush_logging() -> None:
 def configure_logging(
     level: str = "info", fmt: str = "json", stream: IO[str] | None = None, flush_interval: float = 0.0
 ) -> logging.Handler:
-    """Route all logging through one handler writing one line per record, and return it.
-
-    Lines go to ``stream`` (default: standard error); with ``flush_interval`` > 0 (seconds) those
-    below WARNING are written in batches at most that old (:class:`BatchingStreamHandler`), else
-    each is flushed at once. Replaces the root logger's handlers (calling it twice does not double
-    every line) and routes uvicorn's own loggers through it as well.
-    """
+    """Route all logging, uvicorn's loggers included, through one handler writing one line per
+    record to ``stream`` (default: standard error), and return it. ``flush_interval`` > 0 (seconds):
+    batched (:class:`BatchingStreamHandler`). Replaces the root logger's handlers (calling it twice
+    does not double every line)."""
     try:
         levelno = LEVELS[level.lower()]
     except KeyError:

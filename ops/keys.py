@@ -79,14 +79,11 @@ def generate_key() -> bytes:
 
 
 def new_key_id(now: datetime | None = None) -> str:
-    """The id of a key the reconciler generates: ``k`` + UTC time ``YYYYMMDDHHMMSS`` + ``-`` + random
-    lowercase letters (e.g. ``k20261127000214-qhxzvb``).
-
-    Never an id used before, so the pods signed with a lost key name a key the ring lacks (counted
-    and held) instead of one whose MAC "does not match"; and later in time sorts later in
+    """The id of a key the reconciler generates, e.g. ``k20261127000214-qhxzvb`` (UTC time, random
+    letters). Never an id used before, so the pods signed with a lost key name a key the ring lacks
+    (counted and held) instead of one whose MAC "does not match"; and later in time sorts later in
     resizer.KeyRing's natural order (the time is one digit run), after the ``k0001`` ... ``k9999``
-    of earlier versions too, so a key put back beside it never becomes the signing one.
-    """
+    of earlier versions too, so a key put back beside it never becomes the signing one."""
     stamp = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%d%H%M%S")
     suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(_KEY_ID_SUFFIX_LETTERS))
     return f"k{stamp}-{suffix}"
