@@ -18,6 +18,7 @@ Pods and objects are the JSON shapes the API uses; amounts are millicores and by
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -179,20 +180,17 @@ def _violation(item: Mapping[str, Any], amounts: Totals) -> str | None:
     """What of min, max and maxLimitRequestRatio the amounts break (like the LimitRanger's checks)."""
     for resource in _RESOURCES:
         request, limit = amounts.get(("requests", resource)), amounts.get(("limits", resource))
-        minimum = (item.get("min") or {}).get(resource)
-        if minimum is not None:
-            floor = _amount(resource, minimum)
-            if request is not None and request < floor:
-                return f"{resource} request {_show(resource, request)} is below the minimum {minimum}"
-            if limit is not None and limit < floor:
-                return f"{resource} limit {_show(resource, limit)} is below the minimum {minimum}"
-        maximum = (item.get("max") or {}).get(resource)
-        if maximum is not None:
-            ceiling = _amount(resource, maximum)
-            if limit is not None and limit > ceiling:
-                return f"{resource} limit {_show(resource, limit)} is above the maximum {maximum}"
-            if request is not None and request > ceiling:
-                return f"{resource} request {_show(resource, request)} is above the maximum {maximum}"
+        for key, beyond, word, checked in (
+            ("min", operator.lt, "below the minimum", (("request", request), ("limit", limit))),
+            ("max", operator.gt, "above the maximum", (("limit", limit), ("request", request))),
+        ):
+            bound = (item.get(key) or {}).get(resource)
+            if bound is None:
+                continue
+            bound_amount = _amount(resource, bound)
+            for what, amount in checked:
+                if amount is not None and beyond(amount, bound_amount):
+                    return f"{resource} {what} {_show(resource, amount)} is {word} {bound}"
         ratio = (item.get("maxLimitRequestRatio") or {}).get(resource)
         if ratio is not None and request and limit and Fraction(limit, request) > coerce_quantity(ratio):
             return (
