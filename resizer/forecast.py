@@ -1,11 +1,9 @@
 """What the product would do to a set of pods: the `plan` command's pure core.
 
-Every decision is the reconciler's own: the namespace scope (:mod:`resizer.scope`),
-eligibility (:mod:`resizer.eligibility`), the baseline authority
-(:func:`resizer.integrity.baseline`: originals it cannot verify are held, as the
-reconciler holds them), the policy of the pod (:func:`resolve_policy`) and
-:func:`resizer.plan.plan_resize`. This module only groups the results per workload
-and node type and adds up the requests freed or added.
+Every decision is the reconciler's own: the namespace scope, eligibility, the baseline
+authority (:func:`resizer.integrity.baseline`: originals it cannot verify are held, as the
+reconciler holds them), the pod's policy and :func:`resizer.plan.plan_resize`. This module only
+groups the results per workload and node type and adds up the requests freed or added.
 """
 
 from __future__ import annotations

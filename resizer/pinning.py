@@ -66,13 +66,10 @@ def pinned_node_type(pod: Mapping[str, Any], nodes: NodeTypes, config: CompiledC
 
 
 def _types_of_nodes(names: Iterable[Any], nodes: NodeTypes) -> frozenset[str] | None:
-    types = set()
-    for name in names:
-        node_type = nodes.get(name) if isinstance(name, str) else None
-        if node_type is None:
-            return None
-        types.add(node_type)
-    return frozenset(types) or None
+    types = [nodes.get(name) if isinstance(name, str) else None for name in names]
+    if None in types:
+        return None  # a node not known, or without the label
+    return frozenset(t for t in types if t is not None) or None
 
 
 def _terms_types(terms: Any, nodes: NodeTypes, label: str) -> frozenset[str] | None:

@@ -46,10 +46,8 @@ _FORMAT: Mapping[Resource, Callable[[int], str]] = {"cpu": format_cpu, "memory":
 
 @dataclass(frozen=True)
 class ResourceChange:
-    """One resource of one container: baseline, target and what the spec holds now.
-
-    Amounts are whole millicores (cpu) or bytes (memory); None means not set.
-    """
+    """One resource of one container: baseline, target and what the spec holds now, in whole
+    millicores (cpu) or bytes (memory); None: not set."""
 
     container: str
     resource: Resource

@@ -149,14 +149,9 @@ def pod_runtimes(pod: Mapping[str, Any]) -> PodRuntimes | None:
         for status in (pod.get("status") or {}).get(group) or []
         if isinstance(status, Mapping)
     }
-    containers = {}
-    for container in resizable_containers(pod):
-        runtime = read_runtime(container, started.get(str(container.get("name"))))
-        if runtime is not None:
-            containers[runtime.container] = runtime
-    if not containers:
-        return None
-    return PodRuntimes(containers, read_state(pod).applied.at)
+    runtimes = (read_runtime(c, started.get(str(c.get("name")))) for c in resizable_containers(pod))
+    containers = {runtime.container: runtime for runtime in runtimes if runtime is not None}
+    return PodRuntimes(containers, read_state(pod).applied.at) if containers else None
 
 
 def read_runtime(container: Mapping[str, Any], started_at: Any = None) -> ContainerRuntime | None:

@@ -1,16 +1,14 @@
 """Which VerticalPodAutoscaler, if any, also writes a pod's requests.
 
 A VPA whose ``spec.updatePolicy.updateMode`` updates running pods (Recreate, InPlaceOrRecreate,
-InPlace, Auto, and Auto is the default when the mode is unset) sets the requests of the pods of
-its ``spec.targetRef``; resizing those pods too makes two controllers fight over the same
-fields. ``Off`` and ``Initial`` never touch a running pod, so they compose: what VPA set at
-admission is what the webhook stamps as the originals.
+InPlace, Auto, the default) sets the requests of the pods of its ``spec.targetRef``; resizing them
+too makes two controllers fight over the same fields. ``Off`` and ``Initial`` never touch a
+running pod, so they compose: what VPA set at admission is what the webhook stamps as the originals.
 
 The target is matched against the pod's chain of controller owners (a Deployment's pod is owned
-by a ReplicaSet, owned by the Deployment), resolved through a lookup the caller answers from
-its caches (:func:`managing_vpa`, the reconciler's, after binding). At admission the webhook has
-the pod as sent and no owner cache: :func:`admission_vpa_hold` decides from the pod alone, a
-superset of what the reconciler may find after binding.
+by a ReplicaSet, owned by the Deployment), resolved from the caller's caches (:func:`managing_vpa`,
+the reconciler's, after binding). At admission the webhook has no owner cache:
+:func:`admission_vpa_hold` decides from the pod alone, a superset of what the reconciler finds.
 """
 
 from __future__ import annotations
