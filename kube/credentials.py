@@ -1,13 +1,12 @@
 """Where the apiserver is and how to authenticate to it: in-cluster or from a kubeconfig.
 
-The common cases are read here directly: the in-cluster ServiceAccount (token file
-re-read every minute, as projected tokens rotate; CA file), and a kubeconfig whose
-user has client certificates and/or a token or tokenFile (paths or inline -data).
-Anything else — exec plugins, auth-providers, basic auth, several files merged
-through $KUBECONFIG — goes through the official `kubernetes` package's loaders. That
-package is an optional extra (`workload-resizer[kubeconfig]`): the image leaves it out,
-since in-cluster programs never need it, and importing it costs about half a second of CPU
-(it imports all its API models).
+The common cases are read here directly: the in-cluster ServiceAccount (token file re-read every
+minute, as projected tokens rotate; CA file), and a kubeconfig whose user has client certificates
+and/or a token or tokenFile (paths or inline -data). Anything else (exec plugins, auth-providers,
+basic auth, several files merged through $KUBECONFIG) goes through the official `kubernetes`
+package's loaders, an optional extra (`workload-resizer[kubeconfig]`): the image leaves it out,
+since in-cluster programs never need it, and importing it (all its API models) costs about half
+a second of CPU.
 """
 
 from __future__ import annotations

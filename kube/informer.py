@@ -2,8 +2,7 @@
 
 Lists in pages, then watches from the list's resourceVersion with bookmarks, resumes from the
 last seen resourceVersion when a stream ends, re-lists on 410 Gone, and treats a silent connection
-(no event or bookmark for `idle_timeout`) as dead. Objects are reduced by `slim` before they are
-cached, so the cache holds only the fields the reconciler reads.
+(no event or bookmark for `idle_timeout`) as dead. The cache holds objects as `slim` reduces them.
 """
 
 from __future__ import annotations

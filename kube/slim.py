@@ -188,12 +188,9 @@ def slim_quota(obj: Obj) -> Obj:
 
 
 def status_fingerprint(pod: Obj) -> tuple[Any, ...]:
-    """What of a pod's status decides whether a resize can be attempted again.
-
-    A node without resize support is detected by the apiserver from running
-    containers that report no resources; when that changes (kubelet upgraded,
-    container restarted) the pod is worth another try.
-    """
+    """What of a pod's status decides whether a resize can be attempted again: the apiserver tells
+    a node without resize support by running containers that report no resources; when that
+    changes (kubelet upgraded, container restarted) the pod is worth another try."""
     statuses = pod.get("status", {}).get("containerStatuses") or []
     return (
         pod.get("status", {}).get("phase"),
