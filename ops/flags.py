@@ -85,12 +85,9 @@ def string_list(text: str) -> list[str]:
 
 
 def scope_flags(group: argparse._ActionsContainer, helps: Mapping[str, str], **namespace: Any) -> None:
-    """Add the namespace scope's flags to `group`, in the order of `helps` (flag -> help text).
-
-    Every program that takes a scope (the webhook, the reconciler, the admin commands) parses
-    it alike and says in its own help what the scope means to it. `--namespace` defaults to
-    $POD_NAMESPACE, read now; `namespace` overrides its arguments (its default, its metavar).
-    """
+    """Add the namespace scope's flags to `group`, in the order of `helps` (flag -> help text: each
+    program says what the scope means to it). `--namespace` defaults to $POD_NAMESPACE, read now;
+    `namespace` overrides its arguments (its default, its metavar)."""
     specs: dict[str, dict[str, Any]] = {
         "--namespace": {"default": os.environ.get("POD_NAMESPACE", ""), "metavar": "NS", **namespace},
         "--exclude-namespaces": {"type": string_list, "default": [], "metavar": "NS[,NS...]"},

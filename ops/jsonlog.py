@@ -167,14 +167,11 @@ class TextFormatter(logging.Formatter):
 
 
 class BatchingStreamHandler(logging.StreamHandler):
-    """A StreamHandler that does not flush after every record.
-
-    Lines go into the stream's buffer and reach the file descriptor when the buffer fills, every
-    ``flush_interval`` seconds (a daemon thread), at once for WARNING and above, and on
-    :func:`flush_logging` / interpreter exit. Trades up to ``flush_interval`` of lines on a hard
-    kill (SIGKILL, OOM) for one ``write`` per batch instead of per line, which matters at
-    thousands of lines a second.
-    """
+    """A StreamHandler that does not flush after every record: lines reach the file descriptor
+    when the buffer fills, every ``flush_interval`` seconds (a daemon thread), at once for WARNING
+    and above, and on :func:`flush_logging` / interpreter exit. Trades up to ``flush_interval`` of
+    lines on a hard kill (SIGKILL, OOM) for one ``write`` per batch instead of per line, which
+    matters at thousands of lines a second."""
 
     def __init__(self, stream: IO[str], flush_interval: float) -> None:
         super().__init__(stream)
@@ -274,15 +271,11 @@ _time = time.time
 
 
 def log_fields(logger: logging.Logger, level: int, msg: str, fields: Mapping[str, Any]) -> None:
-    """Cheap equivalent of ``logger.log(level, msg, extra=fields)`` for hot paths.
-
-    Builds the LogRecord from a cached template instead of running ``LogRecord.__init__`` and
-    skips the caller lookup (``findCaller`` walks the stack) and the per-key ``extra`` collision
-    checks; the record still goes through the logger's level, filters and handlers, with the same
-    attributes (``pathname``/``lineno``/``funcName`` empty, as with ``logging._srcfile = None``).
-    Fields that would shadow a standard LogRecord attribute are prefixed with ``field_`` instead
-    of raising.
-    """
+    """Cheap ``logger.log(level, msg, extra=fields)`` for hot paths: the LogRecord comes from a
+    cached template, without the caller lookup (``findCaller`` walks the stack) or the per-key
+    ``extra`` collision checks, and still goes through the logger's level, filters and handlers
+    (``pathname``/``lineno``/``funcName`` empty, as with ``logging._srcfile = None``). A field that
+    would shadow a standard LogRecord attribute is prefixed with ``field_`` instead of raising."""
     if not logger.isEnabledFor(level):
         return
     record = _LogRecord.__new__(_LogRecord)

@@ -1,6 +1,5 @@
-"""Prometheus metrics of both processes: counters, gauges and histograms with labels, gauges
-computed when scraped, the ``process_*`` / ``python_*`` series, and the text format 0.0.4
-``/metrics`` answers with (what Prometheus and controller-runtime speak).
+"""Prometheus metrics of both processes (counters, gauges and histograms with labels, gauges
+computed when scraped, the runtime series) and the text format 0.0.4 ``/metrics`` answers with.
 
 Written here, not taken from prometheus_client: importing that package loads its exposition
 servers' modules (``http.server``, ``email``, ``urllib.request``, ``wsgiref``) into each
