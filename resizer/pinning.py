@@ -76,13 +76,10 @@ def _terms_types(terms: Any, nodes: NodeTypes, label: str) -> frozenset[str] | N
     """The union of what each term allows; None when any term does not pin a type."""
     if not isinstance(terms, list):
         return None
-    union: set[str] = set()
-    for term in terms:
-        allowed = _term_types(term, nodes, label) if isinstance(term, Mapping) else None
-        if allowed is None:
-            return None
-        union |= allowed
-    return frozenset(union) or None
+    allowed = [_term_types(term, nodes, label) if isinstance(term, Mapping) else None for term in terms]
+    if None in allowed:
+        return None
+    return frozenset(t for types in allowed if types is not None for t in types) or None
 
 
 def _term_types(term: Mapping[str, Any], nodes: NodeTypes, label: str) -> frozenset[str] | None:

@@ -18,11 +18,12 @@ Pods and objects are the JSON shapes the API uses; amounts are millicores and by
 
 from __future__ import annotations
 
-import operator
+import contextlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from operator import gt, lt
 from typing import Any, Literal
 
 from resizer import podstate
@@ -149,14 +150,12 @@ def _merge_resources(current: Mapping[str, Any], change: Mapping[str, Any]) -> d
 
 def limit_range_hold(spec: Mapping[str, Any], limit_ranges: Iterable[Mapping[str, Any]]) -> Hold | None:
     """The first LimitRange item the resized pod spec `spec` violates."""
-    try:
+    with contextlib.suppress(QuantityError):  # a value we cannot read: the apiserver judges it
         for limit_range in sorted(limit_ranges, key=_name):
             for item in (limit_range.get("spec") or {}).get("limits") or []:
                 detail = _limit_item_violation(spec, item)
                 if detail is not None:
                     return Hold("LimitRange", _name(limit_range), detail)
-    except QuantityError:
-        return None  # a value we cannot read: the apiserver judges it
     return None
 
 
@@ -181,8 +180,8 @@ def _violation(item: Mapping[str, Any], amounts: Totals) -> str | None:
     for resource in _RESOURCES:
         request, limit = amounts.get(("requests", resource)), amounts.get(("limits", resource))
         for key, beyond, word, checked in (
-            ("min", operator.lt, "below the minimum", (("request", request), ("limit", limit))),
-            ("max", operator.gt, "above the maximum", (("limit", limit), ("request", request))),
+            ("min", lt, "below the minimum", (("request", request), ("limit", limit))),
+            ("max", gt, "above the maximum", (("limit", limit), ("request", request))),
         ):
             bound = (item.get(key) or {}).get(resource)
             if bound is None:
@@ -202,7 +201,7 @@ def _violation(item: Mapping[str, Any], amounts: Totals) -> str | None:
 
 def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any], quotas: Iterable[Mapping[str, Any]]) -> Hold | None:
     """The first ResourceQuota the change from `pod`'s spec to the `resized` spec would exceed."""
-    try:
+    with contextlib.suppress(QuantityError):
         before, after = pod_totals(pod.get("spec") or {}), pod_totals(resized)
         best_effort = pod_qos_class(resized) == "BestEffort"
         for quota in sorted(quotas, key=_name):
@@ -210,8 +209,6 @@ def quota_hold(pod: Mapping[str, Any], resized: Mapping[str, Any], quotas: Itera
             excess = _quota_excess(quota, before, after) if charged else None
             if excess is not None:
                 return Hold("ResourceQuota", _name(quota), excess[1], excess[0])
-    except QuantityError:
-        return None
     return None
 
 
@@ -299,7 +296,7 @@ def node_hold(
     """Whether the node lacks the room an increase of `pod`'s requests (to the `resized` spec)
     needs, counting each of the `others` (the node's other live pods) at the larger of its spec
     requests and what its containers have."""
-    try:
+    with contextlib.suppress(QuantityError):
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         after, growing = _growing(pod, resized)
         growing = [r for r in growing if r in allocatable]
@@ -320,8 +317,6 @@ def node_hold(
             if want > room:  # Deferred: once other pods free room
                 detail = f"{needs}, {_show(r, max(room, 0))} free of {allocatable[r]} allocatable"
                 return Hold("NodeHeadroom", _name(node), detail, r)
-    except QuantityError:
-        return None
     return None
 
 
