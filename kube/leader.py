@@ -131,13 +131,11 @@ class LeaderElector:
         except ApiError as err:
             if err.status != 409:
                 log.warning("lease update failed", extra={"error": str(err)})
-            return False
         except OSError as err:
             log.warning("lease update failed", extra={"error": repr(err)})
-            return False
         except Exception as err:  # anything unexpected is a failed attempt, never a crash
             log.warning("lease update failed unexpectedly", extra={"error": repr(err)})
-            return False
+        return False
 
     async def _attempt(self) -> bool:
         now = rfc3339_micro()
