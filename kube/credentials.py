@@ -12,6 +12,7 @@ a second of CPU.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import ssl
 import tempfile
@@ -78,10 +79,8 @@ class FileToken:
     def __call__(self) -> str | None:
         now = time.monotonic()
         if now - self._read_at >= self._refresh:
-            try:
+            with contextlib.suppress(OSError):  # keep the last good token; the apiserver says 401 if it expired
                 self._value = self._path.read_text().strip() or self._value
-            except OSError:
-                pass  # keep the last good token; the apiserver says 401 if it expired
             self._read_at = now
         return self._value
 

@@ -2,11 +2,10 @@
 
 The reconciler talks to exactly one apiserver, a few requests per pod and a few long watches;
 a general-purpose client (httpx: pool, h11, anyio wrappers, cancel scopes) spent most of the
-reconciler's CPU on that. This is the part it needs: a bounded pool of persistent connections
-(LIFO, watches included, waiters queued), TLS from the caller's SSLContext, one write per
-request, responses parsed by httptools (the webhook server's C parser), a request timeout and
-an idle timeout for streams, and a request that meets a kept-alive connection the server just
-closed sent once more on a fresh one, as Go's net/http does. Errors are the builtin ones
+reconciler's CPU on that. This is the part it needs: a bounded LIFO pool of persistent
+connections (watches included), one write per request, httptools (the webhook server's C
+parser), timeouts, and a request that meets a kept-alive connection the server just closed
+sent once more on a fresh one, as Go's net/http does. Errors are the builtin ones
 (`TimeoutError`, `ConnectionError`, `OSError`); kube maps them onto its own.
 """
 

@@ -229,9 +229,7 @@ def configure_logging(
         raise ValueError(f"unknown log format {fmt!r}; expected 'json' or 'text'")
 
     # Fields we never print; skipping them makes every LogRecord cheaper.
-    logging.logMultiprocessing = False
-    logging.logProcesses = False
-    logging.logThreads = False
+    logging.logMultiprocessing = logging.logProcesses = logging.logThreads = False
 
     handler: logging.StreamHandler
     if flush_interval > 0:

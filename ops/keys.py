@@ -1,12 +1,11 @@
 """The originals-integrity key ring, read from a mounted Secret directory or a Secret's data.
 
-One file (Secret data entry) per key: the name is the key id, the content the key
-(surrounding whitespace stripped, at least 32 bytes). Names starting with ``.`` are
-skipped (the kubelet's ``..data`` symlinks of a Secret volume). The directory is re-read
-by :meth:`KeyDirectory.poll`, so a rotated Secret takes effect without a restart;
-a directory that becomes unreadable or empty keeps the last good keys. An ``optional``
-directory (a Secret volume mounted ``optional: true`` whose Secret the reconciler creates
-at its first start) may be empty or absent at startup: the keys count from when they appear.
+One file (Secret data entry) per key: the name is the key id, the content the key (surrounding
+whitespace stripped, at least 32 bytes). Names starting with ``.`` are skipped (the kubelet's
+``..data`` symlinks of a Secret volume). :meth:`KeyDirectory.poll` re-reads the directory, so a
+rotated Secret takes effect without a restart; a directory that becomes unreadable or empty
+keeps the last good keys. An ``optional`` directory (a Secret volume mounted ``optional: true``
+whose Secret the reconciler creates at its first start) may be empty or absent at startup.
 """
 
 from __future__ import annotations
