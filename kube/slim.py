@@ -120,10 +120,7 @@ def slim_unbound_pod(pod: Obj) -> Obj:
 
 
 def _slim_container(container: Obj) -> Obj:
-    slim: Obj = {
-        "name": _shared(container.get("name")),
-        "resources": _shared(container.get("resources") or {}),
-    }
+    slim: Obj = {"name": _shared(container.get("name")), "resources": _shared(container.get("resources") or {})}
     if container.get("resizePolicy"):
         slim["resizePolicy"] = [_shared(p) for p in container["resizePolicy"]]
     if container.get("restartPolicy"):
