@@ -170,11 +170,10 @@ def plan_bound_pod(
     pod_level: bool,
     sized_at_admission: bool,
 ) -> ResizePlan:
-    """:func:`resizer.plan.plan_resize` for a bound pod; ``sized_at_admission``: its baseline is
-    the webhook's verified sized record. Such a pod with pod-level resources was created at its
-    size at both levels (no in-place resize needed): where its node cannot resize pod level, it
-    is still aligned while both levels hold the plan; only a change (e.g. a config edit) is left
-    alone there."""
+    """:func:`resizer.plan.plan_resize` for a bound pod; ``sized_at_admission``: its baseline is the
+    webhook's verified sized record. Such a pod with pod-level resources was created at its size at
+    both levels: where its node cannot resize pod level, it is aligned while both levels hold the
+    plan, and only a change (e.g. a config edit) is left alone there."""
     plan = plan_resize(pod, policy, node_type, resize_restart_containers, pod_level)
     if plan.outcome != "PodLevelResources" or not sized_at_admission:
         return plan
@@ -237,9 +236,8 @@ def _wanted(field: str, holder: Mapping[str, Any], values: Mapping[str, str]) ->
 
 def as_authored(pod: Mapping[str, Any], originals: Mapping[str, str]) -> dict[str, Any]:
     """``pod`` as its author wrote it, from the originals the webhook recorded when it sized it
-    (:func:`resizer.integrity.admitted_originals`): every recorded value back in the spec, the
-    values without one as the spec has them (added by a later webhook: part of the pod as
-    created), and no controller-owned annotation."""
+    (:func:`resizer.integrity.admitted_originals`): recorded values back in the spec, the others as
+    the spec has them (a later webhook's: part of the pod as created), no controller-owned annotation."""
     spec: dict[str, Any] = dict(pod.get("spec") or {})
     lists = {field: list(spec.get(field) or []) for field in ("containers", "initContainers")}
     for field, index, holder in _holders(pod.get("spec") or {}):

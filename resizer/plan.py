@@ -394,11 +394,10 @@ def _resources_with(current: Mapping[str, Any] | None, changes: Iterable[Resourc
 
 
 def _patch(changes: tuple[ResourceChange, ...]) -> dict[str, Any]:
-    """Strategic merge patch for ``pods/resize``: only containers (sidecars under
-    ``initContainers``, the pod level as ``spec.resources``) and resources that differ from
-    the spec; request and limit of a changed resource are sent together. Everything goes in
-    the one patch: the apiserver validates the levels against each other, and the kubelet
-    actuates them together."""
+    """Strategic merge patch for ``pods/resize``: only containers (sidecars under ``initContainers``,
+    the pod level as ``spec.resources``) and resources that differ from the spec, a changed
+    resource's request and limit together. All in one patch: the apiserver validates the levels
+    against each other, and the kubelet actuates them together."""
     spec: dict[str, Any] = {}
     for container, container_changes in _by_container(tuple(c for c in changes if c.changed)).items():
         resources = _resources_with(None, container_changes)

@@ -277,8 +277,7 @@ def _quota_excess(quota: Mapping[str, Any], before: Totals, after: Totals) -> tu
 
 def _status_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     """What the pod has: its containers' and sidecars' reported resources, summed, or, for a
-    resource the pod sets at pod level, what the kubelet reports applied at pod level
-    (status.resources)."""
+    resource it sets at pod level, what the kubelet reports applied there (status.resources)."""
     total: Counter[str] = Counter()
     status_of = pod.get("status") or {}
     sidecars = {c.get("name") for c in podstate.sidecars(pod)}

@@ -41,8 +41,7 @@ def restore_decision(
     namespace_labels: Mapping[str, str] | None = None,
 ) -> RestoreDecision:
     """Decide one pod. Raises :class:`OriginalsError` for an unusable annotation."""
-    metadata = pod.get("metadata") or {}
-    namespace = str(metadata.get("namespace") or "")
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
     if scope is not None:
         excluded = scope.exclusion(namespace, namespace_labels)
         if excluded is not None:
@@ -87,15 +86,13 @@ def restore_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {"spec": patch} if patch else {}
 
 
-def _put_back(
-    current_resources: Mapping[str, Any] | None, originals: Mapping[Slot, Original]
-) -> dict[str, dict[str, str]]:
+def _put_back(current: Mapping[str, Any] | None, originals: Mapping[Slot, Original]) -> dict[str, dict[str, str]]:
     resources: dict[str, dict[str, str]] = {}
     for (resource, kind), original in originals.items():
         if not original.recorded:
             continue
         spec_field = SPEC_FIELD[kind]
-        if not _same(original.value, ((current_resources or {}).get(spec_field) or {}).get(resource), original.key):
+        if not _same(original.value, ((current or {}).get(spec_field) or {}).get(resource), original.key):
             resources.setdefault(spec_field, {})[resource] = original.value
     return resources
 
