@@ -72,7 +72,7 @@ class LeaderElector:
         log.info("became leader", extra={"lease": f"{self.namespace}/{self.name}", "identity": self.identity})
 
     async def hold(self) -> None:
-        """Renew every retry period until leadership is lost (see the module): LeadershipLost."""
+        """Renew every retry period; raise LeadershipLost past the renew deadline or on another holder."""
         while True:
             delay = min(self._retry, self._fence - time.monotonic())
             if delay > 0:
