@@ -1,17 +1,19 @@
 """Whether a planned resize would be refused, judged before it is sent, from cached objects.
 
-Three judges, each answering with the :class:`Hold` that names the constraint, or None:
+Four judges, each answering with the :class:`Hold` that names the constraint, or None:
 
 - :func:`limit_range_hold`: the namespace's LimitRanges (type Container and Pod: min, max,
   maxLimitRequestRatio for cpu and memory), checked as the LimitRanger admission plugin checks
   a pods/resize request: on the whole resized pod.
 - :func:`quota_hold`: the namespace's ResourceQuotas (requests.cpu/cpu, requests.memory/memory,
   limits.cpu, limits.memory), charged as the quota admission charges a resize: by the change of
-  the pod's totals; a decrease is never refused. Quotas with scopes other than BestEffort /
-  NotBestEffort are not judged (the pod fields they need are not cached): the apiserver decides.
+  the pod's totals; a decrease is never refused. Only the quotas whose scopes and scopeSelector
+  match the pod charge it, matched as the apiserver's pod quota evaluator matches them.
 - :func:`node_hold`: the node's room, counted as the kubelet admits a resize: its allocatable
   minus, for every other pod on it, the larger of what its spec requests and what its
   containers have; a decrease always fits.
+- :func:`critical_hold`: an increase of a pod at system-cluster-critical priority or above, which
+  may make the kubelet evict other pods (held unless --upsize-critical-pods allows it).
 
 Pods and objects are the JSON shapes the API uses; amounts are millicores and bytes.
 """
