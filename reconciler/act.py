@@ -128,9 +128,8 @@ class Act:
             self._c.memory.wait(uid, None)
             return DONE
         assert isinstance(action, Untyped)
-        label = self._c.options.node_type_label
-        extra = {"pod": object_key(pod), "node": action.node_name, "nodeExists": action.node_exists, "label": label}
-        log.debug("node has no type label; skipping", extra=extra)
+        extra = {"pod": object_key(pod), "node": action.node_name, "nodeExists": action.node_exists}
+        log.debug("node has no type label; skipping", extra={**extra, "label": self._c.options.node_type_label})
         return DONE
 
     # ------------------------------------------------------------------ reports
@@ -164,11 +163,8 @@ class Act:
 
     def _waited_enough(self, pod: Obj, held: Held) -> bool:
         """A bounded hold (room on the node) that has lasted its bound: the resize goes out anyway."""
-        if held.at_most is None:
-            return False
-        previous = self._c.holds.held.get(pod_uid(pod))
-        since = self._c.holds.since(pod_uid(pod))
-        if previous is None or previous.fingerprint != held.fingerprint or since is None:
+        previous, since = self._c.holds.held.get(pod_uid(pod)), self._c.holds.since(pod_uid(pod))
+        if held.at_most is None or previous is None or previous.fingerprint != held.fingerprint or since is None:
             return False
         return self._c.clock() - since >= held.at_most
 
@@ -260,10 +256,9 @@ class Act:
         return DONE
 
     async def _send_resize(self, pod: Obj, patch: Obj) -> Obj:
-        """The pods/resize request, conditional on the pod as read: a deposed leader's resize still
-        on the wire, or one planned from a pod that changed meanwhile, is refused (409) instead of
-        landing. While it is on the wire the kubelet's answer to it passes the filter (it may come
-        before the reply); not after, while a refusal is recorded."""
+        """The pods/resize request, conditional on the pod as read: a deposed leader's resize, or one
+        planned from a pod changed meanwhile, is refused (409). While it is on the wire the kubelet's
+        answer to it passes the filter (it may come before the reply)."""
         record = self._c.memory.of(pod_uid(pod))
         generation = pod["metadata"].get("generation")
         record.resizing = generation or 0
@@ -287,12 +282,10 @@ class Act:
         message: str,
         originals: Mapping[str, str | None] | None = None,
     ) -> Result:
-        """Step 3: record that the pod has its size for the node type, then report it.
-
-        `planned.generation` is the config version the plan was made with: no re-alignment check
-        is due for it (else the watch event of this very write would re-plan the pod).
-        With `originals` (step 1's annotations, for a pod that needs no resize) both go in
-        one write, conditional on the pod's resourceVersion (409 when it changed)."""
+        """Step 3: record that the pod has its size for the node type, then report it. No re-alignment
+        check is due for `planned.generation` (else this write's watch event would re-plan the pod).
+        With `originals` (step 1's, for a pod that needs no resize) both go in one write,
+        conditional on the pod's resourceVersion (409 when it changed)."""
         node_type = planned.node_type
         self._c.memory.of(pod_uid(pod)).realign_checked = planned.generation
         signed = pod if originals is None else with_annotations(pod, originals)
@@ -323,12 +316,10 @@ class Act:
         return DONE
 
     async def record(self, pod: Obj, state: ResizeState, resource_version: str | None = None) -> str:
-        """Write the resize-state annotation (with `resource_version`, conditional on it); returns
-        the pod's resourceVersion after the write (a revert that follows is conditional on it).
-
-        The state itself vouches for nothing (anyone who can write annotations can forge it): the
-        same write binds the originals our resize was planned from to the pod, so that a restarted
-        reconciler still trusts them."""
+        """Write the resize-state annotation (conditional on `resource_version`, if given); returns the
+        pod's resourceVersion after it (a revert that follows is conditional on it). The state vouches
+        for nothing (anyone who writes annotations can forge it): the same write binds the originals
+        our resize was planned from to the pod, so that a restarted reconciler still trusts them."""
         written = await self._c.writer.annotate(
             pod,
             {**resize_state_patch(state), **binding(self._c, pod, state.node_type)},
@@ -346,10 +337,9 @@ class Act:
         kept: bool = False,
         resource_version: str | None = None,
     ) -> tuple[ResizeState, str]:
-        """Record the planned size as `stage` (infeasible or failing) on the node as it is, remember
-        it parked (needs_work lets the pod's watch events pass only once something it was judged
-        under changes) and report it; returns the state recorded and the pod's resourceVersion
-        after the write."""
+        """Record the planned size as `stage` (infeasible or failing) on the node as it is, remember it
+        parked (needs_work lets the pod's watch events pass only once something it was judged under
+        changes) and report it; returns the state recorded and the resourceVersion after the write."""
         size = size_fingerprint(planned.plan)
         generation, allocatable = pod["metadata"].get("generation"), allocatable_fingerprint(planned.node)
         state = ResizeState(stage, planned.node_type, generation, size, allocatable, kept=kept)
@@ -361,11 +351,10 @@ class Act:
         return state, resource_version
 
     async def _stamp_originals(self, pod: Obj, stamp: dict[str, str | None]) -> tuple[Obj, bool]:
-        """Merge-patch the originals captured from the spec, conditional on the resourceVersion we
-        read (they describe exactly that spec). On a conflict the pod is read again once and the
-        originals decided again from it: stamped meanwhile (and trusted) means nothing to write.
-        Returns the pod as written and whether it was read again (so its spec may differ from
-        the one planned from)."""
+        """Merge-patch the originals captured from the spec, conditional on the resourceVersion read
+        (they describe exactly that spec). On a conflict the pod is read again once and its originals
+        decided again (stamped meanwhile and trusted: nothing to write). Returns the pod as written
+        and whether it was read again (its spec may differ from the one planned from)."""
         try:
             return await self._c.writer.annotate(pod, stamp, resource_version=pod["metadata"]["resourceVersion"]), False
         except ApiError as err:
@@ -390,8 +379,7 @@ class Act:
             await self._refused_anyway(pod, planned, err.message)
             raise err
         if UNSUPPORTED_MESSAGE in err.message:
-            # A soft skip: the node's kubelet does not advertise in-place resize.
-            # Tried again when the pod's status changes (see status_fingerprint).
+            # The kubelet does not advertise in-place resize: tried again when the pod's status changes.
             message = (
                 f"node {pod['spec']['nodeName']} does not support in-place resize; "
                 f"wanted for {context}: {plan.summary()}"
@@ -410,8 +398,7 @@ class Act:
             )
             return await self.terminal(pod, planned.refused(Reason.POD_LEVEL_RESOURCES, message))
         if NODE_CAPACITY in err.causes:
-            # The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy,
-            # nothing to set back.
+            # The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy, no revert.
             self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
             message = (
                 f"node {pod['spec']['nodeName']} cannot fit the new size ({err.message}); not "
@@ -514,11 +501,9 @@ class Act:
 
     async def _infeasible(self, pod: Obj, planned: Planned, state: ResizeState | None, message: str) -> Result:
         """The kubelet will never take this size: record it, then set the spec back to the actual size
-        (if the product knows the pod had it; else keep the spec and say so, once).
-
-        All writes are conditional on the pod as read (409 otherwise, see follow): the revert
-        is computed from the status in hand, and a kubelet that actuated the size meanwhile
-        (e.g. its node grew) must not have it taken back (nor the pod marked infeasible)."""
+        (if the product knows the pod had it; else keep the spec and say so, once). Every write is
+        conditional on the pod as read (see follow): the revert is computed from the status in hand,
+        and a size the kubelet actuated meanwhile must not be taken back (nor marked infeasible)."""
         self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
         revert = self._revert_of(pod, planned.base)
         resource_version = pod["metadata"]["resourceVersion"]
@@ -576,8 +561,7 @@ class Act:
             flight.error_checks += 1
             flight.next_error_check = now + self._c.options.error_backoff * 2**flight.error_checks
             return Result(requeue_after=flight.next_error_check - now)
-        # The last check: set the spec back to what the containers have (if the product knows the
-        # pod had it; else keep the spec and say so, once).
+        # The last check: set the spec back as _infeasible does.
         revert = self._revert_of(pod, planned.base)
         if revert.refused:
             if state.kept:
@@ -612,9 +596,8 @@ class Act:
         return DONE
 
     def _revert_of(self, pod: Obj, base: Baseline) -> Revert:
-        """Whether what the containers of `pod` report is a size to set the spec back to
-        (reconciler.revert): the sizes before our resize, from memory, or after a restart the
-        originals (bounding the revert only where the baseline authority trusts them)."""
+        """Whether what the containers report is a size to set the spec back to (reconciler.revert):
+        the sizes before our resize, or after a restart the originals (trusted ones bound it)."""
         flight = self._c.memory.get(pod_uid(pod)).flight
         before = flight.before if flight is not None else ()
         return decide_revert(

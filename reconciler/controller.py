@@ -12,7 +12,7 @@ from collections.abc import Callable
 from reconciler import gated, metrics
 from reconciler.act import Act
 from reconciler.decide import World, awaiting_kubelet, decide, node_type_of
-from reconciler.gates import Gate, OpenGate
+from reconciler.gates import Gate
 from reconciler.memory import DONE, Context, Memory, PodMemory, Result, cache_behind
 from reconciler.outcome import Stage, allocatable_fingerprint, observe
 from reconciler.pods import has_originals, parked_at, pod_uid, recorded_state
@@ -44,7 +44,7 @@ class PodResizeReconciler:
         self._config = config
         self._options = options
         self._memory = Memory()
-        self._context = Context(writer, config, options, fault, clock, keyring, self._memory, gate or OpenGate())
+        self._context = Context(writer, config, options, fault, clock, keyring, self._memory, gate or Gate())
         self._act = Act(self._context, events)
         self._last_read: tuple[Obj, PodState] | None = None
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from kube.slim import Obj
 from reconciler import metrics
@@ -33,15 +32,20 @@ class Held:
 VPA = "VerticalPodAutoscaler"
 
 
-class Gate(Protocol):
+class Gate:
+    """The gates' questions; this one lets everything pass (reconciler.preflight answers from the caches)."""
+
     def admit(self, pod: Obj) -> Held | None:
         """Before planning: whether the pod is to be left alone."""
+        return None
 
     def preflight(self, pod: Obj, node: Obj, patch: Obj) -> Held | None:
         """Before sending `patch` (pods/resize) for `pod` on `node`: whether it would be refused."""
+        return None
 
     def would_hold(self, pod: Obj, node: Obj, patch: Obj) -> str | None:
         """What would hold `patch` (why, for a dry run's report), remembering nothing."""
+        return None
 
     def sent(self, pod: Obj, patch: Obj, generation: int) -> None:
         """`patch` was accepted, the pod is at `generation`: count it on its node until the cache shows it."""
@@ -49,24 +53,6 @@ class Gate(Protocol):
     def judges(self, refusal: str) -> bool:
         """Whether the apiserver's `refusal` of a resize names a constraint this gate checks (and
         so let the resize through)."""
-
-
-class OpenGate:
-    """No gate: everything passes."""
-
-    def admit(self, pod: Obj) -> Held | None:
-        return None
-
-    def preflight(self, pod: Obj, node: Obj, patch: Obj) -> Held | None:
-        return None
-
-    def would_hold(self, pod: Obj, node: Obj, patch: Obj) -> str | None:
-        return None
-
-    def sent(self, pod: Obj, patch: Obj, generation: int) -> None:
-        return None
-
-    def judges(self, refusal: str) -> bool:
         return False
 
 

@@ -15,6 +15,7 @@ import logging
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -136,11 +137,8 @@ class ProbeServer:
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         """Listen (on `sockets` if given, already bound, else on the address) until stop()."""
+        factory = partial(_Connection, self._app, self._connections)
         loop = asyncio.get_running_loop()
-
-        def factory() -> _Connection:
-            return _Connection(self._app, self._connections)
-
         servers = [await loop.create_server(factory, sock=sock) for sock in sockets or [bind(self.address)]]
         log.info("serving probes and metrics", extra={"address": self.address})
         try:

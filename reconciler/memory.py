@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler import metrics
-from reconciler.gates import Gate, HoldMemory, OpenGate
+from reconciler.gates import Gate, HoldMemory
 from reconciler.outcome import Stage
 from reconciler.ports import ConfigView, FaultHook, PodWriter
 from reconciler.revert import Size
@@ -162,5 +162,5 @@ class Context:
     keyring: Callable[[], KeyRing]  # the originals MAC keys in force (they rotate)
     memory: Memory
     # What a pod passes before it is planned and before its resize is sent (reconciler.gates).
-    gate: Gate = field(default_factory=OpenGate)
+    gate: Gate = field(default_factory=Gate)
     holds: HoldMemory = field(default_factory=HoldMemory)

@@ -82,10 +82,8 @@ def pod_path(pod: Obj, subresource: str | None = None) -> str:
 
 
 class CachedReader:
-    """PodReader over the informers' stores, with a GET for a node the cache has not seen yet.
-
-    The stores are read through the informers each time: a re-list replaces them.
-    """
+    """PodReader over the informers' stores (read through the informers each time: a re-list
+    replaces them), with a GET for a node the cache has not seen yet."""
 
     def __init__(self, client: KubeClient, pods: Informer, nodes: Informer, unbound: Informer) -> None:
         self._client = client
@@ -202,7 +200,5 @@ def _pointer(token: str) -> str:
 
 
 def _annotations_patch(annotations: Mapping[str, str | None], resource_version: str | None) -> Obj:
-    metadata: Obj = {"annotations": dict(annotations)}
-    if resource_version is not None:
-        metadata = {"resourceVersion": resource_version, **metadata}
-    return {"metadata": metadata}
+    version = {} if resource_version is None else {"resourceVersion": resource_version}
+    return {"metadata": {**version, "annotations": dict(annotations)}}

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from kube import KubeClient
 from kube.informer import Informer, object_key
 from kube.slim import Obj, slim_limit_range, slim_quota
-from reconciler.gates import VPA, Held
+from reconciler.gates import VPA, Gate, Held
 from reconciler.reasons import Reason
 from reconciler.settings import PreflightSettings
 from reconciler.vpa import VpaWatch
@@ -36,8 +36,8 @@ LIMIT_RANGE_REFUSALS = ("usage per Container", "usage per Pod", "limit to reques
 QUOTA_REFUSAL = "exceeded quota:"
 
 
-class Preflight:
-    """A reconciler.gates.Gate over the caches.
+class Preflight(Gate):
+    """The gates over the caches.
 
     `node_pods(node)` gives the cached pods bound to a node; `requeue(keys)` queues pods again.
     """
@@ -183,28 +183,19 @@ class Preflight:
     def _informer(
         self, client: KubeClient, resource: str, slim: Callable[[Obj], Obj], index: NamespaceIndex, idle_timeout: float
     ) -> Informer:
-        """An informer of the namespaced `resource` that keeps `index` current."""
+        """An informer of the namespaced `resource` that keeps `index` current and requeues the pods
+        held in a namespace whose object changed."""
 
         def handle(kind: str, obj: Obj, old: Obj | None) -> None:
             index.apply(kind, obj)
-            self._on_namespaced(kind, obj, old)
+            same = old is not None and (old.get("spec"), old.get("status")) == (obj.get("spec"), obj.get("status"))
+            keys = self._waiting.get(("namespace", str(obj["metadata"].get("namespace"))))
+            if keys and (kind == "DELETED" or not same):
+                extra = {"object": object_key(obj), "pods": len(keys)}
+                log.debug("constraint changed; held pods decided again", extra=extra)
+                self._requeue(list(keys))
 
         return Informer(client, resource, f"/api/v1/{resource}", slim, handle, idle_timeout=idle_timeout)
-
-    def _on_namespaced(self, kind: str, obj: Obj, old: Obj | None) -> None:
-        if (
-            old is not None
-            and kind != "DELETED"
-            and old.get("spec") == obj.get("spec")
-            and old.get("status") == obj.get("status")
-        ):
-            return
-        keys = self._waiting.get(("namespace", str(obj["metadata"].get("namespace"))))
-        if keys:
-            log.debug(
-                "constraint changed; held pods decided again", extra={"object": object_key(obj), "pods": len(keys)}
-            )
-            self._requeue(list(keys))
 
 
 class NamespaceIndex:

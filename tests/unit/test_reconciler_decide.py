@@ -25,7 +25,7 @@ from reconciler.decide import (
     World,
     decide,
 )
-from reconciler.gates import VPA, Held, OpenGate
+from reconciler.gates import VPA, Gate, Held
 from reconciler.memory import InFlight, PodMemory
 from reconciler.outcome import Stage
 from reconciler.reasons import Reason
@@ -50,14 +50,14 @@ from tests.unit.test_reconciler_reconcile import (
 N4 = {"metadata": {"name": "node-1", "labels": {LABEL: "n4"}}, "status": {"allocatable": {"cpu": "8"}}}
 
 
-class VpaHolds(OpenGate):
+class VpaHolds(Gate):
     def admit(self, pod: Any) -> Held | None:
         return Held(Reason.VPA_MANAGED, VPA, "an updating VPA manages it", "VerticalPodAutoscaler/web/Auto")
 
 
 def world(config: Any = CONFIG, generation: int = 1, gate: Any = None, **options: Any) -> World:
     return World(
-        config, generation, ControllerSettings(node_type_label=LABEL, **options), KEYS, None, gate or OpenGate()
+        config, generation, ControllerSettings(node_type_label=LABEL, **options), KEYS, None, gate or Gate()
     )
 
 
