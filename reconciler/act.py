@@ -5,11 +5,11 @@ Per pod, writes happen in this order, and the order is the recovery contract: (1
 original-* annotations, conditional on the resourceVersion read, so they describe the spec we
 read; (2) the pods/resize patch, computed from the originals (never from the spec); (3)
 applied-instance-type / applied-at / applied-size once the kubelet has actuated the new size
-(followed from the pod watch: Follow), then the Resized Event. A crash between
-any two steps leaves a state from which the next pass reaches the same end state; reordering
-them re-introduces compounding resizes. A resize that does not end actuated is recorded in the
-resize-state annotation (record) before it is reported, so it is reported once and an infeasible
-size is not retried while the node and the plan stay the same (docs/how-it-works.md).
+(followed from the pod watch: Follow), then the Resized Event. A crash between any two steps
+leaves a state from which the next pass reaches the same end state; reordering them
+re-introduces compounding resizes. A resize that does not end actuated is recorded in the
+resize-state annotation (record) before it is reported, so it is reported once and an
+infeasible size is not retried while the node and the plan stay the same (docs/how-it-works.md).
 """
 
 from __future__ import annotations
@@ -438,8 +438,9 @@ class Act:
         recorded = recorded_state(planned.state, planned.node_type)
         if observation.stage == Stage.ACTUATED:
             return await self._actuated(pod, planned, recorded)
+        waiting = None if observation.stage == Stage.UNSUPPORTED else observation.stage
+        self._c.memory.wait(pod_uid(pod), waiting)
         if observation.stage == Stage.REQUESTED:
-            self._c.memory.wait(pod_uid(pod), Stage.REQUESTED)
             return DONE
         if observation.stage == Stage.DEFERRED:
             return await self._deferred(pod, planned, recorded, observation)
@@ -474,7 +475,6 @@ class Act:
     async def _deferred(
         self, pod: Obj, planned: Planned, state: ResizeState | None, observation: Observation
     ) -> Result:
-        self._c.memory.wait(pod_uid(pod), Stage.DEFERRED)
         generation = pod["metadata"].get("generation")
         if state is None or state.state != Stage.DEFERRED or state.generation != generation:
             requested = self._requested(pod, state)
@@ -504,7 +504,6 @@ class Act:
         (if the product knows the pod had it; else keep the spec and say so, once). Every write is
         conditional on the pod as read (see follow): the revert is computed from the status in hand,
         and a size the kubelet actuated meanwhile must not be taken back (nor marked infeasible)."""
-        self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
         revert = self._revert_of(pod, planned.base)
         resource_version = pod["metadata"]["resourceVersion"]
         if (
@@ -534,10 +533,8 @@ class Act:
 
     async def _failing(self, pod: Obj, planned: Planned, state: ResizeState | None, observation: Observation) -> Result:
         """Actuation failed: the kubelet retries on each pod sync; we re-check with backoff, then give up."""
-        uid = pod_uid(pod)
-        self._c.memory.wait(uid, Stage.ERROR)
         now = self._c.clock()
-        record = self._c.memory.of(uid)
+        record = self._c.memory.of(pod_uid(pod))
         if record.flight is None:
             record.flight = InFlight(
                 planned.node_type,
@@ -580,9 +577,7 @@ class Act:
 
     async def _unsupported(self, pod: Obj, planned: Planned, recorded: ResizeState | None) -> Result:
         """Resized before its containers ran, on a node whose kubelet turns out not to resize in place."""
-        uid = pod_uid(pod)
-        self._c.memory.of(uid).flight = None
-        self._c.memory.wait(uid, None)
+        self._c.memory.of(pod_uid(pod)).flight = None
         if recorded is not None and recorded.state == Stage.UNSUPPORTED:
             return DONE
         await self.record(pod, ResizeState(Stage.UNSUPPORTED, planned.node_type, pod["metadata"].get("generation")))

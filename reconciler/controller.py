@@ -1,7 +1,6 @@
 """The pod resizer's reconcile(key): read the pod and its node, decide (reconciler.decide, pure),
-act (reconciler.act: the writes in the recovery-safe order its docstring gives, then the reports).
-Reads and writes go only through the interfaces of reconciler.ports.
-"""
+act (reconciler.act: the writes in the recovery-safe order its docstring gives, then the reports),
+reading and writing only through the interfaces of reconciler.ports."""
 
 from __future__ import annotations
 

@@ -91,7 +91,6 @@ class World:
         return self.pod_level_refused is None and (node is None or node_resizes_pod_level(node))
 
     def situation(self, pod: Obj, state: PodState, node_type: str, node: Obj) -> tuple[Any, ...]:
-        """The signature of a terminal decision for `pod` on `node` (reconciler.pods.situation)."""
         key_known = mac_key_known(state, self.keyring)
         return situation(pod, state, node_type, self.config_generation, self.pod_level(node), key_known)
 
@@ -304,7 +303,6 @@ class Planner:
         return Planned(node, self._node_type, self._state, signature, world.config_generation, base, plan)
 
     def _policy(self) -> tuple[Policy, bool]:
-        """The pod's policy and whether a resize may restart containers."""
         config = self._world.config
         assert config is not None
         return resolve_policy(config, self._pod), self._world.options.resize_restart_containers
@@ -403,10 +401,9 @@ def _resigned(pod: Obj, world: World) -> Mapping[str, str] | None:
 
 
 def vouched(memory: PodMemory, pod: Obj, node_type: str) -> Mapping[str, str] | None:
-    """The originals this process verified and resized the pod from, while the spec holds that
-    resize: in flight for this node type, or for any type with no spec change since (the node may
-    have been relabelled before the kubelet actuated it). The baseline authority trusts them
-    while the pod still carries exactly those."""
+    """The originals this process verified and resized the pod from, while the spec holds that resize:
+    in flight for this node type, or for any with no spec change since (the node may have been
+    relabelled before the kubelet actuated it). Trusted while the pod carries exactly those."""
     flight = memory.flight
     if flight is not None and (flight.node_type == node_type or flight.generation == pod["metadata"].get("generation")):
         return flight.originals
@@ -414,7 +411,6 @@ def vouched(memory: PodMemory, pod: Obj, node_type: str) -> Mapping[str, str] | 
 
 
 def _unplanned(signature: tuple[Any, ...], reason: Reason, message: str) -> Report:
-    """No plan to write: a Warning, reported once in this situation."""
     return Report(signature, None, EventType.WARNING, reason, message)
 
 

@@ -1,8 +1,8 @@
 """What the product freed, as metrics: the managed pods' requests summed per node type, as
 authored (their baseline's originals) and as now, computed from the caches when scraped.
 
-One series per resource x node type x state (no per-pod series). The pods counted are those
-the reconciler manages with a trusted baseline: the same decisions as `plan` and `report`
+One series per resource x node type x state (no per-pod series). The pods counted are those the
+reconciler manages with a trusted baseline: the same decisions as `plan` and `report`
 (:func:`resizer.forecast.forecast_fleet`), over the pods and nodes the reconciler has cached.
 """
 
@@ -45,13 +45,11 @@ def requests_by_node_type(
 
 
 class FreedRequests:
-    """The source of the ``workload_resizer_managed_*`` gauges: the totals, computed at most once
-    per ``ttl`` seconds (one scrape reads both gauges; a short ttl so that the next scrape, or a
-    second Prometheus, never sees an older state).
-
-    Each pod's share is kept until what it depends on changes (the pod's resourceVersion, its
-    node's type, the config, the keys): a scrape of a steady cluster costs a dictionary lookup
-    per pod, not a plan and a MAC per pod."""
+    """The source of the ``workload_resizer_managed_*`` gauges: the totals, computed at most once per
+    ``ttl`` seconds (one scrape reads both gauges; short, so the next scrape never sees an older
+    state). Each pod's share is kept until what it depends on changes (its resourceVersion, its
+    node's type, the config, the keys): a steady cluster's scrape costs a lookup per pod, not a
+    plan and a MAC."""
 
     def __init__(
         self,

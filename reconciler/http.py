@@ -2,10 +2,8 @@
 
 A small server on the reconciler's own event loop, on the httptools parser the client already
 uses: four GET endpoints do not need an ASGI stack (uvicorn + starlette cost startup CPU and a
-10 Hz timer while the reconciler idles). Keep-alive as HTTP/1.1 asks; HEAD like GET without
-the body; anything else 405; unknown paths 404; a request it cannot parse 400, and the
-connection is closed. The reconciler owns the signals; `stop()` closes the listeners and the
-connections.
+10 Hz timer while the reconciler idles). The reconciler owns the signals; `stop()` closes the
+listeners and the connections.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """The controller manager: caches, event-to-key mapping, workers.
 
-Shaped like controller-runtime's: the manager owns the pod and node informers
-and the work queue, maps each watch event to the pod keys worth a reconcile
-(a pod event to its own key, a node relabel to the keys of the pods on it, a
-config change to every cached pod, an unbound pod's event to its key only when
-it is held by scheduling gates with originals to bind), and runs the workers that call
-`PodResizeReconciler.reconcile(key)`. The reconciler never sees the informers:
-it reads and writes through reconciler.ports.
+Shaped like controller-runtime's: the manager owns the pod and node informers and the work
+queue, maps each watch event to the pod keys worth a reconcile (a pod event to its own key, a
+node relabel to the keys of the pods on it, a config change to every cached pod, an unbound
+pod's event to its key only when it is held by scheduling gates with originals to bind), and
+runs the workers that call `PodResizeReconciler.reconcile(key)`. The reconciler never sees the
+informers: it reads and writes through reconciler.ports.
 """
 
 from __future__ import annotations

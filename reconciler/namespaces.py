@@ -17,11 +17,8 @@ def slim_namespace(namespace: Obj) -> Obj:
 
 
 class ScopedNamespaces:
-    """Answers "may this pod be touched?" with :class:`resizer.scope.NamespaceScope`.
-
-    ``on_labels_changed(namespace)`` is called when a namespace's labels change (or it
-    appears), so pods that enter the scope are looked at again.
-    """
+    """Answers "may this pod be touched?" with :class:`resizer.scope.NamespaceScope`; calls
+    ``on_labels_changed(namespace)`` when a namespace appears or its labels change."""
 
     def __init__(
         self,

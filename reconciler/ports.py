@@ -1,8 +1,7 @@
 """The small typed interfaces `reconcile(key)` reads and writes through, and their API-backed versions.
 
-The reconcile path (reconciler.controller) sees the cluster only through
-`PodReader` (cached pods and nodes), `PodWriter` (the three pod writes) and
-`EventSink`; tests give it an in-memory fake of all three.
+The reconcile path (reconciler.controller) sees the cluster only through `PodReader` (cached pods
+and nodes), `PodWriter` (the three pod writes) and `EventSink`; tests give it fakes of all three.
 """
 
 from __future__ import annotations

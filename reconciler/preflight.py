@@ -37,10 +37,8 @@ QUOTA_REFUSAL = "exceeded quota:"
 
 
 class Preflight(Gate):
-    """The gates over the caches.
-
-    `node_pods(node)` gives the cached pods bound to a node; `requeue(keys)` queues pods again.
-    """
+    """The gates over the caches: `node_pods(node)` gives a node's cached pods, `requeue(keys)`
+    queues pods again."""
 
     def __init__(
         self,

@@ -1,8 +1,5 @@
-"""Event types and reasons the reconciler records: stable strings, one place.
-
-`kubectl describe`, alerts and dashboards key on these; renaming one is a
-breaking change for whoever watches them.
-"""
+"""Event types and reasons the reconciler records: stable strings, one place (`kubectl describe`,
+alerts and dashboards key on them: renaming one breaks whoever watches them)."""
 
 from __future__ import annotations
 

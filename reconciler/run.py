@@ -37,7 +37,6 @@ CRASH_AFTER_ENV = "WORKLOAD_RESIZER_TEST_CRASH_AFTER"
 
 
 def crash_hook(step_name: str | None) -> FaultHook:
-    """A fault hook that SIGKILLs this process right after the write step `step_name`."""
     if not step_name:
         return no_fault
 

@@ -1,8 +1,8 @@
 """Typed settings of the reconciler and the admin commands, built once from the flags.
 
-The defaults both share (the node-type label, where the ConfigMap lives) are defined here
-once; ``reconciler.options`` and ``commands.cli`` turn flags into these objects,
-and nothing past the entry points sees an argparse Namespace.
+The defaults both share (the node-type label, where the ConfigMap lives) are defined here once;
+``reconciler.options`` and ``commands.cli`` turn flags into these objects, and nothing past the
+entry points sees an argparse Namespace.
 """
 
 from __future__ import annotations

@@ -45,11 +45,8 @@ def slim_owned(obj: Obj) -> Obj:
 
 
 class VpaWatch(ServedInformers):
-    """Answers "does an updating VPA manage this pod?" from cached state.
-
-    `on_change(namespace)` is called when the VPAs of a namespace change (None: of every
-    namespace, e.g. the CRD went away), so its pods are decided again.
-    """
+    """Answers "does an updating VPA manage this pod?" from cached state; calls `on_change(namespace)`
+    when a namespace's VPAs change (None: every namespace's, e.g. the CRD went away)."""
 
     def __init__(
         self,
