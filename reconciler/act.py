@@ -55,7 +55,6 @@ from reconciler.pods import (
     parse_time,
     pod_uid,
     recorded_state,
-    requested_at,
     size_fingerprint,
     summary_from_originals,
     with_annotations,
@@ -70,9 +69,8 @@ log = logging.getLogger("reconciler.act")
 audit = logging.getLogger("reconciler.decision")
 
 UNSUPPORTED_MESSAGE = "without support for resize"
-# In the apiserver's refusal of a pods/resize that changes spec.resources while its
-# InPlacePodLevelResourcesVerticalScaling gate is off, and of the NodeDeclaredFeatureValidator's
-# on a node that does not declare that feature.
+# In the apiserver's refusal of a pods/resize changing spec.resources with its
+# InPlacePodLevelResourcesVerticalScaling gate off, and the NodeDeclaredFeatureValidator's on a node without it.
 POD_LEVEL_REFUSED = "InPlacePodLevelResourcesVerticalScaling"
 GATE_OFF = "feature gate is disabled"
 NODE_CAPACITY = "NodeCapacity"  # the cause of the 1.36+ apiserver's (PodResizeValidator) refusal
@@ -387,9 +385,7 @@ class Act:
             return await self.terminal(pod, planned.refused(Reason.RESIZE_UNSUPPORTED, message))
         if plan.patch.get("spec", {}).get("resources") and POD_LEVEL_REFUSED in err.message:
             if GATE_OFF in err.message:
-                # The apiserver's gate is off (cluster-wide): learnt once, pods with pod-level
-                # resources are left alone for the rest of this process's life.
-                self._c.memory.pod_level_refused = err.message
+                self._c.memory.pod_level_refused = err.message  # its gate is off, cluster-wide
                 signature = World.of(self._c).situation(pod, planned.state, planned.node_type, planned.node)
                 planned = replace(planned, signature=signature)
             message = (
@@ -539,7 +535,7 @@ class Act:
             record.flight = InFlight(
                 planned.node_type,
                 pod["metadata"].get("generation") or 0,
-                parse_time(requested_at(state)),
+                self._requested(pod, state),
                 summary_from_originals(planned.plan),
             )
         flight = record.flight
@@ -632,7 +628,7 @@ class Act:
         flight = self._c.memory.get(pod_uid(pod)).flight
         if flight is not None and flight.requested_at is not None:
             return flight.requested_at
-        return parse_time(requested_at(recorded))
+        return parse_time(recorded.requested_at) if recorded is not None else None
 
 
 def decision_record(pod: Obj, plan: ResizePlan | None, outcome: str, dry_run: bool) -> dict[str, Any]:

@@ -115,14 +115,13 @@ class Memory:
     def wait(self, uid: str, stage: Stage | None) -> None:
         """Track the pod's waiting state for the gauge (None: not waiting)."""
         record = self._pods.get(uid) if stage is None else self.of(uid)
-        old = record.waiting if record is not None else None
-        if record is not None:
-            record.waiting = stage
-        if old != stage:
-            if old is not None:
-                metrics.RESIZES_WAITING.labels(old.value).dec()
-            if stage is not None:
-                metrics.RESIZES_WAITING.labels(stage.value).inc()
+        if record is None or record.waiting == stage:
+            return
+        if record.waiting is not None:
+            metrics.RESIZES_WAITING.labels(record.waiting.value).dec()
+        if stage is not None:
+            metrics.RESIZES_WAITING.labels(stage.value).inc()
+        record.waiting = stage
 
     def observe(self, uid: str, state: PodState) -> None:
         """The pod's annotations as a watch event shows them."""

@@ -58,12 +58,10 @@ class SecretKeys:
         """Read the Secret, creating it with one new key when it does not exist."""
         try:
             secret = await self._client.get(self.path)
-        except ApiError as err:
-            if err.status != 404:
+        except (ApiError, OSError) as err:
+            if not (isinstance(err, ApiError) and err.status == 404):
                 raise KeySecretError(f"cannot read {self.where}: {err}") from None
             secret = await self._create()
-        except OSError as err:
-            raise KeySecretError(f"cannot read {self.where}: {err}") from None
         try:
             self.keys = self._keys_of(secret)
         except (KeyDirectoryError, ValueError) as err:

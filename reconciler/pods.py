@@ -55,10 +55,6 @@ def parked_at(pod: Obj, state: PodState, config_generation: int, size: str | Non
     return config_generation, size, tuple(sorted(state.originals.items())), labels
 
 
-def requested_at(recorded: ResizeState | None) -> str:
-    return recorded.requested_at if recorded is not None else ""
-
-
 def size_fingerprint(plan: ResizePlan) -> str:
     """The planned size (per container and resource: request and limit), as a short digest."""
     targets = sorted(
