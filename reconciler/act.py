@@ -148,8 +148,7 @@ class Act:
     # ------------------------------------------------------------------ holds
 
     async def _held(self, pod: Obj, plan: ResizePlan | None, held: Held) -> Result:
-        """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`);
-        each distinct hold is reported once."""
+        """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`)."""
         uid = pod_uid(pod)
         if self._c.holds.hold(uid, held, self._c.clock()):
             event_type = EventType.WARNING if held.constraint in ("LimitRange", "ResourceQuota") else EventType.NORMAL
@@ -429,8 +428,7 @@ class Act:
     # ------------------------------------------------------------------ the kubelet's outcome
 
     async def follow(self, pod: Obj, planned: Planned, observation: Observation) -> Result:
-        """The spec holds the plan (from ``planned.base``, the baseline authority's decision); act
-        on what the kubelet reports about it (``observation``)."""
+        """The spec holds the plan: act on what the kubelet reports about it (`observation`)."""
         recorded = recorded_state(planned.state, planned.node_type)
         if observation.stage == Stage.ACTUATED:
             return await self._actuated(pod, planned, recorded)

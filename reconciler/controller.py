@@ -50,8 +50,7 @@ class PodResizeReconciler:
     # ------------------------------------------------------------------ what the manager asks
 
     def needs_binding(self, pod: Obj) -> bool:
-        """Whether a watch event of an unbound `pod` is worth a pass: held by scheduling gates at
-        generation 1, its originals not bound yet (reconciler.gated)."""
+        """Whether a watch event of an unbound `pod` is worth a pass (reconciler.gated.wants_binding)."""
         return not self._options.dry_run and gated.wants_binding(pod, self._context.keyring())
 
     def needs_work(self, pod: Obj, node: Obj | None) -> bool:

@@ -145,8 +145,7 @@ class Untyped(Action):
 
 @dataclass(frozen=True)
 class Adopt(Action):
-    """Follow a re-alignment an earlier process requested as if this one had: remember `flight`,
-    then carry out `then`."""
+    """Follow a re-alignment an earlier process requested as if this one had (`flight`), then `then`."""
 
     flight: InFlight
     then: Action
@@ -199,8 +198,7 @@ class Resize(Action):
 
 @dataclass(frozen=True)
 class RecordApplied(Action):
-    """No resize to send: record the originals (if any) and what is applied in one write, then
-    report `reason` with `message`."""
+    """No resize to send: record the originals (if any) and what is applied in one write, then report."""
 
     past_gate: ClassVar[bool] = True
     planned: Planned
@@ -444,8 +442,7 @@ def _refused(pod: Obj, planned: Planned, world: World) -> Report | None:
 
 
 def _parked(state: ResizeState | None, node: Obj, plan: ResizePlan) -> bool:
-    """A recorded infeasible/failed size that is not to be tried again on this node,
-    or a node recorded as unable to resize."""
+    """A recorded infeasible/failed size not to be tried again on this node, or a node unable to resize."""
     if state is None:
         return False
     if state.state == Stage.UNSUPPORTED:

@@ -51,8 +51,7 @@ class Gate:
         """`patch` was accepted, the pod is at `generation`: count it on its node until the cache shows it."""
 
     def judges(self, refusal: str) -> bool:
-        """Whether the apiserver's `refusal` of a resize names a constraint this gate checks (and
-        so let the resize through)."""
+        """Whether the apiserver's `refusal` names a constraint this gate checks (and let through)."""
         return False
 
 

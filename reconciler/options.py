@@ -228,15 +228,6 @@ GROUPS: dict[str, tuple[Flag | Callable[[argparse._ArgumentGroup], None], ...]] 
 }
 
 
-def _flags() -> list[Flag]:
-    return [entry for entries in GROUPS.values() for entry in entries if isinstance(entry, tuple)]
-
-
-def _default(field: str) -> Any:
-    section, _, name = field.rpartition(".")
-    return getattr(getattr(_DEFAULT, section) if section else _DEFAULT, name)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m reconciler",
@@ -251,7 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
                 entry(group)
             else:
                 flag, field, text, options = entry
-                group.add_argument(flag, help=text, **{"default": _default(field), **options})
+                section, _, name = field.rpartition(".")
+                default = getattr(getattr(_DEFAULT, section) if section else _DEFAULT, name)
+                group.add_argument(flag, help=text, **{"default": default, **options})
     return p
 
 
@@ -279,7 +272,7 @@ def parse(argv: list[str] | None = None) -> ReconcilerSettings:
     except ScopeError as error:
         parser.error(str(error))
     fields: dict[str, dict[str, Any]] = {}  # section ("" for a field of the settings' own) -> field -> value
-    for flag, field, _, _ in _flags():
+    for flag, field, _, _ in [entry for entries in GROUPS.values() for entry in entries if isinstance(entry, tuple)]:
         section, _, name = field.rpartition(".")
         fields.setdefault(section, {})[name] = getattr(args, flag[2:].replace("-", "_"))
     own, preflight, election = fields.pop(""), fields["preflight"], fields["leader_election"]

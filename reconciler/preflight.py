@@ -37,8 +37,7 @@ QUOTA_REFUSAL = "exceeded quota:"
 
 
 class Preflight(Gate):
-    """The gates over the caches: `node_pods(node)` gives a node's cached pods, `requeue(keys)`
-    queues pods again."""
+    """The gates over the caches (`node_pods(node)`: a node's cached pods; `requeue(keys)`: queue again)."""
 
     def __init__(
         self,
@@ -181,8 +180,7 @@ class Preflight(Gate):
     def _informer(
         self, client: KubeClient, resource: str, slim: Callable[[Obj], Obj], index: NamespaceIndex, idle_timeout: float
     ) -> Informer:
-        """An informer of the namespaced `resource` that keeps `index` current and requeues the pods
-        held in a namespace whose object changed."""
+        """An informer of `resource` that keeps `index` current and requeues the pods its namespace holds."""
 
         def handle(kind: str, obj: Obj, old: Obj | None) -> None:
             index.apply(kind, obj)

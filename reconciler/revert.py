@@ -93,8 +93,7 @@ def size_of(spec: Obj) -> dict[Key, Fraction]:
 
 
 def size_of_originals(pod: Mapping[str, Any]) -> dict[Key, Fraction] | None:
-    """The pod's originals as a size (each value from its annotation, else the spec, as the
-    plan reads them); None when one is unreadable."""
+    """The pod's originals as a size (each from its annotation, else the spec); None when one is unreadable."""
     try:
         containers = read_originals(pod)
         pod_level = read_pod_originals(pod)

@@ -20,8 +20,6 @@ ORIGINALS_KEYS_SECRET = f"{CONFIG_NAMESPACE}/workload-resizer-originals-keys"  #
 
 @dataclass(frozen=True)
 class ApiSettings:
-    """How to reach the apiserver."""
-
     kubeconfig: str | None = None
     context: str | None = None
     qps: float = 100.0
@@ -124,8 +122,7 @@ class PlanSettings:
 
 @dataclass(frozen=True)
 class ReportSettings(PlanSettings):
-    """`workload-resizer report`: what the product freed, read with the same sizing settings as `plan`
-    (output: table, json or html)."""
+    """`workload-resizer report`: what the product freed, with `plan`'s sizing settings (table, json or html)."""
 
 
 @dataclass(frozen=True)
@@ -173,8 +170,7 @@ class CalibrateSettings:
 
 @dataclass(frozen=True)
 class SelftestSettings:
-    """`workload-resizer selftest` (what `helm test` runs): where the product runs and where the
-    webhook is probed."""
+    """`workload-resizer selftest` (what `helm test` runs): where the product runs and the webhook is probed."""
 
     api: ApiSettings = field(default_factory=lambda: ApiSettings(qps=20.0, burst=40))
     namespace: str = CONFIG_NAMESPACE  # the release's: the reconciler pods and the Lease
