@@ -112,8 +112,7 @@ class PodResizeReconciler:
             or recorded.allocatable != allocatable_fingerprint(node)
         ):
             return False
-        judged = parked_at(pod, state, self._config.generation, recorded.size)
-        return memory.parked is not None and memory.parked == judged
+        return memory.parked == parked_at(pod, state, self._config.generation, recorded.size)
 
     def observe(self, pod: Obj) -> None:
         """A watch event of `pod` arrived (before needs_work)."""

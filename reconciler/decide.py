@@ -249,9 +249,8 @@ def node_type_of(node: Obj | None, options: ControllerSettings) -> str | None:
 
 
 def awaiting_kubelet(pod: Obj, node_type: str, flight: InFlight, config_generation: int) -> bool:
-    """Our resize of this very spec, planned with the config in use, that the kubelet has not
-    reported on yet: a pass would re-plan the same size and only wait. (Most watch events of a
-    pod in flight are of this kind: our own writes, the start.)"""
+    """Our resize of this very spec, planned with the config in use, that the kubelet has not reported
+    on yet: a pass would re-plan the same size and only wait (most watch events of a pod in flight)."""
     return (
         flight.node_type == node_type
         and flight.config_generation == config_generation
@@ -380,10 +379,8 @@ def _decide(
 
 def _sized(state: PodState, node_type: str, world: World, memory: PodMemory, planner: Planner) -> bool:
     """Sized for this node type, with no re-alignment in flight nor due under the config in use."""
-    if node_type not in (state.applied.instance_type, memory.finished):
-        return False
-    if memory.flight is not None:  # a re-alignment being followed to actuation
-        return False
+    if node_type not in (state.applied.instance_type, memory.finished) or memory.flight is not None:
+        return False  # (a flight: a re-alignment being followed to actuation)
     return not world.options.realign or world.config is None or planner.realignment() is None
 
 
@@ -454,8 +451,7 @@ def _parked(state: ResizeState | None, node: Obj, plan: ResizePlan) -> bool:
 
 def _fitting(pod: Obj, planned: Planned, world: World) -> Report | None:
     """Everything steps 1 and 3 leave on the pod must fit, or the resize would never be recorded
-    (reported once, not resized). Stand-ins of the right size for the MAC and the size digest:
-    only their length counts here."""
+    (reported once, not resized). The MAC and the size digest are stand-ins: only their length counts."""
     final = {
         **planned.state.originals,
         **(planned.base.stamp or {}),

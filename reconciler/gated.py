@@ -28,9 +28,8 @@ log = logging.getLogger("reconciler.gated")
 
 
 def wants_binding(pod: Obj, keyring: KeyRing) -> bool:
-    """Whether the pod is worth a binding pass (cheap: no MAC computed). An eligible live pod not
-    bound to a node, held by scheduling gates, its spec never changed (generation 1), with a key
-    to sign with, whose originals no pod MAC binds yet."""
+    """Whether the pod is worth a binding pass (cheap: no MAC computed): eligible, live, unbound, held
+    by scheduling gates at generation 1, with a key to sign with, its originals bound by no pod MAC."""
     meta, spec = pod["metadata"], pod["spec"]
     if not keyring or not spec.get("schedulingGates") or spec.get("nodeName") or "deletionTimestamp" in meta:
         return False

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from kube import ApiError, KubeClient, KubeError
 from kube import metrics as kube_metrics
-from kube.informer import Informer, object_key
+from kube.informer import Handler, Informer, object_key
 from kube.slim import slim_node, slim_pod, slim_unbound_pod
 from kube.workqueue import WorkQueue
 from reconciler import metrics
@@ -57,26 +57,15 @@ class Manager:
         self._options = options
         self._pod_filters = pod_filters
         self._pods_on_node: dict[str, set[str]] = {}
-        self.pods = Informer(
-            client,
-            "pods",
-            "/api/v1/pods",
-            slim_pod,
-            self._on_pod,
-            params={"fieldSelector": "spec.nodeName!="},
-            idle_timeout=idle_timeout,
-        )
+
+        def pods(resource: str, slim: Callable[[Obj], Obj], handler: Handler, selector: str) -> Informer:
+            params = {"fieldSelector": selector}
+            return Informer(client, resource, "/api/v1/pods", slim, handler, params, idle_timeout=idle_timeout)
+
+        self.pods = pods("pods", slim_pod, self._on_pod, "spec.nodeName!=")
         # Pods not bound yet, for one thing only: binding the originals of those held by scheduling
         # gates while they are at generation 1 (reconciler.gated).
-        self.unbound = Informer(
-            client,
-            "unbound-pods",
-            "/api/v1/pods",
-            slim_unbound_pod,
-            self._on_unbound_pod,
-            params={"fieldSelector": "spec.nodeName="},
-            idle_timeout=idle_timeout,
-        )
+        self.unbound = pods("unbound-pods", slim_unbound_pod, self._on_unbound_pod, "spec.nodeName=")
         self.nodes = Informer(client, "nodes", "/api/v1/nodes", slim_node, self._on_node, idle_timeout=idle_timeout)
         # Other controllers' VPAs and the constraints a resize is judged against before it is sent.
         self.vpa = (

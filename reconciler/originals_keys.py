@@ -127,9 +127,8 @@ class SecretKeys:
 
 
 class UnknownKeyWatch:
-    """Counts the pods whose originals-mac names a key id the ring lacks (gauge), and logs each
-    such id once: their originals no longer verify, so they are refused (OriginalsUnverified)
-    at their next re-alignment unless the key comes back."""
+    """Counts the pods whose originals-mac names a key id the ring lacks (gauge) and logs each such id
+    once: their originals no longer verify (OriginalsUnverified at their next re-alignment)."""
 
     def __init__(self) -> None:
         self._warned: set[str] = set()

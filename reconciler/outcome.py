@@ -125,10 +125,9 @@ SPEC_SIZE_CHARS = 16
 
 
 def spec_size(pod: Obj) -> str:
-    """A short digest of every container's cpu/memory requests and limits, by value (1 == 1000m),
-    of every sidecar's that has originals recorded (one without was never sized: leaving it out
-    keeps the digests recorded before sidecars could be sized), and of the pod level's
-    (spec.resources), when set."""
+    """A short digest of every container's cpu/memory requests and limits, by value (1 == 1000m), of
+    every sidecar's that has originals recorded (one without was never sized: leaving it out keeps the
+    digests recorded before sidecars could be sized), and of the pod level's (spec.resources), if set."""
     sized = [*(pod["spec"].get("containers") or []), *_recorded_sidecars(pod)]
     digest = sorted(
         (c["name"], kind, name, str(value))

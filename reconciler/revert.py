@@ -48,10 +48,9 @@ class Revert:
 
 
 def decide_revert(pod: Obj, before: Sequence[Size], originals: Size | None, originals_trusted: bool) -> Revert:
-    """``before``: the sizes the spec held before this process's resizes of it, newest first
-    (empty: this process did not send the resize); ``originals``: the pod's originals as the
-    baseline authority reads them (consulted only without ``before``), which also bound the
-    revert when ``originals_trusted``."""
+    """``before``: the sizes the spec held before this process's resizes of it, newest first (empty:
+    this process did not send the resize); ``originals``: the pod's originals as the baseline authority
+    reads them (consulted only without ``before``), which also bound the revert if ``originals_trusted``."""
     patch = revert_patch(pod)
     if not patch:
         return Revert({})
