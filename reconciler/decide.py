@@ -239,8 +239,7 @@ def decide(pod: Obj, node: Obj | None, world: World, memory: PodMemory, state: P
             generation = pod["metadata"].get("generation") or 0
             summary, originals = summary_from_originals(unreported), dict(state.originals)
             adopted = InFlight(unreported.node_type, generation, None, summary, "re-aligned", originals=originals)
-            remembered = replace(memory, flight=adopted)
-            return Adopt(adopted, _decide(pod, state, node, node_type, world, remembered, planner))
+            return Adopt(adopted, _decide(pod, state, node, node_type, world, replace(memory, flight=adopted), planner))
     return _decide(pod, state, node, node_type, world, memory, planner)
 
 
