@@ -1,9 +1,8 @@
 """The sizing config from its ConfigMap: watched, polled, validated, last good kept.
 
-A missing or invalid ConfigMap never crashes the reconciler and is never used:
-the last valid config stays in force, the validation error is logged with its
-field path, a Warning Event `InvalidConfig` is recorded on the ConfigMap, and
-the `workload_resizer_config_valid` metric and /readyz say so.
+A missing or invalid ConfigMap never crashes the reconciler and is never used: the last valid config
+stays in force, the validation error is logged with its field path, a Warning Event `InvalidConfig`
+is recorded on the ConfigMap, and the `workload_resizer_config_valid` metric and /readyz say so.
 """
 
 from __future__ import annotations

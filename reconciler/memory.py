@@ -62,9 +62,8 @@ class PodMemory:
 
     # The resize this process requested, until it ends (actuated or recorded).
     flight: InFlight | None = None
-    # The pod's generation our pods/resize request on the wire was sent for: the kubelet may
-    # answer it before the reply comes, and the watch events of that answer must reach a pass
-    # (run once this one ends, with `flight` set).
+    # The generation our pods/resize request on the wire was sent for: the kubelet may answer it
+    # before the reply, and that answer's watch events must reach a pass (after this one, with `flight` set).
     resizing: int | None = None
     # Generation our last revert produced: a cached pod older than that is not reverted again.
     reverted: int = 0

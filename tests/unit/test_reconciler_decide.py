@@ -56,9 +56,7 @@ class VpaHolds(Gate):
 
 
 def world(config: Any = CONFIG, generation: int = 1, gate: Any = None, **options: Any) -> World:
-    return World(
-        config, generation, ControllerSettings(node_type_label=LABEL, **options), KEYS, None, gate or Gate()
-    )
+    return World(config, generation, ControllerSettings(node_type_label=LABEL, **options), KEYS, None, gate or Gate())
 
 
 def crashed(step: str, pod_: dict[str, Any], config: Any = CONFIG) -> FakeCluster:
