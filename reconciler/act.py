@@ -541,9 +541,7 @@ class Act:
         if state is None or state.state != Stage.ERROR or state.size != size_fingerprint(planned.plan):
             # Conditional like the revert that may follow (409 otherwise, see follow).
             message = f"the kubelet could not actuate the resize: {observation.message}"
-            state, resource_version = await self._park(
-                pod, planned, Stage.ERROR, message, resource_version=resource_version
-            )
+            state, resource_version = await self._park(pod, planned, Stage.ERROR, message, False, resource_version)
         if flight.next_error_check == 0.0:
             flight.next_error_check = now + self._c.options.error_backoff
         if now < flight.next_error_check:

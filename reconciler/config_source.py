@@ -75,11 +75,10 @@ class ConfigSource:
                     await self.apply(None)
                 else:
                     log.warning("config poll failed", extra={"error": str(err)})
-                continue
             except OSError as err:
                 log.warning("config poll failed", extra={"error": repr(err)})
-                continue
-            await self._apply_safely(cm)
+            else:
+                await self._apply_safely(cm)
 
     async def _apply_safely(self, configmap: dict[str, Any] | None) -> None:
         """apply(), but whatever the apiserver sent, the config source keeps running."""
