@@ -29,13 +29,11 @@ class ScopedNamespaces:
     ) -> None:
         self.scope = scope
         self._on_labels_changed = on_labels_changed
-        self.informer = (
-            Informer(
+        self.informer: Informer | None = None
+        if scope.needs_labels:
+            self.informer = Informer(
                 client, "namespaces", "/api/v1/namespaces", slim_namespace, self._on_event, idle_timeout=idle_timeout
             )
-            if scope.needs_labels
-            else None
-        )
 
     def includes(self, pod: Obj) -> bool:
         namespace = pod["metadata"].get("namespace") or ""
