@@ -148,7 +148,8 @@ class Act:
     # ------------------------------------------------------------------ holds
 
     async def _held(self, pod: Obj, plan: ResizePlan | None, held: Held) -> Result:
-        """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`)."""
+        """Nothing written: the pod waits for its constraint to change (or `held.requeue_after`);
+        each distinct hold is reported once."""
         uid = pod_uid(pod)
         if self._c.holds.hold(uid, held, self._c.clock()):
             event_type = EventType.WARNING if held.constraint in ("LimitRange", "ResourceQuota") else EventType.NORMAL
@@ -255,7 +256,8 @@ class Act:
     async def _send_resize(self, pod: Obj, patch: Obj) -> Obj:
         """The pods/resize request, conditional on the pod as read: a deposed leader's resize, or one
         planned from a pod changed meanwhile, is refused (409). While it is on the wire the kubelet's
-        answer to it passes the filter (it may come before the reply)."""
+        answer to it passes the filter (it may come before the reply); not after, while a refusal is
+        recorded."""
         record = self._c.memory.of(pod_uid(pod))
         generation = pod["metadata"].get("generation")
         record.resizing = generation or 0
