@@ -308,7 +308,6 @@ class Act:
         except BaseException:
             record.finished, record.flight = before, flight
             raise
-        self._c.memory.of(uid).flight = None
         self._c.memory.wait(uid, None)
         self._c.fault(Step.APPLIED)
         await self.report(pod, planned.plan, EventType.NORMAL, reason, message)

@@ -577,6 +577,25 @@ def test_forgetting_a_deleted_pod_drops_its_decisions():
     assert reasons(fake) == ["UnknownNodeType", "UnknownNodeType"]
 
 
+def test_a_pod_deleted_while_its_size_is_recorded_leaves_no_memory():
+    fake = cluster(pod(stamped=True), auto_actuate=True)
+    rec = reconciler(fake)
+    record = fake.record
+
+    async def deleted_meanwhile(pod: Any, annotations: Any, resource_version: str | None = None) -> None:
+        await record(pod, annotations, resource_version)
+        if APPLIED_INSTANCE_TYPE in annotations:
+            rec.forget(pod)  # the pod's delete event, handled while the write's reply is awaited
+
+    fake.record = deleted_meanwhile  # type: ignore[method-assign]
+    for _ in range(3):
+        run(rec.reconcile(KEY))
+        if APPLIED_INSTANCE_TYPE in fake.pod_now(KEY)["metadata"]["annotations"]:
+            break
+    assert reasons(fake) == ["Resized"]
+    assert fake.pod_now(KEY)["metadata"]["uid"] not in rec._memory
+
+
 # ------------------------------------------------------------------ crash after each write step
 
 
