@@ -64,6 +64,7 @@ from reconciler.reasons import EventType, Reason
 from reconciler.revert import Revert, decide_revert, size_of_originals, sizes_before
 from resizer import Baseline, ResizePlan, ResizerError, Trust, baseline, plan_bound_pod, pod_mac, resolve_policy
 from resizer.podstate import applied_patch, read_state, resize_state_patch
+from resizer.preflight import apply_patch, fits_allocatable
 
 log = logging.getLogger("reconciler.act")
 audit = logging.getLogger("reconciler.decision")
@@ -394,7 +395,10 @@ class Act:
             )
             return await self.terminal(pod, planned.refused(Reason.POD_LEVEL_RESOURCES, message))
         if NODE_CAPACITY in err.causes:
+            if self._node_cache_behind(pod, planned):
+                raise err
             # The apiserver (1.36+) refuses what the kubelet would mark Infeasible: same policy, no revert.
+            self._forget_refusals(pod)
             self._c.memory.wait(pod_uid(pod), Stage.INFEASIBLE)
             message = (
                 f"node {pod['spec']['nodeName']} cannot fit the new size ({err.message}); not "
@@ -406,12 +410,23 @@ class Act:
         message = f"apiserver rejected the resize for {context}: {err.message}"
         return await self.terminal(pod, planned.refused(Reason.RESIZE_FAILED, message))
 
-    async def _refused_anyway(self, pod: Obj, planned: Planned, refusal: str) -> None:
-        """Report, once, a refusal the preflight let through that has outlasted any cache lag."""
+    def _node_cache_behind(self, pod: Obj, planned: Planned) -> bool:
+        """Whether a NodeCapacity refusal of a size that fits the node as our cache shows it comes from
+        the apiserver's own cache of the node, still at an allocatable it has since grown from: tried
+        again with backoff until the refusal outlasts any cache lag, then parked as infeasible."""
+        fits = fits_allocatable(planned.node, apply_patch(pod, planned.plan.patch))
+        return fits and self._refused_for(pod) < REFUSAL_REPORTED_AFTER
+
+    def _refused_for(self, pod: Obj) -> float:
+        """How long the apiserver has refused this pod's resize (since its first refusal in a row)."""
         record, now = self._c.memory.of(pod_uid(pod)), self._c.clock()
         if record.refused_since is None:
             record.refused_since = now
-        lasted = now - record.refused_since
+        return now - record.refused_since
+
+    async def _refused_anyway(self, pod: Obj, planned: Planned, refusal: str) -> None:
+        """Report, once, a refusal the preflight let through that has outlasted any cache lag."""
+        lasted, record = self._refused_for(pod), self._c.memory.of(pod_uid(pod))
         if lasted < REFUSAL_REPORTED_AFTER or record.refusal_reported:
             return
         record.refusal_reported = True

@@ -11,7 +11,8 @@ Four judges, each answering with the :class:`Hold` that names the constraint, or
   match the pod charge it, matched as the apiserver's pod quota evaluator matches them.
 - :func:`node_hold`: the node's room, counted as the kubelet admits a resize: its allocatable
   minus, for every other pod on it, the larger of what its spec requests and what its
-  containers have; a decrease always fits.
+  containers have; a decrease always fits. (:func:`fits_allocatable` is the apiserver's own,
+  narrower check: the pod alone against the allocatable.)
 - :func:`critical_hold`: an increase of a pod at system-cluster-critical priority or above, which
   may make the kubelet evict other pods (held unless --upsize-critical-pods allows it).
 
@@ -319,6 +320,20 @@ def node_hold(
                 detail = f"{needs}, {_show(r, max(room, 0))} free of {allocatable[r]} allocatable"
                 return Hold("NodeHeadroom", _name(node), detail, r)
     return None
+
+
+def fits_allocatable(node: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+    """Whether the `spec`'s requests and overhead are within the node's allocatable, the other pods
+    not counted: the 1.36+ apiserver's own check of a pods/resize request (PodResizeValidator)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    overhead = spec.get("overhead") or {}
+    with contextlib.suppress(QuantityError):
+        totals = pod_totals(spec)
+        return all(
+            totals.get(("requests", r), 0) + _amount(r, overhead.get(r, "0")) <= _amount(r, allocatable.get(r, "0"))
+            for r in _RESOURCES
+        )
+    return False
 
 
 def _growing(pod: Mapping[str, Any], resized: Mapping[str, Any]) -> tuple[Totals, list[str]]:

@@ -858,24 +858,62 @@ def test_a_crash_after_recording_a_deferral_does_not_report_it_again():
     assert reasons(fake) == ["Resized"] and generation(fake) == 2
 
 
-def test_the_apiservers_node_capacity_refusal_is_infeasible_and_not_retried():
-    fake = cluster(pod(stamped=True))
-    fake.fail(
-        "resize",
-        ApiError(
-            403,
-            {
-                "message": "node didn't have enough allocatable resources",
-                "details": {"causes": [{"reason": "NodeCapacity"}]},
-            },
-        ),
+def node_capacity_refusal() -> ApiError:
+    """The 1.36+ apiserver's PodResizeValidator refusal."""
+    return ApiError(
+        403,
+        {
+            "message": "node didn't have enough allocatable resources: cpu, requested: 800, allocatable: 500",
+            "details": {"causes": [{"reason": "NodeCapacity"}]},
+        },
     )
+
+
+def on_a_node_too_small(*pods: dict[str, Any]) -> FakeCluster:
+    """A node whose allocatable (as the cache shows it) is below even the planned 800m."""
+    fake = cluster(*pods)
+    fake.add_node("node-1", {LABEL: "n4"}, cpu="500m")
+    return fake
+
+
+def test_the_apiservers_node_capacity_refusal_is_infeasible_and_not_retried():
+    fake = on_a_node_too_small(pod(stamped=True))
+    fake.fail("resize", node_capacity_refusal())
     rec = reconciler(fake)
     run(rec.reconcile(KEY))
     run(rec.reconcile(KEY))
     run(reconciler(fake).reconcile(KEY))
     assert events(fake) == [("Warning", "ResizeInfeasible")] and "cannot fit" in fake.events[0].message
     assert fake.ops() == ["annotate"] and recorded_state(fake).state == Stage.INFEASIBLE
+
+
+def test_a_node_capacity_refusal_of_a_size_the_cached_node_fits_is_retried_as_a_lagging_cache():
+    """The node just grew: our watch shows it, the apiserver's admission still judges by its own
+    cache of the node. The resize is tried again with backoff, not parked at the new allocatable
+    (where nothing would ever try it again), and goes through once that cache catches up."""
+    fake = cluster(pod(stamped=True))  # 8 CPU allocatable: 800m fits
+    fake.fail("resize", node_capacity_refusal())
+    rec = reconciler(fake, clock=FakeClock())
+    with pytest.raises(ApiError):
+        run(rec.reconcile(KEY))
+    assert fake.ops() == [] and fake.events == [] and RESIZE_STATE not in annotations(fake)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize"] and fake.writes[-1].body == RESIZE_TO_800M
+
+
+def test_a_node_capacity_refusal_the_cached_node_fits_is_parked_once_it_outlasts_any_cache_lag():
+    fake = cluster(pod(stamped=True))
+    clock = FakeClock()
+    rec = reconciler(fake, clock=clock)
+    for _ in range(3):
+        fake.fail("resize", node_capacity_refusal())
+        with pytest.raises(ApiError):
+            run(rec.reconcile(KEY))
+        clock.advance(10)
+    fake.fail("resize", node_capacity_refusal())
+    run(rec.reconcile(KEY))
+    assert events(fake) == [("Warning", "ResizeInfeasible")] and recorded_state(fake).state == Stage.INFEASIBLE
+    assert not rec.needs_work(fake.pod(KEY), run(fake.node("node-1")))
 
 
 # ------------------------------------------------------------------ actuation errors
@@ -991,17 +1029,8 @@ def test_a_crash_right_after_giving_up_on_an_actuation_error_leaves_the_pod_park
 
 
 def test_a_crash_after_recording_the_apiservers_refusal_does_not_retry_the_size():
-    fake = cluster(pod(stamped=True))
-    fake.fail(
-        "resize",
-        ApiError(
-            403,
-            {
-                "message": "node didn't have enough allocatable resources",
-                "details": {"causes": [{"reason": "NodeCapacity"}]},
-            },
-        ),
-    )
+    fake = on_a_node_too_small(pod(stamped=True))
+    fake.fail("resize", node_capacity_refusal())
     with pytest.raises(Crash):
         run(reconciler(fake, fault=crash_after(Step.STATE)).reconcile(KEY))
     restarted = reconciler(fake)

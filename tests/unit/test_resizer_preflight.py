@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from resizer.preflight import Hold, apply_patch, limit_range_hold, node_hold, pod_totals, quota_hold
+from resizer.preflight import (
+    Hold,
+    apply_patch,
+    fits_allocatable,
+    limit_range_hold,
+    node_hold,
+    pod_totals,
+    quota_hold,
+)
 
 
 def container(
@@ -261,6 +269,25 @@ def test_more_than_the_whole_node_is_named_so() -> None:
     me = pod(container("c0", "3"))
     hold = node_hold(NODE, me, apply_patch(me, resize("c0", "5")), [])
     assert hold is not None and hold.detail == "cpu: needs 5, more than the node's 4 allocatable"
+
+
+@pytest.mark.parametrize(
+    ("cpu", "overhead", "fits"),
+    [("4", None, True), ("4001m", None, False), ("3900m", "100m", True), ("3900m", "101m", False)],
+)
+def test_the_apiservers_own_check_is_the_pod_alone_with_its_overhead_against_the_allocatable(
+    cpu: str, overhead: str | None, fits: bool
+) -> None:
+    me = pod(container("c0", "1"))
+    if overhead:
+        me["spec"]["overhead"] = {"cpu": overhead}
+    assert fits_allocatable(NODE, apply_patch(me, resize("c0", cpu))) == fits
+
+
+def test_the_apiservers_own_check_counts_a_resource_the_node_does_not_list_as_none_allocatable() -> None:
+    me = pod(container("c0", "1"))
+    assert not fits_allocatable({"status": {"allocatable": {"cpu": "4"}}}, me["spec"])
+    assert not fits_allocatable({"status": {"allocatable": {"cpu": "4", "memory": "x"}}}, me["spec"])
 
 
 def test_node_room_counts_what_a_pod_level_pod_has_at_pod_level() -> None:
