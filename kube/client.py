@@ -25,6 +25,8 @@ from kube.transport import Connection, Pool, ServerClosed
 _T = TypeVar("_T")
 
 UNEXPECTED_REPLY = "UnexpectedReply"  # ApiError.reason of a reply that is not a JSON object
+# How an admission plugin whose informers have not synced yet (an apiserver just started) refuses.
+ADMISSION_NOT_READY = "not yet ready to handle request"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -50,7 +52,10 @@ class ApiError(KubeError):
 
     @property
     def retryable(self) -> bool:
-        """Conflicts, throttling, server errors and garbled replies are worth retrying with backoff."""
+        """Conflicts, throttling, server errors, garbled replies and the refusals of an admission
+        plugin still starting are worth retrying with backoff."""
+        if self.status == 403:
+            return self.message.endswith(ADMISSION_NOT_READY)
         return self.status in (409, 429) or self.status >= 500 or self.reason == UNEXPECTED_REPLY
 
 

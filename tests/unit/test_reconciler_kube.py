@@ -132,6 +132,14 @@ def test_client_errors_are_not_retryable(status):
     assert not ApiError(status, {}).retryable
 
 
+def test_the_refusal_of_an_admission_plugin_still_starting_is_retryable():
+    """What PodResizeValidator and the other informer-backed plugins answer until they sync."""
+    starting = {"reason": "Forbidden", "message": 'pods "web-1" is forbidden: not yet ready to handle request'}
+    assert ApiError(403, starting).retryable
+    assert not ApiError(403, {"reason": "Forbidden", "message": "not yet ready to handle request: no"}).retryable
+    assert not ApiError(404, {"message": "not yet ready to handle request"}).retryable
+
+
 def test_causes_lists_the_cause_reasons_of_the_status_details():
     """metav1.StatusCause.Type is serialised as "reason" (what the 1.36 apiserver sends for NodeCapacity)."""
     err = ApiError(

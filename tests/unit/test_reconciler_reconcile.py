@@ -1039,6 +1039,18 @@ def test_a_crash_after_recording_the_apiservers_refusal_does_not_retry_the_size(
     assert not restarted.needs_work(fake.pod(KEY), run(fake.node("node-1")))
 
 
+def test_a_resize_refused_by_an_admission_plugin_still_starting_is_retried_not_reported():
+    """Right after an apiserver starts, PodResizeValidator answers 403 until its node informer syncs."""
+    fake = cluster(pod(stamped=True))
+    fake.fail("resize", ApiError(403, {"message": 'pods "web-1" is forbidden: not yet ready to handle request'}))
+    rec = reconciler(fake)
+    with pytest.raises(ApiError):
+        run(rec.reconcile(KEY))
+    assert fake.events == [] and RESIZE_STATE not in annotations(fake)
+    run(rec.reconcile(KEY))
+    assert fake.ops() == ["resize"] and fake.writes[-1].body == RESIZE_TO_800M
+
+
 def test_a_node_capacity_cause_sent_under_type_is_not_taken_for_one():
     """Only the Status's real shape (causes[].reason) means NodeCapacity; anything else is a plain refusal."""
     fake = cluster(pod(stamped=True))
