@@ -23,18 +23,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = [
-    "Issued",
-    "service_dns_names",
-    "generate_ca",
-    "issue_serving_cert",
-    "load_ca",
-    "write_pair",
-    "ca_bundle",
-    "pem_cert",
-    "pem_key",
-]
-
 _CLOCK_SKEW = dt.timedelta(minutes=5)
 _SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 

@@ -21,16 +21,6 @@ from pythonjsonlogger.orjson import OrjsonFormatter
 
 from ops.timestamps import rfc3339_millis
 
-__all__ = [
-    "BatchingStreamHandler",
-    "JSONFormatter",
-    "TextFormatter",
-    "configure_logging",
-    "flush_logging",
-    "log_fields",
-    "LEVELS",
-]
-
 LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,

@@ -24,18 +24,6 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
-__all__ = [
-    "CONTENT_TYPE",
-    "REGISTRY",
-    "CollectorRegistry",
-    "ComputedGauge",
-    "Counter",
-    "Gauge",
-    "Histogram",
-    "exposition",
-    "new_registry",
-]
-
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _INF = float("inf")
 

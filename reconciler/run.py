@@ -68,10 +68,12 @@ class Reconciler:
         self.unknown_keys = UnknownKeyWatch()
         # The lease gets its own connections, outside the workers' rate limit and pool: a
         # renewal must never queue behind a burst of resizes.
-        self.lease_client = KubeClient(creds, qps=0, burst=1, max_connections=2) if election.enabled else None
-        self.elector = (
-            LeaderElector(
-                self.lease_client or self.client,
+        self.lease_client: KubeClient | None = None
+        self.elector: LeaderElector | None = None
+        if election.enabled:
+            self.lease_client = KubeClient(creds, qps=0, burst=1, max_connections=2)
+            self.elector = LeaderElector(
+                self.lease_client,
                 election.namespace,
                 election.name,
                 election.identity,
@@ -79,9 +81,6 @@ class Reconciler:
                 election.renew_deadline,
                 election.retry_period,
             )
-            if election.enabled
-            else None
-        )
         # Workers and events write through the fence: nothing is sent once the lease may be lost.
         writer: Any = FencedClient(self.client, self.elector.may_write) if self.elector else self.client
         self.recorder = EventRecorder(writer)
